@@ -1,0 +1,68 @@
+// Shared helpers for the cpu_eigen kernels: dtype declarations for Eigen's
+// 16-bit floats, a parallel loop, and shape arithmetic.
+#ifndef DRAGON_CPU_EIGEN_COMMON_H_
+#define DRAGON_CPU_EIGEN_COMMON_H_
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "dragon/plugin.hpp"
+
+DG_DECLARE_DTYPE(Eigen::half, DG_FLOAT16)
+DG_DECLARE_DTYPE(Eigen::bfloat16, DG_BFLOAT16)
+
+namespace cpu_eigen {
+
+// Below this many elements (of simple work) a loop runs on one thread: the
+// cost of waking a team (~1-2 us) outweighs the work.
+constexpr int64_t kParallelGrain = 32768;
+
+// Runs fn(begin, end) over [0, n) in contiguous chunks, in parallel when the
+// work is large enough. `cost` scales the grain for expensive elements.
+template <typename Fn>
+void ParallelFor(int64_t n, Fn&& fn, int64_t cost = 1) {
+  if (n <= 0) return;
+  int threads = omp_get_max_threads();
+  if (threads <= 1 || n * cost < kParallelGrain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(threads, (n * cost) / (kParallelGrain / 2));
+  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n));
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+    fn(begin, end);
+  }
+}
+
+// Contiguous (row-major) strides in elements for a shape.
+inline std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    s[i] = acc;
+    acc *= shape[i];
+  }
+  return s;
+}
+
+inline int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Normalises a possibly negative axis against ndim.
+inline int64_t NormAxis(int64_t axis, int64_t ndim) {
+  return axis < 0 ? axis + ndim : axis;
+}
+
+}  // namespace cpu_eigen
+
+#endif  // DRAGON_CPU_EIGEN_COMMON_H_

@@ -1,0 +1,351 @@
+/*
+ * Dragon plugin C ABI, version 1.
+ *
+ * This header is the whole contract between the Dragon core and a plugin.
+ * It is pure C so that any compiler (and any C++ standard library) can build
+ * a plugin. Rules, also explained in docs/abi.md:
+ *
+ *  - A plugin exports exactly one symbol, dragon_plugin_entry_v1(), and
+ *    imports no symbol from the core: everything it may call arrives through
+ *    the DgHostApi table handed to its init function.
+ *  - Every struct starts with `struct_size`. Structs only ever grow at the
+ *    end. A reader ignores fields beyond what it knows and never touches a
+ *    field (or calls a slot) that lies beyond the writer's struct_size.
+ *  - DG_ABI_MAJOR changes break compatibility; the core refuses a plugin of a
+ *    different major. DG_ABI_MINOR grows when fields are appended; a plugin
+ *    states the minimum host minor it needs and the core refuses it at load
+ *    time when the host is older.
+ *  - No C++ exception ever crosses this boundary. Failures are DgStatus codes
+ *    plus a message given to host->set_error().
+ *  - Whoever allocates frees. The core allocates kernel outputs (their shapes
+ *    come from shape inference); scratch memory comes from
+ *    host->alloc_workspace() and lives until the kernel returns.
+ */
+#ifndef DRAGON_PLUGIN_H_
+#define DRAGON_PLUGIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DG_ABI_MAJOR 1
+#define DG_ABI_MINOR 0
+
+#if defined(_WIN32)
+#define DG_EXPORT __declspec(dllexport)
+#else
+#define DG_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------ status */
+
+typedef int32_t DgStatus;
+enum {
+  DG_OK = 0,
+  DG_INVALID_ARGUMENT = 1,  /* bad shapes, dtypes, attribute values */
+  DG_NOT_FOUND = 2,         /* unknown op, device, attribute */
+  DG_UNIMPLEMENTED = 3,     /* a case this kernel does not handle */
+  DG_RESOURCE_EXHAUSTED = 4,/* out of memory */
+  DG_INTERNAL = 5,          /* a bug */
+  DG_OUT_OF_RANGE = 6,      /* index out of bounds */
+  DG_FAILED_PRECONDITION = 7,
+  DG_UNAVAILABLE = 8        /* e.g. no such device present at run time */
+};
+
+/* ------------------------------------------------------------------ dtypes */
+
+/* Codes are stable forever (they are stored in saved graphs). */
+typedef int32_t DgDType;
+enum {
+  DG_BOOL = 0,
+  DG_UINT8 = 1,
+  DG_INT8 = 2,
+  DG_INT16 = 3,
+  DG_INT32 = 4,
+  DG_INT64 = 5,
+  DG_FLOAT16 = 6,
+  DG_BFLOAT16 = 7,
+  DG_FLOAT32 = 8,
+  DG_FLOAT64 = 9,
+  DG_NUM_DTYPES = 10
+};
+
+/* A set of dtypes as a bit mask: bit (1u << code). */
+typedef uint32_t DgDTypeMask;
+#define DG_DTYPE_BIT(code) ((DgDTypeMask)1u << (code))
+#define DG_MASK_FLOAT                                                  \
+  (DG_DTYPE_BIT(DG_FLOAT16) | DG_DTYPE_BIT(DG_BFLOAT16) |              \
+   DG_DTYPE_BIT(DG_FLOAT32) | DG_DTYPE_BIT(DG_FLOAT64))
+#define DG_MASK_SIGNED_INT                                             \
+  (DG_DTYPE_BIT(DG_INT8) | DG_DTYPE_BIT(DG_INT16) |                    \
+   DG_DTYPE_BIT(DG_INT32) | DG_DTYPE_BIT(DG_INT64))
+#define DG_MASK_INT (DG_MASK_SIGNED_INT | DG_DTYPE_BIT(DG_UINT8))
+#define DG_MASK_NUMERIC (DG_MASK_FLOAT | DG_MASK_INT)
+#define DG_MASK_ALL (DG_MASK_NUMERIC | DG_DTYPE_BIT(DG_BOOL))
+
+/* ------------------------------------------------------------------ tensors */
+
+/* A device: the type id the host assigned to a registered device name
+ * ("cpu" is always type 0) and the ordinal within that type. */
+typedef struct DgDevice {
+  int32_t type;
+  int32_t index;
+} DgDevice;
+
+/* A DLPack-compatible view of a tensor. `shape` and `strides` are always set
+ * (strides in elements, as in DLPack). The first element lives at
+ * (char*)data + byte_offset. During shape inference `data` is NULL. */
+typedef struct DgTensorView {
+  uint32_t struct_size;
+  DgDType dtype;
+  void* data;
+  int64_t byte_offset;
+  DgDevice device;
+  int32_t ndim;
+  const int64_t* shape;
+  const int64_t* strides;
+} DgTensorView;
+
+/* -------------------------------------------------------------- attributes */
+
+typedef int32_t DgAttrType;
+enum {
+  DG_ATTR_INT = 1,     /* value.i */
+  DG_ATTR_FLOAT = 2,   /* value.f */
+  DG_ATTR_BOOL = 3,    /* value.i (0 or 1) */
+  DG_ATTR_STRING = 4,  /* value.s, NUL-terminated */
+  DG_ATTR_INTS = 5,    /* value.ints[0..count) */
+  DG_ATTR_FLOATS = 6,  /* value.floats[0..count) */
+  DG_ATTR_DTYPE = 7    /* value.i holds a DgDType */
+};
+
+/* A typed attribute value. `present` is 0 for an optional attribute the
+ * caller left unset (e.g. `axes=None` for a reduction over all axes). */
+typedef struct DgAttrValue {
+  uint32_t struct_size;
+  DgAttrType type;
+  int32_t present;
+  int64_t i;
+  double f;
+  const char* s;
+  const int64_t* ints;
+  const double* floats;
+  int64_t count;
+} DgAttrValue;
+
+/* --------------------------------------------------------------- host API */
+
+struct DgHostApi;
+
+/* Everything a kernel receives. Inputs, outputs and attributes are in schema
+ * order; every attribute of the schema is present in `attrs` (defaults are
+ * filled in by the core), with its name in `attr_names`. Outputs are
+ * allocated by the core with the shapes shape inference produced. */
+typedef struct DgCallFrame {
+  uint32_t struct_size;
+  const char* op_name;
+  int32_t num_inputs;
+  const DgTensorView* const* inputs;
+  int32_t num_outputs;
+  const DgTensorView* const* outputs;
+  int32_t num_attrs;
+  const DgAttrValue* const* attrs;
+  const char* const* attr_names;
+  DgDevice device;
+  void* stream;            /* the device stream to run on; NULL on "cpu" */
+  void* kernel_data;       /* DgKernelDef.user_data */
+  void* call_site_state;   /* per-call-site state, NULL in ABI 1.0 */
+  void* host_ctx;          /* pass to host->set_error / alloc_workspace */
+  const struct DgHostApi* host;
+} DgCallFrame;
+
+/* Shape and dtype inference. Reads inputs (data == NULL) and attributes,
+ * reports each output through host->set_output(). */
+typedef struct DgInferContext {
+  uint32_t struct_size;
+  const char* op_name;
+  int32_t num_inputs;
+  const DgTensorView* const* inputs;
+  int32_t num_attrs;
+  const DgAttrValue* const* attrs;
+  const char* const* attr_names;
+  void* op_data;           /* DgOpDef.user_data */
+  void* host_ctx;
+  const struct DgHostApi* host;
+} DgInferContext;
+
+typedef DgStatus (*DgKernelFn)(const DgCallFrame* frame);
+/* Optional: return non-zero when the kernel handles this call. Used for
+ * selection only; must be cheap and must not fail. */
+typedef int32_t (*DgSupportsFn)(const DgCallFrame* frame);
+typedef DgStatus (*DgInferFn)(const DgInferContext* ctx);
+
+/* The host's function table. Grows only at the end: check struct_size (or
+ * use DG_HOST_HAS) before calling a slot added after ABI 1.0. */
+typedef struct DgHostApi {
+  uint32_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  const char* core_version;
+  /* Record an error for the current call; the core adds plugin, op and
+   * kernel names. Returns `code` so kernels can `return host->set_error(..)`. */
+  DgStatus (*set_error)(void* host_ctx, DgStatus code, const char* message);
+  /* Scratch memory on the call's device, freed by the core after the call.
+   * Returns NULL (and records an error) when out of memory. */
+  void* (*alloc_workspace)(void* host_ctx, size_t bytes);
+  /* Shape inference: declare output `index`. */
+  DgStatus (*set_output)(void* host_ctx, int32_t index, DgDType dtype,
+                         int32_t ndim, const int64_t* shape);
+  /* Logging: level 0 debug, 1 info, 2 warning, 3 error. */
+  void (*log)(int32_t level, const char* message);
+  /* Number of threads the core wants a CPU kernel to use (>= 1). */
+  int32_t (*num_threads)(void);
+} DgHostApi;
+
+#define DG_HOST_HAS(host, field)                                         \
+  ((host)->struct_size >= offsetof(DgHostApi, field) + sizeof((host)->field))
+
+/* ------------------------------------------------------------ definitions */
+
+/* Argument flags. */
+enum {
+  DG_ARG_VARIADIC = 1u << 0,  /* last input/output only: zero or more */
+  DG_ARG_OPTIONAL = 1u << 1,  /* may be absent (trailing inputs only) */
+  DG_ARG_NO_GRAD = 1u << 2    /* not differentiable (indices, masks, ...) */
+};
+
+typedef struct DgArgDef {
+  uint32_t struct_size;
+  const char* name;
+  DgDTypeMask dtypes;  /* accepted dtypes */
+  uint32_t flags;
+  const char* doc;
+} DgArgDef;
+
+enum {
+  DG_ATTR_REQUIRED = 1u << 0, /* no default: the caller must give it */
+  DG_ATTR_OPTIONAL = 1u << 1  /* may be left unset (present == 0) */
+};
+
+typedef struct DgAttrDef {
+  uint32_t struct_size;
+  const char* name;
+  DgAttrType type;
+  uint32_t flags;
+  const DgAttrValue* default_value; /* NULL when required or optional */
+  const char* doc;
+} DgAttrDef;
+
+/* Op flags. */
+enum {
+  DG_OP_STATEFUL = 1u << 0,      /* random or side effects: never CSE'd */
+  DG_OP_SAME_DTYPE = 1u << 1,    /* all non-flagged inputs share one dtype */
+  DG_OP_NO_GRAD = 1u << 2        /* not differentiable at all */
+};
+
+typedef struct DgOpDef {
+  uint32_t struct_size;
+  const char* name;       /* CamelCase, e.g. "Add" */
+  const char* py_name;    /* snake_case Python name, e.g. "add" */
+  const char* doc;
+  int32_t num_inputs;
+  const DgArgDef* inputs;
+  int32_t num_outputs;
+  const DgArgDef* outputs;
+  int32_t num_attrs;
+  const DgAttrDef* attrs;
+  uint32_t flags;
+  /* Which tensor's dtype selects the kernel: the input of that index, or,
+   * when the op has no inputs, output 0. */
+  int32_t dispatch_input;
+  /* Inputs that may be overwritten by output 0 (bit i = input i). */
+  uint32_t inplace_inputs;
+  DgInferFn infer;
+  void* user_data;
+} DgOpDef;
+
+/* Kernel traits. */
+enum {
+  /* The kernel reads inputs through their strides; without this trait the
+   * core hands it contiguous inputs (copying when needed). */
+  DG_KERNEL_STRIDED_INPUTS = 1u << 0,
+  /* Output 0 may alias input 0. */
+  DG_KERNEL_INPLACE = 1u << 1
+};
+
+typedef struct DgKernelDef {
+  uint32_t struct_size;
+  const char* op;
+  const char* device_type; /* a registered device name, e.g. "cpu" */
+  DgDTypeMask dtypes;      /* dtypes of the dispatch tensor it accepts */
+  int32_t priority;        /* higher wins; cpu reference kernels use 0 */
+  uint32_t traits;
+  DgKernelFn fn;
+  DgSupportsFn supports;   /* optional */
+  void* user_data;         /* reaches the kernel as frame->kernel_data */
+  const char* name;        /* for explain() and error messages */
+} DgKernelDef;
+
+/* A device type: memory, copies, streams. All functions receive the
+ * device's user_data and the device ordinal. */
+typedef struct DgDeviceDef {
+  uint32_t struct_size;
+  const char* name;
+  void* user_data;
+  /* Number of devices of this type present now (0 is legal). */
+  int32_t (*count)(void* user_data);
+  DgStatus (*alloc)(void* user_data, int32_t index, size_t bytes, void** ptr);
+  void (*free)(void* user_data, int32_t index, void* ptr);
+  DgStatus (*copy_h2d)(void* user_data, int32_t index, void* dst,
+                       const void* src, size_t bytes, void* stream);
+  DgStatus (*copy_d2h)(void* user_data, int32_t index, void* dst,
+                       const void* src, size_t bytes, void* stream);
+  DgStatus (*copy_d2d)(void* user_data, int32_t index, void* dst,
+                       const void* src, size_t bytes, void* stream);
+  DgStatus (*memset)(void* user_data, int32_t index, void* dst, int32_t value,
+                     size_t bytes, void* stream);
+  DgStatus (*stream_create)(void* user_data, int32_t index, void** stream);
+  DgStatus (*stream_destroy)(void* user_data, int32_t index, void* stream);
+  DgStatus (*stream_sync)(void* user_data, int32_t index, void* stream);
+  DgStatus (*synchronize)(void* user_data, int32_t index);
+  /* Human-readable name of device `index` into buf (may be NULL). */
+  DgStatus (*describe)(void* user_data, int32_t index, char* buf, size_t len);
+  /* Non-zero when the host CPU may read this device's memory directly. */
+  int32_t host_accessible;
+} DgDeviceDef;
+
+/* Handed to init(). Registrations are buffered by the core and committed
+ * only if init returns DG_OK, so a failing plugin leaves nothing behind. */
+typedef struct DgRegistrar {
+  uint32_t struct_size;
+  void* ctx;
+  DgStatus (*define_op)(void* ctx, const DgOpDef* def);
+  DgStatus (*register_kernel)(void* ctx, const DgKernelDef* def);
+  DgStatus (*register_device)(void* ctx, const DgDeviceDef* def);
+  /* Explain why init failed; the core shows it in `dragon_core info`. */
+  void (*set_error)(void* ctx, const char* message);
+} DgRegistrar;
+
+/* ------------------------------------------------------------ entry point */
+
+typedef struct DgPluginInfo {
+  uint32_t struct_size;
+  const char* name;          /* e.g. "cpu_eigen" */
+  const char* version;       /* the plugin's own version */
+  uint32_t abi_major;        /* DG_ABI_MAJOR it was built against */
+  uint32_t abi_minor;        /* DG_ABI_MINOR it was built against */
+  uint32_t min_host_minor;   /* oldest host ABI minor it can run with */
+  DgStatus (*init)(const DgHostApi* host, DgRegistrar* registrar);
+} DgPluginInfo;
+
+#define DG_PLUGIN_ENTRY_SYMBOL "dragon_plugin_entry_v1"
+typedef const DgPluginInfo* (*DgPluginEntryFn)(void);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* DRAGON_PLUGIN_H_ */

@@ -242,7 +242,7 @@ typedef struct DgAttrDef {
 /* Op flags. */
 enum {
   DG_OP_STATEFUL = 1u << 0,      /* random or side effects: never CSE'd */
-  DG_OP_SAME_DTYPE = 1u << 1,    /* all non-flagged inputs share one dtype */
+  DG_OP_SAME_DTYPE = 1u << 1,    /* all inputs must share one dtype */
   DG_OP_NO_GRAD = 1u << 2        /* not differentiable at all */
 };
 
@@ -315,6 +315,9 @@ typedef struct DgDeviceDef {
   DgStatus (*describe)(void* user_data, int32_t index, char* buf, size_t len);
   /* Non-zero when the host CPU may read this device's memory directly. */
   int32_t host_accessible;
+  /* DLPack device type for zero-copy exchange (kDLCPU = 1, kDLCUDA = 2,
+   * ...); 0 when the device's tensors cannot be exported. */
+  int32_t dlpack_device_type;
 } DgDeviceDef;
 
 /* Handed to init(). Registrations are buffered by the core and committed

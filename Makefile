@@ -1,0 +1,47 @@
+# Dragon: the two set-up commands are `make demo` and `make test`.
+# Everything installs into .venv from PyPI; builds are incremental
+# (persistent CMake build dirs under build/, ccache, ninja).
+
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+PIP    := $(VPY) -m pip
+LAUNCH := -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache
+PIPI   := $(PIP) install -q --no-build-isolation --no-deps $(LAUNCH)
+export CCACHE_MAXSIZE ?= 2G
+
+.PHONY: all deps install install-sdk install-core install-cpu-eigen demo test bench clean
+
+all: install
+
+$(VENV)/.deps: requirements-dev.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+deps: $(VENV)/.deps
+
+install-sdk: deps
+	$(PIPI) -Cbuild-dir=build/sdk ./sdk
+
+install-core: install-sdk
+	$(PIPI) -Cbuild-dir=build/core ./dragon_core
+
+install-cpu-eigen: install-sdk
+	$(PIPI) -Cbuild-dir=build/cpu_eigen ./plugins/cpu_eigen
+
+install: install-core install-cpu-eigen
+
+demo: install
+	$(VPY) examples/demo.py
+
+test: install
+	$(VPY) -m pytest tests -q -p no:cacheprovider
+
+bench: install
+	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(VPY) bench/run.py
+
+clean:
+	rm -rf build

@@ -1,0 +1,78 @@
+"""Dragon: a deep-learning framework where every op and backend is a plugin.
+
+This package is the core: Tensor, the op schema registry, the dispatcher,
+the caching allocator and the plugin loader. It ships no compute kernel;
+kernels and devices come from plugins discovered through the entry-point
+group ``dragon_core.plugins`` (e.g. ``pip install dragon-cpu-eigen``).
+"""
+
+from __future__ import annotations
+
+from . import _C
+from . import errors
+from ._device import Device
+from ._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
+                      int32, int64, uint8, as_dtype)
+from ._tensor import Tensor, from_dlpack, from_numpy, tensor
+from ._workspace import Workspace, get_workspace
+from . import _tensor as _tensor_mod
+from . import memory
+from . import plugins
+
+__version__ = _C.__version__
+ABI_VERSION = _C.ABI_VERSION
+
+_C._set_hooks(_tensor_mod._convert, _tensor_mod._binary_slow, errors._make,
+              lambda obj: as_dtype(obj).code)
+_C._set_no_kernel_hint(plugins.no_kernel_hint)
+_tensor_mod._install()
+
+from . import ops  # noqa: E402
+
+import sys as _sys  # noqa: E402
+
+plugins.discover(_sys.modules[__name__])
+plugins._apply_pins()
+ops._refresh()
+_tensor_mod._install_methods()
+plugins._check_strict()
+
+load_library = plugins.load_library
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the global generator that random ops draw from when ``seed=-1``."""
+    _C.manual_seed(int(seed))
+
+
+def infer_shape(op: str, inputs, **attrs):
+    """Run an op's shape/dtype inference without running it.
+
+    Parameters
+    ----------
+    op : str
+        Op name (``"MatMul"``) or Python name (``"matmul"``).
+    inputs : list of (shape, dtype)
+        One ``(tuple_of_ints, dtype)`` pair per input.
+    **attrs
+        Attribute values by name; unset ones take their defaults.
+
+    Returns
+    -------
+    list of (tuple, str)
+        ``(shape, dtype_name)`` per output.
+    """
+    handle = _C.op(op)
+    desc = handle.describe()
+    names = [a["name"] for a in desc["attrs"]]
+    unknown = set(attrs) - set(names)
+    if unknown:
+        raise TypeError(f"{desc['name']}: unknown attribute(s) {sorted(unknown)}; "
+                        f"it has {names}")
+    values = []
+    for a in desc["attrs"]:
+        values.append(attrs[a["name"]] if a["name"] in attrs else
+                      (None if (a["optional"] or a["required"]) else a["default"]))
+    metas = [(tuple(int(d) for d in s), as_dtype(t).code) for s, t in inputs]
+    return [(shape, as_dtype(code).name) for shape, code in
+            _C.infer_shape(desc["name"], metas, tuple(values))]

@@ -1,0 +1,362 @@
+"""Python-side parts of ``Tensor``: construction, promotion, indexing, printing.
+
+The class itself, its storage and the operator fast paths live in C++
+(``dragon_core._C.Tensor``); this module adds what is clearer in Python.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import _C
+from ._device import Device
+from ._dtypes import _DTYPES, as_dtype, dtype
+
+Tensor = _C.Tensor
+
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
+# ------------------------------------------------------------ construction
+
+def _numpy_of(data, dt):
+    """``data`` as a NumPy array with torch-like default dtypes."""
+    if isinstance(data, np.ndarray):
+        arr = data
+    elif isinstance(data, np.generic):
+        arr = np.asarray(data)
+    else:
+        if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in data):
+            data = [x.numpy() if isinstance(x, Tensor) else x for x in data]
+        arr = np.asarray(data)
+        if dt is None:
+            # Python floats become float32, ints int64 (torch's defaults).
+            if arr.dtype == np.float64:
+                arr = arr.astype(np.float32)
+            elif arr.dtype.kind in "iu" and arr.dtype != np.int64:
+                arr = arr.astype(np.int64)
+    if arr.dtype.kind in "OUSVcmM" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"cannot make a tensor from data of NumPy dtype {arr.dtype} "
+                        f"(got {type(data).__name__})")
+    if dt is not None and arr.dtype != dt.numpy:
+        arr = arr.astype(dt.numpy)
+    return arr
+
+
+def _convert(data, dt=None, device=None) -> Tensor:
+    """Convert ``data`` to a new tensor (the core calls this for scalars)."""
+    dt = None if dt is None else as_dtype(dt)
+    if isinstance(data, Tensor):
+        out = data
+        if dt is not None and out._dtype_code != dt.code:
+            out = _C.call(_C.op("Cast"), (out,), (dt.code,))
+    else:
+        if hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray):
+            out = from_dlpack(data)
+            if dt is not None and out._dtype_code != dt.code:
+                out = _C.call(_C.op("Cast"), (out,), (dt.code,))
+        else:
+            out = _C._from_numpy_copy(_numpy_of(data, dt))
+    if device is not None:
+        dev = Device.parse(device)
+        if str(dev) != f"{out._device_name}:{out._device_index}":
+            out = out._to_device(str(dev))
+    return out
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """Create a tensor from data (always copies).
+
+    Parameters
+    ----------
+    data : array_like or Tensor
+        A NumPy array, a (nested) list, a Python scalar or a tensor. Python
+        floats become float32 and Python ints int64 unless ``dtype`` is
+        given; NumPy arrays keep their dtype.
+    dtype : dtype, str or numpy.dtype, optional
+        The element type.
+    device : str, optional
+        Where to put the tensor (default: the host, ``"cpu"``).
+
+    Returns
+    -------
+    Tensor
+    """
+    return Tensor(data, dtype, device)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with a host NumPy array (zero-copy, any strides)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+    return _C.from_numpy(array)
+
+
+def from_dlpack(obj) -> Tensor:
+    """A zero-copy tensor over any object implementing ``__dlpack__``."""
+    if isinstance(obj, Tensor):
+        return obj
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"from_dlpack expects an object with __dlpack__, got {type(obj).__name__}")
+    return _C._from_dlpack_capsule(obj.__dlpack__())
+
+
+# ---------------------------------------------------------------- promotion
+
+def _promote(a: dtype, b: dtype) -> dtype:
+    if a == b:
+        return a
+    if "bfloat16" in (a.name, b.name):
+        other = b if a.name == "bfloat16" else a
+        if other.name in ("float32", "float64"):
+            return other
+        return as_dtype("float32") if other.name == "float16" else as_dtype("bfloat16")
+    return as_dtype(np.result_type(a.numpy, b.numpy))
+
+
+def _scalar_dtype(t: dtype, value) -> dtype:
+    """The dtype of ``tensor op scalar`` (a Python scalar is 'weak')."""
+    if isinstance(value, (bool, np.bool_)):
+        return t
+    if isinstance(value, numbers.Integral):
+        return as_dtype("int64") if t.name == "bool" else t
+    if isinstance(value, numbers.Real):
+        return t if t.is_floating_point else as_dtype("float32")
+    raise TypeError(f"unsupported operand type {type(value).__name__}")
+
+
+_FLOAT_ONLY = {"div", "pow"}
+
+
+def _binary_slow(py_name: str, a: Tensor, b, reflected: bool):
+    """Operators on mixed dtypes or with non-tensor operands."""
+    ta = a.dtype
+    if isinstance(b, Tensor):
+        target = _promote(ta, b.dtype)
+    elif isinstance(b, (numbers.Number, np.generic)) and not isinstance(b, complex):
+        target = _scalar_dtype(ta, b)
+        b = _convert(b, target, a.device)
+    elif isinstance(b, (list, tuple, np.ndarray)):
+        b = _convert(b, None, a.device)
+        target = _promote(ta, b.dtype)
+    else:
+        return NotImplemented
+    if py_name in _FLOAT_ONLY and not target.is_floating_point:
+        target = as_dtype("float32")
+    if a._dtype_code != target.code:
+        a = a.to(target)
+    if b._dtype_code != target.code:
+        b = b.to(target)
+    fn = getattr(_ops_module(), py_name)
+    return fn(b, a) if reflected else fn(a, b)
+
+
+def _ops_module():
+    from . import ops
+    return ops
+
+
+# ---------------------------------------------------------------- indexing
+
+def _is_index_tensor(k) -> bool:
+    if isinstance(k, Tensor):
+        return True
+    if isinstance(k, np.ndarray):
+        return True
+    return isinstance(k, list)
+
+
+def _getitem(x: Tensor, key):
+    ops = _ops_module()
+    if not isinstance(key, tuple):
+        key = (key,)
+    if any(_is_index_tensor(k) for k in key):
+        if len(key) != 1:
+            raise NotImplementedError("indexing with a tensor combined with other indices is "
+                                      "not supported yet; use ops.gather")
+        idx = key[0] if isinstance(key[0], Tensor) else tensor(np.asarray(key[0]))
+        if idx.dtype.name == "bool":
+            raise NotImplementedError("boolean mask indexing is not supported yet")
+        if idx.dtype.name not in ("int32", "int64"):
+            raise IndexError(f"tensor index must be int32 or int64, got {idx.dtype}")
+        return ops.gather(x, idx, 0)
+    n_ellipsis = sum(1 for k in key if k is Ellipsis)
+    if n_ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    if n_ellipsis:
+        i = next(i for i, k in enumerate(key) if k is Ellipsis)
+        key = key[:i] + (slice(None),) * (x.ndim - n_real) + key[i + 1:]
+    starts, ends, steps, axes = [], [], [], []
+    squeeze, new_axes = [], []
+    in_axis = out_pos = 0
+    shape = x.shape
+    for k in key:
+        if k is None:
+            new_axes.append(out_pos)
+            out_pos += 1
+        elif isinstance(k, slice):
+            step = 1 if k.step is None else int(k.step)
+            if step == 0:
+                raise ValueError("slice step cannot be zero")
+            start = (0 if step > 0 else _INT64_MAX) if k.start is None else int(k.start)
+            end = (_INT64_MAX if step > 0 else _INT64_MIN) if k.stop is None else int(k.stop)
+            if not (start == 0 and end == _INT64_MAX and step == 1):
+                starts.append(start)
+                ends.append(end)
+                steps.append(step)
+                axes.append(in_axis)
+            in_axis += 1
+            out_pos += 1
+        elif isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, bool):
+            i = int(k)
+            size = shape[in_axis]
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for axis {in_axis} with size {size}")
+            i = i + size if i < 0 else i
+            starts.append(i)
+            ends.append(i + 1)
+            steps.append(1)
+            axes.append(in_axis)
+            squeeze.append(in_axis)
+            in_axis += 1
+        else:
+            raise IndexError(f"unsupported index {k!r}: use ints, slices, None, "
+                             "Ellipsis or an integer tensor")
+    y = x
+    if axes:
+        y = ops.slice(y, starts, ends, steps, axes)
+    if squeeze:
+        y = ops.squeeze(y, squeeze)
+    if new_axes:
+        y = ops.unsqueeze(y, new_axes)
+    return y
+
+
+# ---------------------------------------------------------------- printing
+
+def _repr(x: Tensor) -> str:
+    host = x if x._device_name == "cpu" else x._to_device("cpu")
+    arr = host.numpy()
+    if arr.dtype.name == "bfloat16":
+        arr = arr.astype(np.float32)
+    body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000)
+    extra = f", dtype={x.dtype.name}"
+    if x._device_name != "cpu" or x._device_index != 0:
+        extra += f", device='{x.device}'"
+    return f"tensor({body}{extra})"
+
+
+# ---------------------------------------------------------------- methods
+
+def _install():
+    T = Tensor
+    T.dtype = property(lambda self: _DTYPES[self._dtype_code],
+                       doc="The element type (a dragon_core.dtype).")
+    T.device = property(lambda self: Device(self._device_name, self._device_index),
+                        doc="The device holding the tensor.")
+    T.__repr__ = _repr
+    T.__str__ = _repr
+    T.__getitem__ = _getitem
+
+    def __setitem__(self, key, value):
+        raise TypeError("Tensor does not support item assignment; build a new tensor with "
+                        "ops (e.g. ops.where) instead")
+    T.__setitem__ = __setitem__
+
+    def to(self, target, dtype=None):
+        """Return the tensor on another device and/or with another dtype.
+
+        ``x.to("toy")``, ``x.to(dragon_core.float64)``, ``x.to("cpu", "float32")``.
+        A no-op returns ``self``.
+        """
+        out = self
+        dev = None
+        if isinstance(target, (str, Device)):
+            try:
+                dt_target = as_dtype(target) if isinstance(target, str) else None
+            except TypeError:
+                dt_target = None
+            if dt_target is not None:
+                dtype = dt_target
+            else:
+                dev = Device.parse(target)
+        elif target is not None:
+            dtype = target
+        if dtype is not None:
+            dt = as_dtype(dtype)
+            if dt.code != out._dtype_code:
+                out = _ops_module().cast(out, dt)
+        if dev is not None and (dev.type, dev.index) != (out._device_name, out._device_index):
+            out = out._to_device(str(dev))
+        return out
+    T.to = to
+    T.cpu = lambda self: self.to("cpu")
+    T.cpu.__doc__ = "Return a copy on the host (or ``self`` if already there)."
+    T.astype = lambda self, dt: self.to(None, dt)
+
+    def item(self):
+        """The value of a one-element tensor as a Python scalar."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.cpu().numpy().reshape(()).item()
+    T.item = item
+    T.tolist = lambda self: self.cpu().numpy().tolist()
+    T.__bool__ = lambda self: bool(item(self))
+    T.__float__ = lambda self: float(item(self))
+    T.__int__ = lambda self: int(item(self))
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.size != 1:
+            raise TypeError("only integer tensors of one element can be used as an index")
+        return int(item(self))
+    T.__index__ = __index__
+    T.__neg__ = lambda self: _ops_module().neg(self)
+    T.__abs__ = lambda self: _ops_module().abs(self)
+    T.__invert__ = lambda self: _ops_module().logical_not(self)
+    T.__pos__ = lambda self: self
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self.shape[0]):
+            yield self[i]
+    T.__iter__ = __iter__
+    T.__array_priority__ = 1000  # numpy defers to our reflected operators
+
+
+_RESERVED: set[str] = set()
+
+
+def _install_methods():
+    """Every op whose first input is one tensor becomes a Tensor method."""
+    ops = _ops_module()
+    if not _RESERVED:
+        _RESERVED.update(dir(Tensor))
+    for desc in _C.list_ops():
+        name = desc["py_name"]
+        if not desc["inputs"] or desc["inputs"][0]["variadic"] or name in _RESERVED:
+            continue
+        fn = getattr(ops, name, None)
+        if fn is not None:
+            setattr(Tensor, name, fn)
+
+    def reshape(self, *shape):
+        """Reshape: ``x.reshape(2, 3)`` or ``x.reshape((2, 3))``."""
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = tuple(shape[0])
+        return ops.reshape(self, shape)
+    Tensor.reshape = reshape
+
+    def permute(self, *perm):
+        """Permute axes: ``x.permute(1, 0)`` or ``x.permute((1, 0))``."""
+        if len(perm) == 1 and not isinstance(perm[0], numbers.Integral):
+            perm = tuple(perm[0])
+        return ops.transpose(self, perm)
+    Tensor.permute = permute
+    Tensor.T = property(lambda self: ops.transpose(self), doc="Axes reversed.")

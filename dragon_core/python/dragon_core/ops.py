@@ -1,0 +1,120 @@
+"""Every op of the schema registry as a Python function.
+
+``dragon_core.ops.<name>`` is generated at import from the schemas defined by
+the core and by plugins (see ``docs/ops.md``); a plugin loaded later with
+:func:`dragon_core.load_library` adds its ops here. A few conveniences
+(``zeros``, ``ones``, ``full``, ``arange``, ``split`` with an int,
+``index_select``) are written by hand below.
+"""
+
+from __future__ import annotations
+
+import difflib as _difflib
+import numbers as _numbers
+
+from . import _C
+from . import _opgen
+
+
+def _override(fn):
+    fn._dragon_override = True
+    return fn
+
+
+def _refresh():
+    """Regenerate functions for ops defined since the last call."""
+    return _opgen.generate(globals())
+
+
+@_override
+def zeros(shape, dtype="float32", *, device=None):
+    """A tensor of zeros.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+    dtype : dtype, default "float32"
+    device : str, optional
+
+    Returns
+    -------
+    Tensor
+    """
+    return fill(shape, 0.0, dtype, device=device)
+
+
+@_override
+def ones(shape, dtype="float32", *, device=None):
+    """A tensor of ones (see :func:`zeros`)."""
+    return fill(shape, 1.0, dtype, device=device)
+
+
+@_override
+def full(shape, value, dtype=None, *, device=None):
+    """A tensor filled with ``value``; the dtype defaults to int64 for an int
+    value, bool for a bool and float32 otherwise."""
+    if dtype is None:
+        dtype = ("bool" if isinstance(value, bool) else
+                 "int64" if isinstance(value, _numbers.Integral) else "float32")
+    return fill(shape, float(value), dtype, device=device)
+
+
+@_override
+def arange(start, stop=None, step=1, dtype=None, *, device=None):
+    """Evenly spaced values in ``[start, stop)`` (NumPy's ``arange``).
+
+    ``arange(5)`` counts from 0. The dtype defaults to int64 when every
+    argument is an int, float32 otherwise.
+    """
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        ints = all(isinstance(v, _numbers.Integral) for v in (start, stop, step))
+        dtype = "int64" if ints else "float32"
+    return _arange_op(float(start), float(stop), float(step), dtype, device=device)
+
+
+@_override
+def split(x, sizes, axis=0):
+    """Split ``x`` along ``axis`` into parts of the given sizes, or into
+    ``sizes`` equal parts when it is an int.
+
+    Returns
+    -------
+    list of Tensor
+    """
+    if isinstance(sizes, _numbers.Integral) and not isinstance(sizes, bool):
+        n = int(sizes)
+        if n <= 0:
+            raise ValueError(f"split: the number of parts must be positive, got {n}")
+        dim = x.shape[axis] if x.ndim else 0
+        if dim % n:
+            raise ValueError(f"split: dimension {axis} of size {dim} does not divide into "
+                             f"{n} equal parts")
+        sizes = [dim // n] * n
+    return _split_op(x, sizes, axis)
+
+
+def index_select(x, axis, index):
+    """Select entries of ``x`` along ``axis`` with a 1-D integer ``index``."""
+    if getattr(index, "ndim", 1) != 1:
+        raise ValueError(f"index_select: index must be 1-D, got shape {index.shape}")
+    return gather(x, index, axis)
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    try:
+        _C.op(name)  # raises PluginError when a broken plugin would provide it
+    except LookupError:
+        pass
+    else:
+        _refresh()
+        if name in globals():
+            return globals()[name]
+    known = [n for n in globals() if not n.startswith("_")]
+    close = _difflib.get_close_matches(name, known, n=3)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise AttributeError(f"dragon_core.ops has no op '{name}'.{hint} Ops come from the core and "
+                         f"from plugins; `python -m dragon_core info` lists what is loaded.")

@@ -1,0 +1,323 @@
+#include "dispatch.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "device.h"
+#include "host_api.h"
+
+namespace dragon {
+namespace {
+
+std::atomic<uint64_t> g_seed_state{0x2545F4914F6CDD1DULL};
+std::string (*g_no_kernel_hint)(const std::string&, const std::string&) = nullptr;
+
+const ArgSchema& InputSchema(const OpSchema& op, size_t i) {
+  return op.inputs[i < op.inputs.size() ? i : op.inputs.size() - 1];
+}
+
+std::string InputName(const OpSchema& op, size_t i) {
+  if (op.inputs.empty()) return dg::Str("input", i);
+  if (op.variadic_input() && i + 1 >= op.inputs.size())
+    return dg::Str(op.inputs.back().name, "[", i + 1 - op.inputs.size(), "]");
+  return InputSchema(op, i).name;
+}
+
+[[noreturn]] void Raise(const OpSchema& op, DgStatus code, const std::string& msg,
+                        const std::vector<Tensor>* inputs,
+                        ErrorKind kind = ErrorKind::kStatus) {
+  std::string text = dg::Str(op.name, ": ", msg);
+  if (inputs && !inputs->empty()) text += dg::Str(" (", DescribeInputs(op, *inputs), ")");
+  CoreError e(code, text, kind);
+  e.op = op.name;
+  throw e;
+}
+
+void CheckArity(const OpSchema& op, size_t n, const std::vector<Tensor>* inputs) {
+  size_t fixed = op.inputs.size() - (op.variadic_input() ? 1 : 0);
+  size_t optional = 0;
+  for (auto& a : op.inputs)
+    if (a.flags & DG_ARG_OPTIONAL) ++optional;
+  bool ok = op.variadic_input() ? n >= fixed : (n <= op.inputs.size() && n + optional >= op.inputs.size());
+  if (!ok)
+    Raise(op, DG_INVALID_ARGUMENT,
+          dg::Str("expects ", op.variadic_input() ? "at least " : "", fixed - optional,
+                  " input(s), got ", n),
+          inputs);
+}
+
+void CheckDTypes(const OpSchema& op, const std::vector<DgDType>& dtypes,
+                 const std::vector<Tensor>* inputs) {
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    const ArgSchema& a = InputSchema(op, i);
+    if (!(a.dtypes & DG_DTYPE_BIT(dtypes[i])))
+      Raise(op, DG_INVALID_ARGUMENT,
+            dg::Str("input '", InputName(op, i), "' has dtype ", DTypeName(dtypes[i]),
+                    ", expected one of: ", MaskToString(a.dtypes)),
+            inputs);
+  }
+  if ((op.flags & DG_OP_SAME_DTYPE) && dtypes.size() > 1) {
+    for (size_t i = 1; i < dtypes.size(); ++i)
+      if (dtypes[i] != dtypes[0])
+        Raise(op, DG_INVALID_ARGUMENT,
+              dg::Str("inputs must share one dtype, got ", DTypeName(dtypes[0]), " ('",
+                      InputName(op, 0), "') and ", DTypeName(dtypes[i]), " ('",
+                      InputName(op, i), "'); cast one of them first"),
+              inputs);
+  }
+}
+
+std::vector<InferredOutput> RunInfer(const OpSchema& op,
+                                     const std::vector<DgTensorView>& views,
+                                     const std::vector<AttrValue>& attrs,
+                                     const std::vector<Tensor>* inputs) {
+  std::vector<const DgTensorView*> view_ptrs(views.size());
+  for (size_t i = 0; i < views.size(); ++i) view_ptrs[i] = &views[i];
+  std::vector<const DgAttrValue*> attr_ptrs(attrs.size());
+  for (size_t i = 0; i < attrs.size(); ++i) attr_ptrs[i] = &attrs[i].v;
+  InferState st;
+  st.fixed_outputs = op.variadic_output() ? -1 : static_cast<int32_t>(op.outputs.size());
+  DgInferContext ctx{};
+  ctx.struct_size = sizeof(DgInferContext);
+  ctx.op_name = op.name.c_str();
+  ctx.num_inputs = static_cast<int32_t>(views.size());
+  ctx.inputs = view_ptrs.data();
+  ctx.num_attrs = static_cast<int32_t>(attrs.size());
+  ctx.attrs = attr_ptrs.data();
+  ctx.attr_names = op.attr_names.data();
+  ctx.op_data = op.user_data;
+  ctx.host_ctx = &st;
+  ctx.host = HostApi();
+  DgStatus s = op.infer(&ctx);
+  if (s != DG_OK || st.code != DG_OK) {
+    DgStatus code = st.code != DG_OK ? st.code : s;
+    Raise(op, code, st.message.empty() ? "shape inference failed" : st.message, inputs);
+  }
+  std::vector<InferredOutput> out;
+  size_t expected = op.variadic_output() ? st.outs.size() : op.outputs.size();
+  if (st.outs.size() < expected) st.outs.resize(expected);
+  for (size_t i = 0; i < expected; ++i) {
+    if (!st.outs[i].set)
+      Raise(op, DG_INTERNAL, dg::Str("shape function did not set output ", i), inputs);
+    out.push_back({st.outs[i].dtype, std::move(st.outs[i].shape)});
+  }
+  return out;
+}
+
+}  // namespace
+
+void SetNoKernelHint(std::string (*hint)(const std::string&, const std::string&)) {
+  g_no_kernel_hint = hint;
+}
+
+void ManualSeed(uint64_t seed) { g_seed_state.store(seed * 0x9E3779B97F4A7C15ULL + 1); }
+
+uint64_t NextSeed() {
+  // SplitMix64 over an atomic counter; the result is kept in [0, 2^62).
+  uint64_t z = g_seed_state.fetch_add(0x9E3779B97F4A7C15ULL) + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return (z ^ (z >> 31)) >> 2;
+}
+
+std::string DescribeInputs(const OpSchema& op, const std::vector<Tensor>& in) {
+  std::string s = "inputs: ";
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (i) s += ", ";
+    s += dg::Str(InputName(op, i), ": ", DTypeName(in[i]->dtype()),
+                 ShapeToString(in[i]->shape()), " on ",
+                 DeviceRegistry::Get().Name(in[i]->device()));
+  }
+  return s;
+}
+
+std::vector<InferredOutput> InferShapes(OpSchema& op,
+                                        const std::vector<DgDType>& dtypes,
+                                        const std::vector<Shape>& shapes,
+                                        const std::vector<AttrValue>& attrs) {
+  CheckArity(op, dtypes.size(), nullptr);
+  CheckDTypes(op, dtypes, nullptr);
+  std::vector<DgTensorView> views(dtypes.size());
+  std::vector<Shape> strides(dtypes.size());
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    strides[i] = ContiguousStrides(shapes[i]);
+    DgTensorView& v = views[i];
+    v.struct_size = sizeof(DgTensorView);
+    v.dtype = dtypes[i];
+    v.ndim = static_cast<int32_t>(shapes[i].size());
+    v.shape = shapes[i].data();
+    v.strides = strides[i].data();
+  }
+  return RunInfer(op, views, attrs, nullptr);
+}
+
+Tensor MakeContiguous(const Tensor& t) {
+  static OpSchema* op = Registry::Get().FindOp("Contiguous");
+  if (!op) op = Registry::Get().FindOp("Contiguous");
+  if (!op)
+    throw CoreError(DG_INTERNAL, "the core defines no Contiguous op");
+  std::vector<AttrValue> attrs;
+  return Dispatch(*op, {t}, attrs, t->device())[0];
+}
+
+std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
+                             std::vector<AttrValue>& attrs, DgDevice device) {
+  const size_t n = inputs.size();
+  CheckArity(op, n, &inputs);
+  // Devices: every input on one device.
+  if (n > 0) {
+    device = inputs[0]->device();
+    for (size_t i = 1; i < n; ++i) {
+      if (!SameDevice(inputs[i]->device(), device)) {
+        Raise(op, DG_INVALID_ARGUMENT,
+              dg::Str("inputs are on different devices (",
+                      DeviceRegistry::Get().Name(device), " and ",
+                      DeviceRegistry::Get().Name(inputs[i]->device()),
+                      "); move them with .to(device) first"),
+              &inputs, ErrorKind::kStatus);
+      }
+    }
+  }
+  std::vector<DgDType> dtypes(n);
+  for (size_t i = 0; i < n; ++i) dtypes[i] = inputs[i]->dtype();
+  CheckDTypes(op, dtypes, &inputs);
+  if (attrs.size() != op.attrs.size())
+    Raise(op, DG_INTERNAL, dg::Str("expected ", op.attrs.size(), " attributes, got ", attrs.size()),
+          &inputs);
+  if (op.seed_attr >= 0 && attrs[op.seed_attr].v.i < 0) {
+    attrs[op.seed_attr].v.i = static_cast<int64_t>(NextSeed());
+  }
+
+  // Shape inference (views without data).
+  std::vector<DgTensorView> views(n);
+  for (size_t i = 0; i < n; ++i) {
+    views[i] = inputs[i]->View();
+    views[i].data = nullptr;
+  }
+  std::vector<InferredOutput> inferred = RunInfer(op, views, attrs, &inputs);
+
+  // Kernel candidates for the dispatch dtype.
+  DgDType key = n > 0 ? dtypes[std::min<size_t>(op.dispatch_input, n - 1)]
+                      : inferred[0].dtype;
+  std::shared_ptr<const std::vector<const KernelEntry*>> candidates;
+  try {
+    candidates = Registry::Get().Candidates(op, device.type, key);
+  } catch (const CoreError& e) {
+    Raise(op, e.code(), e.what(), &inputs);
+  }
+  const std::string& device_name = DeviceRegistry::Get().type(device.type).name;
+  if (candidates->empty()) {
+    if (const PluginRecord* p = Registry::Get().BrokenProvider(op.name, device_name)) {
+      CoreError e(DG_UNAVAILABLE,
+                  dg::Str(op.name, ": its provider plugin '", p->name, "' failed to load: ",
+                          p->error),
+                  ErrorKind::kPlugin);
+      e.op = op.name;
+      e.plugin = p->name;
+      throw e;
+    }
+    std::string registered;
+    for (const KernelEntry* k : Registry::Get().Kernels(op.name)) {
+      registered += dg::Str(registered.empty() ? "" : "; ", k->device, " {",
+                            MaskToString(k->dtypes), "} from ", k->plugin);
+    }
+    std::string hint = g_no_kernel_hint ? g_no_kernel_hint(op.name, device_name) : "";
+    CoreError e(DG_UNIMPLEMENTED,
+                dg::Str(op.name, ": no kernel for device '", device_name, "' and dtype ",
+                        DTypeName(key), ". Registered kernels: ",
+                        registered.empty() ? "none" : registered, ".",
+                        hint.empty() ? "" : " " + hint,
+                        n ? dg::Str(" (", DescribeInputs(op, inputs), ")") : ""),
+                ErrorKind::kNoKernel);
+    e.op = op.name;
+    throw e;
+  }
+
+  // Outputs from the device's caching allocator.
+  std::vector<Tensor> outputs;
+  outputs.reserve(inferred.size());
+  for (auto& o : inferred) outputs.push_back(TensorImpl::Empty(device, o.dtype, o.shape));
+
+  // The frame.
+  std::vector<DgTensorView> out_views(outputs.size());
+  std::vector<const DgTensorView*> in_ptrs(n), out_ptrs(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    out_views[i] = outputs[i]->View();
+    out_ptrs[i] = &out_views[i];
+  }
+  std::vector<const DgAttrValue*> attr_ptrs(attrs.size());
+  for (size_t i = 0; i < attrs.size(); ++i) attr_ptrs[i] = &attrs[i].v;
+  CallState st;
+  st.device = device;
+  DgCallFrame frame{};
+  frame.struct_size = sizeof(DgCallFrame);
+  frame.op_name = op.name.c_str();
+  frame.num_inputs = static_cast<int32_t>(n);
+  frame.inputs = in_ptrs.data();
+  frame.num_outputs = static_cast<int32_t>(outputs.size());
+  frame.outputs = out_ptrs.data();
+  frame.num_attrs = static_cast<int32_t>(attrs.size());
+  frame.attrs = attr_ptrs.data();
+  frame.attr_names = op.attr_names.data();
+  frame.device = device;
+  frame.stream = nullptr;
+  frame.host_ctx = &st;
+  frame.host = HostApi();
+
+  // Strided inputs for kernels that read strides; the supports() predicate
+  // sees those views.
+  for (size_t i = 0; i < n; ++i) {
+    views[i] = inputs[i]->View();
+    in_ptrs[i] = &views[i];
+  }
+  const KernelEntry* chosen = nullptr;
+  for (const KernelEntry* k : *candidates) {
+    frame.kernel_data = k->user_data;
+    if (!k->supports || k->supports(&frame)) {
+      chosen = k;
+      break;
+    }
+  }
+  if (!chosen) {
+    std::string names;
+    for (const KernelEntry* k : *candidates) names += (names.empty() ? "" : ", ") + k->name;
+    CoreError e(DG_UNIMPLEMENTED,
+                dg::Str(op.name, ": no registered kernel supports this call on ", device_name,
+                        " (", DescribeInputs(op, inputs), "); candidates that declined: ",
+                        names),
+                ErrorKind::kNoKernel);
+    e.op = op.name;
+    throw e;
+  }
+  std::vector<Tensor> dense;
+  if (!(chosen->traits & DG_KERNEL_STRIDED_INPUTS)) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!inputs[i]->is_contiguous()) {
+        dense.push_back(MakeContiguous(inputs[i]));
+        views[i] = dense.back()->View();
+      }
+    }
+  }
+  frame.kernel_data = chosen->user_data;
+  DgStatus s;
+  try {
+    s = chosen->fn(&frame);
+  } catch (...) {
+    s = DG_INTERNAL;
+    st.message = "a C++ exception escaped the kernel (kernels must not throw across the ABI)";
+  }
+  if (s != DG_OK || st.code != DG_OK) {
+    DgStatus code = s != DG_OK ? s : st.code;
+    CoreError e(code,
+                dg::Str(op.name, ": kernel '", chosen->name, "' from plugin '", chosen->plugin,
+                        "' failed: ", st.message.empty() ? "no message" : st.message,
+                        n ? dg::Str(" (", DescribeInputs(op, inputs), ")") : ""));
+    e.op = op.name;
+    e.kernel = chosen->name;
+    e.plugin = chosen->plugin;
+    throw e;
+  }
+  return outputs;
+}
+
+}  // namespace dragon

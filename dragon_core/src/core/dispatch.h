@@ -1,0 +1,48 @@
+// The eager dispatcher: schema checks, shape inference, output allocation,
+// kernel selection, the kernel call, and error reporting.
+#ifndef DRAGON_CORE_DISPATCH_H_
+#define DRAGON_CORE_DISPATCH_H_
+
+#include <utility>
+#include <vector>
+
+#include "registry.h"
+#include "tensor.h"
+
+namespace dragon {
+
+struct InferredOutput {
+  DgDType dtype;
+  Shape shape;
+};
+
+// Runs `op` on `inputs` with `attrs` (schema order, complete). Ops without
+// inputs run on `device`. Throws CoreError with full context.
+std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
+                             std::vector<AttrValue>& attrs, DgDevice device);
+
+// Shape/dtype inference alone, for metadata-only inputs.
+std::vector<InferredOutput> InferShapes(OpSchema& op,
+                                        const std::vector<DgDType>& dtypes,
+                                        const std::vector<Shape>& shapes,
+                                        const std::vector<AttrValue>& attrs);
+
+// A dense row-major copy made by the device's Contiguous kernel.
+Tensor MakeContiguous(const Tensor& t);
+
+// The global generator that fills `seed = -1` of stateful ops.
+void ManualSeed(uint64_t seed);
+uint64_t NextSeed();
+
+// Builds the context appended to errors: "inputs: x: float32[2, 3] on cpu:0".
+std::string DescribeInputs(const OpSchema& op, const std::vector<Tensor>& in);
+
+// Optional hook (set from Python) returning advice for a missing kernel,
+// e.g. which wheel provides kernels for a device.
+using NoKernelHint = std::string (*)(const std::string& op,
+                                     const std::string& device);
+void SetNoKernelHint(std::string (*hint)(const std::string&, const std::string&));
+
+}  // namespace dragon
+
+#endif  // DRAGON_CORE_DISPATCH_H_

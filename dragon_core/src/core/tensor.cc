@@ -1,0 +1,87 @@
+#include "tensor.h"
+
+#include "allocator.h"
+#include "device.h"
+#include "dispatch.h"
+
+namespace dragon {
+
+namespace {
+alignas(64) char kEmptyBlock[64];
+}
+
+std::shared_ptr<Storage> Storage::Allocate(DgDevice device, size_t bytes) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->device_ = device;
+  s->bytes_ = bytes;
+  if (bytes == 0) {
+    s->data_ = kEmptyBlock;  // a valid, never-dereferenced address
+    return s;
+  }
+  s->data_ = DeviceRegistry::Get().Allocator(device).Allocate(bytes, &s->rounded_);
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::Wrap(DgDevice device, void* data,
+                                       size_t bytes,
+                                       std::function<void()> release) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->device_ = device;
+  s->data_ = data;
+  s->bytes_ = bytes;
+  s->release_ = release ? std::move(release) : [] {};
+  return s;
+}
+
+Storage::~Storage() {
+  if (release_) {
+    release_();
+  } else if (rounded_ != 0) {
+    DeviceRegistry::Get().Allocator(device_).Free(data_, rounded_);
+  }
+}
+
+std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype,
+                                              const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0)
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("negative dimension in shape ", ShapeToString(shape)));
+  int64_t n = NumElements(shape);
+  auto storage = Storage::Allocate(device, static_cast<size_t>(n) * DTypeSize(dtype));
+  return std::make_shared<TensorImpl>(std::move(storage), 0, dtype, shape,
+                                      ContiguousStrides(shape));
+}
+
+bool TensorImpl::is_contiguous() const {
+  int64_t expected = 1;
+  for (int32_t i = ndim() - 1; i >= 0; --i) {
+    if (shape_[i] == 0) return true;
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+DgTensorView TensorImpl::View() const {
+  DgTensorView v{};
+  v.struct_size = sizeof(DgTensorView);
+  v.dtype = dtype_;
+  v.data = storage_->data();
+  v.byte_offset = byte_offset_;
+  v.device = storage_->device();
+  v.ndim = ndim();
+  v.shape = shape_.data();
+  v.strides = strides_.data();
+  return v;
+}
+
+Tensor CopyTo(const Tensor& t, DgDevice device) {
+  Tensor src = t->is_contiguous() ? t : MakeContiguous(t);
+  Tensor out = TensorImpl::Empty(device, src->dtype(), src->shape());
+  CopyBytes(device, out->data(), src->device(), src->data(),
+            static_cast<size_t>(src->numel()) * src->itemsize());
+  return out;
+}
+
+}  // namespace dragon

@@ -1,0 +1,87 @@
+// Tensor: a refcounted view (shape, strides, dtype, byte offset) over
+// refcounted Storage on one device. Strides are in elements, as in DLPack.
+#ifndef DRAGON_CORE_TENSOR_H_
+#define DRAGON_CORE_TENSOR_H_
+
+#include <functional>
+#include <memory>
+
+#include "common.h"
+
+namespace dragon {
+
+// A block of device memory. Either from the device's caching allocator, or
+// external (NumPy/DLPack) with a deleter that releases the owner.
+class Storage {
+ public:
+  static std::shared_ptr<Storage> Allocate(DgDevice device, size_t bytes);
+  static std::shared_ptr<Storage> Wrap(DgDevice device, void* data,
+                                       size_t bytes,
+                                       std::function<void()> release);
+  ~Storage();
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  DgDevice device() const { return device_; }
+  bool external() const { return static_cast<bool>(release_); }
+
+ private:
+  Storage() = default;
+  DgDevice device_{0, 0};
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  size_t rounded_ = 0;  // allocator size class; 0 for external/empty
+  std::function<void()> release_;
+};
+
+class TensorImpl {
+ public:
+  TensorImpl(std::shared_ptr<Storage> storage, int64_t byte_offset,
+             DgDType dtype, Shape shape, Shape strides)
+      : storage_(std::move(storage)),
+        byte_offset_(byte_offset),
+        dtype_(dtype),
+        shape_(std::move(shape)),
+        strides_(std::move(strides)) {}
+
+  // A new contiguous tensor on `device` (uninitialised memory).
+  static std::shared_ptr<TensorImpl> Empty(DgDevice device, DgDType dtype,
+                                           const Shape& shape);
+
+  DgDType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int32_t ndim() const { return static_cast<int32_t>(shape_.size()); }
+  int64_t numel() const { return NumElements(shape_); }
+  int64_t byte_offset() const { return byte_offset_; }
+  size_t itemsize() const { return DTypeSize(dtype_); }
+  DgDevice device() const { return storage_->device(); }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  void* data() const {
+    return static_cast<char*>(storage_->data()) + byte_offset_;
+  }
+  bool is_contiguous() const;
+  // The ABI view; valid while this tensor lives and is not reshaped.
+  DgTensorView View() const;
+  // Rebinds to new metadata over the same storage (no copy).
+  void SetMeta(DgDType dtype, Shape shape, Shape strides) {
+    dtype_ = dtype;
+    shape_ = std::move(shape);
+    strides_ = std::move(strides);
+  }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t byte_offset_;
+  DgDType dtype_;
+  Shape shape_, strides_;
+};
+
+using Tensor = std::shared_ptr<TensorImpl>;
+
+// A dense copy of `t` on `device` (bytes only; needs `t` contiguous or a
+// Contiguous kernel on t's device, which the dispatcher provides).
+Tensor CopyTo(const Tensor& t, DgDevice device);
+
+}  // namespace dragon
+
+#endif  // DRAGON_CORE_TENSOR_H_

@@ -1,0 +1,112 @@
+// Creation ops, which have no inputs and dispatch on their output dtype:
+// Fill, Arange, RandomUniform, RandomNormal.
+#include <cmath>
+#include <cstdint>
+
+#include "dragon/plugin.hpp"
+#include "infer_util.h"
+
+namespace dragon {
+namespace ops {
+namespace {
+
+constexpr DgDTypeMask kRandomDTypes = dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64);
+
+void CheckFinite(const dg::InferContext& ctx, const char* name) {
+  const double v = ctx.f(name);
+  DG_CHECK(std::isfinite(v), DG_INVALID_ARGUMENT, name, " must be finite, got ",
+           v);
+}
+
+void FillShape(dg::InferContext& ctx) {
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAll);
+  ctx.set_output(0, dtype, CheckShapeAttr(ctx, "shape"));
+}
+
+void ArangeShape(dg::InferContext& ctx) {
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kNumeric);
+  CheckFinite(ctx, "start");
+  CheckFinite(ctx, "stop");
+  CheckFinite(ctx, "step");
+  const double start = ctx.f("start"), stop = ctx.f("stop"),
+               step = ctx.f("step");
+  DG_CHECK(step != 0.0, DG_INVALID_ARGUMENT, "step must be non-zero");
+  // NumPy's length: max(0, ceil((stop - start) / step)).
+  const double len = std::ceil((stop - start) / step);
+  DG_CHECK(len < 9.2e18, DG_INVALID_ARGUMENT, "arange(", start, ", ", stop,
+           ", ", step, ") would have ", len,
+           " elements, more than int64 holds");
+  ctx.set_output(0, dtype, {len > 0 ? static_cast<int64_t>(len) : 0});
+}
+
+void RandomUniformShape(dg::InferContext& ctx) {
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", kRandomDTypes);
+  CheckFinite(ctx, "low");
+  CheckFinite(ctx, "high");
+  DG_CHECK(ctx.f("low") <= ctx.f("high"), DG_INVALID_ARGUMENT, "low ",
+           ctx.f("low"), " is greater than high ", ctx.f("high"));
+  ctx.set_output(0, dtype, CheckShapeAttr(ctx, "shape"));
+}
+
+void RandomNormalShape(dg::InferContext& ctx) {
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", kRandomDTypes);
+  CheckFinite(ctx, "mean");
+  CheckFinite(ctx, "std");
+  DG_CHECK(ctx.f("std") >= 0.0, DG_INVALID_ARGUMENT,
+           "std must be >= 0, got ", ctx.f("std"));
+  ctx.set_output(0, dtype, CheckShapeAttr(ctx, "shape"));
+}
+
+}  // namespace
+
+DG_OP(Fill)
+    .Doc("A tensor of the given shape with every element equal to value "
+         "(cast to dtype).")
+    .Output("y", dg::kAll, 0, "The filled tensor.")
+    .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
+    .Attr("value", 0.0, "Fill value, cast to dtype.")
+    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype.")
+    .Flags(DG_OP_NO_GRAD)
+    .Shape(FillShape);
+
+DG_OP(Arange)
+    .Doc("Evenly spaced values start, start + step, ... up to but excluding "
+         "stop, as NumPy arange: length max(0, ceil((stop - start) / step)).")
+    .Output("y", dg::kNumeric, 0, "1-D tensor of the values.")
+    .RequiredAttr("start", DG_ATTR_FLOAT, "First value.")
+    .RequiredAttr("stop", DG_ATTR_FLOAT, "End of the interval (excluded).")
+    .Attr("step", 1.0, "Spacing between values; non-zero, may be negative.")
+    .DTypeAttr("dtype", DG_INT64, "Output dtype.")
+    .Flags(DG_OP_NO_GRAD)
+    .Shape(ArangeShape);
+
+DG_OP(RandomUniform)
+    .Doc("Samples from the uniform distribution on [low, high). Element i "
+         "depends only on (seed, i), not on the thread count.")
+    .Output("y", kRandomDTypes, 0, "The samples.")
+    .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
+    .Attr("low", 0.0, "Lower bound (included).")
+    .Attr("high", 1.0, "Upper bound (excluded), >= low.")
+    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype: float32 or float64.")
+    .Attr("seed", int64_t{-1},
+          "Generator seed; -1 lets the Python wrapper draw one from the "
+          "global generator.")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(RandomUniformShape);
+
+DG_OP(RandomNormal)
+    .Doc("Samples from the normal distribution N(mean, std^2). Element i "
+         "depends only on (seed, i), not on the thread count.")
+    .Output("y", kRandomDTypes, 0, "The samples.")
+    .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
+    .Attr("mean", 0.0, "Mean of the distribution.")
+    .Attr("std", 1.0, "Standard deviation, >= 0.")
+    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype: float32 or float64.")
+    .Attr("seed", int64_t{-1},
+          "Generator seed; -1 lets the Python wrapper draw one from the "
+          "global generator.")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(RandomNormalShape);
+
+}  // namespace ops
+}  // namespace dragon

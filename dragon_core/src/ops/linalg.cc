@@ -1,0 +1,76 @@
+// Linear algebra: MatMul with NumPy matmul semantics.
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "dragon/plugin.hpp"
+#include "infer_util.h"
+
+namespace dragon {
+namespace ops {
+namespace {
+
+// How a transpose flag changed an operand, for error messages.
+std::string TransposeNote(bool ta, bool tb) {
+  if (ta && tb) return " (after transpose_a and transpose_b)";
+  if (ta) return " (after transpose_a)";
+  if (tb) return " (after transpose_b)";
+  return "";
+}
+
+void MatMulShape(dg::InferContext& ctx) {
+  const Shape a0 = ctx.input(0).shape(), b0 = ctx.input(1).shape();
+  DG_CHECK(!a0.empty() && !b0.empty(), DG_INVALID_ARGUMENT,
+           "operands must have at least one dimension, got a ", ShapeStr(a0),
+           " and b ", ShapeStr(b0));
+  // Transpose flags only act on operands of rank >= 2.
+  const bool ta = ctx.b("transpose_a") && a0.size() >= 2;
+  const bool tb = ctx.b("transpose_b") && b0.size() >= 2;
+  Shape a = a0, b = b0;
+  if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
+  // 1-D operands: a becomes a row [1, k], b a column [k, 1].
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+
+  const int64_t m = a[a.size() - 2], k = a[a.size() - 1];
+  const int64_t kb = b[b.size() - 2], n = b[b.size() - 1];
+  DG_CHECK(k == kb, DG_INVALID_ARGUMENT, "inner dimensions differ: a is ",
+           ShapeStr(a0), " and b is ", ShapeStr(b0), TransposeNote(ta, tb),
+           ", contracting ", k, " with ", kb);
+
+  Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
+  Shape out;
+  try {
+    out = BroadcastShapes(batch_a, batch_b);
+  } catch (const dg::Error&) {
+    DG_CHECK(false, DG_INVALID_ARGUMENT, "batch dimensions ",
+             ShapeStr(batch_a), " of a ", ShapeStr(a0), " and ",
+             ShapeStr(batch_b), " of b ", ShapeStr(b0),
+             " cannot be broadcast");
+  }
+  if (!a_vec) out.push_back(m);
+  if (!b_vec) out.push_back(n);
+  ctx.set_output(0, ctx.input(0).dtype(), out);
+}
+
+}  // namespace
+
+DG_OP(MatMul)
+    .PyName("matmul")
+    .Doc("Matrix product with NumPy matmul semantics: the last two axes are "
+         "multiplied, leading (batch) axes broadcast, and a 1-D operand is "
+         "treated as a row (a) or column (b) whose added axis is removed.")
+    .Input("a", dg::kFloat, 0, "Left operand, rank >= 1.")
+    .Input("b", dg::kFloat, 0, "Right operand, rank >= 1, same dtype as a.")
+    .Output("y", dg::kFloat, 0, "Product, same dtype as a.")
+    .Attr("transpose_a", false,
+          "Swap the last two axes of a first (ignored when a is 1-D).")
+    .Attr("transpose_b", false,
+          "Swap the last two axes of b first (ignored when b is 1-D).")
+    .Flags(DG_OP_SAME_DTYPE)
+    .Shape(MatMulShape);
+
+}  // namespace ops
+}  // namespace dragon

@@ -1,0 +1,228 @@
+// Element-wise unary ops: y = f(x), same shape (and, except LogicalNot, same
+// dtype) as x. All may overwrite their input (Inplace(1)).
+#include <string>
+
+#include "dragon/plugin.hpp"
+#include "infer_util.h"
+
+namespace dragon {
+namespace ops {
+namespace {
+
+constexpr const char* kX = "Input tensor.";
+constexpr const char* kY = "Result, same shape and dtype as x.";
+
+void GeluShape(dg::InferContext& ctx) {
+  std::string mode = ctx.s("approximate");
+  DG_CHECK(mode == "none" || mode == "tanh", DG_INVALID_ARGUMENT,
+           "approximate must be \"none\" or \"tanh\", got \"", mode, "\"");
+  SameAsInput(ctx);
+}
+
+void SoftplusShape(dg::InferContext& ctx) {
+  DG_CHECK(ctx.f("beta") != 0.0, DG_INVALID_ARGUMENT,
+           "beta must be non-zero (it divides the result)");
+  SameAsInput(ctx);
+}
+
+void LogicalNotShape(dg::InferContext& ctx) {
+  ctx.set_output(0, DG_BOOL, ctx.input(0).shape());
+}
+
+}  // namespace
+
+// ----------------------------------------------------------- numeric
+
+DG_OP(Neg)
+    .Doc("Negation, element-wise: y = -x.")
+    .Input("x", dg::kNumeric, 0, kX)
+    .Output("y", dg::kNumeric, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Abs)
+    .Doc("Absolute value, element-wise: y = |x|.")
+    .Input("x", dg::kNumeric, 0, kX)
+    .Output("y", dg::kNumeric, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Sign)
+    .Doc("Sign, element-wise: -1 where x < 0, 0 where x == 0, 1 where x > 0; "
+         "NaN stays NaN.")
+    .Input("x", dg::kNumeric, 0, kX)
+    .Output("y", dg::kNumeric, 0, kY)
+    .Flags(DG_OP_NO_GRAD)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Square)
+    .Doc("Square, element-wise: y = x * x.")
+    .Input("x", dg::kNumeric, 0, kX)
+    .Output("y", dg::kNumeric, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Relu)
+    .Doc("Rectified linear unit, element-wise: y = max(x, 0).")
+    .Input("x", dg::kNumeric, 0, kX)
+    .Output("y", dg::kNumeric, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Clip)
+    .Doc("Clamps x into [min, max], element-wise: y = min(max(x, min), max). "
+         "An unset bound is no bound; bounds are cast to x's dtype.")
+    .Input("x", dg::kNumeric, 0, kX)
+    .Output("y", dg::kNumeric, 0, kY)
+    .OptionalAttr("min", DG_ATTR_FLOAT, "Lower bound, or None for no bound.")
+    .OptionalAttr("max", DG_ATTR_FLOAT, "Upper bound, or None for no bound.")
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+// ----------------------------------------------------------- float
+
+DG_OP(Exp)
+    .Doc("Exponential, element-wise: y = e^x.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Log)
+    .Doc("Natural logarithm, element-wise: y = ln(x).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Log1p)
+    .Doc("y = ln(1 + x), element-wise, accurate for small x.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Sqrt)
+    .Doc("Square root, element-wise: y = sqrt(x).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Rsqrt)
+    .Doc("Reciprocal square root, element-wise: y = 1 / sqrt(x).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Reciprocal)
+    .Doc("Reciprocal, element-wise: y = 1 / x.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Sin)
+    .Doc("Sine, element-wise (x in radians).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Cos)
+    .Doc("Cosine, element-wise (x in radians).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Tanh)
+    .Doc("Hyperbolic tangent, element-wise.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Sigmoid)
+    .Doc("Logistic function, element-wise: y = 1 / (1 + e^-x), computed "
+         "without overflow for large |x|.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(LeakyRelu)
+    .Doc("Leaky ReLU, element-wise: y = x where x > 0, else alpha * x.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Attr("alpha", 0.01, "Slope for negative inputs.")
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Elu)
+    .Doc("Exponential linear unit, element-wise: y = x where x > 0, else "
+         "alpha * (e^x - 1).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Attr("alpha", 1.0, "Scale of the negative branch.")
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Gelu)
+    .Doc("Gaussian error linear unit, element-wise: y = x * Phi(x) with the "
+         "exact erf form, or the tanh approximation.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Attr("approximate", "none",
+          "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
+    .Inplace(1)
+    .Shape(GeluShape);
+
+DG_OP(Softplus)
+    .Doc("Softplus, element-wise: y = ln(1 + e^(beta * x)) / beta, and y = x "
+         "where beta * x > threshold.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Attr("beta", 1.0, "Sharpness; must be non-zero.")
+    .Attr("threshold", 20.0, "Above this value of beta * x, y = x.")
+    .Inplace(1)
+    .Shape(SoftplusShape);
+
+DG_OP(Floor)
+    .Doc("Largest integer not greater than x, element-wise.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Flags(DG_OP_NO_GRAD)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Ceil)
+    .Doc("Smallest integer not less than x, element-wise.")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Flags(DG_OP_NO_GRAD)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+DG_OP(Round)
+    .Doc("Nearest integer, element-wise; halves round to even (NumPy rint).")
+    .Input("x", dg::kFloat, 0, kX)
+    .Output("y", dg::kFloat, 0, kY)
+    .Flags(DG_OP_NO_GRAD)
+    .Inplace(1)
+    .Shape(SameAsInput);
+
+// ----------------------------------------------------------- logical
+
+DG_OP(LogicalNot)
+    .Doc("Logical negation, element-wise: y = (x == 0), as bool.")
+    .Input("x", dg::kAll, 0, kX)
+    .Output("y", dg::Bit(DG_BOOL), 0, "Bool tensor, same shape as x.")
+    .Flags(DG_OP_NO_GRAD)
+    .Inplace(1)
+    .Shape(LogicalNotShape);
+
+}  // namespace ops
+}  // namespace dragon

@@ -1,0 +1,343 @@
+// Op bindings: the generic call used by the generated dragon_core.ops
+// functions, shape inference, schema introspection, tensor operators.
+#include "../core/allocator.h"
+#include "../core/device.h"
+#include "bindings.h"
+
+namespace dragon {
+namespace {
+
+struct OpHandle {
+  OpSchema* op;
+};
+
+[[noreturn]] void AttrError(const OpSchema& op, const AttrSchema& a, const std::string& why) {
+  CoreError e(DG_INVALID_ARGUMENT,
+              dg::Str(op.name, ": attribute '", a.name, "' ", why), ErrorKind::kType);
+  e.op = op.name;
+  throw e;
+}
+
+int64_t ToInt(const OpSchema& op, const AttrSchema& a, py::handle v) {
+  if (PyFloat_Check(v.ptr())) {
+    double d = PyFloat_AsDouble(v.ptr());
+    if (d != static_cast<double>(static_cast<int64_t>(d)))
+      AttrError(op, a, dg::Str("expects an integer, got ", d));
+    return static_cast<int64_t>(d);
+  }
+  PyObject* idx = PyNumber_Index(v.ptr());
+  if (!idx) {
+    PyErr_Clear();
+    AttrError(op, a, dg::Str("expects an integer, got ", std::string(py::str(py::type::of(v).attr("__name__")))));
+  }
+  int overflow = 0;
+  long long r = PyLong_AsLongLongAndOverflow(idx, &overflow);
+  Py_DECREF(idx);
+  if (overflow) AttrError(op, a, "is out of the int64 range");
+  return r;
+}
+
+double ToFloat(const OpSchema& op, const AttrSchema& a, py::handle v) {
+  double d = PyFloat_AsDouble(v.ptr());
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    AttrError(op, a, dg::Str("expects a number, got ", std::string(py::str(py::type::of(v).attr("__name__")))));
+  }
+  return d;
+}
+
+AttrValue ConvertAttr(const OpSchema& op, const AttrSchema& a, py::handle v) {
+  if (v.is_none()) {
+    if (a.has_default) return a.def;
+    if (a.flags & DG_ATTR_OPTIONAL) {
+      AttrValue out(a.type);
+      out.v.present = 0;
+      return out;
+    }
+    AttrError(op, a, "is required");
+  }
+  AttrValue out(a.type);
+  out.v.present = 1;
+  switch (a.type) {
+    case DG_ATTR_INT: out.v.i = ToInt(op, a, v); break;
+    case DG_ATTR_FLOAT: out.v.f = ToFloat(op, a, v); break;
+    case DG_ATTR_BOOL: {
+      int r = PyObject_IsTrue(v.ptr());
+      if (r < 0) { PyErr_Clear(); AttrError(op, a, "expects a bool"); }
+      out.v.i = r;
+      break;
+    }
+    case DG_ATTR_STRING:
+      if (!py::isinstance<py::str>(v)) AttrError(op, a, "expects a string");
+      out.s = v.cast<std::string>();
+      break;
+    case DG_ATTR_DTYPE: {
+      try {
+        out.v.i = Hooks().dtype_code(v).cast<int64_t>();
+      } catch (py::error_already_set& e) {
+        AttrError(op, a, dg::Str("expects a dtype: ", e.what()));
+      }
+      break;
+    }
+    case DG_ATTR_INTS:
+      if (py::isinstance<py::str>(v)) AttrError(op, a, "expects a sequence of integers");
+      if (PySequence_Check(v.ptr())) {
+        for (auto item : py::reinterpret_borrow<py::sequence>(v)) out.ints.push_back(ToInt(op, a, item));
+      } else {
+        out.ints.push_back(ToInt(op, a, v));
+      }
+      break;
+    case DG_ATTR_FLOATS:
+      if (py::isinstance<py::str>(v)) AttrError(op, a, "expects a sequence of numbers");
+      if (PySequence_Check(v.ptr())) {
+        for (auto item : py::reinterpret_borrow<py::sequence>(v)) out.floats.push_back(ToFloat(op, a, item));
+      } else {
+        out.floats.push_back(ToFloat(op, a, v));
+      }
+      break;
+  }
+  out.Fix();
+  return out;
+}
+
+std::vector<AttrValue> ConvertAttrs(const OpSchema& op, py::handle attrs) {
+  std::vector<AttrValue> out;
+  py::tuple t = py::reinterpret_borrow<py::tuple>(attrs);
+  if (t.size() != op.attrs.size())
+    throw CoreError(DG_INVALID_ARGUMENT, dg::Str(op.name, ": expected ", op.attrs.size(),
+                                                 " attributes, got ", t.size()));
+  out.reserve(op.attrs.size());
+  for (size_t i = 0; i < op.attrs.size(); ++i) out.push_back(ConvertAttr(op, op.attrs[i], t[i]));
+  return out;
+}
+
+bool IsTensor(py::handle h) { return py::isinstance<TensorImpl>(h); }
+
+std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
+  py::tuple t = py::reinterpret_borrow<py::tuple>(inputs);
+  std::vector<py::handle> flat;
+  for (size_t i = 0; i < t.size(); ++i) {
+    bool variadic = op.variadic_input() && i + 1 == op.inputs.size();
+    if (variadic) {
+      if (IsTensor(t[i]) || !PySequence_Check(t[i].ptr())) {
+        CoreError e(DG_INVALID_ARGUMENT,
+                    dg::Str(op.name, ": input '", op.inputs.back().name,
+                            "' takes a list of tensors"), ErrorKind::kType);
+        e.op = op.name;
+        throw e;
+      }
+      for (auto item : py::reinterpret_borrow<py::sequence>(t[i])) flat.push_back(item);
+    } else {
+      flat.push_back(t[i]);
+    }
+  }
+  const Tensor* like = nullptr;
+  std::vector<Tensor> out(flat.size());
+  for (size_t i = 0; i < flat.size(); ++i) {
+    if (IsTensor(flat[i])) {
+      out[i] = flat[i].cast<Tensor>();
+      if (!like) like = &out[i];
+    }
+  }
+  for (size_t i = 0; i < flat.size(); ++i)
+    if (!out[i]) out[i] = ToTensor(flat[i], like);
+  return out;
+}
+
+py::object PackOutputs(const OpSchema& op, std::vector<Tensor>&& outs) {
+  if (op.variadic_output()) return py::cast(outs);
+  if (outs.size() == 1) return py::cast(std::move(outs[0]));
+  py::tuple t(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(std::move(outs[i]));
+  return std::move(t);
+}
+
+py::dict AttrDefault(const AttrSchema& a) {
+  py::dict d;
+  d["name"] = a.name;
+  d["type"] = static_cast<int>(a.type);
+  d["required"] = !a.has_default && !(a.flags & DG_ATTR_OPTIONAL);
+  d["optional"] = static_cast<bool>(a.flags & DG_ATTR_OPTIONAL);
+  d["doc"] = a.doc;
+  py::object def = py::none();
+  if (a.has_default) {
+    const DgAttrValue& v = a.def.v;
+    switch (a.type) {
+      case DG_ATTR_INT: def = py::int_(v.i); break;
+      case DG_ATTR_FLOAT: def = py::float_(v.f); break;
+      case DG_ATTR_BOOL: def = py::bool_(v.i != 0); break;
+      case DG_ATTR_STRING: def = py::str(a.def.s); break;
+      case DG_ATTR_DTYPE: def = py::str(DTypeName(static_cast<DgDType>(v.i))); break;
+      case DG_ATTR_INTS: def = py::cast(a.def.ints); break;
+      case DG_ATTR_FLOATS: def = py::cast(a.def.floats); break;
+    }
+  }
+  d["default"] = def;
+  return d;
+}
+
+py::list Args(const std::vector<ArgSchema>& args) {
+  py::list l;
+  for (auto& a : args) {
+    py::dict d;
+    d["name"] = a.name;
+    d["dtypes"] = MaskToString(a.dtypes);
+    d["variadic"] = static_cast<bool>(a.flags & DG_ARG_VARIADIC);
+    d["optional"] = static_cast<bool>(a.flags & DG_ARG_OPTIONAL);
+    d["no_grad"] = static_cast<bool>(a.flags & DG_ARG_NO_GRAD);
+    d["doc"] = a.doc;
+    l.append(d);
+  }
+  return l;
+}
+
+py::dict Describe(const OpSchema& op) {
+  py::dict d;
+  d["name"] = op.name;
+  d["py_name"] = op.py_name;
+  d["doc"] = op.doc;
+  d["plugin"] = op.plugin;
+  d["inputs"] = Args(op.inputs);
+  d["outputs"] = Args(op.outputs);
+  py::list attrs;
+  for (auto& a : op.attrs) attrs.append(AttrDefault(a));
+  d["attrs"] = attrs;
+  d["stateful"] = static_cast<bool>(op.flags & DG_OP_STATEFUL);
+  d["same_dtype"] = static_cast<bool>(op.flags & DG_OP_SAME_DTYPE);
+  d["no_grad"] = static_cast<bool>(op.flags & DG_OP_NO_GRAD);
+  d["dispatch_input"] = op.dispatch_input;
+  d["inplace_inputs"] = op.inplace_inputs;
+  return d;
+}
+
+OpSchema& RequireOp(const std::string& name) {
+  OpSchema* op = Registry::Get().FindOp(name);
+  if (!op) op = Registry::Get().FindOpByPyName(name);
+  if (!op) {
+    if (const PluginRecord* p = Registry::Get().BrokenProvider(name, "")) {
+      CoreError e(DG_UNAVAILABLE,
+                  dg::Str(name, ": its provider plugin '", p->name, "' failed to load: ", p->error),
+                  ErrorKind::kPlugin);
+      e.op = name;
+      e.plugin = p->name;
+      throw e;
+    }
+    throw CoreError(DG_NOT_FOUND, dg::Str("no op named '", name, "' is defined"));
+  }
+  return *op;
+}
+
+// Fast path for tensor operators: same dtype and device go straight to the
+// dispatcher; everything else (scalars, promotion) goes to Python.
+py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
+  if (IsTensor(b)) {
+    Tensor bt = b.cast<Tensor>();
+    if (bt->dtype() == a->dtype() && SameDevice(bt->device(), a->device())) {
+      std::vector<Tensor> in = reflected ? std::vector<Tensor>{bt, a} : std::vector<Tensor>{a, bt};
+      std::vector<AttrValue> attrs;
+      return py::cast(std::move(Dispatch(*op, in, attrs, a->device())[0]));
+    }
+  }
+  return Hooks().binary_slow(op->py_name, a, b, reflected);
+}
+
+}  // namespace
+
+Tensor ToTensor(py::handle obj, const Tensor* like) {
+  py::object dtype = py::none(), device = py::none();
+  if (like) {
+    dtype = py::int_((*like)->dtype());
+    device = py::str(DeviceRegistry::Get().Name((*like)->device()));
+  }
+  py::object t = Hooks().convert(obj, dtype, device);
+  return t.cast<Tensor>();
+}
+
+void BindOps(py::module_& m) {
+  py::class_<OpHandle>(m, "OpHandle")
+      .def_property_readonly("name", [](const OpHandle& h) { return h.op->name; })
+      .def_property_readonly("py_name", [](const OpHandle& h) { return h.op->py_name; })
+      .def("describe", [](const OpHandle& h) { return Describe(*h.op); })
+      .def("__repr__", [](const OpHandle& h) { return "<op " + h.op->name + ">"; });
+
+  m.def("op", [](const std::string& name) { return OpHandle{&RequireOp(name)}; },
+        "The handle of a registered op (by op name or Python name).");
+  m.def("list_ops", [] {
+    py::list l;
+    for (OpSchema* op : Registry::Get().Ops()) l.append(Describe(*op));
+    return l;
+  });
+  m.def("call", [](const OpHandle& h, py::tuple inputs, py::tuple attrs, py::object device) {
+    const OpSchema& op = *h.op;
+    std::vector<Tensor> in = ConvertInputs(op, inputs);
+    std::vector<AttrValue> av = ConvertAttrs(op, attrs);
+    DgDevice dev = kHost;
+    if (!device.is_none()) dev = DeviceRegistry::Get().Parse(py::str(device));
+    return PackOutputs(op, Dispatch(*h.op, in, av, dev));
+  }, py::arg("op"), py::arg("inputs"), py::arg("attrs"), py::arg("device") = py::none());
+  m.def("infer_shape", [](const std::string& name, py::list inputs, py::tuple attrs) {
+    OpSchema& op = RequireOp(name);
+    std::vector<DgDType> dtypes;
+    std::vector<Shape> shapes;
+    for (auto item : inputs) {
+      py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
+      shapes.push_back(pair[0].cast<Shape>());
+      dtypes.push_back(static_cast<DgDType>(pair[1].cast<int>()));
+    }
+    std::vector<AttrValue> av = ConvertAttrs(op, attrs);
+    py::list out;
+    for (auto& o : InferShapes(op, dtypes, shapes, av)) {
+      py::tuple shape(o.shape.size());
+      for (size_t i = 0; i < o.shape.size(); ++i) shape[i] = py::int_(o.shape[i]);
+      out.append(py::make_tuple(shape, static_cast<int>(o.dtype)));
+    }
+    return out;
+  });
+
+  // Operators with a C++ fast path.
+  auto cls = py::reinterpret_borrow<py::object>(m.attr("Tensor"));
+  struct Op2 { const char* dunder; const char* rdunder; const char* op; };
+  static const Op2 kOps[] = {
+      {"__add__", "__radd__", "Add"},     {"__sub__", "__rsub__", "Sub"},
+      {"__mul__", "__rmul__", "Mul"},     {"__truediv__", "__rtruediv__", "Div"},
+      {"__pow__", "__rpow__", "Pow"},     {"__matmul__", "__rmatmul__", "MatMul"},
+      {"__eq__", nullptr, "Equal"},       {"__ne__", nullptr, "NotEqual"},
+      {"__lt__", nullptr, "Less"},        {"__le__", nullptr, "LessEqual"},
+      {"__gt__", nullptr, "Greater"},     {"__ge__", nullptr, "GreaterEqual"},
+      {"__and__", "__rand__", "LogicalAnd"}, {"__or__", "__ror__", "LogicalOr"},
+  };
+  for (const Op2& o : kOps) {
+    OpSchema* op = Registry::Get().FindOp(o.op);
+    if (!op) continue;  // schemas missing: the Python layer reports it
+    cls.attr(o.dunder) = py::cpp_function(
+        [op](const Tensor& a, py::handle b) { return Binary(op, a, b, false); },
+        py::is_method(cls), py::name(o.dunder));
+    if (o.rdunder)
+      cls.attr(o.rdunder) = py::cpp_function(
+          [op](const Tensor& a, py::handle b) { return Binary(op, a, b, true); },
+          py::is_method(cls), py::name(o.rdunder));
+  }
+
+  m.def("manual_seed", [](uint64_t s) { ManualSeed(s); },
+        "Seed the global generator used by random ops.");
+  m.def("next_seed", [] { return NextSeed(); });
+
+  m.def("memory_stats", [](const std::string& device) {
+    auto s = DeviceRegistry::Get().Allocator(DeviceRegistry::Get().Parse(device)).Stats();
+    py::dict d;
+    d["allocated"] = s.allocated;
+    d["reserved"] = s.reserved;
+    d["peak"] = s.peak;
+    d["num_allocs"] = s.num_allocs;
+    d["num_requests"] = s.num_requests;
+    return d;
+  });
+  m.def("reset_peak", [](const std::string& device) {
+    DeviceRegistry::Get().Allocator(DeviceRegistry::Get().Parse(device)).ResetPeak();
+  });
+  m.def("empty_cache", [](const std::string& device) {
+    DeviceRegistry::Get().Allocator(DeviceRegistry::Get().Parse(device)).EmptyCache();
+  });
+}
+
+}  // namespace dragon

@@ -1,0 +1,287 @@
+// Tensor bindings: properties, NumPy interop, DLPack, device copies.
+#include <cstring>
+
+#include "../core/device.h"
+#include "bindings.h"
+
+namespace dragon {
+namespace {
+
+// ---- DLPack (v0.8 "dltensor" capsules), declared here in our own terms ----
+struct DLDeviceT {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataTypeT {
+  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensorT {
+  void* data;
+  DLDeviceT device;
+  int32_t ndim;
+  DLDataTypeT dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensorT {
+  DLTensorT dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorT*);
+};
+
+struct ExportCtx {
+  Tensor tensor;
+  Shape shape, strides;
+};
+
+void DeleteExport(DLManagedTensorT* m) {
+  delete static_cast<ExportCtx*>(m->manager_ctx);
+  delete m;
+}
+
+DLDataTypeT ToDL(DgDType t) {
+  switch (t) {
+    case DG_BOOL: return {6, 8, 1};
+    case DG_UINT8: return {1, 8, 1};
+    case DG_INT8: return {0, 8, 1};
+    case DG_INT16: return {0, 16, 1};
+    case DG_INT32: return {0, 32, 1};
+    case DG_INT64: return {0, 64, 1};
+    case DG_FLOAT16: return {2, 16, 1};
+    case DG_BFLOAT16: return {4, 16, 1};
+    case DG_FLOAT32: return {2, 32, 1};
+    default: return {2, 64, 1};
+  }
+}
+
+DgDType FromDL(DLDataTypeT d) {
+  if (d.lanes != 1) throw CoreError(DG_INVALID_ARGUMENT, "DLPack: vector dtypes are not supported");
+  if (d.code == 6 && d.bits == 8) return DG_BOOL;
+  if (d.code == 1 && d.bits == 8) return DG_UINT8;
+  if (d.code == 0) {
+    if (d.bits == 8) return DG_INT8;
+    if (d.bits == 16) return DG_INT16;
+    if (d.bits == 32) return DG_INT32;
+    if (d.bits == 64) return DG_INT64;
+  }
+  if (d.code == 2) {
+    if (d.bits == 16) return DG_FLOAT16;
+    if (d.bits == 32) return DG_FLOAT32;
+    if (d.bits == 64) return DG_FLOAT64;
+  }
+  if (d.code == 4 && d.bits == 16) return DG_BFLOAT16;
+  throw CoreError(DG_INVALID_ARGUMENT,
+                  dg::Str("DLPack: unsupported dtype (code ", int(d.code), ", bits ",
+                          int(d.bits), ")"));
+}
+
+int32_t DeviceForDLPack(int32_t dl_type) {
+  auto& reg = DeviceRegistry::Get();
+  for (int32_t i = 0; i < reg.size(); ++i)
+    if (reg.type(i).def.dlpack_device_type == dl_type) return i;
+  throw CoreError(DG_NOT_FOUND,
+                  dg::Str("DLPack: no registered device has DLPack device type ", dl_type));
+}
+
+py::capsule ToDLPack(const Tensor& t) {
+  auto& dev = DeviceRegistry::Get().type(t->device().type);
+  if (dev.def.dlpack_device_type == 0)
+    throw CoreError(DG_UNIMPLEMENTED,
+                    dg::Str("tensors on ", dev.name, " cannot be exported through DLPack"));
+  auto* ctx = new ExportCtx{t, t->shape(), t->strides()};
+  auto* m = new DLManagedTensorT{};
+  m->dl_tensor.data = t->storage()->data();
+  m->dl_tensor.byte_offset = static_cast<uint64_t>(t->byte_offset());
+  m->dl_tensor.device = {dev.def.dlpack_device_type, t->device().index};
+  m->dl_tensor.ndim = t->ndim();
+  m->dl_tensor.dtype = ToDL(t->dtype());
+  m->dl_tensor.shape = ctx->shape.data();
+  m->dl_tensor.strides = ctx->strides.data();
+  m->manager_ctx = ctx;
+  m->deleter = &DeleteExport;
+  return py::capsule(m, "dltensor", [](PyObject* cap) {
+    // Only delete if nobody consumed it (then it was renamed).
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+      auto* mt = static_cast<DLManagedTensorT*>(PyCapsule_GetPointer(cap, "dltensor"));
+      if (mt && mt->deleter) mt->deleter(mt);
+    }
+  });
+}
+
+Tensor FromDLPackCapsule(py::capsule cap) {
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+    throw CoreError(DG_INVALID_ARGUMENT,
+                    "from_dlpack: expected an unconsumed 'dltensor' capsule");
+  auto* m = static_cast<DLManagedTensorT*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");
+  DLTensorT& d = m->dl_tensor;
+  DgDType dtype;
+  try {
+    dtype = FromDL(d.dtype);
+  } catch (...) {
+    if (m->deleter) m->deleter(m);
+    throw;
+  }
+  DgDevice device{DeviceForDLPack(d.device.device_type), d.device.device_id};
+  Shape shape(d.shape, d.shape + d.ndim);
+  Shape strides = d.strides ? Shape(d.strides, d.strides + d.ndim) : ContiguousStrides(shape);
+  auto storage = Storage::Wrap(device, d.data, 0, [m] {
+    py::gil_scoped_acquire gil;
+    if (m->deleter) m->deleter(m);
+  });
+  return std::make_shared<TensorImpl>(storage, static_cast<int64_t>(d.byte_offset), dtype,
+                                      shape, strides);
+}
+
+}  // namespace
+
+DgDType DTypeFromNumpy(const py::dtype& dt) {
+  char kind = dt.kind();
+  auto size = dt.itemsize();
+  if (kind == 'b') return DG_BOOL;
+  if (kind == 'u' && size == 1) return DG_UINT8;
+  if (kind == 'i') {
+    if (size == 1) return DG_INT8;
+    if (size == 2) return DG_INT16;
+    if (size == 4) return DG_INT32;
+    if (size == 8) return DG_INT64;
+  }
+  if (kind == 'f') {
+    if (size == 2) return DG_FLOAT16;
+    if (size == 4) return DG_FLOAT32;
+    if (size == 8) return DG_FLOAT64;
+  }
+  std::string name = py::str(dt.attr("name"));
+  if (name == "bfloat16") return DG_BFLOAT16;
+  throw CoreError(DG_INVALID_ARGUMENT,
+                  dg::Str("NumPy dtype '", name, "' has no Dragon equivalent (supported: ",
+                          MaskToString(DG_MASK_ALL), ")"));
+}
+
+py::dtype NumpyFromDType(DgDType t) {
+  if (t == DG_BFLOAT16) {
+    try {
+      return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
+    } catch (py::error_already_set&) {
+      throw CoreError(DG_UNIMPLEMENTED,
+                      "bfloat16 tensors need the ml_dtypes package for NumPy interop "
+                      "(pip install ml_dtypes)");
+    }
+  }
+  static const char* kNames[] = {"bool",    "uint8",   "int8",     "int16",   "int32",
+                                 "int64",   "float16", "bfloat16", "float32", "float64"};
+  return py::dtype(kNames[t]);
+}
+
+Tensor FromNumpy(py::array arr, bool copy) {
+  DgDType dtype = DTypeFromNumpy(arr.dtype());
+  const int32_t ndim = static_cast<int32_t>(arr.ndim());
+  Shape shape(ndim), strides(ndim);
+  const int64_t item = static_cast<int64_t>(arr.itemsize());
+  bool aligned = true;
+  for (int32_t i = 0; i < ndim; ++i) {
+    shape[i] = arr.shape(i);
+    if (arr.strides(i) % item != 0) aligned = false;
+    strides[i] = arr.strides(i) / item;
+  }
+  if (!aligned || copy) {
+    auto t = TensorImpl::Empty(kHost, dtype, shape);
+    // Let NumPy do the (possibly strided) copy into our buffer.
+    py::array dst = ToNumpy(t);
+    py::module_::import("numpy").attr("copyto")(dst, arr, "unsafe");
+    return t;
+  }
+  py::object owner = arr;
+  auto storage = Storage::Wrap(kHost, const_cast<void*>(arr.data()), 0, [owner]() mutable {
+    py::gil_scoped_acquire gil;
+    owner = py::object();
+  });
+  return std::make_shared<TensorImpl>(storage, 0, dtype, shape, strides);
+}
+
+py::array ToNumpy(const Tensor& t) {
+  auto& dev = DeviceRegistry::Get().type(t->device().type);
+  if (!dev.def.host_accessible)
+    throw CoreError(DG_INVALID_ARGUMENT,
+                    dg::Str("numpy(): the tensor is on ", DeviceRegistry::Get().Name(t->device()),
+                            "; copy it to the host first with .cpu()"));
+  std::vector<py::ssize_t> shape(t->shape().begin(), t->shape().end());
+  std::vector<py::ssize_t> strides(t->ndim());
+  for (int32_t i = 0; i < t->ndim(); ++i)
+    strides[i] = static_cast<py::ssize_t>(t->strides()[i] * static_cast<int64_t>(t->itemsize()));
+  auto* keep = new std::shared_ptr<Storage>(t->storage());
+  py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
+  return py::array(NumpyFromDType(t->dtype()), shape, strides, t->data(), base);
+}
+
+void BindTensor(py::module_& m) {
+  py::class_<TensorImpl, std::shared_ptr<TensorImpl>> cls(m, "Tensor", py::dynamic_attr());
+  cls.def(py::init([](py::object data, py::object dtype, py::object device) {
+            py::object t = Hooks().convert(data, dtype, device);
+            auto impl = t.cast<Tensor>();
+            return std::make_shared<TensorImpl>(*impl);
+          }),
+          py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+          "Create a tensor from a NumPy array, a (nested) list, a scalar or a tensor.");
+  cls.def_property_readonly("shape", [](const TensorImpl& t) {
+    py::tuple out(t.ndim());
+    for (int32_t i = 0; i < t.ndim(); ++i) out[i] = py::int_(t.shape()[i]);
+    return out;
+  });
+  cls.def_property_readonly("strides", [](const TensorImpl& t) {
+    py::tuple out(t.ndim());
+    for (int32_t i = 0; i < t.ndim(); ++i) out[i] = py::int_(t.strides()[i]);
+    return out;
+  }, "Strides in elements.");
+  cls.def_property_readonly("ndim", &TensorImpl::ndim);
+  cls.def_property_readonly("size", &TensorImpl::numel, "Number of elements.");
+  cls.def("numel", &TensorImpl::numel);
+  cls.def("__len__", [](const TensorImpl& t) {
+    if (t.ndim() == 0) throw py::type_error("len() of a 0-d tensor");
+    return t.shape()[0];
+  });
+  cls.def_property_readonly("_dtype_code", &TensorImpl::dtype);
+  cls.def_property_readonly("_device_name", [](const TensorImpl& t) {
+    return DeviceRegistry::Get().type(t.device().type).name;
+  });
+  cls.def_property_readonly("_device_index", [](const TensorImpl& t) { return t.device().index; });
+  cls.def_property_readonly("itemsize", &TensorImpl::itemsize);
+  cls.def_property_readonly("nbytes", [](const TensorImpl& t) {
+    return t.numel() * static_cast<int64_t>(t.itemsize());
+  });
+  cls.def("is_contiguous", &TensorImpl::is_contiguous);
+  cls.def("data_ptr", [](const TensorImpl& t) { return reinterpret_cast<uintptr_t>(t.data()); });
+  cls.def("numpy", [](const Tensor& t) { return ToNumpy(t); },
+          "A NumPy view of a host tensor (zero-copy; writes are shared).");
+  cls.def("__array__", [](const Tensor& t, py::object dtype, py::object copy) {
+            py::array a = ToNumpy(t);
+            if (!dtype.is_none()) return py::array(a.attr("astype")(dtype));
+            if (!copy.is_none() && copy.cast<bool>()) return py::array(a.attr("copy")());
+            return a;
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none());
+  cls.def("__dlpack__", [](const Tensor& t, py::kwargs) { return ToDLPack(t); });
+  cls.def("__dlpack_device__", [](const Tensor& t) {
+    auto& dev = DeviceRegistry::Get().type(t->device().type);
+    return py::make_tuple(dev.def.dlpack_device_type, t->device().index);
+  });
+  cls.def("__hash__", [](py::handle self) { return py::hash(py::int_(reinterpret_cast<uintptr_t>(self.ptr()))); });
+  cls.def("_to_device", [](const Tensor& t, const std::string& spec) {
+    DgDevice d = DeviceRegistry::Get().Parse(spec);
+    if (SameDevice(d, t->device())) return t;
+    return CopyTo(t, d);
+  });
+  cls.def("_same_storage", [](const TensorImpl& a, const TensorImpl& b) {
+    return a.storage() == b.storage();
+  });
+
+  m.def("from_numpy", [](py::array arr) { return FromNumpy(arr, false); },
+        "A zero-copy tensor over a host NumPy array (any strides).");
+  m.def("_from_numpy_copy", [](py::array arr) { return FromNumpy(arr, true); });
+  m.def("_from_dlpack_capsule", [](py::capsule c) { return FromDLPackCapsule(c); });
+}
+
+}  // namespace dragon

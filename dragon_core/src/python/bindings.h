@@ -1,0 +1,44 @@
+// Shared declarations of the pybind11 module `dragon_core._C`.
+#ifndef DRAGON_CORE_PYTHON_BINDINGS_H_
+#define DRAGON_CORE_PYTHON_BINDINGS_H_
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "../core/dispatch.h"
+#include "../core/registry.h"
+#include "../core/tensor.h"
+
+namespace dragon {
+namespace py = pybind11;
+
+void BindTensor(py::module_& m);
+void BindOps(py::module_& m);
+void BindPlugins(py::module_& m);
+
+// Python callbacks installed by dragon_core at import.
+struct PyHooks {
+  py::object convert;       // (obj, dtype_code_or_None, device_str_or_None) -> Tensor
+  py::object binary_slow;   // (op_py_name, a, b, reflected) -> Tensor
+  py::object make_error;    // (code, kind, message, op, kernel, plugin) -> Exception
+  py::object dtype_code;    // (obj) -> int
+  py::object no_kernel_hint;// (op, device) -> str
+};
+PyHooks& Hooks();
+
+// numpy dtype <-> dtype code.
+DgDType DTypeFromNumpy(const py::dtype& dt);
+py::dtype NumpyFromDType(DgDType t);
+
+// A host tensor that views (zero-copy) or copies a NumPy array.
+Tensor FromNumpy(py::array arr, bool copy);
+py::array ToNumpy(const Tensor& t);
+
+// Converts a Python argument to a tensor; `like` gives dtype/device for
+// Python scalars. Returns nullptr-free Tensor or throws.
+Tensor ToTensor(py::handle obj, const Tensor* like);
+
+}  // namespace dragon
+
+#endif  // DRAGON_CORE_PYTHON_BINDINGS_H_

@@ -67,7 +67,10 @@ DeviceRegistry& DeviceRegistry::Get() {
   return *registry;
 }
 
-DeviceRegistry::DeviceRegistry() { Register(HostDeviceDef(), "core"); }
+DeviceRegistry::DeviceRegistry() {
+  types_.reserve(64);  // lock-free readers index it; avoid reallocation
+  Register(HostDeviceDef(), "core");
+}
 
 int32_t DeviceRegistry::Register(const DgDeviceDef& def,
                                  const std::string& plugin) {
@@ -139,7 +142,10 @@ DgDevice DeviceRegistry::Parse(const std::string& spec) const {
 }
 
 CachingAllocator& DeviceRegistry::Allocator(DgDevice d) {
-  DeviceType& t = type(d.type);
+  DeviceType& t = *types_[d.type];
+  if (d.index >= 0 && d.index < 16) {
+    if (CachingAllocator* a = t.fast[d.index].load(std::memory_order_acquire)) return *a;
+  }
   std::lock_guard<std::mutex> lock(t.mu);
   if (static_cast<int32_t>(t.allocators.size()) <= d.index) {
     int32_t count = t.def.count ? t.def.count(t.def.user_data) : 1;
@@ -149,8 +155,10 @@ CachingAllocator& DeviceRegistry::Allocator(DgDevice d) {
                               count, " ", t.name, " device(s) found)"));
     t.allocators.resize(d.index + 1);
   }
-  if (!t.allocators[d.index])
+  if (!t.allocators[d.index]) {
     t.allocators[d.index] = std::make_unique<CachingAllocator>(&t, d.index);
+    if (d.index < 16) t.fast[d.index].store(t.allocators[d.index].get(), std::memory_order_release);
+  }
   return *t.allocators[d.index];
 }
 

@@ -3,6 +3,8 @@
 #ifndef DRAGON_CORE_DEVICE_H_
 #define DRAGON_CORE_DEVICE_H_
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +22,8 @@ struct DeviceType {
   std::string plugin;   // who registered it ("core" for cpu)
   DgDeviceDef def{};    // copied, fields beyond the writer's size zeroed
   std::vector<std::unique_ptr<CachingAllocator>> allocators;  // per index
+  // Lock-free lookup of the first allocators (set once, never cleared).
+  std::array<std::atomic<CachingAllocator*>, 16> fast{};
   std::mutex mu;
 };
 

@@ -5,6 +5,7 @@
 
 #include "device.h"
 #include "host_api.h"
+#include "small_vector.h"
 
 namespace dragon {
 namespace {
@@ -46,7 +47,8 @@ void CheckArity(const OpSchema& op, size_t n, const std::vector<Tensor>* inputs)
           inputs);
 }
 
-void CheckDTypes(const OpSchema& op, const std::vector<DgDType>& dtypes,
+template <typename DTypes>
+void CheckDTypes(const OpSchema& op, const DTypes& dtypes,
                  const std::vector<Tensor>* inputs) {
   for (size_t i = 0; i < dtypes.size(); ++i) {
     const ArgSchema& a = InputSchema(op, i);
@@ -67,13 +69,13 @@ void CheckDTypes(const OpSchema& op, const std::vector<DgDType>& dtypes,
   }
 }
 
-std::vector<InferredOutput> RunInfer(const OpSchema& op,
-                                     const std::vector<DgTensorView>& views,
+template <typename Views>
+std::vector<InferredOutput> RunInfer(const OpSchema& op, Views& views,
                                      const std::vector<AttrValue>& attrs,
                                      const std::vector<Tensor>* inputs) {
-  std::vector<const DgTensorView*> view_ptrs(views.size());
+  SmallVector<const DgTensorView*, 6> view_ptrs(views.size());
   for (size_t i = 0; i < views.size(); ++i) view_ptrs[i] = &views[i];
-  std::vector<const DgAttrValue*> attr_ptrs(attrs.size());
+  SmallVector<const DgAttrValue*, 8> attr_ptrs(attrs.size());
   for (size_t i = 0; i < attrs.size(); ++i) attr_ptrs[i] = &attrs[i].v;
   InferState st;
   st.fixed_outputs = op.variadic_output() ? -1 : static_cast<int32_t>(op.outputs.size());
@@ -178,7 +180,7 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
       }
     }
   }
-  std::vector<DgDType> dtypes(n);
+  SmallVector<DgDType, 6> dtypes(n);
   for (size_t i = 0; i < n; ++i) dtypes[i] = inputs[i]->dtype();
   CheckDTypes(op, dtypes, &inputs);
   if (attrs.size() != op.attrs.size())
@@ -189,7 +191,7 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   }
 
   // Shape inference (views without data).
-  std::vector<DgTensorView> views(n);
+  SmallVector<DgTensorView, 4> views(n);
   for (size_t i = 0; i < n; ++i) {
     views[i] = inputs[i]->View();
     views[i].data = nullptr;
@@ -219,7 +221,8 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
     std::string registered;
     for (const KernelEntry* k : Registry::Get().Kernels(op.name)) {
       registered += dg::Str(registered.empty() ? "" : "; ", k->device, " {",
-                            MaskToString(k->dtypes), "} from ", k->plugin);
+                            MaskToString(k->dtypes), "} from ", k->plugin,
+                            k->dist.empty() ? "" : " (" + k->dist + ")");
     }
     std::string hint = g_no_kernel_hint ? g_no_kernel_hint(op.name, device_name) : "";
     CoreError e(DG_UNIMPLEMENTED,
@@ -239,13 +242,13 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   for (auto& o : inferred) outputs.push_back(TensorImpl::Empty(device, o.dtype, o.shape));
 
   // The frame.
-  std::vector<DgTensorView> out_views(outputs.size());
-  std::vector<const DgTensorView*> in_ptrs(n), out_ptrs(outputs.size());
+  SmallVector<DgTensorView, 4> out_views(outputs.size());
+  SmallVector<const DgTensorView*, 6> in_ptrs(n), out_ptrs(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     out_views[i] = outputs[i]->View();
     out_ptrs[i] = &out_views[i];
   }
-  std::vector<const DgAttrValue*> attr_ptrs(attrs.size());
+  SmallVector<const DgAttrValue*, 8> attr_ptrs(attrs.size());
   for (size_t i = 0; i < attrs.size(); ++i) attr_ptrs[i] = &attrs[i].v;
   CallState st;
   st.device = device;

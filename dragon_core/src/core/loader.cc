@@ -165,6 +165,13 @@ PluginRecord LoadPlugin(const LoadRequest& req) {
   rec.dist_version = req.dist_version;
   rec.entry_point = req.entry_point;
   rec.name = req.entry_point;
+  if (rec.name.empty()) {
+    // A bare library (load_library): name it after its file until its
+    // entry point tells us better.
+    std::string base = rec.path.substr(rec.path.find_last_of('/') + 1);
+    if (base.rfind("lib", 0) == 0) base = base.substr(3);
+    rec.name = base.substr(0, base.find('.'));
+  }
   auto broken = [&](const std::string& why) {
     rec.state = "broken";
     rec.error = why;
@@ -226,7 +233,10 @@ PluginRecord LoadPlugin(const LoadRequest& req) {
     if (buffer.error.empty()) buffer.error = "a C++ exception escaped init()";
   }
   if (status != DG_OK || !buffer.error.empty()) {
-    for (auto& op : buffer.ops) rec.broken_ops.push_back(op->name);
+    for (auto& op : buffer.ops) {
+      rec.broken_ops.push_back(op->name);
+      if (op->py_name != op->name) rec.broken_ops.push_back(op->py_name);
+    }
     for (auto& k : buffer.kernels) rec.broken_kernels.push_back({k.op, k.device});
     return broken(dg::Str("plugin '", rec.name, "' failed to initialise (status ", status,
                           "): ", buffer.error.empty() ? "no message" : buffer.error));

@@ -11,21 +11,22 @@ alignas(64) char kEmptyBlock[64];
 }
 
 std::shared_ptr<Storage> Storage::Allocate(DgDevice device, size_t bytes) {
-  std::shared_ptr<Storage> s(new Storage());
+  auto s = std::make_shared<Storage>(Token{});
   s->device_ = device;
   s->bytes_ = bytes;
   if (bytes == 0) {
     s->data_ = kEmptyBlock;  // a valid, never-dereferenced address
     return s;
   }
-  s->data_ = DeviceRegistry::Get().Allocator(device).Allocate(bytes, &s->rounded_);
+  s->allocator_ = &DeviceRegistry::Get().Allocator(device);
+  s->data_ = s->allocator_->Allocate(bytes, &s->rounded_);
   return s;
 }
 
 std::shared_ptr<Storage> Storage::Wrap(DgDevice device, void* data,
                                        size_t bytes,
                                        std::function<void()> release) {
-  std::shared_ptr<Storage> s(new Storage());
+  auto s = std::make_shared<Storage>(Token{});
   s->device_ = device;
   s->data_ = data;
   s->bytes_ = bytes;
@@ -36,8 +37,8 @@ std::shared_ptr<Storage> Storage::Wrap(DgDevice device, void* data,
 Storage::~Storage() {
   if (release_) {
     release_();
-  } else if (rounded_ != 0) {
-    DeviceRegistry::Get().Allocator(device_).Free(data_, rounded_);
+  } else if (allocator_ != nullptr) {
+    allocator_->Free(data_, rounded_);
   }
 }
 

@@ -12,8 +12,13 @@ namespace dragon {
 
 // A block of device memory. Either from the device's caching allocator, or
 // external (NumPy/DLPack) with a deleter that releases the owner.
+class CachingAllocator;
+
 class Storage {
+  struct Token {};
+
  public:
+  explicit Storage(Token) {}
   static std::shared_ptr<Storage> Allocate(DgDevice device, size_t bytes);
   static std::shared_ptr<Storage> Wrap(DgDevice device, void* data,
                                        size_t bytes,
@@ -25,8 +30,8 @@ class Storage {
   bool external() const { return static_cast<bool>(release_); }
 
  private:
-  Storage() = default;
   DgDevice device_{0, 0};
+  CachingAllocator* allocator_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t rounded_ = 0;  // allocator size class; 0 for external/empty

@@ -232,9 +232,11 @@ OpSchema& RequireOp(const std::string& name) {
 py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
   if (IsTensor(b)) {
     Tensor bt = b.cast<Tensor>();
-    if (bt->dtype() == a->dtype() && SameDevice(bt->device(), a->device())) {
+    if (bt->dtype() == a->dtype() && SameDevice(bt->device(), a->device()) &&
+        (op->inputs[0].dtypes & DG_DTYPE_BIT(a->dtype()))) {
       std::vector<Tensor> in = reflected ? std::vector<Tensor>{bt, a} : std::vector<Tensor>{a, bt};
       std::vector<AttrValue> attrs;
+      for (const AttrSchema& s : op->attrs) attrs.push_back(s.def);
       return py::cast(std::move(Dispatch(*op, in, attrs, a->device())[0]));
     }
   }

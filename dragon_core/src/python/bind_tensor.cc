@@ -32,6 +32,19 @@ struct DLManagedTensorT {
   void (*deleter)(DLManagedTensorT*);
 };
 
+// DLPack >= 1.0: versioned, with flags (bit 0: read-only).
+struct DLPackVersionT {
+  uint32_t major;
+  uint32_t minor;
+};
+struct DLManagedTensorVersionedT {
+  DLPackVersionT version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersionedT*);
+  uint64_t flags;
+  DLTensorT dl_tensor;
+};
+
 struct ExportCtx {
   Tensor tensor;
   Shape shape, strides;
@@ -86,20 +99,44 @@ int32_t DeviceForDLPack(int32_t dl_type) {
                   dg::Str("DLPack: no registered device has DLPack device type ", dl_type));
 }
 
-py::capsule ToDLPack(const Tensor& t) {
+void DeleteExportVersioned(DLManagedTensorVersionedT* m) {
+  delete static_cast<ExportCtx*>(m->manager_ctx);
+  delete m;
+}
+
+void FillDL(const Tensor& t, const DeviceType& dev, ExportCtx* ctx, DLTensorT* d) {
+  d->data = t->storage()->data();
+  d->byte_offset = static_cast<uint64_t>(t->byte_offset());
+  d->device = {dev.def.dlpack_device_type, t->device().index};
+  d->ndim = t->ndim();
+  d->dtype = ToDL(t->dtype());
+  d->shape = ctx->shape.data();
+  d->strides = ctx->strides.data();
+}
+
+py::capsule ToDLPack(const Tensor& t, bool versioned) {
   auto& dev = DeviceRegistry::Get().type(t->device().type);
   if (dev.def.dlpack_device_type == 0)
     throw CoreError(DG_UNIMPLEMENTED,
                     dg::Str("tensors on ", dev.name, " cannot be exported through DLPack"));
   auto* ctx = new ExportCtx{t, t->shape(), t->strides()};
+  if (versioned) {
+    auto* m = new DLManagedTensorVersionedT{};
+    m->version = {1, 0};
+    m->flags = 0;  // writable
+    FillDL(t, dev, ctx, &m->dl_tensor);
+    m->manager_ctx = ctx;
+    m->deleter = &DeleteExportVersioned;
+    return py::capsule(m, "dltensor_versioned", [](PyObject* cap) {
+      if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        auto* mt = static_cast<DLManagedTensorVersionedT*>(
+            PyCapsule_GetPointer(cap, "dltensor_versioned"));
+        if (mt && mt->deleter) mt->deleter(mt);
+      }
+    });
+  }
   auto* m = new DLManagedTensorT{};
-  m->dl_tensor.data = t->storage()->data();
-  m->dl_tensor.byte_offset = static_cast<uint64_t>(t->byte_offset());
-  m->dl_tensor.device = {dev.def.dlpack_device_type, t->device().index};
-  m->dl_tensor.ndim = t->ndim();
-  m->dl_tensor.dtype = ToDL(t->dtype());
-  m->dl_tensor.shape = ctx->shape.data();
-  m->dl_tensor.strides = ctx->strides.data();
+  FillDL(t, dev, ctx, &m->dl_tensor);
   m->manager_ctx = ctx;
   m->deleter = &DeleteExport;
   return py::capsule(m, "dltensor", [](PyObject* cap) {
@@ -112,25 +149,42 @@ py::capsule ToDLPack(const Tensor& t) {
 }
 
 Tensor FromDLPackCapsule(py::capsule cap) {
-  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+  DLTensorT* dp = nullptr;
+  std::function<void()> release;
+  if (PyCapsule_IsValid(cap.ptr(), "dltensor_versioned")) {
+    auto* m = static_cast<DLManagedTensorVersionedT*>(
+        PyCapsule_GetPointer(cap.ptr(), "dltensor_versioned"));
+    if (m->version.major > 1)
+      throw CoreError(DG_UNIMPLEMENTED,
+                      dg::Str("from_dlpack: DLPack version ", m->version.major, ".",
+                              m->version.minor, " is newer than this core understands (1.x)"));
+    PyCapsule_SetName(cap.ptr(), "used_dltensor_versioned");
+    dp = &m->dl_tensor;
+    release = [m] { if (m->deleter) m->deleter(m); };
+  } else if (PyCapsule_IsValid(cap.ptr(), "dltensor")) {
+    auto* m = static_cast<DLManagedTensorT*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+    PyCapsule_SetName(cap.ptr(), "used_dltensor");
+    dp = &m->dl_tensor;
+    release = [m] { if (m->deleter) m->deleter(m); };
+  } else {
     throw CoreError(DG_INVALID_ARGUMENT,
-                    "from_dlpack: expected an unconsumed 'dltensor' capsule");
-  auto* m = static_cast<DLManagedTensorT*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
-  PyCapsule_SetName(cap.ptr(), "used_dltensor");
-  DLTensorT& d = m->dl_tensor;
+                    "from_dlpack: expected an unconsumed 'dltensor' or 'dltensor_versioned' capsule");
+  }
+  DLTensorT& d = *dp;
   DgDType dtype;
+  DgDevice device;
   try {
     dtype = FromDL(d.dtype);
+    device = DgDevice{DeviceForDLPack(d.device.device_type), d.device.device_id};
   } catch (...) {
-    if (m->deleter) m->deleter(m);
+    release();
     throw;
   }
-  DgDevice device{DeviceForDLPack(d.device.device_type), d.device.device_id};
   Shape shape(d.shape, d.shape + d.ndim);
   Shape strides = d.strides ? Shape(d.strides, d.strides + d.ndim) : ContiguousStrides(shape);
-  auto storage = Storage::Wrap(device, d.data, 0, [m] {
+  auto storage = Storage::Wrap(device, d.data, 0, [release] {
     py::gil_scoped_acquire gil;
-    if (m->deleter) m->deleter(m);
+    release();
   });
   return std::make_shared<TensorImpl>(storage, static_cast<int64_t>(d.byte_offset), dtype,
                                       shape, strides);
@@ -218,7 +272,7 @@ py::array ToNumpy(const Tensor& t) {
 }
 
 void BindTensor(py::module_& m) {
-  py::class_<TensorImpl, std::shared_ptr<TensorImpl>> cls(m, "Tensor", py::dynamic_attr());
+  py::class_<TensorImpl, std::shared_ptr<TensorImpl>> cls(m, "Tensor");
   cls.def(py::init([](py::object data, py::object dtype, py::object device) {
             py::object t = Hooks().convert(data, dtype, device);
             auto impl = t.cast<Tensor>();
@@ -263,7 +317,14 @@ void BindTensor(py::module_& m) {
             return a;
           },
           py::arg("dtype") = py::none(), py::arg("copy") = py::none());
-  cls.def("__dlpack__", [](const Tensor& t, py::kwargs) { return ToDLPack(t); });
+  cls.def("__dlpack__", [](const Tensor& t, py::kwargs kw) {
+    bool versioned = false;
+    if (kw.contains("max_version") && !kw["max_version"].is_none()) {
+      py::tuple v = py::reinterpret_borrow<py::tuple>(kw["max_version"]);
+      versioned = v.size() > 0 && v[0].cast<int>() >= 1;
+    }
+    return ToDLPack(t, versioned);
+  });
   cls.def("__dlpack_device__", [](const Tensor& t) {
     auto& dev = DeviceRegistry::Get().type(t->device().type);
     return py::make_tuple(dev.def.dlpack_device_type, t->device().index);

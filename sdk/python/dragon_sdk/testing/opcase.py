@@ -168,7 +168,7 @@ def to_numpy(value: Any) -> Any:
     """Turn a Dragon tensor (or a list of them) into NumPy arrays on the host."""
     if isinstance(value, (list, tuple)):
         return [to_numpy(v) for v in value]
-    if str(value.device) != "cpu:0" and value.device.type != "cpu":
+    if value.device.type != "cpu":
         value = value.cpu()
     return np.array(value.numpy(), copy=True)
 
@@ -282,6 +282,15 @@ def _map_arrays(fn: Callable[[np.ndarray], Any], value: Any) -> Any:
     return value
 
 
+def _as_array(value: Any) -> Any:
+    """NumPy scalars become 0-d arrays; Python scalars stay as they are."""
+    if isinstance(value, (list, tuple)):
+        return [_as_array(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return np.asarray(value)
+    return value
+
+
 def _short(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
@@ -367,8 +376,7 @@ class OpCase:
             ``out_dtype``, ``tol``, ``rtol``, ``atol``, ``py_name``,
             ``device``, as for :func:`op_case`.
         """
-        fixed = [v if isinstance(v, (list, tuple)) else np.asarray(v)
-                 for v in inputs]
+        fixed = _as_array(list(inputs))
         attrs = dict(attrs or {})
         if dtype is None:
             flat = _flatten(fixed)
@@ -400,8 +408,7 @@ class OpCase:
             kwargs = {}
             if _takes(self.make_inputs, "attrs"):
                 kwargs["attrs"] = self.attrs
-            made = list(self.make_inputs(*args, **kwargs))
-            made = _map_arrays(np.asarray, made)
+            made = _as_array(list(self.make_inputs(*args, **kwargs)))
             if self.layout == "strided":
                 made = _map_arrays(strided, made)
             self._arrays = made
@@ -537,6 +544,7 @@ def op_case(op: str, *, inputs: Callable, reference: Callable | None = None,
             out_dtype: Any = None, tol: float = 1.0,
             rtol: float | None = None, atol: float | None = None,
             py_name: str | None = None, device: str | None = None,
+            select: Callable[[OpCase], bool] | None = None,
             skip: Callable[[OpCase], str | None] | None = None):
     """Parametrize a pytest test over cases of one op.
 
@@ -571,6 +579,9 @@ def op_case(op: str, *, inputs: Callable, reference: Callable | None = None,
         The ``dragon_core.ops`` name when it is not derivable from ``op``.
     device : str, optional
         Device to run on; default ``$DRAGON_TEST_DEVICE`` or ``"cpu"``.
+    select : callable, optional
+        ``select(case)`` returning False drops a combination that does not
+        exist (e.g. an axis the shape lacks); it is not even collected.
     skip : callable, optional
         ``skip(case)`` returning a reason to skip that case, or None.
 
@@ -599,6 +610,8 @@ def op_case(op: str, *, inputs: Callable, reference: Callable | None = None,
                       make_inputs=inputs, reference=reference,
                       out_dtype=out_dtype, tol=tol, rtol=rtol, atol=atol,
                       py_name=py_name, id=case_id)
+        if select is not None and not select(case):
+            continue
         marks = ()
         reason = skip(case) if skip is not None else None
         if reason:

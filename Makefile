@@ -37,7 +37,7 @@ demo: install
 	$(VPY) examples/demo.py
 
 test: install
-	$(VPY) -m pytest tests -q -p no:cacheprovider
+	$(VPY) -m pytest tests -q -p no:cacheprovider -n 2
 
 bench: install
 	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0

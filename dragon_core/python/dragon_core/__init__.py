@@ -39,6 +39,38 @@ plugins._check_strict()
 
 load_library = plugins.load_library
 
+from . import _autograd  # noqa: E402
+from . import _grads  # noqa: E402,F401
+from ._autograd import (GradientTape, enable_grad, grad, is_grad_enabled,  # noqa: E402
+                        no_grad)
+
+
+def _tensor_backward(self, gradient=None, create_graph: bool = False):
+    """Accumulate the gradient of this tensor into the ``.grad`` of the
+    leaves that require grad (``gradient`` defaults to ones)."""
+    _autograd.backward([self], None if gradient is None else [gradient], create_graph)
+
+
+Tensor.backward = _tensor_backward
+Tensor.is_leaf = property(lambda self: self._grad_fn is None,
+                          doc="True for tensors not produced by a recorded op.")
+
+
+def _detach(self):
+    """A tensor sharing storage with this one, outside any autograd graph."""
+    return self._alias()
+
+
+Tensor.detach = _detach
+
+
+def _requires_grad_(self, value: bool = True):
+    self.requires_grad = value
+    return self
+
+
+Tensor.requires_grad_ = _requires_grad_
+
 
 def manual_seed(seed: int) -> None:
     """Seed the global generator that random ops draw from when ``seed=-1``."""

@@ -85,12 +85,19 @@ def split(x, sizes, axis=0):
     """
     if isinstance(sizes, _numbers.Integral) and not isinstance(sizes, bool):
         n = int(sizes)
+        from .errors import InvalidArgumentError
         if n <= 0:
-            raise ValueError(f"split: the number of parts must be positive, got {n}")
-        dim = x.shape[axis] if x.ndim else 0
+            raise InvalidArgumentError(f"Split: the number of parts must be positive, got {n}",
+                                       op="Split")
+        if x.ndim == 0:
+            raise InvalidArgumentError("Split: cannot split a 0-d tensor", op="Split")
+        if not -x.ndim <= axis < x.ndim:
+            raise InvalidArgumentError(f"Split: axis {axis} is out of range for a tensor of "
+                                       f"rank {x.ndim}", op="Split")
+        dim = x.shape[axis]
         if dim % n:
-            raise ValueError(f"split: dimension {axis} of size {dim} does not divide into "
-                             f"{n} equal parts")
+            raise InvalidArgumentError(f"Split: axis {axis} of size {dim} does not divide into "
+                                       f"{n} equal parts (shape {list(x.shape)})", op="Split")
         sizes = [dim // n] * n
     return _split_op(x, sizes, axis)
 

@@ -67,6 +67,10 @@ class TensorImpl {
   bool is_contiguous() const;
   // The ABI view; valid while this tensor lives and is not reshaped.
   DgTensorView View() const;
+  // Autograd state, owned by the front end (opaque to the runtime).
+  bool requires_grad = false;
+  std::shared_ptr<void> autograd;
+
   // Rebinds to new metadata over the same storage (no copy).
   void SetMeta(DgDType dtype, Shape shape, Shape strides) {
     dtype_ = dtype;

@@ -75,7 +75,7 @@ AttrValue ConvertAttr(const OpSchema& op, const AttrSchema& a, py::handle v) {
       try {
         out.v.i = Hooks().dtype_code(v).cast<int64_t>();
       } catch (py::error_already_set& e) {
-        AttrError(op, a, dg::Str("expects a dtype: ", e.what()));
+        AttrError(op, a, dg::Str("expects a dtype: ", std::string(py::str(e.value()))));
       }
       break;
     }
@@ -237,13 +237,50 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
       std::vector<Tensor> in = reflected ? std::vector<Tensor>{bt, a} : std::vector<Tensor>{a, bt};
       std::vector<AttrValue> attrs;
       for (const AttrSchema& s : op->attrs) attrs.push_back(s.def);
-      return py::cast(std::move(Dispatch(*op, in, attrs, a->device())[0]));
+      std::vector<Tensor> out = Dispatch(*op, in, attrs, a->device());
+      MaybeRecord(*op, in, attrs, out);
+      return py::cast(std::move(out[0]));
     }
   }
   return Hooks().binary_slow(op->py_name, a, b, reflected);
 }
 
 }  // namespace
+
+GradState& Grad() {
+  thread_local GradState state;
+  return state;
+}
+
+py::object AttrToPy(const AttrValue& a) {
+  const DgAttrValue& v = a.v;
+  if (!v.present) return py::none();
+  switch (v.type) {
+    case DG_ATTR_INT: return py::int_(v.i);
+    case DG_ATTR_FLOAT: return py::float_(v.f);
+    case DG_ATTR_BOOL: return py::bool_(v.i != 0);
+    case DG_ATTR_STRING: return py::str(a.s);
+    case DG_ATTR_DTYPE: return py::str(DTypeName(static_cast<DgDType>(v.i)));
+    case DG_ATTR_INTS: return py::cast(a.ints);
+    case DG_ATTR_FLOATS: return py::cast(a.floats);
+  }
+  return py::none();
+}
+
+void MaybeRecord(const OpSchema& op, const std::vector<Tensor>& inputs,
+                 const std::vector<AttrValue>& attrs, const std::vector<Tensor>& outputs) {
+  GradState& g = Grad();
+  if (!g.enabled || (op.flags & DG_OP_NO_GRAD)) return;
+  bool needed = g.tapes > 0;
+  for (size_t i = 0; i < inputs.size() && !needed; ++i) needed = inputs[i]->requires_grad;
+  if (!needed || !Hooks().record) return;
+  py::list in, out;
+  for (const Tensor& t : inputs) in.append(py::cast(t));
+  for (const Tensor& t : outputs) out.append(py::cast(t));
+  py::dict attr_dict;
+  for (size_t i = 0; i < attrs.size(); ++i) attr_dict[py::str(op.attrs[i].name)] = AttrToPy(attrs[i]);
+  Hooks().record(op.name, in, attr_dict, out);
+}
 
 Tensor ToTensor(py::handle obj, const Tensor* like) {
   py::object dtype = py::none(), device = py::none();
@@ -275,7 +312,9 @@ void BindOps(py::module_& m) {
     std::vector<AttrValue> av = ConvertAttrs(op, attrs);
     DgDevice dev = kHost;
     if (!device.is_none()) dev = DeviceRegistry::Get().Parse(py::str(device));
-    return PackOutputs(op, Dispatch(*h.op, in, av, dev));
+    std::vector<Tensor> out = Dispatch(*h.op, in, av, dev);
+    MaybeRecord(op, in, av, out);
+    return PackOutputs(op, std::move(out));
   }, py::arg("op"), py::arg("inputs"), py::arg("attrs"), py::arg("device") = py::none());
   m.def("infer_shape", [](const std::string& name, py::list inputs, py::tuple attrs) {
     OpSchema& op = RequireOp(name);

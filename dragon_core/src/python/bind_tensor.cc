@@ -190,6 +190,27 @@ Tensor FromDLPackCapsule(py::capsule cap) {
                                       shape, strides);
 }
 
+// Autograd fields that hold Python objects; released with the GIL held.
+struct AutogradMeta {
+  py::object grad;
+  py::object grad_fn;
+  ~AutogradMeta() {
+    if (!Py_IsInitialized()) {
+      grad.release();
+      grad_fn.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    grad = py::object();
+    grad_fn = py::object();
+  }
+};
+
+AutogradMeta* Meta(TensorImpl& t) {
+  if (!t.autograd) t.autograd = std::make_shared<AutogradMeta>();
+  return static_cast<AutogradMeta*>(t.autograd.get());
+}
+
 }  // namespace
 
 DgDType DTypeFromNumpy(const py::dtype& dt) {
@@ -338,6 +359,46 @@ void BindTensor(py::module_& m) {
   cls.def("_same_storage", [](const TensorImpl& a, const TensorImpl& b) {
     return a.storage() == b.storage();
   });
+
+  // ---- autograd state (the engine is Python: dragon_core/_autograd.py) ----
+  cls.def_property("requires_grad",
+      [](const TensorImpl& t) { return t.requires_grad; },
+      [](TensorImpl& t, bool v) {
+        if (v && !(DG_MASK_FLOAT & DG_DTYPE_BIT(t.dtype())))
+          throw CoreError(DG_INVALID_ARGUMENT,
+                          dg::Str("only floating-point tensors can require gradients, got ",
+                                  DTypeName(t.dtype())));
+        t.requires_grad = v;
+      }, "Whether operations on this tensor are recorded for .backward().");
+  cls.def_property("grad",
+      [](const TensorImpl& t) -> py::object {
+        auto* m = static_cast<AutogradMeta*>(t.autograd.get());
+        return (m && m->grad) ? m->grad : py::none();
+      },
+      [](TensorImpl& t, py::object g) { Meta(t)->grad = g.is_none() ? py::object() : g; },
+      "The gradient accumulated by .backward() (None until then).");
+  cls.def_property("_grad_fn",
+      [](const TensorImpl& t) -> py::object {
+        auto* m = static_cast<AutogradMeta*>(t.autograd.get());
+        return (m && m->grad_fn) ? m->grad_fn : py::none();
+      },
+      [](TensorImpl& t, py::object g) { Meta(t)->grad_fn = g.is_none() ? py::object() : g; });
+  cls.def_property_readonly("_id", [](const TensorImpl& t) {
+    return reinterpret_cast<uintptr_t>(&t);
+  }, "Identity of the underlying tensor (stable while it lives).");
+  cls.def("_alias", [](const Tensor& t) {
+    return std::make_shared<TensorImpl>(t->storage(), t->byte_offset(), t->dtype(), t->shape(),
+                                        t->strides());
+  }, "A new tensor sharing storage, without autograd state.");
+  m.def("_set_grad_enabled", [](bool v) {
+    bool old = Grad().enabled;
+    Grad().enabled = v;
+    return old;
+  });
+  m.def("_is_grad_enabled", [] { return Grad().enabled; });
+  m.def("_tape_enter", [] { ++Grad().tapes; });
+  m.def("_tape_exit", [] { if (Grad().tapes > 0) --Grad().tapes; });
+  m.def("_set_record_hook", [](py::object f) { Hooks().record = f; });
 
   m.def("from_numpy", [](py::array arr) { return FromNumpy(arr, false); },
         "A zero-copy tensor over a host NumPy array (any strides).");

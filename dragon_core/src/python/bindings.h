@@ -24,7 +24,20 @@ struct PyHooks {
   py::object make_error;    // (code, kind, message, op, kernel, plugin) -> Exception
   py::object dtype_code;    // (obj) -> int
   py::object no_kernel_hint;// (op, device) -> str
+  py::object record;        // (op_name, inputs, attrs_dict, outputs) -> None
 };
+
+// Autograd recording state of this thread.
+struct GradState {
+  bool enabled = true;   // no_grad() turns it off
+  int tapes = 0;         // active GradientTapes
+};
+GradState& Grad();
+
+// Records `outputs = op(inputs; attrs)` for autograd when needed.
+void MaybeRecord(const OpSchema& op, const std::vector<Tensor>& inputs,
+                 const std::vector<AttrValue>& attrs, const std::vector<Tensor>& outputs);
+py::object AttrToPy(const AttrValue& a);
 PyHooks& Hooks();
 
 // numpy dtype <-> dtype code.

@@ -2,8 +2,10 @@
 
 :func:`op_case` declares an op test against a NumPy reference (see
 :mod:`dragon_sdk.testing.opcase`); :mod:`dragon_sdk.testing.plugin` is a
-pytest plugin with the shared fixtures (``rng``, ``device``). Enable it in a
-``conftest.py`` with ``pytest_plugins = ["dragon_sdk.testing.plugin"]``.
+pytest plugin with the shared fixtures (``rng``, ``device``). Enable it in
+the rootdir ``conftest.py`` with
+``pytest_plugins = ["dragon_sdk.testing.plugin"]`` (or import the fixtures
+into any ``conftest.py``).
 
 Nothing here imports ``dragon_core`` at import time.
 """
@@ -13,6 +15,7 @@ from dragon_sdk.testing.opcase import (
     BASE_TOLERANCES,
     DEVICE_ENV,
     FLOAT_DTYPES,
+    HALF_DTYPES,
     INT_DTYPES,
     LAYOUTS,
     NUMERIC_DTYPES,

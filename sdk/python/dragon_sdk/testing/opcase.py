@@ -26,10 +26,10 @@ The test device is ``"cpu"`` unless the environment variable
 device. ``dragon_core`` is imported lazily, inside the functions that need it,
 so importing this module (and collecting tests) never loads the runtime.
 
-Gradient checks (``case.check_grad(wrt=[0])``, central finite differences in
-float64 against the op's registered gradient rule) belong on :class:`OpCase`
-beside :meth:`OpCase.check_forward`; they will be added together with
-autograd, and every existing ``op_case`` test can then call them unchanged.
+Gradient checks: ``case.check_grad(wrt=[0])`` compares the op's gradient rule
+with central finite differences in float64; ``case.check_grad(order=2)``
+checks a Hessian-vector product through nested tapes (the rule is itself
+differentiable and right).
 """
 
 from __future__ import annotations
@@ -48,11 +48,16 @@ import numpy as np
 #: Environment variable naming the device the op suite runs on.
 DEVICE_ENV = "DRAGON_TEST_DEVICE"
 
+# Dtype groups of docs/ops.md, as the kernels must cover them: "float" is
+# float32 and float64 (schemas also admit the 16-bit floats, where a plugin
+# may add kernels), "numeric" adds the integers, "all" adds bool.
 FLOAT_DTYPES = ("float32", "float64")
 SIGNED_INT_DTYPES = ("int8", "int16", "int32", "int64")
 INT_DTYPES = SIGNED_INT_DTYPES + ("uint8",)
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
 ALL_DTYPES = NUMERIC_DTYPES + ("bool",)
+#: The 16-bit floats (bfloat16 through ml_dtypes on the NumPy side).
+HALF_DTYPES = ("float16", "bfloat16")
 
 #: Base (rtol, atol) per floating dtype, for a correctly rounded operation.
 #: Ops built from transcendental functions or long accumulations pass
@@ -222,6 +227,7 @@ class _Described:
     def __init__(self, desc: Mapping[str, Any]):
         self.py_name = desc.get("py_name")
         self.name = desc.get("name")
+        self.inputs = desc.get("inputs", [])
 
 
 def infer_shape(op: str, inputs: Any, attrs: Mapping[str, Any]):
@@ -305,6 +311,12 @@ def _attrs_id(attrs: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={_short(v)}" for k, v in attrs.items())
 
 
+def _all_scalar(shape: Any) -> bool:
+    if any(isinstance(d, (list, tuple)) for d in shape):
+        return all(_all_scalar(s) for s in shape)
+    return len(shape) == 0
+
+
 def _shape_id(shape: Any) -> str:
     if shape is None:
         return ""
@@ -329,7 +341,8 @@ class OpCase:
     shape : tuple of int or None
         The shape given to ``inputs`` when the test lists ``shapes``.
     layout : str
-        ``"contiguous"`` or ``"strided"`` (inputs are non-contiguous views).
+        ``"contiguous"``, ``"strided"`` (inputs are non-contiguous views) or
+        ``"given"`` (:meth:`OpCase.of`: the inputs exactly as passed).
     device : str
         The device the op runs on.
     """
@@ -515,6 +528,111 @@ class OpCase:
                 a, b, err_msg=f"{where}: the op modified input {i}")
         return results
 
+    # -- gradients -----------------------------------------------------------
+
+    def _grad_inputs(self, wrt: Sequence[int] | None) -> list:
+        desc = _schema(self.op)
+        if wrt is not None:
+            return list(wrt)
+        out = []
+        for i, a in enumerate(_flatten(self.arrays())):
+            spec = desc.inputs[min(i, len(desc.inputs) - 1)]
+            if not spec["no_grad"] and a.dtype.kind == "f":
+                out.append(i)
+        return out
+
+    def _loss_fn(self, cotangents_seed: int):
+        """L(xs) = sum_i <out_i(xs), c_i> in float64 with fixed random c_i."""
+        import dragon_core as dg
+        fn = self.function()
+
+        def loss(tensors):
+            out = fn(*tensors, **self.attrs)
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            rng = np.random.default_rng(cotangents_seed)
+            total = None
+            for o in outs:
+                if not o.dtype.is_floating_point:
+                    continue
+                c = dg.tensor(rng.standard_normal(o.shape).astype(np.float64), device=self.device)
+                term = dg.ops.sum(o * c)
+                total = term if total is None else total + term
+            return total
+        return loss
+
+    def _float64_arrays(self) -> list:
+        arrays = [np.array(a, copy=True) for a in _flatten(self.arrays())]
+        return [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
+
+    def check_grad(self, wrt: Sequence[int] | None = None, *, order: int = 1,
+                   eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-7) -> None:
+        """Check the op's gradient rule against central finite differences.
+
+        The check runs in float64 whatever the case dtype. With ``order=2``
+        it checks the gradient of ``<dL/dx, v>`` (a Hessian-vector product
+        through nested tapes), i.e. that the gradient rule is itself
+        differentiable and correct.
+
+        Parameters
+        ----------
+        wrt : list of int, optional
+            Input indices to differentiate (default: every float input the
+            schema does not mark no-grad).
+        order : {1, 2}
+            The derivative order checked.
+        """
+        import dragon_core as dg
+        where = f"{self.op}[{self.id}] grad order {order}"
+        idx = self._grad_inputs(wrt)
+        assert idx, f"{where}: no differentiable input to check"
+        base = self._float64_arrays()
+        loss = self._loss_fn(zlib.crc32(where.encode()))
+        probe_rng = np.random.default_rng(zlib.crc32((where + "v").encode()))
+        probes = [probe_rng.standard_normal(base[i].shape) for i in idx]
+
+        def objective(arrays, analytic: bool):
+            """The scalar checked (float) or, analytically, its gradients."""
+            tensors = [dg.tensor(a, device=self.device) for a in arrays]
+            if order == 1:
+                if not analytic:
+                    value = loss(tensors)
+                    return float(value.item())
+                with dg.GradientTape() as tape:
+                    tape.watch([tensors[i] for i in idx])
+                    value = loss(tensors)
+                return tape.gradient(value, [tensors[i] for i in idx])
+            with dg.GradientTape() as outer:
+                outer.watch([tensors[i] for i in idx])
+                with dg.GradientTape() as inner:
+                    inner.watch([tensors[i] for i in idx])
+                    value = loss(tensors)
+                grads = inner.gradient(value, [tensors[i] for i in idx],
+                                       unconnected_gradients="zero")
+                hv = None
+                for g, v in zip(grads, probes):
+                    term = dg.ops.sum(g * dg.tensor(v, device=self.device))
+                    hv = term if hv is None else hv + term
+            if not analytic:
+                return float(hv.item())
+            return outer.gradient(hv, [tensors[i] for i in idx])
+
+        analytic = objective(base, analytic=True)
+        for k, i in enumerate(idx):
+            got = analytic[k]
+            got = np.zeros(base[i].shape) if got is None else to_numpy(got)
+            numeric = np.zeros(base[i].shape)
+            flat = numeric.reshape(-1)
+            for j in range(flat.size):
+                plus = [a.copy() for a in base]
+                minus = [a.copy() for a in base]
+                plus[i].reshape(-1)[j] += eps
+                minus[i].reshape(-1)[j] -= eps
+                flat[j] = (objective(plus, False) - objective(minus, False)) / (2 * eps)
+            np.testing.assert_allclose(
+                got, numeric, rtol=rtol, atol=atol,
+                err_msg=f"{where}: analytic gradient of input {i} differs from finite "
+                        "differences")
+
 
 def _takes(fn: Callable, name: str) -> bool:
     try:
@@ -593,13 +711,17 @@ def op_case(op: str, *, inputs: Callable, reference: Callable | None = None,
     """
     import pytest
 
+    unknown = set(layouts) - set(LAYOUTS)
+    if unknown:
+        raise ValueError(f"op_case({op!r}): unknown layouts {sorted(unknown)}; "
+                         f"use {list(LAYOUTS)}")
     attr_sets = [dict(a) for a in (attrs if attrs is not None else [{}])]
     shape_list = [tuple(s) for s in shapes] if shapes is not None else [None]
     params = []
     for dt, at, sh, lay in itertools.product(dtypes, attr_sets, shape_list,
                                              layouts):
-        if lay == "strided" and sh is not None and len(sh) == 0:
-            continue  # a 0-d input has no layout to vary
+        if lay == "strided" and sh is not None and _all_scalar(sh):
+            continue  # 0-d inputs have no layout to vary
         parts = [dt, _attrs_id(at)]
         if sh is not None:
             parts.append(_shape_id(sh))

@@ -1,0 +1,379 @@
+"""Reverse-mode automatic differentiation.
+
+Two front ends share one engine:
+
+* ``GradientTape`` (TensorFlow style): ops run inside ``with tape:`` whose
+  inputs are watched (or derived from watched tensors) are recorded on the
+  tape; ``tape.gradient(target, sources)`` differentiates them.
+* ``requires_grad`` leaves (PyTorch style): any op with an input that
+  requires grad records a :class:`Node` as its outputs' ``_grad_fn``;
+  ``y.backward()`` accumulates ``.grad`` on the leaves.
+
+Gradient rules are Python functions built from ops (see ``_grads/``), so the
+backward pass is itself recorded when asked to (``create_graph=True`` or an
+outer tape), which gives higher-order gradients.
+
+A node keeps its inputs (needed by the rules) but never its outputs: rules
+recompute what they need from the inputs, so no reference cycle runs through
+a tensor's ``_grad_fn``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from . import _C
+from .errors import InvalidArgumentError
+
+_RULES: dict = {}
+_local = threading.local()
+
+
+def gradient(op_name: str):
+    """Register the gradient rule of ``op_name``.
+
+    The rule is called as ``rule(node, *dys)`` with one output gradient per
+    output (never None: missing ones are zeros) and returns a list with one
+    entry per input: a tensor of the input's shape, or None where the input
+    gets no gradient. Rules must be written with differentiable ops.
+    """
+    def register(fn):
+        if op_name in _RULES:
+            raise ValueError(f"a gradient rule for {op_name} is already registered")
+        _RULES[op_name] = fn
+        return fn
+    return register
+
+
+def has_gradient(op_name: str) -> bool:
+    """Whether ``op_name`` has a registered gradient rule."""
+    return op_name in _RULES
+
+
+class Node:
+    """One recorded op application."""
+
+    __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "__weakref__")
+
+    def __init__(self, op, inputs, attrs, outputs):
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs
+        self.out_ids = [o._id for o in outputs]
+        self.out_meta = [(o.shape, o._dtype_code, o._device_name, o._device_index)
+                         for o in outputs]
+
+    def __repr__(self):
+        return f"<Node {self.op} inputs={[tuple(i.shape) for i in self.inputs]}>"
+
+
+def _tapes() -> list:
+    stack = getattr(_local, "tapes", None)
+    if stack is None:
+        stack = _local.tapes = []
+    return stack
+
+
+def _record(op, inputs, attrs, outputs):
+    """Called by the core after an op ran while recording is needed."""
+    node = None
+    for tape in _tapes():
+        if tape._recording and any(i._id in tape._tracked for i in inputs):
+            if node is None:
+                node = Node(op, inputs, attrs, outputs)
+            tape._add(node, outputs)
+    if any(i.requires_grad for i in inputs):
+        if node is None:
+            node = Node(op, inputs, attrs, outputs)
+        for o in outputs:
+            if o.dtype.is_floating_point:
+                o.requires_grad = True
+                o._grad_fn = node
+
+
+_C._set_record_hook(_record)
+
+
+# ---------------------------------------------------------------- grad mode
+
+@contextlib.contextmanager
+def no_grad():
+    """Within the block, ops are not recorded for autograd."""
+    old = _C._set_grad_enabled(False)
+    try:
+        yield
+    finally:
+        _C._set_grad_enabled(old)
+
+
+@contextlib.contextmanager
+def enable_grad():
+    """Within the block, recording is on (e.g. inside :func:`no_grad`)."""
+    old = _C._set_grad_enabled(True)
+    try:
+        yield
+    finally:
+        _C._set_grad_enabled(old)
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops are currently recorded for autograd."""
+    return _C._is_grad_enabled()
+
+
+# ---------------------------------------------------------------- engine
+
+def _zeros_like_meta(meta):
+    from . import ops
+    shape, dtype, dev, idx = meta
+    return ops.fill(list(shape), 0.0, dtype, device=f"{dev}:{idx}")
+
+
+def _accumulate(grads: dict, key, value):
+    old = grads.get(key)
+    grads[key] = value if old is None else old + value
+
+
+def _check_grad_shape(node, i, inp, dx):
+    if tuple(dx.shape) != tuple(inp.shape):
+        raise InvalidArgumentError(
+            f"gradient rule of {node.op} returned shape {tuple(dx.shape)} for input {i}, "
+            f"whose shape is {tuple(inp.shape)}")
+
+
+def _run_backward(nodes, grads: dict, create_graph: bool):
+    """Back-propagate ``grads`` (tensor id -> gradient) through ``nodes``,
+    which are in execution order; returns the updated dict."""
+    ctx = contextlib.nullcontext() if create_graph else no_grad()
+    with ctx:
+        for node in reversed(nodes):
+            dys = [grads.get(k) for k in node.out_ids]
+            if all(d is None for d in dys):
+                continue
+            rule = _RULES.get(node.op)
+            if rule is None:
+                raise NotImplementedError(
+                    f"no gradient rule for op {node.op}; it cannot be differentiated yet")
+            dys = [d if d is not None else _zeros_like_meta(m)
+                   for d, m in zip(dys, node.out_meta)]
+            dxs = rule(node, *dys)
+            if len(dxs) != len(node.inputs):
+                raise InvalidArgumentError(
+                    f"gradient rule of {node.op} returned {len(dxs)} gradients for "
+                    f"{len(node.inputs)} inputs")
+            for i, (inp, dx) in enumerate(zip(node.inputs, dxs)):
+                if dx is None or not inp.dtype.is_floating_point:
+                    continue
+                _check_grad_shape(node, i, inp, dx)
+                _accumulate(grads, inp._id, dx)
+    return grads
+
+
+def _initial_grads(targets, output_gradients):
+    from ._tensor import Tensor
+    from . import ops
+    if isinstance(targets, Tensor):
+        targets = [targets]
+    if output_gradients is None:
+        output_gradients = [None] * len(targets)
+    elif isinstance(output_gradients, Tensor):
+        output_gradients = [output_gradients]
+    if len(output_gradients) != len(targets):
+        raise InvalidArgumentError(f"{len(targets)} targets but {len(output_gradients)} "
+                                   "output gradients")
+    grads = {}
+    for t, g in zip(targets, output_gradients):
+        if g is None:
+            g = ops.fill(list(t.shape), 1.0, t.dtype, device=str(t.device))
+        elif tuple(g.shape) != tuple(t.shape):
+            raise InvalidArgumentError(f"output gradient of shape {tuple(g.shape)} for a "
+                                       f"target of shape {tuple(t.shape)}")
+        _accumulate(grads, t._id, g)
+    return targets, grads
+
+
+def _graph_nodes(targets):
+    """Nodes reachable from the targets' ``_grad_fn``, in execution order."""
+    order, seen = [], set()
+    stack = [(t._grad_fn, False) for t in targets if t._grad_fn is not None]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for inp in node.inputs:
+            fn = inp._grad_fn
+            if fn is not None and id(fn) not in seen:
+                stack.append((fn, False))
+    return order
+
+
+def backward(targets, grad_tensors=None, create_graph: bool = False):
+    """Accumulate gradients of ``targets`` into the ``.grad`` of the leaves
+    that require grad (PyTorch's ``autograd.backward``)."""
+    targets, grads = _initial_grads(targets, grad_tensors)
+    for t in targets:
+        if not t.requires_grad:
+            raise InvalidArgumentError("backward(): the target does not require grad; "
+                                       "set requires_grad=True on a leaf it depends on")
+    nodes = _graph_nodes(targets)
+    _run_backward(nodes, grads, create_graph)
+    leaves = {}
+    for node in nodes:
+        for inp in node.inputs:
+            if inp.requires_grad and inp._grad_fn is None:
+                leaves[inp._id] = inp
+    for key, leaf in leaves.items():
+        g = grads.get(key)
+        if g is None:
+            continue
+        if not create_graph:
+            g = g._alias()
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
+         allow_unused: bool = False):
+    """Gradients of ``outputs`` with respect to ``inputs`` (PyTorch's
+    ``autograd.grad``); nothing is accumulated into ``.grad``."""
+    from ._tensor import Tensor
+    single = isinstance(inputs, Tensor)
+    inputs = [inputs] if single else list(inputs)
+    targets, grads = _initial_grads(outputs, grad_outputs)
+    nodes = _graph_nodes(targets)
+    _run_backward(nodes, grads, create_graph)
+    out = []
+    for x in inputs:
+        g = grads.get(x._id)
+        if g is None and not allow_unused:
+            raise InvalidArgumentError("grad(): an input was not used to compute the outputs "
+                                       "(pass allow_unused=True to get None)")
+        out.append(g)
+    return out[0] if single else out
+
+
+class GradientTape:
+    """Record operations for automatic differentiation (TensorFlow style).
+
+    Parameters
+    ----------
+    persistent : bool, default False
+        Allow several calls to :meth:`gradient`.
+    watch_accessed_variables : bool, default True
+        Watch tensors that require grad automatically when they are used.
+
+    Examples
+    --------
+    >>> import dragon_core as dg
+    >>> x = dg.tensor(3.0)
+    >>> with dg.GradientTape() as tape:
+    ...     tape.watch(x)
+    ...     y = x * x
+    >>> float(tape.gradient(y, x))
+    6.0
+    """
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True):
+        self.persistent = persistent
+        self.watch_accessed_variables = watch_accessed_variables
+        self._tracked: set = set()
+        self._keep: list = []     # keeps tracked tensors alive so ids stay unique
+        self._nodes: list = []
+        self._recording = False
+        self._used = False
+
+    def watch(self, tensor) -> None:
+        """Track ``tensor`` (or a list of tensors) as a differentiation source."""
+        tensors = tensor if isinstance(tensor, (list, tuple)) else [tensor]
+        for t in tensors:
+            if not t.dtype.is_floating_point:
+                raise InvalidArgumentError(f"can only watch floating-point tensors, got {t.dtype}")
+            self._tracked.add(t._id)
+            self._keep.append(t)
+
+    def _add(self, node, outputs):
+        self._nodes.append(node)
+        for o in outputs:
+            if o.dtype.is_floating_point:
+                self._tracked.add(o._id)
+                self._keep.append(o)
+
+    def __enter__(self) -> "GradientTape":
+        if self._recording:
+            raise RuntimeError("this GradientTape is already recording")
+        self._recording = True
+        _tapes().append(self)
+        _C._tape_enter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop()
+
+    def _stop(self):
+        if self._recording:
+            self._recording = False
+            _tapes().remove(self)
+            _C._tape_exit()
+
+    @contextlib.contextmanager
+    def stop_recording(self):
+        """Temporarily stop recording on this tape."""
+        was = self._recording
+        self._recording = False
+        try:
+            yield
+        finally:
+            self._recording = was
+
+    def reset(self) -> None:
+        """Forget everything recorded so far."""
+        self._tracked.clear()
+        self._keep.clear()
+        self._nodes.clear()
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients: str = "none"):
+        """Gradients of ``target`` with respect to ``sources``.
+
+        Parameters
+        ----------
+        target : Tensor or list of Tensor
+        sources : Tensor or (nested) list of Tensor
+        output_gradients : Tensor or list of Tensor, optional
+            Gradients of the targets (default: ones).
+        unconnected_gradients : {"none", "zero"}
+            What to return for a source the target does not depend on.
+
+        Returns
+        -------
+        Tensor or list of Tensor, matching ``sources``.
+        """
+        from ._tensor import Tensor
+        from . import ops
+        if self._used and not self.persistent:
+            raise RuntimeError("a non-persistent GradientTape can only compute gradients once; "
+                               "use GradientTape(persistent=True)")
+        self._used = True
+        single = isinstance(sources, Tensor)
+        srcs = [sources] if single else list(sources)
+        targets, grads = _initial_grads(target, output_gradients)
+        # Differentiating inside an active outer tape records the backward ops
+        # there (higher order); ops are not recorded on this tape itself.
+        outer = any(t._recording for t in _tapes() if t is not self)
+        nodes = list(self._nodes)
+        with self.stop_recording():
+            _run_backward(nodes, grads, create_graph=outer)
+        if not self.persistent:
+            self._stop()
+        out = []
+        for s in srcs:
+            g = grads.get(s._id)
+            if g is None and unconnected_gradients == "zero":
+                g = ops.fill(list(s.shape), 0.0, s.dtype, device=str(s.device))
+            out.append(g)
+        return out[0] if single else out

@@ -1,0 +1,8 @@
+"""Gradient rules of the standard ops, one module per op family.
+
+Every rule is a composition of ops (so it is differentiable again) and is
+registered with :func:`dragon_core._autograd.gradient`.
+"""
+
+from . import _util  # noqa: F401
+from . import arithmetic  # noqa: F401

@@ -1,0 +1,31 @@
+"""DRAGON_STRICT=1: missing kernels are import-time errors, not run-time surprises."""
+
+import os
+import subprocess
+import sys
+
+
+def _run(env_extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGON_")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", "import dragon_core; print('ok')"],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_strict_without_any_kernel_plugin_fails_at_import():
+    proc = _run({"DRAGON_DISABLE_PLUGINS": "all", "DRAGON_STRICT": "1"})
+    assert proc.returncode != 0
+    assert "have no kernel on any device" in proc.stderr
+    assert "Add" in proc.stderr
+    assert "pip install dragon-cpu-eigen" in proc.stderr or "re-enable" in proc.stderr
+
+
+def test_same_setup_without_strict_imports():
+    proc = _run({"DRAGON_DISABLE_PLUGINS": "all"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_strict_with_cpu_eigen_imports():
+    proc = _run({"DRAGON_STRICT": "1"})
+    assert proc.returncode == 0, proc.stderr

@@ -71,6 +71,8 @@ def _requires_grad_(self, value: bool = True):
 
 Tensor.requires_grad_ = _requires_grad_
 
+from ._graph import Function, function, load_graph, save_graph  # noqa: E402
+
 
 def manual_seed(seed: int) -> None:
     """Seed the global generator that random ops draw from when ``seed=-1``."""

@@ -60,6 +60,9 @@ def _convert(data, dt=None, device=None) -> Tensor:
                 out = _C.call(_C.op("Cast"), (out,), (dt.code,))
         else:
             out = _C._from_numpy_copy(_numpy_of(data, dt))
+            if _C._is_tracing():
+                from ._graph.function import note_created
+                note_created(out)
     if device is not None:
         dev = Device.parse(device)
         if str(dev) != f"{out._device_name}:{out._device_index}":
@@ -299,6 +302,21 @@ def _install():
     T.cpu = lambda self: self.to("cpu")
     T.cpu.__doc__ = "Return a copy on the host (or ``self`` if already there)."
     T.astype = lambda self, dt: self.to(None, dt)
+
+    def assign(self, value):
+        """Make this tensor hold ``value`` (same shape and dtype), in place.
+
+        Inside a ``@function`` the assignment becomes a state update of the
+        graph: the variable takes the new value after each run.
+        """
+        if not isinstance(value, Tensor):
+            value = _convert(value, self.dtype, self.device)
+        if _C._is_tracing():
+            from ._graph.function import note_assign
+            note_assign(self, value)
+        self._rebind(value)
+        return self
+    T.assign = assign
 
     def item(self):
         """The value of a one-element tensor as a Python scalar."""

@@ -163,7 +163,8 @@ Tensor MakeContiguous(const Tensor& t) {
 }
 
 std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
-                             std::vector<AttrValue>& attrs, DgDevice device) {
+                             std::vector<AttrValue>& attrs, DgDevice device,
+                             const std::vector<Tensor>* preset) {
   const size_t n = inputs.size();
   CheckArity(op, n, &inputs);
   // Devices: every input on one device.
@@ -239,7 +240,18 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   // Outputs from the device's caching allocator.
   std::vector<Tensor> outputs;
   outputs.reserve(inferred.size());
-  for (auto& o : inferred) outputs.push_back(TensorImpl::Empty(device, o.dtype, o.shape));
+  for (size_t i = 0; i < inferred.size(); ++i) {
+    auto& o = inferred[i];
+    const Tensor* p = (preset && i < preset->size() && (*preset)[i]) ? &(*preset)[i] : nullptr;
+    size_t need = static_cast<size_t>(NumElements(o.shape)) * DTypeSize(o.dtype);
+    if (p && SameDevice((*p)->device(), device) && (*p)->byte_offset() == 0 &&
+        (*p)->storage()->bytes() >= need && !(*p)->storage()->external()) {
+      outputs.push_back(std::make_shared<TensorImpl>((*p)->storage(), 0, o.dtype, o.shape,
+                                                     ContiguousStrides(o.shape)));
+    } else {
+      outputs.push_back(TensorImpl::Empty(device, o.dtype, o.shape));
+    }
+  }
 
   // The frame.
   SmallVector<DgTensorView, 4> out_views(outputs.size());

@@ -18,8 +18,13 @@ struct InferredOutput {
 
 // Runs `op` on `inputs` with `attrs` (schema order, complete). Ops without
 // inputs run on `device`. Throws CoreError with full context.
+// `preset`, when given, may hold for output i a tensor whose storage the
+// output must be written into (a planned buffer or an input being
+// overwritten in place); it is used only when it is on the right device,
+// has the output's dtype and is large enough.
 std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
-                             std::vector<AttrValue>& attrs, DgDevice device);
+                             std::vector<AttrValue>& attrs, DgDevice device,
+                             const std::vector<Tensor>* preset = nullptr);
 
 // Shape/dtype inference alone, for metadata-only inputs.
 std::vector<InferredOutput> InferShapes(OpSchema& op,

@@ -1,4 +1,4 @@
-// Shape ops that select or add elements: Slice, Gather, Pad.
+// Shape ops that select or add elements: Slice, Gather, ScatterAdd, Pad.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -73,6 +73,28 @@ void GatherShape(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), out);
 }
 
+// ScatterAdd(x, indices, updates): x's shape and dtype. updates must have
+// x's dtype and the shape Gather(x, indices, axis) would produce.
+void ScatterAddShape(dg::InferContext& ctx) {
+  const dg::TensorRef x = ctx.input(0), updates = ctx.input(2);
+  const Shape in = x.shape(), idx = ctx.input(1).shape(),
+              upd = updates.shape();
+  DG_CHECK(!in.empty(), DG_INVALID_ARGUMENT,
+           "cannot scatter into a 0-d tensor");
+  const int64_t axis = NormalizeAxis(ctx.i("axis"), Rank(in));
+  DG_CHECK(updates.dtype() == x.dtype(), DG_INVALID_ARGUMENT,
+           "updates must have x's dtype ", dg::DTypeName(x.dtype()), ", got ",
+           dg::DTypeName(updates.dtype()));
+  Shape want(in.begin(), in.begin() + axis);
+  want.insert(want.end(), idx.begin(), idx.end());
+  want.insert(want.end(), in.begin() + axis + 1, in.end());
+  DG_CHECK(upd == want, DG_INVALID_ARGUMENT, "updates has shape ",
+           ShapeStr(upd), " but x shape ", ShapeStr(in), ", indices shape ",
+           ShapeStr(idx), " and axis ", axis, " need ", ShapeStr(want),
+           " (x.shape[:axis] + indices.shape + x.shape[axis+1:])");
+  ctx.set_output(0, x.dtype(), in);
+}
+
 void PadShape(dg::InferContext& ctx) {
   const Shape in = ctx.input(0).shape();
   const std::vector<int64_t> pads = ctx.ints("pads");
@@ -139,6 +161,22 @@ DG_OP(Gather)
     .Output("y", dg::kAll, 0, "Gathered values, x's dtype.")
     .Attr("axis", int64_t{0}, "Axis of x to index.")
     .Shape(GatherShape);
+
+DG_OP(ScatterAdd)
+    .Doc("Adds slices of updates into a copy of x along an axis at the given "
+         "indices: for every position p of indices, "
+         "y[..., indices[p], ...] += updates[..., p, ...]. updates has shape "
+         "x.shape[:axis] + indices.shape + x.shape[axis+1:]; repeated "
+         "indices accumulate; negative indices count from the end.")
+    .Input("x", dg::kNumeric, 0, "Tensor to add into, rank >= 1.")
+    .Input("indices", dg::Bit(DG_INT32) | dg::Bit(DG_INT64), DG_ARG_NO_GRAD,
+           "Indices into axis, in [-dim, dim).")
+    .Input("updates", dg::kNumeric, 0,
+           "Values to add, x's dtype, shape "
+           "x.shape[:axis] + indices.shape + x.shape[axis+1:].")
+    .Output("y", dg::kNumeric, 0, "x plus the scattered updates, x's dtype.")
+    .Attr("axis", int64_t{0}, "Axis of x to index.")
+    .Shape(ScatterAddShape);
 
 DG_OP(Pad)
     .Doc("Pads each axis of x before and after, as NumPy pad: with a "

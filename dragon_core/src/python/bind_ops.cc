@@ -139,6 +139,10 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
       if (!like) like = &out[i];
     }
   }
+  // Python scalars take the dtype of the dispatch input when it is a
+  // tensor (Where(cond, x, 0.0): 0.0 becomes x's dtype, not bool).
+  size_t d = static_cast<size_t>(op.dispatch_input);
+  if (d < out.size() && out[d]) like = &out[d];
   for (size_t i = 0; i < flat.size(); ++i)
     if (!out[i]) out[i] = ToTensor(flat[i], like);
   return out;
@@ -247,6 +251,10 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
 
 }  // namespace
 
+std::vector<AttrValue> ConvertAttrsFor(const OpSchema& op, py::handle attrs) {
+  return ConvertAttrs(op, attrs);
+}
+
 GradState& Grad() {
   thread_local GradState state;
   return state;
@@ -270,16 +278,20 @@ py::object AttrToPy(const AttrValue& a) {
 void MaybeRecord(const OpSchema& op, const std::vector<Tensor>& inputs,
                  const std::vector<AttrValue>& attrs, const std::vector<Tensor>& outputs) {
   GradState& g = Grad();
-  if (!g.enabled || (op.flags & DG_OP_NO_GRAD)) return;
-  bool needed = g.tapes > 0;
-  for (size_t i = 0; i < inputs.size() && !needed; ++i) needed = inputs[i]->requires_grad;
-  if (!needed || !Hooks().record) return;
+  bool trace = g.tracing > 0 && Hooks().trace;
+  bool needed = g.enabled && !(op.flags & DG_OP_NO_GRAD) && Hooks().record;
+  if (needed) {
+    needed = g.tapes > 0;
+    for (size_t i = 0; i < inputs.size() && !needed; ++i) needed = inputs[i]->requires_grad;
+  }
+  if (!needed && !trace) return;
   py::list in, out;
   for (const Tensor& t : inputs) in.append(py::cast(t));
   for (const Tensor& t : outputs) out.append(py::cast(t));
   py::dict attr_dict;
   for (size_t i = 0; i < attrs.size(); ++i) attr_dict[py::str(op.attrs[i].name)] = AttrToPy(attrs[i]);
-  Hooks().record(op.name, in, attr_dict, out);
+  if (trace) Hooks().trace(op.name, in, attr_dict, out);
+  if (needed) Hooks().record(op.name, in, attr_dict, out);
 }
 
 Tensor ToTensor(py::handle obj, const Tensor* like) {
@@ -312,7 +324,11 @@ void BindOps(py::module_& m) {
     std::vector<AttrValue> av = ConvertAttrs(op, attrs);
     DgDevice dev = kHost;
     if (!device.is_none()) dev = DeviceRegistry::Get().Parse(py::str(device));
+    // Random ops draw a seed when theirs is -1; the record keeps -1 so a
+    // traced graph draws a fresh one at every run.
+    int64_t seed = op.seed_attr >= 0 ? av[op.seed_attr].v.i : 0;
     std::vector<Tensor> out = Dispatch(*h.op, in, av, dev);
+    if (op.seed_attr >= 0) av[op.seed_attr].v.i = seed;
     MaybeRecord(op, in, av, out);
     return PackOutputs(op, std::move(out));
   }, py::arg("op"), py::arg("inputs"), py::arg("attrs"), py::arg("device") = py::none());

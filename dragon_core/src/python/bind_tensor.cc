@@ -399,6 +399,27 @@ void BindTensor(py::module_& m) {
   m.def("_tape_enter", [] { ++Grad().tapes; });
   m.def("_tape_exit", [] { if (Grad().tapes > 0) --Grad().tapes; });
   m.def("_set_record_hook", [](py::object f) { Hooks().record = f; });
+  m.def("_set_trace_hook", [](py::object f) { Hooks().trace = f; });
+  m.def("_trace_enter", [] { ++Grad().tracing; });
+  m.def("_is_tracing", [] { return Grad().tracing > 0; });
+  m.def("_trace_exit", [] { if (Grad().tracing > 0) --Grad().tracing; });
+  cls.def("_rebind", [](TensorImpl& self, const Tensor& other) {
+    if (!SameDevice(self.device(), other->device()))
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("assign: the value is on ", DeviceRegistry::Get().Name(other->device()),
+                              ", the tensor on ", DeviceRegistry::Get().Name(self.device())));
+    if (self.dtype() != other->dtype() || self.shape() != other->shape())
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("assign: the value is ", DTypeName(other->dtype()),
+                              ShapeToString(other->shape()), ", the tensor is ",
+                              DTypeName(self.dtype()), ShapeToString(self.shape())));
+    bool requires_grad = self.requires_grad;
+    auto autograd = self.autograd;
+    self = TensorImpl(other->storage(), other->byte_offset(), other->dtype(), other->shape(),
+                      other->strides());
+    self.requires_grad = requires_grad;
+    self.autograd = autograd;
+  }, "Make this tensor refer to `other`'s storage and metadata (used by assign).");
 
   m.def("from_numpy", [](py::array arr) { return FromNumpy(arr, false); },
         "A zero-copy tensor over a host NumPy array (any strides).");

@@ -16,6 +16,7 @@ namespace py = pybind11;
 void BindTensor(py::module_& m);
 void BindOps(py::module_& m);
 void BindPlugins(py::module_& m);
+void BindGraph(py::module_& m);
 
 // Python callbacks installed by dragon_core at import.
 struct PyHooks {
@@ -25,12 +26,14 @@ struct PyHooks {
   py::object dtype_code;    // (obj) -> int
   py::object no_kernel_hint;// (op, device) -> str
   py::object record;        // (op_name, inputs, attrs_dict, outputs) -> None
+  py::object trace;         // same signature: graph-mode tracing
 };
 
 // Autograd recording state of this thread.
 struct GradState {
   bool enabled = true;   // no_grad() turns it off
   int tapes = 0;         // active GradientTapes
+  int tracing = 0;       // active graph traces (every op is reported)
 };
 GradState& Grad();
 

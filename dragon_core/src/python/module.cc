@@ -38,6 +38,7 @@ PYBIND11_MODULE(_C, m) {
   BindTensor(m);
   BindOps(m);
   BindPlugins(m);
+  BindGraph(m);
 
   m.def("_set_hooks", [](py::object convert, py::object binary_slow, py::object make_error,
                          py::object dtype_code) {

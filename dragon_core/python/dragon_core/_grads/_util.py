@@ -10,7 +10,20 @@ def ops():
 
 def unbroadcast(g, shape):
     """Sum ``g`` over the axes that broadcasting added or stretched so that
-    it has ``shape`` (the inverse of NumPy broadcasting)."""
+    it has ``shape`` (the inverse of NumPy broadcasting).
+
+    Parameters
+    ----------
+    g : Tensor
+        A gradient with the broadcast shape.
+    shape : tuple of int
+        The shape of the operand before broadcasting.
+
+    Returns
+    -------
+    Tensor
+        ``g`` itself when the shapes already agree, else a tensor of ``shape``.
+    """
     shape = tuple(shape)
     if tuple(g.shape) == shape:
         return g
@@ -22,8 +35,63 @@ def unbroadcast(g, shape):
             axes.append(lead + i)
     if axes:
         g = o.sum(g, axes, keepdims=True)
-    if lead:
-        g = o.reshape(g, list(shape))
-    elif tuple(g.shape) != shape:
+    if tuple(g.shape) != shape:
         g = o.reshape(g, list(shape))
     return g
+
+
+def reduced_axes(axes, ndim: int) -> list:
+    """The sorted, non-negative axes a reduction attribute names.
+
+    Parameters
+    ----------
+    axes : list of int or None
+        The ``axes`` attribute: None reduces every axis, ``[]`` none;
+        negative axes count from the end.
+    ndim : int
+        Rank of the reduced input.
+
+    Returns
+    -------
+    list of int
+    """
+    if axes is None:
+        return list(range(ndim))
+    return sorted(a % ndim for a in axes) if ndim else []
+
+
+def kept_shape(shape, axes: list) -> list:
+    """``shape`` with the ``axes`` (from :func:`reduced_axes`) set to 1: the
+    shape a reduction produces with ``keepdims=True``."""
+    return [1 if i in axes else d for i, d in enumerate(shape)]
+
+
+def reduced_count(shape, axes: list) -> int:
+    """How many elements each output of a reduction over ``axes`` combines."""
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def keep_dims(y, shape, axes: list, keepdims: bool):
+    """Give a reduction's result (or its gradient) ``y`` the keepdims shape,
+    so that it broadcasts against the reduced input of ``shape``."""
+    if keepdims or not axes:
+        return y
+    return ops().reshape(y, kept_shape(shape, axes))
+
+
+def expand(y, shape, axes: list, keepdims: bool):
+    """Broadcast a reduction's gradient ``y`` back to the input ``shape``
+    (the adjoint of summing over ``axes``)."""
+    y = keep_dims(y, shape, axes, keepdims)
+    if tuple(y.shape) == tuple(shape):
+        return y
+    return ops().broadcast_to(y, list(shape))
+
+
+def scalar_like(t, value: float):
+    """A 0-d tensor holding ``value`` with the dtype and device of ``t``
+    (a constant operand for ``where`` and friends, explicit about dtype)."""
+    return ops().fill([], float(value), t.dtype, device=str(t.device))

@@ -1,0 +1,51 @@
+"""Gradient of MatMul (NumPy ``matmul`` semantics with transpose flags).
+
+With ``A = op(a)`` and ``B = op(b)`` the operands after their transpose
+flags and ``Y = A @ B``: ``dA = dY @ B^T`` and ``dB = A^T @ dY``. The
+products are taken with MatMul's own transpose flags on the operands as
+given, so no transpose is materialised. A 1-D operand is promoted to a row
+(``a``) or a column (``b``) and the output gradient gets the matching axis
+back; gradients of broadcast batch dimensions are summed back to each
+operand's batch shape.
+"""
+
+from .._autograd import gradient
+from ._util import ops, unbroadcast
+
+
+def _mm(x, tx: bool, y, ty: bool):
+    return ops().matmul(x, y, transpose_a=tx, transpose_b=ty)
+
+
+@gradient("MatMul")
+def _matmul(node, dy):
+    o = ops()
+    a, b = node.inputs
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    # Transpose flags are ignored for 1-D operands.
+    ta = bool(node.attrs.get("transpose_a")) and not a_vec
+    tb = bool(node.attrs.get("transpose_b")) and not b_vec
+    a2 = o.reshape(a, [1, a.shape[0]]) if a_vec else a
+    b2 = o.reshape(b, [b.shape[0], 1]) if b_vec else b
+    # Restore the axes that 1-D operands removed from the output.
+    if a_vec or b_vec:
+        batch = tuple(dy.shape)
+        if not b_vec:
+            batch, n = batch[:-1], [batch[-1]]
+        else:
+            n = [1]
+        if not a_vec:
+            batch, m = batch[:-1], [batch[-1]]
+        else:
+            m = [1]
+        dy = o.reshape(dy, list(batch) + m + n)
+    # dA = dY @ B^T, stored transposed when transpose_a is set; dB likewise.
+    da = _mm(b2, tb, dy, True) if ta else _mm(dy, False, b2, not tb)
+    db = _mm(dy, True, a2, ta) if tb else _mm(a2, not ta, dy, False)
+    da = unbroadcast(da, a2.shape)
+    db = unbroadcast(db, b2.shape)
+    if a_vec:
+        da = o.reshape(da, list(a.shape))
+    if b_vec:
+        db = o.reshape(db, list(b.shape))
+    return [da, db]

@@ -1,0 +1,263 @@
+"""Gradients of the element-wise unary ops, Softmax / LogSoftmax and Cast.
+
+Every rule recomputes what it needs from the op's input and is built from
+differentiable ops, so it can be differentiated again.
+
+Piecewise functions select their branch with a constant mask, ``cast(x > 0,
+dtype)`` (comparisons are not recorded, so the mask carries no gradient),
+multiplied into the result. A masked-out branch is still evaluated, and a
+zero mask times an infinite branch would be NaN, so each branch is only fed
+inputs on which it is finite (e.g. ``exp(min(x, 0))`` for Elu).
+
+Conventions where a function has a kink (the one-sided derivative taken):
+
+* ``Abs``: ``sign(x)``, so 0 at ``x == 0``.
+* ``Relu``: 0 at ``x == 0``; ``LeakyRelu`` and ``Elu``: the negative branch
+  (``alpha``) at ``x == 0``.
+* ``Clip``: the gradient passes only where ``min < x < max`` (strictly); an
+  unset bound does not block anything.
+* ``Softplus``: 1 where ``beta * x > threshold`` (where the op returns
+  ``x``), ``sigmoid(beta * x)`` elsewhere.
+* ``Cast``: between floating dtypes the gradient is cast back to the input
+  dtype; a cast to or from an integer or bool dtype passes no gradient.
+"""
+
+import math
+
+from .._autograd import gradient
+from .._dtypes import as_dtype
+from ._util import ops
+
+
+def _mask(cond, like):
+    """``cond`` (a bool tensor) as 0/1 in the dtype of ``like``.
+
+    Comparisons are never recorded, so the mask is a constant for autograd.
+    """
+    return ops().cast(cond, like.dtype)
+
+
+# ---------------------------------------------------------------- smooth
+
+
+@gradient("Exp")
+def _exp(node, dy):
+    (x,) = node.inputs
+    return [dy * ops().exp(x)]
+
+
+@gradient("Log")
+def _log(node, dy):
+    (x,) = node.inputs
+    return [dy / x]
+
+
+@gradient("Log1p")
+def _log1p(node, dy):
+    (x,) = node.inputs
+    return [dy / (x + 1.0)]
+
+
+@gradient("Sqrt")
+def _sqrt(node, dy):
+    # d sqrt(x) = 1 / (2 sqrt(x)); infinite at 0, as the derivative is.
+    (x,) = node.inputs
+    return [dy * ops().rsqrt(x) * 0.5]
+
+
+@gradient("Rsqrt")
+def _rsqrt(node, dy):
+    # d x^(-1/2) = -x^(-3/2) / 2 = -rsqrt(x) / (2 x).
+    (x,) = node.inputs
+    return [dy * ops().rsqrt(x) / x * -0.5]
+
+
+@gradient("Square")
+def _square(node, dy):
+    (x,) = node.inputs
+    return [dy * x * 2.0]
+
+
+@gradient("Reciprocal")
+def _reciprocal(node, dy):
+    (x,) = node.inputs
+    r = ops().reciprocal(x)
+    return [ops().neg(dy * r * r)]
+
+
+@gradient("Sin")
+def _sin(node, dy):
+    (x,) = node.inputs
+    return [dy * ops().cos(x)]
+
+
+@gradient("Cos")
+def _cos(node, dy):
+    (x,) = node.inputs
+    return [ops().neg(dy * ops().sin(x))]
+
+
+@gradient("Tanh")
+def _tanh(node, dy):
+    (x,) = node.inputs
+    t = ops().tanh(x)
+    return [dy * (1.0 - t * t)]
+
+
+@gradient("Sigmoid")
+def _sigmoid(node, dy):
+    # s(x) (1 - s(x)) written as s(x) s(-x): no cancellation for large x.
+    o = ops()
+    (x,) = node.inputs
+    return [dy * o.sigmoid(x) * o.sigmoid(o.neg(x))]
+
+
+# ------------------------------------------------------------- piecewise
+
+
+@gradient("Abs")
+def _abs(node, dy):
+    # Sign is not differentiable (never recorded): a constant factor.
+    (x,) = node.inputs
+    return [dy * ops().sign(x)]
+
+
+@gradient("Relu")
+def _relu(node, dy):
+    (x,) = node.inputs
+    return [dy * _mask(x > 0, x)]
+
+
+@gradient("LeakyRelu")
+def _leaky_relu(node, dy):
+    (x,) = node.inputs
+    alpha = node.attrs["alpha"]
+    m = _mask(x > 0, x)
+    # m + (1 - m) * alpha is exactly 1 or exactly alpha in any dtype.
+    return [dy * (m + (1.0 - m) * alpha)]
+
+
+@gradient("Elu")
+def _elu(node, dy):
+    o = ops()
+    (x,) = node.inputs
+    alpha = node.attrs["alpha"]
+    m = _mask(x > 0, x)
+    # alpha * e^x on the negative side; min(x, 0) = -relu(-x) keeps exp
+    # finite where the branch is masked out (x large and positive).
+    neg_part = o.neg(o.relu(o.neg(x)))
+    return [dy * (m + (1.0 - m) * alpha * o.exp(neg_part))]
+
+
+@gradient("Clip")
+def _clip(node, dy):
+    (x,) = node.inputs
+    lo, hi = node.attrs.get("min"), node.attrs.get("max")
+    inside = None
+    if lo is not None:
+        inside = x > lo
+    if hi is not None:
+        below = x < hi
+        inside = below if inside is None else inside & below
+    if inside is None:
+        return [dy]
+    return [dy * _mask(inside, x)]
+
+
+@gradient("Softplus")
+def _softplus(node, dy):
+    # The op returns x where beta * x > threshold (derivative 1) and
+    # log(1 + e^(beta x)) / beta elsewhere (derivative sigmoid(beta x)).
+    (x,) = node.inputs
+    beta = node.attrs["beta"]
+    threshold = node.attrs["threshold"]
+    z = x * beta
+    m = _mask(z > threshold, x)
+    return [dy * (m + (1.0 - m) * ops().sigmoid(z))]
+
+
+# ------------------------------------------------------------------ GELU
+
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+# Maclaurin coefficients of Phi(x) = 1/2 + x / sqrt(2 pi) * sum_n c_n x^(2n),
+# c_n = (-1)^n / (2^n n! (2n + 1)); used for |x| < _PHI_SERIES_BELOW, where
+# the terms left out are below float64 rounding.
+_PHI_SERIES = tuple((-1.0) ** n / (2.0 ** n * math.factorial(n) * (2 * n + 1))
+                    for n in range(6))
+_PHI_SERIES_BELOW = 0.1
+# The tanh form is x * sigmoid(x * (K1 + K3 x^2)).
+_GELU_K1 = 2.0 * math.sqrt(2.0 / math.pi)
+_GELU_K3 = _GELU_K1 * 0.044715
+# Beyond |x| = 30, sigmoid(v) * sigmoid(-v) underflows to 0 in every dtype;
+# clipping x there keeps the polynomial factor finite (0 * inf would be NaN).
+_GELU_TANH_CLIP = 30.0
+
+
+def _normal_cdf(x):
+    """Phi(x), the standard normal CDF, from the Gelu op: gelu(x) / x.
+
+    The quotient is exact up to rounding for |x| >= 0.1; nearer 0 (where it
+    is 0/0 at x = 0, and its derivative would cancel badly) a Maclaurin
+    series is used. Each branch is fed a harmless input where it is masked
+    out, so neither it nor its derivatives overflow.
+    """
+    o = ops()
+    small = _mask((x < _PHI_SERIES_BELOW) & (x > -_PHI_SERIES_BELOW), x)
+    large = 1.0 - small
+    xs = x * small                 # 0 outside the series' range
+    xl = x * large + small         # 1 inside it
+    z = xs * xs
+    poly = _PHI_SERIES[-1]
+    for c in reversed(_PHI_SERIES[:-1]):
+        poly = z * poly + c
+    series = xs * poly * _INV_SQRT_2PI + 0.5
+    quotient = o.gelu(xl, "none") / xl
+    return series * small + quotient * large
+
+
+@gradient("Gelu")
+def _gelu(node, dy):
+    o = ops()
+    (x,) = node.inputs
+    if node.attrs["approximate"] == "tanh":
+        # d/dx x s(v) = s(v) + x s(v) s(-v) v',  v = x (K1 + K3 x^2).
+        v = x * (x * x * _GELU_K3 + _GELU_K1)
+        xc = o.clip(x, -_GELU_TANH_CLIP, _GELU_TANH_CLIP)
+        slope = xc * (xc * xc * (3.0 * _GELU_K3) + _GELU_K1)
+        return [dy * (o.sigmoid(v) + o.sigmoid(v) * o.sigmoid(o.neg(v)) * slope)]
+    # d/dx x Phi(x) = Phi(x) + x phi(x).
+    pdf = o.exp(x * x * -0.5) * _INV_SQRT_2PI
+    return [dy * (_normal_cdf(x) + x * pdf)]
+
+
+# --------------------------------------------------------------- softmax
+
+
+@gradient("Softmax")
+def _softmax(node, dy):
+    # dx = y * (dy - sum(dy * y)) along the axis.
+    o = ops()
+    (x,) = node.inputs
+    axis = node.attrs["axis"]
+    y = o.softmax(x, axis)
+    return [y * (dy - o.sum(dy * y, [axis], keepdims=True))]
+
+
+@gradient("LogSoftmax")
+def _log_softmax(node, dy):
+    # dx = dy - softmax(x) * sum(dy) along the axis.
+    o = ops()
+    (x,) = node.inputs
+    axis = node.attrs["axis"]
+    return [dy - o.softmax(x, axis) * o.sum(dy, [axis], keepdims=True)]
+
+
+# ------------------------------------------------------------------ cast
+
+
+@gradient("Cast")
+def _cast(node, dy):
+    (x,) = node.inputs
+    if not (x.dtype.is_floating_point and as_dtype(node.attrs["dtype"]).is_floating_point):
+        return [None]
+    return [ops().cast(dy, x.dtype)]

@@ -1,0 +1,202 @@
+"""From a trace (the ops a Python function ran) to a GraphDef."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _C
+from .._dtypes import as_dtype
+from .. import proto as P
+
+# Attribute type codes of the C ABI (DG_ATTR_*).
+_INT, _FLOAT, _BOOL, _STRING, _INTS, _FLOATS, _DTYPE = 1, 2, 3, 4, 5, 6, 7
+
+_schema_cache: dict = {}
+
+
+def schema(op: str) -> dict:
+    """The registry's description of ``op`` (cached per op name)."""
+    desc = _schema_cache.get(op)
+    if desc is None:
+        desc = _schema_cache[op] = _C.op(op).describe()
+    return desc
+
+
+def attr_to_proto(kind: int, value) -> P.AttrValue:
+    """A Python attribute value as an AttrValue of schema type ``kind``."""
+    a = P.AttrValue()
+    if value is None:
+        a.none = True
+    elif kind == _INT:
+        a.i = int(value)
+    elif kind == _FLOAT:
+        a.f = float(value)
+    elif kind == _BOOL:
+        a.b = bool(value)
+    elif kind == _STRING:
+        a.s = str(value)
+    elif kind == _INTS:
+        a.ints.values.extend(int(v) for v in value)
+    elif kind == _FLOATS:
+        a.floats.values.extend(float(v) for v in value)
+    elif kind == _DTYPE:
+        a.dtype = as_dtype(value).code
+    else:
+        raise ValueError(f"unknown attribute type {kind}")
+    return a
+
+
+def attr_from_proto(a: P.AttrValue):
+    """The Python value of an AttrValue (None when unset)."""
+    which = a.WhichOneof("value")
+    if which is None or which == "none":
+        return None
+    if which == "ints":
+        return list(a.ints.values)
+    if which == "floats":
+        return list(a.floats.values)
+    if which == "dtype":
+        return as_dtype(a.dtype).name
+    if which == "graph":
+        return a.graph
+    return getattr(a, which)
+
+
+def attrs_tuple(op_type: str, opdef: P.OpDef) -> tuple:
+    """The attribute values of ``opdef`` in schema order (for the runtime)."""
+    out = []
+    for spec in schema(op_type)["attrs"]:
+        a = opdef.attr.get(spec["name"])
+        out.append(None if a is None else attr_from_proto(a))
+    return tuple(out)
+
+
+def tensor_to_proto(name: str, t) -> P.TensorProto:
+    """A host copy of tensor ``t`` as a TensorProto."""
+    arr = np.ascontiguousarray(t.cpu().numpy())
+    return P.TensorProto(name=name, dtype=t._dtype_code, shape=list(arr.shape),
+                         data=arr.tobytes())
+
+
+def tensor_from_proto(tp: P.TensorProto):
+    """The tensor stored in a TensorProto (on the host)."""
+    from .._tensor import tensor
+    dt = as_dtype(tp.dtype)
+    arr = np.frombuffer(tp.data, dtype=dt.numpy).reshape(tuple(tp.shape))
+    return tensor(arr.copy(), dtype=dt)
+
+
+def _value_info(graph, name, t):
+    graph.value_info.add(name=name, dtype=t._dtype_code, shape=list(t.shape))
+
+
+def _plugin_versions() -> dict:
+    out = {}
+    for rec in _C.plugins():
+        out[rec["name"]] = (rec["version"], rec["dist"])
+    return out
+
+
+class Trace:
+    """What a traced run did: op records, created constants, assignments."""
+
+    ASSIGN = "__assign__"
+
+    def __init__(self):
+        self.records = []     # (op, inputs, attrs, outputs); assignments inline
+        self.created = {}     # id -> tensor made inside the trace (constants)
+        self.originals = {}   # id -> (variable, alias of its value before the trace)
+
+    def add(self, op, inputs, attrs, outputs):
+        self.records.append((op, list(inputs), dict(attrs), list(outputs)))
+
+    def add_assign(self, var, value):
+        if var._id not in self.originals:
+            self.originals[var._id] = (var, var._alias())
+        self.records.append((self.ASSIGN, [var, value], {}, []))
+
+    def restore(self):
+        """Undo the assignments the trace run made (the graph redoes them)."""
+        for var, original in self.originals.values():
+            var._rebind(original)
+
+
+def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
+    """Build the GraphDef of a trace.
+
+    Returns
+    -------
+    (GraphDef, constants, captured)
+        ``constants`` and ``captured`` are the tensors fed for
+        ``graph.constant`` and ``graph.captured``, in order.
+    """
+    g = P.GraphDef(name=name)
+    names: dict = {}
+    constants, captured = [], []
+    for i, t in enumerate(inputs):
+        nm = f"input:{i}"
+        g.input.append(nm)
+        _value_info(g, nm, t)
+        names.setdefault(t._id, nm)
+
+    def name_of(t):
+        nm = names.get(t._id)
+        if nm is not None:
+            return nm
+        if t._id in trace.created:
+            nm = f"const:{len(constants)}"
+            g.constant.append(tensor_to_proto(nm, t))
+            constants.append(t)
+        else:
+            nm = f"captured:{len(captured)}"
+            g.captured.append(nm)
+            captured.append(t)
+        _value_info(g, nm, t)
+        names[t._id] = nm
+        return nm
+
+    versions = _plugin_versions()
+    counts: dict = {}
+    for op, ins, attrs, outs in trace.records:
+        if op == Trace.ASSIGN:
+            var, value = ins
+            if var._id in trace.created:
+                raise ValueError("assign() inside a function must target a tensor created "
+                                 "outside it (a variable), not one made during the trace")
+            target = names.get(var._id)
+            if target is None or not target.startswith("captured:"):
+                target = None
+                for t in captured:
+                    if t._id == var._id:
+                        target = names[t._id]
+                if target is None:
+                    nm = f"captured:{len(captured)}"
+                    g.captured.append(nm)
+                    captured.append(var)
+                    _value_info(g, nm, var)
+                    target = nm
+            g.state_target.append(target)
+            g.state_update.append(name_of(value))
+            names[var._id] = name_of(value)
+            continue
+        desc = schema(op)
+        k = counts.get(op, 0)
+        counts[op] = k + 1
+        opdef = g.op.add(type=op, name=f"{op}_{k}")
+        plugin = desc["plugin"]
+        opdef.plugin = plugin
+        version, dist = versions.get(plugin, ("", ""))
+        opdef.plugin_version = version
+        opdef.plugin_dist = dist
+        for t in ins:
+            opdef.input.append(name_of(t))
+        for j, t in enumerate(outs):
+            nm = f"{opdef.name}:{j}"
+            names[t._id] = nm
+            opdef.output.append(nm)
+            _value_info(g, nm, t)
+        for spec in desc["attrs"]:
+            opdef.attr[spec["name"]].CopyFrom(attr_to_proto(spec["type"], attrs.get(spec["name"])))
+    for t in outputs:
+        g.output.append(name_of(t))
+    return g, constants, captured

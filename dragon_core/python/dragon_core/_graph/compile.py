@@ -1,0 +1,78 @@
+"""From an optimised GraphDef to the executor's flat plan (``_C.Plan``)."""
+
+from __future__ import annotations
+
+import json
+
+from .. import _C
+from .build import attrs_tuple
+
+
+class CompiledGraph:
+    """A GraphDef compiled for the C++ executor.
+
+    ``feed_names`` is the order in which :meth:`run` expects its feeds:
+    graph inputs, then constants, then captured tensors. :meth:`run`
+    returns the graph outputs followed by the state updates.
+    """
+
+    def __init__(self, graph, plan, feed_names):
+        self.graph = graph
+        self.plan = plan
+        self.feed_names = feed_names
+
+    def run(self, feeds: list) -> list:
+        return self.plan.run(feeds)
+
+
+def compile_graph(graph, level: int) -> CompiledGraph:
+    """Compile ``graph`` (already optimised for ``level``)."""
+    feed_names = list(graph.input) + [c.name for c in graph.constant] + list(graph.captured)
+    slot: dict = {}
+    for nm in feed_names:
+        slot.setdefault(nm, len(slot))
+    for op in graph.op:
+        for nm in op.output:
+            if nm in slot:
+                raise ValueError(f"graph '{graph.name}': tensor '{nm}' is written twice")
+            slot[nm] = len(slot)
+    missing = [nm for op in graph.op for nm in op.input if nm not in slot]
+    missing += [nm for nm in list(graph.output) + list(graph.state_update) if nm not in slot]
+    if missing:
+        raise ValueError(f"graph '{graph.name}': tensors {sorted(set(missing))} are read but "
+                         "never written")
+
+    # Liveness: a tensor is released after its last reader, unless it must
+    # survive the run (outputs, state updates) or belongs to the caller.
+    keep = set(graph.output) | set(graph.state_update) | set(feed_names)
+    last_use: dict = {}
+    for k, op in enumerate(graph.op):
+        for nm in op.input:
+            last_use[nm] = k
+        for nm in op.output:
+            last_use.setdefault(nm, k)  # written but never read: dies at once
+    release_at: dict = {}
+    if level >= 1:
+        for nm, k in last_use.items():
+            if nm not in keep:
+                release_at.setdefault(k, []).append(slot[nm])
+
+    plan_meta = json.loads(graph.metadata["memory_plan"]) if "memory_plan" in graph.metadata \
+        else {"buffers": [], "assign": {}}
+    assign = plan_meta.get("assign", {})
+
+    out_slots = [slot[nm] for nm in graph.output] + [slot[nm] for nm in graph.state_update]
+    plan = _C.Plan(graph.name or "graph", len(slot), [slot[nm] for nm in feed_names], out_slots)
+    for k, op in enumerate(graph.op):
+        inplace = -1
+        if "_inplace_input" in op.attr:
+            inplace = slot[op.input[op.attr["_inplace_input"].i]]
+        buffers = [int(assign.get(nm, -1)) for nm in op.output]
+        if all(b < 0 for b in buffers):
+            buffers = []
+        plan.add_op(op.type, op.name, [slot[nm] for nm in op.input],
+                    [slot[nm] for nm in op.output], attrs_tuple(op.type, op),
+                    release_at.get(k, []), inplace, buffers)
+    if plan_meta.get("buffers"):
+        plan.set_buffers([int(b) for b in plan_meta["buffers"]])
+    return CompiledGraph(graph, plan, feed_names)

@@ -1,0 +1,250 @@
+"""``@dragon_core.function``: trace a Python function into a graph and run it
+with the C++ executor.
+
+The first call with a new input signature (shapes, dtypes, devices of the
+tensor arguments, values of the other arguments) runs the function eagerly
+while recording every op; the record becomes a GraphDef, the passes of the
+optimisation level rewrite it, and the compiled plan is cached. Later calls
+with the same signature run the plan: no Python per op.
+
+What a trace sees is what the graph does: Python control flow is unrolled
+for the traced values, values read back into Python (``.item()``,
+``.numpy()``) are frozen into the graph, and tensors created inside the
+function become constants. Use ``dragon_core.cond`` / ``while_loop`` for
+data-dependent control flow. Tensors from outside the function (parameters)
+are captured: every run reads their current value, and ``x.assign(value)``
+inside the function updates them after the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from .. import _C
+from .._tensor import Tensor
+from .build import Trace, build_graph, tensor_from_proto
+from .compile import compile_graph
+from .passes import run_passes
+
+_local = threading.local()
+
+
+def _traces() -> list:
+    stack = getattr(_local, "traces", None)
+    if stack is None:
+        stack = _local.traces = []
+    return stack
+
+
+def is_tracing() -> bool:
+    """Whether a function is being traced on this thread."""
+    return bool(_traces())
+
+
+def _trace_hook(op, inputs, attrs, outputs):
+    trace = _traces()[-1] if _traces() else None
+    if trace is not None:
+        trace.add(op, inputs, attrs, outputs)
+
+
+_C._set_trace_hook(_trace_hook)
+
+
+def note_created(t: Tensor) -> None:
+    """Mark ``t`` as made inside the current trace (it becomes a constant)."""
+    stack = _traces()
+    if stack:
+        stack[-1].created[t._id] = t
+
+
+def note_assign(var: Tensor, value: Tensor) -> None:
+    stack = _traces()
+    if stack:
+        stack[-1].add_assign(var, value)
+
+
+# ------------------------------------------------------------- pytrees
+
+def _flatten(obj, leaves: list):
+    """Structure of ``obj`` with tensors replaced by their leaf index."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return ("T", len(leaves) - 1)
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, [_flatten(o, leaves) for o in obj])
+    if isinstance(obj, dict):
+        return ("dict", [(k, _flatten(v, leaves)) for k, v in obj.items()])
+    return ("const", obj)
+
+
+def _unflatten(spec, leaves):
+    kind, payload = spec
+    if kind == "T":
+        return leaves[payload]
+    if kind == "list":
+        return [_unflatten(s, leaves) for s in payload]
+    if kind == "tuple":
+        return tuple(_unflatten(s, leaves) for s in payload)
+    if kind == "dict":
+        return {k: _unflatten(s, leaves) for k, s in payload}
+    return payload
+
+
+def _key_of(spec):
+    kind, payload = spec
+    if kind == "T":
+        return "T"
+    if kind in ("list", "tuple"):
+        return (kind, tuple(_key_of(s) for s in payload))
+    if kind == "dict":
+        return ("dict", tuple((k, _key_of(s)) for k, s in payload))
+    try:
+        hash(payload)
+        return ("const", payload)
+    except TypeError:
+        return ("const", repr(payload))
+
+
+class _Entry:
+    def __init__(self, compiled, constants, captured, out_spec, num_outputs, state_targets):
+        self.compiled = compiled
+        self.constants = constants
+        self.captured = captured
+        self.out_spec = out_spec
+        self.num_outputs = num_outputs
+        self.state_targets = state_targets
+
+
+class Function:
+    """A Python function compiled to a Dragon graph (see module docs).
+
+    Attributes
+    ----------
+    opt_level : int
+        0 (no passes, nothing freed early) to 3 (all passes, default).
+    """
+
+    def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None):
+        if not 0 <= opt_level <= 3:
+            raise ValueError(f"opt_level must be 0..3, got {opt_level}")
+        self._fn = fn
+        self.input_signature = input_signature
+        self.opt_level = opt_level
+        self.name = name or getattr(fn, "__name__", "function")
+        self._cache: dict = {}
+        self.trace_count = 0
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        bound = getattr(obj, "__dragon_functions__", None)
+        if bound is None:
+            bound = {}
+            try:
+                obj.__dragon_functions__ = bound
+            except AttributeError:
+                return functools.partial(self.__call__, obj)
+        f = bound.get(id(self))
+        if f is None:
+            f = bound[id(self)] = Function(functools.partial(self._fn, obj), self.input_signature,
+                                           self.opt_level, self.name)
+        return f
+
+    def _check_signature(self, leaves):
+        sig = self.input_signature
+        if sig is None:
+            return
+        if len(sig) != len(leaves):
+            raise TypeError(f"{self.name}: input_signature has {len(sig)} tensors, "
+                            f"called with {len(leaves)}")
+        for i, (spec, t) in enumerate(zip(sig, leaves)):
+            shape, dtype = spec
+            if dtype is not None and t.dtype != dtype:
+                raise TypeError(f"{self.name}: argument {i} has dtype {t.dtype}, the signature "
+                                f"says {dtype}")
+            if shape is not None and (len(shape) != t.ndim or any(
+                    s is not None and s != d for s, d in zip(shape, t.shape))):
+                raise TypeError(f"{self.name}: argument {i} has shape {tuple(t.shape)}, the "
+                                f"signature says {tuple(shape)}")
+
+    def get_graph(self, *args, **kwargs):
+        """The optimised GraphDef for these arguments (traces if needed)."""
+        return self._entry(*args, **kwargs)[0].compiled.graph
+
+    def _entry(self, *args, **kwargs):
+        leaves: list = []
+        spec = _flatten((args, kwargs), leaves)
+        self._check_signature(leaves)
+        key = (_key_of(spec), tuple((tuple(t.shape), t._dtype_code, t._device_name,
+                                     t._device_index) for t in leaves))
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._trace(args, kwargs, leaves)
+        return entry, leaves
+
+    def _trace(self, args, kwargs, leaves) -> _Entry:
+        self.trace_count += 1
+        trace = Trace()
+        _traces().append(trace)
+        _C._trace_enter()
+        try:
+            result = self._fn(*args, **kwargs)
+        finally:
+            _C._trace_exit()
+            _traces().pop()
+            trace.restore()
+        out_leaves: list = []
+        out_spec = _flatten(result, out_leaves)
+        graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves)
+        graph = run_passes(graph, self.opt_level)
+        compiled = compile_graph(graph, self.opt_level)
+        # Constants: the traced tensors, or values passes computed (folding).
+        by_name = {f"const:{i}": t for i, t in enumerate(constants)}
+        const_feeds = [by_name[c.name] if c.name in by_name else tensor_from_proto(c)
+                       for c in graph.constant]
+        cap_by_name = {f"captured:{i}": t for i, t in enumerate(captured)}
+        captured_feeds = [cap_by_name[nm] for nm in graph.captured]
+        state_targets = [cap_by_name[nm] for nm in graph.state_target]
+        return _Entry(compiled, const_feeds, captured_feeds, out_spec, len(out_leaves),
+                      state_targets)
+
+    def __call__(self, *args, **kwargs):
+        if is_tracing():
+            # Inside another trace: inline, so the outer graph sees the ops.
+            return self._fn(*args, **kwargs)
+        entry, leaves = self._entry(*args, **kwargs)
+        feeds = list(leaves) + entry.constants + entry.captured
+        outs = entry.compiled.run(feeds)
+        n = entry.num_outputs
+        for var, value in zip(entry.state_targets, outs[n:]):
+            var._rebind(value)
+        return _unflatten(entry.out_spec, outs[:n])
+
+
+def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None):
+    """Compile a Python function into a Dragon graph (decorator).
+
+    Parameters
+    ----------
+    fn : callable
+        The function; its tensor arguments (also inside lists, tuples and
+        dicts) become graph inputs.
+    input_signature : list of (shape, dtype), optional
+        Check every call against it (None entries match anything).
+    opt_level : int, default 3
+        Optimisation level (see docs/graph.md).
+    name : str, optional
+        The graph's name (default: the function's).
+
+    Examples
+    --------
+    >>> import dragon_core as dg
+    >>> @dg.function
+    ... def f(x):
+    ...     return dg.ops.relu(x * 2.0 + 1.0)
+    """
+    if fn is None:
+        return lambda f: Function(f, input_signature, opt_level, name)
+    return Function(fn, input_signature, opt_level, name)

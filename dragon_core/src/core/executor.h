@@ -1,0 +1,54 @@
+// The graph executor: runs a compiled plan (a flattened GraphDef) with no
+// Python per op. Tensors live in numbered slots; a slot is released after
+// its last use (liveness from the memory-planning pass) unless the plan
+// keeps everything (O0). Planned buffers (O3) and in-place outputs (O2)
+// reach the dispatcher as preset output storage.
+#ifndef DRAGON_CORE_EXECUTOR_H_
+#define DRAGON_CORE_EXECUTOR_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+
+namespace dragon {
+
+struct PlanOp {
+  OpSchema* op = nullptr;
+  std::string name;                 // the OpDef's name, for errors
+  std::vector<int32_t> inputs;      // slots; variadic inputs flattened
+  std::vector<int32_t> outputs;     // slots
+  std::vector<AttrValue> attrs;     // schema order, complete
+  std::vector<int32_t> release;     // slots dead after this op
+  int32_t inplace_input = -1;       // slot whose buffer output 0 may reuse
+  std::vector<int32_t> out_buffers; // per output: planned buffer id or -1
+};
+
+class Plan {
+ public:
+  Plan(std::string name, int32_t num_slots, std::vector<int32_t> inputs,
+       std::vector<int32_t> outputs)
+      : name_(std::move(name)), num_slots_(num_slots), inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)) {}
+  void AddOp(PlanOp op) { ops_.push_back(std::move(op)); }
+  // Planned buffers: sizes in bytes, allocated on first run on the device.
+  void SetBuffers(std::vector<int64_t> sizes) { buffer_sizes_ = std::move(sizes); }
+  std::vector<Tensor> Run(const std::vector<Tensor>& feeds);
+  int32_t num_ops() const { return static_cast<int32_t>(ops_.size()); }
+  int64_t planned_bytes() const;
+
+ private:
+  std::string name_;
+  int32_t num_slots_;
+  std::vector<int32_t> inputs_, outputs_;
+  std::vector<PlanOp> ops_;
+  std::vector<int64_t> buffer_sizes_;
+  std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs
+  std::mutex run_mu_;            // planned buffers: one run at a time
+};
+
+}  // namespace dragon
+
+#endif  // DRAGON_CORE_EXECUTOR_H_

@@ -1,0 +1,147 @@
+// FusedElementwise: a straight-line program of element-wise float ops over
+// broadcast inputs, written by the `fusion` graph pass
+// (dragon_core/_graph/passes/fusion.py). The encoding is documented in the
+// schema doc below and in docs/ops.md; kernels (plugins/cpu_eigen/src/
+// fused.cc) evaluate it block by block.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dragon/plugin.hpp"
+#include "infer_util.h"
+
+namespace dragon {
+namespace ops {
+namespace {
+
+// Opcodes (stable: they are stored in saved graphs). Unary ops read
+// register a and take b = -1, except LeakyRelu and Elu, whose b names the
+// constant register holding alpha.
+enum Opcode : int64_t {
+  kNeg = 0, kAbs = 1, kSign = 2, kSquare = 3, kReciprocal = 4, kSqrt = 5,
+  kRsqrt = 6, kExp = 7, kLog = 8, kLog1p = 9, kSin = 10, kCos = 11,
+  kTanh = 12, kSigmoid = 13, kRelu = 14, kFloor = 15, kCeil = 16,
+  kRound = 17, kGeluErf = 18, kGeluTanh = 19, kLeakyRelu = 20, kElu = 21,
+  kLastUnary = 21,
+  kAdd = 32, kSub = 33, kMul = 34, kDiv = 35, kPow = 36, kMaximum = 37,
+  kMinimum = 38, kLastBinary = 38
+};
+
+// A program may use at most this many temporary registers; the pass reuses
+// registers, so its programs need about as many as the group has branches.
+constexpr int64_t kMaxTemporaries = 1024;
+
+bool IsUnary(int64_t op) { return op >= 0 && op <= kLastUnary; }
+bool IsBinary(int64_t op) { return op >= kAdd && op <= kLastBinary; }
+
+// Checks the program against the number of inputs and constants; throws
+// DG_INVALID_ARGUMENT naming the instruction at fault.
+void CheckProgram(const dg::InferContext& ctx, int64_t num_inputs) {
+  const std::vector<int64_t> prog = ctx.ints("program");
+  const int64_t num_consts = static_cast<int64_t>(ctx.floats("constants").size());
+  const int64_t first_temp = num_inputs + num_consts;
+  DG_CHECK(prog.size() % 4 == 0, DG_INVALID_ARGUMENT, "program has ",
+           prog.size(), " entries, not a multiple of 4 (each instruction is "
+           "opcode, dst, a, b)");
+  const int64_t count = static_cast<int64_t>(prog.size()) / 4;
+  // defined[r - first_temp]: temporary r was written by an earlier instruction.
+  std::vector<bool> defined;
+  auto where = [&](int64_t k) {
+    return dg::Str("instruction ", k, " (", prog[4 * k], ", ", prog[4 * k + 1],
+                   ", ", prog[4 * k + 2], ", ", prog[4 * k + 3], ")");
+  };
+  auto readable = [&](int64_t r) {
+    if (r >= 0 && r < first_temp) return true;
+    const int64_t t = r - first_temp;
+    return t >= 0 && t < static_cast<int64_t>(defined.size()) && defined[t];
+  };
+  const std::string regs = dg::Str(
+      "registers 0..", num_inputs - 1, " are the inputs, ",
+      num_consts ? dg::Str(num_inputs, "..", first_temp - 1,
+                           " the constants, ")
+                 : std::string(),
+      "from ", first_temp, " on temporaries");
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t op = prog[4 * k], dst = prog[4 * k + 1];
+    const int64_t a = prog[4 * k + 2], b = prog[4 * k + 3];
+    DG_CHECK(IsUnary(op) || IsBinary(op), DG_INVALID_ARGUMENT, where(k),
+             ": unknown opcode ", op, " (unary ops are 0..", kLastUnary,
+             ", binary ops ", kAdd, "..", kLastBinary, ", see docs/ops.md)");
+    DG_CHECK(readable(a), DG_INVALID_ARGUMENT, where(k), ": operand a = ", a,
+             " is not an input, a constant or a temporary written before (",
+             regs, ")");
+    if (IsBinary(op)) {
+      DG_CHECK(readable(b), DG_INVALID_ARGUMENT, where(k), ": operand b = ",
+               b, " is not an input, a constant or a temporary written "
+               "before (", regs, ")");
+    } else if (op == kLeakyRelu || op == kElu) {
+      DG_CHECK(b >= num_inputs && b < first_temp, DG_INVALID_ARGUMENT,
+               where(k), ": b = ", b, " must be the constant register that "
+               "holds alpha (", regs, ")");
+    } else {
+      DG_CHECK(b == -1, DG_INVALID_ARGUMENT, where(k), ": unary opcode ", op,
+               " takes b = -1, got ", b);
+    }
+    DG_CHECK(dst >= first_temp && dst - first_temp < kMaxTemporaries,
+             DG_INVALID_ARGUMENT, where(k), ": destination ", dst,
+             " is not a temporary register (", regs, "; at most ",
+             kMaxTemporaries, " temporaries)");
+    const size_t t = static_cast<size_t>(dst - first_temp);
+    if (defined.size() <= t) defined.resize(t + 1, false);
+    defined[t] = true;
+  }
+  const int64_t result = ctx.i("result");
+  if (result == -1) {
+    DG_CHECK(count > 0, DG_INVALID_ARGUMENT,
+             "an empty program needs an explicit result register");
+  } else {
+    DG_CHECK(readable(result), DG_INVALID_ARGUMENT, "result register ",
+             result, " is not an input, a constant or a temporary the "
+             "program writes (", regs, ")");
+  }
+}
+
+void FusedElementwiseShape(dg::InferContext& ctx) {
+  const int32_t n = ctx.num_inputs();
+  DG_CHECK(n >= 1, DG_INVALID_ARGUMENT, "needs at least one input tensor");
+  CheckProgram(ctx, n);
+  std::vector<Shape> shapes;
+  for (int32_t i = 0; i < n; ++i) shapes.push_back(ctx.input(i).shape());
+  ctx.set_output(0, ctx.input(0).dtype(), BroadcastShapes(shapes));
+}
+
+}  // namespace
+
+DG_OP(FusedElementwise)
+    .Doc("A straight-line program of element-wise float ops, evaluated in "
+         "one pass over the output (written by the `fusion` graph pass). "
+         "Registers 0..n-1 hold the n inputs, n..n+c-1 the c constants, "
+         "and later registers are temporaries. `program` is a flat list of "
+         "instructions (opcode, dst, a, b): dst = op(a) or dst = op(a, b). "
+         "Unary opcodes (b = -1): 0 Neg, 1 Abs, 2 Sign, 3 Square, "
+         "4 Reciprocal, 5 Sqrt, 6 Rsqrt, 7 Exp, 8 Log, 9 Log1p, 10 Sin, "
+         "11 Cos, 12 Tanh, 13 Sigmoid, 14 Relu, 15 Floor, 16 Ceil, 17 Round, "
+         "18 Gelu (erf), 19 Gelu (tanh); 20 LeakyRelu and 21 Elu take alpha "
+         "from the constant register b. Binary opcodes: 32 Add, 33 Sub, "
+         "34 Mul, 35 Div, 36 Pow, 37 Maximum, 38 Minimum. dst is a "
+         "temporary (at most 1024); operands are inputs, constants or "
+         "temporaries written earlier; registers may be overwritten. Each "
+         "op has the meaning (and, on a kernel that runs the same code, the "
+         "exact results) of the op of that name; every value is computed "
+         "at the broadcast shape of all inputs, which is y's shape.")
+    .Input("inputs", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64),
+           DG_ARG_VARIADIC,
+           "One or more tensors of one float dtype that broadcast together.")
+    .Output("y", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), 0,
+            "The result register, at the broadcast shape of the inputs.")
+    .RequiredAttr("program", DG_ATTR_INTS,
+                  "Instructions, 4 ints each: opcode, dst, a, b.")
+    .Attr("constants", std::vector<double>{},
+          "Values of the constant registers n..n+c-1, cast to the dtype.")
+    .Attr("result", int64_t{-1},
+          "The register y is read from; -1 = the last instruction's dst.")
+    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
+    .Shape(FusedElementwiseShape);
+
+}  // namespace ops
+}  // namespace dragon

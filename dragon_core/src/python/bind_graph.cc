@@ -1,0 +1,36 @@
+// Graph bindings: the executor plan built from Python's compiled GraphDef.
+#include "../core/executor.h"
+#include "bindings.h"
+
+namespace dragon {
+
+std::vector<AttrValue> ConvertAttrsFor(const OpSchema& op, py::handle attrs);
+
+void BindGraph(py::module_& m) {
+  py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
+      .def(py::init<std::string, int32_t, std::vector<int32_t>, std::vector<int32_t>>(),
+           py::arg("name"), py::arg("num_slots"), py::arg("inputs"), py::arg("outputs"))
+      .def("add_op", [](Plan& plan, const std::string& type, const std::string& name,
+                        std::vector<int32_t> inputs, std::vector<int32_t> outputs,
+                        py::tuple attrs, std::vector<int32_t> release, int32_t inplace_input,
+                        std::vector<int32_t> out_buffers) {
+        OpSchema* op = Registry::Get().FindOp(type);
+        if (!op) throw CoreError(DG_NOT_FOUND, dg::Str("graph op '", name, "': unknown op type '", type, "'"));
+        PlanOp p;
+        p.op = op;
+        p.name = name;
+        p.inputs = std::move(inputs);
+        p.outputs = std::move(outputs);
+        p.attrs = ConvertAttrsFor(*op, attrs);
+        p.release = std::move(release);
+        p.inplace_input = inplace_input;
+        p.out_buffers = std::move(out_buffers);
+        plan.AddOp(std::move(p));
+      })
+      .def("set_buffers", &Plan::SetBuffers)
+      .def_property_readonly("num_ops", &Plan::num_ops)
+      .def_property_readonly("planned_bytes", &Plan::planned_bytes)
+      .def("run", [](Plan& plan, std::vector<Tensor> feeds) { return plan.Run(feeds); });
+}
+
+}  // namespace dragon

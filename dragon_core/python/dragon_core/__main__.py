@@ -28,6 +28,7 @@ def info() -> str:
         desc = f" ({d['descriptions'][0]})" if d["descriptions"] and d["descriptions"][0] else ""
         lines.append(f"  {d['name']:<10} count={d['count']}  from {d['plugin']}{desc}")
     ops = _C.list_ops()
+    ops = [o for o in ops if not o["control"]]  # run by the executor, no kernel
     with_kernel = sum(1 for o in ops if _C.kernels(o["name"]))
     lines += ["", f"Ops: {len(ops)} defined, {with_kernel} with at least one kernel; "
                   f"kernels: {_C.num_kernels()}"]

@@ -95,6 +95,22 @@ def _record(op, inputs, attrs, outputs):
 _C._set_record_hook(_record)
 
 
+@contextlib.contextmanager
+def suspend_tapes():
+    """Hide the active tapes of this thread inside the block (control-flow
+    branches are traced without being recorded op by op)."""
+    saved = list(_tapes())
+    _local.tapes = []
+    for _ in saved:
+        _C._tape_exit()
+    try:
+        yield
+    finally:
+        _local.tapes = saved
+        for _ in saved:
+            _C._tape_enter()
+
+
 # ---------------------------------------------------------------- grad mode
 
 @contextlib.contextmanager

@@ -192,7 +192,8 @@ def _check_strict() -> None:
         lines = "\n".join(f"  {p.name}: {p.error}" for p in broken)
         raise PluginError(f"DRAGON_STRICT=1 and {len(broken)} plugin(s) failed to load:\n{lines}",
                           plugin=broken[0].name)
-    missing = sorted(o["name"] for o in _C.list_ops() if not _C.kernels(o["name"]))
+    missing = sorted(o["name"] for o in _C.list_ops()
+                     if not o["control"] and not _C.kernels(o["name"]))
     if missing:
         hint = no_kernel_hint(missing[0], "cpu")
         raise PluginError(f"DRAGON_STRICT=1 and {len(missing)} op(s) have no kernel on any "

@@ -10,8 +10,78 @@ int64_t Plan::planned_bytes() const {
   return total;
 }
 
-std::vector<Tensor> Plan::Run(const std::vector<Tensor>& feeds) {
+namespace {
+
+bool Truth(const Tensor& t, const std::string& where) {
+  if (t->numel() != 1)
+    throw CoreError(DG_INVALID_ARGUMENT,
+                    dg::Str(where, ": the predicate must have one element, got shape ",
+                            ShapeToString(t->shape())));
+  Tensor host = t->device().type == 0 ? t : CopyTo(t, kHost);
+  const char* p = static_cast<const char*>(host->data());
+  for (size_t i = 0; i < host->itemsize(); ++i)
+    if (p[i] != 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<Tensor> Plan::RunControl(PlanOp& p, const std::vector<Tensor>& in) {
+  std::string where = dg::Str("graph '", name_, "', op '", p.name, "'");
+  auto slice = [&](size_t from, size_t n) {
+    return std::vector<Tensor>(in.begin() + from, in.begin() + from + n);
+  };
+  if (p.kind == PlanOp::kCond) {
+    bool taken = Truth(in[0], where);
+    std::vector<Tensor> feeds = slice(1, p.num_operands);
+    size_t caps = 1 + p.num_operands;
+    if (taken) {
+      auto c = slice(caps, p.num_then_captures);
+      feeds.insert(feeds.end(), c.begin(), c.end());
+      return p.then_plan->Run(feeds);
+    }
+    auto c = slice(caps + p.num_then_captures, p.num_else_captures);
+    feeds.insert(feeds.end(), c.begin(), c.end());
+    return p.else_plan->Run(feeds);
+  }
+  // While.
+  std::vector<Tensor> vars = slice(0, p.num_operands);
+  std::vector<Tensor> cond_caps = slice(p.num_operands, p.num_then_captures);
+  std::vector<Tensor> body_caps = slice(p.num_operands + p.num_then_captures, p.num_else_captures);
+  for (int64_t it = 0; p.max_iterations < 0 || it < p.max_iterations; ++it) {
+    std::vector<Tensor> feeds = vars;
+    feeds.insert(feeds.end(), cond_caps.begin(), cond_caps.end());
+    if (!Truth(p.then_plan->Run(feeds).at(0), where)) break;
+    feeds = vars;
+    feeds.insert(feeds.end(), body_caps.begin(), body_caps.end());
+    std::vector<Tensor> next = p.else_plan->Run(feeds);
+    if (next.size() != vars.size())
+      throw CoreError(DG_INVALID_ARGUMENT, dg::Str(where, ": the body returned ", next.size(),
+                                                   " values for ", vars.size(), " loop variables"));
+    for (size_t i = 0; i < vars.size(); ++i) {
+      if (next[i]->dtype() != vars[i]->dtype() || next[i]->shape() != vars[i]->shape())
+        throw CoreError(DG_INVALID_ARGUMENT,
+                        dg::Str(where, ": loop variable ", i, " changed from ",
+                                DTypeName(vars[i]->dtype()), ShapeToString(vars[i]->shape()),
+                                " to ", DTypeName(next[i]->dtype()),
+                                ShapeToString(next[i]->shape()), " in the body"));
+    }
+    vars = std::move(next);
+  }
+  return vars;
+}
+
+std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
   std::lock_guard<std::mutex> lock(run_mu_);
+  std::vector<Tensor> feeds_with_constants;
+  const std::vector<Tensor>* feeds_ptr = &given;
+  if (!constants_.empty()) {
+    // Sub-plans: the caller gives operands then captures; constants go between.
+    feeds_with_constants = given;
+    feeds_with_constants.insert(feeds_with_constants.end(), constants_.begin(), constants_.end());
+    feeds_ptr = &feeds_with_constants;
+  }
+  const std::vector<Tensor>& feeds = *feeds_ptr;
   if (feeds.size() != inputs_.size())
     throw CoreError(DG_INVALID_ARGUMENT,
                     dg::Str("graph '", name_, "' expects ", inputs_.size(), " inputs, got ",
@@ -48,6 +118,12 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& feeds) {
       pre = &preset;
     }
     std::vector<Tensor> out;
+    if (p.kind != PlanOp::kOp) {
+      out = RunControl(p, in);
+      for (size_t i = 0; i < out.size() && i < p.outputs.size(); ++i) slots[p.outputs[i]] = std::move(out[i]);
+      for (int32_t s : p.release) slots[s].reset();
+      continue;
+    }
     try {
       if (p.op->seed_attr >= 0) {
         std::vector<AttrValue> attrs = p.attrs;  // keep seed = -1 for the next run

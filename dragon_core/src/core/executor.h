@@ -15,7 +15,10 @@
 
 namespace dragon {
 
+class Plan;
+
 struct PlanOp {
+  enum Kind { kOp, kCond, kWhile } kind = kOp;
   OpSchema* op = nullptr;
   std::string name;                 // the OpDef's name, for errors
   std::vector<int32_t> inputs;      // slots; variadic inputs flattened
@@ -24,6 +27,12 @@ struct PlanOp {
   std::vector<int32_t> release;     // slots dead after this op
   int32_t inplace_input = -1;       // slot whose buffer output 0 may reuse
   std::vector<int32_t> out_buffers; // per output: planned buffer id or -1
+  // Control flow. Cond: inputs = [pred, operands..., then captures...,
+  // else captures...]; While: inputs = [loop vars..., cond captures...,
+  // body captures...]. Sub-plans take (operands/loop vars, captures).
+  std::shared_ptr<Plan> then_plan, else_plan;  // While: cond, body
+  int32_t num_operands = 0, num_then_captures = 0, num_else_captures = 0;
+  int64_t max_iterations = -1;
 };
 
 class Plan {
@@ -36,6 +45,8 @@ class Plan {
   // Planned buffers: sizes in bytes, allocated on first run on the device.
   void SetBuffers(std::vector<int64_t> sizes) { buffer_sizes_ = std::move(sizes); }
   std::vector<Tensor> Run(const std::vector<Tensor>& feeds);
+  // Constant feeds appended after the caller's (a sub-plan's own constants).
+  void SetConstants(std::vector<Tensor> c) { constants_ = std::move(c); }
   int32_t num_ops() const { return static_cast<int32_t>(ops_.size()); }
   int64_t planned_bytes() const;
 
@@ -45,6 +56,8 @@ class Plan {
   std::vector<int32_t> inputs_, outputs_;
   std::vector<PlanOp> ops_;
   std::vector<int64_t> buffer_sizes_;
+  std::vector<Tensor> constants_;
+  std::vector<Tensor> RunControl(PlanOp& p, const std::vector<Tensor>& in);
   std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs
   std::mutex run_mu_;            // planned buffers: one run at a time
 };

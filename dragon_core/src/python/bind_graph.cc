@@ -27,6 +27,29 @@ void BindGraph(py::module_& m) {
         p.out_buffers = std::move(out_buffers);
         plan.AddOp(std::move(p));
       })
+      .def("add_control", [](Plan& plan, const std::string& kind, const std::string& name,
+                             std::vector<int32_t> inputs, std::vector<int32_t> outputs,
+                             std::shared_ptr<Plan> first, std::shared_ptr<Plan> second,
+                             int32_t num_operands, int32_t num_first_captures,
+                             int32_t num_second_captures, int64_t max_iterations,
+                             std::vector<int32_t> release) {
+        PlanOp p;
+        if (kind == "Cond") p.kind = PlanOp::kCond;
+        else if (kind == "While") p.kind = PlanOp::kWhile;
+        else throw CoreError(DG_INVALID_ARGUMENT, dg::Str("unknown control op '", kind, "'"));
+        p.name = name;
+        p.inputs = std::move(inputs);
+        p.outputs = std::move(outputs);
+        p.then_plan = std::move(first);
+        p.else_plan = std::move(second);
+        p.num_operands = num_operands;
+        p.num_then_captures = num_first_captures;
+        p.num_else_captures = num_second_captures;
+        p.max_iterations = max_iterations;
+        p.release = std::move(release);
+        plan.AddOp(std::move(p));
+      })
+      .def("set_constants", &Plan::SetConstants)
       .def("set_buffers", &Plan::SetBuffers)
       .def_property_readonly("num_ops", &Plan::num_ops)
       .def_property_readonly("planned_bytes", &Plan::planned_bytes)

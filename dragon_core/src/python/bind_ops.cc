@@ -209,6 +209,7 @@ py::dict Describe(const OpSchema& op) {
   d["stateful"] = static_cast<bool>(op.flags & DG_OP_STATEFUL);
   d["same_dtype"] = static_cast<bool>(op.flags & DG_OP_SAME_DTYPE);
   d["no_grad"] = static_cast<bool>(op.flags & DG_OP_NO_GRAD);
+  d["control"] = static_cast<bool>(op.flags & DG_OP_CONTROL);
   d["dispatch_input"] = op.dispatch_input;
   d["inplace_inputs"] = op.inplace_inputs;
   return d;

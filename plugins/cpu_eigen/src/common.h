@@ -27,8 +27,12 @@ constexpr int64_t kParallelGrain = 32768;
 template <typename Fn>
 void ParallelFor(int64_t n, Fn&& fn, int64_t cost = 1) {
   if (n <= 0) return;
+  if (n * cost < kParallelGrain) {  // small work: no OpenMP call at all
+    fn(int64_t{0}, n);
+    return;
+  }
   int threads = omp_get_max_threads();
-  if (threads <= 1 || n * cost < kParallelGrain) {
+  if (threads <= 1) {
     fn(int64_t{0}, n);
     return;
   }

@@ -32,7 +32,8 @@ extern "C" {
 #endif
 
 #define DG_ABI_MAJOR 1
-#define DG_ABI_MINOR 0
+/* Minor history: 1.0 first release; 1.1 adds DG_OP_CONTROL. */
+#define DG_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define DG_EXPORT __declspec(dllexport)
@@ -243,7 +244,8 @@ typedef struct DgAttrDef {
 enum {
   DG_OP_STATEFUL = 1u << 0,      /* random or side effects: never CSE'd */
   DG_OP_SAME_DTYPE = 1u << 1,    /* all inputs must share one dtype */
-  DG_OP_NO_GRAD = 1u << 2        /* not differentiable at all */
+  DG_OP_NO_GRAD = 1u << 2,       /* not differentiable at all */
+  DG_OP_CONTROL = 1u << 3        /* run by the graph executor, no kernel */
 };
 
 typedef struct DgOpDef {

@@ -73,7 +73,7 @@ def attrs_tuple(op_type: str, opdef: P.OpDef) -> tuple:
 
 def tensor_to_proto(name: str, t) -> P.TensorProto:
     """A host copy of tensor ``t`` as a TensorProto."""
-    arr = np.ascontiguousarray(t.cpu().numpy())
+    arr = np.array(t.cpu().numpy(), order="C", copy=True)  # keeps 0-d shapes
     return P.TensorProto(name=name, dtype=t._dtype_code, shape=list(arr.shape),
                          data=arr.tobytes())
 
@@ -110,6 +110,10 @@ class Trace:
     def add(self, op, inputs, attrs, outputs):
         self.records.append((op, list(inputs), dict(attrs), list(outputs)))
 
+    def add_control(self, op, inputs, attrs, outputs, subs):
+        """A Cond/While op; ``subs`` are its traced sub-graphs."""
+        self.records.append((op, list(inputs), {"_control": (dict(attrs), subs)}, list(outputs)))
+
     def add_assign(self, var, value):
         if var._id not in self.originals:
             self.originals[var._id] = (var, var._alias())
@@ -131,6 +135,8 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
         ``graph.constant`` and ``graph.captured``, in order.
     """
     g = P.GraphDef(name=name)
+    if inputs:
+        g.metadata["device"] = inputs[0]._device_name
     names: dict = {}
     constants, captured = [], []
     for i, t in enumerate(inputs):
@@ -195,6 +201,16 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
             names[t._id] = nm
             opdef.output.append(nm)
             _value_info(g, nm, t)
+        if "_control" in attrs:
+            cattrs, subs = attrs["_control"]
+            keys = ("then_branch", "else_branch") if op == "Cond" else ("cond_graph", "body_graph")
+            for key, sub in zip(keys, subs):
+                opdef.attr[key].graph.CopyFrom(sub.graph)
+            for key in ("num_operands", "num_then_captures", "num_else_captures",
+                        "maximum_iterations"):
+                if key in cattrs:
+                    opdef.attr[key].i = int(cattrs[key])
+            continue
         for spec in desc["attrs"]:
             opdef.attr[spec["name"]].CopyFrom(attr_to_proto(spec["type"], attrs.get(spec["name"])))
     for t in outputs:

@@ -25,9 +25,20 @@ class CompiledGraph:
         return self.plan.run(feeds)
 
 
-def compile_graph(graph, level: int) -> CompiledGraph:
-    """Compile ``graph`` (already optimised for ``level``)."""
-    feed_names = list(graph.input) + [c.name for c in graph.constant] + list(graph.captured)
+_CONTROL = ("Cond", "While")
+
+
+def compile_graph(graph, level: int, sub: bool = False) -> CompiledGraph:
+    """Compile ``graph`` (already optimised for ``level``).
+
+    A sub-graph (``sub=True``, the branch of a Cond or the body of a While)
+    is fed its inputs then its captured tensors; its constants are stored in
+    its plan.
+    """
+    if sub:
+        feed_names = list(graph.input) + list(graph.captured) + [c.name for c in graph.constant]
+    else:
+        feed_names = list(graph.input) + [c.name for c in graph.constant] + list(graph.captured)
     slot: dict = {}
     for nm in feed_names:
         slot.setdefault(nm, len(slot))
@@ -60,10 +71,23 @@ def compile_graph(graph, level: int) -> CompiledGraph:
     plan_meta = json.loads(graph.metadata["memory_plan"]) if "memory_plan" in graph.metadata \
         else {"buffers": [], "assign": {}}
     assign = plan_meta.get("assign", {})
+    if any(op.type in _CONTROL for op in graph.op):
+        # Sub-graph results may alias their operands: no static buffers.
+        plan_meta, assign = {"buffers": []}, {}
 
     out_slots = [slot[nm] for nm in graph.output] + [slot[nm] for nm in graph.state_update]
     plan = _C.Plan(graph.name or "graph", len(slot), [slot[nm] for nm in feed_names], out_slots)
     for k, op in enumerate(graph.op):
+        if op.type in _CONTROL:
+            keys = ("then_branch", "else_branch") if op.type == "Cond" else \
+                ("cond_graph", "body_graph")
+            subs = [_compile_sub(op.attr[key].graph, level) for key in keys]
+            max_it = op.attr["maximum_iterations"].i if "maximum_iterations" in op.attr else -1
+            plan.add_control(op.type, op.name, [slot[nm] for nm in op.input],
+                             [slot[nm] for nm in op.output], subs[0].plan, subs[1].plan,
+                             op.attr["num_operands"].i, op.attr["num_then_captures"].i,
+                             op.attr["num_else_captures"].i, max_it, release_at.get(k, []))
+            continue
         inplace = -1
         if "_inplace_input" in op.attr:
             inplace = slot[op.input[op.attr["_inplace_input"].i]]
@@ -75,4 +99,13 @@ def compile_graph(graph, level: int) -> CompiledGraph:
                     release_at.get(k, []), inplace, buffers)
     if plan_meta.get("buffers"):
         plan.set_buffers([int(b) for b in plan_meta["buffers"]])
+    if sub and graph.constant:
+        from .build import tensor_from_proto
+        plan.set_constants([tensor_from_proto(c) for c in graph.constant])
     return CompiledGraph(graph, plan, feed_names)
+
+
+def _compile_sub(graph, level: int) -> CompiledGraph:
+    from .passes import run_passes
+    g = run_passes(graph, min(level, 2))
+    return compile_graph(g, level, sub=True)

@@ -546,8 +546,22 @@ class OpCase:
         import dragon_core as dg
         fn = self.function()
 
-        def loss(tensors):
-            out = fn(*tensors, **self.attrs)
+        structure = [len(a) if isinstance(a, (list, tuple)) else None for a in self.arrays()]
+
+        def regroup(flat):
+            """Flat tensors back into the op's arguments (variadic lists)."""
+            args, k = [], 0
+            for n in structure:
+                if n is None:
+                    args.append(flat[k])
+                    k += 1
+                else:
+                    args.append(list(flat[k:k + n]))
+                    k += n
+            return args
+
+        def loss(tensors, quadratic=False):
+            out = fn(*regroup(tensors), **self.attrs)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             rng = np.random.default_rng(cotangents_seed)
             total = None
@@ -556,6 +570,11 @@ class OpCase:
                     continue
                 c = dg.tensor(rng.standard_normal(o.shape).astype(np.float64), device=self.device)
                 term = dg.ops.sum(o * c)
+                if quadratic:
+                    # Curvature even for linear ops, so order 2 checks something.
+                    d = dg.tensor(rng.standard_normal(o.shape).astype(np.float64),
+                                  device=self.device)
+                    term = term + dg.ops.sum(o * o * d)
                 total = term if total is None else total + term
             return total
         return loss
@@ -605,7 +624,7 @@ class OpCase:
                 outer.watch([tensors[i] for i in idx])
                 with dg.GradientTape() as inner:
                     inner.watch([tensors[i] for i in idx])
-                    value = loss(tensors)
+                    value = loss(tensors, quadratic=True)
                 grads = inner.gradient(value, [tensors[i] for i in idx],
                                        unconnected_gradients="zero")
                 hv = None

@@ -13,7 +13,8 @@ An op is left in place when:
 
 - it is stateful (random ops draw new values each run);
 - an output is larger than ``FOLD_LIMIT_BYTES`` (1 MiB) according to
-  ``value_info``, so a ``Fill`` of a huge shape does not bloat the saved graph;
+  ``value_info`` (or its size is unknown), so a ``Fill`` of a huge shape
+  does not bloat the saved graph;
 - an output is a graph output or a state update: the run would otherwise
   return (or bind a variable to) the same constant tensor every time, which a
   caller mutating its result in place would corrupt;
@@ -104,11 +105,12 @@ def constant_fold(graph):
                 if n not in values:
                     values[n] = tensor_from_proto(consts[n])
             results = _evaluate(op, desc, values)
+            if len(results) != len(op.output):
+                continue
             protos = [tensor_to_proto(name, t) for name, t in zip(op.output, results)]
         except Exception:  # noqa: BLE001 - the run reports it, with context
             continue
-        if len(results) != len(op.output) or any(
-                len(p.data) > FOLD_LIMIT_BYTES for p in protos):
+        if any(len(p.data) > FOLD_LIMIT_BYTES for p in protos):
             continue
         for name, t, proto in zip(op.output, results, protos):
             values[name] = t

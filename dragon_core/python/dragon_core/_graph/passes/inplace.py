@@ -15,8 +15,11 @@ index into ``OpDef.input``) when input ``i``:
   ``LogicalNot``, whose output is bool, never is).
 
 When several inputs qualify, the lowest index wins. Output 0 may itself be a
-graph output: the input is dead, so its buffer simply moves to the caller
-(``memory`` then plans neither tensor). The pass recomputes every
+graph output or a state update: the input is dead, so its buffer simply moves
+to the caller or the variable (``memory`` then plans neither tensor).
+Control-flow ops (variadic inputs) are never annotated; an input produced by
+one may alias an operand, which the executor's own check (the slot must hold
+the only reference to the storage) keeps safe. The pass recomputes every
 ``_inplace_input`` annotation from scratch, so running it twice changes
 nothing.
 """

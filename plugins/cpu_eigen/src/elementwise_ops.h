@@ -1,0 +1,765 @@
+// Element-wise op definitions shared by the kernels (unary.cc, binary.cc)
+// and by elementwise_isa.cc, which is built once per instruction set.
+//
+// Each op is a small functor with
+//
+//   - a scalar form, `T operator()(T x)` or `T operator()(T a, T b)`, which
+//     defines the op's meaning and serves integer dtypes; and
+//   - for floating dtypes, either `kEigen = true` plus `Array(x)` /
+//     `Array(a, b)` returning an Eigen array expression, or `Run(x, y, n)`,
+//     which handles a contiguous run itself.
+//
+// Eigen evaluates an expression over a run with packets, except for an
+// unaligned head and the tail, which take its scalar path. Only ops whose
+// result is exact (correctly rounded in both paths: arithmetic, min/max,
+// rounding) use Array forms; the others (exp, log, tanh, ...) use Run with
+// RunPackets / RunWithFixup below, so that an element's result never
+// depends on its position in the tensor.
+//
+// Several builds of this header live in one shared object (see
+// elementwise_isa.cc). Code with one mangled name in two builds would be
+// merged by the linker, which could then run AVX-512 code on a CPU without
+// it. So everything here sits in a namespace named after the build
+// (CPU_EIGEN_EW_NS: ew_base, ew_v3, ew_v4), builds other than the baseline
+// rename Eigen's namespace before including it, and this header uses
+// nothing that instantiates shared code (no dragon/plugin.hpp, no std
+// containers, strings or algorithms; <cmath> functions are builtins).
+#ifndef DRAGON_CPU_EIGEN_ELEMENTWISE_OPS_H_
+#define DRAGON_CPU_EIGEN_ELEMENTWISE_OPS_H_
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+
+#define CPU_EIGEN_EW_CAT_INNER_(a, b) a##b
+#define CPU_EIGEN_EW_CAT_(a, b) CPU_EIGEN_EW_CAT_INNER_(a, b)
+#ifdef CPU_EIGEN_EW_ISA
+#define CPU_EIGEN_EW_NS CPU_EIGEN_EW_CAT_(ew_, CPU_EIGEN_EW_ISA)
+#else
+#define CPU_EIGEN_EW_NS ew_base
+#endif
+
+namespace cpu_eigen {
+
+// ------------------------------------------- the per-build table (plain)
+
+enum class UnaryKind : int32_t {
+  kNeg, kAbs, kSign, kSquare, kReciprocal, kSqrt, kRsqrt, kExp, kLog,
+  kLog1p, kSin, kCos, kTanh, kSigmoid, kRelu, kLeakyRelu, kElu, kGeluErf,
+  kGeluTanh, kSoftplus, kClip, kFloor, kCeil, kRound
+};
+
+enum class BinaryKind : int32_t {
+  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
+  kSquare  // a², for pow(a, 2)
+};
+
+// Which operand of a binary run is one element repeated: neither (kVV),
+// a (kSV) or b (kVS).
+enum class BinaryForm : int32_t { kVV, kSV, kVS };
+
+// Attribute values of a unary op: LeakyRelu/Elu alpha in p0; Softplus beta
+// and threshold in p0, p1; Clip bounds in p0, p1.
+template <typename T>
+struct UnaryParams {
+  T p0, p1;
+};
+
+// Contiguous runs of the float ops, compiled for one instruction set.
+template <typename T>
+struct FloatKernels {
+  void (*unary)(UnaryKind kind, UnaryParams<T> params, const T* x, T* y,
+                int64_t n);
+  void (*binary)(BinaryKind kind, BinaryForm form, const T* a, const T* b,
+                 T* y, int64_t n);
+  const char* isa;  // e.g. "x86-64-v3"
+};
+
+namespace CPU_EIGEN_EW_NS {
+
+template <typename T>
+using ArrayX = Eigen::Array<T, Eigen::Dynamic, 1>;
+template <typename T>
+using ArrayMap = Eigen::Map<ArrayX<T>>;
+template <typename T>
+using ConstArrayMap = Eigen::Map<const ArrayX<T>>;
+
+// ------------------------------------------------- wrapping integer math
+
+// Integer arithmetic that wraps (two's complement) instead of overflowing,
+// which is undefined behaviour for signed types in C++. Computed in an
+// unsigned type at least as wide as `unsigned` so that narrow types do not
+// promote to (signed) int first. For floating types, the plain operators.
+template <typename T>
+using WrapType =
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
+                       std::make_unsigned_t<T>>;
+
+template <typename T>
+inline T WrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapType<T>>(a) +
+                          static_cast<WrapType<T>>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+inline T WrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapType<T>>(a) -
+                          static_cast<WrapType<T>>(b));
+  } else {
+    return a - b;
+  }
+}
+
+template <typename T>
+inline T WrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapType<T>>(a) *
+                          static_cast<WrapType<T>>(b));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename T>
+inline T WrapNeg(T a) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(WrapType<T>{0} - static_cast<WrapType<T>>(a));
+  } else {
+    return -a;
+  }
+}
+
+// NaN test that is false (and free) for integer types.
+template <typename T>
+inline bool IsNan(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return x != x;
+  } else {
+    (void)x;
+    return false;
+  }
+}
+
+// ----------------------------------------------------------- unary ops
+
+template <typename T>
+struct NegOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return WrapNeg(x); }
+  template <typename X>
+  auto Array(const X& x) const { return -x; }
+};
+
+template <typename T>
+struct AbsOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::fabs(x);
+    } else if constexpr (std::is_unsigned_v<T>) {
+      return x;
+    } else {
+      return x < 0 ? WrapNeg(x) : x;  // the most negative value stays put
+    }
+  }
+  template <typename X>
+  auto Array(const X& x) const { return x.abs(); }
+};
+
+// -1, 0 or 1; NaN stays NaN and -0.0 gives +0.0 (as NumPy).
+template <typename T>
+struct SignOp {
+  T operator()(T x) const {
+    if (IsNan(x)) return x;
+    return static_cast<T>(static_cast<int>(x > T(0)) -
+                          static_cast<int>(x < T(0)));
+  }
+};
+
+template <typename T>
+struct SquareOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return WrapMul(x, x); }
+  template <typename X>
+  auto Array(const X& x) const { return x.square(); }
+};
+
+template <typename T>
+struct ReciprocalOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return T(1) / x; }
+  template <typename X>
+  auto Array(const X& x) const { return x.inverse(); }
+};
+
+// IEEE square roots (kReciprocal: 1/√x, both steps correctly rounded) of
+// a contiguous run, with the widest vectors this build has. Not Eigen's:
+// under its default EIGEN_FAST_MATH its SSE float and AVX-512 float/double
+// sqrt are a hardware estimate plus a Newton step (NaN for +inf, +0 for
+// -0, an ulp off elsewhere).
+template <bool kReciprocal, typename T>
+void SqrtRun(const T* x, T* y, int64_t n) {
+  static_assert(std::is_floating_point_v<T>, "float or double");
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 16 <= n; i += 16) {
+      __m512 r = _mm512_sqrt_ps(_mm512_loadu_ps(x + i));
+      if constexpr (kReciprocal) r = _mm512_div_ps(_mm512_set1_ps(1.0f), r);
+      _mm512_storeu_ps(y + i, r);
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      __m512d r = _mm512_sqrt_pd(_mm512_loadu_pd(x + i));
+      if constexpr (kReciprocal) r = _mm512_div_pd(_mm512_set1_pd(1.0), r);
+      _mm512_storeu_pd(y + i, r);
+    }
+  }
+#elif defined(__AVX__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 8 <= n; i += 8) {
+      __m256 r = _mm256_sqrt_ps(_mm256_loadu_ps(x + i));
+      if constexpr (kReciprocal) r = _mm256_div_ps(_mm256_set1_ps(1.0f), r);
+      _mm256_storeu_ps(y + i, r);
+    }
+  } else {
+    for (; i + 4 <= n; i += 4) {
+      __m256d r = _mm256_sqrt_pd(_mm256_loadu_pd(x + i));
+      if constexpr (kReciprocal) r = _mm256_div_pd(_mm256_set1_pd(1.0), r);
+      _mm256_storeu_pd(y + i, r);
+    }
+  }
+#elif defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 4 <= n; i += 4) {
+      __m128 r = _mm_sqrt_ps(_mm_loadu_ps(x + i));
+      if constexpr (kReciprocal) r = _mm_div_ps(_mm_set1_ps(1.0f), r);
+      _mm_storeu_ps(y + i, r);
+    }
+  } else {
+    for (; i + 2 <= n; i += 2) {
+      __m128d r = _mm_sqrt_pd(_mm_loadu_pd(x + i));
+      if constexpr (kReciprocal) r = _mm_div_pd(_mm_set1_pd(1.0), r);
+      _mm_storeu_pd(y + i, r);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    y[i] = kReciprocal ? T(1) / std::sqrt(x[i]) : std::sqrt(x[i]);
+  }
+}
+
+template <typename T>
+struct SqrtOp {
+  T operator()(T x) const { return std::sqrt(x); }
+  void Run(const T* x, T* y, int64_t n) const { SqrtRun<false>(x, y, n); }
+};
+
+template <typename T>
+struct RsqrtOp {
+  T operator()(T x) const { return T(1) / std::sqrt(x); }
+  void Run(const T* x, T* y, int64_t n) const { SqrtRun<true>(x, y, n); }
+};
+
+// ------------------------------------------- packet-only evaluation
+//
+// Eigen evaluates the unaligned head and the tail of a run with scalar
+// libm calls, which round differently from its packet math: an element's
+// result would depend on its position (in place or not, which thread's
+// chunk). So the inexact ops below run on blocks copied into aligned
+// buffers padded to whole packets, where every element takes the packet
+// path, and then fix up the arguments where that path is inaccurate.
+
+constexpr int64_t kBlock = 512;  // elements per block
+
+// Elements per packet of this build (4 floats for SSE, 16 for AVX-512).
+template <typename T>
+constexpr int64_t kPacket = Eigen::internal::packet_traits<T>::size;
+
+template <typename T>
+using AlignedMap = Eigen::Map<ArrayX<T>, Eigen::Aligned64>;
+template <typename T>
+using ConstAlignedMap = Eigen::Map<const ArrayX<T>, Eigen::Aligned64>;
+
+// Calls body(in, out, m, padded) per block of x: `in` holds the block's m
+// elements then zeros up to `padded` (whole packets), both buffers 64-byte
+// aligned; out[0, m) is then copied to y. x may be y.
+template <typename T, typename Body>
+void ForEachPaddedBlock(const T* x, T* y, int64_t n, const Body& body) {
+  alignas(64) T in[kBlock];
+  alignas(64) T out[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    // Plain loops rather than std::copy and friends: see the note on
+    // shared code at the top.
+    const int64_t m = n - b < kBlock ? n - b : kBlock;
+    const int64_t padded = (m + kPacket<T> - 1) / kPacket<T> * kPacket<T>;
+    for (int64_t j = 0; j < m; ++j) in[j] = x[b + j];
+    for (int64_t j = m; j < padded; ++j) in[j] = T(0);
+    body(static_cast<const T*>(in), static_cast<T*>(out), m, padded);
+    for (int64_t j = 0; j < m; ++j) y[b + j] = out[j];
+  }
+}
+
+// Number of x[i] (i < n) outside [lo, hi]; NaN is not counted. Written so
+// that it vectorises (Eigen's min/max reductions are several times slower).
+template <typename T>
+inline int64_t CountOutside(const T* x, int64_t n, T lo, T hi) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += (x[i] < lo) | (x[i] > hi);
+  return count;
+}
+
+// y = vec(x) over a contiguous run (vec maps an Eigen array to an
+// expression), packets only; then y[i] = scalar(x[i]) where x[i] < lo or
+// x[i] > hi: the arguments for which the packet form is inaccurate.
+template <typename T, typename Vec, typename Scalar>
+void RunWithFixup(const T* x, T* y, int64_t n, T lo, T hi, const Vec& vec,
+                  const Scalar& scalar) {
+  ForEachPaddedBlock(x, y, n, [&](const T* in, T* out, int64_t m,
+                                  int64_t padded) {
+    AlignedMap<T>(out, padded) = vec(ConstAlignedMap<T>(in, padded));
+    if (CountOutside(in, m, lo, hi) != 0) {
+      for (int64_t j = 0; j < m; ++j) {
+        if (in[j] < lo || in[j] > hi) out[j] = scalar(in[j]);
+      }
+    }
+  });
+}
+
+// y = vec(x), packets only.
+template <typename T, typename Vec>
+void RunPackets(const T* x, T* y, int64_t n, const Vec& vec) {
+  ForEachPaddedBlock(x, y, n, [&](const T* in, T* out, int64_t,
+                                  int64_t padded) {
+    AlignedMap<T>(out, padded) = vec(ConstAlignedMap<T>(in, padded));
+  });
+}
+
+// Where Eigen's vectorised exp is accurate. Outside, it clamps its argument
+// (exp(-1000) = 2.9e-39 for float, 5.6e-309 for double, where the answer
+// is 0, and subnormal results are lost), and its AVX-512 float version
+// overflows from 88.38 on instead of 88.72.
+template <typename T>
+struct ExpRange {
+  static constexpr T kLo = std::is_same_v<T, float> ? T(-87) : T(-708);
+  static constexpr T kHi = std::is_same_v<T, float> ? T(88) : T(709);
+};
+
+template <typename T>
+struct ExpOp {
+  T operator()(T x) const { return std::exp(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunWithFixup(
+        x, y, n, ExpRange<T>::kLo, ExpRange<T>::kHi,
+        [](const auto& v) { return v.exp(); }, *this);
+  }
+};
+
+// Eigen's vectorised log treats subnormal arguments as the smallest normal
+// number (log(1e-40f) = -87.3 instead of -92.1): libm serves those, and
+// with them zero, negatives and -inf.
+template <typename T>
+struct LogOp {
+  T operator()(T x) const { return std::log(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunWithFixup(
+        x, y, n, std::numeric_limits<T>::min(),
+        std::numeric_limits<T>::infinity(),
+        [](const auto& v) { return v.log(); }, *this);
+  }
+};
+
+template <typename T>
+struct Log1pOp {
+  T operator()(T x) const { return std::log1p(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunPackets(x, y, n, [](const auto& v) { return v.log1p(); });
+  }
+};
+
+template <typename T>
+struct SinOp {
+  T operator()(T x) const { return std::sin(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunPackets(x, y, n, [](const auto& v) { return v.sin(); });
+  }
+};
+
+template <typename T>
+struct CosOp {
+  T operator()(T x) const { return std::cos(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunPackets(x, y, n, [](const auto& v) { return v.cos(); });
+  }
+};
+
+// Eigen's float tanh is a rational approximation good to a few ulp.
+template <typename T>
+struct TanhOp {
+  T operator()(T x) const { return std::tanh(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunPackets(x, y, n, [](const auto& v) { return v.tanh(); });
+  }
+};
+
+// 1 / (1 + e^-x), which never amplifies e^-x's error. Below
+// -ExpRange::kHi, where e^-x overflows and the result is subnormal (or 0),
+// it is e^x / (1 + e^x) instead.
+template <typename T>
+struct SigmoidOp {
+  T operator()(T x) const {
+    if (x < T(0)) {
+      const T e = std::exp(x);
+      return e / (T(1) + e);
+    }
+    return T(1) / (T(1) + std::exp(-x));
+  }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunWithFixup(
+        x, y, n, -ExpRange<T>::kHi, std::numeric_limits<T>::infinity(),
+        [](const auto& v) { return (T(1) + (-v).exp()).inverse(); }, *this);
+  }
+};
+
+// Eigen's packet max(a, b) and min(a, b) return a when a == b (as
+// std::max); NumPy's maximum and minimum return b, which decides the sign
+// of zero. The forms below follow NumPy: Eigen's arguments are swapped.
+
+// NumPy's maximum(x, 0): NaN propagates, relu(-0) = +0.
+template <typename T>
+struct ReluOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return x > T(0) || IsNan(x) ? x : T(0); }
+  template <typename X>
+  auto Array(const X& x) const {
+    return ArrayX<T>::Constant(x.size(), T(0))
+        .template max<Eigen::PropagateNaN>(x);
+  }
+};
+
+// x if x > 0 else αx, as max(x, 0) + α·min(x, 0): the same values, and
+// vectorised (Eigen 3.4 evaluates select() one scalar at a time).
+template <typename T>
+struct LeakyReluOp {
+  static constexpr bool kEigen = true;
+  T alpha;
+  T operator()(T x) const { return x > T(0) ? x : alpha * x; }
+  template <typename X>
+  auto Array(const X& x) const {
+    return x.template max<Eigen::PropagateNaN>(T(0)) + alpha * x.min(T(0));
+  }
+};
+
+// x if x > 0 else α(e^x − 1), as max(x, 0) + α·expm1(min(x, 0)).
+template <typename T>
+struct EluOp {
+  T alpha;
+  T operator()(T x) const { return x > T(0) ? x : alpha * std::expm1(x); }
+  void Run(const T* x, T* y, int64_t n) const {
+    const T a = alpha;
+    RunPackets(x, y, n, [a](const auto& v) {
+      return v.template max<Eigen::PropagateNaN>(T(0)) +
+             a * v.min(T(0)).expm1();
+    });
+  }
+};
+
+// x·Φ(x) with Φ(x) = erfc(-x/√2)/2, which (unlike 1 + erf(x/√2)) keeps its
+// relative accuracy for negative x; gelu(-inf) is its limit, -0. The
+// argument's rounding error is amplified ~x² times in the result, so the
+// scalar form computes float in double.
+template <typename T>
+struct GeluErfOp {
+  using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+  T operator()(T x) const {
+    if (std::isinf(x) && x < T(0)) return T(-0.0);
+    const Acc v = x;
+    return static_cast<T>(Acc(0.5) * v *
+                          std::erfc(Acc(-0.70710678118654752440) * v));
+  }
+  // Floats: Eigen's vectorised erf where 1 + erf(x/√2) >= 0.3 (x >= -1)
+  // loses at most a few ulp to cancellation; the scalar form below that.
+  void Run(const T* x, T* y, int64_t n) const {
+    if constexpr (std::is_same_v<T, float>) {
+      RunWithFixup(
+          x, y, n, -1.0f, std::numeric_limits<float>::infinity(),
+          [](const auto& v) {
+            return 0.5f * v * (1.0f + (v * 0.70710678118654752440f).erf());
+          },
+          *this);
+    } else {
+      for (int64_t i = 0; i < n; ++i) y[i] = (*this)(x[i]);
+    }
+  }
+};
+
+// The tanh form, x·(1 + tanh(u))/2 with u = √(2/π)(x + 0.044715x³), as
+// x / (1 + e^(-2u)) for the same reason. Where e^(-2u) nears overflow
+// (x below kFix) the result is tiny: x·e^(2u) / (1 + e^(2u)) there, and
+// gelu(-inf) is its limit, -0.
+template <typename T>
+struct GeluTanhOp {
+  static constexpr T kC1 = T(-1.5957691216057307117);  // -2√(2/π)
+  static constexpr T kC3 = T(-0.071354816272600249);   // kC1 · 0.044715
+  static constexpr T kFix = std::is_same_v<T, float> ? T(-9) : T(-20);
+  T operator()(T x) const {
+    const T v = x * (kC1 + kC3 * x * x);  // -2u
+    if (v <= T(0)) return x / (T(1) + std::exp(v));
+    if (std::isinf(x)) return T(-0.0);
+    const T e = std::exp(-v);
+    return x * e / (T(1) + e);
+  }
+  void Run(const T* x, T* y, int64_t n) const {
+    RunWithFixup(
+        x, y, n, kFix, std::numeric_limits<T>::infinity(),
+        [](const auto& v) {
+          return v / (T(1) + (v * (kC1 + kC3 * v.square())).exp());
+        },
+        *this);
+  }
+};
+
+// log(1 + e^(βx)) / β, or x where βx > threshold. With z = βx the log is
+// taken as max(z, 0) + log1p(e^-|z|), which cannot overflow whatever the
+// threshold; the scalar form serves |z| beyond the vectorised exp's range.
+template <typename T>
+struct SoftplusOp {
+  T beta, threshold;
+  T operator()(T x) const {
+    const T z = beta * x;
+    if (z > threshold) return x;
+    return ((z > T(0) ? z : T(0)) + std::log1p(std::exp(-std::fabs(z)))) /
+           beta;
+  }
+  void Run(const T* x, T* y, int64_t n) const {
+    const T fix = -ExpRange<T>::kLo / std::fabs(beta);  // |βx| beyond exp's
+    ForEachPaddedBlock(x, y, n, [&](const T* in, T* out, int64_t m,
+                                    int64_t padded) {
+      const auto z = beta * ConstAlignedMap<T>(in, padded);
+      AlignedMap<T>(out, padded) =
+          (z.max(T(0)) + (-z.abs()).exp().log1p()) / beta;
+      if (CountOutside(in, m, -fix, fix) != 0) {
+        for (int64_t j = 0; j < m; ++j) {
+          if (std::fabs(in[j]) > fix) out[j] = (*this)(in[j]);
+        }
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        out[j] = beta * in[j] > threshold ? in[j] : out[j];
+      }
+    });
+  }
+};
+
+// NumPy's clip: minimum(maximum(x, lo), hi), NaN-propagating. An unset
+// bound is passed as -inf / +inf (or the integer type's limits).
+template <typename T>
+struct ClipOp {
+  static constexpr bool kEigen = true;
+  T lo, hi;
+  T operator()(T x) const {
+    if (IsNan(x) || IsNan(lo) || IsNan(hi)) {
+      return IsNan(x) ? x : IsNan(lo) ? lo : hi;
+    }
+    const T y = x > lo ? x : lo;
+    return y < hi ? y : hi;
+  }
+  template <typename X>
+  auto Array(const X& x) const {
+    return ArrayX<T>::Constant(x.size(), hi)
+        .template min<Eigen::PropagateNaN>(
+            ArrayX<T>::Constant(x.size(), lo)
+                .template max<Eigen::PropagateNaN>(x));
+  }
+};
+
+template <typename T>
+struct FloorOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return std::floor(x); }
+  template <typename X>
+  auto Array(const X& x) const { return x.floor(); }
+};
+
+template <typename T>
+struct CeilOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return std::ceil(x); }
+  template <typename X>
+  auto Array(const X& x) const { return x.ceil(); }
+};
+
+// Half to even (NumPy's rint) under the default rounding mode.
+template <typename T>
+struct RoundOp {
+  static constexpr bool kEigen = true;
+  T operator()(T x) const { return std::nearbyint(x); }
+  template <typename X>
+  auto Array(const X& x) const { return x.rint(); }
+};
+
+// ---------------------------------------------------------- binary ops
+
+struct AddOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T b) const { return WrapAdd(a, b); }
+  template <typename A, typename B>
+  auto Array(const A& a, const B& b) const { return a + b; }
+};
+
+struct SubOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T b) const { return WrapSub(a, b); }
+  template <typename A, typename B>
+  auto Array(const A& a, const B& b) const { return a - b; }
+};
+
+struct MulOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T b) const { return WrapMul(a, b); }
+  template <typename A, typename B>
+  auto Array(const A& a, const B& b) const { return a * b; }
+};
+
+struct DivOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T b) const { return a / b; }
+  template <typename A, typename B>
+  auto Array(const A& a, const B& b) const { return a / b; }
+};
+
+// C's pow (NumPy's element-wise float power). Eigen 3.4's vectorised pow
+// is several times slower than libm's for SSE packets, so it stays scalar.
+struct PowOp {
+  template <typename T>
+  T operator()(T a, T b) const { return std::pow(a, b); }
+};
+
+// a·a, which equals pow(a, 2) exactly (both are correctly rounded).
+struct SquareAOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T) const { return a * a; }
+  template <typename A, typename B>
+  auto Array(const A& a, const B&) const { return a.square(); }
+};
+
+// NumPy's maximum/minimum: NaN propagates, and ties (±0) give b.
+struct MaximumOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T b) const {
+    if (IsNan(a) || IsNan(b)) return IsNan(a) ? a : b;
+    return a > b ? a : b;
+  }
+  template <typename A, typename B>
+  auto Array(const A& a, const B& b) const {
+    return b.template max<Eigen::PropagateNaN>(a);
+  }
+};
+
+struct MinimumOp {
+  static constexpr bool kEigen = true;
+  template <typename T>
+  T operator()(T a, T b) const {
+    if (IsNan(a) || IsNan(b)) return IsNan(a) ? a : b;
+    return a < b ? a : b;
+  }
+  template <typename A, typename B>
+  auto Array(const A& a, const B& b) const {
+    return b.template min<Eigen::PropagateNaN>(a);
+  }
+};
+
+// ------------------------------------------------------------ run loops
+
+template <typename F, typename = void>
+struct HasEigenForm : std::false_type {};
+template <typename F>
+struct HasEigenForm<F, std::void_t<decltype(F::kEigen)>>
+    : std::bool_constant<F::kEigen> {};
+
+template <typename F, typename T, typename Out, typename = void>
+struct HasRunForm : std::false_type {};
+template <typename F, typename T, typename Out>
+struct HasRunForm<F, T, Out,
+                  std::void_t<decltype(std::declval<const F&>().Run(
+                      std::declval<const T*>(), std::declval<Out*>(),
+                      int64_t{0}))>> : std::true_type {};
+
+// True when F's Eigen form serves T -> Out.
+template <typename F, typename T, typename Out>
+constexpr bool kUseEigen = HasEigenForm<F>::value &&
+                           std::is_floating_point_v<T> &&
+                           std::is_same_v<T, Out>;
+
+// y[i] = f(x[i]) for i < n, contiguous.
+template <typename T, typename Out, typename F>
+inline void UnaryRun(const F& f, const T* x, Out* y, int64_t n) {
+  if constexpr (HasRunForm<F, T, Out>::value) {
+    f.Run(x, y, n);
+  } else if constexpr (kUseEigen<F, T, Out>) {
+    ArrayMap<Out>(y, n) = f.Array(ConstArrayMap<T>(x, n));
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+  }
+}
+
+// y[i] = f(a[i], b[i]) for i < n, contiguous, where `form` says which
+// operand (if any) is the single element a[0] or b[0] repeated.
+template <typename T, typename Out, typename F>
+inline void BinaryRun(const F& f, BinaryForm form, const T* a, const T* b,
+                      Out* y, int64_t n) {
+  if constexpr (kUseEigen<F, T, Out>) {
+    ArrayMap<Out> out(y, n);
+    switch (form) {
+      case BinaryForm::kVV:
+        out = f.Array(ConstArrayMap<T>(a, n), ConstArrayMap<T>(b, n));
+        break;
+      case BinaryForm::kSV:
+        out = f.Array(ArrayX<T>::Constant(n, *a), ConstArrayMap<T>(b, n));
+        break;
+      case BinaryForm::kVS:
+        out = f.Array(ConstArrayMap<T>(a, n), ArrayX<T>::Constant(n, *b));
+        break;
+    }
+  } else {
+    switch (form) {
+      case BinaryForm::kVV:
+        for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+        break;
+      case BinaryForm::kSV: {
+        const T s = *a;
+        for (int64_t i = 0; i < n; ++i) y[i] = f(s, b[i]);
+        break;
+      }
+      case BinaryForm::kVS: {
+        const T s = *b;
+        for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], s);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace CPU_EIGEN_EW_NS
+}  // namespace cpu_eigen
+
+#endif  // DRAGON_CPU_EIGEN_ELEMENTWISE_OPS_H_

@@ -1,0 +1,241 @@
+// MatMul with NumPy `matmul` semantics.
+//
+// 1-D operands are promoted (a to a row, b to a column) and the added axis
+// is not in the output; `transpose_a` / `transpose_b` swap the last two
+// axes of a rank >= 2 operand; batch dimensions broadcast. The kernel reads
+// inputs through their strides: any operand whose matrices have a unit
+// stride along either of their two axes (a transposed view, for instance)
+// is used in place, as a row-major or column-major matrix; others are
+// copied to a dense scratch buffer first.
+//
+// The products run in src/gemm/, built for three instruction sets; the best
+// one this CPU supports is picked at first use. DRAGON_CPU_EIGEN_ISA=v2|v3|v4
+// caps the choice (for testing and benchmarking the other builds).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+#include "gemm/gemm.h"
+#include "reduce_util.h"
+
+namespace cpu_eigen {
+namespace {
+
+// ------------------------------------------------------------ ISA choice
+
+enum class Isa { kV2 = 2, kV3 = 3, kV4 = 4 };
+
+Isa DetectIsa() {
+  __builtin_cpu_init();
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+  const bool v3 = __builtin_cpu_supports("x86-64-v3");
+  const bool v4 = __builtin_cpu_supports("x86-64-v4");
+#else
+  const bool v3 = __builtin_cpu_supports("avx2") &&
+                  __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi2");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512cd") &&
+                  __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vl");
+#endif
+  Isa isa = v4 ? Isa::kV4 : v3 ? Isa::kV3 : Isa::kV2;
+  if (const char* cap = std::getenv("DRAGON_CPU_EIGEN_ISA")) {
+    if (std::strcmp(cap, "v2") == 0) isa = Isa::kV2;
+    if (std::strcmp(cap, "v3") == 0 && isa == Isa::kV4) isa = Isa::kV3;
+  }
+  return isa;
+}
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kV4:
+      return gemm_v4::Describe();
+    case Isa::kV3:
+      return gemm_v3::Describe();
+    default:
+      return gemm_v2::Describe();
+  }
+}
+
+// The build to use, chosen once; the choice is logged (debug level).
+Isa SelectedIsa(const dg::KernelContext& ctx) {
+  static const Isa isa = [&ctx] {
+    const Isa chosen = DetectIsa();
+    const DgHostApi* host = ctx.frame()->host;
+    if (host && host->log) {
+      host->log(0, dg::Str("cpu_eigen MatMul uses ", IsaName(chosen)).c_str());
+    }
+    return chosen;
+  }();
+  return isa;
+}
+
+template <typename T>
+void RunGemm(const dg::KernelContext& ctx, const GemmCall<T>& call) {
+  switch (SelectedIsa(ctx)) {
+    case Isa::kV4:
+      gemm_v4::Gemm(call);
+      break;
+    case Isa::kV3:
+      gemm_v3::Gemm(call);
+      break;
+    default:
+      gemm_v2::Gemm(call);
+      break;
+  }
+}
+
+// ------------------------------------------------------------ operands
+
+// One operand seen as a stack of logical matrices (rows x cols) stored
+// row-major with leading dimension `ld`, transposed when `trans`.
+template <typename T>
+struct Operand {
+  const T* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  bool trans = false;
+  int64_t ld = 0;
+  std::vector<int64_t> batch_shape, batch_strides;
+};
+
+// Describes input `index` as an operand. `is_a` selects the 1-D promotion
+// (a: a row, b: a column). `transpose` applies to rank >= 2 only.
+template <typename T>
+Operand<T> AsOperand(const dg::KernelContext& ctx, int index, bool is_a,
+                     bool transpose) {
+  const dg::TensorRef t = ctx.input(index);
+  Operand<T> op;
+  const int32_t nd = t.ndim();
+  int64_t r, c, sr, sc;  // stored matrix: r x c with strides (sr, sc)
+  if (nd == 1) {
+    transpose = false;
+    if (is_a) {
+      r = 1, c = t.dim(0), sr = c * t.stride(0), sc = t.stride(0);
+    } else {
+      r = t.dim(0), c = 1, sr = t.stride(0), sc = 1;
+    }
+  } else {
+    r = t.dim(-2), c = t.dim(-1), sr = t.stride(-2), sc = t.stride(-1);
+    for (int32_t i = 0; i < nd - 2; ++i) {
+      op.batch_shape.push_back(t.dim(i));
+      op.batch_strides.push_back(t.stride(i));
+    }
+  }
+  op.rows = transpose ? c : r;
+  op.cols = transpose ? r : c;
+  op.data = t.data<const T>();
+  // A unit stride along either axis lets the matrix be used in place (an
+  // axis of extent 1 has no meaningful stride).
+  const bool row_major = (c == 1 || sc == 1) && (r == 1 || sr >= 1);
+  const bool col_major = (r == 1 || sr == 1) && (c == 1 || sc >= 1);
+  if (row_major) {
+    op.ld = r == 1 ? c : sr;
+    op.trans = transpose;
+  } else if (col_major) {
+    op.ld = c == 1 ? r : sc;
+    op.trans = !transpose;
+  } else {
+    // Dense copy, whose strides are the contiguous ones.
+    T* dense = ctx.workspace<T>(t.numel());
+    CopyDense(t, dense);
+    op.data = dense;
+    op.ld = c;
+    op.trans = transpose;
+    op.batch_strides = ContiguousStrides(op.batch_shape);
+    for (int64_t& s : op.batch_strides) s *= r * c;
+  }
+  op.ld = std::max<int64_t>(op.ld, 1);
+  return op;
+}
+
+template <typename T>
+void MatMul(dg::KernelContext& ctx) {
+  const dg::TensorRef at = ctx.input(0), bt = ctx.input(1);
+  const bool trans_a = ctx.b("transpose_a"), trans_b = ctx.b("transpose_b");
+  DG_CHECK(at.ndim() >= 1 && bt.ndim() >= 1, DG_INVALID_ARGUMENT,
+           "MatMul: operands must have rank >= 1, got shapes ",
+           ShapeStr(at.shape()), " and ", ShapeStr(bt.shape()));
+  const Operand<T> a = AsOperand<T>(ctx, 0, true, trans_a);
+  const Operand<T> b = AsOperand<T>(ctx, 1, false, trans_b);
+  DG_CHECK(a.cols == b.rows, DG_INVALID_ARGUMENT,
+           "MatMul: inner sizes differ: a ", ShapeStr(at.shape()),
+           " (transpose_a=", trans_a ? "true" : "false", ") and b ",
+           ShapeStr(bt.shape()), " (transpose_b=", trans_b ? "true" : "false",
+           ")");
+
+  // Broadcast the batch dimensions (aligned from the right).
+  const size_t nb = std::max(a.batch_shape.size(), b.batch_shape.size());
+  std::vector<int64_t> shape(nb, 1), sa(nb, 0), sb(nb, 0);
+  for (size_t i = 0; i < nb; ++i) {
+    const int64_t ia = static_cast<int64_t>(i + a.batch_shape.size()) - nb;
+    const int64_t ib = static_cast<int64_t>(i + b.batch_shape.size()) - nb;
+    const int64_t da = ia >= 0 ? a.batch_shape[ia] : 1;
+    const int64_t db = ib >= 0 ? b.batch_shape[ib] : 1;
+    DG_CHECK(da == db || da == 1 || db == 1, DG_INVALID_ARGUMENT,
+             "MatMul: batch dimensions do not broadcast: a ",
+             ShapeStr(at.shape()), " and b ", ShapeStr(bt.shape()));
+    shape[i] = std::max(da, db);
+    if (da != 1) sa[i] = a.batch_strides[ia];
+    if (db != 1) sb[i] = b.batch_strides[ib];
+    if (da == 0 || db == 0) shape[i] = 0;
+  }
+  const int64_t batch = Numel(shape);
+  const int64_t n = a.rows, m = b.cols, k = a.cols;
+  const dg::TensorRef yt = ctx.output(0);
+  DG_CHECK(yt.numel() == batch * n * m, DG_INTERNAL, "MatMul: output has ",
+           yt.numel(), " elements, expected ", batch * n * m, " for a ",
+           ShapeStr(at.shape()), " and b ", ShapeStr(bt.shape()));
+  if (yt.numel() == 0) return;
+
+  GemmCall<T> call{};
+  call.batch = batch;
+  call.n = n;
+  call.m = m;
+  call.k = k;
+  call.a = a.data;
+  call.lda = a.ld;
+  call.trans_a = a.trans;
+  call.b = b.data;
+  call.ldb = b.ld;
+  call.trans_b = b.trans;
+  call.c = yt.data<T>();
+  call.ldc = m;
+  call.c_stride = n * m;
+  if (batch > 1) {
+    std::vector<Dim> da, db;
+    for (size_t i = 0; i < nb; ++i) {
+      da.push_back({shape[i], sa[i]});
+      db.push_back({shape[i], sb[i]});
+    }
+    int64_t* offsets = ctx.workspace<int64_t>(2 * batch);
+    Odometer ia(da, nb, 0), ib(db, nb, 0);
+    bool a_stacks_rows = !a.trans, b_shared = true;
+    for (int64_t i = 0; i < batch; ++i, ia.Next(), ib.Next()) {
+      offsets[i] = ia.offset();
+      offsets[batch + i] = ib.offset();
+      a_stacks_rows = a_stacks_rows && offsets[i] == i * n * a.ld;
+      b_shared = b_shared && offsets[batch + i] == 0;
+    }
+    if (a_stacks_rows && b_shared) {
+      // One B for every item and the A matrices stacked row after row:
+      // a single (batch * n) x k product.
+      call.n = batch * n;
+      call.batch = 1;
+    } else {
+      call.a_offsets = offsets;
+      call.b_offsets = offsets + batch;
+    }
+  }
+  RunGemm(ctx, call);
+}
+
+}  // namespace
+
+DG_KERNEL_EX("MatMul", "cpu", 0, DG_KERNEL_STRIDED_INPUTS, MatMul, float,
+             double);
+
+}  // namespace cpu_eigen

@@ -1,0 +1,130 @@
+// ScatterAdd: y = x, then y[o, indices[i], :] += updates[o, i, :] for every
+// (outer position o, index position i), viewing x as [outer, n, inner] and
+// updates as [outer, m, inner] (m = indices.numel()). The inverse of Gather:
+// same index conventions (int32 or int64, a negative index wraps once,
+// anything else out of range is a DG_OUT_OF_RANGE error naming the index).
+//
+// Deterministic: work is split over (outer, block of inner) pairs, each
+// owned by one thread, and within a pair the indices are applied in order,
+// so every output element sums its updates in the same order whatever the
+// thread count. No atomics.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common.h"
+#include "strided.h"
+
+namespace cpu_eigen {
+namespace {
+
+// Elements of inner handled by one task.
+constexpr int64_t kInnerBlock = 4096;
+
+std::string ShapeStr(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// a + b; integers wrap as two's complement (no signed-overflow UB).
+template <typename T>
+inline T AddWrap(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) +
+                                         static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+// Every index as an int64 in [0, n), checked before any thread starts: no
+// exception may leave a parallel region.
+template <typename I>
+std::vector<int64_t> CheckedIndices(const dg::KernelContext& ctx, const I* idx,
+                                    int64_t m, int64_t n, int64_t axis) {
+  std::vector<int64_t> out(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t v = static_cast<int64_t>(idx[i]);
+    if (v < -n || v >= n) {
+      throw dg::Error(DG_OUT_OF_RANGE,
+                      dg::Str(ctx.op_name(), ": index ", v,
+                              " is out of range for axis ", axis, " with size ",
+                              n, " (x shape ", ShapeStr(ctx.input(0).shape()),
+                              ")"));
+    }
+    out[static_cast<size_t>(i)] = v < 0 ? v + n : v;
+  }
+  return out;
+}
+
+template <typename T>
+void ScatterAddKernel(dg::KernelContext& ctx) {
+  const dg::TensorRef x = ctx.input(0), indices = ctx.input(1),
+                      updates = ctx.input(2), y = ctx.output(0);
+  const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
+  DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": axis ", ctx.i("axis"), " out of range for x shape ",
+           ShapeStr(x.shape()));
+  const int32_t a = static_cast<int32_t>(axis);
+  const int64_t n = x.dim(a), m = indices.numel();
+  std::vector<int64_t> idx;
+  switch (indices.dtype()) {
+    case DG_INT32:
+      idx = CheckedIndices(ctx, indices.data<const int32_t>(), m, n, axis);
+      break;
+    case DG_INT64:
+      idx = CheckedIndices(ctx, indices.data<const int64_t>(), m, n, axis);
+      break;
+    default:
+      throw dg::Error(
+          DG_INVALID_ARGUMENT,
+          dg::Str(ctx.op_name(), ": indices must be int32 or int64, got ",
+                  dg::DTypeName(indices.dtype())));
+  }
+  int64_t outer = 1, inner = 1;
+  for (int32_t k = 0; k < a; ++k) outer *= x.dim(k);
+  for (int32_t k = a + 1; k < x.ndim(); ++k) inner *= x.dim(k);
+  DG_CHECK(y.numel() == x.numel() && updates.numel() == outer * m * inner,
+           DG_INTERNAL, ctx.op_name(), ": y has ", y.numel(),
+           " elements and updates ", updates.numel(), ", expected ",
+           x.numel(), " and ", outer * m * inner);
+
+  T* dst = y.data<T>();
+  const T* src = x.data<const T>();
+  const T* upd = updates.data<const T>();
+  ParallelMemcpy(dst, src, static_cast<size_t>(x.numel()) * sizeof(T));
+  if (m == 0 || inner == 0 || outer == 0) return;
+
+  const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
+  const int64_t* ix = idx.data();
+  ParallelFor(
+      outer * blocks,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t o = t / blocks;
+          const int64_t lo = (t % blocks) * kInnerBlock;
+          const int64_t len = std::min(kInnerBlock, inner - lo);
+          T* out = dst + o * n * inner + lo;
+          const T* in = upd + o * m * inner + lo;
+          for (int64_t i = 0; i < m; ++i) {
+            T* row = out + ix[i] * inner;
+            const T* from = in + i * inner;
+            for (int64_t k = 0; k < len; ++k) row[k] = AddWrap(row[k], from[k]);
+          }
+        }
+      },
+      m * std::min(kInnerBlock, inner));
+}
+
+DG_KERNEL("ScatterAdd", "cpu", ScatterAddKernel, float, double, int8_t,
+          int16_t, int32_t, int64_t, uint8_t);
+
+}  // namespace
+}  // namespace cpu_eigen

@@ -1,0 +1,145 @@
+// Element-wise unary kernels: y = f(x), same shape and dtype
+// (docs/ops.md, "Elementwise, unary"). The ops themselves are in
+// elementwise_ops.h; LogicalNot (bool output) is in compare.cc.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "common.h"
+#include "dragon/plugin.hpp"
+#include "elementwise.h"
+#include "elementwise_ops.h"
+
+namespace cpu_eigen {
+namespace {
+
+using elementwise::kCostCheap;
+using elementwise::kCostDivide;
+using elementwise::kCostHeavy;
+using elementwise::kCostTranscendental;
+using elementwise::RunUnaryOp;
+using namespace ew_base;  // NOLINT(build/namespaces): the op functors
+
+// Defines kernel NAME<T> running OP<T> (KIND in the float builds) and
+// registers it for the dtypes that follow. Output 0 may overwrite input 0
+// (each element is read before it is written).
+#define CPU_EIGEN_UNARY(NAME, KIND, OP, COST, ...)                      \
+  template <typename T>                                                \
+  void NAME(dg::KernelContext& ctx) {                                  \
+    RunUnaryOp<T>(ctx, UnaryKind::KIND, OP<T>{}, UnaryParams<T>{},     \
+                  (COST));                                             \
+  }                                                                    \
+  DG_KERNEL_EX(#NAME, "cpu", 0, DG_KERNEL_INPLACE, NAME, __VA_ARGS__)
+
+CPU_EIGEN_UNARY(Neg, kNeg, NegOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
+CPU_EIGEN_UNARY(Abs, kAbs, AbsOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
+CPU_EIGEN_UNARY(Sign, kSign, SignOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
+CPU_EIGEN_UNARY(Square, kSquare, SquareOp, kCostCheap,
+                CPU_EIGEN_NUMERIC_TYPES);
+CPU_EIGEN_UNARY(Relu, kRelu, ReluOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
+
+CPU_EIGEN_UNARY(Reciprocal, kReciprocal, ReciprocalOp, kCostDivide,
+                CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Sqrt, kSqrt, SqrtOp, kCostDivide, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Rsqrt, kRsqrt, RsqrtOp, kCostDivide, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Exp, kExp, ExpOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Log, kLog, LogOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Log1p, kLog1p, Log1pOp, kCostTranscendental,
+                CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Sin, kSin, SinOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Cos, kCos, CosOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Tanh, kTanh, TanhOp, kCostTranscendental,
+                CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Sigmoid, kSigmoid, SigmoidOp, kCostTranscendental,
+                CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Floor, kFloor, FloorOp, kCostCheap, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Ceil, kCeil, CeilOp, kCostCheap, CPU_EIGEN_FLOAT_TYPES);
+CPU_EIGEN_UNARY(Round, kRound, RoundOp, kCostCheap, CPU_EIGEN_FLOAT_TYPES);
+
+#undef CPU_EIGEN_UNARY
+
+// ------------------------------------------------ ops with attributes
+
+template <typename T>
+void LeakyRelu(dg::KernelContext& ctx) {
+  const T alpha = static_cast<T>(ctx.f("alpha"));
+  RunUnaryOp<T>(ctx, UnaryKind::kLeakyRelu, LeakyReluOp<T>{alpha},
+                UnaryParams<T>{alpha, T(0)}, kCostCheap);
+}
+DG_KERNEL_EX("LeakyRelu", "cpu", 0, DG_KERNEL_INPLACE, LeakyRelu,
+             CPU_EIGEN_FLOAT_TYPES);
+
+template <typename T>
+void Elu(dg::KernelContext& ctx) {
+  const T alpha = static_cast<T>(ctx.f("alpha"));
+  RunUnaryOp<T>(ctx, UnaryKind::kElu, EluOp<T>{alpha},
+                UnaryParams<T>{alpha, T(0)}, kCostTranscendental);
+}
+DG_KERNEL_EX("Elu", "cpu", 0, DG_KERNEL_INPLACE, Elu, CPU_EIGEN_FLOAT_TYPES);
+
+template <typename T>
+void Gelu(dg::KernelContext& ctx) {
+  const std::string mode = ctx.s("approximate");
+  DG_CHECK(mode == "none" || mode == "tanh", DG_INVALID_ARGUMENT,
+           ctx.op_name(), ": approximate must be \"none\" or \"tanh\", got \"",
+           mode, "\"");
+  if (mode == "tanh") {
+    RunUnaryOp<T>(ctx, UnaryKind::kGeluTanh, GeluTanhOp<T>{},
+                  UnaryParams<T>{}, kCostTranscendental);
+  } else {
+    RunUnaryOp<T>(ctx, UnaryKind::kGeluErf, GeluErfOp<T>{}, UnaryParams<T>{},
+                  kCostHeavy);
+  }
+}
+DG_KERNEL_EX("Gelu", "cpu", 0, DG_KERNEL_INPLACE, Gelu, CPU_EIGEN_FLOAT_TYPES);
+
+template <typename T>
+void Softplus(dg::KernelContext& ctx) {
+  const T beta = static_cast<T>(ctx.f("beta"));
+  const T threshold = static_cast<T>(ctx.f("threshold"));
+  RunUnaryOp<T>(ctx, UnaryKind::kSoftplus, SoftplusOp<T>{beta, threshold},
+                UnaryParams<T>{beta, threshold}, kCostHeavy);
+}
+DG_KERNEL_EX("Softplus", "cpu", 0, DG_KERNEL_INPLACE, Softplus,
+             CPU_EIGEN_FLOAT_TYPES);
+
+// A Clip bound cast to T: floats as C++ does, integers saturating (a bound
+// beyond the type's range clips nothing rather than wrapping); an unset
+// bound is the type's extreme (±inf for floats).
+template <typename T>
+T ClipBound(const dg::KernelContext& ctx, const char* name, bool upper) {
+  using Limits = std::numeric_limits<T>;
+  if (!ctx.has(name)) {
+    if constexpr (Limits::has_infinity) {
+      return upper ? Limits::infinity() : -Limits::infinity();
+    } else {
+      return upper ? Limits::max() : Limits::lowest();
+    }
+  }
+  const double v = ctx.f(name);
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    DG_CHECK(!std::isnan(v), DG_INVALID_ARGUMENT, ctx.op_name(), ": ", name,
+             " is NaN, which has no ", dg::DTypeName(dg::DTypeOf<T>::value),
+             " value");
+    if (v <= static_cast<double>(Limits::lowest())) return Limits::lowest();
+    if (v >= static_cast<double>(Limits::max())) return Limits::max();
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+void Clip(dg::KernelContext& ctx) {
+  const T lo = ClipBound<T>(ctx, "min", false);
+  const T hi = ClipBound<T>(ctx, "max", true);
+  RunUnaryOp<T>(ctx, UnaryKind::kClip, ClipOp<T>{lo, hi},
+                UnaryParams<T>{lo, hi}, kCostCheap);
+}
+DG_KERNEL_EX("Clip", "cpu", 0, DG_KERNEL_INPLACE, Clip,
+             CPU_EIGEN_NUMERIC_TYPES);
+
+}  // namespace
+}  // namespace cpu_eigen

@@ -1,0 +1,1 @@
+"""Op tests for the standard library (docs/ops.md) against NumPy."""

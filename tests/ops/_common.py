@@ -1,0 +1,57 @@
+"""Input generators and reference helpers shared by the op tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dragon_sdk.testing import is_float, numpy_dtype
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+#: Shapes every element-wise op is tried on: 0-d, empty, odd sizes, 3-D and
+#: one large enough (33667 elements) to take the kernels' parallel path.
+ELEMENTWISE_SHAPES = [(), (0,), (3, 0), (7,), (2, 3, 4), (257, 131)]
+
+
+def sample(rng: np.random.Generator, dtype: str, shape, low: float = -3.0,
+           high: float = 3.0) -> np.ndarray:
+    """Random values of ``dtype`` in [low, high] (bools: fair coin).
+
+    Integers are drawn from [ceil(low), floor(high)], clamped to the dtype's
+    range (so uint8 never gets negative values).
+    """
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if is_float(dtype):
+        return rng.uniform(low, high, shape).astype(numpy_dtype(dtype))
+    info = np.iinfo(numpy_dtype(dtype))
+    lo = max(int(np.ceil(low)), int(info.min))
+    hi = min(int(np.floor(high)), int(info.max))
+    return rng.integers(lo, hi, shape, endpoint=True).astype(dtype)
+
+
+def small_ints(rng: np.random.Generator, dtype: str, shape, low: int = -2,
+               high: int = 2) -> np.ndarray:
+    """Few distinct values (ties, zeros) in any dtype, floats included."""
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if not is_float(dtype) and np.iinfo(numpy_dtype(dtype)).min == 0:
+        low, high = 0, high - low
+    return rng.integers(low, high, shape, endpoint=True).astype(
+        numpy_dtype(dtype))
+
+
+def nonzero(rng: np.random.Generator, dtype: str, shape, low: float = 0.25,
+            high: float = 3.0) -> np.ndarray:
+    """Values with |x| in [low, high] and a random sign."""
+    mag = rng.uniform(low, high, shape)
+    sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+    return (mag * sign).astype(numpy_dtype(dtype))
+
+
+def norm_axes(axes, ndim: int):
+    """Schema axes (None = all, [] = none, negatives) as a NumPy axis tuple."""
+    if axes is None:
+        return tuple(range(ndim))
+    return tuple(a % ndim if ndim else a for a in axes)

@@ -154,3 +154,31 @@ def test_a_failing_op_in_a_graph_names_the_opdef():
         f(x, dg.tensor(np.array([0, 9])))
     msg = str(info.value)
     assert "graph 'f'" in msg and "Gather_0" in msg and "float64[4]" in msg
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_parallel_executor_matches_sequential(threads):
+    rng = _rng()
+    ws = [dg.tensor(rng.standard_normal((8, 8))) for _ in range(6)]
+
+    def f(x):
+        # Six independent branches joined at the end: room for concurrency.
+        branches = [dg.ops.tanh(x @ w) * 0.5 + dg.ops.sigmoid(x) for w in ws]
+        return dg.ops.sum(dg.ops.stack(branches)), branches[3]
+
+    x = dg.tensor(rng.standard_normal((8, 8)))
+    par = dg.function(f, parallel=threads)
+    for _ in range(3):
+        for a, b in zip(f(x), par(x)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+
+
+def test_parallel_executor_reports_the_failing_op():
+    @dg.function(parallel=2)
+    def f(x, idx):
+        return dg.ops.gather(x, idx) + dg.ops.exp(x)[0]
+
+    x = dg.tensor(np.arange(4.0))
+    f(x, dg.tensor(np.array([1])))                 # traced with a valid index
+    with pytest.raises(dg.errors.OutOfRangeError, match="Gather_0"):
+        f(x, dg.tensor(np.array([9])))

@@ -1,5 +1,11 @@
 #include "executor.h"
 
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <thread>
+#include <algorithm>
+
 #include "device.h"
 
 namespace dragon {
@@ -71,6 +77,105 @@ std::vector<Tensor> Plan::RunControl(PlanOp& p, const std::vector<Tensor>& in) {
   return vars;
 }
 
+std::vector<Tensor> Plan::RunOne(PlanOp& p, std::vector<Tensor>& in, DgDevice device,
+                                 const std::vector<Tensor>* pre) {
+  if (p.kind != PlanOp::kOp) return RunControl(p, in);
+  try {
+    if (p.op->seed_attr >= 0) {
+      std::vector<AttrValue> attrs = p.attrs;  // keep seed = -1 for the next run
+      return Dispatch(*p.op, in, attrs, device, pre);
+    }
+    return Dispatch(*p.op, in, p.attrs, device, pre);
+  } catch (CoreError& e) {
+    std::string shapes;
+    for (size_t i = 0; i < in.size(); ++i)
+      shapes += dg::Str(i ? ", " : "", DTypeName(in[i]->dtype()), ShapeToString(in[i]->shape()));
+    CoreError wrapped(e.code(),
+                      dg::Str("graph '", name_, "', op '", p.name, "' (", p.op->name,
+                              ", inputs ", shapes, ") failed: ", e.what()),
+                      e.kind());
+    wrapped.op = e.op;
+    wrapped.kernel = e.kernel;
+    wrapped.plugin = e.plugin;
+    throw wrapped;
+  }
+}
+
+void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
+  const size_t n = ops_.size();
+  // Who writes each slot; how many producers each op waits for; who reads.
+  std::vector<int32_t> writer(num_slots_, -1);
+  for (size_t k = 0; k < n; ++k)
+    for (int32_t s : ops_[k].outputs) writer[s] = static_cast<int32_t>(k);
+  std::vector<int32_t> waiting(n, 0);
+  std::vector<std::vector<int32_t>> consumers(n);
+  std::vector<int32_t> readers(num_slots_, 0);
+  std::vector<char> releasable(num_slots_, 0);
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<int32_t> seen;
+    for (int32_t s : ops_[k].inputs) {
+      ++readers[s];
+      int32_t w = writer[s];
+      if (w >= 0 && std::find(seen.begin(), seen.end(), w) == seen.end()) {
+        seen.push_back(w);
+        ++waiting[k];
+        consumers[w].push_back(static_cast<int32_t>(k));
+      }
+    }
+    for (int32_t s : ops_[k].release) releasable[s] = 1;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int32_t> ready;
+  size_t done = 0, running = 0;
+  std::exception_ptr error;
+  for (size_t k = 0; k < n; ++k)
+    if (waiting[k] == 0) ready.push_back(static_cast<int32_t>(k));
+  auto worker = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      cv.wait(lock, [&] { return !ready.empty() || done == n || error || (running == 0 && ready.empty()); });
+      if (error || done == n || (ready.empty() && running == 0)) return;
+      int32_t k = ready.front();
+      ready.pop_front();
+      ++running;
+      PlanOp& p = ops_[k];
+      std::vector<Tensor> in;
+      for (int32_t s : p.inputs) in.push_back(slots[s]);
+      lock.unlock();
+      std::vector<Tensor> out;
+      std::exception_ptr failed;
+      try {
+        out = RunOne(p, in, device, nullptr);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      in.clear();
+      lock.lock();
+      --running;
+      if (failed) {
+        if (!error) error = failed;
+        cv.notify_all();
+        return;
+      }
+      for (size_t i = 0; i < out.size() && i < p.outputs.size(); ++i) slots[p.outputs[i]] = std::move(out[i]);
+      for (int32_t s : p.inputs)
+        if (--readers[s] == 0 && releasable[s]) slots[s].reset();
+      for (int32_t c : consumers[k])
+        if (--waiting[c] == 0) ready.push_back(c);
+      ++done;
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int32_t t = 0; t < parallel_threads_; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  if (done != n)
+    throw CoreError(DG_INTERNAL, dg::Str("graph '", name_, "': the parallel executor ran ", done,
+                                         " of ", n, " ops (a dependency cycle?)"));
+}
+
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
   std::lock_guard<std::mutex> lock(run_mu_);
   std::vector<Tensor> feeds_with_constants;
@@ -93,6 +198,12 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
     buffers_.clear();
     for (int64_t bytes : buffer_sizes_)
       buffers_.push_back(TensorImpl::Empty(device, DG_UINT8, {bytes}));
+  }
+  if (parallel_threads_ > 0 && ops_.size() > 1) {
+    RunParallel(slots, device);
+    std::vector<Tensor> result;
+    for (int32_t s : outputs_) result.push_back(slots[s]);
+    return result;
   }
   std::vector<Tensor> in, preset;
   for (PlanOp& p : ops_) {
@@ -117,33 +228,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
       }
       pre = &preset;
     }
-    std::vector<Tensor> out;
-    if (p.kind != PlanOp::kOp) {
-      out = RunControl(p, in);
-      for (size_t i = 0; i < out.size() && i < p.outputs.size(); ++i) slots[p.outputs[i]] = std::move(out[i]);
-      for (int32_t s : p.release) slots[s].reset();
-      continue;
-    }
-    try {
-      if (p.op->seed_attr >= 0) {
-        std::vector<AttrValue> attrs = p.attrs;  // keep seed = -1 for the next run
-        out = Dispatch(*p.op, in, attrs, device, pre);
-      } else {
-        out = Dispatch(*p.op, in, p.attrs, device, pre);
-      }
-    } catch (CoreError& e) {
-      std::string shapes;
-      for (size_t i = 0; i < in.size(); ++i)
-        shapes += dg::Str(i ? ", " : "", DTypeName(in[i]->dtype()), ShapeToString(in[i]->shape()));
-      CoreError wrapped(e.code(),
-                        dg::Str("graph '", name_, "', op '", p.name, "' (", p.op->name,
-                                ", inputs ", shapes, ") failed: ", e.what()),
-                        e.kind());
-      wrapped.op = e.op;
-      wrapped.kernel = e.kernel;
-      wrapped.plugin = e.plugin;
-      throw wrapped;
-    }
+    std::vector<Tensor> out = RunOne(p, in, device, pre);
     for (size_t i = 0; i < out.size() && i < p.outputs.size(); ++i) slots[p.outputs[i]] = std::move(out[i]);
     for (int32_t s : p.release) slots[s].reset();
   }

@@ -47,6 +47,10 @@ class Plan {
   std::vector<Tensor> Run(const std::vector<Tensor>& feeds);
   // Constant feeds appended after the caller's (a sub-plan's own constants).
   void SetConstants(std::vector<Tensor> c) { constants_ = std::move(c); }
+  // Dependency-driven parallel execution on `threads` workers (0: off).
+  // Ops run as soon as their inputs exist; in-place outputs and planned
+  // buffers are not used then (they assume the sequential order).
+  void SetParallel(int32_t threads) { parallel_threads_ = threads; }
   int32_t num_ops() const { return static_cast<int32_t>(ops_.size()); }
   int64_t planned_bytes() const;
 
@@ -58,6 +62,10 @@ class Plan {
   std::vector<int64_t> buffer_sizes_;
   std::vector<Tensor> constants_;
   std::vector<Tensor> RunControl(PlanOp& p, const std::vector<Tensor>& in);
+  std::vector<Tensor> RunOne(PlanOp& p, std::vector<Tensor>& in, DgDevice device,
+                             const std::vector<Tensor>* preset);
+  void RunParallel(std::vector<Tensor>& slots, DgDevice device);
+  int32_t parallel_threads_ = 0;
   std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs
   std::mutex run_mu_;            // planned buffers: one run at a time
 };

@@ -50,10 +50,15 @@ void BindGraph(py::module_& m) {
         plan.AddOp(std::move(p));
       })
       .def("set_constants", &Plan::SetConstants)
+      .def("set_parallel", &Plan::SetParallel, py::arg("threads"))
       .def("set_buffers", &Plan::SetBuffers)
       .def_property_readonly("num_ops", &Plan::num_ops)
       .def_property_readonly("planned_bytes", &Plan::planned_bytes)
-      .def("run", [](Plan& plan, std::vector<Tensor> feeds) { return plan.Run(feeds); });
+      .def("run", [](Plan& plan, std::vector<Tensor> feeds) {
+        // No Python runs inside the executor; workers must not wait on the GIL.
+        py::gil_scoped_release release;
+        return plan.Run(feeds);
+      });
 }
 
 }  // namespace dragon

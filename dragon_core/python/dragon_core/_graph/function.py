@@ -125,9 +125,13 @@ class Function:
         0 (no passes, nothing freed early) to 3 (all passes, default).
     """
 
-    def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None):
+    def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None,
+                 parallel: int = 0):
         if not 0 <= opt_level <= 3:
             raise ValueError(f"opt_level must be 0..3, got {opt_level}")
+        if parallel < 0:
+            raise ValueError(f"parallel must be >= 0 (worker threads), got {parallel}")
+        self.parallel = parallel
         self._fn = fn
         self.input_signature = input_signature
         self.opt_level = opt_level
@@ -149,7 +153,7 @@ class Function:
         f = bound.get(id(self))
         if f is None:
             f = bound[id(self)] = Function(functools.partial(self._fn, obj), self.input_signature,
-                                           self.opt_level, self.name)
+                                           self.opt_level, self.name, self.parallel)
         return f
 
     def _check_signature(self, leaves):
@@ -198,8 +202,12 @@ class Function:
         out_leaves: list = []
         out_spec = _flatten(result, out_leaves)
         graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves)
+        if self.parallel:
+            graph.metadata["parallel"] = str(self.parallel)
         graph = run_passes(graph, self.opt_level)
         compiled = compile_graph(graph, self.opt_level)
+        if self.parallel:
+            compiled.plan.set_parallel(self.parallel)
         # Constants: the traced tensors, or values passes computed (folding).
         by_name = {f"const:{i}": t for i, t in enumerate(constants)}
         const_feeds = [by_name[c.name] if c.name in by_name else tensor_from_proto(c)
@@ -223,7 +231,8 @@ class Function:
         return _unflatten(entry.out_spec, outs[:n])
 
 
-def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None):
+def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,
+             parallel: int = 0):
     """Compile a Python function into a Dragon graph (decorator).
 
     Parameters
@@ -237,6 +246,10 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         Optimisation level (see docs/graph.md).
     name : str, optional
         The graph's name (default: the function's).
+    parallel : int, default 0
+        Run independent ops concurrently on this many worker threads
+        (dependency-driven, as Paddle's ParallelExecutor); 0 runs ops in
+        order. Parallel runs do not reuse buffers in place.
 
     Examples
     --------
@@ -246,5 +259,5 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
     ...     return dg.ops.relu(x * 2.0 + 1.0)
     """
     if fn is None:
-        return lambda f: Function(f, input_signature, opt_level, name)
-    return Function(fn, input_signature, opt_level, name)
+        return lambda f: Function(f, input_signature, opt_level, name, parallel)
+    return Function(fn, input_signature, opt_level, name, parallel)

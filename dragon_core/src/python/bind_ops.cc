@@ -113,6 +113,17 @@ std::vector<AttrValue> ConvertAttrs(const OpSchema& op, py::handle attrs) {
 
 bool IsTensor(py::handle h) { return py::isinstance<TensorImpl>(h); }
 
+// One type lookup instead of isinstance + cast (hot path of every op call).
+bool AsTensor(py::handle h, Tensor* out) {
+  static PyTypeObject* tensor_type =
+      reinterpret_cast<PyTypeObject*>(py::type::of<TensorImpl>().ptr());
+  if (Py_TYPE(h.ptr()) != tensor_type && !PyObject_TypeCheck(h.ptr(), tensor_type)) return false;
+  py::detail::make_caster<Tensor> caster;
+  if (!caster.load(h, false)) return false;
+  *out = py::detail::cast_op<Tensor>(std::move(caster));
+  return true;
+}
+
 std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   py::tuple t = py::reinterpret_borrow<py::tuple>(inputs);
   std::vector<py::handle> flat;
@@ -134,10 +145,7 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   const Tensor* like = nullptr;
   std::vector<Tensor> out(flat.size());
   for (size_t i = 0; i < flat.size(); ++i) {
-    if (IsTensor(flat[i])) {
-      out[i] = flat[i].cast<Tensor>();
-      if (!like) like = &out[i];
-    }
+    if (AsTensor(flat[i], &out[i]) && !like) like = &out[i];
   }
   // Python scalars take the dtype of the dispatch input when it is a
   // tensor (Where(cond, x, 0.0): 0.0 becomes x's dtype, not bool).
@@ -235,8 +243,8 @@ OpSchema& RequireOp(const std::string& name) {
 // Fast path for tensor operators: same dtype and device go straight to the
 // dispatcher; everything else (scalars, promotion) goes to Python.
 py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
-  if (IsTensor(b)) {
-    Tensor bt = b.cast<Tensor>();
+  Tensor bt;
+  if (AsTensor(b, &bt)) {
     if (bt->dtype() == a->dtype() && SameDevice(bt->device(), a->device()) &&
         (op->inputs[0].dtypes & DG_DTYPE_BIT(a->dtype()))) {
       std::vector<Tensor> in = reflected ? std::vector<Tensor>{bt, a} : std::vector<Tensor>{a, bt};

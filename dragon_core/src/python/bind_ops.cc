@@ -255,6 +255,49 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
       return py::cast(std::move(out[0]));
     }
   }
+  // Python scalars: a 0-d tensor of a's dtype, made here, when that is what
+  // the promotion rules give (see _tensor._binary_slow for the full rules).
+  DgDType t = a->dtype();
+  bool is_float = DG_MASK_FLOAT & DG_DTYPE_BIT(t);
+  bool is_int = DG_MASK_INT & DG_DTYPE_BIT(t);
+  PyObject* o = b.ptr();
+  bool scalar_ok = t != DG_FLOAT16 && t != DG_BFLOAT16 && a->device().type == 0 &&
+                   (op->inputs[0].dtypes & DG_DTYPE_BIT(t)) &&
+                   ((PyFloat_CheckExact(o) && is_float) ||
+                    (PyLong_CheckExact(o) && (is_float || is_int)));
+  if (scalar_ok) {
+    Tensor s = TensorImpl::Empty(kHost, t, {});
+    void* p = s->data();
+    if (PyFloat_CheckExact(o)) {
+      double v = PyFloat_AS_DOUBLE(o);
+      if (t == DG_FLOAT32) *static_cast<float*>(p) = static_cast<float>(v);
+      else *static_cast<double*>(p) = v;
+    } else {
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+      if (overflow) return Hooks().binary_slow(op->py_name, a, b, reflected);
+      switch (t) {
+        case DG_FLOAT32: *static_cast<float*>(p) = static_cast<float>(v); break;
+        case DG_FLOAT64: *static_cast<double*>(p) = static_cast<double>(v); break;
+        case DG_UINT8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
+        case DG_INT8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
+        case DG_INT16: *static_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
+        case DG_INT32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+        default: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
+      }
+    }
+    if (Grad().tracing > 0) {
+      // A constant of the trace, exactly as _tensor._convert would record it.
+      py::object st = py::cast(s);
+      py::module_::import("dragon_core._graph.function").attr("note_created")(st);
+    }
+    std::vector<Tensor> in = reflected ? std::vector<Tensor>{s, a} : std::vector<Tensor>{a, s};
+    std::vector<AttrValue> attrs;
+    for (const AttrSchema& sc : op->attrs) attrs.push_back(sc.def);
+    std::vector<Tensor> out = Dispatch(*op, in, attrs, a->device());
+    MaybeRecord(*op, in, attrs, out);
+    return py::cast(std::move(out[0]));
+  }
   return Hooks().binary_slow(op->py_name, a, b, reflected);
 }
 

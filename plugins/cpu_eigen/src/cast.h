@@ -83,10 +83,11 @@ inline To Convert(From x) {
       return x != From(0);
     }
   } else if constexpr (std::is_same_v<From, bool>) {
+    // A bool holds 0 or 1: widen it, no branch (masks are random data).
     if constexpr (kIsHalf<To>) {
-      return To(x ? 1.0f : 0.0f);
+      return To(static_cast<float>(static_cast<unsigned char>(x)));
     } else {
-      return static_cast<To>(x ? 1 : 0);
+      return static_cast<To>(static_cast<unsigned char>(x));
     }
   } else if constexpr (std::is_integral_v<To>) {
     if constexpr (std::is_integral_v<From>) {

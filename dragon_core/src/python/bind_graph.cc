@@ -7,6 +7,24 @@ namespace dragon {
 std::vector<AttrValue> ConvertAttrsFor(const OpSchema& op, py::handle attrs);
 
 void BindGraph(py::module_& m) {
+  // The cache key of a call whose positional arguments are all tensors:
+  // (dtype, device type, device index, ndim, dims...) per tensor; None when
+  // an argument is not a tensor (the Python path then builds the key).
+  m.def("tensor_signature", [](py::tuple args) -> py::object {
+    std::vector<int64_t> key;
+    for (auto item : args) {
+      if (!py::isinstance<TensorImpl>(item)) return py::none();
+      const TensorImpl& t = item.cast<const TensorImpl&>();
+      key.push_back(t.dtype());
+      key.push_back(t.device().type);
+      key.push_back(t.device().index);
+      key.push_back(t.ndim());
+      for (int64_t d : t.shape()) key.push_back(d);
+    }
+    py::tuple out(key.size());
+    for (size_t i = 0; i < key.size(); ++i) out[i] = py::int_(key[i]);
+    return std::move(out);
+  });
   py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
       .def(py::init<std::string, int32_t, std::vector<int32_t>, std::vector<int32_t>>(),
            py::arg("name"), py::arg("num_slots"), py::arg("inputs"), py::arg("outputs"))

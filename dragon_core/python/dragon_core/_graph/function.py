@@ -137,6 +137,7 @@ class Function:
         self.opt_level = opt_level
         self.name = name or getattr(fn, "__name__", "function")
         self._cache: dict = {}
+        self._fast: dict = {}      # tensor_signature(args) -> entry (tensor-only calls)
         self.trace_count = 0
         functools.update_wrapper(self, fn)
 
@@ -222,7 +223,14 @@ class Function:
         if is_tracing():
             # Inside another trace: inline, so the outer graph sees the ops.
             return self._fn(*args, **kwargs)
-        entry, leaves = self._entry(*args, **kwargs)
+        fast_key = None if kwargs else _C.tensor_signature(args)
+        entry = self._fast.get(fast_key) if fast_key is not None else None
+        if entry is not None:
+            leaves = args
+        else:
+            entry, leaves = self._entry(*args, **kwargs)
+            if fast_key is not None:
+                self._fast[fast_key] = entry
         feeds = list(leaves) + entry.constants + entry.captured
         outs = entry.compiled.run(feeds)
         n = entry.num_outputs

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <Eigen/Core>
@@ -43,6 +45,35 @@ void ParallelFor(int64_t n, Fn&& fn, int64_t cost = 1) {
     int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
     fn(begin, end);
   }
+}
+
+// 2, 3 or 4 for x86-64-v2/v3/v4: what this CPU runs, capped by
+// DRAGON_CPU_EIGEN_ISA=v2|v3 (for testing and benchmarking other builds).
+inline int DetectIsaLevel() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+#if !defined(__clang__) && __GNUC__ >= 12
+  const bool v3 = __builtin_cpu_supports("x86-64-v3");
+  const bool v4 = __builtin_cpu_supports("x86-64-v4");
+#else
+  const bool v3 = __builtin_cpu_supports("avx2") &&
+                  __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi2");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512cd") &&
+                  __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vl");
+#endif
+  int level = v4 ? 4 : v3 ? 3 : 2;
+  if (const char* cap = std::getenv("DRAGON_CPU_EIGEN_ISA")) {
+    if (std::strcmp(cap, "v2") == 0) level = 2;
+    if (std::strcmp(cap, "v3") == 0) level = std::min(level, 3);
+  }
+  return level;
+#else
+  return 2;
+#endif
 }
 
 // Contiguous (row-major) strides in elements for a shape.

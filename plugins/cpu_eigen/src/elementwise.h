@@ -64,34 +64,7 @@ constexpr int64_t kCostHeavy = 16;          // pow, erfc
 
 // ------------------------------------------------------------ ISA choice
 
-// 2, 3 or 4 for x86-64-v2/v3/v4: what this CPU runs, capped by
-// DRAGON_CPU_EIGEN_ISA=v2|v3 (for testing and benchmarking other builds).
-inline int DetectIsaLevel() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-#if !defined(__clang__) && __GNUC__ >= 12
-  const bool v3 = __builtin_cpu_supports("x86-64-v3");
-  const bool v4 = __builtin_cpu_supports("x86-64-v4");
-#else
-  const bool v3 = __builtin_cpu_supports("avx2") &&
-                  __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi2");
-  const bool v4 = v3 && __builtin_cpu_supports("avx512f") &&
-                  __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512cd") &&
-                  __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512vl");
-#endif
-  int level = v4 ? 4 : v3 ? 3 : 2;
-  if (const char* cap = std::getenv("DRAGON_CPU_EIGEN_ISA")) {
-    if (std::strcmp(cap, "v2") == 0) level = 2;
-    if (std::strcmp(cap, "v3") == 0) level = std::min(level, 3);
-  }
-  return level;
-#else
-  return 2;
-#endif
-}
+// DetectIsaLevel() lives in common.h (shared with matmul.cc).
 
 // The float runs for T built for the best instruction set this CPU has
 // (among the builds linked in), chosen once.

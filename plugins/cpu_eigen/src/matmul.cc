@@ -27,28 +27,7 @@ namespace {
 
 enum class Isa { kV2 = 2, kV3 = 3, kV4 = 4 };
 
-Isa DetectIsa() {
-  __builtin_cpu_init();
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-  const bool v3 = __builtin_cpu_supports("x86-64-v3");
-  const bool v4 = __builtin_cpu_supports("x86-64-v4");
-#else
-  const bool v3 = __builtin_cpu_supports("avx2") &&
-                  __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi2");
-  const bool v4 = v3 && __builtin_cpu_supports("avx512f") &&
-                  __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512cd") &&
-                  __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512vl");
-#endif
-  Isa isa = v4 ? Isa::kV4 : v3 ? Isa::kV3 : Isa::kV2;
-  if (const char* cap = std::getenv("DRAGON_CPU_EIGEN_ISA")) {
-    if (std::strcmp(cap, "v2") == 0) isa = Isa::kV2;
-    if (std::strcmp(cap, "v3") == 0 && isa == Isa::kV4) isa = Isa::kV3;
-  }
-  return isa;
-}
+Isa DetectIsa() { return static_cast<Isa>(DetectIsaLevel()); }
 
 const char* IsaName(Isa isa) {
   switch (isa) {

@@ -41,6 +41,7 @@ test: install
 
 bench: install
 	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(VPY) -c "import onnxruntime, onnx" 2>/dev/null || $(PIP) install -q "onnx>=1.16" "onnxruntime>=1.20"
 	$(VPY) bench/run.py
 
 clean:

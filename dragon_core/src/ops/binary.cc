@@ -105,73 +105,30 @@ DG_OP(Minimum)
     .Inplace(3)
     .Shape(BroadcastSameDType);
 
-// ------------------------------------------------------------- comparisons
+// ------------------------------------------------------- comparisons, logical
 
-DG_OP(Equal)
-    .Doc("y = (a == b) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
+// The shared schema of a broadcasting predicate: any dtypes (one dtype for
+// both), a bool result, no gradient.
+static dg::OpSchema& Predicate(const char* name, const char* doc) {
+  return dg::internal::NewOp(name)
+      .Doc(doc)
+      .Input("a", dg::kAll, 0, kA)
+      .Input("b", dg::kAll, 0, kB)
+      .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
+      .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
+      .Shape(BroadcastBool);
+}
 
-DG_OP(NotEqual)
-    .Doc("y = (a != b) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
-
-DG_OP(Less)
-    .Doc("y = (a < b) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
-
-DG_OP(LessEqual)
-    .Doc("y = (a <= b) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
-
-DG_OP(Greater)
-    .Doc("y = (a > b) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
-
-DG_OP(GreaterEqual)
-    .Doc("y = (a >= b) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
-
-// ------------------------------------------------------------- logical
-
-DG_OP(LogicalAnd)
-    .Doc("y = (a != 0) and (b != 0) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
-
-DG_OP(LogicalOr)
-    .Doc("y = (a != 0) or (b != 0) with broadcasting, as bool.")
-    .Input("a", dg::kAll, 0, kA)
-    .Input("b", dg::kAll, 0, kB)
-    .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
-    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
-    .Shape(BroadcastBool);
+[[maybe_unused]] static const dg::OpSchema* const kPredicates[] = {
+    &Predicate("Equal", "y = (a == b) with broadcasting, as bool."),
+    &Predicate("NotEqual", "y = (a != b) with broadcasting, as bool."),
+    &Predicate("Less", "y = (a < b) with broadcasting, as bool."),
+    &Predicate("LessEqual", "y = (a <= b) with broadcasting, as bool."),
+    &Predicate("Greater", "y = (a > b) with broadcasting, as bool."),
+    &Predicate("GreaterEqual", "y = (a >= b) with broadcasting, as bool."),
+    &Predicate("LogicalAnd", "y = (a != 0) and (b != 0) with broadcasting, as bool."),
+    &Predicate("LogicalOr", "y = (a != 0) or (b != 0) with broadcasting, as bool."),
+};
 
 // ------------------------------------------------------------- selection
 

@@ -97,6 +97,7 @@ std::vector<InferredOutput> RunInfer(const OpSchema& op, Views& views,
   }
   std::vector<InferredOutput> out;
   size_t expected = op.variadic_output() ? st.outs.size() : op.outputs.size();
+  out.reserve(expected);
   if (st.outs.size() < expected) st.outs.resize(expected);
   for (size_t i = 0; i < expected; ++i) {
     if (!st.outs[i].set)
@@ -249,7 +250,7 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
       outputs.push_back(std::make_shared<TensorImpl>((*p)->storage(), 0, o.dtype, o.shape,
                                                      ContiguousStrides(o.shape)));
     } else {
-      outputs.push_back(TensorImpl::Empty(device, o.dtype, o.shape));
+      outputs.push_back(TensorImpl::Empty(device, o.dtype, std::move(o.shape)));
     }
   }
 

@@ -54,6 +54,19 @@ std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype,
                                       ContiguousStrides(shape));
 }
 
+std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype,
+                                              Shape&& shape) {
+  for (int64_t d : shape)
+    if (d < 0)
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("negative dimension in shape ", ShapeToString(shape)));
+  int64_t n = NumElements(shape);
+  auto storage = Storage::Allocate(device, static_cast<size_t>(n) * DTypeSize(dtype));
+  Shape strides = ContiguousStrides(shape);
+  return std::make_shared<TensorImpl>(std::move(storage), 0, dtype, std::move(shape),
+                                      std::move(strides));
+}
+
 bool TensorImpl::is_contiguous() const {
   int64_t expected = 1;
   for (int32_t i = ndim() - 1; i >= 0; --i) {

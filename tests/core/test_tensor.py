@@ -368,3 +368,12 @@ def test_methods_mirror_ops():
     np.testing.assert_array_equal(t.reshape([3, 2]).numpy(), a.reshape(3, 2))
     np.testing.assert_array_equal(t.transpose().numpy(), a.T)
     np.testing.assert_allclose(t.exp().numpy(), np.exp(a), rtol=1e-6)
+
+
+def test_shapes_numpy_cannot_represent_are_refused():
+    """An empty tensor with a huge axis is still too big to exist (NumPy's
+    rule): shape inference says so instead of producing an unusable tensor."""
+    x = dg.tensor(np.float16(0))
+    with pytest.raises(dg.errors.InvalidArgumentError, match="too large"):
+        dg.ops.broadcast_to(x, [2**63 - 1, 0])
+    assert dg.ops.broadcast_to(x, [5, 0]).numpy().shape == (5, 0)

@@ -9,7 +9,9 @@ namespace {
 
 DgStatus SetError(void* ctx, DgStatus code, const char* message) {
   auto* h = static_cast<HostCtx*>(ctx);
-  if (h) {
+  // The first error is the root cause (e.g. a rejected set_output that the
+  // C++ sugar then reports again in general terms): keep it.
+  if (h && h->code == DG_OK) {
     h->code = code == DG_OK ? DG_INTERNAL : code;
     h->message = message ? message : "";
   }
@@ -47,11 +49,20 @@ DgStatus SetOutput(void* ctx, int32_t index, DgDType dtype, int32_t ndim,
                     dg::Str("set_output: invalid dtype code ", dtype).c_str());
   if (ndim < 0 || (ndim > 0 && shape == nullptr))
     return SetError(ctx, DG_INVALID_ARGUMENT, "set_output: invalid shape");
-  for (int32_t i = 0; i < ndim; ++i)
+  // NumPy's limit: the non-zero dimensions times the item size must fit in
+  // int64 (a [2^63-1, 0] tensor is empty yet cannot be represented).
+  int64_t bytes = static_cast<int64_t>(DTypeSize(dtype));
+  for (int32_t i = 0; i < ndim; ++i) {
     if (shape[i] < 0)
       return SetError(ctx, DG_INVALID_ARGUMENT,
-                      dg::Str("set_output: negative dimension in ",
+                      dg::Str("output ", index, ": negative dimension in ",
                               ShapeToString(shape, ndim)).c_str());
+    if (shape[i] > 0 && __builtin_mul_overflow(bytes, shape[i], &bytes))
+      return SetError(ctx, DG_INVALID_ARGUMENT,
+                      dg::Str("output ", index, " of shape ", ShapeToString(shape, ndim),
+                              " is too large: its non-zero dimensions times the ",
+                              DTypeName(dtype), " item size exceed 2^63 bytes").c_str());
+  }
   if (static_cast<int32_t>(st->outs.size()) <= index) st->outs.resize(index + 1);
   auto& o = st->outs[index];
   o.set = true;

@@ -203,6 +203,9 @@ def test_random_calls_fail_politely(dg, op_descs, watchdog):
         fn = getattr(dg.ops, desc["py_name"])
         args, kwargs = draw_call(dg, data.draw, desc)
         note(f"{desc['py_name']}(*{args!r}, **{kwargs!r})")
+        if os.environ.get("DRAGON_FUZZ_LOG"):  # one line per call, written before
+            with open(os.environ["DRAGON_FUZZ_LOG"], "a") as f:
+                f.write(repr((desc["py_name"], [(tuple(a.shape), a.dtype.name, a.strides) if hasattr(a, "shape") else a for a in args], kwargs)) + "\n")
         try:
             result = fn(*args, **kwargs)
         except allowed as e:

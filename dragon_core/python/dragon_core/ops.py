@@ -84,6 +84,9 @@ def split(x, sizes, axis=0):
     list of Tensor
     """
     if isinstance(sizes, _numbers.Integral) and not isinstance(sizes, bool):
+        from ._tensor import Tensor, tensor
+        if not isinstance(x, Tensor):
+            x = tensor(x)
         n = int(sizes)
         from .errors import InvalidArgumentError
         if n <= 0:

@@ -89,9 +89,9 @@ def split(x, sizes, axis=0):
             x = tensor(x)
         n = int(sizes)
         from .errors import InvalidArgumentError
-        if n <= 0:
-            raise InvalidArgumentError(f"Split: the number of parts must be positive, got {n}",
-                                       op="Split")
+        if not 0 < n < 2**31:
+            raise InvalidArgumentError(f"Split: the number of parts must be in [1, 2^31), "
+                                       f"got {n}", op="Split")
         if x.ndim == 0:
             raise InvalidArgumentError("Split: cannot split a 0-d tensor", op="Split")
         if not -x.ndim <= axis < x.ndim:

@@ -77,78 +77,50 @@ void ArgReduceShape(dg::InferContext& ctx) {
 
 }  // namespace
 
-DG_OP(Sum)
-    .Doc("Sum of elements over the given axes; 0 for an empty reduction. Bool "
-         "input sums to int64.")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kNumeric, 0, "Sums; x's dtype, or int64 for bool x.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Shape(ReduceShape);
+// The shared schema of an axes/keepdims reduction.
+static dg::OpSchema& Reduction(const char* name, const char* doc, DgDTypeMask in,
+                               DgDTypeMask out, const char* out_doc,
+                               dg::InferFunc shape = ReduceShape) {
+  return dg::internal::NewOp(name)
+      .Doc(doc)
+      .Input("x", in, 0, kX)
+      .Output("y", out, 0, out_doc)
+      .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
+      .Attr("keepdims", false, kKeepDims)
+      .Shape(shape);
+}
 
-DG_OP(Prod)
-    .Doc("Product of elements over the given axes; 1 for an empty reduction.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, "Products, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Shape(ReduceShape);
+static const char kDdof[] = "Delta degrees of freedom (NumPy's meaning).";
 
-DG_OP(Mean)
-    .Doc("Arithmetic mean over the given axes; NaN for an empty reduction.")
-    .Input("x", dg::kFloat, 0, kX)
-    .Output("y", dg::kFloat, 0, "Means, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Shape(ReduceShape);
-
-DG_OP(Max)
-    .Doc("Largest element over the given axes; an empty reduction is an "
-         "error.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, "Maxima, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Shape(ReduceNoIdentityShape);
-
-DG_OP(Min)
-    .Doc("Smallest element over the given axes; an empty reduction is an "
-         "error.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, "Minima, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Shape(ReduceNoIdentityShape);
-
-DG_OP(Var)
-    .Doc("Variance over the given axes: sum((x - mean)^2) / (N - ddof); NaN "
-         "for an empty reduction.")
-    .Input("x", dg::kFloat, 0, kX)
-    .Output("y", dg::kFloat, 0, "Variances, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Attr("ddof", int64_t{0}, "Delta degrees of freedom (NumPy's meaning).")
-    .Shape(ReduceShape);
-
-DG_OP(Std)
-    .Doc("Standard deviation over the given axes: the square root of Var; "
-         "NaN for an empty reduction.")
-    .Input("x", dg::kFloat, 0, kX)
-    .Output("y", dg::kFloat, 0, "Standard deviations, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Attr("ddof", int64_t{0}, "Delta degrees of freedom (NumPy's meaning).")
-    .Shape(ReduceShape);
-
-DG_OP(LogSumExp)
-    .PyName("logsumexp")
-    .Doc("log(sum(exp(x))) over the given axes, computed stably by shifting "
-         "by the maximum; -inf for an empty reduction.")
-    .Input("x", dg::kFloat, 0, kX)
-    .Output("y", dg::kFloat, 0, "Results, x's dtype.")
-    .OptionalAttr("axes", DG_ATTR_INTS, kAxes)
-    .Attr("keepdims", false, kKeepDims)
-    .Shape(ReduceShape);
+[[maybe_unused]] static const dg::OpSchema* const kReductions[] = {
+    &Reduction("Sum",
+               "Sum of elements over the given axes; 0 for an empty reduction. Bool "
+               "input sums to int64.",
+               dg::kAll, dg::kNumeric, "Sums; x's dtype, or int64 for bool x."),
+    &Reduction("Prod", "Product of elements over the given axes; 1 for an empty reduction.",
+               dg::kNumeric, dg::kNumeric, "Products, x's dtype."),
+    &Reduction("Mean", "Arithmetic mean over the given axes; NaN for an empty reduction.",
+               dg::kFloat, dg::kFloat, "Means, x's dtype."),
+    &Reduction("Max", "Largest element over the given axes; an empty reduction is an error.",
+               dg::kNumeric, dg::kNumeric, "Maxima, x's dtype.", ReduceNoIdentityShape),
+    &Reduction("Min", "Smallest element over the given axes; an empty reduction is an error.",
+               dg::kNumeric, dg::kNumeric, "Minima, x's dtype.", ReduceNoIdentityShape),
+    &Reduction("Var",
+               "Variance over the given axes: sum((x - mean)^2) / (N - ddof); NaN for an "
+               "empty reduction.",
+               dg::kFloat, dg::kFloat, "Variances, x's dtype.")
+         .Attr("ddof", int64_t{0}, kDdof),
+    &Reduction("Std",
+               "Standard deviation over the given axes: the square root of Var; NaN for an "
+               "empty reduction.",
+               dg::kFloat, dg::kFloat, "Standard deviations, x's dtype.")
+         .Attr("ddof", int64_t{0}, kDdof),
+    &Reduction("LogSumExp",
+               "log(sum(exp(x))) over the given axes, computed stably by shifting by the "
+               "maximum; -inf for an empty reduction.",
+               dg::kFloat, dg::kFloat, "Results, x's dtype.")
+         .PyName("logsumexp"),
+};
 
 DG_OP(ArgMax)
     .PyName("argmax")

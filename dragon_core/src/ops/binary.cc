@@ -39,71 +39,39 @@ void WhereShape(dg::InferContext& ctx) {
 
 // ------------------------------------------------------------- arithmetic
 
-DG_OP(Add)
-    .Doc("Addition with broadcasting: y = a + b.")
-    .Input("a", dg::kNumeric, 0, kA)
-    .Input("b", dg::kNumeric, 0, kB)
-    .Output("y", dg::kNumeric, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
+// The shared schema of broadcasting arithmetic: one dtype for a, b and y;
+// y may overwrite either input.
+static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask dtypes,
+                                const char* a_doc = kA, const char* b_doc = kB) {
+  return dg::internal::NewOp(name)
+      .Doc(doc)
+      .Input("a", dtypes, 0, a_doc)
+      .Input("b", dtypes, 0, b_doc)
+      .Output("y", dtypes, 0, kY)
+      .Flags(DG_OP_SAME_DTYPE)
+      .Inplace(3)
+      .Shape(BroadcastSameDType);
+}
 
-DG_OP(Sub)
-    .Doc("Subtraction with broadcasting: y = a - b.")
-    .Input("a", dg::kNumeric, 0, kA)
-    .Input("b", dg::kNumeric, 0, kB)
-    .Output("y", dg::kNumeric, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
-
-DG_OP(Mul)
-    .Doc("Multiplication with broadcasting: y = a * b.")
-    .Input("a", dg::kNumeric, 0, kA)
-    .Input("b", dg::kNumeric, 0, kB)
-    .Output("y", dg::kNumeric, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
-
-DG_OP(Div)
-    .Doc("True division with broadcasting: y = a / b (IEEE semantics: x / 0 "
-         "is +-inf or NaN).")
-    .Input("a", dg::kFloat, 0, kA)
-    .Input("b", dg::kFloat, 0, kB)
-    .Output("y", dg::kFloat, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
-
-DG_OP(Pow)
-    .Doc("Power with broadcasting: y = a ^ b.")
-    .Input("a", dg::kFloat, 0, "Base.")
-    .Input("b", dg::kFloat, 0, "Exponent, same dtype as a; broadcasts with a.")
-    .Output("y", dg::kFloat, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
-
-DG_OP(Maximum)
-    .Doc("Element-wise maximum with broadcasting; a NaN in either operand "
-         "gives NaN (as NumPy).")
-    .Input("a", dg::kNumeric, 0, kA)
-    .Input("b", dg::kNumeric, 0, kB)
-    .Output("y", dg::kNumeric, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
-
-DG_OP(Minimum)
-    .Doc("Element-wise minimum with broadcasting; a NaN in either operand "
-         "gives NaN (as NumPy).")
-    .Input("a", dg::kNumeric, 0, kA)
-    .Input("b", dg::kNumeric, 0, kB)
-    .Output("y", dg::kNumeric, 0, kY)
-    .Flags(DG_OP_SAME_DTYPE)
-    .Inplace(3)
-    .Shape(BroadcastSameDType);
+[[maybe_unused]] static const dg::OpSchema* const kArithmetic[] = {
+    &Arithmetic("Add", "Addition with broadcasting: y = a + b.", dg::kNumeric),
+    &Arithmetic("Sub", "Subtraction with broadcasting: y = a - b.", dg::kNumeric),
+    &Arithmetic("Mul", "Multiplication with broadcasting: y = a * b.", dg::kNumeric),
+    &Arithmetic("Div",
+                "True division with broadcasting: y = a / b (IEEE semantics: x / 0 is +-inf "
+                "or NaN).",
+                dg::kFloat),
+    &Arithmetic("Pow", "Power with broadcasting: y = a ^ b.", dg::kFloat, "Base.",
+                "Exponent, same dtype as a; broadcasts with a."),
+    &Arithmetic("Maximum",
+                "Element-wise maximum with broadcasting; a NaN in either operand gives NaN "
+                "(as NumPy).",
+                dg::kNumeric),
+    &Arithmetic("Minimum",
+                "Element-wise minimum with broadcasting; a NaN in either operand gives NaN "
+                "(as NumPy).",
+                dg::kNumeric),
+};
 
 // ------------------------------------------------------- comparisons, logical
 

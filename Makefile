@@ -9,6 +9,10 @@ PIP    := $(VPY) -m pip
 LAUNCH := -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache
 PIPI   := $(PIP) install -q --no-build-isolation --no-deps $(LAUNCH)
 export CCACHE_MAXSIZE ?= 2G
+# Paths inside the checkout hash as relative ones, so a fresh clone elsewhere
+# (CI, a git worktree) reuses the compiled objects.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: all deps install install-sdk install-core install-cpu-eigen demo test bench clean
 

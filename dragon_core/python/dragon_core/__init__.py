@@ -110,3 +110,6 @@ def infer_shape(op: str, inputs, **attrs):
     metas = [(tuple(int(d) for d in s), as_dtype(t).code) for s, t in inputs]
     return [(shape, as_dtype(code).name) for shape, code in
             _C.infer_shape(desc["name"], metas, tuple(values))]
+
+
+from . import nn  # noqa: E402

@@ -29,6 +29,19 @@ from .passes import run_passes
 
 _local = threading.local()
 
+# Python state that changes what a trace records without being an argument:
+# today, which modules are in eval mode (dropout, batch statistics). ``key``
+# joins every plan's cache key; ``version`` changes with it, so the
+# per-signature fast path re-checks the key only when it may differ.
+_mode = {"key": frozenset(), "version": 0}
+
+
+def set_mode_key(key) -> None:
+    """Record the current value of the Python state plans depend on."""
+    if key != _mode["key"]:
+        _mode["key"] = key
+        _mode["version"] += 1
+
 
 def _traces() -> list:
     stack = getattr(_local, "traces", None)
@@ -138,6 +151,7 @@ class Function:
         self.name = name or getattr(fn, "__name__", "function")
         self._cache: dict = {}
         self._fast: dict = {}      # tensor_signature(args) -> entry (tensor-only calls)
+        self._mode_version = _mode["version"]
         self.trace_count = 0
         functools.update_wrapper(self, fn)
 
@@ -183,7 +197,7 @@ class Function:
         spec = _flatten((args, kwargs), leaves)
         self._check_signature(leaves)
         key = (_key_of(spec), tuple((tuple(t.shape), t._dtype_code, t._device_name,
-                                     t._device_index) for t in leaves))
+                                     t._device_index) for t in leaves), _mode["key"])
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._trace(args, kwargs, leaves)
@@ -223,6 +237,9 @@ class Function:
         if is_tracing():
             # Inside another trace: inline, so the outer graph sees the ops.
             return self._fn(*args, **kwargs)
+        if self._mode_version != _mode["version"]:
+            self._fast.clear()
+            self._mode_version = _mode["version"]
         fast_key = None if kwargs else _C.tensor_signature(args)
         entry = self._fast.get(fast_key) if fast_key is not None else None
         if entry is not None:

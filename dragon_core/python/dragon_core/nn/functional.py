@@ -1,0 +1,340 @@
+"""Functional forms of the layers (``dragon_core.nn.functional``, ``F``).
+
+Each function maps PyTorch-style arguments (``stride=2``, ``padding=(1, 2)``)
+onto one op of the standard library (``docs/ops.md``), so everything here
+runs on any device whose plugin provides the op, differentiates through the
+op's gradient rule, and is traced into graphs by ``@dragon_core.function``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import _C, ops
+from .._autograd import no_grad
+from .._tensor import Tensor
+
+_BY_NAME: dict = {}
+
+
+def _op(name: str):
+    """``dragon_core.ops`` function of the op called ``name`` (CamelCase)."""
+    fn = _BY_NAME.get(name)
+    if fn is None:
+        for desc in _C.list_ops():
+            if desc["name"] == name:
+                fn = getattr(ops, desc["py_name"], None)
+                break
+        if fn is None:
+            from ..errors import NotFoundError
+            raise NotFoundError(f"op {name} is not registered: it is defined by the core's "
+                                "standard library, so this dragon_core build is too old")
+        _BY_NAME[name] = fn
+    return fn
+
+
+def _pair(value, what: str, op: str) -> list:
+    if isinstance(value, int):
+        return [value, value]
+    value = list(value)
+    if len(value) == 1:
+        return value * 2
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
+    return value
+
+
+def _pads(padding, op: str) -> list:
+    if isinstance(padding, int):
+        return [padding, padding]
+    padding = list(padding)
+    if len(padding) in (2, 4) and all(isinstance(p, int) for p in padding):
+        return padding
+    raise ValueError(f"{op}: padding must be an int, (h, w) or (top, left, bottom, right), "
+                     f"got {padding!r}")
+
+
+def _reduction(reduction: str, op: str) -> str:
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    return reduction
+
+
+# ------------------------------------------------------------------ linear
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``y = x @ weight.T + bias``; ``weight`` is ``[out_features, in_features]``."""
+    if weight.ndim != 2:
+        raise ValueError(f"linear: weight must be 2-D [out, in], got shape {tuple(weight.shape)}")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {tuple(x.shape)} does not match weight "
+                         f"{tuple(weight.shape)} (expected last dim {weight.shape[1]})")
+    if x.ndim > 2:
+        lead = list(x.shape[:-1])
+        y = ops.matmul(ops.reshape(x, [-1, x.shape[-1]]), weight, transpose_b=True)
+        y = ops.reshape(y, lead + [weight.shape[0]])
+    else:
+        y = ops.matmul(x, weight, transpose_b=True)
+    return y if bias is None else y + bias
+
+
+# ------------------------------------------------------------------- conv
+def same_padding(kernel_size, dilation=1) -> list:
+    """``[top, left, bottom, right]`` padding keeping the size at stride 1."""
+    kh, kw = _pair(kernel_size, "kernel_size", "same_padding")
+    dh, dw = _pair(dilation, "dilation", "same_padding")
+    th, tw = dh * (kh - 1), dw * (kw - 1)
+    return [th // 2, tw // 2, th - th // 2, tw - tw // 2]
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1) -> Tensor:
+    """2-D convolution over NCHW input; ``weight`` is ``[O, C/groups, kh, kw]``.
+
+    ``padding`` is an int, ``(h, w)``, ``(top, left, bottom, right)``,
+    ``"valid"`` or ``"same"`` (stride 1 only).
+    """
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            if _pair(stride, "stride", "conv2d") != [1, 1]:
+                raise ValueError("conv2d: padding='same' needs stride 1")
+            padding = same_padding(tuple(weight.shape[2:]), dilation)
+        else:
+            raise ValueError(f"conv2d: padding must be 'valid', 'same' or ints, got {padding!r}")
+    return _op("Conv2d")(x, weight, bias, strides=_pair(stride, "stride", "conv2d"),
+                         pads=_pads(padding, "conv2d"),
+                         dilations=_pair(dilation, "dilation", "conv2d"), groups=groups)
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """Transposed 2-D convolution; ``weight`` is ``[C_in, O/groups, kh, kw]``."""
+    op = "conv_transpose2d"
+    return _op("ConvTranspose2d")(x, weight, bias, strides=_pair(stride, "stride", op),
+                                  pads=_pads(padding, op),
+                                  output_padding=_pair(output_padding, "output_padding", op),
+                                  dilations=_pair(dilation, "dilation", op), groups=groups)
+
+
+# ---------------------------------------------------------------- pooling
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False) -> Tensor:
+    """Max pooling over NCHW input (``stride`` defaults to ``kernel_size``)."""
+    op = "max_pool2d"
+    k = _pair(kernel_size, "kernel_size", op)
+    s = k if stride is None else _pair(stride, "stride", op)
+    return _op("MaxPool2d")(x, kernel_size=k, strides=s, pads=_pads(padding, op),
+                            dilations=_pair(dilation, "dilation", op), ceil_mode=ceil_mode)
+
+
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    """Average pooling over NCHW input (``stride`` defaults to ``kernel_size``)."""
+    op = "avg_pool2d"
+    k = _pair(kernel_size, "kernel_size", op)
+    s = k if stride is None else _pair(stride, "stride", op)
+    return _op("AvgPool2d")(x, kernel_size=k, strides=s, pads=_pads(padding, op),
+                            ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
+    """Average pooling to a fixed ``output_size`` (int or ``(h, w)``)."""
+    if x.ndim != 4:
+        raise ValueError(f"adaptive_avg_pool2d: expected NCHW input, got shape {tuple(x.shape)}")
+    size = [x.shape[2], x.shape[3]] if output_size is None else output_size
+    size = _pair(size, "output_size", "adaptive_avg_pool2d") if not isinstance(size, int) \
+        else [size, size]
+    size = [x.shape[2 + i] if v is None else v for i, v in enumerate(size)]
+    return _op("AdaptiveAvgPool2d")(x, output_size=size)
+
+
+# ----------------------------------------------------------- normalization
+def _ones_like_channels(x: Tensor, n: int) -> Tensor:
+    return ops.ones([n], dtype=x.dtype, device=str(x.device))
+
+
+def _zeros_like_channels(x: Tensor, n: int) -> Tensor:
+    return ops.zeros([n], dtype=x.dtype, device=str(x.device))
+
+
+def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight: Tensor | None = None, bias: Tensor | None = None,
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Batch normalisation over axis 1 of ``[N, C, *]`` input.
+
+    In training mode the batch statistics normalise ``x`` and, when running
+    statistics are given, update them in place (``running = (1 - momentum)
+    * running + momentum * batch``, the variance unbiased), which inside
+    ``@dragon_core.function`` becomes a state update of the graph.
+    """
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: expected input of rank >= 2 [N, C, ...], got shape "
+                         f"{tuple(x.shape)}")
+    c = x.shape[1]
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError("batch_norm: inference mode needs running_mean and running_var")
+    gamma = _ones_like_channels(x, c) if weight is None else weight
+    beta = _zeros_like_channels(x, c) if bias is None else bias
+    rm = _zeros_like_channels(x, c) if running_mean is None else running_mean
+    rv = _ones_like_channels(x, c) if running_var is None else running_var
+    y, mean, var = _op("BatchNorm")(x, gamma, beta, rm, rv, eps=float(eps),
+                                    training=bool(training))
+    if training and running_mean is not None and running_var is not None:
+        n = x.size // c if c else 0
+        if n <= 1:
+            raise ValueError(f"batch_norm: training needs more than one value per channel, "
+                             f"got input of shape {tuple(x.shape)}")
+        with no_grad():
+            m = float(momentum)
+            unbiased = var.detach() * (n / (n - 1))
+            running_mean.assign(running_mean * (1.0 - m) + mean.detach() * m)
+            running_var.assign(running_var * (1.0 - m) + unbiased * m)
+    return y
+
+
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalise over the trailing ``normalized_shape`` dimensions."""
+    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    k = len(shape)
+    if k == 0 or k > x.ndim or list(x.shape[x.ndim - k:]) != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing "
+                         f"dimensions of input shape {tuple(x.shape)}")
+    gamma = ops.ones(shape, dtype=x.dtype, device=str(x.device)) if weight is None else weight
+    beta = ops.zeros(shape, dtype=x.dtype, device=str(x.device)) if bias is None else bias
+    return _op("LayerNorm")(x, gamma, beta, axis=x.ndim - k, eps=float(eps))
+
+
+def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Group normalisation of ``[N, C, *]`` input over ``num_groups`` channel groups."""
+    if x.ndim < 2:
+        raise ValueError(f"group_norm: expected input [N, C, ...], got shape {tuple(x.shape)}")
+    c = x.shape[1]
+    gamma = _ones_like_channels(x, c) if weight is None else weight
+    beta = _zeros_like_channels(x, c) if bias is None else bias
+    return _op("GroupNorm")(x, gamma, beta, groups=int(num_groups), eps=float(eps))
+
+
+# ------------------------------------------------------------ regularisers
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero elements with probability ``p`` and scale the rest by ``1/(1-p)``.
+
+    The identity when not ``training`` or ``p == 0``. The mask comes from the
+    global generator (``dragon_core.manual_seed``), drawn anew at every run,
+    also in graph mode.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    return _op("Dropout")(x, p=float(p))[0]
+
+
+def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of ``weight`` ([num_embeddings, dim]) picked by integer ``indices``."""
+    if padding_idx is None:
+        padding_idx = -1
+    elif padding_idx < 0:
+        padding_idx += weight.shape[0]
+    return _op("Embedding")(weight, indices, padding_idx=int(padding_idx))
+
+
+# ------------------------------------------------------------ activations
+def relu(x: Tensor) -> Tensor:
+    return ops.relu(x)
+
+
+def relu6(x: Tensor) -> Tensor:
+    return ops.clip(x, 0.0, 6.0)
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return ops.leaky_relu(x, alpha=negative_slope)
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return ops.elu(x, alpha=alpha)
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    return ops.gelu(x, approximate=approximate)
+
+
+def silu(x: Tensor) -> Tensor:
+    return x * ops.sigmoid(x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return ops.sigmoid(x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return ops.tanh(x)
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    return ops.softplus(x, beta=beta, threshold=threshold)
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    return ops.softmax(x, axis=dim)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    return ops.log_softmax(x, axis=dim)
+
+
+# ----------------------------------------------------------------- losses
+def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross-entropy of logits ``[N, C, *]`` against class indices ``[N, *]``."""
+    return _op("SoftmaxCrossEntropy")(input, target, ignore_index=int(ignore_index),
+                                      label_smoothing=float(label_smoothing),
+                                      reduction=_reduction(reduction, "cross_entropy"))
+
+
+def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities ``[N, C, *]``."""
+    return _op("NllLoss")(input, target, ignore_index=int(ignore_index),
+                          reduction=_reduction(reduction, "nll_loss"))
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    return _op("MseLoss")(input, target, reduction=_reduction(reduction, "mse_loss"))
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    return _op("L1Loss")(input, target, reduction=_reduction(reduction, "l1_loss"))
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",
+                   beta: float = 1.0) -> Tensor:
+    return _op("SmoothL1Loss")(input, target, beta=float(beta),
+                               reduction=_reduction(reduction, "smooth_l1_loss"))
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, reduction: str = "mean",
+                                     pos_weight: Tensor | None = None) -> Tensor:
+    """Sigmoid + binary cross-entropy in one numerically stable op."""
+    red = _reduction(reduction, "binary_cross_entropy_with_logits")
+    if pos_weight is None:
+        return _op("BceWithLogits")(input, target, reduction=red)
+    return _op("BceWithLogits")(input, target, pos_weight, reduction=red)
+
+
+def sigmoid_focal_loss(input: Tensor, target: Tensor, alpha: float = 0.25, gamma: float = 2.0,
+                       reduction: str = "none") -> Tensor:
+    """RetinaNet's focal loss on logits (``alpha < 0`` disables class weighting)."""
+    return _op("SigmoidFocalLoss")(input, target, alpha=float(alpha), gamma=float(gamma),
+                                   reduction=_reduction(reduction, "sigmoid_focal_loss"))
+
+
+def _fan(shape: Sequence[int]) -> tuple[int, int]:
+    if len(shape) < 2:
+        raise ValueError(f"fan in/out need a tensor of rank >= 2, got shape {tuple(shape)}")
+    receptive = math.prod(shape[2:]) if len(shape) > 2 else 1
+    return shape[1] * receptive, shape[0] * receptive

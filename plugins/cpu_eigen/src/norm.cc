@@ -1,0 +1,465 @@
+// Normalization kernels (schemas in dragon_core/src/ops/norm.cc):
+// BatchNorm, LayerNorm, GroupNorm and their backward ops.
+//
+// Statistics are two-pass (mean, then the mean squared deviation) and
+// accumulate in double for every dtype. Each normalised group is handled by
+// one task (BatchNorm: a channel; LayerNorm: a row; GroupNorm: a (sample,
+// group) pair), and the parameter gradients are summed per channel or
+// column in a fixed order, so results do not depend on the thread count.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common.h"
+
+namespace cpu_eigen {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Sum of n values in double, four running sums.
+template <typename T>
+double SumOf(const T* p, int64_t n) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += static_cast<double>(p[i]);
+    a1 += static_cast<double>(p[i + 1]);
+    a2 += static_cast<double>(p[i + 2]);
+    a3 += static_cast<double>(p[i + 3]);
+  }
+  for (; i < n; ++i) a0 += static_cast<double>(p[i]);
+  return (a0 + a1) + (a2 + a3);
+}
+
+// Sum of (p[i] - mean)^2 in double.
+template <typename T>
+double SumSqDevOf(const T* p, int64_t n, double mean) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const double d0 = static_cast<double>(p[i]) - mean;
+    const double d1 = static_cast<double>(p[i + 1]) - mean;
+    const double d2 = static_cast<double>(p[i + 2]) - mean;
+    const double d3 = static_cast<double>(p[i + 3]) - mean;
+    a0 += d0 * d0;
+    a1 += d1 * d1;
+    a2 += d2 * d2;
+    a3 += d3 * d3;
+  }
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(p[i]) - mean;
+    a0 += d * d;
+  }
+  return (a0 + a1) + (a2 + a3);
+}
+
+// Mean and biased variance of `nseg` segments of `len` values, segment k
+// starting at base + k * stride. NaN for an empty set.
+template <typename T>
+void Moments(const T* base, int64_t nseg, int64_t stride, int64_t len,
+             double* mean, double* var) {
+  const double m = static_cast<double>(nseg * len);
+  if (m == 0) {
+    *mean = *var = kNaN;
+    return;
+  }
+  double s = 0;
+  for (int64_t k = 0; k < nseg; ++k) s += SumOf(base + k * stride, len);
+  *mean = s / m;
+  double q = 0;
+  for (int64_t k = 0; k < nseg; ++k) {
+    q += SumSqDevOf(base + k * stride, len, *mean);
+  }
+  *var = q / m;
+}
+
+inline double Rstd(double var, double eps) {
+  return 1.0 / std::sqrt(var + eps);
+}
+
+// y[i] = (x[i] - mean) * scale + shift over n values.
+template <typename T>
+void Affine(const T* x, T* y, int64_t n, double mean, double scale,
+            double shift) {
+  const T m = static_cast<T>(mean), a = static_cast<T>(scale),
+          b = static_cast<T>(shift);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) * a + b;
+}
+
+// [N, C, S] view of a rank >= 2 tensor.
+struct NCS {
+  int64_t n, c, s;
+};
+
+NCS ViewNCS(const dg::TensorRef& x) {
+  NCS v{x.dim(0), x.dim(1), 1};
+  for (int32_t i = 2; i < x.ndim(); ++i) v.s *= x.dim(i);
+  return v;
+}
+
+// ---------------------------------------------------------------- BatchNorm
+
+template <typename T>
+void BatchNorm(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const NCS v = ViewNCS(xt);
+  const bool training = ctx.b("training");
+  const double eps = ctx.f("eps");
+  const T* x = xt.data<const T>();
+  const T* gamma = ctx.input(1).data<const T>();
+  const T* beta = ctx.input(2).data<const T>();
+  const T* rmean = ctx.input(3).data<const T>();
+  const T* rvar = ctx.input(4).data<const T>();
+  T* y = ctx.output(0).data<T>();
+  T* out_mean = ctx.output(1).data<T>();
+  T* out_var = ctx.output(2).data<T>();
+  double* stats = ctx.workspace<double>(2 * v.c);  // mean, var
+  ParallelFor(
+      v.c,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          double mean, var;
+          if (training) {
+            Moments(x + c * v.s, v.n, v.c * v.s, v.s, &mean, &var);
+          } else {
+            mean = static_cast<double>(rmean[c]);
+            var = static_cast<double>(rvar[c]);
+          }
+          stats[2 * c] = mean;
+          stats[2 * c + 1] = var;
+          out_mean[c] = training ? static_cast<T>(mean) : rmean[c];
+          out_var[c] = training ? static_cast<T>(var) : rvar[c];
+        }
+      },
+      training ? 2 * v.n * v.s : 1);
+  ParallelFor(
+      v.n * v.c,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t q = begin; q < end; ++q) {
+          const int64_t c = q % v.c;
+          const double scale = static_cast<double>(gamma[c]) *
+                               Rstd(stats[2 * c + 1], eps);
+          Affine(x + q * v.s, y + q * v.s, v.s, stats[2 * c], scale,
+                 static_cast<double>(beta[c]));
+        }
+      },
+      v.s);
+}
+
+// dx = a * dy + b * (x - mean) + k per channel, with
+//   training:  a = gamma rstd,  b = (2 dvar - gamma rstd^2 dgamma) / M,
+//              k = (dmean - gamma rstd dbeta) / M
+//   inference: a = gamma rstd,  b = k = 0
+// where dgamma = rstd sum(dy (x - mean)), dbeta = sum(dy), M = N * S.
+template <typename T>
+void BatchNormGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const NCS v = ViewNCS(xt);
+  const bool training = ctx.b("training");
+  const double eps = ctx.f("eps");
+  const T* x = xt.data<const T>();
+  const T* gamma = ctx.input(1).data<const T>();
+  const T* rmean = ctx.input(2).data<const T>();
+  const T* rvar = ctx.input(3).data<const T>();
+  const T* dy = ctx.input(4).data<const T>();
+  const T* dmean = ctx.input(5).data<const T>();
+  const T* dvar = ctx.input(6).data<const T>();
+  T* dx = ctx.output(0).data<T>();
+  T* dgamma = ctx.output(1).data<T>();
+  T* dbeta = ctx.output(2).data<T>();
+  double* coef = ctx.workspace<double>(4 * v.c);  // mean, a, b, k
+  const int64_t stride = v.c * v.s;
+  const double m = static_cast<double>(v.n * v.s);
+  ParallelFor(
+      v.c,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          double mean, var;
+          if (training) {
+            Moments(x + c * v.s, v.n, stride, v.s, &mean, &var);
+          } else {
+            mean = static_cast<double>(rmean[c]);
+            var = static_cast<double>(rvar[c]);
+          }
+          double sum_dy = 0, sum_dy_xc = 0;
+          for (int64_t n = 0; n < v.n; ++n) {
+            const T* xp = x + c * v.s + n * stride;
+            const T* gp = dy + c * v.s + n * stride;
+            for (int64_t i = 0; i < v.s; ++i) {
+              const double g = static_cast<double>(gp[i]);
+              sum_dy += g;
+              sum_dy_xc += g * (static_cast<double>(xp[i]) - mean);
+            }
+          }
+          const double rstd = Rstd(var, eps);
+          const double gr = static_cast<double>(gamma[c]) * rstd;
+          const double dg = m == 0 ? 0.0 : sum_dy_xc * rstd;
+          dgamma[c] = static_cast<T>(dg);
+          dbeta[c] = static_cast<T>(sum_dy);
+          coef[4 * c] = mean;
+          coef[4 * c + 1] = gr;
+          if (training && m > 0) {
+            coef[4 * c + 2] =
+                (2.0 * static_cast<double>(dvar[c]) - gr * rstd * dg) / m;
+            coef[4 * c + 3] = (static_cast<double>(dmean[c]) - gr * sum_dy) / m;
+          } else {
+            coef[4 * c + 2] = coef[4 * c + 3] = 0.0;
+          }
+        }
+      },
+      (training ? 4 : 2) * v.n * v.s);
+  ParallelFor(
+      v.n * v.c,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t q = begin; q < end; ++q) {
+          const double* k = coef + 4 * (q % v.c);
+          const T mean = static_cast<T>(k[0]), a = static_cast<T>(k[1]),
+                  b = static_cast<T>(k[2]), shift = static_cast<T>(k[3]);
+          const T* xp = x + q * v.s;
+          const T* gp = dy + q * v.s;
+          T* out = dx + q * v.s;
+          for (int64_t i = 0; i < v.s; ++i) {
+            out[i] = a * gp[i] + b * (xp[i] - mean) + shift;
+          }
+        }
+      },
+      2 * v.s);
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+// x viewed as [rows, cols] with cols = prod(x.shape[axis:]).
+void RowsCols(const dg::KernelContext& ctx, const dg::TensorRef& x,
+              int64_t* rows, int64_t* cols) {
+  const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
+  *rows = 1;
+  *cols = 1;
+  for (int32_t i = 0; i < x.ndim(); ++i) (i < axis ? *rows : *cols) *= x.dim(i);
+}
+
+template <typename T>
+void LayerNorm(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  int64_t rows, cols;
+  RowsCols(ctx, xt, &rows, &cols);
+  if (rows * cols == 0) return;
+  const double eps = ctx.f("eps");
+  const T* x = xt.data<const T>();
+  const T* gamma = ctx.input(1).data<const T>();
+  const T* beta = ctx.input(2).data<const T>();
+  T* y = ctx.output(0).data<T>();
+  ParallelFor(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          double mean, var;
+          Moments(x + r * cols, 1, 0, cols, &mean, &var);
+          const T m = static_cast<T>(mean);
+          const T rstd = static_cast<T>(Rstd(var, eps));
+          const T* xp = x + r * cols;
+          T* yp = y + r * cols;
+          for (int64_t i = 0; i < cols; ++i) {
+            yp[i] = (xp[i] - m) * rstd * gamma[i] + beta[i];
+          }
+        }
+      },
+      4 * cols);
+}
+
+// Parameter gradients summed over rows, column block by column block:
+// dgamma[j] = sum_r dy[r, j] * (x[r, j] - mean_r) * rstd_r, dbeta[j] =
+// sum_r dy[r, j]. `stats` holds (mean, rstd) per row.
+template <typename T>
+void ColumnParamGrads(const T* x, const T* dy, const double* stats,
+                      int64_t rows, int64_t cols, T* dgamma, T* dbeta) {
+  ParallelFor(
+      cols,
+      [&](int64_t begin, int64_t end) {
+        std::vector<double> g(end - begin, 0.0), b(end - begin, 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const double mean = stats[2 * r], rstd = stats[2 * r + 1];
+          const T* xp = x + r * cols;
+          const T* gp = dy + r * cols;
+          for (int64_t j = begin; j < end; ++j) {
+            const double d = static_cast<double>(gp[j]);
+            g[j - begin] += d * (static_cast<double>(xp[j]) - mean) * rstd;
+            b[j - begin] += d;
+          }
+        }
+        for (int64_t j = begin; j < end; ++j) {
+          dgamma[j] = static_cast<T>(g[j - begin]);
+          dbeta[j] = static_cast<T>(b[j - begin]);
+        }
+      },
+      2 * rows);
+}
+
+// Per row, with g = dy * gamma and xhat = (x - mean) * rstd:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+template <typename T>
+void LayerNormGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  int64_t rows, cols;
+  RowsCols(ctx, xt, &rows, &cols);
+  const double eps = ctx.f("eps");
+  const T* x = xt.data<const T>();
+  const T* gamma = ctx.input(1).data<const T>();
+  const T* dy = ctx.input(2).data<const T>();
+  T* dx = ctx.output(0).data<T>();
+  T* dgamma = ctx.output(1).data<T>();
+  T* dbeta = ctx.output(2).data<T>();
+  if (cols == 0) return;
+  double* stats = ctx.workspace<double>(2 * rows);
+  ParallelFor(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const T* xp = x + r * cols;
+          const T* gp = dy + r * cols;
+          double mean, var;
+          Moments(xp, 1, 0, cols, &mean, &var);
+          const double rstd = Rstd(var, eps);
+          stats[2 * r] = mean;
+          stats[2 * r + 1] = rstd;
+          double s1 = 0, s2 = 0;
+          for (int64_t i = 0; i < cols; ++i) {
+            const double g = static_cast<double>(gp[i]) *
+                             static_cast<double>(gamma[i]);
+            s1 += g;
+            s2 += g * (static_cast<double>(xp[i]) - mean) * rstd;
+          }
+          const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
+          const T k1 = static_cast<T>(s1 / cols);
+          const T k2 = static_cast<T>(s2 / cols);
+          T* out = dx + r * cols;
+          for (int64_t i = 0; i < cols; ++i) {
+            const T xhat = (xp[i] - m) * rs;
+            out[i] = rs * (gp[i] * gamma[i] - k1 - xhat * k2);
+          }
+        }
+      },
+      6 * cols);
+  ColumnParamGrads(x, dy, stats, rows, cols, dgamma, dbeta);
+}
+
+// ---------------------------------------------------------------- GroupNorm
+
+template <typename T>
+void GroupNorm(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const NCS v = ViewNCS(xt);
+  const int64_t groups = ctx.i("groups"), cg = v.c / groups;
+  const double eps = ctx.f("eps");
+  if (xt.numel() == 0) return;
+  const T* x = xt.data<const T>();
+  const T* gamma = ctx.input(1).data<const T>();
+  const T* beta = ctx.input(2).data<const T>();
+  T* y = ctx.output(0).data<T>();
+  ParallelFor(
+      v.n * groups,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t q = begin; q < end; ++q) {
+          const int64_t offset = q * cg * v.s;
+          double mean, var;
+          Moments(x + offset, 1, 0, cg * v.s, &mean, &var);
+          const double rstd = Rstd(var, eps);
+          for (int64_t k = 0; k < cg; ++k) {
+            const int64_t c = (q % groups) * cg + k;
+            Affine(x + offset + k * v.s, y + offset + k * v.s, v.s, mean,
+                   static_cast<double>(gamma[c]) * rstd,
+                   static_cast<double>(beta[c]));
+          }
+        }
+      },
+      4 * cg * v.s);
+}
+
+// Per (sample, group), with g = dy * gamma[c] and xhat = (x - mean) * rstd:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat));
+// dgamma[c] = sum_{n, s} dy * xhat, dbeta[c] = sum_{n, s} dy.
+template <typename T>
+void GroupNormGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const NCS v = ViewNCS(xt);
+  const int64_t groups = ctx.i("groups"), cg = v.c / groups;
+  const double eps = ctx.f("eps");
+  const T* x = xt.data<const T>();
+  const T* gamma = ctx.input(1).data<const T>();
+  const T* dy = ctx.input(2).data<const T>();
+  T* dx = ctx.output(0).data<T>();
+  T* dgamma = ctx.output(1).data<T>();
+  T* dbeta = ctx.output(2).data<T>();
+  const int64_t len = cg * v.s;  // elements per (sample, group)
+  double* stats = ctx.workspace<double>(2 * v.n * groups);
+  ParallelFor(
+      v.n * groups,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t q = begin; q < end; ++q) {
+          const int64_t offset = q * len;
+          double mean, var;
+          Moments(x + offset, 1, 0, len, &mean, &var);
+          const double rstd = Rstd(var, eps);
+          stats[2 * q] = mean;
+          stats[2 * q + 1] = rstd;
+          if (len == 0) continue;
+          double s1 = 0, s2 = 0;
+          for (int64_t k = 0; k < cg; ++k) {
+            const double gm = static_cast<double>(gamma[(q % groups) * cg + k]);
+            const T* xp = x + offset + k * v.s;
+            const T* gp = dy + offset + k * v.s;
+            for (int64_t i = 0; i < v.s; ++i) {
+              const double g = static_cast<double>(gp[i]) * gm;
+              s1 += g;
+              s2 += g * (static_cast<double>(xp[i]) - mean) * rstd;
+            }
+          }
+          const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
+          const T k1 = static_cast<T>(s1 / len), k2 = static_cast<T>(s2 / len);
+          for (int64_t k = 0; k < cg; ++k) {
+            const T gm = gamma[(q % groups) * cg + k];
+            const T* xp = x + offset + k * v.s;
+            const T* gp = dy + offset + k * v.s;
+            T* out = dx + offset + k * v.s;
+            for (int64_t i = 0; i < v.s; ++i) {
+              const T xhat = (xp[i] - m) * rs;
+              out[i] = rs * (gp[i] * gm - k1 - xhat * k2);
+            }
+          }
+        }
+      },
+      6 * len);
+  ParallelFor(
+      v.c,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          double g = 0, b = 0;
+          for (int64_t n = 0; n < v.n; ++n) {
+            const int64_t q = n * groups + c / cg;
+            const double mean = stats[2 * q], rstd = stats[2 * q + 1];
+            const T* xp = x + (n * v.c + c) * v.s;
+            const T* gp = dy + (n * v.c + c) * v.s;
+            for (int64_t i = 0; i < v.s; ++i) {
+              const double d = static_cast<double>(gp[i]);
+              g += d * (static_cast<double>(xp[i]) - mean) * rstd;
+              b += d;
+            }
+          }
+          dgamma[c] = static_cast<T>(g);
+          dbeta[c] = static_cast<T>(b);
+        }
+      },
+      2 * v.n * v.s);
+}
+
+}  // namespace
+
+DG_KERNEL("BatchNorm", "cpu", BatchNorm, float, double);
+DG_KERNEL("BatchNormGrad", "cpu", BatchNormGrad, float, double);
+DG_KERNEL("LayerNorm", "cpu", LayerNorm, float, double);
+DG_KERNEL("LayerNormGrad", "cpu", LayerNormGrad, float, double);
+DG_KERNEL("GroupNorm", "cpu", GroupNorm, float, double);
+DG_KERNEL("GroupNormGrad", "cpu", GroupNormGrad, float, double);
+
+}  // namespace cpu_eigen

@@ -1,0 +1,311 @@
+// 2-D pooling kernels over NCHW tensors (schemas and geometry rules in
+// dragon_core/src/ops/pool.cc). Every kernel works plane by plane — one
+// (n, c) slice of H x W — and runs the planes in parallel; a gradient
+// kernel accumulates into its own plane in a fixed order, so results never
+// depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+
+namespace cpu_eigen {
+namespace {
+
+// Window geometry of one call, read from the attributes and the shapes the
+// core has already validated and allocated.
+struct Pool2d {
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+// A per-axis attribute of 1 or 2 values (`fallback` when empty).
+void ReadPair(const dg::KernelContext& ctx, const char* name,
+              const std::vector<int64_t>& fallback, int64_t* a, int64_t* b) {
+  std::vector<int64_t> v = ctx.ints(name);
+  if (v.empty()) v = fallback;
+  DG_CHECK(!v.empty(), DG_INTERNAL, ctx.op_name(), ": attribute ", name,
+           " is empty");
+  *a = v[0];
+  *b = v.size() > 1 ? v[1] : v[0];
+}
+
+// `x` is the pooled input, `pooled` the tensor of the pooled shape.
+Pool2d ReadPool2d(const dg::KernelContext& ctx, const dg::TensorRef& x,
+                  const dg::TensorRef& pooled, bool windowed, bool dilated) {
+  DG_CHECK(x.ndim() == 4 && pooled.ndim() == 4, DG_INTERNAL, ctx.op_name(),
+           ": expected 4-D tensors");
+  Pool2d p;
+  p.planes = x.dim(0) * x.dim(1);
+  p.h = x.dim(2);
+  p.w = x.dim(3);
+  p.oh = pooled.dim(2);
+  p.ow = pooled.dim(3);
+  if (windowed) {
+    const std::vector<int64_t> k = ctx.ints("kernel_size");
+    ReadPair(ctx, "kernel_size", {}, &p.kh, &p.kw);
+    ReadPair(ctx, "strides", k, &p.sh, &p.sw);
+    ReadPair(ctx, "pads", {}, &p.ph, &p.pw);
+    if (dilated) ReadPair(ctx, "dilations", {}, &p.dh, &p.dw);
+  }
+  return p;
+}
+
+// The window cells of output position `o` along one axis: the first input
+// coordinate `start`, step `d`, and the range [j0, j1) of kernel taps that
+// fall inside [0, len).
+struct Taps {
+  int64_t start, j0, j1;
+};
+
+inline Taps WindowTaps(int64_t o, int64_t s, int64_t p, int64_t k, int64_t d,
+                       int64_t len) {
+  Taps t;
+  t.start = o * s - p;
+  t.j0 = t.start >= 0 ? 0 : (-t.start + d - 1) / d;
+  const int64_t last = len - 1 - t.start;  // largest offset inside the input
+  t.j1 = last < 0 ? 0 : std::min(k, last / d + 1);
+  if (t.j1 < t.j0) t.j1 = t.j0;
+  return t;
+}
+
+// In-plane index (h * W + w) of the maximum of window (i, j): the first
+// cell in row-major window order holding it; NaN beats every number.
+template <typename T>
+inline int64_t ArgMaxWindow(const T* x, const Pool2d& p, int64_t i, int64_t j) {
+  const Taps th = WindowTaps(i, p.sh, p.ph, p.kh, p.dh, p.h);
+  const Taps tw = WindowTaps(j, p.sw, p.pw, p.kw, p.dw, p.w);
+  int64_t best = -1;
+  T best_v = T(0);
+  for (int64_t a = th.j0; a < th.j1; ++a) {
+    const int64_t row = (th.start + a * p.dh) * p.w;
+    for (int64_t b = tw.j0; b < tw.j1; ++b) {
+      const int64_t at = row + tw.start + b * p.dw;
+      const T v = x[at];
+      if (best < 0 || v > best_v || (std::isnan(v) && !std::isnan(best_v))) {
+        best = at;
+        best_v = v;
+      }
+    }
+  }
+  return best;
+}
+
+// Runs fn(plane) for every plane in parallel.
+template <typename Fn>
+void ForPlanes(const Pool2d& p, int64_t cost_per_plane, Fn&& fn) {
+  ParallelFor(
+      p.planes,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t q = begin; q < end; ++q) fn(q);
+      },
+      std::max<int64_t>(1, cost_per_plane));
+}
+
+template <typename T>
+void MaxPool2d(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, yt, true, true);
+  if (yt.numel() == 0) return;
+  const T* x = xt.data<const T>();
+  T* y = yt.data<T>();
+  ForPlanes(p, p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
+    const T* xp = x + q * p.h * p.w;
+    T* yp = y + q * p.oh * p.ow;
+    for (int64_t i = 0; i < p.oh; ++i) {
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const int64_t at = ArgMaxWindow(xp, p, i, j);
+        DG_CHECK(at >= 0, DG_INTERNAL, "MaxPool2d: empty window");
+        yp[i * p.ow + j] = xp[at];
+      }
+    }
+  });
+}
+
+template <typename T>
+void MaxPool2dIndices(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, yt, true, true);
+  if (yt.numel() == 0) return;
+  const T* x = xt.data<const T>();
+  int64_t* y = yt.data<int64_t>();
+  ForPlanes(p, p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
+    const T* xp = x + q * p.h * p.w;
+    int64_t* yp = y + q * p.oh * p.ow;
+    for (int64_t i = 0; i < p.oh; ++i) {
+      for (int64_t j = 0; j < p.ow; ++j) {
+        yp[i * p.ow + j] = ArgMaxWindow(xp, p, i, j);
+      }
+    }
+  });
+}
+
+template <typename T>
+void MaxPool2dGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), dyt = ctx.input(1);
+  const dg::TensorRef dxt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, dyt, true, true);
+  if (dxt.numel() == 0) return;
+  const T* x = xt.data<const T>();
+  const T* dy = dyt.data<const T>();
+  T* dx = dxt.data<T>();
+  ForPlanes(p, p.h * p.w + p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
+    const T* xp = x + q * p.h * p.w;
+    const T* dyp = dy + q * p.oh * p.ow;
+    T* dxp = dx + q * p.h * p.w;
+    std::fill(dxp, dxp + p.h * p.w, T(0));
+    for (int64_t i = 0; i < p.oh; ++i) {
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const int64_t at = ArgMaxWindow(xp, p, i, j);
+        if (at >= 0) dxp[at] += dyp[i * p.ow + j];
+      }
+    }
+  });
+}
+
+// Sum, in double, of the box [h0, h1) x [w0, w1) of a plane of width w.
+template <typename T>
+inline double BoxSum(const T* plane, int64_t w, int64_t h0, int64_t h1,
+                     int64_t w0, int64_t w1) {
+  double sum = 0.0;
+  for (int64_t a = h0; a < h1; ++a) {
+    const T* row = plane + a * w;
+    for (int64_t b = w0; b < w1; ++b) sum += static_cast<double>(row[b]);
+  }
+  return sum;
+}
+
+// Divisor of window (i, j) of an average pooling.
+inline int64_t AvgDivisor(const Pool2d& p, int64_t i, int64_t j,
+                          bool count_include_pad) {
+  const int64_t h0 = i * p.sh - p.ph, w0 = j * p.sw - p.pw;
+  int64_t h1 = std::min(h0 + p.kh, p.h + p.ph);
+  int64_t w1 = std::min(w0 + p.kw, p.w + p.pw);
+  if (count_include_pad) return (h1 - h0) * (w1 - w0);
+  h1 = std::min(h1, p.h);
+  w1 = std::min(w1, p.w);
+  return (h1 - std::max<int64_t>(h0, 0)) * (w1 - std::max<int64_t>(w0, 0));
+}
+
+template <typename T>
+void AvgPool2d(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, yt, true, false);
+  const bool include_pad = ctx.b("count_include_pad");
+  if (yt.numel() == 0) return;
+  const T* x = xt.data<const T>();
+  T* y = yt.data<T>();
+  ForPlanes(p, p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
+    const T* xp = x + q * p.h * p.w;
+    T* yp = y + q * p.oh * p.ow;
+    for (int64_t i = 0; i < p.oh; ++i) {
+      const int64_t h0 = std::max<int64_t>(i * p.sh - p.ph, 0);
+      const int64_t h1 = std::min(i * p.sh - p.ph + p.kh, p.h);
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const int64_t w0 = std::max<int64_t>(j * p.sw - p.pw, 0);
+        const int64_t w1 = std::min(j * p.sw - p.pw + p.kw, p.w);
+        const double div =
+            static_cast<double>(AvgDivisor(p, i, j, include_pad));
+        yp[i * p.ow + j] =
+            static_cast<T>(BoxSum(xp, p.w, h0, h1, w0, w1) / div);
+      }
+    }
+  });
+}
+
+template <typename T>
+void AvgPool2dGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), dyt = ctx.input(1);
+  const dg::TensorRef dxt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, dyt, true, false);
+  const bool include_pad = ctx.b("count_include_pad");
+  if (dxt.numel() == 0) return;
+  const T* dy = dyt.data<const T>();
+  T* dx = dxt.data<T>();
+  ForPlanes(p, p.h * p.w + p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
+    const T* dyp = dy + q * p.oh * p.ow;
+    T* dxp = dx + q * p.h * p.w;
+    std::fill(dxp, dxp + p.h * p.w, T(0));
+    for (int64_t i = 0; i < p.oh; ++i) {
+      const int64_t h0 = std::max<int64_t>(i * p.sh - p.ph, 0);
+      const int64_t h1 = std::min(i * p.sh - p.ph + p.kh, p.h);
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const int64_t w0 = std::max<int64_t>(j * p.sw - p.pw, 0);
+        const int64_t w1 = std::min(j * p.sw - p.pw + p.kw, p.w);
+        const T g = dyp[i * p.ow + j] /
+                    static_cast<T>(AvgDivisor(p, i, j, include_pad));
+        for (int64_t a = h0; a < h1; ++a) {
+          for (int64_t b = w0; b < w1; ++b) dxp[a * p.w + b] += g;
+        }
+      }
+    }
+  });
+}
+
+// Bin [start, end) of output cell i out of `out` over an axis of `len`.
+inline int64_t BinStart(int64_t i, int64_t len, int64_t out) {
+  return i * len / out;
+}
+inline int64_t BinEnd(int64_t i, int64_t len, int64_t out) {
+  return ((i + 1) * len + out - 1) / out;
+}
+
+template <typename T>
+void AdaptiveAvgPool2d(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, yt, false, false);
+  if (yt.numel() == 0) return;
+  const T* x = xt.data<const T>();
+  T* y = yt.data<T>();
+  ForPlanes(p, p.h * p.w + p.oh * p.ow, [&](int64_t q) {
+    const T* xp = x + q * p.h * p.w;
+    T* yp = y + q * p.oh * p.ow;
+    for (int64_t i = 0; i < p.oh; ++i) {
+      const int64_t h0 = BinStart(i, p.h, p.oh), h1 = BinEnd(i, p.h, p.oh);
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const int64_t w0 = BinStart(j, p.w, p.ow), w1 = BinEnd(j, p.w, p.ow);
+        const double div = static_cast<double>((h1 - h0) * (w1 - w0));
+        yp[i * p.ow + j] =
+            static_cast<T>(BoxSum(xp, p.w, h0, h1, w0, w1) / div);
+      }
+    }
+  });
+}
+
+template <typename T>
+void AdaptiveAvgPool2dGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), dyt = ctx.input(1);
+  const dg::TensorRef dxt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, dyt, false, false);
+  if (dxt.numel() == 0) return;
+  const T* dy = dyt.data<const T>();
+  T* dx = dxt.data<T>();
+  ForPlanes(p, 2 * p.h * p.w + p.oh * p.ow, [&](int64_t q) {
+    const T* dyp = dy + q * p.oh * p.ow;
+    T* dxp = dx + q * p.h * p.w;
+    std::fill(dxp, dxp + p.h * p.w, T(0));
+    for (int64_t i = 0; i < p.oh; ++i) {
+      const int64_t h0 = BinStart(i, p.h, p.oh), h1 = BinEnd(i, p.h, p.oh);
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const int64_t w0 = BinStart(j, p.w, p.ow), w1 = BinEnd(j, p.w, p.ow);
+        const T g = dyp[i * p.ow + j] / static_cast<T>((h1 - h0) * (w1 - w0));
+        for (int64_t a = h0; a < h1; ++a) {
+          for (int64_t b = w0; b < w1; ++b) dxp[a * p.w + b] += g;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+DG_KERNEL("MaxPool2d", "cpu", MaxPool2d, float, double);
+DG_KERNEL("MaxPool2dIndices", "cpu", MaxPool2dIndices, float, double);
+DG_KERNEL("MaxPool2dGrad", "cpu", MaxPool2dGrad, float, double);
+DG_KERNEL("AvgPool2d", "cpu", AvgPool2d, float, double);
+DG_KERNEL("AvgPool2dGrad", "cpu", AvgPool2dGrad, float, double);
+DG_KERNEL("AdaptiveAvgPool2d", "cpu", AdaptiveAvgPool2d, float, double);
+DG_KERNEL("AdaptiveAvgPool2dGrad", "cpu", AdaptiveAvgPool2dGrad, float, double);
+
+}  // namespace cpu_eigen

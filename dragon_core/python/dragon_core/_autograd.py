@@ -13,9 +13,12 @@ Gradient rules are Python functions built from ops (see ``_grads/``), so the
 backward pass is itself recorded when asked to (``create_graph=True`` or an
 outer tape), which gives higher-order gradients.
 
-A node keeps its inputs (needed by the rules) but never its outputs: rules
-recompute what they need from the inputs, so no reference cycle runs through
-a tensor's ``_grad_fn``.
+A node keeps its inputs (needed by the rules) but never its differentiable
+outputs: rules recompute what they need from the inputs, so no reference
+cycle runs through a tensor's ``_grad_fn``. The one exception is a
+non-differentiable output that cannot be recomputed (Dropout's random mask):
+a rule registered with ``saved_outputs`` reads it as ``node.saved``; such an
+output never gets a ``_grad_fn``, so it closes no cycle.
 """
 
 from __future__ import annotations
@@ -27,21 +30,29 @@ from . import _C
 from .errors import InvalidArgumentError
 
 _RULES: dict = {}
+_SAVED: dict = {}   # op name -> indices of the outputs its rule reads
 _local = threading.local()
 
 
-def gradient(op_name: str):
+def gradient(op_name: str, saved_outputs=()):
     """Register the gradient rule of ``op_name``.
 
     The rule is called as ``rule(node, *dys)`` with one output gradient per
     output (never None: missing ones are zeros) and returns a list with one
     entry per input: a tensor of the input's shape, or None where the input
     gets no gradient. Rules must be written with differentiable ops.
+
+    ``saved_outputs`` lists outputs the rule reads as ``node.saved`` (in
+    that order) because they cannot be recomputed from the inputs (a random
+    mask). They must be non-differentiable: they are not marked as requiring
+    grad.
     """
     def register(fn):
         if op_name in _RULES:
             raise ValueError(f"a gradient rule for {op_name} is already registered")
         _RULES[op_name] = fn
+        if saved_outputs:
+            _SAVED[op_name] = tuple(saved_outputs)
         return fn
     return register
 
@@ -54,12 +65,13 @@ def has_gradient(op_name: str) -> bool:
 class Node:
     """One recorded op application."""
 
-    __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "saved", "__weakref__")
 
     def __init__(self, op, inputs, attrs, outputs):
         self.op = op
         self.inputs = inputs
         self.attrs = attrs
+        self.saved = [outputs[i] for i in _SAVED.get(op, ())]
         self.out_ids = [o._id for o in outputs]
         self.out_meta = [(o.shape, o._dtype_code, o._device_name, o._device_index)
                          for o in outputs]
@@ -86,8 +98,9 @@ def _record(op, inputs, attrs, outputs):
     if any(i.requires_grad for i in inputs):
         if node is None:
             node = Node(op, inputs, attrs, outputs)
-        for o in outputs:
-            if o.dtype.is_floating_point:
+        saved = _SAVED.get(op, ())
+        for k, o in enumerate(outputs):
+            if o.dtype.is_floating_point and k not in saved:
                 o.requires_grad = True
                 o._grad_fn = node
 

@@ -126,8 +126,13 @@ bool AsTensor(py::handle h, Tensor* out) {
 
 std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   py::tuple t = py::reinterpret_borrow<py::tuple>(inputs);
+  // Trailing optional inputs left as None are absent.
+  size_t given = t.size();
+  while (given > 0 && given <= op.inputs.size() && t[given - 1].is_none() &&
+         (op.inputs[given - 1].flags & DG_ARG_OPTIONAL))
+    --given;
   std::vector<py::handle> flat;
-  for (size_t i = 0; i < t.size(); ++i) {
+  for (size_t i = 0; i < given; ++i) {
     bool variadic = op.variadic_input() && i + 1 == op.inputs.size();
     if (variadic) {
       if (IsTensor(t[i]) || !PySequence_Check(t[i].ptr())) {

@@ -9,4 +9,5 @@ from . import arithmetic  # noqa: F401
 from . import binary, reduce, linalg  # noqa: F401
 from . import shape  # noqa: F401
 from . import unary  # noqa: F401
+from . import loss, nn_misc  # noqa: F401
 from . import norm, pool  # noqa: F401

@@ -1,0 +1,176 @@
+"""In-memory datasets and the DataLoader."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .._tensor import Tensor
+from ._collate import default_collate
+from ._pipeline import _batches
+from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
+from ._workers import WorkerPool, in_process
+
+
+class Dataset:
+    """A map-style dataset: subclasses define ``__len__`` and ``__getitem__``.
+
+    With ``num_workers > 0`` the dataset is pickled to each worker process,
+    so define subclasses at module level and keep them cheap to pickle
+    (open files lazily, in ``__getitem__`` or an optional
+    ``setup(worker_id)`` method that each worker calls once).
+    """
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+    def __getitem__(self, index: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+
+class TensorDataset(Dataset):
+    """Examples ``(a[i], b[i], ...)`` from arrays sharing their first dimension.
+
+    Parameters
+    ----------
+    *arrays : numpy.ndarray or Tensor
+        Host tensors are viewed as NumPy arrays (no copy).
+    """
+
+    def __init__(self, *arrays: np.ndarray | Tensor):
+        if not arrays:
+            raise ValueError("TensorDataset needs at least one array")
+        self.arrays = tuple(a.numpy() if isinstance(a, Tensor) else np.asarray(a)
+                            for a in arrays)
+        sizes = [a.shape[0] if a.ndim else None for a in self.arrays]
+        if None in sizes or len(set(sizes)) != 1:
+            raise ValueError(f"TensorDataset arrays must share their first dimension, got "
+                             f"shapes {[a.shape for a in self.arrays]}")
+
+    def __len__(self) -> int:
+        return self.arrays[0].shape[0]
+
+    def __getitem__(self, index: int) -> tuple:
+        return tuple(a[index] for a in self.arrays)
+
+
+class DataLoader:
+    """Batches of tensors from a :class:`Dataset`.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        Anything with ``__len__`` and ``__getitem__``.
+    batch_size : int or None
+        Examples per batch (``None``: single examples, uncollated).
+    shuffle : bool or {"none", "example", "chunk"}
+        Reshuffled every epoch from ``(seed, epoch)``.
+    drop_last : bool
+        Drop the last, incomplete batch.
+    num_workers : int
+        Worker processes calling ``dataset[i]``; 0 loads in this process.
+    collate_fn : callable, optional
+        ``list of examples -> batch``; default :func:`default_collate`
+        (tuples and dicts preserved, arrays stacked into tensors).
+    seed : int
+        Seed of the shuffle (and of :class:`Transformer` generators).
+    rank, world_size : int
+        Read only shard ``rank`` of ``world_size`` (distributed training).
+    transform : callable, optional
+        Applied to each example in the workers (a :class:`Transformer`
+        receives a seeded generator).
+    prefetch : int, optional
+        Examples in flight ahead of the consumer (default
+        ``max(2 * batch_size, 16)``).
+    start_method : str, optional
+        Multiprocessing start method (default: forkserver where available).
+    timeout : float or None
+        Seconds without any example before :class:`DataTimeoutError`.
+
+    Notes
+    -----
+    Batches come in the same order whatever ``num_workers``. Workers are
+    started by the first iteration and kept until :meth:`close` (also
+    called by ``with``, garbage collection and interpreter exit).
+    """
+
+    def __init__(self, dataset: Any, batch_size: int | None = 1, shuffle: bool | str = False,
+                 drop_last: bool = False, num_workers: int = 0,
+                 collate_fn: Callable | None = None, seed: int = 0, *, rank: int = 0,
+                 world_size: int = 1, transform: Callable | None = None,
+                 prefetch: int | None = None, start_method: str | None = None,
+                 timeout: float | None = 300.0):
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"dataset must define __len__ and __getitem__, got "
+                            f"{type(dataset).__name__}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+        if int(num_workers) < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        check_shard(rank, world_size)
+        self.dataset = dataset
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.shuffle = normalize_shuffle(shuffle)
+        self.drop_last = bool(drop_last)
+        self.num_workers = int(num_workers)
+        self.collate_fn = collate_fn or default_collate
+        self.seed = int(seed)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.transform = transform
+        self.prefetch = prefetch or max(2 * (self.batch_size or 1), 16)
+        self.start_method = start_method
+        self.timeout = timeout
+        self._epoch = 0
+        self._pool: WorkerPool | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` (later ones count up from it)."""
+        self._epoch = int(epoch)
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        n = shard_size(len(self.dataset), self.rank, self.world_size, False)
+        return n if self.batch_size is None else num_batches(n, self.batch_size,
+                                                            self.drop_last)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (empty before the first iteration)."""
+        return [] if self._pool is None else self._pool.pids
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = self._epoch
+        self._epoch += 1
+        indices = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed,
+                              epoch=epoch, rank=self.rank, world_size=self.world_size)
+        if self.batch_size is not None and self.drop_last:
+            indices = indices[:len(indices) // self.batch_size * self.batch_size]
+        name = type(self).__name__
+        if self.num_workers == 0:
+            examples = in_process(self.dataset, self.transform, self.seed, epoch, indices, name)
+        else:
+            if self._pool is None or self._pool.closed:
+                self._pool = WorkerPool(
+                    self.dataset, self.transform, num_readers=self.num_workers,
+                    num_transformers=0, seed=self.seed, queue_size=1,
+                    prefetch=self.prefetch, start_method=self.start_method,
+                    timeout=self.timeout, name=name)
+            examples = self._pool.run(epoch, indices)
+        return _batches(examples, self.batch_size, self.drop_last, self.collate_fn)
+
+    def close(self) -> None:
+        """Stop the worker processes (idempotent; a later iteration restarts them)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> "DataLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()

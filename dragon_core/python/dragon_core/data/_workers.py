@@ -1,0 +1,421 @@
+"""Worker processes shared by :class:`RecordPipeline` and :class:`DataLoader`.
+
+Topology::
+
+    main --tasks--> reader x R --items--> transformer x T --examples--> main
+                                  (T = 0: readers transform and send to main)
+
+- The main process issues *tasks* (a few consecutive epoch positions with
+  their record indices) and never more than ``prefetch`` positions ahead of
+  the next one it must yield, so memory is bounded. Examples come back in
+  any order and are put back in epoch order in the main process: the output
+  is deterministic whatever the number of workers.
+- Every message crosses a bounded ``multiprocessing.Queue``. Workers pickle
+  their messages themselves, so an unpicklable example becomes a reported
+  error instead of a silently lost item.
+- Every blocking queue operation has a short timeout after which the caller
+  checks for shutdown (workers) or for dead workers and the overall timeout
+  (main). Nothing waits forever.
+- An iteration has a *generation* number, kept in shared memory; starting a
+  new iteration (or abandoning one) makes workers skip stale work.
+- Workers ignore SIGINT (Ctrl-C goes to the whole process group; the main
+  process handles it and shuts the workers down), run a watchdog thread that
+  exits the process when the main process dies, and are daemonic.
+- Shutdown (``close()``, garbage collection, interpreter exit via
+  ``weakref.finalize``) sets a stop event, joins with a deadline, then
+  terminates and finally kills stragglers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+import traceback
+import weakref
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ._errors import DataError, DataTimeoutError, WorkerError
+
+POLL = 0.1                 # seconds between liveness checks on blocking queue ops
+_GROUP = 8                 # positions per task
+
+
+def default_start_method() -> str:
+    """``"forkserver"`` where available (fast and safe with threads), else ``"spawn"``."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _context(start_method: str | None) -> mp.context.BaseContext:
+    method = start_method or default_start_method()
+    if method not in mp.get_all_start_methods():
+        raise ValueError(f"start_method {method!r} is not available here; "
+                         f"choose one of {mp.get_all_start_methods()}")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Import this module once in the fork server, so each worker forked
+        # from it starts without re-importing dragon_core. Keep whatever the
+        # application preloads already.
+        from multiprocessing import forkserver
+        current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+        if __name__ not in current:
+            ctx.set_forkserver_preload(current + [__name__])
+    return ctx
+
+
+def apply_transform(transform: Callable | None, item: Any, seed: int, epoch: int,
+                    index: int) -> Any:
+    """Run ``transform`` on one item.
+
+    A :class:`~dragon_core.data.Transformer` gets a NumPy generator seeded by
+    ``(seed, epoch, index)``: augmentation is reproducible, differs across
+    epochs, and does not depend on which worker runs it.
+    """
+    if transform is None:
+        return item
+    if getattr(transform, "_dg_wants_rng", False):
+        return transform(item, np.random.default_rng([seed & 0xFFFFFFFF, epoch, index]))
+    return transform(item)
+
+
+# ----------------------------------------------------------------------- worker side
+
+def _watchdog(ppid: int) -> None:
+    """Exit this process as soon as the process that started it is gone."""
+    parent = mp.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+    while True:
+        if sentinel is not None:
+            try:
+                if mp.connection.wait([sentinel], timeout=1.0):
+                    os._exit(0)
+            except OSError:
+                sentinel = None
+        else:
+            time.sleep(0.5)
+        if os.getppid() != ppid:
+            os._exit(0)
+
+
+def _worker_main(stage: str, worker_id: int, source: Any, transform: Callable | None,
+                 seed: int, in_q: Any, out_q: Any, stop: Any, generation: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watchdog, args=(os.getppid(),), daemon=True,
+                     name="dragon-data-watchdog").start()
+    out_q.cancel_join_thread()  # never block exit on items nobody will read
+
+    def put(message: tuple, gen: int | None) -> bool:
+        try:
+            data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            _, pos, index = message[1], message[3], message[4]
+            data = pickle.dumps(_error_message(
+                gen, pos, index, stage, worker_id,
+                "the example cannot be pickled to reach the main process:\n"
+                + traceback.format_exc()))
+        while not stop.is_set():
+            if gen is not None and generation.value != gen:
+                return False
+            try:
+                out_q.put(data, timeout=POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        setup = getattr(transform, "setup", None)
+        if callable(setup):
+            setup(worker_id)
+        if source is not None and callable(getattr(source, "setup", None)):
+            source.setup(worker_id)
+    except BaseException:
+        put(("fatal", stage, worker_id, traceback.format_exc()), None)
+        return
+
+    while not stop.is_set():
+        try:
+            raw = in_q.get(timeout=POLL)
+        except queue.Empty:
+            continue
+        if raw is None:
+            break
+        message = pickle.loads(raw) if isinstance(raw, bytes) else raw
+        if message[0] == "task":                        # reader
+            _, gen, epoch, positions, indices = message
+            for pos, index in zip(positions, indices):
+                if generation.value != gen or stop.is_set():
+                    break
+                try:
+                    item = source[int(index)]
+                    if transform is not None:
+                        item = apply_transform(transform, item, seed, epoch, int(index))
+                except Exception:
+                    reply = _error_message(gen, int(pos), int(index), stage, worker_id,
+                                           traceback.format_exc())
+                else:
+                    reply = ("ok", gen, epoch, int(pos), int(index), item)
+                if not put(reply, gen):
+                    break
+        elif message[0] == "ok" and stage == "transformer":
+            _, gen, epoch, pos, index, item = message
+            if generation.value != gen:
+                continue
+            try:
+                example = apply_transform(transform, item, seed, epoch, index)
+            except Exception:
+                reply = _error_message(gen, pos, index, stage, worker_id,
+                                       traceback.format_exc())
+            else:
+                reply = ("ok", gen, epoch, pos, index, example)
+            put(reply, gen)
+        else:                                           # errors travel on unchanged
+            put(message, message[1] if message[0] == "err" else None)
+    close = getattr(source, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            pass
+
+
+def _error_message(gen: int | None, pos: int, index: int, stage: str, worker_id: int,
+                   text: str) -> tuple:
+    return ("err", gen, stage, pos, index, worker_id, text)
+
+
+# ------------------------------------------------------------------------- main side
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited unexpectedly with code {code}"
+
+
+def _shutdown(procs: list, queues: list, stop: Any, join_timeout: float) -> None:
+    """Stop workers: ask, wait until ``join_timeout``, terminate, kill."""
+    try:
+        stop.set()
+    except Exception:
+        pass
+    deadline = time.monotonic() + join_timeout
+    for p in procs:
+        if p.pid is not None:
+            p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.pid is not None and p.is_alive():
+            p.terminate()
+    for p in procs:
+        if p.pid is not None:
+            p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+    for q in queues:
+        try:
+            q.cancel_join_thread()
+            q.close()
+        except Exception:
+            pass
+
+
+class WorkerPool:
+    """Reader (and optionally transformer) processes producing examples in order.
+
+    Parameters
+    ----------
+    source : indexable
+        Picklable; ``source[i]`` is called in reader processes. Optional
+        ``setup(worker_id)`` and ``close()`` methods run there.
+    transform : callable or None
+        Applied in transformer processes (or in the readers when
+        ``num_transformers == 0``).
+    num_readers, num_transformers : int
+        Process counts (``num_readers >= 1``).
+    seed : int
+        Seeds per-example generators of :class:`Transformer` instances.
+    queue_size : int
+        Capacity of the reader → transformer queue.
+    prefetch : int
+        The most positions in flight ahead of the consumer.
+    start_method : str, optional
+        ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: forkserver if
+        available).
+    timeout : float or None
+        Seconds without any example before :class:`DataTimeoutError`.
+    name : str
+        Used in error messages.
+    """
+
+    def __init__(self, source: Any, transform: Callable | None, *, num_readers: int,
+                 num_transformers: int, seed: int, queue_size: int, prefetch: int,
+                 start_method: str | None, timeout: float | None, name: str):
+        if num_readers < 1 or num_transformers < 0:
+            raise ValueError(f"need num_readers >= 1 and num_transformers >= 0, got "
+                             f"{num_readers} and {num_transformers}")
+        self._name = name
+        self._timeout = timeout
+        self._prefetch = max(1, int(prefetch))
+        self._gen_counter = 0
+        self._broken: str | None = None
+        ctx = _context(start_method)
+        self._stop = ctx.Event()
+        self._generation = ctx.RawValue("q", -1)
+        task_slots = self._prefetch // _GROUP + 2
+        self._task_q = ctx.Queue(task_slots)
+        self._out_q = ctx.Queue(max(2, self._prefetch))
+        queues = [self._task_q, self._out_q]
+        stages: list[tuple[str, int, Any, Any, Any, Any]] = []
+        if num_transformers:
+            mid_q = ctx.Queue(max(1, int(queue_size)))
+            queues.append(mid_q)
+            stages += [("reader", i, source, None, self._task_q, mid_q)
+                       for i in range(num_readers)]
+            stages += [("transformer", i, None, transform, mid_q, self._out_q)
+                       for i in range(num_transformers)]
+        else:
+            stages += [("reader", i, source, transform, self._task_q, self._out_q)
+                       for i in range(num_readers)]
+        self._procs: list = []
+        self._stages: list[tuple[str, int]] = []
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, queues,
+                                           self._stop, 2.0)
+        for stage, wid, src, fn, in_q, out_q in stages:
+            p = ctx.Process(target=_worker_main, daemon=True,
+                            name=f"dragon-data-{stage}-{wid}",
+                            args=(stage, wid, src, fn, seed, in_q, out_q, self._stop,
+                                  self._generation))
+            self._procs.append(p)
+            self._stages.append((stage, wid))
+            _start_ignoring_sigint(p)
+        self._num_readers = num_readers
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker process ids."""
+        return [p.pid for p in self._procs]
+
+    def close(self) -> None:
+        """Stop and reap every worker (idempotent)."""
+        self._broken = self._broken or "the pool is closed"
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _check_workers(self) -> None:
+        for p, (stage, wid) in zip(self._procs, self._stages):
+            code = p.exitcode
+            if code is not None:
+                self._fail(WorkerError(
+                    f"{self._name}: {stage} worker {wid} (pid {p.pid}) {_describe_exit(code)}",
+                    stage=stage, worker_id=wid, exitcode=code))
+
+    def _fail(self, error: DataError) -> None:
+        self._broken = str(error)
+        self.close()
+        raise error
+
+    def run(self, epoch: int, indices: np.ndarray) -> Iterator[tuple[int, Any]]:
+        """Yield ``(index, example)`` for ``indices``, in that order."""
+        if self._broken:
+            raise DataError(f"{self._name}: cannot iterate: {self._broken}")
+        self._gen_counter += 1
+        gen = self._gen_counter
+        self._generation.value = gen
+        try:
+            yield from self._drive(gen, epoch, indices)
+        finally:
+            if self._generation.value == gen:
+                self._generation.value = -1         # workers drop the rest
+
+    def _drive(self, gen: int, epoch: int, indices: np.ndarray) -> Iterator[tuple[int, Any]]:
+        n = len(indices)
+        ready: dict[int, tuple[int, Any]] = {}
+        issued = 0
+        next_pos = 0
+        last_progress = time.monotonic()
+        while next_pos < n:
+            while issued < n and issued < next_pos + self._prefetch:
+                stop = min(n, issued + _GROUP, next_pos + self._prefetch)
+                task = ("task", gen, epoch, np.arange(issued, stop), indices[issued:stop])
+                try:
+                    self._task_q.put_nowait(task)
+                except queue.Full:
+                    break
+                issued = stop
+            if next_pos in ready:
+                yield ready.pop(next_pos)
+                next_pos += 1
+                continue
+            try:
+                message = pickle.loads(self._out_q.get(timeout=POLL))
+            except queue.Empty:
+                self._check_workers()
+                if self._timeout is not None and \
+                        time.monotonic() - last_progress > self._timeout:
+                    self._fail(DataTimeoutError(
+                        f"{self._name}: no example for {self._timeout:g} s (waiting for epoch "
+                        f"position {next_pos}, record {int(indices[next_pos])}); the "
+                        "workers are alive, so a dataset or transformer call is hanging"))
+                continue
+            kind = message[0]
+            if kind == "fatal":
+                _, stage, wid, text = message
+                self._fail(WorkerError(
+                    f"{self._name}: {stage} worker {wid} failed to start:\n{text}",
+                    stage=stage, worker_id=wid, worker_traceback=text))
+            if message[1] != gen:
+                continue                                # left over from an earlier iteration
+            last_progress = time.monotonic()
+            if kind == "err":
+                _, _, stage, pos, index, wid, text = message
+                raise WorkerError(
+                    f"{self._name}: {stage} worker {wid} raised while processing record "
+                    f"{index} (epoch {epoch}, position {pos}):\n{text}",
+                    stage=stage, worker_id=wid, index=index, worker_traceback=text)
+            _, _, _, pos, index, example = message
+            ready[pos] = (index, example)
+
+
+def _start_ignoring_sigint(process: Any) -> None:
+    """Start ``process`` with SIGINT ignored, so that a Ctrl-C arriving while it
+    boots cannot kill it before it installs its own handler (spawn/exec
+    keeps an ignored disposition)."""
+    if threading.current_thread() is not threading.main_thread():
+        process.start()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def in_process(source: Any, transform: Callable | None, seed: int, epoch: int,
+               indices: np.ndarray, name: str) -> Iterator[tuple[int, Any]]:
+    """The same contract as :meth:`WorkerPool.run`, without processes.
+
+    Exceptions propagate unchanged (with a note naming the record), which is
+    what one wants when debugging with no workers.
+    """
+    for pos, index in enumerate(indices):
+        index = int(index)
+        try:
+            item = apply_transform(transform, source[index], seed, epoch, index)
+        except Exception as exc:
+            exc.add_note(f"{name}: while processing record {index} "
+                         f"(epoch {epoch}, position {pos})")
+            raise
+        yield index, item

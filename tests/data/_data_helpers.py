@@ -1,0 +1,136 @@
+"""Picklable helpers shared by the data tests (worker processes import them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+from dragon_core.data import Dataset, RecordWriter, Transformer
+
+
+def write_records(path, n: int) -> str:
+    """A file of ``n`` encoded examples ``{"x": float32[3] filled with i, "y": i}``."""
+    with RecordWriter(path) as w:
+        for i in range(n):
+            w.write_example({"x": np.full((3,), i, np.float32), "y": i})
+    return str(path)
+
+
+def record_id(payload: bytes) -> int:
+    """A transformer returning only the record's ``y`` (cheap to ship)."""
+    from dragon_core.data import decode_example
+    return decode_example(payload)["y"]
+
+
+class NoisyId(Transformer):
+    """Decodes and adds per-example random noise: (id, noise)."""
+
+    def augment(self, example, rng):
+        return example["y"], float(rng.random())
+
+
+class FailOn(Transformer):
+    """Raises on one record."""
+
+    def __init__(self, bad: int):
+        self.bad = bad
+
+    def augment(self, example, rng):
+        if example["y"] == self.bad:
+            raise ValueError(f"cannot augment record {self.bad}")
+        return example["y"]
+
+
+class Sleepy(Transformer):
+    """Sleeps on one record (for timeouts)."""
+
+    def __init__(self, index: int, seconds: float):
+        self.index, self.seconds = index, seconds
+
+    def augment(self, example, rng):
+        if example["y"] == self.index:
+            time.sleep(self.seconds)
+        return example["y"]
+
+
+class DieOn(Transformer):
+    """Kills its own process on one record."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def augment(self, example, rng):
+        if example["y"] == self.index:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return example["y"]
+
+
+class SquaresDataset(Dataset):
+    """``{"i": i, "sq": float32[2]}`` examples; raises on ``bad``."""
+
+    def __init__(self, n: int, bad: int = -1):
+        self.n, self.bad = n, bad
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise KeyError(f"dataset refuses {i}")
+        return {"i": i, "sq": np.array([i, i * i], np.float32)}
+
+
+class Unpicklable(Dataset):
+    """Returns examples holding a lambda (cannot reach the main process)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return {"f": lambda: i}
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def is_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    state = _state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def wait_gone(pids, timeout: float = 10.0) -> list[int]:
+    """Wait until none of ``pids`` runs; return those still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if is_running(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def descendants(pid: int) -> list[int]:
+    """All running descendants of ``pid`` (from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return [p for p in out if is_running(p)]

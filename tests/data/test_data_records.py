@@ -1,0 +1,200 @@
+"""The record file format and the example encoding."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import dragon_core as dg
+from dragon_core.data import (RecordError, RecordReader, RecordWriter, decode_example,
+                              encode_example)
+from dragon_core.data._records import FOOTER_SIZE, HEADER_SIZE
+
+
+def _payloads():
+    rng = np.random.default_rng(0)
+    return [b"", b"a", bytes(range(256)), rng.bytes(100_000), b"last"]
+
+
+def test_bytes_round_trip(tmp_path):
+    path = tmp_path / "b.dgr"
+    payloads = _payloads()
+    with RecordWriter(path) as w:
+        for i, p in enumerate(payloads):
+            assert w.write(p) == i
+        assert len(w) == len(payloads)
+    with RecordReader(path) as r:
+        assert len(r) == len(payloads)
+        assert list(r) == payloads
+        assert r[3] == payloads[3] and r[-1] == b"last" and r.read(0) == b""
+        r.verify()
+        with pytest.raises(IndexError, match="out of range"):
+            r[len(payloads)]
+
+
+def test_empty_file_and_memoryview(tmp_path):
+    with RecordWriter(tmp_path / "e.dgr"):
+        pass
+    assert len(RecordReader(tmp_path / "e.dgr")) == 0
+    with RecordWriter(tmp_path / "m.dgr") as w:
+        w.write(memoryview(np.arange(4, dtype=np.int32)))
+        w.write(bytearray(b"xy"))
+    r = RecordReader(tmp_path / "m.dgr")
+    assert np.frombuffer(r[0], np.int32).tolist() == [0, 1, 2, 3] and r[1] == b"xy"
+
+
+def test_write_rejects_non_bytes(tmp_path):
+    with RecordWriter(tmp_path / "x.dgr") as w:
+        with pytest.raises(TypeError, match="bytes-like"):
+            w.write("text")
+        with pytest.raises(TypeError, match="write_example"):
+            w.write({"a": 1})
+
+
+def test_example_round_trip(tmp_path):
+    examples = [
+        {"image": np.arange(24, dtype=np.uint8).reshape(2, 3, 4), "label": 7,
+         "score": 0.25, "name": "cat ü", "raw": b"\x00\x01", "ok": True,
+         "f16": np.ones((2,), np.float16), "big": np.array([[1.5]], ">f8"),
+         "scalar": np.float32(3.5), "empty": np.zeros((0, 5), np.int64),
+         "t": dg.tensor(np.array([1, 2], np.int32))},
+        {},
+    ]
+    with RecordWriter(tmp_path / "ex.dgr") as w:
+        for e in examples:
+            w.write_example(e)
+    r = RecordReader(tmp_path / "ex.dgr")
+    got = decode_example(r[0])
+    assert list(got) == list(examples[0])
+    for key in ("label", "score", "name", "raw", "ok"):
+        assert got[key] == examples[0][key] and type(got[key]) is type(examples[0][key])
+    for key in ("image", "f16", "big", "empty"):
+        np.testing.assert_array_equal(got[key], examples[0][key])
+        assert got[key].dtype == examples[0][key].dtype
+        assert got[key].shape == examples[0][key].shape
+    assert got["image"].flags.writeable and got["image"].flags.c_contiguous
+    assert got["scalar"].shape == () and got["scalar"] == np.float32(3.5)
+    assert got["t"].tolist() == [1, 2] and got["t"].dtype == np.int32
+    assert decode_example(r[1]) == {}
+
+
+@pytest.mark.parametrize("value, error", [
+    (np.array([object()], dtype=object), TypeError),
+    ({1, 2}, TypeError),
+    (1 << 64, OverflowError),
+])
+def test_encode_rejects(value, error):
+    with pytest.raises(error, match="field 'v'"):
+        encode_example({"v": value})
+    with pytest.raises(TypeError, match="keys must be str"):
+        encode_example({1: 2})
+
+
+def test_decode_rejects_garbage():
+    with pytest.raises(RecordError, match="not an encoded example"):
+        decode_example(b"hello world")
+    good = encode_example({"a": np.arange(10)})
+    with pytest.raises(RecordError, match="malformed example"):
+        decode_example(good[:-3])
+    with pytest.raises(RecordError, match="trailing"):
+        decode_example(good + b"\x00")
+
+
+def test_atomic_write(tmp_path):
+    path = tmp_path / "a.dgr"
+    w = RecordWriter(path)
+    w.write(b"x")
+    assert not path.exists()                       # nothing visible before close
+    w.close()
+    assert path.exists() and len(RecordReader(path)) == 1
+    with pytest.raises(RuntimeError):
+        with RecordWriter(path) as w:              # a failed rewrite keeps the old file
+            w.write(b"y")
+            w.write(b"z")
+            raise RuntimeError("interrupted")
+    assert list(RecordReader(path)) == [b"x"]
+    assert sorted(os.listdir(tmp_path)) == ["a.dgr"]   # no temp file left behind
+    with pytest.raises(ValueError, match="closed"):
+        w.write(b"late")
+
+
+def _corrupt(src, dst, offset, xor=0x40):
+    data = bytearray(open(src, "rb").read())
+    data[offset] ^= xor
+    open(dst, "wb").write(bytes(data))
+
+
+@pytest.fixture
+def three(tmp_path):
+    path = tmp_path / "three.dgr"
+    with RecordWriter(path) as w:
+        for p in (b"alpha" * 10, b"beta" * 10, b"gamma" * 10):
+            w.write(p)
+    return path
+
+
+def _record_offset(path, i):
+    r = RecordReader(path)
+    return int(r._bounds[i])
+
+
+def test_flipped_payload_byte_names_file_and_record(three, tmp_path):
+    bad = tmp_path / "bad.dgr"
+    _corrupt(three, bad, _record_offset(three, 1) + 12 + 5)
+    r = RecordReader(bad)                              # index is intact: opens fine
+    assert r[0] == b"alpha" * 10 and r[2] == b"gamma" * 10
+    with pytest.raises(RecordError, match="payload.*checksum") as info:
+        r[1]
+    assert info.value.index == 1 and info.value.path == str(bad)
+    assert str(bad) in str(info.value) and "record 1" in str(info.value)
+    with pytest.raises(RecordError):
+        r.verify()
+
+
+def test_flipped_length_byte(three, tmp_path):
+    bad = tmp_path / "bad.dgr"
+    _corrupt(three, bad, _record_offset(three, 2) + 1)
+    with pytest.raises(RecordError, match="record 2: corrupt record header"):
+        RecordReader(bad)[2]
+
+
+@pytest.mark.parametrize("where, message", [
+    (0, "bad magic"),
+    (9, "corrupt file header"),
+    (-3, "footer"),
+    (-FOOTER_SIZE - 6, "corrupt record index"),
+])
+def test_corrupt_structure(three, tmp_path, where, message):
+    bad = tmp_path / "bad.dgr"
+    size = os.path.getsize(three)
+    _corrupt(three, bad, where % size)
+    with pytest.raises(RecordError, match=message) as info:
+        RecordReader(bad)
+    assert str(bad) in str(info.value)
+
+
+@pytest.mark.parametrize("keep", [0, 10, HEADER_SIZE + 30, -1])
+def test_truncated_file(three, tmp_path, keep):
+    data = open(three, "rb").read()
+    bad = tmp_path / "cut.dgr"
+    open(bad, "wb").write(data[:keep])
+    with pytest.raises(RecordError, match="short|truncated") as info:
+        RecordReader(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_not_a_record_file(tmp_path):
+    path = tmp_path / "text.dgr"
+    path.write_bytes(b"hello, this is certainly not a record file at all")
+    with pytest.raises(RecordError, match="not a record file"):
+        RecordReader(path)
+
+
+def test_reader_pickles_by_path(three):
+    r = pickle.loads(pickle.dumps(RecordReader(three)))
+    assert r[2] == b"gamma" * 10 and r.path == str(three)
+    err = pickle.loads(pickle.dumps(RecordError("boom", path="f", index=3)))
+    assert isinstance(err, RecordError) and err.index == 3 and str(err) == "f, record 3: boom"

@@ -58,7 +58,11 @@ Tensor.is_leaf = property(lambda self: self._grad_fn is None,
 
 def _detach(self):
     """A tensor sharing storage with this one, outside any autograd graph."""
-    return self._alias()
+    out = self._alias()
+    if _C._is_tracing():
+        from ._graph.function import note_alias
+        note_alias(self, out)
+    return out
 
 
 Tensor.detach = _detach

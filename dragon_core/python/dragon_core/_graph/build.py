@@ -101,6 +101,7 @@ class Trace:
     """What a traced run did: op records, created constants, assignments."""
 
     ASSIGN = "__assign__"
+    ALIAS = "__alias__"
 
     def __init__(self):
         self.records = []     # (op, inputs, attrs, outputs); assignments inline
@@ -118,6 +119,10 @@ class Trace:
         if var._id not in self.originals:
             self.originals[var._id] = (var, var._alias())
         self.records.append((self.ASSIGN, [var, value], {}, []))
+
+    def add_alias(self, source, alias):
+        """``alias`` shares ``source``'s storage (``detach()``): same graph value."""
+        self.records.append((self.ALIAS, [source], {}, [alias]))
 
     def restore(self):
         """Undo the assignments the trace run made (the graph redoes them)."""
@@ -164,6 +169,9 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
     versions = _plugin_versions()
     counts: dict = {}
     for op, ins, attrs, outs in trace.records:
+        if op == Trace.ALIAS:
+            names[outs[0]._id] = name_of(ins[0])
+            continue
         if op == Trace.ASSIGN:
             var, value = ins
             if var._id in trace.created:

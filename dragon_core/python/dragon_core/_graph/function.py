@@ -71,6 +71,13 @@ def note_created(t: Tensor) -> None:
         stack[-1].created[t._id] = t
 
 
+def note_alias(source: Tensor, alias: Tensor) -> None:
+    """Record that ``alias`` (e.g. ``source.detach()``) is the same value."""
+    stack = _traces()
+    if stack:
+        stack[-1].add_alias(source, alias)
+
+
 def note_assign(var: Tensor, value: Tensor) -> None:
     stack = _traces()
     if stack:

@@ -1,0 +1,104 @@
+"""Adam and AdamW (one ``AdamUpdate`` op per parameter)."""
+
+from __future__ import annotations
+
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    """Adam (PyTorch's ``torch.optim.Adam`` rule), optionally AMSGrad.
+
+    With ``t`` the step count (including this step): ``g = grad +
+    weight_decay * p``; ``m = beta1 * m + (1 - beta1) * g``; ``v = beta2 * v
+    + (1 - beta2) * g^2``; ``p = p - lr / (1 - beta1^t) * m / (sqrt(v) /
+    sqrt(1 - beta2^t) + eps)`` (AMSGrad uses the running maximum of v).
+
+    Parameters
+    ----------
+    params : iterable of Tensor or iterable of dict
+        Parameters or parameter groups (see :class:`Optimizer`).
+    lr : float, default 1e-3
+        Learning rate.
+    betas : tuple of float, default (0.9, 0.999)
+        Decay rates of the first and second moments, each in [0, 1).
+    eps : float, default 1e-8
+        Added to the denominator.
+    weight_decay : float, default 0
+        L2 penalty added to the gradient (decoupled in :class:`AdamW`).
+    amsgrad : bool, default False
+        Use the running maximum of the second moment.
+    maximize : bool, default False
+        Ascend the objective instead of descending it.
+
+    Notes
+    -----
+    State per parameter: ``step`` (0-d int64 tensor), ``exp_avg``,
+    ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``.
+    """
+
+    _decoupled = False
+    _state_like_param = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 maximize: bool = False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def _check_hyper(self, group):
+        super()._check_hyper(group)
+        name = type(self).__name__
+        betas = group["betas"]
+        if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"{name}: invalid betas {betas} (two values in [0, 1))")
+        if group["eps"] < 0:
+            raise ValueError(f"{name}: invalid eps {group['eps']} (must be >= 0)")
+        if group["weight_decay"] < 0:
+            raise ValueError(f"{name}: invalid weight_decay {group['weight_decay']} "
+                             f"(must be >= 0)")
+
+    def _update(self, group, params, grads):
+        from .. import ops
+
+        amsgrad = group["amsgrad"]
+        beta1, beta2 = group["betas"]
+        for p, g in zip(params, grads):
+            state = self.state[p]
+            if "step" not in state:
+                state["step"] = self._step_tensor()
+                state["exp_avg"] = self._zeros_like(p)
+                state["exp_avg_sq"] = self._zeros_like(p)
+            if amsgrad and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = self._zeros_like(p)
+            vmax = state["max_exp_avg_sq"] if amsgrad else self._placeholder(p)
+            step = self._next_step(state)
+            new_p, new_m, new_v, new_vmax = ops.adam_update(
+                p, g, state["exp_avg"], state["exp_avg_sq"], vmax, group.lr_tensor, step,
+                beta1=beta1, beta2=beta2, eps=group["eps"],
+                weight_decay=group["weight_decay"], decoupled=self._decoupled,
+                amsgrad=amsgrad, maximize=group["maximize"])
+            p.assign(new_p)
+            state["exp_avg"].assign(new_m)
+            state["exp_avg_sq"].assign(new_v)
+            if amsgrad:
+                vmax.assign(new_vmax)
+            state["step"].assign(step)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (PyTorch's ``torch.optim.AdamW``):
+    each step first scales the parameter by ``1 - lr * weight_decay``, then
+    applies the Adam update without the L2 term.
+
+    Parameters are those of :class:`Adam`; ``weight_decay`` defaults to
+    1e-2.
+    """
+
+    _decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, maximize=maximize)

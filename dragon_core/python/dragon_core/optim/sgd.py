@@ -1,0 +1,79 @@
+"""Stochastic gradient descent with momentum, Nesterov momentum and weight
+decay (one ``SgdUpdate`` op per parameter)."""
+
+from __future__ import annotations
+
+from .optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent (PyTorch's ``torch.optim.SGD`` rule).
+
+    ``g = grad + weight_decay * p``; with momentum ``buf = momentum * buf +
+    (1 - dampening) * g`` and ``g = g + momentum * buf`` (Nesterov) or
+    ``g = buf``; then ``p = p - lr * g``.
+
+    Parameters
+    ----------
+    params : iterable of Tensor or iterable of dict
+        Parameters or parameter groups (see :class:`Optimizer`).
+    lr : float, default 1e-3
+        Learning rate.
+    momentum : float, default 0
+        Momentum factor.
+    dampening : float, default 0
+        Dampening of the momentum.
+    weight_decay : float, default 0
+        L2 penalty added to the gradient.
+    nesterov : bool, default False
+        Nesterov momentum (needs momentum > 0 and dampening = 0).
+    maximize : bool, default False
+        Ascend the objective instead of descending it.
+
+    Notes
+    -----
+    The momentum buffer starts at zero, so the first step gives ``buf =
+    (1 - dampening) * grad``; PyTorch copies the first gradient into it.
+    The two agree whenever dampening is 0 (the default). State per
+    parameter: ``momentum_buffer`` (only when momentum != 0).
+    """
+
+    _state_like_param = ("momentum_buffer",)
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False, *, maximize: bool = False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
+
+    def _check_hyper(self, group):
+        super()._check_hyper(group)
+        if group["momentum"] < 0:
+            raise ValueError(f"SGD: invalid momentum {group['momentum']} (must be >= 0)")
+        if not 0 <= group["dampening"] <= 1:
+            raise ValueError(f"SGD: invalid dampening {group['dampening']} (must be in [0, 1])")
+        if group["weight_decay"] < 0:
+            raise ValueError(f"SGD: invalid weight_decay {group['weight_decay']} (must be >= 0)")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
+
+    def _update(self, group, params, grads):
+        from .. import ops
+
+        use_momentum = group["momentum"] != 0
+        for p, g in zip(params, grads):
+            state = self.state[p]
+            if use_momentum:
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = self._zeros_like(p)
+                buf = state["momentum_buffer"]
+            else:
+                buf = self._placeholder(p)
+            new_p, new_buf = ops.sgd_update(
+                p, g, buf, group.lr_tensor, momentum=group["momentum"],
+                dampening=group["dampening"], nesterov=group["nesterov"],
+                weight_decay=group["weight_decay"], maximize=group["maximize"])
+            p.assign(new_p)
+            if use_momentum:
+                buf.assign(new_buf)

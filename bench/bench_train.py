@@ -77,7 +77,7 @@ def make_dragon_step(dg, weights, graph: bool):
         with dg.GradientTape() as tape:
             tape.watch(params)
             loss = loss_fn(model(x), y)
-        opt.apply_gradients(tape.gradient(loss, params))
+        opt.step(tape.gradient(loss, params))
         return loss
     return step
 

@@ -88,7 +88,7 @@ def train(mode: str, args, data, init_state, logdir: str):
         with dg.GradientTape() as tape:
             tape.watch(params)
             loss = F.cross_entropy(model(x), y)
-        opt.apply_gradients(tape.gradient(loss, params))
+        opt.step(tape.gradient(loss, params))
         return loss
 
     step = graph_step if mode == "graph" else eager_step

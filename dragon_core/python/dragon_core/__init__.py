@@ -116,4 +116,4 @@ def infer_shape(op: str, inputs, **attrs):
             _C.infer_shape(desc["name"], metas, tuple(values))]
 
 
-from . import nn  # noqa: E402
+from . import nn, optim, data  # noqa: E402

@@ -143,9 +143,11 @@ def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
     """Average pooling to a fixed ``output_size`` (int or ``(h, w)``)."""
     if x.ndim != 4:
         raise ValueError(f"adaptive_avg_pool2d: expected NCHW input, got shape {tuple(x.shape)}")
-    size = [x.shape[2], x.shape[3]] if output_size is None else output_size
-    size = _pair(size, "output_size", "adaptive_avg_pool2d") if not isinstance(size, int) \
-        else [size, size]
+    size = [output_size, output_size] if output_size is None or isinstance(output_size, int) \
+        else list(output_size)
+    if len(size) != 2 or not all(v is None or isinstance(v, int) for v in size):
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int or (h, w) "
+                         f"(None keeps a side), got {output_size!r}")
     size = [x.shape[2 + i] if v is None else v for i, v in enumerate(size)]
     return _op("AdaptiveAvgPool2d")(x, output_size=size)
 

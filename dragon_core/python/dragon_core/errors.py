@@ -83,6 +83,21 @@ class PluginError(DragonError, ImportError):
     """A plugin failed to load; raised when its ops are used, with the cause."""
 
 
+class CheckpointError(DragonError, ValueError):
+    """A checkpoint file is truncated, corrupt, malformed or from a newer
+    format version; the message names the file and what is wrong.
+
+    Attributes
+    ----------
+    path : str
+        The checkpoint file.
+    """
+
+    def __init__(self, message: str = "", *, path: str = "", **kwargs):
+        super().__init__(message, **kwargs)
+        self.path = path
+
+
 class KernelError(DragonError):
     """Mixin of every error raised from inside a kernel."""
 

@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 from .. import _C
 from .. import proto as P
+from .._fileio import atomic_write_bytes as _atomic_write
 from ..errors import PluginError
 from .build import tensor_to_proto, tensor_from_proto
 from .compile import compile_graph
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def freeze(graph, captured_values) -> P.GraphDef:

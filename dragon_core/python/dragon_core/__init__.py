@@ -116,4 +116,5 @@ def infer_shape(op: str, inputs, **attrs):
             _C.infer_shape(desc["name"], metas, tuple(values))]
 
 
-from . import nn, optim, data  # noqa: E402
+from . import nn, optim, data, summary  # noqa: E402
+from .serialization import load, save  # noqa: E402

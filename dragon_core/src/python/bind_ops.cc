@@ -126,13 +126,15 @@ bool AsTensor(py::handle h, Tensor* out) {
 
 std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   py::tuple t = py::reinterpret_borrow<py::tuple>(inputs);
-  // Trailing optional inputs left as None are absent.
-  size_t given = t.size();
-  while (given > 0 && given <= op.inputs.size() && t[given - 1].is_none() &&
-         (op.inputs[given - 1].flags & DG_ARG_OPTIONAL))
-    --given;
+  // Trailing optional inputs given as None are absent: the kernel sees
+  // fewer inputs (Conv2d(x, w, b=None) runs with two).
+  size_t count = t.size();
+  while (count > 0 && count <= op.inputs.size() && t[count - 1].is_none() &&
+         (op.inputs[count - 1].flags & DG_ARG_OPTIONAL) &&
+         !(op.variadic_input() && count == op.inputs.size()))
+    --count;
   std::vector<py::handle> flat;
-  for (size_t i = 0; i < given; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     bool variadic = op.variadic_input() && i + 1 == op.inputs.size();
     if (variadic) {
       if (IsTensor(t[i]) || !PySequence_Check(t[i].ptr())) {

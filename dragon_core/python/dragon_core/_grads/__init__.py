@@ -7,6 +7,7 @@ registered with :func:`dragon_core._autograd.gradient`.
 from . import _util  # noqa: F401
 from . import arithmetic  # noqa: F401
 from . import binary, reduce, linalg  # noqa: F401
+from . import conv  # noqa: F401
 from . import shape  # noqa: F401
 from . import unary  # noqa: F401
 from . import loss, nn_misc  # noqa: F401

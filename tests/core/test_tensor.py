@@ -377,3 +377,41 @@ def test_shapes_numpy_cannot_represent_are_refused():
     with pytest.raises(dg.errors.InvalidArgumentError, match="too large"):
         dg.ops.broadcast_to(x, [2**63 - 1, 0])
     assert dg.ops.broadcast_to(x, [5, 0]).numpy().shape == (5, 0)
+
+
+def test_tensor_ids_are_never_reused():
+    """Autograd and tracing key tensors by ``_id``: a freed tensor's id must
+    not come back (addresses do; the allocator reuses them at once)."""
+    import dragon_core as dg
+    seen = set()
+    for _ in range(200):
+        t = dg.ops.zeros([3])
+        assert t._id not in seen
+        seen.add(t._id)
+        del t
+    v = dg.ops.zeros([2])
+    before = v._id
+    v.assign(dg.ops.ones([2]))
+    assert v._id == before, "assign keeps the variable's identity"
+
+
+def test_dead_unused_output_does_not_steal_a_gradient():
+    """BatchNorm's batch_mean output dies unused; a later tensor of another
+    shape must not be taken for it in backward (regression: ids were
+    addresses)."""
+    import numpy as np
+    import dragon_core as dg
+    rng = np.random.default_rng(0)
+    x = dg.tensor(rng.standard_normal((4, 3, 2, 2)))
+    x.requires_grad = True
+    g, b = dg.ops.ones([3], dtype="float64"), dg.ops.zeros([3], dtype="float64")
+    total = None
+    for _ in range(20):                     # plenty of chances for address reuse
+        y, mean, var = dg.ops.batch_norm(x, g, b, dg.ops.zeros([3], dtype="float64"),
+                                         dg.ops.ones([3], dtype="float64"))
+        del mean, var
+        z = (y * 2.0).sum()
+        total = z if total is None else total + z
+    total.backward()
+    assert x.grad.shape == x.shape
+    assert np.allclose(x.grad.numpy(), 0, atol=1e-9)   # d/dx sum(BN(x)) = 0

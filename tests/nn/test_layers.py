@@ -207,4 +207,4 @@ def test_conv_layers_shapes_and_numpy():
     with pytest.raises(ValueError, match="divisible by groups"):
         nn.Conv2d(3, 4, 3, groups=2)
     with pytest.raises(ValueError, match="same.*stride 1"):
-        F.conv2d(_x(1, 1, 4, 4), conv.weight[:, :1].float(), stride=2, padding="same")
+        F.conv2d(_x(1, 1, 4, 4), conv.weight[:, :1].to(dg.float32), stride=2, padding="same")

@@ -3,6 +3,7 @@
 #ifndef DRAGON_CORE_TENSOR_H_
 #define DRAGON_CORE_TENSOR_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -68,6 +69,10 @@ class TensorImpl {
   bool is_contiguous() const;
   // The ABI view; valid while this tensor lives and is not reshaped.
   DgTensorView View() const;
+  // Identity for the front end (autograd and tracing key on it): unique for
+  // the life of the process, unlike the object's address, which the
+  // allocator reuses. Rebinding a tensor to new storage keeps it.
+  uint64_t uid = NextUid();
   // Autograd state, owned by the front end (opaque to the runtime).
   bool requires_grad = false;
   std::shared_ptr<void> autograd;
@@ -80,6 +85,11 @@ class TensorImpl {
   }
 
  private:
+  static uint64_t NextUid() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
+
   std::shared_ptr<Storage> storage_;
   int64_t byte_offset_;
   DgDType dtype_;

@@ -384,8 +384,8 @@ void BindTensor(py::module_& m) {
       },
       [](TensorImpl& t, py::object g) { Meta(t)->grad_fn = g.is_none() ? py::object() : g; });
   cls.def_property_readonly("_id", [](const TensorImpl& t) {
-    return reinterpret_cast<uintptr_t>(&t);
-  }, "Identity of the underlying tensor (stable while it lives).");
+    return t.uid;
+  }, "Identity of the tensor: unique for the life of the process (kept by assign).");
   cls.def("_alias", [](const Tensor& t) {
     return std::make_shared<TensorImpl>(t->storage(), t->byte_offset(), t->dtype(), t->shape(),
                                         t->strides());
@@ -415,8 +415,10 @@ void BindTensor(py::module_& m) {
                               DTypeName(self.dtype()), ShapeToString(self.shape())));
     bool requires_grad = self.requires_grad;
     auto autograd = self.autograd;
+    uint64_t uid = self.uid;
     self = TensorImpl(other->storage(), other->byte_offset(), other->dtype(), other->shape(),
                       other->strides());
+    self.uid = uid;
     self.requires_grad = requires_grad;
     self.autograd = autograd;
   }, "Make this tensor refer to `other`'s storage and metadata (used by assign).");

@@ -39,6 +39,7 @@ install: install-core install-cpu-eigen
 
 demo: install
 	$(VPY) examples/demo.py
+	$(VPY) examples/train_digits.py
 
 test: install
 	$(VPY) -m pytest tests -q -p no:cacheprovider -n 2

@@ -115,8 +115,8 @@ def train(mode: str, args, data, init_state, logdir: str):
     seconds = time.perf_counter() - t0
     writer.add_image("samples/test", np.concatenate(list(x_test[:8, 0]), axis=1)[None], 0)
     if mode == "graph":
-        writer.add_graph(graph_step, (dg.tensor(x_train[:args.batch_size]),
-                                      dg.tensor(y_train[:args.batch_size])))
+        writer.add_graph(graph_step, dg.tensor(x_train[:args.batch_size]),
+                         dg.tensor(y_train[:args.batch_size]))
     writer.close()
     return model, accuracy(model, x_test, y_test), seconds
 

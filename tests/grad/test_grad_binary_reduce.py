@@ -572,3 +572,33 @@ def test_gradient_penalty_training_step():
     # First-order prediction of the decrease.
     predicted = lr * (np.sum(gw1 * gw1) + np.sum(gw2 * gw2))
     np.testing.assert_allclose(loss - stepped, predicted, rtol=0.05)
+
+
+def test_backward_skips_gradients_nobody_reads(monkeypatch):
+    """x @ w with only w watched / requiring grad: the rule computes dW and
+    not dX (PyTorch's needs_input_grad), so one MatMul runs in backward."""
+    import numpy as np
+    import dragon_core as dg
+    x = dg.tensor(np.ones((4, 3), np.float32))
+    w = dg.tensor(np.ones((3, 2), np.float32))
+    calls = []
+    real = dg.ops.matmul
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    with dg.GradientTape() as tape:
+        tape.watch(w)
+        y = (x @ w).sum()
+    monkeypatch.setattr(dg.ops, "matmul", counting)
+    gx, gw = tape.gradient(y, [x, w])
+    assert gx is None and gw is not None and len(calls) == 1
+    np.testing.assert_allclose(gw.numpy(), np.full((3, 2), 4.0))
+    monkeypatch.setattr(dg.ops, "matmul", real)
+    w.requires_grad = True
+    y = (x @ w).sum()
+    calls.clear()
+    monkeypatch.setattr(dg.ops, "matmul", counting)
+    y.backward()
+    assert len(calls) == 1 and x.grad is None
+    np.testing.assert_allclose(w.grad.numpy(), np.full((3, 2), 4.0))

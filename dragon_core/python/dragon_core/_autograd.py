@@ -65,13 +65,17 @@ def has_gradient(op_name: str) -> bool:
 class Node:
     """One recorded op application."""
 
-    __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "saved", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "saved", "needs",
+                 "__weakref__")
 
     def __init__(self, op, inputs, attrs, outputs):
         self.op = op
         self.inputs = inputs
         self.attrs = attrs
         self.saved = [outputs[i] for i in _SAVED.get(op, ())]
+        # Which inputs the running backward pass wants a gradient for; set by
+        # the engine before it calls the rule (rules may skip the others).
+        self.needs = None
         self.out_ids = [o._id for o in outputs]
         self.out_meta = [(o.shape, o._dtype_code, o._device_name, o._device_index)
                          for o in outputs]
@@ -171,9 +175,20 @@ def _check_grad_shape(node, i, inp, dx):
             f"whose shape is {tuple(inp.shape)}")
 
 
-def _run_backward(nodes, grads: dict, create_graph: bool):
+def needs_grad(node, i: int) -> bool:
+    """Whether the backward pass running ``node``'s rule wants the gradient
+    of input ``i`` (rules skip expensive gradients nobody reads)."""
+    return node.needs is None or node.needs[i]
+
+
+def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None):
     """Back-propagate ``grads`` (tensor id -> gradient) through ``nodes``,
-    which are in execution order; returns the updated dict."""
+    which are in execution order; returns the updated dict.
+
+    ``wanted(t)`` says whether a gradient for input ``t`` can reach a source
+    (None: every input); the rules may skip the others, and the engine
+    drops them.
+    """
     ctx = contextlib.nullcontext() if create_graph else no_grad()
     with ctx:
         for node in reversed(nodes):
@@ -186,13 +201,23 @@ def _run_backward(nodes, grads: dict, create_graph: bool):
                     f"no gradient rule for op {node.op}; it cannot be differentiated yet")
             dys = [d if d is not None else _zeros_like_meta(m)
                    for d, m in zip(dys, node.out_meta)]
-            dxs = rule(node, *dys)
+            if wanted is not None:
+                node.needs = tuple(wanted(inp) for inp in node.inputs)
+                if not any(node.needs):
+                    node.needs = None
+                    continue
+            try:
+                dxs = rule(node, *dys)
+            finally:
+                node.needs = None
             if len(dxs) != len(node.inputs):
                 raise InvalidArgumentError(
                     f"gradient rule of {node.op} returned {len(dxs)} gradients for "
                     f"{len(node.inputs)} inputs")
             for i, (inp, dx) in enumerate(zip(node.inputs, dxs)):
                 if dx is None or not inp.dtype.is_floating_point:
+                    continue
+                if wanted is not None and not wanted(inp):
                     continue
                 _check_grad_shape(node, i, inp, dx)
                 _accumulate(grads, inp._id, dx)
@@ -242,6 +267,10 @@ def _graph_nodes(targets):
     return order
 
 
+def _requires_grad(t) -> bool:
+    return t.requires_grad
+
+
 def backward(targets, grad_tensors=None, create_graph: bool = False):
     """Accumulate gradients of ``targets`` into the ``.grad`` of the leaves
     that require grad (PyTorch's ``autograd.backward``)."""
@@ -251,7 +280,7 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
             raise InvalidArgumentError("backward(): the target does not require grad; "
                                        "set requires_grad=True on a leaf it depends on")
     nodes = _graph_nodes(targets)
-    _run_backward(nodes, grads, create_graph)
+    _run_backward(nodes, grads, create_graph, _requires_grad)
     leaves = {}
     for node in nodes:
         for inp in node.inputs:
@@ -395,8 +424,12 @@ class GradientTape:
         # there (higher order); ops are not recorded on this tape itself.
         outer = any(t._recording for t in _tapes() if t is not self)
         nodes = list(self._nodes)
+        tracked = self._tracked
+
+        def wanted(t):
+            return t.requires_grad or t._id in tracked
         with self.stop_recording():
-            _run_backward(nodes, grads, create_graph=outer)
+            _run_backward(nodes, grads, create_graph=outer, wanted=wanted)
         if not self.persistent:
             self._stop()
         out = []

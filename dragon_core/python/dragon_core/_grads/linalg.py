@@ -9,7 +9,7 @@ back; gradients of broadcast batch dimensions are summed back to each
 operand's batch shape.
 """
 
-from .._autograd import gradient
+from .._autograd import gradient, needs_grad
 from ._util import ops, unbroadcast
 
 
@@ -40,12 +40,15 @@ def _matmul(node, dy):
             m = [1]
         dy = o.reshape(dy, list(batch) + m + n)
     # dA = dY @ B^T, stored transposed when transpose_a is set; dB likewise.
-    da = _mm(b2, tb, dy, True) if ta else _mm(dy, False, b2, not tb)
-    db = _mm(dy, True, a2, ta) if tb else _mm(a2, not ta, dy, False)
-    da = unbroadcast(da, a2.shape)
-    db = unbroadcast(db, b2.shape)
-    if a_vec:
-        da = o.reshape(da, list(a.shape))
-    if b_vec:
-        db = o.reshape(db, list(b.shape))
+    da = db = None
+    if needs_grad(node, 0):
+        da = _mm(b2, tb, dy, True) if ta else _mm(dy, False, b2, not tb)
+        da = unbroadcast(da, a2.shape)
+        if a_vec:
+            da = o.reshape(da, list(a.shape))
+    if needs_grad(node, 1):
+        db = _mm(dy, True, a2, ta) if tb else _mm(a2, not ta, dy, False)
+        db = unbroadcast(db, b2.shape)
+        if b_vec:
+            db = o.reshape(db, list(b.shape))
     return [da, db]

@@ -123,7 +123,7 @@ def train(mode: str, args, data, init_state, logdir: str):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
@@ -134,6 +134,7 @@ def main(argv=None) -> int:
     parser.add_argument("--min-accuracy", type=float, default=0.97)
     args = parser.parse_args(argv)
 
+    start = time.perf_counter()
     data = load_digits(args.seed)
     print(f"digits: {len(data[0])} training and {len(data[2])} test images of 8x8")
     dg.manual_seed(args.seed)
@@ -153,6 +154,7 @@ def main(argv=None) -> int:
     acc = accuracy(restored, data[2], data[3])
     print(f"checkpoint: {ckpt} (reloaded model: test accuracy {acc:.2%})")
     print(f"TensorBoard logs: {logdir}  (tensorboard --logdir {logdir})")
+    print(f"total time: {time.perf_counter() - start:.1f} s")
     ok = all(r[1] >= args.min_accuracy for r in results.values()) and acc == results["graph"][1]
     if not ok:
         print(f"FAILED: accuracy below {args.min_accuracy:.0%} or checkpoint mismatch")

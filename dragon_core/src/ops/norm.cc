@@ -42,6 +42,15 @@ Shape ChannelShape(const dg::InferContext& ctx) {
   return {x[1]};
 }
 
+// The outputs of a norm op and its gradient: x's shape, then two of `param`
+// (batch_mean, batch_var or dgamma, dbeta), all of x's dtype.
+void SetNormOutputs(dg::InferContext& ctx, const Shape& param) {
+  const DgDType t = ctx.input(0).dtype();
+  ctx.set_output(0, t, ctx.input(0).shape());
+  ctx.set_output(1, t, param);
+  ctx.set_output(2, t, param);
+}
+
 void BatchNormShape(dg::InferContext& ctx) {
   CheckEps(ctx);
   Shape c = ChannelShape(ctx);
@@ -50,10 +59,7 @@ void BatchNormShape(dg::InferContext& ctx) {
   for (int32_t i = 1; i < 5; ++i) {
     CheckParam(ctx, i, kNames[i], c, "one value per channel, axis 1 of x");
   }
-  const DgDType t = ctx.input(0).dtype();
-  ctx.set_output(0, t, ctx.input(0).shape());
-  ctx.set_output(1, t, c);
-  ctx.set_output(2, t, c);
+  SetNormOutputs(ctx, c);
 }
 
 void BatchNormGradShape(dg::InferContext& ctx) {
@@ -65,10 +71,7 @@ void BatchNormGradShape(dg::InferContext& ctx) {
     CheckParam(ctx, i, kNames[i], c, "one value per channel, axis 1 of x");
   }
   CheckParam(ctx, 4, "dy", ctx.input(0).shape(), "the gradient of y");
-  const DgDType t = ctx.input(0).dtype();
-  ctx.set_output(0, t, ctx.input(0).shape());
-  ctx.set_output(1, t, c);
-  ctx.set_output(2, t, c);
+  SetNormOutputs(ctx, c);
 }
 
 // The trailing shape LayerNorm normalises over: x.shape[axis:].
@@ -91,10 +94,7 @@ void LayerNormGradShape(dg::InferContext& ctx) {
   Shape p = NormalizedShape(ctx);
   CheckParam(ctx, 1, "gamma", p, "x.shape[axis:]");
   CheckParam(ctx, 2, "dy", ctx.input(0).shape(), "the gradient of y");
-  const DgDType t = ctx.input(0).dtype();
-  ctx.set_output(0, t, ctx.input(0).shape());
-  ctx.set_output(1, t, p);
-  ctx.set_output(2, t, p);
+  SetNormOutputs(ctx, p);
 }
 
 Shape GroupNormChannels(const dg::InferContext& ctx) {
@@ -120,10 +120,7 @@ void GroupNormGradShape(dg::InferContext& ctx) {
   Shape c = GroupNormChannels(ctx);
   CheckParam(ctx, 1, "gamma", c, "one value per channel, axis 1 of x");
   CheckParam(ctx, 2, "dy", ctx.input(0).shape(), "the gradient of y");
-  const DgDType t = ctx.input(0).dtype();
-  ctx.set_output(0, t, ctx.input(0).shape());
-  ctx.set_output(1, t, c);
-  ctx.set_output(2, t, c);
+  SetNormOutputs(ctx, c);
 }
 
 }  // namespace

@@ -78,10 +78,6 @@ void CheckUnitInterval(const dg::InferContext& ctx, const char* name) {
            " must be in [0, 1), got ", v);
 }
 
-void SetParamOutput(dg::InferContext& ctx) {
-  ctx.set_output(0, ctx.input(0).dtype(), ctx.input(0).shape());
-}
-
 // SgdUpdate(param, grad, momentum_buf, lr)
 void SgdShape(dg::InferContext& ctx) {
   CheckLikeParam(ctx, 1, "grad");
@@ -97,7 +93,7 @@ void SgdShape(dg::InferContext& ctx) {
              "nesterov needs momentum > 0 and dampening = 0, got momentum ",
              ctx.f("momentum"), " and dampening ", dampening);
   }
-  SetParamOutput(ctx);
+  SameAsInput(ctx);  // param_out
   StateOutput(ctx, 2, 1, "momentum_buf", momentum, "momentum != 0");
 }
 
@@ -110,7 +106,7 @@ void AdamShape(dg::InferContext& ctx) {
   CheckUnitInterval(ctx, "beta2");
   CheckNonNegative(ctx, "eps");
   CheckNonNegative(ctx, "weight_decay");
-  SetParamOutput(ctx);
+  SameAsInput(ctx);  // param_out
   StateOutput(ctx, 2, 1, "exp_avg", true, "");
   StateOutput(ctx, 3, 2, "exp_avg_sq", true, "");
   StateOutput(ctx, 4, 3, "max_exp_avg_sq", ctx.b("amsgrad"),
@@ -127,7 +123,7 @@ void RmspropShape(dg::InferContext& ctx) {
   CheckNonNegative(ctx, "eps");
   CheckNonNegative(ctx, "weight_decay");
   CheckNonNegative(ctx, "momentum");
-  SetParamOutput(ctx);
+  SameAsInput(ctx);  // param_out
   StateOutput(ctx, 2, 1, "square_avg", true, "");
   StateOutput(ctx, 3, 2, "momentum_buf", ctx.f("momentum") != 0.0,
               "momentum != 0");
@@ -142,7 +138,7 @@ void AdagradShape(dg::InferContext& ctx) {
   CheckNonNegative(ctx, "lr_decay");
   CheckNonNegative(ctx, "weight_decay");
   CheckNonNegative(ctx, "eps");
-  SetParamOutput(ctx);
+  SameAsInput(ctx);  // param_out
   StateOutput(ctx, 2, 1, "sum", true, "");
 }
 

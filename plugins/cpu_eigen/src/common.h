@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -96,6 +97,37 @@ inline int64_t Numel(const std::vector<int64_t>& shape) {
 // Normalises a possibly negative axis against ndim.
 inline int64_t NormAxis(int64_t axis, int64_t ndim) {
   return axis < 0 ? axis + ndim : axis;
+}
+
+// "[2, 3]" for error messages (the core's format; reduce_util.h's ShapeStr
+// writes a Python tuple).
+inline std::string ShapeListStr(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Returns fn(t.data<const int32_t>()) or fn(t.data<const int64_t>()) by the
+// dtype of the index tensor t; any other dtype is a DG_INVALID_ARGUMENT
+// error naming the op and `what` (the input's name).
+template <typename Fn>
+decltype(auto) DispatchIndexType(const dg::KernelContext& ctx,
+                                 const dg::TensorRef& t, const char* what,
+                                 Fn&& fn) {
+  switch (t.dtype()) {
+    case DG_INT32:
+      return fn(t.data<const int32_t>());
+    case DG_INT64:
+      return fn(t.data<const int64_t>());
+    default:
+      throw dg::Error(DG_INVALID_ARGUMENT,
+                      dg::Str(ctx.op_name(), ": ", what,
+                              " must be int32 or int64, got ",
+                              dg::DTypeName(t.dtype())));
+  }
 }
 
 }  // namespace cpu_eigen

@@ -14,15 +14,6 @@
 namespace cpu_eigen {
 namespace {
 
-std::string ShapeStr(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 template <typename I>
 void GatherRows(const dg::KernelContext& ctx, const I* idx, int64_t axis,
                 size_t esize) {
@@ -37,7 +28,7 @@ void GatherRows(const dg::KernelContext& ctx, const I* idx, int64_t axis,
       throw dg::Error(DG_OUT_OF_RANGE,
                       dg::Str(ctx.op_name(), ": index ", v,
                               " is out of range for axis ", axis, " with size ",
-                              n, " (x shape ", ShapeStr(x.shape()), ")"));
+                              n, " (x shape ", ShapeListStr(x.shape()), ")"));
     }
   }
   int64_t outer = 1, inner = 1;
@@ -76,21 +67,11 @@ void GatherKernel(dg::KernelContext& ctx) {
   const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
   DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
            ": axis ", ctx.i("axis"), " out of range for x shape ",
-           ShapeStr(x.shape()));
+           ShapeListStr(x.shape()));
   const size_t esize = dg::DTypeSize(x.dtype());
-  switch (indices.dtype()) {
-    case DG_INT32:
-      GatherRows(ctx, indices.data<const int32_t>(), axis, esize);
-      break;
-    case DG_INT64:
-      GatherRows(ctx, indices.data<const int64_t>(), axis, esize);
-      break;
-    default:
-      throw dg::Error(
-          DG_INVALID_ARGUMENT,
-          dg::Str(ctx.op_name(), ": indices must be int32 or int64, got ",
-                  dg::DTypeName(indices.dtype())));
-  }
+  DispatchIndexType(ctx, indices, "indices", [&](const auto* idx) {
+    GatherRows(ctx, idx, axis, esize);
+  });
 }
 
 DG_KERNEL_MASK("Gather", "cpu", dg::kAll, 0, 0, GatherKernel);

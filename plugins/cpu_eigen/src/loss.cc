@@ -217,19 +217,9 @@ int64_t Targets(const dg::KernelContext& ctx, const ClassLayout& l,
   const dg::TensorRef t = ctx.input(1);
   const int64_t m = l.outer * l.inner, ignore = ctx.i("ignore_index");
   if (m == 0) return 0;
-  switch (t.dtype()) {
-    case DG_INT32:
-      return ReadTargets(ctx, t.data<const int32_t>(), m, l.classes, ignore,
-                         out);
-    case DG_INT64:
-      return ReadTargets(ctx, t.data<const int64_t>(), m, l.classes, ignore,
-                         out);
-    default:
-      throw dg::Error(DG_INVALID_ARGUMENT,
-                      dg::Str(ctx.op_name(), ": target must be int32 or "
-                                             "int64, got ",
-                              dg::DTypeName(t.dtype())));
-  }
+  return DispatchIndexType(ctx, t, "target", [&](const auto* p) {
+    return ReadTargets(ctx, p, m, l.classes, ignore, out);
+  });
 }
 
 // Cross entropy of one position: logits x[c * stride], c < C.

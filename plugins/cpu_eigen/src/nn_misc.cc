@@ -61,20 +61,11 @@ void DropoutKernel(dg::KernelContext& ctx) {
 
 DG_KERNEL("Dropout", "cpu", DropoutKernel, float, double);
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 template <typename I>
 void EmbeddingRows(const dg::KernelContext& ctx, const I* idx) {
   const dg::TensorRef w = ctx.input(0), y = ctx.output(0);
   DG_CHECK(w.ndim() == 2, DG_INTERNAL, ctx.op_name(),
-           ": weight must be 2-D, got ", ShapeString(w.shape()));
+           ": weight must be 2-D, got ", ShapeListStr(w.shape()));
   const int64_t rows = w.dim(0), dim = w.dim(1);
   const int64_t m = ctx.input(1).numel();
   // Validate everything first: no exception may leave a parallel region.
@@ -84,9 +75,9 @@ void EmbeddingRows(const dg::KernelContext& ctx, const I* idx) {
       throw dg::Error(
           DG_OUT_OF_RANGE,
           dg::Str(ctx.op_name(), ": index ", v, " (at flat position ", i,
-                  " of indices ", ShapeString(ctx.input(1).shape()),
+                  " of indices ", ShapeListStr(ctx.input(1).shape()),
                   ") is outside [0, ", rows, ") for a weight table of shape ",
-                  ShapeString(w.shape())));
+                  ShapeListStr(w.shape())));
     }
   }
   DG_CHECK(y.numel() == m * dim, DG_INTERNAL, ctx.op_name(), ": output has ",
@@ -108,20 +99,8 @@ void EmbeddingRows(const dg::KernelContext& ctx, const I* idx) {
 }
 
 void EmbeddingKernel(dg::KernelContext& ctx) {
-  const dg::TensorRef indices = ctx.input(1);
-  switch (indices.dtype()) {
-    case DG_INT32:
-      EmbeddingRows(ctx, indices.data<const int32_t>());
-      break;
-    case DG_INT64:
-      EmbeddingRows(ctx, indices.data<const int64_t>());
-      break;
-    default:
-      throw dg::Error(
-          DG_INVALID_ARGUMENT,
-          dg::Str(ctx.op_name(), ": indices must be int32 or int64, got ",
-                  dg::DTypeName(indices.dtype())));
-  }
+  DispatchIndexType(ctx, ctx.input(1), "indices",
+                    [&](const auto* idx) { EmbeddingRows(ctx, idx); });
 }
 
 DG_KERNEL_MASK("Embedding", "cpu", dg::kAll, 0, 0, EmbeddingKernel);

@@ -101,6 +101,19 @@ NCS ViewNCS(const dg::TensorRef& x) {
 
 // ---------------------------------------------------------------- BatchNorm
 
+// Mean and biased variance of channel c: of the batch (training) or the
+// running statistics.
+template <typename T>
+void ChannelMoments(const T* x, const NCS& v, int64_t c, bool training,
+                    const T* rmean, const T* rvar, double* mean, double* var) {
+  if (training) {
+    Moments(x + c * v.s, v.n, v.c * v.s, v.s, mean, var);
+  } else {
+    *mean = static_cast<double>(rmean[c]);
+    *var = static_cast<double>(rvar[c]);
+  }
+}
+
 template <typename T>
 void BatchNorm(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
@@ -121,12 +134,7 @@ void BatchNorm(dg::KernelContext& ctx) {
       [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           double mean, var;
-          if (training) {
-            Moments(x + c * v.s, v.n, v.c * v.s, v.s, &mean, &var);
-          } else {
-            mean = static_cast<double>(rmean[c]);
-            var = static_cast<double>(rvar[c]);
-          }
+          ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
           stats[2 * c] = mean;
           stats[2 * c + 1] = var;
           out_mean[c] = training ? static_cast<T>(mean) : rmean[c];
@@ -177,12 +185,7 @@ void BatchNormGrad(dg::KernelContext& ctx) {
       [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           double mean, var;
-          if (training) {
-            Moments(x + c * v.s, v.n, stride, v.s, &mean, &var);
-          } else {
-            mean = static_cast<double>(rmean[c]);
-            var = static_cast<double>(rvar[c]);
-          }
+          ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
           double sum_dy = 0, sum_dy_xc = 0;
           for (int64_t n = 0; n < v.n; ++n) {
             const T* xp = x + c * v.s + n * stride;
@@ -296,6 +299,37 @@ void ColumnParamGrads(const T* x, const T* dy, const double* stats,
       2 * rows);
 }
 
+// The input gradient of LayerNorm and GroupNorm over one normalised group,
+// with g = dy * gamma and xhat = (x - mean) * rstd:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+// A group may be walked in several runs of values (GroupNorm: one per
+// channel); `gamma(i)` is the scale of value i of a run.
+//
+// Adds sum(g) and sum(g * xhat) over one run of n values to *s1 and *s2.
+template <typename T, typename Gamma>
+void AddGradSums(const T* xp, const T* gp, int64_t n, Gamma gamma, double mean,
+                 double rstd, double* s1, double* s2) {
+  double a = *s1, b = *s2;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g =
+        static_cast<double>(gp[i]) * static_cast<double>(gamma(i));
+    a += g;
+    b += g * (static_cast<double>(xp[i]) - mean) * rstd;
+  }
+  *s1 = a;
+  *s2 = b;
+}
+
+// Writes dx over one run of n values; k1 = mean(g), k2 = mean(g * xhat).
+template <typename T, typename Gamma>
+void ApplyInputGrad(const T* xp, const T* gp, T* out, int64_t n, Gamma gamma,
+                    T mean, T rstd, T k1, T k2) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T xhat = (xp[i] - mean) * rstd;
+    out[i] = rstd * (gp[i] * gamma(i) - k1 - xhat * k2);
+  }
+}
+
 // Per row, with g = dy * gamma and xhat = (x - mean) * rstd:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
 template <typename T>
@@ -323,21 +357,13 @@ void LayerNormGrad(dg::KernelContext& ctx) {
           const double rstd = Rstd(var, eps);
           stats[2 * r] = mean;
           stats[2 * r + 1] = rstd;
+          const auto scale = [gamma](int64_t i) { return gamma[i]; };
           double s1 = 0, s2 = 0;
-          for (int64_t i = 0; i < cols; ++i) {
-            const double g = static_cast<double>(gp[i]) *
-                             static_cast<double>(gamma[i]);
-            s1 += g;
-            s2 += g * (static_cast<double>(xp[i]) - mean) * rstd;
-          }
+          AddGradSums(xp, gp, cols, scale, mean, rstd, &s1, &s2);
           const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
           const T k1 = static_cast<T>(s1 / cols);
           const T k2 = static_cast<T>(s2 / cols);
-          T* out = dx + r * cols;
-          for (int64_t i = 0; i < cols; ++i) {
-            const T xhat = (xp[i] - m) * rs;
-            out[i] = rs * (gp[i] * gamma[i] - k1 - xhat * k2);
-          }
+          ApplyInputGrad(xp, gp, dx + r * cols, cols, scale, m, rs, k1, k2);
         }
       },
       6 * cols);
@@ -406,26 +432,17 @@ void GroupNormGrad(dg::KernelContext& ctx) {
           if (len == 0) continue;
           double s1 = 0, s2 = 0;
           for (int64_t k = 0; k < cg; ++k) {
-            const double gm = static_cast<double>(gamma[(q % groups) * cg + k]);
-            const T* xp = x + offset + k * v.s;
-            const T* gp = dy + offset + k * v.s;
-            for (int64_t i = 0; i < v.s; ++i) {
-              const double g = static_cast<double>(gp[i]) * gm;
-              s1 += g;
-              s2 += g * (static_cast<double>(xp[i]) - mean) * rstd;
-            }
+            const T gm = gamma[(q % groups) * cg + k];
+            AddGradSums(x + offset + k * v.s, dy + offset + k * v.s, v.s,
+                        [gm](int64_t) { return gm; }, mean, rstd, &s1, &s2);
           }
           const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
           const T k1 = static_cast<T>(s1 / len), k2 = static_cast<T>(s2 / len);
           for (int64_t k = 0; k < cg; ++k) {
             const T gm = gamma[(q % groups) * cg + k];
-            const T* xp = x + offset + k * v.s;
-            const T* gp = dy + offset + k * v.s;
-            T* out = dx + offset + k * v.s;
-            for (int64_t i = 0; i < v.s; ++i) {
-              const T xhat = (xp[i] - m) * rs;
-              out[i] = rs * (gp[i] * gm - k1 - xhat * k2);
-            }
+            const int64_t at = offset + k * v.s;
+            ApplyInputGrad(x + at, dy + at, dx + at, v.s,
+                           [gm](int64_t) { return gm; }, m, rs, k1, k2);
           }
         }
       },

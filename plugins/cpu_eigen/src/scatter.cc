@@ -23,15 +23,6 @@ namespace {
 // Elements of inner handled by one task.
 constexpr int64_t kInnerBlock = 4096;
 
-std::string ShapeStr(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 // a + b; integers wrap as two's complement (no signed-overflow UB).
 template <typename T>
 inline T AddWrap(T a, T b) {
@@ -56,7 +47,7 @@ std::vector<int64_t> CheckedIndices(const dg::KernelContext& ctx, const I* idx,
       throw dg::Error(DG_OUT_OF_RANGE,
                       dg::Str(ctx.op_name(), ": index ", v,
                               " is out of range for axis ", axis, " with size ",
-                              n, " (x shape ", ShapeStr(ctx.input(0).shape()),
+                              n, " (x shape ", ShapeListStr(ctx.input(0).shape()),
                               ")"));
     }
     out[static_cast<size_t>(i)] = v < 0 ? v + n : v;
@@ -71,23 +62,13 @@ void ScatterAddKernel(dg::KernelContext& ctx) {
   const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
   DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
            ": axis ", ctx.i("axis"), " out of range for x shape ",
-           ShapeStr(x.shape()));
+           ShapeListStr(x.shape()));
   const int32_t a = static_cast<int32_t>(axis);
   const int64_t n = x.dim(a), m = indices.numel();
-  std::vector<int64_t> idx;
-  switch (indices.dtype()) {
-    case DG_INT32:
-      idx = CheckedIndices(ctx, indices.data<const int32_t>(), m, n, axis);
-      break;
-    case DG_INT64:
-      idx = CheckedIndices(ctx, indices.data<const int64_t>(), m, n, axis);
-      break;
-    default:
-      throw dg::Error(
-          DG_INVALID_ARGUMENT,
-          dg::Str(ctx.op_name(), ": indices must be int32 or int64, got ",
-                  dg::DTypeName(indices.dtype())));
-  }
+  const std::vector<int64_t> idx =
+      DispatchIndexType(ctx, indices, "indices", [&](const auto* p) {
+        return CheckedIndices(ctx, p, m, n, axis);
+      });
   int64_t outer = 1, inner = 1;
   for (int32_t k = 0; k < a; ++k) outer *= x.dim(k);
   for (int32_t k = a + 1; k < x.ndim(); ++k) inner *= x.dim(k);

@@ -137,20 +137,29 @@ def layer_norm_backward(x, gamma, dy, axis, eps):
     return dx, o.sum(dy * xhat, lead), o.sum(dy, lead)
 
 
-@gradient("LayerNorm")
-def _layer_norm(node, dy):
-    x, gamma, _ = node.inputs
-    dx, dgamma, dbeta = ops().layer_norm_grad(
-        x, gamma, dy, node.attrs["axis"], node.attrs["eps"])
-    return [dx, dgamma, dbeta]
+def _register_affine_norm(op_name, attrs, grad_op, backward):
+    """The rules of ``op_name`` (x, gamma, beta -> y) and of its backward op
+    ``op_name + "Grad"`` (x, gamma, dy -> dx, dgamma, dbeta), whose attributes
+    ``attrs`` are passed on, in order, to the ``ops()`` function ``grad_op``
+    and to ``backward`` (its composition)."""
+
+    @gradient(op_name)
+    def _forward_rule(node, dy):
+        x, gamma, _ = node.inputs
+        args = [node.attrs[a] for a in attrs]
+        dx, dgamma, dbeta = getattr(ops(), grad_op)(x, gamma, dy, *args)
+        return [dx, dgamma, dbeta]
+
+    @gradient(op_name + "Grad")
+    def _backward_rule(node, ddx, ddgamma, ddbeta):
+        x, gamma, dy = node.inputs
+        args = [node.attrs[a] for a in attrs]
+        return _vjp(lambda x, gamma, dy: backward(x, gamma, dy, *args),
+                    [x, gamma, dy], [ddx, ddgamma, ddbeta])
 
 
-@gradient("LayerNormGrad")
-def _layer_norm_grad(node, ddx, ddgamma, ddbeta):
-    x, gamma, dy = node.inputs
-    axis, eps = node.attrs["axis"], node.attrs["eps"]
-    return _vjp(lambda x, gamma, dy: layer_norm_backward(x, gamma, dy, axis, eps),
-                [x, gamma, dy], [ddx, ddgamma, ddbeta])
+_register_affine_norm("LayerNorm", ("axis", "eps"), "layer_norm_grad",
+                      layer_norm_backward)
 
 
 # ------------------------------------------------------------------ GroupNorm
@@ -170,17 +179,5 @@ def group_norm_backward(x, gamma, dy, groups, eps):
     return dx, dgamma, o.sum(dy, axes)
 
 
-@gradient("GroupNorm")
-def _group_norm(node, dy):
-    x, gamma, _ = node.inputs
-    dx, dgamma, dbeta = ops().group_norm_grad(
-        x, gamma, dy, node.attrs["groups"], node.attrs["eps"])
-    return [dx, dgamma, dbeta]
-
-
-@gradient("GroupNormGrad")
-def _group_norm_grad(node, ddx, ddgamma, ddbeta):
-    x, gamma, dy = node.inputs
-    groups, eps = node.attrs["groups"], node.attrs["eps"]
-    return _vjp(lambda x, gamma, dy: group_norm_backward(x, gamma, dy, groups, eps),
-                [x, gamma, dy], [ddx, ddgamma, ddbeta])
+_register_affine_norm("GroupNorm", ("groups", "eps"), "group_norm_grad",
+                      group_norm_backward)

@@ -8,9 +8,9 @@ import numpy as np
 
 from .._tensor import Tensor
 from ._collate import default_collate
-from ._pipeline import _batches
+from ._batching import _WorkerBatches
 from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
-from ._workers import WorkerPool, in_process
+from ._workers import WorkerPool
 
 
 class Dataset:
@@ -55,7 +55,7 @@ class TensorDataset(Dataset):
         return tuple(a[index] for a in self.arrays)
 
 
-class DataLoader:
+class DataLoader(_WorkerBatches):
     """Batches of tensors from a :class:`Dataset`.
 
     Parameters
@@ -134,43 +134,15 @@ class DataLoader:
         return n if self.batch_size is None else num_batches(n, self.batch_size,
                                                             self.drop_last)
 
-    @property
-    def worker_pids(self) -> list[int]:
-        """Process ids of the running workers (empty before the first iteration)."""
-        return [] if self._pool is None else self._pool.pids
-
     def __iter__(self) -> Iterator[Any]:
-        epoch = self._epoch
-        self._epoch += 1
-        indices = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed,
-                              epoch=epoch, rank=self.rank, world_size=self.world_size)
-        if self.batch_size is not None and self.drop_last:
-            indices = indices[:len(indices) // self.batch_size * self.batch_size]
-        name = type(self).__name__
-        if self.num_workers == 0:
-            examples = in_process(self.dataset, self.transform, self.seed, epoch, indices, name)
-        else:
-            if self._pool is None or self._pool.closed:
-                self._pool = WorkerPool(
-                    self.dataset, self.transform, num_readers=self.num_workers,
-                    num_transformers=0, seed=self.seed, queue_size=1,
-                    prefetch=self.prefetch, start_method=self.start_method,
-                    timeout=self.timeout, name=name)
-            examples = self._pool.run(epoch, indices)
-        return _batches(examples, self.batch_size, self.drop_last, self.collate_fn)
+        epoch, indices = self._next_epoch(lambda epoch: epoch_order(
+            len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=epoch,
+            rank=self.rank, world_size=self.world_size))
+        return self._batched(self._read(
+            self.dataset, self.transform, epoch, indices, num_readers=self.num_workers,
+            num_transformers=0, queue_size=1))
 
     def close(self) -> None:
         """Stop the worker processes (idempotent; a later iteration restarts them)."""
         if self._pool is not None:
             self._pool.close()
-
-    def __enter__(self) -> "DataLoader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.close()

@@ -9,11 +9,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ._batching import _WorkerBatches
 from ._collate import default_collate
 from ._example import decode_example
 from ._records import RecordReader
 from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
-from ._workers import WorkerPool, in_process
+from ._workers import WorkerPool
 
 
 class Transformer:
@@ -120,7 +121,7 @@ class RecordSource:
         return f"RecordSource({len(self.paths)} files, {len(self)} records)"
 
 
-class RecordPipeline:
+class RecordPipeline(_WorkerBatches):
     """Batches from record files, read and transformed in worker processes.
 
     Reader processes read the records this rank owns in this epoch (see
@@ -249,63 +250,16 @@ class RecordPipeline:
 
     # -- iteration
 
-    @property
-    def worker_pids(self) -> list[int]:
-        """Process ids of the running workers (empty before the first iteration)."""
-        return [] if self._pool is None else self._pool.pids
-
-    def _examples(self, epoch: int, indices: np.ndarray) -> Iterator[tuple[int, Any]]:
-        name = type(self).__name__
-        if self.num_readers == 0:
-            return in_process(self.source, self.transformer, self.seed, epoch, indices, name)
-        if self._pool is None or self._pool.closed:
-            self._pool = WorkerPool(
-                self.source, self.transformer, num_readers=self.num_readers,
-                num_transformers=self.num_transformers, seed=self.seed,
-                queue_size=self.queue_size, prefetch=self.prefetch,
-                start_method=self.start_method, timeout=self.timeout, name=name)
-        return self._pool.run(epoch, indices)
-
     def __iter__(self) -> Iterator[Any]:
         if self._closed:
             raise ValueError(f"{type(self).__name__} is closed")
-        epoch = self._epoch
-        self._epoch += 1
-        indices = self.order(epoch)
-        if self.batch_size is not None and self.drop_last:   # never read what is dropped
-            indices = indices[:len(indices) // self.batch_size * self.batch_size]
-        return _batches(self._examples(epoch, indices), self.batch_size, self.drop_last,
-                        self.collate_fn)
+        epoch, indices = self._next_epoch(self.order)
+        return self._batched(self._read(
+            self.source, self.transformer, epoch, indices, num_readers=self.num_readers,
+            num_transformers=self.num_transformers, queue_size=self.queue_size))
 
     def close(self) -> None:
         """Stop the worker processes (idempotent)."""
         self._closed = True
         if self._pool is not None:
             self._pool.close()
-
-    def __enter__(self) -> "RecordPipeline":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.close()
-
-
-def _batches(examples: Iterator[tuple[int, Any]], batch_size: int | None, drop_last: bool,
-             collate_fn: Callable) -> Iterator[Any]:
-    if batch_size is None:
-        for _, example in examples:
-            yield example
-        return
-    batch: list = []
-    for _, example in examples:
-        batch.append(example)
-        if len(batch) == batch_size:
-            yield collate_fn(batch)
-            batch = []
-    if batch and not drop_last:
-        yield collate_fn(batch)

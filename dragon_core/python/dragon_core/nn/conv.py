@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from . import functional as F
-from . import init
-from ._common import check_positive, empty_param
+from ._common import add_weight_and_bias, check_positive, reset_weight_and_bias
 from .module import Module
 
 
@@ -30,19 +27,11 @@ class _ConvNd(Module):
             shape = [in_channels, out_channels // groups, kh, kw]
         else:
             shape = [out_channels, in_channels // groups, kh, kw]
-        self.weight = empty_param(shape, dtype, device)
-        if bias:
-            self.bias = empty_param([out_channels], dtype, device)
-        else:
-            self.register_parameter("bias", None)
+        add_weight_and_bias(self, shape, out_channels, bias, dtype, device)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = F._fan(self.weight.shape)
-            bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-            init.uniform_(self.bias, -bound, bound)
+        reset_weight_and_bias(self.weight, self.bias)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 from .. import ops
 from . import functional as F
 from . import init
-from ._common import check_positive, empty_param
+from ._common import add_weight_and_bias, check_positive, empty_param, reset_weight_and_bias
 from .module import Module
 
 
@@ -33,18 +31,12 @@ class Linear(Module):
         super().__init__()
         check_positive("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = empty_param([out_features, in_features], dtype, device)
-        if bias:
-            self.bias = empty_param([out_features], dtype, device)
-        else:
-            self.register_parameter("bias", None)
+        add_weight_and_bias(self, [out_features, in_features], out_features, bias, dtype,
+                            device)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1.0 / math.sqrt(self.in_features)
-            init.uniform_(self.bias, -bound, bound)
+        reset_weight_and_bias(self.weight, self.bias)
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)

@@ -12,13 +12,17 @@
 // A 1x1 kernel with unit strides and no padding needs no col: the image
 // itself is the [C/groups, H * W] matrix.
 //
-// Threads: the batch is split into one contiguous range of images per
-// thread, each with its own scratch (taken once per call from the host's
-// workspace), and the GEMMs then run single-threaded. A batch too small to
-// share leaves the threads to the GEMM instead. The filter gradient sums
-// over images: each thread stacks the columns of several images side by
-// side so that one GEMM contracts over all of them, accumulates into its
-// own partial dW, and the partials are added at the end.
+// Blocks and threads: Conv2d and ConvTranspose2d put the columns of a
+// block of images side by side (col [K, images * P], sized to stay in L2
+// and fixed by the geometry alone), so one GEMM covers the block; threads
+// take contiguous ranges of blocks, each with its own scratch (taken once
+// per call from the host's workspace), and the GEMMs then run
+// single-threaded. A batch too small to share leaves the threads to the
+// GEMM instead. The filter gradient sums over images: each thread stacks
+// the columns of several images side by side so that one GEMM contracts
+// over all of them, accumulates into its own partial dW, and the partials
+// are added at the end. Im2col/col2im go through a zero-framed copy of each
+// channel plane when there is padding, so no row needs clipping.
 #include <omp.h>
 
 #include <algorithm>
@@ -119,80 +123,102 @@ Geom MakeGeom(const dg::KernelContext& ctx, const dg::TensorRef& image,
   return g;
 }
 
-// The output columns [lo, hi) whose tap at offset `off` (= q * dilation -
-// pad) lands inside an image row of `size` pixels, at stride `stride`.
-void ValidRange(int64_t off, int64_t size, int64_t stride, int64_t count,
-                int64_t* lo, int64_t* hi) {
-  // i * stride + off >= 0  and  i * stride + off <= size - 1.
-  *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
-  *hi = off > size - 1 ? 0 : (size - 1 - off) / stride + 1;
-  *lo = std::min(*lo, count);
-  *hi = std::max(*lo, std::min(*hi, count));
+// The padded plane Im2Col reads: the image at offset (pt, pl) in a zero
+// frame tall and wide enough for every window.
+int64_t PaddedH(const Geom& g) {
+  return std::max(g.pt + g.h + g.pb, (g.ho - 1) * g.sh + (g.kh - 1) * g.dh + 1);
+}
+int64_t PaddedW(const Geom& g) {
+  return std::max(g.pl + g.w + g.pr, (g.wo - 1) * g.sw + (g.kw - 1) * g.dw + 1);
+}
+bool Padded(const Geom& g) {
+  return g.pt != 0 || g.pl != 0 || PaddedH(g) > g.h || PaddedW(g) > g.w;
+}
+// Scratch elements Im2Col needs (one padded plane), 0 without padding.
+int64_t Im2ColScratch(const Geom& g) {
+  return Padded(g) ? PaddedH(g) * PaddedW(g) : 0;
 }
 
 // Fills col (rows K, leading dimension ld, P columns used) from one group
-// of one image (cg channels of h x w).
+// of one image (cg channels of h x w). `pad` is Im2ColScratch(g) elements.
+// Each channel is first copied into a zero-framed plane (when there is
+// padding), so every row of col is a plain (strided) copy: no clipping,
+// no zero runs, no calls to memset/memcpy for rows of a few values (GCC's
+// loop-to-call rewriting is turned off for this function).
 template <typename T>
-void Im2Col(const Geom& g, const T* img, T* col, int64_t ld) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void Im2Col(
+    const Geom& g, const T* img, T* col, int64_t ld, T* pad) {
   const int64_t cg = g.cg();
+  const bool padded = Padded(g);
+  const int64_t hp = padded ? PaddedH(g) : g.h;
+  const int64_t wp = padded ? PaddedW(g) : g.w;
+  if (padded) std::fill(pad, pad + hp * wp, T(0));
   for (int64_t c = 0; c < cg; ++c) {
     const T* plane = img + c * g.h * g.w;
+    if (padded) {
+      for (int64_t r = 0; r < g.h; ++r) {
+        T* dst = pad + (r + g.pt) * wp + g.pl;
+        const T* src = plane + r * g.w;
+        for (int64_t j = 0; j < g.w; ++j) dst[j] = src[j];
+      }
+      plane = pad;
+    }
     for (int64_t p = 0; p < g.kh; ++p) {
       for (int64_t q = 0; q < g.kw; ++q) {
         T* row = col + ((c * g.kh + p) * g.kw + q) * ld;
-        const int64_t col_off = q * g.dw - g.pl;
-        int64_t jlo, jhi;
-        ValidRange(col_off, g.w, g.sw, g.wo, &jlo, &jhi);
+        const T* base = plane + p * g.dh * wp + q * g.dw;
         for (int64_t i = 0; i < g.ho; ++i) {
           T* dst = row + i * g.wo;
-          const int64_t r = i * g.sh - g.pt + p * g.dh;
-          if (r < 0 || r >= g.h) {
-            std::fill(dst, dst + g.wo, T(0));
-            continue;
-          }
-          const T* src = plane + r * g.w;  // src[j * sw + col_off]
-          std::fill(dst, dst + jlo, T(0));
+          const T* src = base + i * g.sh * wp;
           if (g.sw == 1) {
-            // Rows are short (often < 32 values): an inlined loop beats
-            // a call to memcpy.
-            for (int64_t j = jlo; j < jhi; ++j) dst[j] = src[j + col_off];
+            for (int64_t j = 0; j < g.wo; ++j) dst[j] = src[j];
           } else {
-            for (int64_t j = jlo; j < jhi; ++j) {
-              dst[j] = src[j * g.sw + col_off];
-            }
+            for (int64_t j = 0; j < g.wo; ++j) dst[j] = src[j * g.sw];
           }
-          std::fill(dst + jhi, dst + g.wo, T(0));
         }
       }
     }
   }
 }
 
-// Adds col (the layout Im2Col writes) into one group of one image.
+// Adds col (the layout Im2Col writes) into one group of one image. `pad`
+// is Im2ColScratch(g) elements: with padding, each channel accumulates in
+// a zero-framed plane whose interior is then added to the image, so no
+// row is clipped.
 template <typename T>
-void Col2ImAdd(const Geom& g, const T* col, int64_t ld, T* img) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void Col2ImAdd(
+    const Geom& g, const T* col, int64_t ld, T* img, T* pad) {
   const int64_t cg = g.cg();
+  const bool padded = Padded(g);
+  const int64_t wp = padded ? PaddedW(g) : g.w;
+  const int64_t hp = padded ? PaddedH(g) : g.h;
   for (int64_t c = 0; c < cg; ++c) {
     T* plane = img + c * g.h * g.w;
+    T* acc = plane;
+    if (padded) {
+      std::fill(pad, pad + hp * wp, T(0));
+      acc = pad;
+    }
     for (int64_t p = 0; p < g.kh; ++p) {
       for (int64_t q = 0; q < g.kw; ++q) {
         const T* row = col + ((c * g.kh + p) * g.kw + q) * ld;
-        const int64_t col_off = q * g.dw - g.pl;
-        int64_t jlo, jhi;
-        ValidRange(col_off, g.w, g.sw, g.wo, &jlo, &jhi);
+        T* base = acc + p * g.dh * wp + q * g.dw;
         for (int64_t i = 0; i < g.ho; ++i) {
-          const int64_t r = i * g.sh - g.pt + p * g.dh;
-          if (r < 0 || r >= g.h) continue;
           const T* src = row + i * g.wo;
-          T* dst = plane + r * g.w;  // dst[j * sw + col_off]
+          T* dst = base + i * g.sh * wp;
           if (g.sw == 1) {
-            for (int64_t j = jlo; j < jhi; ++j) dst[j + col_off] += src[j];
+            for (int64_t j = 0; j < g.wo; ++j) dst[j] += src[j];
           } else {
-            for (int64_t j = jlo; j < jhi; ++j) {
-              dst[j * g.sw + col_off] += src[j];
-            }
+            for (int64_t j = 0; j < g.wo; ++j) dst[j * g.sw] += src[j];
           }
         }
+      }
+    }
+    if (padded) {
+      for (int64_t r = 0; r < g.h; ++r) {
+        const T* src = pad + (r + g.pt) * wp + g.pl;
+        T* dst = plane + r * g.w;
+        for (int64_t j = 0; j < g.w; ++j) dst[j] += src[j];
       }
     }
   }
@@ -231,6 +257,33 @@ void AddBias(const T* b, int64_t o, int64_t p, T* y) {
 
 // ---------------------------------------------------------------- kernels
 
+// Column elements per block of images for Conv2d and ConvTranspose2d
+// (512 KB of float): col [K, images * P] plus its GEMM operand panels stay
+// in L2. The block size depends on the geometry only, never on the thread
+// count, so every output is computed by the same sequence of operations.
+constexpr int64_t kBlockElements = int64_t{1} << 17;
+
+// Images per block: 1 when col is the image itself (a 1x1 kernel) or one
+// image already fills a block.
+int64_t BlockImages(const Geom& g) {
+  if (g.direct()) return 1;
+  return std::max<int64_t>(
+      1, std::min<int64_t>(g.n, kBlockElements / std::max<int64_t>(
+                                                     1, g.k() * g.p())));
+}
+
+// Runs fn(thread, block) over the ceil(n / nb) blocks, split into `team`
+// contiguous ranges of blocks.
+template <typename Fn>
+void ForEachBlock(int64_t blocks, int team, Fn&& fn) {
+  ForEachRange(blocks, team, [&](int t, int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) fn(t, b);
+  });
+}
+
+// Conv2d: per block of nb images, col [K, nb * P] holds the columns of
+// the images side by side, one GEMM gives out [O/groups, nb * P], which
+// is scattered into NCHW (adding the bias on the way).
 template <typename T>
 void Conv2d(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0), w = ctx.input(1), y = ctx.output(0);
@@ -242,27 +295,58 @@ void Conv2d(dg::KernelContext& ctx) {
   T* yd = y.data<T>();
   const int64_t k = g.k(), p = g.p(), og = g.og(), cg = g.cg();
   const bool direct = g.direct();
-  const int team = BatchTeam(g.n, 2.0 * g.n * g.o * p * k);
-  T* scratch = direct ? nullptr : ctx.workspace<T>(team * k * p);
-  ForEachRange(g.n, team, [&](int t, int64_t begin, int64_t end) {
-    T* col = direct ? nullptr : scratch + t * k * p;
-    for (int64_t n = begin; n < end; ++n) {
-      for (int64_t gi = 0; gi < g.groups; ++gi) {
-        const T* img = xd + n * g.image() + gi * cg * g.h * g.w;
-        const T* b = img;
-        if (!direct) {
-          Im2Col(g, img, col, p);
-          b = col;
+  const int64_t nb = BlockImages(g), blocks = (g.n + nb - 1) / nb;
+  const int team = static_cast<int>(
+      std::min<int64_t>(BatchTeam(g.n, 2.0 * g.n * g.o * p * k), blocks));
+  const int64_t ld = nb * p;
+  const int64_t col_size = direct ? 0 : k * ld;
+  const int64_t out_size = nb > 1 ? og * ld : 0;
+  const int64_t pad_size = direct ? 0 : Im2ColScratch(g);
+  const int64_t per_thread = col_size + out_size + pad_size;
+  T* scratch = per_thread ? ctx.workspace<T>(team * per_thread) : nullptr;
+  ForEachBlock(blocks, team, [&](int t, int64_t blk) {
+    T* col = scratch + t * per_thread;
+    T* out = col + col_size;
+    T* pad = out + out_size;
+    const int64_t n0 = blk * nb, cnt = std::min(nb, g.n - n0);
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      const T* img = xd + n0 * g.image() + gi * cg * g.h * g.w;
+      const T* b = img;
+      if (!direct) {
+        for (int64_t j = 0; j < cnt; ++j) {
+          Im2Col(g, img + j * g.image(), col + j * p, ld, pad);
         }
-        Product<T>(og, p, k, wd + gi * og * k, k, false, b, p, false,
-                   yd + n * g.window() + gi * og * p, p);
+        b = col;
       }
-      if (bd) AddBias(bd, g.o, p, yd + n * g.window());
+      const T* a = wd + gi * og * k;
+      if (nb == 1) {
+        Product<T>(og, p, k, a, k, false, b, ld, false,
+                   yd + n0 * g.window() + gi * og * p, p);
+        continue;
+      }
+      Product<T>(og, cnt * p, k, a, k, false, b, ld, false, out, ld);
+      for (int64_t j = 0; j < cnt; ++j) {
+        T* dst = yd + (n0 + j) * g.window() + gi * og * p;
+        for (int64_t o = 0; o < og; ++o) {
+          const T* src = out + o * ld + j * p;
+          T* d = dst + o * p;
+          if (bd) {
+            const T bias = bd[gi * og + o];
+            for (int64_t i = 0; i < p; ++i) d[i] = src[i] + bias;
+          } else {
+            std::memcpy(d, src, p * sizeof(T));
+          }
+        }
+      }
     }
+    if (bd && nb == 1) AddBias(bd, g.o, p, yd + n0 * g.window());
   });
 }
 
-// x is the window side, y the image side of the geometry.
+// ConvTranspose2d (x is the window side, y the image side of the
+// geometry): per block of nb images, x's block is stacked into xs
+// [O/groups, nb * P], one GEMM gives col [K, nb * P] = W_g^T * xs, and
+// col2im adds each image's columns into its (zeroed) output.
 template <typename T>
 void ConvTranspose2d(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0), w = ctx.input(1), y = ctx.output(0);
@@ -275,25 +359,48 @@ void ConvTranspose2d(dg::KernelContext& ctx) {
   T* yd = y.data<T>();
   const int64_t k = g.k(), p = g.p(), og = g.og(), cg = g.cg();
   const bool direct = g.direct();
-  const int team = BatchTeam(g.n, 2.0 * g.n * g.o * p * k);
-  T* scratch = direct ? nullptr : ctx.workspace<T>(team * k * p);
-  ForEachRange(g.n, team, [&](int t, int64_t begin, int64_t end) {
-    T* col = direct ? nullptr : scratch + t * k * p;
-    for (int64_t n = begin; n < end; ++n) {
-      T* img_n = yd + n * g.image();
-      if (!direct) std::fill(img_n, img_n + g.image(), T(0));
-      for (int64_t gi = 0; gi < g.groups; ++gi) {
-        T* img = img_n + gi * cg * g.h * g.w;
-        const T* a = wd + gi * og * k;  // stored [og, k]: use transposed
-        const T* b = xd + n * g.window() + gi * og * p;
-        if (direct) {
-          Product<T>(k, p, og, a, k, true, b, p, false, img, p);
-        } else {
-          Product<T>(k, p, og, a, k, true, b, p, false, col, p);
-          Col2ImAdd(g, col, p, img);
-        }
+  const int64_t nb = BlockImages(g), blocks = (g.n + nb - 1) / nb;
+  const int team = static_cast<int>(
+      std::min<int64_t>(BatchTeam(g.n, 2.0 * g.n * g.o * p * k), blocks));
+  const int64_t ld = nb * p;
+  const int64_t col_size = direct ? 0 : k * ld;
+  const int64_t xs_size = nb > 1 ? og * ld : 0;
+  const int64_t pad_size = direct ? 0 : Im2ColScratch(g);
+  const int64_t per_thread = col_size + xs_size + pad_size;
+  T* scratch = per_thread ? ctx.workspace<T>(team * per_thread) : nullptr;
+  ForEachBlock(blocks, team, [&](int t, int64_t blk) {
+    T* col = scratch + t * per_thread;
+    T* xs = col + col_size;
+    T* pad = xs + xs_size;
+    const int64_t n0 = blk * nb, cnt = std::min(nb, g.n - n0);
+    T* img0 = yd + n0 * g.image();
+    if (!direct) std::fill(img0, img0 + cnt * g.image(), T(0));
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      const T* a = wd + gi * og * k;  // stored [og, k]: use transposed
+      const T* b = xd + n0 * g.window() + gi * og * p;
+      T* img = img0 + gi * cg * g.h * g.w;
+      if (direct) {
+        Product<T>(k, p, og, a, k, true, b, p, false, img, p);
+        continue;
       }
-      if (bd) AddBias(bd, g.c, g.h * g.w, img_n);
+      if (nb > 1) {
+        for (int64_t j = 0; j < cnt; ++j) {
+          for (int64_t o = 0; o < og; ++o) {
+            std::memcpy(xs + o * ld + j * p, b + j * g.window() + o * p,
+                        p * sizeof(T));
+          }
+        }
+        b = xs;
+      }
+      Product<T>(k, cnt * p, og, a, k, true, b, ld, false, col, ld);
+      for (int64_t j = 0; j < cnt; ++j) {
+        Col2ImAdd(g, col + j * p, ld, img + j * g.image(), pad);
+      }
+    }
+    if (bd) {
+      for (int64_t j = 0; j < cnt; ++j) {
+        AddBias(bd, g.c, g.h * g.w, img0 + j * g.image());
+      }
     }
   });
 }
@@ -327,13 +434,15 @@ void Conv2dBackpropFilter(dg::KernelContext& ctx) {
   // [og, k] and (beyond thread 0, which accumulates into dw) a partial dW.
   const int64_t col_size = direct ? 0 : k * ld;
   const int64_t dy_size = stack > 1 ? og * ld : 0;
-  const int64_t per_thread = col_size + dy_size + og * k + total;
+  const int64_t pad_size = direct ? 0 : Im2ColScratch(g);
+  const int64_t per_thread = col_size + dy_size + og * k + total + pad_size;
   T* scratch = ctx.workspace<T>(team * per_thread);
   ForEachRange(g.n, team, [&](int t, int64_t begin, int64_t end) {
     T* col = scratch + t * per_thread;
     T* dys = col + col_size;
     T* prod = dys + dy_size;
     T* acc = t == 0 ? dwd : prod + og * k;
+    T* pad = prod + og * k + total;
     if (t != 0) std::fill(acc, acc + total, T(0));
     for (int64_t n0 = begin; n0 < end; n0 += stack) {
       const int64_t cnt = std::min(stack, end - n0);
@@ -345,7 +454,8 @@ void Conv2dBackpropFilter(dg::KernelContext& ctx) {
           b = xd + n0 * g.image() + img_off;
         } else {
           for (int64_t j = 0; j < cnt; ++j) {
-            Im2Col(g, xd + (n0 + j) * g.image() + img_off, col + j * p, ld);
+            Im2Col(g, xd + (n0 + j) * g.image() + img_off, col + j * p, ld,
+                   pad);
           }
         }
         if (stack == 1) {

@@ -92,6 +92,104 @@ inline int64_t ArgMaxWindow(const T* x, const Pool2d& p, int64_t i, int64_t j) {
   return best;
 }
 
+// True when every window lies inside the input (no padding, and ceil_mode
+// added no partial window): the kernels then skip the per-window clipping.
+inline bool AllInside(const Pool2d& p) {
+  return p.ph == 0 && p.pw == 0 && p.oh > 0 && p.ow > 0 &&
+         (p.oh - 1) * p.sh + (p.kh - 1) * p.dh < p.h &&
+         (p.ow - 1) * p.sw + (p.kw - 1) * p.dw < p.w;
+}
+
+// The window of a call whose windows all lie inside the input, by value
+// (so the compiler keeps it in registers while the kernels write), with
+// the kernel size fixed at compile time when KH, KW > 0.
+template <int KH, int KW>
+struct Win {
+  int64_t kh, kw, dh, dw, w;  // w: plane width
+  int64_t rows() const { return KH > 0 ? KH : kh; }
+  int64_t cols() const { return KW > 0 ? KW : kw; }
+  int64_t at(int64_t a, int64_t b) const { return a * dh * w + b * dw; }
+};
+
+// Runs fn(Win<...>) with the common kernel sizes specialised.
+template <typename Fn>
+void WithWin(const Pool2d& p, Fn&& fn) {
+  if (p.kh == 2 && p.kw == 2) {
+    fn(Win<2, 2>{2, 2, p.dh, p.dw, p.w});
+  } else if (p.kh == 3 && p.kw == 3) {
+    fn(Win<3, 3>{3, 3, p.dh, p.dw, p.w});
+  } else {
+    fn(Win<0, 0>{p.kh, p.kw, p.dh, p.dw, p.w});
+  }
+}
+
+// The maximum of the inside window whose first cell is x[0]; *nan is set
+// when the window holds a NaN (the value is then left to ArgMaxWindow).
+// Free of data-dependent branches (`v > m ? v : m` is one maxss): on real
+// data every comparison is a coin flip, and a mispredicted branch per
+// cell costs more than the whole window.
+template <typename T, int KH, int KW>
+inline T MaxInside(const T* x, const Win<KH, KW> wn, bool* nan) {
+  T m = x[0];
+  bool any_nan = false;
+  for (int64_t a = 0; a < wn.rows(); ++a) {
+    for (int64_t b = 0; b < wn.cols(); ++b) {
+      const T v = x[wn.at(a, b)];
+      m = v > m ? v : m;
+      any_nan |= v != v;
+    }
+  }
+  *nan = any_nan;
+  return m;
+}
+
+// The offset from x[0] of the first cell of the inside window holding m
+// (not NaN), found without branches by a backward scan: the last match
+// kept is the first in window order.
+template <typename T, int KH, int KW>
+inline int64_t FirstOf(const T* x, const Win<KH, KW> wn, T m) {
+  int64_t best = 0;
+  for (int64_t a = wn.rows() - 1; a >= 0; --a) {
+    for (int64_t b = wn.cols() - 1; b >= 0; --b) {
+      const int64_t at = wn.at(a, b);
+      const int64_t hit = x[at] == m;
+      best += (at - best) & -hit;
+    }
+  }
+  return best;
+}
+
+// ArgMaxWindow (an in-plane index) for window (i, j) of an AllInside call.
+template <typename T, int KH, int KW>
+inline int64_t ArgMaxInside(const T* xp, const Pool2d& p, const Win<KH, KW> wn,
+                            int64_t i, int64_t j) {
+  const int64_t at0 = i * p.sh * p.w + j * p.sw;
+  bool nan;
+  const T m = MaxInside(xp + at0, wn, &nan);
+  return nan ? ArgMaxWindow(xp, p, i, j) : at0 + FirstOf(xp + at0, wn, m);
+}
+
+// Calls fn(i * ow + j, index of the max of window (i, j)) for every window
+// of one plane, in row-major order.
+template <typename T, typename Fn>
+inline void ForEachArgMax(const T* xp, const Pool2d& p, bool inside, Fn&& fn) {
+  if (!inside) {
+    for (int64_t i = 0; i < p.oh; ++i) {
+      for (int64_t j = 0; j < p.ow; ++j) {
+        fn(i * p.ow + j, ArgMaxWindow(xp, p, i, j));
+      }
+    }
+    return;
+  }
+  WithWin(p, [&](const auto wn) {
+    for (int64_t i = 0; i < p.oh; ++i) {
+      for (int64_t j = 0; j < p.ow; ++j) {
+        fn(i * p.ow + j, ArgMaxInside(xp, p, wn, i, j));
+      }
+    }
+  });
+}
+
 // Runs fn(plane) for every plane in parallel.
 template <typename Fn>
 void ForPlanes(const Pool2d& p, int64_t cost_per_plane, Fn&& fn) {
@@ -110,16 +208,26 @@ void MaxPool2d(dg::KernelContext& ctx) {
   if (yt.numel() == 0) return;
   const T* x = xt.data<const T>();
   T* y = yt.data<T>();
+  const bool inside = AllInside(p);
   ForPlanes(p, p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
     const T* xp = x + q * p.h * p.w;
     T* yp = y + q * p.oh * p.ow;
-    for (int64_t i = 0; i < p.oh; ++i) {
-      for (int64_t j = 0; j < p.ow; ++j) {
-        const int64_t at = ArgMaxWindow(xp, p, i, j);
-        DG_CHECK(at >= 0, DG_INTERNAL, "MaxPool2d: empty window");
-        yp[i * p.ow + j] = xp[at];
-      }
+    if (inside) {
+      WithWin(p, [&](const auto wn) {
+        for (int64_t i = 0; i < p.oh; ++i) {
+          for (int64_t j = 0; j < p.ow; ++j) {
+            bool nan;
+            const T m = MaxInside(xp + i * p.sh * p.w + j * p.sw, wn, &nan);
+            yp[i * p.ow + j] = nan ? xp[ArgMaxWindow(xp, p, i, j)] : m;
+          }
+        }
+      });
+      return;
     }
+    ForEachArgMax(xp, p, false, [&](int64_t o, int64_t at) {
+      DG_CHECK(at >= 0, DG_INTERNAL, "MaxPool2d: empty window");
+      yp[o] = xp[at];
+    });
   });
 }
 
@@ -130,14 +238,11 @@ void MaxPool2dIndices(dg::KernelContext& ctx) {
   if (yt.numel() == 0) return;
   const T* x = xt.data<const T>();
   int64_t* y = yt.data<int64_t>();
+  const bool inside = AllInside(p);
   ForPlanes(p, p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
     const T* xp = x + q * p.h * p.w;
     int64_t* yp = y + q * p.oh * p.ow;
-    for (int64_t i = 0; i < p.oh; ++i) {
-      for (int64_t j = 0; j < p.ow; ++j) {
-        yp[i * p.ow + j] = ArgMaxWindow(xp, p, i, j);
-      }
-    }
+    ForEachArgMax(xp, p, inside, [&](int64_t o, int64_t at) { yp[o] = at; });
   });
 }
 
@@ -150,17 +255,38 @@ void MaxPool2dGrad(dg::KernelContext& ctx) {
   const T* x = xt.data<const T>();
   const T* dy = dyt.data<const T>();
   T* dx = dxt.data<T>();
+  const bool inside = AllInside(p);
+  // Disjoint windows (stride >= kernel, no dilation): each window's cells
+  // are written whole (zeros and the one gradient), so only the cells no
+  // window covers need zeroing first — none when the windows tile the plane.
+  const bool disjoint = inside && p.dh == 1 && p.dw == 1 && p.sh >= p.kh &&
+                        p.sw >= p.kw;
+  const bool tiled = disjoint && p.sh == p.kh && p.sw == p.kw &&
+                     p.oh * p.kh == p.h && p.ow * p.kw == p.w;
   ForPlanes(p, p.h * p.w + p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
     const T* xp = x + q * p.h * p.w;
     const T* dyp = dy + q * p.oh * p.ow;
     T* dxp = dx + q * p.h * p.w;
-    std::fill(dxp, dxp + p.h * p.w, T(0));
-    for (int64_t i = 0; i < p.oh; ++i) {
-      for (int64_t j = 0; j < p.ow; ++j) {
-        const int64_t at = ArgMaxWindow(xp, p, i, j);
-        if (at >= 0) dxp[at] += dyp[i * p.ow + j];
-      }
+    if (!tiled) std::fill(dxp, dxp + p.h * p.w, T(0));
+    if (disjoint) {
+      WithWin(p, [&](const auto wn) {
+        for (int64_t i = 0; i < p.oh; ++i) {
+          for (int64_t j = 0; j < p.ow; ++j) {
+            // Zero the window's cells, then write g at its maximum.
+            T* win = dxp + i * p.sh * p.w + j * p.sw;
+            const int64_t at = ArgMaxInside(xp, p, wn, i, j);
+            for (int64_t a = 0; a < wn.rows(); ++a) {
+              for (int64_t b = 0; b < wn.cols(); ++b) win[wn.at(a, b)] = T(0);
+            }
+            dxp[at] = dyp[i * p.ow + j];
+          }
+        }
+      });
+      return;
     }
+    ForEachArgMax(xp, p, inside, [&](int64_t o, int64_t at) {
+      if (at >= 0) dxp[at] += dyp[o];
+    });
   });
 }
 

@@ -26,7 +26,7 @@ left uncovered. A bias gradient is the output gradient summed over the
 batch and spatial axes.
 """
 
-from .._autograd import gradient
+from .._autograd import gradient, needs_grad
 from ._util import ops
 
 
@@ -62,15 +62,17 @@ def _bias_grad(node, dy):
     """The bias gradient when the op was given a bias, else nothing."""
     if len(node.inputs) < 3:
         return []
-    return [ops().sum(dy, [0, 2, 3])]
+    return [ops().sum(dy, [0, 2, 3]) if needs_grad(node, 2) else None]
 
 
 @gradient("Conv2d")
 def _conv2d(node, dy):
     x, w = node.inputs[0], node.inputs[1]
     geo = _geometry(node)
-    dx = _input_grad(dy, w, x.shape, geo)
-    dw = ops().conv2d_backprop_filter(x, dy, list(w.shape), **geo)
+    # The network's input rarely needs a gradient: skip that convolution.
+    dx = _input_grad(dy, w, x.shape, geo) if needs_grad(node, 0) else None
+    dw = ops().conv2d_backprop_filter(x, dy, list(w.shape), **geo) \
+        if needs_grad(node, 1) else None
     return [dx, dw] + _bias_grad(node, dy)
 
 
@@ -78,8 +80,9 @@ def _conv2d(node, dy):
 def _conv_transpose2d(node, dy):
     x, w = node.inputs[0], node.inputs[1]
     geo = _geometry(node)
-    dx = ops().conv2d(dy, w, **geo)
-    dw = ops().conv2d_backprop_filter(dy, x, list(w.shape), **geo)
+    dx = ops().conv2d(dy, w, **geo) if needs_grad(node, 0) else None
+    dw = ops().conv2d_backprop_filter(dy, x, list(w.shape), **geo) \
+        if needs_grad(node, 1) else None
     return [dx, dw] + _bias_grad(node, dy)
 
 

@@ -125,7 +125,10 @@ def _abs(node, dy):
 @gradient("Relu")
 def _relu(node, dy):
     (x,) = node.inputs
-    return [dy * _mask(x > 0, x)]
+    # where(x > 0, dy, 0): two passes instead of compare, cast and multiply,
+    # and a NaN in dy stays where x <= 0 blocks it (as PyTorch's threshold).
+    zero = ops().fill([], 0.0, dy.dtype, device=str(dy.device))
+    return [ops().where(x > 0, dy, zero)]
 
 
 @gradient("LeakyRelu")

@@ -126,7 +126,10 @@ bool AsTensor(py::handle h, Tensor* out) {
 
 std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   py::tuple t = py::reinterpret_borrow<py::tuple>(inputs);
-  std::vector<py::handle> flat;
+  // Owning references: iterating a sequence may make its items on the fly
+  // (a NumPy array's rows or scalars, any __getitem__); a borrowed handle to
+  // such an item dangles as soon as the iteration drops it.
+  std::vector<py::object> flat;
   for (size_t i = 0; i < t.size(); ++i) {
     bool variadic = op.variadic_input() && i + 1 == op.inputs.size();
     if (variadic) {

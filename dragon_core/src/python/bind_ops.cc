@@ -133,7 +133,10 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
          (op.inputs[count - 1].flags & DG_ARG_OPTIONAL) &&
          !(op.variadic_input() && count == op.inputs.size()))
     --count;
-  std::vector<py::handle> flat;
+  // Owning references: iterating a sequence may make its items on the fly
+  // (a NumPy array's rows or scalars, any __getitem__); a borrowed handle to
+  // such an item dangles as soon as the iteration drops it.
+  std::vector<py::object> flat;
   for (size_t i = 0; i < count; ++i) {
     bool variadic = op.variadic_input() && i + 1 == op.inputs.size();
     if (variadic) {

@@ -169,7 +169,8 @@ def test_closed_pool_refuses(records_100):
 # ------------------------------------------------------------------ subprocesses
 
 SCRIPT = """
-import os, sys, time
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)   # stacks if the test sees a hang
 sys.path.insert(0, {helpers!r})
 import dragon_core.data as d
 from _data_helpers import record_id
@@ -205,8 +206,11 @@ def _finish(proc):
     try:
         return proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)            # faulthandler: dump every thread
+        time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the script hung on exit")
+        _, err = proc.communicate()
+        pytest.fail(f"the script hung on exit; its threads:\n{err[-6000:]}")
 
 
 def test_ctrl_c_leaves_no_process(tmp_path, records_100):

@@ -203,27 +203,45 @@ def _describe_exit(code: int | None) -> str:
 
 
 def _shutdown(procs: list, queues: list, stop: Any, join_timeout: float) -> None:
-    """Stop workers: ask, wait until ``join_timeout``, terminate, kill."""
+    """Stop workers: ask, wait until ``join_timeout``, terminate, kill.
+
+    The queues are released first: a feeder thread blocked on a full pipe
+    must never be joined at interpreter exit (that would hang the exit after
+    a Ctrl-C), whatever happens to the workers below.
+    """
+    for q in queues:
+        try:
+            q.cancel_join_thread()
+        except Exception:
+            pass
     try:
         stop.set()
     except Exception:
         pass
     deadline = time.monotonic() + join_timeout
     for p in procs:
-        if p.pid is not None:
-            p.join(max(0.0, deadline - time.monotonic()))
+        try:
+            if p.pid is not None:
+                p.join(max(0.0, deadline - time.monotonic()))
+        except Exception:
+            pass
     for p in procs:
-        if p.pid is not None and p.is_alive():
-            p.terminate()
+        try:
+            if p.pid is not None and p.is_alive():
+                p.terminate()
+        except Exception:
+            pass
     for p in procs:
-        if p.pid is not None:
-            p.join(1.0)
-            if p.is_alive():
-                p.kill()
+        try:
+            if p.pid is not None:
                 p.join(1.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(1.0)
+        except Exception:
+            pass
     for q in queues:
         try:
-            q.cancel_join_thread()
             q.close()
         except Exception:
             pass

@@ -206,11 +206,18 @@ def _finish(proc):
     try:
         return proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        try:                                          # blocked / ignored signal masks
+            with open(f"/proc/{proc.pid}/status") as f:
+                masks = "".join(l for l in f if l.startswith(("SigBlk", "SigIgn", "SigPnd",
+                                                               "ShdPnd", "SigCgt")))
+        except OSError:
+            masks = "(no /proc status)"
         os.kill(proc.pid, signal.SIGUSR1)            # faulthandler: dump every thread
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
-        pytest.fail(f"the script hung on exit; its threads:\n{err[-6000:]}")
+        pytest.fail(f"the script hung on exit; signal masks:\n{masks}its threads:\n"
+                    f"{err[-6000:]}")
 
 
 def test_ctrl_c_leaves_no_process(tmp_path, records_100):

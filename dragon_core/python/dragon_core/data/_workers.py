@@ -107,6 +107,7 @@ def _watchdog(ppid: int) -> None:
 def _worker_main(stage: str, worker_id: int, source: Any, transform: Callable | None,
                  seed: int, in_q: Any, out_q: Any, stop: Any, generation: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # inherited from a fork
     threading.Thread(target=_watchdog, args=(os.getppid(),), daemon=True,
                      name="dragon-data-watchdog").start()
     out_q.cancel_join_thread()  # never block exit on items nobody will read
@@ -414,11 +415,16 @@ def _start_ignoring_sigint(process: Any) -> None:
     if threading.current_thread() is not threading.main_thread():
         process.start()
         return
+    # Block first: a Ctrl-C that arrives while the child starts stays pending
+    # and reaches this process once its own handler is back, instead of being
+    # dropped by the temporary SIG_IGN.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         process.start()
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def in_process(source: Any, transform: Callable | None, seed: int, epoch: int,

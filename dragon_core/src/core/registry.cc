@@ -200,6 +200,22 @@ void Registry::AddKernel(KernelEntry k) {
   ++generation_;
 }
 
+bool Registry::RetireOp(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ops_.find(name);
+  if (it == ops_.end()) return false;
+  by_py_name_.erase(it->second->py_name);
+  retired_ops_.push_back(std::move(it->second));
+  ops_.erase(it);
+  auto k = kernels_.find(name);
+  if (k != kernels_.end()) {
+    for (auto& e : k->second) retired_kernels_.push_back(std::move(e));
+    kernels_.erase(k);
+  }
+  ++generation_;
+  return true;
+}
+
 namespace {
 int PopCount(DgDTypeMask m) { return __builtin_popcount(m); }
 

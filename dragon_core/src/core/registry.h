@@ -133,6 +133,10 @@ class Registry {
   // Adds definitions; all-or-nothing per call is the loader's job.
   void AddOp(std::unique_ptr<OpSchema> op);
   void AddKernel(KernelEntry k);
+  // Retires an op and all its kernels (ops defined from Python, which a
+  // prototyping session redefines). Nothing is freed: op handles and
+  // compiled plans may still point at them. False when `name` is unknown.
+  bool RetireOp(const std::string& name);
 
   // The ordered candidates for (op, device type, dtype); cached.
   // Throws CoreError when the claims conflict or a pin matches nothing.
@@ -171,6 +175,8 @@ class Registry {
   std::map<std::string, std::vector<std::unique_ptr<KernelEntry>>> kernels_;
   std::map<std::pair<std::string, std::string>, std::string> pins_;
   std::deque<PluginRecord> plugins_;  // stable addresses
+  std::vector<std::unique_ptr<OpSchema>> retired_ops_;
+  std::vector<std::unique_ptr<KernelEntry>> retired_kernels_;
   std::atomic<uint64_t> generation_{1};
 };
 

@@ -39,6 +39,7 @@ PYBIND11_MODULE(_C, m) {
   BindOps(m);
   BindPlugins(m);
   BindGraph(m);
+  BindPyOps(m);
 
   m.def("_set_hooks", [](py::object convert, py::object binary_slow, py::object make_error,
                          py::object dtype_code) {

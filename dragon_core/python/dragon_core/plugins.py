@@ -263,6 +263,9 @@ def no_kernel_hint(op: str, device: str) -> str:
                     f"re-enable it to get kernels for '{device}'.")
     hints = []
     wheel = KNOWN_PROVIDERS.get(device)
+    is_py_op = getattr(_C, "_is_py_op", None)
+    if is_py_op is not None and is_py_op(op):
+        wheel = None   # an op defined in Python: its kernels come from custom_op, not a wheel
     if wheel:
         hints.append(f"Kernels for the standard ops on '{device}' come from: pip install {wheel}")
     broken = [p for p in list_plugins() if p.state == "broken"]

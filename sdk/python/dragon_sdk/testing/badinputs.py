@@ -1,0 +1,293 @@
+"""Bad-input robustness: an op given garbage errors cleanly, never crashes.
+
+:func:`check_bad_inputs` derives variants from one valid call -- wrong
+dtypes, wrong ranks, mismatched shapes, empty tensors, non-contiguous views,
+missing and extra inputs, garbage attribute values and unknown attributes --
+and runs them in a child interpreter. Each variant must either work or raise
+a ``DragonError``, ``TypeError`` or ``ValueError`` whose message (or ``op``
+attribute) names the op. A variant that kills the child (a segfault, an
+abort) or hangs is reported as a failure naming the op and the variant, and
+the remaining variants run in a fresh child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Any, Sequence
+
+import numpy as np
+
+from dragon_sdk.testing.opcase import default_device, strided
+
+#: Dtypes every input is swapped to, one input at a time.
+BAD_DTYPES = ("bool", "uint8", "int32", "int64", "float16", "float64")
+
+#: Values tried for every attribute.
+GARBAGE_ATTRS = ("garbage", None, -1, 2 ** 40, float("nan"), [1, "x"], -2.5,
+                 {"a": 1})
+
+
+@dataclasses.dataclass
+class Variant:
+    """One bad call: a label, the inputs and the attributes."""
+
+    label: str
+    inputs: list
+    attrs: dict
+
+
+def _arr(x: Any) -> np.ndarray:
+    return np.asarray(x)
+
+
+def _with(inputs: list, i: int, value: Any) -> list:
+    out = list(inputs)
+    out[i] = value
+    return out
+
+
+def variants(valid_inputs: Sequence[Any], attrs: dict,
+             attr_names: Sequence[str] = ()) -> list[Variant]:
+    """The bad calls derived from one valid call (see the module doc)."""
+    inputs = [np.asarray(x) if not isinstance(x, (list, tuple)) else list(x)
+              for x in valid_inputs]
+    out = [Variant("valid", inputs, dict(attrs))]
+    for i, x in enumerate(inputs):
+        if isinstance(x, list):
+            out.append(Variant(f"input {i}: empty list", _with(inputs, i, []),
+                               attrs))
+            if x and isinstance(x[0], np.ndarray):
+                first = x[0]
+                other = "int32" if first.dtype.name != "int32" else "float32"
+                out.append(Variant(f"input {i}[0] as {other}", _with(
+                    inputs, i, [first.astype(other), *x[1:]]), attrs))
+                if first.ndim >= 1:
+                    grown = np.resize(first, first.shape[:-1]
+                                      + (first.shape[-1] + 1,))
+                    out.append(Variant(f"input {i}[0] with last dim "
+                                       f"{grown.shape[-1]}", _with(
+                                           inputs, i, [grown, *x[1:]]), attrs))
+                out.append(Variant(f"input {i}[0] with an extra axis", _with(
+                    inputs, i, [first[None], *x[1:]]), attrs))
+            continue
+        for dt in BAD_DTYPES:
+            if dt != x.dtype.name:
+                with np.errstate(all="ignore"):
+                    out.append(Variant(f"input {i} as {dt}",
+                                       _with(inputs, i, x.astype(dt)), attrs))
+        out.append(Variant(f"input {i} with an extra axis",
+                           _with(inputs, i, x[None]), attrs))
+        out.append(Variant(f"input {i} as a 0-d array",
+                           _with(inputs, i, x.reshape(-1)[:1].reshape(())
+                                 if x.size else np.zeros((), x.dtype)), attrs))
+        if x.ndim >= 1:
+            out.append(Variant(f"input {i} flattened to 1-d",
+                               _with(inputs, i, x.reshape(-1)), attrs))
+            grown = np.resize(x, x.shape[:-1] + (x.shape[-1] + 1,))
+            out.append(Variant(f"input {i} with last dim {grown.shape[-1]}",
+                               _with(inputs, i, grown), attrs))
+            empty = np.zeros((0,) + x.shape[1:], x.dtype)
+            out.append(Variant(f"input {i} empty {list(empty.shape)}",
+                               _with(inputs, i, empty), attrs))
+            out.append(Variant(f"input {i} non-contiguous",
+                               _with(inputs, i, strided(x)), attrs))
+        out.append(Variant(f"input {i} as a Python list",
+                           _with(inputs, i, x.tolist()), attrs))
+        out.append(Variant(f"input {i} as None", _with(inputs, i, None),
+                           attrs))
+    arrays = [x for x in inputs if isinstance(x, np.ndarray) and x.ndim >= 1]
+    if arrays and len(arrays) == len(inputs):
+        out.append(Variant("every input empty",
+                           [np.zeros((0,) + x.shape[1:], x.dtype)
+                            for x in inputs], attrs))
+        out.append(Variant("every input non-contiguous",
+                           [strided(x) for x in inputs], attrs))
+    if inputs:
+        out.append(Variant("one input missing", inputs[:-1], attrs))
+    out.append(Variant("an extra input", inputs + [inputs[0] if inputs
+                                                   else np.zeros(1)], attrs))
+    for name in attr_names:
+        for value in GARBAGE_ATTRS:
+            out.append(Variant(f"attr {name}={value!r}", inputs,
+                               {**attrs, name: value}))
+    out.append(Variant("unknown attr", inputs,
+                       {**attrs, "no_such_attribute_xyz": 1}))
+    return out
+
+
+# -------------------------------------------------------------- the child
+
+_CHILD = r"""
+import json, pickle, sys, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import dragon_core as dg
+from dragon_core.errors import DragonError
+from dragon_sdk.testing.opcase import op_function, to_tensor
+
+with open(sys.argv[1], "rb") as f:
+    job = pickle.load(f)
+for lib in job["libraries"]:
+    dg.load_library(lib)
+fn = op_function(job["op"])
+names = [n.lower() for n in job["names"]]
+start = int(sys.argv[2])
+
+def tensors(v):
+    if isinstance(v, list) and v and all(isinstance(a, np.ndarray) for a in v):
+        return [to_tensor(a, job["device"]) for a in v]
+    return to_tensor(v, job["device"]) if isinstance(v, np.ndarray) else v
+
+for k in range(start, len(job["variants"])):
+    label, inputs, attrs = job["variants"][k]
+    print("@@START " + str(k), flush=True)
+    rec = {"k": k, "ok": True, "error": ""}
+    try:
+        out = fn(*[tensors(v) for v in inputs], **attrs)
+        for o in (out if isinstance(out, (list, tuple)) else [out]):
+            if hasattr(o, "numpy"):
+                o.numpy()  # make sure the result is readable
+    except (DragonError, TypeError, ValueError) as e:
+        text = str(e)
+        named = (getattr(e, "op", "") or "").lower() in names or any(
+            n in text.lower() for n in names)
+        rec = {"k": k, "ok": named, "error": type(e).__name__ + ": " + text,
+               "why": "" if named else "the error does not name the op"}
+    except BaseException as e:
+        rec = {"k": k, "ok": False,
+               "error": type(e).__name__ + ": " + str(e),
+               "why": "raised " + type(e).__name__ +
+                      ", not DragonError/TypeError/ValueError"}
+    print("@@DONE " + json.dumps(rec), flush=True)
+"""
+
+
+def _loaded_libraries() -> list[str]:
+    """Libraries this process loaded with ``dragon_core.load_library``."""
+    if "dragon_core" not in sys.modules:
+        return []
+    import dragon_core as dg
+
+    return [p.path for p in dg.plugins.list()
+            if p.state == "loaded" and p.path and not p.dist]
+
+
+def _signal_name(code: int) -> str:
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def check_bad_inputs(op: str, valid_inputs: Sequence[Any], *,
+                     device: str | None = None,
+                     libraries: Sequence[str] | None = None,
+                     garbage_attrs: bool = True,
+                     skip: Sequence[str] = (), timeout: float = 120,
+                     **attrs: Any) -> dict:
+    """Assert that ``op`` survives bad inputs with a clean, named error.
+
+    Parameters
+    ----------
+    op : str
+        Schema or Python name of the op.
+    valid_inputs : list
+        NumPy arrays (a list of arrays for a variadic input) of one valid
+        call, in schema order; the bad variants are derived from them.
+    device : str, optional
+        Default ``$DRAGON_TEST_DEVICE`` or ``"cpu"``.
+    libraries : list of str, optional
+        Plugin libraries the child loads with ``dragon_core.load_library``
+        before running (default: those this process loaded that way).
+    garbage_attrs : bool
+        Also try garbage values for every attribute of the schema.
+    skip : list of str
+        Variant labels (globs, e.g. ``"input * as None"``) not to run: known
+        issues, with a reason in the calling test.
+    timeout : float
+        Seconds a child may run before it counts as hung.
+    **attrs
+        The attributes of the valid call.
+
+    Returns
+    -------
+    dict
+        ``{label: "ok" or the error raised}`` per variant.
+
+    Raises
+    ------
+    AssertionError
+        Listing each variant that crashed the process, hung, raised another
+        exception type, or raised an error that does not name the op.
+    """
+    import dragon_core as dg
+
+    desc = dg._C.op(op).describe()
+    names = sorted({desc["name"], desc.get("py_name") or desc["name"], op})
+    attr_names = [a["name"] for a in desc["attrs"]] if garbage_attrs else []
+    todo = [v for v in variants(valid_inputs, attrs, attr_names)
+            if not any(fnmatch.fnmatchcase(v.label, p) for p in skip)]
+    job = {"op": op, "names": names, "device": device or default_device(),
+           "libraries": list(_loaded_libraries() if libraries is None
+                             else libraries),
+           "variants": [(v.label, v.inputs, v.attrs) for v in todo]}
+    env = dict(os.environ)
+    env.setdefault("DRAGON_LOG_LEVEL", "3")
+    results: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="dragon-bad-inputs-") as tmp:
+        path = os.path.join(tmp, "job.pkl")
+        with open(path, "wb") as f:
+            pickle.dump(job, f)
+        start = 0
+        while start < len(todo):
+            started = None
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-c", _CHILD, path, str(start)],
+                    capture_output=True, text=True, timeout=timeout, env=env)
+                stdout, code = proc.stdout, proc.returncode
+                stderr = proc.stderr
+            except subprocess.TimeoutExpired as e:
+                stdout = (e.stdout or b"").decode() if isinstance(
+                    e.stdout, bytes) else (e.stdout or "")
+                stderr, code = "", None
+            for line in stdout.splitlines():
+                if line.startswith("@@START "):
+                    started = int(line.split()[1])
+                elif line.startswith("@@DONE "):
+                    rec = json.loads(line[len("@@DONE "):])
+                    results[rec["k"]] = rec
+            if code == 0:
+                break
+            if started is None or started in results:
+                raise AssertionError(
+                    f"{op}: the bad-input child process failed outside any "
+                    f"variant ({_signal_name(code or 0)}):\n{stderr[-3000:]}")
+            how = ("hung (timeout)" if code is None
+                   else f"crashed the process ({_signal_name(code)})")
+            results[started] = {"k": started, "ok": False, "error": "",
+                                "why": how + (f": {stderr.strip()[-500:]}"
+                                              if stderr.strip() else "")}
+            start = started + 1
+    report, failures = {}, []
+    for k, v in enumerate(todo):
+        rec = results.get(k, {"ok": False, "error": "", "why": "never ran"})
+        report[v.label] = rec["error"] or "ok"
+        if not rec["ok"]:
+            detail = f" ({rec['error'][:300]})" if rec["error"] else ""
+            failures.append(f"{v.label}: {rec['why']}{detail}")
+    if failures:
+        raise AssertionError(
+            f"{op}: {len(failures)} of {len(todo)} bad-input variants were "
+            "not handled cleanly:\n  - " + "\n  - ".join(failures))
+    return report

@@ -171,6 +171,9 @@ def test_closed_pool_refuses(records_100):
 SCRIPT = """
 import faulthandler, os, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)   # stacks if the test sees a hang
+# Ctrl-C as at a terminal, even when the test runs under nohup or in a
+# background job (which start children with SIGINT ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {helpers!r})
 import dragon_core.data as d
 from _data_helpers import record_id

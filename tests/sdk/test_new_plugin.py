@@ -183,6 +183,15 @@ np.testing.assert_allclose(f(x).numpy(), ref(2.0 * x0, 0.5) + 1.0, rtol=1e-12)
 types = [op.type for op in f.get_graph(x).op]
 assert "{OP}" in types, types
 
+# a saved graph names the op's provider (plugin, version, wheel)
+import os
+from dragon_core import proto as P
+dg.save_graph(f, os.environ["SAVED_GRAPH"], x)
+saved = P.GraphDef.FromString(open(os.environ["SAVED_GRAPH"], "rb").read())
+mine = [op for op in saved.op if op.type == "{OP}"]
+assert mine and all((op.plugin, op.plugin_version, op.plugin_dist) ==
+                    ("{NAME}", "0.1.0", "{DIST}") for op in mine), mine
+
 # autograd, eager
 x = dg.tensor(x0)
 with dg.GradientTape() as tape:
@@ -213,6 +222,14 @@ except AttributeError as e:
     print("@@ERROR@@" + str(e))
 else:
     raise SystemExit("dg.ops.{PY_OP} still exists after pip uninstall")
+
+# the graph saved while the plugin was installed says which wheel it needs
+import os
+try:
+    dg.load_graph(os.environ["SAVED_GRAPH"])
+except dg.errors.PluginError as e:
+    assert "pip install {DIST}" in str(e) and "0.1.0" in str(e), str(e)
+    print("@@GRAPH@@")
 """
 
 
@@ -270,7 +287,9 @@ def test_new_plugin_from_nothing_to_installed_wheel(tmp_path, capsys):
         _pip("install", "-q", "--no-index", "--no-deps", "--target", site, wheel)
         times["install"] = time.perf_counter() - t0
 
-        proc = _python(USE_THE_OP, DRAGON_STRICT="1", PYTHONPATH=str(site))
+        saved_graph = str(tmp_path / "uses_plugin.pb")
+        proc = _python(USE_THE_OP, DRAGON_STRICT="1", PYTHONPATH=str(site),
+                       SAVED_GRAPH=saved_graph)
         assert "@@OK@@" in proc.stdout, (f"exit code {proc.returncode}\n{proc.stdout}\n"
                                          f"{proc.stderr}")
 
@@ -284,8 +303,9 @@ def test_new_plugin_from_nothing_to_installed_wheel(tmp_path, capsys):
 
     assert _core_libraries() == core_before, "installing a plugin changed the core's libraries"
     assert _pip("show", DIST, check=False).returncode != 0, f"{DIST} is still installed"
-    proc = _python(AFTER_UNINSTALL)
+    proc = _python(AFTER_UNINSTALL, SAVED_GRAPH=saved_graph)
     assert "@@ERROR@@" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"
+    assert "@@GRAPH@@" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"
     message = proc.stdout.split("@@ERROR@@", 1)[1]
     assert f"no op '{PY_OP}'" in message and "python -m dragon_core info" in message, message
 

@@ -281,6 +281,30 @@ void ForEachBlock(int64_t blocks, int team, Fn&& fn) {
   });
 }
 
+// How Conv2d and ConvTranspose2d split the batch: blocks of nb images, a
+// team of threads, and each thread's scratch: col [K, nb * P] (unless the
+// conv is direct), a middle [O/groups, nb * P] matrix when a block holds
+// several images (GEMM output or stacked input), and a padded plane.
+struct BlockPlan {
+  int64_t nb, blocks, ld, col_size, mid_size, per_thread;
+  int team;
+};
+
+BlockPlan PlanBlocks(const Geom& g) {
+  BlockPlan b;
+  const int64_t k = g.k(), p = g.p();
+  b.nb = BlockImages(g);
+  b.blocks = (g.n + b.nb - 1) / b.nb;
+  b.team = static_cast<int>(
+      std::min<int64_t>(BatchTeam(g.n, 2.0 * g.n * g.o * p * k), b.blocks));
+  b.ld = b.nb * p;
+  b.col_size = g.direct() ? 0 : k * b.ld;
+  b.mid_size = b.nb > 1 ? g.og() * b.ld : 0;
+  const int64_t pad_size = g.direct() ? 0 : Im2ColScratch(g);
+  b.per_thread = b.col_size + b.mid_size + pad_size;
+  return b;
+}
+
 // Conv2d: per block of nb images, col [K, nb * P] holds the columns of
 // the images side by side, one GEMM gives out [O/groups, nb * P], which
 // is scattered into NCHW (adding the bias on the way).
@@ -295,19 +319,13 @@ void Conv2d(dg::KernelContext& ctx) {
   T* yd = y.data<T>();
   const int64_t k = g.k(), p = g.p(), og = g.og(), cg = g.cg();
   const bool direct = g.direct();
-  const int64_t nb = BlockImages(g), blocks = (g.n + nb - 1) / nb;
-  const int team = static_cast<int>(
-      std::min<int64_t>(BatchTeam(g.n, 2.0 * g.n * g.o * p * k), blocks));
-  const int64_t ld = nb * p;
-  const int64_t col_size = direct ? 0 : k * ld;
-  const int64_t out_size = nb > 1 ? og * ld : 0;
-  const int64_t pad_size = direct ? 0 : Im2ColScratch(g);
-  const int64_t per_thread = col_size + out_size + pad_size;
-  T* scratch = per_thread ? ctx.workspace<T>(team * per_thread) : nullptr;
-  ForEachBlock(blocks, team, [&](int t, int64_t blk) {
-    T* col = scratch + t * per_thread;
-    T* out = col + col_size;
-    T* pad = out + out_size;
+  const BlockPlan plan = PlanBlocks(g);
+  const int64_t nb = plan.nb, ld = plan.ld;
+  T* scratch = plan.per_thread ? ctx.workspace<T>(plan.team * plan.per_thread) : nullptr;
+  ForEachBlock(plan.blocks, plan.team, [&](int t, int64_t blk) {
+    T* col = scratch + t * plan.per_thread;
+    T* out = col + plan.col_size;
+    T* pad = out + plan.mid_size;
     const int64_t n0 = blk * nb, cnt = std::min(nb, g.n - n0);
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       const T* img = xd + n0 * g.image() + gi * cg * g.h * g.w;
@@ -359,19 +377,13 @@ void ConvTranspose2d(dg::KernelContext& ctx) {
   T* yd = y.data<T>();
   const int64_t k = g.k(), p = g.p(), og = g.og(), cg = g.cg();
   const bool direct = g.direct();
-  const int64_t nb = BlockImages(g), blocks = (g.n + nb - 1) / nb;
-  const int team = static_cast<int>(
-      std::min<int64_t>(BatchTeam(g.n, 2.0 * g.n * g.o * p * k), blocks));
-  const int64_t ld = nb * p;
-  const int64_t col_size = direct ? 0 : k * ld;
-  const int64_t xs_size = nb > 1 ? og * ld : 0;
-  const int64_t pad_size = direct ? 0 : Im2ColScratch(g);
-  const int64_t per_thread = col_size + xs_size + pad_size;
-  T* scratch = per_thread ? ctx.workspace<T>(team * per_thread) : nullptr;
-  ForEachBlock(blocks, team, [&](int t, int64_t blk) {
-    T* col = scratch + t * per_thread;
-    T* xs = col + col_size;
-    T* pad = xs + xs_size;
+  const BlockPlan plan = PlanBlocks(g);
+  const int64_t nb = plan.nb, ld = plan.ld;
+  T* scratch = plan.per_thread ? ctx.workspace<T>(plan.team * plan.per_thread) : nullptr;
+  ForEachBlock(plan.blocks, plan.team, [&](int t, int64_t blk) {
+    T* col = scratch + t * plan.per_thread;
+    T* xs = col + plan.col_size;
+    T* pad = xs + plan.mid_size;
     const int64_t n0 = blk * nb, cnt = std::min(nb, g.n - n0);
     T* img0 = yd + n0 * g.image();
     if (!direct) std::fill(img0, img0 + cnt * g.image(), T(0));

@@ -340,7 +340,6 @@ class GradientTape:
         self.persistent = persistent
         self.watch_accessed_variables = watch_accessed_variables
         self._tracked: set = set()
-        self._keep: list = []     # keeps tracked tensors alive so ids stay unique
         self._nodes: list = []
         self._recording = False
         self._used = False
@@ -352,14 +351,12 @@ class GradientTape:
             if not t.dtype.is_floating_point:
                 raise InvalidArgumentError(f"can only watch floating-point tensors, got {t.dtype}")
             self._tracked.add(t._id)
-            self._keep.append(t)
 
     def _add(self, node, outputs):
         self._nodes.append(node)
         for o in outputs:
             if o.dtype.is_floating_point:
                 self._tracked.add(o._id)
-                self._keep.append(o)
 
     def __enter__(self) -> "GradientTape":
         if self._recording:
@@ -391,7 +388,6 @@ class GradientTape:
     def reset(self) -> None:
         """Forget everything recorded so far."""
         self._tracked.clear()
-        self._keep.clear()
         self._nodes.clear()
 
     def gradient(self, target, sources, output_gradients=None,

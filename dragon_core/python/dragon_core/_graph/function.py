@@ -30,17 +30,16 @@ from .passes import run_passes
 _local = threading.local()
 
 # Python state that changes what a trace records without being an argument:
-# today, which modules are in eval mode (dropout, batch statistics). ``key``
-# joins every plan's cache key; ``version`` changes with it, so the
-# per-signature fast path re-checks the key only when it may differ.
-_mode = {"key": frozenset(), "version": 0}
+# today, which modules are in eval mode (dropout, batch statistics). It joins
+# every plan's cache key; the object is replaced only when the value changes,
+# so the per-signature fast path re-checks it with one identity test.
+_mode = {"key": frozenset()}
 
 
 def set_mode_key(key) -> None:
     """Record the current value of the Python state plans depend on."""
     if key != _mode["key"]:
         _mode["key"] = key
-        _mode["version"] += 1
 
 
 def _traces() -> list:
@@ -158,7 +157,7 @@ class Function:
         self.name = name or getattr(fn, "__name__", "function")
         self._cache: dict = {}
         self._fast: dict = {}      # tensor_signature(args) -> entry (tensor-only calls)
-        self._mode_version = _mode["version"]
+        self._mode_key = _mode["key"]
         self.trace_count = 0
         functools.update_wrapper(self, fn)
 
@@ -244,9 +243,9 @@ class Function:
         if is_tracing():
             # Inside another trace: inline, so the outer graph sees the ops.
             return self._fn(*args, **kwargs)
-        if self._mode_version != _mode["version"]:
+        if self._mode_key is not _mode["key"]:
             self._fast.clear()
-            self._mode_version = _mode["version"]
+            self._mode_key = _mode["key"]
         fast_key = None if kwargs else _C.tensor_signature(args)
         entry = self._fast.get(fast_key) if fast_key is not None else None
         if entry is not None:

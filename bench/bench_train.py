@@ -48,18 +48,17 @@ def _init():
     return weights, x, y
 
 
-def _dragon_model(dg, weights):
-    nn = dg.nn
-    model = nn.Sequential(
+def _lenet5(nn):
+    """LeNet-5 from ``nn`` (``dg.nn`` or ``torch.nn``: the same names)."""
+    return nn.Sequential(
         nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
         nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
-    model.load_state_dict(dict(zip(model.state_dict().keys(), weights)))
-    return model
 
 
 def make_dragon_step(dg, weights, graph: bool):
-    model = _dragon_model(dg, weights)
+    model = _lenet5(dg.nn)
+    model.load_state_dict(dict(zip(model.state_dict().keys(), weights)))
     params = list(model.parameters())
     opt = dg.optim.SGD(params, lr=LR, momentum=MOMENTUM)
     loss_fn = dg.nn.CrossEntropyLoss()
@@ -83,16 +82,12 @@ def make_dragon_step(dg, weights, graph: bool):
 
 
 def make_torch_step(torch, weights):
-    nn = torch.nn
-    model = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+    model = _lenet5(torch.nn)
     with torch.no_grad():
         for p, w in zip(model.parameters(), weights):
             p.copy_(torch.from_numpy(w))
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss()
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)

@@ -4,11 +4,12 @@ batching."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from ._workers import WorkerPool, in_process
+if TYPE_CHECKING:
+    from ._workers import WorkerPool
 
 
 class _WorkerBatches:
@@ -40,6 +41,9 @@ class _WorkerBatches:
               queue_size: int) -> Iterator[tuple[int, Any]]:
         """``(index, example)`` pairs of ``indices``, in order: in this process
         without readers, else from the worker pool (started if needed)."""
+        # _workers (and multiprocessing) load on first use, not with dragon_core.
+        from ._workers import WorkerPool, in_process
+
         name = type(self).__name__
         if num_readers == 0:
             return in_process(data, transform, self.seed, epoch, indices, name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -10,7 +10,9 @@ from .._tensor import Tensor
 from ._collate import default_collate
 from ._batching import _WorkerBatches
 from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
-from ._workers import WorkerPool
+
+if TYPE_CHECKING:
+    from ._workers import WorkerPool
 
 
 class Dataset:

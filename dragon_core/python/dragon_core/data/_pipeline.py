@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import glob
 import os
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -14,7 +14,9 @@ from ._collate import default_collate
 from ._example import decode_example
 from ._records import RecordReader
 from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
-from ._workers import WorkerPool
+
+if TYPE_CHECKING:
+    from ._workers import WorkerPool
 
 
 class Transformer:

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .._fileio import fsync_dir
 from ._errors import RecordError
 from ._example import encode_example
 
@@ -134,7 +135,7 @@ class RecordWriter:
             os.fsync(self._file.fileno())
             self._file.close()
             os.replace(self._tmp_path, self.path)
-            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         except BaseException:
             self.abort()
             raise
@@ -167,19 +168,6 @@ class RecordWriter:
                 self.abort()
             except Exception:
                 pass
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class RecordReader:

@@ -32,6 +32,19 @@ def add_weight_and_bias(module, weight_shape, out_features: int, bias: bool,
         module.register_parameter("bias", None)
 
 
+def add_affine(module, shape, affine: bool, dtype, device) -> None:
+    """Registers the affine pair of a normalisation layer: ``module.weight``
+    (ones) and ``module.bias`` (zeros) of ``shape``, or two None
+    placeholders when not ``affine``."""
+    if affine:
+        module.weight = empty_param(shape, dtype, device)
+        module.bias = empty_param(shape, dtype, device)
+        init.ones_(module.weight)
+    else:
+        module.register_parameter("weight", None)
+        module.register_parameter("bias", None)
+
+
 def reset_weight_and_bias(weight, bias) -> None:
     """PyTorch's default initialisation of Linear and Conv: ``weight`` by
     ``kaiming_uniform_(a=sqrt(5))``, ``bias`` (if not None) from

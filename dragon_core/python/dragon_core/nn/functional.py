@@ -22,14 +22,13 @@ def _op(name: str):
     """``dragon_core.ops`` function of the op called ``name`` (CamelCase)."""
     fn = _BY_NAME.get(name)
     if fn is None:
-        for desc in _C.list_ops():
-            if desc["name"] == name:
-                fn = getattr(ops, desc["py_name"], None)
-                break
-        if fn is None:
+        try:
+            fn = getattr(ops, _C.op(name).py_name)
+        except (LookupError, AttributeError):
             from ..errors import NotFoundError
-            raise NotFoundError(f"op {name} is not registered: it is defined by the core's "
-                                "standard library, so this dragon_core build is too old")
+            raise NotFoundError(
+                f"op {name} is not registered: it is defined by the core's standard "
+                "library, so this dragon_core build is too old") from None
         _BY_NAME[name] = fn
     return fn
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import ops
 from . import functional as F
 from . import init
-from ._common import check_positive, empty_param
+from ._common import add_affine, check_positive
 from .module import Module
 
 
@@ -21,12 +21,7 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1], got {momentum}")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = empty_param([num_features], dtype, device)
-            self.bias = empty_param([num_features], dtype, device)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        add_affine(self, [num_features], affine, dtype, device)
         if track_running_stats:
             self.register_buffer("running_mean", ops.zeros([num_features], dtype=dtype,
                                                            device=device))
@@ -94,13 +89,7 @@ class LayerNorm(Module):
                              f"{normalized_shape!r}")
         self.normalized_shape, self.eps = tuple(shape), eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = empty_param(shape, dtype, device)
-            self.bias = empty_param(shape, dtype, device)
-            init.ones_(self.weight)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        add_affine(self, shape, elementwise_affine, dtype, device)
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -122,13 +111,7 @@ class GroupNorm(Module):
                              f"num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
                                                                     eps, affine)
-        if affine:
-            self.weight = empty_param([num_channels], dtype, device)
-            self.bias = empty_param([num_channels], dtype, device)
-            init.ones_(self.weight)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        add_affine(self, [num_channels], affine, dtype, device)
 
     def forward(self, x):
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)

@@ -90,6 +90,13 @@ int64_t WindowExtent(const ConvAttrs& a, int i, int64_t h, int64_t k,
   return (padded - span) / a.stride[i] + 1;
 }
 
+// Checks that the groups split the C input channels of x [N, C, H, W].
+void CheckGroupsDivideInput(const ConvAttrs& a, const Shape& x) {
+  DG_CHECK(x[1] % a.groups == 0, DG_INVALID_ARGUMENT, "groups ", a.groups,
+           " does not divide the ", x[1], " input channels of x ",
+           ShapeStr(x));
+}
+
 // Checks the optional bias (input 2) against `channels` outputs.
 void CheckBias(const dg::InferContext& ctx, int64_t channels) {
   if (ctx.num_inputs() < 3) return;
@@ -105,9 +112,7 @@ void Conv2dShape(dg::InferContext& ctx) {
   CheckRank4(w, "filter w", "[O, C / groups, kh, kw]");
   const ConvAttrs a = ReadConvAttrs(ctx);
   CheckKernel(w, "filter w");
-  DG_CHECK(x[1] % a.groups == 0, DG_INVALID_ARGUMENT, "groups ", a.groups,
-           " does not divide the ", x[1], " input channels of x ",
-           ShapeStr(x));
+  CheckGroupsDivideInput(a, x);
   DG_CHECK(w[0] % a.groups == 0, DG_INVALID_ARGUMENT, "groups ", a.groups,
            " does not divide the ", w[0], " output channels of w ",
            ShapeStr(w));
@@ -131,9 +136,7 @@ void ConvTranspose2dShape(dg::InferContext& ctx) {
   DG_CHECK(op.size() == 2, DG_INVALID_ARGUMENT,
            "output_padding must hold 2 values (height, width), got ",
            ShapeStr(op));
-  DG_CHECK(x[1] % a.groups == 0, DG_INVALID_ARGUMENT, "groups ", a.groups,
-           " does not divide the ", x[1], " input channels of x ",
-           ShapeStr(x));
+  CheckGroupsDivideInput(a, x);
   DG_CHECK(w[0] == x[1], DG_INVALID_ARGUMENT, "filter w ", ShapeStr(w),
            " has ", w[0], " input channels (axis 0), but x ", ShapeStr(x),
            " has ", x[1]);

@@ -153,6 +153,15 @@ inline Shape CheckShapeAttr(const dg::InferContext& ctx, const char* name) {
   return s;
 }
 
+// Checks that tensor `t` (named `name`) has the dtype of `ref` (named
+// `ref_name`): "<name> must have <ref_name>'s dtype <T>, got <U>".
+inline void CheckDTypeLike(const dg::TensorRef& t, const char* name,
+                           const dg::TensorRef& ref, const char* ref_name) {
+  DG_CHECK(t.dtype() == ref.dtype(), DG_INVALID_ARGUMENT, name, " must have ",
+           ref_name, "'s dtype ", dg::DTypeName(ref.dtype()), ", got ",
+           dg::DTypeName(t.dtype()));
+}
+
 // The shape function of every op whose output 0 mirrors input 0.
 inline void SameAsInput(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), ctx.input(0).shape());

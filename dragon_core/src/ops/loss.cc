@@ -65,9 +65,7 @@ void BceWithLogitsShape(dg::InferContext& ctx) {
              DG_INVALID_ARGUMENT, "pos_weight must be 1-D of length ",
              xs.back(), " (input's last axis) or 1, got shape ",
              ShapeStr(w.shape()));
-    DG_CHECK(w.dtype() == x.dtype(), DG_INVALID_ARGUMENT,
-             "pos_weight must have input's dtype ", dg::DTypeName(x.dtype()),
-             ", got ", dg::DTypeName(w.dtype()));
+    CheckDTypeLike(w, "pos_weight", x, "input");
   }
   PairLossShape(ctx);
 }

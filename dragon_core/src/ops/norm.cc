@@ -19,6 +19,9 @@ constexpr const char* kEps = "Added to the variance before the square root.";
 constexpr const char* kTraining =
     "Use batch statistics (True) or running_mean / running_var (False).";
 
+// Why a per-channel input has shape [C].
+constexpr const char* kPerChannel = "one value per channel, axis 1 of x";
+
 // `name` must have shape `want`.
 void CheckParam(const dg::InferContext& ctx, int32_t i, const char* name,
                 const Shape& want, const char* why) {
@@ -57,7 +60,7 @@ void BatchNormShape(dg::InferContext& ctx) {
   static const char* kNames[] = {"x", "gamma", "beta", "running_mean",
                                  "running_var"};
   for (int32_t i = 1; i < 5; ++i) {
-    CheckParam(ctx, i, kNames[i], c, "one value per channel, axis 1 of x");
+    CheckParam(ctx, i, kNames[i], c, kPerChannel);
   }
   SetNormOutputs(ctx, c);
 }
@@ -68,7 +71,7 @@ void BatchNormGradShape(dg::InferContext& ctx) {
   static const char* kNames[] = {"x",  "gamma", "running_mean", "running_var",
                                  "dy", "dmean", "dvar"};
   for (int32_t i : {1, 2, 3, 5, 6}) {
-    CheckParam(ctx, i, kNames[i], c, "one value per channel, axis 1 of x");
+    CheckParam(ctx, i, kNames[i], c, kPerChannel);
   }
   CheckParam(ctx, 4, "dy", ctx.input(0).shape(), "the gradient of y");
   SetNormOutputs(ctx, c);
@@ -111,14 +114,14 @@ Shape GroupNormChannels(const dg::InferContext& ctx) {
 
 void GroupNormShape(dg::InferContext& ctx) {
   Shape c = GroupNormChannels(ctx);
-  CheckParam(ctx, 1, "gamma", c, "one value per channel, axis 1 of x");
-  CheckParam(ctx, 2, "beta", c, "one value per channel, axis 1 of x");
+  CheckParam(ctx, 1, "gamma", c, kPerChannel);
+  CheckParam(ctx, 2, "beta", c, kPerChannel);
   SameAsInput(ctx);
 }
 
 void GroupNormGradShape(dg::InferContext& ctx) {
   Shape c = GroupNormChannels(ctx);
-  CheckParam(ctx, 1, "gamma", c, "one value per channel, axis 1 of x");
+  CheckParam(ctx, 1, "gamma", c, kPerChannel);
   CheckParam(ctx, 2, "dy", ctx.input(0).shape(), "the gradient of y");
   SetNormOutputs(ctx, c);
 }

@@ -64,6 +64,16 @@ void CheckInput4d(const dg::TensorRef& x, const char* what) {
            ShapeStr(s), " has an empty spatial axis; pooling needs H, W >= 1");
 }
 
+// Whether a window of `k` cells `d` apart starting at `start` (in input
+// coordinates; negative in the left padding) has a cell in [0, len).
+bool WindowTouchesInput(int64_t start, int64_t k, int64_t d, int64_t len) {
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t c = start + j * d;
+    if (c >= 0 && c < len) return true;
+  }
+  return false;
+}
+
 // Output sizes of a windowed pooling; validates every attribute.
 Geometry WindowGeometry(const dg::InferContext& ctx, bool has_dilation) {
   CheckInput4d(ctx.input(0), "x");
@@ -100,13 +110,8 @@ Geometry WindowGeometry(const dg::InferContext& ctx, bool has_dilation) {
     // With dilation a window can fall entirely in the padding (its cells
     // jump over the input); its maximum would be undefined.
     for (int64_t o = 0; o < n; ++o) {
-      const int64_t start = o * s[a] - p[a];
-      bool hit = false;
-      for (int64_t j = 0; j < k[a] && !hit; ++j) {
-        const int64_t c = start + j * d[a];
-        hit = c >= 0 && c < len;
-      }
-      DG_CHECK(hit, DG_INVALID_ARGUMENT, "window ", o, " along ", kAxis[a],
+      DG_CHECK(WindowTouchesInput(o * s[a] - p[a], k[a], d[a], len),
+               DG_INVALID_ARGUMENT, "window ", o, " along ", kAxis[a],
                " covers only padding (input ", ShapeStr(g.x), ", kernel_size ",
                ShapeStr(k), ", dilations ", ShapeStr(d), ", pads ", ShapeStr(p),
                ")");

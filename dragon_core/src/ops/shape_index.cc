@@ -62,15 +62,21 @@ void SliceShape(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), out);
 }
 
+// x.shape[:axis] + indices.shape + x.shape[axis+1:]: the result of Gather,
+// and the shape ScatterAdd's updates must have. `axis` is normalised.
+Shape GatheredShape(const Shape& in, const Shape& idx, int64_t axis) {
+  Shape out(in.begin(), in.begin() + axis);
+  out.insert(out.end(), idx.begin(), idx.end());
+  out.insert(out.end(), in.begin() + axis + 1, in.end());
+  return out;
+}
+
 void GatherShape(dg::InferContext& ctx) {
   const Shape in = ctx.input(0).shape(), idx = ctx.input(1).shape();
   DG_CHECK(!in.empty(), DG_INVALID_ARGUMENT,
            "cannot gather from a 0-d tensor");
   const int64_t axis = NormalizeAxis(ctx.i("axis"), Rank(in));
-  Shape out(in.begin(), in.begin() + axis);
-  out.insert(out.end(), idx.begin(), idx.end());
-  out.insert(out.end(), in.begin() + axis + 1, in.end());
-  ctx.set_output(0, ctx.input(0).dtype(), out);
+  ctx.set_output(0, ctx.input(0).dtype(), GatheredShape(in, idx, axis));
 }
 
 // ScatterAdd(x, indices, updates): x's shape and dtype. updates must have
@@ -82,12 +88,8 @@ void ScatterAddShape(dg::InferContext& ctx) {
   DG_CHECK(!in.empty(), DG_INVALID_ARGUMENT,
            "cannot scatter into a 0-d tensor");
   const int64_t axis = NormalizeAxis(ctx.i("axis"), Rank(in));
-  DG_CHECK(updates.dtype() == x.dtype(), DG_INVALID_ARGUMENT,
-           "updates must have x's dtype ", dg::DTypeName(x.dtype()), ", got ",
-           dg::DTypeName(updates.dtype()));
-  Shape want(in.begin(), in.begin() + axis);
-  want.insert(want.end(), idx.begin(), idx.end());
-  want.insert(want.end(), in.begin() + axis + 1, in.end());
+  CheckDTypeLike(updates, "updates", x, "x");
+  const Shape want = GatheredShape(in, idx, axis);
   DG_CHECK(upd == want, DG_INVALID_ARGUMENT, "updates has shape ",
            ShapeStr(upd), " but x shape ", ShapeStr(in), ", indices shape ",
            ShapeStr(idx), " and axis ", axis, " need ", ShapeStr(want),

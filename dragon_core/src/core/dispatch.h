@@ -21,7 +21,8 @@ struct InferredOutput {
 // `preset`, when given, may hold for output i a tensor whose storage the
 // output must be written into (a planned buffer or an input being
 // overwritten in place); it is used only when it is on the right device,
-// has the output's dtype and is large enough.
+// starts its own storage, which the core owns, and that storage is large
+// enough (the output takes its own dtype and shape over it).
 std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
                              std::vector<AttrValue>& attrs, DgDevice device,
                              const std::vector<Tensor>* preset = nullptr);

@@ -23,7 +23,7 @@ bool Truth(const Tensor& t, const std::string& where) {
     throw CoreError(DG_INVALID_ARGUMENT,
                     dg::Str(where, ": the predicate must have one element, got shape ",
                             ShapeToString(t->shape())));
-  Tensor host = t->device().type == 0 ? t : CopyTo(t, kHost);
+  Tensor host = t->device().type == kHost.type ? t : CopyTo(t, kHost);
   const char* p = static_cast<const char*>(host->data());
   for (size_t i = 0; i < host->itemsize(); ++i)
     if (p[i] != 0) return true;

@@ -42,20 +42,7 @@ Storage::~Storage() {
   }
 }
 
-std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype,
-                                              const Shape& shape) {
-  for (int64_t d : shape)
-    if (d < 0)
-      throw CoreError(DG_INVALID_ARGUMENT,
-                      dg::Str("negative dimension in shape ", ShapeToString(shape)));
-  int64_t n = NumElements(shape);
-  auto storage = Storage::Allocate(device, static_cast<size_t>(n) * DTypeSize(dtype));
-  return std::make_shared<TensorImpl>(std::move(storage), 0, dtype, shape,
-                                      ContiguousStrides(shape));
-}
-
-std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype,
-                                              Shape&& shape) {
+std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype, Shape shape) {
   for (int64_t d : shape)
     if (d < 0)
       throw CoreError(DG_INVALID_ARGUMENT,

@@ -50,9 +50,7 @@ class TensorImpl {
         strides_(std::move(strides)) {}
 
   // A new contiguous tensor on `device` (uninitialised memory).
-  static std::shared_ptr<TensorImpl> Empty(DgDevice device, DgDType dtype,
-                                           const Shape& shape);
-  static std::shared_ptr<TensorImpl> Empty(DgDevice device, DgDType dtype, Shape&& shape);
+  static std::shared_ptr<TensorImpl> Empty(DgDevice device, DgDType dtype, Shape shape);
 
   DgDType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

@@ -4,8 +4,6 @@
 
 namespace dragon {
 
-std::vector<AttrValue> ConvertAttrsFor(const OpSchema& op, py::handle attrs);
-
 void BindGraph(py::module_& m) {
   // The cache key of a call whose positional arguments are all tensors:
   // (dtype, device type, device index, ndim, dims...) per tensor; None when
@@ -39,7 +37,7 @@ void BindGraph(py::module_& m) {
         p.name = name;
         p.inputs = std::move(inputs);
         p.outputs = std::move(outputs);
-        p.attrs = ConvertAttrsFor(*op, attrs);
+        p.attrs = ConvertAttrs(*op, attrs);
         p.release = std::move(release);
         p.inplace_input = inplace_input;
         p.out_buffers = std::move(out_buffers);

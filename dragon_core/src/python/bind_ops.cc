@@ -100,6 +100,8 @@ AttrValue ConvertAttr(const OpSchema& op, const AttrSchema& a, py::handle v) {
   return out;
 }
 
+}  // namespace
+
 std::vector<AttrValue> ConvertAttrs(const OpSchema& op, py::handle attrs) {
   std::vector<AttrValue> out;
   py::tuple t = py::reinterpret_borrow<py::tuple>(attrs);
@@ -110,6 +112,8 @@ std::vector<AttrValue> ConvertAttrs(const OpSchema& op, py::handle attrs) {
   for (size_t i = 0; i < op.attrs.size(); ++i) out.push_back(ConvertAttr(op, op.attrs[i], t[i]));
   return out;
 }
+
+namespace {
 
 bool IsTensor(py::handle h) { return py::isinstance<TensorImpl>(h); }
 
@@ -250,6 +254,18 @@ OpSchema& RequireOp(const std::string& name) {
   return *op;
 }
 
+// Runs `a op b` (`b op a` when reflected) with the default attributes on a's
+// device, and records it.
+py::object DispatchBinary(OpSchema& op, const Tensor& a, const Tensor& b, bool reflected) {
+  std::vector<Tensor> in = reflected ? std::vector<Tensor>{b, a} : std::vector<Tensor>{a, b};
+  std::vector<AttrValue> attrs;
+  attrs.reserve(op.attrs.size());
+  for (const AttrSchema& s : op.attrs) attrs.push_back(s.def);
+  std::vector<Tensor> out = Dispatch(op, in, attrs, a->device());
+  MaybeRecord(op, in, attrs, out);
+  return py::cast(std::move(out[0]));
+}
+
 // Fast path for tensor operators: same dtype and device go straight to the
 // dispatcher; everything else (scalars, promotion) goes to Python.
 py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
@@ -257,12 +273,7 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
   if (AsTensor(b, &bt)) {
     if (bt->dtype() == a->dtype() && SameDevice(bt->device(), a->device()) &&
         (op->inputs[0].dtypes & DG_DTYPE_BIT(a->dtype()))) {
-      std::vector<Tensor> in = reflected ? std::vector<Tensor>{bt, a} : std::vector<Tensor>{a, bt};
-      std::vector<AttrValue> attrs;
-      for (const AttrSchema& s : op->attrs) attrs.push_back(s.def);
-      std::vector<Tensor> out = Dispatch(*op, in, attrs, a->device());
-      MaybeRecord(*op, in, attrs, out);
-      return py::cast(std::move(out[0]));
+      return DispatchBinary(*op, a, bt, reflected);
     }
   }
   // Python scalars: a 0-d tensor of a's dtype, made here, when that is what
@@ -271,7 +282,7 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
   bool is_float = DG_MASK_FLOAT & DG_DTYPE_BIT(t);
   bool is_int = DG_MASK_INT & DG_DTYPE_BIT(t);
   PyObject* o = b.ptr();
-  bool scalar_ok = t != DG_FLOAT16 && t != DG_BFLOAT16 && a->device().type == 0 &&
+  bool scalar_ok = t != DG_FLOAT16 && t != DG_BFLOAT16 && a->device().type == kHost.type &&
                    (op->inputs[0].dtypes & DG_DTYPE_BIT(t)) &&
                    ((PyFloat_CheckExact(o) && is_float) ||
                     (PyLong_CheckExact(o) && (is_float || is_int)));
@@ -301,38 +312,36 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
       py::object st = py::cast(s);
       py::module_::import("dragon_core._graph.function").attr("note_created")(st);
     }
-    std::vector<Tensor> in = reflected ? std::vector<Tensor>{s, a} : std::vector<Tensor>{a, s};
-    std::vector<AttrValue> attrs;
-    for (const AttrSchema& sc : op->attrs) attrs.push_back(sc.def);
-    std::vector<Tensor> out = Dispatch(*op, in, attrs, a->device());
-    MaybeRecord(*op, in, attrs, out);
-    return py::cast(std::move(out[0]));
+    return DispatchBinary(*op, a, s, reflected);
   }
   return Hooks().binary_slow(op->py_name, a, b, reflected);
 }
 
 }  // namespace
 
-std::vector<AttrValue> ConvertAttrsFor(const OpSchema& op, py::handle attrs) {
-  return ConvertAttrs(op, attrs);
-}
-
 GradState& Grad() {
   thread_local GradState state;
   return state;
 }
 
-py::object AttrToPy(const AttrValue& a) {
-  const DgAttrValue& v = a.v;
+py::object AttrToPy(const DgAttrValue& v) {
   if (!v.present) return py::none();
   switch (v.type) {
     case DG_ATTR_INT: return py::int_(v.i);
     case DG_ATTR_FLOAT: return py::float_(v.f);
     case DG_ATTR_BOOL: return py::bool_(v.i != 0);
-    case DG_ATTR_STRING: return py::str(a.s);
+    case DG_ATTR_STRING: return py::str(v.s ? v.s : "");
     case DG_ATTR_DTYPE: return py::str(DTypeName(static_cast<DgDType>(v.i)));
-    case DG_ATTR_INTS: return py::cast(a.ints);
-    case DG_ATTR_FLOATS: return py::cast(a.floats);
+    case DG_ATTR_INTS: {
+      py::list l;
+      for (int64_t i = 0; i < v.count; ++i) l.append(py::int_(v.ints[i]));
+      return std::move(l);
+    }
+    case DG_ATTR_FLOATS: {
+      py::list l;
+      for (int64_t i = 0; i < v.count; ++i) l.append(py::float_(v.floats[i]));
+      return std::move(l);
+    }
   }
   return py::none();
 }
@@ -351,7 +360,7 @@ void MaybeRecord(const OpSchema& op, const std::vector<Tensor>& inputs,
   for (const Tensor& t : inputs) in.append(py::cast(t));
   for (const Tensor& t : outputs) out.append(py::cast(t));
   py::dict attr_dict;
-  for (size_t i = 0; i < attrs.size(); ++i) attr_dict[py::str(op.attrs[i].name)] = AttrToPy(attrs[i]);
+  for (size_t i = 0; i < attrs.size(); ++i) attr_dict[py::str(op.attrs[i].name)] = AttrToPy(attrs[i].v);
   if (trace) Hooks().trace(op.name, in, attr_dict, out);
   if (needed) Hooks().record(op.name, in, attr_dict, out);
 }

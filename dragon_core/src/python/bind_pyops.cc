@@ -10,6 +10,7 @@
 // no-op when the calling thread already holds the GIL (eager calls).
 #include <set>
 
+#include "../core/device.h"
 #include "bindings.h"
 
 namespace dragon {
@@ -30,31 +31,9 @@ std::set<std::string>& PythonOps() {
   return *s;
 }
 
-py::object AttrFromView(const DgAttrValue& v) {
-  if (!v.present) return py::none();
-  switch (v.type) {
-    case DG_ATTR_INT: return py::int_(v.i);
-    case DG_ATTR_FLOAT: return py::float_(v.f);
-    case DG_ATTR_BOOL: return py::bool_(v.i != 0);
-    case DG_ATTR_STRING: return py::str(v.s ? v.s : "");
-    case DG_ATTR_DTYPE: return py::str(DTypeName(static_cast<DgDType>(v.i)));
-    case DG_ATTR_INTS: {
-      py::list l;
-      for (int64_t i = 0; i < v.count; ++i) l.append(py::int_(v.ints[i]));
-      return std::move(l);
-    }
-    case DG_ATTR_FLOATS: {
-      py::list l;
-      for (int64_t i = 0; i < v.count; ++i) l.append(py::float_(v.floats[i]));
-      return std::move(l);
-    }
-  }
-  return py::none();
-}
-
 py::dict Attrs(int32_t n, const DgAttrValue* const* attrs, const char* const* names) {
   py::dict d;
-  for (int32_t i = 0; i < n; ++i) d[py::str(names[i])] = AttrFromView(*attrs[i]);
+  for (int32_t i = 0; i < n; ++i) d[py::str(names[i])] = AttrToPy(*attrs[i]);
   return d;
 }
 
@@ -123,16 +102,16 @@ DgStatus KernelTrampoline(const DgCallFrame* f) {
     for (int32_t i = 0; i < f->num_outputs; ++i) outputs.append(ArrayOf(*f->outputs[i], true));
     // The kernel computes on NumPy arrays: nothing it does is recorded for
     // autograd or traced into a graph.
-    GradState saved = Grad();
-    Grad() = GradState{false, 0, 0};
+    struct NoRecord {  // restores the state on any exit
+      GradState saved = Grad();
+      NoRecord() { Grad() = GradState{false, 0, 0}; }
+      ~NoRecord() { Grad() = saved; }
+    };
     py::object r;
-    try {
+    {
+      NoRecord no_record;
       r = kernel->fn(inputs, outputs, Attrs(f->num_attrs, f->attrs, f->attr_names));
-    } catch (...) {
-      Grad() = saved;
-      throw;
     }
-    Grad() = saved;
     py::object unused;
     return Failed(r, f->host, f->host_ctx, &unused);
   } catch (std::exception& e) {
@@ -219,10 +198,11 @@ void RegisterKernel(const std::string& op_name, const std::string& name, const s
                     py::object fn) {
   OpSchema* op = Registry::Get().FindOp(op_name);
   if (!op) throw CoreError(DG_NOT_FOUND, dg::Str("no op named '", op_name, "' is defined"));
-  if (device != "cpu")
+  const std::string& host = DeviceRegistry::Get().type(kHost.type).name;
+  if (device != host)
     throw CoreError(DG_INVALID_ARGUMENT,
-                    dg::Str(op_name, ": a Python kernel runs on 'cpu' only (it computes on "
-                            "NumPy arrays), not on '", device, "'"));
+                    dg::Str(op_name, ": a Python kernel runs on '", host, "' only (it computes "
+                            "on NumPy arrays), not on '", device, "'"));
   if (dtypes == 0)
     throw CoreError(DG_INVALID_ARGUMENT, dg::Str(op_name, ": kernel '", name, "' has no dtype"));
   for (const KernelEntry* k : Registry::Get().Kernels(op_name)) {

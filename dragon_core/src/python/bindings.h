@@ -41,7 +41,8 @@ GradState& Grad();
 // Records `outputs = op(inputs; attrs)` for autograd when needed.
 void MaybeRecord(const OpSchema& op, const std::vector<Tensor>& inputs,
                  const std::vector<AttrValue>& attrs, const std::vector<Tensor>& outputs);
-py::object AttrToPy(const AttrValue& a);
+// An attribute as Python sees it (None when absent; dtypes by name).
+py::object AttrToPy(const DgAttrValue& v);
 PyHooks& Hooks();
 
 // numpy dtype <-> dtype code.
@@ -55,6 +56,9 @@ py::array ToNumpy(const Tensor& t);
 // Converts a Python argument to a tensor; `like` gives dtype/device for
 // Python scalars. Returns nullptr-free Tensor or throws.
 Tensor ToTensor(py::handle obj, const Tensor* like);
+
+// A tuple of attribute values (schema order) checked and converted for `op`.
+std::vector<AttrValue> ConvertAttrs(const OpSchema& op, py::handle attrs);
 
 }  // namespace dragon
 

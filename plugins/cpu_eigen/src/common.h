@@ -110,6 +110,31 @@ inline std::string ShapeListStr(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The "axis" attribute normalised against the rank of x (input 0);
+// DG_INVALID_ARGUMENT when it is out of range.
+inline int64_t CheckedAxis(const dg::KernelContext& ctx,
+                           const dg::TensorRef& x) {
+  const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
+  DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": axis ", ctx.i("axis"), " out of range for x shape ",
+           ShapeListStr(x.shape()));
+  return axis;
+}
+
+// Throws DG_OUT_OF_RANGE unless -n <= v < n: index v along `axis` (size n)
+// of input 0. Callers check every index before a parallel region starts:
+// no exception may leave one.
+inline void CheckIndex(const dg::KernelContext& ctx, int64_t v, int64_t n,
+                       int64_t axis) {
+  if (v < -n || v >= n) {
+    throw dg::Error(DG_OUT_OF_RANGE,
+                    dg::Str(ctx.op_name(), ": index ", v,
+                            " is out of range for axis ", axis, " with size ",
+                            n, " (x shape ",
+                            ShapeListStr(ctx.input(0).shape()), ")"));
+  }
+}
+
 // Returns fn(t.data<const int32_t>()) or fn(t.data<const int64_t>()) by the
 // dtype of the index tensor t; any other dtype is a DG_INVALID_ARGUMENT
 // error naming the op and `what` (the input's name).

@@ -71,28 +71,42 @@ int64_t Prod(const dg::TensorRef& t, int32_t begin, int32_t end) {
   return n;
 }
 
-void ConcatKernel(dg::KernelContext& ctx) {
-  const dg::TensorRef y = ctx.output(0);
-  const int32_t nd = y.ndim();
+// Concat (join) or Split: `joined` is the output or the input, the parts
+// are the other side, part(i) for i < count; they match `joined` but along
+// the axis, where their sizes add up to its size.
+template <typename PartFn>
+void JoinAlongAxis(const dg::KernelContext& ctx, const dg::TensorRef& joined,
+                   int32_t count, PartFn&& part, bool join) {
+  const char* part_kind = join ? "input" : "output";
+  const char* joined_kind = join ? "output" : "input";
+  const int32_t nd = joined.ndim();
   const int64_t axis = NormAxis(ctx.i("axis"), nd);
   DG_CHECK(axis >= 0 && axis < nd, DG_INVALID_ARGUMENT, ctx.op_name(),
            ": axis ", ctx.i("axis"), " out of range for rank ", nd);
   const int32_t a = static_cast<int32_t>(axis);
-  const int64_t outer = Prod(y, 0, a), inner = Prod(y, a + 1, nd);
-  const int64_t esize = static_cast<int64_t>(dg::DTypeSize(y.dtype()));
+  const int64_t outer = Prod(joined, 0, a), inner = Prod(joined, a + 1, nd);
+  const int64_t esize = static_cast<int64_t>(dg::DTypeSize(joined.dtype()));
   std::vector<Part> parts;
   int64_t sum = 0;
-  for (int32_t i = 0; i < ctx.num_inputs(); ++i) {
-    const dg::TensorRef x = ctx.input(i);
-    DG_CHECK(x.ndim() == nd && x.dtype() == y.dtype(), DG_INTERNAL,
-             ctx.op_name(), ": input ", i, " does not match the output");
-    sum += x.dim(a);
+  for (int32_t i = 0; i < count; ++i) {
+    const dg::TensorRef t = part(i);
+    DG_CHECK(t.ndim() == nd && t.dtype() == joined.dtype(), DG_INTERNAL,
+             ctx.op_name(), ": ", part_kind, " ", i, " does not match the ",
+             joined_kind);
+    sum += t.dim(a);
     parts.push_back(
-        {static_cast<char*>(x.raw_data()), x.dim(a) * inner * esize});
+        {static_cast<char*>(t.raw_data()), t.dim(a) * inner * esize});
   }
-  DG_CHECK(sum == y.dim(a), DG_INTERNAL, ctx.op_name(), ": inputs sum to ", sum,
-           " along axis ", a, ", output has ", y.dim(a));
-  MoveRows(outer, static_cast<char*>(y.raw_data()), parts, true);
+  DG_CHECK(sum == joined.dim(a), DG_INTERNAL, ctx.op_name(), ": ", part_kind,
+           "s sum to ", sum, " along axis ", a, ", ", joined_kind, " has ",
+           joined.dim(a));
+  MoveRows(outer, static_cast<char*>(joined.raw_data()), parts, join);
+}
+
+void ConcatKernel(dg::KernelContext& ctx) {
+  JoinAlongAxis(
+      ctx, ctx.output(0), ctx.num_inputs(),
+      [&](int32_t i) { return ctx.input(i); }, true);
 }
 
 void StackKernel(dg::KernelContext& ctx) {
@@ -119,27 +133,9 @@ void StackKernel(dg::KernelContext& ctx) {
 }
 
 void SplitKernel(dg::KernelContext& ctx) {
-  const dg::TensorRef x = ctx.input(0);
-  const int32_t nd = x.ndim();
-  const int64_t axis = NormAxis(ctx.i("axis"), nd);
-  DG_CHECK(axis >= 0 && axis < nd, DG_INVALID_ARGUMENT, ctx.op_name(),
-           ": axis ", ctx.i("axis"), " out of range for rank ", nd);
-  const int32_t a = static_cast<int32_t>(axis);
-  const int64_t outer = Prod(x, 0, a), inner = Prod(x, a + 1, nd);
-  const int64_t esize = static_cast<int64_t>(dg::DTypeSize(x.dtype()));
-  std::vector<Part> parts;
-  int64_t sum = 0;
-  for (int32_t i = 0; i < ctx.num_outputs(); ++i) {
-    const dg::TensorRef y = ctx.output(i);
-    DG_CHECK(y.ndim() == nd && y.dtype() == x.dtype(), DG_INTERNAL,
-             ctx.op_name(), ": output ", i, " does not match the input");
-    sum += y.dim(a);
-    parts.push_back(
-        {static_cast<char*>(y.raw_data()), y.dim(a) * inner * esize});
-  }
-  DG_CHECK(sum == x.dim(a), DG_INTERNAL, ctx.op_name(), ": outputs sum to ",
-           sum, " along axis ", a, ", input has ", x.dim(a));
-  MoveRows(outer, static_cast<char*>(x.raw_data()), parts, false);
+  JoinAlongAxis(
+      ctx, ctx.input(0), ctx.num_outputs(),
+      [&](int32_t i) { return ctx.output(i); }, false);
 }
 
 DG_KERNEL_MASK("Concat", "cpu", dg::kAll, 0, 0, ConcatKernel);

@@ -23,13 +23,7 @@ void GatherRows(const dg::KernelContext& ctx, const I* idx, int64_t axis,
   const int64_t m = ctx.input(1).numel();
   // Validate everything first: no exception may leave a parallel region.
   for (int64_t i = 0; i < m; ++i) {
-    const int64_t v = static_cast<int64_t>(idx[i]);
-    if (v < -n || v >= n) {
-      throw dg::Error(DG_OUT_OF_RANGE,
-                      dg::Str(ctx.op_name(), ": index ", v,
-                              " is out of range for axis ", axis, " with size ",
-                              n, " (x shape ", ShapeListStr(x.shape()), ")"));
-    }
+    CheckIndex(ctx, static_cast<int64_t>(idx[i]), n, axis);
   }
   int64_t outer = 1, inner = 1;
   for (int32_t k = 0; k < a; ++k) outer *= x.dim(k);
@@ -64,10 +58,7 @@ void GatherRows(const dg::KernelContext& ctx, const I* idx, int64_t axis,
 
 void GatherKernel(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0), indices = ctx.input(1);
-  const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
-  DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
-           ": axis ", ctx.i("axis"), " out of range for x shape ",
-           ShapeListStr(x.shape()));
+  const int64_t axis = CheckedAxis(ctx, x);
   const size_t esize = dg::DTypeSize(x.dtype());
   DispatchIndexType(ctx, indices, "indices", [&](const auto* idx) {
     GatherRows(ctx, idx, axis, esize);

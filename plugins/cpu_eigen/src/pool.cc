@@ -302,6 +302,12 @@ inline double BoxSum(const T* plane, int64_t w, int64_t h0, int64_t h1,
   return sum;
 }
 
+// The box [h0, h1) x [w0, w1) of input cells that output (i, j) averages,
+// and the count it divides by.
+struct Box {
+  int64_t h0, h1, w0, w1, count;
+};
+
 // Divisor of window (i, j) of an average pooling.
 inline int64_t AvgDivisor(const Pool2d& p, int64_t i, int64_t j,
                           bool count_include_pad) {
@@ -314,59 +320,16 @@ inline int64_t AvgDivisor(const Pool2d& p, int64_t i, int64_t j,
   return (h1 - std::max<int64_t>(h0, 0)) * (w1 - std::max<int64_t>(w0, 0));
 }
 
-template <typename T>
-void AvgPool2d(dg::KernelContext& ctx) {
-  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
-  const Pool2d p = ReadPool2d(ctx, xt, yt, true, false);
-  const bool include_pad = ctx.b("count_include_pad");
-  if (yt.numel() == 0) return;
-  const T* x = xt.data<const T>();
-  T* y = yt.data<T>();
-  ForPlanes(p, p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
-    const T* xp = x + q * p.h * p.w;
-    T* yp = y + q * p.oh * p.ow;
-    for (int64_t i = 0; i < p.oh; ++i) {
-      const int64_t h0 = std::max<int64_t>(i * p.sh - p.ph, 0);
-      const int64_t h1 = std::min(i * p.sh - p.ph + p.kh, p.h);
-      for (int64_t j = 0; j < p.ow; ++j) {
-        const int64_t w0 = std::max<int64_t>(j * p.sw - p.pw, 0);
-        const int64_t w1 = std::min(j * p.sw - p.pw + p.kw, p.w);
-        const double div =
-            static_cast<double>(AvgDivisor(p, i, j, include_pad));
-        yp[i * p.ow + j] =
-            static_cast<T>(BoxSum(xp, p.w, h0, h1, w0, w1) / div);
-      }
-    }
-  });
-}
-
-template <typename T>
-void AvgPool2dGrad(dg::KernelContext& ctx) {
-  const dg::TensorRef xt = ctx.input(0), dyt = ctx.input(1);
-  const dg::TensorRef dxt = ctx.output(0);
-  const Pool2d p = ReadPool2d(ctx, xt, dyt, true, false);
-  const bool include_pad = ctx.b("count_include_pad");
-  if (dxt.numel() == 0) return;
-  const T* dy = dyt.data<const T>();
-  T* dx = dxt.data<T>();
-  ForPlanes(p, p.h * p.w + p.oh * p.ow * p.kh * p.kw, [&](int64_t q) {
-    const T* dyp = dy + q * p.oh * p.ow;
-    T* dxp = dx + q * p.h * p.w;
-    std::fill(dxp, dxp + p.h * p.w, T(0));
-    for (int64_t i = 0; i < p.oh; ++i) {
-      const int64_t h0 = std::max<int64_t>(i * p.sh - p.ph, 0);
-      const int64_t h1 = std::min(i * p.sh - p.ph + p.kh, p.h);
-      for (int64_t j = 0; j < p.ow; ++j) {
-        const int64_t w0 = std::max<int64_t>(j * p.sw - p.pw, 0);
-        const int64_t w1 = std::min(j * p.sw - p.pw + p.kw, p.w);
-        const T g = dyp[i * p.ow + j] /
-                    static_cast<T>(AvgDivisor(p, i, j, include_pad));
-        for (int64_t a = h0; a < h1; ++a) {
-          for (int64_t b = w0; b < w1; ++b) dxp[a * p.w + b] += g;
-        }
-      }
-    }
-  });
+// Box of window (i, j) of an average pooling.
+inline Box AvgBox(const Pool2d& p, int64_t i, int64_t j,
+                  bool count_include_pad) {
+  Box b;
+  b.h0 = std::max<int64_t>(i * p.sh - p.ph, 0);
+  b.h1 = std::min(i * p.sh - p.ph + p.kh, p.h);
+  b.w0 = std::max<int64_t>(j * p.sw - p.pw, 0);
+  b.w1 = std::min(j * p.sw - p.pw + p.kw, p.w);
+  b.count = AvgDivisor(p, i, j, count_include_pad);
+  return b;
 }
 
 // Bin [start, end) of output cell i out of `out` over an axis of `len`.
@@ -377,51 +340,97 @@ inline int64_t BinEnd(int64_t i, int64_t len, int64_t out) {
   return ((i + 1) * len + out - 1) / out;
 }
 
-template <typename T>
-void AdaptiveAvgPool2d(dg::KernelContext& ctx) {
-  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
-  const Pool2d p = ReadPool2d(ctx, xt, yt, false, false);
+// Box of output (i, j) of an adaptive average pooling.
+inline Box AdaptiveBox(const Pool2d& p, int64_t i, int64_t j) {
+  Box b;
+  b.h0 = BinStart(i, p.h, p.oh);
+  b.h1 = BinEnd(i, p.h, p.oh);
+  b.w0 = BinStart(j, p.w, p.ow);
+  b.w1 = BinEnd(j, p.w, p.ow);
+  b.count = (b.h1 - b.h0) * (b.w1 - b.w0);
+  return b;
+}
+
+// y (i, j) = mean of box(i, j) of x, for every plane.
+template <typename T, typename BoxFn>
+void BoxMean(const dg::TensorRef& xt, const dg::TensorRef& yt,
+             const Pool2d& p, int64_t cost_per_plane, BoxFn&& box) {
   if (yt.numel() == 0) return;
   const T* x = xt.data<const T>();
   T* y = yt.data<T>();
-  ForPlanes(p, p.h * p.w + p.oh * p.ow, [&](int64_t q) {
+  ForPlanes(p, cost_per_plane, [&](int64_t q) {
     const T* xp = x + q * p.h * p.w;
     T* yp = y + q * p.oh * p.ow;
     for (int64_t i = 0; i < p.oh; ++i) {
-      const int64_t h0 = BinStart(i, p.h, p.oh), h1 = BinEnd(i, p.h, p.oh);
       for (int64_t j = 0; j < p.ow; ++j) {
-        const int64_t w0 = BinStart(j, p.w, p.ow), w1 = BinEnd(j, p.w, p.ow);
-        const double div = static_cast<double>((h1 - h0) * (w1 - w0));
-        yp[i * p.ow + j] =
-            static_cast<T>(BoxSum(xp, p.w, h0, h1, w0, w1) / div);
+        const Box b = box(i, j);
+        yp[i * p.ow + j] = static_cast<T>(
+            BoxSum(xp, p.w, b.h0, b.h1, b.w0, b.w1) /
+            static_cast<double>(b.count));
+      }
+    }
+  });
+}
+
+// The gradient of BoxMean: dy (i, j) / count is added to every cell of
+// box(i, j), in row-major output order.
+template <typename T, typename BoxFn>
+void BoxMeanGrad(const dg::TensorRef& dyt, const dg::TensorRef& dxt,
+                 const Pool2d& p, int64_t cost_per_plane, BoxFn&& box) {
+  if (dxt.numel() == 0) return;
+  const T* dy = dyt.data<const T>();
+  T* dx = dxt.data<T>();
+  ForPlanes(p, cost_per_plane, [&](int64_t q) {
+    const T* dyp = dy + q * p.oh * p.ow;
+    T* dxp = dx + q * p.h * p.w;
+    std::fill(dxp, dxp + p.h * p.w, T(0));
+    for (int64_t i = 0; i < p.oh; ++i) {
+      for (int64_t j = 0; j < p.ow; ++j) {
+        const Box b = box(i, j);
+        const T g = dyp[i * p.ow + j] / static_cast<T>(b.count);
+        for (int64_t a = b.h0; a < b.h1; ++a) {
+          for (int64_t c = b.w0; c < b.w1; ++c) dxp[a * p.w + c] += g;
+        }
       }
     }
   });
 }
 
 template <typename T>
+void AvgPool2d(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, yt, true, false);
+  const bool include_pad = ctx.b("count_include_pad");
+  BoxMean<T>(xt, yt, p, p.oh * p.ow * p.kh * p.kw, [&](int64_t i, int64_t j) {
+    return AvgBox(p, i, j, include_pad);
+  });
+}
+
+template <typename T>
+void AvgPool2dGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), dyt = ctx.input(1);
+  const Pool2d p = ReadPool2d(ctx, xt, dyt, true, false);
+  const bool include_pad = ctx.b("count_include_pad");
+  BoxMeanGrad<T>(dyt, ctx.output(0), p, p.h * p.w + p.oh * p.ow * p.kh * p.kw,
+                 [&](int64_t i, int64_t j) {
+                   return AvgBox(p, i, j, include_pad);
+                 });
+}
+
+template <typename T>
+void AdaptiveAvgPool2d(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+  const Pool2d p = ReadPool2d(ctx, xt, yt, false, false);
+  BoxMean<T>(xt, yt, p, p.h * p.w + p.oh * p.ow,
+             [&](int64_t i, int64_t j) { return AdaptiveBox(p, i, j); });
+}
+
+template <typename T>
 void AdaptiveAvgPool2dGrad(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0), dyt = ctx.input(1);
-  const dg::TensorRef dxt = ctx.output(0);
   const Pool2d p = ReadPool2d(ctx, xt, dyt, false, false);
-  if (dxt.numel() == 0) return;
-  const T* dy = dyt.data<const T>();
-  T* dx = dxt.data<T>();
-  ForPlanes(p, 2 * p.h * p.w + p.oh * p.ow, [&](int64_t q) {
-    const T* dyp = dy + q * p.oh * p.ow;
-    T* dxp = dx + q * p.h * p.w;
-    std::fill(dxp, dxp + p.h * p.w, T(0));
-    for (int64_t i = 0; i < p.oh; ++i) {
-      const int64_t h0 = BinStart(i, p.h, p.oh), h1 = BinEnd(i, p.h, p.oh);
-      for (int64_t j = 0; j < p.ow; ++j) {
-        const int64_t w0 = BinStart(j, p.w, p.ow), w1 = BinEnd(j, p.w, p.ow);
-        const T g = dyp[i * p.ow + j] / static_cast<T>((h1 - h0) * (w1 - w0));
-        for (int64_t a = h0; a < h1; ++a) {
-          for (int64_t b = w0; b < w1; ++b) dxp[a * p.w + b] += g;
-        }
-      }
-    }
-  });
+  BoxMeanGrad<T>(dyt, ctx.output(0), p, 2 * p.h * p.w + p.oh * p.ow,
+                 [&](int64_t i, int64_t j) { return AdaptiveBox(p, i, j); });
 }
 
 }  // namespace

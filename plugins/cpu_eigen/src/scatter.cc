@@ -43,13 +43,7 @@ std::vector<int64_t> CheckedIndices(const dg::KernelContext& ctx, const I* idx,
   std::vector<int64_t> out(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) {
     const int64_t v = static_cast<int64_t>(idx[i]);
-    if (v < -n || v >= n) {
-      throw dg::Error(DG_OUT_OF_RANGE,
-                      dg::Str(ctx.op_name(), ": index ", v,
-                              " is out of range for axis ", axis, " with size ",
-                              n, " (x shape ", ShapeListStr(ctx.input(0).shape()),
-                              ")"));
-    }
+    CheckIndex(ctx, v, n, axis);
     out[static_cast<size_t>(i)] = v < 0 ? v + n : v;
   }
   return out;
@@ -59,10 +53,7 @@ template <typename T>
 void ScatterAddKernel(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0), indices = ctx.input(1),
                       updates = ctx.input(2), y = ctx.output(0);
-  const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
-  DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
-           ": axis ", ctx.i("axis"), " out of range for x shape ",
-           ShapeListStr(x.shape()));
+  const int64_t axis = CheckedAxis(ctx, x);
   const int32_t a = static_cast<int32_t>(axis);
   const int64_t n = x.dim(a), m = indices.numel();
   const std::vector<int64_t> idx =

@@ -14,7 +14,7 @@ export CCACHE_MAXSIZE ?= 2G
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps install install-sdk install-core install-cpu-eigen demo test bench clean
+.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops demo test bench clean
 
 all: install
 
@@ -35,14 +35,23 @@ install-core: install-sdk
 install-cpu-eigen: install-sdk
 	$(PIPI) -Cbuild-dir=build/cpu_eigen ./plugins/cpu_eigen
 
-install: install-core install-cpu-eigen
+install-mkldnn: install-sdk
+	$(PIPI) -Cbuild-dir=build/mkldnn ./plugins/mkldnn
+
+# CUDA kernels are compiled when nvcc is on PATH (see plugins/vision_ops).
+install-vision-ops: install-sdk
+	$(PIPI) -Cbuild-dir=build/vision_ops \
+	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
+	  ./plugins/vision_ops
+
+install: install-core install-cpu-eigen install-mkldnn install-vision-ops
 
 demo: install
 	$(VPY) examples/demo.py
 	$(VPY) examples/train_digits.py
 
 test: install
-	$(VPY) -m pytest tests -q -p no:cacheprovider -n 2
+	$(VPY) -m pytest tests plugins/mkldnn/tests plugins/vision_ops/tests -q -p no:cacheprovider -n 2
 
 bench: install
 	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0

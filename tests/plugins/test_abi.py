@@ -155,9 +155,31 @@ def _needed(path: Path) -> list[str]:
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
+def _symbols_of_needed_libraries(path: Path) -> set[str]:
+    """Dynamic symbols defined by the libraries ``path`` declares NEEDED and
+    the loader resolves (e.g. oneDNN for mkldnn), never the core's."""
+    out = subprocess.run(["ldd", str(path)], capture_output=True, text=True,
+                         check=False).stdout
+    names = set(_needed(path))
+    defined = set()
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) => (/\S+)", line)
+        if not m or m.group(1) not in names or FORBIDDEN_NEEDED.search(m.group(1)):
+            continue
+        nm = subprocess.run(["nm", "-D", "--defined-only", m.group(2)],
+                            capture_output=True, text=True, check=False).stdout
+        defined.update(line.split()[-1].split("@")[0]
+                       for line in nm.splitlines() if line.strip())
+    return defined
+
+
 def audit(path: Path) -> list[str]:
-    """Everything wrong with a plugin library's dynamic symbol tables."""
+    """Everything wrong with a plugin library's dynamic symbol tables.
+
+    An unversioned import must be defined by a library the plugin declares
+    (NEEDED, e.g. libdnnl.so.3): then it cannot silently bind to the core."""
     problems = []
+    third_party = None
     nm_def = subprocess.run(["nm", "-D", "--defined-only", str(path)],
                             capture_output=True, text=True, check=True).stdout
     exported = sorted(line.split()[-1] for line in nm_def.splitlines()
@@ -183,6 +205,10 @@ def audit(path: Path) -> list[str]:
                 problems.append(f"imports {s['name']}@{s['version']} from a "
                                 "library outside the C/C++ runtime")
         elif s["name"] not in ALLOWED_UNVERSIONED:
+            if third_party is None:
+                third_party = _symbols_of_needed_libraries(path)
+            if s["name"] in third_party:
+                continue
             problems.append(f"imports unversioned {s['name']} (resolved from "
                             "whatever is loaded: maybe the core)")
     for lib in _needed(path):

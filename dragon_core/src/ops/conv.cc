@@ -126,6 +126,18 @@ void Conv2dShape(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), {x[0], w[0], ho, wo});
 }
 
+// The activations a fused op may apply after its bias.
+void CheckActivation(const dg::InferContext& ctx) {
+  const std::string act = ctx.s("activation");
+  DG_CHECK(act == "none" || act == "relu", DG_INVALID_ARGUMENT,
+           "activation must be 'none' or 'relu', got '", act, "'");
+}
+
+void Conv2dBiasActShape(dg::InferContext& ctx) {
+  CheckActivation(ctx);
+  Conv2dShape(ctx);
+}
+
 void ConvTranspose2dShape(dg::InferContext& ctx) {
   const Shape x = ctx.input(0).shape(), w = ctx.input(1).shape();
   CheckRank4(x, "input x", "[N, C, H, W]");
@@ -222,6 +234,23 @@ DG_OP(Conv2d)
     .Attr("groups", int64_t{1}, kGroupsDoc)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(Conv2dShape);
+
+DG_OP(Conv2dBiasAct)
+    .Doc("Fused Conv2d + bias + activation: y = act(conv2d(x, w) + b). "
+         "The fusion pass (graph mode) writes it in place of Conv2d -> "
+         "(Add of a per-channel bias) -> Relu when a kernel for it is "
+         "registered on the graph's device; it is never needed eagerly.")
+    .Input("x", dg::kFloat, 0, "Input [N, C, H, W].")
+    .Input("w", dg::kFloat, 0, "Filter [O, C / groups, kh, kw].")
+    .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
+    .Output("y", dg::kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
+    .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
+    .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
+    .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
+    .Attr("groups", int64_t{1}, kGroupsDoc)
+    .Attr("activation", "relu", "Applied after the bias: 'none' or 'relu'.")
+    .Flags(DG_OP_SAME_DTYPE)
+    .Shape(Conv2dBiasActShape);
 
 DG_OP(ConvTranspose2d)
     .Doc("Transposed 2-D convolution in NCHW layout (the adjoint of Conv2d "

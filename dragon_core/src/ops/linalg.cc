@@ -18,7 +18,8 @@ std::string TransposeNote(bool ta, bool tb) {
   return "";
 }
 
-void MatMulShape(dg::InferContext& ctx) {
+// The product's shape (checks the operands).
+Shape MatMulOutShape(const dg::InferContext& ctx) {
   const Shape a0 = ctx.input(0).shape(), b0 = ctx.input(1).shape();
   DG_CHECK(!a0.empty() && !b0.empty(), DG_INVALID_ARGUMENT,
            "operands must have at least one dimension, got a ", ShapeStr(a0),
@@ -52,7 +53,27 @@ void MatMulShape(dg::InferContext& ctx) {
   }
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
-  ctx.set_output(0, ctx.input(0).dtype(), out);
+  return out;
+}
+
+void MatMulShape(dg::InferContext& ctx) {
+  ctx.set_output(0, ctx.input(0).dtype(), MatMulOutShape(ctx));
+}
+
+// MatMul's shape, then the optional bias (input 2) against the last axis.
+void MatMulBiasActShape(dg::InferContext& ctx) {
+  const std::string act = ctx.s("activation");
+  DG_CHECK(act == "none" || act == "relu", DG_INVALID_ARGUMENT,
+           "activation must be 'none' or 'relu', got '", act, "'");
+  const Shape y = MatMulOutShape(ctx);
+  if (ctx.num_inputs() >= 3) {
+    const Shape bias = ctx.input(2).shape();
+    DG_CHECK(!y.empty() && bias.size() == 1 && bias[0] == y.back(),
+             DG_INVALID_ARGUMENT, "bias must have shape [",
+             y.empty() ? 0 : y.back(), "] (the product's last axis), got ",
+             ShapeStr(bias), " for a product of shape ", ShapeStr(y));
+  }
+  ctx.set_output(0, ctx.input(0).dtype(), y);
 }
 
 }  // namespace
@@ -71,6 +92,25 @@ DG_OP(MatMul)
           "Swap the last two axes of b first (ignored when b is 1-D).")
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(MatMulShape);
+
+DG_OP(MatMulBiasAct)
+    .PyName("matmul_bias_act")
+    .Doc("Fused MatMul + bias + activation: y = act(matmul(a, b) + bias), "
+         "the bias broadcast along the product's last axis. The fusion pass "
+         "(graph mode) writes it in place of MatMul -> Add -> Relu when a "
+         "kernel for it is registered on the graph's device.")
+    .Input("a", dg::kFloat, 0, "Left operand, rank >= 1.")
+    .Input("b", dg::kFloat, 0, "Right operand, rank >= 1, same dtype as a.")
+    .Input("bias", dg::kFloat, DG_ARG_OPTIONAL,
+           "Optional bias, [n] for a product [..., n].")
+    .Output("y", dg::kFloat, 0, "act(a @ b + bias), same dtype as a.")
+    .Attr("transpose_a", false,
+          "Swap the last two axes of a first (ignored when a is 1-D).")
+    .Attr("transpose_b", false,
+          "Swap the last two axes of b first (ignored when b is 1-D).")
+    .Attr("activation", "relu", "Applied after the bias: 'none' or 'relu'.")
+    .Flags(DG_OP_SAME_DTYPE)
+    .Shape(MatMulBiasActShape);
 
 }  // namespace ops
 }  // namespace dragon

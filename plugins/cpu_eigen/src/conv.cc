@@ -308,8 +308,10 @@ BlockPlan PlanBlocks(const Geom& g) {
 // Conv2d: per block of nb images, col [K, nb * P] holds the columns of
 // the images side by side, one GEMM gives out [O/groups, nb * P], which
 // is scattered into NCHW (adding the bias on the way).
+// Conv2d, and Conv2dBiasAct when relu is set (the activation is applied to
+// each block of images right after it is computed, while it is in cache).
 template <typename T>
-void Conv2d(dg::KernelContext& ctx) {
+void Conv2dImpl(dg::KernelContext& ctx, bool relu) {
   const dg::TensorRef x = ctx.input(0), w = ctx.input(1), y = ctx.output(0);
   const Geom g = MakeGeom(ctx, x, y, w.shape());
   if (y.numel() == 0) return;
@@ -358,7 +360,22 @@ void Conv2d(dg::KernelContext& ctx) {
       }
     }
     if (bd && nb == 1) AddBias(bd, g.o, p, yd + n0 * g.window());
+    if (relu) {
+      Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> v(
+          yd + n0 * g.window(), cnt * g.window());
+      v = v.max(T(0));
+    }
   });
+}
+
+template <typename T>
+void Conv2d(dg::KernelContext& ctx) {
+  Conv2dImpl<T>(ctx, false);
+}
+
+template <typename T>
+void Conv2dBiasAct(dg::KernelContext& ctx) {
+  Conv2dImpl<T>(ctx, ctx.s("activation") == "relu");
 }
 
 // ConvTranspose2d (x is the window side, y the image side of the
@@ -498,6 +515,7 @@ void Conv2dBackpropFilter(dg::KernelContext& ctx) {
 }  // namespace
 
 DG_KERNEL("Conv2d", "cpu", Conv2d, float, double);
+DG_KERNEL("Conv2dBiasAct", "cpu", Conv2dBiasAct, float, double);
 DG_KERNEL("ConvTranspose2d", "cpu", ConvTranspose2d, float, double);
 DG_KERNEL("Conv2dBackpropFilter", "cpu", Conv2dBackpropFilter, float, double);
 

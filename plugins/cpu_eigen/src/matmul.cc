@@ -212,9 +212,45 @@ void MatMul(dg::KernelContext& ctx) {
   RunGemm(ctx, call);
 }
 
+// MatMul, then y = act(y + bias) row by row (the bias along the last axis).
+template <typename T>
+void MatMulBiasAct(dg::KernelContext& ctx) {
+  MatMul<T>(ctx);
+  const dg::TensorRef yt = ctx.output(0);
+  const bool relu = ctx.s("activation") == "relu";
+  const bool has_bias = ctx.num_inputs() > 2;
+  if (yt.numel() == 0 || (!relu && !has_bias)) return;
+  const int64_t cols = has_bias ? ctx.input(2).numel() : yt.numel();
+  const int64_t rows = yt.numel() / cols;
+  const T* bias = has_bias ? ctx.input(2).data<const T>() : nullptr;
+  // Inputs may be strided views: gather a strided bias first.
+  if (bias && cols > 1 && ctx.input(2).strides()[0] != 1) {
+    const int64_t stride = ctx.input(2).strides()[0];
+    T* packed = ctx.workspace<T>(cols);
+    for (int64_t c = 0; c < cols; ++c) packed[c] = bias[c * stride];
+    bias = packed;
+  }
+  T* y = yt.data<T>();
+  ParallelFor(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* row = y + r * cols;
+      if (bias && relu) {
+        for (int64_t c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], T(0));
+      } else if (bias) {
+        for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+      } else {
+        for (int64_t c = 0; c < cols; ++c) row[c] = std::max(row[c], T(0));
+      }
+    }
+  }, cols);
+}
+
 }  // namespace
 
 DG_KERNEL_EX("MatMul", "cpu", 0, DG_KERNEL_STRIDED_INPUTS, MatMul, float,
              double);
+// The bias input arrives contiguous too (strided inputs are accepted).
+DG_KERNEL_EX("MatMulBiasAct", "cpu", 0, DG_KERNEL_STRIDED_INPUTS,
+             MatMulBiasAct, float, double);
 
 }  // namespace cpu_eigen

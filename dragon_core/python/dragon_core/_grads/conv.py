@@ -91,3 +91,21 @@ def _conv2d_backprop_filter(node, g):
     x, dy = node.inputs
     geo = _geometry(node)
     return [_input_grad(dy, g, x.shape, geo), ops().conv2d(x, g, **geo)]
+
+
+@gradient("Conv2dBiasAct")
+def _conv2d_bias_act(node, dy):
+    # The node keeps no outputs, so the activation's mask is recomputed from
+    # the pre-activation conv2d(x, w) + b. The fusion pass writes this op
+    # into graphs whose backward is already built, so the cost is paid only
+    # when the fused op is differentiated directly.
+    x, w = node.inputs[0], node.inputs[1]
+    geo = _geometry(node)
+    if node.attrs["activation"] == "relu":
+        z = ops().conv2d(*node.inputs, **geo)
+        zero = ops().fill([], 0.0, dy.dtype, device=str(dy.device))
+        dy = ops().where(z > 0, dy, zero)
+    dx = _input_grad(dy, w, x.shape, geo) if needs_grad(node, 0) else None
+    dw = ops().conv2d_backprop_filter(x, dy, list(w.shape), **geo) \
+        if needs_grad(node, 1) else None
+    return [dx, dw] + _bias_grad(node, dy)

@@ -19,8 +19,13 @@ def _mm(x, tx: bool, y, ty: bool):
 
 @gradient("MatMul")
 def _matmul(node, dy):
+    return _matmul_grads(node, dy)
+
+
+def _matmul_grads(node, dy):
+    """[da, db] of matmul(a, b) (the node's first two inputs) for dy."""
     o = ops()
-    a, b = node.inputs
+    a, b = node.inputs[0], node.inputs[1]
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     # Transpose flags are ignored for 1-D operands.
     ta = bool(node.attrs.get("transpose_a")) and not a_vec
@@ -52,3 +57,23 @@ def _matmul(node, dy):
         if b_vec:
             db = o.reshape(db, list(b.shape))
     return [da, db]
+
+
+@gradient("MatMulBiasAct")
+def _matmul_bias_act(node, dy):
+    # As Conv2dBiasAct: the activation's mask is recomputed from the
+    # pre-activation product (the node keeps no outputs).
+    o = ops()
+    flags = {"transpose_a": bool(node.attrs.get("transpose_a")),
+             "transpose_b": bool(node.attrs.get("transpose_b"))}
+    if node.attrs["activation"] == "relu":
+        z = o.matmul(node.inputs[0], node.inputs[1], **flags)
+        if len(node.inputs) > 2:
+            z = z + node.inputs[2]
+        zero = o.fill([], 0.0, dy.dtype, device=str(dy.device))
+        dy = o.where(z > 0, dy, zero)
+    grads = _matmul_grads(node, dy)
+    if len(node.inputs) > 2:
+        grads.append(unbroadcast(dy, node.inputs[2].shape)
+                     if needs_grad(node, 2) else None)
+    return grads

@@ -1,0 +1,3 @@
+"""Placeholder: filled in by its op family."""
+
+__all__ = []

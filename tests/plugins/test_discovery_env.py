@@ -84,7 +84,10 @@ _real_entry_points = _md.entry_points
 def _entry_points(**kw):
     eps = _real_entry_points(**kw)
     if kw.get("group") == "dragon_core.plugins":
-        return _md.EntryPoints([e for e in eps if e.name != "cpu_eigen"])
+        # Every installed backend of this repository goes, not only
+        # cpu_eigen (mkldnn and vision_ops provide no Add either).
+        return _md.EntryPoints([e for e in eps if e.name not in
+                                ("cpu_eigen", "mkldnn", "vision_ops")])
     return eps
 _md.entry_points = _entry_points
 """

@@ -215,6 +215,18 @@ constexpr const char* kGroupsDoc =
     "Channel groups: input and output channels are split into this many "
     "groups, each convolved separately (groups = C: depthwise).";
 
+// The inputs, output and geometry attributes of Conv2d and Conv2dBiasAct.
+void Conv2dSignature(dg::OpSchema& op) {
+  op.Input("x", dg::kFloat, 0, "Input [N, C, H, W].")
+      .Input("w", dg::kFloat, 0, "Filter [O, C / groups, kh, kw].")
+      .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
+      .Output("y", dg::kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
+      .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
+      .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
+      .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
+      .Attr("groups", int64_t{1}, kGroupsDoc);
+}
+
 }  // namespace
 
 DG_OP(Conv2d)
@@ -224,14 +236,7 @@ DG_OP(Conv2d)
          "and taps outside the input read zeros. Output size per axis: "
          "floor((H + pad_begin + pad_end - dilation * (k - 1) - 1) / stride) "
          "+ 1.")
-    .Input("x", dg::kFloat, 0, "Input [N, C, H, W].")
-    .Input("w", dg::kFloat, 0, "Filter [O, C / groups, kh, kw].")
-    .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-    .Output("y", dg::kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
-    .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
-    .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
-    .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
-    .Attr("groups", int64_t{1}, kGroupsDoc)
+    .Apply(Conv2dSignature)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(Conv2dShape);
 
@@ -240,14 +245,7 @@ DG_OP(Conv2dBiasAct)
          "The fusion pass (graph mode) writes it in place of Conv2d -> "
          "(Add of a per-channel bias) -> Relu when a kernel for it is "
          "registered on the graph's device; it is never needed eagerly.")
-    .Input("x", dg::kFloat, 0, "Input [N, C, H, W].")
-    .Input("w", dg::kFloat, 0, "Filter [O, C / groups, kh, kw].")
-    .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-    .Output("y", dg::kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
-    .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
-    .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
-    .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
-    .Attr("groups", int64_t{1}, kGroupsDoc)
+    .Apply(Conv2dSignature)
     .Attr("activation", "relu", "Applied after the bias: 'none' or 'relu'.")
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(Conv2dBiasActShape);

@@ -76,6 +76,14 @@ void MatMulBiasActShape(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), y);
 }
 
+// The operand flags of MatMul and MatMulBiasAct.
+void TransposeAttrs(dg::OpSchema& op) {
+  op.Attr("transpose_a", false,
+          "Swap the last two axes of a first (ignored when a is 1-D).")
+      .Attr("transpose_b", false,
+            "Swap the last two axes of b first (ignored when b is 1-D).");
+}
+
 }  // namespace
 
 DG_OP(MatMul)
@@ -86,10 +94,7 @@ DG_OP(MatMul)
     .Input("a", dg::kFloat, 0, "Left operand, rank >= 1.")
     .Input("b", dg::kFloat, 0, "Right operand, rank >= 1, same dtype as a.")
     .Output("y", dg::kFloat, 0, "Product, same dtype as a.")
-    .Attr("transpose_a", false,
-          "Swap the last two axes of a first (ignored when a is 1-D).")
-    .Attr("transpose_b", false,
-          "Swap the last two axes of b first (ignored when b is 1-D).")
+    .Apply(TransposeAttrs)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(MatMulShape);
 
@@ -104,10 +109,7 @@ DG_OP(MatMulBiasAct)
     .Input("bias", dg::kFloat, DG_ARG_OPTIONAL,
            "Optional bias, [n] for a product [..., n].")
     .Output("y", dg::kFloat, 0, "act(a @ b + bias), same dtype as a.")
-    .Attr("transpose_a", false,
-          "Swap the last two axes of a first (ignored when a is 1-D).")
-    .Attr("transpose_b", false,
-          "Swap the last two axes of b first (ignored when b is 1-D).")
+    .Apply(TransposeAttrs)
     .Attr("activation", "relu", "Applied after the bias: 'none' or 'relu'.")
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(MatMulBiasActShape);

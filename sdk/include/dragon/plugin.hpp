@@ -372,6 +372,13 @@ class OpSchema {
     return AddAttr(std::move(name), type, DG_ATTR_OPTIONAL, doc);
   }
   OpSchema& Flags(uint32_t f) { flags_ |= f; return *this; }
+  // Calls fn(*this): lets ops that share inputs and attributes (an op and
+  // its fused variant) declare them in one function.
+  template <typename Fn>
+  OpSchema& Apply(Fn&& fn) {
+    fn(*this);
+    return *this;
+  }
   OpSchema& DispatchInput(int32_t i) { dispatch_input_ = i; return *this; }
   OpSchema& Inplace(uint32_t input_mask) { inplace_ = input_mask; return *this; }
   OpSchema& Shape(InferFunc f) { infer_ = f; return *this; }

@@ -9,9 +9,7 @@ import pytest
 from dragon_sdk.testing import check_bad_inputs
 from dragon_sdk.testing.badinputs import variants
 
-# The core's argument conversion rejects None with a TypeError that does not
-# name the op (reported upstream); acknowledged here so the rest is checked.
-KNOWN = ["input * as None"]
+KNOWN: list = []   # variants every op is allowed to skip: none
 
 
 def _r(*shape):
@@ -61,7 +59,20 @@ def test_a_crash_fails_with_the_op_and_variant_named(dg, crashy):
     assert "unknown attr" not in text
 
 
-def test_an_unnamed_error_fails(dg):
-    with pytest.raises(AssertionError,
-                       match="input 0 as None: the error does not name the op"):
-        check_bad_inputs("Relu", [_r(3)])
+def test_an_unnamed_error_fails():
+    """The child judges each error with classify_error: one that names
+    neither the op nor its Python name fails the check."""
+    from dragon_sdk.testing.badinputs import classify_error
+    bad = classify_error(TypeError("unsupported operand"), ["relu"])
+    assert not bad["ok"] and bad["why"] == "the error does not name the op"
+    good = classify_error(ValueError("Relu: input 'x' is None"), ["relu"])
+    assert good["ok"], good
+
+
+def test_none_inputs_are_named_errors(dg):
+    """None for a required input: an ArgumentTypeError (a TypeError) naming
+    the op and the input, checked by the kit's None variants."""
+    report = check_bad_inputs("Relu", [_r(3)])
+    assert report["input 0 as None"].startswith("ArgumentTypeError: Relu"), report
+    with pytest.raises(TypeError, match=r"Conv2d: input 'w' \(position 1\) is None"):
+        dg.ops.conv2d(dg.tensor(_r(1, 1, 3, 3)), None)

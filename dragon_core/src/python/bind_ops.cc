@@ -165,8 +165,31 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   // tensor (Where(cond, x, 0.0): 0.0 becomes x's dtype, not bool).
   size_t d = static_cast<size_t>(op.dispatch_input);
   if (d < out.size() && out[d]) like = &out[d];
-  for (size_t i = 0; i < flat.size(); ++i)
-    if (!out[i]) out[i] = ToTensor(flat[i], like);
+  for (size_t i = 0; i < flat.size(); ++i) {
+    if (out[i]) continue;
+    // The schema's name of flat input i (a variadic input's items share one).
+    const size_t arg = std::min(i, op.inputs.size() - 1);
+    const std::string name = op.inputs.empty() ? std::to_string(i) : op.inputs[arg].name;
+    auto fail = [&](const std::string& why) {
+      CoreError e(DG_INVALID_ARGUMENT,
+                  dg::Str(op.name, ": input '", name, "' (position ", i, ") ", why),
+                  ErrorKind::kType);
+      e.op = op.name;
+      throw e;
+    };
+    if (flat[i].is_none()) {
+      fail(arg < op.inputs.size() && (op.inputs[arg].flags & DG_ARG_OPTIONAL)
+               ? "is None: an optional input may be omitted only when no later input is given"
+               : "is None, but the op requires a tensor");
+    }
+    try {
+      out[i] = ToTensor(flat[i], like);
+    } catch (py::error_already_set& err) {
+      if (!err.matches(PyExc_TypeError) && !err.matches(PyExc_ValueError)) throw;
+      fail(dg::Str("cannot be made a tensor from ", py::str(py::type::of(flat[i])).cast<std::string>(),
+                   ": ", py::str(err.value()).cast<std::string>()));
+    }
+  }
   return out;
 }
 

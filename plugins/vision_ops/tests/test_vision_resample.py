@@ -435,10 +435,7 @@ def test_interpolate_bad_shapes():
                                 dg.tensor(np.ones((1, 1, 4, 4))), size=[4, 5])
 
 
-# The core's argument conversion rejects None with a TypeError that does not
-# name the op (a core issue, acknowledged the same way in
-# tests/sdk_kit/test_bad_inputs.py); every other variant is checked.
-KNOWN = ["input * as None"]
+KNOWN: list = []   # every variant is checked, None inputs included
 
 
 def _variant(report, prefix):

@@ -123,6 +123,17 @@ def variants(valid_inputs: Sequence[Any], attrs: dict,
     return out
 
 
+def classify_error(e: BaseException, names: Sequence[str]) -> dict:
+    """How a bad input's error is judged: it passes when it names the op
+    (its ``op`` attribute or its text mentions one of ``names``, lower-case
+    op and Python names)."""
+    text = str(e)
+    named = (getattr(e, "op", "") or "").lower() in names or any(
+        n in text.lower() for n in names)
+    return {"ok": named, "error": type(e).__name__ + ": " + text,
+            "why": "" if named else "the error does not name the op"}
+
+
 # -------------------------------------------------------------- the child
 
 _CHILD = r"""
@@ -131,6 +142,7 @@ warnings.simplefilter("ignore")
 import numpy as np
 import dragon_core as dg
 from dragon_core.errors import DragonError
+from dragon_sdk.testing.badinputs import classify_error
 from dragon_sdk.testing.opcase import op_function, to_tensor
 
 with open(sys.argv[1], "rb") as f:
@@ -156,11 +168,7 @@ for k in range(start, len(job["variants"])):
             if hasattr(o, "numpy"):
                 o.numpy()  # make sure the result is readable
     except (DragonError, TypeError, ValueError) as e:
-        text = str(e)
-        named = (getattr(e, "op", "") or "").lower() in names or any(
-            n in text.lower() for n in names)
-        rec = {"k": k, "ok": named, "error": type(e).__name__ + ": " + text,
-               "why": "" if named else "the error does not name the op"}
+        rec = {"k": k, **classify_error(e, names)}
     except BaseException as e:
         rec = {"k": k, "ok": False,
                "error": type(e).__name__ + ": " + str(e),

@@ -160,3 +160,12 @@ def _grid_sample_grad(node, dy):
                                                  **_attrs(node, _GRID_ATTRS))
     return [dx if needs_grad(node, 0) else None,
             dgrid if needs_grad(node, 1) else None]
+
+
+@gradient("GridSampleGrad")
+def _grid_sample_second_order(node, *dys):
+    """Second-order gradients of GridSample are not provided: say so rather
+    than return a wrong (zero) result."""
+    raise NotImplementedError(
+        "GridSampleGrad: second-order gradients of GridSample are not "
+        "implemented (grid_sample is differentiable once)")

@@ -21,16 +21,9 @@
 #include <vector>
 
 #include "common.h"
+#include "roi.h"
 
 namespace vision {
-
-// The attributes of a RoI op, read once per call. Shared with cuda/roi.cu.
-struct RoiAttrs {
-  int64_t oh = 1, ow = 1;     // output bins per roi
-  double scale = 1.0;         // spatial_scale
-  int64_t sampling = -1;      // RoiAlign: samples per bin axis (<= 0: adaptive)
-  bool aligned = true;        // RoiAlign: half-pixel shift
-};
 
 // Limit on the bilinear samples of one RoiAlign roi, all bins together (an
 // adaptive grid on a huge roi would otherwise run for hours and its

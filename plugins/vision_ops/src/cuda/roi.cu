@@ -12,21 +12,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "../roi.h"
 #include "cuda_common.cuh"
 
 namespace vision {
-
-// Defined in roi.cc (host code shared with the CPU kernels).
-struct RoiAttrs {
-  int64_t oh = 1, ow = 1;
-  double scale = 1.0;
-  int64_t sampling = -1;
-  bool aligned = true;
-};
-RoiAttrs ReadRoiAttrs(const dg::KernelContext& ctx, bool align);
-template <typename T>
-void CheckRois(const T* rois, int64_t k, int64_t batch, const RoiAttrs& a,
-               bool align);
 
 namespace cuda {
 namespace {

@@ -55,7 +55,7 @@ test: install
 
 bench: install
 	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(VPY) -c "import onnxruntime, onnx" 2>/dev/null || $(PIP) install -q "onnx>=1.16" "onnxruntime>=1.20"
+	$(VPY) -c "import onnx, onnxruntime as o; assert o.__version__.startswith('1.31.')" 2>/dev/null || $(PIP) install -q "onnx>=1.16" "onnxruntime>=1.31,<1.32"
 	$(VPY) bench/run.py
 
 clean:

@@ -30,6 +30,9 @@ CHECK_STEPS = 3
 RTOL = 2e-4
 RUNS = 5
 MIN_RUN_S = 0.4
+#: The ops whose serving kernel the Dragon rows name (counts from the graph step).
+SERVED_OPS = ("Conv2d", "ConvTranspose2d", "Conv2dBackpropFilter", "MaxPool2d",
+              "MaxPool2dGrad", "MatMul")
 
 
 def _init():
@@ -98,7 +101,7 @@ def make_torch_step(torch, weights):
     return step
 
 
-def _row(impl, library, step, args, to_float, ref, target=None, **extra):
+def _row(impl, library, step, args, to_float, ref, target=None, timing=None, **extra):
     bench, metric = "lenet5_train_b64", "steps/s"
     try:
         losses = [to_float(step(*args)) for _ in range(CHECK_STEPS)]
@@ -106,8 +109,9 @@ def _row(impl, library, step, args, to_float, ref, target=None, **extra):
             return result(bench, impl, library, metric, None, "higher", target,
                           status="WRONG", note=f"{library} {impl}: losses {losses} differ "
                                                f"from torch's {ref} (rtol {RTOL})")
-        best, per_run = best_seconds(lambda: step(*args), warmup=2, runs=RUNS,
-                                     min_run_s=MIN_RUN_S)
+        best, per_run = best_seconds(lambda: step(*args),
+                                     **(timing or {"warmup": 2, "runs": RUNS,
+                                                   "min_run_s": MIN_RUN_S}))
     except Exception as exc:
         return result(bench, impl, library, metric, None, "higher", target,
                       note=f"{library} {impl} failed: {type(exc).__name__}: {exc}")
@@ -115,7 +119,9 @@ def _row(impl, library, step, args, to_float, ref, target=None, **extra):
                   steps_per_s_runs=[1.0 / s for s in per_run], losses=losses, **extra)
 
 
-def run() -> list[dict]:
+def run(quick: bool = False) -> list[dict]:
+    """LeNet-5 training steps/s; ``quick``: one short timed run per row."""
+    timing = {"warmup": 1, "runs": 1, "min_run_s": 0.0} if quick else None
     weights, x, y = _init()
     rows, ref = [], None
     torch = try_import("torch")
@@ -127,7 +133,7 @@ def run() -> list[dict]:
         step = make_torch_step(torch, weights)
         ref = [float(step(tx, ty).detach()) for _ in range(CHECK_STEPS)]
         rows.append(_row("eager + optim.SGD", "torch", make_torch_step(torch, weights),
-                         (tx, ty), lambda t: float(t.detach()), ref,
+                         (tx, ty), lambda t: float(t.detach()), ref, timing=timing,
                          threads=torch.get_num_threads()))
     dg = try_import("dragon_core")
     if dg is None:
@@ -136,9 +142,27 @@ def run() -> list[dict]:
         return rows
     dx, dy = dg.tensor(x), dg.tensor(y)
     to_float = lambda t: float(t.numpy())  # noqa: E731
-    rows.append(_row("eager nn + backward() + optim.SGD", "dragon",
-                     make_dragon_step(dg, weights, graph=False), (dx, dy), to_float, ref,
-                     LENET_STEPS))
-    rows.append(_row("@dg.function step (O3)", "dragon", make_dragon_step(dg, weights, True),
-                     (dx, dy), to_float, ref, LENET_STEPS))
+    for impl, graph in (("eager nn + backward() + optim.SGD", False),
+                        ("@dg.function step (O3)", True)):
+        row = _row(impl, "dragon", make_dragon_step(dg, weights, graph), (dx, dy), to_float,
+                   ref, LENET_STEPS, timing)
+        _add_served(row, dg, weights, graph, (dx, dy))
+        rows.append(row)
     return rows
+
+
+def _add_served(row: dict, dg, weights, graph: bool, args) -> None:
+    """Name in ``row`` the kernels that served the step's heavy ops (measured
+    on a fresh step with its own weights, after the timing)."""
+    from bench_mkldnn import served_note, served_ops, served_plugins
+    try:
+        graph_ops = [op.type for op in make_dragon_step(dg, weights, True).get_graph(*args).op]
+        ops = {t: graph_ops.count(t) for t in SERVED_OPS if t in graph_ops}
+        step = make_dragon_step(dg, weights, graph)
+        served = served_ops(dg, lambda: step(*args), ops)
+    except Exception as exc:  # noqa: BLE001 (informational: never hides the timing)
+        row["note"] = row["note"] or f"could not tell which kernels served: {exc}"
+        return
+    row["impl"] += f" [{served_plugins(served)}]"
+    row["served"] = served
+    row["note"] = row["note"] or served_note(served)

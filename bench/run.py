@@ -6,9 +6,12 @@ Usage::
     python bench/run.py -k matmul     # modules whose topic contains "matmul"
     python bench/run.py --list        # list the modules and exit
     python bench/run.py --strict      # exit 1 if a target is missed
+    python bench/run.py --quick       # short runs where a module supports it
 
 A benchmark module is ``bench/bench_<topic>.py`` exposing
-``run() -> list[dict]`` (rows built with ``_harness.result``). Modules run in
+``run() -> list[dict]`` (rows built with ``_harness.result``); a module whose
+``run`` takes a ``quick`` argument gets ``quick=True`` under ``--quick`` (one
+short timed run per row, same checks). Modules run in
 this one process, in name order. The exit status is 0 unless ``--strict`` is
 given and a row is MISS, WRONG or ERROR: a benchmark reports, it does not
 gate (the machines are shared, so timings are noisy).
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -46,16 +50,18 @@ def topic(path: Path) -> str:
     return path.stem[len("bench_"):]
 
 
-def run_module(path: Path) -> list[dict]:
+def run_module(path: Path, quick: bool = False) -> list[dict]:
     """Import one benchmark module and return its rows (an ERROR row if it
-    cannot be imported or its ``run()`` raises)."""
+    cannot be imported or its ``run()`` raises); ``quick`` is passed on to a
+    ``run`` that accepts it."""
     name = path.stem
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        rows = module.run()
+        takes_quick = "quick" in inspect.signature(module.run).parameters
+        rows = module.run(quick=True) if quick and takes_quick else module.run()
         if not isinstance(rows, list) or not all(isinstance(r, dict)
                                                  for r in rows):
             raise TypeError(f"{name}.run() must return a list of dicts, "
@@ -206,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: bench/results/latest.json)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 if any row is MISS, WRONG or ERROR")
+    parser.add_argument("--quick", action="store_true",
+                        help="short timed runs in the modules that support it "
+                             "(smoke tests; the numbers are not meaningful)")
     args = parser.parse_args(argv)
 
     modules = [p for p in discover() if args.pattern in topic(p)]
@@ -223,12 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for path in modules:
         print(f"running {path.name} ...", file=sys.stderr, flush=True)
-        rows.extend(run_module(path))
+        rows.extend(run_module(path, args.quick))
     elapsed = time.perf_counter() - start
 
     info = machine_info()
     info["elapsed_s"] = round(elapsed, 2)
     info["loadavg_1m_before"] = load_before
+    info["quick"] = args.quick
     print_table(rows, info)
 
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""Networks the benchmarks run in several libraries (see resnet.py)."""

@@ -2,8 +2,8 @@
 every checked result is right (no WRONG or ERROR row), and Dragon's rows name
 the kernel that served each op.
 
-The benchmark compares with torch and onnxruntime, which ``make test`` does
-not install (``make bench`` does): without them the test is skipped.
+The benchmark compares with torch and onnxruntime, which ``make test``
+installs (requirements-dev.txt).
 """
 
 from __future__ import annotations
@@ -95,9 +95,8 @@ def _check_serving_plugins_named(data):
 def test_bench_mkldnn_quick_runs_checks_and_names_kernels(tmp_path):
     # One test (one benchmark run) so that pytest -n 2 does not run it twice.
     missing = _missing("torch", "onnxruntime", "onnx")
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not importable (make bench installs torch, onnx "
-                    "and onnxruntime; make test does not)")
+    assert not missing, (f"{', '.join(missing)} not importable: requirements-dev.txt "
+                         "installs them")
     proc, data = _run_quick(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_every_row_printed(proc, data)

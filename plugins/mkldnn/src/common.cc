@@ -1,6 +1,12 @@
 #include "common.h"
 
+#include <omp.h>
+
+#include <algorithm>
+
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace mkldnn_plugin {
 
@@ -61,15 +67,29 @@ PrimitiveCache& PrimitiveCache::Get() {
   return *cache;  // primitives may outlive static destruction order
 }
 
+namespace {
+
+void PrintCacheStats() {
+  PrimitiveCache& c = PrimitiveCache::Get();
+  std::fprintf(stderr,
+               "dragon-mkldnn primitive cache: size=%zu hits=%zu misses=%zu\n",
+               c.size(), c.hits(), c.misses());
+}
+
+}  // namespace
+
 PrimitiveCache::PrimitiveCache() : capacity_(1024) {
   if (const char* env = std::getenv("DRAGON_MKLDNN_CACHE_CAPACITY")) {
     const long v = std::strtol(env, nullptr, 10);
     if (v > 0) capacity_ = static_cast<size_t>(v);
   }
+  // A debugging aid (and what the tests read): the counts at exit.
+  const char* stats = std::getenv("DRAGON_MKLDNN_CACHE_STATS");
+  if (stats && std::strcmp(stats, "1") == 0) std::atexit(&PrintCacheStats);
 }
 
 PrimitiveCache::Entry PrimitiveCache::Lookup(
-    const std::string& key, const std::function<Entry()>& make) {
+    std::string_view key, const std::function<Entry()>& make) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(key);
@@ -84,8 +104,8 @@ PrimitiveCache::Entry PrimitiveCache::Lookup(
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;  // another thread won
-  lru_.emplace_front(key, e);
-  index_[key] = lru_.begin();
+  lru_.emplace_front(std::string(key), e);
+  index_.emplace(std::string_view(lru_.front().first), lru_.begin());
   while (lru_.size() > capacity_) {
     index_.erase(lru_.back().first);
     lru_.pop_back();
@@ -118,6 +138,22 @@ dnnl::primitive_attr Attr() {
   return attr;
 }
 
+namespace {
+
+// Whether primitives return only when done. With oneDNN's OpenMP (and TBB
+// and sequential) CPU runtimes, execute() runs the work on the calling
+// thread and its parallel region before returning, and stream::wait() has
+// nothing to wait for; only the threadpool runtime queues work. Asked once.
+bool ExecutionIsSynchronous() {
+  static const bool sync = [] {
+    const dnnl_version_t* v = dnnl_version();
+    return v->cpu_runtime != DNNL_RUNTIME_THREADPOOL;
+  }();
+  return sync;
+}
+
+}  // namespace
+
 void Execute(const dg::KernelContext& ctx, const dnnl::primitive& prim,
              const dnnl::primitive_desc_base& pd,
              std::unordered_map<int, dnnl::memory> args) {
@@ -128,7 +164,48 @@ void Execute(const dg::KernelContext& ctx, const dnnl::primitive& prim,
         dnnl::memory(sd, Engine(), ctx.workspace<uint8_t>(bytes));
   }
   prim.execute(Stream(), args);
-  Stream().wait();
+  // The outputs (and the workspace, freed after the kernel returns) must be
+  // final when the kernel returns.
+  if (!ExecutionIsSynchronous()) Stream().wait();
+}
+
+BoundPrimitive::BoundPrimitive(
+    dnnl::primitive prim, std::shared_ptr<const void> keep,
+    const dnnl::primitive_desc_base& pd,
+    const std::vector<std::pair<int, dnnl::memory::desc>>& args)
+    : prim_(std::move(prim)), keep_(std::move(keep)) {
+  std::vector<int> ids;
+  for (const auto& [id, md] : args) {
+    mems_.emplace_back(md, Engine(), static_cast<void*>(DNNL_MEMORY_NONE));
+    ids.push_back(id);
+  }
+  const dnnl::memory::desc sd = pd.scratchpad_desc();
+  scratchpad_bytes_ = sd.get_size();
+  if (scratchpad_bytes_ > 0) {
+    mems_.emplace_back(sd, Engine(), static_cast<void*>(DNNL_MEMORY_NONE));
+    ids.push_back(DNNL_ARG_SCRATCHPAD);
+  }
+  for (size_t i = 0; i < mems_.size(); ++i) {
+    exec_args_.push_back({ids[i], mems_[i].get()});
+  }
+}
+
+void BoundPrimitive::Run(const dg::KernelContext& ctx,
+                         const void* const* data) {
+  const size_t n = mems_.size() - (scratchpad_bytes_ > 0 ? 1 : 0);
+  for (size_t i = 0; i < n; ++i) {
+    mems_[i].set_data_handle(const_cast<void*>(data[i]));
+  }
+  if (scratchpad_bytes_ > 0) {
+    mems_.back().set_data_handle(ctx.workspace<uint8_t>(scratchpad_bytes_));
+  }
+  const dnnl_status_t s =
+      dnnl_primitive_execute(prim_.get(), Stream().get(),
+                             static_cast<int>(exec_args_.size()),
+                             exec_args_.data());
+  DG_CHECK(s == dnnl_success, DG_INTERNAL, "oneDNN primitive failed (status ",
+           static_cast<int>(s), ")");
+  if (!ExecutionIsSynchronous()) Stream().wait();
 }
 
 std::string DescKey(const dnnl::memory::desc& md) {
@@ -153,6 +230,23 @@ dnnl::memory Reorder(const dg::KernelContext& ctx, const dnnl::memory& src,
   });
   Execute(ctx, p.prim, *p.pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
   return dst;
+}
+
+int Threads(const DgCallFrame* f, int64_t work, int64_t serial_work) {
+  if (work < serial_work) return 1;
+  const DgHostApi* host = f->host;
+  const int n = (host && DG_HOST_HAS(host, num_threads) && host->num_threads)
+                    ? host->num_threads()
+                    : omp_get_max_threads();
+  return std::max(n, 1);
+}
+
+OmpThreads::OmpThreads(int n) : saved_(omp_get_max_threads()) {
+  if (n != saved_) omp_set_num_threads(n);
+}
+
+OmpThreads::~OmpThreads() {
+  if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
 }
 
 bool AllDTypes(const DgCallFrame* f, DgDTypeMask mask) {

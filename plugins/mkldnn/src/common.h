@@ -13,13 +13,18 @@
 //     order and explain() says so), never by a silent fallback inside.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -60,27 +65,71 @@ dnnl::memory Memory(const dnnl::memory::desc& md, const dg::TensorRef& t);
 dnnl::memory::dims Dims(const std::vector<int64_t>& v);
 
 // Builds cache keys: Key("conv", x.shape(), w.shape(), strides, ...).
+// Text fields are separated by '|'; numbers are formatted with
+// std::to_chars into one string (no stream, one allocation at most).
 class KeyBuilder {
  public:
+  KeyBuilder& operator<<(std::string_view v) {
+    return Text(v.data(), v.size());
+  }
+  KeyBuilder& operator<<(const std::string& v) {
+    return Text(v.data(), v.size());
+  }
+  KeyBuilder& operator<<(const char* v) { return Text(v, std::strlen(v)); }
+  KeyBuilder& operator<<(char v) { return Text(&v, 1); }
+  KeyBuilder& operator<<(bool v) { return Number(v ? 1 : 0); }
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T> ||
+                                                    std::is_enum_v<T>>>
+  KeyBuilder& operator<<(T v) {
+    if constexpr (std::is_enum_v<T>) {
+      return Number(static_cast<int64_t>(v));
+    } else {
+      return Number(v);
+    }
+  }
   template <typename T>
+  KeyBuilder& operator<<(const std::vector<T>& v) {
+    for (const T& d : v) Append(d), s_ += ',';
+    s_ += '|';
+    return *this;
+  }
+  // Anything else with an operator<< (the slow path, through a stream).
+  template <typename T, typename = std::enable_if_t<
+                            !std::is_arithmetic_v<T> && !std::is_enum_v<T>>,
+            typename = decltype(std::declval<std::ostream&>()
+                                << std::declval<const T&>())>
   KeyBuilder& operator<<(const T& v) {
-    os_ << v << '|';
-    return *this;
+    std::ostringstream os;
+    os << v;
+    return Text(os.str().data(), os.str().size());
   }
-  KeyBuilder& operator<<(const std::vector<int64_t>& v) {
-    for (int64_t d : v) os_ << d << ',';
-    os_ << '|';
-    return *this;
-  }
-  KeyBuilder& operator<<(const std::vector<int>& v) {
-    for (int64_t d : v) os_ << d << ',';
-    os_ << '|';
-    return *this;
-  }
-  std::string str() const { return os_.str(); }
+  std::string str() const { return s_; }
 
  private:
-  std::ostringstream os_;
+  KeyBuilder& Text(const char* p, size_t n) {
+    s_.append(p, n);
+    s_ += '|';
+    return *this;
+  }
+  template <typename T>
+  KeyBuilder& Number(T v) {
+    Append(v);
+    s_ += '|';
+    return *this;
+  }
+  template <typename T>
+  void Append(T v) {
+    char buf[32];
+    if constexpr (std::is_floating_point_v<T>) {
+      // Exact: the shortest text that reads back as the same value.
+      auto r = std::to_chars(buf, buf + sizeof(buf), static_cast<double>(v));
+      s_.append(buf, r.ptr);
+    } else {
+      auto r = std::to_chars(buf, buf + sizeof(buf), v);
+      s_.append(buf, r.ptr);
+    }
+  }
+  std::string s_;
 };
 
 template <typename... Ts>
@@ -90,11 +139,49 @@ std::string Key(const Ts&... parts) {
   return k.str();
 }
 
+// A binary cache key for hot paths: a tag, then raw 64-bit words (no
+// formatting), built in an inline buffer (no allocation up to kInline
+// bytes). Its bytes never collide with a text Key(): they start with a NUL
+// byte, which text keys do not contain.
+class FastKey {
+ public:
+  explicit FastKey(const char* tag) {
+    Put("", 1);
+    Put(tag, std::strlen(tag) + 1);
+  }
+  FastKey& operator<<(int64_t v) { return Add(&v, 1); }
+  FastKey& Add(const int64_t* v, int n) {
+    Put(v, sizeof(int64_t) * static_cast<size_t>(n));
+    return *this;
+  }
+  std::string_view view() const {
+    return heap_.empty() ? std::string_view(buf_, n_) : std::string_view(heap_);
+  }
+  std::string str() const { return std::string(view()); }
+
+ private:
+  static constexpr size_t kInline = 1024;
+  void Put(const void* p, size_t n) {
+    if (heap_.empty() && n_ + n <= kInline) {
+      std::memcpy(buf_ + n_, p, n);
+      n_ += n;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(buf_, n_);
+    heap_.append(static_cast<const char*>(p), n);
+  }
+  char buf_[kInline];
+  size_t n_ = 0;
+  std::string heap_;  // used once the key outgrows buf_
+};
+
 // A least-recently-used cache of primitives and their descriptors, keyed by
 // string (shapes, strides, dtypes and attributes). Thread-safe; the entries
 // are immutable once built, and a oneDNN primitive may run on several
 // threads at once when its scratchpad is user-provided (Execute does that).
-// Capacity: DRAGON_MKLDNN_CACHE_CAPACITY entries (default 1024).
+// Capacity: DRAGON_MKLDNN_CACHE_CAPACITY entries (default 1024). With
+// DRAGON_MKLDNN_CACHE_STATS=1 the size, hits and misses are printed to
+// stderr at exit (a debugging aid; the tests read it).
 class PrimitiveCache {
  public:
   struct Entry {
@@ -104,7 +191,7 @@ class PrimitiveCache {
   static PrimitiveCache& Get();
 
   // The entry for key, made by make() on a miss (outside the lock).
-  Entry Lookup(const std::string& key, const std::function<Entry()>& make);
+  Entry Lookup(std::string_view key, const std::function<Entry()>& make);
   size_t size();
   size_t hits();
   size_t misses();
@@ -115,8 +202,10 @@ class PrimitiveCache {
   std::mutex mu_;
   size_t capacity_;
   size_t hits_ = 0, misses_ = 0;
-  std::list<std::pair<std::string, Entry>> lru_;  // front: most recent
-  std::unordered_map<std::string,
+  // front: most recent. The index's keys view the list's strings (list
+  // nodes never move), so a lookup by string_view allocates nothing.
+  std::list<std::pair<std::string, Entry>> lru_;
+  std::unordered_map<std::string_view,
                      std::list<std::pair<std::string, Entry>>::iterator>
       index_;
 };
@@ -136,7 +225,7 @@ struct Prim {
 //     return dnnl::matmul::primitive_desc(Engine(), a_md, b_md, y_md, Attr());
 //   });
 template <typename P, typename Make>
-auto Cached(const std::string& key, Make&& make) {
+auto Cached(std::string_view key, Make&& make) {
   using PD = decltype(make());
   PrimitiveCache::Entry e = PrimitiveCache::Get().Lookup(key, [&] {
     auto pd = std::make_shared<const PD>(make());
@@ -145,11 +234,37 @@ auto Cached(const std::string& key, Make&& make) {
   return Prim<PD>{e.prim, std::static_pointer_cast<const PD>(e.pd)};
 }
 
+// A primitive bound, on one thread, to memory objects made once: a call
+// only swaps their data pointers and runs through the C API, with no
+// allocation (the per-call cost of small products). Not thread-safe: keep
+// one per thread (e.g. in a thread_local memo keyed like the cache).
+class BoundPrimitive {
+ public:
+  BoundPrimitive() = default;
+  // `keep` holds whatever owns prim's descriptor; args are (DNNL_ARG_*,
+  // descriptor) pairs in the order Run() receives their data pointers.
+  BoundPrimitive(dnnl::primitive prim, std::shared_ptr<const void> keep,
+                 const dnnl::primitive_desc_base& pd,
+                 const std::vector<std::pair<int, dnnl::memory::desc>>& args);
+  // Runs with data[i] for args[i], the scratchpad from ctx.workspace().
+  void Run(const dg::KernelContext& ctx, const void* const* data);
+  bool valid() const { return static_cast<bool>(prim_); }
+
+ private:
+  dnnl::primitive prim_;
+  std::shared_ptr<const void> keep_;
+  std::vector<dnnl::memory> mems_;  // args, then the scratchpad (if any)
+  std::vector<dnnl_exec_arg_t> exec_args_;
+  size_t scratchpad_bytes_ = 0;
+};
+
 // Primitive attributes with the user-mode scratchpad every kernel uses.
 dnnl::primitive_attr Attr();
 
 // Runs prim with args on Stream(), adding DNNL_ARG_SCRATCHPAD from the
-// core's workspace, and waits for it.
+// core's workspace; returns when the work is done (it calls stream.wait()
+// only for oneDNN's asynchronous threadpool runtime: with OpenMP, execute()
+// itself returns when done). For a hot path see BoundPrimitive.
 void Execute(const dg::KernelContext& ctx, const dnnl::primitive& prim,
              const dnnl::primitive_desc_base& pd,
              std::unordered_map<int, dnnl::memory> args);
@@ -162,6 +277,27 @@ std::string DescKey(const dnnl::memory::desc& md);
 // primitive asked for a blocked layout.
 dnnl::memory Reorder(const dg::KernelContext& ctx, const dnnl::memory& src,
                      const dnnl::memory::desc& want);
+
+// The number of threads a call should use: the core's wish
+// (host->num_threads, i.e. DRAGON_NUM_THREADS or the hardware count), or 1
+// for a call with less than `serial_work` units of work, where OpenMP's
+// fork and join would cost more than the work itself.
+int Threads(const DgCallFrame* f, int64_t work, int64_t serial_work);
+
+// Sets the calling thread's OpenMP thread count (what oneDNN reads when it
+// creates a primitive and sizes its parallel loops) for a scope. oneDNN
+// fixes a primitive's thread count at creation, so the count belongs in the
+// primitive's cache key and the guard must cover the Cached() call.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n);
+  ~OmpThreads();
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 // Whether every tensor of the call has a dtype the kernel handles.
 bool AllDTypes(const DgCallFrame* f, DgDTypeMask mask);

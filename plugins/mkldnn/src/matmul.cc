@@ -1,0 +1,463 @@
+// MatMul and MatMulBiasAct on oneDNN's matmul primitive (float32, bfloat16).
+//
+// The core's schema (dragon_core/src/ops/linalg.cc) has NumPy matmul
+// semantics; this file maps one call onto a single oneDNN matmul, reading
+// the operands in place whenever oneDNN can:
+//   * a 1-D a is the row [1, k], a 1-D b the column [k, 1]; matrix @ vector
+//     runs transposed (b^T a^T) so the output lies along oneDNN's n axis;
+//   * transpose_a / transpose_b swap the strides of the last two axes;
+//   * batch axes are aligned from the right; an axis of extent 1 on one side
+//     is broadcast by oneDNN itself;
+//   * every operand is described by its own strides (sliced views are read
+//     in place), so a matrix needs a unit stride along one of its two axes;
+//   * MatMulBiasAct adds the bias through oneDNN's bias argument (along the
+//     output's last axis) and the relu as an eltwise post-op: one primitive.
+// An operand oneDNN cannot read in place (a matrix with no unit stride, or
+// a layout for which oneDNN only has its slow reference loop) is packed
+// into a dense copy first, by a oneDNN reorder (visible in ONEDNN_VERBOSE);
+// what cannot be expressed at all (rank > 12, mixed dtypes, negative
+// strides) is declined by Supports(), so the core picks cpu_eigen and
+// explain() says so. A product with an empty inner axis (k = 0) is filled
+// here with act(0 + bias); an empty output needs no work.
+// See plugins/mkldnn/docs/matmul.md.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "common.h"
+
+namespace mkldnn_plugin {
+namespace {
+
+// oneDNN's limit on the rank of a memory descriptor.
+constexpr int kMaxRank = DNNL_MAX_NDIMS;
+
+// Products with fewer multiply-adds run on one thread: below this, an
+// OpenMP fork/join (a few microseconds, far more on a loaded machine) costs
+// more than the product (64 x 64 x 32 is ~10 us on one AVX-512 core).
+constexpr int64_t kSerialWork = int64_t{1} << 20;
+
+// A strided view with at most kMaxRank axes, without heap allocation.
+struct View {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+
+  dnnl::memory::desc ToDesc(dnnl::memory::data_type dt) const {
+    return dnnl::memory::desc(dnnl::memory::dims(dims, dims + rank), dt,
+                              dnnl::memory::dims(strides, strides + rank));
+  }
+};
+
+// One call as oneDNN sees it: a [..., m, k] @ b [..., k, n] -> y [..., m, n]
+// (all of rank `rank`), and the optional bias as [1, ..., 1, n].
+struct Problem {
+  DgDType dtype = DG_FLOAT32;
+  View a, b, y, bias;
+  bool has_bias = false, relu = false;
+  // matrix @ vector runs as (b^T a^T): oneDNN's src is input 1.
+  bool swap = false;
+  // The operands as stored (logical dims, their own strides); a and b are
+  // these, or dense copies of them (pack_a, pack_b: see Resolve()).
+  View src_a, src_b;
+  bool pack_a = false, pack_b = false;
+  int threads = 1;  // OpenMP threads of the primitive (see Threads())
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Fills dims/strides of a matrix operand: the tensor's last two axes
+// (transposed when asked) or, for a 1-D tensor, a row (a) or column (b).
+// Returns whether oneDNN can read it in place (a unit stride along one
+// axis, the other at least the matrix's extent).
+bool MatrixView(const DgTensorView* t, bool is_a, bool transpose, View* v) {
+  const int nd = t->ndim;
+  int64_t r, c, sr, sc;
+  if (nd == 1) {
+    const int64_t len = t->shape[0], s = t->strides[0];
+    if (is_a) {
+      r = 1, c = len, sr = len * s, sc = s;
+    } else {
+      r = len, c = 1, sr = s, sc = 1;
+    }
+    transpose = false;
+  } else {
+    r = t->shape[nd - 2], c = t->shape[nd - 1];
+    sr = t->strides[nd - 2], sc = t->strides[nd - 1];
+  }
+  if (transpose) std::swap(r, c), std::swap(sr, sc);
+  if (r == 0 || c == 0) sr = std::max<int64_t>(c, 1), sc = 1;  // no data
+  // An axis of extent 1 has no meaningful stride: give it the one a dense
+  // layout would have, so oneDNN recognises the plain or transposed format.
+  if (c == 1) sc = 1;
+  if (r == 1) sr = (sc == 1) ? std::max<int64_t>(c, 1) : 1;
+  const bool row_major = sc == 1 && sr >= std::max<int64_t>(c, 1);
+  const bool col_major = sr == 1 && sc >= std::max<int64_t>(r, 1);
+  v->dims[v->rank - 2] = r, v->dims[v->rank - 1] = c;
+  v->strides[v->rank - 2] = sr, v->strides[v->rank - 1] = sc;
+  return row_major || col_major;
+}
+
+// Batch axes of t (all but its last two; none for 1-D) right-aligned into
+// v's first rank-2 axes, extent-1 and missing axes broadcast.
+void BatchView(const DgTensorView* t, View* v) {
+  const int nb = v->rank - 2, tb = std::max(t->ndim - 2, 0);
+  for (int i = 0; i < nb; ++i) {
+    const int j = i - (nb - tb);
+    v->dims[i] = j >= 0 ? t->shape[j] : 1;
+    v->strides[i] = j >= 0 ? t->strides[j] : 0;
+  }
+  // Strides of extent-1 axes (ignored) as a dense layout would have them.
+  for (int i = nb - 1; i >= 0; --i) {
+    if (v->dims[i] != 1) continue;
+    int64_t span = 1;
+    for (int j = i + 1; j < v->rank; ++j) {
+      span = std::max(span, v->dims[j] * v->strides[j]);
+    }
+    v->strides[i] = span;
+  }
+}
+
+// A batch axis an operand repeats with stride 0 (an expanded view) is
+// oneDNN's broadcast, extent 1, when the other operand keeps the output's
+// extent there (oneDNN takes the output's batch from the operands).
+void BroadcastRepeatedAxes(View* v, const View& other, const View& y) {
+  for (int i = 0; i + 2 < v->rank; ++i) {
+    if (v->strides[i] == 0 && v->dims[i] > 1 && other.dims[i] == y.dims[i]) {
+      v->dims[i] = 1;
+    }
+  }
+}
+
+// Whether no stride is negative (oneDNN descriptors cannot hold one).
+bool NonNegative(const View& v) {
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.strides[i] < 0) return false;
+  }
+  return true;
+}
+
+// A dense row-major view of `rank` axes.
+void DenseStrides(View* v) {
+  int64_t s = 1;
+  for (int i = v->rank - 1; i >= 0; --i) {
+    v->strides[i] = s;
+    s *= std::max<int64_t>(v->dims[i], 1);
+  }
+}
+
+// Builds the problem for a call; returns false (with nothing else done)
+// when oneDNN's matmul cannot express it. Shapes were checked by the
+// schema's shape rule; only what the kernel relies on is re-checked.
+bool Describe(const DgCallFrame* f, Problem* p) {
+  if (f->num_inputs < 2 || f->num_outputs != 1) return false;
+  const DgTensorView *at = f->inputs[0], *bt = f->inputs[1];
+  const DgTensorView* yt = f->outputs[0];
+  if (!at || !bt || at->ndim < 1 || bt->ndim < 1) return false;
+  p->dtype = static_cast<DgDType>(at->dtype);
+  if (!(kF32Bf16 & dg::Bit(p->dtype)) || bt->dtype != at->dtype ||
+      yt->dtype != at->dtype) {
+    return false;
+  }
+  const int rank = std::max({at->ndim, bt->ndim, 2});
+  if (rank > kMaxRank) return false;
+  const dg::AttrReader attrs(f->num_attrs, f->attrs, f->attr_names,
+                             f->op_name);
+  p->a.rank = p->b.rank = p->y.rank = rank;
+  // matrix @ vector runs as its transpose, the row b^T times a^T: the
+  // output (and a bias) then lies along oneDNN's n axis, which is where
+  // its optimised kernels take a bias.
+  const bool swap = p->swap = bt->ndim == 1 && at->ndim > 1;
+  const DgTensorView* lhs = swap ? bt : at;
+  const DgTensorView* rhs = swap ? at : bt;
+  const bool ta = attrs.b("transpose_a"), tb = attrs.b("transpose_b");
+  p->pack_a = !MatrixView(lhs, true, swap ? false : ta, &p->a);
+  p->pack_b = !MatrixView(rhs, false, swap ? !ta : tb, &p->b);
+  BatchView(lhs, &p->a);
+  BatchView(rhs, &p->b);
+  p->m = p->a.dims[rank - 2], p->k = p->a.dims[rank - 1];
+  p->n = p->b.dims[rank - 1];
+  if (p->b.dims[rank - 2] != p->k) return false;
+  int64_t count = p->m * p->n;
+  for (int i = 0; i < rank - 2; ++i) {
+    const int64_t da = p->a.dims[i], db = p->b.dims[i];
+    if (da != db && da != 1 && db != 1) return false;
+    p->y.dims[i] = (da == 0 || db == 0) ? 0 : std::max(da, db);
+    count *= p->y.dims[i];
+  }
+  p->y.dims[rank - 2] = p->m, p->y.dims[rank - 1] = p->n;
+  DenseStrides(&p->y);  // the core allocates outputs dense
+  BroadcastRepeatedAxes(&p->a, p->b, p->y);
+  BroadcastRepeatedAxes(&p->b, p->a, p->y);
+  if (!NonNegative(p->a) || !NonNegative(p->b)) return false;
+  p->src_a = p->a, p->src_b = p->b;
+  if (p->pack_a) DenseStrides(&p->a);
+  if (p->pack_b) DenseStrides(&p->b);
+  p->threads = Threads(f, count * p->k, kSerialWork);
+  int64_t y_count = 1;
+  for (int i = 0; i < yt->ndim; ++i) y_count *= yt->shape[i];
+  if (y_count != count) return false;
+
+  p->has_bias = f->num_inputs > 2 && f->inputs[2] != nullptr;
+  if (std::strcmp(f->op_name, "MatMulBiasAct") == 0) {
+    const std::string act = attrs.s("activation");
+    if (act != "none" && act != "relu") return false;
+    p->relu = act == "relu";
+  }
+  if (p->has_bias) {
+    const DgTensorView* bias = f->inputs[2];
+    // The bias runs along y's last axis, oneDNN's n (see the swap above).
+    if (bias->dtype != at->dtype || bias->ndim != 1 ||
+        bias->shape[0] != p->n) {
+      return false;
+    }
+    p->bias.rank = rank;
+    for (int i = 0; i < rank; ++i) p->bias.dims[i] = 1;
+    p->bias.dims[rank - 1] = p->n;
+    DenseStrides(&p->bias);  // read from a dense copy when strided
+  }
+  return true;
+}
+
+// The cache key: dtype, flags, thread count and every dim and stride.
+FastKey ProblemKey(const Problem& p) {
+  FastKey key("matmul");
+  key << static_cast<int64_t>(p.dtype) << (p.relu ? 1 : 0)
+      << (p.has_bias ? 1 : 0) << p.threads << p.a.rank
+      << (p.pack_a ? 1 : 0) << (p.pack_b ? 1 : 0);
+  for (const View* v : {&p.a, &p.b}) {
+    key.Add(v->dims, v->rank).Add(v->strides, v->rank);
+  }
+  key.Add(p.y.dims, p.y.rank);
+  return key;  // (swap changes no descriptor: the same product either way)
+}
+
+dnnl::matmul::primitive_desc MakeMatMul(const Problem& p) {
+  const dnnl::memory::data_type dt = DataType(p.dtype);
+  dnnl::primitive_attr attr = Attr();
+  if (p.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  if (p.has_bias) {
+    return dnnl::matmul::primitive_desc(Engine(), p.a.ToDesc(dt),
+                                        p.b.ToDesc(dt), p.bias.ToDesc(dt),
+                                        p.y.ToDesc(dt), attr);
+  }
+  return dnnl::matmul::primitive_desc(Engine(), p.a.ToDesc(dt), p.b.ToDesc(dt),
+                                      p.y.ToDesc(dt), attr);
+}
+
+// Element i of a float32 or bfloat16 array, as float.
+float LoadFloat(const void* data, DgDType dt, int64_t i) {
+  if (dt == DG_FLOAT32) return static_cast<const float*>(data)[i];
+  const uint32_t bits = static_cast<uint32_t>(
+                            static_cast<const uint16_t*>(data)[i])
+                        << 16;
+  float v;
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
+// Stores v (exactly representable in dt here) as element i.
+void StoreFloat(void* data, DgDType dt, int64_t i, float v) {
+  if (dt == DG_FLOAT32) {
+    static_cast<float*>(data)[i] = v;
+    return;
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(v));
+  static_cast<uint16_t*>(data)[i] = static_cast<uint16_t>(bits >> 16);
+}
+
+// k = 0: every product is the empty sum 0, so y = act(0 + bias). (Values
+// are zeros or bias elements, exactly representable in either dtype.)
+void FillEmptyProduct(const dg::KernelContext& ctx, const Problem& p) {
+  const dg::TensorRef y = ctx.output(0);
+  void* out = y.raw_data();
+  const int64_t total = y.numel();
+  if (!p.has_bias) {
+    std::memset(out, 0, total * dg::DTypeSize(p.dtype));
+    return;
+  }
+  const dg::TensorRef bias = ctx.input(2);
+  const int64_t len = bias.dim(0), stride = bias.stride(0);
+  // The bias runs along y's last axis: element i of y uses bias[i % len].
+  for (int64_t i = 0; i < total; ++i) {
+    const float v = LoadFloat(bias.raw_data(), p.dtype, (i % len) * stride);
+    StoreFloat(out, p.dtype, i, p.relu ? std::max(v, 0.f) : v);
+  }
+}
+
+using MatMulPd = dnnl::matmul::primitive_desc;
+
+// Whether oneDNN only offers its reference implementation (a plain loop
+// nest, orders of magnitude slower than cpu_eigen's GEMM) for a problem.
+bool IsReference(const MatMulPd& pd) {
+  return std::strncmp(pd.impl_info_str(), "ref", 3) == 0;
+}
+
+// The cached primitive for p. Problems oneDNN rejects or serves only with
+// its reference implementation are cached as empty entries (pd == null), so
+// the answer costs one lookup after the first call.
+Prim<MatMulPd> Lookup(const Problem& p, const FastKey& key) {
+  PrimitiveCache::Entry e = PrimitiveCache::Get().Lookup(key.view(), [&] {
+    const OmpThreads threads(p.threads);
+    try {
+      auto pd = std::make_shared<const MatMulPd>(MakeMatMul(p));
+      if (IsReference(*pd)) return PrimitiveCache::Entry{};
+      return PrimitiveCache::Entry{dnnl::matmul(*pd), pd};
+    } catch (const dnnl::error&) {
+      return PrimitiveCache::Entry{};
+    }
+  });
+  return {e.prim, std::static_pointer_cast<const MatMulPd>(e.pd)};
+}
+
+// The primitive for p. When oneDNN has no optimised implementation that
+// reads the operands in place (some strided batches, mostly in bfloat16),
+// both operands are packed into dense copies (a oneDNN reorder into the
+// workspace) and p says so. A null pd: no primitive at all (declined).
+Prim<MatMulPd> Resolve(Problem* p) {
+  Prim<MatMulPd> prim = Lookup(*p, ProblemKey(*p));
+  if (prim.pd || (p->pack_a && p->pack_b)) return prim;
+  p->pack_a = p->pack_b = true;
+  DenseStrides(&p->a);
+  DenseStrides(&p->b);
+  return Lookup(*p, ProblemKey(*p));
+}
+
+// This thread's most recently used primitives, bound to their memory
+// objects (a network's layers alternate a few shapes). Searched before the
+// shared cache: a repeated call takes no lock and allocates nothing.
+class Memo {
+ public:
+  BoundPrimitive* Find(std::string_view key) {
+    for (int i = 0; i < kSize; ++i) {
+      if (bound_[i].valid() && keys_[i] == key) return &bound_[i];
+    }
+    return nullptr;
+  }
+  BoundPrimitive* Insert(std::string_view key, BoundPrimitive b) {
+    const int i = next_;
+    next_ = (next_ + 1) % kSize;
+    keys_[i].assign(key);
+    bound_[i] = std::move(b);
+    return &bound_[i];
+  }
+
+ private:
+  static constexpr int kSize = 8;
+  std::string keys_[kSize];
+  BoundPrimitive bound_[kSize];
+  int next_ = 0;
+};
+
+Memo& ThreadMemo() {
+  thread_local Memo memo;
+  return memo;
+}
+
+// Whether the call needs no product: an empty output, or k = 0.
+bool Trivial(const DgCallFrame* f, const Problem& p) {
+  const DgTensorView* y = f->outputs[0];
+  for (int i = 0; i < y->ndim; ++i) {
+    if (y->shape[i] == 0) return true;
+  }
+  return p.k == 0;
+}
+
+// The bias's data, packed densely into the workspace when it is a strided
+// view (the primitive's bias descriptor is always dense).
+const void* BiasData(const dg::KernelContext& ctx) {
+  const dg::TensorRef bias = ctx.input(2);
+  const int64_t len = bias.dim(0), stride = bias.stride(0);
+  if (stride == 1 || len <= 1) return bias.raw_data();
+  const size_t size = dg::DTypeSize(bias.dtype());
+  char* packed = ctx.workspace<char>(size * len);
+  const char* src = static_cast<const char*>(bias.raw_data());
+  for (int64_t i = 0; i < len; ++i) {
+    std::memcpy(packed + i * size, src + i * stride * size, size);
+  }
+  return packed;
+}
+
+// Input `index` as the primitive reads it: in place, or packed from its
+// stored view `src` into the dense `dense` in the workspace.
+const void* OperandData(const dg::KernelContext& ctx, int index, bool pack,
+                        const View& src, const View& dense, DgDType dtype) {
+  const dg::TensorRef t = ctx.input(index);
+  if (!pack) return t.raw_data();
+  const dnnl::memory::data_type dt = DataType(dtype);
+  return Reorder(ctx, Memory(src.ToDesc(dt), t), dense.ToDesc(dt))
+      .get_data_handle();
+}
+
+// prim bound to memory objects for this thread.
+BoundPrimitive Bind(const dg::KernelContext& ctx, const Problem& p,
+                    const Prim<MatMulPd>& prim) {
+  DG_CHECK(prim.pd != nullptr, DG_INTERNAL, ctx.op_name(),
+           ": oneDNN has no primitive for a call supports() accepted");
+  const MatMulPd& pd = *prim.pd;
+  std::vector<std::pair<int, dnnl::memory::desc>> args{
+      {DNNL_ARG_SRC, pd.src_desc()},
+      {DNNL_ARG_WEIGHTS, pd.weights_desc()},
+      {DNNL_ARG_DST, pd.dst_desc()}};
+  if (p.has_bias) {
+    args.emplace_back(DNNL_ARG_BIAS, pd.query_md(dnnl::query::weights_md, 1));
+  }
+  return BoundPrimitive(prim.prim, prim.pd, pd, args);
+}
+
+void RunMatMul(dg::KernelContext& ctx) {
+  Problem p;
+  DG_CHECK(Describe(ctx.frame(), &p), DG_INTERNAL, ctx.op_name(),
+           ": the mkldnn kernel was chosen for a call its supports() "
+           "declines");
+  if (Trivial(ctx.frame(), p)) {
+    if (ctx.output(0).numel() > 0) FillEmptyProduct(ctx, p);
+    return;
+  }
+  Memo& memo = ThreadMemo();
+  BoundPrimitive* bound = memo.Find(ProblemKey(p).view());
+  if (!bound) {
+    const Prim<MatMulPd> prim = Resolve(&p);  // may switch to packing
+    const FastKey key = ProblemKey(p);
+    bound = memo.Find(key.view());
+    if (!bound) bound = memo.Insert(key.view(), Bind(ctx, p, prim));
+  }
+  const int ia = p.swap ? 1 : 0, ib = p.swap ? 0 : 1;
+  const void* data[4] = {OperandData(ctx, ia, p.pack_a, p.src_a, p.a, p.dtype),
+                         OperandData(ctx, ib, p.pack_b, p.src_b, p.b, p.dtype),
+                         ctx.output(0).raw_data(),
+                         p.has_bias ? BiasData(ctx) : nullptr};
+  const OmpThreads threads(p.threads);
+  bound->Run(ctx, data);
+}
+
+// supports(): the layout and dtypes oneDNN can take, and a primitive that
+// is not oneDNN's reference loop. Never throws. The first call for a shape
+// builds (and caches) the primitive the kernel then uses.
+int32_t Supports(const DgCallFrame* f) {
+  try {
+    Problem p;
+    if (!Describe(f, &p)) return 0;
+    if (Trivial(f, p)) return 1;
+    if (ThreadMemo().Find(ProblemKey(p).view())) return 1;
+    return Resolve(&p).pd != nullptr;
+  } catch (...) {
+    return 0;
+  }
+}
+
+[[maybe_unused]] const int kRegistered[] = {
+    dg::internal::AddKernel("MatMul", "cpu", kF32Bf16, kPriority,
+                            DG_KERNEL_STRIDED_INPUTS, "MatMulOneDNN",
+                            &RunMatMul, &Supports),
+    dg::internal::AddKernel("MatMulBiasAct", "cpu", kF32Bf16, kPriority,
+                            DG_KERNEL_STRIDED_INPUTS, "MatMulBiasActOneDNN",
+                            &RunMatMul, &Supports),
+};
+
+}  // namespace
+}  // namespace mkldnn_plugin

@@ -119,3 +119,4 @@ def infer_shape(op: str, inputs, **attrs):
 from . import nn, optim, data, summary  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .custom_op import custom_op  # noqa: E402
+from . import fusion  # noqa: E402

@@ -58,6 +58,22 @@ class HookSpecs:
             The plugin's record.
         """
 
+    @hookspec
+    def dragon_fusion_patterns(self, core):
+        """The op chains this plugin wants fused in graphs.
+
+        Parameters
+        ----------
+        core : module
+            The ``dragon_core`` module.
+
+        Returns
+        -------
+        sequence of dragon_core.fusion.FusionPattern
+            Applied by the ``pattern_fusion`` pass only where a kernel for
+            the pattern's fused op is registered (docs/graph.md).
+        """
+
 
 @dataclasses.dataclass(frozen=True)
 class PluginInfo:

@@ -14,6 +14,8 @@ import ctypes
 import os
 from pathlib import Path
 
+from ._fusion import dragon_fusion_patterns  # noqa: F401  (a pluggy hook)
+
 __version__ = "0.1.0"
 
 #: The priority of every kernel of this plugin (cpu_eigen's are 0).

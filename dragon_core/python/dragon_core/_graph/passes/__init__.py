@@ -1,14 +1,18 @@
 """Graph passes: pure GraphDef -> GraphDef functions, one per file.
 
-See docs/graph.md for the GraphDef conventions every pass keeps.
+See docs/graph.md for the GraphDef conventions every pass keeps. A pass can
+be switched off by name, whatever the level: ``DRAGON_DISABLE_PASSES=a,b``
+in the environment (read each time a graph is optimised) or
+``graph.metadata["disable_passes"] = "a,b"`` for one graph.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 
 _PASSES: list = []   # (order, name, level, fn)
-_ORDER = ["prune", "cse", "constant_fold", "inplace", "fusion", "memory"]
+_ORDER = ["prune", "cse", "constant_fold", "pattern_fusion", "inplace", "fusion", "memory"]
 
 
 def register_pass(name: str, level: int):
@@ -43,10 +47,35 @@ def _load_all():
                 raise
 
 
+def disabled_passes(graph) -> set:
+    """The pass names switched off for ``graph`` (environment and metadata).
+
+    Raises
+    ------
+    ValueError
+        If a name is not a registered pass (a typo would silently keep it on).
+    """
+    names = set()
+    for spec in (os.environ.get("DRAGON_DISABLE_PASSES", ""),
+                 graph.metadata.get("disable_passes", "")):
+        names.update(n.strip() for n in spec.split(",") if n.strip())
+    _load_all()
+    known = {p[1] for p in _PASSES}
+    unknown = names - known
+    if unknown:
+        raise ValueError(f"DRAGON_DISABLE_PASSES / metadata['disable_passes'] name unknown "
+                         f"pass(es) {sorted(unknown)}; the passes are {sorted(known)}")
+    return names
+
+
 def run_passes(graph, level: int):
-    """Run every pass of ``level`` on ``graph``; returns the new graph."""
+    """Run every pass of ``level`` on ``graph``, except the disabled ones
+    (:func:`disabled_passes`); returns the new graph."""
     names = []
+    off = disabled_passes(graph)
     for name, fn in passes_for(level):
+        if name in off:
+            continue
         graph = fn(graph)
         names.append(name)
     graph.metadata["opt_level"] = str(level)

@@ -70,10 +70,11 @@ def test_save_and_load_graph_round_trip(tmp_path):
 
 
 def test_loading_a_graph_whose_plugin_is_missing_names_the_wheel(tmp_path):
-    g = P.GraphDef(name="needs_vision")
+    # A plugin nobody installs here (vision_ops is installed by make).
+    g = P.GraphDef(name="needs_acme")
     g.input.append("x")
-    op = g.op.add(name="RoiAlign_0", type="RoiAlign", plugin="vision_ops",
-                  plugin_version="0.3.0", plugin_dist="dragon-vision-ops")
+    op = g.op.add(name="AcmeRoiWarp_0", type="AcmeRoiWarp", plugin="acme_ops",
+                  plugin_version="0.3.0", plugin_dist="acme-vision-ops")
     op.input.append("x")
     op.output.append("y")
     g.output.append("y")
@@ -81,8 +82,8 @@ def test_loading_a_graph_whose_plugin_is_missing_names_the_wheel(tmp_path):
     dg.save_graph(g, path)
     with pytest.raises(dg.errors.PluginError) as info:
         dg.load_graph(path)
-    assert "pip install dragon-vision-ops" in str(info.value)
-    assert "RoiAlign" in str(info.value) and "0.3.0" in str(info.value)
+    assert "pip install acme-vision-ops" in str(info.value)
+    assert "AcmeRoiWarp" in str(info.value) and "0.3.0" in str(info.value)
 
 
 def test_corrupt_graph_file_is_a_clear_error(tmp_path):

@@ -44,11 +44,15 @@ def plan_of(g) -> dict:
 
 def test_registry_levels_and_order():
     def at(level):
-        return [n for n, _ in passes.passes_for(level) if n != "fusion"]
+        return [n for n, _ in passes.passes_for(level)
+                if n not in ("fusion", "pattern_fusion")]
     assert at(0) == []
     assert at(1) == ["prune", "cse", "constant_fold"]
     assert at(2) == ["prune", "cse", "constant_fold", "inplace"]
     assert at(3) == ["prune", "cse", "constant_fold", "inplace", "memory"]
+    assert [n for n, _ in passes.passes_for(3)] == [
+        "prune", "cse", "constant_fold", "pattern_fusion", "inplace", "fusion",
+        "memory"]
 
 
 # ---------------------------------------------------------------- purity

@@ -413,6 +413,27 @@ def test_disabled_by_environment_or_metadata(monkeypatch):
     assert "Conv2dBiasAct" not in [o.type for o in run_passes(conv_graph(["relu"]), 2).op]
 
 
+def test_function_disable_passes_argument():
+    """dg.function(..., disable_passes=...) switches a pass off for that
+    function only (also for methods); a misspelt name is an error."""
+    m = _eval_model(F32)
+    x = dg.tensor(np.random.default_rng(5).standard_normal((2, 3, 6, 6)).astype(F32))
+    plain = dg.function(lambda x: m(x), disable_passes=["pattern_fusion"])
+    fused = dg.function(lambda x: m(x))
+    assert "BatchNorm" in {o.type for o in plain.get_graph(x).op}
+    assert "BatchNorm" not in {o.type for o in fused.get_graph(x).op}
+    np.testing.assert_allclose(np.asarray(plain(x)), np.asarray(fused(x)),
+                               rtol=1e-4, atol=1e-4)
+
+    class Net:
+        @dg.function(disable_passes=("pattern_fusion",))
+        def run(self, x):
+            return m(x)
+    assert "BatchNorm" in {o.type for o in Net().run.get_graph(x).op}
+    with pytest.raises(ValueError, match="pattern_fusoin"):
+        dg.function(lambda x: m(x), disable_passes=["pattern_fusoin"])(x)
+
+
 def test_register_pattern_rejects_a_different_pattern_under_a_known_name():
     fusion.register_pattern(fusion.CONV_RELU)   # the same object again: fine
     clash = fusion.FusionPattern("conv2d_relu", ("Conv2d", "Relu"), "Conv2dBiasAct",

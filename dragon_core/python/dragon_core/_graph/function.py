@@ -145,12 +145,13 @@ class Function:
     """
 
     def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None,
-                 parallel: int = 0):
+                 parallel: int = 0, disable_passes=()):
         if not 0 <= opt_level <= 3:
             raise ValueError(f"opt_level must be 0..3, got {opt_level}")
         if parallel < 0:
             raise ValueError(f"parallel must be >= 0 (worker threads), got {parallel}")
         self.parallel = parallel
+        self.disable_passes = tuple(disable_passes)
         self._fn = fn
         self.input_signature = input_signature
         self.opt_level = opt_level
@@ -174,7 +175,8 @@ class Function:
         f = bound.get(id(self))
         if f is None:
             f = bound[id(self)] = Function(functools.partial(self._fn, obj), self.input_signature,
-                                           self.opt_level, self.name, self.parallel)
+                                           self.opt_level, self.name, self.parallel,
+                                           self.disable_passes)
         return f
 
     def _check_signature(self, leaves):
@@ -225,6 +227,8 @@ class Function:
         graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves)
         if self.parallel:
             graph.metadata["parallel"] = str(self.parallel)
+        if self.disable_passes:
+            graph.metadata["disable_passes"] = ",".join(self.disable_passes)
         graph = run_passes(graph, self.opt_level)
         compiled = compile_graph(graph, self.opt_level)
         if self.parallel:
@@ -263,7 +267,7 @@ class Function:
 
 
 def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,
-             parallel: int = 0):
+             parallel: int = 0, disable_passes=()):
     """Compile a Python function into a Dragon graph (decorator).
 
     Parameters
@@ -281,6 +285,11 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         Run independent ops concurrently on this many worker threads
         (dependency-driven, as Paddle's ParallelExecutor); 0 runs ops in
         order. Parallel runs do not reuse buffers in place.
+    disable_passes : sequence of str, optional
+        Passes of the level not to run, by name (e.g. ``("pattern_fusion",)``
+        keeps convolutions and matmuls unfused); an unknown name raises
+        ValueError. ``DRAGON_DISABLE_PASSES=a,b`` does the same for every
+        function.
 
     Examples
     --------
@@ -290,5 +299,6 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
     ...     return dg.ops.relu(x * 2.0 + 1.0)
     """
     if fn is None:
-        return lambda f: Function(f, input_signature, opt_level, name, parallel)
-    return Function(fn, input_signature, opt_level, name, parallel)
+        return lambda f: Function(f, input_signature, opt_level, name, parallel,
+                                  disable_passes)
+    return Function(fn, input_signature, opt_level, name, parallel, disable_passes)

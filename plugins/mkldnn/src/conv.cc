@@ -1,0 +1,387 @@
+// oneDNN convolution kernels for the core's NCHW ops: Conv2d,
+// Conv2dBiasAct (bias + optional relu as a post-op), ConvTranspose2d
+// (oneDNN's deconvolution) and Conv2dBackpropFilter (convolution backward
+// weights), in float32 and bfloat16.
+//
+// Every call goes through one plan (ConvPlan): the geometry in oneDNN's
+// terms (dilation - 1, a right padding that covers exactly the rows the
+// window reaches), the descriptors the primitive is created with, and the
+// cache key. oneDNN chooses the weights' layout (format_tag::any); the
+// activations run channels-last (nhwc) or, for wide float32 forward
+// convolutions, nChw16c (PickLayout). The core's plain (possibly strided)
+// NCHW tensors are reordered into those layouts per call and the result
+// back into the output (docs/conv.md has the measurements behind the
+// choice and the DRAGON_MKLDNN_CONV_LAYOUT override).
+//
+// supports() builds (and caches) the primitive descriptor of the call, so
+// a call oneDNN cannot express -- no implementation for a dtype on this
+// CPU, a zero channel count -- is declined before the kernel runs and the
+// core picks cpu_eigen; the kernel itself never falls back.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace mkldnn_plugin {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+enum class ConvKind { kForward, kTranspose, kFilterGrad };
+
+// How source and destination are presented to the primitive (the
+// weights are always format_tag::any, reordered per call).
+enum class Layout {
+  kAuto,     // per call: see PickLayout()
+  kNhwc,     // channels-last, reordered per call
+  kBlocked,  // nChw16c (aBcd16b), reordered per call
+  kAny,      // format_tag::any: oneDNN's choice, reordered per call
+  kPlain,    // the core's nchw as is
+};
+
+// DRAGON_MKLDNN_CONV_LAYOUT=auto|nhwc|blocked|any|plain (read once per
+// process; the override is for measurements, see tests/perf_conv.py).
+Layout LayoutOverride() {
+  static const Layout layout = [] {
+    const char* env = std::getenv("DRAGON_MKLDNN_CONV_LAYOUT");
+    const std::string v = env ? env : "";
+    if (v == "nhwc") return Layout::kNhwc;
+    if (v == "blocked") return Layout::kBlocked;
+    if (v == "any") return Layout::kAny;
+    if (v == "plain") return Layout::kPlain;
+    return Layout::kAuto;
+  }();
+  return layout;
+}
+
+// A call in oneDNN's terms. "image" is Conv2d's input side (the source of
+// a forward convolution or the destination of a deconvolution), "window"
+// the other side.
+struct ConvPlan {
+  ConvKind kind;
+  memory::data_type dt;
+  memory::dims strides, dilates, pad_l, pad_r;
+  int64_t groups = 1;
+  memory::dims src_dims, wei_dims, dst_dims;  // wei_dims grouped if groups>1
+  bool bias = false;
+  bool relu = false;
+  Layout layout = Layout::kNhwc;
+  std::string key;
+};
+
+// The layout measured fastest for the call (docs/conv.md): a float32
+// forward convolution with at least 16 channels per group on both sides
+// runs oneDNN's nChw16c direct kernel (jit:avx512_core), faster than its
+// nhwc brgconv; everything else (bfloat16 on AMX, depthwise, few channels,
+// the deconvolution and the filter gradient) runs channels-last.
+Layout PickLayout(const ConvPlan& p) {
+  if (LayoutOverride() != Layout::kAuto) return LayoutOverride();
+  const bool wide = p.src_dims[1] / p.groups >= 16 &&
+                    p.dst_dims[1] / p.groups >= 16;
+  if (p.kind == ConvKind::kForward && p.dt == memory::data_type::f32 &&
+      p.groups == 1 && wide) {
+    return Layout::kBlocked;
+  }
+  return Layout::kNhwc;
+}
+
+// Reads strides, pads and dilations. The right/bottom padding is the one
+// that makes the windows end exactly at the last tap (it may be smaller
+// than the attribute, even negative, when the stride skips rows): oneDNN
+// requires window = (image - span + pad_l + pad_r) / stride + 1.
+void ReadGeometry(const dg::KernelContext& ctx, const memory::dims& image,
+                  const memory::dims& window, const memory::dims& kernel,
+                  ConvPlan* p) {
+  const std::vector<int64_t> s = ctx.ints("strides");
+  const std::vector<int64_t> d = ctx.ints("dilations");
+  const std::vector<int64_t> pads = ctx.ints("pads");
+  p->groups = ctx.i("groups");
+  p->strides = {s[0], s[1]};
+  p->dilates = {d[0] - 1, d[1] - 1};
+  p->pad_l = {pads[0], pads[1]};
+  p->pad_r.resize(2);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t span = d[i] * (kernel[i] - 1) + 1;
+    p->pad_r[i] = (window[2 + i] - 1) * s[i] + span - image[2 + i] - pads[i];
+  }
+}
+
+// Filter dims in oneDNN's order [(g,) O/g, C/g, kh, kw] for a convolution
+// whose source has `c` channels and destination `o`.
+memory::dims FilterDims(int64_t o, int64_t c, int64_t kh, int64_t kw,
+                        int64_t groups) {
+  if (groups == 1) return {o, c, kh, kw};
+  return {groups, o / groups, c / groups, kh, kw};
+}
+
+// The descriptor of the core's filter tensor w, seen with FilterDims. For
+// Conv2d (and the filter gradient) w is [O, C/g, kh, kw]; for
+// ConvTranspose2d it is [C, O/g, kh, kw] (C = the deconvolution's input
+// channels), so its first two axes swap.
+memory::desc FilterDesc(const dg::TensorRef& w, const ConvPlan& p) {
+  const memory::dims st = Dims(w.strides());
+  memory::dims strides;
+  if (p.kind != ConvKind::kTranspose) {
+    strides = p.groups == 1
+        ? st : memory::dims{p.wei_dims[1] * st[0], st[0], st[1], st[2], st[3]};
+  } else {
+    strides = p.groups == 1
+        ? memory::dims{st[1], st[0], st[2], st[3]}
+        : memory::dims{p.wei_dims[2] * st[0], st[1], st[0], st[2], st[3]};
+  }
+  return memory::desc(p.wei_dims, p.dt, strides);
+}
+
+// The descriptor the primitive is created with for an activation tensor.
+memory::desc Requested(const ConvPlan& p, const memory::dims& dims) {
+  switch (p.layout) {
+    case Layout::kPlain: return memory::desc(dims, p.dt, tag::nchw);
+    case Layout::kBlocked: return memory::desc(dims, p.dt, tag::nChw16c);
+    case Layout::kAny: return memory::desc(dims, p.dt, tag::any);
+    case Layout::kAuto:
+    case Layout::kNhwc: break;
+  }
+  return memory::desc(dims, p.dt, tag::nhwc);
+}
+
+// Fills the plan of the call in ctx (kind from the op). False when oneDNN
+// cannot express it (an empty channel axis).
+bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
+  const std::string op = ctx.op_name();
+  p->kind = kind;
+  const dg::TensorRef x = ctx.input(0);
+  p->dt = DataType(x.dtype());
+  const memory::dims xd = Dims(x.shape());
+  const memory::dims yd = Dims(ctx.output(0).shape());
+  if (xd.size() != 4 || yd.size() != 4) return false;
+  if (kind == ConvKind::kFilterGrad) {
+    const memory::dims dyd = Dims(ctx.input(1).shape());
+    const memory::dims f = Dims(ctx.ints("filter_shape"));
+    ReadGeometry(ctx, xd, dyd, {f[2], f[3]}, p);
+    p->src_dims = xd;
+    p->dst_dims = dyd;
+    p->wei_dims = FilterDims(f[0], xd[1], f[2], f[3], p->groups);
+  } else {
+    const dg::TensorRef w = ctx.input(1);
+    const bool fwd = kind == ConvKind::kForward;
+    const memory::dims& image = fwd ? xd : yd;
+    const memory::dims& window = fwd ? yd : xd;
+    ReadGeometry(ctx, image, window, {w.dim(2), w.dim(3)}, p);
+    p->src_dims = xd;
+    p->dst_dims = yd;
+    p->wei_dims = FilterDims(yd[1], xd[1], w.dim(2), w.dim(3), p->groups);
+    p->bias = ctx.num_inputs() > 2 && ctx.frame()->inputs[2] != nullptr;
+    p->relu = op == "Conv2dBiasAct" && ctx.s("activation") == "relu";
+  }
+  if (p->src_dims[1] == 0 || p->dst_dims[1] == 0) return false;
+  // An input with an empty spatial axis (all taps in the padding) but a
+  // non-empty output: oneDNN has no zero-volume convolution with outputs.
+  if (kind == ConvKind::kForward && x.numel() == 0 &&
+      ctx.output(0).numel() != 0) {
+    return false;
+  }
+  p->layout = PickLayout(*p);
+  p->key = Key("conv", static_cast<int>(kind), static_cast<int>(p->layout),
+               static_cast<int>(p->dt),
+               p->src_dims, p->wei_dims, p->dst_dims, p->strides, p->dilates,
+               p->pad_l, p->pad_r, p->bias, p->relu);
+  return true;
+}
+
+dnnl::primitive_attr ConvAttr(const ConvPlan& p) {
+  dnnl::primitive_attr attr = Attr();
+  if (p.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
+memory::desc AnyFilter(const ConvPlan& p) {
+  return memory::desc(p.wei_dims, p.dt, tag::any);
+}
+
+memory::desc BiasDesc(const ConvPlan& p) {
+  return p.bias ? Plain({p.dst_dims[1]}, p.dt) : memory::desc();
+}
+
+// The forward convolution's descriptor (inference for Conv2d, training as
+// the hint of the filter gradient).
+dnnl::convolution_forward::primitive_desc ForwardPd(const ConvPlan& p,
+                                                    dnnl::prop_kind prop) {
+  return dnnl::convolution_forward::primitive_desc(
+      Engine(), prop, dnnl::algorithm::convolution_direct,
+      Requested(p, p.src_dims), AnyFilter(p), BiasDesc(p),
+      Requested(p, p.dst_dims), p.strides, p.dilates, p.pad_l, p.pad_r,
+      ConvAttr(p));
+}
+
+auto ForwardPrim(const ConvPlan& p) {
+  return Cached<dnnl::convolution_forward>(p.key, [&] {
+    return ForwardPd(p, dnnl::prop_kind::forward_inference);
+  });
+}
+
+auto TransposePrim(const ConvPlan& p) {
+  return Cached<dnnl::deconvolution_forward>(p.key, [&] {
+    return dnnl::deconvolution_forward::primitive_desc(
+        Engine(), dnnl::prop_kind::forward_inference,
+        dnnl::algorithm::deconvolution_direct, Requested(p, p.src_dims),
+        AnyFilter(p), BiasDesc(p), Requested(p, p.dst_dims), p.strides,
+        p.dilates, p.pad_l, p.pad_r, ConvAttr(p));
+  });
+}
+
+// The filter gradient; the forward hint is built inside the cached maker,
+// so it is made once per shape with the primitive.
+auto FilterGradPrim(const ConvPlan& p) {
+  return Cached<dnnl::convolution_backward_weights>(p.key, [&] {
+    const auto hint = ForwardPd(p, dnnl::prop_kind::forward_training);
+    return dnnl::convolution_backward_weights::primitive_desc(
+        Engine(), dnnl::algorithm::convolution_direct,
+        Requested(p, p.src_dims), AnyFilter(p), memory::desc(),
+        Requested(p, p.dst_dims), p.strides, p.dilates, p.pad_l, p.pad_r,
+        hint, Attr());
+  });
+}
+
+// Builds (or finds) the call's primitive; false when oneDNN has none.
+bool HasPrimitive(const ConvPlan& p) {
+  try {
+    switch (p.kind) {
+      case ConvKind::kForward: ForwardPrim(p); break;
+      case ConvKind::kTranspose: TransposePrim(p); break;
+      case ConvKind::kFilterGrad: FilterGradPrim(p); break;
+    }
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
+
+// Whether the call needs no primitive: an empty output, or an empty input
+// (MakePlan declines a forward one with a non-empty output; a filter
+// gradient from an empty input is zero; a transposed convolution's input
+// is empty only with an empty batch, hence an empty output).
+bool Trivial(const dg::KernelContext& ctx) {
+  return ctx.output(0).numel() == 0 || ctx.input(0).numel() == 0;
+}
+
+template <ConvKind kKind>
+int32_t Supports(const DgCallFrame* f) {
+  if (!AllDTypes(f, kF32Bf16)) return 0;
+  const dg::KernelContext ctx(f);
+  ConvPlan p;
+  try {
+    if (!MakePlan(ctx, kKind, &p)) return 0;
+    return Trivial(ctx) || HasPrimitive(p) ? 1 : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// An input tensor in the layout `want` (a workspace copy when it differs).
+memory Input(const dg::KernelContext& ctx, const memory::desc& have,
+             const dg::TensorRef& t, const memory::desc& want) {
+  return Reorder(ctx, Memory(have, t), want);
+}
+
+// Where the primitive writes the output t (seen as t_desc): t itself when
+// `want` is that layout, else a workspace buffer that Finish() copies into t.
+memory OutputBuffer(const dg::KernelContext& ctx, const dg::TensorRef& t,
+                    const memory::desc& t_desc, const memory::desc& want) {
+  if (want == t_desc) return Memory(t_desc, t);
+  return memory(want, Engine(), ctx.workspace<uint8_t>(want.get_size()));
+}
+
+// Copies the primitive's output buffer into t unless it wrote t directly.
+void Finish(const dg::KernelContext& ctx, const memory& buf,
+            const dg::TensorRef& t, const memory::desc& t_desc) {
+  if (buf.get_data_handle() == t.raw_data()) return;
+  const memory::desc have = buf.get_desc();
+  const std::string key = Key("reorder", DescKey(have), DescKey(t_desc));
+  auto r = Cached<dnnl::reorder>(key, [&] {
+    return dnnl::reorder::primitive_desc(Engine(), have, Engine(), t_desc,
+                                         Attr());
+  });
+  Execute(ctx, r.prim, *r.pd, {{DNNL_ARG_FROM, buf},
+                               {DNNL_ARG_TO, Memory(t_desc, t)}});
+}
+
+// Runs a forward convolution or deconvolution: src x, weights w, optional
+// bias, dst y.
+template <typename PD>
+void RunForward(const dg::KernelContext& ctx, const ConvPlan& p,
+                const Prim<PD>& prim) {
+  const dg::TensorRef x = ctx.input(0), w = ctx.input(1), y = ctx.output(0);
+  const PD& pd = *prim.pd;
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_SRC] = Input(ctx, Desc(x), x, pd.src_desc());
+  args[DNNL_ARG_WEIGHTS] = Input(ctx, FilterDesc(w, p), w, pd.weights_desc());
+  if (p.bias) {
+    const dg::TensorRef b = ctx.input(2);
+    args[DNNL_ARG_BIAS] = Input(ctx, Desc(b), b, pd.bias_desc());
+  }
+  const memory dst = OutputBuffer(ctx, y, Desc(y), pd.dst_desc());
+  args[DNNL_ARG_DST] = dst;
+  Execute(ctx, prim.prim, pd, std::move(args));
+  Finish(ctx, dst, y, Desc(y));
+}
+
+// The plan of a call supports() accepted (so it cannot fail).
+ConvPlan PlanFor(const dg::KernelContext& ctx, ConvKind kind) {
+  ConvPlan p;
+  DG_CHECK(MakePlan(ctx, kind, &p), DG_INTERNAL, ctx.op_name(),
+           ": call not supported by mkldnn (supports() should have declined)");
+  return p;
+}
+
+// Conv2d and Conv2dBiasAct.
+void ConvForwardK(dg::KernelContext& ctx) {
+  const ConvPlan p = PlanFor(ctx, ConvKind::kForward);
+  if (!Trivial(ctx)) RunForward(ctx, p, ForwardPrim(p));
+}
+
+void ConvTransposeK(dg::KernelContext& ctx) {
+  const ConvPlan p = PlanFor(ctx, ConvKind::kTranspose);
+  if (!Trivial(ctx)) RunForward(ctx, p, TransposePrim(p));
+}
+
+void FilterGradK(dg::KernelContext& ctx) {
+  const ConvPlan p = PlanFor(ctx, ConvKind::kFilterGrad);
+  const dg::TensorRef x = ctx.input(0), dy = ctx.input(1), dw = ctx.output(0);
+  if (dw.numel() == 0) return;
+  if (x.numel() == 0) {  // every tap reads padding, or no image at all
+    std::memset(dw.raw_data(), 0, dw.numel() * memory::data_type_size(p.dt));
+    return;
+  }
+  const auto prim = FilterGradPrim(p);
+  const auto& pd = *prim.pd;
+  const memory::desc dw_desc = FilterDesc(dw, p);
+  const memory dst = OutputBuffer(ctx, dw, dw_desc, pd.diff_weights_desc());
+  Execute(ctx, prim.prim, pd,
+          {{DNNL_ARG_SRC, Input(ctx, Desc(x), x, pd.src_desc())},
+           {DNNL_ARG_DIFF_DST, Input(ctx, Desc(dy), dy, pd.diff_dst_desc())},
+           {DNNL_ARG_DIFF_WEIGHTS, dst}});
+  Finish(ctx, dst, dw, dw_desc);
+}
+
+// Registers FUNC for float32 and bfloat16 with SUPPORTS, reading strided
+// inputs in place.
+#define MKLDNN_CONV_KERNEL(OP, FUNC, KIND)                                  \
+  [[maybe_unused]] static int DG_UNIQUE_(mkldnn_conv_) =                    \
+      ::dg::internal::AddKernel(OP, "cpu", kF32Bf16, kPriority,             \
+                                DG_KERNEL_STRIDED_INPUTS, "mkldnn::" #FUNC, \
+                                &FUNC, &Supports<KIND>)
+
+MKLDNN_CONV_KERNEL("Conv2d", ConvForwardK, ConvKind::kForward);
+MKLDNN_CONV_KERNEL("Conv2dBiasAct", ConvForwardK, ConvKind::kForward);
+MKLDNN_CONV_KERNEL("ConvTranspose2d", ConvTransposeK, ConvKind::kTranspose);
+MKLDNN_CONV_KERNEL("Conv2dBackpropFilter", FilterGradK, ConvKind::kFilterGrad);
+
+}  // namespace
+}  // namespace mkldnn_plugin

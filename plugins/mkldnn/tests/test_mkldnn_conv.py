@@ -355,10 +355,8 @@ def test_sliced_input_is_read_in_place():
                                rtol=1e-4, atol=1e-4)
 
 
-#: A known core issue, not the kernels' (the kit's own tests skip it too,
-#: tests/sdk_kit/test_bad_inputs.py): a None input is refused by the
-#: Python wrapper with a TypeError that does not name the op.
-KNOWN_BAD_INPUT_ISSUES = ["input * as None"]
+#: Variants skipped by the bad-input checks: none (None inputs included).
+KNOWN_BAD_INPUT_ISSUES: list = []
 
 
 def test_bad_inputs_raise_clean_errors():

@@ -1,0 +1,267 @@
+// 2-D pooling on oneDNN's pooling primitives (schemas and geometry in
+// dragon_core/src/ops/pool.cc): MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
+// and their gradient ops MaxPool2dGrad, AvgPool2dGrad,
+// AdaptiveAvgPool2dGrad, on plain NCHW tensors, float32 and bfloat16.
+//
+// The core's geometry maps onto oneDNN's as follows, per spatial axis of
+// length L with kernel k, stride s, padding p and dilation d (oneDNN counts
+// dilation from 0: d - 1):
+//   * the output size is the core's (the pooled tensor's shape); ceil mode
+//     becomes a right padding pr >= p chosen so that oneDNN's floor formula
+//     (L + p + pr - d(k-1) - 1) / s + 1 gives that size;
+//   * padded cells never win a maximum (oneDNN pads max pooling with -inf);
+//   * count_include_pad=True divides by the window clipped to [-p, L + p):
+//     that is k (oneDNN's avg_include_padding) only when no window reaches
+//     past L + p, i.e. pr <= p; other calls are declined;
+//   * count_include_pad=False divides by the real cells
+//     (avg_exclude_padding), whatever pr is;
+//   * AdaptiveAvgPool2d bins are [floor(iL/O), ceil((i+1)L/O)): a regular
+//     pooling with k = s = L / O when O divides L; declined otherwise.
+// Max pooling propagates NaN in the core (a NaN wins its window); oneDNN's
+// comparisons drop it, so calls whose x holds a NaN are declined (one scan
+// of x, measured in docs/nn_ops.md). MaxPool2dGrad recomputes the maxima
+// from x: it runs the forward in training mode into workspace buffers (the
+// pooled values and oneDNN's argmax workspace), then the backward.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace mkldnn_plugin {
+namespace {
+
+enum class Pool { kMax, kAvg, kAdaptive };
+
+// One pooling call as oneDNN sees it.
+struct PoolPlan {
+  dnnl::algorithm alg;
+  dnnl::memory::dims kernel, strides, dilation, pad_l, pad_r;
+  dnnl::memory::desc src, dst;  // x and the pooled tensor, plain NCHW
+  std::string key;
+};
+
+// A per-axis attribute of 1 or 2 values (`fallback` when empty); false
+// when it has another count.
+bool ReadPair(const dg::KernelContext& ctx, const char* name,
+              const std::vector<int64_t>& fallback, int64_t out[2]) {
+  std::vector<int64_t> v = ctx.ints(name);
+  if (v.empty()) v = fallback;
+  if (v.size() != 1 && v.size() != 2) return false;
+  out[0] = v[0];
+  out[1] = v.back();
+  return true;
+}
+
+// The right padding that makes oneDNN's floor formula give `out` positions
+// (see the file comment); -1 when there is none.
+int64_t RightPad(int64_t len, int64_t out, int64_t k, int64_t s, int64_t p,
+                 int64_t d) {
+  const int64_t span = d * (k - 1) + 1;
+  for (int64_t pr : {p, (out - 1) * s + span - len - p}) {
+    const int64_t room = len + p + pr - span;
+    if (pr >= 0 && room >= 0 && room / s + 1 == out) return pr;
+  }
+  return -1;
+}
+
+// Fills `plan` for a call of `kind` (the pooled tensor is dy for a
+// gradient, y otherwise); false when oneDNN cannot express it.
+bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
+              PoolPlan* plan) {
+  const dg::TensorRef x = ctx.input(0);
+  const dg::TensorRef pooled = grad ? ctx.input(1) : ctx.output(0);
+  if (x.ndim() != 4 || pooled.ndim() != 4) return false;
+  int64_t k[2], s[2], p[2] = {0, 0}, d[2] = {1, 1};
+  if (kind == Pool::kAdaptive) {
+    for (int a = 0; a < 2; ++a) {
+      const int64_t len = x.dim(2 + a), out = pooled.dim(2 + a);
+      if (out <= 0 || len % out != 0) return false;
+      k[a] = s[a] = len / out;
+    }
+    plan->alg = dnnl::algorithm::pooling_avg_exclude_padding;
+  } else {
+    const std::vector<int64_t> ks = ctx.ints("kernel_size");
+    if (!ReadPair(ctx, "kernel_size", {}, k) ||
+        !ReadPair(ctx, "strides", ks, s) || !ReadPair(ctx, "pads", {}, p) ||
+        (kind == Pool::kMax && !ReadPair(ctx, "dilations", {}, d))) {
+      return false;
+    }
+    plan->alg = kind == Pool::kMax ? dnnl::algorithm::pooling_max
+                : ctx.b("count_include_pad")
+                    ? dnnl::algorithm::pooling_avg_include_padding
+                    : dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  plan->kernel.assign(k, k + 2);
+  plan->strides.assign(s, s + 2);
+  plan->pad_l.assign(p, p + 2);
+  plan->dilation = {d[0] - 1, d[1] - 1};
+  plan->pad_r.resize(2);
+  for (int a = 0; a < 2; ++a) {
+    const int64_t pr =
+        RightPad(x.dim(2 + a), pooled.dim(2 + a), k[a], s[a], p[a], d[a]);
+    if (pr < 0) return false;
+    if (plan->alg == dnnl::algorithm::pooling_avg_include_padding &&
+        pr > p[a]) {
+      return false;
+    }
+    plan->pad_r[a] = pr;
+  }
+  const dnnl::memory::data_type dt = DataType(x.dtype());
+  plan->src = Plain(Dims(x.shape()), dt);
+  plan->dst = Plain(Dims(pooled.shape()), dt);
+  plan->key = Key("pool", static_cast<int>(plan->alg), x.shape(),
+                  pooled.shape(), plan->kernel, plan->strides, plan->dilation,
+                  plan->pad_l, plan->pad_r, static_cast<int>(dt));
+  return true;
+}
+
+// The forward primitive of `plan` (training mode: with oneDNN's argmax
+// workspace for max pooling, and the hint of the backward).
+auto Forward(const PoolPlan& plan, dnnl::prop_kind prop) {
+  return Cached<dnnl::pooling_forward>(
+      Key(plan.key, "fwd", static_cast<int>(prop)), [&] {
+        return dnnl::pooling_forward::primitive_desc(
+            Engine(), prop, plan.alg, plan.src, plan.dst, plan.strides,
+            plan.kernel, plan.dilation, plan.pad_l, plan.pad_r, Attr());
+      });
+}
+
+auto Backward(const PoolPlan& plan) {
+  return Cached<dnnl::pooling_backward>(Key(plan.key, "bwd"), [&] {
+    auto hint = Forward(plan, dnnl::prop_kind::forward_training);
+    return dnnl::pooling_backward::primitive_desc(
+        Engine(), plan.alg, plan.src, plan.dst, plan.strides, plan.kernel,
+        plan.dilation, plan.pad_l, plan.pad_r, *hint.pd, Attr());
+  });
+}
+
+// Whether a float32 / bfloat16 tensor of rank 4 holds a NaN (any strides),
+// tested on the bits (uint32_t / uint16_t): an integer loop that vectorizes.
+template <typename Bits, typename IsNan>
+bool AnyNan(const dg::TensorRef& t, IsNan is_nan) {
+  const Bits* base = static_cast<const Bits*>(t.raw_data());
+  if (t.is_contiguous()) {
+    bool any = false;
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) any |= is_nan(base[i]);
+    return any;
+  }
+  for (int64_t a = 0; a < t.dim(0); ++a) {
+    for (int64_t b = 0; b < t.dim(1); ++b) {
+      for (int64_t c = 0; c < t.dim(2); ++c) {
+        const Bits* row = base + a * t.stride(0) + b * t.stride(1) +
+                          c * t.stride(2);
+        bool any = false;
+        for (int64_t e = 0; e < t.dim(3); ++e) {
+          any |= is_nan(row[e * t.stride(3)]);
+        }
+        if (any) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool HasNan(const dg::TensorRef& t) {
+  if (t.dtype() == DG_BFLOAT16) {
+    return AnyNan<uint16_t>(t,
+                            [](uint16_t b) { return (b & 0x7fff) > 0x7f80; });
+  }
+  return AnyNan<uint32_t>(
+      t, [](uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; });
+}
+
+// supports(): the call maps onto oneDNN (PlanPool), oneDNN builds the
+// primitive for it, and a max pooling sees no NaN. Never throws.
+template <Pool kKind, bool kGrad>
+int32_t Supports(const DgCallFrame* f) {
+  try {
+    const dg::KernelContext ctx(f);
+    if (ctx.input(0).numel() == 0) return 1;  // nothing to compute
+    PoolPlan plan;
+    if (!PlanPool(ctx, kKind, kGrad, &plan)) return 0;
+    if (kKind == Pool::kMax && HasNan(ctx.input(0))) return 0;
+    if (kGrad) {
+      Backward(plan);
+    } else {
+      Forward(plan, dnnl::prop_kind::forward_inference);
+    }
+    return 1;
+  } catch (...) {  // dnnl::error (no implementation) or a bad attribute
+    return 0;
+  }
+}
+
+// The plan of a call supports() accepted.
+PoolPlan MustPlan(const dg::KernelContext& ctx, Pool kind, bool grad) {
+  PoolPlan plan;
+  DG_CHECK(PlanPool(ctx, kind, grad, &plan), DG_INTERNAL, ctx.op_name(),
+           ": oneDNN cannot express this call (supports() should have "
+           "declined it)");
+  return plan;
+}
+
+template <Pool kKind>
+void PoolForward(dg::KernelContext& ctx) {
+  if (ctx.input(0).numel() == 0) return;
+  const PoolPlan plan = MustPlan(ctx, kKind, false);
+  auto p = Forward(plan, dnnl::prop_kind::forward_inference);
+  Execute(ctx, p.prim, *p.pd,
+          {{DNNL_ARG_SRC, Memory(plan.src, ctx.input(0))},
+           {DNNL_ARG_DST, Memory(plan.dst, ctx.output(0))}});
+}
+
+// A workspace buffer for a oneDNN memory of descriptor md.
+dnnl::memory Scratch(const dg::KernelContext& ctx,
+                     const dnnl::memory::desc& md) {
+  return dnnl::memory(md, Engine(), ctx.workspace<uint8_t>(md.get_size()));
+}
+
+// Average gradients: the backward alone (linear in dy, x gives the shape).
+template <Pool kKind>
+void PoolBackward(dg::KernelContext& ctx) {
+  if (ctx.input(0).numel() == 0) return;
+  const PoolPlan plan = MustPlan(ctx, kKind, true);
+  auto bwd = Backward(plan);
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_DIFF_DST, Memory(plan.dst, ctx.input(1))},
+      {DNNL_ARG_DIFF_SRC, Memory(plan.src, ctx.output(0))}};
+  if (kKind == Pool::kMax) {  // the argmax of each window, recomputed
+    auto fwd = Forward(plan, dnnl::prop_kind::forward_training);
+    const dnnl::memory ws = Scratch(ctx, fwd.pd->workspace_desc());
+    Execute(ctx, fwd.prim, *fwd.pd,
+            {{DNNL_ARG_SRC, Memory(plan.src, ctx.input(0))},
+             {DNNL_ARG_DST, Scratch(ctx, plan.dst)},
+             {DNNL_ARG_WORKSPACE, ws}});
+    args[DNNL_ARG_WORKSPACE] = ws;
+  }
+  Execute(ctx, bwd.prim, *bwd.pd, std::move(args));
+}
+
+// Registers FN for float32 and bfloat16 with its supports() predicate.
+int Register(const char* op, const char* name, dg::KernelFunc fn,
+             DgSupportsFn supports) {
+  return dg::internal::AddKernel(op, "cpu", kF32Bf16, kPriority, 0, name, fn,
+                                 supports);
+}
+
+[[maybe_unused]] const int kRegistered[] = {
+    Register("MaxPool2d", "mkldnn::MaxPool2d", &PoolForward<Pool::kMax>,
+             &Supports<Pool::kMax, false>),
+    Register("MaxPool2dGrad", "mkldnn::MaxPool2dGrad",
+             &PoolBackward<Pool::kMax>, &Supports<Pool::kMax, true>),
+    Register("AvgPool2d", "mkldnn::AvgPool2d", &PoolForward<Pool::kAvg>,
+             &Supports<Pool::kAvg, false>),
+    Register("AvgPool2dGrad", "mkldnn::AvgPool2dGrad",
+             &PoolBackward<Pool::kAvg>, &Supports<Pool::kAvg, true>),
+    Register("AdaptiveAvgPool2d", "mkldnn::AdaptiveAvgPool2d",
+             &PoolForward<Pool::kAdaptive>, &Supports<Pool::kAdaptive, false>),
+    Register("AdaptiveAvgPool2dGrad", "mkldnn::AdaptiveAvgPool2dGrad",
+             &PoolBackward<Pool::kAdaptive>,
+             &Supports<Pool::kAdaptive, true>),
+};
+
+}  // namespace
+}  // namespace mkldnn_plugin

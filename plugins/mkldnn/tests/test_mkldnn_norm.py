@@ -309,4 +309,4 @@ def test_eager_matches_graph_with_gradients():
 def test_bad_inputs_never_crash(op, make):
     # The core's argument conversion rejects None with a TypeError that does
     # not name the op (known, tests/sdk_kit/test_bad_inputs.py).
-    check_bad_inputs(op, make(np.random.default_rng(0)), skip=["input * as None"])
+    check_bad_inputs(op, make(np.random.default_rng(0)))

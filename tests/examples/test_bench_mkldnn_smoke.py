@@ -38,7 +38,10 @@ SERVED = {
     "conv2d_b8_64x56_f32": {"Conv2d"},
     "conv2d_fwdbwd_b8_64x56_f32": {"Conv2d", "ConvTranspose2d", "Conv2dBackpropFilter"},
     "matmul_1024_f32": {"MatMul"},
-    "resnet18_b8_64_f32": {"Conv2d", "BatchNorm", "MaxPool2d", "AdaptiveAvgPool2d", "MatMul"},
+    # The graph: pattern fusion folds each BatchNorm into its convolution
+    # and fuses the bias and ReLU (conv -> bn -> relu becomes Conv2dBiasAct).
+    "resnet18_b8_64_f32": {"Conv2dBiasAct", "MaxPool2d", "AdaptiveAvgPool2d",
+                           "MatMulBiasAct"},
 }
 
 

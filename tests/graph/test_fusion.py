@@ -9,6 +9,7 @@ ops fused and eager.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import zlib
@@ -97,12 +98,37 @@ def np_reference(inputs, program, constants=(), result=-1):
     return np.broadcast_to(out, shape).copy()
 
 
+#: The eager ops a FusedElementwise program may use.
+ELEMENTWISE_OPS = ["Neg", "Abs", "Sign", "Square", "Reciprocal", "Sqrt", "Rsqrt", "Exp",
+                   "Log", "Log1p", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil",
+                   "Round", "Gelu", "LeakyRelu", "Elu", "Add", "Sub", "Mul", "Div", "Pow",
+                   "Maximum", "Minimum"]
+
+
+@contextlib.contextmanager
+def _same_plugin_as_fused(dtype):
+    """Pin the element-wise ops to the plugin serving FusedElementwise, so a
+    bitwise comparison compares one plugin's arithmetic with itself (another
+    backend, e.g. mkldnn's Gelu on large tensors, rounds differently)."""
+    plugin = next(k["plugin"] for k in dg.plugins.kernels("FusedElementwise")
+                  if k["device"] == "cpu" and str(np.dtype(dtype)) in k["dtypes"])
+    for op in ELEMENTWISE_OPS:
+        dg.plugins.pin(op, "cpu", plugin)
+    try:
+        yield
+    finally:
+        for op in ELEMENTWISE_OPS:
+            dg.plugins.unpin(op, "cpu")
+
+
 def eager(inputs, program, constants=(), result=-1):
-    """The program as eager Dragon ops (constants as 0-d tensors)."""
+    """The program as eager Dragon ops (constants as 0-d tensors), run by the
+    plugin that serves FusedElementwise."""
     dtype = inputs[0].dtype
     tensors = [dg.tensor(x) for x in inputs]
-    out = interpret(tensors, program, constants, result, unary=EAGER_UNARY,
-                    binary=EAGER_BINARY, const=lambda c: dg.tensor(np.array(c, dtype)))
+    with _same_plugin_as_fused(dtype):
+        out = interpret(tensors, program, constants, result, unary=EAGER_UNARY,
+                        binary=EAGER_BINARY, const=lambda c: dg.tensor(np.array(c, dtype)))
     shape = np.broadcast_shapes(*[np.shape(x) for x in inputs])
     return np.broadcast_to(np.asarray(out), shape).copy()
 

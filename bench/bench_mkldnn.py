@@ -18,8 +18,10 @@ and when it is ``mkldnn`` the oneDNN primitives it ran.
     ``bench_matmul.py``, here with the served kernel).
 ``resnet18_b8_64_f32``
     ResNet-18 inference (``bench/models/resnet.py``, eval mode) on a batch
-    of 8 3x64x64 images, ms per forward: Dragon ``@dg.function`` (O3),
-    Dragon eager (informational), onnxruntime (the same network written with
+    of 8 3x64x64 images, ms per forward: Dragon ``@dg.function(freeze=True)``
+    (O3; the weights are constants, as onnxruntime's initializers, so the
+    batch norms fold into the convolutions once), Dragon ``@dg.function``
+    with live parameters and Dragon eager (informational), onnxruntime (the same network written with
     ``onnx.helper`` by ``bench/onnx_export.py``, CPU provider, all graph
     optimisations: batch norms folded, Relu and Add fused into the
     convolutions, NCHWc layout), torch eager
@@ -489,19 +491,24 @@ def _dragon_resnet(dg, state):
 def _resnet_dragon_rows(dg, model, x, ref, timing, graph_target):
     bench = "resnet18_b8_64_f32"
     dx = dg.tensor(x)
-    forward = dg.function(lambda t: model(t), name="resnet18_forward")
+    # Inference graphs freeze the weights (as onnxruntime's initializers
+    # are constants): the batch-norm fold is then computed once.
+    frozen = dg.function(lambda t: model(t), name="resnet18_forward", freeze=True)
+    live = dg.function(lambda t: model(t), name="resnet18_forward_live")
     check = lambda y: _close(y.numpy(), ref)
     try:
-        ops = collections.Counter(op.type for op in forward.get_graph(dx).op)
-        served, note = _served_or_note(dg, lambda: forward(dx), ops)
+        ops = collections.Counter(op.type for op in frozen.get_graph(dx).op)
+        served, note = _served_or_note(dg, lambda: frozen(dx), ops)
     except Exception as exc:  # noqa: BLE001
         served, note = {}, f"tracing ResNet-18 failed: {type(exc).__name__}: {exc}"
-    graph = _timed_row(bench, f"@dg.function forward (O3) [{served_plugins(served)}]",
-                       "dragon", lambda: forward(dx), check, graph_target, timing, note=note,
-                       served=served)
+    graph = _timed_row(bench, f"@dg.function(freeze=True) forward (O3) "
+                       f"[{served_plugins(served)}]", "dragon", lambda: frozen(dx), check,
+                       graph_target, timing, note=note, served=served)
+    graph_live = _timed_row(bench, "@dg.function forward (O3), live parameters", "dragon",
+                            lambda: live(dx), check, None, timing)
     eager = _timed_row(bench, "eager forward", "dragon", lambda: model(dx), check, None,
                        timing)
-    return [graph, eager]
+    return [graph, graph_live, eager]
 
 
 def _ort_session(ort, onnx_model):
@@ -563,7 +570,7 @@ def bench_resnet(dg, torch, timing) -> list[dict]:
                  else _skip(bench, "eager forward", "torch", "ms", "lower", "torch"))
     rows = [ort_row, torch_row]
     if dg is None:
-        rows.insert(0, _skip(bench, "@dg.function forward", "dragon", "ms", "lower",
+        rows.insert(0, _skip(bench, "@dg.function(freeze=True) forward", "dragon", "ms", "lower",
                              "dragon_core"))
     else:
         # Dragon's graph mode is held to onnxruntime's time of this same run.

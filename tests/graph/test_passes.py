@@ -249,6 +249,25 @@ def test_constant_fold_skips_stateful_large_and_output_ops():
     np.testing.assert_array_equal(constant_array(out, "f"), np.full((2, 3), 1.5, np.float32))
 
 
+def test_constant_fold_maps_a_big_constant_to_one_of_its_size():
+    """An op reading a constant above the 1 MiB limit folds when its result
+    is no larger (a frozen weight times a per-channel scale): the graph does
+    not grow, the input constant goes, and the value is exact. A result
+    larger than its inputs (and the limit) still does not fold."""
+    w = np.random.default_rng(0).standard_normal((512, 600)).astype(np.float32)  # 1.2 MB
+    s = np.linspace(0.5, 2.0, 512).astype(np.float32).reshape(512, 1)
+    g = graph(inputs=X, constants=[("w", w), ("s", s)],
+              ops=[("Mul", ["w", "s"], ["ws"], {}),
+                   ("Concat", [["ws", "ws"]], ["twice"], {"axis": 0}),   # 2.4 MB
+                   ("Sum", ["twice"], ["t"], {}),
+                   ("Add", ["x", "t"], ["y"], {})],
+              outputs=["y"])
+    out = constant_fold(g)
+    assert [op.type for op in out.op] == ["Concat", "Sum", "Add"]
+    assert names(out.constant) == ["ws"]
+    np.testing.assert_array_equal(constant_array(out, "ws"), w * s)
+
+
 # ---------------------------------------------------------------- inplace
 
 def test_inplace_chain_refuses_graph_inputs():

@@ -130,8 +130,12 @@ class Trace:
             var._rebind(original)
 
 
-def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
+def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bool = False):
     """Build the GraphDef of a trace.
+
+    With ``freeze``, tensors the trace reads but did not create and never
+    assigns (parameters) become constants holding their values now, as
+    created tensors do, so passes can fold them (torch.jit.freeze).
 
     Returns
     -------
@@ -144,6 +148,7 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
         g.metadata["device"] = inputs[0]._device_name
     names: dict = {}
     constants, captured = [], []
+    assigned = {rec[1][0]._id for rec in trace.records if rec[0] == Trace.ASSIGN}
     for i, t in enumerate(inputs):
         nm = f"input:{i}"
         g.input.append(nm)
@@ -154,7 +159,7 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list):
         nm = names.get(t._id)
         if nm is not None:
             return nm
-        if t._id in trace.created:
+        if t._id in trace.created or (freeze and t._id not in assigned):
             nm = f"const:{len(constants)}"
             g.constant.append(tensor_to_proto(nm, t))
             constants.append(t)

@@ -145,13 +145,14 @@ class Function:
     """
 
     def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None,
-                 parallel: int = 0, disable_passes=()):
+                 parallel: int = 0, disable_passes=(), freeze: bool = False):
         if not 0 <= opt_level <= 3:
             raise ValueError(f"opt_level must be 0..3, got {opt_level}")
         if parallel < 0:
             raise ValueError(f"parallel must be >= 0 (worker threads), got {parallel}")
         self.parallel = parallel
         self.disable_passes = tuple(disable_passes)
+        self.freeze = bool(freeze)
         self._fn = fn
         self.input_signature = input_signature
         self.opt_level = opt_level
@@ -176,7 +177,7 @@ class Function:
         if f is None:
             f = bound[id(self)] = Function(functools.partial(self._fn, obj), self.input_signature,
                                            self.opt_level, self.name, self.parallel,
-                                           self.disable_passes)
+                                           self.disable_passes, self.freeze)
         return f
 
     def _check_signature(self, leaves):
@@ -224,7 +225,8 @@ class Function:
             trace.restore()
         out_leaves: list = []
         out_spec = _flatten(result, out_leaves)
-        graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves)
+        graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves,
+                                                 freeze=self.freeze)
         if self.parallel:
             graph.metadata["parallel"] = str(self.parallel)
         if self.disable_passes:
@@ -267,7 +269,7 @@ class Function:
 
 
 def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,
-             parallel: int = 0, disable_passes=()):
+             parallel: int = 0, disable_passes=(), freeze: bool = False):
     """Compile a Python function into a Dragon graph (decorator).
 
     Parameters
@@ -290,6 +292,15 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         keeps convolutions and matmuls unfused); an unknown name raises
         ValueError. ``DRAGON_DISABLE_PASSES=a,b`` does the same for every
         function.
+    freeze : bool, default False
+        For inference: bake the tensors the function reads but does not
+        ``assign`` (the parameters) into the graph as constants with their
+        values at trace time, as ``torch.jit.freeze`` does, so constant
+        folding precomputes what depends on them only (e.g. batch norm
+        folded into the convolution weights, once). Later changes to those
+        tensors are not seen by the compiled graph: call the function on a
+        new input signature, or make a new function, after loading new
+        weights.
 
     Examples
     --------
@@ -300,5 +311,5 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
     """
     if fn is None:
         return lambda f: Function(f, input_signature, opt_level, name, parallel,
-                                  disable_passes)
-    return Function(fn, input_signature, opt_level, name, parallel, disable_passes)
+                                  disable_passes, freeze)
+    return Function(fn, input_signature, opt_level, name, parallel, disable_passes, freeze)

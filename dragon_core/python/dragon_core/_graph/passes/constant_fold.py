@@ -12,9 +12,12 @@ reads any more are dropped afterwards.
 An op is left in place when:
 
 - it is stateful (random ops draw new values each run);
-- an output is larger than ``FOLD_LIMIT_BYTES`` (1 MiB) according to
-  ``value_info`` (or its size is unknown), so a ``Fill`` of a huge shape
-  does not bloat the saved graph;
+- an output is larger than ``FOLD_LIMIT_BYTES`` (1 MiB) and than the
+  largest constant the op reads, according to ``value_info`` (or its size
+  is unknown), so a ``Fill`` of a huge shape does not bloat the saved graph,
+  while an op that maps a big constant to a result of its size (a frozen
+  convolution weight scaled by a folded batch norm) still folds: its input
+  is dropped when nothing else reads it;
 - an output is a graph output or a state update: the run would otherwise
   return (or bind a variable to) the same constant tensor every time, which a
   caller mutating its result in place would corrupt;
@@ -38,13 +41,18 @@ from dragon_core._graph.passes.prune import _drop_unused_constants, _keep_only
 FOLD_LIMIT_BYTES = 1 << 20
 
 
-def _too_big(names, infos: dict) -> bool:
-    for name in names:
+def _bytes(info) -> int:
+    numel = int(np.prod(info.shape, dtype=np.int64)) if len(info.shape) else 1
+    return numel * as_dtype(info.dtype).itemsize
+
+
+def _too_big(op, infos: dict, consts: dict) -> bool:
+    """Whether an output of ``op`` exceeds the larger of FOLD_LIMIT_BYTES
+    and the biggest constant it reads (or has no known size)."""
+    limit = max([FOLD_LIMIT_BYTES] + [len(consts[n].data) for n in op.input])
+    for name in op.output:
         info = infos.get(name)
-        if info is None:
-            return True
-        numel = int(np.prod(info.shape, dtype=np.int64)) if len(info.shape) else 1
-        if numel * as_dtype(info.dtype).itemsize > FOLD_LIMIT_BYTES:
+        if info is None or _bytes(info) > limit:
             return True
     return False
 
@@ -98,7 +106,7 @@ def constant_fold(graph):
             desc = schema(op.type)
         except Exception:  # noqa: BLE001 - an op type this process lacks: leave it
             continue
-        if desc["stateful"] or _too_big(op.output, infos):
+        if desc["stateful"] or _too_big(op, infos, consts):
             continue
         try:
             for n in op.input:
@@ -110,7 +118,8 @@ def constant_fold(graph):
             protos = [tensor_to_proto(name, t) for name, t in zip(op.output, results)]
         except Exception:  # noqa: BLE001 - the run reports it, with context
             continue
-        if any(len(p.data) > FOLD_LIMIT_BYTES for p in protos):
+        limit = max([FOLD_LIMIT_BYTES] + [len(consts[n].data) for n in op.input])
+        if any(len(p.data) > limit for p in protos):
             continue
         for name, t, proto in zip(op.output, results, protos):
             values[name] = t

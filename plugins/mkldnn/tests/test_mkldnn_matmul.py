@@ -32,6 +32,7 @@ from dragon_sdk.testing import (check_bad_inputs, check_eager_vs_graph,
                                 strided)
 
 import dragon_core as dg
+from tests.ops.test_fused_ops import matmul_bias_act_ref
 
 BF16 = ml_dtypes.bfloat16
 U32 = 2.0 ** -24  # unit roundoff of float32
@@ -42,17 +43,11 @@ U32 = 2.0 ** -24  # unit roundoff of float32
 
 def matmul_ref(a, b, bias=None, transpose_a=False, transpose_b=False,
                activation="none"):
-    """act(op(a) @ op(b) + bias) in float64, NumPy matmul semantics."""
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    if transpose_a and a.ndim >= 2:
-        a = np.swapaxes(a, -1, -2)
-    if transpose_b and b.ndim >= 2:
-        b = np.swapaxes(b, -1, -2)
-    y = np.matmul(a, b)
-    if bias is not None:
-        y = y + np.asarray(bias, np.float64)
-    return np.maximum(y, 0.0) if activation == "relu" else y
+    """act(op(a) @ op(b) + bias) in float64, NumPy matmul semantics (the
+    core's reference, with no activation by default)."""
+    f64 = lambda t: None if t is None else np.asarray(t, np.float64)
+    return matmul_bias_act_ref(f64(a), f64(b), f64(bias), transpose_a=transpose_a,
+                               transpose_b=transpose_b, activation=activation)
 
 
 def error_bound(a, b, k, dtype, ref, **flags):

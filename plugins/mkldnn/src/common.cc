@@ -218,18 +218,33 @@ std::string DescKey(const dnnl::memory::desc& md) {
   return k.str();
 }
 
-dnnl::memory Reorder(const dg::KernelContext& ctx, const dnnl::memory& src,
-                     const dnnl::memory::desc& want) {
-  const dnnl::memory::desc have = src.get_desc();
-  if (have == want) return src;
-  dnnl::memory dst(want, Engine(), ctx.workspace<uint8_t>(want.get_size()));
-  auto p = Cached<dnnl::reorder>(Key("reorder", DescKey(have), DescKey(want)),
+dnnl::memory Scratch(const dg::KernelContext& ctx,
+                     const dnnl::memory::desc& md) {
+  return dnnl::memory(md, Engine(), ctx.workspace<uint8_t>(md.get_size()));
+}
+
+void CopyInto(const dg::KernelContext& ctx, const dnnl::memory& src,
+              const dnnl::memory& dst) {
+  const dnnl::memory::desc from = src.get_desc(), to = dst.get_desc();
+  auto p = Cached<dnnl::reorder>(Key("reorder", DescKey(from), DescKey(to)),
                                  [&] {
-    return dnnl::reorder::primitive_desc(Engine(), have, Engine(), want,
-                                         Attr());
+    return dnnl::reorder::primitive_desc(Engine(), from, Engine(), to, Attr());
   });
   Execute(ctx, p.prim, *p.pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+}
+
+dnnl::memory Reorder(const dg::KernelContext& ctx, const dnnl::memory& src,
+                     const dnnl::memory::desc& want) {
+  if (src.get_desc() == want) return src;
+  dnnl::memory dst = Scratch(ctx, want);
+  CopyInto(ctx, src, dst);
   return dst;
+}
+
+void CopyOut(const dg::KernelContext& ctx, const dnnl::memory& buf,
+             const dnnl::memory& dst) {
+  if (buf.get_data_handle() == dst.get_data_handle()) return;
+  CopyInto(ctx, buf, dst);
 }
 
 int Threads(const DgCallFrame* f, int64_t work, int64_t serial_work) {
@@ -252,6 +267,17 @@ OmpThreads::~OmpThreads() {
 bool AllDTypes(const DgCallFrame* f, DgDTypeMask mask) {
   for (int32_t i = 0; i < f->num_inputs; ++i) {
     if (f->inputs[i] && !(mask & dg::Bit(f->inputs[i]->dtype))) return false;
+  }
+  return true;
+}
+
+bool NonNegativeStrides(const DgCallFrame* f) {
+  for (int32_t i = 0; i < f->num_inputs; ++i) {
+    const DgTensorView* t = f->inputs[i];
+    if (!t) continue;
+    for (int32_t d = 0; d < t->ndim; ++d) {
+      if (t->strides[d] < 0) return false;
+    }
   }
   return true;
 }

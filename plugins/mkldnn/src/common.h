@@ -101,7 +101,8 @@ class KeyBuilder {
   KeyBuilder& operator<<(const T& v) {
     std::ostringstream os;
     os << v;
-    return Text(os.str().data(), os.str().size());
+    const std::string text = os.str();
+    return Text(text.data(), text.size());
   }
   std::string str() const { return s_; }
 
@@ -272,11 +273,49 @@ void Execute(const dg::KernelContext& ctx, const dnnl::primitive& prim,
 // A cache-key fragment describing a memory descriptor (dims, dtype, layout).
 std::string DescKey(const dnnl::memory::desc& md);
 
+// A oneDNN memory of descriptor md over a buffer from ctx.workspace()
+// (valid until the kernel returns).
+dnnl::memory Scratch(const dg::KernelContext& ctx,
+                     const dnnl::memory::desc& md);
+
+// Copies src into dst (same dims, any layouts) with a cached oneDNN reorder.
+void CopyInto(const dg::KernelContext& ctx, const dnnl::memory& src,
+              const dnnl::memory& dst);
+
 // Copies src into a buffer of layout `want` taken from ctx.workspace() when
 // the layouts differ; returns src itself otherwise. For inputs whose
 // primitive asked for a blocked layout.
 dnnl::memory Reorder(const dg::KernelContext& ctx, const dnnl::memory& src,
                      const dnnl::memory::desc& want);
+
+// Copies the primitive's output `buf` into `dst` unless it is dst's memory
+// already (buf came from Scratch() when the primitive wanted another layout).
+void CopyOut(const dg::KernelContext& ctx, const dnnl::memory& buf,
+             const dnnl::memory& dst);
+
+// The bits of a float (cache keys hold a float attribute exactly this way).
+inline uint32_t FloatBits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+// Whether the bits of a float32 (uint32_t) or bfloat16 (uint16_t) value are
+// a NaN: an all-ones exponent with a non-zero mantissa, i.e. the bits
+// without the sign exceed those of infinity. An integer test, which the
+// compiler vectorizes.
+constexpr bool IsNanBits(uint32_t b) {
+  return (b & 0x7fffffffu) > 0x7f800000u;
+}
+constexpr bool IsNanBits(uint16_t b) { return (b & 0x7fffu) > 0x7f80u; }
+
+// The sign bit and a quiet NaN of float32 (uint32_t) and bfloat16
+// (uint16_t) values.
+template <typename Bits>
+constexpr Bits kSignBit = static_cast<Bits>(Bits{1} << (8 * sizeof(Bits) - 1));
+template <typename Bits>
+constexpr Bits kQuietNanBits =
+    static_cast<Bits>(sizeof(Bits) == 4 ? 0x7fc00000u : 0x7fc0u);
 
 // The number of threads a call should use: the core's wish
 // (host->num_threads, i.e. DRAGON_NUM_THREADS or the hardware count), or 1
@@ -301,5 +340,11 @@ class OmpThreads {
 
 // Whether every tensor of the call has a dtype the kernel handles.
 bool AllDTypes(const DgCallFrame* f, DgDTypeMask mask);
+
+// Whether no input of the call has a negative stride (a flipped view):
+// oneDNN memory descriptors cannot describe one, so a kernel that reads
+// strided inputs in place declines such calls (the core then packs them
+// for the next kernel).
+bool NonNegativeStrides(const DgCallFrame* f);
 
 }  // namespace mkldnn_plugin

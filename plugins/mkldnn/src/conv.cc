@@ -15,8 +15,9 @@
 //
 // supports() builds (and caches) the primitive descriptor of the call, so
 // a call oneDNN cannot express -- no implementation for a dtype on this
-// CPU, a zero channel count -- is declined before the kernel runs and the
-// core picks cpu_eigen; the kernel itself never falls back.
+// CPU, a zero channel count, an input with a negative stride -- is
+// declined before the kernel runs and the core picks cpu_eigen; the kernel
+// itself never falls back.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -273,13 +274,13 @@ bool Trivial(const dg::KernelContext& ctx) {
 
 template <ConvKind kKind>
 int32_t Supports(const DgCallFrame* f) {
-  if (!AllDTypes(f, kF32Bf16)) return 0;
+  if (!AllDTypes(f, kF32Bf16) || !NonNegativeStrides(f)) return 0;
   const dg::KernelContext ctx(f);
   ConvPlan p;
   try {
     if (!MakePlan(ctx, kKind, &p)) return 0;
     return Trivial(ctx) || HasPrimitive(p) ? 1 : 0;
-  } catch (const std::exception&) {
+  } catch (...) {  // a bad attribute or dtype: decline, never throw
     return 0;
   }
 }
@@ -291,25 +292,11 @@ memory Input(const dg::KernelContext& ctx, const memory::desc& have,
 }
 
 // Where the primitive writes the output t (seen as t_desc): t itself when
-// `want` is that layout, else a workspace buffer that Finish() copies into t.
+// `want` is that layout, else a workspace buffer that CopyOut() copies into t.
 memory OutputBuffer(const dg::KernelContext& ctx, const dg::TensorRef& t,
                     const memory::desc& t_desc, const memory::desc& want) {
   if (want == t_desc) return Memory(t_desc, t);
-  return memory(want, Engine(), ctx.workspace<uint8_t>(want.get_size()));
-}
-
-// Copies the primitive's output buffer into t unless it wrote t directly.
-void Finish(const dg::KernelContext& ctx, const memory& buf,
-            const dg::TensorRef& t, const memory::desc& t_desc) {
-  if (buf.get_data_handle() == t.raw_data()) return;
-  const memory::desc have = buf.get_desc();
-  const std::string key = Key("reorder", DescKey(have), DescKey(t_desc));
-  auto r = Cached<dnnl::reorder>(key, [&] {
-    return dnnl::reorder::primitive_desc(Engine(), have, Engine(), t_desc,
-                                         Attr());
-  });
-  Execute(ctx, r.prim, *r.pd, {{DNNL_ARG_FROM, buf},
-                               {DNNL_ARG_TO, Memory(t_desc, t)}});
+  return Scratch(ctx, want);
 }
 
 // Runs a forward convolution or deconvolution: src x, weights w, optional
@@ -329,7 +316,7 @@ void RunForward(const dg::KernelContext& ctx, const ConvPlan& p,
   const memory dst = OutputBuffer(ctx, y, Desc(y), pd.dst_desc());
   args[DNNL_ARG_DST] = dst;
   Execute(ctx, prim.prim, pd, std::move(args));
-  Finish(ctx, dst, y, Desc(y));
+  CopyOut(ctx, dst, Memory(Desc(y), y));
 }
 
 // The plan of a call supports() accepted (so it cannot fail).
@@ -367,7 +354,7 @@ void FilterGradK(dg::KernelContext& ctx) {
           {{DNNL_ARG_SRC, Input(ctx, Desc(x), x, pd.src_desc())},
            {DNNL_ARG_DIFF_DST, Input(ctx, Desc(dy), dy, pd.diff_dst_desc())},
            {DNNL_ARG_DIFF_WEIGHTS, dst}});
-  Finish(ctx, dst, dw, dw_desc);
+  CopyOut(ctx, dst, Memory(dw_desc, dw));
 }
 
 // Registers FUNC for float32 and bfloat16 with SUPPORTS, reading strided

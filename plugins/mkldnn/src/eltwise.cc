@@ -10,27 +10,19 @@
 //   * Sigmoid (logistic) and Tanh from 1048576 elements.
 // Relu, LeakyRelu, Exp, Log, Sqrt, Abs, Square and Clip are not registered
 // (with the default two threads oneDNN is at best within 5% of cpu_eigen
-// and slower at most sizes), nor Softplus (oneDNN's soft_relu returns 0 for beta * x < -15,
-// where the op is e^(beta x) / beta > 0).
+// and slower at most sizes), nor Softplus (oneDNN's soft_relu returns 0
+// for beta * x < -15, where the op is e^(beta x) / beta > 0).
 //
 // The tensor is seen as one dense vector of numel elements, so the
 // primitive depends only on (algorithm, alpha, numel, dtype). Gelu repairs
 // elements from x afterwards, so it does not run in place.
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "common.h"
 
 namespace mkldnn_plugin {
 namespace {
-
-// The bits of a float, for cache keys (a printed float loses digits).
-uint32_t Bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
 
 // y = f_alpha(x) with oneDNN's algorithm alg.
 void RunEltwise(dg::KernelContext& ctx, dnnl::algorithm alg, float alpha) {
@@ -40,7 +32,7 @@ void RunEltwise(dg::KernelContext& ctx, dnnl::algorithm alg, float alpha) {
   const dnnl::memory::data_type dt = DataType(x.dtype());
   const dnnl::memory::desc md = Plain({n}, dt);
   auto p = Cached<dnnl::eltwise_forward>(
-      Key("eltwise", static_cast<int>(alg), Bits(alpha), n,
+      Key("eltwise", static_cast<int>(alg), FloatBits(alpha), n,
           static_cast<int>(dt)),
       [&] {
         return dnnl::eltwise_forward::primitive_desc(
@@ -56,20 +48,21 @@ void EluK(dg::KernelContext& ctx) {
              static_cast<float>(ctx.f("alpha")));
 }
 
-// Sets y[i] = fix(x[i]) wherever bad(x[i], y[i]). Bits is float, or
-// uint16_t for bfloat16.
-template <typename Bits, typename Bad, typename Fix>
-void Repair(const void* x, void* y, int64_t n, Bad bad, Fix fix) {
+// Where y[i] is NaN but x[i] is not, x[i] is ±inf (see GeluK): sets y[i]
+// to inf for +inf and -0 for -inf. Bits is uint32_t for float32, uint16_t
+// for bfloat16 (the same test and fix on the bits of either).
+template <typename Bits>
+void RepairGeluInf(const void* x, void* y, int64_t n) {
   const Bits* px = static_cast<const Bits*>(x);
   Bits* py = static_cast<Bits*>(y);
+  constexpr Bits kSign = kSignBit<Bits>;
 #pragma omp parallel for schedule(static) if (n >= (1 << 18))
   for (int64_t i = 0; i < n; ++i) {
-    py[i] = bad(px[i], py[i]) ? fix(px[i]) : py[i];  // a blend, no branch
+    const Bits a = px[i], b = py[i];
+    const Bits fixed = (a & kSign) ? kSign : a;
+    py[i] = IsNanBits(b) && !IsNanBits(a) ? fixed : b;  // a blend, no branch
   }
 }
-
-bool NanF(float v) { return v != v; }
-bool NanB(uint16_t b) { return (b & 0x7fff) > 0x7f80; }
 
 // Gelu's exact form (the tanh form is declined by GeluServes); a NaN
 // output for a non-NaN input comes from x = ±inf: inf stays, -inf -> -0.
@@ -77,17 +70,9 @@ void GeluK(dg::KernelContext& ctx) {
   RunEltwise(ctx, dnnl::algorithm::eltwise_gelu_erf, 0.f);
   const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
   if (x.dtype() == DG_BFLOAT16) {
-    Repair<uint16_t>(
-        x.raw_data(), y.raw_data(), x.numel(),
-        [](uint16_t a, uint16_t b) { return NanB(b) && !NanB(a); },
-        [](uint16_t a) {
-          return static_cast<uint16_t>(a & 0x8000 ? 0x8000 : a);
-        });
+    RepairGeluInf<uint16_t>(x.raw_data(), y.raw_data(), x.numel());
   } else {
-    Repair<float>(
-        x.raw_data(), y.raw_data(), x.numel(),
-        [](float a, float b) { return NanF(b) && !NanF(a); },
-        [](float a) { return a > 0 ? a : -0.f; });
+    RepairGeluInf<uint32_t>(x.raw_data(), y.raw_data(), x.numel());
   }
 }
 

@@ -45,12 +45,6 @@ using dnnl::normalization_flags;
 const normalization_flags kAffine =
     normalization_flags::use_scale | normalization_flags::use_shift;
 
-uint32_t Bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
 // A float32 vector tensor (gamma, statistics) as a [n] memory.
 dnnl::memory Vec(const dg::TensorRef& t, int64_t n) {
   return Memory(Plain({n}, dnnl::memory::data_type::f32), t);
@@ -147,7 +141,7 @@ BnPlan PlanBatchNorm(const dg::KernelContext& ctx) {
   p.eps = static_cast<float>(ctx.f("eps"));
   p.training = ctx.b("training");
   p.data = Plain({p.n, p.c}, dnnl::memory::data_type::f32);
-  p.key = Key("bnorm", p.n, p.c, p.s, Bits(p.eps));
+  p.key = Key("bnorm", p.n, p.c, p.s, FloatBits(p.eps));
   return p;
 }
 
@@ -284,7 +278,7 @@ LnPlan PlanLayerNorm(const dg::KernelContext& ctx) {
   p.eps = static_cast<float>(ctx.f("eps"));
   p.data = Plain({p.m, p.d}, dnnl::memory::data_type::f32);
   p.stat = Plain({p.m}, dnnl::memory::data_type::f32);
-  p.key = Key("lnorm", p.m, p.d, Bits(p.eps));
+  p.key = Key("lnorm", p.m, p.d, FloatBits(p.eps));
   return p;
 }
 

@@ -23,7 +23,6 @@
 // from x: it runs the forward in training mode into workspace buffers (the
 // pooled values and oneDNN's argmax workspace), then the backward.
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -137,15 +136,16 @@ auto Backward(const PoolPlan& plan) {
   });
 }
 
-// Whether a float32 / bfloat16 tensor of rank 4 holds a NaN (any strides),
-// tested on the bits (uint32_t / uint16_t): an integer loop that vectorizes.
-template <typename Bits, typename IsNan>
-bool AnyNan(const dg::TensorRef& t, IsNan is_nan) {
+// Whether a float32 / bfloat16 tensor of rank 4 holds a NaN (any strides:
+// supports() sees the caller's view), tested on the bits (Bits = uint32_t /
+// uint16_t, see IsNanBits): an integer loop that vectorizes.
+template <typename Bits>
+bool AnyNan(const dg::TensorRef& t) {
   const Bits* base = static_cast<const Bits*>(t.raw_data());
   if (t.is_contiguous()) {
     bool any = false;
     const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) any |= is_nan(base[i]);
+    for (int64_t i = 0; i < n; ++i) any |= IsNanBits(base[i]);
     return any;
   }
   for (int64_t a = 0; a < t.dim(0); ++a) {
@@ -155,7 +155,7 @@ bool AnyNan(const dg::TensorRef& t, IsNan is_nan) {
                           c * t.stride(2);
         bool any = false;
         for (int64_t e = 0; e < t.dim(3); ++e) {
-          any |= is_nan(row[e * t.stride(3)]);
+          any |= IsNanBits(row[e * t.stride(3)]);
         }
         if (any) return true;
       }
@@ -165,12 +165,7 @@ bool AnyNan(const dg::TensorRef& t, IsNan is_nan) {
 }
 
 bool HasNan(const dg::TensorRef& t) {
-  if (t.dtype() == DG_BFLOAT16) {
-    return AnyNan<uint16_t>(t,
-                            [](uint16_t b) { return (b & 0x7fff) > 0x7f80; });
-  }
-  return AnyNan<uint32_t>(
-      t, [](uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; });
+  return t.dtype() == DG_BFLOAT16 ? AnyNan<uint16_t>(t) : AnyNan<uint32_t>(t);
 }
 
 // supports(): the call maps onto oneDNN (PlanPool), oneDNN builds the
@@ -213,13 +208,9 @@ void PoolForward(dg::KernelContext& ctx) {
            {DNNL_ARG_DST, Memory(plan.dst, ctx.output(0))}});
 }
 
-// A workspace buffer for a oneDNN memory of descriptor md.
-dnnl::memory Scratch(const dg::KernelContext& ctx,
-                     const dnnl::memory::desc& md) {
-  return dnnl::memory(md, Engine(), ctx.workspace<uint8_t>(md.get_size()));
-}
-
-// Average gradients: the backward alone (linear in dy, x gives the shape).
+// The gradient ops: the backward primitive on dy. An average is linear in
+// dy (x gives only the shape); max pooling first recomputes each window's
+// argmax by running the forward in training mode on x.
 template <Pool kKind>
 void PoolBackward(dg::KernelContext& ctx) {
   if (ctx.input(0).numel() == 0) return;

@@ -53,27 +53,24 @@ int32_t Supports(const DgCallFrame* f) {
 
 // Fills every row of y [rows, n] that holds a NaN with NaN. Bits is the
 // unsigned integer of the element's width (float32: uint32_t, bfloat16:
-// uint16_t): a NaN is an all-ones exponent with a non-zero mantissa, i.e.
-// (bits & abs_mask) > inf, an integer test the compiler vectorizes.
+// uint16_t), tested with IsNanBits (an integer test that vectorizes).
 template <typename Bits>
-void SpreadNan(void* y, int64_t rows, int64_t n, Bits abs_mask, Bits inf,
-               Bits nan) {
+void SpreadNan(void* y, int64_t rows, int64_t n) {
   Bits* p = static_cast<Bits*>(y);
 #pragma omp parallel for schedule(static) if (rows * n >= (1 << 16))
   for (int64_t r = 0; r < rows; ++r) {
     Bits* row = p + r * n;
     bool any = false;
-    for (int64_t i = 0; i < n; ++i) any |= (row[i] & abs_mask) > inf;
-    if (any) std::fill(row, row + n, nan);
+    for (int64_t i = 0; i < n; ++i) any |= IsNanBits(row[i]);
+    if (any) std::fill(row, row + n, kQuietNanBits<Bits>);
   }
 }
 
 void SpreadNan(const dg::TensorRef& y, const Split& s) {
   if (y.dtype() == DG_BFLOAT16) {
-    SpreadNan<uint16_t>(y.raw_data(), s.outer, s.n, 0x7fff, 0x7f80, 0x7fc0);
+    SpreadNan<uint16_t>(y.raw_data(), s.outer, s.n);
   } else {
-    SpreadNan<uint32_t>(y.raw_data(), s.outer, s.n, 0x7fffffffu, 0x7f800000u,
-                        0x7fc00000u);
+    SpreadNan<uint32_t>(y.raw_data(), s.outer, s.n);
   }
 }
 

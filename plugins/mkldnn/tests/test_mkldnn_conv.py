@@ -355,6 +355,39 @@ def test_sliced_input_is_read_in_place():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_negative_strides_are_declined_to_cpu_eigen(capfd):
+    """Flipped views (negative strides) cannot be described to oneDNN: every
+    conv op declines them, and cpu_eigen (given the core's dense copy)
+    returns the result of that copy. (The kernels used to accept the call
+    and fail with "could not construct a memory descriptor".)"""
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, (2, 3, 6, 5)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    b = rng.uniform(-1, 1, (4,)).astype(np.float32)
+    dy = rng.uniform(-1, 1, (2, 4, 4, 3)).astype(np.float32)
+    f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
+    for name, call, want in [
+        ("conv2d x", lambda: dg.ops.conv2d(dg.from_numpy(x[:, :, ::-1]), dg.tensor(w)),
+         conv2d_ref(f64(x[:, :, ::-1]), f64(w))),
+        ("conv2d w", lambda: dg.ops.conv2d(dg.tensor(x), dg.from_numpy(w[..., ::-1])),
+         conv2d_ref(f64(x), f64(w[..., ::-1]))),
+        ("bias act b", lambda: dg.ops.conv2d_bias_act(dg.tensor(x), dg.tensor(w),
+                                                      dg.from_numpy(b[::-1]),
+                                                      activation="none"),
+         conv2d_ref(f64(x), f64(w), f64(b[::-1]))),
+        ("transpose", lambda: dg.ops.conv_transpose2d(dg.from_numpy(dy[:, ::-1]),
+                                                      dg.tensor(w)),
+         conv_transpose2d_ref(f64(dy[:, ::-1]), f64(w))),
+        ("filter", lambda: dg.ops.conv2d_backprop_filter(
+            dg.tensor(x), dg.from_numpy(dy[..., ::-1, :]), [4, 3, 3, 3]),
+         backprop_filter_ref(f64(x), f64(dy[..., ::-1, :]), [4, 3, 3, 3])),
+    ]:
+        with onednn_execs(capfd) as execs:
+            got = call().numpy()
+        assert not [e for e in execs if "convolution" in e[0]], (name, execs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
 #: Variants skipped by the bad-input checks: none (None inputs included).
 KNOWN_BAD_INPUT_ISSUES: list = []
 

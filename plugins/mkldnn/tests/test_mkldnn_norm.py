@@ -16,8 +16,8 @@ import pytest
 
 import dragon_core as dg
 from dragon_sdk.testing import check_bad_inputs, check_eager_vs_graph, op_case
-from test_mkldnn_pool import (check_mkldnn_alone, check_served, cpu_eigen_result,
-                              explain_winner, fd_vjp, run_without, tape_vjp)
+from mkldnn_testing import (check_mkldnn_alone, check_served, cpu_eigen_result,
+                            explain_winner, fd_vjp, run_without, tape_vjp)
 from tests.ops.test_norm import (batch_norm_grad_ref, batch_norm_ref, layer_norm_grad_ref,
                                  layer_norm_ref)
 

@@ -19,8 +19,8 @@ import pytest
 import dragon_core as dg
 from dragon_sdk.testing import OpCase, check_bad_inputs, check_eager_vs_graph, op_case
 from dragon_sdk.testing.opcase import numpy_dtype
-from test_mkldnn_pool import (check_mkldnn_alone, cpu_eigen_result, explain_winner, fd_vjp,
-                              run_without, tape_vjp)
+from mkldnn_testing import (check_mkldnn_alone, cpu_eigen_result, explain_winner, fd_vjp,
+                            run_without, tape_vjp)
 from tests.ops.test_misc import _log_softmax, _softmax
 from tests.ops.test_unary import _elu, _gelu, _sigmoid
 

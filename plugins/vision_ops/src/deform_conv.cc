@@ -14,7 +14,7 @@
 // CPU kernels, per image: a table of the sampling points of every (offset
 // group, tap, position), shared by the group's channels; a deformable im2col
 // into a [C*K, Ho*Wo] column buffer; one register-blocked GEMM per channel
-// group (this plugin carries no BLAS). The backward op
+// group (gemm.cc: this plugin carries no BLAS). The backward op
 // DeformConv2dGrad returns the gradients of x, w, offset and mask (each only
 // when asked for), from the column gradient W^T dy: a bilinear scatter
 // (col2im) for x, the derivative of the bilinear weights for the offsets and
@@ -27,20 +27,12 @@
 #include <vector>
 
 #include "common.h"
+#include "gemm.h"
 
 namespace vision {
 namespace {
 
 using Shape = std::vector<int64_t>;
-
-std::string ShapeStr(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
 
 // ----------------------------------------------------------------- geometry
 
@@ -249,6 +241,16 @@ constexpr const char* kOffsetGroupsDoc =
     "Offset groups: the C input channels are split into this many groups, "
     "each sampled with its own offsets (and mask).";
 
+// The geometry attributes and flags both deformable-convolution ops share.
+dg::OpSchema& ConvAttrs(dg::OpSchema& op) {
+  return op.Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
+      .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
+      .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
+      .Attr("groups", int64_t{1}, kGroupsDoc)
+      .Attr("offset_groups", int64_t{1}, kOffsetGroupsDoc)
+      .Flags(DG_OP_SAME_DTYPE);
+}
+
 // -------------------------------------------------------- bilinear sampling
 
 // The four neighbours of a sampling point (y, x) in an H x W plane, with
@@ -407,86 +409,6 @@ void DeformCoordGrad(const Geometry& g, const Tap<T>* taps, const T* x,
   });
 }
 
-// dst [cols, rows] = src [rows, cols]^T, in tiles.
-template <typename T>
-void Transpose(int64_t rows, int64_t cols, const T* src, T* dst) {
-  constexpr int64_t kTile = 32;
-  ParallelFor((rows + kTile - 1) / kTile, kTile * cols, [&](int64_t bi) {
-    const int64_t r1 = std::min(rows, (bi + 1) * kTile);
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t c1 = std::min(cols, c0 + kTile);
-      for (int64_t r = bi * kTile; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) dst[c * rows + r] = src[r * cols + c];
-      }
-    }
-  });
-}
-
-// --------------------------------------------------------------------- GEMM
-
-// C[M, N] = (accumulate ? C : 0) + op(A) B, row-major, with B [K, N] and
-// op(A) = A [M, K] or, with trans_a, A^T for A stored [K, M].
-template <typename T>
-struct GemmArgs {
-  bool trans_a;
-  int64_t m, n, k;
-  const T* a;
-  const T* b;
-  T* c;
-  T AAt(int64_t i, int64_t t) const {
-    return trans_a ? a[t * m + i] : a[i * k + t];
-  }
-};
-
-// Rows i0 .. i0 + R - 1 of C += op(A) B: two rows of B at a time, columns
-// blocked so the R slices of C stay in L1 across the K loop. Cloned for
-// AVX-512 and AVX2 + FMA, chosen at load time by the CPU (the wheel's
-// baseline is x86-64-v2).
-template <int R, typename T>
-__attribute__((target_clones("arch=skylake-avx512", "arch=haswell",
-                             "default"))) void
-GemmBlock(const GemmArgs<T>& g, int64_t i0) {
-  constexpr int64_t kColumns = 512;
-  T* c[R];
-  for (int r = 0; r < R; ++r) c[r] = g.c + (i0 + r) * g.n;
-  for (int64_t j0 = 0; j0 < g.n; j0 += kColumns) {
-    const int64_t j1 = std::min(g.n, j0 + kColumns);
-    for (int64_t t = 0; t < g.k; t += 2) {
-      const bool pair = t + 1 < g.k;
-      T a0[R], a1[R];
-      for (int r = 0; r < R; ++r) {
-        a0[r] = g.AAt(i0 + r, t);
-        a1[r] = pair ? g.AAt(i0 + r, t + 1) : T(0);
-      }
-      const T* b0 = g.b + t * g.n;
-      const T* b1 = pair ? b0 + g.n : b0;
-#pragma omp simd
-      for (int64_t j = j0; j < j1; ++j) {
-        const T x0 = b0[j], x1 = b1[j];
-        for (int r = 0; r < R; ++r) c[r][j] += a0[r] * x0 + a1[r] * x1;
-      }
-    }
-  }
-}
-
-// Blocks of 4 rows of C are split across threads.
-template <typename T>
-void Gemm(bool trans_a, int64_t m, int64_t n, int64_t k, const T* a,
-          const T* b, bool accumulate, T* c) {
-  constexpr int64_t kRows = 4;
-  const GemmArgs<T> g{trans_a, m, n, k, a, b, c};
-  ParallelFor((m + kRows - 1) / kRows, kRows * n * k + 1, [&](int64_t blk) {
-    const int64_t i0 = blk * kRows, rows = std::min(kRows, m - i0);
-    if (!accumulate) std::fill(c + i0 * n, c + (i0 + rows) * n, T(0));
-    switch (rows) {
-      case 4: GemmBlock<4>(g, i0); break;
-      case 3: GemmBlock<3>(g, i0); break;
-      case 2: GemmBlock<2>(g, i0); break;
-      default: GemmBlock<1>(g, i0); break;
-    }
-  });
-}
-
 // ------------------------------------------------------------------ kernels
 
 // The per-image slices of the batched inputs, and the tap table of the image.
@@ -601,7 +523,8 @@ void DeformConv2dGradCpu(dg::KernelContext& ctx) {
 
 }  // namespace
 
-DG_OP(DeformConv2d)
+[[maybe_unused]] static const dg::OpSchema& kDeformConv2d =
+    ConvAttrs(dg::internal::NewOp("DeformConv2d")
     .Doc("Deformable 2-D convolution in NCHW layout: v1 (Dai et al. 2017) "
          "without a mask, v2 (modulated, Zhu et al. 2018) with one. Tap k = "
          "p * kw + q of offset group g at output (i, j) samples x bilinearly "
@@ -622,16 +545,11 @@ DG_OP(DeformConv2d)
     .Input("mask", kFloat, DG_ARG_OPTIONAL,
            "Optional modulation [N, offset_groups * kh * kw, Ho, Wo] (v2).")
     .Input("bias", kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-    .Output("y", kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
-    .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
-    .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
-    .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
-    .Attr("groups", int64_t{1}, kGroupsDoc)
-    .Attr("offset_groups", int64_t{1}, kOffsetGroupsDoc)
-    .Flags(DG_OP_SAME_DTYPE)
+    .Output("y", kFloat, 0, "Output [N, O, Ho, Wo], dtype of x."))
     .Shape(DeformConv2dShape);
 
-DG_OP(DeformConv2dGrad)
+[[maybe_unused]] static const dg::OpSchema& kDeformConv2dGrad =
+    ConvAttrs(dg::internal::NewOp("DeformConv2dGrad")
     .Doc("Backward of DeformConv2d: the gradients of x, weight, offset and "
          "mask given the output gradient dy. Only the gradients flagged in "
          "grads are computed; the others (and dmask without a mask) are "
@@ -649,13 +567,7 @@ DG_OP(DeformConv2dGrad)
     .Output("doffset", kFloat, 0, "Gradient of offset, or [0].")
     .Output("dmask", kFloat, 0, "Gradient of mask, or [0].")
     .Attr("grads", std::vector<int64_t>{1, 1, 1, 1},
-          "Which gradients to compute: 4 flags (x, weight, offset, mask).")
-    .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
-    .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
-    .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
-    .Attr("groups", int64_t{1}, kGroupsDoc)
-    .Attr("offset_groups", int64_t{1}, kOffsetGroupsDoc)
-    .Flags(DG_OP_SAME_DTYPE)
+          "Which gradients to compute: 4 flags (x, weight, offset, mask)."))
     .Shape(DeformConv2dGradShape);
 
 DG_KERNEL("DeformConv2d", "cpu", DeformConv2dCpu, float, double);

@@ -40,31 +40,24 @@ constexpr const char* kKeep =
     "padding, [N] int64.";
 constexpr const char* kNumKept = "Number of kept boxes, [] int64.";
 
-std::string Dims(const dg::TensorRef& t) {
-  std::string out = "[";
-  for (int32_t i = 0; i < t.ndim(); ++i) {
-    out += (i ? ", " : "") + std::to_string(t.dim(i));
-  }
-  return out + "]";
-}
-
 // Checks boxes [N, 4], scores [N] (and idxs [N] int64 when `batched`).
 void NmsShape(dg::InferContext& ctx, bool batched) {
   const dg::TensorRef boxes = ctx.input(0), scores = ctx.input(1);
+  const std::string box_shape = ShapeStr(boxes.shape());
   DG_CHECK(boxes.ndim() == 2 && boxes.dim(1) == 4, DG_INVALID_ARGUMENT,
-           "boxes must be [N, 4] (x1, y1, x2, y2), got shape ", Dims(boxes));
+           "boxes must be [N, 4] (x1, y1, x2, y2), got shape ", box_shape);
   const int64_t n = boxes.dim(0);
   DG_CHECK(scores.ndim() == 1 && scores.dim(0) == n, DG_INVALID_ARGUMENT,
-           "scores must be [N] with N = ", n, " (boxes ", Dims(boxes),
-           "), got shape ", Dims(scores));
+           "scores must be [N] with N = ", n, " (boxes ", box_shape,
+           "), got shape ", ShapeStr(scores.shape()));
   DG_CHECK(scores.dtype() == boxes.dtype(), DG_INVALID_ARGUMENT,
            "scores must have boxes' dtype ", dg::DTypeName(boxes.dtype()),
            ", got ", dg::DTypeName(scores.dtype()));
   if (batched) {
     const dg::TensorRef idxs = ctx.input(2);
     DG_CHECK(idxs.ndim() == 1 && idxs.dim(0) == n, DG_INVALID_ARGUMENT,
-             "idxs must be [N] with N = ", n, " (boxes ", Dims(boxes),
-             "), got shape ", Dims(idxs));
+             "idxs must be [N] with N = ", n, " (boxes ", box_shape,
+             "), got shape ", ShapeStr(idxs.shape()));
   }
   const double thr = ctx.f("iou_threshold");
   DG_CHECK(!std::isnan(thr), DG_INVALID_ARGUMENT,

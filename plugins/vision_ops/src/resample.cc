@@ -23,14 +23,6 @@ namespace resample {
 
 namespace {
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  }
-  return out + "]";
-}
-
 template <typename V>
 std::string ListStr(const std::vector<V>& v) {
   std::string out = "[";

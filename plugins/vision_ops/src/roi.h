@@ -1,10 +1,20 @@
 // RoI attributes and validation shared by the CPU (roi.cc) and CUDA
-// (cuda/roi.cu) kernels of RoiAlign and RoiPool; defined in roi.cc.
+// (cuda/roi.cu) kernels of RoiAlign and RoiPool; defined in roi_ops.cc.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "dragon/plugin.hpp"
+
+// Host and device (under nvcc), as in resample.h.
+#ifndef VISION_HD
+#ifdef __CUDACC__
+#define VISION_HD __host__ __device__ inline
+#else
+#define VISION_HD inline
+#endif
+#endif
 
 namespace vision {
 
@@ -26,5 +36,16 @@ RoiAttrs ReadRoiAttrs(const dg::KernelContext& ctx, bool align);
 template <typename T>
 void CheckRois(const T* rois, int64_t k, int64_t batch, const RoiAttrs& a,
                bool align);
+
+// Samples per bin along one axis of a RoiAlign roi of `size` pixels split
+// into `bins`, at most 1e9. A NaN size (a float kernel's inf - inf on a roi
+// whose double check passed) gives 0 samples, never a NaN cast to int64.
+// Used by CheckRois and by the CPU and CUDA kernels alike.
+VISION_HD int64_t GridSize(double size, int64_t bins, int64_t sampling) {
+  if (sampling > 0) return sampling;
+  const double g = ceil(size / static_cast<double>(bins));
+  if (!(g > 0)) return 0;
+  return g > 1e9 ? int64_t{1000000000} : static_cast<int64_t>(g);
+}
 
 }  // namespace vision

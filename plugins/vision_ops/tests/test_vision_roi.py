@@ -394,6 +394,18 @@ def test_huge_adaptive_grid_is_refused_not_hung():
     assert y.shape == (1, 1, 7, 7) and np.all(np.isfinite(y))
 
 
+@pytest.mark.parametrize("aligned", [True, False])
+def test_roi_overflowing_float32_after_scaling_gives_zero(aligned):
+    # In double the roi is 0 wide and passes the sample bound; in float32
+    # 3e38 * 2 is inf and the width inf - inf is NaN. The adaptive grid of a
+    # NaN width must be 0 samples (output 0), not a NaN cast to int64.
+    x = dg.tensor(np.ones((1, 2, 4, 4), np.float32))
+    rois = dg.tensor(np.array([[0, 3e38, 0, 3e38, 1]], np.float32))
+    y = dg.ops.roi_align(x, rois, [1, 1], spatial_scale=2.0,
+                         aligned=aligned).numpy()
+    np.testing.assert_array_equal(y, np.zeros((1, 2, 1, 1), np.float32))
+
+
 @pytest.mark.parametrize("x_shape, rois_shape, attrs, words", [
     ((1, 4, 4), (1, 5), {}, ["x must be 4-D", "[1, 4, 4]"]),
     ((1, 1, 4, 4), (1, 4), {}, ["rois must be [K, 5]", "[1, 4]"]),

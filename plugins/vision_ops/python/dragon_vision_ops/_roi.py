@@ -1,7 +1,7 @@
 """RoIAlign, RoIPool and non-maximum suppression (torchvision-like API), and
 the gradient rules of the ops behind them.
 
-The ops are defined by the plugin's library (``src/roi.cc``, ``src/nms.cc``)
+The ops are defined by the plugin's library (``src/roi_ops.cc``, ``src/nms.cc``)
 and also appear as ``dragon_core.ops.roi_align``, ``roi_pool``,
 ``nms_padded`` and ``batched_nms_padded``. See ``docs/roi_nms.md`` for the
 exact semantics.

@@ -132,6 +132,11 @@ void NmsCuda(dg::KernelContext& ctx, const int64_t* cats) {
   const T* boxes = ctx.input(0).data<const T>();
   const T* scores = ctx.input(1).data<const T>();
   const int64_t blocks = (n + kBlockBits - 1) / kBlockBits;
+  // The mask kernel's grid is blocks x blocks, and gridDim.y is at most
+  // 65535: past that the launch would fail with an opaque CUDA error.
+  DG_CHECK(blocks <= 65535, DG_INVALID_ARGUMENT, ctx.op_name(), ": ", n,
+           " boxes are more than the CUDA kernel handles (", 65535 * kBlockBits,
+           ")");
   T* keys = ctx.workspace<T>(2 * n);
   int64_t* index = ctx.workspace<int64_t>(2 * n);
   SortKeysKernel<T><<<Blocks(n), kThreads, 0, stream>>>(n, scores, keys, index);

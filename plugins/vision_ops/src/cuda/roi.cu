@@ -1,9 +1,9 @@
 // CUDA kernels of RoiAlign, RoiAlignGrad, RoiPool, RoiPoolGrad and
-// RoiPoolGather (schemas and CPU kernels in ../roi.cc).
+// RoiPoolGather (schemas in ../roi_ops.cc, CPU kernels in ../roi.cc).
 //
 // One thread per pooled output (k, c, i, j). The rois are first copied to
 // the host and validated by the same code as the CPU kernels (CheckRois in
-// roi.cc), so a bad batch index is the same clear error on both devices;
+// roi_ops.cc), so a bad batch index is the same clear error on both devices;
 // that copy synchronises the stream once per call. The gradient kernels
 // add into dx (zeroed on the stream first) with atomicAdd: the sums are
 // exact up to the order of floating-point additions, which may vary from
@@ -89,12 +89,6 @@ struct AlignBin {
   T inv;                     // 1 / samples
 };
 
-__device__ inline int64_t Grid(double size, int64_t bins, int64_t sampling) {
-  if (sampling > 0) return sampling;
-  const double g = ceil(size / static_cast<double>(bins));
-  return g <= 0 ? 0 : static_cast<int64_t>(g);
-}
-
 template <typename T>
 __device__ AlignBin<T> AlignBinOf(const T* roi, const Pos& p, const Dims& d,
                                   T scale, int64_t sampling, bool aligned) {
@@ -107,8 +101,8 @@ __device__ AlignBin<T> AlignBinOf(const T* roi, const Pos& p, const Dims& d,
   }
   const T bh = rh / T(d.oh), bw = rw / T(d.ow);
   AlignBin<T> b;
-  b.gh = Grid(rh, d.oh, sampling);
-  b.gw = Grid(rw, d.ow, sampling);
+  b.gh = GridSize(rh, d.oh, sampling);
+  b.gw = GridSize(rw, d.ow, sampling);
   b.step_y = b.gh > 0 ? bh / T(b.gh) : T(0);
   b.step_x = b.gw > 0 ? bw / T(b.gw) : T(0);
   b.y0 = y1 + T(p.i) * bh + T(0.5) * b.step_y;

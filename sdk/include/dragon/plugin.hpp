@@ -235,6 +235,9 @@ class KernelContext : public AttrReader {
   // Scratch memory valid until the kernel returns.
   template <typename T>
   T* workspace(size_t count) const {
+    DG_CHECK(count <= SIZE_MAX / sizeof(T), DG_RESOURCE_EXHAUSTED,
+             "workspace of ", count, " elements of ", sizeof(T),
+             " bytes overflows size_t");
     void* p = f_->host->alloc_workspace(f_->host_ctx, count * sizeof(T));
     DG_CHECK(p != nullptr || count == 0, DG_RESOURCE_EXHAUSTED,
              "workspace of ", count * sizeof(T), " bytes");

@@ -434,6 +434,18 @@ def test_function_disable_passes_argument():
         dg.function(lambda x: m(x), disable_passes=["pattern_fusoin"])(x)
 
 
+def test_function_disable_passes_takes_a_string():
+    """A string is a pass name (or a comma-separated list, as in
+    DRAGON_DISABLE_PASSES), not a sequence of one-letter names."""
+    m = _eval_model(F32)
+    x = dg.tensor(np.random.default_rng(5).standard_normal((2, 3, 6, 6)).astype(F32))
+    one = dg.function(lambda x: m(x), disable_passes="pattern_fusion")
+    assert "BatchNorm" in {o.type for o in one.get_graph(x).op}
+    two = dg.function(lambda x: m(x), disable_passes="pattern_fusion, fusion")
+    assert two.get_graph(x).metadata["disable_passes"] == "pattern_fusion,fusion"
+    assert "BatchNorm" in {o.type for o in two.get_graph(x).op}
+
+
 def test_register_pattern_rejects_a_different_pattern_under_a_known_name():
     fusion.register_pattern(fusion.CONV_RELU)   # the same object again: fine
     clash = fusion.FusionPattern("conv2d_relu", ("Conv2d", "Relu"), "Conv2dBiasAct",
@@ -635,3 +647,30 @@ def test_freeze_bakes_parameters_and_folds_batch_norm_once():
     assert not np.allclose(np.asarray(live(x)), want)
     np.testing.assert_allclose(np.asarray(frozen(x)), want, rtol=1e-5, atol=1e-5)
 
+
+
+def test_freeze_keeps_a_tensor_assigned_through_an_alias_live():
+    """A tensor the function assigns through an alias made inside it
+    (``w.detach().assign(...)``, the graph updating ``w``) is state, not a
+    parameter: freeze must not bake it in as a constant. The frozen graph
+    updates and reads it as the live one does."""
+    def make():
+        w = dg.tensor(np.array([1.0, 2.0], dtype=F32))
+
+        def step(x):
+            a = w.detach()
+            a.assign(a + x)
+            return w * 2.0
+        return w, step
+
+    x = dg.tensor(np.array([0.5, -1.0], dtype=F32))
+    results = {}
+    for freeze in (False, True):
+        w, step = make()
+        f = dg.function(step, freeze=freeze)
+        g = f.get_graph(x)
+        assert len(g.state_target) == 1 and g.state_target[0] in g.captured, freeze
+        outs = [np.asarray(f(x)) for _ in range(3)]
+        results[freeze] = (outs, np.asarray(w))
+    np.testing.assert_array_equal(results[True][0], results[False][0])
+    np.testing.assert_array_equal(results[True][1], results[False][1])

@@ -76,3 +76,15 @@ def test_none_inputs_are_named_errors(dg):
     assert report["input 0 as None"].startswith("ArgumentTypeError: Relu"), report
     with pytest.raises(TypeError, match=r"Conv2d: input 'w' \(position 1\) is None"):
         dg.ops.conv2d(dg.tensor(_r(1, 1, 3, 3)), None)
+
+
+def test_an_extra_input_is_an_arity_error(dg):
+    """A None or unconvertible value past the schema's last input is reported
+    as too many inputs, not as a bad value of the last named input."""
+    from dragon_core import _C
+    from dragon_core.errors import InvalidArgumentError
+    x = dg.tensor(_r(3))
+    for extra in (None, "a"):
+        with pytest.raises(InvalidArgumentError,
+                           match=r"Relu: expects at most 1 input\(s\), got 2"):
+            _C.call(_C.op("Relu"), (x, extra), ())

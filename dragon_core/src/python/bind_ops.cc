@@ -167,6 +167,15 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   if (d < out.size() && out[d]) like = &out[d];
   for (size_t i = 0; i < flat.size(); ++i) {
     if (out[i]) continue;
+    // An input past the schema's last (the op is not variadic) has no name:
+    // the call has too many inputs, whatever this one holds.
+    if (!op.variadic_input() && i >= op.inputs.size()) {
+      CoreError e(DG_INVALID_ARGUMENT,
+                  dg::Str(op.name, ": expects at most ", op.inputs.size(), " input(s), got ",
+                          flat.size()));
+      e.op = op.name;
+      throw e;
+    }
     // The schema's name of flat input i (a variadic input's items share one).
     const size_t arg = std::min(i, op.inputs.size() - 1);
     const std::string name = op.inputs.empty() ? std::to_string(i) : op.inputs[arg].name;

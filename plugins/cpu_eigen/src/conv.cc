@@ -363,7 +363,7 @@ void Conv2dImpl(dg::KernelContext& ctx, bool relu) {
     if (relu) {
       Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> v(
           yd + n0 * g.window(), cnt * g.window());
-      v = v.max(T(0));
+      v = v.template max<Eigen::PropagateNaN>(T(0));   // NaN stays NaN, as Relu
     }
   });
 }

@@ -220,7 +220,9 @@ void MatMulBiasAct(dg::KernelContext& ctx) {
   const bool relu = ctx.s("activation") == "relu";
   const bool has_bias = ctx.num_inputs() > 2;
   if (yt.numel() == 0 || (!relu && !has_bias)) return;
-  const int64_t cols = has_bias ? ctx.input(2).numel() : yt.numel();
+  // Rows of the product's last axis (the bias's length), so the epilogue
+  // is split across threads even without a bias; a 0-d product is one row.
+  const int64_t cols = yt.shape().empty() ? 1 : yt.shape().back();
   const int64_t rows = yt.numel() / cols;
   const T* bias = has_bias ? ctx.input(2).data<const T>() : nullptr;
   // Inputs may be strided views: gather a strided bias first.

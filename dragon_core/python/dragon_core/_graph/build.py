@@ -130,12 +130,27 @@ class Trace:
             var._rebind(original)
 
 
+def _assigned_ids(trace: Trace) -> set:
+    """The ids of the tensors the trace assigns, an assignment through an
+    alias (``w.detach().assign(v)``) counting for the tensor aliased, since
+    the graph updates that one."""
+    source: dict = {}   # alias id -> id of the tensor it aliases
+    out = set()
+    for op, ins, _, outs in trace.records:
+        if op == Trace.ALIAS:
+            source[outs[0]._id] = source.get(ins[0]._id, ins[0]._id)
+        elif op == Trace.ASSIGN:
+            out.add(source.get(ins[0]._id, ins[0]._id))
+    return out
+
+
 def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bool = False):
     """Build the GraphDef of a trace.
 
     With ``freeze``, tensors the trace reads but did not create and never
-    assigns (parameters) become constants holding their values now, as
-    created tensors do, so passes can fold them (torch.jit.freeze).
+    assigns, directly or through an alias (parameters), become constants
+    holding their values now, as created tensors do, so passes can fold
+    them (torch.jit.freeze).
 
     Returns
     -------
@@ -148,7 +163,7 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
         g.metadata["device"] = inputs[0]._device_name
     names: dict = {}
     constants, captured = [], []
-    assigned = {rec[1][0]._id for rec in trace.records if rec[0] == Trace.ASSIGN}
+    assigned = _assigned_ids(trace) if freeze else set()
     for i, t in enumerate(inputs):
         nm = f"input:{i}"
         g.input.append(nm)

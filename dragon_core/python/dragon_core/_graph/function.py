@@ -151,7 +151,9 @@ class Function:
         if parallel < 0:
             raise ValueError(f"parallel must be >= 0 (worker threads), got {parallel}")
         self.parallel = parallel
-        self.disable_passes = tuple(disable_passes)
+        if isinstance(disable_passes, str):   # one name, or "a,b" as the variable takes
+            disable_passes = disable_passes.split(",")
+        self.disable_passes = tuple(n.strip() for n in disable_passes if n.strip())
         self.freeze = bool(freeze)
         self._fn = fn
         self.input_signature = input_signature
@@ -287,14 +289,16 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         Run independent ops concurrently on this many worker threads
         (dependency-driven, as Paddle's ParallelExecutor); 0 runs ops in
         order. Parallel runs do not reuse buffers in place.
-    disable_passes : sequence of str, optional
+    disable_passes : str or sequence of str, optional
         Passes of the level not to run, by name (e.g. ``("pattern_fusion",)``
-        keeps convolutions and matmuls unfused); an unknown name raises
+        or ``"pattern_fusion"`` keeps convolutions and matmuls unfused; a
+        string may list several, comma-separated); an unknown name raises
         ValueError. ``DRAGON_DISABLE_PASSES=a,b`` does the same for every
         function.
     freeze : bool, default False
         For inference: bake the tensors the function reads but does not
-        ``assign`` (the parameters) into the graph as constants with their
+        ``assign``, directly or through a ``detach()`` alias made inside it
+        (the parameters), into the graph as constants with their
         values at trace time, as ``torch.jit.freeze`` does, so constant
         folding precomputes what depends on them only (e.g. batch norm
         folded into the convolution weights, once). Later changes to those

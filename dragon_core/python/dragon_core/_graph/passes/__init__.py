@@ -25,6 +25,22 @@ def register_pass(name: str, level: int):
     return deco
 
 
+def kernel_dtypes(op_type: str, device_type: str) -> set:
+    """The dtype names with a kernel for ``op_type`` on ``device_type`` (a
+    device type such as ``"cpu"``, no index), per ``_C.kernels``; empty when
+    the op is not registered."""
+    from dragon_core import _C
+    try:
+        kernels = _C.kernels(op_type)
+    except LookupError:
+        return set()
+    out = set()
+    for k in kernels:
+        if k["device"] == device_type:
+            out.update(d.strip() for d in k["dtypes"].split(","))
+    return out
+
+
 def passes_for(level: int) -> list:
     """(name, fn) of the passes that run at ``level``, in order."""
     _load_all()

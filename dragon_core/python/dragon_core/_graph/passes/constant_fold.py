@@ -46,10 +46,16 @@ def _bytes(info) -> int:
     return numel * as_dtype(info.dtype).itemsize
 
 
+def _fold_limit(op, consts: dict) -> int:
+    """The most bytes an output of ``op`` may have to be folded: the larger
+    of FOLD_LIMIT_BYTES and the biggest constant it reads."""
+    return max([FOLD_LIMIT_BYTES] + [len(consts[n].data) for n in op.input])
+
+
 def _too_big(op, infos: dict, consts: dict) -> bool:
-    """Whether an output of ``op`` exceeds the larger of FOLD_LIMIT_BYTES
-    and the biggest constant it reads (or has no known size)."""
-    limit = max([FOLD_LIMIT_BYTES] + [len(consts[n].data) for n in op.input])
+    """Whether an output of ``op`` exceeds :func:`_fold_limit` according to
+    ``value_info`` (or has no known size)."""
+    limit = _fold_limit(op, consts)
     for name in op.output:
         info = infos.get(name)
         if info is None or _bytes(info) > limit:
@@ -118,7 +124,7 @@ def constant_fold(graph):
             protos = [tensor_to_proto(name, t) for name, t in zip(op.output, results)]
         except Exception:  # noqa: BLE001 - the run reports it, with context
             continue
-        limit = max([FOLD_LIMIT_BYTES] + [len(consts[n].data) for n in op.input])
+        limit = _fold_limit(op, consts)
         if any(len(p.data) > limit for p in protos):
             continue
         for name, t, proto in zip(op.output, results, protos):

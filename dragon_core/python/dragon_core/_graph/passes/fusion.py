@@ -44,7 +44,7 @@ import numpy as np
 
 from dragon_core import _C
 from dragon_core import proto as P
-from dragon_core._graph.passes import register_pass
+from dragon_core._graph.passes import kernel_dtypes, register_pass
 from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
 
 FUSED = "FusedElementwise"
@@ -63,15 +63,6 @@ GELU = {"none": 18, "tanh": 19}
 WITH_ALPHA = {"LeakyRelu": 20, "Elu": 21}
 BINARY = {"Add": 32, "Sub": 33, "Mul": 34, "Div": 35, "Pow": 36, "Maximum": 37,
           "Minimum": 38}
-
-
-def kernel_dtypes(device_type: str) -> set:
-    """The dtype names that have a FusedElementwise kernel on ``device_type``."""
-    out = set()
-    for k in _C.kernels(FUSED):
-        if k["device"] == device_type:
-            out.update(d.strip() for d in k["dtypes"].split(","))
-    return out
 
 
 def _opcode(op):
@@ -261,7 +252,7 @@ def fusion(graph):
     new = P.GraphDef()
     new.CopyFrom(graph)
     device = graph.metadata["device"] if "device" in graph.metadata else "cpu"
-    dtypes = kernel_dtypes(device.partition(":")[0])
+    dtypes = kernel_dtypes(FUSED, device.partition(":")[0])
     if not dtypes:
         return new
     index = _Graph(graph, dtypes)

@@ -40,29 +40,15 @@ from __future__ import annotations
 import numpy as np
 
 import dragon_core as dg
-from dragon_core import _C
 from dragon_core import proto as P
 from dragon_core._graph.build import (_plugin_versions, attr_from_proto, attr_to_proto,
                                       schema)
-from dragon_core._graph.passes import register_pass
+from dragon_core._graph.passes import kernel_dtypes, register_pass
 from dragon_core._graph.passes.prune import _drop_value_info
 from dragon_core.errors import PluginError
 
 ANNOTATION = "_fused_ops"
 PATTERN_ANNOTATION = "_fusion_pattern"
-
-
-def kernel_dtypes(op_type: str, device_type: str) -> set:
-    """The dtype names with a kernel for ``op_type`` on ``device_type``."""
-    try:
-        kernels = _C.kernels(op_type)
-    except LookupError:
-        return set()
-    out = set()
-    for k in kernels:
-        if k["device"] == device_type:
-            out.update(d.strip() for d in k["dtypes"].split(","))
-    return out
 
 
 class _Index:

@@ -119,3 +119,32 @@ def test_fused_op_errors_name_the_problem(op, args, kwargs, words):
     msg = str(info.value)
     for w in words:
         assert w in msg, msg
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_fused_relu_keeps_nan_and_clears_negative_zero(dtype):
+    """The fused relu has the core Relu's semantics whatever backend serves
+    it (mkldnn's relu post-op alone would turn NaN into 0): NaN and inf
+    pre-activations give NaN and inf, -inf and -0 give +0."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((6, 4)).astype(dtype)
+    a[1, 2], a[3, 0] = np.nan, np.inf
+    b = np.abs(rng.standard_normal((4, 5))).astype(dtype)
+    c = np.zeros(5, dtype)
+    fused = dg.ops.matmul_bias_act(dg.tensor(a), dg.tensor(b), dg.tensor(c)).numpy()
+    plain = dg.ops.relu(dg.ops.matmul(dg.tensor(a), dg.tensor(b)) + dg.tensor(c)).numpy()
+    np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
+    assert np.isnan(fused[1]).all() and np.isinf(fused[3]).any()
+    np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
+    neg = dg.ops.matmul_bias_act(dg.tensor(np.array([[-0.0], [-np.inf]], dtype)),
+                                 dg.tensor(np.array([[1.0]], dtype))).numpy()
+    assert (neg == 0).all() and not np.signbit(neg).any()
+
+    x = rng.standard_normal((2, 3, 6, 6)).astype(dtype)
+    x[0, 1, 2, 2] = np.nan
+    w = rng.standard_normal((4, 3, 3, 3)).astype(dtype)
+    fused = dg.ops.conv2d_bias_act(dg.tensor(x), dg.tensor(w), pads=[1, 1]).numpy()
+    plain = dg.ops.relu(dg.ops.conv2d(dg.tensor(x), dg.tensor(w), pads=[1, 1])).numpy()
+    np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
+    assert np.isnan(fused).sum() > 0
+    np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-4)

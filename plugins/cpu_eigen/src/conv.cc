@@ -363,7 +363,8 @@ void Conv2dImpl(dg::KernelContext& ctx, bool relu) {
     if (relu) {
       Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> v(
           yd + n0 * g.window(), cnt * g.window());
-      v = v.template max<Eigen::PropagateNaN>(T(0));   // NaN stays NaN, as Relu
+      // Relu's semantics: NaN stays NaN, -0 and negatives become +0.
+      v = (v > T(0) || v.isNaN()).select(v, T(0));
     }
   });
 }

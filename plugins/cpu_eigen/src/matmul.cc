@@ -233,15 +233,17 @@ void MatMulBiasAct(dg::KernelContext& ctx) {
     bias = packed;
   }
   T* y = yt.data<T>();
+  // Relu's semantics: NaN stays NaN, -0 and negatives become +0.
+  auto act = [](T v) { return v > T(0) || v != v ? v : T(0); };
   ParallelFor(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* row = y + r * cols;
       if (bias && relu) {
-        for (int64_t c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], T(0));
+        for (int64_t c = 0; c < cols; ++c) row[c] = act(row[c] + bias[c]);
       } else if (bias) {
         for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
       } else {
-        for (int64_t c = 0; c < cols; ++c) row[c] = std::max(row[c], T(0));
+        for (int64_t c = 0; c < cols; ++c) row[c] = act(row[c]);
       }
     }
   }, cols);

@@ -1,5 +1,6 @@
 #include "common.h"
 
+
 #include <omp.h>
 
 #include <algorithm>
@@ -130,6 +131,31 @@ void PrimitiveCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   index_.clear();
   lru_.clear();
+}
+
+namespace {
+
+// Clears every non-NaN value whose sign bit is set, over n values of Bits.
+template <typename Bits>
+void ReluBits(Bits* v, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const Bits b = v[i];
+    if ((b & kSignBit<Bits>) && !IsNanBits(b)) v[i] = 0;
+  }
+}
+
+}  // namespace
+
+void ReluKeepNan(const dg::TensorRef& y) {
+  DG_CHECK(y.is_contiguous(), DG_INTERNAL, "ReluKeepNan: output is strided");
+  if (y.dtype() == DG_FLOAT32) {
+    ReluBits(static_cast<uint32_t*>(y.raw_data()), y.numel());
+  } else if (y.dtype() == DG_BFLOAT16) {
+    ReluBits(static_cast<uint16_t*>(y.raw_data()), y.numel());
+  } else {
+    DG_CHECK(false, DG_INTERNAL, "ReluKeepNan: float32 or bfloat16 only");
+  }
 }
 
 dnnl::primitive_attr Attr() {

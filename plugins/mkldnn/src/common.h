@@ -259,6 +259,12 @@ class BoundPrimitive {
   size_t scratchpad_bytes_ = 0;
 };
 
+// The fused ops' activation "relu" with the core Relu's semantics, in place
+// over a contiguous float32 or bfloat16 output: negative values (and -0)
+// become +0, NaN stays NaN. oneDNN's relu (and clip) post-ops map NaN to 0,
+// so the fused kernels run their primitive without one and call this.
+void ReluKeepNan(const dg::TensorRef& y);
+
 // Primitive attributes with the user-mode scratchpad every kernel uses.
 dnnl::primitive_attr Attr();
 

@@ -1,5 +1,5 @@
 // oneDNN convolution kernels for the core's NCHW ops: Conv2d,
-// Conv2dBiasAct (bias + optional relu as a post-op), ConvTranspose2d
+// Conv2dBiasAct (bias, then an optional NaN-keeping relu pass), ConvTranspose2d
 // (oneDNN's deconvolution) and Conv2dBackpropFilter (convolution backward
 // weights), in float32 and bfloat16.
 //
@@ -194,11 +194,6 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
 
 dnnl::primitive_attr ConvAttr(const ConvPlan& p) {
   dnnl::primitive_attr attr = Attr();
-  if (p.relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
-  }
   return attr;
 }
 
@@ -317,6 +312,7 @@ void RunForward(const dg::KernelContext& ctx, const ConvPlan& p,
   args[DNNL_ARG_DST] = dst;
   Execute(ctx, prim.prim, pd, std::move(args));
   CopyOut(ctx, dst, Memory(Desc(y), y));
+  if (p.relu) ReluKeepNan(ctx.output(0));
 }
 
 // The plan of a call supports() accepted (so it cannot fail).

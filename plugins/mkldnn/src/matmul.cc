@@ -11,7 +11,8 @@
 //   * every operand is described by its own strides (sliced views are read
 //     in place), so a matrix needs a unit stride along one of its two axes;
 //   * MatMulBiasAct adds the bias through oneDNN's bias argument (along the
-//     output's last axis) and the relu as an eltwise post-op: one primitive.
+//     output's last axis); the relu is a NaN-keeping pass over the output
+//     (oneDNN's relu post-op maps NaN to 0, the core's Relu keeps it).
 // An operand oneDNN cannot read in place (a matrix with no unit stride, or
 // a layout for which oneDNN only has its slow reference loop) is packed
 // into a dense copy first, by a oneDNN reorder (visible in ONEDNN_VERBOSE);
@@ -234,11 +235,6 @@ FastKey ProblemKey(const Problem& p) {
 dnnl::matmul::primitive_desc MakeMatMul(const Problem& p) {
   const dnnl::memory::data_type dt = DataType(p.dtype);
   dnnl::primitive_attr attr = Attr();
-  if (p.relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
-  }
   if (p.has_bias) {
     return dnnl::matmul::primitive_desc(Engine(), p.a.ToDesc(dt),
                                         p.b.ToDesc(dt), p.bias.ToDesc(dt),
@@ -433,6 +429,7 @@ void RunMatMul(dg::KernelContext& ctx) {
                          p.has_bias ? BiasData(ctx) : nullptr};
   const OmpThreads threads(p.threads);
   bound->Run(ctx, data);
+  if (p.relu) ReluKeepNan(ctx.output(0));
 }
 
 // supports(): the layout and dtypes oneDNN can take, and a primitive that

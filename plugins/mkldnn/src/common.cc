@@ -136,12 +136,31 @@ void PrimitiveCache::Clear() {
 namespace {
 
 // Clears every non-NaN value whose sign bit is set, over n values of Bits.
+// Branch-free integer arithmetic, so the loop vectorizes: it must cost
+// little next to the convolution or product it follows.
 template <typename Bits>
-void ReluBits(Bits* v, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+void ReluBitsRange(Bits* v, int64_t n) {
+  constexpr int kShift = 8 * sizeof(Bits) - 1;
   for (int64_t i = 0; i < n; ++i) {
     const Bits b = v[i];
-    if ((b & kSignBit<Bits>) && !IsNanBits(b)) v[i] = 0;
+    const Bits negative = static_cast<Bits>(b >> kShift);            // 0 or 1
+    const Bits nan = static_cast<Bits>(IsNanBits(b) ? 1 : 0);
+    const Bits clear = static_cast<Bits>(0u - (negative & (nan ^ 1u)));  // all ones
+    v[i] = static_cast<Bits>(b & ~clear);
+  }
+}
+
+template <typename Bits>
+void ReluBits(Bits* v, int64_t n) {
+  constexpr int64_t kChunk = int64_t{1} << 18;
+  if (n < 4 * kChunk) {
+    ReluBitsRange(v, n);
+    return;
+  }
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    ReluBitsRange(v + c * kChunk, std::min(kChunk, n - c * kChunk));
   }
 }
 

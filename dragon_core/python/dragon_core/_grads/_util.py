@@ -95,3 +95,11 @@ def scalar_like(t, value: float):
     """A 0-d tensor holding ``value`` with the dtype and device of ``t``
     (a constant operand for ``where`` and friends, explicit about dtype)."""
     return ops().fill([], float(value), t.dtype, device=str(t.device))
+
+
+def relu_grad(x, dy):
+    """Relu's gradient: ``dy`` where ``x > 0``, else 0. A ``where`` rather
+    than a mask product: two passes, and a NaN in ``dy`` stays blocked where
+    ``x <= 0`` (as PyTorch's threshold). The pattern-fusion pass recognises
+    the ``x > 0`` it reads (docs/graph.md)."""
+    return ops().where(x > 0, dy, scalar_like(dy, 0.0))

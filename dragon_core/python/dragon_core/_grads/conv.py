@@ -27,7 +27,7 @@ batch and spatial axes.
 """
 
 from .._autograd import gradient, needs_grad
-from ._util import ops
+from ._util import ops, relu_grad
 
 
 def _geometry(node) -> dict:
@@ -67,8 +67,12 @@ def _bias_grad(node, dy):
 
 @gradient("Conv2d")
 def _conv2d(node, dy):
+    return _conv2d_grads(node, dy, _geometry(node))
+
+
+def _conv2d_grads(node, dy, geo):
+    """[dx, dw(, db)] of conv2d(x, w(, b)) (the node's inputs) for dy."""
     x, w = node.inputs[0], node.inputs[1]
-    geo = _geometry(node)
     # The network's input rarely needs a gradient: skip that convolution.
     dx = _input_grad(dy, w, x.shape, geo) if needs_grad(node, 0) else None
     dw = ops().conv2d_backprop_filter(x, dy, list(w.shape), **geo) \
@@ -99,13 +103,7 @@ def _conv2d_bias_act(node, dy):
     # the pre-activation conv2d(x, w) + b. The fusion pass writes this op
     # into graphs whose backward is already built, so the cost is paid only
     # when the fused op is differentiated directly.
-    x, w = node.inputs[0], node.inputs[1]
     geo = _geometry(node)
     if node.attrs["activation"] == "relu":
-        z = ops().conv2d(*node.inputs, **geo)
-        zero = ops().fill([], 0.0, dy.dtype, device=str(dy.device))
-        dy = ops().where(z > 0, dy, zero)
-    dx = _input_grad(dy, w, x.shape, geo) if needs_grad(node, 0) else None
-    dw = ops().conv2d_backprop_filter(x, dy, list(w.shape), **geo) \
-        if needs_grad(node, 1) else None
-    return [dx, dw] + _bias_grad(node, dy)
+        dy = relu_grad(ops().conv2d(*node.inputs, **geo), dy)
+    return _conv2d_grads(node, dy, geo)

@@ -10,7 +10,7 @@ operand's batch shape.
 """
 
 from .._autograd import gradient, needs_grad
-from ._util import ops, unbroadcast
+from ._util import ops, relu_grad, unbroadcast
 
 
 def _mm(x, tx: bool, y, ty: bool):
@@ -70,8 +70,7 @@ def _matmul_bias_act(node, dy):
         z = o.matmul(node.inputs[0], node.inputs[1], **flags)
         if len(node.inputs) > 2:
             z = z + node.inputs[2]
-        zero = o.fill([], 0.0, dy.dtype, device=str(dy.device))
-        dy = o.where(z > 0, dy, zero)
+        dy = relu_grad(z, dy)
     grads = _matmul_grads(node, dy)
     if len(node.inputs) > 2:
         grads.append(unbroadcast(dy, node.inputs[2].shape)

@@ -26,7 +26,7 @@ import math
 
 from .._autograd import gradient
 from .._dtypes import as_dtype
-from ._util import ops
+from ._util import ops, relu_grad
 
 
 def _mask(cond, like):
@@ -125,10 +125,7 @@ def _abs(node, dy):
 @gradient("Relu")
 def _relu(node, dy):
     (x,) = node.inputs
-    # where(x > 0, dy, 0): two passes instead of compare, cast and multiply,
-    # and a NaN in dy stays where x <= 0 blocks it (as PyTorch's threshold).
-    zero = ops().fill([], 0.0, dy.dtype, device=str(dy.device))
-    return [ops().where(x > 0, dy, zero)]
+    return [relu_grad(x, dy)]
 
 
 @gradient("LeakyRelu")

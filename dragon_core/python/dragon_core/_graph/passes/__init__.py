@@ -41,6 +41,12 @@ def kernel_dtypes(op_type: str, device_type: str) -> set:
     return out
 
 
+def device_type(graph) -> str:
+    """The device type a graph runs on: ``metadata["device"]`` without its
+    index (``"cpu:0"`` -> ``"cpu"``); the host (``"cpu"``) when absent."""
+    return (graph.metadata.get("device", "") or "cpu").partition(":")[0]
+
+
 def passes_for(level: int) -> list:
     """(name, fn) of the passes that run at ``level``, in order."""
     _load_all()

@@ -44,7 +44,7 @@ import numpy as np
 
 from dragon_core import _C
 from dragon_core import proto as P
-from dragon_core._graph.passes import kernel_dtypes, register_pass
+from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass
 from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
 
 FUSED = "FusedElementwise"
@@ -251,8 +251,7 @@ def fusion(graph):
     """
     new = P.GraphDef()
     new.CopyFrom(graph)
-    device = graph.metadata["device"] if "device" in graph.metadata else "cpu"
-    dtypes = kernel_dtypes(FUSED, device.partition(":")[0])
+    dtypes = kernel_dtypes(FUSED, device_type(graph))
     if not dtypes:
         return new
     index = _Graph(graph, dtypes)

@@ -43,7 +43,7 @@ import dragon_core as dg
 from dragon_core import proto as P
 from dragon_core._graph.build import (_plugin_versions, attr_from_proto, attr_to_proto,
                                       schema)
-from dragon_core._graph.passes import kernel_dtypes, register_pass
+from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass
 from dragon_core._graph.passes.prune import _drop_value_info
 from dragon_core.errors import PluginError
 
@@ -190,8 +190,7 @@ class _Fuser:
 
     def __init__(self, graph):
         self.index = _Index(graph)
-        device = graph.metadata.get("device", "") or "cpu"
-        self.device = device.partition(":")[0]
+        self.device = device_type(graph)
         self.used = {op.name for op in graph.op} | set(self.index.info)
         self.versions = _plugin_versions()
         self.taken = set()

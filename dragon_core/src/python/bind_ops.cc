@@ -11,11 +11,16 @@ struct OpHandle {
   OpSchema* op;
 };
 
-[[noreturn]] void AttrError(const OpSchema& op, const AttrSchema& a, const std::string& why) {
-  CoreError e(DG_INVALID_ARGUMENT,
-              dg::Str(op.name, ": attribute '", a.name, "' ", why), ErrorKind::kType);
+// An argument error of op (an ArgumentTypeError in Python for kType).
+[[noreturn]] void ArgError(const OpSchema& op, const std::string& what,
+                           ErrorKind kind = ErrorKind::kType) {
+  CoreError e(DG_INVALID_ARGUMENT, dg::Str(op.name, ": ", what), kind);
   e.op = op.name;
   throw e;
+}
+
+[[noreturn]] void AttrError(const OpSchema& op, const AttrSchema& a, const std::string& why) {
+  ArgError(op, dg::Str("attribute '", a.name, "' ", why));
 }
 
 int64_t ToInt(const OpSchema& op, const AttrSchema& a, py::handle v) {
@@ -144,13 +149,8 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   for (size_t i = 0; i < count; ++i) {
     bool variadic = op.variadic_input() && i + 1 == op.inputs.size();
     if (variadic) {
-      if (IsTensor(t[i]) || !PySequence_Check(t[i].ptr())) {
-        CoreError e(DG_INVALID_ARGUMENT,
-                    dg::Str(op.name, ": input '", op.inputs.back().name,
-                            "' takes a list of tensors"), ErrorKind::kType);
-        e.op = op.name;
-        throw e;
-      }
+      if (IsTensor(t[i]) || !PySequence_Check(t[i].ptr()))
+        ArgError(op, dg::Str("input '", op.inputs.back().name, "' takes a list of tensors"));
       for (auto item : py::reinterpret_borrow<py::sequence>(t[i])) flat.push_back(item);
     } else {
       flat.push_back(t[i]);
@@ -169,22 +169,14 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
     if (out[i]) continue;
     // An input past the schema's last (the op is not variadic) has no name:
     // the call has too many inputs, whatever this one holds.
-    if (!op.variadic_input() && i >= op.inputs.size()) {
-      CoreError e(DG_INVALID_ARGUMENT,
-                  dg::Str(op.name, ": expects at most ", op.inputs.size(), " input(s), got ",
-                          flat.size()));
-      e.op = op.name;
-      throw e;
-    }
+    if (!op.variadic_input() && i >= op.inputs.size())
+      ArgError(op, dg::Str("expects at most ", op.inputs.size(), " input(s), got ", flat.size()),
+               ErrorKind::kStatus);
     // The schema's name of flat input i (a variadic input's items share one).
     const size_t arg = std::min(i, op.inputs.size() - 1);
     const std::string name = op.inputs.empty() ? std::to_string(i) : op.inputs[arg].name;
     auto fail = [&](const std::string& why) {
-      CoreError e(DG_INVALID_ARGUMENT,
-                  dg::Str(op.name, ": input '", name, "' (position ", i, ") ", why),
-                  ErrorKind::kType);
-      e.op = op.name;
-      throw e;
+      ArgError(op, dg::Str("input '", name, "' (position ", i, ") ", why));
     };
     if (flat[i].is_none()) {
       fail(arg < op.inputs.size() && (op.inputs[arg].flags & DG_ARG_OPTIONAL)

@@ -22,7 +22,7 @@ import dragon_core as dg
 import dragon_vision_ops as vo
 from dragon_vision_ops import _deform
 
-CUDA = any(d["name"] == "cuda" and d["count"] > 0 for d in dg.plugins.devices())
+from vision_testing import requires_cuda  # noqa: E402
 
 
 # ---------------------------------------------------------------- reference
@@ -554,7 +554,7 @@ def test_cuda_kernels_are_registered_when_built_with_cuda():
             assert not cuda
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("case", CASES[:7], ids=[_case_id(c) for c in CASES[:7]])
 def test_cuda_forward_matches_cpu(case):
     arrays = _op_case(case, "float64").arrays()
@@ -569,7 +569,7 @@ def test_cuda_forward_matches_cpu(case):
     np.testing.assert_allclose(gpu32, cpu, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[_case_id(c) for c in GRAD_CASES])
 def test_cuda_backward_matches_cpu(case):
     arrays = _op_case(case, "float64", seed=1).arrays()
@@ -585,7 +585,7 @@ def test_cuda_backward_matches_cpu(case):
         np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 def test_cuda_empty_batch_and_partial_grads():
     x = np.zeros((0, 2, 5, 5))
     w = np.ones((3, 2, 3, 3))

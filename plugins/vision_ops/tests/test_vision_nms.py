@@ -18,7 +18,7 @@ import dragon_vision_ops as vo
 
 KNOWN: list = []   # every variant is checked, None inputs included
 
-CUDA = any(d["name"] == "cuda" and d["count"] > 0 for d in dg.plugins.devices())
+from vision_testing import requires_cuda  # noqa: E402
 
 # ---------------------------------------------------------------- reference
 
@@ -256,7 +256,7 @@ def test_cuda_kernels_registered(op):
     assert len([k for k in dg.plugins.kernels(op) if k["device"] == "cpu"]) == 2
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 300])
 def test_cuda_matches_cpu(dtype, n):

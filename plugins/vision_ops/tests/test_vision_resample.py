@@ -24,7 +24,7 @@ from dragon_sdk.testing import (
 
 import dragon_core as dg
 
-CUDA = any(d["name"] == "cuda" and d["count"] > 0 for d in dg.plugins.devices())
+from vision_testing import requires_cuda  # noqa: E402
 DTYPES = ["float32", "float64"]
 
 # ------------------------------------------------------------ references
@@ -703,7 +703,7 @@ def _on(device, arrays, fn):
     return [o.numpy() for o in outs]
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape, attrs", [INTERP[i] for i in (1, 4, 7, 11, 15, 17, 25)])
 def test_cuda_interpolate_matches_cpu(shape, attrs, dtype):
@@ -716,7 +716,7 @@ def test_cuda_interpolate_matches_cpu(shape, attrs, dtype):
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("xs, out, attrs", [GRID[i] for i in (0, 3, 4, 8)])
 def test_cuda_grid_sample_matches_cpu(xs, out, attrs, dtype):

@@ -19,7 +19,7 @@ import dragon_vision_ops as vo
 
 KNOWN: list = []   # every variant is checked, None inputs included
 
-CUDA = any(d["name"] == "cuda" and d["count"] > 0 for d in dg.plugins.devices())
+from vision_testing import requires_cuda  # noqa: E402
 
 # ---------------------------------------------------------------- references
 
@@ -518,7 +518,7 @@ def test_cuda_kernels_registered(op):
     assert bool(cuda) == vo.built_with_cuda()
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_cuda_matches_cpu(dtype):
     rng = np.random.default_rng(5)
@@ -546,7 +546,7 @@ def test_cuda_matches_cpu(dtype):
     np.testing.assert_array_equal(gpu, cpu)
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@requires_cuda
 def test_cuda_bad_batch_index_is_a_clear_error():
     x = dg.tensor(np.ones((1, 1, 4, 4)), device="cuda")
     rois = dg.tensor(np.array([[4, 0, 0, 2, 2.0]]), device="cuda")

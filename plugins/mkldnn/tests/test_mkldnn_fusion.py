@@ -13,10 +13,7 @@ fused with unfused graphs (``DRAGON_DISABLE_PASSES=pattern_fusion``) at
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,6 +21,7 @@ import pytest
 import dragon_core as dg
 from dragon_core import fusion, nn
 
+from mkldnn_testing import run_without
 from tests.ops.test_conv import conv2d_ref
 
 F32 = "float32"
@@ -147,10 +145,7 @@ print(json.dumps(out))
 
 
 def _probe(disable: str) -> dict:
-    env = dict(os.environ, DRAGON_DISABLE_PLUGINS=disable)
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
-                         text=True, timeout=300, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_without(disable, _PROBE)
 
 
 def test_cpu_eigen_declares_the_same_patterns_without_mkldnn():

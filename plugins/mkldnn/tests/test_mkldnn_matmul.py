@@ -32,6 +32,7 @@ from dragon_sdk.testing import (check_bad_inputs, check_eager_vs_graph,
                                 strided)
 
 import dragon_core as dg
+from mkldnn_testing import cpu_eigen_result
 from tests.ops.test_fused_ops import matmul_bias_act_ref
 
 BF16 = ml_dtypes.bfloat16
@@ -291,11 +292,7 @@ def test_matmul_matches_cpu_eigen(sa, sb, flags):
     rng = np.random.default_rng(11)
     a, b = case_arrays(rng, sa, sb, flags, "float32", "contiguous")
     ours = run("MatMul", [a, b], **flags)
-    dg.plugins.pin("MatMul", "cpu", "cpu_eigen")
-    try:
-        theirs = run("MatMul", [a, b], **flags)
-    finally:
-        dg.plugins.unpin("MatMul", "cpu")
+    theirs = cpu_eigen_result("MatMul", lambda: run("MatMul", [a, b], **flags))
     ref = matmul_ref(a, b, **flags)
     # Both are within the bound of the reference, so within twice of each other.
     bound = 2 * error_bound(a, b, sa[-1], "float32", ref, **flags)

@@ -17,15 +17,7 @@ namespace ops {
 
 using Shape = std::vector<int64_t>;
 
-// "[2, 3]"; "[]" for a 0-d shape.
-inline std::string ShapeStr(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
+using dg::ShapeStr;  // "[2, 3]"; "[]" for a 0-d shape
 
 // "float32, float64" for a dtype mask.
 inline std::string MaskStr(DgDTypeMask mask) {

@@ -99,16 +99,6 @@ inline int64_t NormAxis(int64_t axis, int64_t ndim) {
   return axis < 0 ? axis + ndim : axis;
 }
 
-// "[2, 3]" for error messages (the core's format; reduce_util.h's ShapeStr
-// writes a Python tuple).
-inline std::string ShapeListStr(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 // The "axis" attribute normalised against the rank of x (input 0);
 // DG_INVALID_ARGUMENT when it is out of range.
@@ -117,7 +107,7 @@ inline int64_t CheckedAxis(const dg::KernelContext& ctx,
   const int64_t axis = NormAxis(ctx.i("axis"), x.ndim());
   DG_CHECK(axis >= 0 && axis < x.ndim(), DG_INVALID_ARGUMENT, ctx.op_name(),
            ": axis ", ctx.i("axis"), " out of range for x shape ",
-           ShapeListStr(x.shape()));
+           dg::ShapeStr(x.shape()));
   return axis;
 }
 
@@ -131,7 +121,7 @@ inline void CheckIndex(const dg::KernelContext& ctx, int64_t v, int64_t n,
                     dg::Str(ctx.op_name(), ": index ", v,
                             " is out of range for axis ", axis, " with size ",
                             n, " (x shape ",
-                            ShapeListStr(ctx.input(0).shape()), ")"));
+                            dg::ShapeStr(ctx.input(0).shape()), ")"));
   }
 }
 

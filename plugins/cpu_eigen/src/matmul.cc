@@ -253,7 +253,7 @@ void MatMulBiasAct(dg::KernelContext& ctx) {
 
 DG_KERNEL_EX("MatMul", "cpu", 0, DG_KERNEL_STRIDED_INPUTS, MatMul, float,
              double);
-// The bias input arrives contiguous too (strided inputs are accepted).
+// Inputs may be strided, the bias too (the kernel packs a strided bias).
 DG_KERNEL_EX("MatMulBiasAct", "cpu", 0, DG_KERNEL_STRIDED_INPUTS,
              MatMulBiasAct, float, double);
 

@@ -65,7 +65,7 @@ template <typename I>
 void EmbeddingRows(const dg::KernelContext& ctx, const I* idx) {
   const dg::TensorRef w = ctx.input(0), y = ctx.output(0);
   DG_CHECK(w.ndim() == 2, DG_INTERNAL, ctx.op_name(),
-           ": weight must be 2-D, got ", ShapeListStr(w.shape()));
+           ": weight must be 2-D, got ", dg::ShapeStr(w.shape()));
   const int64_t rows = w.dim(0), dim = w.dim(1);
   const int64_t m = ctx.input(1).numel();
   // Validate everything first: no exception may leave a parallel region.
@@ -75,9 +75,9 @@ void EmbeddingRows(const dg::KernelContext& ctx, const I* idx) {
       throw dg::Error(
           DG_OUT_OF_RANGE,
           dg::Str(ctx.op_name(), ": index ", v, " (at flat position ", i,
-                  " of indices ", ShapeListStr(ctx.input(1).shape()),
+                  " of indices ", dg::ShapeStr(ctx.input(1).shape()),
                   ") is outside [0, ", rows, ") for a weight table of shape ",
-                  ShapeListStr(w.shape())));
+                  dg::ShapeStr(w.shape())));
     }
   }
   DG_CHECK(y.numel() == m * dim, DG_INTERNAL, ctx.op_name(), ": output has ",

@@ -26,14 +26,6 @@ void ParallelFor(int64_t n, int64_t cost, F&& fn) {
   for (int64_t i = 0; i < n; ++i) fn(i);
 }
 
-// "[2, 3, 4]": a shape for error messages.
-inline std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
+using dg::ShapeStr;  // "[2, 3, 4]": a shape for error messages
 
 }  // namespace vision

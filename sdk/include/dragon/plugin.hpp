@@ -63,6 +63,17 @@ std::string Str(const A&... a) {
   return os.str();
 }
 
+// "[2, 3]" ("[]" for a 0-d shape): the core's format of a shape in error
+// messages.
+inline std::string ShapeStr(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
 // DG_CHECK(cond, DG_INVALID_ARGUMENT, "axis ", axis, " out of range")
 #define DG_CHECK(cond, code, ...)                              \
   do {                                                         \

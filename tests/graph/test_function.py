@@ -182,3 +182,40 @@ def test_parallel_executor_reports_the_failing_op():
     f(x, dg.tensor(np.array([1])))                 # traced with a valid index
     with pytest.raises(dg.errors.OutOfRangeError, match="Gather_0"):
         f(x, dg.tensor(np.array([9])))
+
+
+@pytest.mark.parametrize("parallel", [0, 2])
+def test_profile_times_every_op_of_the_optimised_graph(parallel):
+    """Function.profile runs the plan as a call does (state updates too) and
+    reports one row per op of the optimised graph, each called once a run."""
+    rng = _rng()
+    w = dg.tensor(rng.standard_normal((3, 5)))
+    x = dg.tensor(rng.standard_normal((4, 3)))
+
+    @dg.function(parallel=parallel)
+    def step(x):
+        y = dg.ops.matmul(x, w)
+        w.assign(w * 0.5)
+        return dg.ops.sum(dg.ops.tanh(y))
+
+    w0 = w.numpy().copy()
+    prof = step.profile(x, runs=7, warmup=2)
+    np.testing.assert_allclose(w.numpy(), w0 * 0.5 ** 9)   # 9 real runs
+    graph = step.get_graph(x)
+    assert [r["name"] for r in prof.rows] == [op.name for op in graph.op]
+    assert [r["type"] for r in prof.rows] == [op.type for op in graph.op]
+    assert all(r["calls"] == 7 for r in prof.rows)
+    assert all(r["total_us"] > 0 for r in prof.rows)
+    assert abs(sum(r["share"] for r in prof.rows) - 1.0) < 1e-9
+    assert 0 < prof.ops_us <= prof.wall_us
+    text = str(prof)
+    assert "MatMul" in text and "by type:" in text
+    # Profiling is off again afterwards: a new profile starts from zero.
+    again = step.profile(x, runs=1, warmup=0)
+    assert all(r["calls"] == 1 for r in again.rows)
+
+
+def test_profile_rejects_bad_counts():
+    f = dg.function(lambda x: x + 1.0)
+    with pytest.raises(ValueError, match="runs must be >= 1"):
+        f.profile(dg.tensor(np.ones(2)), runs=0)

@@ -176,3 +176,34 @@ def test_where_condition_broadcasts_over_bool_values():
         out = OpCase.of("Where", [cond, x, y], np.where,
                         dtype="bool").check_forward()[0]
         np.testing.assert_array_equal(out, x if c else y)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("y_shape", [(3000,), ()], ids=["full", "scalar"])
+def test_where_is_bitwise_exact_on_random_masks(dtype, y_shape):
+    """Where copies the chosen element's bits (NaN payloads, -0, inf,
+    subnormals) on a long random mask, the relu-gradient pattern the
+    kernel's branch-free select is written for, with y full or a scalar."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    cond = rng.random(n) < 0.5
+    if dtype in ("bool",):
+        x = rng.random(n) < 0.5
+        y = rng.random(y_shape) < 0.5
+    elif np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+        y = rng.integers(info.min, info.max, y_shape, dtype=dtype, endpoint=True)
+    else:
+        specials = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf,
+                             np.finfo(np.float32).tiny / 4], dtype)
+        x = sample(rng, dtype, (n,))
+        x[rng.integers(0, n, 300)] = rng.choice(specials, 300)
+        y = (rng.choice(specials, y_shape) if y_shape else
+             np.array(-0.0, dtype)).astype(dtype)
+    import dragon_core as dg
+    x, y = x.astype(dtype), np.asarray(y).astype(dtype)
+    out = dg.ops.where(dg.tensor(cond), dg.tensor(x), dg.tensor(y)).numpy()
+    want = np.where(cond, x, y)
+    assert out.dtype == want.dtype
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))

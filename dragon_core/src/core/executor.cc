@@ -5,6 +5,7 @@
 #include <exception>
 #include <thread>
 #include <algorithm>
+#include <chrono>
 
 #include "device.h"
 
@@ -16,7 +17,36 @@ int64_t Plan::planned_bytes() const {
   return total;
 }
 
+void Plan::SetProfiling(bool on) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  profiling_ = on;
+  op_ns_.assign(ops_.size(), 0);
+  op_calls_.assign(ops_.size(), 0);
+}
+
+std::vector<Plan::OpTiming> Plan::Profile() const {
+  std::vector<OpTiming> out;
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const PlanOp& p = ops_[k];
+    OpTiming t;
+    t.name = p.name;
+    t.type = p.kind == PlanOp::kOp ? p.op->name : (p.kind == PlanOp::kCond ? "Cond" : "While");
+    if (k < op_ns_.size()) {
+      t.calls = op_calls_[k];
+      t.total_ns = op_ns_[k];
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 bool Truth(const Tensor& t, const std::string& where) {
   if (t->numel() != 1)
@@ -145,14 +175,20 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
       lock.unlock();
       std::vector<Tensor> out;
       std::exception_ptr failed;
+      const int64_t t0 = profiling_ ? NowNs() : 0;
       try {
         out = RunOne(p, in, device, nullptr);
       } catch (...) {
         failed = std::current_exception();
       }
       in.clear();
+      const int64_t t1 = profiling_ ? NowNs() : 0;
       lock.lock();
       --running;
+      if (profiling_) {
+        op_ns_[k] += t1 - t0;
+        ++op_calls_[k];
+      }
       if (failed) {
         if (!error) error = failed;
         cv.notify_all();
@@ -206,7 +242,8 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
     return result;
   }
   std::vector<Tensor> in, preset;
-  for (PlanOp& p : ops_) {
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    PlanOp& p = ops_[k];
     in.clear();
     for (int32_t s : p.inputs) {
       if (!slots[s])
@@ -228,7 +265,12 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
       }
       pre = &preset;
     }
+    const int64_t t0 = profiling_ ? NowNs() : 0;
     std::vector<Tensor> out = RunOne(p, in, device, pre);
+    if (profiling_) {
+      op_ns_[k] += NowNs() - t0;
+      ++op_calls_[k];
+    }
     for (size_t i = 0; i < out.size() && i < p.outputs.size(); ++i) slots[p.outputs[i]] = std::move(out[i]);
     for (int32_t s : p.release) slots[s].reset();
   }

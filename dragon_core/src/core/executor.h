@@ -53,6 +53,14 @@ class Plan {
   void SetParallel(int32_t threads) { parallel_threads_ = threads; }
   int32_t num_ops() const { return static_cast<int32_t>(ops_.size()); }
   int64_t planned_bytes() const;
+  // Per-op wall time of sequential runs, accumulated while enabled (a
+  // parallel plan is timed too, per op, on whichever worker ran it).
+  struct OpTiming {
+    std::string name, type;
+    int64_t calls = 0, total_ns = 0;
+  };
+  void SetProfiling(bool on);
+  std::vector<OpTiming> Profile() const;
 
  private:
   std::string name_;
@@ -66,6 +74,8 @@ class Plan {
                              const std::vector<Tensor>* preset);
   void RunParallel(std::vector<Tensor>& slots, DgDevice device);
   int32_t parallel_threads_ = 0;
+  bool profiling_ = false;
+  std::vector<int64_t> op_ns_, op_calls_;  // per op, while profiling
   std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs
   std::mutex run_mu_;            // planned buffers: one run at a time
 };

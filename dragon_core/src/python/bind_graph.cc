@@ -70,6 +70,19 @@ void BindGraph(py::module_& m) {
       .def("set_buffers", &Plan::SetBuffers)
       .def_property_readonly("num_ops", &Plan::num_ops)
       .def_property_readonly("planned_bytes", &Plan::planned_bytes)
+      .def("set_profiling", &Plan::SetProfiling, py::arg("on"))
+      .def("profile", [](const Plan& plan) {
+        py::list out;
+        for (const Plan::OpTiming& t : plan.Profile()) {
+          py::dict d;
+          d["name"] = t.name;
+          d["type"] = t.type;
+          d["calls"] = t.calls;
+          d["total_ns"] = t.total_ns;
+          out.append(d);
+        }
+        return out;
+      })
       .def("run", [](Plan& plan, std::vector<Tensor> feeds) {
         // No Python runs inside the executor; workers must not wait on the GIL.
         py::gil_scoped_release release;

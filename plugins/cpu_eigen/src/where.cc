@@ -2,6 +2,7 @@
 // (docs/ops.md). Dispatches on x's dtype; condition is bool.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "common.h"
 #include "dragon/plugin.hpp"
@@ -16,12 +17,31 @@ using elementwise::ForRange;
 using elementwise::kCostCheap;
 using elementwise::MakeBroadcastPlan;
 
-// out[i] = c[i] ? x[i·SX] : y[i·SY] with compile-time strides (0 or 1), so
-// that the loop vectorises.
+// The unsigned integer type of T's size: the select works on bit patterns.
+template <size_t N> struct BitsOf;
+template <> struct BitsOf<1> { using type = uint8_t; };
+template <> struct BitsOf<2> { using type = uint16_t; };
+template <> struct BitsOf<4> { using type = uint32_t; };
+template <> struct BitsOf<8> { using type = uint64_t; };
+
+// out[i] = c[i] ? x[i·SX] : y[i·SY] with compile-time strides (0 or 1), as a
+// bit mask: out = (x & m) | (y & ~m) with m all ones where c[i]. Written as
+// `c[i] ? x : y`, GCC keeps a branch per element, which a random mask (a
+// relu gradient's) mispredicts half the time: 0.7 ns an element against
+// ~0.05 for this form, which vectorises. Exact for every value (NaN, -0).
 template <typename T, int SX, int SY>
 inline void WhereLoop(const bool* c, const T* x, const T* y, T* out,
                       int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = c[i] ? x[i * SX] : y[i * SY];
+  using U = typename BitsOf<sizeof(T)>::type;
+  const unsigned char* cb = reinterpret_cast<const unsigned char*>(c);
+  for (int64_t i = 0; i < n; ++i) {
+    U a, b;
+    std::memcpy(&a, x + i * SX, sizeof(U));
+    std::memcpy(&b, y + i * SY, sizeof(U));
+    const U m = static_cast<U>(0) - static_cast<U>(cb[i] != 0);
+    const U r = (a & m) | (b & static_cast<U>(~m));
+    std::memcpy(out + i, &r, sizeof(U));
+  }
 }
 
 // One run of n outputs; each stride is 0 (broadcast) or 1.

@@ -135,6 +135,59 @@ class _Entry:
         self.state_targets = state_targets
 
 
+class Profile:
+    """Per-op times of a compiled graph (``Function.profile``).
+
+    Attributes
+    ----------
+    name : str
+        The graph's name.
+    runs : int
+        How many runs were timed.
+    wall_us : float
+        Mean wall time of one call, µs (Python call overhead included).
+    rows : list of dict
+        Per op, in graph order: ``name``, ``type``, ``calls``,
+        ``total_us`` (over all runs), ``mean_us`` (per run), ``share``
+        (of the summed op time).
+    """
+
+    def __init__(self, name: str, rows: list, runs: int, wall_ns: int):
+        self.name, self.runs = name, runs
+        self.wall_us = wall_ns / 1e3 / runs
+        total = sum(r["total_ns"] for r in rows) or 1
+        self.rows = [{"name": r["name"], "type": r["type"], "calls": r["calls"],
+                      "total_us": r["total_ns"] / 1e3,
+                      "mean_us": r["total_ns"] / 1e3 / runs,
+                      "share": r["total_ns"] / total} for r in rows]
+
+    @property
+    def ops_us(self) -> float:
+        """Mean summed op time of one run, µs."""
+        return sum(r["mean_us"] for r in self.rows)
+
+    def by_type(self) -> list:
+        """(op type, ops of that type, mean µs per run) by time, largest first."""
+        acc: dict = {}
+        for r in self.rows:
+            n, us = acc.get(r["type"], (0, 0.0))
+            acc[r["type"]] = (n + 1, us + r["mean_us"])
+        return sorted(((t, n, us) for t, (n, us) in acc.items()), key=lambda x: -x[2])
+
+    def __str__(self) -> str:
+        lines = [f"graph '{self.name}': {self.runs} runs, {self.wall_us:.1f} µs per call, "
+                 f"{self.ops_us:.1f} µs in ops",
+                 f"{'op':<32} {'type':<22} {'µs/run':>9} {'share':>6}"]
+        for r in sorted(self.rows, key=lambda r: -r["mean_us"]):
+            lines.append(f"{r['name'][:32]:<32} {r['type'][:22]:<22} "
+                         f"{r['mean_us']:>9.1f} {100 * r['share']:>5.1f}%")
+        lines.append("by type: " + ", ".join(f"{t} x{n} {us:.1f} µs"
+                                              for t, n, us in self.by_type()))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
 class Function:
     """A Python function compiled to a Dragon graph (see module docs).
 
@@ -202,6 +255,47 @@ class Function:
     def get_graph(self, *args, **kwargs):
         """The optimised GraphDef for these arguments (traces if needed)."""
         return self._entry(*args, **kwargs)[0].compiled.graph
+
+    def profile(self, *args, runs: int = 100, warmup: int = 3, **kwargs) -> "Profile":
+        """Run the compiled graph ``runs`` times and time every op.
+
+        The call runs exactly as ``self(*args, **kwargs)`` does (state
+        updates included: a training step trains ``warmup + runs`` times), with
+        the executor reading a clock around each op. Sub-graphs of ``cond`` /
+        ``while_loop`` count as their control op.
+
+        Parameters
+        ----------
+        runs : int, default 100
+            Timed runs.
+        warmup : int, default 3
+            Untimed runs first (caches, allocator, oneDNN primitives).
+
+        Returns
+        -------
+        Profile
+            One row per op of the optimised graph (name, type, calls,
+            total and mean µs, share of the ops' time); ``print`` it for a
+            table sorted by time, or read ``.rows``.
+        """
+        if runs < 1 or warmup < 0:
+            raise ValueError(f"{self.name}.profile: runs must be >= 1 and warmup >= 0, "
+                             f"got runs={runs}, warmup={warmup}")
+        entry, _ = self._entry(*args, **kwargs)
+        for _ in range(warmup):
+            self(*args, **kwargs)
+        plan = entry.compiled.plan
+        plan.set_profiling(True)
+        try:
+            import time
+            t0 = time.perf_counter_ns()
+            for _ in range(runs):
+                self(*args, **kwargs)
+            wall_ns = time.perf_counter_ns() - t0
+            rows = plan.profile()
+        finally:
+            plan.set_profiling(False)
+        return Profile(self.name, rows, runs, wall_ns)
 
     def _entry(self, *args, **kwargs):
         leaves: list = []

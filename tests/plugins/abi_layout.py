@@ -33,6 +33,7 @@ PUBLIC_STRUCTS = (
     "DgDevice", "DgTensorView", "DgAttrValue", "DgCallFrame",
     "DgInferContext", "DgHostApi", "DgArgDef", "DgAttrDef", "DgOpDef",
     "DgKernelDef", "DgDeviceDef", "DgRegistrar", "DgPluginInfo",
+    "DgCallSiteState",
 )
 
 #: Object-like macros whose numeric values are part of the ABI.

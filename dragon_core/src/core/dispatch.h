@@ -23,9 +23,31 @@ struct InferredOutput {
 // overwritten in place); it is used only when it is on the right device,
 // starts its own storage, which the core owns, and that storage is large
 // enough (the output takes its own dtype and shape over it).
+// `site`, when given, is the op's call site in a compiled graph: its
+// DgCallSiteState reaches kernels of plugins built for ABI >= 1.2.
+struct CallSite;
 std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
                              std::vector<AttrValue>& attrs, DgDevice device,
-                             const std::vector<Tensor>* preset = nullptr);
+                             const std::vector<Tensor>* preset = nullptr,
+                             CallSite* site = nullptr);
+
+// One op of a compiled graph as a call site (docs/abi.md): the state its
+// kernel keeps across runs, and which kernel that state belongs to.
+struct CallSite {
+  DgCallSiteState state{};
+  const KernelEntry* kernel = nullptr;
+  CallSite() { state.struct_size = sizeof(DgCallSiteState); }
+  ~CallSite() { Reset(); }
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+  // Destroys the kernel's data (the constant-input mask stays).
+  void Reset() {
+    if (state.destroy && state.data) state.destroy(state.data);
+    state.data = nullptr;
+    state.destroy = nullptr;
+    kernel = nullptr;
+  }
+};
 
 // Shape/dtype inference alone, for metadata-only inputs.
 std::vector<InferredOutput> InferShapes(OpSchema& op,

@@ -113,9 +113,9 @@ std::vector<Tensor> Plan::RunOne(PlanOp& p, std::vector<Tensor>& in, DgDevice de
   try {
     if (p.op->seed_attr >= 0) {
       std::vector<AttrValue> attrs = p.attrs;  // keep seed = -1 for the next run
-      return Dispatch(*p.op, in, attrs, device, pre);
+      return Dispatch(*p.op, in, attrs, device, pre, p.site.get());
     }
-    return Dispatch(*p.op, in, p.attrs, device, pre);
+    return Dispatch(*p.op, in, p.attrs, device, pre, p.site.get());
   } catch (CoreError& e) {
     std::string shapes;
     for (size_t i = 0; i < in.size(); ++i)

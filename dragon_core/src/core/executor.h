@@ -27,6 +27,9 @@ struct PlanOp {
   std::vector<int32_t> release;     // slots dead after this op
   int32_t inplace_input = -1;       // slot whose buffer output 0 may reuse
   std::vector<int32_t> out_buffers; // per output: planned buffer id or -1
+  // The kernel's state across runs (DgCallSiteState); constant_inputs
+  // marks the inputs fed from the plan's constants.
+  std::unique_ptr<CallSite> site = std::make_unique<CallSite>();
   // Control flow. Cond: inputs = [pred, operands..., then captures...,
   // else captures...]; While: inputs = [loop vars..., cond captures...,
   // body captures...]. Sub-plans take (operands/loop vars, captures).

@@ -26,6 +26,7 @@ bool CopyPartial(const T* src, T* dst) {
 
 struct Buffer {
   std::string plugin, dist;
+  uint32_t abi_minor = 0;
   std::vector<std::unique_ptr<OpSchema>> ops;
   std::vector<KernelEntry> kernels;
   struct Device {
@@ -73,6 +74,7 @@ DgStatus RegisterKernel(void* ctx, const DgKernelDef* def) {
   k.fn = d.fn;
   k.supports = d.supports;
   k.user_data = d.user_data;
+  k.abi_minor = b->abi_minor;
   for (const auto& o : b->kernels) {
     if (o.op == k.op && o.device == k.device && o.priority == k.priority &&
         (o.dtypes & k.dtypes) && !o.supports && !k.supports)
@@ -218,6 +220,7 @@ PluginRecord LoadPlugin(const LoadRequest& req) {
   Buffer buffer;
   buffer.plugin = rec.name;
   buffer.dist = req.dist;
+  buffer.abi_minor = info.abi_minor;
   DgRegistrar registrar{};
   registrar.struct_size = sizeof(DgRegistrar);
   registrar.ctx = &buffer;

@@ -74,6 +74,7 @@ struct KernelEntry {
   DgKernelFn fn = nullptr;
   DgSupportsFn supports = nullptr;
   void* user_data = nullptr;
+  uint32_t abi_minor = 0;  // of the plugin's build: call-site state needs >= 2
 };
 
 struct OpSchema {

@@ -29,7 +29,7 @@ void BindGraph(py::module_& m) {
       .def("add_op", [](Plan& plan, const std::string& type, const std::string& name,
                         std::vector<int32_t> inputs, std::vector<int32_t> outputs,
                         py::tuple attrs, std::vector<int32_t> release, int32_t inplace_input,
-                        std::vector<int32_t> out_buffers) {
+                        std::vector<int32_t> out_buffers, uint64_t constant_inputs) {
         OpSchema* op = Registry::Get().FindOp(type);
         if (!op) throw CoreError(DG_NOT_FOUND, dg::Str("graph op '", name, "': unknown op type '", type, "'"));
         PlanOp p;
@@ -41,6 +41,7 @@ void BindGraph(py::module_& m) {
         p.release = std::move(release);
         p.inplace_input = inplace_input;
         p.out_buffers = std::move(out_buffers);
+        p.site->state.constant_inputs = constant_inputs;
         plan.AddOp(std::move(p));
       })
       .def("add_control", [](Plan& plan, const std::string& kind, const std::string& name,

@@ -286,6 +286,36 @@ memory Input(const dg::KernelContext& ctx, const memory::desc& have,
   return Reorder(ctx, Memory(have, t), want);
 }
 
+// Weights reordered once per call site of a compiled graph (ABI 1.2 call-
+// site state): when the weights are a constant of the graph (a frozen
+// parameter, a batch-norm-folded value), the first run reorders them into
+// the primitive's layout and later runs reuse that copy, as onnxruntime
+// pre-packs its initializers. The copy is keyed by the source's address and
+// the wanted layout, so a new address (the core promises it never changes
+// for a constant; this only guards) or another primitive layout (another
+// thread count) reorders again. Eager calls and non-constant weights take
+// the per-call reorder.
+struct PackedWeights {
+  const void* source = nullptr;
+  memory::desc want;
+  memory packed;  // owns its buffer (oneDNN's allocation)
+};
+
+memory WeightsInput(const dg::KernelContext& ctx, const memory::desc& have,
+                    const dg::TensorRef& w, const memory::desc& want) {
+  if (have == want || !ctx.input_is_constant(1)) return Input(ctx, have, w, want);
+  PackedWeights* cache = ctx.call_site_data<PackedWeights>();
+  const void* source = w.raw_data();
+  if (cache->source != source || cache->want != want || !cache->packed) {
+    memory packed(want, Engine());  // oneDNN allocates and frees it
+    CopyInto(ctx, Memory(have, w), packed);
+    cache->packed = packed;
+    cache->want = want;
+    cache->source = source;
+  }
+  return cache->packed;
+}
+
 // Where the primitive writes the output t (seen as t_desc): t itself when
 // `want` is that layout, else a workspace buffer that CopyOut() copies into t.
 memory OutputBuffer(const dg::KernelContext& ctx, const dg::TensorRef& t,
@@ -303,7 +333,7 @@ void RunForward(const dg::KernelContext& ctx, const ConvPlan& p,
   const PD& pd = *prim.pd;
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = Input(ctx, Desc(x), x, pd.src_desc());
-  args[DNNL_ARG_WEIGHTS] = Input(ctx, FilterDesc(w, p), w, pd.weights_desc());
+  args[DNNL_ARG_WEIGHTS] = WeightsInput(ctx, FilterDesc(w, p), w, pd.weights_desc());
   if (p.bias) {
     const dg::TensorRef b = ctx.input(2);
     args[DNNL_ARG_BIAS] = Input(ctx, Desc(b), b, pd.bias_desc());

@@ -632,3 +632,59 @@ def test_disabled_plugin_leaves_cpu_eigen_serving():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "served by cpu_eigen" in done.stdout
+
+
+# ------------------------------------------- pre-packed constant weights
+
+
+def _weight_reorders(capfd, fn, runs, w_shape):
+    """How many oneDNN reorders of a tensor of w_shape ``runs`` calls run."""
+    dims = ",," + "x".join(str(d) for d in w_shape) + ","
+    with onednn_execs_lines(capfd) as lines:
+        outs = [fn() for _ in range(runs)]
+    return sum(1 for ln in lines if ",reorder," in ln and dims in ln), outs
+
+
+@contextlib.contextmanager
+def onednn_execs_lines(capfd):
+    """The raw ``onednn_verbose,exec`` lines of the block."""
+    capfd.readouterr()
+    _DNNL.dnnl_set_verbose(1)
+    lines: list = []
+    try:
+        yield lines
+    finally:
+        _DNNL.dnnl_set_verbose(0)
+        lines.extend(ln for ln in capfd.readouterr().out.splitlines()
+                     if ln.startswith("onednn_verbose,exec,cpu,"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_frozen_graph_packs_constant_weights_once(dtype, capfd):
+    """In a frozen graph the weights are a constant input (ABI 1.2 call-site
+    state): the kernel reorders them into the primitive's blocked layout on
+    the first run only and reuses that copy, with results equal to the
+    eager call's; live parameters and eager calls reorder every time."""
+    rng = np.random.default_rng(5)
+    x = dg.tensor(rng.uniform(-1, 1, (2, 32, 10, 11)).astype(np.float32)).to(dtype)
+    w_shape = (48, 32, 3, 3)
+    w = dg.tensor(rng.uniform(-1, 1, w_shape).astype(np.float32)).to(dtype)
+    conv = lambda t: dg.ops.conv2d(t, w, pads=[1, 1])  # noqa: E731
+    frozen = dg.function(conv, freeze=True)
+    live = dg.function(conv)
+    want = conv(x).to("float32").numpy()
+    frozen.get_graph(x)         # the trace (an eager run) and compilation
+    live.get_graph(x)
+
+    first, _ = _weight_reorders(capfd, lambda: frozen(x), 1, w_shape)
+    assert first == 1, "the first frozen run packs the weights"
+    again, outs = _weight_reorders(capfd, lambda: frozen(x), 3, w_shape)
+    assert again == 0, "later frozen runs reuse the packed weights"
+    for y in outs:
+        np.testing.assert_array_equal(y.to("float32").numpy(), want)
+    live_count, outs = _weight_reorders(capfd, lambda: live(x), 3, w_shape)
+    assert live_count == 3, "a live parameter may change: reordered per run"
+    for y in outs:
+        np.testing.assert_array_equal(y.to("float32").numpy(), want)
+    eager_count, _ = _weight_reorders(capfd, lambda: conv(x), 2, w_shape)
+    assert eager_count == 2

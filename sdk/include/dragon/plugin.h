@@ -32,8 +32,9 @@ extern "C" {
 #endif
 
 #define DG_ABI_MAJOR 1
-/* Minor history: 1.0 first release; 1.1 adds DG_OP_CONTROL. */
-#define DG_ABI_MINOR 1
+/* Minor history: 1.0 first release; 1.1 adds DG_OP_CONTROL; 1.2 gives
+ * DgCallFrame.call_site_state a meaning (DgCallSiteState). */
+#define DG_ABI_MINOR 2
 
 #if defined(_WIN32)
 #define DG_EXPORT __declspec(dllexport)
@@ -141,6 +142,30 @@ typedef struct DgAttrValue {
 
 struct DgHostApi;
 
+/* Per-call-site state (ABI 1.2). An op of a compiled graph is one call
+ * site: the core gives its kernel the same DgCallSiteState on every run of
+ * the graph, zero-filled at first, so a kernel can keep what it derives
+ * from inputs that do not change between runs -- a convolution's weights
+ * reordered into the layout its primitive wants, as onnxruntime pre-packs
+ * its initializers. Eager calls, and plugins built against ABI < 1.2, get
+ * call_site_state == NULL.
+ *
+ *  - constant_inputs: bit i (i < 64) is set when input i is a constant of
+ *    the graph: the core feeds the same storage on every run and nothing
+ *    writes it while the graph lives (a frozen parameter, a folded value).
+ *    Anything derived from other inputs must be recomputed on every call.
+ *  - data / destroy: the kernel's. When the graph is destroyed, or another
+ *    kernel is chosen for the call site, the core calls destroy(data) (if
+ *    both are set) and zero-fills them again.
+ *  - Runs of one graph do not overlap, so a kernel needs no lock for its
+ *    state; it must stay correct if it finds data == NULL on any call. */
+typedef struct DgCallSiteState {
+  uint32_t struct_size;
+  uint64_t constant_inputs;
+  void* data;
+  void (*destroy)(void* data);
+} DgCallSiteState;
+
 /* Everything a kernel receives. Inputs, outputs and attributes are in schema
  * order; every attribute of the schema is present in `attrs` (defaults are
  * filled in by the core), with its name in `attr_names`. Outputs are
@@ -158,7 +183,8 @@ typedef struct DgCallFrame {
   DgDevice device;
   void* stream;            /* the device stream to run on; NULL on "cpu" */
   void* kernel_data;       /* DgKernelDef.user_data */
-  void* call_site_state;   /* per-call-site state, NULL in ABI 1.0 */
+  void* call_site_state;   /* ABI >= 1.2: a DgCallSiteState* in graph
+                              mode, else NULL (NULL before 1.2) */
   void* host_ctx;          /* pass to host->set_error / alloc_workspace */
   const struct DgHostApi* host;
 } DgCallFrame;

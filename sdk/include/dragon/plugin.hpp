@@ -17,6 +17,7 @@
 #ifndef DRAGON_PLUGIN_HPP_
 #define DRAGON_PLUGIN_HPP_
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -242,6 +243,34 @@ class KernelContext : public AttrReader {
   void* stream() const { return f_->stream; }
   int32_t num_threads() const {
     return DG_HOST_HAS(f_->host, num_threads) ? f_->host->num_threads() : 1;
+  }
+  // The call site's state in a compiled graph (ABI >= 1.2), else nullptr.
+  DgCallSiteState* call_site() const {
+    if (f_->struct_size <= offsetof(DgCallFrame, call_site_state) ||
+        f_->call_site_state == nullptr)
+      return nullptr;
+    auto* s = static_cast<DgCallSiteState*>(f_->call_site_state);
+    return s->struct_size >= sizeof(DgCallSiteState) ? s : nullptr;
+  }
+  // Whether input i is a constant of the graph (same storage, never
+  // written, on every run): false in eager mode.
+  bool input_is_constant(int32_t i) const {
+    const DgCallSiteState* s = call_site();
+    return s && i >= 0 && i < 64 && ((s->constant_inputs >> i) & 1u);
+  }
+  // The kernel's object kept at this call site: created with `new T()` on
+  // first use and deleted by the core with the graph; nullptr in eager
+  // mode. One kernel per call site: the core resets the state when it
+  // chooses another.
+  template <typename T>
+  T* call_site_data() const {
+    DgCallSiteState* s = call_site();
+    if (!s) return nullptr;
+    if (!s->data) {
+      s->data = new T();
+      s->destroy = [](void* p) { delete static_cast<T*>(p); };
+    }
+    return static_cast<T*>(s->data);
   }
   // Scratch memory valid until the kernel returns.
   template <typename T>

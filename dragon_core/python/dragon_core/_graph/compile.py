@@ -75,6 +75,9 @@ def compile_graph(graph, level: int, sub: bool = False) -> CompiledGraph:
         # Sub-graph results may alias their operands: no static buffers.
         plan_meta, assign = {"buffers": []}, {}
 
+    # Inputs fed from the graph's constants (same storage every run, never
+    # written): kernels may keep what they derive from them (docs/abi.md).
+    constant_names = {c.name for c in graph.constant}
     out_slots = [slot[nm] for nm in graph.output] + [slot[nm] for nm in graph.state_update]
     plan = _C.Plan(graph.name or "graph", len(slot), [slot[nm] for nm in feed_names], out_slots)
     for k, op in enumerate(graph.op):
@@ -94,9 +97,11 @@ def compile_graph(graph, level: int, sub: bool = False) -> CompiledGraph:
         buffers = [int(assign.get(nm, -1)) for nm in op.output]
         if all(b < 0 for b in buffers):
             buffers = []
+        constant_inputs = sum(1 << i for i, nm in enumerate(op.input[:64])
+                              if nm in constant_names)
         plan.add_op(op.type, op.name, [slot[nm] for nm in op.input],
                     [slot[nm] for nm in op.output], attrs_tuple(op.type, op),
-                    release_at.get(k, []), inplace, buffers)
+                    release_at.get(k, []), inplace, buffers, constant_inputs)
     if plan_meta.get("buffers"):
         plan.set_buffers([int(b) for b in plan_meta["buffers"]])
     if sub and graph.constant:

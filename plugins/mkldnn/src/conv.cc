@@ -39,6 +39,7 @@ enum class Layout {
   kAuto,     // per call: see PickLayout()
   kNhwc,     // channels-last, reordered per call
   kBlocked,  // nChw16c (aBcd16b), reordered per call
+  kFirst,    // source nchw as is, destination nChw16c (a first layer)
   kAny,      // format_tag::any: oneDNN's choice, reordered per call
   kPlain,    // the core's nchw as is
 };
@@ -73,6 +74,10 @@ struct ConvPlan {
   std::string key;
 };
 
+// Output channels from which a few-channel float32 convolution runs as a
+// first layer (Layout::kFirst); measured in docs/conv.md.
+constexpr int64_t kFirstMinOut = 32;
+
 // The layout measured fastest for the call (docs/conv.md): a float32
 // forward convolution with at least 16 channels per group on both sides
 // runs oneDNN's nChw16c direct kernel (jit:avx512_core), faster than its
@@ -82,9 +87,14 @@ Layout PickLayout(const ConvPlan& p) {
   if (LayoutOverride() != Layout::kAuto) return LayoutOverride();
   const bool wide = p.src_dims[1] / p.groups >= 16 &&
                     p.dst_dims[1] / p.groups >= 16;
-  if (p.kind == ConvKind::kForward && p.dt == memory::data_type::f32 &&
-      p.groups == 1 && wide) {
-    return Layout::kBlocked;
+  const bool f32_forward = p.kind == ConvKind::kForward &&
+                           p.dt == memory::data_type::f32 && p.groups == 1;
+  if (f32_forward && wide) return Layout::kBlocked;
+  // A first layer (few input channels, e.g. RGB, many output channels):
+  // oneDNN's direct kernel reads the plain nchw image and writes nChw16c,
+  // whose reorder back (jit:blk) is cheaper than nhwc's (jit:uni).
+  if (f32_forward && p.src_dims[1] < 16 && p.dst_dims[1] >= kFirstMinOut) {
+    return Layout::kFirst;
   }
   return Layout::kNhwc;
 }
@@ -137,9 +147,12 @@ memory::desc FilterDesc(const dg::TensorRef& w, const ConvPlan& p) {
 }
 
 // The descriptor the primitive is created with for an activation tensor.
-memory::desc Requested(const ConvPlan& p, const memory::dims& dims) {
+memory::desc Requested(const ConvPlan& p, const memory::dims& dims,
+                       bool is_src) {
   switch (p.layout) {
     case Layout::kPlain: return memory::desc(dims, p.dt, tag::nchw);
+    case Layout::kFirst:
+      return memory::desc(dims, p.dt, is_src ? tag::nchw : tag::nChw16c);
     case Layout::kBlocked: return memory::desc(dims, p.dt, tag::nChw16c);
     case Layout::kAny: return memory::desc(dims, p.dt, tag::any);
     case Layout::kAuto:
@@ -211,8 +224,8 @@ dnnl::convolution_forward::primitive_desc ForwardPd(const ConvPlan& p,
                                                     dnnl::prop_kind prop) {
   return dnnl::convolution_forward::primitive_desc(
       Engine(), prop, dnnl::algorithm::convolution_direct,
-      Requested(p, p.src_dims), AnyFilter(p), BiasDesc(p),
-      Requested(p, p.dst_dims), p.strides, p.dilates, p.pad_l, p.pad_r,
+      Requested(p, p.src_dims, true), AnyFilter(p), BiasDesc(p),
+      Requested(p, p.dst_dims, false), p.strides, p.dilates, p.pad_l, p.pad_r,
       ConvAttr(p));
 }
 
@@ -226,8 +239,8 @@ auto TransposePrim(const ConvPlan& p) {
   return Cached<dnnl::deconvolution_forward>(p.key, [&] {
     return dnnl::deconvolution_forward::primitive_desc(
         Engine(), dnnl::prop_kind::forward_inference,
-        dnnl::algorithm::deconvolution_direct, Requested(p, p.src_dims),
-        AnyFilter(p), BiasDesc(p), Requested(p, p.dst_dims), p.strides,
+        dnnl::algorithm::deconvolution_direct, Requested(p, p.src_dims, true),
+        AnyFilter(p), BiasDesc(p), Requested(p, p.dst_dims, false), p.strides,
         p.dilates, p.pad_l, p.pad_r, ConvAttr(p));
   });
 }
@@ -239,8 +252,8 @@ auto FilterGradPrim(const ConvPlan& p) {
     const auto hint = ForwardPd(p, dnnl::prop_kind::forward_training);
     return dnnl::convolution_backward_weights::primitive_desc(
         Engine(), dnnl::algorithm::convolution_direct,
-        Requested(p, p.src_dims), AnyFilter(p), memory::desc(),
-        Requested(p, p.dst_dims), p.strides, p.dilates, p.pad_l, p.pad_r,
+        Requested(p, p.src_dims, true), AnyFilter(p), memory::desc(),
+        Requested(p, p.dst_dims, false), p.strides, p.dilates, p.pad_l, p.pad_r,
         hint, Attr());
   });
 }

@@ -104,6 +104,8 @@ CONV = [
     ((1, 2, 3, 3), (2, 2, 2, 2), True, {"pads": [3, 3]}),         # pads > kernel
     ((2, 3, 10, 9), (4, 3, 2, 2), False,
      {"strides": [3, 4], "pads": [2, 1, 0, 3]}),                  # stride > kernel
+    ((2, 3, 12, 11), (32, 3, 7, 7), True,
+     {"strides": [2, 2], "pads": [3, 3]}),                        # first layer
 ]
 
 #: (x shape, w shape, with bias, attributes) for ConvTranspose2d.
@@ -688,3 +690,20 @@ def test_frozen_graph_packs_constant_weights_once(dtype, capfd):
         np.testing.assert_array_equal(y.to("float32").numpy(), want)
     eager_count, _ = _weight_reorders(capfd, lambda: conv(x), 2, w_shape)
     assert eager_count == 2
+
+
+def test_first_layer_reads_plain_source_and_writes_blocked(capfd):
+    """A float32 convolution with few input channels and >= 32 outputs (an
+    RGB stem) runs oneDNN's direct kernel from the plain nchw image to
+    nChw16c (docs/conv.md), with the reference's values."""
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, (2, 3, 16, 16)).astype(np.float32)
+    w = rng.uniform(-1, 1, (32, 3, 7, 7)).astype(np.float32)
+    attrs = {"strides": [2, 2], "pads": [3, 3]}
+    with onednn_execs_lines(capfd) as lines:
+        y = dg.ops.conv2d(dg.tensor(x), dg.tensor(w), **attrs).numpy()
+    convs = [ln for ln in lines if ",convolution," in ln]
+    assert convs and "src_f32::blocked:abcd" in convs[0], convs
+    assert "dst_f32::blocked:aBcd16b" in convs[0], convs
+    want = conv2d_ref(x.astype(float), w.astype(float), **attrs)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

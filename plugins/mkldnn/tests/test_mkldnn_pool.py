@@ -280,6 +280,25 @@ def test_nan_is_declined_to_cpu_eigen_which_propagates_it():
     np.testing.assert_array_equal(y[0, 0], [[np.nan, 7], [13, 15]])
 
 
+@pytest.mark.parametrize("where", [0, 131071, 262143])
+def test_nan_anywhere_in_a_large_input_is_found(where):
+    """The NaN scan of supports() splits inputs of >= 2^18 elements across
+    threads: a NaN in any part (first, middle, last element) still declines
+    the call, and cpu_eigen's result carries it; without one, oneDNN serves
+    the call with the same values."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8, 128, 128)).astype(np.float32)  # 2^18
+    clean = dg.ops.max_pool2d(dg.tensor(x), kernel_size=[2, 2]).numpy()
+    assert "from mkldnn" in explain_winner("MaxPool2d")
+    x.reshape(-1)[where] = np.nan
+    y = dg.ops.max_pool2d(dg.tensor(x), kernel_size=[2, 2]).numpy()
+    n, c, h, w = np.unravel_index(where, x.shape)
+    assert np.isnan(y[n, c, h // 2, w // 2])
+    assert np.isnan(y).sum() == 1
+    keep = ~np.isnan(y)
+    np.testing.assert_array_equal(y[keep], clean[keep])
+
+
 def test_declined_calls_are_served_by_cpu_eigen_correctly():
     for op, shape, attrs, _ in DECLINED:
         x, _ = _declined_call(op, shape, attrs)

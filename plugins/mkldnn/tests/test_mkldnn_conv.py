@@ -707,3 +707,29 @@ def test_first_layer_reads_plain_source_and_writes_blocked(capfd):
     assert "dst_f32::blocked:aBcd16b" in convs[0], convs
     want = conv2d_ref(x.astype(float), w.astype(float), **attrs)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_wide_backward_layout_follows_the_cpu(capfd):
+    """The float32 deconvolution and filter gradient with >= 16 channels run
+    nChw16c on CPUs without AMX and nhwc on AMX ones (docs/conv.md): the
+    choice is per machine, deterministic, and both give the reference."""
+    amx = 0xFEF  # dnnl_cpu_isa_avx512_core_amx: a bit mask of the ISA
+    has_amx = (_DNNL.dnnl_get_effective_cpu_isa() & amx) == amx
+    want = "acdb" if has_amx else "aBcd16b"
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, (2, 16, 9, 9)).astype(np.float32)
+    w = rng.uniform(-1, 1, (32, 16, 3, 3)).astype(np.float32)
+    dy = rng.uniform(-1, 1, (2, 32, 9, 9)).astype(np.float32)
+    a = {"pads": [1, 1]}
+    with onednn_execs_lines(capfd) as lines:
+        dx = dg.ops.conv_transpose2d(dg.tensor(dy), dg.tensor(w), **a).numpy()
+        dw = dg.ops.conv2d_backprop_filter(dg.tensor(x), dg.tensor(dy),
+                                           list(w.shape), **a).numpy()
+    for kind in (",deconvolution,", ",backward_weights,"):
+        hits = [ln for ln in lines if kind in ln]
+        assert hits and f"src_f32::blocked:{want}" in hits[0], (kind, hits)
+    x64, w64, dy64 = x.astype(float), w.astype(float), dy.astype(float)
+    np.testing.assert_allclose(dx, conv_transpose2d_ref(dy64, w64, **a),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dw, backprop_filter_ref(x64, dy64, w.shape, **a),
+                               rtol=1e-4, atol=1e-3)

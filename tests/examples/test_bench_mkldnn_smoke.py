@@ -40,8 +40,10 @@ SERVED = {
     "conv2d_fwdbwd_b8_64x56_f32": {"Conv2d", "ConvTranspose2d", "Conv2dBackpropFilter"},
     "matmul_1024_f32": {"MatMul"},
     # The graph: pattern fusion folds each BatchNorm into its convolution
-    # and fuses the bias and ReLU (conv -> bn -> relu becomes Conv2dBiasAct).
-    "resnet18_b8_64_f32": {"Conv2dBiasAct", "MaxPool2d", "AdaptiveAvgPool2d",
+    # and fuses the bias and ReLU (conv -> bn -> relu becomes Conv2dBiasAct);
+    # mkldnn's nchw16c pass then runs the convolutions and the max pooling
+    # on blocked tensors.
+    "resnet18_b8_64_f32": {"Conv2dNchw16c", "MaxPool2dNchw16c", "AdaptiveAvgPool2d",
                            "MatMulBiasAct"},
 }
 

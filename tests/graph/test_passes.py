@@ -43,16 +43,23 @@ def plan_of(g) -> dict:
 # ---------------------------------------------------------------- registry
 
 def test_registry_levels_and_order():
+    plugin = {gp.name for gp in passes.plugin_passes()}   # e.g. mkldnn's nchw16c
+
     def at(level):
         return [n for n, _ in passes.passes_for(level)
-                if n not in ("fusion", "pattern_fusion")]
+                if n not in ("fusion", "pattern_fusion") and n not in plugin]
     assert at(0) == []
     assert at(1) == ["prune", "cse", "constant_fold"]
     assert at(2) == ["prune", "cse", "constant_fold", "inplace"]
     assert at(3) == ["prune", "cse", "constant_fold", "inplace", "memory"]
-    assert [n for n, _ in passes.passes_for(3)] == [
+    assert [n for n, _ in passes.passes_for(3) if n not in plugin] == [
         "prune", "cse", "constant_fold", "pattern_fusion", "inplace", "fusion",
         "memory"]
+    # A plugin pass runs right after the built-in pass it names.
+    order = [n for n, _ in passes.passes_for(3)]
+    for gp in passes.plugin_passes():
+        before = [n for n in order[:order.index(gp.name)] if n not in plugin]
+        assert before[-1] == gp.after, (gp, order)
 
 
 # ---------------------------------------------------------------- purity
@@ -491,3 +498,67 @@ def test_check_plan_catches_a_bad_plan():
     out.metadata["memory_plan"] = json.dumps(plan)
     with pytest.raises(AssertionError, match="bytes in buffer"):
         check_plan(out)
+
+
+# ------------------------------------------------------- plugin passes
+
+class _PassDeclarer:
+    """A fake plugin declaring graph passes through the pluggy hook."""
+
+    def __init__(self, passes_):
+        self.passes = passes_
+
+    @dg.plugins.hookimpl
+    def dragon_graph_passes(self, core):
+        return self.passes
+
+
+def _with_plugin(passes_, fn):
+    declarer = _PassDeclarer(passes_)
+    dg.plugins._pm.register(declarer, name="test_pass_declarer")
+    try:
+        return fn()
+    finally:
+        dg.plugins._pm.unregister(declarer)
+
+
+def test_a_plugin_pass_runs_after_its_builtin_and_can_be_disabled():
+    seen = []
+
+    def tag(graph):
+        seen.append(graph.metadata.get("passes", ""))
+        new = type(graph)()
+        new.CopyFrom(graph)
+        new.metadata["tagged"] = "yes"
+        return new
+
+    gp = dg.GraphPass("test_tag", tag, after="cse")
+    assert "test_tag" in repr(gp)
+
+    def check():
+        order = [n for n, _ in passes.passes_for(3)]
+        assert order[order.index("cse") + 1] == "test_tag"
+        assert "test_tag" not in [n for n, _ in passes.passes_for(0)]
+        f = dg.function(lambda x: x * 2.0 + 1.0)
+        x = dg.tensor(np.ones(3))
+        np.testing.assert_array_equal(f(x).numpy(), [3.0, 3.0, 3.0])
+        g = f.get_graph(x)
+        assert g.metadata["tagged"] == "yes" and "test_tag" in g.metadata["passes"]
+        off = dg.function(lambda x: x * 2.0 + 1.0, disable_passes="test_tag")
+        assert "tagged" not in off.get_graph(x).metadata
+    _with_plugin([gp], check)
+    assert seen, "the pass ran"
+    with pytest.raises(ValueError, match="test_tag"):   # gone with its plugin
+        dg.function(lambda x: x + 1.0, disable_passes="test_tag")(dg.tensor(np.ones(2)))
+
+
+def test_bad_plugin_pass_declarations_raise():
+    with pytest.raises(ValueError, match="not a built-in pass"):
+        dg.GraphPass("x", lambda g: g, after="nowhere")
+    with pytest.raises(ValueError, match="level"):
+        dg.GraphPass("x", lambda g: g, after="cse", level=4)
+    with pytest.raises(dg.errors.PluginError, match="not a GraphPass"):
+        _with_plugin([lambda g: g], passes.plugin_passes)
+    with pytest.raises(dg.errors.PluginError, match="reuses the name"):
+        _with_plugin([dg.GraphPass("cse", lambda g: g, after="prune")],
+                     passes.plugin_passes)

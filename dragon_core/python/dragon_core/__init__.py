@@ -76,6 +76,7 @@ def _requires_grad_(self, value: bool = True):
 Tensor.requires_grad_ = _requires_grad_
 
 from ._graph import Function, cond, function, load_graph, save_graph, while_loop  # noqa: E402
+from ._graph.passes import GraphPass  # noqa: E402
 
 
 def manual_seed(seed: int) -> None:

@@ -75,6 +75,24 @@ class HookSpecs:
         """
 
 
+    @hookspec
+    def dragon_graph_passes(self, core):
+        """Graph passes this plugin adds to graph mode.
+
+        Parameters
+        ----------
+        core : module
+            The ``dragon_core`` module.
+
+        Returns
+        -------
+        sequence of dragon_core.GraphPass
+            Each runs right after the built-in pass it names (``after``),
+            at the optimisation levels from its ``level`` on, and can be
+            switched off by name like a built-in one (docs/graph.md).
+        """
+
+
 @dataclasses.dataclass(frozen=True)
 class PluginInfo:
     """What the core knows about one plugin."""

@@ -176,6 +176,19 @@ memory::desc Requested(const ConvPlan& p, const memory::dims& dims,
   return memory::desc(dims, p.dt, tag::nhwc);
 }
 
+// The plain NCHW dims a tensor stands for: its shape, or for a blocked
+// [N, C/16, H, W, 16] tensor (the *Nchw16c ops) [N, C, H, W].
+memory::dims PlainDims(const dg::TensorRef& t) {
+  if (t.ndim() == 5) return {t.dim(0), t.dim(1) * t.dim(4), t.dim(2), t.dim(3)};
+  return Dims(t.shape());
+}
+
+// The blocked ops' layout: source nChw16c (or plain nchw for a first layer
+// read as is), destination nChw16c.
+bool BlockedOp(const dg::KernelContext& ctx) {
+  return std::strcmp(ctx.op_name(), "Conv2dNchw16c") == 0;
+}
+
 // Fills the plan of the call in ctx (kind from the op). False when oneDNN
 // cannot express it (an empty channel axis).
 bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
@@ -183,8 +196,8 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
   p->kind = kind;
   const dg::TensorRef x = ctx.input(0);
   p->dt = DataType(x.dtype());
-  const memory::dims xd = Dims(x.shape());
-  const memory::dims yd = Dims(ctx.output(0).shape());
+  const memory::dims xd = PlainDims(x);
+  const memory::dims yd = PlainDims(ctx.output(0));
   if (xd.size() != 4 || yd.size() != 4) return false;
   if (kind == ConvKind::kFilterGrad) {
     const memory::dims dyd = Dims(ctx.input(1).shape());
@@ -203,7 +216,8 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
     p->dst_dims = yd;
     p->wei_dims = FilterDims(yd[1], xd[1], w.dim(2), w.dim(3), p->groups);
     p->bias = ctx.num_inputs() > 2 && ctx.frame()->inputs[2] != nullptr;
-    p->relu = op == "Conv2dBiasAct" && ctx.s("activation") == "relu";
+    p->relu = (op == "Conv2dBiasAct" || op == "Conv2dNchw16c") &&
+              ctx.s("activation") == "relu";
   }
   if (p->src_dims[1] == 0 || p->dst_dims[1] == 0) return false;
   // An input with an empty spatial axis (all taps in the padding) but a
@@ -212,7 +226,12 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
       ctx.output(0).numel() != 0) {
     return false;
   }
-  p->layout = PickLayout(*p);
+  if (BlockedOp(ctx)) {
+    if (p->dt != memory::data_type::f32 || p->groups != 1) return false;
+    p->layout = x.ndim() == 5 ? Layout::kBlocked : Layout::kFirst;
+  } else {
+    p->layout = PickLayout(*p);
+  }
   p->key = Key("conv", static_cast<int>(kind), static_cast<int>(p->layout),
                static_cast<int>(p->dt),
                p->src_dims, p->wei_dims, p->dst_dims, p->strides, p->dilates,
@@ -352,6 +371,14 @@ memory OutputBuffer(const dg::KernelContext& ctx, const dg::TensorRef& t,
   return Scratch(ctx, want);
 }
 
+// How an activation tensor lies in memory: its strided NCHW view, or for a
+// dense [N, C/16, H, W, 16] tensor of the blocked ops nChw16c.
+memory::desc ActivationDesc(const dg::TensorRef& t) {
+  if (t.ndim() == 5)
+    return memory::desc(PlainDims(t), DataType(t.dtype()), tag::nChw16c);
+  return Desc(t);
+}
+
 // Runs a forward convolution or deconvolution: src x, weights w, optional
 // bias, dst y.
 template <typename PD>
@@ -359,17 +386,18 @@ void RunForward(const dg::KernelContext& ctx, const ConvPlan& p,
                 const Prim<PD>& prim) {
   const dg::TensorRef x = ctx.input(0), w = ctx.input(1), y = ctx.output(0);
   const PD& pd = *prim.pd;
+  const memory::desc x_desc = ActivationDesc(x), y_desc = ActivationDesc(y);
   std::unordered_map<int, memory> args;
-  args[DNNL_ARG_SRC] = Input(ctx, Desc(x), x, pd.src_desc());
+  args[DNNL_ARG_SRC] = Input(ctx, x_desc, x, pd.src_desc());
   args[DNNL_ARG_WEIGHTS] = WeightsInput(ctx, FilterDesc(w, p), w, pd.weights_desc());
   if (p.bias) {
     const dg::TensorRef b = ctx.input(2);
     args[DNNL_ARG_BIAS] = Input(ctx, Desc(b), b, pd.bias_desc());
   }
-  const memory dst = OutputBuffer(ctx, y, Desc(y), pd.dst_desc());
+  const memory dst = OutputBuffer(ctx, y, y_desc, pd.dst_desc());
   args[DNNL_ARG_DST] = dst;
   Execute(ctx, prim.prim, pd, std::move(args));
-  CopyOut(ctx, dst, Memory(Desc(y), y));
+  CopyOut(ctx, dst, Memory(y_desc, y));
   if (p.relu) ReluKeepNan(ctx.output(0));
 }
 
@@ -421,6 +449,7 @@ void FilterGradK(dg::KernelContext& ctx) {
 
 MKLDNN_CONV_KERNEL("Conv2d", ConvForwardK, ConvKind::kForward);
 MKLDNN_CONV_KERNEL("Conv2dBiasAct", ConvForwardK, ConvKind::kForward);
+MKLDNN_CONV_KERNEL("Conv2dNchw16c", ConvForwardK, ConvKind::kForward);
 MKLDNN_CONV_KERNEL("ConvTranspose2d", ConvTransposeK, ConvKind::kTranspose);
 MKLDNN_CONV_KERNEL("Conv2dBackpropFilter", FilterGradK, ConvKind::kFilterGrad);
 

@@ -71,7 +71,13 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
               PoolPlan* plan) {
   const dg::TensorRef x = ctx.input(0);
   const dg::TensorRef pooled = grad ? ctx.input(1) : ctx.output(0);
-  if (x.ndim() != 4 || pooled.ndim() != 4) return false;
+  // MaxPool2dNchw16c (layout.cc): blocked [N, C/16, H, W, 16] tensors.
+  const bool blocked = x.ndim() == 5 && pooled.ndim() == 5 && !grad;
+  if (!blocked && (x.ndim() != 4 || pooled.ndim() != 4)) return false;
+  const auto plain = [](const dg::TensorRef& t) -> dnnl::memory::dims {
+    if (t.ndim() == 5) return {t.dim(0), t.dim(1) * t.dim(4), t.dim(2), t.dim(3)};
+    return Dims(t.shape());
+  };
   int64_t k[2], s[2], p[2] = {0, 0}, d[2] = {1, 1};
   if (kind == Pool::kAdaptive) {
     for (int a = 0; a < 2; ++a) {
@@ -108,9 +114,14 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
     plan->pad_r[a] = pr;
   }
   const dnnl::memory::data_type dt = DataType(x.dtype());
-  plan->src = Plain(Dims(x.shape()), dt);
-  plan->dst = Plain(Dims(pooled.shape()), dt);
-  plan->key = Key("pool", static_cast<int>(plan->alg), x.shape(),
+  if (blocked) {
+    plan->src = dnnl::memory::desc(plain(x), dt, dnnl::memory::format_tag::nChw16c);
+    plan->dst = dnnl::memory::desc(plain(pooled), dt, dnnl::memory::format_tag::nChw16c);
+  } else {
+    plan->src = Plain(Dims(x.shape()), dt);
+    plan->dst = Plain(Dims(pooled.shape()), dt);
+  }
+  plan->key = Key("pool", static_cast<int>(plan->alg), blocked, x.shape(),
                   pooled.shape(), plan->kernel, plan->strides, plan->dilation,
                   plan->pad_l, plan->pad_r, static_cast<int>(dt));
   return true;
@@ -235,6 +246,58 @@ void PoolBackward(dg::KernelContext& ctx) {
   Execute(ctx, bwd.prim, *bwd.pd, std::move(args));
 }
 
+// MaxPool2dNchw16c (layout.cc): oneDNN's max pooling on nChw16c, then every
+// window holding a NaN gets that NaN (the core's max keeps NaN, oneDNN's
+// comparisons drop it). No other kernel serves the op, so a NaN is handled
+// here rather than declined; the fix-up runs only when x holds one.
+void BlockedMaxPool(dg::KernelContext& ctx) {
+  PoolForward<Pool::kMax>(ctx);
+  const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
+  if (x.numel() == 0 || y.numel() == 0 || !HasNan(x)) return;
+  const PoolPlan plan = MustPlan(ctx, Pool::kMax, false);
+  const float* px = x.data<const float>();
+  float* py = y.data<float>();
+  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
+  const int64_t oh = y.dim(2), ow = y.dim(3), lanes = x.dim(4);
+  for (int64_t nc = 0; nc < planes; ++nc) {
+    const float* plane = px + nc * h * w * lanes;
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        float* out = py + ((nc * oh + i) * ow + j) * lanes;
+        for (int64_t a = 0; a < plan.kernel[0]; ++a) {
+          const int64_t r = i * plan.strides[0] - plan.pad_l[0] +
+                            a * (plan.dilation[0] + 1);
+          if (r < 0 || r >= h) continue;
+          for (int64_t b = 0; b < plan.kernel[1]; ++b) {
+            const int64_t c = j * plan.strides[1] - plan.pad_l[1] +
+                              b * (plan.dilation[1] + 1);
+            if (c < 0 || c >= w) continue;
+            const float* cell = plane + (r * w + c) * lanes;
+            for (int64_t l = 0; l < lanes; ++l) {
+              if (cell[l] != cell[l] && out[l] == out[l]) out[l] = cell[l];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The blocked op's supports(): oneDNN builds the primitive (a NaN is the
+// kernel's to handle, see BlockedMaxPool). Never throws.
+int32_t BlockedSupports(const DgCallFrame* f) {
+  try {
+    const dg::KernelContext ctx(f);
+    if (ctx.input(0).numel() == 0) return 1;
+    PoolPlan plan;
+    if (!PlanPool(ctx, Pool::kMax, false, &plan)) return 0;
+    Forward(plan, dnnl::prop_kind::forward_inference);
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
 // Registers FN for float32 and bfloat16 with its supports() predicate.
 int Register(const char* op, const char* name, dg::KernelFunc fn,
              DgSupportsFn supports) {
@@ -245,6 +308,8 @@ int Register(const char* op, const char* name, dg::KernelFunc fn,
 [[maybe_unused]] const int kRegistered[] = {
     Register("MaxPool2d", "mkldnn::MaxPool2d", &PoolForward<Pool::kMax>,
              &Supports<Pool::kMax, false>),
+    Register("MaxPool2dNchw16c", "mkldnn::MaxPool2dNchw16c", &BlockedMaxPool,
+             &BlockedSupports),
     Register("MaxPool2dGrad", "mkldnn::MaxPool2dGrad",
              &PoolBackward<Pool::kMax>, &Supports<Pool::kMax, true>),
     Register("AvgPool2d", "mkldnn::AvgPool2d", &PoolForward<Pool::kAvg>,

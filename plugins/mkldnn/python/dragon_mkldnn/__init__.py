@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ._fusion import dragon_fusion_patterns  # noqa: F401  (a pluggy hook)
+from ._layout import dragon_graph_passes  # noqa: F401  (a pluggy hook)
 
 __version__ = "0.1.0"
 

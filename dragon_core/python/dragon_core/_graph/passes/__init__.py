@@ -47,10 +47,75 @@ def device_type(graph) -> str:
     return (graph.metadata.get("device", "") or "cpu").partition(":")[0]
 
 
+class GraphPass:
+    """A graph pass a plugin adds (the ``dragon_graph_passes`` hook).
+
+    Parameters
+    ----------
+    name : str
+        Unique among all passes; ``DRAGON_DISABLE_PASSES`` and
+        ``disable_passes=`` take it.
+    fn : callable
+        ``fn(graph) -> graph``, a pure GraphDef -> GraphDef function that
+        keeps the conventions of docs/graph.md (``value_info`` for every
+        tensor it adds). It must leave a graph it does not apply to as it is.
+    after : str
+        The built-in pass it runs right after (one of ``prune``, ``cse``,
+        ``constant_fold``, ``pattern_fusion``, ``inplace``, ``fusion``,
+        ``memory``).
+    level : int, default 3
+        The lowest optimisation level it runs at.
+    """
+
+    def __init__(self, name: str, fn, after: str, level: int = 3):
+        if after not in _ORDER:
+            raise ValueError(f"GraphPass '{name}': after={after!r} is not a built-in pass "
+                             f"({', '.join(_ORDER)})")
+        if not 0 <= level <= 3:
+            raise ValueError(f"GraphPass '{name}': level must be 0..3, got {level}")
+        self.name, self.fn, self.after, self.level = name, fn, after, level
+
+    def __repr__(self):
+        return f"GraphPass({self.name!r}, after={self.after!r}, level={self.level})"
+
+
+def plugin_passes() -> list:
+    """The passes plugins declare (``dragon_graph_passes``), by name.
+
+    Raises
+    ------
+    dragon_core.errors.PluginError
+        If a declaration is not a GraphPass, or two use one name.
+    """
+    import dragon_core
+    from dragon_core.errors import PluginError
+    from dragon_core.plugins import _pm
+    builtin = {p[1] for p in _PASSES}
+    found: dict = {}
+    for impl in _pm.hook.dragon_graph_passes.get_hookimpls():
+        for gp in impl.function(core=dragon_core) or ():
+            if not isinstance(gp, GraphPass):
+                raise PluginError(f"plugin '{impl.plugin_name}' declared a graph pass that "
+                                  f"is not a GraphPass: {gp!r}", plugin=impl.plugin_name)
+            if gp.name in builtin or gp.name in found:
+                raise PluginError(f"graph pass '{gp.name}' of plugin '{impl.plugin_name}' "
+                                  f"reuses the name of another pass", plugin=impl.plugin_name)
+            found[gp.name] = gp
+    return sorted(found.values(), key=lambda gp: gp.name)
+
+
 def passes_for(level: int) -> list:
-    """(name, fn) of the passes that run at ``level``, in order."""
+    """(name, fn) of the passes that run at ``level``, in order: the
+    built-in ones, each followed by the plugin passes declared after it
+    (by name)."""
     _load_all()
-    return [(name, fn) for _, name, lv, fn in _PASSES if lv <= level]
+    extra = [gp for gp in plugin_passes() if gp.level <= level]
+    out = []
+    for _, name, lv, fn in _PASSES:
+        if lv <= level:
+            out.append((name, fn))
+        out.extend((gp.name, gp.fn) for gp in extra if gp.after == name)
+    return out
 
 
 _loaded = False
@@ -82,7 +147,7 @@ def disabled_passes(graph) -> set:
                  graph.metadata.get("disable_passes", "")):
         names.update(n.strip() for n in spec.split(",") if n.strip())
     _load_all()
-    known = {p[1] for p in _PASSES}
+    known = {p[1] for p in _PASSES} | {gp.name for gp in plugin_passes()}
     unknown = names - known
     if unknown:
         raise ValueError(f"DRAGON_DISABLE_PASSES / metadata['disable_passes'] name unknown "

@@ -53,21 +53,29 @@ _DNNL = ctypes.CDLL("libdnnl.so.3")  # the plugin's copy (same soname)
 
 
 @contextlib.contextmanager
+def onednn_execs_lines(capfd):
+    """The raw ``onednn_verbose,exec`` lines of the block."""
+    capfd.readouterr()
+    _DNNL.dnnl_set_verbose(1)
+    lines: list = []
+    try:
+        yield lines
+    finally:
+        _DNNL.dnnl_set_verbose(0)
+        lines.extend(ln for ln in capfd.readouterr().out.splitlines()
+                     if ln.startswith("onednn_verbose,exec,cpu,"))
+
+
+@contextlib.contextmanager
 def onednn_execs(capfd):
     """Collects the primitives oneDNN executes inside the block as
     ``[(primitive, implementation, prop_kind), ...]``."""
-    capfd.readouterr()
-    _DNNL.dnnl_set_verbose(1)
     execs: list = []
     try:
-        yield execs
+        with onednn_execs_lines(capfd) as lines:
+            yield execs
     finally:
-        _DNNL.dnnl_set_verbose(0)
-        out = capfd.readouterr().out
-        for line in out.splitlines():
-            if line.startswith("onednn_verbose,exec,cpu,"):
-                f = line.split(",")
-                execs.append((f[3], f[4], f[5]))
+        execs.extend(tuple(ln.split(",")[3:6]) for ln in lines)
 
 
 def assert_served(execs, op):
@@ -645,20 +653,6 @@ def _weight_reorders(capfd, fn, runs, w_shape):
     with onednn_execs_lines(capfd) as lines:
         outs = [fn() for _ in range(runs)]
     return sum(1 for ln in lines if ",reorder," in ln and dims in ln), outs
-
-
-@contextlib.contextmanager
-def onednn_execs_lines(capfd):
-    """The raw ``onednn_verbose,exec`` lines of the block."""
-    capfd.readouterr()
-    _DNNL.dnnl_set_verbose(1)
-    lines: list = []
-    try:
-        yield lines
-    finally:
-        _DNNL.dnnl_set_verbose(0)
-        lines.extend(ln for ln in capfd.readouterr().out.splitlines()
-                     if ln.startswith("onednn_verbose,exec,cpu,"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

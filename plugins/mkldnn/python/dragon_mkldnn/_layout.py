@@ -42,13 +42,6 @@ def _elementwise_types() -> set:
     return set(f.UNARY) | set(f.BINARY) | set(f.WITH_ALPHA) | {"Gelu"}
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 class _Rewriter:
     def __init__(self, g):
         from dragon_core._graph.build import _plugin_versions
@@ -154,6 +147,7 @@ class _Rewriter:
         return True
 
     def elementwise_op(self, op) -> bool:
+        from dragon_core._graph.passes.fusion import _numel
         if op.type not in self.elementwise or len(op.output) != 1:
             return False
         out = op.output[0]

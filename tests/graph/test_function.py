@@ -219,3 +219,76 @@ def test_profile_rejects_bad_counts():
     f = dg.function(lambda x: x + 1.0)
     with pytest.raises(ValueError, match="runs must be >= 1"):
         f.profile(dg.tensor(np.ones(2)), runs=0)
+
+
+def test_profile_divides_by_every_timed_run_when_threads_share_the_plan():
+    """Runs of a plan never overlap; runs another thread makes while one
+    profiles are timed too, and the per-run means divide by all of them."""
+    import threading
+    f = dg.function(lambda x: dg.ops.tanh(x) * 2.0)
+    x = dg.tensor(np.ones(1000))
+    f(x)
+    stop = threading.Event()
+    other = [0]
+
+    def loop():
+        while not stop.is_set():
+            f(x)
+            other[0] += 1
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        prof = f.profile(x, runs=200, warmup=0)
+    finally:
+        stop.set()
+        t.join()
+    assert prof.runs >= 200
+    assert all(r["calls"] == prof.runs for r in prof.rows)
+    for r in prof.rows:
+        assert r["mean_us"] == pytest.approx(r["total_us"] / prof.runs)
+
+
+def test_a_returned_constant_is_a_copy():
+    """A tensor created inside the traced function is a constant of the
+    graph; returning it hands the caller a copy, so changing the result
+    (assign, an in-place write) never changes the next call."""
+    w_np = np.arange(4.0)
+
+    @dg.function
+    def f(x):
+        w = dg.tensor(w_np)
+        return x * w, w
+
+    x = dg.tensor(np.ones(4))
+    y0, w_out = f(x)
+    w_out.assign(dg.tensor(np.zeros(4)))
+    y1, w_again = f(x)
+    np.testing.assert_array_equal(y1.numpy(), y0.numpy())
+    w_again.numpy()[:] = -1.0
+    np.testing.assert_array_equal(f(x)[0].numpy(), w_np)
+
+
+def test_frozen_parameters_are_copied_at_trace_time():
+    w = dg.tensor(np.ones(3))
+    f = dg.function(lambda t: t * w, freeze=True)
+    x = dg.tensor(np.full(3, 2.0))
+    np.testing.assert_array_equal(f(x).numpy(), [2.0, 2.0, 2.0])
+    w.numpy()[:] = 5.0                       # an in-place write
+    np.testing.assert_array_equal(f(x).numpy(), [2.0, 2.0, 2.0])
+    w.assign(dg.tensor(np.zeros(3)))         # a rebind
+    np.testing.assert_array_equal(f(x).numpy(), [2.0, 2.0, 2.0])
+
+
+def test_unknown_pass_names_in_the_environment_only_warn(monkeypatch):
+    """DRAGON_DISABLE_PASSES is machine-wide and may name an absent
+    plugin's pass: a warning; disable_passes= in code stays an error."""
+    from dragon_core._graph import passes
+    monkeypatch.setenv("DRAGON_DISABLE_PASSES", "cse,no_such_pass_xyz")
+    passes._warned_env.discard("no_such_pass_xyz")
+    with pytest.warns(UserWarning, match="no_such_pass_xyz"):
+        g = dg.function(lambda x: x + 1.0)
+        np.testing.assert_array_equal(g(dg.tensor(np.ones(2))).numpy(), [2.0, 2.0])
+    assert "cse" not in g.get_graph(dg.tensor(np.ones(2))).metadata["passes"].split(",")
+    with pytest.raises(ValueError, match="no_such_pass_xyz"):
+        dg.function(lambda x: x + 1.0, disable_passes="no_such_pass_xyz")(
+            dg.tensor(np.ones(2)))

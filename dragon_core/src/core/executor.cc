@@ -22,9 +22,16 @@ void Plan::SetProfiling(bool on) {
   profiling_ = on;
   op_ns_.assign(ops_.size(), 0);
   op_calls_.assign(ops_.size(), 0);
+  profile_runs_ = 0;
 }
 
-std::vector<Plan::OpTiming> Plan::Profile() const {
+int64_t Plan::profile_runs() {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  return profile_runs_;
+}
+
+std::vector<Plan::OpTiming> Plan::Profile() {
+  std::lock_guard<std::mutex> lock(run_mu_);
   std::vector<OpTiming> out;
   for (size_t k = 0; k < ops_.size(); ++k) {
     const PlanOp& p = ops_[k];
@@ -227,6 +234,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
     throw CoreError(DG_INVALID_ARGUMENT,
                     dg::Str("graph '", name_, "' expects ", inputs_.size(), " inputs, got ",
                             feeds.size()));
+  if (profiling_) ++profile_runs_;
   std::vector<Tensor> slots(num_slots_);
   for (size_t i = 0; i < feeds.size(); ++i) slots[inputs_[i]] = feeds[i];
   DgDevice device = feeds.empty() ? kHost : feeds[0]->device();

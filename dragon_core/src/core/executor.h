@@ -62,8 +62,11 @@ class Plan {
     std::string name, type;
     int64_t calls = 0, total_ns = 0;
   };
+  // Enabling resets the counters. Runs from every thread count (runs of a
+  // plan never overlap); profile_runs() says how many were timed.
   void SetProfiling(bool on);
-  std::vector<OpTiming> Profile() const;
+  std::vector<OpTiming> Profile();
+  int64_t profile_runs();
 
  private:
   std::string name_;
@@ -79,6 +82,7 @@ class Plan {
   int32_t parallel_threads_ = 0;
   bool profiling_ = false;
   std::vector<int64_t> op_ns_, op_calls_;  // per op, while profiling
+  int64_t profile_runs_ = 0;
   std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs
   std::mutex run_mu_;            // planned buffers: one run at a time
 };

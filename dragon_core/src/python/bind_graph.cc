@@ -72,7 +72,8 @@ void BindGraph(py::module_& m) {
       .def_property_readonly("num_ops", &Plan::num_ops)
       .def_property_readonly("planned_bytes", &Plan::planned_bytes)
       .def("set_profiling", &Plan::SetProfiling, py::arg("on"))
-      .def("profile", [](const Plan& plan) {
+      .def_property_readonly("profile_runs", &Plan::profile_runs)
+      .def("profile", [](Plan& plan) {
         py::list out;
         for (const Plan::OpTiming& t : plan.Profile()) {
           py::dict d;

@@ -386,6 +386,8 @@ void BindTensor(py::module_& m) {
   cls.def_property_readonly("_id", [](const TensorImpl& t) {
     return t.uid;
   }, "Identity of the tensor: unique for the life of the process (kept by assign).");
+  cls.def("_clone", [](const Tensor& t) { return CopyTo(t, t->device()); },
+          "A dense copy on the same device, without autograd state.");
   cls.def("_alias", [](const Tensor& t) {
     return std::make_shared<TensorImpl>(t->storage(), t->byte_offset(), t->dtype(), t->shape(),
                                         t->strides());

@@ -449,7 +449,11 @@ void FilterGradK(dg::KernelContext& ctx) {
 
 MKLDNN_CONV_KERNEL("Conv2d", ConvForwardK, ConvKind::kForward);
 MKLDNN_CONV_KERNEL("Conv2dBiasAct", ConvForwardK, ConvKind::kForward);
-MKLDNN_CONV_KERNEL("Conv2dNchw16c", ConvForwardK, ConvKind::kForward);
+// The blocked op reads its 5-D input as dense nChw16c (ActivationDesc), so
+// it takes no strided inputs: the core makes a strided one dense first.
+[[maybe_unused]] static int kBlockedConv = ::dg::internal::AddKernel(
+    "Conv2dNchw16c", "cpu", dg::Bit(DG_FLOAT32), kPriority, 0,
+    "mkldnn::Conv2dNchw16c", &ConvForwardK, &Supports<ConvKind::kForward>);
 MKLDNN_CONV_KERNEL("ConvTranspose2d", ConvTransposeK, ConvKind::kTranspose);
 MKLDNN_CONV_KERNEL("Conv2dBackpropFilter", FilterGradK, ConvKind::kFilterGrad);
 

@@ -89,13 +89,17 @@ void ConvShape(dg::InferContext& ctx) {
            ": x must be blocked [N, C/16, H, W, 16] or plain [N, C, H, W], "
            "got ", dg::DTypeName(x.dtype()), dg::ShapeStr(x.shape()));
   const int64_t c = blocked ? x.dim(1) * kBlock : x.dim(1);
+  DG_CHECK(c > 0 && x.dim(2) > 0 && x.dim(3) > 0, DG_INVALID_ARGUMENT, op,
+           ": x ", dg::ShapeStr(x.shape()), " has an empty channel or spatial "
+           "axis (the plain Conv2d serves such calls)");
   DG_CHECK(blocked || c < kBlock, DG_INVALID_ARGUMENT, op,
            ": x must be blocked [N, C/16, H, W, 16] or, for a first layer, "
            "plain [N, C, H, W] with C < 16; got ", dg::ShapeStr(x.shape()));
-  DG_CHECK(w.ndim() == 4 && w.dim(1) == c && w.dim(0) % kBlock == 0,
+  DG_CHECK(w.ndim() == 4 && w.dim(1) == c && w.dim(0) % kBlock == 0 &&
+               w.dim(0) > 0 && w.dim(2) > 0 && w.dim(3) > 0,
            DG_INVALID_ARGUMENT, op, ": w must be [O, ", c,
-           ", kh, kw] with O a multiple of 16, got ", dg::ShapeStr(w.shape()),
-           " for x ", dg::ShapeStr(x.shape()));
+           ", kh, kw] with O a positive multiple of 16 and kh, kw >= 1, got ",
+           dg::ShapeStr(w.shape()), " for x ", dg::ShapeStr(x.shape()));
   DG_CHECK(x.dtype() == DG_FLOAT32 && w.dtype() == DG_FLOAT32,
            DG_INVALID_ARGUMENT, op, ": float32 only, got x ",
            dg::DTypeName(x.dtype()), " and w ", dg::DTypeName(w.dtype()));
@@ -145,10 +149,25 @@ void PoolShape(dg::InferContext& ctx) {
              ", strides ", dg::ShapeStr(s), ", dilations ", dg::ShapeStr(d),
              " must be positive and pads ", dg::ShapeStr(p),
              " in [0, kernel_size / 2]");
-    out[a] = Extent(x.dim(2 + a), 2 * p[a], p[a], k[a], s[a], d[a],
-                    ctx.b("ceil_mode"));
+    const int64_t len = x.dim(2 + a);
+    DG_CHECK(len > 0, DG_INVALID_ARGUMENT, op, ": x ", dg::ShapeStr(x.shape()),
+             " has an empty spatial axis; pooling needs H, W >= 1");
+    out[a] = Extent(len, 2 * p[a], p[a], k[a], s[a], d[a], ctx.b("ceil_mode"));
     DG_CHECK(out[a] > 0, DG_INVALID_ARGUMENT, op, ": the window does not fit x ",
              dg::ShapeStr(x.shape()));
+    // As MaxPool2d: every window must reach a cell of the input (with
+    // dilation one can fall entirely in the padding).
+    for (int64_t o = 0; o < out[a]; ++o) {
+      bool touches = false;
+      for (int64_t j = 0; j < k[a] && !touches; ++j) {
+        const int64_t c = o * s[a] - p[a] + j * d[a];
+        touches = c >= 0 && c < len;
+      }
+      DG_CHECK(touches, DG_INVALID_ARGUMENT, op, ": window ", o, " along ",
+               a ? "W" : "H", " covers only padding (kernel_size ",
+               dg::ShapeStr(k), ", dilations ", dg::ShapeStr(d), ", pads ",
+               dg::ShapeStr(p), ", x ", dg::ShapeStr(x.shape()), ")");
+    }
   }
   ctx.set_output(0, x.dtype(), {x.dim(0), x.dim(1), out[0], out[1], kBlock});
 }

@@ -239,3 +239,80 @@ def test_pass_skips_what_it_cannot_block():
         types = [op.type for op in f.get_graph(x).op]
         assert not any("Nchw16c" in t for t in types), (xs, ws, dtype, types)
         np.testing.assert_allclose(f(x).numpy(), dg.ops.conv2d(x, w, groups=groups).numpy())
+
+
+def test_strided_blocked_input_is_read_correctly():
+    """A strided 5-D input is made dense by the core (the blocked op takes
+    no strided inputs) rather than read as if it were dense."""
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((1, 1, 4, 16, 4)).astype(np.float32)
+    x = dg.from_numpy(base.transpose(0, 1, 2, 4, 3))        # strided view
+    w = dg.tensor(rng.standard_normal((16, 16, 3, 3)).astype(np.float32))
+    dense = dg.tensor(np.ascontiguousarray(base.transpose(0, 1, 2, 4, 3)))
+    np.testing.assert_array_equal(dg.ops.conv2d_nchw16c(x, w, pads=[1, 1]).numpy(),
+                                  dg.ops.conv2d_nchw16c(dense, w, pads=[1, 1]).numpy())
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: dg.ops.max_pool2d_nchw16c(dg.tensor(np.ones((1, 1, 0, 4, 16), np.float32)),
+                                       kernel_size=[2, 2], pads=[1, 1]),
+     ["MaxPool2dNchw16c", "empty spatial axis"]),
+    (lambda: dg.ops.max_pool2d_nchw16c(dg.tensor(np.ones((1, 1, 2, 2, 16), np.float32)),
+                                       kernel_size=[2, 2], pads=[1, 1], dilations=[3, 3]),
+     ["MaxPool2dNchw16c", "covers only padding"]),
+    (lambda: dg.ops.conv2d_nchw16c(dg.tensor(np.ones((1, 1, 4, 4, 16), np.float32)),
+                                   dg.tensor(np.ones((16, 16, 0, 3), np.float32))),
+     ["Conv2dNchw16c", "kh, kw >= 1"]),
+    (lambda: dg.ops.conv2d_nchw16c(dg.tensor(np.ones((1, 1, 0, 4, 16), np.float32)),
+                                   dg.tensor(np.ones((16, 16, 3, 3), np.float32)),
+                                   pads=[1, 1]),
+     ["Conv2dNchw16c", "empty"]),
+])
+def test_geometries_the_core_rejects_are_rejected(call, words):
+    """The blocked ops refuse what MaxPool2d / Conv2d refuse (or what only
+    the plain op serves), with a named error instead of garbage."""
+    test_bad_inputs_name_the_op(call, words)
+
+
+def test_pass_keeps_empty_convolutions_plain():
+    """An input with no rows (the output is the bias only) stays with the
+    plain op, which cpu_eigen serves; the blocked op would have no kernel."""
+    rng = np.random.default_rng(6)
+    w = dg.tensor(rng.standard_normal((16, 16, 3, 3)).astype(np.float32))
+    b = dg.tensor(rng.standard_normal(16).astype(np.float32))
+    x = dg.tensor(np.zeros((1, 16, 0, 4), np.float32))
+    conv = lambda t: dg.ops.conv2d(t, w, b, pads=[2, 2])  # noqa: E731
+    f = dg.function(conv, freeze=True)
+    np.testing.assert_array_equal(f(x).numpy(), conv(x).numpy())
+    assert "Conv2dNchw16c" not in [op.type for op in f.get_graph(x).op]
+
+
+def test_pass_keeps_fusion_annotations():
+    """dg.fusion.fused_ops still reports what pattern fusion merged."""
+    rng = np.random.default_rng(7)
+    w = dg.tensor(rng.standard_normal((16, 16, 3, 3)).astype(np.float32))
+    b = dg.tensor(rng.standard_normal(16).astype(np.float32))
+    x = dg.tensor(rng.standard_normal((1, 16, 5, 5)).astype(np.float32))
+    f = dg.function(lambda t: dg.ops.relu(dg.ops.conv2d(t, w, b, pads=[1, 1])),
+                    freeze=True)
+    fused = dg.fusion.fused_ops(f.get_graph(x))
+    assert len(fused) == 1
+    (op_type, members), = fused.values()
+    assert op_type == "Conv2dNchw16c" and len(members) == 2
+
+
+def test_frozen_weights_written_after_tracing_do_not_go_stale():
+    """The graph owns a copy of its constants: a write into the frozen
+    parameter (through numpy) changes neither the packed convolution nor
+    the other ops that read it; all see the trace-time values."""
+    rng = np.random.default_rng(8)
+    w_np = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    w = dg.tensor(w_np.copy())
+    x = dg.tensor(rng.standard_normal((1, 16, 6, 6)).astype(np.float32))
+    f = dg.function(lambda t: (dg.ops.conv2d(t, w, pads=[1, 1]), dg.ops.sum(w)),
+                    freeze=True)
+    y0, s0 = f(x)
+    w.numpy()[:] = 0.0
+    y1, s1 = f(x)
+    np.testing.assert_array_equal(y1.numpy(), y0.numpy())
+    assert float(s1.numpy()) == float(s0.numpy()) != 0.0

@@ -250,7 +250,10 @@ class KernelContext : public AttrReader {
         f_->call_site_state == nullptr)
       return nullptr;
     auto* s = static_cast<DgCallSiteState*>(f_->call_site_state);
-    return s->struct_size >= sizeof(DgCallSiteState) ? s : nullptr;
+    // The fields of ABI 1.2 (a later, longer struct still has them).
+    constexpr size_t kV12 = offsetof(DgCallSiteState, destroy) +
+                            sizeof(s->destroy);
+    return s->struct_size >= kV12 ? s : nullptr;
   }
   // Whether input i is a constant of the graph (same storage, never
   // written, on every run): false in eager mode.

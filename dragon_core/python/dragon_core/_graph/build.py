@@ -177,10 +177,11 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
         if t._id in trace.created or (freeze and t._id not in assigned):
             nm = f"const:{len(constants)}"
             g.constant.append(tensor_to_proto(nm, t))
-            # A frozen parameter is fed through an alias of its storage at
-            # trace time: a later assign() rebinds the parameter, not the
-            # graph's constant (kernels may keep what they derive from it).
-            constants.append(t if t._id in trace.created else t._alias())
+            # The graph owns a copy of each constant (a frozen parameter's
+            # value at trace time): no assign() or in-place write through
+            # the caller's tensor reaches it, so kernels may keep what they
+            # derive from it (call-site state, docs/abi.md).
+            constants.append(t._clone())
         else:
             nm = f"captured:{len(captured)}"
             g.captured.append(nm)

@@ -133,6 +133,11 @@ class _Entry:
         self.out_spec = out_spec
         self.num_outputs = num_outputs
         self.state_targets = state_targets
+        # Outputs that are the graph's own constants: the caller gets a copy,
+        # so nothing it does to the result can change the graph.
+        consts = {c.name for c in compiled.graph.constant}
+        self.constant_outputs = [i for i, nm in enumerate(compiled.graph.output[:num_outputs])
+                                 if nm in consts]
 
 
 class Profile:
@@ -143,18 +148,21 @@ class Profile:
     name : str
         The graph's name.
     runs : int
-        How many runs were timed.
+        How many runs were timed: the profiling calls, plus any other
+        thread's runs of the same plan meanwhile (runs never overlap).
     wall_us : float
-        Mean wall time of one call, µs (Python call overhead included).
+        Mean wall time of one profiling call, µs (Python call overhead
+        included).
     rows : list of dict
         Per op, in graph order: ``name``, ``type``, ``calls``,
         ``total_us`` (over all runs), ``mean_us`` (per run), ``share``
         (of the summed op time).
     """
 
-    def __init__(self, name: str, rows: list, runs: int, wall_ns: int):
-        self.name, self.runs = name, runs
-        self.wall_us = wall_ns / 1e3 / runs
+    def __init__(self, name: str, rows: list, runs: int, wall_ns_per_call: float):
+        self.name, self.runs = name, max(int(runs), 1)
+        runs = self.runs
+        self.wall_us = wall_ns_per_call / 1e3
         total = sum(r["total_ns"] for r in rows) or 1
         self.rows = [{"name": r["name"], "type": r["type"], "calls": r["calls"],
                       "total_us": r["total_ns"] / 1e3,
@@ -292,10 +300,12 @@ class Function:
             for _ in range(runs):
                 self(*args, **kwargs)
             wall_ns = time.perf_counter_ns() - t0
-            rows = plan.profile()
+            rows, timed = plan.profile(), plan.profile_runs
         finally:
             plan.set_profiling(False)
-        return Profile(self.name, rows, runs, wall_ns)
+        # Other threads may have run the plan meanwhile: per-run means divide
+        # by every timed run (the wall time is this thread's calls only).
+        return Profile(self.name, rows, timed, wall_ns / runs)
 
     def _entry(self, *args, **kwargs):
         leaves: list = []
@@ -358,6 +368,8 @@ class Function:
                 self._fast[fast_key] = entry
         feeds = list(leaves) + entry.constants + entry.captured
         outs = entry.compiled.run(feeds)
+        for i in entry.constant_outputs:
+            outs[i] = outs[i]._clone()
         n = entry.num_outputs
         for var, value in zip(entry.state_targets, outs[n:]):
             var._rebind(value)
@@ -395,10 +407,10 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         (the parameters), into the graph as constants with their
         values at trace time, as ``torch.jit.freeze`` does, so constant
         folding precomputes what depends on them only (e.g. batch norm
-        folded into the convolution weights, once). Later changes to those
-        tensors are not seen by the compiled graph: call the function on a
-        new input signature, or make a new function, after loading new
-        weights.
+        folded into the convolution weights, once). The graph keeps its own
+        copy of them, so later changes to those tensors (``assign``, in-place
+        writes) are not seen by the compiled graph: make a new function after
+        loading new weights.
 
     Examples
     --------

@@ -17,9 +17,13 @@ before the first op that needs the plain tensor (or at the end, for a graph
 output). onnxruntime's NCHWc transformer does the same for its MLAS kernels.
 
 The pass runs after ``pattern_fusion`` (so convolutions carry their bias
-and relu), at level 3, on graphs without state updates (inference: a
-training step keeps the plain ops, which have gradients), on the host
-device, when the four blocked ops have float32 kernels. Switch it off with
+and relu), at level 3, on graphs without state updates (a training step
+assigns its parameters, so it keeps the plain ops; a graph that only
+computes gradients is rewritten too: its backward ops read the forward
+tensors through reorders out, with the same values), on the host device,
+when the four blocked ops have float32 kernels. Empty tensors stay with the
+plain ops (mkldnn declines them there and cpu_eigen serves them; the
+blocked ops have no other kernel). Switch it off with
 ``DRAGON_DISABLE_PASSES=nchw16c`` or ``disable_passes="nchw16c"``.
 """
 
@@ -106,7 +110,11 @@ class _Rewriter:
 
     def emit_blocked(self, op, op_type, inputs, attrs):
         out = f"{op.output[0]}/nchw16c"
-        self.ops.append(self.opdef(op_type, f"{op.name}/nchw16c", inputs, [out], attrs))
+        new = self.opdef(op_type, f"{op.name}/nchw16c", inputs, [out], attrs)
+        for key, value in op.attr.items():   # annotations (e.g. _fused_ops)
+            if key.startswith("_") and key != "_inplace_input":
+                new.attr[key].CopyFrom(value)
+        self.ops.append(new)
         self.infos[out] = self.blocked_shape(self.info[op.output[0]][1])
         self.blocked[op.output[0]] = out
         self.rewritten += 1
@@ -117,6 +125,10 @@ class _Rewriter:
             return False
         x, w = op.input[0], op.input[1]
         if not (self.f32_4d(x) and self.f32_4d(w) and self.f32_4d(op.output[0])):
+            return False
+        # Empty tensors stay with the plain op (mkldnn declines them there
+        # and cpu_eigen serves them; the blocked op has no other kernel).
+        if not all(d > 0 for t in (x, w, op.output[0]) for d in self.info[t][1]):
             return False
         a = self.attrs_of(op)
         c, o = self.info[x][1][1], self.info[w][1][0]
@@ -130,15 +142,15 @@ class _Rewriter:
         if src == x:
             self.need_plain(x)
         attrs = {k: a[k] for k in ("strides", "pads", "dilations") if k in a}
-        attrs["activation"] = a.get("activation", "none") if op.type == "Conv2dBiasAct" \
-            else "none"
+        attrs["activation"] = a.get("activation", "relu") if op.type == "Conv2dBiasAct" \
+            else "none"   # "relu" is Conv2dBiasAct's schema default
         self.emit_blocked(op, "Conv2dNchw16c", [src] + list(op.input[1:]), attrs)
         return True
 
     def max_pool(self, op) -> bool:
         if op.type != "MaxPool2d" or op.input[0] not in self.blocked:
             return False
-        if not self.f32_4d(op.output[0]):
+        if not self.f32_4d(op.output[0]) or not all(d > 0 for d in self.info[op.output[0]][1]):
             return False
         a = self.attrs_of(op)
         attrs = {k: a[k] for k in ("kernel_size", "strides", "pads", "dilations",

@@ -134,25 +134,43 @@ def _load_all():
                 raise
 
 
+_warned_env: set = set()
+
+
 def disabled_passes(graph) -> set:
     """The pass names switched off for ``graph`` (environment and metadata).
+
+    An unknown name in ``graph.metadata["disable_passes"]`` (what
+    ``dg.function(disable_passes=...)`` writes) is an error: a typo would
+    silently keep the pass on. An unknown name in ``DRAGON_DISABLE_PASSES``
+    only warns (once per name): the variable is set machine-wide and may name
+    the pass of a plugin this environment does not have (``nchw16c`` of
+    mkldnn, say).
 
     Raises
     ------
     ValueError
-        If a name is not a registered pass (a typo would silently keep it on).
+        If the metadata names a pass that is not registered.
     """
-    names = set()
-    for spec in (os.environ.get("DRAGON_DISABLE_PASSES", ""),
-                 graph.metadata.get("disable_passes", "")):
-        names.update(n.strip() for n in spec.split(",") if n.strip())
     _load_all()
     known = {p[1] for p in _PASSES} | {gp.name for gp in plugin_passes()}
-    unknown = names - known
+
+    def split(spec):
+        return {n.strip() for n in spec.split(",") if n.strip()}
+    env = split(os.environ.get("DRAGON_DISABLE_PASSES", ""))
+    meta = split(graph.metadata.get("disable_passes", ""))
+    unknown = meta - known
     if unknown:
-        raise ValueError(f"DRAGON_DISABLE_PASSES / metadata['disable_passes'] name unknown "
+        raise ValueError(f"disable_passes / metadata['disable_passes'] name unknown "
                          f"pass(es) {sorted(unknown)}; the passes are {sorted(known)}")
-    return names
+    new = env - known - _warned_env
+    if new:
+        import warnings
+        _warned_env.update(new)
+        warnings.warn(f"DRAGON_DISABLE_PASSES names pass(es) {sorted(new)} that no loaded "
+                      f"code registers (a typo, or a plugin not installed here); the passes "
+                      f"are {sorted(known)}", UserWarning, stacklevel=2)
+    return (env | meta) & known
 
 
 def run_passes(graph, level: int):

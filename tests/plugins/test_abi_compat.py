@@ -30,6 +30,7 @@ def test_abi_1_0_plugin_works(dg, fixture_plugins):
         y = dg.ops.abi10_affine(dg.tensor(x.astype(dtype)), scale=3.0)
         assert y.dtype == dg.as_dtype(dtype)
         np.testing.assert_allclose(y.numpy(), x * 3.0 + 1.0, rtol=1e-6)
-    # The op also runs inside a compiled graph.
+    # The op also runs inside a compiled graph, where its kernel checks that
+    # it gets no call-site state (ABI 1.2 hands it to plugins built for 1.2).
     f = dg.function(lambda t: dg.ops.abi10_affine(t) * 2.0)
     np.testing.assert_allclose(f(dg.tensor(x)).numpy(), (x * 2.0 + 1.0) * 2.0)

@@ -84,3 +84,22 @@ def test_frozen_constants_ignore_a_later_assign(dg, probe):
     np.testing.assert_array_equal(f(x).numpy(), [1.0, 1.0])
     g = dg.function(lambda t: probe(t, c)[0])          # live: sees the new value
     np.testing.assert_array_equal(g(x).numpy(), [5.0, 5.0])
+
+
+def test_state_is_reset_when_the_kernel_changes(dg, probe):
+    """The state belongs to one kernel: pinning another one for the call
+    site destroys it and the new kernel starts from nothing."""
+    x = dg.tensor(np.ones(2))
+    f = dg.function(lambda t: probe(t, t)[1])
+    calls = lambda: [int(v) for v in f(x).numpy()][1]  # noqa: E731
+    assert [calls(), calls()] == [1, 2]            # Probe<float64>, its state
+    destroyed = int(f(x).numpy()[3])
+    dg.plugins.pin("CallSiteProbe", "cpu", "ProbeB<float64>")
+    try:
+        info = [int(v) for v in f(x).numpy()]
+        assert info[1] == 1 and info[3] == destroyed + 1   # a fresh state
+        assert calls() == 2
+    finally:
+        dg.plugins.unpin("CallSiteProbe", "cpu")
+    info = [int(v) for v in f(x).numpy()]
+    assert info[1] == 1 and info[3] == destroyed + 2

@@ -306,27 +306,24 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
     throw e;
   }
   std::vector<Tensor> dense;
-  uint64_t densified = 0;  // inputs given as fresh copies (not "constant" then)
   if (!(chosen->traits & DG_KERNEL_STRIDED_INPUTS)) {
     for (size_t i = 0; i < n; ++i) {
       if (!inputs[i]->is_contiguous()) {
         dense.push_back(MakeContiguous(inputs[i]));
         views[i] = dense.back()->View();
-        if (i < 64) densified |= uint64_t{1} << i;
       }
     }
   }
   frame.kernel_data = chosen->user_data;
   // Call-site state for kernels that know it (ABI >= 1.2); reset when the
-  // call site's kernel changes, since the state is that kernel's.
-  uint64_t constant_mask = 0;
+  // call site's kernel changes, since the state is that kernel's. A graph's
+  // constants are dense copies it owns (build.py), so a constant input is
+  // never replaced by a fresh contiguous copy above.
   if (site && chosen->abi_minor >= 2) {
     if (site->kernel != chosen) {
       site->Reset();
       site->kernel = chosen;
     }
-    constant_mask = site->state.constant_inputs;
-    site->state.constant_inputs &= ~densified;
     frame.call_site_state = &site->state;
   }
   DgStatus s;
@@ -336,7 +333,6 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
     s = DG_INTERNAL;
     st.message = "a C++ exception escaped the kernel (kernels must not throw across the ABI)";
   }
-  if (frame.call_site_state) site->state.constant_inputs = constant_mask;
   if (s != DG_OK || st.code != DG_OK) {
     DgStatus code = s != DG_OK ? s : st.code;
     CoreError e(code,

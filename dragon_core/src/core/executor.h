@@ -56,8 +56,8 @@ class Plan {
   void SetParallel(int32_t threads) { parallel_threads_ = threads; }
   int32_t num_ops() const { return static_cast<int32_t>(ops_.size()); }
   int64_t planned_bytes() const;
-  // Per-op wall time of sequential runs, accumulated while enabled (a
-  // parallel plan is timed too, per op, on whichever worker ran it).
+  // Per-op wall time, accumulated while enabled (in a parallel plan, on
+  // whichever worker ran the op).
   struct OpTiming {
     std::string name, type;
     int64_t calls = 0, total_ns = 0;

@@ -41,6 +41,16 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v) {
   return dnnl::memory::dims(v.begin(), v.end());
 }
 
+dnnl::memory::dims PlainDims(const dg::TensorRef& t) {
+  if (t.ndim() == 5) return {t.dim(0), t.dim(1) * t.dim(4), t.dim(2), t.dim(3)};
+  return Dims(t.shape());
+}
+
+dnnl::memory::desc Nchw16cDesc(const dnnl::memory::dims& plain,
+                               dnnl::memory::data_type dt) {
+  return dnnl::memory::desc(plain, dt, dnnl::memory::format_tag::nChw16c);
+}
+
 dnnl::memory::desc Desc(const dg::TensorRef& t) {
   std::vector<int64_t> shape = t.shape(), strides = t.strides();
   if (shape.empty()) {  // oneDNN has no 0-d memory: a 1-element vector

@@ -64,6 +64,14 @@ dnnl::memory Memory(const dnnl::memory::desc& md, const dg::TensorRef& t);
 
 dnnl::memory::dims Dims(const std::vector<int64_t>& v);
 
+// Blocked tensors of the *Nchw16c ops (layout.cc): a dense
+// [N, C/16, H, W, 16] tensor is oneDNN's nChw16c view of [N, C, H, W].
+// PlainDims gives [N, C, H, W] for one (and the shape of any other tensor);
+// Nchw16cDesc the nChw16c descriptor of those plain dims.
+dnnl::memory::dims PlainDims(const dg::TensorRef& t);
+dnnl::memory::desc Nchw16cDesc(const dnnl::memory::dims& plain,
+                               dnnl::memory::data_type dt);
+
 // Builds cache keys: Key("conv", x.shape(), w.shape(), strides, ...).
 // Text fields are separated by '|'; numbers are formatted with
 // std::to_chars into one string (no stream, one allocation at most).

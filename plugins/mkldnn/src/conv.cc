@@ -176,19 +176,6 @@ memory::desc Requested(const ConvPlan& p, const memory::dims& dims,
   return memory::desc(dims, p.dt, tag::nhwc);
 }
 
-// The plain NCHW dims a tensor stands for: its shape, or for a blocked
-// [N, C/16, H, W, 16] tensor (the *Nchw16c ops) [N, C, H, W].
-memory::dims PlainDims(const dg::TensorRef& t) {
-  if (t.ndim() == 5) return {t.dim(0), t.dim(1) * t.dim(4), t.dim(2), t.dim(3)};
-  return Dims(t.shape());
-}
-
-// The blocked ops' layout: source nChw16c (or plain nchw for a first layer
-// read as is), destination nChw16c.
-bool BlockedOp(const dg::KernelContext& ctx) {
-  return std::strcmp(ctx.op_name(), "Conv2dNchw16c") == 0;
-}
-
 // Fills the plan of the call in ctx (kind from the op). False when oneDNN
 // cannot express it (an empty channel axis).
 bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
@@ -226,7 +213,7 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
       ctx.output(0).numel() != 0) {
     return false;
   }
-  if (BlockedOp(ctx)) {
+  if (op == "Conv2dNchw16c") {  // source nChw16c (or a plain first layer)
     if (p->dt != memory::data_type::f32 || p->groups != 1) return false;
     p->layout = x.ndim() == 5 ? Layout::kBlocked : Layout::kFirst;
   } else {
@@ -374,9 +361,7 @@ memory OutputBuffer(const dg::KernelContext& ctx, const dg::TensorRef& t,
 // How an activation tensor lies in memory: its strided NCHW view, or for a
 // dense [N, C/16, H, W, 16] tensor of the blocked ops nChw16c.
 memory::desc ActivationDesc(const dg::TensorRef& t) {
-  if (t.ndim() == 5)
-    return memory::desc(PlainDims(t), DataType(t.dtype()), tag::nChw16c);
-  return Desc(t);
+  return t.ndim() == 5 ? Nchw16cDesc(PlainDims(t), DataType(t.dtype())) : Desc(t);
 }
 
 // Runs a forward convolution or deconvolution: src x, weights w, optional

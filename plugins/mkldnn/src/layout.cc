@@ -123,7 +123,7 @@ void ConvShape(dg::InferContext& ctx) {
     DG_CHECK(s[a] > 0 && d[a] > 0 && p[a] >= 0 && p[a + 2] >= 0,
              DG_INVALID_ARGUMENT, op, ": strides and dilations must be "
              "positive, pads non-negative");
-    out[a] = Extent(x.dim(blocked ? 2 + a : 2 + a), p[a] + p[a + 2], p[a],
+    out[a] = Extent(x.dim(2 + a), p[a] + p[a + 2], p[a],
                     w.dim(2 + a), s[a], d[a], false);
     DG_CHECK(out[a] > 0, DG_INVALID_ARGUMENT, op, ": the filter ",
              dg::ShapeStr(w.shape()), " does not fit x ",
@@ -225,8 +225,7 @@ void Reorder16(dg::KernelContext& ctx, bool to_blocked) {
   const dg::TensorRef plain = to_blocked ? ctx.input(0) : ctx.output(0);
   const dg::TensorRef blocked = to_blocked ? ctx.output(0) : ctx.input(0);
   if (plain.numel() == 0) return;
-  const dnnl::memory::desc b(Dims(plain.shape()), DataType(plain.dtype()),
-                             dnnl::memory::format_tag::nChw16c);
+  const dnnl::memory::desc b = Nchw16cDesc(Dims(plain.shape()), DataType(plain.dtype()));
   const dnnl::memory pm = Memory(Desc(plain), plain), bm = Memory(b, blocked);
   if (to_blocked) {
     CopyInto(ctx, pm, bm);

@@ -74,10 +74,6 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
   // MaxPool2dNchw16c (layout.cc): blocked [N, C/16, H, W, 16] tensors.
   const bool blocked = x.ndim() == 5 && pooled.ndim() == 5 && !grad;
   if (!blocked && (x.ndim() != 4 || pooled.ndim() != 4)) return false;
-  const auto plain = [](const dg::TensorRef& t) -> dnnl::memory::dims {
-    if (t.ndim() == 5) return {t.dim(0), t.dim(1) * t.dim(4), t.dim(2), t.dim(3)};
-    return Dims(t.shape());
-  };
   int64_t k[2], s[2], p[2] = {0, 0}, d[2] = {1, 1};
   if (kind == Pool::kAdaptive) {
     for (int a = 0; a < 2; ++a) {
@@ -115,8 +111,8 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
   }
   const dnnl::memory::data_type dt = DataType(x.dtype());
   if (blocked) {
-    plan->src = dnnl::memory::desc(plain(x), dt, dnnl::memory::format_tag::nChw16c);
-    plan->dst = dnnl::memory::desc(plain(pooled), dt, dnnl::memory::format_tag::nChw16c);
+    plan->src = Nchw16cDesc(PlainDims(x), dt);
+    plan->dst = Nchw16cDesc(PlainDims(pooled), dt);
   } else {
     plan->src = Plain(Dims(x.shape()), dt);
     plan->dst = Plain(Dims(pooled.shape()), dt);

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 from .. import _C
 from .._tensor import Tensor
@@ -295,7 +296,6 @@ class Function:
         plan = entry.compiled.plan
         plan.set_profiling(True)
         try:
-            import time
             t0 = time.perf_counter_ns()
             for _ in range(runs):
                 self(*args, **kwargs)

@@ -49,38 +49,26 @@ def _elementwise_types() -> set:
 class _Rewriter:
     def __init__(self, g):
         from dragon_core._graph.build import _plugin_versions
+        from dragon_core._graph.passes.pattern_fusion import _Emitter
         self.g = g
         self.info = {v.name: (v.dtype, tuple(v.shape)) for v in g.value_info}
-        self.versions = _plugin_versions()
+        self.emitter = _Emitter({op.name for op in g.op}, _plugin_versions())
         self.elementwise = _elementwise_types()
         self.blocked = {}        # plain name -> blocked name
         self.plain = set(g.input) | set(g.captured) | {c.name for c in g.constant}
         self.ops = []            # the new op list
         self.infos = {}          # new blocked tensors: name -> shape
-        self.used = {op.name for op in g.op}
-        self.rewritten = 0
 
     # ------------------------------------------------------------ helpers
     def opdef(self, op_type, name, inputs, outputs, attrs):
-        from dragon_core import proto as P
-        from dragon_core._graph.build import attr_to_proto, schema
-        desc = schema(op_type)
-        version, dist = self.versions.get(desc["plugin"], ("", ""))
-        base, i = name, 0
-        while name in self.used:
-            i += 1
-            name = f"{base}_{i}"
-        self.used.add(name)
-        op = P.OpDef(name=name, type=op_type, input=list(inputs), output=list(outputs),
-                     plugin=desc["plugin"], plugin_version=version, plugin_dist=dist)
-        for spec in desc["attrs"]:
-            value = attrs.get(spec["name"], spec["default"])
-            op.attr[spec["name"]].CopyFrom(attr_to_proto(spec["type"], value))
-        return op
+        return self.emitter.opdef(op_type, inputs, outputs, attrs, name=name)
 
     def f32_4d(self, name):
         dt, shape = self.info.get(name, (None, ()))
         return dt == _F32 and len(shape) == 4
+
+    def nonempty(self, *names):
+        return all(d > 0 for name in names for d in self.info[name][1])
 
     def blocked_shape(self, shape):
         n, c, h, w = shape
@@ -117,7 +105,6 @@ class _Rewriter:
         self.ops.append(new)
         self.infos[out] = self.blocked_shape(self.info[op.output[0]][1])
         self.blocked[op.output[0]] = out
-        self.rewritten += 1
 
     # -------------------------------------------------------------- rules
     def conv(self, op) -> bool:
@@ -128,7 +115,7 @@ class _Rewriter:
             return False
         # Empty tensors stay with the plain op (mkldnn declines them there
         # and cpu_eigen serves them; the blocked op has no other kernel).
-        if not all(d > 0 for t in (x, w, op.output[0]) for d in self.info[t][1]):
+        if not self.nonempty(x, w, op.output[0]):
             return False
         a = self.attrs_of(op)
         c, o = self.info[x][1][1], self.info[w][1][0]
@@ -150,7 +137,7 @@ class _Rewriter:
     def max_pool(self, op) -> bool:
         if op.type != "MaxPool2d" or op.input[0] not in self.blocked:
             return False
-        if not self.f32_4d(op.output[0]) or not all(d > 0 for d in self.info[op.output[0]][1]):
+        if not (self.f32_4d(op.output[0]) and self.nonempty(op.output[0])):
             return False
         a = self.attrs_of(op)
         attrs = {k: a[k] for k in ("kernel_size", "strides", "pads", "dilations",

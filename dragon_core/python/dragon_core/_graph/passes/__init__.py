@@ -104,12 +104,13 @@ def plugin_passes() -> list:
     return sorted(found.values(), key=lambda gp: gp.name)
 
 
-def passes_for(level: int) -> list:
+def passes_for(level: int, plugin: list | None = None) -> list:
     """(name, fn) of the passes that run at ``level``, in order: the
     built-in ones, each followed by the plugin passes declared after it
-    (by name)."""
+    (by name). ``plugin`` is :func:`plugin_passes` when already known."""
     _load_all()
-    extra = [gp for gp in plugin_passes() if gp.level <= level]
+    plugin = plugin_passes() if plugin is None else plugin
+    extra = [gp for gp in plugin if gp.level <= level]
     out = []
     for _, name, lv, fn in _PASSES:
         if lv <= level:
@@ -137,7 +138,7 @@ def _load_all():
 _warned_env: set = set()
 
 
-def disabled_passes(graph) -> set:
+def disabled_passes(graph, plugin: list | None = None) -> set:
     """The pass names switched off for ``graph`` (environment and metadata).
 
     An unknown name in ``graph.metadata["disable_passes"]`` (what
@@ -153,7 +154,8 @@ def disabled_passes(graph) -> set:
         If the metadata names a pass that is not registered.
     """
     _load_all()
-    known = {p[1] for p in _PASSES} | {gp.name for gp in plugin_passes()}
+    plugin = plugin_passes() if plugin is None else plugin
+    known = {p[1] for p in _PASSES} | {gp.name for gp in plugin}
 
     def split(spec):
         return {n.strip() for n in spec.split(",") if n.strip()}
@@ -177,8 +179,9 @@ def run_passes(graph, level: int):
     """Run every pass of ``level`` on ``graph``, except the disabled ones
     (:func:`disabled_passes`); returns the new graph."""
     names = []
-    off = disabled_passes(graph)
-    for name, fn in passes_for(level):
+    plugin = plugin_passes()          # one hook call per graph
+    off = disabled_passes(graph, plugin)
+    for name, fn in passes_for(level, plugin):
         if name in off:
             continue
         graph = fn(graph)

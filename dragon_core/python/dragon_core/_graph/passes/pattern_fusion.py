@@ -100,12 +100,15 @@ class _Emitter:
         self.used.add(name)
         return name
 
-    def opdef(self, op_type: str, inputs, outputs, attrs: dict) -> P.OpDef:
-        """An OpDef with every schema attribute resolved (defaults filled)."""
+    def opdef(self, op_type: str, inputs, outputs, attrs: dict,
+              name: str | None = None) -> P.OpDef:
+        """An OpDef with every schema attribute resolved (defaults filled),
+        named ``name`` (default ``<op_type>_fused``) or a fresh variant of it."""
         desc = schema(op_type)
         plugin = desc["plugin"]
         version, dist = self.versions.get(plugin, ("", ""))
-        op = P.OpDef(name=self.fresh(f"{op_type}_fused"), type=op_type, input=list(inputs),
+        op = P.OpDef(name=self.fresh(name or f"{op_type}_fused"), type=op_type,
+                     input=list(inputs),
                      output=list(outputs), plugin=plugin, plugin_version=version,
                      plugin_dist=dist)
         unknown = set(attrs) - {a["name"] for a in desc["attrs"]}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 
 from . import _C
 from .errors import InvalidArgumentError
@@ -95,7 +96,7 @@ def _record(op, inputs, attrs, outputs):
     """Called by the core after an op ran while recording is needed."""
     node = None
     for tape in _tapes():
-        if tape._recording and any(i._id in tape._tracked for i in inputs):
+        if tape._recording and tape._watches(inputs):
             if node is None:
                 node = Node(op, inputs, attrs, outputs)
             tape._add(node, outputs)
@@ -323,7 +324,17 @@ class GradientTape:
     persistent : bool, default False
         Allow several calls to :meth:`gradient`.
     watch_accessed_variables : bool, default True
-        Watch tensors that require grad automatically when they are used.
+        Watch tensors that require grad (``requires_grad_()``, the
+        parameters of ``nn`` modules) automatically when an op inside the
+        block reads them, as TensorFlow watches trainable variables. With
+        False only :meth:`watch` marks sources.
+
+    Notes
+    -----
+    :meth:`gradient` warns when a floating-point source was never watched
+    (neither :meth:`watch` nor ``requires_grad``): its gradient is unknown,
+    not zero, and the ``None`` it returns is almost always a forgotten
+    ``watch``.
 
     Examples
     --------
@@ -351,6 +362,19 @@ class GradientTape:
             if not t.dtype.is_floating_point:
                 raise InvalidArgumentError(f"can only watch floating-point tensors, got {t.dtype}")
             self._tracked.add(t._id)
+
+    def _watches(self, inputs) -> bool:
+        """Whether an op with these inputs is recorded: one of them is
+        tracked, or (``watch_accessed_variables``) requires grad, which
+        watches it from then on."""
+        hit = False
+        for i in inputs:
+            if i._id in self._tracked:
+                hit = True
+            elif self.watch_accessed_variables and i.requires_grad:
+                self._tracked.add(i._id)
+                hit = True
+        return hit
 
     def _add(self, node, outputs):
         self._nodes.append(node)
@@ -431,6 +455,15 @@ class GradientTape:
         out = []
         for s in srcs:
             g = grads.get(s._id)
+            if g is None and s._id not in tracked and s.dtype.is_floating_point:
+                # Never a silent None: the tape did not see this source.
+                warnings.warn(
+                    "GradientTape.gradient: a source of shape "
+                    f"{tuple(s.shape)} was never watched by this tape, so its gradient "
+                    "is not known (returned as "
+                    f"{'zeros' if unconnected_gradients == 'zero' else 'None'}); call "
+                    "tape.watch(x) inside the `with` block or set x.requires_grad_() "
+                    "before using it", UserWarning, stacklevel=2)
             if g is None and unconnected_gradients == "zero":
                 g = ops.fill(list(s.shape), 0.0, s.dtype, device=str(s.device))
             out.append(g)

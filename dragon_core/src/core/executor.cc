@@ -220,6 +220,13 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
 }
 
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
+  if (error_code_ != 0) {
+    CoreError e(static_cast<DgStatus>(error_code_),
+                dg::Str("graph '", name_, "': ", error_message_),
+                static_cast<ErrorKind>(error_kind_));
+    e.op = error_op_;
+    throw e;
+  }
   std::lock_guard<std::mutex> lock(run_mu_);
   std::vector<Tensor> feeds_with_constants;
   const std::vector<Tensor>* feeds_ptr = &given;

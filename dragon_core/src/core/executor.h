@@ -50,6 +50,14 @@ class Plan {
   std::vector<Tensor> Run(const std::vector<Tensor>& feeds);
   // Constant feeds appended after the caller's (a sub-plan's own constants).
   void SetConstants(std::vector<Tensor> c) { constants_ = std::move(c); }
+  // A plan that only raises (the branch of a Cond whose tracing failed):
+  // Run() throws this error, so it surfaces only if the branch is taken.
+  void SetError(int32_t code, int32_t kind, std::string message, std::string op) {
+    error_code_ = code;
+    error_kind_ = kind;
+    error_message_ = std::move(message);
+    error_op_ = std::move(op);
+  }
   // Dependency-driven parallel execution on `threads` workers (0: off).
   // Ops run as soon as their inputs exist; in-place outputs and planned
   // buffers are not used then (they assume the sequential order).
@@ -75,6 +83,8 @@ class Plan {
   std::vector<PlanOp> ops_;
   std::vector<int64_t> buffer_sizes_;
   std::vector<Tensor> constants_;
+  int32_t error_code_ = 0, error_kind_ = 0;  // SetError: nonzero code raises
+  std::string error_message_, error_op_;
   std::vector<Tensor> RunControl(PlanOp& p, const std::vector<Tensor>& in);
   std::vector<Tensor> RunOne(PlanOp& p, std::vector<Tensor>& in, DgDevice device,
                              const std::vector<Tensor>* preset);

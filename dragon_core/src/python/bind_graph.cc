@@ -66,6 +66,16 @@ void BindGraph(py::module_& m) {
         p.release = std::move(release);
         plan.AddOp(std::move(p));
       })
+      .def("set_error", [](Plan& plan, int32_t code, int32_t kind, std::string message,
+                           std::string op) {
+        if (code <= 0)
+          throw CoreError(DG_INVALID_ARGUMENT, dg::Str("set_error: the status code must be "
+                                                       "positive, got ", code));
+        if (kind < 0 || kind > static_cast<int32_t>(ErrorKind::kType))
+          throw CoreError(DG_INVALID_ARGUMENT, dg::Str("set_error: unknown error kind ", kind));
+        plan.SetError(code, kind, std::move(message), std::move(op));
+      }, py::arg("code"), py::arg("kind"), py::arg("message"), py::arg("op") = "",
+         "Make every run raise this error (a Cond branch whose tracing failed).")
       .def("set_constants", &Plan::SetConstants)
       .def("set_parallel", &Plan::SetParallel, py::arg("threads"))
       .def("set_buffers", &Plan::SetBuffers)

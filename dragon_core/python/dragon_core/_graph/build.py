@@ -13,6 +13,10 @@ _INT, _FLOAT, _BOOL, _STRING, _INTS, _FLOATS, _DTYPE = 1, 2, 3, 4, 5, 6, 7
 
 _schema_cache: dict = {}
 
+# Metadata key of a sub-graph that only raises (a cond branch whose tracing
+# failed): JSON with the status code, error kind, message and op.
+RAISES = "raises"
+
 
 def schema(op: str) -> dict:
     """The registry's description of ``op`` (cached per op name)."""

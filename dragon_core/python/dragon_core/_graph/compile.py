@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import _C
-from .build import attrs_tuple
+from .build import RAISES, attrs_tuple
 
 
 class CompiledGraph:
@@ -110,7 +110,18 @@ def compile_graph(graph, level: int, sub: bool = False) -> CompiledGraph:
     return CompiledGraph(graph, plan, feed_names)
 
 
+def _compile_raising(graph) -> CompiledGraph:
+    """The plan of a sub-graph that only raises (``RAISES`` metadata)."""
+    rec = json.loads(graph.metadata[RAISES])
+    feed_names = list(graph.input) + list(graph.captured)
+    plan = _C.Plan(graph.name or "graph", len(feed_names), list(range(len(feed_names))), [])
+    plan.set_error(int(rec["code"]), int(rec["kind"]), str(rec["message"]), str(rec["op"]))
+    return CompiledGraph(graph, plan, feed_names)
+
+
 def _compile_sub(graph, level: int) -> CompiledGraph:
     from .passes import run_passes
+    if RAISES in graph.metadata:
+        return _compile_raising(graph)
     g = run_passes(graph, min(level, 2))
     return compile_graph(g, level, sub=True)

@@ -13,10 +13,13 @@ in both modes and to any order. A ``While`` is differentiable when it has a
 
 from __future__ import annotations
 
+import json
+
 from .. import _C
 from .. import _autograd
+from .. import proto as P
 from .._tensor import Tensor, tensor
-from .build import Trace, build_graph
+from .build import RAISES, Trace, build_graph
 from .function import _flatten, _traces, _unflatten, is_tracing
 
 
@@ -25,14 +28,19 @@ def _as_tensors(values) -> list:
 
 
 class SubGraph:
-    """A traced branch/body: its GraphDef and what it needs fed."""
+    """A traced branch/body: its GraphDef and what it needs fed.
 
-    def __init__(self, graph, constants, captured, out_spec, outputs):
+    ``failed`` is the exception its tracing raised, for a branch traced
+    lazily (see :func:`_trace_lazily`); its graph then only raises.
+    """
+
+    def __init__(self, graph, constants, captured, out_spec, outputs, failed=None):
         self.graph = graph
         self.constants = constants
         self.captured = captured
         self.out_spec = out_spec
         self.outputs = outputs
+        self.failed = failed
 
 
 def _trace_sub(name: str, fn, args: list) -> SubGraph:
@@ -52,6 +60,60 @@ def _trace_sub(name: str, fn, args: list) -> SubGraph:
     spec = _flatten(result, leaves)
     graph, constants, captured = build_graph(name, trace, args, leaves)
     return SubGraph(graph, constants, captured, spec, leaves)
+
+
+def _error_record(exc: BaseException) -> dict:
+    """Status code, error kind, message and op of ``exc``, so the executor
+    can raise the same kind of Dragon error later (see ``errors._make``)."""
+    from .. import errors as E
+    kind = 0
+    if isinstance(exc, E.DragonError) and exc.code:
+        code = exc.code
+        if isinstance(exc, E.NoKernelError):
+            kind = 1
+        elif isinstance(exc, E.PluginError):
+            kind = 2
+        elif isinstance(exc, E.ArgumentTypeError):
+            kind = 3
+    elif isinstance(exc, TypeError):
+        code, kind = 1, 3
+    elif isinstance(exc, ValueError):
+        code = 1
+    elif isinstance(exc, NotImplementedError):
+        code = 3
+    elif isinstance(exc, MemoryError):
+        code = 4
+    elif isinstance(exc, IndexError):
+        code = 6
+    elif isinstance(exc, LookupError):
+        code = 2
+    else:
+        code = 5
+    return {"code": code, "kind": kind, "message": f"{type(exc).__name__}: {exc}",
+            "op": getattr(exc, "op", "") or ""}
+
+
+def _trace_lazily(name: str, fn, args: list) -> SubGraph:
+    """Trace a branch that may not run for these inputs.
+
+    Eagerly a branch that is not taken never runs, so an error it would
+    raise (a reshape invalid for these shapes, say) must not break the
+    trace. A branch whose tracing fails becomes a sub-graph that raises that
+    error, with its type kept, when the executor takes it.
+    """
+    try:
+        return _trace_sub(name, fn, args)
+    except Exception as exc:   # noqa: BLE001 - re-raised at run time, if taken
+        rec = _error_record(exc)
+        rec["message"] = (f"{name}: could not be traced for the inputs of the trace (it did "
+                          f"not run then), and this run reached it: {rec['message']}")
+        g = P.GraphDef(name=name)
+        for i, t in enumerate(args):
+            nm = f"input:{i}"
+            g.input.append(nm)
+            g.value_info.add(name=nm, dtype=t._dtype_code, shape=list(t.shape))
+        g.metadata[RAISES] = json.dumps(rec)
+        return SubGraph(g, [], [], None, None, failed=exc)
 
 
 def _signature(outs):
@@ -91,12 +153,21 @@ def cond(pred, true_fn, false_fn, operands=()):
     if not is_tracing():
         # Eager: plain Python; autograd records the ops of the taken branch.
         return true_fn(*operands) if bool(pred.item()) else false_fn(*operands)
-    then_sub = _trace_sub("cond_then", true_fn, operands)
-    else_sub = _trace_sub("cond_else", false_fn, operands)
-    if _signature(then_sub.outputs) != _signature(else_sub.outputs):
+    # The branch taken for the traced values is traced as eager runs it (its
+    # errors raise now); the other one lazily: if it cannot be traced for
+    # these inputs, the graph raises that error only when a run takes it.
+    if bool(pred.item()):
+        then_sub = _trace_sub("cond_then", true_fn, operands)
+        else_sub = _trace_lazily("cond_else", false_fn, operands)
+        taken = then_sub
+    else:
+        then_sub = _trace_lazily("cond_then", true_fn, operands)
+        else_sub = _trace_sub("cond_else", false_fn, operands)
+        taken = else_sub
+    if not (then_sub.failed or else_sub.failed) and \
+            _signature(then_sub.outputs) != _signature(else_sub.outputs):
         raise ValueError(f"cond: the branches return different shapes/dtypes: "
                          f"{_signature(then_sub.outputs)} vs {_signature(else_sub.outputs)}")
-    taken = then_sub if bool(pred.item()) else else_sub
     outs = [o._alias() for o in taken.outputs]
     inputs = [pred] + operands + then_sub.captured + else_sub.captured
     attrs = {"true_fn": true_fn, "false_fn": false_fn, "num_operands": len(operands),
@@ -143,9 +214,12 @@ def while_loop(cond_fn, body_fn, loop_vars, maximum_iterations: int | None = Non
             vs = _as_tensors(body_list(*vs))
             it += 1
         return vs
-    cond_sub = _trace_sub("while_cond", cond_fn, loop_vars)
-    body_sub = _trace_sub("while_body", body_list, loop_vars)
-    if _signature(body_sub.outputs) != _signature(loop_vars):
+    # Both are traced lazily: when the loop runs at trace time, a failing
+    # condition or body raises below exactly as eager does; when it does
+    # not, the error is raised by the first run that enters the loop.
+    cond_sub = _trace_lazily("while_cond", cond_fn, loop_vars)
+    body_sub = _trace_lazily("while_body", body_list, loop_vars)
+    if not body_sub.failed and _signature(body_sub.outputs) != _signature(loop_vars):
         raise ValueError(f"while_loop: the body changes the loop variables from "
                          f"{_signature(loop_vars)} to {_signature(body_sub.outputs)}")
     # Values at trace time (the outer trace continues with them).

@@ -111,6 +111,7 @@ class Trace:
         self.records = []     # (op, inputs, attrs, outputs); assignments inline
         self.created = {}     # id -> tensor made inside the trace (constants)
         self.originals = {}   # id -> (variable, alias of its value before the trace)
+        self.assigned = {}    # id -> the value the trace last assigned it
 
     def add(self, op, inputs, attrs, outputs):
         self.records.append((op, list(inputs), dict(attrs), list(outputs)))
@@ -122,6 +123,7 @@ class Trace:
     def add_assign(self, var, value):
         if var._id not in self.originals:
             self.originals[var._id] = (var, var._alias())
+        self.assigned[var._id] = value
         self.records.append((self.ASSIGN, [var, value], {}, []))
 
     def add_alias(self, source, alias):
@@ -129,9 +131,16 @@ class Trace:
         self.records.append((self.ALIAS, [source], {}, [alias]))
 
     def restore(self):
-        """Undo the assignments the trace run made (the graph redoes them)."""
-        for var, original in self.originals.values():
-            var._rebind(original)
+        """Undo the assignments the trace run made (the graph redoes them).
+
+        A variable that no longer holds what the trace assigned was written
+        meanwhile by someone else (another thread's compiled run): that
+        value is kept, not overwritten with the one from before the trace.
+        """
+        for uid, (var, original) in self.originals.items():
+            last = self.assigned.get(uid)
+            if last is None or var._same_storage(last):
+                var._rebind(original)
 
 
 def _assigned_ids(trace: Trace) -> set:

@@ -13,7 +13,9 @@ for the traced values, values read back into Python (``.item()``,
 function become constants. Use ``dragon_core.cond`` / ``while_loop`` for
 data-dependent control flow. Tensors from outside the function (parameters)
 are captured: every run reads their current value, and ``x.assign(value)``
-inside the function updates them after the run.
+inside the function updates them after the run. Runs that assign a variable
+serialize with every other run touching it (see ``state.py`` and
+docs/graph.md, "Threads").
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .._tensor import Tensor
 from .build import Trace, build_graph, tensor_from_proto
 from .compile import compile_graph
 from .passes import run_passes
+from .state import StateGuard
 
 _local = threading.local()
 
@@ -134,6 +137,8 @@ class _Entry:
         self.out_spec = out_spec
         self.num_outputs = num_outputs
         self.state_targets = state_targets
+        # Runs touching variables some graph assigns serialize (state.py).
+        self.guard = StateGuard(captured, state_targets)
         # Outputs that are the graph's own constants: the caller gets a copy,
         # so nothing it does to the result can change the graph.
         consts = {c.name for c in compiled.graph.constant}
@@ -225,6 +230,9 @@ class Function:
         self._fast: dict = {}      # tensor_signature(args) -> entry (tensor-only calls)
         self._mode_key = _mode["key"]
         self.trace_count = 0
+        # One thread traces a signature; the others wait and reuse its plan
+        # (a trace runs the function eagerly, assignments included).
+        self._trace_lock = threading.RLock()
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj, objtype=None):
@@ -315,7 +323,10 @@ class Function:
                                      t._device_index) for t in leaves), _mode["key"])
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._trace(args, kwargs, leaves)
+            with self._trace_lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = self._trace(args, kwargs, leaves)
         return entry, leaves
 
     def _trace(self, args, kwargs, leaves) -> _Entry:
@@ -366,6 +377,13 @@ class Function:
             entry, leaves = self._entry(*args, **kwargs)
             if fast_key is not None:
                 self._fast[fast_key] = entry
+        outs = entry.guard.run(lambda: self._run(entry, leaves))
+        return _unflatten(entry.out_spec, outs[:entry.num_outputs])
+
+    @staticmethod
+    def _run(entry: _Entry, leaves) -> list:
+        """One run of the plan: feeds in, state rebound, outputs back (the
+        caller holds the entry's state locks)."""
         feeds = list(leaves) + entry.constants + entry.captured
         outs = entry.compiled.run(feeds)
         for i in entry.constant_outputs:
@@ -373,7 +391,7 @@ class Function:
         n = entry.num_outputs
         for var, value in zip(entry.state_targets, outs[n:]):
             var._rebind(value)
-        return _unflatten(entry.out_spec, outs[:n])
+        return outs
 
 
 def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,

@@ -113,6 +113,45 @@ def _record(op, inputs, attrs, outputs):
 _C._set_record_hook(_record)
 
 
+# ---------------------------------------------------------------- .grad in traces
+#
+# Inside ``@function`` a leaf's ``.grad`` is state of the compiled step, as a
+# variable is: the trace must know every place it is read or written, so the
+# graph computes it (backward ops included) instead of freezing the tensor
+# that happened to be there when it was traced. The graph layer installs
+# the hooks (``_graph`` imports this module, never the reverse).
+
+_grad_trace_hooks = {"access": None, "alias": None}
+
+
+def set_grad_trace_hooks(access, alias) -> None:
+    """Install the trace's callbacks: ``access(leaf, reads)`` before code
+    touches ``leaf.grad`` (``reads``: what it does depends on the current
+    value, its None-ness included), and ``alias(source, alias)`` when a
+    gradient is stored as an alias of a traced value."""
+    _grad_trace_hooks["access"] = access
+    _grad_trace_hooks["alias"] = alias
+
+
+def grad_access(leaf, reads: bool = True) -> None:
+    """Announce that ``leaf.grad`` is about to be read (``reads``) or only
+    overwritten; a no-op outside a trace. Framework code that touches
+    ``.grad`` (``backward``, optimizers, clipping, ``zero_grad``) calls it,
+    so a compiled training step keeps ``.grad`` right across runs."""
+    hook = _grad_trace_hooks["access"]
+    if hook is not None and _C._is_tracing():
+        hook(leaf, reads)
+
+
+def _store_alias(g):
+    """``g`` as a new tensor for ``.grad`` (the trace knows it is ``g``)."""
+    a = g._alias()
+    hook = _grad_trace_hooks["alias"]
+    if hook is not None and _C._is_tracing():
+        hook(g, a)
+    return a
+
+
 @contextlib.contextmanager
 def suspend_tapes():
     """Hide the active tapes of this thread inside the block (control-flow
@@ -291,8 +330,9 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
         g = grads.get(key)
         if g is None:
             continue
+        grad_access(leaf, reads=True)
         if not create_graph:
-            g = g._alias()
+            g = _store_alias(g)
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 

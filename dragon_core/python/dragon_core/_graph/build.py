@@ -112,6 +112,7 @@ class Trace:
         self.created = {}     # id -> tensor made inside the trace (constants)
         self.originals = {}   # id -> (variable, alias of its value before the trace)
         self.assigned = {}    # id -> the value the trace last assigned it
+        self.grads = {}       # leaf id -> (leaf, its .grad before the trace, first touch reads)
 
     def add(self, op, inputs, attrs, outputs):
         self.records.append((op, list(inputs), dict(attrs), list(outputs)))
@@ -125,6 +126,22 @@ class Trace:
             self.originals[var._id] = (var, var._alias())
         self.assigned[var._id] = value
         self.records.append((self.ASSIGN, [var, value], {}, []))
+
+    def touch_grad(self, leaf, reads: bool):
+        """``leaf.grad`` is about to be read (``reads``) or overwritten; the
+        first touch records its value from before the trace."""
+        if leaf._id not in self.grads:
+            self.grads[leaf._id] = (leaf, leaf.grad, bool(reads))
+
+    def restore_grads(self) -> dict:
+        """Put back every touched ``.grad`` as it was before the trace (the
+        graph recomputes it); returns leaf id -> its value at the end of
+        the trace."""
+        finals = {}
+        for uid, (leaf, original, _) in self.grads.items():
+            finals[uid] = leaf.grad
+            leaf.grad = original
+        return finals
 
     def add_alias(self, source, alias):
         """``alias`` shares ``source``'s storage (``detach()``): same graph value."""

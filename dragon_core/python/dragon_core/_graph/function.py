@@ -13,7 +13,9 @@ for the traced values, values read back into Python (``.item()``,
 function become constants. Use ``dragon_core.cond`` / ``while_loop`` for
 data-dependent control flow. Tensors from outside the function (parameters)
 are captured: every run reads their current value, and ``x.assign(value)``
-inside the function updates them after the run. Runs that assign a variable
+inside the function updates them after the run. ``.grad`` of leaves is
+state the same way (``loss.backward()`` and optimizer steps compile; see
+``Function._grad_reads``). Runs that assign a variable
 serialize with every other run touching it (see ``state.py`` and
 docs/graph.md, "Threads").
 """
@@ -25,6 +27,7 @@ import threading
 import time
 
 from .. import _C
+from .. import _autograd
 from .._tensor import Tensor
 from .build import Trace, build_graph, tensor_from_proto
 from .compile import compile_graph
@@ -87,6 +90,16 @@ def note_assign(var: Tensor, value: Tensor) -> None:
         stack[-1].add_assign(var, value)
 
 
+def note_grad_access(leaf: Tensor, reads: bool) -> None:
+    """``leaf.grad`` is touched inside the function being traced."""
+    stack = _traces()
+    if stack:
+        stack[0].touch_grad(leaf, reads)
+
+
+_autograd.set_grad_trace_hooks(note_grad_access, note_alias)
+
+
 # ------------------------------------------------------------- pytrees
 
 def _flatten(obj, leaves: list):
@@ -130,20 +143,40 @@ def _key_of(spec):
 
 
 class _Entry:
-    def __init__(self, compiled, constants, captured, out_spec, num_outputs, state_targets):
+    """One compiled signature: the plan and what each run feeds and writes.
+
+    ``.grad`` of leaves is state too (see :meth:`Function._grad_state`):
+    ``grad_feeds`` are (captured index, leaf) whose feed is ``leaf.grad``
+    at call time; ``grad_writes`` are (leaf, output index or None) set
+    after a run; ``guards`` are (leaf, whether its ``.grad`` was None) that
+    the trace depended on — a call where one does not hold uses another
+    trace (``alternatives``).
+    """
+
+    def __init__(self, compiled, constants, captured, out_spec, num_outputs, state_targets,
+                 num_grad_outputs=0, grad_feeds=(), grad_writes=(), guards=()):
         self.compiled = compiled
         self.constants = constants
         self.captured = captured
         self.out_spec = out_spec
         self.num_outputs = num_outputs
+        self.num_grad_outputs = num_grad_outputs
         self.state_targets = state_targets
+        self.grad_feeds = list(grad_feeds)
+        self.grad_writes = list(grad_writes)
+        self.guards = list(guards)
+        self.alternatives: list = []
         # Runs touching variables some graph assigns serialize (state.py).
         self.guard = StateGuard(captured, state_targets)
         # Outputs that are the graph's own constants: the caller gets a copy,
         # so nothing it does to the result can change the graph.
         consts = {c.name for c in compiled.graph.constant}
-        self.constant_outputs = [i for i, nm in enumerate(compiled.graph.output[:num_outputs])
+        n = num_outputs + num_grad_outputs
+        self.constant_outputs = [i for i, nm in enumerate(compiled.graph.output[:n])
                                  if nm in consts]
+
+    def guards_hold(self) -> bool:
+        return all((leaf.grad is None) == was_none for leaf, was_none in self.guards)
 
 
 class Profile:
@@ -340,8 +373,11 @@ class Function:
             _C._trace_exit()
             _traces().pop()
             trace.restore()
+            grad_finals = trace.restore_grads()
         out_leaves: list = []
         out_spec = _flatten(result, out_leaves)
+        num_outputs = len(out_leaves)
+        grad_writes = self._grad_writes(trace, grad_finals, out_leaves)
         graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves,
                                                  freeze=self.freeze)
         if self.parallel:
@@ -359,8 +395,52 @@ class Function:
         cap_by_name = {f"captured:{i}": t for i, t in enumerate(captured)}
         captured_feeds = [cap_by_name[nm] for nm in graph.captured]
         state_targets = [cap_by_name[nm] for nm in graph.state_target]
-        return _Entry(compiled, const_feeds, captured_feeds, out_spec, len(out_leaves),
-                      state_targets)
+        grad_feeds, guards = self._grad_reads(trace, captured_feeds)
+        if self.freeze and (grad_feeds or grad_writes):
+            raise ValueError(f"{self.name}: freeze=True is for inference, but the function "
+                             "reads or writes .grad (backward(), an optimizer step); "
+                             "compile it without freeze")
+        return _Entry(compiled, const_feeds, captured_feeds, out_spec, num_outputs,
+                      state_targets, len(out_leaves) - num_outputs, grad_feeds, grad_writes,
+                      guards)
+
+    @staticmethod
+    def _grad_writes(trace, finals: dict, out_leaves: list) -> list:
+        """(leaf, output index or None) for each ``.grad`` the trace changed;
+        the new values join ``out_leaves`` as extra graph outputs."""
+        writes = []
+        for uid, (leaf, original, _) in trace.grads.items():
+            final = finals[uid]
+            if final is original:
+                continue
+            if final is None:
+                writes.append((leaf, None))
+            else:
+                writes.append((leaf, len(out_leaves)))
+                out_leaves.append(final)
+        return writes
+
+    @staticmethod
+    def _grad_reads(trace, captured: list):
+        """Which captured tensors are a leaf's ``.grad`` from before the
+        call (fed from ``leaf.grad`` at every run, never frozen), and the
+        guards: the None-ness of each ``.grad`` the trace depended on."""
+        owners = {}
+        for leaf, original, _ in trace.grads.values():
+            if original is not None:
+                owners[original._id] = leaf
+        for t in captured:
+            # A parameter's .grad read by user code the framework did not see.
+            if t.requires_grad:
+                g = t.grad
+                if g is not None:
+                    owners.setdefault(g._id, t)
+        feeds = [(i, owners[t._id]) for i, t in enumerate(captured) if t._id in owners]
+        guards = {leaf._id: (leaf, original is None)
+                  for leaf, original, reads in trace.grads.values() if reads}
+        for _, leaf in feeds:
+            guards[leaf._id] = (leaf, False)
+        return feeds, list(guards.values())
 
     def __call__(self, *args, **kwargs):
         if is_tracing():
@@ -377,18 +457,41 @@ class Function:
             entry, leaves = self._entry(*args, **kwargs)
             if fast_key is not None:
                 self._fast[fast_key] = entry
+        if entry.guards or entry.alternatives:
+            entry = self._select(entry, args, kwargs, leaves)
         outs = entry.guard.run(lambda: self._run(entry, leaves))
         return _unflatten(entry.out_spec, outs[:entry.num_outputs])
+
+    def _select(self, entry: _Entry, args, kwargs, leaves) -> _Entry:
+        """The trace of this signature whose ``.grad`` guards hold now
+        (traced anew when none does: ``.grad`` None then, a tensor now)."""
+        for cand in [entry] + entry.alternatives:
+            if cand.guards_hold():
+                return cand
+        with self._trace_lock:
+            for cand in entry.alternatives:
+                if cand.guards_hold():
+                    return cand
+            new = self._trace(args, kwargs, list(leaves))
+            entry.alternatives.append(new)
+            return new
 
     @staticmethod
     def _run(entry: _Entry, leaves) -> list:
         """One run of the plan: feeds in, state rebound, outputs back (the
         caller holds the entry's state locks)."""
-        feeds = list(leaves) + entry.constants + entry.captured
+        captured = entry.captured
+        if entry.grad_feeds:
+            captured = list(captured)
+            for i, leaf in entry.grad_feeds:
+                captured[i] = leaf.grad
+        feeds = list(leaves) + entry.constants + captured
         outs = entry.compiled.run(feeds)
         for i in entry.constant_outputs:
             outs[i] = outs[i]._clone()
-        n = entry.num_outputs
+        for leaf, i in entry.grad_writes:
+            leaf.grad = None if i is None else outs[i]
+        n = entry.num_outputs + entry.num_grad_outputs
         for var, value in zip(entry.state_targets, outs[n:]):
             var._rebind(value)
         return outs

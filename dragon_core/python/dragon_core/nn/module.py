@@ -26,6 +26,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
+from .._autograd import grad_access
 from .._graph.function import set_mode_key
 from .._tensor import Tensor
 from .parameter import Parameter
@@ -231,6 +232,7 @@ class Module:
         """Clear the ``.grad`` of every parameter."""
         from .. import ops
         for p in self.parameters():
+            grad_access(p, reads=not set_to_none)
             if p.grad is not None:
                 p.grad = None if set_to_none else ops.zeros(list(p.shape), dtype=p.dtype,
                                                             device=str(p.device))

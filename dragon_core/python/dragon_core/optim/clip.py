@@ -12,7 +12,18 @@ from __future__ import annotations
 import math
 import numbers
 
+from .._autograd import grad_access
 from .._tensor import Tensor
+
+
+def _with_grad(params) -> list:
+    """The parameters whose ``.grad`` is set (read as state in a trace)."""
+    out = []
+    for p in params:
+        grad_access(p, reads=True)
+        if p.grad is not None:
+            out.append(p)
+    return out
 
 
 def _as_list(tensors, where: str) -> list:
@@ -154,7 +165,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite: boo
     """
     from .. import _C, ops
 
-    params = [p for p in _as_list(parameters, "clip_grad_norm_") if p.grad is not None]
+    params = _with_grad(_as_list(parameters, "clip_grad_norm_"))
     if not params:
         return ops.zeros([], "float32")
     grads = [p.grad for p in params]
@@ -206,6 +217,6 @@ def clip_grad_value_(parameters, clip_value) -> None:
     clip_value : float
         The bound (>= 0).
     """
-    params = [p for p in _as_list(parameters, "clip_grad_value_") if p.grad is not None]
+    params = _with_grad(_as_list(parameters, "clip_grad_value_"))
     for p, g in zip(params, clip_grads_by_value([p.grad for p in params], clip_value)):
         p.grad = g

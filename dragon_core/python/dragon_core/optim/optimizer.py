@@ -25,6 +25,7 @@ import numbers
 import numpy as np
 
 from .. import _C
+from .._autograd import grad_access
 from .._tensor import Tensor, tensor
 
 
@@ -244,6 +245,7 @@ class Optimizer:
 
         for group in self.param_groups:
             for p in group["params"]:
+                grad_access(p, reads=not set_to_none)
                 if p.grad is None:
                     continue
                 if set_to_none:
@@ -265,8 +267,10 @@ class Optimizer:
             of ``[p for g in param_groups for p in g["params"]]``); None
             entries skip their parameter. Without it each parameter's
             ``.grad`` is used (parameters whose ``.grad`` is None are
-            skipped). Explicit gradients make the step usable inside
-            ``@dragon_core.function`` with a ``GradientTape``.
+            skipped). Inside ``@dragon_core.function`` both forms work:
+            explicit gradients from a ``GradientTape``, or ``.grad`` after
+            ``loss.backward()`` (``.grad`` is then state of the compiled
+            step, never a tensor frozen at trace time).
         closure : callable, optional
             Re-evaluates the model and returns the loss (called first, with
             gradient recording enabled).
@@ -285,6 +289,8 @@ class Optimizer:
                 loss = closure()
         params = self._flat_params()
         if grads is None:
+            for p in params:
+                grad_access(p, reads=True)
             grads = [p.grad for p in params]
         else:
             if isinstance(grads, Tensor):

@@ -101,7 +101,8 @@ std::string ToFloat(py::handle v, double* out) {
   }
   if (PyObject_RichCompareBool(i.ptr(), py::float_(d).ptr(), Py_EQ) != 1)
     return dg::Str("expects a float, got ", Show(v),
-                   ", which a float64 cannot hold exactly (it would become ", py::repr(py::float_(d)).cast<std::string>(), ")");
+                   ", which a float64 cannot hold exactly (it would become ",
+                   py::repr(py::float_(d)).cast<std::string>(), ")");
   *out = d;
   return "";
 }

@@ -9,9 +9,9 @@ attribute) names the op. An attribute value of the wrong type for the
 attribute (``"false"``, nan, ``[1]`` or ``-1`` for a bool, ``True`` or 2.5
 for an int, ``None`` for one that is not optional; see :func:`wrong_type`)
 must raise, and the error must also name the attribute: an op (or a Python
-wrapper, see ``function``) that accepts it fails the check. A variant that kills the child (a segfault, an
-abort) or hangs is reported as a failure naming the op and the variant, and
-the remaining variants run in a fresh child.
+wrapper, see ``function``) that accepts it fails the check. A variant that
+kills the child (a segfault, an abort) or hangs is reported as a failure naming
+the op and the variant, and the remaining variants run in a fresh child.
 """
 
 from __future__ import annotations

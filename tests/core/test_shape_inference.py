@@ -841,7 +841,7 @@ SPEC = {
     "Softmax": ("softmax", ["x"], [("axis", INT, -1)]),
     "LogSoftmax": ("log_softmax", ["x"], [("axis", INT, -1)]),
     "Fill": ("fill", [], [("shape", INTS, REQ), ("value", FLOAT, 0.0),
-                          ("dtype", DTYPE, "float32")]),
+                          ("dtype", DTYPE, "float32"), ("int_value", INT, None)]),
     "Arange": ("arange", [], [("start", FLOAT, REQ), ("stop", FLOAT, REQ),
                               ("step", FLOAT, 1.0),
                               ("dtype", DTYPE, "int64")]),

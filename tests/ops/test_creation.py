@@ -32,9 +32,16 @@ def _fill(shape, value=0.0, dtype="float32"):
 @pytest.mark.parametrize("value", [0.0, 1.0, 2.7, -2.7])
 @pytest.mark.parametrize("dtype", ALL_DTYPES + HALF_DTYPES)
 def test_fill(dtype, value, shape):
-    """Every element is value cast to dtype (float -> int truncates)."""
+    """Every element is value, which must be a value of dtype: a fraction
+    for an integer or bool dtype is an error, not a truncation."""
     if dtype == "uint8" and value < 0:
         value = -value  # a negative value has no uint8 conversion
+    if dtype not in FLOAT_DTYPES + HALF_DTYPES and value != int(value):
+        import dragon_core as dg
+        with pytest.raises(dg.errors.InvalidArgumentError,
+                           match=rf"Fill: value {value} is not a value of {dtype}"):
+            dg.ops.fill(shape, value, dtype)
+        return
     OpCase.of("Fill", [], _fill,
               attrs={"shape": shape, "value": value, "dtype": dtype},
               dtype=dtype).check_forward()
@@ -45,9 +52,10 @@ def test_zeros_ones_full(dtype):
     """dg.ops.zeros/ones/full are Fill with the given dtype."""
     import dragon_core as dg
 
+    five = 1 if dtype == "bool" else 5  # bool holds 0 and 1 only
     cases = [(dg.ops.zeros((2, 3), dtype), 0),
              (dg.ops.ones([4], dtype=dtype), 1),
-             (dg.ops.full((3, 1), 5.0, dtype), 5)]
+             (dg.ops.full((3, 1), float(five), dtype), five)]
     for tensor, value in cases:
         assert dtype_name(tensor.dtype) == dtype
         want = np.full(tuple(tensor.shape), value).astype(numpy_dtype(dtype))

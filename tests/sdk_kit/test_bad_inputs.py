@@ -88,3 +88,57 @@ def test_an_extra_input_is_an_arity_error(dg):
         with pytest.raises(InvalidArgumentError,
                            match=r"Relu: expects at most 1 input\(s\), got 2"):
             _C.call(_C.op("Relu"), (x, extra), ())
+
+
+# ------------------------------------------------- strict attribute types
+
+def test_wrong_typed_attrs_must_raise():
+    """The variants of a bool attribute with garbage are marked must-fail;
+    values of the right type (False, True) are not."""
+    from dragon_sdk.testing.badinputs import wrong_type
+    specs = [{"name": "keepdims", "type": 3, "optional": False},
+             {"name": "axes", "type": 5, "optional": True}]
+    by_label = {v.label: v for v in variants([_r(3)], {}, attr_specs=specs)}
+    for value in ("'false'", "nan", "[1]", "-1", "None", "'garbage'"):
+        assert by_label[f"attr keepdims={value}"].must_fail == "keepdims", value
+    assert by_label["attr keepdims=True"].must_fail == ""
+    assert by_label["attr axes=None"].must_fail == ""      # optional
+    assert by_label["attr axes=[1]"].must_fail == ""
+    assert by_label["attr axes=True"].must_fail == "axes"  # a bool is not an int
+    assert by_label["attr axes=-2.5"].must_fail == "axes"
+    assert wrong_type(2, True) and not wrong_type(2, 3) and wrong_type(7, 3)
+
+
+def test_a_lenient_op_fails_the_kit(dg, monkeypatch):
+    """A front end that turns garbage into True (bool(keepdims)) fails
+    check_bad_inputs, naming each accepted value; the strict core op with
+    the same attributes passes."""
+    from pathlib import Path
+    import os
+    fixtures = str(Path(__file__).resolve().parent / "fixtures")
+    monkeypatch.setenv("PYTHONPATH", fixtures + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    x = _r(3, 4)
+    with pytest.raises(AssertionError) as err:
+        check_bad_inputs("Sum", [x], function="lenient_wrappers:lenient_sum",
+                         axes=[1])
+    text = str(err.value)
+    for value in ("'false'", "nan", "[1]", "-1", "'garbage'", "1099511627776"):
+        assert (f"attr keepdims={value}: accepted a value of the wrong type for "
+                f"attribute 'keepdims'") in text, (value, text)
+    assert "attr keepdims=True:" not in text
+    report = check_bad_inputs("Sum", [x], axes=[1])
+    assert report["attr keepdims='false'"].startswith("ArgumentTypeError: Sum: attribute "
+                                                      "'keepdims' expects a bool")
+
+
+@pytest.mark.parametrize("value", ["false", float("nan"), [1], -1, 1, None, np.float64(1.0)])
+def test_bool_attr_takes_only_bools(dg, value):
+    """Sum(keepdims=...): only True/False (or np.bool_); the error names the
+    op, the attribute, the value and what was expected."""
+    x = dg.tensor(_r(2, 3))
+    with pytest.raises(TypeError, match=r"Sum: attribute 'keepdims' expects a bool") as err:
+        dg.ops.sum(x, [1], value)
+    if value is not None:
+        assert repr(value) in str(err.value) or str(value) in str(err.value)
+    assert dg.ops.sum(x, [1], np.bool_(True)).shape == (2, 1)
+    assert dg.ops.sum(x, [1], False).shape == (2,)

@@ -50,6 +50,8 @@ class dtype:  # noqa: N801 - mirrors numpy.dtype / torch.dtype naming
     def __eq__(self, other) -> bool:
         if isinstance(other, dtype):
             return other.code == self.code
+        if _is_code(other):
+            return False  # an int is not a dtype (int16 != 3)
         try:
             return as_dtype(other).code == self.code
         except (TypeError, ValueError):
@@ -76,8 +78,53 @@ def _by_code(code: int) -> dtype:
     return _DTYPES[code]
 
 
+def _is_code(obj) -> bool:
+    return isinstance(obj, (int, np.integer)) and not isinstance(obj, (bool, np.bool_))
+
+
+def from_code(code: int) -> dtype:
+    """The ``dtype`` of a runtime dtype code (for the core's own use: the
+    codes of ``Tensor._dtype_code``, protobuf messages and the C ABI).
+
+    Raises
+    ------
+    TypeError
+        If ``code`` is not a valid dtype code.
+    """
+    if _is_code(code) and 0 <= int(code) < len(_DTYPES):
+        return _DTYPES[int(code)]
+    raise TypeError(f"invalid dtype code {code!r}")
+
+
+def dtype_arg(obj, where: str = "dtype") -> dtype:
+    """A user's dtype argument as a ``dtype``: a ``dtype``, its name, a NumPy
+    dtype or scalar type, or ``bool``/``int``/``float`` -- never an int.
+
+    Parameters
+    ----------
+    obj : dtype, str, numpy.dtype or type
+        The argument.
+    where : str, default "dtype"
+        How the error names the argument (e.g. ``"zeros: dtype"``).
+
+    Raises
+    ------
+    TypeError
+        If ``obj`` is an int (a dtype code is not a dtype: ``zeros(2, 3)``
+        must not mean int16) or names no Dragon dtype.
+    """
+    if isinstance(obj, (bool, np.bool_)) or _is_code(obj):
+        raise TypeError(f"{where} must be a dtype (a dragon_core dtype, its name such as "
+                        f"'int64', or a NumPy dtype), got {type(obj).__name__} {obj!r}")
+    return as_dtype(obj)
+
+
 def as_dtype(obj) -> dtype:
-    """Convert a dtype, its name, a dtype code or a NumPy dtype to a ``dtype``.
+    """Convert a dtype, its name or a NumPy dtype to a ``dtype``.
+
+    An int is read as a runtime dtype code (:func:`from_code`), for the
+    core's internal callers; every user-facing ``dtype`` argument refuses
+    ints (see :func:`dtype_arg`).
 
     Raises
     ------
@@ -86,10 +133,8 @@ def as_dtype(obj) -> dtype:
     """
     if isinstance(obj, dtype):
         return obj
-    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
-        if 0 <= int(obj) < len(_DTYPES):
-            return _DTYPES[int(obj)]
-        raise TypeError(f"invalid dtype code {obj}")
+    if _is_code(obj):
+        return from_code(obj)
     if isinstance(obj, str):
         name = _ALIASES.get(obj, obj)
         if name in _BY_NAME:
@@ -113,8 +158,8 @@ def as_dtype(obj) -> dtype:
 
 
 def dtype_code(obj) -> int:
-    """The dtype code of ``obj`` (used by the C++ core)."""
-    return as_dtype(obj).code
+    """The dtype code of a user's dtype argument (used by the C++ core)."""
+    return dtype_arg(obj).code
 
 
 bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64 = _DTYPES

@@ -59,10 +59,25 @@ def _doc(desc: dict) -> str:
     return "\n".join(lines)
 
 
+def _none_given(op: str, attr: dict):
+    """None for an attribute that has a default: an error, not the default
+    (``keepdims=None`` is not a bool)."""
+    from .errors import ArgumentTypeError
+    kind = _ATTR_TYPES.get(attr["type"], "value")
+    raise ArgumentTypeError(f"{op}: attribute '{attr['name']}' expects a {kind}, got None "
+                            f"(omit it for the default {attr['default']!r})", op=op)
+
+
 def make_op(desc: dict):
-    """Build the Python function of one op from its schema description."""
+    """Build the Python function of one op from its schema description.
+
+    The function checks one thing itself: None for an attribute that has a
+    default is an error (the runtime reads None as 'unset', which only
+    optional attributes may be). Every other check is the runtime's.
+    """
     handle = _C.op(desc["name"])
     params, input_names, attr_names, defaults = [], [], [], {}
+    checks = []
     seen_default = False
     for i in desc["inputs"]:
         n = _safe(i["name"])
@@ -85,6 +100,9 @@ def make_op(desc: dict):
             key = f"_d_{n}"
             defaults[key] = default
             params.append(f"{n}={key}")
+            if not (a["optional"] or a["required"]):
+                defaults[f"_a_{n}"] = a
+                checks.append(f"    if {n} is None:\n        _none({desc['name']!r}, _a_{n})\n")
     device = not desc["inputs"]
     if device:
         params.append("*")
@@ -92,8 +110,9 @@ def make_op(desc: dict):
     args = "".join(f"{n}, " for n in input_names)
     attrs = "".join(f"{n}, " for n in attr_names)
     call = f"_call(_h, ({args}), ({attrs}){', device' if device else ''})"
-    src = f"def {desc['py_name']}({', '.join(params)}):\n    return {call}\n"
-    ns = {"_call": _C.call, "_h": handle, **defaults}
+    src = (f"def {desc['py_name']}({', '.join(params)}):\n" + "".join(checks)
+           + f"    return {call}\n")
+    ns = {"_call": _C.call, "_h": handle, "_none": _none_given, **defaults}
     exec(compile(src, f"<dragon_core.ops.{desc['py_name']}>", "exec"), ns)  # noqa: S102
     fn = ns[desc["py_name"]]
     fn.__doc__ = _doc(desc)

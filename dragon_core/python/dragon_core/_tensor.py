@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _C
 from ._device import Device
-from ._dtypes import _DTYPES, as_dtype, dtype
+from ._dtypes import _DTYPES, as_dtype, dtype, dtype_arg
 
 Tensor = _C.Tensor
 
@@ -23,7 +23,11 @@ _INT64_MIN = -(2**63)
 # ------------------------------------------------------------ construction
 
 def _numpy_of(data, dt):
-    """``data`` as a NumPy array with torch-like default dtypes."""
+    """``data`` as a NumPy array with torch-like default dtypes.
+
+    Python ints are checked as NumPy 2 checks them: one that the dtype
+    cannot hold raises OverflowError (never wraps).
+    """
     if isinstance(data, np.ndarray):
         arr = data
     elif isinstance(data, np.generic):
@@ -31,12 +35,19 @@ def _numpy_of(data, dt):
     else:
         if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in data):
             data = [x.numpy() if isinstance(x, Tensor) else x for x in data]
+        if dt is not None and dt.name != "bfloat16":
+            # NumPy 2 converts Python ints straight to the dtype, raising
+            # OverflowError for one out of its range.
+            return np.asarray(data, dtype=dt.numpy)
         arr = np.asarray(data)
         if dt is None:
             # Python floats become float32, ints int64 (torch's defaults).
             if arr.dtype == np.float64:
                 arr = arr.astype(np.float32)
-            elif arr.dtype.kind in "iu" and arr.dtype != np.int64:
+            elif arr.dtype.kind == "u" or arr.dtype == object:
+                # Ints past int64 (NumPy made uint64 or object of them).
+                arr = np.asarray(data, dtype=np.int64)
+            elif arr.dtype.kind == "i" and arr.dtype != np.int64:
                 arr = arr.astype(np.int64)
     if arr.dtype.kind in "OUSVcmM" and arr.dtype.name != "bfloat16":
         raise TypeError(f"cannot make a tensor from data of NumPy dtype {arr.dtype} "
@@ -52,12 +63,12 @@ def _convert(data, dt=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         out = data
         if dt is not None and out._dtype_code != dt.code:
-            out = _C.call(_C.op("Cast"), (out,), (dt.code,))
+            out = _C.call(_C.op("Cast"), (out,), (dt,))
     else:
         if hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray):
             out = from_dlpack(data)
             if dt is not None and out._dtype_code != dt.code:
-                out = _C.call(_C.op("Cast"), (out,), (dt.code,))
+                out = _C.call(_C.op("Cast"), (out,), (dt,))
         else:
             out = _C._from_numpy_copy(_numpy_of(data, dt))
             if _C._is_tracing():
@@ -87,24 +98,70 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     Returns
     -------
     Tensor
+
+    Raises
+    ------
+    OverflowError
+        If a Python int does not fit the dtype (as NumPy 2 raises).
+    TypeError
+        If ``dtype`` is not a dtype (an int is not: ``tensor(x, 3)``).
     """
+    if dtype is not None:
+        dtype = dtype_arg(dtype, "tensor: dtype")
+    if isinstance(data, Tensor) or (hasattr(data, "__dlpack__")
+                                    and not isinstance(data, np.ndarray)):
+        src = data if isinstance(data, Tensor) else from_dlpack(data)
+        out = _convert(src, dtype, device)
+        return out._clone() if out._same_storage(src) else out
     return Tensor(data, dtype, device)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing memory with a host NumPy array (zero-copy, any strides)."""
+    """A tensor sharing memory with a host NumPy array (zero-copy, any strides).
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        The array. A read-only array (``np.frombuffer`` of ``bytes``, a
+        ``np.memmap`` opened with ``mode="r"``) gives a read-only tensor:
+        ``Tensor.is_read_only`` is True, its ``numpy()`` views are read-only
+        and nothing writes its memory (operations make new tensors). An
+        array whose strides or address do not fit its item size is copied.
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    TypeError
+        If ``array`` is not a NumPy array.
+    ValueError
+        If the array's byte order is not the machine's (``'>f4'`` on a
+        little-endian host): a view cannot reorder bytes. Use
+        ``dg.tensor(array)`` (copies) or
+        ``array.astype(array.dtype.newbyteorder('='))``.
+    """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
     return _C.from_numpy(array)
 
 
 def from_dlpack(obj) -> Tensor:
-    """A zero-copy tensor over any object implementing ``__dlpack__``."""
+    """A zero-copy tensor over any object implementing ``__dlpack__``.
+
+    A producer that speaks DLPack 1.0 is asked for a versioned capsule, so a
+    read-only producer (a read-only NumPy array) gives a read-only tensor.
+    """
     if isinstance(obj, Tensor):
         return obj
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack expects an object with __dlpack__, got {type(obj).__name__}")
-    return _C._from_dlpack_capsule(obj.__dlpack__())
+    try:
+        capsule = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:  # a producer older than DLPack 1.0 takes no max_version
+        capsule = obj.__dlpack__()
+    return _C._from_dlpack_capsule(capsule)
 
 
 # ---------------------------------------------------------------- promotion
@@ -132,16 +189,82 @@ def _scalar_dtype(t: dtype, value) -> dtype:
 
 
 _FLOAT_ONLY = {"div", "pow"}
+_COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+_REFLECTED = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
+              "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+_OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "matmul": "@",
+             "logical_and": "&", "logical_or": "|"}
+
+
+def _int_range(t: dtype) -> tuple[int, int]:
+    if t.name == "bool":
+        return 0, 1
+    info = np.iinfo(t.numpy)
+    return int(info.min), int(info.max)
+
+
+def _is_py_int(value) -> bool:
+    return (isinstance(value, (numbers.Integral, np.integer))
+            and not isinstance(value, (bool, np.bool_)))
+
+
+def _scalar_operand(value, target: dtype, device) -> Tensor:
+    """A Python scalar as a 0-d tensor of ``target`` (range already checked
+    for integer targets; an int past a float dtype's range is +-inf, as NumPy
+    2 gives)."""
+    if target.is_floating_point and _is_py_int(value):
+        try:
+            value = float(value)
+        except OverflowError:
+            value = float("inf") if value > 0 else float("-inf")
+    with np.errstate(over="ignore"):
+        return _convert(np.asarray(value, dtype=target.numpy), target, device)
+
+
+def _compare_out_of_range(py_name: str, a: Tensor, value: int, reflected: bool):
+    """``a <op> value`` for an int ``value`` that a's dtype cannot hold: the
+    exact answer, as NumPy 2 gives (``int8 < 1000`` is all True)."""
+    ops = _ops_module()
+    name = _REFLECTED[py_name] if reflected else py_name
+    if _INT64_MIN <= value <= _INT64_MAX:
+        # Every integer dtype fits int64, so the comparison is exact there.
+        wide = a.to(as_dtype("int64"))
+        return getattr(ops, name)(wide, _scalar_operand(value, wide.dtype, a.device))
+    # Beyond int64: every element is below a positive value, above a negative one.
+    below = value > 0
+    truth = {"less": below, "less_equal": below, "greater": not below,
+             "greater_equal": not below, "equal": False, "not_equal": True}[name]
+    return ops.equal(a, a) if truth else ops.not_equal(a, a)
 
 
 def _binary_slow(py_name: str, a: Tensor, b, reflected: bool):
-    """Operators on mixed dtypes or with non-tensor operands."""
+    """Operators on mixed dtypes or with non-tensor operands.
+
+    Python scalars are 'weak' (they take the tensor's dtype, see
+    :func:`_scalar_dtype`); as in NumPy 2, an int that the tensor's integer
+    dtype cannot hold raises OverflowError, except in comparisons, which
+    give the exact answer.
+    """
     ta = a.dtype
     if isinstance(b, Tensor):
         target = _promote(ta, b.dtype)
     elif isinstance(b, (numbers.Number, np.generic)) and not isinstance(b, complex):
         target = _scalar_dtype(ta, b)
-        b = _convert(b, target, a.device)
+        if py_name in _FLOAT_ONLY and not target.is_floating_point:
+            target = as_dtype("float32")
+        if _is_py_int(b) and not target.is_floating_point:
+            lo, hi = _int_range(target)
+            if not lo <= int(b) <= hi:
+                if py_name in _COMPARISONS:
+                    return _compare_out_of_range(py_name, a, int(b), reflected)
+                sym = _OPERATOR.get(py_name, py_name)
+                expr = f"{int(b)} {sym} x" if reflected else f"x {sym} {int(b)}"
+                raise OverflowError(
+                    f"{py_name}: Python integer {int(b)} out of bounds for {target.name} "
+                    f"({expr}, x: {ta.name} tensor of shape {list(a.shape)} on "
+                    f"{a.device}); cast the tensor to a wider dtype first, e.g. "
+                    f"x.astype('int64')")
+        b = _scalar_operand(b, target, a.device)
     elif isinstance(b, (list, tuple, np.ndarray)):
         b = _convert(b, None, a.device)
         target = _promote(ta, b.dtype)
@@ -292,7 +415,7 @@ def _install():
         elif target is not None:
             dtype = target
         if dtype is not None:
-            dt = as_dtype(dtype)
+            dt = dtype_arg(dtype, "to: dtype")
             if dt.code != out._dtype_code:
                 out = _ops_module().cast(out, dt)
         if dev is not None and (dev.type, dev.index) != (out._device_name, out._device_index):
@@ -301,7 +424,25 @@ def _install():
     T.to = to
     T.cpu = lambda self: self.to("cpu")
     T.cpu.__doc__ = "Return a copy on the host (or ``self`` if already there)."
-    T.astype = lambda self, dt: self.to(None, dt)
+    T.astype = lambda self, dt: self.to(None, dtype_arg(dt, "astype: dtype"))
+
+    def _data_get(self):
+        return self._alias()
+
+    def _data_set(self, value):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data: expected a Tensor, got {type(value).__name__}")
+        if _C._is_tracing():
+            # A traced function records state changes through assign.
+            self.assign(value)
+        else:
+            self._set_data(value)
+    T.data = property(_data_get, _data_set, doc=(
+        "The tensor's value without autograd history (PyTorch's ``.data``). "
+        "Reading gives a tensor sharing storage, detached (``requires_grad`` False). "
+        "Assigning a tensor of the same dtype and device (any shape) makes this "
+        "tensor view it, in place: the object, its identity and its autograd state "
+        "stay, so optimizers holding it see the new value."))
 
     def assign(self, value):
         """Make this tensor hold ``value`` (same shape and dtype), in place.

@@ -3,7 +3,7 @@
 ``dragon_core.ops.<name>`` is generated at import from the schemas defined by
 the core and by plugins (see ``docs/ops.md``); a plugin loaded later with
 :func:`dragon_core.load_library` adds its ops here. A few conveniences
-(``zeros``, ``ones``, ``full``, ``arange``, ``split`` with an int,
+(``fill``, ``zeros``, ``ones``, ``full``, ``arange``, ``split`` with an int,
 ``index_select``) are written by hand below.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib as _difflib
 import numbers as _numbers
+
+import numpy as _np
 
 from . import _C
 from . import _opgen
@@ -26,6 +28,69 @@ def _refresh():
     return _opgen.generate(globals())
 
 
+def _creation_dtype(fn: str, shape, dtype, default="float32"):
+    """The dtype argument of a creation function, checked: an int is a
+    misplaced dimension (``zeros(2, 3)``), never a dtype code."""
+    from ._dtypes import dtype_arg
+    if dtype is None:
+        dtype = default
+    if isinstance(dtype, _numbers.Integral) and not isinstance(dtype, bool):
+        msg = (f"{fn}: dtype must be a dtype (e.g. 'float32' or dragon_core.int64), got the "
+               f"int {dtype}")
+        if isinstance(shape, _numbers.Integral):
+            msg += (f"; the shape is one argument, a sequence: {fn}(({shape}, {dtype})), "
+                    f"not {fn}({shape}, {dtype})")
+        raise TypeError(msg)
+    return dtype_arg(dtype, f"{fn}: dtype")
+
+
+@_override
+def fill(shape, value=0.0, dtype="float32", int_value=None, *, device=None):
+    """A tensor of the given shape with every element equal to ``value``.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+        Output shape.
+    value : int, float or bool, default 0.0
+        The value; it must be a value of ``dtype`` (an integer in range for
+        integer dtypes, 0 or 1 for bool, no overflow for float dtypes). An
+        int for an integer dtype is exact over the whole int64 range.
+    dtype : dtype, default "float32"
+        Output dtype.
+    int_value : int, optional
+        The exact value for an integer or bool dtype (``value`` is then
+        ignored); ``value`` given as an int sets it.
+    device : str, optional
+        Where to create the result (default: the host, 'cpu').
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``value`` is not a value of ``dtype``.
+    """
+    if isinstance(dtype, _numbers.Integral) and not isinstance(dtype, bool):
+        # A runtime dtype code: the autograd engine's zeros (_autograd.py)
+        # still pass one. Internal only; zeros/ones/full refuse ints.
+        from ._dtypes import from_code
+        dtype = from_code(dtype)
+    dt = _creation_dtype("fill", shape, dtype)
+    if isinstance(value, _np.generic):
+        value = value.item()
+    if isinstance(value, _numbers.Integral) and int_value is None:
+        if dt.is_floating_point:
+            value = float(value)  # rounds to the float dtype, as a cast does
+        else:
+            # Exact: a float64 would round int64 values past 2**53.
+            int_value = int(value)
+            value = float(int_value)
+    return _fill_op(shape, value, dt, int_value, device=device)
+
+
 @_override
 def zeros(shape, dtype="float32", *, device=None):
     """A tensor of zeros.
@@ -33,6 +98,7 @@ def zeros(shape, dtype="float32", *, device=None):
     Parameters
     ----------
     shape : int or sequence of int
+        ``zeros((2, 3))``; ``zeros(2, 3)`` is an error (3 is not a dtype).
     dtype : dtype, default "float32"
     device : str, optional
 
@@ -40,23 +106,24 @@ def zeros(shape, dtype="float32", *, device=None):
     -------
     Tensor
     """
-    return fill(shape, 0.0, dtype, device=device)
+    return fill(shape, 0, _creation_dtype("zeros", shape, dtype), device=device)
 
 
 @_override
 def ones(shape, dtype="float32", *, device=None):
     """A tensor of ones (see :func:`zeros`)."""
-    return fill(shape, 1.0, dtype, device=device)
+    return fill(shape, 1, _creation_dtype("ones", shape, dtype), device=device)
 
 
 @_override
 def full(shape, value, dtype=None, *, device=None):
     """A tensor filled with ``value``; the dtype defaults to int64 for an int
-    value, bool for a bool and float32 otherwise."""
+    value, bool for a bool and float32 otherwise. An int value is exact for
+    integer dtypes (see :func:`fill`)."""
     if dtype is None:
         dtype = ("bool" if isinstance(value, bool) else
                  "int64" if isinstance(value, _numbers.Integral) else "float32")
-    return fill(shape, float(value), dtype, device=device)
+    return fill(shape, value, _creation_dtype("full", shape, dtype), device=device)
 
 
 @_override

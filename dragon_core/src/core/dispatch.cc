@@ -246,7 +246,8 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
     const Tensor* p = (preset && i < preset->size() && (*preset)[i]) ? &(*preset)[i] : nullptr;
     size_t need = static_cast<size_t>(NumElements(o.shape)) * DTypeSize(o.dtype);
     if (p && SameDevice((*p)->device(), device) && (*p)->byte_offset() == 0 &&
-        (*p)->storage()->bytes() >= need && !(*p)->storage()->external()) {
+        (*p)->storage()->bytes() >= need && !(*p)->storage()->external() &&
+        !(*p)->storage()->read_only()) {
       outputs.push_back(std::make_shared<TensorImpl>((*p)->storage(), 0, o.dtype, o.shape,
                                                      ContiguousStrides(o.shape)));
     } else {

@@ -29,6 +29,12 @@ class Storage {
   size_t bytes() const { return bytes_; }
   DgDevice device() const { return device_; }
   bool external() const { return static_cast<bool>(release_); }
+  // Memory that must never be written: a view of a read-only NumPy array
+  // (immutable bytes, a read-only memmap) or a DLPack tensor flagged
+  // read-only. NumPy views of it are read-only and the dispatcher never
+  // reuses it for an op's output; copies of it are writable.
+  bool read_only() const { return read_only_; }
+  void set_read_only(bool v) { read_only_ = v; }
 
  private:
   DgDevice device_{0, 0};
@@ -36,6 +42,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t rounded_ = 0;  // allocator size class; 0 for external/empty
+  bool read_only_ = false;
   std::function<void()> release_;
 };
 

@@ -18,8 +18,57 @@ void CheckFinite(const dg::InferContext& ctx, const char* name) {
            v);
 }
 
+// The range of an integer dtype (bool: 0 and 1).
+void IntRange(DgDType t, int64_t* lo, int64_t* hi) {
+  switch (t) {
+    case DG_BOOL: *lo = 0; *hi = 1; return;
+    case DG_UINT8: *lo = 0; *hi = UINT8_MAX; return;
+    case DG_INT8: *lo = INT8_MIN; *hi = INT8_MAX; return;
+    case DG_INT16: *lo = INT16_MIN; *hi = INT16_MAX; return;
+    case DG_INT32: *lo = INT32_MIN; *hi = INT32_MAX; return;
+    default: *lo = INT64_MIN; *hi = INT64_MAX; return;
+  }
+}
+
+// The largest finite value of a float dtype.
+double FloatMax(DgDType t) {
+  switch (t) {
+    case DG_FLOAT16: return 65504.0;
+    case DG_BFLOAT16: return 3.3895313892515355e38;
+    case DG_FLOAT32: return 3.4028234663852886e38;
+    default: return HUGE_VAL;
+  }
+}
+
+// The fill value must be one of the dtype's values: an integer dtype takes
+// an integral value in its range (int_value, exact, for values past 2**53),
+// a float dtype a value that does not overflow it (inf and nan are values).
 void FillShape(dg::InferContext& ctx) {
   const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAll);
+  const bool integral = !(dg::kFloat & dg::Bit(dtype));
+  if (ctx.has("int_value")) {
+    DG_CHECK(integral, DG_INVALID_ARGUMENT, "int_value is for integer and bool dtypes, not ",
+             dg::DTypeName(dtype), "; give value instead");
+    int64_t lo = 0, hi = 0;
+    IntRange(dtype, &lo, &hi);
+    const int64_t v = ctx.i("int_value");
+    DG_CHECK(v >= lo && v <= hi, DG_INVALID_ARGUMENT, "int_value ", v,
+             " is out of the range of ", dg::DTypeName(dtype), " [", lo, ", ", hi, "]");
+  } else if (integral) {
+    const double v = ctx.f("value");
+    int64_t lo = 0, hi = 0;
+    IntRange(dtype, &lo, &hi);
+    // hi + 1 is a power of two, exact as a double; so is lo.
+    const double top = static_cast<double>(hi / 2 + 1) * 2.0;
+    DG_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= static_cast<double>(lo) && v < top,
+             DG_INVALID_ARGUMENT, "value ", v, " is not a value of ", dg::DTypeName(dtype),
+             " (an integer in [", lo, ", ", hi, "]); round or cast it first");
+  } else {
+    const double v = ctx.f("value");
+    DG_CHECK(!std::isfinite(v) || std::fabs(v) <= FloatMax(dtype), DG_INVALID_ARGUMENT,
+             "value ", v, " overflows ", dg::DTypeName(dtype), " (largest finite value ",
+             FloatMax(dtype), ")");
+  }
   ctx.set_output(0, dtype, CheckShapeAttr(ctx, "shape"));
 }
 
@@ -64,8 +113,13 @@ DG_OP(Fill)
          "(cast to dtype).")
     .Output("y", dg::kAll, 0, "The filled tensor.")
     .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
-    .Attr("value", 0.0, "Fill value, cast to dtype.")
+    .Attr("value", 0.0,
+          "Fill value: a value of dtype (an integer in range for integer dtypes, 0 or 1 "
+          "for bool, no overflow for float dtypes).")
     .DTypeAttr("dtype", DG_FLOAT32, "Output dtype.")
+    .OptionalAttr("int_value", DG_ATTR_INT,
+                  "The exact fill value of an integer or bool dtype; when set, value is "
+                  "ignored (a float64 holds integers exactly only up to 2**53).")
     .Flags(DG_OP_NO_GRAD)
     .Shape(FillShape);
 

@@ -23,32 +23,88 @@ struct OpHandle {
   ArgError(op, dg::Str("attribute '", a.name, "' ", why));
 }
 
-int64_t ToInt(const OpSchema& op, const AttrSchema& a, py::handle v) {
-  if (PyFloat_Check(v.ptr())) {
-    double d = PyFloat_AsDouble(v.ptr());
-    if (d != static_cast<double>(static_cast<int64_t>(d)))
-      AttrError(op, a, dg::Str("expects an integer, got ", d));
-    return static_cast<int64_t>(d);
-  }
+// "float nan", "str 'false'", "list [1]": a value as error messages show it.
+std::string Show(py::handle v) {
+  std::string type = py::str(py::type::of(v).attr("__name__"));
+  std::string r = py::repr(v);
+  if (r.size() > 80) r = r.substr(0, 77) + "...";
+  return type + " " + r;
+}
+
+// NumPy's scalar base types, looked up once (kept for the process).
+struct NumpyScalarTypes {
+  PyObject* bool_;
+  PyObject* integer;
+  PyObject* floating;
+};
+const NumpyScalarTypes& NpTypes() {
+  static const NumpyScalarTypes types = [] {
+    py::module_ np = py::module_::import("numpy");
+    auto keep = [&](const char* name) { return py::object(np.attr(name)).release().ptr(); };
+    return NumpyScalarTypes{keep("bool_"), keep("integer"), keep("floating")};
+  }();
+  return types;
+}
+
+bool IsBool(py::handle v) {
+  return PyBool_Check(v.ptr()) || PyObject_IsInstance(v.ptr(), NpTypes().bool_) == 1;
+}
+// int or np.integer, not bool: True is not an int attribute value.
+bool IsInteger(py::handle v) {
+  if (PyBool_Check(v.ptr())) return false;
+  return PyLong_Check(v.ptr()) || PyObject_IsInstance(v.ptr(), NpTypes().integer) == 1;
+}
+bool IsFloating(py::handle v) {
+  return PyFloat_Check(v.ptr()) || PyObject_IsInstance(v.ptr(), NpTypes().floating) == 1;
+}
+// Text and mappings are never sequences of numbers (bytes would iterate as ints).
+bool IsNumberSequence(py::handle v) {
+  PyObject* o = v.ptr();
+  return PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o) &&
+         !PyByteArray_Check(o) && !PyDict_Check(o);
+}
+
+// An int attribute value: int or np.integer in the int64 range, exactly.
+// Returns "" or why `v` is not one.
+std::string ToInt(py::handle v, int64_t* out) {
+  if (!IsInteger(v)) return dg::Str("expects an int, got ", Show(v));
   PyObject* idx = PyNumber_Index(v.ptr());
   if (!idx) {
     PyErr_Clear();
-    AttrError(op, a, dg::Str("expects an integer, got ", std::string(py::str(py::type::of(v).attr("__name__")))));
+    return dg::Str("expects an int, got ", Show(v));
   }
   int overflow = 0;
   long long r = PyLong_AsLongLongAndOverflow(idx, &overflow);
   Py_DECREF(idx);
-  if (overflow) AttrError(op, a, "is out of the int64 range");
-  return r;
+  if (overflow) return dg::Str("expects an int64, got ", Show(v), ", out of the int64 range");
+  *out = r;
+  return "";
 }
 
-double ToFloat(const OpSchema& op, const AttrSchema& a, py::handle v) {
-  double d = PyFloat_AsDouble(v.ptr());
+// A float attribute value: float, np.floating, or an int a double holds
+// exactly (an int64 value past 2**53 must not round silently).
+std::string ToFloat(py::handle v, double* out) {
+  if (IsFloating(v)) {
+    *out = PyFloat_AsDouble(v.ptr());
+    return "";
+  }
+  if (!IsInteger(v)) return dg::Str("expects a float, got ", Show(v));
+  py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+  if (!i) {
+    PyErr_Clear();
+    return dg::Str("expects a float, got ", Show(v));
+  }
+  double d = PyLong_AsDouble(i.ptr());
   if (d == -1.0 && PyErr_Occurred()) {
     PyErr_Clear();
-    AttrError(op, a, dg::Str("expects a number, got ", std::string(py::str(py::type::of(v).attr("__name__")))));
+    return dg::Str("expects a float, got ", Show(v), ", too large for a float64");
   }
-  return d;
+  if (PyObject_RichCompareBool(i.ptr(), py::float_(d).ptr(), Py_EQ) != 1)
+    return dg::Str("expects a float, got ", Show(v),
+                   ", which a float64 cannot hold exactly (it would become ",
+                   py::repr(py::float_(d)).cast<std::string>(), ")");
+  *out = d;
+  return "";
 }
 
 AttrValue ConvertAttr(const OpSchema& op, const AttrSchema& a, py::handle v) {
@@ -63,44 +119,76 @@ AttrValue ConvertAttr(const OpSchema& op, const AttrSchema& a, py::handle v) {
   }
   AttrValue out(a.type);
   out.v.present = 1;
+  std::string why;
   switch (a.type) {
-    case DG_ATTR_INT: out.v.i = ToInt(op, a, v); break;
-    case DG_ATTR_FLOAT: out.v.f = ToFloat(op, a, v); break;
-    case DG_ATTR_BOOL: {
-      int r = PyObject_IsTrue(v.ptr());
-      if (r < 0) { PyErr_Clear(); AttrError(op, a, "expects a bool"); }
-      out.v.i = r;
+    case DG_ATTR_INT: why = ToInt(v, &out.v.i); break;
+    case DG_ATTR_FLOAT: why = ToFloat(v, &out.v.f); break;
+    case DG_ATTR_BOOL:
+      // Only True/False: "false", nan, [1] and -1 are not booleans.
+      if (!IsBool(v)) why = dg::Str("expects a bool (True or False), got ", Show(v));
+      else out.v.i = PyObject_IsTrue(v.ptr());
       break;
-    }
     case DG_ATTR_STRING:
-      if (!py::isinstance<py::str>(v)) AttrError(op, a, "expects a string");
-      out.s = v.cast<std::string>();
+      if (!PyUnicode_Check(v.ptr())) why = dg::Str("expects a str, got ", Show(v));
+      else out.s = v.cast<std::string>();
       break;
     case DG_ATTR_DTYPE: {
+      // A dtype code is not a dtype: zeros(2, 3) must not mean int16.
+      if (PyBool_Check(v.ptr()) || PyIndex_Check(v.ptr())) {
+        why = dg::Str("expects a dtype (a dragon_core dtype, its name such as 'int64', or a "
+                      "NumPy dtype), got ", Show(v));
+        break;
+      }
       try {
         out.v.i = Hooks().dtype_code(v).cast<int64_t>();
       } catch (py::error_already_set& e) {
-        AttrError(op, a, dg::Str("expects a dtype: ", std::string(py::str(e.value()))));
+        why = dg::Str("expects a dtype, got ", Show(v), ": ", std::string(py::str(e.value())));
       }
       break;
     }
     case DG_ATTR_INTS:
-      if (py::isinstance<py::str>(v)) AttrError(op, a, "expects a sequence of integers");
-      if (PySequence_Check(v.ptr())) {
-        for (auto item : py::reinterpret_borrow<py::sequence>(v)) out.ints.push_back(ToInt(op, a, item));
-      } else {
-        out.ints.push_back(ToInt(op, a, v));
+    case DG_ATTR_FLOATS: {
+      const bool ints = a.type == DG_ATTR_INTS;
+      const char* what = ints ? "ints" : "floats";
+      auto item = [&](py::handle x) {
+        if (ints) {
+          int64_t i = 0;
+          std::string w = ToInt(x, &i);
+          out.ints.push_back(i);
+          return w;
+        }
+        double f = 0;
+        std::string w = ToFloat(x, &f);
+        out.floats.push_back(f);
+        return w;
+      };
+      if (IsInteger(v) || (!ints && IsFloating(v))) {  // one value: a sequence of one
+        why = item(v);
+        break;
+      }
+      if (!IsNumberSequence(v)) {
+        why = dg::Str("expects a sequence of ", what, ", got ", Show(v));
+        break;
+      }
+      try {
+        size_t k = 0;
+        for (auto x : py::reinterpret_borrow<py::sequence>(v)) {
+          std::string w = item(x);
+          if (!w.empty()) {
+            why = dg::Str("expects a sequence of ", what, ", got ", Show(v), " (item ", k, " ",
+                          w.substr(w.find("got ") + 4), ")");
+            break;
+          }
+          ++k;
+        }
+      } catch (py::error_already_set& e) {
+        why = dg::Str("expects a sequence of ", what, ", got ", Show(v), ": ",
+                      std::string(py::str(e.value())));
       }
       break;
-    case DG_ATTR_FLOATS:
-      if (py::isinstance<py::str>(v)) AttrError(op, a, "expects a sequence of numbers");
-      if (PySequence_Check(v.ptr())) {
-        for (auto item : py::reinterpret_borrow<py::sequence>(v)) out.floats.push_back(ToFloat(op, a, item));
-      } else {
-        out.floats.push_back(ToFloat(op, a, v));
-      }
-      break;
+    }
   }
+  if (!why.empty()) AttrError(op, a, why);
   out.Fix();
   return out;
 }
@@ -186,6 +274,13 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
     try {
       out[i] = ToTensor(flat[i], like);
     } catch (py::error_already_set& err) {
+      if (err.matches(PyExc_OverflowError)) {
+        // A Python int out of the tensor's dtype range (NumPy 2 raises too).
+        std::string msg = dg::Str(op.name, ": input '", name, "' (position ", i, ") ",
+                                  py::str(err.value()).cast<std::string>());
+        PyErr_SetString(PyExc_OverflowError, msg.c_str());
+        throw py::error_already_set();
+      }
       if (!err.matches(PyExc_TypeError) && !err.matches(PyExc_ValueError)) throw;
       fail(dg::Str("cannot be made a tensor from ", py::str(py::type::of(flat[i])).cast<std::string>(),
                    ": ", py::str(err.value()).cast<std::string>()));
@@ -290,6 +385,18 @@ py::object DispatchBinary(OpSchema& op, const Tensor& a, const Tensor& b, bool r
   return py::cast(std::move(out[0]));
 }
 
+// Whether the integer v is a value of dtype t (float dtypes hold any int64,
+// rounded).
+bool FitsDType(long long v, DgDType t) {
+  switch (t) {
+    case DG_UINT8: return v >= 0 && v <= 255;
+    case DG_INT8: return v >= -128 && v <= 127;
+    case DG_INT16: return v >= -32768 && v <= 32767;
+    case DG_INT32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return true;
+  }
+}
+
 // Fast path for tensor operators: same dtype and device go straight to the
 // dispatcher; everything else (scalars, promotion) goes to Python.
 py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
@@ -320,7 +427,9 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
     } else {
       int overflow = 0;
       long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-      if (overflow) return Hooks().binary_slow(op->py_name, a, b, reflected);
+      // Out of the dtype's range: Python decides (OverflowError as NumPy 2,
+      // or the exact answer of a comparison).
+      if (overflow || !FitsDType(v, t)) return Hooks().binary_slow(op->py_name, a, b, reflected);
       switch (t) {
         case DG_FLOAT32: *static_cast<float*>(p) = static_cast<float>(v); break;
         case DG_FLOAT64: *static_cast<double*>(p) = static_cast<double>(v); break;

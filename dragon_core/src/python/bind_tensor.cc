@@ -114,16 +114,25 @@ void FillDL(const Tensor& t, const DeviceType& dev, ExportCtx* ctx, DLTensorT* d
   d->strides = ctx->strides.data();
 }
 
+constexpr uint64_t kDLPackReadOnly = 1;  // DLPACK_FLAG_BITMASK_READ_ONLY
+
 py::capsule ToDLPack(const Tensor& t, bool versioned) {
   auto& dev = DeviceRegistry::Get().type(t->device().type);
   if (dev.def.dlpack_device_type == 0)
     throw CoreError(DG_UNIMPLEMENTED,
                     dg::Str("tensors on ", dev.name, " cannot be exported through DLPack"));
+  const bool read_only = t->storage()->read_only();
+  if (read_only && !versioned)
+    // An unversioned capsule cannot say "read-only"; NumPy refuses the same.
+    throw py::buffer_error(
+        "__dlpack__: the tensor views read-only memory and a DLPack capsule older than 1.0 "
+        "cannot mark it read-only; call __dlpack__(max_version=(1, 0)) or export a copy "
+        "(dragon_core.tensor(x))");
   auto* ctx = new ExportCtx{t, t->shape(), t->strides()};
   if (versioned) {
     auto* m = new DLManagedTensorVersionedT{};
     m->version = {1, 0};
-    m->flags = 0;  // writable
+    m->flags = read_only ? kDLPackReadOnly : 0;
     FillDL(t, dev, ctx, &m->dl_tensor);
     m->manager_ctx = ctx;
     m->deleter = &DeleteExportVersioned;
@@ -151,6 +160,7 @@ py::capsule ToDLPack(const Tensor& t, bool versioned) {
 Tensor FromDLPackCapsule(py::capsule cap) {
   DLTensorT* dp = nullptr;
   std::function<void()> release;
+  bool read_only = false;
   if (PyCapsule_IsValid(cap.ptr(), "dltensor_versioned")) {
     auto* m = static_cast<DLManagedTensorVersionedT*>(
         PyCapsule_GetPointer(cap.ptr(), "dltensor_versioned"));
@@ -160,6 +170,7 @@ Tensor FromDLPackCapsule(py::capsule cap) {
                               m->version.minor, " is newer than this core understands (1.x)"));
     PyCapsule_SetName(cap.ptr(), "used_dltensor_versioned");
     dp = &m->dl_tensor;
+    read_only = (m->flags & kDLPackReadOnly) != 0;
     release = [m] { if (m->deleter) m->deleter(m); };
   } else if (PyCapsule_IsValid(cap.ptr(), "dltensor")) {
     auto* m = static_cast<DLManagedTensorT*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
@@ -186,6 +197,7 @@ Tensor FromDLPackCapsule(py::capsule cap) {
     py::gil_scoped_acquire gil;
     release();
   });
+  storage->set_read_only(read_only);
   return std::make_shared<TensorImpl>(storage, static_cast<int64_t>(d.byte_offset), dtype,
                                       shape, strides);
 }
@@ -205,6 +217,19 @@ struct AutogradMeta {
     grad_fn = py::object();
   }
 };
+
+// Makes `self` view `other`'s storage and metadata, keeping its identity
+// (uid) and autograd state: what assign and `.data =` do.
+void Rebind(TensorImpl& self, const Tensor& other) {
+  bool requires_grad = self.requires_grad;
+  auto autograd = self.autograd;
+  uint64_t uid = self.uid;
+  self = TensorImpl(other->storage(), other->byte_offset(), other->dtype(), other->shape(),
+                    other->strides());
+  self.uid = uid;
+  self.requires_grad = requires_grad;
+  self.autograd = autograd;
+}
 
 AutogradMeta* Meta(TensorImpl& t) {
   if (!t.autograd) t.autograd = std::make_shared<AutogradMeta>();
@@ -251,8 +276,37 @@ py::dtype NumpyFromDType(DgDType t) {
   return py::dtype(kNames[t]);
 }
 
+namespace {
+
+// "big-endian" / "little-endian" for a NumPy byte-order character.
+std::string ByteOrderName(char order) {
+  if (order == '>') return "big-endian";
+  if (order == '<') return "little-endian";
+  return dg::Str("'", order, "'");
+}
+
+bool HasFlag(const py::array& arr, int flag) {
+  return (py::detail::array_proxy(arr.ptr())->flags & flag) != 0;
+}
+
+}  // namespace
+
 Tensor FromNumpy(py::array arr, bool copy) {
   DgDType dtype = DTypeFromNumpy(arr.dtype());
+  if (!copy && !arr.dtype().attr("isnative").cast<bool>()) {
+    // A view cannot reorder bytes: kernels read memory in the machine's order.
+    const char order = arr.dtype().attr("byteorder").cast<std::string>()[0];
+    const char* native = py::module_::import("sys").attr("byteorder").cast<std::string>() ==
+                                 "little"
+                             ? "little-endian"
+                             : "big-endian";
+    throw CoreError(
+        DG_INVALID_ARGUMENT,
+        dg::Str("from_numpy: the array has ", ByteOrderName(order), " byte order (dtype '",
+                py::str(arr.dtype().attr("str")).cast<std::string>(), "'), this machine is ",
+                native, "; a zero-copy tensor cannot honour a non-native byte order. Use "
+                "dg.tensor(arr) (copies) or arr.astype(arr.dtype.newbyteorder('=')) first"));
+  }
   const int32_t ndim = static_cast<int32_t>(arr.ndim());
   Shape shape(ndim), strides(ndim);
   const int64_t item = static_cast<int64_t>(arr.itemsize());
@@ -262,6 +316,9 @@ Tensor FromNumpy(py::array arr, bool copy) {
     if (arr.strides(i) % item != 0) aligned = false;
     strides[i] = arr.strides(i) / item;
   }
+  // A misaligned base address (np.frombuffer at an odd offset) would break
+  // kernels' typed loads: such arrays are copied too.
+  if (!HasFlag(arr, py::detail::npy_api::NPY_ARRAY_ALIGNED_)) aligned = false;
   if (!aligned || copy) {
     auto t = TensorImpl::Empty(kHost, dtype, shape);
     // Let NumPy do the (possibly strided) copy into our buffer.
@@ -274,6 +331,8 @@ Tensor FromNumpy(py::array arr, bool copy) {
     py::gil_scoped_acquire gil;
     owner = py::object();
   });
+  // Read-only memory (immutable bytes, a read-only memmap) stays read-only.
+  storage->set_read_only(!arr.writeable());
   return std::make_shared<TensorImpl>(storage, 0, dtype, shape, strides);
 }
 
@@ -289,7 +348,11 @@ py::array ToNumpy(const Tensor& t) {
     strides[i] = static_cast<py::ssize_t>(t->strides()[i] * static_cast<int64_t>(t->itemsize()));
   auto* keep = new std::shared_ptr<Storage>(t->storage());
   py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
-  return py::array(NumpyFromDType(t->dtype()), shape, strides, t->data(), base);
+  py::array a(NumpyFromDType(t->dtype()), shape, strides, t->data(), base);
+  // NumPy refuses to make it writable again: its base exposes no buffer.
+  if (t->storage()->read_only())
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
 }
 
 void BindTensor(py::module_& m) {
@@ -330,7 +393,12 @@ void BindTensor(py::module_& m) {
   cls.def("is_contiguous", &TensorImpl::is_contiguous);
   cls.def("data_ptr", [](const TensorImpl& t) { return reinterpret_cast<uintptr_t>(t.data()); });
   cls.def("numpy", [](const Tensor& t) { return ToNumpy(t); },
-          "A NumPy view of a host tensor (zero-copy; writes are shared).");
+          "A NumPy view of a host tensor (zero-copy; writes are shared). It is read-only "
+          "when the tensor views read-only memory (see ``Tensor.is_read_only``).");
+  cls.def_property_readonly("is_read_only", [](const TensorImpl& t) {
+    return t.storage()->read_only();
+  }, "True when the tensor views read-only memory (from_numpy of a read-only array, or a "
+     "DLPack tensor flagged read-only): its NumPy views are read-only and nothing writes it.");
   cls.def("__array__", [](const Tensor& t, py::object dtype, py::object copy) {
             py::array a = ToNumpy(t);
             if (!dtype.is_none()) return py::array(a.attr("astype")(dtype));
@@ -415,15 +483,20 @@ void BindTensor(py::module_& m) {
                       dg::Str("assign: the value is ", DTypeName(other->dtype()),
                               ShapeToString(other->shape()), ", the tensor is ",
                               DTypeName(self.dtype()), ShapeToString(self.shape())));
-    bool requires_grad = self.requires_grad;
-    auto autograd = self.autograd;
-    uint64_t uid = self.uid;
-    self = TensorImpl(other->storage(), other->byte_offset(), other->dtype(), other->shape(),
-                      other->strides());
-    self.uid = uid;
-    self.requires_grad = requires_grad;
-    self.autograd = autograd;
+    Rebind(self, other);
   }, "Make this tensor refer to `other`'s storage and metadata (used by assign).");
+
+  cls.def("_set_data", [](TensorImpl& self, const Tensor& other) {
+    auto& reg = DeviceRegistry::Get();
+    if (!SameDevice(self.device(), other->device()) || self.dtype() != other->dtype())
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("Tensor.data: the new value is ", DTypeName(other->dtype()),
+                              ShapeToString(other->shape()), " on ", reg.Name(other->device()),
+                              ", the tensor is ", DTypeName(self.dtype()),
+                              ShapeToString(self.shape()), " on ", reg.Name(self.device()),
+                              "; .data takes the same dtype and device (use .to(...) first)"));
+    Rebind(self, other);
+  }, "Make this tensor view `other`'s storage (any shape; same dtype and device).");
 
   m.def("from_numpy", [](py::array arr) { return FromNumpy(arr, false); },
         "A zero-copy tensor over a host NumPy array (any strides).");

@@ -1,6 +1,7 @@
 // Creation ops (no inputs; they dispatch on the output's dtype): Fill and
 // Arange. Values are computed in double and converted by cast.h's rules.
 #include <cstdint>
+#include <cstring>
 
 #include "cast.h"
 #include "common.h"
@@ -13,7 +14,16 @@ namespace {
 void FillKernel(dg::KernelContext& ctx) {
   const dg::TensorRef y = ctx.output(0);
   alignas(8) char value[8] = {};
-  StoreScalar(ctx.f("value"), y.dtype(), value);
+  if (ctx.has("int_value")) {  // exact: shape inference checked the range
+    const int64_t v = ctx.i("int_value");
+    DispatchDType(y.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T t = static_cast<T>(v);
+      std::memcpy(value, &t, sizeof(T));
+    });
+  } else {
+    StoreScalar(ctx.f("value"), y.dtype(), value);
+  }
   FillElements(y.raw_data(), y.numel(), value, dg::DTypeSize(y.dtype()));
 }
 

@@ -5,9 +5,13 @@ dtypes, wrong ranks, mismatched shapes, empty tensors, non-contiguous views,
 missing and extra inputs, garbage attribute values and unknown attributes --
 and runs them in a child interpreter. Each variant must either work or raise
 a ``DragonError``, ``TypeError`` or ``ValueError`` whose message (or ``op``
-attribute) names the op. A variant that kills the child (a segfault, an
-abort) or hangs is reported as a failure naming the op and the variant, and
-the remaining variants run in a fresh child.
+attribute) names the op. An attribute value of the wrong type for the
+attribute (``"false"``, nan, ``[1]`` or ``-1`` for a bool, ``True`` or 2.5
+for an int, ``None`` for one that is not optional; see :func:`wrong_type`)
+must raise, and the error must also name the attribute: an op (or a Python
+wrapper, see ``function``) that accepts it fails the check. A variant that
+kills the child (a segfault, an abort) or hangs is reported as a failure naming
+the op and the variant, and the remaining variants run in a fresh child.
 """
 
 from __future__ import annotations
@@ -31,17 +35,71 @@ from dragon_sdk.testing.opcase import default_device, strided
 BAD_DTYPES = ("bool", "uint8", "int32", "int64", "float16", "float64")
 
 #: Values tried for every attribute.
-GARBAGE_ATTRS = ("garbage", None, -1, 2 ** 40, float("nan"), [1, "x"], -2.5,
-                 {"a": 1})
+GARBAGE_ATTRS = ("garbage", "false", None, True, -1, 2 ** 40, float("nan"),
+                 [1], [1, "x"], -2.5, {"a": 1})
+
+# Attribute type codes of the schema (DgAttrType).
+_INT, _FLOAT, _BOOL, _STRING, _INTS, _FLOATS, _DTYPE = 1, 2, 3, 4, 5, 6, 7
+_TYPE_NAMES = {_INT: "int", _FLOAT: "float", _BOOL: "bool", _STRING: "str",
+               _INTS: "sequence of int", _FLOATS: "sequence of float",
+               _DTYPE: "dtype"}
+
+
+def _is_int(v: Any) -> bool:
+    return (isinstance(v, (int, np.integer))
+            and not isinstance(v, (bool, np.bool_)))
+
+
+def _is_real(v: Any) -> bool:
+    return _is_int(v) or isinstance(v, (float, np.floating))
+
+
+def _is_seq(v: Any) -> bool:
+    return isinstance(v, (list, tuple, np.ndarray))
+
+
+def wrong_type(attr_type: int, value: Any, optional: bool = False) -> bool:
+    """Whether ``value`` is not of the attribute's type, so that the op must
+    refuse it (a value of the right type may still be refused).
+
+    The types are strict: a bool takes only ``True``/``False`` (and
+    ``np.bool_``); an int takes ints and ``np.integer``, not bools or
+    floats; a float takes ints and floats, not bools; a string only
+    ``str``; a list type a sequence of its item type (or one item); a dtype
+    never an int. ``None`` is right only for an optional attribute.
+    """
+    if value is None:
+        return not optional
+    if attr_type == _BOOL:
+        return not isinstance(value, (bool, np.bool_))
+    if attr_type == _INT:
+        return not _is_int(value)
+    if attr_type == _FLOAT:
+        return not _is_real(value)
+    if attr_type == _STRING:
+        return not isinstance(value, str)
+    if attr_type in (_INTS, _FLOATS):
+        ok = _is_int if attr_type == _INTS else _is_real
+        return not (ok(value) or (_is_seq(value) and all(ok(x) for x in value)))
+    if attr_type == _DTYPE:
+        if isinstance(value, str):
+            return value.lower() in ("garbage", "false")  # names no dtype
+        return not (isinstance(value, type) or hasattr(value, "itemsize"))
+    return False
 
 
 @dataclasses.dataclass
 class Variant:
-    """One bad call: a label, the inputs and the attributes."""
+    """One bad call: a label, the inputs and the attributes.
+
+    ``must_fail`` names the attribute when the call gives it a value of the
+    wrong type: the call must then raise an error naming the attribute.
+    """
 
     label: str
     inputs: list
     attrs: dict
+    must_fail: str = ""
 
 
 def _arr(x: Any) -> np.ndarray:
@@ -55,8 +113,14 @@ def _with(inputs: list, i: int, value: Any) -> list:
 
 
 def variants(valid_inputs: Sequence[Any], attrs: dict,
-             attr_names: Sequence[str] = ()) -> list[Variant]:
-    """The bad calls derived from one valid call (see the module doc)."""
+             attr_names: Sequence[str] = (),
+             attr_specs: Sequence[dict] = ()) -> list[Variant]:
+    """The bad calls derived from one valid call (see the module doc).
+
+    ``attr_specs`` (the ``attrs`` of the op's schema description: dicts
+    with ``name``, ``type`` and ``optional``) adds garbage values for those
+    attributes too, and marks the values of the wrong type ``must_fail``.
+    """
     inputs = [np.asarray(x) if not isinstance(x, (list, tuple)) else list(x)
               for x in valid_inputs]
     out = [Variant("valid", inputs, dict(attrs))]
@@ -114,10 +178,14 @@ def variants(valid_inputs: Sequence[Any], attrs: dict,
         out.append(Variant("one input missing", inputs[:-1], attrs))
     out.append(Variant("an extra input", inputs + [inputs[0] if inputs
                                                    else np.zeros(1)], attrs))
-    for name in attr_names:
+    specs = {a["name"]: a for a in attr_specs}
+    for name in list(attr_names) + [n for n in specs if n not in attr_names]:
+        spec = specs.get(name)
         for value in GARBAGE_ATTRS:
+            bad = spec is not None and wrong_type(
+                spec["type"], value, bool(spec.get("optional")))
             out.append(Variant(f"attr {name}={value!r}", inputs,
-                               {**attrs, name: value}))
+                               {**attrs, name: value}, name if bad else ""))
     out.append(Variant("unknown attr", inputs,
                        {**attrs, "no_such_attribute_xyz": 1}))
     return out
@@ -139,6 +207,7 @@ def classify_error(e: BaseException, names: Sequence[str]) -> dict:
 _CHILD = r"""
 import json, pickle, sys, warnings
 warnings.simplefilter("ignore")
+import importlib
 import numpy as np
 import dragon_core as dg
 from dragon_core.errors import DragonError
@@ -149,7 +218,13 @@ with open(sys.argv[1], "rb") as f:
     job = pickle.load(f)
 for lib in job["libraries"]:
     dg.load_library(lib)
-fn = op_function(job["op"])
+if job["function"]:
+    module, _, qualname = job["function"].partition(":")
+    fn = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+else:
+    fn = op_function(job["op"])
 names = [n.lower() for n in job["names"]]
 start = int(sys.argv[2])
 
@@ -159,7 +234,7 @@ def tensors(v):
     return to_tensor(v, job["device"]) if isinstance(v, np.ndarray) else v
 
 for k in range(start, len(job["variants"])):
-    label, inputs, attrs = job["variants"][k]
+    label, inputs, attrs, must_fail = job["variants"][k]
     print("@@START " + str(k), flush=True)
     rec = {"k": k, "ok": True, "error": ""}
     try:
@@ -167,8 +242,16 @@ for k in range(start, len(job["variants"])):
         for o in (out if isinstance(out, (list, tuple)) else [out]):
             if hasattr(o, "numpy"):
                 o.numpy()  # make sure the result is readable
+        if must_fail:
+            rec = {"k": k, "ok": False, "error": "",
+                   "why": "accepted a value of the wrong type for attribute '"
+                          + must_fail + "' (it must raise an error naming the "
+                          "op and the attribute)"}
     except (DragonError, TypeError, ValueError) as e:
         rec = {"k": k, **classify_error(e, names)}
+        if rec["ok"] and must_fail and must_fail not in str(e):
+            rec.update(ok=False, why="the error does not name the attribute '"
+                       + must_fail + "'")
     except BaseException as e:
         rec = {"k": k, "ok": False,
                "error": type(e).__name__ + ": " + str(e),
@@ -202,6 +285,7 @@ def check_bad_inputs(op: str, valid_inputs: Sequence[Any], *,
                      libraries: Sequence[str] | None = None,
                      garbage_attrs: bool = True,
                      skip: Sequence[str] = (), timeout: float = 120,
+                     function: str | None = None,
                      **attrs: Any) -> dict:
     """Assert that ``op`` survives bad inputs with a clean, named error.
 
@@ -218,12 +302,19 @@ def check_bad_inputs(op: str, valid_inputs: Sequence[Any], *,
         Plugin libraries the child loads with ``dragon_core.load_library``
         before running (default: those this process loaded that way).
     garbage_attrs : bool
-        Also try garbage values for every attribute of the schema.
+        Also try garbage values for every attribute of the schema; those of
+        the wrong type for the attribute must raise an error naming it.
     skip : list of str
         Variant labels (globs, e.g. ``"input * as None"``) not to run: known
         issues, with a reason in the calling test.
     timeout : float
         Seconds a child may run before it counts as hung.
+    function : str, optional
+        ``"module:qualname"`` of the Python function to call instead of
+        ``dragon_core.ops.<name>``: a plugin whose users call a wrapper
+        checks the wrapper's argument handling too (a wrapper that coerces
+        ``bool(flag)`` accepts garbage the core would refuse). The child
+        process imports it, so it must be importable there.
     **attrs
         The attributes of the valid call.
 
@@ -236,19 +327,22 @@ def check_bad_inputs(op: str, valid_inputs: Sequence[Any], *,
     ------
     AssertionError
         Listing each variant that crashed the process, hung, raised another
-        exception type, or raised an error that does not name the op.
+        exception type, raised an error that does not name the op, or
+        accepted an attribute value of the wrong type.
     """
     import dragon_core as dg
 
     desc = dg._C.op(op).describe()
     names = sorted({desc["name"], desc.get("py_name") or desc["name"], op})
-    attr_names = [a["name"] for a in desc["attrs"]] if garbage_attrs else []
-    todo = [v for v in variants(valid_inputs, attrs, attr_names)
+    specs = desc["attrs"] if garbage_attrs else []
+    todo = [v for v in variants(valid_inputs, attrs, attr_specs=specs)
             if not any(fnmatch.fnmatchcase(v.label, p) for p in skip)]
     job = {"op": op, "names": names, "device": device or default_device(),
+           "function": function,
            "libraries": list(_loaded_libraries() if libraries is None
                              else libraries),
-           "variants": [(v.label, v.inputs, v.attrs) for v in todo]}
+           "variants": [(v.label, v.inputs, v.attrs, v.must_fail)
+                        for v in todo]}
     env = dict(os.environ)
     env.setdefault("DRAGON_LOG_LEVEL", "3")
     results: dict[int, dict] = {}

@@ -199,8 +199,9 @@ def is_grad_enabled() -> bool:
 
 def _zeros_like_meta(meta):
     from . import ops
-    shape, dtype, dev, idx = meta
-    return ops.fill(list(shape), 0.0, dtype, device=f"{dev}:{idx}")
+    from ._dtypes import from_code
+    shape, code, dev, idx = meta
+    return ops.fill(list(shape), 0.0, from_code(code), device=f"{dev}:{idx}")
 
 
 def _accumulate(grads: dict, key, value):

@@ -73,11 +73,6 @@ def fill(shape, value=0.0, dtype="float32", int_value=None, *, device=None):
     InvalidArgumentError
         If ``value`` is not a value of ``dtype``.
     """
-    if isinstance(dtype, _numbers.Integral) and not isinstance(dtype, bool):
-        # A runtime dtype code: the autograd engine's zeros (_autograd.py)
-        # still pass one. Internal only; zeros/ones/full refuse ints.
-        from ._dtypes import from_code
-        dtype = from_code(dtype)
     dt = _creation_dtype("fill", shape, dtype)
     if isinstance(value, _np.generic):
         value = value.item()

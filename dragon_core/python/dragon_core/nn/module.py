@@ -253,14 +253,13 @@ class Module:
         Parameters are replaced by new ``Parameter`` objects when they move,
         so build optimisers after calling ``to``.
         """
-        from .._dtypes import as_dtype
-        if device is not None and dtype is None:
+        from .._dtypes import dtype_arg
+        if device is not None and dtype is None and not isinstance(device, int):
             try:
-                dtype = as_dtype(device)
-                device = None
-            except (TypeError, ValueError, KeyError):
-                pass
-        target_dtype = None if dtype is None else as_dtype(dtype)
+                dtype, device = dtype_arg(device), None
+            except TypeError:
+                pass   # a device
+        target_dtype = None if dtype is None else dtype_arg(dtype, "Module.to: dtype")
 
         def convert(t: Tensor) -> Tensor:
             out = t

@@ -243,6 +243,8 @@ def test_zeros_with_two_ints_explains_the_shape():
     lambda: dg.ops.cast(dg.tensor([1.0]), 3),
     lambda: dg.ops.random_uniform([2], dtype=np.int64(8)),
     lambda: dg.tensor([1.0]).astype(True),
+    lambda: dg.ops.fill([2], 0.0, 3),
+    lambda: dg.nn.Linear(2, 2).to(dtype=3),
 ])
 def test_dtype_arguments_refuse_ints(call):
     with pytest.raises(TypeError, match=r"dtype"):

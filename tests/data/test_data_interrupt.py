@@ -50,8 +50,8 @@ if __name__ == "__main__":
         method = line.strip()
         pipe = d.RecordPipeline({path!r}, 2, transformer=record_id, num_readers=2,
                                 num_transformers=2, start_method=method, timeout=60)
-        print("go", flush=True)
         try:
+            print("go", flush=True)                          # the signal may come at once
             while True:                                      # epochs, forever
                 for batch in pipe:
                     pass

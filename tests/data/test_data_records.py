@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
+import warnings
 
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 
@@ -101,6 +105,110 @@ def test_decode_rejects_garbage():
         decode_example(good[:-3])
     with pytest.raises(RecordError, match="trailing"):
         decode_example(good + b"\x00")
+
+
+# Valid examples covering every kind of field, for the damage tests below.
+_FUZZ_EXAMPLES = [
+    {},
+    {"label": 7, "score": -0.5, "ok": False, "name": "chat \u00fc", "raw": b"\x00\xff"},
+    {"image": np.arange(24, dtype=np.uint8).reshape(2, 3, 4),
+     "big": np.array([[1.5, -2.0]], ">f8"), "c": np.array([1 + 2j], np.complex64),
+     "when": np.array(["2024-01-02"], "datetime64[D]"), "s": np.array([b"ab", b"c"]),
+     "u": np.array(["xy"]), "scalar": np.float16(3.0), "empty": np.zeros((0, 5), np.int64),
+     "b": np.array([True, False])},
+]
+
+
+def _decodes_or_record_error(payload: bytes) -> None:
+    """The contract on damaged input: a dict, or RecordError; nothing else,
+    not even a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            out = decode_example(payload)
+        except RecordError:
+            return
+    assert isinstance(out, dict)
+
+
+@pytest.mark.parametrize("payload", [
+    b"DGEX", b"DGEX\x01", b"DGEX\x01\x01\x00\x00", b"DGEX\x01\x01\x00\x00\x00",
+    b"DGEX\x01\x01\x00\x00\x00\x01\x00", b"DGEX\x00\x00\x00\x00\x00",
+    b"DG", b"",
+], ids=lambda p: f"{len(p)}bytes")
+def test_decode_short_payloads_raise_record_error(payload):
+    with pytest.raises(RecordError):
+        decode_example(payload)
+
+
+@pytest.mark.parametrize("example", _FUZZ_EXAMPLES, ids=["empty", "scalars", "arrays"])
+def test_decode_every_truncation_raises_record_error(example):
+    good = encode_example(example)
+    for cut in range(len(good)):
+        with pytest.raises(RecordError):
+            decode_example(good[:cut])
+    assert decode_example(good).keys() == example.keys()
+
+
+def _crafted_array(dtype: bytes, shape: tuple, data: bytes = b"") -> bytes:
+    head = b"DGEX\x01" + struct.pack("<I", 1) + struct.pack("<H", 1) + b"a" + b"\x05"
+    return (head + bytes([len(dtype)]) + dtype + bytes([len(shape)])
+            + struct.pack(f"<{len(shape)}Q", *shape) + data)
+
+
+_CRAFTED = [
+    (_crafted_array(b"<f4", (1,) * 70, b"\x00" * 4), "70 dimensions"),
+    (_crafted_array(b"<f4", (2**63, 0)), "does not fit"),
+    (_crafted_array(b"<f4", (2**62, 2**62, 0)), "cannot be built|does not fit"),
+    (_crafted_array(b"<f4", (2**40, 2**40)), "does not fit"),
+    (_crafted_array(b"|O8", (1,), b"\x00" * 8), "invalid dtype"),
+    (_crafted_array(b"f4,i4", (1,), b"\x00" * 8), "invalid dtype"),
+    (_crafted_array(b"|V0", (3,)), "invalid dtype"),
+    (_crafted_array(b"<M8[xyz]", (1,), b"\x00" * 8), "invalid dtype"),
+    (_crafted_array(b"\xff\xfe", (1,)), "invalid dtype"),
+    (b"DGEX\x01\x01\x00\x00\x00\x01\x00\xff\x02" + b"\x00" * 8, "not UTF-8"),
+    (b"DGEX\x01\x01\x00\x00\x00\x01\x00a\x04\x07", "bool field 'a' holds 7"),
+    (b"DGEX\x01\x01\x00\x00\x00\x01\x00a\x09", "unknown kind 9"),
+    (b"DGEX\x01\x02\x00\x00\x00" + b"\x01\x00a\x04\x01" * 2, "appears twice"),
+    (b"DGEX\x01\x01\x00\x00\x00\x01\x00a\x01" + struct.pack("<Q", 2**64 - 1), "truncated"),
+]
+
+
+@pytest.mark.parametrize("payload, message", _CRAFTED, ids=[f"crafted{i}"
+                                                             for i in range(len(_CRAFTED))])
+def test_decode_crafted_payloads_raise_record_error(payload, message):
+    with pytest.raises(RecordError, match=message):
+        decode_example(payload)
+
+
+def test_decode_fuzz_truncations_and_flips():
+    """Random damage to valid examples: RecordError or a dict, never another error."""
+    rng = np.random.default_rng(1234)
+    for example in _FUZZ_EXAMPLES:
+        good = encode_example(example)
+        for _ in range(1500):
+            data = bytearray(good)
+            for _ in range(int(rng.integers(1, 4))):
+                i = int(rng.integers(len(data)))
+                if rng.random() < 0.5:
+                    data[i] ^= 1 << int(rng.integers(8))
+                else:
+                    data[i] = int(rng.integers(256))
+            if rng.random() < 0.3:
+                data = data[:int(rng.integers(len(data) + 1))]
+            _decodes_or_record_error(bytes(data))
+
+
+@hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+@hypothesis.given(st.sampled_from(_FUZZ_EXAMPLES), st.data())
+def test_decode_property_damage_never_escapes_record_error(example, data):
+    good = bytearray(encode_example(example))
+    edits = data.draw(st.lists(st.tuples(st.integers(0, len(good) - 1), st.integers(0, 255)),
+                               max_size=4))
+    for i, value in edits:
+        good[i] = value
+    cut = data.draw(st.integers(0, len(good)))
+    _decodes_or_record_error(bytes(good[:cut]))
 
 
 def test_atomic_write(tmp_path):

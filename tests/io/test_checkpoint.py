@@ -8,8 +8,12 @@ import math
 import os
 import pickle
 import struct
+import sys
+import warnings
 import zlib
 
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 
@@ -133,6 +137,28 @@ def test_plain_root_objects(tmp_path):
             assert out.shape == () and out.item() == 2.5
         else:
             assert out == obj and type(out) is type(obj)
+
+
+BIG = 10**5000                 # beyond Python's default 4300-digit str() limit
+
+
+@pytest.mark.parametrize("digits_limit", [None, 640])
+def test_ints_of_any_size_round_trip(tmp_path, digits_limit):
+    """Ints of any size, as values and in keys, whatever the process's limit
+    on decimal conversions (sys.set_int_max_str_digits)."""
+    values = [BIG, -BIG, 2**63 - 1, -2**63, 2**63, -2**63 - 1, 2**64, 7**2000, 0, -1]
+    obj = {"values": values, "nested": [(BIG, {"k": -BIG})], BIG: "big key",
+           (1, -BIG, ("x", 2**70)): "tuple key", np.int64(-5): BIG}
+    old = sys.get_int_max_str_digits()
+    if digits_limit is not None:
+        sys.set_int_max_str_digits(digits_limit)
+    try:
+        save(obj, tmp_path / "big.ckpt")
+        got = load(tmp_path / "big.ckpt")
+    finally:
+        sys.set_int_max_str_digits(old)
+    assert got == obj and [type(v) for v in got["values"]] == [int] * len(values)
+    assert got[-5] == BIG and type(next(iter(got[(1, -BIG, ("x", 2**70))]))) is str
 
 
 def test_shared_tensors_load_as_one_object(tmp_path):
@@ -268,6 +294,21 @@ def test_newer_format_version_raises(small_ckpt):
         load(small_ckpt)
 
 
+def _with_description(raw: bytes, meta: bytes) -> bytes:
+    """``raw`` (a checkpoint) with its description replaced by ``meta``,
+    every checksum recomputed: what a writer bug or a crafted file gives."""
+    meta_len, data_offset, data_len, _, _ = struct.unpack_from("<QQQII", raw, 16)
+    new_offset = (48 + len(meta) + 63) // 64 * 64
+    head = struct.pack("<QQQI", len(meta), new_offset, data_len, 0)
+    out = raw[:16] + head + struct.pack("<I", zlib.crc32(meta, zlib.crc32(head))) + meta
+    return out + bytes(new_offset - len(out)) + raw[data_offset:]
+
+
+def _description(raw: bytes) -> dict:
+    meta_len = struct.unpack_from("<Q", raw, 16)[0]
+    return json.loads(raw[48:48 + meta_len])
+
+
 def _set_nbytes(d):
     d["buffers"][0]["nbytes"] = 12
 
@@ -288,28 +329,60 @@ def _list_key(d):
     d["root"]["k"][0] = {"t": "list", "v": []}
 
 
+def _many_dims(d):
+    d["buffers"][0]["shape"] = [1] * 64 + [4]          # 65 dimensions, still 16 bytes
+
+
+def _int_requires_grad(d):
+    d["buffers"][0]["dtype"] = "int32"                  # int32[4]: still 16 bytes
+
+
+def _tensor_in_tuple_key(d):
+    d["root"]["k"][0] = {"t": "tuple", "v": [{"t": "int", "v": 1}, {"t": "tensor", "i": 0}]}
+
+
+def _impossible_shape(d):
+    d["buffers"][0].update(shape=[2**62, 2**62, 0], nbytes=0)
+
+
+def _bad_bigint(d):
+    d["root"]["v"][0] = {"t": "bigint", "v": "12_34"}
+
+
+def _bad_device(d):
+    d["buffers"][0]["device"] = ["cpu"]
+
+
+def _bad_requires_grad(d):
+    d["buffers"][0]["requires_grad"] = "yes"
+
+
 @pytest.mark.parametrize("mutate, message", [
     (_set_nbytes, r"12 bytes do not hold float32\[4\]"),
     (_huge_shape, r"lies beyond the 64-byte data section"),
     (_foreign_node, r"invalid node of type 'pickle' at obj\['t'\]"),
     (_object_dtype, r"unknown dtype 'object'"),
     (_list_key, r"invalid dict key at obj"),
+    (_many_dims, r"buffer 0 has 65 dimensions; at most 64"),
+    (_int_requires_grad, r"int32 tensor marked requires_grad"),
+    (_tensor_in_tuple_key, r"invalid dict key at obj"),
+    (_impossible_shape, r"impossible shape"),
+    (_bad_bigint, r"invalid node of type 'bigint' at obj\['t'\]"),
+    (_bad_device, r"invalid device"),
+    (_bad_requires_grad, r"invalid requires_grad"),
 ])
 def test_malformed_description_with_valid_checksums(tmp_path, mutate, message):
     """A writer bug (valid CRCs, nonsense inside) still gives a clear error."""
-    save({"t": dg.tensor(np.ones(4, np.float32))}, tmp_path / "m.ckpt")
-    raw = (tmp_path / "m.ckpt").read_bytes()
-    meta_len, data_offset, data_len, _, _ = struct.unpack_from("<QQQII", raw, 16)
-    desc = json.loads(raw[48:48 + meta_len])
+    path = tmp_path / "m.ckpt"
+    save({"t": dg.tensor(np.ones(4, np.float32)).requires_grad_()}, path)
+    raw = path.read_bytes()
+    desc = _description(raw)
     mutate(desc)
-    meta = json.dumps(desc).encode()
-    new_offset = (48 + len(meta) + 63) // 64 * 64
-    head = struct.pack("<QQQI", len(meta), new_offset, data_len, 0)
-    out = raw[:16] + head + struct.pack("<I", zlib.crc32(meta, zlib.crc32(head))) + meta
-    out += bytes(new_offset - len(out)) + raw[data_offset:]
-    (tmp_path / "m.ckpt").write_bytes(out)
-    with pytest.raises(CheckpointError, match="malformed structure description: .*" + message):
-        load(tmp_path / "m.ckpt")
+    path.write_bytes(_with_description(raw, json.dumps(desc).encode()))
+    with pytest.raises(CheckpointError, match="malformed structure description: .*" + message) \
+            as info:
+        load(path)
+    assert str(path) in str(info.value) and info.value.path == str(path)
 
 
 # ---------------------------------------------------------------- unsupported objects
@@ -331,6 +404,24 @@ def test_unsupported_objects_name_their_place(tmp_path, obj, where, what):
         save(obj, tmp_path / "u.ckpt")
     assert what in str(info.value)
     assert not (tmp_path / "u.ckpt").exists()
+
+
+@pytest.mark.parametrize("key, what", [
+    ((1, dg.tensor(np.ones(2, np.float32))), "a tensor inside the key"),
+    (("a", (2, (dg.tensor(np.ones(1)),))), "a tensor inside the key"),
+    ((BIG, dg.tensor(np.ones(1))), r"a tensor inside the key \(<int of 16610 bits>"),
+    ((1, frozenset({2})), "type frozenset"),
+    ((1, b"x"), "type bytes"),
+    (dg.tensor(np.ones(1)), "holding a tensor in the dict"),
+])
+def test_keys_holding_tensors_are_refused_and_the_old_file_kept(tmp_path, key, what):
+    path = tmp_path / "keys.ckpt"
+    save({"step": 1}, path)
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match=what) as info:
+        save({"state": {key: 1}}, path)
+    assert "obj['state']" in str(info.value) and str(path) in str(info.value)
+    assert path.read_bytes() == before and _temp_files(tmp_path) == []
 
 
 def test_reference_cycle_is_refused(tmp_path):
@@ -375,3 +466,126 @@ def test_save_keeps_file_mode_and_replaces(tmp_path):
     assert load(path) == 2
     assert os.stat(path).st_mode & 0o777 == 0o640
     assert _temp_files(tmp_path) == []
+
+
+# ---------------------------------------------------------------- fuzzing damaged files
+
+def _rich_checkpoint(path) -> bytes:
+    save({"w": dg.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).requires_grad_(),
+          "i": dg.tensor(np.arange(4, dtype=np.int64)), "tied": [None, None],
+          "arr": np.arange(5, dtype=np.uint16), "s": np.float64(2.5), "big": BIG,
+          "plain": [1, -2.5, float("nan"), "txt", b"\x00b", True, None, (1, 2)],
+          3: {(1, "a"): 2.0, None: [], 2**70: {}}}, path)
+    return path.read_bytes()
+
+
+def _loads_or_checkpoint_error(path) -> None:
+    """The contract on damaged files: CheckpointError naming the file, or a
+    successful load; any other exception (or warning) fails the test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            load(path)
+        except CheckpointError as e:
+            assert e.path == str(path) and str(path) in str(e), e
+
+
+def test_fuzz_random_damage(tmp_path):
+    """Flipped bytes, overwritten runs, truncations: all caught (CRCs)."""
+    good = _rich_checkpoint(tmp_path / "good.ckpt")
+    bad = tmp_path / "bad.ckpt"
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        data = bytearray(good)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(data)))
+            n = int(rng.integers(1, 9))
+            data[i:i + n] = rng.bytes(len(data[i:i + n]))
+        if rng.random() < 0.3:
+            data = data[:int(rng.integers(len(data)))]
+        if bytes(data) == good:
+            continue
+        bad.write_bytes(bytes(data))
+        with pytest.raises(CheckpointError):
+            load(bad)
+
+
+def test_fuzz_description_bytes_with_valid_checksums(tmp_path):
+    """Damage inside the JSON text, checksums recomputed (a crafted file)."""
+    good = _rich_checkpoint(tmp_path / "good.ckpt")
+    meta = json.dumps(_description(good)).encode()
+    bad = tmp_path / "bad.ckpt"
+    rng = np.random.default_rng(6)
+    for _ in range(1500):
+        text = bytearray(meta)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(text)))
+            text[i] = int(rng.choice(list(b'{}[]",:0123456789-eE.tvnfkiabx \\')))
+        if rng.random() < 0.1:
+            text = text[:int(rng.integers(len(text)))]
+        bad.write_bytes(_with_description(good, bytes(text)))
+        _loads_or_checkpoint_error(bad)
+
+
+_ODD_VALUES = [None, True, False, 0, 1, -1, 3, 64, 2**31, 2**63, 2**64 + 1, -(2**63),
+               10**30, 0.5, -1e308, "", "x", "nan", "tensor", "ndarray", "npscalar", "bigint",
+               "tuple", "dict", "int", "float32", "int64", "object", "cpu:0", "nowhere:9",
+               "-ff", "ff", [], [1] * 70, [2**40, 2**40], [-1], [0.5], {}, {"t": "tensor"},
+               {"t": "tensor", "i": 0}, {"t": "npscalar", "i": 4}, {"t": "ndarray", "i": 99},
+               {"t": "tuple", "v": [{"t": "tensor", "i": 1}]},
+               {"t": "tuple", "v": [{"t": "list", "v": []}]},
+               {"t": "bigint", "v": "-1f"}, {"t": "bigint", "v": 5}, {"t": "int", "v": 1.5},
+               {"t": "dict", "k": [{"t": "int", "v": 1}], "v": []},
+               {"t": "dict", "k": [{"t": "dict", "k": [], "v": []}], "v": [{"t": "none"}]},
+               {"t": "bytes", "v": "!!"}, {"t": "bytes", "v": "\u00e9"},
+               {"t": "float", "v": "Infinity"}]
+
+
+def _slots(node, out):
+    """Every (container, key) place of a JSON tree."""
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for k, v in list(items):
+        out.append((node, k))
+        if isinstance(v, (dict, list)):
+            _slots(v, out)
+    return out
+
+
+def _mutate(desc, draw_index, draw_value) -> None:
+    slots = _slots(desc, [])
+    container, key = slots[draw_index(len(slots))]
+    choice = draw_value(len(_ODD_VALUES) + 2)
+    if choice == len(_ODD_VALUES):
+        del container[key]                                   # a missing field
+    elif choice == len(_ODD_VALUES) + 1 and isinstance(container[key], list):
+        container[key].append(json.loads(json.dumps(container[key][:1])))  # an extra item
+    else:
+        container[key] = json.loads(json.dumps(_ODD_VALUES[min(choice, len(_ODD_VALUES) - 1)]))
+
+
+def test_fuzz_description_structure_with_valid_checksums(tmp_path):
+    """Fields replaced by values of the wrong type, size or meaning, removed,
+    or duplicated, with valid checksums: CheckpointError or a load."""
+    good = _rich_checkpoint(tmp_path / "good.ckpt")
+    bad = tmp_path / "bad.ckpt"
+    rng = np.random.default_rng(7)
+    for _ in range(1200):
+        desc = _description(good)
+        for _ in range(int(rng.integers(1, 4))):
+            _mutate(desc, lambda n: int(rng.integers(n)), lambda n: int(rng.integers(n)))
+        bad.write_bytes(_with_description(good, json.dumps(desc).encode()))
+        _loads_or_checkpoint_error(bad)
+
+
+@hypothesis.settings(max_examples=200, deadline=None, derandomize=True,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(st.data())
+def test_fuzz_description_property(tmp_path, data):
+    good = _rich_checkpoint(tmp_path / "good.ckpt")
+    desc = _description(good)
+    for _ in range(data.draw(st.integers(1, 3))):
+        _mutate(desc, lambda n: data.draw(st.integers(0, n - 1)),
+                lambda n: data.draw(st.integers(0, n - 1)))
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(_with_description(good, json.dumps(desc).encode()))
+    _loads_or_checkpoint_error(bad)

@@ -18,6 +18,7 @@ import base64
 import json
 import math
 import os
+import re
 import struct
 import sys
 import zlib
@@ -50,6 +51,15 @@ _CHUNK = 1 << 24                     # read/write granularity for large buffers
 _TENSOR_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16",
                   "bfloat16", "float32", "float64")
 _ARRAY_DTYPES = _TENSOR_DTYPES + ("uint16", "uint32", "uint64", "complex64", "complex128")
+_GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")   # may require gradients
+_MAX_NDIM = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+_MAX_BYTES = (1 << 63) - 1          # the most one buffer can span (NumPy's intp)
+
+# Ints in this range are JSON numbers; larger ones are "bigint" nodes holding
+# hexadecimal digits, which convert in linear time and are not subject to
+# Python's limit on decimal conversions (sys.get_int_max_str_digits).
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
+_HEX_INT = re.compile(r"-?[0-9a-f]+")
 
 MapLocation = None | str | Device | Mapping | Callable
 
@@ -113,10 +123,33 @@ def _path_str(where: list) -> str:
     return "obj" + "".join(where)
 
 
+def _key_repr(key: Any, limit: int | None = 60) -> str:
+    """``repr(key)`` for messages and paths: short, and safe for ints too
+    large to print in decimal."""
+    if isinstance(key, int) and not isinstance(key, bool) and key.bit_length() > 64:
+        text = f"<int of {key.bit_length()} bits>"
+    elif type(key) is tuple:
+        inner = ", ".join(_key_repr(k, limit) for k in key)
+        text = f"({inner},)" if len(key) == 1 else f"({inner})"
+    else:
+        try:
+            text = repr(key)
+        except Exception:   # a broken __repr__ must not hide the real error
+            text = f"<{type(key).__qualname__}>"
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _int_node(value: int) -> dict:
+    if _INT_MIN <= value <= _INT_MAX:
+        return {"t": "int", "v": value}
+    return {"t": "bigint", "v": format(value, "x")}
+
+
 class _Encoder:
     """Turns an object tree into a JSON-able description plus buffers."""
 
-    def __init__(self):
+    def __init__(self, path: str):
+        self.path = path
         self.Tensor = _tensor_type()
         self.blobs: list[_Blob] = []
         self._by_id: dict[int, int] = {}   # id(tensor or array) -> blob index
@@ -127,7 +160,11 @@ class _Encoder:
             f"save: cannot store {what} of type {type(obj).__module__}."
             f"{type(obj).__qualname__} at {_path_str(where)}; a checkpoint holds dicts, "
             f"lists, tuples, None, bool, int, float, str, bytes, tensors, NumPy arrays "
-            f"and NumPy scalars")
+            f"and NumPy scalars{self.untouched()}")
+
+    def untouched(self) -> str:
+        """The end of every save error message."""
+        return f" (nothing was written: {self.path!r} is left as it was)"
 
     def scalar(self, obj, where: list) -> dict | None:
         """The node of a plain scalar, or None if ``obj`` is not one."""
@@ -136,7 +173,7 @@ class _Encoder:
         if isinstance(obj, bool):
             return {"t": "bool", "v": bool(obj)}
         if isinstance(obj, int):
-            return {"t": "int", "v": int(obj)}
+            return _int_node(int(obj))
         if isinstance(obj, float):
             v = float(obj)
             return {"t": "float", "v": v if math.isfinite(v) else repr(v)}
@@ -146,17 +183,28 @@ class _Encoder:
             return {"t": "bytes", "v": base64.b64encode(bytes(obj)).decode("ascii")}
         return None
 
-    def key(self, key, where: list) -> dict:
+    def key(self, key, where: list, whole=None) -> dict:
+        """The node of a dict key; ``whole`` is the key that holds ``key``."""
+        whole = key if whole is None else whole
         if isinstance(key, np.generic) and key.dtype.kind in "biuf":
             key = key.item()    # NumPy scalar keys load as Python scalars
         node = self.scalar(key, where)
         if node is not None and node["t"] != "bytes":
             return node
         if isinstance(key, tuple):
-            return {"t": "tuple", "v": [self.key(k, where) for k in key]}
+            return {"t": "tuple", "v": [self.key(k, where, whole) for k in key]}
+        inside = "" if key is whole else f" inside the key {_key_repr(whole)}"
+        if isinstance(key, (self.Tensor, np.ndarray)):
+            what = "a tensor" if isinstance(key, self.Tensor) else "a NumPy array"
+            raise TypeError(f"save: cannot store a dict key holding {what}{inside} in the "
+                            f"dict at {_path_str(where)}: it hashes by identity, so no "
+                            f"object would find that entry after loading; key by name or "
+                            f"index instead (keys may be None, bool, int, float, str or "
+                            f"tuples of these){self.untouched()}")
         raise TypeError(f"save: cannot store a dict key of type {type(key).__qualname__} "
-                        f"({key!r:.60}) in the dict at {_path_str(where)}; keys may be None, "
-                        f"bool, int, float, str or tuples of these")
+                        f"({_key_repr(key)}){inside} in the dict at {_path_str(where)}; keys "
+                        f"may be None, bool, int, float, str or tuples of these"
+                        f"{self.untouched()}")
 
     def blob(self, obj, kind: str, dtype: str, shape, itemsize: int, extra: dict) -> dict:
         idx = self._by_id.get(id(obj))
@@ -182,7 +230,7 @@ class _Encoder:
             if name not in _ARRAY_DTYPES:
                 raise TypeError(f"save: cannot store a NumPy {'array' if obj.ndim else 'scalar'} "
                                 f"of dtype {dt} at {_path_str(where)}; supported dtypes: "
-                                f"{', '.join(_ARRAY_DTYPES)}")
+                                f"{', '.join(_ARRAY_DTYPES)}{self.untouched()}")
             if isinstance(obj, np.generic):
                 # Scalars are immutable and often interned: never share them.
                 b = _Blob(obj, "npscalar", name, (), dt.itemsize, {})
@@ -192,14 +240,15 @@ class _Encoder:
         if isinstance(obj, (dict, list, tuple)):
             if id(obj) in self._stack:
                 raise ValueError(f"save: the object contains itself at {_path_str(where)} "
-                                 f"(a reference cycle); checkpoints hold trees")
+                                 f"(a reference cycle); checkpoints hold trees"
+                                 f"{self.untouched()}")
             self._stack.add(id(obj))
             try:
                 if isinstance(obj, dict):
                     keys, values = [], []
                     for k, v in obj.items():
                         keys.append(self.key(k, where))
-                        values.append(self.encode(v, where + [f"[{k!r}]"]))
+                        values.append(self.encode(v, where + [f"[{_key_repr(k, None)}]"]))
                     return {"t": "dict", "k": keys, "v": values}
                 kind = "tuple" if isinstance(obj, tuple) else "list"
                 return {"t": kind,
@@ -215,8 +264,9 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     Parameters
     ----------
     obj : object
-        Dicts (keys: None, bool, int, float, str or tuples of these), lists,
-        tuples, None, bool, int, float, str, bytes, :class:`Tensor`,
+        Dicts (keys: None, bool, int, float, str or tuples of these, nested;
+        never tensors or arrays), lists, tuples, None, bool, int (any size),
+        float, str, bytes, :class:`Tensor`,
         ``numpy.ndarray`` and NumPy scalars, nested freely. Dict subclasses
         (``OrderedDict``, ``defaultdict``) load as ``dict`` and tuple
         subclasses as ``tuple``. A tensor or array that appears several
@@ -231,12 +281,14 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     Raises
     ------
     TypeError
-        If the tree holds an unsupported object; the message names where it
-        is (e.g. ``obj['optimizer']['state'][0]['step']``).
+        If the tree holds an unsupported object or a dict key that is not
+        allowed (one holding a tensor, even inside a tuple); the message
+        names where it is (e.g. ``obj['optimizer']['state'][0]['step']``)
+        and the file, which is left as it was.
     ValueError
         If the tree contains itself.
     """
-    enc = _Encoder()
+    enc = _Encoder(os.fspath(path))
     root = enc.encode(obj, [])
     offset = 0
     for b in enc.blobs:
@@ -394,14 +446,33 @@ def _check_spec(i: int, s, data_len: int, bad) -> None:
     if dtype not in allowed:
         raise bad(f"buffer {i} has unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise bad(f"buffer {i} has an invalid shape {shape!r}")
+        raise bad(f"buffer {i} has an invalid shape {_key_repr(shape)}")
+    if len(shape) > _MAX_NDIM:
+        raise bad(f"buffer {i} has {len(shape)} dimensions; at most {_MAX_NDIM} are "
+                  f"supported")
+    itemsize = _np_dtype(dtype).itemsize
+    if math.prod(d for d in shape if d) * itemsize > _MAX_BYTES:
+        raise bad(f"buffer {i} has an impossible shape {_key_repr(shape)}")
     if kind == "npscalar" and shape:
         raise bad(f"buffer {i} is a scalar with shape {shape}")
     for field in ("offset", "nbytes"):
         if type(s.get(field)) is not int or s[field] < 0:
             raise bad(f"buffer {i} has an invalid {field}")
-    if s["nbytes"] != math.prod(shape) * _np_dtype(dtype).itemsize:
+    if s["nbytes"] != math.prod(shape) * itemsize:
         raise bad(f"buffer {i}: {s['nbytes']} bytes do not hold {dtype}{shape}")
+    if kind == "tensor":
+        device = s.get("device", "cpu:0")
+        try:
+            Device.parse(device if isinstance(device, str) else None)
+        except (TypeError, ValueError):
+            raise bad(f"buffer {i} has an invalid device {_key_repr(device)}") from None
+        grad = s.get("requires_grad", False)
+        if not isinstance(grad, bool):
+            raise bad(f"buffer {i} has an invalid requires_grad {_key_repr(grad)}")
+        if grad and dtype not in _GRAD_DTYPES:
+            raise bad(f"buffer {i} is a {dtype} tensor marked requires_grad; only "
+                      f"floating-point tensors ({', '.join(_GRAD_DTYPES)}) can require "
+                      f"gradients")
     if s["offset"] % ALIGN or s["offset"] + s["nbytes"] > data_len:
         raise bad(f"buffer {i} (offset {s['offset']}, {s['nbytes']} bytes) is misaligned or "
                   f"lies beyond the {data_len}-byte data section")
@@ -430,7 +501,8 @@ def _placer(map_location: MapLocation, error: Callable[[str], CheckpointError]):
         if target == "cpu:0":
             return t
         try:
-            return t.to(target)
+            # A Device, not a string: Tensor.to reads "int" or "float32" as a dtype.
+            return t.to(Device.parse(target))
         except Exception as e:
             raise error(f"the tensor at {where} was saved on '{saved}' and cannot be "
                         f"placed on '{target}' ({type(e).__name__}: {e}); pass "
@@ -464,6 +536,8 @@ def load(path: str | os.PathLike, map_location: MapLocation = None) -> Any:
         If the file is not a checkpoint, is truncated or corrupt (checksum
         mismatch), is malformed, or comes from a newer format version; the
         message names the file and what is wrong. Also a ``ValueError``.
+        Whatever the bytes of the file, no other exception is raised for
+        them (a ``map_location`` callable may raise its own).
     FileNotFoundError
         If ``path`` does not exist.
     """
@@ -485,7 +559,7 @@ def load(path: str | os.PathLike, map_location: MapLocation = None) -> Any:
         raise bad("the tree is nested too deeply") from None
 
 
-_KEY_NODES = ("none", "bool", "int", "float", "str", "tuple")
+_SCALAR_KEY_NODES = ("none", "bool", "int", "bigint", "float", "str")
 
 
 class _Decoder:
@@ -508,24 +582,39 @@ class _Decoder:
                            f"{s['kind']} buffer")
         if i in self.objects:
             return self.objects[i]
-        dt = _np_dtype(s["dtype"])
-        if sys.byteorder == "big" and dt.byteorder != "|":
-            arr = self.raw[i].view(dt.newbyteorder("<")).astype(dt)
-        else:
-            arr = self.raw[i].view(dt)
-        arr = arr.reshape(s["shape"])
-        if s["kind"] == "npscalar":
-            obj = arr[()]
-        elif s["kind"] == "ndarray":
-            obj = arr
-        else:
-            from ._tensor import from_numpy
-            obj = self.place(from_numpy(arr), str(s.get("device", "cpu:0")),
-                             _path_str(where))
+        try:
+            dt = _np_dtype(s["dtype"])
+            if sys.byteorder == "big" and dt.byteorder != "|":
+                arr = self.raw[i].view(dt.newbyteorder("<")).astype(dt)
+            else:
+                arr = self.raw[i].view(dt)
+            arr = arr.reshape(s["shape"])
+            if s["kind"] == "npscalar":
+                obj = arr[()]
+            elif s["kind"] == "ndarray":
+                obj = arr
+            else:
+                from ._tensor import from_numpy
+                obj = from_numpy(arr)
+        except Exception as e:   # _check_spec's checks should make this unreachable
+            raise self.bad(f"buffer {i} at {_path_str(where)} cannot be built "
+                           f"({type(e).__name__}: {e})") from e
+        if s["kind"] == "tensor":
+            obj = self.place(obj, s.get("device", "cpu:0"), _path_str(where))
             if s.get("requires_grad"):
                 obj.requires_grad = True
         self.objects[i] = obj
         return obj
+
+    def key(self, node, where: list):
+        """A dict key: a scalar or a tuple of keys, never a tensor."""
+        if isinstance(node, dict) and node.get("t") == "tuple" and isinstance(node.get("v"),
+                                                                              list):
+            return tuple(self.key(k, where) for k in node["v"])
+        if not isinstance(node, dict) or node.get("t") not in _SCALAR_KEY_NODES:
+            raise self.bad(f"invalid dict key at {_path_str(where)} (keys are None, bool, "
+                           f"int, float, str or tuples of these)")
+        return self.decode(node, where)
 
     def decode(self, node, where: list):
         if not isinstance(node, dict) or not isinstance(node.get("t"), str):
@@ -538,6 +627,8 @@ class _Decoder:
             return v
         if t == "int" and type(v) is int:
             return v
+        if t == "bigint" and isinstance(v, str) and _HEX_INT.fullmatch(v):
+            return int(v, 16)
         if t == "float":
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 return float(v)
@@ -560,14 +651,8 @@ class _Decoder:
                                f"{len(v)} values")
             out = {}
             for kn, vn in zip(keys, v):
-                if not isinstance(kn, dict) or kn.get("t") not in _KEY_NODES:
-                    raise self.bad(f"invalid dict key at {_path_str(where)}")
-                k = self.decode(kn, where)
-                try:
-                    hash(k)
-                except TypeError:
-                    raise self.bad(f"unhashable dict key at {_path_str(where)}") from None
-                out[k] = self.decode(vn, where + [f"[{k!r}]"])
+                k = self.key(kn, where)
+                out[k] = self.decode(vn, where + [f"[{_key_repr(k, None)}]"])
             return out
         elif t in ("tensor", "ndarray", "npscalar"):
             return self.buffer(node, where)

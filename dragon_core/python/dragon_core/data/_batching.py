@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from ._signals import hold_sigint
+
 if TYPE_CHECKING:
     from ._workers import WorkerPool
 
@@ -41,18 +43,22 @@ class _WorkerBatches:
               queue_size: int) -> Iterator[tuple[int, Any]]:
         """``(index, example)`` pairs of ``indices``, in order: in this process
         without readers, else from the worker pool (started if needed)."""
-        # _workers (and multiprocessing) load on first use, not with dragon_core.
-        from ._workers import WorkerPool, in_process
-
         name = type(self).__name__
         if num_readers == 0:
+            from ._workers import in_process
             return in_process(data, transform, self.seed, epoch, indices, name)
         if self._pool is None or self._pool.closed:
-            self._pool = WorkerPool(
-                data, transform, num_readers=num_readers,
-                num_transformers=num_transformers, seed=self.seed,
-                queue_size=queue_size, prefetch=self.prefetch,
-                start_method=self.start_method, timeout=self.timeout, name=name)
+            # A Ctrl-C waits until the workers have started (or failed to):
+            # never a half-started worker or a half-imported multiprocessing.
+            with hold_sigint():
+                # _workers (and multiprocessing) load on first use, not with
+                # dragon_core.
+                from ._workers import WorkerPool
+                self._pool = WorkerPool(
+                    data, transform, num_readers=num_readers,
+                    num_transformers=num_transformers, seed=self.seed,
+                    queue_size=queue_size, prefetch=self.prefetch,
+                    start_method=self.start_method, timeout=self.timeout, name=name)
         return self._pool.run(epoch, indices)
 
     def _batched(self, examples: Iterator[tuple[int, Any]]) -> Iterator[Any]:

@@ -16,6 +16,8 @@ file cannot execute code. Layout (little-endian; see ``docs/data.md``)::
 
 from __future__ import annotations
 
+import math
+import re
 import struct
 from typing import Any
 
@@ -29,6 +31,8 @@ _BYTES, _STR, _INT, _FLOAT, _BOOL, _ARRAY = range(6)
 _U8, _U16, _U32, _U64 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<I"), \
     struct.Struct("<Q")
 _I64, _F64 = struct.Struct("<q"), struct.Struct("<d")
+_MAX_NDIM = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+_MAX_DIM = (1 << 63) - 1
 
 
 def encode_example(example: dict[str, Any]) -> bytes:
@@ -82,8 +86,8 @@ def _encode_value(name: str, value: Any) -> list[bytes]:
         if arr.dtype.hasobject:
             raise TypeError(f"field {name!r}: object arrays cannot be encoded")
         dt = arr.dtype.str.encode("ascii")
-        if arr.ndim > 255 or len(dt) > 255:
-            raise ValueError(f"field {name!r}: array rank or dtype unsupported")
+        if arr.dtype.itemsize == 0 or not _DTYPE_STR.fullmatch(arr.dtype.str):
+            raise TypeError(f"field {name!r}: arrays of dtype {arr.dtype} cannot be encoded")
         return [_U8.pack(_ARRAY), _U8.pack(len(dt)), dt, _U8.pack(arr.ndim),
                 struct.pack(f"<{arr.ndim}Q", *arr.shape), arr.tobytes()]
     raise TypeError(f"field {name!r}: cannot encode a {type(value).__name__} "
@@ -96,68 +100,138 @@ def decode_example(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     Arrays come back as fresh, writable, aligned NumPy arrays with their
     original dtype and shape; NumPy scalars come back as 0-d arrays.
 
+    Parameters
+    ----------
+    payload : bytes, bytearray or memoryview
+        One encoded example (a record's payload).
+
+    Returns
+    -------
+    dict of str to value
+        The fields, in the order they were encoded.
+
     Raises
     ------
     RecordError
-        The payload is not a valid encoded example.
+        The payload is not a valid encoded example: truncated, corrupt, or
+        not an example at all. Whatever the bytes, no other exception is
+        raised for them.
+    TypeError
+        ``payload`` is not a bytes-like object.
     """
     buf = memoryview(payload).cast("B")
     try:
-        return _decode(buf)
-    except (struct.error, ValueError, TypeError, UnicodeDecodeError) as exc:
-        if isinstance(exc, RecordError):
-            raise
+        return _decode(_Cursor(buf))
+    except RecordError:
+        raise
+    except (struct.error, ValueError, TypeError, OverflowError, IndexError) as exc:
+        # Every check is explicit in _decode; this only keeps the documented
+        # contract should NumPy refuse something those checks let through.
         raise RecordError(f"malformed example: {exc}") from exc
 
 
-def _decode(buf: memoryview) -> dict[str, Any]:
-    if bytes(buf[:4]) != EXAMPLE_MAGIC:
+# What ``dtype.str`` gives for the dtypes an array can be encoded with: byte
+# order, kind, item size, and a unit for datetimes and timedeltas.
+_DTYPE_STR = re.compile(r"[<>|=](?:[biufcSUV][0-9]{1,9}|[Mm]8(?:\[[0-9]{0,9}[a-zA-Z]{1,3}\])?)")
+
+
+class _Cursor:
+    """Reads little-endian fields from a payload, refusing to run past its end."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview):
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> memoryview:
+        if n > len(self.buf) - self.pos:
+            raise RecordError(f"malformed example: truncated ({what} needs {n} bytes at "
+                              f"offset {self.pos}, {len(self.buf) - self.pos} left)")
+        view = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    def unpack(self, fmt: struct.Struct, what: str) -> Any:
+        return fmt.unpack(self.take(fmt.size, what))[0]
+
+
+def _decode(cur: _Cursor) -> dict[str, Any]:
+    if bytes(cur.buf[:4]) != EXAMPLE_MAGIC:
         raise RecordError("not an encoded example (bad magic; was it written with "
                           "write_example / encode_example?)")
-    version = buf[4]
+    cur.pos = 4
+    version = cur.unpack(_U8, "the version")
     if version > EXAMPLE_VERSION:
         raise RecordError(f"example encoding version {version} is newer than this reader")
-    (count,) = _U32.unpack_from(buf, 5)
-    pos = 9
+    if version < 1:
+        raise RecordError(f"malformed example: invalid encoding version {version}")
+    count = cur.unpack(_U32, "the field count")
     out: dict[str, Any] = {}
-    for _ in range(count):
-        (klen,) = _U16.unpack_from(buf, pos)
-        pos += 2
-        name = bytes(buf[pos:pos + klen]).decode("utf-8")
-        pos += klen
-        kind = buf[pos]
-        pos += 1
-        if kind in (_BYTES, _STR):
-            (n,) = _U64.unpack_from(buf, pos)
-            pos += 8
-            if pos + n > len(buf):
-                raise ValueError(f"field {name!r} runs past the end")
-            data = bytes(buf[pos:pos + n])
-            pos += n
-            out[name] = data if kind == _BYTES else data.decode("utf-8")
-        elif kind == _INT:
-            (out[name],) = _I64.unpack_from(buf, pos)
-            pos += 8
-        elif kind == _FLOAT:
-            (out[name],) = _F64.unpack_from(buf, pos)
-            pos += 8
-        elif kind == _BOOL:
-            out[name] = bool(buf[pos])
-            pos += 1
-        elif kind == _ARRAY:
-            dlen = buf[pos]
-            dtype = np.dtype(bytes(buf[pos + 1:pos + 1 + dlen]).decode("ascii"))
-            pos += 1 + dlen
-            ndim = buf[pos]
-            shape = struct.unpack_from(f"<{ndim}Q", buf, pos + 1)
-            pos += 1 + 8 * ndim
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            if pos + nbytes > len(buf):
-                raise ValueError(f"field {name!r} runs past the end")
-            out[name] = np.frombuffer(buf[pos:pos + nbytes], dtype=dtype).reshape(shape).copy()
-            pos += nbytes
-        else:
-            raise ValueError(f"field {name!r} has unknown kind {kind}")
-    if pos != len(buf):
-        raise ValueError(f"{len(buf) - pos} trailing bytes")
+    for i in range(count):
+        klen = cur.unpack(_U16, f"the name length of field {i}")
+        try:
+            name = bytes(cur.take(klen, f"the name of field {i}")).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordError(f"malformed example: the name of field {i} is not "
+                              "UTF-8") from None
+        if name in out:
+            raise RecordError(f"malformed example: field {name!r} appears twice")
+        out[name] = _decode_value(cur, name)
+    if cur.pos != len(cur.buf):
+        raise RecordError(f"malformed example: {len(cur.buf) - cur.pos} trailing bytes")
     return out
+
+
+def _decode_value(cur: _Cursor, name: str) -> Any:
+    kind = cur.unpack(_U8, f"the kind of field {name!r}")
+    if kind in (_BYTES, _STR):
+        n = cur.unpack(_U64, f"the length of field {name!r}")
+        data = bytes(cur.take(n, f"field {name!r}"))
+        if kind == _BYTES:
+            return data
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordError(f"malformed example: field {name!r} is not UTF-8") from None
+    if kind == _INT:
+        return cur.unpack(_I64, f"field {name!r}")
+    if kind == _FLOAT:
+        return cur.unpack(_F64, f"field {name!r}")
+    if kind == _BOOL:
+        value = cur.unpack(_U8, f"field {name!r}")
+        if value > 1:
+            raise RecordError(f"malformed example: bool field {name!r} holds {value}")
+        return bool(value)
+    if kind == _ARRAY:
+        return _decode_array(cur, name)
+    raise RecordError(f"malformed example: field {name!r} has unknown kind {kind}")
+
+
+def _decode_array(cur: _Cursor, name: str) -> np.ndarray:
+    dlen = cur.unpack(_U8, f"the dtype length of field {name!r}")
+    text = bytes(cur.take(dlen, f"the dtype of field {name!r}"))
+    if not _DTYPE_STR.fullmatch(text.decode("latin-1")):
+        raise RecordError(f"malformed example: field {name!r} has an invalid dtype {text!r}")
+    try:
+        dtype = np.dtype(text.decode("ascii"))
+    except TypeError:      # e.g. a datetime unit NumPy does not know
+        raise RecordError(f"malformed example: field {name!r} has an invalid dtype "
+                          f"{text!r}") from None
+    if dtype.itemsize == 0 or dtype.hasobject:
+        raise RecordError(f"malformed example: field {name!r} has an invalid dtype {text!r}")
+    ndim = cur.unpack(_U8, f"the rank of field {name!r}")
+    if ndim > _MAX_NDIM:
+        raise RecordError(f"malformed example: field {name!r} has {ndim} dimensions "
+                          f"(NumPy supports {_MAX_NDIM})")
+    shape = struct.unpack(f"<{ndim}Q", cur.take(8 * ndim, f"the shape of field {name!r}"))
+    count = math.prod(shape)
+    if max(shape, default=0) > _MAX_DIM or count * dtype.itemsize > len(cur.buf):
+        raise RecordError(f"malformed example: field {name!r} of shape {shape} and dtype "
+                          f"{dtype} does not fit in the {len(cur.buf)}-byte payload")
+    data = cur.take(count * dtype.itemsize, f"the data of field {name!r}")
+    try:
+        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    except ValueError as exc:       # e.g. "array is too big" for (2**62, 2**62, 0)
+        raise RecordError(f"malformed example: field {name!r} of shape {shape} cannot be "
+                          f"built ({exc})") from None

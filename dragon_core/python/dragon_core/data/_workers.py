@@ -21,6 +21,23 @@ Topology::
 - Workers ignore SIGINT (Ctrl-C goes to the whole process group; the main
   process handles it and shuts the workers down), run a watchdog thread that
   exits the process when the main process dies, and are daemonic.
+- The main process never changes its own SIGINT disposition, not even for
+  an instant: a Ctrl-C may be delivered to any of its threads (a BLAS or
+  OpenMP worker, a queue feeder), and Python's handler, run in whichever
+  thread, always raises KeyboardInterrupt in the main thread. Only the
+  thread that starts a worker blocks SIGINT, for the duration of the start,
+  so that the child (which inherits that thread's mask through fork, exec
+  and a fork server started then) cannot be interrupted before it installs
+  SIG_IGN; a Ctrl-C meanwhile goes to another thread, or stays pending
+  until the mask is restored.
+- A KeyboardInterrupt is raised between two bytecodes, possibly inside
+  multiprocessing's own code. Where that would leave a lock held (putting
+  a task starts and feeds the queue's feeder thread under a lock that its
+  close, and interpreter exit, wait for) or a worker half-started, the
+  main thread holds Ctrl-C for those few microseconds (``hold_sigint``).
+  Where it would only tear the stream (half a message read from the
+  output queue), the interrupted iteration closes the pool: the next one
+  starts fresh workers.
 - Shutdown (``close()``, garbage collection, interpreter exit via
   ``weakref.finalize``) sets a stop event, joins with a deadline, then
   terminates and finally kills stragglers.
@@ -43,6 +60,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ._errors import DataError, DataTimeoutError, WorkerError
+from ._signals import hold_sigint
 
 POLL = 0.1                 # seconds between liveness checks on blocking queue ops
 _GROUP = 8                 # positions per task
@@ -106,8 +124,10 @@ def _watchdog(ppid: int) -> None:
 
 def _worker_main(stage: str, worker_id: int, source: Any, transform: Callable | None,
                  seed: int, in_q: Any, out_q: Any, stop: Any, generation: Any) -> None:
+    # Ignore first, then unblock: a Ctrl-C that arrived while the start
+    # blocked it (see _start_blocking_sigint) is discarded, not raised here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # inherited from a fork
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=_watchdog, args=(os.getppid(),), daemon=True,
                      name="dragon-data-watchdog").start()
     out_q.cancel_join_thread()  # never block exit on items nobody will read
@@ -208,8 +228,14 @@ def _shutdown(procs: list, queues: list, stop: Any, join_timeout: float) -> None
 
     The queues are released first: a feeder thread blocked on a full pipe
     must never be joined at interpreter exit (that would hang the exit after
-    a Ctrl-C), whatever happens to the workers below.
+    a Ctrl-C), whatever happens to the workers below. A Ctrl-C during the
+    shutdown is raised when it is complete (a second one at once).
     """
+    with hold_sigint():
+        _stop_workers(procs, queues, stop, join_timeout)
+
+
+def _stop_workers(procs: list, queues: list, stop: Any, join_timeout: float) -> None:
     for q in queues:
         try:
             q.cancel_join_thread()
@@ -309,14 +335,18 @@ class WorkerPool:
         self._stages: list[tuple[str, int]] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, queues,
                                            self._stop, 2.0)
-        for stage, wid, src, fn, in_q, out_q in stages:
-            p = ctx.Process(target=_worker_main, daemon=True,
-                            name=f"dragon-data-{stage}-{wid}",
-                            args=(stage, wid, src, fn, seed, in_q, out_q, self._stop,
-                                  self._generation))
-            self._procs.append(p)
-            self._stages.append((stage, wid))
-            _start_ignoring_sigint(p)
+        try:
+            for stage, wid, src, fn, in_q, out_q in stages:
+                p = ctx.Process(target=_worker_main, daemon=True,
+                                name=f"dragon-data-{stage}-{wid}",
+                                args=(stage, wid, src, fn, seed, in_q, out_q, self._stop,
+                                      self._generation))
+                self._procs.append(p)
+                self._stages.append((stage, wid))
+                _start_blocking_sigint(p)
+        except BaseException:       # a Ctrl-C (or a failed start) half-way: reap now
+            self.close()
+            raise
         self._num_readers = num_readers
 
     @property
@@ -355,17 +385,29 @@ class WorkerPool:
         self._generation.value = gen
         try:
             yield from self._drive(gen, epoch, indices)
+        except (GeneratorExit, DataError):
+            raise                                   # raised where the queues are consistent
+        except BaseException as exc:
+            # A KeyboardInterrupt (or another exception from a signal handler)
+            # may have landed inside a queue read, leaving half a message in
+            # the pipe: these workers cannot be trusted any more.
+            self._broken = f"an iteration was interrupted by {type(exc).__name__}"
+            self.close()
+            raise
         finally:
             if self._generation.value == gen:
                 self._generation.value = -1         # workers drop the rest
 
-    def _drive(self, gen: int, epoch: int, indices: np.ndarray) -> Iterator[tuple[int, Any]]:
+    def _issue(self, gen: int, epoch: int, indices: np.ndarray, issued: int,
+               next_pos: int) -> int:
+        """Queue tasks up to ``prefetch`` positions ahead; return the new ``issued``.
+
+        Ctrl-C is held meanwhile: interrupted inside ``Queue.put``, the main
+        thread would keep the lock that the queue's feeder thread, its
+        ``close()`` and interpreter exit all wait for.
+        """
         n = len(indices)
-        ready: dict[int, tuple[int, Any]] = {}
-        issued = 0
-        next_pos = 0
-        last_progress = time.monotonic()
-        while next_pos < n:
+        with hold_sigint():
             while issued < n and issued < next_pos + self._prefetch:
                 stop = min(n, issued + _GROUP, next_pos + self._prefetch)
                 task = ("task", gen, epoch, np.arange(issued, stop), indices[issued:stop])
@@ -374,6 +416,17 @@ class WorkerPool:
                 except queue.Full:
                     break
                 issued = stop
+        return issued
+
+    def _drive(self, gen: int, epoch: int, indices: np.ndarray) -> Iterator[tuple[int, Any]]:
+        n = len(indices)
+        ready: dict[int, tuple[int, Any]] = {}
+        issued = 0
+        next_pos = 0
+        last_progress = time.monotonic()
+        while next_pos < n:
+            if issued < n and issued < next_pos + self._prefetch:
+                issued = self._issue(gen, epoch, indices, issued, next_pos)
             if next_pos in ready:
                 yield ready.pop(next_pos)
                 next_pos += 1
@@ -408,23 +461,22 @@ class WorkerPool:
             ready[pos] = (index, example)
 
 
-def _start_ignoring_sigint(process: Any) -> None:
-    """Start ``process`` with SIGINT ignored, so that a Ctrl-C arriving while it
-    boots cannot kill it before it installs its own handler (spawn/exec
-    keeps an ignored disposition)."""
-    if threading.current_thread() is not threading.main_thread():
-        process.start()
-        return
-    # Block first: a Ctrl-C that arrives while the child starts stays pending
-    # and reaches this process once its own handler is back, instead of being
-    # dropped by the temporary SIG_IGN.
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _start_blocking_sigint(process: Any) -> None:
+    """Start ``process`` with SIGINT blocked in the calling thread only.
+
+    The child inherits the blocked mask (``fork`` copies the calling
+    thread's mask, ``spawn`` keeps it across ``exec``, and so does a fork
+    server that this start launches), so a Ctrl-C cannot interrupt it
+    before :func:`_worker_main` makes it ignore SIGINT. The disposition of
+    SIGINT in this process is never touched: a Ctrl-C arriving meanwhile
+    is taken by another thread and still raises KeyboardInterrupt in the
+    main thread, or stays pending here until the mask is restored.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         process.start()
     finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def in_process(source: Any, transform: Callable | None, seed: int, epoch: int,

@@ -306,3 +306,20 @@ def test_reader_pickles_by_path(three):
     assert r[2] == b"gamma" * 10 and r.path == str(three)
     err = pickle.loads(pickle.dumps(RecordError("boom", path="f", index=3)))
     assert isinstance(err, RecordError) and err.index == 3 and str(err) == "f, record 3: boom"
+
+
+def test_bfloat16_arrays_round_trip_as_bfloat16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    arr = np.array([[1.5, -2.0], [3.25, 0.0]], dtype=ml_dtypes.bfloat16)
+    out = dg.data.decode_example(dg.data.encode_example(
+        {"x": arr, "t": dg.tensor(arr), "v": np.zeros(2, "V2")}))
+    assert out["x"].dtype == ml_dtypes.bfloat16 and out["t"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out["x"].astype(np.float32), arr.astype(np.float32))
+    np.testing.assert_array_equal(out["t"].astype(np.float32), arr.astype(np.float32))
+    assert out["v"].dtype == np.dtype("V2")      # a plain void stays a void
+
+
+def test_other_extension_dtypes_are_refused_not_stored_as_void():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with pytest.raises(TypeError, match="cannot be encoded"):
+        dg.data.encode_example({"x": np.zeros(2, ml_dtypes.float8_e4m3fn)})

@@ -11,7 +11,8 @@ file cannot execute code. Layout (little-endian; see ``docs/data.md``)::
       kind 3 float   f64
       kind 4 bool    u8
       kind 5 array   u8 dtype-string length | dtype string (numpy ``dtype.str``,
-                     e.g. "<f4") | u8 ndim | u64 shape[ndim] | C-order data
+                     e.g. "<f4", or the name "bfloat16") | u8 ndim |
+                     u64 shape[ndim] | C-order data
 """
 
 from __future__ import annotations
@@ -85,8 +86,16 @@ def _encode_value(name: str, value: Any) -> list[bytes]:
         arr = np.asarray(value)          # tobytes() below writes C order
         if arr.dtype.hasobject:
             raise TypeError(f"field {name!r}: object arrays cannot be encoded")
-        dt = arr.dtype.str.encode("ascii")
-        if arr.dtype.itemsize == 0 or not _DTYPE_STR.fullmatch(arr.dtype.str):
+        if arr.dtype.kind == "V" and arr.dtype.type is not np.void:
+            # An extension dtype (ml_dtypes) whose ``str`` is a bare "<V2":
+            # stored by name, or it would come back as raw void items.
+            if arr.dtype.name not in _NAMED_DTYPES:
+                raise TypeError(f"field {name!r}: arrays of dtype {arr.dtype} cannot be encoded")
+            dt = arr.dtype.name.encode("ascii")
+        else:
+            dt = arr.dtype.str.encode("ascii")
+        if arr.dtype.itemsize == 0 or not (_DTYPE_STR.fullmatch(dt.decode("ascii"))
+                                           or dt.decode("ascii") in _NAMED_DTYPES):
             raise TypeError(f"field {name!r}: arrays of dtype {arr.dtype} cannot be encoded")
         return [_U8.pack(_ARRAY), _U8.pack(len(dt)), dt, _U8.pack(arr.ndim),
                 struct.pack(f"<{arr.ndim}Q", *arr.shape), arr.tobytes()]
@@ -133,6 +142,20 @@ def decode_example(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
 # What ``dtype.str`` gives for the dtypes an array can be encoded with: byte
 # order, kind, item size, and a unit for datetimes and timedeltas.
 _DTYPE_STR = re.compile(r"[<>|=](?:[biufcSUV][0-9]{1,9}|[Mm]8(?:\[[0-9]{0,9}[a-zA-Z]{1,3}\])?)")
+
+
+# Extension dtypes (from ml_dtypes) recorded by name; NumPy's ``dtype.str``
+# of these is a plain void ("<V2") that would lose what the bytes mean.
+_NAMED_DTYPES = ("bfloat16",)
+
+
+def _named_dtype(text: str, name: str) -> np.dtype:
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise RecordError(f"field {name!r} holds a {text} array: reading it needs ml_dtypes "
+                          "(pip install ml_dtypes)") from None
+    return np.dtype(getattr(ml_dtypes, text))
 
 
 class _Cursor:
@@ -211,10 +234,14 @@ def _decode_value(cur: _Cursor, name: str) -> Any:
 def _decode_array(cur: _Cursor, name: str) -> np.ndarray:
     dlen = cur.unpack(_U8, f"the dtype length of field {name!r}")
     text = bytes(cur.take(dlen, f"the dtype of field {name!r}"))
-    if not _DTYPE_STR.fullmatch(text.decode("latin-1")):
+    if text.decode("latin-1") in _NAMED_DTYPES:
+        dtype = _named_dtype(text.decode("ascii"), name)
+    elif not _DTYPE_STR.fullmatch(text.decode("latin-1")):
         raise RecordError(f"malformed example: field {name!r} has an invalid dtype {text!r}")
+    else:
+        dtype = None
     try:
-        dtype = np.dtype(text.decode("ascii"))
+        dtype = dtype if dtype is not None else np.dtype(text.decode("ascii"))
     except TypeError:      # e.g. a datetime unit NumPy does not know
         raise RecordError(f"malformed example: field {name!r} has an invalid dtype "
                           f"{text!r}") from None

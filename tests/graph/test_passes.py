@@ -557,8 +557,13 @@ def test_bad_plugin_pass_declarations_raise():
         dg.GraphPass("x", lambda g: g, after="nowhere")
     with pytest.raises(ValueError, match="level"):
         dg.GraphPass("x", lambda g: g, after="cse", level=4)
-    with pytest.raises(dg.errors.PluginError, match="not a GraphPass"):
-        _with_plugin([lambda g: g], passes.plugin_passes)
-    with pytest.raises(dg.errors.PluginError, match="reuses the name"):
-        _with_plugin([dg.GraphPass("cse", lambda g: g, after="prune")],
-                     passes.plugin_passes)
+    # A plugin declaring a bad pass is marked broken and left out (it never
+    # breaks graph mode); tests/plugins/test_hooks.py covers the details.
+    def names():
+        return [gp.name for gp in passes.plugin_passes()]
+    healthy = names()                     # the installed plugins' own passes
+    with pytest.warns(dg.plugins.PluginWarning, match="not a dragon_core.GraphPass"):
+        assert _with_plugin([lambda g: g], names) == healthy
+    with pytest.warns(dg.plugins.PluginWarning, match="reuses the name"):
+        assert _with_plugin([dg.GraphPass("cse", lambda g: g, after="prune")],
+                            names) == healthy

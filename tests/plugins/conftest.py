@@ -193,31 +193,33 @@ def make_site(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def run_python():
-    """Return ``run(code, site=None, **env) -> CompletedProcess``.
+    """Return ``run(code, site=None, args=(), cwd=None, **env) -> CompletedProcess``.
 
     Runs ``code`` (dedented) with ``python -c`` in a fresh interpreter whose
-    environment has no DRAGON_* variables except those given.
+    environment has no DRAGON_* variables except those given, in folder
+    ``cwd`` (this process's current folder when None).
     """
 
-    def run(code: str, site: Path | None = None, args=(), **env: str):
+    def run(code: str, site: Path | None = None, args=(), cwd: Path | None = None,
+            **env: str):
         return subprocess.run(
             [sys.executable, "-c", textwrap.dedent(code), *args],
             env=clean_env(site, **env), capture_output=True, text=True,
-            timeout=120)
+            timeout=120, cwd=cwd)
 
     return run
 
 
 @pytest.fixture(scope="session")
 def run_info():
-    """Return ``info(site=None, **env) -> CompletedProcess`` of
+    """Return ``info(site=None, cwd=None, **env) -> CompletedProcess`` of
     ``python -m dragon_core info``."""
 
-    def run(site: Path | None = None, **env: str):
+    def run(site: Path | None = None, cwd: Path | None = None, **env: str):
         return subprocess.run(
             [sys.executable, "-m", "dragon_core", "info"],
             env=clean_env(site, **env), capture_output=True, text=True,
-            timeout=120)
+            timeout=120, cwd=cwd)
 
     return run
 

@@ -27,12 +27,16 @@ FIXTURE_LIBS = {
     "missing_dep": "libmissing_dep.so",
     "abi_1_0": "libabi_1_0.so",
     "call_site": "libcall_site.so",
+    "ctor_marker_ok": "libctor_marker_ok.so",
+    "ctor_marker_new_minor": "libctor_marker_new_minor.so",
+    "ctor_marker_new_major": "libctor_marker_new_major.so",
 }
 
 #: Fixtures built with dragon_add_plugin that must pass the export/import
 #: audit (missing_symbol is not a plugin; missing_dep needs a foreign .so).
 WELL_FORMED = ("toy", "custom_op", "pin_probe", "dup_claim_a", "dup_claim_b",
-               "broken_init", "abi_major", "newer_minor", "abi_1_0", "call_site")
+               "broken_init", "abi_major", "newer_minor", "abi_1_0", "call_site",
+               "ctor_marker_ok", "ctor_marker_new_minor", "ctor_marker_new_major")
 
 #: The init failure message of fixtures/broken_init.
 BROKEN_INIT_MESSAGE = ("broken_init: the frobnicator board did not answer "
@@ -47,13 +51,18 @@ class Entry:
 
     ``kind`` is ``"library"`` (``plugin_library()`` returns ``path``),
     ``"import_error"`` (importing the module raises ImportError with
-    ``message``) or ``"missing_file"`` (``plugin_library()`` returns
-    ``path``, which does not exist).
+    ``message``), ``"missing_file"`` (``plugin_library()`` returns
+    ``path``, which does not exist) or ``"python"`` (the module's source is
+    ``body``). ``module`` and ``dist`` override the module and distribution
+    names :func:`write_dist` derives from the entry-point name.
     """
 
     kind: str
     path: Path | None = None
     message: str = ""
+    body: str = ""
+    module: str = ""
+    dist: str = ""
 
 
 def library(path: Path) -> Entry:
@@ -71,14 +80,26 @@ def import_error(message: str) -> Entry:
     return Entry("import_error", message=message)
 
 
+def python_module(body: str, *, module: str = "", dist: str = "") -> Entry:
+    """An entry point whose module's source is ``body``."""
+    return Entry("python", body=body, module=module, dist=dist)
+
+
+def touch_on_import(marker: Path, then: str = "") -> str:
+    """Module source that appends its ``__name__`` to ``marker`` when
+    imported (so a test sees whether it ran), followed by ``then``."""
+    return (f"with open({str(marker)!r}, 'a') as _f:\n"
+            f"    _f.write(__name__ + '\\n')\n" + then)
+
+
 def write_dist(site: Path, ep_name: str, entry: Entry) -> None:
     """Install one fake distribution with entry point ``ep_name`` in ``site``.
 
     Writes ``dragon_test_<ep>-0.1.dist-info/{METADATA,entry_points.txt}`` and
     the module ``dragon_test_ep_<ep>`` its entry point names.
     """
-    module = f"dragon_test_ep_{ep_name}"
-    dist = f"dragon-test-{ep_name.replace('_', '-')}"
+    module = entry.module or f"dragon_test_ep_{ep_name}"
+    dist = entry.dist or f"dragon-test-{ep_name.replace('_', '-')}"
     info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(
@@ -91,6 +112,8 @@ def write_dist(site: Path, ep_name: str, entry: Entry) -> None:
     elif entry.kind in ("library", "missing_file"):
         body = (f"def plugin_library():\n"
                 f"    return {str(entry.path)!r}\n")
+    elif entry.kind == "python":
+        body = entry.body
     else:
         raise ValueError(f"unknown entry kind {entry.kind!r}")
     (site / f"{module}.py").write_text(

@@ -6,7 +6,9 @@ healthy plugin (toy) whose entry-point name sorts after all of them, and the
 core is imported in a fresh interpreter. Each broken plugin must be listed as
 broken with its root cause, the healthy ones must load, and using an op only
 a broken plugin provides must raise ``PluginError`` carrying that cause.
-``DRAGON_STRICT=1`` turns any load failure into an import error.
+Each broken plugin is announced by one ``PluginWarning`` line
+(``DRAGON_QUIET_PLUGINS=1`` silences it). ``DRAGON_STRICT=1`` turns any load
+failure into an import error.
 """
 
 from __future__ import annotations
@@ -138,6 +140,40 @@ def test_info_lists_broken_plugins_with_causes(broken_site, run_info):
             assert re.search(pattern, out), f"{pattern!r} missing:\n{out}"
     rows = [ln for ln in out.splitlines() if re.match(r"\s*toy\b", ln)]
     assert rows and "loaded" in rows[0], out
+
+
+def test_each_plugin_that_failed_gets_one_warning_line(broken_run):
+    """Announced at import, one line per plugin, naming it and its cause."""
+    lines = broken_run.stderr.strip().splitlines()
+    warned = [ln for ln in lines if "PluginWarning" in ln]
+    assert lines == warned, f"more than the warning lines:\n{broken_run.stderr}"
+    assert len(warned) == len(CAUSES), broken_run.stderr
+    for name, patterns in CAUSES.items():
+        mine = [ln for ln in warned if f"plugin '{name}'" in ln]
+        assert len(mine) == 1, (name, broken_run.stderr)
+        assert re.search(patterns[0], mine[0]), (name, mine[0])
+        assert "DRAGON_QUIET_PLUGINS=1" in mine[0] and "dragon_core info" in mine[0]
+    assert not [ln for ln in warned if "'toy'" in ln]
+
+
+@pytest.mark.parametrize("how", [{"DRAGON_QUIET_PLUGINS": "1"},
+                                 {"PYTHONWARNINGS": "ignore::UserWarning"}])
+def test_failure_warnings_can_be_silenced(broken_site, run_python, how):
+    proc = run_python(DUMP_PLUGINS, site=broken_site, **how)
+    assert proc.returncode == 0, describe(proc)
+    assert "PluginWarning" not in proc.stderr, describe(proc)
+    # Still recorded, with the cause.
+    assert find_plugin(parse_plugins(proc.stdout), "broken_init")["state"] == "broken"
+
+
+def test_healthy_plugins_load_without_warnings(make_site, fixture_plugins, run_python):
+    site = make_site({"toy": library(fixture_plugins["toy"])})
+    proc = run_python("import dragon_core", site=site)
+    assert proc.returncode == 0 and proc.stderr == "", describe(proc)
+
+
+def test_plugin_warning_is_a_user_warning(dg):
+    assert issubclass(dg.plugins.PluginWarning, UserWarning)
 
 
 @pytest.mark.parametrize("entry, expected", [

@@ -80,16 +80,13 @@ def test_allow_list(site, run_python):
 #: dragon-cpu-eigen wheel were not installed.
 HIDE_CPU_EIGEN = r"""
 import importlib.metadata as _md
-_real_entry_points = _md.entry_points
-def _entry_points(**kw):
-    eps = _real_entry_points(**kw)
-    if kw.get("group") == "dragon_core.plugins":
-        # Every installed backend of this repository goes, not only
-        # cpu_eigen (mkldnn and vision_ops provide no Add either).
-        return _md.EntryPoints([e for e in eps if e.name not in
-                                ("cpu_eigen", "mkldnn", "vision_ops")])
-    return eps
-_md.entry_points = _entry_points
+_real_distributions = _md.distributions
+def _distributions(**kw):
+    # Every installed backend of this repository goes, not only cpu_eigen
+    # (mkldnn and vision_ops provide no Add either).
+    return (d for d in _real_distributions(**kw) if (d.metadata["Name"] or "") not in
+            ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops"))
+_md.distributions = _distributions
 """
 
 

@@ -23,6 +23,8 @@ def info() -> str:
             lines.append(f"      path: {p.path}")
         if p.error:
             lines.append(f"      {'error' if p.state == 'broken' else 'note'}: {p.error}")
+        if p.traceback:
+            lines += [f"      | {ln}" for ln in p.traceback.rstrip().splitlines()]
     lines += ["", "Devices:"]
     for d in _C.devices():
         desc = f" ({d['descriptions'][0]})" if d["descriptions"] and d["descriptions"][0] else ""

@@ -32,8 +32,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .errors import PluginError
-
 
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
@@ -127,25 +125,37 @@ def patterns() -> list:
     """Every declared pattern (hooks and :func:`register_pattern`), longest
     chain first, then by name: the order the pass tries them in.
 
+    A plugin whose ``dragon_fusion_patterns`` hook raises, returns something
+    that is not a FusionPattern, or declares a pattern under a name already
+    used for a different one is marked broken (one PluginWarning; its error
+    and traceback in ``dragon_core.plugins.list()``) and left out with all
+    its patterns and passes: graph mode goes on without it.
+
     Raises
     ------
     dragon_core.errors.PluginError
-        If two declarations use one name for different patterns.
+        Only under ``DRAGON_STRICT=1``, for such a plugin.
     """
-    import dragon_core
-    from .plugins import _pm
+    from . import plugins
 
     found = {name: (p, "register_pattern") for name, p in _registered.items()}
-    for impl in _pm.hook.dragon_fusion_patterns.get_hookimpls():
-        for p in impl.function(core=dragon_core) or ():
+    for name, plugin, declared in plugins._hook_results("dragon_fusion_patterns"):
+        problem, mine = "", {}
+        for p in declared:
             if not isinstance(p, FusionPattern):
-                raise PluginError(f"plugin '{impl.plugin_name}' declared a fusion pattern "
-                                  f"that is not a FusionPattern: {p!r}", plugin=impl.plugin_name)
-            old = found.get(p.name)
-            if old is not None and old[0] != p:
-                raise PluginError(f"fusion pattern '{p.name}' is declared differently by "
-                                  f"'{old[1]}' and '{impl.plugin_name}'", plugin=impl.plugin_name)
-            found.setdefault(p.name, (p, impl.plugin_name))
+                problem = f"returned {p!r}, which is not a dragon_core.fusion.FusionPattern"
+                break
+            old = found.get(p.name) or (mine.get(p.name), name)
+            if old[0] is not None and old[0] != p:
+                problem = (f"declared fusion pattern '{p.name}' differently from "
+                           f"'{old[1]}'")
+                break
+            mine[p.name] = p
+        if problem:
+            plugins._hook_failed(plugin, name, "dragon_fusion_patterns", message=problem)
+            continue
+        for p in mine.values():
+            found.setdefault(p.name, (p, name))
     return sorted((p for p, _ in found.values()), key=lambda p: (-len(p.chain), p.name))
 
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "device.h"
+#include "elf_note.h"
 #include "host_api.h"
 
 namespace dragon {
@@ -144,6 +145,21 @@ std::string Advice(const LoadRequest& req) {
                           : dg::Str("pip install --upgrade ", req.dist);
 }
 
+// Why this core must refuse a plugin of these ABI numbers, or "".
+std::string AbiRefusal(const std::string& name, uint32_t major, uint32_t minor,
+                       uint32_t min_host_minor, const LoadRequest& req) {
+  if (major != DG_ABI_MAJOR)
+    return dg::Str("plugin '", name, "' was built for Dragon ABI ", major, ".", minor,
+                   "; this dragon-core speaks ABI ", DG_ABI_MAJOR, ".", DG_ABI_MINOR,
+                   ". Install a build of the plugin for this core (", Advice(req),
+                   ") or a dragon-core of ABI ", major, ".x");
+  if (min_host_minor > DG_ABI_MINOR)
+    return dg::Str("plugin '", name, "' needs Dragon ABI ", DG_ABI_MAJOR, ".", min_host_minor,
+                   " or newer; this dragon-core has ABI ", DG_ABI_MAJOR, ".", DG_ABI_MINOR,
+                   ". Fix: pip install --upgrade dragon-core");
+  return "";
+}
+
 }  // namespace
 
 PluginRecord RecordBrokenPlugin(const LoadRequest& req, const std::string& name,
@@ -182,6 +198,22 @@ PluginRecord LoadPlugin(const LoadRequest& req) {
   for (const auto& p : Registry::Get().Plugins())
     if (p.state == "loaded" && p.path == rec.path) return p;  // already loaded
 
+  // The ABI check comes before dlopen when the library carries the SDK's
+  // ABI note, so a refused plugin's code -- static constructors included --
+  // never runs. A library without the note (an older SDK) is checked after
+  // dlopen, from its DgPluginInfo.
+  AbiNote note = ReadAbiNote(rec.path);
+  if (note.found) {
+    rec.abi_major = note.abi_major;
+    rec.abi_minor = note.abi_minor;
+    rec.min_host_minor = note.min_host_minor;
+    std::string why =
+        AbiRefusal(rec.name, note.abi_major, note.abi_minor, note.min_host_minor, req);
+    if (!why.empty())
+      return broken(dg::Str(why, " (read from the library's ", DG_ABI_NOTE_SECTION,
+                            " note; none of its code was run)"));
+  }
+
   void* handle = dlopen(rec.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* e = dlerror();
@@ -198,20 +230,26 @@ PluginRecord LoadPlugin(const LoadRequest& req) {
   if (!CopyPartial(entry(), &info))
     return broken(dg::Str(rec.path, ": ", DG_PLUGIN_ENTRY_SYMBOL, " returned no plugin info"));
   rec.name = info.name ? info.name : (req.entry_point.empty() ? rec.path : req.entry_point);
+  // One name, one plugin: an entry point may not load a library that calls
+  // itself by another plugin's name (it would squat that name, and refuse
+  // the real plugin as "already loaded").
+  if (!req.entry_point.empty() && rec.name != req.entry_point) {
+    std::string lib_name = rec.name;
+    rec.name = req.entry_point;
+    return broken(dg::Str("entry point '", req.entry_point, "'",
+                          req.dist.empty() ? "" : dg::Str(" of ", req.dist), " loads ",
+                          rec.path, ", a plugin that calls itself '", lib_name,
+                          "'; a plugin's library must carry its entry-point name. Fix: "
+                          "name the entry point '", lib_name, "' (or the library's DG_PLUGIN '",
+                          req.entry_point, "') and reinstall"));
+  }
   rec.version = info.version ? info.version : "";
   rec.abi_major = info.abi_major;
   rec.abi_minor = info.abi_minor;
   rec.min_host_minor = info.min_host_minor;
-  if (info.abi_major != DG_ABI_MAJOR)
-    return broken(dg::Str("plugin '", rec.name, "' was built for Dragon ABI ", info.abi_major,
-                          ".", info.abi_minor, "; this dragon-core speaks ABI ", DG_ABI_MAJOR,
-                          ".", DG_ABI_MINOR, ". Install a build of the plugin for this core (",
-                          Advice(req), ") or a dragon-core of ABI ", info.abi_major, ".x"));
-  if (info.min_host_minor > DG_ABI_MINOR)
-    return broken(dg::Str("plugin '", rec.name, "' needs Dragon ABI ", DG_ABI_MAJOR, ".",
-                          info.min_host_minor, " or newer; this dragon-core has ABI ",
-                          DG_ABI_MAJOR, ".", DG_ABI_MINOR,
-                          ". Fix: pip install --upgrade dragon-core"));
+  std::string why =
+      AbiRefusal(rec.name, info.abi_major, info.abi_minor, info.min_host_minor, req);
+  if (!why.empty()) return broken(why);
   if (!info.init) return broken(dg::Str("plugin '", rec.name, "' has no init function"));
   if (Registry::Get().FindPlugin(rec.name))
     return broken(dg::Str("a plugin named '", rec.name, "' is already loaded from ",

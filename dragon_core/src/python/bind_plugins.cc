@@ -1,5 +1,6 @@
 // Plugin bindings: loading, records, kernels, pins, explain, devices.
 #include "../core/device.h"
+#include "../core/elf_note.h"
 #include "../core/loader.h"
 #include "bindings.h"
 
@@ -49,6 +50,11 @@ void BindPlugins(py::module_& m) {
     LoadRequest req{"", name, dist, dist_version};
     return Record(RecordBrokenPlugin(req, name, error));
   });
+  m.def("abi_note", [](const std::string& path) -> py::object {
+    AbiNote note = ReadAbiNote(path);
+    if (!note.found) return py::none();
+    return py::make_tuple(note.abi_major, note.abi_minor, note.min_host_minor);
+  }, py::arg("path"));
   m.def("plugins", [] {
     py::list l;
     for (auto& p : Registry::Get().Plugins()) l.append(Record(p));

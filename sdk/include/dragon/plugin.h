@@ -375,6 +375,36 @@ typedef struct DgPluginInfo {
 #define DG_PLUGIN_ENTRY_SYMBOL "dragon_plugin_entry_v1"
 typedef const DgPluginInfo* (*DgPluginEntryFn)(void);
 
+/* ---------------------------------------------------------------- ABI note */
+
+/* The ABI numbers again, as an ELF note the core reads from the file before
+ * it opens the library, so that a plugin it must refuse never runs any code
+ * (not even its static constructors). DG_PLUGIN / DG_PLUGIN_EX (plugin.hpp)
+ * emit it; a plugin that writes dragon_plugin_entry_v1 by hand puts
+ * DG_ABI_NOTE(major, minor, min_host_minor) once at file scope, with the
+ * numbers its DgPluginInfo states. The note: owner "Dragon", type
+ * DG_ABI_NOTE_TYPE, descriptor three uint32_t {abi_major, abi_minor,
+ * min_host_minor}, in section DG_ABI_NOTE_SECTION. The note is not part of
+ * any struct layout: a core that does not know it ignores it. A library
+ * without it (built with an older SDK) still loads: the core then checks
+ * the numbers of DgPluginInfo, after dlopen. */
+#define DG_ABI_NOTE_SECTION ".note.dragon.abi"
+#define DG_ABI_NOTE_OWNER "Dragon"
+#define DG_ABI_NOTE_TYPE 0x44474131u /* "DGA1" */
+#if defined(__ELF__)
+#define DG_ABI_NOTE(MAJOR, MINOR, MIN_HOST_MINOR)                           \
+  __attribute__((used, section(DG_ABI_NOTE_SECTION), aligned(4)))         \
+  static const struct {                                                   \
+    uint32_t namesz, descsz, type;                                        \
+    char owner[8];                                                        \
+    uint32_t desc[3];                                                     \
+  } dg_abi_note_ = {7, 12, DG_ABI_NOTE_TYPE, DG_ABI_NOTE_OWNER,           \
+                    {(MAJOR), (MINOR), (MIN_HOST_MINOR)}}
+#else
+#define DG_ABI_NOTE(MAJOR, MINOR, MIN_HOST_MINOR) \
+  typedef int dg_abi_note_unused_
+#endif
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -717,6 +717,7 @@ inline DgStatus RegisterAll(const DgHostApi* host, DgRegistrar* reg) {
 
 // Defines the plugin's single exported symbol. Use once per plugin.
 #define DG_PLUGIN_EX(NAME, VERSION, MIN_HOST_MINOR)                        \
+  DG_ABI_NOTE(DG_ABI_MAJOR, DG_ABI_MINOR, (MIN_HOST_MINOR));               \
   extern "C" DG_EXPORT const DgPluginInfo* dragon_plugin_entry_v1(void) {  \
     static const DgPluginInfo info = {                                     \
         sizeof(DgPluginInfo), NAME,         VERSION,                       \

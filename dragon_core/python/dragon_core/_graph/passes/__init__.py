@@ -82,24 +82,34 @@ class GraphPass:
 def plugin_passes() -> list:
     """The passes plugins declare (``dragon_graph_passes``), by name.
 
+    A plugin whose hook raises, declares something that is not a GraphPass,
+    or reuses the name of another pass is marked broken (its error and
+    traceback in ``dragon_core.plugins.list()``, one PluginWarning) and
+    left out with all its passes and patterns: graph mode goes on without it.
+
     Raises
     ------
     dragon_core.errors.PluginError
-        If a declaration is not a GraphPass, or two use one name.
+        Only under ``DRAGON_STRICT=1``, for such a plugin.
     """
-    import dragon_core
-    from dragon_core.errors import PluginError
-    from dragon_core.plugins import _pm
-    builtin = {p[1] for p in _PASSES}
+    from dragon_core import plugins
+    taken = {p[1]: "a built-in pass" for p in _PASSES}
     found: dict = {}
-    for impl in _pm.hook.dragon_graph_passes.get_hookimpls():
-        for gp in impl.function(core=dragon_core) or ():
+    for name, plugin, declared in plugins._hook_results("dragon_graph_passes"):
+        problem = ""
+        for gp in declared:
             if not isinstance(gp, GraphPass):
-                raise PluginError(f"plugin '{impl.plugin_name}' declared a graph pass that "
-                                  f"is not a GraphPass: {gp!r}", plugin=impl.plugin_name)
-            if gp.name in builtin or gp.name in found:
-                raise PluginError(f"graph pass '{gp.name}' of plugin '{impl.plugin_name}' "
-                                  f"reuses the name of another pass", plugin=impl.plugin_name)
+                problem = f"returned {gp!r}, which is not a dragon_core.GraphPass"
+            elif gp.name in taken or sum(g.name == gp.name for g in declared) > 1:
+                problem = (f"declared graph pass '{gp.name}', which reuses the name of "
+                           f"{taken.get(gp.name, 'another of its passes')}")
+            if problem:
+                break
+        if problem:
+            plugins._hook_failed(plugin, name, "dragon_graph_passes", message=problem)
+            continue
+        for gp in declared:
+            taken[gp.name] = f"the pass of plugin '{name}'"
             found[gp.name] = gp
     return sorted(found.values(), key=lambda gp: gp.name)
 
@@ -178,7 +188,12 @@ def disabled_passes(graph, plugin: list | None = None) -> set:
 def run_passes(graph, level: int):
     """Run every pass of ``level`` on ``graph``, except the disabled ones
     (:func:`disabled_passes`); returns the new graph."""
+    from dragon_core import fusion
     names = []
+    # Every plugin hook is consulted before any pass runs, so that a plugin
+    # whose hook fails (and is marked broken) is left out of this graph as a
+    # whole, its passes and its patterns alike.
+    fusion.patterns()
     plugin = plugin_passes()          # one hook call per graph
     off = disabled_passes(graph, plugin)
     for name, fn in passes_for(level, plugin):

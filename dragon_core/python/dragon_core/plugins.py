@@ -38,7 +38,7 @@ import warnings
 import pluggy
 
 from . import _C
-from ._dtypes import as_dtype
+from ._dtypes import dtype_arg
 from .errors import PluginError
 
 GROUP = "dragon_core.plugins"
@@ -553,7 +553,7 @@ def explain(op: str, device: str = "cpu", dtype="float32") -> str:
         op = _C.op(op).name
     except LookupError:
         pass
-    return _C.explain(op, device.split(":")[0], as_dtype(dtype).code)
+    return _C.explain(op, device.split(":")[0], dtype_arg(dtype, "explain: dtype").code)
 
 
 def pin(op: str, device: str, target: str) -> None:

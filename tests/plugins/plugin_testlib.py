@@ -27,12 +27,14 @@ FIXTURE_LIBS = {
     "missing_dep": "libmissing_dep.so",
     "abi_1_0": "libabi_1_0.so",
     "call_site": "libcall_site.so",
+    "toy_async": "libtoy_async.so",
 }
 
 #: Fixtures built with dragon_add_plugin that must pass the export/import
 #: audit (missing_symbol is not a plugin; missing_dep needs a foreign .so).
 WELL_FORMED = ("toy", "custom_op", "pin_probe", "dup_claim_a", "dup_claim_b",
-               "broken_init", "abi_major", "newer_minor", "abi_1_0", "call_site")
+               "broken_init", "abi_major", "newer_minor", "abi_1_0", "call_site",
+               "toy_async")
 
 #: The init failure message of fixtures/broken_init.
 BROKEN_INIT_MESSAGE = ("broken_init: the frobnicator board did not answer "

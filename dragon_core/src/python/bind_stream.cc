@@ -1,0 +1,67 @@
+// Streams, events and device counters for dragon_core._stream (ABI 1.3).
+// Handles cross as integers; 0 is "no stream/event" (synchronous devices).
+#include "../core/allocator.h"
+#include "../core/device.h"
+#include "../core/stream.h"
+#include "bindings.h"
+
+namespace dragon {
+namespace {
+
+DgDevice Dev(const std::string& spec) { return DeviceRegistry::Get().Parse(spec); }
+uintptr_t H(void* p) { return reinterpret_cast<uintptr_t>(p); }
+void* P(uintptr_t h) { return reinterpret_cast<void*>(h); }
+
+}  // namespace
+
+void BindStream(py::module_& m) {
+  m.def("_stream_ordered", [](const std::string& d) { return StreamOrdered(Dev(d)); });
+  m.def("_current_stream", [](const std::string& d) { return H(CurrentStream(Dev(d))); });
+  m.def("_default_stream", [](const std::string& d) { return H(DefaultStream(Dev(d))); });
+  m.def("_pool_stream", [](const std::string& d) { return H(PoolStream(Dev(d))); });
+  m.def("_set_current_stream", [](const std::string& d, uintptr_t s) {
+    return H(SetCurrentStream(Dev(d), P(s)));
+  });
+  m.def("_stream_synchronize", [](const std::string& d, uintptr_t s) {
+    DgDevice dev = Dev(d);
+    py::gil_scoped_release nogil;
+    if (StreamOrdered(dev)) SyncStream(dev, P(s), "stream synchronize");
+  });
+  m.def("_device_synchronize", [](const std::string& d) {
+    DgDevice dev = Dev(d);
+    py::gil_scoped_release nogil;
+    SyncDevice(dev, "device synchronize");
+  });
+  m.def("_event_create", [](const std::string& d) { return H(AcquireEvent(Dev(d))); });
+  m.def("_event_release", [](const std::string& d, uintptr_t e) { ReleaseEvent(Dev(d), P(e)); });
+  m.def("_event_record", [](const std::string& d, uintptr_t e, uintptr_t s) {
+    RecordEvent(Dev(d), P(e), P(s));
+  });
+  m.def("_event_query", [](const std::string& d, uintptr_t e) { return QueryEvent(Dev(d), P(e)); });
+  m.def("_event_synchronize", [](const std::string& d, uintptr_t e) {
+    DgDevice dev = Dev(d);
+    py::gil_scoped_release nogil;
+    SyncEvent(dev, P(e));
+  });
+  m.def("_stream_wait_event", [](const std::string& d, uintptr_t s, uintptr_t e) {
+    StreamWaitEvent(Dev(d), P(s), P(e));
+  });
+  m.def("_event_elapsed_ms", [](const std::string& d, uintptr_t a, uintptr_t b) {
+    return ElapsedMs(Dev(d), P(a), P(b));
+  });
+  m.def("_device_counters", [](const std::string& d) {
+    DgDevice dev = Dev(d);
+    StreamCounters c = GetStreamCounters(dev);
+    MemoryStats s = DeviceRegistry::Get().Allocator(dev).Stats();
+    py::dict out;
+    out["device_syncs"] = c.device_syncs;
+    out["stream_syncs"] = c.stream_syncs;
+    out["event_syncs"] = c.event_syncs;
+    out["stream_waits"] = c.stream_waits;
+    out["num_frees"] = s.num_frees;
+    out["cross_stream_reuses"] = s.cross_stream_reuses;
+    return out;
+  });
+}
+
+}  // namespace dragon

@@ -1,0 +1,305 @@
+"""Asynchronous devices (ABI 1.3) on "toy_async" (fixtures/toy_async).
+
+toy_async runs every kernel and copy on a worker thread per stream after a
+random delay, so work outlives the call that issued it. These tests fail if
+the core waits too little (results differ from NumPy, or are racy) or too
+much (the device-wide synchronization counter moves, or steady state makes
+device allocations).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+DEV = "toy_async"
+
+
+def _t(dg, a):
+    return dg.tensor(np.asarray(a, dtype=np.float32)).to(DEV)
+
+
+def _stats(dg):
+    return dg.memory.stats(DEV)
+
+
+@pytest.fixture
+def ta(dg, toy_async):
+    return dg
+
+
+def test_device_declares_stream_order(ta):
+    assert ta._C._stream_ordered(DEV)
+    assert not ta._C._stream_ordered("cpu")
+    s = ta.current_stream(DEV)
+    assert s == ta.default_stream(DEV)
+    assert ta.current_stream("cpu")._handle == 0  # synchronous: no stream
+
+
+def test_round_trip_waits_only_for_its_stream(ta):
+    rng = np.random.default_rng(0)
+    before = _stats(ta)
+    for _ in range(20):
+        x = rng.standard_normal((37, 5)).astype(np.float32)
+        assert np.array_equal(_t(ta, x).cpu().numpy(), x)
+    after = _stats(ta)
+    assert after["device_syncs"] == before["device_syncs"]
+    assert after["stream_syncs"] - before["stream_syncs"] == 20
+
+
+def test_eager_chain_matches_numpy(ta):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    x, y = _t(ta, a), _t(ta, b)
+    before = _stats(ta)
+    z = x
+    ref = a
+    for i in range(30):  # every op issued before any finishes
+        z = ta.ops.relu(z * y + x - y) if i % 3 == 0 else z + y * x
+        ref = np.maximum(ref * b + a - b, 0) if i % 3 == 0 else ref + b * a
+    got = z.cpu().numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    after = _stats(ta)
+    assert after["device_syncs"] == before["device_syncs"]
+    assert after["stream_syncs"] - before["stream_syncs"] == 1  # the read only
+
+
+def test_host_visible_points_wait(ta):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = _t(ta, a)
+    one = _t(ta, [4.0])
+    assert (one * one + one).item() == pytest.approx(20.0)
+    assert (x + x).tolist() == (a + a).tolist()
+    assert "toy_async" in repr(x * x) and "25." in repr(x * x)
+    assert float(one * one) == 16.0
+    assert bool(one - one) is False
+
+
+def test_matmul_with_transposed_operands(ta):
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal((5, 6)).astype(np.float32)
+    x, y = _t(ta, a), _t(ta, b)
+    np.testing.assert_allclose(ta.ops.matmul(x, x, transpose_a=True).cpu().numpy(),
+                               a.T @ a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ta.ops.matmul(x, y, transpose_b=True).cpu().numpy(),
+                               a @ b.T, rtol=1e-5, atol=1e-5)
+
+
+def test_freed_temporaries_are_not_overwritten_early(ta):
+    """Temporaries die on the host long before the device reads them; the
+    allocator hands their blocks out again at once on the same stream."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((128,)).astype(np.float32)
+    x = _t(ta, a)
+    acc = x
+    ref = a
+    for _ in range(50):
+        acc = acc * _t(ta, np.full(128, 0.5, np.float32)) + x
+        ref = ref * 0.5 + a
+    np.testing.assert_allclose(acc.cpu().numpy(), ref, rtol=1e-6)
+
+
+def test_two_streams_joined_by_events(ta):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((50, 50)).astype(np.float32)
+    b = rng.standard_normal((50, 50)).astype(np.float32)
+    s1, s2 = ta.Stream(DEV), ta.Stream(DEV)
+    assert s1 != s2
+    before = _stats(ta)
+    with ta.stream(s1):
+        assert ta.current_stream(DEV) == s1
+        x = _t(ta, a)
+        for _ in range(5):
+            x = x * _t(ta, b) + _t(ta, a)
+        done = s1.record_event()
+    assert ta.current_stream(DEV) == ta.default_stream(DEV)
+    with ta.stream(s2):
+        s2.wait_event(done)
+        y = ta.ops.matmul(x, x)
+    ref = a
+    for _ in range(5):
+        ref = ref * b + a
+    with ta.stream(s2):
+        got = y.cpu().numpy()
+    np.testing.assert_allclose(got, ref @ ref, rtol=1e-4, atol=1e-3)
+    s1.synchronize()
+    s2.synchronize()
+    assert done.query()
+    assert _stats(ta)["device_syncs"] == before["device_syncs"]
+
+
+def test_cross_stream_use_is_ordered_without_events(ta):
+    """A tensor written on one stream and read on another: the core joins
+    the streams itself (never silently wrong), on the device."""
+    a = np.arange(4096, dtype=np.float32)
+    s1 = ta.Stream(DEV)
+    with ta.stream(s1):
+        x = _t(ta, a)
+        for _ in range(10):
+            x = x + x
+    before = _stats(ta)
+    y = x * x  # default stream
+    np.testing.assert_array_equal(y.cpu().numpy(), (a * 1024) ** 2)
+    after = _stats(ta)
+    assert after["stream_waits"] > before["stream_waits"]
+    assert after["device_syncs"] == before["device_syncs"]
+
+
+def test_block_freed_on_one_stream_is_reused_on_another_after_an_event(ta):
+    s1, s2 = ta.Stream(DEV), ta.Stream(DEV)
+    n = 3001  # a size class no other test uses
+    a = np.ones(n, np.float32)
+    with ta.stream(s1):
+        x = _t(ta, a)
+        y = x + x
+        del x  # its block goes back to s1's pool; the add may not have run
+    before = _stats(ta)
+    with ta.stream(s2):
+        z = _t(ta, np.full(n, 7, np.float32))  # takes the block of x
+        w = z * z
+    after = _stats(ta)
+    assert after["cross_stream_reuses"] > before["cross_stream_reuses"]
+    assert after["num_allocs"] == before["num_allocs"]
+    np.testing.assert_array_equal(y.cpu().numpy(), 2 * a)
+    np.testing.assert_array_equal(w.cpu().numpy(), np.full(n, 49, np.float32))
+
+
+def test_events_time_and_synchronize(ta):
+    s = ta.current_stream(DEV)
+    start, end = ta.Event(enable_timing=True), ta.Event(enable_timing=True)
+    start.record(s)
+    x = _t(ta, np.ones((40, 40)))
+    for _ in range(5):
+        x = ta.ops.matmul(x, x) * _t(ta, np.full((40, 40), 1 / 40))
+    end.record(s)
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) >= 0.0
+    np.testing.assert_allclose(x.cpu().numpy(), np.ones((40, 40)), rtol=1e-5)
+
+
+def test_cpu_streams_and_events_are_no_ops(ta):
+    s = ta.Stream("cpu")
+    with ta.stream(s):
+        y = ta.tensor([1.0, 2.0]) * 2
+    s.synchronize()
+    e = s.record_event()
+    assert e.query()
+    e.synchronize()
+    assert y.tolist() == [2.0, 4.0]
+
+
+def test_async_kernel_error_surfaces_at_the_next_host_read(ta):
+    x = _t(ta, [4.0, -1.0, 9.0])
+    y = ta.ops.sqrt(x)  # issued: the device checks later
+    z = y + y
+    with pytest.raises(ta.errors.OutOfRangeError) as info:
+        z.cpu().numpy()
+    msg = str(info.value)
+    assert "toy_async" in msg and "element 1 is negative" in msg
+    # Reported once: the device goes on working.
+    np.testing.assert_array_equal(ta.ops.sqrt(_t(ta, [4.0, 9.0])).cpu().numpy(), [2.0, 3.0])
+
+
+def test_async_error_surfaces_at_stream_synchronize(ta):
+    s = ta.Stream(DEV)
+    with ta.stream(s):
+        ta.ops.sqrt(_t(ta, [-2.0]))
+    with pytest.raises(ta.errors.DragonError, match="negative"):
+        s.synchronize()
+
+
+def _mlp_step(dg, x, t, w1, w2, lr1, lr2):
+    """One SGD step of y = relu(x @ w1) @ w2 on 0.5 * |y - t|^2, backward
+    written out (toy_async has few kernels). Returns (w1, w2, dy)."""
+    h = dg.ops.relu(dg.ops.matmul(x, w1))
+    y = dg.ops.matmul(h, w2)
+    dy = y - t
+    dw2 = dg.ops.matmul(h, dy, transpose_a=True)
+    dh = dg.ops.matmul(dy, w2, transpose_b=True) * dg.ops.sign(h)
+    dw1 = dg.ops.matmul(x, dh, transpose_a=True)
+    return w1 - dw1 * lr1, w2 - dw2 * lr2, dy
+
+
+def _mlp_step_np(x, t, w1, w2, lr):
+    h = np.maximum(x @ w1, 0)
+    dy = h @ w2 - t
+    dw2 = h.T @ dy
+    dh = (dy @ w2.T) * np.sign(h)
+    return w1 - lr * (x.T @ dh), w2 - lr * dw2, dy
+
+
+def test_mlp_training_steady_state_makes_no_sync_and_no_alloc(ta):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    t = rng.standard_normal((16, 4)).astype(np.float32)
+    w1 = (rng.standard_normal((8, 12)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((12, 4)) * 0.3).astype(np.float32)
+    lr = 0.01
+    X, T, W1, W2 = (_t(ta, v) for v in (x, t, w1, w2))
+    L1, L2 = _t(ta, np.full(w1.shape, lr)), _t(ta, np.full(w2.shape, lr))
+    steps, warmup = 30, 3
+    for i in range(steps):
+        if i == warmup:
+            before = _stats(ta)
+        W1, W2, dy = _mlp_step(ta, X, T, W1, W2, L1, L2)
+        w1, w2, dy_ref = _mlp_step_np(x, t, w1, w2, lr)
+    after = _stats(ta)
+    per_step = {k: (after[k] - before[k]) / (steps - warmup)
+                for k in ("device_syncs", "num_allocs", "num_frees", "stream_syncs")}
+    # Nothing read on the host in the loop: no wait at all, no device memory.
+    assert per_step == {"device_syncs": 0, "num_allocs": 0, "num_frees": 0,
+                        "stream_syncs": 0}, per_step
+    np.testing.assert_allclose(W1.cpu().numpy(), w1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(W2.cpu().numpy(), w2, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dy.cpu().numpy(), dy_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_mlp_loss_read_every_step_waits_once_per_step(ta):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    t = rng.standard_normal((8, 2)).astype(np.float32)
+    w1 = (rng.standard_normal((4, 6)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((6, 2)) * 0.3).astype(np.float32)
+    X, T, W1, W2 = (_t(ta, v) for v in (x, t, w1, w2))
+    L1, L2 = _t(ta, np.full(w1.shape, 0.05)), _t(ta, np.full(w2.shape, 0.05))
+    for i in range(12):
+        if i == 2:
+            before = _stats(ta)
+        W1, W2, dy = _mlp_step(ta, X, T, W1, W2, L1, L2)
+        w1, w2, dy_ref = _mlp_step_np(x, t, w1, w2, 0.05)
+        np.testing.assert_allclose(dy.cpu().numpy(), dy_ref, rtol=1e-4, atol=1e-4)
+    after = _stats(ta)
+    assert after["stream_syncs"] - before["stream_syncs"] == 10
+    assert after["device_syncs"] == before["device_syncs"]
+    assert after["num_allocs"] == before["num_allocs"]
+
+
+def test_empty_cache_waits_for_streams_not_the_device(ta):
+    x = _t(ta, np.ones(999))
+    y = x * x
+    del x, y
+    before = _stats(ta)
+    ta.memory.empty_cache(DEV)
+    after = _stats(ta)
+    assert after["device_syncs"] == before["device_syncs"]
+    assert after["num_frees"] > before["num_frees"]
+    assert after["reserved"] == after["allocated"]
+
+
+def test_device_synchronize_is_counted(ta):
+    before = _stats(ta)["device_syncs"]
+    ta.synchronize(DEV)
+    assert _stats(ta)["device_syncs"] == before + 1
+
+
+def test_synchronous_toy_device_keeps_its_contract(dg, toy, toy_async):
+    """A device without DG_DEVICE_STREAM_ORDERED (toy, ABI 1.2 semantics)
+    gets NULL streams and a synchronize after each copy, as before."""
+    assert not dg._C._stream_ordered("toy")
+    before = dg.memory.stats("toy")["device_syncs"]
+    x = dg.tensor(np.ones(3, np.float32)).to("toy")
+    assert (x + x).cpu().numpy().tolist() == [2.0, 2.0, 2.0]
+    assert dg.memory.stats("toy")["device_syncs"] == before + 2

@@ -253,6 +253,7 @@ py::dict Describe(const OpSchema& op) {
   for (auto& a : op.attrs) attrs.append(AttrDefault(a));
   d["attrs"] = attrs;
   d["stateful"] = static_cast<bool>(op.flags & DG_OP_STATEFUL);
+  d["collective"] = static_cast<bool>(op.flags & DG_OP_COLLECTIVE);
   d["same_dtype"] = static_cast<bool>(op.flags & DG_OP_SAME_DTYPE);
   d["no_grad"] = static_cast<bool>(op.flags & DG_OP_NO_GRAD);
   d["control"] = static_cast<bool>(op.flags & DG_OP_CONTROL);

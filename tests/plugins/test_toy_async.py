@@ -349,3 +349,28 @@ def test_compiled_step_runs_on_the_current_stream_without_waits(ta):
         assert after[k] == before[k], (k, before[k], after[k])
     np.testing.assert_allclose(got[0], w1, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[1], w2, rtol=1e-4, atol=1e-5)
+
+
+def test_non_blocking_copy_from_pinned_memory(ta):
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    host = ta.tensor(a)
+    assert not host.is_pinned()
+    pinned = host.pin_memory(DEV)
+    assert pinned.is_pinned() and pinned.device == "cpu"
+    np.testing.assert_array_equal(pinned.numpy(), a)
+    before = _stats(ta)
+    outs = [pinned.to(DEV, non_blocking=True) for _ in range(10)]
+    after = _stats(ta)
+    assert after["stream_syncs"] == before["stream_syncs"]
+    assert after["device_syncs"] == before["device_syncs"]
+    del pinned  # freeing waits for the copies still reading it
+    for y in outs:
+        np.testing.assert_array_equal((y + y).cpu().numpy(), 2 * a)
+
+
+def test_non_blocking_falls_back_to_an_ordinary_copy(ta):
+    a = np.arange(5, dtype=np.float32)
+    y = ta.tensor(a).to(DEV, non_blocking=True)  # pageable: consumed at once
+    np.testing.assert_array_equal(y.cpu().numpy(), a)
+    np.testing.assert_array_equal(y.to("cpu", non_blocking=True).numpy(), a)

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -301,6 +302,97 @@ void CopyOrdered(Storage& dst, void* dst_ptr, Storage& src, const void* src_ptr,
   auto host = Storage::Wrap(kHost, staging.data(), bytes, nullptr);
   CopyOrdered(*host, staging.data(), src, src_ptr, bytes);
   CopyOrdered(dst, dst_ptr, *host, staging.data(), bytes);
+}
+
+namespace {
+
+// A pinned block and the events of the copies that may still read it.
+struct PinnedBlock {
+  DgDevice device;  // whose host_alloc gave it
+  void* ptr = nullptr;
+  std::mutex mu;
+  std::vector<std::pair<DgDevice, void*>> events;  // (device of the copy, event)
+};
+
+std::mutex g_pinned_mu;
+std::map<const void*, std::shared_ptr<PinnedBlock>>& Pinned() {
+  static auto* m = new std::map<const void*, std::shared_ptr<PinnedBlock>>();
+  return *m;
+}
+
+std::shared_ptr<PinnedBlock> FindPinned(const void* p) {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  auto it = Pinned().find(p);
+  return it == Pinned().end() ? nullptr : it->second;
+}
+
+}  // namespace
+
+DgDevice DefaultPinDevice() {
+  auto& reg = DeviceRegistry::Get();
+  for (int32_t id = 1; id < reg.size(); ++id)
+    if (reg.type(id).def.host_alloc && reg.type(id).def.host_free) return DgDevice{id, 0};
+  return DgDevice{-1, -1};
+}
+
+std::shared_ptr<Storage> AllocatePinned(DgDevice d, size_t bytes) {
+  const DgDeviceDef& def = Def(d);
+  if (!def.host_alloc || !def.host_free)
+    throw CoreError(DG_UNIMPLEMENTED, dg::Str(DeviceRegistry::Get().Name(d),
+                                              " provides no pinned host memory"));
+  auto block = std::make_shared<PinnedBlock>();
+  block->device = d;
+  Check(d, def.host_alloc(def.user_data, d.index, bytes ? bytes : 1, &block->ptr),
+        "pinned host allocation");
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    Pinned()[block->ptr] = block;
+  }
+  return Storage::Wrap(kHost, block->ptr, bytes, [block] {
+    {
+      std::lock_guard<std::mutex> lock(g_pinned_mu);
+      Pinned().erase(block->ptr);
+    }
+    try {  // copies still reading it go first (a host wait only then)
+      for (auto& de : block->events) {
+        SyncEvent(de.first, de.second);
+        ReleaseEvent(de.first, de.second);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[dragon warning] %s\n", e.what());
+    }
+    const DgDeviceDef& def = Def(block->device);
+    def.host_free(def.user_data, block->device.index, block->ptr);
+  });
+}
+
+bool IsPinned(const Storage& s) { return s.device().type == 0 && FindPinned(s.data()) != nullptr; }
+
+void CopyNonBlocking(Storage& dst, void* dst_ptr, Storage& src, const void* src_ptr,
+                     size_t bytes) {
+  const DgDevice dd = dst.device();
+  std::shared_ptr<PinnedBlock> block =
+      src.device().type == 0 && StreamOrdered(dd) ? FindPinned(src.data()) : nullptr;
+  if (!block || bytes == 0) {
+    CopyOrdered(dst, dst_ptr, src, src_ptr, bytes);
+    return;
+  }
+  const DgDeviceDef& def = Def(dd);
+  void* stream = CurrentStream(dd);
+  UseOnStream(dst, stream, true);
+  Check(dd, def.copy_h2d(def.user_data, dd.index, dst_ptr, src_ptr, bytes, stream),
+        "non-blocking copy to the device");
+  void* e = AcquireEvent(dd);
+  RecordEvent(dd, e, stream);
+  std::lock_guard<std::mutex> lock(block->mu);
+  // Forget the copies that are done; keep the new one.
+  std::vector<std::pair<DgDevice, void*>> pending;
+  for (auto& de : block->events) {
+    if (QueryEvent(de.first, de.second)) ReleaseEvent(de.first, de.second);
+    else pending.push_back(de);
+  }
+  pending.emplace_back(dd, e);
+  block->events.swap(pending);
 }
 
 StreamCounters GetStreamCounters(DgDevice d) {

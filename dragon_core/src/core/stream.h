@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common.h"
@@ -60,6 +61,18 @@ void UseOnStream(Storage& s, void* stream, bool write);
 // streams; returns once the host may read a host destination. Throws.
 void CopyOrdered(Storage& dst, void* dst_ptr, Storage& src,
                  const void* src_ptr, size_t bytes);
+
+// Pinned host memory (DgDeviceDef.host_alloc of a device type): host
+// storage that a stream-ordered device may read after the copy call
+// returned. Freeing it waits for the copies still reading it.
+std::shared_ptr<Storage> AllocatePinned(DgDevice pin_device, size_t bytes);
+bool IsPinned(const Storage& s);
+// The first registered device type with host_alloc ({-1,-1} when none).
+DgDevice DefaultPinDevice();
+// Host -> stream-ordered device without waiting for the host buffer to be
+// consumed when `src` is pinned; otherwise as CopyOrdered.
+void CopyNonBlocking(Storage& dst, void* dst_ptr, Storage& src,
+                     const void* src_ptr, size_t bytes);
 
 // Throws CoreError(code) whose message adds the device's error_message.
 [[noreturn]] void ThrowDeviceError(DgDevice d, DgStatus code,

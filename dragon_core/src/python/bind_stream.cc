@@ -1,5 +1,7 @@
 // Streams, events and device counters for dragon_core._stream (ABI 1.3).
 // Handles cross as integers; 0 is "no stream/event" (synchronous devices).
+#include <cstring>
+
 #include "../core/allocator.h"
 #include "../core/device.h"
 #include "../core/stream.h"
@@ -48,6 +50,35 @@ void BindStream(py::module_& m) {
   });
   m.def("_event_elapsed_ms", [](const std::string& d, uintptr_t a, uintptr_t b) {
     return ElapsedMs(Dev(d), P(a), P(b));
+  });
+  m.def("_pin_memory", [](const Tensor& t, const std::string& spec) {
+    DgDevice pin = spec.empty() ? DefaultPinDevice() : Dev(spec);
+    if (pin.type < 0)
+      throw CoreError(DG_UNAVAILABLE,
+                      "pin_memory(): no installed device provides pinned host memory "
+                      "(DgDeviceDef.host_alloc); install a device plugin that does");
+    if (t->device().type != 0)
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("pin_memory(): the tensor is on ",
+                              DeviceRegistry::Get().Name(t->device()),
+                              "; only host tensors can be pinned"));
+    Tensor src = t->is_contiguous() ? t : MakeContiguous(t);
+    const size_t bytes = static_cast<size_t>(src->numel()) * src->itemsize();
+    auto storage = AllocatePinned(pin, bytes);
+    if (bytes) std::memcpy(storage->data(), src->data(), bytes);
+    return std::make_shared<TensorImpl>(storage, 0, src->dtype(), src->shape(),
+                                        ContiguousStrides(src->shape()));
+  });
+  m.def("_is_pinned", [](const Tensor& t) { return IsPinned(*t->storage()); });
+  m.def("_to_device_non_blocking", [](const Tensor& t, const std::string& spec) {
+    DgDevice d = Dev(spec);
+    if (SameDevice(d, t->device())) return t;
+    if (t->device().type != 0 || !t->is_contiguous() || !IsPinned(*t->storage()))
+      return CopyTo(t, d);  // nothing to overlap: the ordinary copy
+    Tensor out = TensorImpl::Empty(d, t->dtype(), t->shape());
+    CopyNonBlocking(*out->storage(), out->data(), *t->storage(), t->data(),
+                    static_cast<size_t>(t->numel()) * t->itemsize());
+    return out;
   });
   m.def("_device_counters", [](const std::string& d) {
     DgDevice dev = Dev(d);

@@ -374,3 +374,44 @@ def test_non_blocking_falls_back_to_an_ordinary_copy(ta):
     y = ta.tensor(a).to(DEV, non_blocking=True)  # pageable: consumed at once
     np.testing.assert_array_equal(y.cpu().numpy(), a)
     np.testing.assert_array_equal(y.to("cpu", non_blocking=True).numpy(), a)
+
+
+def test_dlpack_exchange_orders_the_consumer_stream(ta):
+    a = np.arange(2048, dtype=np.float32)
+    s1, s2 = ta.Stream(DEV), ta.Stream(DEV)
+    with ta.stream(s1):
+        x = _t(ta, a)
+        for _ in range(8):
+            x = x + x
+    with ta.stream(s2):
+        before = _stats(ta)
+        y = ta.from_dlpack(_Wrapped(x))  # asks for __dlpack__(stream=s2)
+        z = y * y
+        after = _stats(ta)
+        assert after["stream_syncs"] == before["stream_syncs"]  # no host wait
+        assert after["stream_waits"] > before["stream_waits"]
+        np.testing.assert_array_equal(z.cpu().numpy(), (a * 256) ** 2)
+
+
+def test_dlpack_export_without_a_stream_waits_for_the_writer(ta):
+    x = _t(ta, np.ones(1000, np.float32))
+    y = x + x
+    before = _stats(ta)
+    cap = y.__dlpack__()  # no consumer stream: the data must be ready now
+    assert _stats(ta)["stream_syncs"] == before["stream_syncs"] + 1
+    z = ta._C._from_dlpack_capsule(cap)
+    np.testing.assert_array_equal(z.cpu().numpy(), np.full(1000, 2, np.float32))
+
+
+class _Wrapped:
+    """A foreign producer: only the DLPack protocol (records the stream)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+    def __dlpack__(self, stream=None, **kw):
+        assert stream is not None and stream != 0
+        return self.t.__dlpack__(stream=stream, **kw)

@@ -104,7 +104,12 @@ def from_dlpack(obj) -> Tensor:
         return obj
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack expects an object with __dlpack__, got {type(obj).__name__}")
-    return _C._from_dlpack_capsule(obj.__dlpack__())
+    stream = _C._dlpack_consumer_stream(*obj.__dlpack_device__()) \
+        if hasattr(obj, "__dlpack_device__") else None
+    if stream is None:
+        return _C._from_dlpack_capsule(obj.__dlpack__())
+    # A stream-ordered device: the producer orders our current stream.
+    return _C._from_dlpack_capsule(obj.__dlpack__(stream=stream))
 
 
 # ---------------------------------------------------------------- promotion

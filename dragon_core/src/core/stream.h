@@ -74,6 +74,12 @@ DgDevice DefaultPinDevice();
 void CopyNonBlocking(Storage& dst, void* dst_ptr, Storage& src,
                      const void* src_ptr, size_t bytes);
 
+// DLPack export of a storage (`__dlpack__(stream=...)`): with a consumer
+// stream handle of the same device, that stream waits (on the device) for
+// the storage's last writer; with none, the host waits for that one
+// writer stream; -1 means the consumer orders it itself.
+void PrepareExport(Storage& s, bool has_stream, intptr_t consumer_stream);
+
 // Throws CoreError(code) whose message adds the device's error_message.
 [[noreturn]] void ThrowDeviceError(DgDevice d, DgStatus code,
                                    const std::string& what);

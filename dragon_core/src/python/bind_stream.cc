@@ -80,6 +80,18 @@ void BindStream(py::module_& m) {
                     static_cast<size_t>(t->numel()) * t->itemsize());
     return out;
   });
+  // The stream handle to pass to a producer's __dlpack__(stream=...), or
+  // None when the DLPack device is not a stream-ordered device of ours.
+  m.def("_dlpack_consumer_stream", [](int32_t dl_type, int32_t index) -> py::object {
+    auto& reg = DeviceRegistry::Get();
+    for (int32_t id = 1; id < reg.size(); ++id) {
+      if (reg.type(id).def.dlpack_device_type != dl_type) continue;
+      DgDevice d{id, index};
+      if (!StreamOrdered(d)) return py::none();
+      return py::int_(H(CurrentStream(d)));
+    }
+    return py::none();
+  });
   m.def("_device_counters", [](const std::string& d) {
     DgDevice dev = Dev(d);
     StreamCounters c = GetStreamCounters(dev);

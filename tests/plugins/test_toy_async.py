@@ -415,3 +415,19 @@ class _Wrapped:
     def __dlpack__(self, stream=None, **kw):
         assert stream is not None and stream != 0
         return self.t.__dlpack__(stream=stream, **kw)
+
+
+def test_data_loader_pins_batches_for_non_blocking_copies(ta):
+    rng = np.random.default_rng(10)
+    xs = rng.standard_normal((10, 3)).astype(np.float32)
+    ys = rng.standard_normal((10, 1)).astype(np.float32)
+    loader = ta.data.DataLoader(ta.data.TensorDataset(xs, ys), batch_size=4,
+                                pin_memory=DEV)
+    seen = []
+    for bx, by in loader:
+        assert bx.is_pinned() and by.is_pinned()
+        dx = bx.to(DEV, non_blocking=True)
+        seen.append((dx + dx).cpu().numpy())
+    np.testing.assert_array_equal(np.concatenate(seen), 2 * xs)
+    plain = next(iter(ta.data.DataLoader(ta.data.TensorDataset(xs), batch_size=4)))
+    assert not (plain[0] if isinstance(plain, (tuple, list)) else plain).is_pinned()

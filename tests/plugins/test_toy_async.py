@@ -431,3 +431,44 @@ def test_data_loader_pins_batches_for_non_blocking_copies(ta):
     np.testing.assert_array_equal(np.concatenate(seen), 2 * xs)
     plain = next(iter(ta.data.DataLoader(ta.data.TensorDataset(xs), batch_size=4)))
     assert not (plain[0] if isinstance(plain, (tuple, list)) else plain).is_pinned()
+
+
+@pytest.mark.parametrize("parallel", [0, 2])
+def test_compiled_function_issues_on_the_callers_stream(ta, parallel):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((20, 20)).astype(np.float32)
+
+    @ta.function(parallel=parallel)
+    def f(x):
+        return ta.ops.matmul(x, x) + ta.ops.matmul(x, x, transpose_a=True) * x
+
+    x = _t(ta, a)
+    s = ta.Stream(DEV)
+    before = _stats(ta)
+    with ta.stream(s):
+        y = f(x)
+        y2 = f(x)
+    mid = _stats(ta)
+    # Ran on s: reading y on the default stream must join s (a device wait).
+    got = y.cpu().numpy()
+    assert _stats(ta)["stream_waits"] > mid["stream_waits"]
+    assert mid["device_syncs"] == before["device_syncs"]
+    np.testing.assert_allclose(got, a @ a + (a.T @ a) * a, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y2.cpu().numpy(), got, rtol=1e-6)
+
+
+def test_profile_times_ops_with_events(ta):
+    @ta.function
+    def g(x):
+        return ta.ops.relu(ta.ops.matmul(x, x)) + x
+
+    x = _t(ta, np.ones((16, 16)))
+    before = _stats(ta)
+    prof = g.profile(x, runs=5, warmup=1)
+    after = _stats(ta)
+    assert after["event_syncs"] > before["event_syncs"]  # read by events
+    assert after["device_syncs"] == before["device_syncs"]
+    rows = {r["type"]: r for r in prof.rows}
+    assert rows["MatMul"]["calls"] == 5
+    # Each toy_async op waits 0-200 µs on its worker: device time shows.
+    assert sum(r["total_us"] for r in prof.rows) > 0

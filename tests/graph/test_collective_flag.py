@@ -51,3 +51,63 @@ def test_cse_and_fold_leave_twin_collectives_alone(collective_op):
               outputs=["y"])
     out = constant_fold(cse(g))
     assert [op.type for op in out.op].count(collective_op) == 2
+
+
+def test_eager_collective_runs_without_the_gil_and_a_python_kernel_gets_it_back(
+        collective_op):
+    """The eager call releases the GIL around a collective; a Python kernel
+    (which re-acquires it) still runs, and another thread makes progress
+    while the kernel waits."""
+    import threading
+
+    import dragon_core as dg
+    from dragon_core.custom_op import _register_kernel
+
+    started, release = threading.Event(), threading.Event()
+
+    def kernel(x):
+        started.set()
+        release.wait(5)
+        return x * 2
+
+    _register_kernel(collective_op, kernel, ("float32",), 0, "test", "fake_ar", ["y"])
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault(
+        "y", _C.call(_C.op(collective_op), (dg.tensor([1.0, 2.0]),), (), None)))
+    t.start()
+    assert started.wait(5)
+    release.set()
+    t.join(5)
+    y = out["y"]
+    y = y[0] if isinstance(y, (tuple, list)) else y
+    assert y.tolist() == [2.0, 4.0]
+
+
+def test_parallel_executor_keeps_collectives_in_graph_order(collective_op):
+    import dragon_core as dg
+    from dragon_core.custom_op import _register_kernel
+
+    order = []
+
+    def kernel(x):
+        order.append(float(x.reshape(-1)[0]))
+        return x + 0
+
+    _register_kernel(collective_op, kernel, ("float64",), 1, "test", "fake_ar_order", ["y"])
+
+    def call(x):
+        y = _C.call(_C.op(collective_op), (x,), (), None)
+        return y[0] if isinstance(y, (tuple, list)) else y
+
+    @dg.function(parallel=2)
+    def f(a, b):
+        slow = dg.ops.exp(dg.ops.tanh(dg.ops.exp(a)))   # a's collective waits for this
+        return call(slow * 0 + 1.0), call(b)
+
+    a = dg.tensor(np.zeros(20000))
+    b = dg.tensor(np.full(3, 2.0))
+    f(a, b)  # traces (the trace runs the ops eagerly)
+    for _ in range(10):
+        order.clear()
+        f(a, b)
+        assert order == [1.0, 2.0], order

@@ -199,6 +199,18 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
     }
     for (int32_t s : ops_[k].release) releasable[s] = 1;
   }
+  // Collectives (ABI 1.3) keep their graph order: every rank must issue
+  // them in the same sequence, so each waits for the previous one.
+  int32_t last_collective = -1;
+  for (size_t k = 0; k < n; ++k) {
+    const PlanOp& p = ops_[k];
+    if (p.kind != PlanOp::kOp || !(p.op->flags & DG_OP_COLLECTIVE)) continue;
+    if (last_collective >= 0) {
+      ++waiting[k];
+      consumers[last_collective].push_back(static_cast<int32_t>(k));
+    }
+    last_collective = static_cast<int32_t>(k);
+  }
   std::mutex mu;
   std::condition_variable cv;
   std::deque<int32_t> ready;

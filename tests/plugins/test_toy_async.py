@@ -472,3 +472,12 @@ def test_profile_times_ops_with_events(ta):
     assert rows["MatMul"]["calls"] == 5
     # Each toy_async op waits 0-200 µs on its worker: device time shows.
     assert sum(r["total_us"] for r in prof.rows) > 0
+
+
+def test_memory_info_and_attributes(ta):
+    free, total = ta.memory.mem_get_info(DEV)
+    assert total == 1 << 30 and 0 <= free <= total
+    attrs = ta.memory.device_attributes(DEV)
+    assert attrs == {"compute_units": 1, "total_memory": 1 << 30, "max_streams": 0,
+                     "memory_alignment": 16}
+    assert ta.memory.mem_get_info("cpu") is None and ta.memory.device_attributes("cpu") == {}

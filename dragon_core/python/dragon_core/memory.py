@@ -35,3 +35,27 @@ def reset_peak(device: str = "cpu") -> None:
 def empty_cache(device: str = "cpu") -> None:
     """Return every cached free block of ``device`` to the device."""
     _C.empty_cache(str(device))
+
+
+#: DgDeviceDef.get_attribute codes (ABI 1.3), by name.
+_ATTRIBUTES = {"compute_units": 1, "total_memory": 2, "compute_capability": 3,
+               "max_streams": 4, "memory_alignment": 5, "unified_addressing": 6}
+
+
+def mem_get_info(device: str) -> tuple[int, int] | None:
+    """``(free, total)`` bytes of ``device`` as the device reports them
+    (``DgDeviceDef.memory_info``); ``None`` when the device does not say."""
+    return _C._memory_info(str(device))
+
+
+def device_attributes(device: str) -> dict:
+    """The numeric attributes ``device`` reports (``DgDeviceDef.get_attribute``):
+    ``compute_units``, ``total_memory``, ``compute_capability``,
+    ``max_streams``, ``memory_alignment``, ``unified_addressing``; the ones it
+    does not know are left out."""
+    out = {}
+    for name, code in _ATTRIBUTES.items():
+        v = _C._device_attribute(str(device), code)
+        if v is not None:
+            out[name] = v
+    return out

@@ -92,6 +92,26 @@ void BindStream(py::module_& m) {
     }
     return py::none();
   });
+  // DgDeviceDef.memory_info / get_attribute (ABI 1.3); None when absent.
+  m.def("_memory_info", [](const std::string& spec) -> py::object {
+    DgDevice d = Dev(spec);
+    const DgDeviceDef& def = DeviceRegistry::Get().type(d.type).def;
+    if (!def.memory_info) return py::none();
+    size_t free_bytes = 0, total = 0;
+    DgStatus s = def.memory_info(def.user_data, d.index, &free_bytes, &total);
+    if (s != DG_OK) ThrowDeviceError(d, s, "memory_info");
+    return py::make_tuple(free_bytes, total);
+  });
+  m.def("_device_attribute", [](const std::string& spec, int32_t attr) -> py::object {
+    DgDevice d = Dev(spec);
+    const DgDeviceDef& def = DeviceRegistry::Get().type(d.type).def;
+    if (!def.get_attribute) return py::none();
+    int64_t v = 0;
+    DgStatus s = def.get_attribute(def.user_data, d.index, attr, &v);
+    if (s == DG_NOT_FOUND) return py::none();
+    if (s != DG_OK) ThrowDeviceError(d, s, "get_attribute");
+    return py::int_(v);
+  });
   m.def("_device_counters", [](const std::string& d) {
     DgDevice dev = Dev(d);
     StreamCounters c = GetStreamCounters(dev);

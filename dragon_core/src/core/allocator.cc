@@ -57,6 +57,35 @@ void CachingAllocator::DeviceFree(void* p, void*) {
 void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
   size_t size = RoundSize(bytes);
   *rounded = size;
+  if (ordered_ && size >= LargePool::kMinLarge) {
+    const DgDevice dev{type_->id, index_};
+    LargePool::Taken t;
+    bool hit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.num_requests;
+      hit = large_.Take(size, stream, &t);
+      if (hit) {
+        if (t.owner != stream) ++stats_.cross_stream_reuses;
+        stats_.allocated += static_cast<int64_t>(t.size);
+        if (stats_.allocated > stats_.peak) stats_.peak = stats_.allocated;
+      }
+    }
+    if (hit) {
+      for (auto& e : t.events) StreamWaitEvent(dev, stream, e->event);
+      t.events.clear();  // the refs give the events back
+      if (t.owner != stream) JoinStreams(dev, t.owner, stream);
+      return t.ptr;
+    }
+    const size_t segment = LargePool::SegmentSize(size);
+    void* p = DeviceAlloc(segment);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.num_allocs;
+    stats_.reserved += static_cast<int64_t>(segment);
+    stats_.allocated += static_cast<int64_t>(large_.AddSegment(p, segment, size, stream));
+    if (stats_.allocated > stats_.peak) stats_.peak = stats_.allocated;
+    return p;
+  }
   Block block{nullptr, nullptr, {}};
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -107,6 +136,25 @@ void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
 void CachingAllocator::Free(void* ptr, size_t rounded, void* stream,
                             const std::vector<void*>& users) {
   if (ptr == nullptr) return;
+  if (ordered_ && rounded >= LargePool::kMinLarge) {
+    const DgDevice dev{type_->id, index_};
+    Events events;
+    try {
+      for (void* u : users) {
+        if (u == stream) continue;
+        auto ref = std::make_shared<EventRef>(dev, AcquireEvent(dev));
+        RecordEvent(dev, ref->event, u);
+        events.push_back(std::move(ref));
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[dragon warning] %s; a block of %zu bytes is leaked\n",
+                   e.what(), rounded);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.allocated -= static_cast<int64_t>(large_.Release(ptr, stream, std::move(events)));
+    return;
+  }
   std::vector<void*> events;
   if (ordered_) {
     const DgDevice dev{type_->id, index_};
@@ -149,11 +197,27 @@ void CachingAllocator::ResetPeak() {
 
 void CachingAllocator::EmptyCache() {
   std::unordered_map<size_t, std::vector<Block>> blocks;
+  std::vector<LargePool::Segment> segments;
   {
     std::lock_guard<std::mutex> lock(mu_);
     blocks.swap(free_);
     for (auto& kv : blocks)
       stats_.reserved -= static_cast<int64_t>(kv.first * kv.second.size());
+    segments = large_.TakeFreeSegments();
+    for (auto& seg : segments) stats_.reserved -= static_cast<int64_t>(seg.size);
+  }
+  if (!segments.empty()) {
+    const DgDevice dev{type_->id, index_};
+    std::set<void*> streams;
+    for (auto& seg : segments) {
+      streams.insert(seg.stream);
+      for (auto& e : seg.events) SyncEvent(dev, e->event);
+      seg.events.clear();
+    }
+    for (void* s : streams) SyncStream(dev, s, "emptying the memory cache");
+    for (auto& seg : segments) DeviceFree(seg.base, seg.stream);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.num_frees += static_cast<int64_t>(segments.size());
   }
   if (ordered_) {
     // The device may still be using them: wait for their streams (each

@@ -6,8 +6,10 @@
 // was allocated on. A freed block is handed out again on that stream at
 // once (stream order makes it safe); another stream takes it only after
 // waiting, on the device, for an event recorded on the owner (and on every
-// other stream that used it). No size goes straight to the device there,
-// so a steady state makes no device alloc/free and no host wait.
+// other stream that used it). No size goes straight to the device there:
+// blocks above 1 MiB come from a best-fit pool that splits device segments
+// and merges freed neighbours (large_pool.h), so a steady state makes no
+// device alloc/free and no host wait even when large sizes vary.
 #ifndef DRAGON_CORE_ALLOCATOR_H_
 #define DRAGON_CORE_ALLOCATOR_H_
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "large_pool.h"
 
 namespace dragon {
 
@@ -66,6 +69,7 @@ class CachingAllocator {
   std::mutex mu_;
   bool ordered_ = false;
   std::unordered_map<size_t, std::vector<Block>> free_;
+  LargePool large_;  // stream-ordered devices: blocks >= LargePool::kMinLarge
   MemoryStats stats_;
 };
 

@@ -238,3 +238,9 @@ def dg():
 def toy(dg, fixture_plugins):
     """Load the toy device plugin into this interpreter (once)."""
     return dg.load_library(str(fixture_plugins["toy"]))
+
+
+@pytest.fixture(scope="session")
+def toy_async(dg, fixture_plugins):
+    """Load the stream-ordered toy_async device plugin (once)."""
+    return dg.load_library(str(fixture_plugins["toy_async"]))

@@ -30,13 +30,15 @@ FIXTURE_LIBS = {
     "ctor_marker_ok": "libctor_marker_ok.so",
     "ctor_marker_new_minor": "libctor_marker_new_minor.so",
     "ctor_marker_new_major": "libctor_marker_new_major.so",
+    "toy_async": "libtoy_async.so",
 }
 
 #: Fixtures built with dragon_add_plugin that must pass the export/import
 #: audit (missing_symbol is not a plugin; missing_dep needs a foreign .so).
 WELL_FORMED = ("toy", "custom_op", "pin_probe", "dup_claim_a", "dup_claim_b",
                "broken_init", "abi_major", "newer_minor", "abi_1_0", "call_site",
-               "ctor_marker_ok", "ctor_marker_new_minor", "ctor_marker_new_major")
+               "ctor_marker_ok", "ctor_marker_new_minor", "ctor_marker_new_major",
+               "toy_async")
 
 #: The init failure message of fixtures/broken_init.
 BROKEN_INIT_MESSAGE = ("broken_init: the frobnicator board did not answer "

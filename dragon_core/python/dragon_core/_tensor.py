@@ -157,10 +157,14 @@ def from_dlpack(obj) -> Tensor:
         return obj
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack expects an object with __dlpack__, got {type(obj).__name__}")
+    stream = _C._dlpack_consumer_stream(*obj.__dlpack_device__()) \
+        if hasattr(obj, "__dlpack_device__") else None
+    # On a stream-ordered device the producer orders our current stream.
+    kwargs = {} if stream is None else {"stream": stream}
     try:
-        capsule = obj.__dlpack__(max_version=(1, 0))
+        capsule = obj.__dlpack__(max_version=(1, 0), **kwargs)
     except TypeError:  # a producer older than DLPack 1.0 takes no max_version
-        capsule = obj.__dlpack__()
+        capsule = obj.__dlpack__(**kwargs)
     return _C._from_dlpack_capsule(capsule)
 
 
@@ -395,11 +399,14 @@ def _install():
                         "ops (e.g. ops.where) instead")
     T.__setitem__ = __setitem__
 
-    def to(self, target, dtype=None):
+    def to(self, target, dtype=None, non_blocking=False):
         """Return the tensor on another device and/or with another dtype.
 
         ``x.to("toy")``, ``x.to(dragon_core.float64)``, ``x.to("cpu", "float32")``.
-        A no-op returns ``self``.
+        A no-op returns ``self``. ``non_blocking=True`` with a pinned host
+        tensor (``pin_memory()``) and a stream-ordered device returns before
+        the copy ran (it is ordered on the current stream); otherwise it is
+        the ordinary copy.
         """
         out = self
         dev = None
@@ -419,9 +426,19 @@ def _install():
             if dt.code != out._dtype_code:
                 out = _ops_module().cast(out, dt)
         if dev is not None and (dev.type, dev.index) != (out._device_name, out._device_index):
-            out = out._to_device(str(dev))
+            out = (_C._to_device_non_blocking(out, str(dev)) if non_blocking
+                   else out._to_device(str(dev)))
         return out
     T.to = to
+
+    def pin_memory(self, device=None):
+        """A copy of this host tensor in pinned (page-locked) memory of
+        ``device``'s type (default: the first device plugin that offers it),
+        for ``to(device, non_blocking=True)``."""
+        return _C._pin_memory(self, "" if device is None else str(device))
+    T.pin_memory = pin_memory
+    T.is_pinned = lambda self: _C._is_pinned(self)
+    T.is_pinned.__doc__ = "Whether this host tensor lives in pinned memory."
     T.cpu = lambda self: self.to("cpu")
     T.cpu.__doc__ = "Return a copy on the host (or ``self`` if already there)."
     T.astype = lambda self, dt: self.to(None, dtype_arg(dt, "astype: dtype"))

@@ -79,6 +79,14 @@ class UnavailableError(DragonError, RuntimeError):
     """A resource (e.g. a device) is not present right now."""
 
 
+class AbortedError(DragonError, RuntimeError):
+    """The device or a peer gave up (a lost device, an aborted collective)."""
+
+
+class DeadlineExceededError(DragonError, TimeoutError):
+    """A wait (for a collective, an event) took longer than allowed."""
+
+
 class PluginError(DragonError, ImportError):
     """A plugin failed to load; raised when its ops are used, with the cause."""
 
@@ -111,6 +119,8 @@ _BY_CODE = {
     6: OutOfRangeError,
     7: FailedPreconditionError,
     8: UnavailableError,
+    9: AbortedError,
+    10: DeadlineExceededError,
 }
 
 # Kernel-raised variants: KernelError + the status class.

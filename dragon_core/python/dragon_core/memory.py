@@ -14,9 +14,17 @@ def stats(device: str = "cpu") -> dict:
         ``allocated`` (bytes held by live tensors, in allocator size classes),
         ``reserved`` (allocated + cached free blocks), ``peak`` (max of
         allocated since start or :func:`reset_peak`), ``num_allocs`` (device
-        allocations, i.e. cache misses) and ``num_requests``.
+        allocations, i.e. cache misses) and ``num_requests``; and the
+        counters that show whether the core waits or allocates more than it
+        must: ``num_frees`` (device frees), ``cross_stream_reuses`` (cached
+        blocks handed to another stream after an event), ``device_syncs``
+        (device-wide synchronizations), ``stream_syncs`` (waits for one
+        stream: host reads), ``event_syncs`` and ``stream_waits`` (device-side
+        waits for events).
     """
-    return _C.memory_stats(str(device))
+    out = _C.memory_stats(str(device))
+    out.update(_C._device_counters(str(device)))
+    return out
 
 
 def reset_peak(device: str = "cpu") -> None:
@@ -27,3 +35,27 @@ def reset_peak(device: str = "cpu") -> None:
 def empty_cache(device: str = "cpu") -> None:
     """Return every cached free block of ``device`` to the device."""
     _C.empty_cache(str(device))
+
+
+#: DgDeviceDef.get_attribute codes (ABI 1.3), by name.
+_ATTRIBUTES = {"compute_units": 1, "total_memory": 2, "compute_capability": 3,
+               "max_streams": 4, "memory_alignment": 5, "unified_addressing": 6}
+
+
+def mem_get_info(device: str) -> tuple[int, int] | None:
+    """``(free, total)`` bytes of ``device`` as the device reports them
+    (``DgDeviceDef.memory_info``); ``None`` when the device does not say."""
+    return _C._memory_info(str(device))
+
+
+def device_attributes(device: str) -> dict:
+    """The numeric attributes ``device`` reports (``DgDeviceDef.get_attribute``):
+    ``compute_units``, ``total_memory``, ``compute_capability``,
+    ``max_streams``, ``memory_alignment``, ``unified_addressing``; the ones it
+    does not know are left out."""
+    out = {}
+    for name, code in _ATTRIBUTES.items():
+        v = _C._device_attribute(str(device), code)
+        if v is not None:
+            out[name] = v
+    return out

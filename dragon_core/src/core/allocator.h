@@ -1,6 +1,15 @@
 // A caching allocator per device, in the spirit of Paddle's chunked pool:
 // freed blocks are kept in size-class free lists and handed out again;
 // requests above kDirectLimit go straight to the device. Thread-safe.
+//
+// On stream-ordered devices (ABI 1.3) every block belongs to the stream it
+// was allocated on. A freed block is handed out again on that stream at
+// once (stream order makes it safe); another stream takes it only after
+// waiting, on the device, for an event recorded on the owner (and on every
+// other stream that used it). No size goes straight to the device there:
+// blocks above 1 MiB come from a best-fit pool that splits device segments
+// and merges freed neighbours (large_pool.h), so a steady state makes no
+// device alloc/free and no host wait even when large sizes vary.
 #ifndef DRAGON_CORE_ALLOCATOR_H_
 #define DRAGON_CORE_ALLOCATOR_H_
 
@@ -11,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "large_pool.h"
 
 namespace dragon {
 
@@ -22,6 +32,8 @@ struct MemoryStats {
   int64_t peak = 0;        // max of allocated since start / reset_peak
   int64_t num_allocs = 0;  // device allocations (cache misses)
   int64_t num_requests = 0;
+  int64_t num_frees = 0;   // device frees
+  int64_t cross_stream_reuses = 0;  // blocks handed to another stream
 };
 
 class CachingAllocator {
@@ -30,8 +42,11 @@ class CachingAllocator {
   ~CachingAllocator();
   // Returns a block of at least `bytes` (64-byte aligned on the host).
   // Throws CoreError(RESOURCE_EXHAUSTED) naming the device and size.
-  void* Allocate(size_t bytes, size_t* rounded);
-  void Free(void* ptr, size_t rounded);
+  // `stream`: the caller's current stream (NULL on synchronous devices).
+  void* Allocate(size_t bytes, size_t* rounded, void* stream = nullptr);
+  // `stream`: the block's owner; `users`: other streams that used it.
+  void Free(void* ptr, size_t rounded, void* stream = nullptr,
+            const std::vector<void*>& users = {});
   MemoryStats Stats();
   void ResetPeak();
   // Returns every cached block to the device.
@@ -42,12 +57,19 @@ class CachingAllocator {
 
  private:
   void* DeviceAlloc(size_t bytes);
-  void DeviceFree(void* p);
+  void DeviceFree(void* p, void* stream);
+  struct Block {
+    void* ptr;
+    void* stream;                // owner
+    std::vector<void*> events;   // recorded on other users at free time
+  };
 
   DeviceType* type_;
   int32_t index_;
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  bool ordered_ = false;
+  std::unordered_map<size_t, std::vector<Block>> free_;
+  LargePool large_;  // stream-ordered devices: blocks >= LargePool::kMinLarge
   MemoryStats stats_;
 };
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "allocator.h"
+#include "stream.h"
 
 namespace dragon {
 namespace {
@@ -176,16 +177,16 @@ void CopyBytes(DgDevice dst_dev, void* dst, DgDevice src_dev, const void* src,
   } else if (src_dev.type == 0) {
     auto& d = reg.type(dst_dev.type).def;
     check(d.copy_h2d(d.user_data, dst_dev.index, dst, src, bytes, nullptr), "copy");
-    if (d.synchronize) d.synchronize(d.user_data, dst_dev.index);
+    SyncDevice(dst_dev, "synchronize after a copy");
   } else if (dst_dev.type == 0) {
     auto& d = reg.type(src_dev.type).def;
     check(d.copy_d2h(d.user_data, src_dev.index, dst, src, bytes, nullptr), "copy");
-    if (d.synchronize) d.synchronize(d.user_data, src_dev.index);
+    SyncDevice(src_dev, "synchronize after a copy");
   } else if (src_dev.type == dst_dev.type && src_dev.index == dst_dev.index &&
              reg.type(src_dev.type).def.copy_d2d) {
     auto& d = reg.type(src_dev.type).def;
     check(d.copy_d2d(d.user_data, src_dev.index, dst, src, bytes, nullptr), "copy");
-    if (d.synchronize) d.synchronize(d.user_data, src_dev.index);
+    SyncDevice(src_dev, "synchronize after a copy");
   } else {
     std::vector<char> staging(bytes);
     CopyBytes(kHost, staging.data(), src_dev, src, bytes);

@@ -54,7 +54,10 @@ inline bool SameDevice(DgDevice a, DgDevice b) {
 }
 
 // Copies bytes between any two devices (staging through the host when both
-// are non-host devices of different types). Throws CoreError.
+// are non-host devices of different types), synchronizing the device after
+// each copy: the contract of synchronous devices. Tensors go through
+// CopyOrdered (stream.h), which keeps stream-ordered devices asynchronous.
+// Throws CoreError.
 void CopyBytes(DgDevice dst_dev, void* dst, DgDevice src_dev, const void* src,
                size_t bytes);
 

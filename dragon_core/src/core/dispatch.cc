@@ -6,6 +6,7 @@
 #include "device.h"
 #include "host_api.h"
 #include "small_vector.h"
+#include "stream.h"
 
 namespace dragon {
 namespace {
@@ -277,7 +278,8 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   frame.attrs = attr_ptrs.data();
   frame.attr_names = op.attr_names.data();
   frame.device = device;
-  frame.stream = nullptr;
+  // The thread's current stream (NULL on synchronous devices, stream.h).
+  frame.stream = CurrentStream(device);
   frame.host_ctx = &st;
   frame.host = HostApi();
 
@@ -326,6 +328,11 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
       site->kernel = chosen;
     }
     frame.call_site_state = &site->state;
+  }
+  if (frame.stream) {  // order the call after what wrote its tensors
+    for (size_t i = 0; i < n; ++i) UseOnStream(*inputs[i]->storage(), frame.stream, false);
+    for (auto& d : dense) UseOnStream(*d->storage(), frame.stream, false);
+    for (auto& o : outputs) UseOnStream(*o->storage(), frame.stream, true);
   }
   DgStatus s;
   try {

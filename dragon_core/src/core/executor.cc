@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "device.h"
+#include "stream.h"
 
 namespace dragon {
 
@@ -19,6 +20,16 @@ int64_t Plan::planned_bytes() const {
 
 void Plan::SetProfiling(bool on) {
   std::lock_guard<std::mutex> lock(run_mu_);
+  std::vector<EventTiming> stale;
+  {
+    std::lock_guard<std::mutex> tl(timing_mu_);
+    stale.swap(timings_);
+  }
+  for (const EventTiming& t : stale) {  // events go back once their work ran
+    SyncEvent(t.device, t.end);
+    ReleaseEvent(t.device, t.start);
+    ReleaseEvent(t.device, t.end);
+  }
   profiling_ = on;
   op_ns_.assign(ops_.size(), 0);
   op_calls_.assign(ops_.size(), 0);
@@ -30,8 +41,35 @@ int64_t Plan::profile_runs() {
   return profile_runs_;
 }
 
+void* Plan::StartTiming(DgDevice device) {
+  if (!StreamOrdered(device)) return nullptr;
+  void* e = AcquireEvent(device);
+  RecordEvent(device, e, CurrentStream(device));
+  return e;
+}
+
+void Plan::EndTiming(int32_t op, DgDevice device, void* start) {
+  void* e = AcquireEvent(device);
+  RecordEvent(device, e, CurrentStream(device));
+  std::lock_guard<std::mutex> lock(timing_mu_);
+  timings_.push_back({op, device, start, e});
+}
+
 std::vector<Plan::OpTiming> Plan::Profile() {
   std::lock_guard<std::mutex> lock(run_mu_);
+  std::vector<EventTiming> timings;
+  {
+    std::lock_guard<std::mutex> tl(timing_mu_);
+    timings.swap(timings_);
+  }
+  for (const EventTiming& t : timings) {  // waits for the timed work
+    SyncEvent(t.device, t.end);
+    const float ms = ElapsedMs(t.device, t.start, t.end);
+    if (t.op >= 0 && static_cast<size_t>(t.op) < op_ns_.size())
+      op_ns_[t.op] += static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+    ReleaseEvent(t.device, t.start);
+    ReleaseEvent(t.device, t.end);
+  }
   std::vector<OpTiming> out;
   for (size_t k = 0; k < ops_.size(); ++k) {
     const PlanOp& p = ops_[k];
@@ -161,6 +199,18 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
     }
     for (int32_t s : ops_[k].release) releasable[s] = 1;
   }
+  // Collectives (ABI 1.3) keep their graph order: every rank must issue
+  // them in the same sequence, so each waits for the previous one.
+  int32_t last_collective = -1;
+  for (size_t k = 0; k < n; ++k) {
+    const PlanOp& p = ops_[k];
+    if (p.kind != PlanOp::kOp || !(p.op->flags & DG_OP_COLLECTIVE)) continue;
+    if (last_collective >= 0) {
+      ++waiting[k];
+      consumers[last_collective].push_back(static_cast<int32_t>(k));
+    }
+    last_collective = static_cast<int32_t>(k);
+  }
   std::mutex mu;
   std::condition_variable cv;
   std::deque<int32_t> ready;
@@ -168,7 +218,11 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
   std::exception_ptr error;
   for (size_t k = 0; k < n; ++k)
     if (waiting[k] == 0) ready.push_back(static_cast<int32_t>(k));
+  // Workers issue on the caller's current stream (a compiled function runs
+  // on the stream current at call time).
+  void* caller_stream = CurrentStream(device);
   auto worker = [&] {
+    if (caller_stream) SetCurrentStream(device, caller_stream);
     std::unique_lock<std::mutex> lock(mu);
     while (true) {
       cv.wait(lock, [&] { return !ready.empty() || done == n || error || (running == 0 && ready.empty()); });
@@ -183,8 +237,11 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
       std::vector<Tensor> out;
       std::exception_ptr failed;
       const int64_t t0 = profiling_ ? NowNs() : 0;
+      void* ev0 = nullptr;
       try {
+        ev0 = profiling_ ? StartTiming(device) : nullptr;
         out = RunOne(p, in, device, nullptr);
+        if (ev0) EndTiming(k, device, ev0);
       } catch (...) {
         failed = std::current_exception();
       }
@@ -193,7 +250,7 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
       lock.lock();
       --running;
       if (profiling_) {
-        op_ns_[k] += t1 - t0;
+        if (!ev0) op_ns_[k] += t1 - t0;
         ++op_calls_[k];
       }
       if (failed) {
@@ -281,9 +338,11 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
       pre = &preset;
     }
     const int64_t t0 = profiling_ ? NowNs() : 0;
+    void* ev0 = profiling_ ? StartTiming(device) : nullptr;
     std::vector<Tensor> out = RunOne(p, in, device, pre);
     if (profiling_) {
-      op_ns_[k] += NowNs() - t0;
+      if (ev0) EndTiming(static_cast<int32_t>(k), device, ev0);
+      else op_ns_[k] += NowNs() - t0;
       ++op_calls_[k];
     }
     for (size_t i = 0; i < out.size() && i < p.outputs.size(); ++i) slots[p.outputs[i]] = std::move(out[i]);

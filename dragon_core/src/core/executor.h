@@ -93,6 +93,18 @@ class Plan {
   bool profiling_ = false;
   std::vector<int64_t> op_ns_, op_calls_;  // per op, while profiling
   int64_t profile_runs_ = 0;
+  // On stream-ordered devices an op is timed by two events around it on
+  // the current stream (host clocks would time the issue, not the work);
+  // they are read when Profile() is called.
+  struct EventTiming {
+    int32_t op;
+    DgDevice device;
+    void *start, *end;
+  };
+  void* StartTiming(DgDevice device);
+  void EndTiming(int32_t op, DgDevice device, void* start);
+  std::mutex timing_mu_;
+  std::vector<EventTiming> timings_;
   std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs
   std::mutex run_mu_;            // planned buffers: one run at a time
 };

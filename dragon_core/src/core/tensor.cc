@@ -3,6 +3,7 @@
 #include "allocator.h"
 #include "device.h"
 #include "dispatch.h"
+#include "stream.h"
 
 namespace dragon {
 
@@ -19,7 +20,8 @@ std::shared_ptr<Storage> Storage::Allocate(DgDevice device, size_t bytes) {
     return s;
   }
   s->allocator_ = &DeviceRegistry::Get().Allocator(device);
-  s->data_ = s->allocator_->Allocate(bytes, &s->rounded_);
+  s->home_stream = s->last_writer = CurrentStream(device);
+  s->data_ = s->allocator_->Allocate(bytes, &s->rounded_, s->home_stream);
   return s;
 }
 
@@ -38,7 +40,7 @@ Storage::~Storage() {
   if (release_) {
     release_();
   } else if (allocator_ != nullptr) {
-    allocator_->Free(data_, rounded_);
+    allocator_->Free(data_, rounded_, home_stream, users);
   }
 }
 
@@ -80,8 +82,8 @@ DgTensorView TensorImpl::View() const {
 Tensor CopyTo(const Tensor& t, DgDevice device) {
   Tensor src = t->is_contiguous() ? t : MakeContiguous(t);
   Tensor out = TensorImpl::Empty(device, src->dtype(), src->shape());
-  CopyBytes(device, out->data(), src->device(), src->data(),
-            static_cast<size_t>(src->numel()) * src->itemsize());
+  CopyOrdered(*out->storage(), out->data(), *src->storage(), src->data(),
+              static_cast<size_t>(src->numel()) * src->itemsize());
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common.h"
 
@@ -35,6 +36,16 @@ class Storage {
   // reuses it for an op's output; copies of it are writable.
   bool read_only() const { return read_only_; }
   void set_read_only(bool v) { read_only_ = v; }
+
+  // Stream tracking on stream-ordered devices (stream.h); all NULL/empty
+  // elsewhere. `home`: the stream the block was allocated on (the
+  // allocator returns it to that stream's pool); `last_writer`: the stream
+  // of the last kernel or copy that wrote it; `users`: other streams that
+  // touched it (the allocator makes the next owner wait for them).
+  // Guarded by StorageLock (stream.cc).
+  void* home_stream = nullptr;
+  void* last_writer = nullptr;
+  std::vector<void*> users;
 
  private:
   DgDevice device_{0, 0};

@@ -348,6 +348,7 @@ py::dict Describe(const OpSchema& op) {
   for (auto& a : op.attrs) attrs.append(AttrDefault(a));
   d["attrs"] = attrs;
   d["stateful"] = static_cast<bool>(op.flags & DG_OP_STATEFUL);
+  d["collective"] = static_cast<bool>(op.flags & DG_OP_COLLECTIVE);
   d["same_dtype"] = static_cast<bool>(op.flags & DG_OP_SAME_DTYPE);
   d["no_grad"] = static_cast<bool>(op.flags & DG_OP_NO_GRAD);
   d["control"] = static_cast<bool>(op.flags & DG_OP_CONTROL);
@@ -531,7 +532,14 @@ void BindOps(py::module_& m) {
     // Random ops draw a seed when theirs is -1; the record keeps -1 so a
     // traced graph draws a fresh one at every run.
     int64_t seed = op.seed_attr >= 0 ? av[op.seed_attr].v.i : 0;
-    std::vector<Tensor> out = Dispatch(*h.op, in, av, dev);
+    std::vector<Tensor> out;
+    if (op.flags & DG_OP_COLLECTIVE) {
+      // A collective may wait for peers: other Python threads run meanwhile.
+      py::gil_scoped_release nogil;
+      out = Dispatch(*h.op, in, av, dev);
+    } else {
+      out = Dispatch(*h.op, in, av, dev);
+    }
     if (op.seed_attr >= 0) av[op.seed_attr].v.i = seed;
     MaybeRecord(op, in, av, out);
     return PackOutputs(op, std::move(out));

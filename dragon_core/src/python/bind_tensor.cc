@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "../core/device.h"
+#include "../core/stream.h"
 #include "bindings.h"
 
 namespace dragon {
@@ -412,6 +413,9 @@ void BindTensor(py::module_& m) {
       py::tuple v = py::reinterpret_borrow<py::tuple>(kw["max_version"]);
       versioned = v.size() > 0 && v[0].cast<int>() >= 1;
     }
+    // ABI 1.3: order the consumer's stream after the producer (stream.h).
+    bool has_stream = kw.contains("stream") && !kw["stream"].is_none();
+    PrepareExport(*t->storage(), has_stream, has_stream ? kw["stream"].cast<intptr_t>() : 0);
     return ToDLPack(t, versioned);
   });
   cls.def("__dlpack_device__", [](const Tensor& t) {

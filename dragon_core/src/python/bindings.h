@@ -18,6 +18,7 @@ void BindOps(py::module_& m);
 void BindPlugins(py::module_& m);
 void BindGraph(py::module_& m);
 void BindPyOps(py::module_& m);
+void BindStream(py::module_& m);
 
 // Python callbacks installed by dragon_core at import.
 struct PyHooks {

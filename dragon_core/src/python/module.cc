@@ -40,6 +40,7 @@ PYBIND11_MODULE(_C, m) {
   BindPlugins(m);
   BindGraph(m);
   BindPyOps(m);
+  BindStream(m);
 
   m.def("_set_hooks", [](py::object convert, py::object binary_slow, py::object make_error,
                          py::object dtype_code) {

@@ -33,8 +33,12 @@ extern "C" {
 
 #define DG_ABI_MAJOR 1
 /* Minor history: 1.0 first release; 1.1 adds DG_OP_CONTROL; 1.2 gives
- * DgCallFrame.call_site_state a meaning (DgCallSiteState). */
-#define DG_ABI_MINOR 2
+ * DgCallFrame.call_site_state a meaning (DgCallSiteState); 1.3 adds
+ * asynchronous devices (DgDeviceDef.flags and the entries after it: current
+ * device, default stream, events, pinned host memory, peer copies,
+ * attributes, memory info, error_message), DG_ABORTED,
+ * DG_DEADLINE_EXCEEDED and DG_OP_COLLECTIVE. */
+#define DG_ABI_MINOR 3
 
 #if defined(_WIN32)
 #define DG_EXPORT __declspec(dllexport)
@@ -54,7 +58,11 @@ enum {
   DG_INTERNAL = 5,          /* a bug */
   DG_OUT_OF_RANGE = 6,      /* index out of bounds */
   DG_FAILED_PRECONDITION = 7,
-  DG_UNAVAILABLE = 8        /* e.g. no such device present at run time */
+  DG_UNAVAILABLE = 8,       /* e.g. no such device present at run time */
+  /* ABI >= 1.3 */
+  DG_ABORTED = 9,           /* the device or a peer gave up (lost device,
+                               aborted collective); the device may be unusable */
+  DG_DEADLINE_EXCEEDED = 10 /* a wait (collective, event) timed out */
 };
 
 /* ------------------------------------------------------------------ dtypes */
@@ -271,7 +279,12 @@ enum {
   DG_OP_STATEFUL = 1u << 0,      /* random or side effects: never CSE'd */
   DG_OP_SAME_DTYPE = 1u << 1,    /* all inputs must share one dtype */
   DG_OP_NO_GRAD = 1u << 2,       /* not differentiable at all */
-  DG_OP_CONTROL = 1u << 3        /* run by the graph executor, no kernel */
+  DG_OP_CONTROL = 1u << 3,       /* run by the graph executor, no kernel */
+  /* ABI >= 1.3: a collective (all_reduce, ...). Never pruned, never merged
+   * by CSE, never constant-folded, never reordered against another
+   * collective (every rank must issue them in one order); run eagerly with
+   * the GIL released. */
+  DG_OP_COLLECTIVE = 1u << 4
 };
 
 typedef struct DgOpDef {
@@ -346,7 +359,94 @@ typedef struct DgDeviceDef {
   /* DLPack device type for zero-copy exchange (kDLCPU = 1, kDLCUDA = 2,
    * ...); 0 when the device's tensors cannot be exported. */
   int32_t dlpack_device_type;
+
+  /* ---- ABI >= 1.3: asynchronous devices. A device that leaves all of
+   * these zero keeps the synchronous contract of 1.0-1.2: the core calls
+   * `synchronize` after every copy and never waits on anything else.
+   *
+   * A device that sets DG_DEVICE_STREAM_ORDERED in `flags` promises:
+   *  - kernels and copies run in the order they were issued on one stream
+   *    (frame->stream, the `stream` argument of copies), possibly after
+   *    the call returned;
+   *  - copy_h2d has consumed `src` when it returns (the host buffer may be
+   *    reused at once), unless `src` is pinned memory from host_alloc; its
+   *    write to `dst` is ordered on the stream;
+   *  - copy_d2h's `dst` is valid once the stream has passed the copy (the
+   *    core waits with stream_sync or an event before reading it);
+   *  - default_stream and the event entries are set;
+   *  - a failure of work that already returned DG_OK is sticky: the next
+   *    stream_sync / event_synchronize / synchronize returns its status and
+   *    error_message explains it.
+   * Streams and events are opaque handles owned by the device; the core
+   * destroys what it created. All entries may be called from any thread. */
+  uint32_t flags;  /* DG_DEVICE_* bits */
+  /* Make `index` the calling thread's current device (as cudaSetDevice).
+   * The core calls it before a batch of work on `index` from a thread. */
+  DgStatus (*activate)(void* user_data, int32_t index);
+  /* The stream work goes to unless the user picked another (never NULL on
+   * a stream-ordered device; owned by the device, never destroyed). */
+  DgStatus (*default_stream)(void* user_data, int32_t index, void** stream);
+  DgStatus (*event_create)(void* user_data, int32_t index, void** event);
+  DgStatus (*event_destroy)(void* user_data, int32_t index, void* event);
+  /* Capture the work issued on `stream` so far; re-recording moves it. */
+  DgStatus (*event_record)(void* user_data, int32_t index, void* event,
+                           void* stream);
+  /* *done = 1 once the captured work has finished (1 for a never-recorded
+   * event); never blocks. */
+  DgStatus (*event_query)(void* user_data, int32_t index, void* event,
+                          int32_t* done);
+  /* Block the calling host thread until the captured work has finished. */
+  DgStatus (*event_synchronize)(void* user_data, int32_t index, void* event);
+  /* Work issued on `stream` after this call waits for the work `event`
+   * captured when this call was made (a later re-record does not matter).
+   * Never blocks the host. */
+  DgStatus (*stream_wait_event)(void* user_data, int32_t index, void* stream,
+                                void* event);
+  /* Milliseconds between two recorded, finished events. */
+  DgStatus (*event_elapsed_ms)(void* user_data, int32_t index, void* start,
+                               void* end, float* ms);
+  /* Page-locked host memory for copies that do not block the host; the
+   * core owns the pointer until host_free. NULL entries: no pinned memory. */
+  DgStatus (*host_alloc)(void* user_data, int32_t index, size_t bytes,
+                         void** ptr);
+  void (*host_free)(void* user_data, int32_t index, void* ptr);
+  /* Copy between two devices of this type, ordered on `stream` (a stream
+   * of `dst_index`); NULL when peers cannot copy directly (the core stages
+   * through the host). */
+  DgStatus (*copy_peer)(void* user_data, int32_t dst_index, void* dst,
+                        int32_t src_index, const void* src, size_t bytes,
+                        void* stream);
+  /* A numeric device attribute (DG_DEVICE_ATTR_*); DG_NOT_FOUND when the
+   * device does not know it. */
+  DgStatus (*get_attribute)(void* user_data, int32_t index, int32_t attr,
+                            int64_t* value);
+  /* Free and total bytes of device memory as the device sees them. */
+  DgStatus (*memory_info)(void* user_data, int32_t index, size_t* free_bytes,
+                          size_t* total_bytes);
+  /* A human-readable explanation of the last failed call of this table on
+   * this device from this thread, or of a sticky asynchronous failure;
+   * NULL or "" when there is none. The string stays valid until the next
+   * call of this table from the same thread. */
+  const char* (*error_message)(void* user_data, int32_t index);
 } DgDeviceDef;
+
+/* DgDeviceDef.flags (ABI >= 1.3). */
+enum {
+  /* Kernels and copies are asynchronous and ordered per stream (see the
+   * ABI 1.3 block of DgDeviceDef). */
+  DG_DEVICE_STREAM_ORDERED = 1u << 0
+};
+
+/* DgDeviceDef.get_attribute codes (ABI >= 1.3). Stable forever. */
+enum {
+  DG_DEVICE_ATTR_COMPUTE_UNITS = 1,      /* SMs, CUs, cores */
+  DG_DEVICE_ATTR_TOTAL_MEMORY = 2,       /* bytes */
+  DG_DEVICE_ATTR_COMPUTE_CAPABILITY = 3, /* vendor-defined, e.g. 90 */
+  DG_DEVICE_ATTR_MAX_STREAMS = 4,        /* 0: unlimited */
+  DG_DEVICE_ATTR_MEMORY_ALIGNMENT = 5,   /* bytes guaranteed by alloc */
+  DG_DEVICE_ATTR_UNIFIED_ADDRESSING = 6  /* 1 when pointers are unique
+                                            across devices and the host */
+};
 
 /* Handed to init(). Registrations are buffered by the core and committed
  * only if init returns DG_OK, so a failing plugin leaves nothing behind. */

@@ -341,7 +341,10 @@ class Function:
             for _ in range(runs):
                 self(*args, **kwargs)
             wall_ns = time.perf_counter_ns() - t0
-            rows, timed = plan.profile(), plan.profile_runs
+            rows = plan.profile()
+            # One snapshot: a run of another thread may start right after
+            # profile() returns, so profile_runs read later could be ahead.
+            timed = max((r["calls"] for r in rows), default=plan.profile_runs)
         finally:
             plan.set_profiling(False)
         # Other threads may have run the plan meanwhile: per-run means divide

@@ -57,6 +57,19 @@ class TensorDataset(Dataset):
         return tuple(a[index] for a in self.arrays)
 
 
+def _pin(batch: Any, device: str | None) -> Any:
+    """``batch`` with every host tensor copied into pinned memory."""
+    if isinstance(batch, Tensor):
+        return batch.pin_memory(device) if batch.device.type == "cpu" else batch
+    if isinstance(batch, dict):
+        return {k: _pin(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_pin(v, device) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_pin(v, device) for v in batch)
+    return batch
+
+
 class DataLoader(_WorkerBatches):
     """Batches of tensors from a :class:`Dataset`.
 
@@ -89,6 +102,10 @@ class DataLoader(_WorkerBatches):
         Multiprocessing start method (default: forkserver where available).
     timeout : float or None
         Seconds without any example before :class:`DataTimeoutError`.
+    pin_memory : bool or str
+        Copy every host tensor of each batch into pinned memory (of the
+        named device's type; ``True``: the first device offering it), so that
+        ``batch.to(device, non_blocking=True)`` does not wait for the host.
 
     Notes
     -----
@@ -102,7 +119,7 @@ class DataLoader(_WorkerBatches):
                  collate_fn: Callable | None = None, seed: int = 0, *, rank: int = 0,
                  world_size: int = 1, transform: Callable | None = None,
                  prefetch: int | None = None, start_method: str | None = None,
-                 timeout: float | None = 300.0):
+                 timeout: float | None = 300.0, pin_memory: bool | str = False):
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"dataset must define __len__ and __getitem__, got "
                             f"{type(dataset).__name__}")
@@ -123,6 +140,7 @@ class DataLoader(_WorkerBatches):
         self.prefetch = prefetch or max(2 * (self.batch_size or 1), 16)
         self.start_method = start_method
         self.timeout = timeout
+        self.pin_memory = pin_memory
         self._epoch = 0
         self._pool: WorkerPool | None = None
 
@@ -140,9 +158,13 @@ class DataLoader(_WorkerBatches):
         epoch, indices = self._next_epoch(lambda epoch: epoch_order(
             len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=epoch,
             rank=self.rank, world_size=self.world_size))
-        return self._batched(self._read(
+        batches = self._batched(self._read(
             self.dataset, self.transform, epoch, indices, num_readers=self.num_workers,
             num_transformers=0, queue_size=1))
+        if not self.pin_memory:
+            return batches
+        device = None if self.pin_memory is True else str(self.pin_memory)
+        return (_pin(b, device) for b in batches)
 
     def close(self) -> None:
         """Stop the worker processes (idempotent; a later iteration restarts them)."""

@@ -12,10 +12,15 @@ global generator when its ``seed`` attribute is -1, so a pruned graph may
 consume fewer seeds than the eager program it was traced from; the values it
 returns do not change. Graph inputs and captured tensors are never removed,
 even when unused, since callers feed them by position.
+
+Collective ops (``DG_OP_COLLECTIVE``, ABI 1.3) are always live: every rank
+must issue the same collectives in the same order, whether or not this rank
+reads the result.
 """
 
 from __future__ import annotations
 
+from dragon_core import _C
 from dragon_core import proto as P
 from dragon_core._graph.passes import register_pass
 
@@ -31,6 +36,16 @@ def _keep_only(field, keep) -> None:
     if len(kept) != len(field):
         del field[:]
         field.extend(kept)
+
+
+def _is_collective(op_type: str, cache: dict) -> bool:
+    """Whether the schema marks ``op_type`` a collective (unknown: no)."""
+    if op_type not in cache:
+        try:
+            cache[op_type] = bool(_C.op(op_type).describe().get("collective", False))
+        except Exception:  # noqa: BLE001 - control ops, unknown types
+            cache[op_type] = False
+    return cache[op_type]
 
 
 def _drop_value_info(graph, names: set) -> None:
@@ -69,9 +84,10 @@ def prune(graph):
     new.CopyFrom(graph)
     needed = set(new.output) | set(new.state_update)
     live = [False] * len(new.op)
+    collective: dict = {}
     for k in range(len(new.op) - 1, -1, -1):
         op = new.op[k]
-        if any(o in needed for o in op.output):
+        if any(o in needed for o in op.output) or _is_collective(op.type, collective):
             live[k] = True
             needed.update(op.input)
     dead = {o for k, op in enumerate(new.op) if not live[k] for o in op.output}

@@ -521,3 +521,35 @@ def test_large_block_taken_by_another_stream_waits_for_its_owner(ta):
         w = z * z
     np.testing.assert_array_equal(y.cpu().numpy(), 5 * a)
     np.testing.assert_array_equal(w.cpu().numpy(), np.full(n, 9, np.float32))
+
+
+def test_graph_predicates_wait_for_their_stream_only(ta):
+    """cond and while_loop read their predicate on the host: the read must
+    wait for the kernels that computed it (a delayed chain on a user
+    stream), and for nothing else (no device-wide synchronization)."""
+    a = np.float32([3.0, -1.0])
+    x = _t(ta, a)
+
+    @ta.function
+    def pick(x, p):
+        q = p * p - p          # on the device, issued before p's value exists
+        return ta.cond(q, lambda: x + x, lambda: x * x)
+
+    @ta.function
+    def count(x, p):
+        # The body runs while k is non-zero, once at most (it zeroes k).
+        return ta.while_loop(lambda v, k: k, lambda v, k: (v + v, k - k), [x, p])
+
+    s = ta.Stream(DEV)
+    with ta.stream(s):
+        for val, taken in ((2.0, True), (1.0, False), (0.0, False), (3.0, True)):
+            before = _stats(ta)
+            p = _t(ta, [val])
+            got = pick(x, p).cpu().numpy()
+            after = _stats(ta)
+            np.testing.assert_array_equal(got, a + a if taken else a * a)
+            assert after["device_syncs"] == before["device_syncs"]
+        for val, doubled in ((0.0, False), (5.0, True)):
+            v, k = count(x, _t(ta, [val]))
+            np.testing.assert_array_equal(v.cpu().numpy(), a + a if doubled else a)
+            assert k.cpu().numpy().tolist() == [0.0]

@@ -175,6 +175,56 @@ def test_float_tensor_with_huge_int_is_inf_as_numpy():
     assert (dg.tensor(np.float32([1])) + 2 ** 200).tolist() == want.tolist()
     assert (dg.tensor(np.float32([1])) + 2 ** 1000).tolist() == [np.inf]
 
+    with pytest.raises(OverflowError):      # past float64: NumPy 2 raises too
+        dg.tensor(np.float32([1])) + 2 ** 2000
+
+
+@pytest.mark.parametrize("dtype, scalar", [
+    ("int8", np.int64(100)), ("int8", np.uint8(200)), ("int16", np.int32(70000)),
+    ("uint8", np.int8(-1)), ("int32", np.float32(1.5)), ("int8", np.bool_(True)),
+    ("float32", np.float64(0.1)), ("bool", np.int16(3)),
+])
+def test_numpy_scalars_promote_as_numpy_2(dtype, scalar):
+    """NumPy scalars are strong (NEP 50): int8 * np.int64(100) is int64 200,
+    never a wrapped int8 -56."""
+    arr = np.array([2, 0], dtype)
+    x = dg.tensor(arr)
+    for op in (lambda a, b: a * b, lambda a, b: b + a, lambda a, b: a - b):
+        want = op(arr, scalar)
+        got = op(x, scalar)
+        assert got.dtype == want.dtype.name
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("value", [np.int64(1000), np.array(1000), np.array([1000, 1]),
+                                   [1000]])
+def test_numpy_ints_out_of_range_through_ops_raise(value):
+    """An op input that takes the other input's dtype never wraps a NumPy
+    int (it gave int8 -22 for 1000)."""
+    with pytest.raises(OverflowError, match=r"Add: input 'b'.*1000.*out of bounds for int8"):
+        dg.ops.add(dg.tensor(np.int8([2, 3])), value)
+
+
+@pytest.mark.parametrize("value", [2.7, np.float64(2.7), [1.5, 1.0], float("nan")])
+def test_floats_into_int_op_inputs_are_not_truncated(value):
+    with pytest.raises(TypeError, match=r"Add: input 'b'.*cannot be held by a int8 input"):
+        dg.ops.add(dg.tensor(np.int8([2, 3])), value)
+    with pytest.raises(TypeError, match=r"cannot be held by a bool input"):
+        dg.ops.logical_and(dg.tensor(np.array([True, False])), 2)
+    # Exact values still convert.
+    assert dg.ops.add(dg.tensor(np.int8([2, 3])), 2.0).tolist() == [4, 5]
+    assert dg.ops.add(dg.tensor(np.int8([2, 3])), np.int64(3)).tolist() == [5, 6]
+
+
+def test_int_lists_past_int64_are_not_made_floats():
+    """[1, 2**63] became float32 [1, 9.223372e18]; ints are never silently
+    floats (floats beside them still are)."""
+    with pytest.raises(OverflowError, match="too large"):
+        dg.tensor([1, 2 ** 63])
+    with pytest.raises(OverflowError):
+        dg.tensor([[1], [-(2 ** 63) - 1]])
+    assert dg.tensor([1.0, 1e20]).dtype == "float32"
+
 
 # ------------------------------------------------ 15: exact int64 fill
 

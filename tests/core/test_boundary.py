@@ -257,6 +257,26 @@ def test_fill_value_must_be_a_value_of_the_dtype():
     assert dg.ops.fill([1], float("inf"), "float32").tolist() == [np.inf]
 
 
+@pytest.mark.parametrize("value, dtype", [
+    (3.4028235e38, "float32"),      # FLT_MAX as printed: rounds to FLT_MAX
+    (-3.4028235e38, "float32"),
+    (65519.0, "float16"), (-65519.0, "float16"),
+    (3.3961e38, "bfloat16"),
+])
+def test_fill_takes_floats_that_round_to_the_largest_finite_value(value, dtype):
+    """A value past the largest finite one but below the rounding midpoint
+    is a value of the dtype (NumPy's cast gives the largest finite value);
+    only what a cast makes infinite overflows."""
+    want = np.array([value], dtype="float32" if dtype == "bfloat16" else dtype)
+    if dtype == "bfloat16":
+        want = np.array([np.sign(value) * 3.3895313892515355e38])
+    got = dg.ops.fill([1], value, dtype)
+    assert np.isfinite(got.numpy().astype(np.float64)).all()
+    np.testing.assert_array_equal(got.numpy().astype(np.float64), want.astype(np.float64))
+    with pytest.raises(InvalidArgumentError, match="overflows"):
+        dg.ops.fill([1], {"float32": 3.4028236e38, "float16": 65520.0,
+                          "bfloat16": 3.3962e38}[dtype], dtype)
+
 def test_int_attributes_take_no_floats():
     """An int attribute never passes through float: 1.0 and True are refused."""
     x = dg.tensor(np.ones((2, 3), np.float32))

@@ -115,6 +115,35 @@ def test_healthy_fake_plugin_pass_runs(registered):
     assert name not in [p.name for p in dg.plugins.list() if p.state == "broken"]
 
 
+def _mutate_then_raise(graph):
+    graph.metadata["half_done_by_hooks_test"] = "yes"    # edits its input, then fails
+    raise RuntimeError("the pass of this fake plugin is broken")
+
+
+@pytest.mark.parametrize("fn, problem", [
+    (_mutate_then_raise, "RuntimeError: the pass of this fake plugin is broken"),
+    (lambda graph: None, "TypeError: it returned NoneType, not a GraphDef"),
+])
+def test_raising_graph_pass_marks_its_plugin_broken_and_graphs_still_compile(registered, fn,
+                                                                             problem):
+    """Not only the hook: the pass it declared, failing on a graph, marks
+    the plugin broken; the function compiles without it (nothing of its
+    half-done edit kept) instead of every @dg.function raising."""
+    passes = [dg.GraphPass("hooks_test_bad", fn, after="cse"),
+              dg.GraphPass("hooks_test_tag", _tag, after="fusion")]
+    name = registered(_Plugin(patterns=lambda: [], passes=lambda: passes))
+    with pytest.warns(dg.plugins.PluginWarning, match=f"plugin '{name}' is broken"):
+        graph = _compile_and_run()
+    assert "half_done_by_hooks_test" not in graph.metadata
+    assert "hooks_test_bad" not in graph.metadata["passes"]
+    assert "tagged_by_hooks_test" not in graph.metadata     # its later pass is skipped too
+    rec = _record(name)
+    assert rec.state == "broken", rec
+    assert "graph pass 'hooks_test_bad' raised" in rec.error and problem in rec.error, rec
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dg.plugins.PluginWarning)
+        assert "tagged_by_hooks_test" not in _compile_and_run().metadata
+
 @pytest.mark.parametrize("declared, hook, problem", [
     (lambda: ([], [lambda g: g]), "dragon_graph_passes", "not a dragon_core.GraphPass"),
     (lambda: ([], [dg.GraphPass("cse", _tag, after="prune")]), "dragon_graph_passes",

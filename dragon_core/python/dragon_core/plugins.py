@@ -184,13 +184,15 @@ def _hook_failed(plugin, name: str, hook: str, *, exc: BaseException | None = No
     dragon_core.errors.PluginError
         Under ``DRAGON_STRICT=1``, after marking it.
     """
+    # "dragon_graph_passes hook", or a callable it gave: "graph pass 'x'".
+    label = hook if " " in hook else f"{hook} hook"
     if exc is not None:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         what = (f"registering its hooks raised {type(exc).__name__}: {exc}"
                 if hook == "registration" else
-                f"its {hook} hook raised {type(exc).__name__}: {exc}")
+                f"its {label} raised {type(exc).__name__}: {exc}")
     else:
-        tb, what = "", f"its {hook} hook {message}"
+        tb, what = "", f"its {label} {message}"
     error = (f"{what}; it is marked broken, and graph mode goes on without its graph "
              f"passes and fusion patterns (its kernels stay registered). Fix or upgrade "
              f"the plugin, or disable it: DRAGON_DISABLE_PLUGINS={name}")

@@ -144,6 +144,25 @@ def test_raising_graph_pass_marks_its_plugin_broken_and_graphs_still_compile(reg
         warnings.simplefilter("error", dg.plugins.PluginWarning)
         assert "tagged_by_hooks_test" not in _compile_and_run().metadata
 
+def test_failing_rewrite_of_a_declared_pattern_marks_its_plugin_broken(registered):
+    """A plugin's fusion pattern whose rewrite raises on a graph marks that
+    plugin broken; the graph compiles, unfused, instead of raising."""
+    def broken(match):
+        raise KeyError("the rewrite of this fake plugin is broken")
+
+    pattern = fusion.FusionPattern("hooks_test_broken_rewrite", ("Mul", "Add"), "Add", broken)
+    name = registered(_Plugin(patterns=lambda: [pattern], passes=_tag_pass))
+    with pytest.warns(dg.plugins.PluginWarning, match=f"plugin '{name}' is broken"):
+        graph = _compile_and_run()
+    assert not any(op.attr["_fusion_pattern"].s == "hooks_test_broken_rewrite"
+                   for op in graph.op if "_fusion_pattern" in op.attr)
+    rec = _record(name)
+    assert rec.state == "broken", rec
+    assert "fusion pattern 'hooks_test_broken_rewrite' raised KeyError" in rec.error, rec
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dg.plugins.PluginWarning)
+        assert "tagged_by_hooks_test" not in _compile_and_run().metadata
+
 @pytest.mark.parametrize("declared, hook, problem", [
     (lambda: ([], [lambda g: g]), "dragon_graph_passes", "not a dragon_core.GraphPass"),
     (lambda: ([], [dg.GraphPass("cse", _tag, after="prune")]), "dragon_graph_passes",

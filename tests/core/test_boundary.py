@@ -370,3 +370,29 @@ def test_optimizer_sees_data_assignment():
     # dloss/dw = x, so w = new_w - 0.5 * x
     np.testing.assert_allclose(lin.weight.numpy(), [[2.5, -2.0]])
     np.testing.assert_allclose(lin.bias.numpy(), [-0.5])
+
+
+def test_data_assignment_inside_a_traced_function():
+    """Inside @function .data = records an assign: same shape works (the
+    compiled step updates the tensor each run), another shape is refused
+    naming .data, not an assign the user never wrote."""
+    v = dg.tensor(np.zeros(3, np.float32))
+
+    @dg.function
+    def step(x):
+        v.data = v + x
+        return v * 1.0
+
+    for k in range(1, 4):
+        assert step(dg.tensor(np.ones(3, np.float32))).tolist() == [float(k)] * 3
+    assert v.tolist() == [3.0] * 3
+
+    @dg.function
+    def reshape(x):
+        v.data = dg.ops.reshape(x, [2, 2])
+        return v
+
+    with pytest.raises(ValueError, match=r"Tensor.data = inside a traced function.*"
+                                         r"float32\[3\], the value float32\[2, 2\]"):
+        reshape(dg.tensor(np.ones(4, np.float32)))
+    assert v.shape == (3,)

@@ -481,7 +481,15 @@ def _install():
         if not isinstance(value, Tensor):
             raise TypeError(f"Tensor.data: expected a Tensor, got {type(value).__name__}")
         if _C._is_tracing():
-            # A traced function records state changes through assign.
+            # A traced function records state changes through assign, which
+            # keeps the shape: the compiled step's state has a fixed one.
+            if tuple(value.shape) != tuple(self.shape) or value.dtype != self.dtype:
+                raise ValueError(
+                    f"Tensor.data = inside a traced function (@dragon_core.function) takes "
+                    f"a value of the tensor's shape and dtype: the tensor is "
+                    f"{self.dtype.name}{list(self.shape)}, the value "
+                    f"{value.dtype.name}{list(value.shape)}; change the shape outside "
+                    f"the function (eager .data = takes any shape)")
             self.assign(value)
         else:
             self._set_data(value)

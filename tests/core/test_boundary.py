@@ -315,6 +315,8 @@ def test_zeros_with_two_ints_explains_the_shape():
     lambda: dg.tensor([1.0]).astype(True),
     lambda: dg.ops.fill([2], 0.0, 3),
     lambda: dg.nn.Linear(2, 2).to(dtype=3),
+    lambda: dg.Tensor([1, 2], 3),                 # the constructor made int16 of it
+    lambda: dg.Tensor([1.0], dtype=np.int64(9)),
 ])
 def test_dtype_arguments_refuse_ints(call):
     with pytest.raises(TypeError, match=r"dtype"):
@@ -396,3 +398,19 @@ def test_data_assignment_inside_a_traced_function():
                                          r"float32\[3\], the value float32\[2, 2\]"):
         reshape(dg.tensor(np.ones(4, np.float32)))
     assert v.shape == (3,)
+
+
+@pytest.mark.parametrize("dtype, value, error", [
+    ("uint8", np.array([300, 1]), OverflowError),   # was [44, 1]
+    ("int8", np.int64(1000), OverflowError),        # was -24
+    ("int32", 2.7, TypeError),                      # was 2
+    ("int32", [1.5, 2.0], TypeError),
+    ("bool", np.array([2, 0]), TypeError),          # was [True, False]
+])
+def test_assign_never_wraps_or_truncates(dtype, value, error):
+    v = dg.tensor(np.zeros(2 if np.ndim(value) else (), dtype))
+    with pytest.raises(error):
+        v.assign(value)
+    assert not v.numpy().any()                      # unchanged
+    v.assign(np.ones(np.shape(value), np.int64))     # exact values still convert
+    assert v.numpy().all()

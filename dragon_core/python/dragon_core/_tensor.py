@@ -102,9 +102,12 @@ def _convert(data, dt=None, device=None, operand=False) -> Tensor:
     ``operand`` is set by the core for a non-tensor op input that takes
     another input's dtype (``ops.add(x, 1000)``): the conversion must then
     keep every value (see :func:`_exact_operand`); otherwise ``dt`` is an
-    explicit dtype request and casts as NumPy's ``astype`` does.
+    explicit dtype request and casts as NumPy's ``astype`` does; then it is
+    the user's (``dg.Tensor(data, dtype)``), so an int is refused: a dtype
+    code is not a dtype (the core passes codes only with ``operand``).
     """
-    dt = None if dt is None else as_dtype(dt)
+    if dt is not None:
+        dt = as_dtype(dt) if operand else dtype_arg(dt, "Tensor: dtype")
     if isinstance(data, Tensor):
         out = data
         if dt is not None and out._dtype_code != dt.code:
@@ -504,10 +507,13 @@ def _install():
         """Make this tensor hold ``value`` (same shape and dtype), in place.
 
         Inside a ``@function`` the assignment becomes a state update of the
-        graph: the variable takes the new value after each run.
+        graph: the variable takes the new value after each run. A value that
+        is not a tensor takes the tensor's dtype only if no element changes:
+        an int out of range raises OverflowError, 2.5 for an integer tensor
+        TypeError (never a wrapped or truncated value).
         """
         if not isinstance(value, Tensor):
-            value = _convert(value, self.dtype, self.device)
+            value = _convert(value, self.dtype, self.device, operand=True)
         if _C._is_tracing():
             from ._graph.function import note_assign
             note_assign(self, value)

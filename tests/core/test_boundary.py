@@ -175,6 +175,56 @@ def test_float_tensor_with_huge_int_is_inf_as_numpy():
     assert (dg.tensor(np.float32([1])) + 2 ** 200).tolist() == want.tolist()
     assert (dg.tensor(np.float32([1])) + 2 ** 1000).tolist() == [np.inf]
 
+    with pytest.raises(OverflowError):      # past float64: NumPy 2 raises too
+        dg.tensor(np.float32([1])) + 2 ** 2000
+
+
+@pytest.mark.parametrize("dtype, scalar", [
+    ("int8", np.int64(100)), ("int8", np.uint8(200)), ("int16", np.int32(70000)),
+    ("uint8", np.int8(-1)), ("int32", np.float32(1.5)), ("int8", np.bool_(True)),
+    ("float32", np.float64(0.1)), ("bool", np.int16(3)),
+])
+def test_numpy_scalars_promote_as_numpy_2(dtype, scalar):
+    """NumPy scalars are strong (NEP 50): int8 * np.int64(100) is int64 200,
+    never a wrapped int8 -56."""
+    arr = np.array([2, 0], dtype)
+    x = dg.tensor(arr)
+    for op in (lambda a, b: a * b, lambda a, b: b + a, lambda a, b: a - b):
+        want = op(arr, scalar)
+        got = op(x, scalar)
+        assert got.dtype == want.dtype.name
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("value", [np.int64(1000), np.array(1000), np.array([1000, 1]),
+                                   [1000]])
+def test_numpy_ints_out_of_range_through_ops_raise(value):
+    """An op input that takes the other input's dtype never wraps a NumPy
+    int (it gave int8 -22 for 1000)."""
+    with pytest.raises(OverflowError, match=r"Add: input 'b'.*1000.*out of bounds for int8"):
+        dg.ops.add(dg.tensor(np.int8([2, 3])), value)
+
+
+@pytest.mark.parametrize("value", [2.7, np.float64(2.7), [1.5, 1.0], float("nan")])
+def test_floats_into_int_op_inputs_are_not_truncated(value):
+    with pytest.raises(TypeError, match=r"Add: input 'b'.*cannot be held by a int8 input"):
+        dg.ops.add(dg.tensor(np.int8([2, 3])), value)
+    with pytest.raises(TypeError, match=r"cannot be held by a bool input"):
+        dg.ops.logical_and(dg.tensor(np.array([True, False])), 2)
+    # Exact values still convert.
+    assert dg.ops.add(dg.tensor(np.int8([2, 3])), 2.0).tolist() == [4, 5]
+    assert dg.ops.add(dg.tensor(np.int8([2, 3])), np.int64(3)).tolist() == [5, 6]
+
+
+def test_int_lists_past_int64_are_not_made_floats():
+    """[1, 2**63] became float32 [1, 9.223372e18]; ints are never silently
+    floats (floats beside them still are)."""
+    with pytest.raises(OverflowError, match="too large"):
+        dg.tensor([1, 2 ** 63])
+    with pytest.raises(OverflowError):
+        dg.tensor([[1], [-(2 ** 63) - 1]])
+    assert dg.tensor([1.0, 1e20]).dtype == "float32"
+
 
 # ------------------------------------------------ 15: exact int64 fill
 
@@ -206,6 +256,26 @@ def test_fill_value_must_be_a_value_of_the_dtype():
     assert dg.ops.fill([1], float(2 ** 62), "int64").tolist() == [2 ** 62]
     assert dg.ops.fill([1], float("inf"), "float32").tolist() == [np.inf]
 
+
+@pytest.mark.parametrize("value, dtype", [
+    (3.4028235e38, "float32"),      # FLT_MAX as printed: rounds to FLT_MAX
+    (-3.4028235e38, "float32"),
+    (65519.0, "float16"), (-65519.0, "float16"),
+    (3.3961e38, "bfloat16"),
+])
+def test_fill_takes_floats_that_round_to_the_largest_finite_value(value, dtype):
+    """A value past the largest finite one but below the rounding midpoint
+    is a value of the dtype (NumPy's cast gives the largest finite value);
+    only what a cast makes infinite overflows."""
+    want = np.array([value], dtype="float32" if dtype == "bfloat16" else dtype)
+    if dtype == "bfloat16":
+        want = np.array([np.sign(value) * 3.3895313892515355e38])
+    got = dg.ops.fill([1], value, dtype)
+    assert np.isfinite(got.numpy().astype(np.float64)).all()
+    np.testing.assert_array_equal(got.numpy().astype(np.float64), want.astype(np.float64))
+    with pytest.raises(InvalidArgumentError, match="overflows"):
+        dg.ops.fill([1], {"float32": 3.4028236e38, "float16": 65520.0,
+                          "bfloat16": 3.3962e38}[dtype], dtype)
 
 def test_int_attributes_take_no_floats():
     """An int attribute never passes through float: 1.0 and True are refused."""
@@ -245,6 +315,8 @@ def test_zeros_with_two_ints_explains_the_shape():
     lambda: dg.tensor([1.0]).astype(True),
     lambda: dg.ops.fill([2], 0.0, 3),
     lambda: dg.nn.Linear(2, 2).to(dtype=3),
+    lambda: dg.Tensor([1, 2], 3),                 # the constructor made int16 of it
+    lambda: dg.Tensor([1.0], dtype=np.int64(9)),
 ])
 def test_dtype_arguments_refuse_ints(call):
     with pytest.raises(TypeError, match=r"dtype"):
@@ -300,3 +372,45 @@ def test_optimizer_sees_data_assignment():
     # dloss/dw = x, so w = new_w - 0.5 * x
     np.testing.assert_allclose(lin.weight.numpy(), [[2.5, -2.0]])
     np.testing.assert_allclose(lin.bias.numpy(), [-0.5])
+
+
+def test_data_assignment_inside_a_traced_function():
+    """Inside @function .data = records an assign: same shape works (the
+    compiled step updates the tensor each run), another shape is refused
+    naming .data, not an assign the user never wrote."""
+    v = dg.tensor(np.zeros(3, np.float32))
+
+    @dg.function
+    def step(x):
+        v.data = v + x
+        return v * 1.0
+
+    for k in range(1, 4):
+        assert step(dg.tensor(np.ones(3, np.float32))).tolist() == [float(k)] * 3
+    assert v.tolist() == [3.0] * 3
+
+    @dg.function
+    def reshape(x):
+        v.data = dg.ops.reshape(x, [2, 2])
+        return v
+
+    with pytest.raises(ValueError, match=r"Tensor.data = inside a traced function.*"
+                                         r"float32\[3\], the value float32\[2, 2\]"):
+        reshape(dg.tensor(np.ones(4, np.float32)))
+    assert v.shape == (3,)
+
+
+@pytest.mark.parametrize("dtype, value, error", [
+    ("uint8", np.array([300, 1]), OverflowError),   # was [44, 1]
+    ("int8", np.int64(1000), OverflowError),        # was -24
+    ("int32", 2.7, TypeError),                      # was 2
+    ("int32", [1.5, 2.0], TypeError),
+    ("bool", np.array([2, 0]), TypeError),          # was [True, False]
+])
+def test_assign_never_wraps_or_truncates(dtype, value, error):
+    v = dg.tensor(np.zeros(2 if np.ndim(value) else (), dtype))
+    with pytest.raises(error):
+        v.assign(value)
+    assert not v.numpy().any()                      # unchanged
+    v.assign(np.ones(np.shape(value), np.int64))     # exact values still convert
+    assert v.numpy().all()

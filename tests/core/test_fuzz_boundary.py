@@ -172,3 +172,32 @@ def test_python_float_scalars_follow_the_promotion_rules(arr, value, sym, reflec
     else:
         np.testing.assert_allclose(got.numpy().astype(np.float64), want.astype(np.float64),
                                    rtol=tol, atol=tol)
+
+
+_NP_SCALAR_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64"]
+
+
+@FUZZ
+@given(arrays(INT_DTYPES + ["bool", "float32", "float64"], lo=-5, hi=5),
+       st.sampled_from(_NP_SCALAR_DTYPES), st.integers(-300, 300),
+       st.sampled_from(["+", "-", "*", "<", "=="]), st.booleans())
+def test_numpy_scalars_match_numpy_2(arr, scalar_dtype, raw, sym, reflected):
+    """NumPy scalars are strong (NEP 50): the result dtype and values are
+    NumPy 2's (int8 * np.int64(100) is int64), or an error where NumPy
+    gives a dtype Dragon lacks; never a wrapped value of the tensor's dtype."""
+    scalar = np.asarray(raw).astype(scalar_dtype)[()]
+    fn = {**_ARITH, **_COMPARE}[sym]
+    call = (lambda a: fn(scalar, a)) if reflected else (lambda a: fn(a, scalar))
+    with np.errstate(all="ignore"):
+        want, want_err = _outcome(lambda: np.asarray(call(_native(arr))))
+    got, got_err = _outcome(lambda: call(dg.tensor(arr)))
+    if want_err is not None or want.dtype.name not in DTYPES:
+        assert got_err is not None
+        return
+    if sym in _ARITH and want.dtype.name == "bool":
+        # Arithmetic on bool is refused with a clear error (no bool kernels).
+        assert got_err is None or issubclass(got_err, dg.errors.InvalidArgumentError)
+        return
+    assert got_err is None, got_err
+    assert got.dtype == want.dtype.name
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)

@@ -63,6 +63,19 @@ def test_watched_but_unconnected_source_is_none_without_warning():
     np.testing.assert_allclose(gx.numpy(), [2.0, 4.0])
 
 
+def test_unused_parameters_are_none_without_a_misleading_warning():
+    """A parameter that requires grad but that no op read this step (an
+    unused layer) is unconnected, not unwatched: None, and no 'call
+    tape.watch' warning (it was emitted for every unused parameter)."""
+    used, unused = dg.nn.Linear(2, 2), dg.nn.Linear(2, 2)
+    x = dg.tensor(np.ones((1, 2), np.float32))
+    with dg.GradientTape() as tape:
+        loss = dg.ops.sum(used(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grads = tape.gradient(loss, list(used.parameters()) + list(unused.parameters()))
+    assert [g is None for g in grads] == [False, False, True, True]
+
 def test_linear_sgd_loop_with_tape_learns_like_numpy():
     """An nn.Linear + SGD loop written with the tape and no watch() learns,
     and every step equals the NumPy reference."""

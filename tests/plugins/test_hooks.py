@@ -9,6 +9,7 @@ patterns. ``DRAGON_STRICT=1`` turns the failure into an error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 
@@ -78,6 +79,16 @@ def _compile_and_run():
     return f.get_graph(x)
 
 
+@contextlib.contextmanager
+def _no_plugin_warning():
+    """Fails if a PluginWarning is issued inside the block."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", dg.plugins.PluginWarning)
+        yield
+    assert not [w for w in caught if issubclass(w.category, dg.plugins.PluginWarning)], \
+        [str(w.message) for w in caught]
+
+
 def _record(name):
     return find_plugin(dg.plugins.list(), name)
 
@@ -102,8 +113,7 @@ def test_raising_hook_marks_its_plugin_broken_and_graphs_still_compile(registere
     assert "Traceback (most recent call last)" in rec.traceback
     assert f"DRAGON_DISABLE_PLUGINS={name}" in rec.error
     # Warned once: the next graphs compile quietly, still without it.
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", dg.plugins.PluginWarning)
+    with _no_plugin_warning():
         assert "tagged_by_hooks_test" not in _compile_and_run().metadata
         assert fusion.patterns()        # the healthy plugins' patterns remain
 
@@ -114,6 +124,52 @@ def test_healthy_fake_plugin_pass_runs(registered):
     assert _compile_and_run().metadata["tagged_by_hooks_test"] == "yes"
     assert name not in [p.name for p in dg.plugins.list() if p.state == "broken"]
 
+
+def _mutate_then_raise(graph):
+    graph.metadata["half_done_by_hooks_test"] = "yes"    # edits its input, then fails
+    raise RuntimeError("the pass of this fake plugin is broken")
+
+
+@pytest.mark.parametrize("fn, problem", [
+    (_mutate_then_raise, "RuntimeError: the pass of this fake plugin is broken"),
+    (lambda graph: None, "TypeError: it returned NoneType, not a GraphDef"),
+])
+def test_raising_graph_pass_marks_its_plugin_broken_and_graphs_still_compile(registered, fn,
+                                                                             problem):
+    """Not only the hook: the pass it declared, failing on a graph, marks
+    the plugin broken; the function compiles without it (nothing of its
+    half-done edit kept) instead of every @dg.function raising."""
+    passes = [dg.GraphPass("hooks_test_bad", fn, after="cse"),
+              dg.GraphPass("hooks_test_tag", _tag, after="fusion")]
+    name = registered(_Plugin(patterns=lambda: [], passes=lambda: passes))
+    with pytest.warns(dg.plugins.PluginWarning, match=f"plugin '{name}' is broken"):
+        graph = _compile_and_run()
+    assert "half_done_by_hooks_test" not in graph.metadata
+    assert "hooks_test_bad" not in graph.metadata["passes"]
+    assert "tagged_by_hooks_test" not in graph.metadata     # its later pass is skipped too
+    rec = _record(name)
+    assert rec.state == "broken", rec
+    assert "graph pass 'hooks_test_bad' raised" in rec.error and problem in rec.error, rec
+    with _no_plugin_warning():
+        assert "tagged_by_hooks_test" not in _compile_and_run().metadata
+
+def test_failing_rewrite_of_a_declared_pattern_marks_its_plugin_broken(registered):
+    """A plugin's fusion pattern whose rewrite raises on a graph marks that
+    plugin broken; the graph compiles, unfused, instead of raising."""
+    def broken(match):
+        raise KeyError("the rewrite of this fake plugin is broken")
+
+    pattern = fusion.FusionPattern("hooks_test_broken_rewrite", ("Mul", "Add"), "Add", broken)
+    name = registered(_Plugin(patterns=lambda: [pattern], passes=_tag_pass))
+    with pytest.warns(dg.plugins.PluginWarning, match=f"plugin '{name}' is broken"):
+        graph = _compile_and_run()
+    assert not any(op.attr["_fusion_pattern"].s == "hooks_test_broken_rewrite"
+                   for op in graph.op if "_fusion_pattern" in op.attr)
+    rec = _record(name)
+    assert rec.state == "broken", rec
+    assert "fusion pattern 'hooks_test_broken_rewrite' raised KeyError" in rec.error, rec
+    with _no_plugin_warning():
+        assert "tagged_by_hooks_test" not in _compile_and_run().metadata
 
 @pytest.mark.parametrize("declared, hook, problem", [
     (lambda: ([], [lambda g: g]), "dragon_graph_passes", "not a dragon_core.GraphPass"),
@@ -214,3 +270,17 @@ print("@@RESULT@@", _dg.function(lambda x: x + 1.0)(_dg.tensor(np.ones(2))).toli
     assert rec["state"] == "broken" and "dragon_plugin_loaded" in rec["error"], rec
     assert "KeyError" in rec["error"], rec
     assert not [p for p in plugins if "#" in p["name"]], plugins
+
+
+def test_warnings_as_errors_never_break_import_or_graph_mode(make_site, run_python):
+    """python -W error (pytest -W error) must not turn a broken plugin into a
+    failed ``import dragon_core`` or failing @dg.function: the warning is
+    shown, the rest goes on; DRAGON_STRICT=1 is the switch that makes it fatal."""
+    site = make_site({"raising_hooks": python_module(RAISING_PLUGIN),
+                      "import_fails": python_module("raise ImportError('broken on purpose')")})
+    proc = run_python(CHILD, site=site, PYTHONWARNINGS="error")
+    assert proc.returncode == 0, describe(proc)
+    assert "@@RESULT@@ [0.0, 1.0, 3.0]" in proc.stdout, describe(proc)
+    warned = [ln for ln in proc.stderr.splitlines() if "PluginWarning" in ln]
+    assert any("import_fails" in ln for ln in warned), describe(proc)
+    assert any("raising_hooks" in ln for ln in warned), describe(proc)

@@ -375,7 +375,8 @@ class GradientTape:
     :meth:`gradient` warns when a floating-point source was never watched
     (neither :meth:`watch` nor ``requires_grad``): its gradient is unknown,
     not zero, and the ``None`` it returns is almost always a forgotten
-    ``watch``.
+    ``watch``. A source that requires grad but that no op read (an unused
+    layer's parameter) gives None without a warning: it is unconnected.
 
     Examples
     --------
@@ -496,7 +497,11 @@ class GradientTape:
         out = []
         for s in srcs:
             g = grads.get(s._id)
-            if g is None and s._id not in tracked and s.dtype.is_floating_point:
+            # A source that requires grad would have been watched had an op
+            # read it (watch_accessed_variables): its None means unused, as
+            # for an unused layer's parameters, not a forgotten watch.
+            auto = self.watch_accessed_variables and s.requires_grad
+            if g is None and s._id not in tracked and s.dtype.is_floating_point and not auto:
                 # Never a silent None: the tape did not see this source.
                 warnings.warn(
                     "GradientTape.gradient: a source of shape "

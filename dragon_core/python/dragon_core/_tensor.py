@@ -43,6 +43,12 @@ def _numpy_of(data, dt):
         if dt is None:
             # Python floats become float32, ints int64 (torch's defaults).
             if arr.dtype == np.float64:
+                if arr.size and np.nanmax(np.abs(arr)) >= 2.0**63 and any(
+                        _is_py_int(v) for v in np.asarray(data, dtype=object).ravel()):
+                    # NumPy made floats of ints past int64 ([1, 2**63]):
+                    # an int list is never silently rounded to float.
+                    raise OverflowError("Python int too large to convert to int64 "
+                                        "(give dtype='float32' to make floats of it)")
                 arr = arr.astype(np.float32)
             elif arr.dtype.kind == "u" or arr.dtype == object:
                 # Ints past int64 (NumPy made uint64 or object of them).
@@ -57,9 +63,51 @@ def _numpy_of(data, dt):
     return arr
 
 
-def _convert(data, dt=None, device=None) -> Tensor:
-    """Convert ``data`` to a new tensor (the core calls this for scalars)."""
-    dt = None if dt is None else as_dtype(dt)
+def _exact_operand(data, dt: dtype):
+    """``data`` (a scalar or array given where a ``dt`` tensor is expected:
+    an op input next to a tensor) as a NumPy array of ``dt``, refusing a
+    conversion that changes a value: an integer out of an integer dtype's
+    range raises OverflowError (as NumPy 2 does for Python ints; NumPy
+    scalars and arrays too, never wrapping), a value an integer or bool
+    input cannot hold exactly (2.5, nan, 2 for bool) raises TypeError.
+    Float to float (rounding, as for any weak scalar) is allowed."""
+    if dt.is_floating_point:
+        return _numpy_of(data, dt)
+    src = np.asarray(data)
+    if src.dtype.kind not in "biuf":
+        return _numpy_of(data, dt)
+    if src.dtype.kind in "iu" and dt.name != "bool" and src.size:
+        lo, hi = _int_range(dt)
+        if int(src.min()) < lo or int(src.max()) > hi:
+            raise OverflowError(f"integer(s) {_sample(src)} out of bounds for {dt.name}; cast "
+                                "the tensor to a wider dtype first, e.g. x.astype('int64')")
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = src.astype(dt.numpy)
+        exact = np.array_equal(out.astype(src.dtype), src)
+    if not exact:
+        raise TypeError(f"{src.dtype} value(s) {_sample(src)} cannot be held by a {dt.name} "
+                        "input without changing them; cast the tensor first "
+                        "(e.g. x.astype('float32'))")
+    return out
+
+
+def _sample(arr: np.ndarray) -> str:
+    flat = arr.ravel()
+    return np.array2string(flat[:4], separator=", ") + (" ..." if flat.size > 4 else "")
+
+
+def _convert(data, dt=None, device=None, operand=False) -> Tensor:
+    """Convert ``data`` to a new tensor (the core calls this for scalars).
+
+    ``operand`` is set by the core for a non-tensor op input that takes
+    another input's dtype (``ops.add(x, 1000)``): the conversion must then
+    keep every value (see :func:`_exact_operand`); otherwise ``dt`` is an
+    explicit dtype request and casts as NumPy's ``astype`` does; then it is
+    the user's (``dg.Tensor(data, dtype)``), so an int is refused: a dtype
+    code is not a dtype (the core passes codes only with ``operand``).
+    """
+    if dt is not None:
+        dt = as_dtype(dt) if operand else dtype_arg(dt, "Tensor: dtype")
     if isinstance(data, Tensor):
         out = data
         if dt is not None and out._dtype_code != dt.code:
@@ -70,7 +118,8 @@ def _convert(data, dt=None, device=None) -> Tensor:
             if dt is not None and out._dtype_code != dt.code:
                 out = _C.call(_C.op("Cast"), (out,), (dt,))
         else:
-            out = _C._from_numpy_copy(_numpy_of(data, dt))
+            arr = _exact_operand(data, dt) if operand and dt is not None else _numpy_of(data, dt)
+            out = _C._from_numpy_copy(arr)
             if _C._is_tracing():
                 from ._graph.function import note_created
                 note_created(out)
@@ -214,13 +263,10 @@ def _is_py_int(value) -> bool:
 
 def _scalar_operand(value, target: dtype, device) -> Tensor:
     """A Python scalar as a 0-d tensor of ``target`` (range already checked
-    for integer targets; an int past a float dtype's range is +-inf, as NumPy
-    2 gives)."""
+    for integer targets; an int past a float dtype's range is +-inf, one
+    past float64's range raises OverflowError, as NumPy 2 gives)."""
     if target.is_floating_point and _is_py_int(value):
-        try:
-            value = float(value)
-        except OverflowError:
-            value = float("inf") if value > 0 else float("-inf")
+        value = float(value)  # OverflowError past float64, as NumPy 2 raises
     with np.errstate(over="ignore"):
         return _convert(np.asarray(value, dtype=target.numpy), target, device)
 
@@ -251,6 +297,11 @@ def _binary_slow(py_name: str, a: Tensor, b, reflected: bool):
     """
     ta = a.dtype
     if isinstance(b, Tensor):
+        target = _promote(ta, b.dtype)
+    elif isinstance(b, np.generic) and b.dtype.kind in "biuf":
+        # NumPy scalars are strong in NumPy 2 (NEP 50): np.int64(100) with
+        # an int8 tensor computes in int64, as a 0-d array of its dtype would.
+        b = _convert(np.asarray(b), None, a.device)
         target = _promote(ta, b.dtype)
     elif isinstance(b, (numbers.Number, np.generic)) and not isinstance(b, complex):
         target = _scalar_dtype(ta, b)
@@ -450,7 +501,15 @@ def _install():
         if not isinstance(value, Tensor):
             raise TypeError(f"Tensor.data: expected a Tensor, got {type(value).__name__}")
         if _C._is_tracing():
-            # A traced function records state changes through assign.
+            # A traced function records state changes through assign, which
+            # keeps the shape: the compiled step's state has a fixed one.
+            if tuple(value.shape) != tuple(self.shape) or value.dtype != self.dtype:
+                raise ValueError(
+                    f"Tensor.data = inside a traced function (@dragon_core.function) takes "
+                    f"a value of the tensor's shape and dtype: the tensor is "
+                    f"{self.dtype.name}{list(self.shape)}, the value "
+                    f"{value.dtype.name}{list(value.shape)}; change the shape outside "
+                    f"the function (eager .data = takes any shape)")
             self.assign(value)
         else:
             self._set_data(value)
@@ -465,10 +524,13 @@ def _install():
         """Make this tensor hold ``value`` (same shape and dtype), in place.
 
         Inside a ``@function`` the assignment becomes a state update of the
-        graph: the variable takes the new value after each run.
+        graph: the variable takes the new value after each run. A value that
+        is not a tensor takes the tensor's dtype only if no element changes:
+        an int out of range raises OverflowError, 2.5 for an integer tensor
+        TypeError (never a wrapped or truncated value).
         """
         if not isinstance(value, Tensor):
-            value = _convert(value, self.dtype, self.device)
+            value = _convert(value, self.dtype, self.device, operand=True)
         if _C._is_tracing():
             from ._graph.function import note_assign
             note_assign(self, value)

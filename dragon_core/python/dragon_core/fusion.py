@@ -97,6 +97,14 @@ class FusionPattern:
 
 
 _registered: dict = {}   # name -> FusionPattern (register_pattern)
+_owners: dict = {}       # name -> (plugin object, plugin name), for declared ones
+
+
+def _owner(pattern: FusionPattern):
+    """(plugin object, plugin name) of the plugin whose hook declared
+    ``pattern``; None for one given to :func:`register_pattern`."""
+    owner = _owners.get(pattern.name)
+    return owner if owner is not None and pattern.name not in _registered else None
 
 
 def register_pattern(pattern: FusionPattern) -> FusionPattern:
@@ -155,7 +163,8 @@ def patterns() -> list:
             plugins._hook_failed(plugin, name, "dragon_fusion_patterns", message=problem)
             continue
         for p in mine.values():
-            found.setdefault(p.name, (p, name))
+            if found.setdefault(p.name, (p, name))[1] == name:
+                _owners[p.name] = (plugin, name)
     return sorted((p for p, _ in found.values()), key=lambda p: (-len(p.chain), p.name))
 
 

@@ -160,8 +160,14 @@ def _warn(message: str) -> None:
     # Attributed to the module, line 0: the warning prints as one line
     # (no source line under it), and ``-W ignore:::dragon_core.plugins``
     # or a filter on PluginWarning silences it as any Python warning.
-    warnings.warn_explicit(text, PluginWarning, "dragon_core.plugins", 0,
-                           module="dragon_core.plugins")
+    try:
+        warnings.warn_explicit(text, PluginWarning, "dragon_core.plugins", 0,
+                               module="dragon_core.plugins")
+    except PluginWarning:
+        # A filter made warnings errors (python -W error, pytest -W error):
+        # a failed plugin still never breaks ``import dragon_core`` or graph
+        # mode -- DRAGON_STRICT=1 is what makes it fatal. Shown, not raised.
+        warnings.showwarning(text, PluginWarning, "dragon_core.plugins", 0)
 
 
 def _is_broken(plugin) -> bool:
@@ -184,13 +190,15 @@ def _hook_failed(plugin, name: str, hook: str, *, exc: BaseException | None = No
     dragon_core.errors.PluginError
         Under ``DRAGON_STRICT=1``, after marking it.
     """
+    # "dragon_graph_passes hook", or a callable it gave: "graph pass 'x'".
+    label = hook if " " in hook else f"{hook} hook"
     if exc is not None:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         what = (f"registering its hooks raised {type(exc).__name__}: {exc}"
                 if hook == "registration" else
-                f"its {hook} hook raised {type(exc).__name__}: {exc}")
+                f"its {label} raised {type(exc).__name__}: {exc}")
     else:
-        tb, what = "", f"its {hook} hook {message}"
+        tb, what = "", f"its {label} {message}"
     error = (f"{what}; it is marked broken, and graph mode goes on without its graph "
              f"passes and fusion patterns (its kernels stay registered). Fix or upgrade "
              f"the plugin, or disable it: DRAGON_DISABLE_PLUGINS={name}")

@@ -40,6 +40,19 @@ double FloatMax(DgDType t) {
   }
 }
 
+// The smallest magnitude that a cast to t rounds to infinity: FloatMax plus
+// half an ulp (a tie there rounds to even, which is infinity). Values below
+// it, past FloatMax, round to FloatMax (NumPy: float32(3.4028235e38) is
+// finite), so they are values of t.
+double FloatOverflow(DgDType t) {
+  switch (t) {
+    case DG_FLOAT16: return 65520.0;
+    case DG_BFLOAT16: return std::ldexp(1.0, 128) - std::ldexp(1.0, 119);
+    case DG_FLOAT32: return std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+    default: return HUGE_VAL;
+  }
+}
+
 // The fill value must be one of the dtype's values: an integer dtype takes
 // an integral value in its range (int_value, exact, for values past 2**53),
 // a float dtype a value that does not overflow it (inf and nan are values).
@@ -65,7 +78,7 @@ void FillShape(dg::InferContext& ctx) {
              " (an integer in [", lo, ", ", hi, "]); round or cast it first");
   } else {
     const double v = ctx.f("value");
-    DG_CHECK(!std::isfinite(v) || std::fabs(v) <= FloatMax(dtype), DG_INVALID_ARGUMENT,
+    DG_CHECK(!std::isfinite(v) || std::fabs(v) < FloatOverflow(dtype), DG_INVALID_ARGUMENT,
              "value ", v, " overflows ", dg::DTypeName(dtype), " (largest finite value ",
              FloatMax(dtype), ")");
   }

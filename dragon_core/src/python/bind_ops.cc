@@ -505,7 +505,9 @@ Tensor ToTensor(py::handle obj, const Tensor* like) {
     dtype = py::int_((*like)->dtype());
     device = py::str(DeviceRegistry::Get().Name((*like)->device()));
   }
-  py::object t = Hooks().convert(obj, dtype, device);
+  // Another input's dtype: the value must survive the conversion.
+  py::object t = like ? Hooks().convert(obj, dtype, device, py::arg("operand") = true)
+                      : Hooks().convert(obj, dtype, device);
   return t.cast<Tensor>();
 }
 

@@ -12,6 +12,7 @@ import importlib
 import os
 
 _PASSES: list = []   # (order, name, level, fn)
+_OWNERS: dict = {}   # plugin pass name -> (plugin object, plugin name)
 _ORDER = ["prune", "cse", "constant_fold", "pattern_fusion", "inplace", "fusion", "memory"]
 
 
@@ -111,6 +112,7 @@ def plugin_passes() -> list:
         for gp in declared:
             taken[gp.name] = f"the pass of plugin '{name}'"
             found[gp.name] = gp
+            _OWNERS[gp.name] = (plugin, name)
     return sorted(found.values(), key=lambda gp: gp.name)
 
 
@@ -196,11 +198,42 @@ def run_passes(graph, level: int):
     fusion.patterns()
     plugin = plugin_passes()          # one hook call per graph
     off = disabled_passes(graph, plugin)
+    mine = {gp.name for gp in plugin}
     for name, fn in passes_for(level, plugin):
         if name in off:
             continue
-        graph = fn(graph)
+        if name in mine:
+            new = _run_plugin_pass(name, fn, graph)
+            if new is None:
+                continue      # it failed: its plugin is now broken
+            graph = new
+        else:
+            graph = fn(graph)
         names.append(name)
     graph.metadata["opt_level"] = str(level)
     graph.metadata["passes"] = ",".join(names)
     return graph
+
+
+def _run_plugin_pass(name: str, fn, graph):
+    """A plugin's pass on a copy of ``graph``: its result, or None when it
+    raised or returned no GraphDef -- then its plugin is marked broken (as
+    for a failing hook) and the graph goes on as it was, never the core
+    failing every compiled function for one plugin's bug."""
+    from dragon_core import plugins
+    from dragon_core import proto as P
+    owner = _OWNERS.get(name)
+    if owner is not None and plugins._is_broken(owner[0]):
+        return None               # broken by an earlier pass of this graph
+    before = P.GraphDef()
+    before.CopyFrom(graph)        # a pass that fails half-way may have edited it
+    try:
+        new = fn(before)
+        if not isinstance(new, P.GraphDef):
+            raise TypeError(f"it returned {type(new).__name__}, not a GraphDef")
+        return new
+    except Exception as e:  # noqa: BLE001 - a bug in the declaring plugin
+        if owner is None:
+            raise
+        plugins._hook_failed(owner[0], owner[1], f"graph pass '{name}'", exc=e)
+        return None

@@ -20,8 +20,9 @@ A chain is replaced when:
   runs after the root) is redirected to the fused output;
 - the pattern's ``rewrite`` accepts the match (returns a ``Rewrite``; a
   ``ValueError`` from a shape rule also declines, any other exception is a
-  bug of the declaring plugin and raises ``PluginError`` naming the
-  pattern), and the fused op's inferred output has the root output's shape
+  bug: a pattern declared by a plugin's hook marks that plugin broken and
+  declines, one given to ``register_pattern`` raises ``PluginError`` naming
+  the pattern), and the fused op's inferred output has the root output's shape
   and dtype.
 
 The fused op takes the root's place, preceded by the helper ops the rewrite
@@ -249,6 +250,13 @@ class _Fuser:
         except ValueError:   # a shape rule rejected an emitted or the fused op
             return None
         except Exception as e:  # noqa: BLE001 - a bug in the declaring plugin
+            from dragon_core import fusion, plugins
+            owner = fusion._owner(pattern)
+            if owner is not None:
+                # A plugin's bug: that plugin is broken, the graph goes on.
+                plugins._hook_failed(owner[0], owner[1], f"fusion pattern '{pattern.name}'",
+                                     exc=e)
+                return None
             raise PluginError(f"fusion pattern '{pattern.name}' failed on ops "
                               f"{[op.name for op in match.ops]}: {type(e).__name__}: {e} "
                               f"(DRAGON_DISABLE_PASSES=pattern_fusion skips the pass)") from e
@@ -330,9 +338,14 @@ def pattern_fusion(graph):
     """
     from dragon_core.fusion import patterns
 
+    from dragon_core import fusion, plugins
+
     fuser = _Fuser(graph)
     for pattern in patterns():
+        owner = fusion._owner(pattern)
         for root, op in enumerate(graph.op):
+            if owner is not None and plugins._is_broken(owner[0]):
+                break     # its rewrite failed on an earlier match
             if op.type == pattern.chain[-1] and root not in fuser.taken:
                 fuser.try_root(pattern, root)
     if not fuser.replaced:

@@ -4,6 +4,7 @@
 import threading
 
 import numpy as np
+import pytest
 
 import dragon_core as dg
 
@@ -133,3 +134,25 @@ def test_pure_graphs_take_no_state_lock():
     _hammer([lambda: out.append(pure(x).numpy())], calls=50)
     for o in out:
         np.testing.assert_array_equal(o, np.arange(6, dtype=np.float32) * 2)
+
+
+def test_failed_write_back_updates_no_variable():
+    """A run whose write-back cannot happen updates none of the variables
+    (all or nothing), with an error that says why."""
+    a = dg.tensor(np.zeros(2, np.float32))
+    b = dg.tensor(np.zeros(3, np.float32))
+
+    @dg.function
+    def step(d, v):
+        a.assign(a + d)
+        b.assign(v)
+        return d
+
+    one, v = dg.tensor(np.float32(1)), dg.tensor(np.full(3, 7, np.float32))
+    step(one, v)
+    assert a.tolist() == [1.0, 1.0] and b.tolist() == [7.0] * 3
+    b.data = dg.tensor(np.zeros(5, np.float32))      # b changes shape behind the graph
+    with pytest.raises(dg.errors.InvalidArgumentError, match=r"shape changed after tracing"):
+        step(one, v)
+    assert a.tolist() == [1.0, 1.0]                   # a kept its value
+    assert b.tolist() == [0.0] * 5

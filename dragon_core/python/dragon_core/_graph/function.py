@@ -28,6 +28,7 @@ import time
 
 from .. import _C
 from .. import _autograd
+from ..errors import InvalidArgumentError
 from .._tensor import Tensor
 from .build import Trace, build_graph, tensor_from_proto
 from .compile import compile_graph
@@ -492,10 +493,21 @@ class Function:
         outs = entry.compiled.run(feeds)
         for i in entry.constant_outputs:
             outs[i] = outs[i]._clone()
+        n = entry.num_outputs + entry.num_grad_outputs
+        states = list(zip(entry.state_targets, outs[n:]))
+        # All or nothing: every write-back is checked before the first one,
+        # so a failed run leaves every variable and .grad as it was.
+        for var, value in states:
+            if var.shape != value.shape:
+                raise InvalidArgumentError(
+                    f"compiled function: a variable it assigns is now of shape "
+                    f"{tuple(var.shape)}, but the graph traced for it computes "
+                    f"{tuple(value.shape)}; its shape changed after tracing (e.g. through "
+                    f"`.data = ...`). No state was updated; compile a new function for the "
+                    f"new shape")
         for leaf, i in entry.grad_writes:
             leaf.grad = None if i is None else outs[i]
-        n = entry.num_outputs + entry.num_grad_outputs
-        for var, value in zip(entry.state_targets, outs[n:]):
+        for var, value in states:
             var._rebind(value)
         return outs
 

@@ -226,6 +226,14 @@ def test_int_lists_past_int64_are_not_made_floats():
     assert dg.tensor([1.0, 1e20]).dtype == "float32"
 
 
+def test_float_lists_with_nan_convert_without_warnings():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the range scan once warned on all-NaN data
+        assert np.isnan(dg.tensor([float("nan")] * 2).numpy()).all()
+        assert dg.tensor([[1.5, float("inf")]]).tolist() == [[1.5, float("inf")]]
+
+
 # ------------------------------------------------ 15: exact int64 fill
 
 @pytest.mark.parametrize("value", [2 ** 62 + 1, -(2 ** 63), 2 ** 63 - 1, 2 ** 53 + 1])

@@ -43,7 +43,7 @@ def _numpy_of(data, dt):
         if dt is None:
             # Python floats become float32, ints int64 (torch's defaults).
             if arr.dtype == np.float64:
-                if arr.size and np.nanmax(np.abs(arr)) >= 2.0**63 and any(
+                if np.fmax.reduce(np.abs(arr), axis=None, initial=0.0) >= 2.0**63 and any(
                         _is_py_int(v) for v in np.asarray(data, dtype=object).ravel()):
                     # NumPy made floats of ints past int64 ([1, 2**63]):
                     # an int list is never silently rounded to float.

@@ -123,3 +123,4 @@ from . import nn, optim, data, summary  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .custom_op import custom_op  # noqa: E402
 from . import fusion  # noqa: E402
+from . import plugin_api  # noqa: E402

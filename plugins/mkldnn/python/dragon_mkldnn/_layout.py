@@ -42,17 +42,16 @@ OPS = ("Nchw16cFromNchw", "NchwFromNchw16c", "Conv2dNchw16c", "MaxPool2dNchw16c"
 
 def _elementwise_types() -> set:
     """Element-wise float ops that run on any layout (the fusion pass's)."""
-    from dragon_core._graph.passes import fusion as f
-    return set(f.UNARY) | set(f.BINARY) | set(f.WITH_ALPHA) | {"Gelu"}
+    from dragon_core.plugin_api import elementwise_op_types
+    return set(elementwise_op_types()) | {"Gelu"}
 
 
 class _Rewriter:
     def __init__(self, g):
-        from dragon_core._graph.build import _plugin_versions
-        from dragon_core._graph.passes.pattern_fusion import _Emitter
+        from dragon_core.plugin_api import op_builder
         self.g = g
         self.info = {v.name: (v.dtype, tuple(v.shape)) for v in g.value_info}
-        self.emitter = _Emitter({op.name for op in g.op}, _plugin_versions())
+        self.emitter = op_builder(g)
         self.elementwise = _elementwise_types()
         self.blocked = {}        # plain name -> blocked name
         self.plain = set(g.input) | set(g.captured) | {c.name for c in g.constant}
@@ -93,8 +92,8 @@ class _Rewriter:
         self.plain.add(name)
 
     def attrs_of(self, op):
-        from dragon_core._graph.build import attr_from_proto
-        return {k: attr_from_proto(v) for k, v in op.attr.items()}
+        from dragon_core.plugin_api import op_attrs
+        return op_attrs(op)
 
     def emit_blocked(self, op, op_type, inputs, attrs):
         out = f"{op.output[0]}/nchw16c"
@@ -146,7 +145,7 @@ class _Rewriter:
         return True
 
     def elementwise_op(self, op) -> bool:
-        from dragon_core._graph.passes.fusion import _numel
+        from dragon_core.plugin_api import numel
         if op.type not in self.elementwise or len(op.output) != 1:
             return False
         out = op.output[0]
@@ -159,7 +158,7 @@ class _Rewriter:
             if name in self.blocked and s == shape:
                 inputs.append(self.blocked[name])
                 any_blocked = True
-            elif dt == _F32 and _numel(s) == 1 and len(s) <= 4:
+            elif dt == _F32 and numel(s) == 1 and len(s) <= 4:
                 inputs.append(name)          # a scalar broadcasts to 5-D too
             else:
                 return False
@@ -184,7 +183,7 @@ class _Rewriter:
 
     def graph(self):
         from dragon_core import proto as P
-        from dragon_core._graph.passes.prune import _drop_value_info
+        from dragon_core.plugin_api import drop_value_info
         new = P.GraphDef()
         new.CopyFrom(self.g)
         del new.op[:]
@@ -195,7 +194,7 @@ class _Rewriter:
         produced = {o for op in self.ops for o in op.output}
         gone = {name for name in self.blocked if name not in produced
                 and name not in self.plain}
-        _drop_value_info(new, gone)
+        drop_value_info(new, gone)
         return new
 
 
@@ -203,7 +202,7 @@ def nchw16c(graph):
     """The pass (see the module docs): a new GraphDef, an unchanged copy
     when it does not apply."""
     from dragon_core import proto as P
-    from dragon_core._graph.passes import device_type, kernel_dtypes
+    from dragon_core.plugin_api import device_type, kernel_dtypes
 
     def unchanged():
         new = P.GraphDef()

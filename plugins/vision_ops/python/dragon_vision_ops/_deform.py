@@ -14,7 +14,7 @@ torchvision's op is not twice differentiable either).
 from __future__ import annotations
 
 import dragon_core
-from dragon_core._autograd import gradient, needs_grad
+from dragon_core.plugin_api import gradient, needs_grad
 
 __all__ = ["deform_conv2d"]
 

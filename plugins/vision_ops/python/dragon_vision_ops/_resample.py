@@ -21,7 +21,7 @@ Gradients:
 
 from __future__ import annotations
 
-from dragon_core._autograd import gradient, needs_grad
+from dragon_core.plugin_api import gradient, needs_grad
 
 import dragon_core
 

@@ -23,8 +23,7 @@ Gradients:
 from __future__ import annotations
 
 import dragon_core
-from dragon_core import _C
-from dragon_core._autograd import gradient, needs_grad
+from dragon_core.plugin_api import gradient, is_tracing, needs_grad
 
 __all__ = ["roi_align", "roi_pool", "nms", "nms_padded", "batched_nms",
            "batched_nms_padded"]
@@ -162,7 +161,7 @@ def batched_nms_padded(boxes, scores, idxs, iou_threshold: float):
 
 
 def _slice_kept(keep, num_kept, name: str):
-    if _C._is_tracing():
+    if is_tracing():
         raise RuntimeError(
             f"{name}() returns a data-dependent number of boxes, which a "
             f"@dragon_core.function graph cannot hold; call {name}_padded() "

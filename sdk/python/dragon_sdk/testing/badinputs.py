@@ -332,7 +332,7 @@ def check_bad_inputs(op: str, valid_inputs: Sequence[Any], *,
     """
     import dragon_core as dg
 
-    desc = dg._C.op(op).describe()
+    desc = dg.plugin_api.op_schema(op)
     names = sorted({desc["name"], desc.get("py_name") or desc["name"], op})
     specs = desc["attrs"] if garbage_attrs else []
     todo = [v for v in variants(valid_inputs, attrs, attr_specs=specs)

@@ -34,7 +34,7 @@ def _op_name(op: str) -> str:
     """The schema name of ``op`` (schema or Python name)."""
     import dragon_core as dg
 
-    return dg._C.op(op).name
+    return dg.plugin_api.op_name(op)
 
 
 # ------------------------------------------------ schema/kernel consistency
@@ -198,7 +198,7 @@ def check_numerics(op: str, reference: Callable, cases: Sequence[Any], *,
     dtypes = list(dtypes) if dtypes is not None else kernel_dtypes(name, device)
     assert dtypes, (f"{name}: no kernel registered on device "
                     f"'{device}', nothing to check")
-    dispatch = int(dg._C.op(name).describe().get("dispatch_input", 0))
+    dispatch = int(dg.plugin_api.op_schema(name).get("dispatch_input", 0))
     failures, counts = [], {}
     for dt in dtypes:
         rtol = atol = None

@@ -220,7 +220,7 @@ def _schema(op: str):
     """The registry's description of ``op`` (a dict with ``py_name``...)."""
     import dragon_core as dg
 
-    return _Described(dg._C.op(op).describe())
+    return _Described(dg.plugin_api.op_schema(op))
 
 
 class _Described:

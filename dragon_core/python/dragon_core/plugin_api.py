@@ -1,0 +1,98 @@
+"""The public, versioned Python API for plugins.
+
+The Python half of a plugin (gradient rules, graph passes, fusion patterns),
+the SDK's template and its test kit use this module and never
+``dragon_core._*``: the core's private modules change without notice, this
+module does not.
+
+:data:`API_VERSION` is ``(major, minor)`` and moves with the C ABI
+(``dragon_core.ABI_VERSION``): a minor bump only adds names; a name is
+removed or changed only with a major bump. A plugin that needs a name added
+in minor ``m`` checks ``API_VERSION >= (1, m)``.
+
+Contents
+--------
+Autograd
+    :func:`gradient` (register a gradient rule), :func:`needs_grad`,
+    :func:`is_tracing`.
+Op registry
+    :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`.
+Graph passes (GraphDef -> GraphDef, ``dragon_graph_passes`` hook)
+    :class:`GraphPass`, :func:`device_type`, :func:`op_attrs`,
+    :func:`op_builder`, :func:`drop_value_info`, :func:`numel`,
+    :func:`elementwise_op_types`.
+Hooks
+    :data:`hookimpl` (the pluggy marker for ``dragon_*`` hooks).
+"""
+
+from __future__ import annotations
+
+from . import _C
+from ._autograd import gradient, needs_grad
+from ._graph.build import _plugin_versions, attr_from_proto
+from ._graph.passes import GraphPass, device_type, kernel_dtypes
+from ._graph.passes.fusion import BINARY, UNARY, WITH_ALPHA, _numel
+from ._graph.passes.pattern_fusion import _Emitter
+from ._graph.passes.prune import _drop_value_info
+from .plugins import hookimpl
+
+#: ``(major, minor)`` of this API; equal to the C ABI's version.
+API_VERSION: tuple = tuple(_C.ABI_VERSION)
+
+
+def is_tracing() -> bool:
+    """Whether ``@dragon_core.function`` is tracing on this thread (a Python
+    gradient rule may then only use ops, never read values)."""
+    return _C._is_tracing()
+
+
+def op_schema(op: str) -> dict:
+    """The registered schema of ``op`` (its name or Python name) as a dict:
+    inputs, outputs, attrs (name, type, default), flags, providing plugin.
+
+    Raises
+    ------
+    LookupError
+        If no such op is defined.
+    """
+    return _C.op(op).describe()
+
+
+def op_name(op: str) -> str:
+    """The canonical op name (``"Add"``) of an op name or Python name."""
+    return _C.op(op).name
+
+
+def op_attrs(op) -> dict:
+    """The attributes of an ``OpDef`` as Python values (None where unset)."""
+    return {k: attr_from_proto(v) for k, v in op.attr.items()}
+
+
+def op_builder(graph):
+    """A builder of new ``OpDef``s for a pass rewriting ``graph``.
+
+    Its ``opdef(op_type, inputs, outputs, attrs, name=None)`` returns an
+    OpDef with every schema attribute resolved (defaults filled), a name
+    unique in ``graph`` (``name`` or a fresh variant of it) and the providing
+    plugin's name and version recorded, as traced ops have; ``fresh(base)``
+    returns an unused tensor or op name.
+    """
+    return _Emitter({op.name for op in graph.op}, _plugin_versions())
+
+
+def drop_value_info(graph, names) -> None:
+    """Remove, in place, the ``value_info`` entries of ``names`` (tensors a
+    pass removed)."""
+    _drop_value_info(graph, set(names))
+
+
+def numel(shape) -> int:
+    """The element count of ``shape`` (1 for ``()``)."""
+    return _numel(shape)
+
+
+def elementwise_op_types() -> frozenset:
+    """The core's element-wise float op types that the ``fusion`` pass merges
+    and that run on any memory layout of equal-shaped operands."""
+    return frozenset(UNARY) | frozenset(BINARY) | frozenset(WITH_ALPHA)
+

@@ -7,7 +7,10 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 PIP    := $(VPY) -m pip
 LAUNCH := -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache
-PIPI   := $(PIP) install -q --no-build-isolation --no-deps $(LAUNCH)
+# Our own builds treat warnings as errors (DRAGON_WERROR); a user's
+# `pip install` of a package never does.
+WERROR := -Ccmake.define.DRAGON_WERROR=ON
+PIPI   := $(PIP) install -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR)
 export CCACHE_MAXSIZE ?= 2G
 # Paths inside the checkout hash as relative ones, so a fresh clone elsewhere
 # (CI, a git worktree) reuses the compiled objects.

@@ -354,6 +354,11 @@ def _claims(allow) -> tuple[dict, list]:
     seen: set[str] = set()
     for dist in md.distributions():
         try:
+            # Most distributions declare no plugin: skip them on the raw
+            # text, before parsing entry points or METADATA (import time).
+            text = dist.read_text("entry_points.txt")
+            if not text or GROUP not in text:
+                continue
             eps = [ep for ep in dist.entry_points if ep.group == GROUP]
             key = _norm(dist.metadata["Name"] or "")
         except Exception:  # noqa: BLE001 - broken metadata must not stop discovery

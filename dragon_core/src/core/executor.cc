@@ -20,16 +20,7 @@ int64_t Plan::planned_bytes() const {
 
 void Plan::SetProfiling(bool on) {
   std::lock_guard<std::mutex> lock(run_mu_);
-  std::vector<EventTiming> stale;
-  {
-    std::lock_guard<std::mutex> tl(timing_mu_);
-    stale.swap(timings_);
-  }
-  for (const EventTiming& t : stale) {  // events go back once their work ran
-    SyncEvent(t.device, t.end);
-    ReleaseEvent(t.device, t.start);
-    ReleaseEvent(t.device, t.end);
-  }
+  DrainTimings(false);
   profiling_ = on;
   op_ns_.assign(ops_.size(), 0);
   op_calls_.assign(ops_.size(), 0);
@@ -39,6 +30,24 @@ void Plan::SetProfiling(bool on) {
 int64_t Plan::profile_runs() {
   std::lock_guard<std::mutex> lock(run_mu_);
   return profile_runs_;
+}
+
+void Plan::DrainTimings(bool add) {
+  std::vector<EventTiming> timings;
+  {
+    std::lock_guard<std::mutex> tl(timing_mu_);
+    timings.swap(timings_);
+  }
+  for (const EventTiming& t : timings) {  // waits for the timed work
+    SyncEvent(t.device, t.end);
+    if (add) {
+      const float ms = ElapsedMs(t.device, t.start, t.end);
+      if (t.op >= 0 && static_cast<size_t>(t.op) < op_ns_.size())
+        op_ns_[t.op] += static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+    }
+    ReleaseEvent(t.device, t.start);
+    ReleaseEvent(t.device, t.end);
+  }
 }
 
 void* Plan::StartTiming(DgDevice device) {
@@ -57,19 +66,7 @@ void Plan::EndTiming(int32_t op, DgDevice device, void* start) {
 
 std::vector<Plan::OpTiming> Plan::Profile() {
   std::lock_guard<std::mutex> lock(run_mu_);
-  std::vector<EventTiming> timings;
-  {
-    std::lock_guard<std::mutex> tl(timing_mu_);
-    timings.swap(timings_);
-  }
-  for (const EventTiming& t : timings) {  // waits for the timed work
-    SyncEvent(t.device, t.end);
-    const float ms = ElapsedMs(t.device, t.start, t.end);
-    if (t.op >= 0 && static_cast<size_t>(t.op) < op_ns_.size())
-      op_ns_[t.op] += static_cast<int64_t>(static_cast<double>(ms) * 1e6);
-    ReleaseEvent(t.device, t.start);
-    ReleaseEvent(t.device, t.end);
-  }
+  DrainTimings(true);
   std::vector<OpTiming> out;
   for (size_t k = 0; k < ops_.size(); ++k) {
     const PlanOp& p = ops_[k];

@@ -103,6 +103,9 @@ class Plan {
   };
   void* StartTiming(DgDevice device);
   void EndTiming(int32_t op, DgDevice device, void* start);
+  // Takes the pending timings, waits for their work and gives their events
+  // back; with `add`, adds their times to op_ns_.
+  void DrainTimings(bool add);
   std::mutex timing_mu_;
   std::vector<EventTiming> timings_;
   std::vector<Tensor> buffers_;  // one per planned buffer, kept across runs

@@ -27,21 +27,7 @@ bool LargePool::Take(size_t size, void* stream, Taken* out) {
   }
   if (!b) return false;
   Erase(b);
-  if (b->size - size >= kMinSplit) {
-    auto rest = std::make_unique<Block>();
-    rest->ptr = b->ptr + size;
-    rest->size = b->size - size;
-    rest->free = true;
-    rest->stream = b->stream;
-    rest->events = b->events;  // the same earlier users (shared refs)
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next) b->next->prev = rest.get();
-    b->next = rest.get();
-    b->size = size;
-    Insert(rest.get());
-    blocks_[rest->ptr] = std::move(rest);
-  }
+  Split(b, size);
   b->free = false;
   out->ptr = b->ptr;
   out->size = b->size;
@@ -60,19 +46,25 @@ size_t LargePool::AddSegment(void* base, size_t segment_size, size_t size, void*
   b->stream = stream;
   Block* raw = b.get();
   blocks_[b->ptr] = std::move(b);
-  if (segment_size - size >= kMinSplit) {
-    auto rest = std::make_unique<Block>();
-    rest->ptr = raw->ptr + size;
-    rest->size = segment_size - size;
-    rest->free = true;
-    rest->stream = stream;
-    rest->prev = raw;
-    raw->next = rest.get();
-    raw->size = size;
-    Insert(rest.get());
-    blocks_[rest->ptr] = std::move(rest);
-  }
+  Split(raw, size);
   return raw->size;
+}
+
+void LargePool::Split(Block* b, size_t size) {
+  if (b->size - size < kMinSplit) return;
+  auto rest = std::make_unique<Block>();
+  rest->ptr = b->ptr + size;
+  rest->size = b->size - size;
+  rest->free = true;
+  rest->stream = b->stream;
+  rest->events = b->events;  // the same earlier users (shared refs)
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest.get();
+  b->next = rest.get();
+  b->size = size;
+  Insert(rest.get());
+  blocks_[rest->ptr] = std::move(rest);
 }
 
 LargePool::Block* LargePool::Absorb(Block* left, Block* right) {

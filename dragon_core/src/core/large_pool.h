@@ -48,7 +48,6 @@ class LargePool {
   bool Take(size_t size, void* stream, Taken* out);
   // A new segment; returns the size of the block handed out from its start.
   size_t AddSegment(void* base, size_t segment_size, size_t size, void* stream);
-  bool Owns(void* ptr) const { return blocks_.count(ptr) != 0; }
   // Frees a block (merging free neighbours of the same stream); returns its size.
   size_t Release(void* ptr, void* stream, Events events);
 
@@ -74,6 +73,9 @@ class LargePool {
   void Insert(Block* b) { free_.insert(Key{b->stream, b->size, b->ptr}); }
   void Erase(Block* b) { free_.erase(Key{b->stream, b->size, b->ptr}); }
   Block* Absorb(Block* left, Block* right);  // right merges into left
+  // Leaves the first `size` bytes in `b` and the rest in a free block,
+  // when the rest is at least kMinSplit.
+  void Split(Block* b, size_t size);
 
   std::set<Key> free_;
   std::unordered_map<void*, std::unique_ptr<Block>> blocks_;  // every block

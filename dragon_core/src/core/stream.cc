@@ -397,20 +397,17 @@ void CopyNonBlocking(Storage& dst, void* dst_ptr, Storage& src, const void* src_
 
 void PrepareExport(Storage& s, bool has_stream, intptr_t consumer_stream) {
   const DgDevice d = s.device();
-  if (!StreamOrdered(d) || s.last_writer == nullptr) return;
-  if (has_stream && consumer_stream == -1) return;
+  if (!StreamOrdered(d) || (has_stream && consumer_stream == -1)) return;
   void* writer;
   {
     std::lock_guard<std::mutex> lock(StorageLock(&s));
     writer = s.last_writer;
   }
-  if (has_stream) {
-    void* consumer = reinterpret_cast<void*>(consumer_stream);
-    JoinStreams(d, writer, consumer);
-    UseOnStream(s, consumer, false);  // the allocator waits for it too
-  } else {
+  if (writer == nullptr) return;
+  if (has_stream)  // joins the writer; the allocator waits for the consumer too
+    UseOnStream(s, reinterpret_cast<void*>(consumer_stream), false);
+  else
     SyncStream(d, writer, "DLPack export");
-  }
 }
 
 StreamCounters GetStreamCounters(DgDevice d) {

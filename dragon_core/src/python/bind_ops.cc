@@ -601,6 +601,8 @@ void BindOps(py::module_& m) {
     d["peak"] = s.peak;
     d["num_allocs"] = s.num_allocs;
     d["num_requests"] = s.num_requests;
+    d["num_frees"] = s.num_frees;
+    d["cross_stream_reuses"] = s.cross_stream_reuses;
     return d;
   });
   m.def("reset_peak", [](const std::string& device) {

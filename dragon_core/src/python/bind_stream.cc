@@ -2,7 +2,6 @@
 // Handles cross as integers; 0 is "no stream/event" (synchronous devices).
 #include <cstring>
 
-#include "../core/allocator.h"
 #include "../core/device.h"
 #include "../core/stream.h"
 #include "bindings.h"
@@ -112,17 +111,14 @@ void BindStream(py::module_& m) {
     if (s != DG_OK) ThrowDeviceError(d, s, "get_attribute");
     return py::int_(v);
   });
+  // The allocator's counters are in memory_stats (bind_ops.cc).
   m.def("_device_counters", [](const std::string& d) {
-    DgDevice dev = Dev(d);
-    StreamCounters c = GetStreamCounters(dev);
-    MemoryStats s = DeviceRegistry::Get().Allocator(dev).Stats();
+    StreamCounters c = GetStreamCounters(Dev(d));
     py::dict out;
     out["device_syncs"] = c.device_syncs;
     out["stream_syncs"] = c.stream_syncs;
     out["event_syncs"] = c.event_syncs;
     out["stream_waits"] = c.stream_waits;
-    out["num_frees"] = s.num_frees;
-    out["cross_stream_reuses"] = s.cross_stream_reuses;
     return out;
   });
 }

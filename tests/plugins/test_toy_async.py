@@ -553,3 +553,19 @@ def test_graph_predicates_wait_for_their_stream_only(ta):
             v, k = count(x, _t(ta, [val]))
             np.testing.assert_array_equal(v.cpu().numpy(), a + a if doubled else a)
             assert k.cpu().numpy().tolist() == [0.0]
+
+
+def test_profiling_a_failing_op_gives_back_its_timing_event(ta):
+    """An op that raises while profiled must return the event it took for
+    its start time to the pool (it leaked one handle per failure)."""
+    @ta.function
+    def g(x, p):
+        return ta.cond(p, lambda: x + x, lambda: ta.ops.reshape(x, [5]))
+
+    x = _t(ta, [1.0, 2.0])
+    g.profile(x, _t(ta, [1.0]), runs=2, warmup=1)   # the pool holds the events it needs
+    before = _stats(ta)["events_created"]
+    for _ in range(20):
+        with pytest.raises(ta.errors.InvalidArgumentError, match="[Rr]eshape"):
+            g.profile(x, _t(ta, [0.0]), runs=1, warmup=0)
+    assert _stats(ta)["events_created"] - before <= 2

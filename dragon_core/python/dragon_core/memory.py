@@ -20,7 +20,8 @@ def stats(device: str = "cpu") -> dict:
         blocks handed to another stream after an event), ``device_syncs``
         (device-wide synchronizations), ``stream_syncs`` (waits for one
         stream: host reads), ``event_syncs`` and ``stream_waits`` (device-side
-        waits for events).
+        waits for events), ``events_created`` (event handles made; the core
+        pools them, so it stays flat in steady state).
     """
     out = _C.memory_stats(str(device))
     out.update(_C._device_counters(str(device)))

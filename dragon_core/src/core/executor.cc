@@ -235,19 +235,24 @@ void Plan::RunParallel(std::vector<Tensor>& slots, DgDevice device) {
       std::exception_ptr failed;
       const int64_t t0 = profiling_ ? NowNs() : 0;
       void* ev0 = nullptr;
+      bool evented = false;  // timed with device events, not the host clock
       try {
         ev0 = profiling_ ? StartTiming(device) : nullptr;
+        evented = ev0 != nullptr;
         out = RunOne(p, in, device, nullptr);
-        if (ev0) EndTiming(k, device, ev0);
+        void* start = ev0;
+        ev0 = nullptr;  // EndTiming owns it now
+        if (start) EndTiming(k, device, start);
       } catch (...) {
         failed = std::current_exception();
+        ReleaseEvent(device, ev0);  // the op failed: nothing to time
       }
       in.clear();
       const int64_t t1 = profiling_ ? NowNs() : 0;
       lock.lock();
       --running;
       if (profiling_) {
-        if (!ev0) op_ns_[k] += t1 - t0;
+        if (!evented) op_ns_[k] += t1 - t0;
         ++op_calls_[k];
       }
       if (failed) {
@@ -336,7 +341,13 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
     }
     const int64_t t0 = profiling_ ? NowNs() : 0;
     void* ev0 = profiling_ ? StartTiming(device) : nullptr;
-    std::vector<Tensor> out = RunOne(p, in, device, pre);
+    std::vector<Tensor> out;
+    try {
+      out = RunOne(p, in, device, pre);
+    } catch (...) {
+      ReleaseEvent(device, ev0);  // the op failed: nothing to time
+      throw;
+    }
     if (profiling_) {
       if (ev0) EndTiming(static_cast<int32_t>(k), device, ev0);
       else op_ns_[k] += NowNs() - t0;

@@ -25,7 +25,7 @@ struct DevState {
   size_t next = 0;
   std::vector<void*> events;  // idle event handles
   std::atomic<int64_t> device_syncs{0}, stream_syncs{0}, event_syncs{0},
-      stream_waits{0};
+      stream_waits{0}, events_created{0};
 };
 
 constexpr size_t kPoolSize = 8;
@@ -178,6 +178,7 @@ void* AcquireEvent(DgDevice d) {
   const DgDeviceDef& def = Def(d);
   void* e = nullptr;
   Check(d, def.event_create(def.user_data, d.index, &e), "event_create");
+  st.events_created.fetch_add(1, std::memory_order_relaxed);
   return e;
 }
 
@@ -418,6 +419,7 @@ StreamCounters GetStreamCounters(DgDevice d) {
   c.stream_syncs = st.stream_syncs.load();
   c.event_syncs = st.event_syncs.load();
   c.stream_waits = st.stream_waits.load();
+  c.events_created = st.events_created.load();
   return c;
 }
 

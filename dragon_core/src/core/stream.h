@@ -90,6 +90,7 @@ struct StreamCounters {
   int64_t stream_syncs = 0;  // stream_sync calls (host-visible points)
   int64_t event_syncs = 0;   // event_synchronize calls
   int64_t stream_waits = 0;  // stream_wait_event calls (no host wait)
+  int64_t events_created = 0;  // event_create calls (handles are pooled)
 };
 StreamCounters GetStreamCounters(DgDevice d);
 

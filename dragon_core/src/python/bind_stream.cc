@@ -119,6 +119,7 @@ void BindStream(py::module_& m) {
     out["stream_syncs"] = c.stream_syncs;
     out["event_syncs"] = c.event_syncs;
     out["stream_waits"] = c.stream_waits;
+    out["events_created"] = c.events_created;
     return out;
   });
 }

@@ -13,7 +13,10 @@ Output compares with ELLIPSIS and NORMALIZE_WHITESPACE.
 from __future__ import annotations
 
 import doctest
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,22 +73,45 @@ def test_prose_blocks_are_not_executed():
     assert [src for _, src in blocks] == [">>> 1 + 1\n2\n", ">>> 2 * 3\n6\n"]
 
 
-@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.name)
-def test_guide_examples_run(path, tmp_path, monkeypatch):
+def run_file(path: Path) -> tuple[int, int, list[str]]:
+    """Run the sessions of one guide: ``(examples, failures, reports)``."""
     import dragon_core as dg
 
-    monkeypatch.chdir(tmp_path)  # examples that write files write them here
     dg.manual_seed(0)
     globs = {"dg": dg, "np": np, "__name__": "__doc__"}
     parser = doctest.DocTestParser()
     runner = doctest.DocTestRunner(optionflags=FLAGS)
-    failures = []
+    reports = []
     for lineno, source in doctest_blocks(path.read_text("utf-8")):
         test = parser.get_doctest(source, globs, f"{path.name}:{lineno}", str(path), lineno - 1)
         out: list[str] = []
-        result = runner.run(test, out=out.append, clear_globs=False)
-        if result.failed:
-            failures.append("".join(out))
+        runner.run(test, out=out.append, clear_globs=False)
+        reports += out
         globs = test.globs
-    assert not failures, "\n".join(failures)
-    assert runner.tries > 0
+    return runner.tries, runner.failures, reports
+
+
+_CHILD = """
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("doc_runner", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+tries, failures, reports = mod.run_file(Path(sys.argv[2]))
+print("".join(reports))
+print(f"@@RESULT@@ {tries} {failures}")
+"""
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.name)
+def test_guide_examples_run(path, tmp_path):
+    """Each guide runs in a fresh interpreter (what other tests loaded or
+    pinned in this process is not what a reader has), in an empty folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGON_")}
+    proc = subprocess.run([sys.executable, "-c", _CHILD, __file__, str(path)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert "@@RESULT@@" in proc.stdout, proc.stdout + proc.stderr
+    report, result = proc.stdout.rsplit("@@RESULT@@", 1)
+    tries, failures = map(int, result.split())
+    assert failures == 0, report + proc.stderr
+    assert tries > 0

@@ -121,6 +121,9 @@ class ModuleReference(SphinxDirective):
     has_content = False
 
     def run(self):
+        # Generated from the installed packages, which Sphinx does not watch:
+        # read this page again on every build.
+        self.env.note_reread()
         node = nodes.section()
         node.document = self.state.document
         nested_parse_with_titles(self.state, StringList(api_lines(self.arguments[0]),

@@ -160,12 +160,23 @@ def reference_lines() -> list[str]:
     lines = [f"{len(recs)} ops, generated from the schema registry of dragon-core "
              f"{esc(dragon_core.__version__)} (plugin API {esc(plugin_api.API_VERSION)}) "
              f"with the plugins {loaded or 'none'} loaded; devices: {devices or 'none'}.", ""]
+    lines += ["Summary", "-------", "",
+              ".. list-table::", "   :header-rows: 1", "",
+              "   * - op", "     - Python", "     - defined by", "     - kernels (device: plugins)"]
+    for r in recs:
+        serving: dict[str, list[str]] = defaultdict(list)
+        for device, plugin, _dist, _prio, _dtypes in kernel_rows(r["name"]):
+            if plugin not in serving[device]:
+                serving[device].append(plugin)
+        kernels = "; ".join(f"{d}: {', '.join(ps)}" for d, ps in serving.items()) or "none"
+        lines += [f"   * - :ref:`{r['name']} <op-{r['name'].lower()}>`",
+                  f"     - {lit(r['py_name'])}", f"     - {lit(r['plugin'])}",
+                  f"     - {esc(kernels)}"]
+    lines.append("")
     order = sorted(by_plugin, key=lambda p: (p != "core", p))
     for plugin in order:
         title = "Ops defined by the core" if plugin == "core" else f"Ops defined by {plugin}"
         lines += [title, "-" * len(title), ""]
-        lines += [", ".join(f":ref:`{r['name']} <op-{r['name'].lower()}>`"
-                            for r in by_plugin[plugin]), ""]
         for r in by_plugin[plugin]:
             lines += op_lines(r)
     return lines
@@ -177,6 +188,9 @@ class OpReference(SphinxDirective):
     has_content = False
 
     def run(self):
+        # Generated from the installed packages, which Sphinx does not watch:
+        # read this page again on every build.
+        self.env.note_reread()
         node = nodes.section()
         node.document = self.state.document
         nested_parse_with_titles(self.state, StringList(reference_lines(), "<op-reference>"),

@@ -73,6 +73,15 @@ def _escape_schema_docs(app, what, name, obj, options, lines):
             lines[i] = _RST_SPECIAL.sub(r"\\\1", line)
 
 
+def _skip_generated_methods(app, what, name, obj, skip, options):
+    """Tensor methods generated from op schemas are the ``dragon_core.ops``
+    functions themselves: documented once, there and in the op reference."""
+    if what == "class" and getattr(obj, "__module__", None) == "dragon_core.ops":
+        return True
+    return None
+
+
 def setup(app):
+    app.connect("autodoc-skip-member", _skip_generated_methods)
     # Before napoleon (priority 500) turns the NumPy sections into fields.
     app.connect("autodoc-process-docstring", _escape_schema_docs, priority=400)

@@ -216,3 +216,37 @@ def test_sdk_names_in_the_docs_exist(path):
                       if n not in names})
     assert not unknown, f"{path.name} names {unknown}, defined nowhere in the SDK headers " \
                         f"or cpu_eigen's sources"
+
+
+# ---------------------------------------------------------------- structs
+
+def struct_fields(text: str) -> dict[str, list[str]]:
+    """``typedef struct X {...} X;`` -> the field names in order."""
+    out = {}
+    for m in re.finditer(r"typedef struct (\w+)\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
+        fields = []
+        for decl in _strip_comments(m.group(2)).split(";"):
+            decl = decl.strip()
+            if not decl:
+                continue
+            f = (re.search(r"\(\s*\*\s*(\w+)\s*\)", decl)  # a function pointer
+                 or re.search(r"(\w+)\s*(?:\[[^\]]*\])?\s*$", decl))
+            if f:
+                fields.append(f.group(1))
+        out[m.group(3)] = fields
+    return out
+
+
+def test_struct_parser_reads_the_header():
+    fields = struct_fields(HEADER.read_text("utf-8"))
+    assert fields["DgPluginInfo"][:2] == ["struct_size", "name"]
+    assert "call_site_state" in fields["DgCallFrame"]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_structs_quoted_in_the_docs_match_the_header(path):
+    header = struct_fields(HEADER.read_text("utf-8"))
+    for name, fields in struct_fields(path.read_text("utf-8")).items():
+        assert name in header, f"{path.name} quotes struct {name}, which plugin.h lacks"
+        assert fields == header[name], (f"{path.name} quotes {name} with fields {fields}; "
+                                        f"plugin.h has {header[name]}")

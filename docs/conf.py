@@ -39,10 +39,8 @@ templates_path = []
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 
-# The guides quote code in languages Pygments may not lex exactly (shell
-# sessions, pseudo-C); a failed highlight must not break the build.
+# Code blocks without a language are shown as plain text.
 highlight_language = "none"
-suppress_warnings = ["misc.highlighting_failure"]
 
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 autodoc_member_order = "bysource"

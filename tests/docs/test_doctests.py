@@ -40,10 +40,10 @@ def doctest_blocks(text: str) -> list[tuple[int, str]]:
             continue
         fence, indent = m.group("fence"), len(m.group("indent"))
         lang = m.group("info").strip().split(" ")[0].strip("{}").lower()
+        closing = re.compile(rf"^[ ]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
         start = i + 1
         j = start
-        while j < len(lines) and not re.match(rf"^[ ]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$",
-                                              lines[j]):
+        while j < len(lines) and not closing.match(lines[j]):
             j += 1
         body = [ln[indent:] if ln[:indent].strip() == "" else ln for ln in lines[start:j]]
         first = next((ln for ln in body if ln.strip()), "")

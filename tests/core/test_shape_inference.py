@@ -151,9 +151,11 @@ def test_binary_rejects_mixed_dtypes():
     raises("Less", [((2,), "int32"), ((2,), "int64")])
 
 
-def test_integer_div_and_pow_are_rejected():
+def test_integer_div_is_rejected_and_integer_pow_accepted():
+    # Div is true division (floats only): integers use FloorDivide or
+    # TruncDivide. Pow takes integers (exact, as NumPy's).
     raises("Div", [((2,), "int32"), ((2,), "int32")], "int32")
-    raises("Pow", [((2,), "int64"), ((2,), "int64")], "int64")
+    assert infer1("Pow", [((2,), "int64"), ((3, 1), "int64")]) == ((3, 2), "int64")
 
 
 @pytest.mark.parametrize("c, x, y", [

@@ -61,7 +61,10 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
                 "True division with broadcasting: y = a / b (IEEE semantics: x / 0 is +-inf "
                 "or NaN).",
                 dg::kFloat),
-    &Arithmetic("Pow", "Power with broadcasting: y = a ^ b.", dg::kFloat, "Base.",
+    &Arithmetic("Pow",
+                "Power with broadcasting: y = a ^ b. Integers: exact with wrapping, and a "
+                "negative exponent raises (as NumPy).",
+                dg::kNumeric, "Base.",
                 "Exponent, same dtype as a; broadcasts with a."),
     &Arithmetic("Maximum",
                 "Element-wise maximum with broadcasting; a NaN in either operand gives NaN "

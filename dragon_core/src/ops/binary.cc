@@ -68,12 +68,12 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
                 "Exponent, same dtype as a; broadcasts with a."),
     &Arithmetic("Maximum",
                 "Element-wise maximum with broadcasting; a NaN in either operand gives NaN "
-                "(as NumPy).",
-                dg::kNumeric),
+                "(as NumPy); logical or on bool.",
+                dg::kAll),
     &Arithmetic("Minimum",
                 "Element-wise minimum with broadcasting; a NaN in either operand gives NaN "
-                "(as NumPy).",
-                dg::kNumeric),
+                "(as NumPy); logical and on bool.",
+                dg::kAll),
 };
 
 // ------------------------------------------------------- comparisons, logical

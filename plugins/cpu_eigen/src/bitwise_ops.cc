@@ -108,5 +108,22 @@ void BitwiseNot(dg::KernelContext& ctx) {
 DG_KERNEL_EX("BitwiseNot", "cpu", 0, DG_KERNEL_INPLACE, BitwiseNot, bool,
              CPU_EIGEN_INT_TYPES);
 
+// ------------------------------------------------ bool Maximum / Minimum
+
+// max(a, b) on bool is a or b, min(a, b) is a and b (NumPy's values).
+template <typename T>
+void BoolMaximum(dg::KernelContext& ctx) {
+  const OrOp op{};
+  RunBinary<T, T>(ctx, &FunctorBinaryRun<T, T, OrOp>, &op, kCostCheap);
+}
+DG_KERNEL_EX("Maximum", "cpu", 0, DG_KERNEL_INPLACE, BoolMaximum, bool);
+
+template <typename T>
+void BoolMinimum(dg::KernelContext& ctx) {
+  const AndOp op{};
+  RunBinary<T, T>(ctx, &FunctorBinaryRun<T, T, AndOp>, &op, kCostCheap);
+}
+DG_KERNEL_EX("Minimum", "cpu", 0, DG_KERNEL_INPLACE, BoolMinimum, bool);
+
 }  // namespace
 }  // namespace cpu_eigen

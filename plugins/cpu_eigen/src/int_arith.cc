@@ -22,96 +22,12 @@ using elementwise::kCostDivide;
 using elementwise::kCostHeavy;
 using widen::RunBinaryScalar;
 
-// a / b rounded toward -inf.
-struct FloorDivideOp {
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      // NumPy's npy_divmod: exact for representable quotients, and the
-      // quotient consistent with Mod below.
-      if (b == T(0)) return a / b;
-      T mod = std::fmod(a, b);
-      T div = (a - mod) / b;
-      if (mod != T(0)) {
-        if ((b < T(0)) != (mod < T(0))) div -= T(1);
-      }
-      if (div != T(0)) {
-        T floordiv = std::floor(div);
-        if (div - floordiv > T(0.5)) floordiv += T(1);
-        return floordiv;
-      }
-      return std::copysign(T(0), a / b);
-    } else {
-      if (b == T(0)) return T(0);
-      if constexpr (std::is_signed_v<T>) {
-        if (b == T(-1)) return ew_base::WrapNeg(a);  // MIN // -1 wraps
-        const T q = static_cast<T>(a / b);
-        const T r = static_cast<T>(a % b);
-        return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(q - 1) : q;
-      } else {
-        return static_cast<T>(a / b);
-      }
-    }
-  }
-};
-
-// a / b rounded toward zero.
-struct TruncDivideOp {
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      return std::trunc(a / b);
-    } else {
-      if (b == T(0)) return T(0);
-      if constexpr (std::is_signed_v<T>) {
-        if (b == T(-1)) return ew_base::WrapNeg(a);
-      }
-      return static_cast<T>(a / b);
-    }
-  }
-};
-
-// NumPy's remainder: the sign of b.
-struct ModOp {
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (b == T(0)) return std::fmod(a, b);  // NaN
-      T mod = std::fmod(a, b);
-      if (mod != T(0)) {
-        if ((b < T(0)) != (mod < T(0))) mod += b;
-      } else {
-        mod = std::copysign(T(0), b);
-      }
-      return mod;
-    } else {
-      if (b == T(0)) return T(0);
-      if constexpr (std::is_signed_v<T>) {
-        if (b == T(-1)) return T(0);
-        const T r = static_cast<T>(a % b);
-        return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(r + b) : r;
-      } else {
-        return static_cast<T>(a % b);
-      }
-    }
-  }
-};
-
-// C's fmod: the sign of a.
-struct FmodOp {
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      return std::fmod(a, b);
-    } else {
-      if (b == T(0)) return T(0);
-      if constexpr (std::is_signed_v<T>) {
-        if (b == T(-1)) return T(0);
-      }
-      return static_cast<T>(a % b);
-    }
-  }
-};
+// The functors (FloorDivideOp, TruncDivideOp, ModOp, FmodOp) live in
+// elementwise_ops.h, shared with the fused kernel (fused.cc).
+using ew_base::FloorDivideOp;
+using ew_base::FmodOp;
+using ew_base::ModOp;
+using ew_base::TruncDivideOp;
 
 #define CPU_EIGEN_DIVISION(NAME, OP)                                          \
   template <typename T>                                                      \

@@ -10,6 +10,7 @@
 #include "common.h"
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
+#include "elementwise_ops.h"
 #include "widen.h"
 
 namespace cpu_eigen {
@@ -19,14 +20,13 @@ using elementwise::kCostCheap;
 using elementwise::kCostTranscendental;
 using widen::RunUnaryScalar;
 
+// The functors (TanOp, ...) live in elementwise_ops.h, shared with the
+// fused kernel (fused.cc).
 #define CPU_EIGEN_MATH_FN(NAME, FN)                                          \
-  struct NAME##Op {                                                         \
-    template <typename T>                                                   \
-    T operator()(T x) const { return std::FN(x); }                          \
-  };                                                                        \
   template <typename T>                                                     \
   void NAME(dg::KernelContext& ctx) {                                       \
-    RunUnaryScalar<T, T>(ctx, NAME##Op{}, NAME##Op{}, kCostTranscendental); \
+    RunUnaryScalar<T, T>(ctx, ew_base::NAME##Op<float>{},                   \
+                         ew_base::NAME##Op<T>{}, kCostTranscendental);      \
   }                                                                         \
   DG_KERNEL_EX(#NAME, "cpu", 0, DG_KERNEL_INPLACE, NAME,                    \
                CPU_EIGEN_FLOAT_TYPES, CPU_EIGEN_HALF_TYPES)

@@ -119,3 +119,33 @@ def test_bool_maximum_minimum():
     b = np.array([True, False, True])
     OpCase.of("Maximum", [a, b], np.maximum).check_forward()
     OpCase.of("Minimum", [a, b], np.minimum).check_forward()
+
+
+# ------------------------------------------------------------- ArgMax/ArgMin
+
+from .test_reduce import ARG_ATTRS, _arg_reference, _axis_exists  # noqa: E402
+from ._common import small_ints  # noqa: E402
+
+
+def _declare_half_arg(op, fn):
+    @op_case(op, inputs=lambda rng, dt, s: [small_ints(rng, dt, s)],
+             reference=_arg_reference(fn), dtypes=HALF_DTYPES, attrs=ARG_ATTRS,
+             shapes=[(3, 4, 5), (7, 6), (1,), ()], out_dtype="int64", select=_axis_exists)
+    def test(case):
+        case.check_forward()
+
+    test.__doc__ = f"{op} on float16/bfloat16: first index on ties (many ties)."
+    return test
+
+
+test_half_argmax = _declare_half_arg("ArgMax", np.argmax)
+test_half_argmin = _declare_half_arg("ArgMin", np.argmin)
+
+
+@pytest.mark.parametrize("op, fn", [("argmax", np.argmax), ("argmin", np.argmin)])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_arg_nan_wins(op, fn, dtype):
+    """The first NaN wins, as NumPy's argmax / argmin."""
+    x = np.array([[1.0, np.nan, 5.0, np.nan], [2.0, -1.0, 2.0, -1.0]], np.float32)
+    t = dg.tensor(x).astype(dtype)
+    assert getattr(dg.ops, op)(t, 1).numpy().tolist() == fn(x, axis=1).tolist()

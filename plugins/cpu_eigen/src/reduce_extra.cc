@@ -1,7 +1,7 @@
-// Reductions (docs/ops.md, "Reductions") for the dtypes reduce.cc does not
-// serve: float16 / bfloat16 (Sum, Prod, Mean, Max, Min, Var, Std,
-// LogSumExp), accumulated in double and rounded once to the output; and
-// bool Max / Min (any / all; empty: false / true).
+// Reductions (docs/ops.md, "Reductions") for the dtypes reduce.cc and
+// argreduce.cc do not serve: float16 / bfloat16 (Sum, Prod, Mean, Max, Min,
+// Var, Std, LogSumExp accumulated in double and rounded once to the output;
+// ArgMax, ArgMin); and bool Max / Min (any / all; empty: false / true).
 //
 // One plain walk: the input arrives contiguous, each element adds into its
 // output's accumulator, whose offset an odometer over the input's
@@ -174,6 +174,55 @@ DG_KERNEL("Mean", "cpu", HalfMean, CPU_EIGEN_HALF_TYPES);
 DG_KERNEL("Var", "cpu", HalfVar, CPU_EIGEN_HALF_TYPES);
 DG_KERNEL("Std", "cpu", HalfStd, CPU_EIGEN_HALF_TYPES);
 DG_KERNEL("LogSumExp", "cpu", HalfLogSumExp, CPU_EIGEN_HALF_TYPES);
+
+// ------------------------------------------------- 16-bit ArgMax / ArgMin
+
+// NumPy's argmax / argmin (argreduce.cc): ties give the first index, the
+// first NaN wins. Compared in float, which orders 16-bit values exactly.
+template <bool kMax, typename T>
+void HalfArgExtreme(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const std::vector<int64_t> shape = xt.shape();
+  AxisSplit s;
+  if (ctx.has("axis")) {
+    s = SplitAt(shape, CheckedAxis(ctx.op_name(), ctx.i("axis"), shape));
+  } else {
+    s.dim = xt.numel();
+  }
+  const int64_t num_out = s.outer * s.inner;
+  DG_CHECK(ctx.output(0).numel() == num_out, DG_INTERNAL, ctx.op_name(),
+           ": output has ", ctx.output(0).numel(), " elements, expected ",
+           num_out, " for an input of shape ", ShapeStr(shape));
+  if (num_out == 0) return;
+  DG_CHECK(s.dim > 0, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": cannot reduce a zero-size axis (input shape ", ShapeStr(shape), ")");
+  const T* x = xt.data<const T>();
+  int64_t* y = ctx.output(0).data<int64_t>();
+  ParallelFor(num_out, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t outer = o / s.inner, inner = o % s.inner;
+      const T* p = x + outer * s.dim * s.inner + inner;
+      float best = static_cast<float>(p[0]);
+      int64_t at = 0;
+      for (int64_t k = 1; k < s.dim && !std::isnan(best); ++k) {
+        const float v = static_cast<float>(p[k * s.inner]);
+        if ((kMax ? v > best : v < best) || std::isnan(v)) {
+          best = v;
+          at = k;
+        }
+      }
+      y[o] = at;
+    }
+  }, s.dim);
+}
+
+template <typename T>
+void HalfArgMax(dg::KernelContext& ctx) { HalfArgExtreme<true, T>(ctx); }
+template <typename T>
+void HalfArgMin(dg::KernelContext& ctx) { HalfArgExtreme<false, T>(ctx); }
+
+DG_KERNEL("ArgMax", "cpu", HalfArgMax, CPU_EIGEN_HALF_TYPES);
+DG_KERNEL("ArgMin", "cpu", HalfArgMin, CPU_EIGEN_HALF_TYPES);
 
 // ------------------------------------------------------------- bool Max/Min
 

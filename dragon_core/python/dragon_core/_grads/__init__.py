@@ -6,10 +6,10 @@ registered with :func:`dragon_core._autograd.gradient`.
 
 from . import _util  # noqa: F401
 from . import arithmetic  # noqa: F401
+from . import int_math  # noqa: F401
 from . import binary, reduce, linalg  # noqa: F401
 from . import conv  # noqa: F401
 from . import shape  # noqa: F401
 from . import unary  # noqa: F401
 from . import loss, nn_misc  # noqa: F401
 from . import norm, pool  # noqa: F401
-from . import int_math  # noqa: F401

@@ -6,6 +6,7 @@ registered with :func:`dragon_core._autograd.gradient`.
 
 from . import _util  # noqa: F401
 from . import arithmetic  # noqa: F401
+from . import int_math  # noqa: F401
 from . import binary, reduce, linalg  # noqa: F401
 from . import conv  # noqa: F401
 from . import shape  # noqa: F401

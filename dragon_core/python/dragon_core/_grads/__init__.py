@@ -12,3 +12,4 @@ from . import shape  # noqa: F401
 from . import unary  # noqa: F401
 from . import loss, nn_misc  # noqa: F401
 from . import norm, pool  # noqa: F401
+from . import sort  # noqa: F401

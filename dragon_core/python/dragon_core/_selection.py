@@ -23,16 +23,16 @@ def _as_tensor(x):
 
 
 def _count(count, op: str, padded: str) -> int:
-    """The host value of a padded op's 0-d count; a traced function has none."""
-    try:
-        return int(count.item())
-    except Exception as e:  # a symbolic tensor while tracing
+    """The host value of a padded op's 0-d count. A trace would bake the
+    value of the traced call into the graph, so it refuses instead."""
+    from . import _C
+    if _C._is_tracing():
         from .errors import InvalidArgumentError
         raise InvalidArgumentError(
             f"{op}: the output shape depends on the input values, which a traced "
-            f"function (dragon_core.function) does not know; use "
-            f"dragon_core.ops.{padded} (fixed-size outputs and a count) inside it "
-            f"({type(e).__name__}: {e})", op=op) from e
+            f"function (dragon_core.function) cannot depend on; use "
+            f"dragon_core.ops.{padded} (fixed-size outputs and a count) inside it", op=op)
+    return int(count.item())
 
 
 def nonzero(x):
@@ -214,13 +214,13 @@ def einsum(equation: str, *operands):
     sizes = {}
     for t, ls in zip(ts, labels):
         for c, d in zip(ls, t.shape):
-            prev = sizes.get(c, 1)
+            prev = sizes.get(c, d)
             if prev != d and prev != 1 and d != 1:
                 shapes = ", ".join(str(list(u.shape)) for u in ts)
                 name = "'...'" if c.startswith("...") else f"'{c}'"
                 raise _einsum_error(equation, f"label {name} has sizes {prev} and {d} "
                                     f"(operand shapes {shapes})")
-            sizes[c] = max(prev, d) if prev != d else d
+            sizes[c] = d if prev == 1 else prev
 
     def drop_unneeded(t, ls, needed):
         axes = [i for i, c in enumerate(ls) if c not in needed]

@@ -67,6 +67,8 @@ void TopKShape(dg::InferContext& ctx) {
            " is out of range for axis ", ctx.i("axis"), " of size ", dim,
            " (input shape ", ShapeStr(shape), "; k must be in [0, ", dim,
            "])");
+  DG_CHECK(!shape.empty() || k == 1, DG_INVALID_ARGUMENT,
+           "a 0-d input is one element and takes k = 1, got k ", k);
   if (!shape.empty()) shape[axis] = k;
   ctx.set_output(0, x.dtype(), shape);
   ctx.set_output(1, DG_INT64, shape);

@@ -13,3 +13,4 @@ from . import unary  # noqa: F401
 from . import loss, nn_misc  # noqa: F401
 from . import norm, pool  # noqa: F401
 from . import sort  # noqa: F401
+from . import attention  # noqa: F401

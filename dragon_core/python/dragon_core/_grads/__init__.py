@@ -14,3 +14,4 @@ from . import loss, nn_misc  # noqa: F401
 from . import norm, pool  # noqa: F401
 from . import sort  # noqa: F401
 from . import attention  # noqa: F401
+from . import rnn  # noqa: F401

@@ -15,3 +15,4 @@ from . import norm, pool  # noqa: F401
 from . import sort  # noqa: F401
 from . import attention  # noqa: F401
 from . import rnn  # noqa: F401
+from . import conv3d  # noqa: F401

@@ -16,3 +16,4 @@ from . import sort  # noqa: F401
 from . import attention  # noqa: F401
 from . import rnn  # noqa: F401
 from . import conv3d  # noqa: F401
+from . import pool3d  # noqa: F401

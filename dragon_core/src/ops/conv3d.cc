@@ -64,8 +64,13 @@ void CheckKernel3(const Shape& w, const char* what) {
 }
 
 int64_t Window3(const Geo3& a, int i, int64_t n, int64_t k) {
-  const int64_t padded = n + a.pad_begin[i] + a.pad_end[i];
-  const int64_t span = a.dilation[i] * (k - 1) + 1;
+  int64_t padded = 0, span = 0;
+  DG_CHECK(!__builtin_add_overflow(n, a.pad_begin[i], &padded) &&
+               !__builtin_add_overflow(padded, a.pad_end[i], &padded) &&
+               !__builtin_mul_overflow(a.dilation[i], k - 1, &span),
+           DG_INVALID_ARGUMENT, "the ", kAxes[i],
+           " geometry overflows int64 (pads or dilation too large)");
+  span += 1;
   DG_CHECK(span <= padded, DG_INVALID_ARGUMENT, "the kernel ", kAxes[i], " ",
            k, " (", span, " with dilation ", a.dilation[i],
            ") is larger than the padded input ", kAxes[i], " ", padded);
@@ -124,9 +129,15 @@ void ConvTranspose3dShape(dg::InferContext& ctx) {
              " must be non-negative and smaller than the strides");
     DG_CHECK(x[2 + i] >= 1, DG_INVALID_ARGUMENT, "input x ", ShapeStr(x),
              " has an empty ", kAxes[i]);
-    const int64_t size = (x[2 + i] - 1) * a.stride[i] - a.pad_begin[i] -
-                         a.pad_end[i] + a.dilation[i] * (w[2 + i] - 1) +
-                         op[i] + 1;
+    int64_t grown = 0, taps = 0;
+    DG_CHECK(!__builtin_mul_overflow(x[2 + i] - 1, a.stride[i], &grown) &&
+                 !__builtin_mul_overflow(a.dilation[i], w[2 + i] - 1, &taps) &&
+                 !__builtin_add_overflow(grown, taps, &grown) &&
+                 grown < (int64_t{1} << 62),
+             DG_INVALID_ARGUMENT, "the output ", kAxes[i],
+             " overflows int64 (strides or dilations too large)");
+    const int64_t size =
+        grown - a.pad_begin[i] - a.pad_end[i] + op[i] + 1;
     DG_CHECK(size >= 1, DG_INVALID_ARGUMENT, "the output ", kAxes[i], " ",
              size, " is not positive");
     y[2 + i] = size;

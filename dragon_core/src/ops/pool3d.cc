@@ -54,9 +54,14 @@ Shape Pool3dShape(const dg::InferContext& ctx, bool dilated) {
              "kernel_size, strides and dilations must be positive (",
              kAxes[i], ": kernel ", k[i], ", stride ", s[i], ", dilation ",
              d[i], ")");
-    const int64_t span = d[i] * (k[i] - 1) + 1;
-    DG_CHECK(p[i] >= 0 && p[i + 3] >= 0 && 2 * p[i] <= span &&
-                 2 * p[i + 3] <= span,
+    int64_t span = 0;
+    DG_CHECK(!__builtin_mul_overflow(d[i], k[i] - 1, &span) &&
+                 span < (int64_t{1} << 61),
+             DG_INVALID_ARGUMENT, "the ", kAxes[i], " window (kernel ", k[i],
+             ", dilation ", d[i], ") is too large");
+    span += 1;
+    DG_CHECK(p[i] >= 0 && p[i + 3] >= 0 && p[i] <= span / 2 &&
+                 p[i + 3] <= span / 2,
              DG_INVALID_ARGUMENT, "pads ", ShapeStr(p),
              " must be non-negative and at most half the kernel (", kAxes[i],
              ": ", span, ")");
@@ -64,8 +69,15 @@ Shape Pool3dShape(const dg::InferContext& ctx, bool dilated) {
     DG_CHECK(padded >= span, DG_INVALID_ARGUMENT, "the window ", kAxes[i],
              " ", span, " is larger than the padded input ", kAxes[i], " ",
              padded, " (x ", ShapeStr(x), ")");
-    int64_t o = (padded - span + (ceil ? s[i] - 1 : 0)) / s[i] + 1;
-    if (ceil && (o - 1) * s[i] >= x[2 + i] + p[i]) --o;
+    int64_t o = (padded - span) / s[i] + 1;
+    if (ceil && (padded - span) % s[i] != 0) {
+      ++o;
+      int64_t start = 0;  // the last window's start; drop it in the padding
+      if (__builtin_mul_overflow(o - 1, s[i], &start) ||
+          start >= x[2 + i] + p[i]) {
+        --o;
+      }
+    }
     out[2 + i] = o;
   }
   return out;

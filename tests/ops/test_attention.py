@@ -121,6 +121,20 @@ def test_matches_torch(case, dtype):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+def test_nan_propagates():
+    """A NaN score makes its query row NaN (torch 2.13's CPU kernel returns a
+    zero row instead, hiding the NaN; we propagate it). Other rows are exact."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal(s) for s in [(1, 1, 3, 2), (1, 1, 4, 2), (1, 1, 4, 2)])
+    q[0, 0, 1, 0] = np.nan
+    got = dg.ops.scaled_dot_product_attention(dg.tensor(q), dg.tensor(k), dg.tensor(v)).numpy()
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *[torch.from_numpy(a) for a in (q, k, v)]).numpy()
+    assert np.isnan(got[0, 0, 1]).all()
+    np.testing.assert_allclose(got[0, 0, [0, 2]], want[0, 0, [0, 2]], rtol=1e-12, atol=1e-12)
+
+
 def test_graph_mode():
     xs = _inputs(CASES[-4], "float64")  # gqa_causal-sized long case with a mask
 

@@ -10,7 +10,8 @@
 // to [..., Hq, L, S]: a bool mask keeps the scores where it is true, a float
 // mask is added to them. is_causal keeps key j for query i when j <= i
 // (top-left aligned, as torch). A query row that keeps no key (every score
-// masked, or -inf) gives zeros, as torch 2.13 does on the CPU.
+// masked, or -inf) gives zeros, as torch 2.13 does on the CPU; a NaN score
+// makes its row NaN (torch's CPU kernel returns zeros there).
 #include <cmath>
 #include <cstdint>
 #include <vector>

@@ -121,7 +121,7 @@ void Attention(dg::KernelContext& ctx) {
                 }
               }
               srow[j] = s;
-              mx = std::max(mx, s);  // NaN scores propagate through exp
+              if (s > mx || s != s) mx = s;  // a NaN score makes the row NaN
             }
             if (mx == neg_inf) {  // keeps no key
               std::fill(srow, srow + S, T(0));

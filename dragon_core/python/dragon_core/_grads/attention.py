@@ -44,7 +44,8 @@ def attention_probs(q5, k5, scale, mask5, causal, L, S):
         return o.softmax(s, -1)
     if keep is not None:
         s = o.where(keep, s, scalar_like(s, -math.inf))
-    row_ok = o.greater(o.max(s, [-1], keepdims=True), scalar_like(s, -math.inf))
+    # NaN rows stay NaN (as the kernel): only an all -inf row is "keeps no key".
+    row_ok = o.not_equal(o.max(s, [-1], keepdims=True), scalar_like(s, -math.inf))
     p = o.softmax(o.where(row_ok, s, scalar_like(s, 0.0)), -1)
     return o.where(row_ok, p, scalar_like(p, 0.0))
 

@@ -12,24 +12,28 @@ import dragon_core as dg
 
 
 
-def make_inputs(kind, T, N, I, H, direction="forward", layout=0, n_inputs=7, seed=0):
-    """X, W, R, B, initial_h, initial_c, P (the first n_inputs), float64."""
+def make_inputs(kind, T, N, I, H, direction="forward", layout=0, n_inputs=8, seed=0):
+    """X, W, R, B, sequence_lens, initial_h, initial_c, P (the first n_inputs),
+    float64; lengths in [1, T]."""
     rng = np.random.default_rng(seed)
     G = 4 if kind == "Lstm" else 3
     D = 2 if direction == "bidirectional" else 1
     state = (N, D, H) if layout else (D, N, H)
     shapes = [(N, T, I) if layout else (T, N, I), (D, G * H, I), (D, G * H, H), (D, 2 * G * H),
-              state, state, (D, 3 * H)]
-    n_max = 7 if kind == "Lstm" else 5
-    return [0.7 * rng.standard_normal(s) for s in shapes[:min(n_inputs, n_max)]]
+              None, state, state, (D, 3 * H)]
+    n_max = 8 if kind == "Lstm" else 6
+    return [rng.integers(min(1, T), T + 1, N).astype(np.int64) if s is None
+            else 0.7 * rng.standard_normal(s) for s in shapes[:min(n_inputs, n_max)]]
+
 
 CONFIGS = [
     # (T, N, I, H, direction, layout, n_inputs, attrs)
     (3, 2, 3, 2, "forward", 0, 3, {}),
-    (3, 2, 2, 2, "reverse", 1, 5, {}),
-    (2, 2, 2, 2, "bidirectional", 0, 7, {}),
-    (3, 1, 2, 2, "forward", 0, 6, {"clip": 0.6}),
-    (0, 2, 2, 2, "forward", 0, 5, {}),
+    (3, 2, 2, 2, "reverse", 1, 6, {}),
+    (2, 2, 2, 2, "bidirectional", 0, 8, {}),
+    (3, 1, 2, 2, "forward", 0, 7, {"clip": 0.6}),
+    (3, 3, 2, 2, "bidirectional", 1, 5, {}),
+    (0, 2, 2, 2, "forward", 0, 6, {}),
 ]
 
 
@@ -53,7 +57,7 @@ def test_lstm(cfg, extra):
 @pytest.mark.parametrize("extra", [{}, {"linear_before_reset": True}], ids=["", "lbr"])
 def test_gru(cfg, extra):
     T, N, I, H, direction, layout, n_in, attrs = cfg
-    xs = make_inputs("Gru", T, N, I, H, direction, layout, min(n_in, 5), seed=2)
+    xs = make_inputs("Gru", T, N, I, H, direction, layout, min(n_in, 6), seed=2)
     case = OpCase.of("Gru", xs, attrs=dict(attrs, direction=direction, layout=layout,
                                            **extra))
     case.check_grad()

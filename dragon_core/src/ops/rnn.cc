@@ -5,9 +5,13 @@
 //   (W's bias then R's); initial_h, initial_c [D, N, H] / [N, D, H];
 //   Y [T, D, N, H] / [N, T, D, H]; Y_h, Y_c as initial_h.
 // G = 4 for LSTM (gate blocks i, o, f, c), 3 for GRU (z, r, h).
+// Inputs follow ONNX's order: X, W, R, B, sequence_lens, initial_h,
+// initial_c, P (optional ones trailing: give the earlier ones to give a later
+// one). sequence_lens [N] (int32/int64, each in [0, T], checked by the
+// kernel): steps at or past a sequence's length leave its state unchanged
+// and write zeros to Y (a reverse pass starts at length - 1).
 // Activations are ONNX's defaults (sigmoid, tanh, tanh); `clip` bounds the
-// gate pre-activations to [-clip, clip]. ONNX's optional sequence_lens is
-// not an input: every sequence has length T.
+// gate pre-activations to [-clip, clip].
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -62,11 +66,18 @@ int64_t RnnCheck(dg::InferContext& ctx, int64_t gates, int64_t* T, int64_t* N,
              d, ", ", 2 * gates * *H, "], got ", dg::DTypeName(b.dtype()),
              ShapeStr(b.shape()));
   }
+  if (ctx.num_inputs() > 4) {
+    const dg::TensorRef lens = ctx.input(4);
+    const Shape want = {*N};
+    DG_CHECK(lens.shape() == want, DG_INVALID_ARGUMENT,
+             "sequence_lens must be [N] = [", *N, "], got ",
+             ShapeStr(lens.shape()));
+  }
   const Shape state = layout ? Shape{*N, d, *H} : Shape{d, *N, *H};
-  for (int32_t i = 4; i < ctx.num_inputs() && i < 6; ++i) {
+  for (int32_t i = 5; i < ctx.num_inputs() && i < 7; ++i) {
     const dg::TensorRef s = ctx.input(i);
     DG_CHECK(s.dtype() == x.dtype() && s.shape() == state, DG_INVALID_ARGUMENT,
-             i == 4 ? "initial_h" : "initial_c", " must be ",
+             i == 5 ? "initial_h" : "initial_c", " must be ",
              dg::DTypeName(x.dtype()), ShapeStr(state), ", got ",
              dg::DTypeName(s.dtype()), ShapeStr(s.shape()));
   }
@@ -90,8 +101,8 @@ void SetRnnOutputs(dg::InferContext& ctx, int64_t d, int64_t T, int64_t N,
 void LstmShape(dg::InferContext& ctx) {
   int64_t T, N, H;
   const int64_t d = RnnCheck(ctx, 4, &T, &N, &H);
-  if (ctx.num_inputs() > 6) {
-    const dg::TensorRef p = ctx.input(6);
+  if (ctx.num_inputs() > 7) {
+    const dg::TensorRef p = ctx.input(7);
     const Shape want = {d, 3 * H};
     DG_CHECK(p.dtype() == ctx.input(0).dtype() && p.shape() == want,
              DG_INVALID_ARGUMENT, "P (peepholes i, o, f) must be [", d, ", ",
@@ -111,6 +122,9 @@ constexpr const char* kB =
     "Biases [D, 2*G*H]: W's then R's (optional: zeros; needed when a later "
     "input is given).";
 constexpr const char* kH0 = "Initial hidden state (optional: zeros).";
+constexpr const char* kLens =
+    "Length of each sequence, [N] int32/int64 in [0, T] (optional: T).";
+constexpr DgDTypeMask kLenTypes = dg::Bit(DG_INT32) | dg::Bit(DG_INT64);
 
 }  // namespace
 
@@ -119,11 +133,12 @@ DG_OP(Lstm)
     .Doc("Long short-term memory layer, ONNX LSTM: gate blocks i, o, f, c; "
          "i, o, f = sigmoid(.), c~ = tanh(.), C = f*C + i*c~ (input_forget: "
          "f = 1 - i), H = o*tanh(C); peepholes P add P*C to i, f (old C) "
-         "and o (new C). Default activations; no sequence_lens.")
+         "and o (new C). Default activations.")
     .Input("X", dg::kFloat, 0, kX)
     .Input("W", dg::kFloat, 0, "Input weights [D, 4*H, I].")
     .Input("R", dg::kFloat, 0, "Recurrent weights [D, 4*H, H].")
     .Input("B", dg::kFloat, DG_ARG_OPTIONAL, kB)
+    .Input("sequence_lens", kLenTypes, DG_ARG_OPTIONAL | DG_ARG_NO_GRAD, kLens)
     .Input("initial_h", dg::kFloat, DG_ARG_OPTIONAL, kH0)
     .Input("initial_c", dg::kFloat, DG_ARG_OPTIONAL, "Initial cell state "
            "(optional: zeros).")
@@ -146,11 +161,12 @@ DG_OP(Gru)
     .Doc("Gated recurrent unit layer, ONNX GRU: gate blocks z, r, h; z, r = "
          "sigmoid(.), h~ = tanh(X Wh + (r*H) Rh + Rbh + Wbh), or with "
          "linear_before_reset tanh(X Wh + r*(H Rh + Rbh) + Wbh); "
-         "H = (1 - z)*h~ + z*H. Default activations; no sequence_lens.")
+         "H = (1 - z)*h~ + z*H. Default activations.")
     .Input("X", dg::kFloat, 0, kX)
     .Input("W", dg::kFloat, 0, "Input weights [D, 3*H, I].")
     .Input("R", dg::kFloat, 0, "Recurrent weights [D, 3*H, H].")
     .Input("B", dg::kFloat, DG_ARG_OPTIONAL, kB)
+    .Input("sequence_lens", kLenTypes, DG_ARG_OPTIONAL | DG_ARG_NO_GRAD, kLens)
     .Input("initial_h", dg::kFloat, DG_ARG_OPTIONAL, kH0)
     .Output("Y", dg::kFloat, 0,
             "Every hidden state: [T, D, N, H] (layout 0) or [N, T, D, H].")

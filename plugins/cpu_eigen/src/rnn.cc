@@ -60,6 +60,22 @@ Rnn ReadRnn(const dg::KernelContext& ctx) {
   return r;
 }
 
+// sequence_lens (input 4) as int64, checked against T; empty when absent.
+std::vector<int64_t> ReadLens(const dg::KernelContext& ctx, const Rnn& r) {
+  std::vector<int64_t> lens;
+  if (ctx.num_inputs() <= 4) return lens;
+  const dg::TensorRef t = ctx.input(4);
+  lens.resize(static_cast<size_t>(r.N));
+  for (int64_t n = 0; n < r.N; ++n) {
+    lens[n] = t.dtype() == DG_INT32 ? t.data<const int32_t>()[n]
+                                    : t.data<const int64_t>()[n];
+    DG_CHECK(lens[n] >= 0 && lens[n] <= r.T, DG_OUT_OF_RANGE, ctx.op_name(),
+             ": sequence_lens[", n, "] = ", lens[n],
+             " is outside [0, T] with T = ", r.T);
+  }
+  return lens;
+}
+
 // X W_d^T for all (t, n) rows: [T*N, G*H], rows in X's order.
 template <typename T>
 RowMat<T> InputProduct(const dg::KernelContext& ctx, const Rnn& r, int64_t gh,
@@ -103,11 +119,12 @@ void Lstm(dg::KernelContext& ctx) {
   const bool reverse = ctx.s("direction") == "reverse";
   const bool coupled = ctx.b("input_forget");
   const T* bias = ctx.num_inputs() > 3 ? ctx.input(3).data<const T>() : nullptr;
-  const T* peep = ctx.num_inputs() > 6 ? ctx.input(6).data<const T>() : nullptr;
+  const T* peep = ctx.num_inputs() > 7 ? ctx.input(7).data<const T>() : nullptr;
+  const std::vector<int64_t> lens = ReadLens(ctx, r);
   for (int64_t d = 0; d < r.D; ++d) {
     const bool back = reverse || d == 1;
-    RowMat<T> h = InitialState<T>(ctx, r, 4, d);
-    RowMat<T> c = InitialState<T>(ctx, r, 5, d);
+    RowMat<T> h = InitialState<T>(ctx, r, 5, d);
+    RowMat<T> c = InitialState<T>(ctx, r, 6, d);
     if (r.N * H > 0 && r.T > 0) {
       const RowMat<T> xw = InputProduct<T>(ctx, r, gh, d);
       Eigen::Map<const RowMat<T>> rw(ctx.input(2).data<const T>() + d * gh * H,
@@ -127,6 +144,10 @@ void Lstm(dg::KernelContext& ctx) {
           const T* xr = xw.row(r.XRow(t, n)).data();
           const T* hrr = hr.row(n).data();
           T* yo = y + r.YAt(t, d, n);
+          if (!lens.empty() && t >= lens[n]) {  // past the end: state kept
+            std::fill(yo, yo + H, T(0));
+            continue;
+          }
           for (int64_t j = 0; j < H; ++j) {
             const T cp = c(n, j);
             auto pre = [&](int64_t gate) {
@@ -148,6 +169,7 @@ void Lstm(dg::KernelContext& ctx) {
           }
         }
         for (int64_t n = 0; n < r.N; ++n) {
+          if (!lens.empty() && t >= lens[n]) continue;
           std::copy(y + r.YAt(t, d, n), y + r.YAt(t, d, n) + H, h.row(n).data());
         }
       }
@@ -166,9 +188,10 @@ void Gru(dg::KernelContext& ctx) {
   const bool reverse = ctx.s("direction") == "reverse";
   const bool lbr = ctx.b("linear_before_reset");
   const T* bias = ctx.num_inputs() > 3 ? ctx.input(3).data<const T>() : nullptr;
+  const std::vector<int64_t> lens = ReadLens(ctx, r);
   for (int64_t d = 0; d < r.D; ++d) {
     const bool back = reverse || d == 1;
-    RowMat<T> h = InitialState<T>(ctx, r, 4, d);
+    RowMat<T> h = InitialState<T>(ctx, r, 5, d);
     if (r.N * H > 0 && r.T > 0) {
       const RowMat<T> xw = InputProduct<T>(ctx, r, gh, d);
       Eigen::Map<const RowMat<T>> rw(ctx.input(2).data<const T>() + d * gh * H,
@@ -200,6 +223,10 @@ void Gru(dg::KernelContext& ctx) {
         for (int64_t n = 0; n < r.N; ++n) {
           const T* xr = xw.row(r.XRow(t, n)).data();
           T* yo = y + r.YAt(t, d, n);
+          if (!lens.empty() && t >= lens[n]) {  // past the end: state kept
+            std::fill(yo, yo + H, T(0));
+            continue;
+          }
           for (int64_t j = 0; j < H; ++j) {
             const T rec = lbr ? rg(n, j) * (hr(n, 2 * H + j) + rb[2 * H + j])
                               : rhr(n, j) + rb[2 * H + j];
@@ -208,6 +235,7 @@ void Gru(dg::KernelContext& ctx) {
           }
         }
         for (int64_t n = 0; n < r.N; ++n) {
+          if (!lens.empty() && t >= lens[n]) continue;
           std::copy(y + r.YAt(t, d, n), y + r.YAt(t, d, n) + H, h.row(n).data());
         }
       }

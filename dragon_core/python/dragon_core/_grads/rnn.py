@@ -33,9 +33,10 @@ def rnn_composite(kind: str, inputs, attrs):
     o = ops()
     x, w, r = inputs[:3]
     b = inputs[3] if len(inputs) > 3 else None
-    h0 = inputs[4] if len(inputs) > 4 else None
-    c0 = inputs[5] if len(inputs) > 5 else None
-    p = inputs[6] if len(inputs) > 6 else None
+    lens = inputs[4] if len(inputs) > 4 else None
+    h0 = inputs[5] if len(inputs) > 5 else None
+    c0 = inputs[6] if len(inputs) > 6 else None
+    p = inputs[7] if len(inputs) > 7 else None
     batch_major = attrs.get("layout", 0) == 1
     direction = attrs.get("direction", "forward")
     clip = attrs.get("clip")
@@ -74,6 +75,7 @@ def rnn_composite(kind: str, inputs, attrs):
         steps = range(t_len - 1, -1, -1) if back else range(t_len)
         for t in steps:
             xt = _take(xw, t)
+            h_prev, c_prev = h, c
             if kind == "Lstm":
                 pre = xt + o.matmul(h, rd, transpose_b=True) + (wb + rb)
                 ig, og, fg, cg = (_gate(pre, k, hid) for k in range(4))
@@ -102,6 +104,14 @@ def rnn_composite(kind: str, inputs, attrs):
                     rec = o.matmul(rg * h, r_h, transpose_b=True) + rh
                 hc = act(xh + rec + wh, o.tanh)
                 h = (1.0 - z) * hc + z * h
+            if lens is not None:
+                # Steps at or past a sequence's end keep its state, output 0.
+                live = o.reshape(o.greater(lens, o.fill([], float(t), lens.dtype,
+                                                        int_value=t, device=dev)), [n, 1])
+                h = o.where(live, h, h_prev)
+                c = o.where(live, c, c_prev)
+                outs[t] = o.where(live, h, o.fill([], 0.0, x.dtype, device=dev))
+                continue
             outs[t] = h
         ys.append(o.stack(outs, 0) if t_len else
                   o.fill([0, n, hid], 0.0, x.dtype, device=dev))
@@ -117,11 +127,13 @@ def rnn_composite(kind: str, inputs, attrs):
 
 def _vjp(kind, node, dys):
     inputs = list(node.inputs)
+    floats = [t for t in inputs if t.dtype.is_floating_point]
     with enable_grad(), GradientTape() as tape:
-        for t in inputs:
+        for t in floats:
             tape.watch(t)
         outs = rnn_composite(kind, inputs, node.attrs)
-    return tape.gradient(list(outs), inputs, output_gradients=list(dys))
+    grads = iter(tape.gradient(list(outs), floats, output_gradients=list(dys)))
+    return [next(grads) if t.dtype.is_floating_point else None for t in inputs]
 
 
 @gradient("Lstm")

@@ -78,6 +78,8 @@ def _fd_grad(fn, xs, i, eps=1e-6):
     ("abc,cd,de->abe", [(2, 2, 3), (3, 2), (2, 2)]),
     ("ab,ab->ab", [(2, 3), (1, 3)]),
     ("ij->", [(2, 3)]),
+    ("...ii->...i", [(2, 3, 3)]),
+    ("ij,jj->i", [(2, 3), (3, 3)]),
 ])
 def test_einsum(eq, shapes):
     """Einsum differentiates through its lowering (transpose/reshape/matmul)."""

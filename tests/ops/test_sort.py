@@ -263,6 +263,12 @@ EINSUMS = [
     ("ij,jk->ik", [(0, 4), (4, 5)]),
     ("ij,jk->ik", [(3, 0), (0, 5)]),
     ("ABc,c->BA", [(2, 3, 4), (4,)]),
+    ("ii->i", [(4, 4)]),
+    ("ii", [(4, 4)]),
+    ("...ii->...i", [(2, 3, 3)]),
+    ("iji->j", [(3, 2, 3)]),
+    ("ij,jj->i", [(2, 3), (3, 3)]),
+    ("iij,jk->ik", [(2, 2, 3), (3, 4)]),
 ]
 
 
@@ -291,7 +297,7 @@ def test_einsum(eq, shapes, dtype):
     (lambda x: dg.ops.argsort(dg.ops.cast(x, "bool")), r"ArgSort.*bool"),
     (lambda x: dg.ops.unique(dg.ops.cast(x, "float16")), r"Unique.*float16"),
     (lambda x: dg.ops.einsum("ij,jk->ik", x, x), r"einsum\('ij,jk->ik'\).*'j' has sizes 3 and 2"),
-    (lambda x: dg.ops.einsum("ii->i", x), r"repeats a label"),
+    (lambda x: dg.ops.einsum("ii->i", x), r"label 'i' repeated in one term has sizes 2 and 3"),
     (lambda x: dg.ops.einsum("ijk->i", x), r"3 labels but its operand has shape \[2, 3\]"),
     (lambda x: dg.ops.einsum("ij->k", x), r"output label 'k' is in no operand"),
     (lambda x: dg.ops.einsum("ij,jk", x), r"names 2 operands, 1 were given"),

@@ -137,9 +137,6 @@ def _parse(equation: str, shapes):
         if t.count("...") > 1 or any(c not in _LETTERS for c in letters):
             raise _einsum_error(equation, f"bad term '{t}' (letters a-z, A-Z and at most "
                                 "one '...')")
-        if len(set(letters)) != len(letters):
-            raise _einsum_error(equation, f"term '{t}' repeats a label (diagonals and traces "
-                                "are not supported; take them with other ops first)")
         n_ell = len(shape) - len(letters)
         if n_ell < 0 or (n_ell and not has_ell):
             raise _einsum_error(equation, f"term '{t}' has {len(letters)} labels but its "
@@ -178,6 +175,30 @@ def _parse(equation: str, shapes):
     return labels, out
 
 
+def _diagonals(equation, t, ls):
+    """Collapse a label repeated within one term to its diagonal (a Gather of
+    the positions i * (n + 1) of the two axes flattened together)."""
+    o = _ops()
+    ls = list(ls)
+    while len(set(ls)) != len(ls):
+        c = next(c for c in ls if ls.count(c) > 1)
+        p = ls.index(c)
+        q = ls.index(c, p + 1)
+        n = t.shape[p]
+        if t.shape[q] != n:
+            raise _einsum_error(equation, f"label '{c}' repeated in one term has sizes {n} "
+                                f"and {t.shape[q]} (a diagonal needs equal sizes)")
+        rest = [i for i in range(t.ndim) if i not in (p, q)]
+        t = o.transpose(t, rest + [p, q])
+        lead = [t.shape[i] for i in range(len(rest))]
+        t = o.reshape(t, lead + [n * n])
+        from . import tensor
+        idx = tensor(np.arange(n, dtype=np.int64) * (n + 1), device=str(t.device))
+        t = o.gather(t, idx, len(lead))
+        ls = [ls[i] for i in rest] + [c]
+    return t, ls
+
+
 def einsum(equation: str, *operands):
     """Einstein summation over the operands, as ``numpy.einsum``.
 
@@ -187,7 +208,7 @@ def einsum(equation: str, *operands):
         ``"ij,jk->ik"``-style subscripts: letters label axes, ``...`` the
         broadcast leading axes; without ``->`` the output is the labels that
         occur once, sorted (after the ``...`` axes). A label repeated within
-        one term (a diagonal or trace) is not supported and raises.
+        one term takes the diagonal (``"ii->i"``; ``"ii->"`` is the trace).
     *operands : Tensor
         One tensor per term. A label must have the same size everywhere it
         appears, or size 1 (broadcast).
@@ -198,9 +219,9 @@ def einsum(equation: str, *operands):
 
     Notes
     -----
-    Lowered to ``transpose``, ``reshape``, ``sum``, ``broadcast_to`` and
-    ``matmul`` (batched), contracting left to right, so it differentiates,
-    traces and exports through those ops.
+    Lowered to ``transpose``, ``reshape``, ``gather`` (diagonals), ``sum``,
+    ``broadcast_to`` and ``matmul`` (batched), contracting left to right, so
+    it differentiates, traces and exports through those ops.
     """
     o = _ops()
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
@@ -211,6 +232,8 @@ def einsum(equation: str, *operands):
     if not ts:
         raise _einsum_error(equation, "no operands")
     labels, out = _parse(equation, [tuple(t.shape) for t in ts])
+    for i, (t, ls) in enumerate(zip(ts, labels)):
+        ts[i], labels[i] = _diagonals(equation, t, ls)
     sizes = {}
     for t, ls in zip(ts, labels):
         for c, d in zip(ls, t.shape):

@@ -40,7 +40,6 @@ def rnn_composite(kind: str, inputs, attrs):
     batch_major = attrs.get("layout", 0) == 1
     direction = attrs.get("direction", "forward")
     clip = attrs.get("clip")
-    g = 4 if kind == "Lstm" else 3
     if batch_major:
         x = o.transpose(x, [1, 0, 2])
         h0 = o.transpose(h0, [1, 0, 2]) if h0 is not None else None

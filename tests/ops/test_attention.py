@@ -135,6 +135,20 @@ def test_nan_propagates():
     np.testing.assert_allclose(got[0, 0, [0, 2]], want[0, 0, [0, 2]], rtol=1e-12, atol=1e-12)
 
 
+def test_many_chunks():
+    """More scores than the kernel's 4M-element scratch: items run in chunks
+    (here 2 + 1), each with its own mask offsets and grouped heads."""
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 3, 1200, 8))
+    k = rng.standard_normal((1, 1, 1200, 8))
+    v = rng.standard_normal((1, 1, 1200, 4))
+    m = rng.random((3, 1, 1200)) < 0.7
+    got = dg.ops.scaled_dot_product_attention(dg.tensor(q), dg.tensor(k), dg.tensor(v),
+                                              dg.tensor(m), enable_gqa=True).numpy()
+    want = sdpa_reference(q, np.repeat(k, 3, 1), np.repeat(v, 3, 1), m)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 def test_graph_mode():
     xs = _inputs(CASES[-4], "float64")  # gqa_causal-sized long case with a mask
 

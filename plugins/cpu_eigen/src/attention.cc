@@ -1,11 +1,11 @@
 // ScaledDotProductAttention (schema and semantics in
 // dragon_core/src/ops/attention.cc), fp32 and fp64.
 //
-// Work items are (batch-head, block of query rows); each computes its block
-// of scores with one Eigen GEMM, masks and normalises it row by row (a
-// max-shifted softmax; a row that keeps no key gives zeros) and multiplies
-// by the value matrix. Scratch per item is rows x S, so memory stays bounded
-// for long sequences.
+// Batch-heads run in chunks (at most 4M scores, or one item): a batched
+// GEMM (the plugin's ISA-dispatched one, as MatMul) gives the scores, each
+// row is masked and normalised in parallel (max-shifted softmax with
+// Eigen's vectorised exp; a row that keeps no key gives zeros), and a second
+// batched GEMM multiplies by the values.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,14 +13,26 @@
 #include <vector>
 
 #include "common.h"
+#include "gemm/gemm.h"
 
 namespace cpu_eigen {
 namespace {
 
-constexpr int64_t kRowBlock = 64;
+// Scores held at once (elements): bounds the scratch of long sequences.
+constexpr int64_t kScoreBudget = int64_t{1} << 22;
 
 template <typename T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+void RunGemm(const GemmCall<T>& call) {
+  static const int isa = DetectIsaLevel();
+  if (isa >= 4) {
+    gemm_v4::Gemm(call);
+  } else if (isa == 3) {
+    gemm_v3::Gemm(call);
+  } else {
+    gemm_v2::Gemm(call);
+  }
+}
+
 
 template <typename T>
 void Attention(dg::KernelContext& ctx) {
@@ -84,30 +96,55 @@ void Attention(dg::KernelContext& ctx) {
     }
   }
 
-  const int64_t blocks = (L + kRowBlock - 1) / kRowBlock;
+  // Items run in chunks whose scores fit a bounded scratch: one batched
+  // GEMM for the chunk's scores, the masked softmax row by row in parallel,
+  // one batched GEMM for the outputs. The GEMMs are the plugin's own (the
+  // ISA build MatMul uses; they thread internally).
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min<int64_t>(items, kScoreBudget / (L * S > 0 ? L * S : 1)));
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  ParallelFor(
-      items * blocks,
-      [&](int64_t begin, int64_t end) {
-        RowMat<T> scores;
-        for (int64_t it = begin; it < end; ++it) {
-          const int64_t b = it / blocks, blk = it % blocks;
-          const int64_t r0 = blk * kRowBlock;
-          const int64_t rows = std::min(kRowBlock, L - r0);
-          const int64_t kv = (b / hq) * hk + (b % hq) / group;
-          Eigen::Map<const RowMat<T>> qm(q + (b * L + r0) * E, rows, E);
-          Eigen::Map<const RowMat<T>> km(k + kv * S * E, S, E);
-          Eigen::Map<const RowMat<T>> vm(v + kv * S * Ev, S, Ev);
-          Eigen::Map<RowMat<T>> ym(y + (b * L + r0) * Ev, rows, Ev);
-          if (S == 0) {
-            ym.setZero();
-            continue;
-          }
-          scores.resize(rows, S);
-          scores.noalias() = qm * km.transpose();
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t i = r0 + r;
-            T* srow = scores.data() + r * S;
+  T* scores = ctx.workspace<T>(static_cast<size_t>(chunk * L * S));
+  std::vector<int64_t> q_off(chunk), kv_off(chunk), v_off(chunk), p_off(chunk);
+  for (int64_t i0 = 0; i0 < items; i0 += chunk) {
+    const int64_t cn = std::min(chunk, items - i0);
+    if (S == 0) {
+      std::fill(y + i0 * L * Ev, y + (i0 + cn) * L * Ev, T(0));
+      continue;
+    }
+    for (int64_t c = 0; c < cn; ++c) {
+      const int64_t b = i0 + c;
+      const int64_t kv = (b / hq) * hk + (b % hq) / group;
+      q_off[c] = b * L * E;
+      kv_off[c] = kv * S * E;
+      v_off[c] = kv * S * Ev;
+      p_off[c] = c * L * S;
+    }
+    if (E > 0) {
+      GemmCall<T> qk{};
+      qk.batch = cn;
+      qk.n = L;
+      qk.m = S;
+      qk.k = E;
+      qk.a = q;
+      qk.lda = E;
+      qk.a_offsets = q_off.data();
+      qk.b = k;
+      qk.ldb = E;
+      qk.trans_b = true;
+      qk.b_offsets = kv_off.data();
+      qk.c = scores;
+      qk.ldc = S;
+      qk.c_stride = L * S;
+      RunGemm(qk);
+    } else {
+      std::fill(scores, scores + cn * L * S, T(0));
+    }
+    ParallelFor(
+        cn * L,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t rr = begin; rr < end; ++rr) {
+            const int64_t b = i0 + rr / L, i = rr % L;
+            T* srow = scores + rr * S;
             T mx = neg_inf;
             for (int64_t j = 0; j < S; ++j) {
               T s = srow[j] * scale;
@@ -127,18 +164,28 @@ void Attention(dg::KernelContext& ctx) {
               std::fill(srow, srow + S, T(0));
               continue;
             }
-            T sum = T(0);
-            for (int64_t j = 0; j < S; ++j) {
-              srow[j] = std::exp(srow[j] - mx);
-              sum += srow[j];
-            }
-            const T inv = T(1) / sum;
-            for (int64_t j = 0; j < S; ++j) srow[j] *= inv;
+            Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> row(srow, S);
+            row = (row - mx).exp();
+            row *= T(1) / row.sum();
           }
-          ym.noalias() = scores * vm;
-        }
-      },
-      std::max<int64_t>(1, kRowBlock * S * (E + Ev) / 64));
+        },
+        S * 8);
+    GemmCall<T> pv{};
+    pv.batch = cn;
+    pv.n = L;
+    pv.m = Ev;
+    pv.k = S;
+    pv.a = scores;
+    pv.lda = S;
+    pv.a_offsets = p_off.data();
+    pv.b = v;
+    pv.ldb = Ev;
+    pv.b_offsets = v_off.data();
+    pv.c = y + i0 * L * Ev;
+    pv.ldc = Ev;
+    pv.c_stride = L * Ev;
+    RunGemm(pv);
+  }
 }
 
 }  // namespace

@@ -13,3 +13,8 @@ from . import shape  # noqa: F401
 from . import unary  # noqa: F401
 from . import loss, nn_misc  # noqa: F401
 from . import norm, pool  # noqa: F401
+from . import sort  # noqa: F401
+from . import attention  # noqa: F401
+from . import rnn  # noqa: F401
+from . import conv3d  # noqa: F401
+from . import pool3d  # noqa: F401

@@ -1,0 +1,1496 @@
+"""ONNX op -> Dragon ops, one small function per ONNX op.
+
+Each translation receives a ``_load.Node`` (inputs as Tensors through
+``n.x(i)``, trace-time values through ``n.static(i)`` / ``n.ints(i)``,
+attributes through ``n.a(name, default)``, the model's opset as
+``n.opset``) and returns its outputs (a Tensor or a list). Register one with
+
+    @op("Relu")
+    def _relu(n):
+        return ops.relu(n.x(0))
+
+``check(attrs, opset, node)`` returns a reason string for a variant the
+translation cannot express; ``load`` calls it for every node before anything
+runs, so one error lists all of them. ``data_free=True`` marks ops whose
+output depends on their inputs' shapes only (Shape, Size): a value computed
+from them never depends on the caller's data.
+
+Composites are fine where they compute what ONNX specifies (Gemm is a
+MatMul and an Add; Erf is a polynomial accurate to float32 rounding).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .. import _C
+from .. import ops
+from .._tensor import Tensor, tensor
+from ._load import ONNX_DTYPES, ONNX_DTYPE_NAMES, Value, np_dtype
+
+
+class OpSpec(NamedTuple):
+    fn: Callable
+    data_free: bool
+    check: Callable | None
+
+
+TABLE: dict = {}
+
+
+def op(*names, data_free: bool = False, check=None):
+    """Register a translation for the ONNX op types ``names``."""
+    def deco(fn):
+        for nm in names:
+            TABLE[nm] = OpSpec(fn, data_free, check)
+        return fn
+    return deco
+
+
+# ------------------------------------------------------------ helpers
+
+def dt(x: Tensor) -> str:
+    return x.dtype.name
+
+
+def const(value, dtype: str) -> Tensor:
+    """A constant of ``dtype`` (a trace constant inside the compiled graph)."""
+    return tensor(np.asarray(value, dtype=np_dtype(dtype)))
+
+
+def like(x: Tensor, value) -> Tensor:
+    return const(value, dt(x))
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    shape = [int(s) for s in shape]
+    if tuple(shape) == tuple(x.shape):
+        return x
+    return ops.reshape(x, shape)
+
+
+def _unary(fn):
+    return lambda n: fn(n.x(0))
+
+
+for _name, _fn in {"Abs": ops.abs, "Neg": ops.neg, "Exp": ops.exp, "Log": ops.log,
+                   "Sqrt": ops.sqrt, "Reciprocal": ops.reciprocal, "Sigmoid": ops.sigmoid,
+                   "Tanh": ops.tanh, "Relu": ops.relu, "Floor": ops.floor, "Ceil": ops.ceil,
+                   "Round": ops.round, "Sign": ops.sign, "Sin": ops.sin, "Cos": ops.cos,
+                   "Not": ops.logical_not}.items():
+    op(_name)(_unary(_fn))
+
+for _name, _fn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "Div": ops.div,
+                   "Equal": ops.equal, "Greater": ops.greater, "Less": ops.less,
+                   "GreaterOrEqual": ops.greater_equal, "LessOrEqual": ops.less_equal,
+                   "And": ops.logical_and, "Or": ops.logical_or,
+                   "Xor": ops.not_equal}.items():
+    op(_name)(lambda n, _fn=_fn: _fn(n.x(0), n.x(1)))
+
+
+@op("Identity")
+def _identity(n):
+    return n.values[0]
+
+
+@op("Tan")
+def _tan(n):
+    return ops.div(ops.sin(n.x(0)), ops.cos(n.x(0)))
+
+
+@op("Erf")
+def _erf(n):
+    """erf as two approximations joined at |x| = 0.5, both within float32
+    rounding: the Maclaurin series below (truncation < 2e-8), Abramowitz &
+    Stegun 7.1.26 above (absolute error < 1.5e-7, relative < 3e-7 there)."""
+    x = n.x(0)
+    x2 = ops.square(x)
+    series = like(x, -1.0 / 1320.0)
+    for c in (1.0 / 216.0, -1.0 / 42.0, 1.0 / 10.0, -1.0 / 3.0, 1.0):
+        series = ops.add(ops.mul(series, x2), like(x, c))
+    small = ops.mul(ops.mul(series, x), like(x, 2.0 / math.sqrt(math.pi)))
+    ax = ops.abs(x)
+    t = ops.reciprocal(ops.add(ops.mul(ax, like(x, 0.3275911)), like(x, 1.0)))
+    poly = like(x, 1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly = ops.add(ops.mul(poly, t), like(x, c))
+    poly = ops.mul(poly, t)
+    big = ops.mul(ops.sign(x), ops.sub(like(x, 1.0), ops.mul(poly, ops.exp(ops.neg(x2)))))
+    return ops.where(ops.less(ax, like(x, 0.5)), small, big)
+
+
+@op("Pow")
+def _pow(n):
+    a, b = n.x(0), n.x(1)
+    if dt(b) != dt(a):
+        b = ops.cast(b, dt(a))
+    return ops.pow(a, b)
+
+
+def _variadic(fn):
+    def run(n):
+        xs = n.xs()
+        y = xs[0]
+        for x in xs[1:]:
+            y = fn(y, x)
+        return y
+    return run
+
+
+op("Max")(_variadic(ops.maximum))
+op("Min")(_variadic(ops.minimum))
+op("Sum")(_variadic(ops.add))
+
+
+@op("Mean")
+def _mean(n):
+    y = _variadic(ops.add)(n)
+    return ops.div(y, like(y, len(n.xs())))
+
+
+@op("Mod")
+def _mod(n):
+    a, b = n.x(0), n.x(1)
+    if not n.a("fmod", 0):
+        n.fail("integer Mod (fmod=0) needs integer division, which Dragon's op library "
+               "does not have")
+    q = ops.div(a, b)
+    trunc = ops.where(ops.less(q, like(q, 0)), ops.ceil(q), ops.floor(q))
+    return ops.sub(a, ops.mul(trunc, b))
+
+
+# -------------------------------------------------------- activations
+
+@op("LeakyRelu")
+def _leaky(n):
+    return ops.leaky_relu(n.x(0), n.a("alpha", 0.01))
+
+
+@op("PRelu")
+def _prelu(n):
+    x, s = n.x(0), n.x(1)
+    return ops.where(ops.less(x, like(x, 0)), ops.mul(x, s), x)
+
+
+@op("Elu")
+def _elu(n):
+    return ops.elu(n.x(0), n.a("alpha", 1.0))
+
+
+@op("Selu")
+def _selu(n):
+    x = n.x(0)
+    return ops.mul(ops.elu(x, n.a("alpha", 1.67326319217681884765625)),
+                   like(x, n.a("gamma", 1.05070102214813232421875)))
+
+
+@op("Celu")
+def _celu(n):
+    x, alpha = n.x(0), n.a("alpha", 1.0)
+    return ops.mul(ops.elu(ops.div(x, like(x, alpha)), 1.0), like(x, alpha))
+
+
+@op("HardSigmoid")
+def _hard_sigmoid(n):
+    x = n.x(0)
+    y = ops.add(ops.mul(x, like(x, n.a("alpha", 0.2))), like(x, n.a("beta", 0.5)))
+    return ops.clip(y, 0.0, 1.0)
+
+
+@op("HardSwish")
+def _hard_swish(n):
+    x = n.x(0)
+    y = ops.add(ops.mul(x, like(x, 1.0 / 6.0)), like(x, 0.5))
+    return ops.mul(x, ops.clip(y, 0.0, 1.0))
+
+
+@op("ThresholdedRelu")
+def _thresholded_relu(n):
+    x = n.x(0)
+    return ops.where(ops.greater(x, like(x, n.a("alpha", 1.0))), x, like(x, 0))
+
+
+@op("Softsign")
+def _softsign(n):
+    x = n.x(0)
+    return ops.div(x, ops.add(ops.abs(x), like(x, 1)))
+
+
+@op("Softplus")
+def _softplus(n):
+    x = n.x(0)
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), exact for every x.
+    return ops.add(ops.relu(x), ops.log1p(ops.exp(ops.neg(ops.abs(x)))))
+
+
+@op("Mish")
+def _mish(n):
+    x = n.x(0)
+    sp = ops.add(ops.relu(x), ops.log1p(ops.exp(ops.neg(ops.abs(x)))))
+    return ops.mul(x, ops.tanh(sp))
+
+
+@op("Gelu")
+def _gelu(n):
+    return ops.gelu(n.x(0), n.a("approximate", "none"))
+
+
+@op("Shrink")
+def _shrink(n):
+    x, lambd, bias = n.x(0), n.a("lambd", 0.5), n.a("bias", 0.0)
+    return ops.where(ops.less(x, like(x, -lambd)), ops.add(x, like(x, bias)),
+                     ops.where(ops.greater(x, like(x, lambd)), ops.sub(x, like(x, bias)),
+                               like(x, 0)))
+
+
+@op("Clip")
+def _clip(n):
+    x = n.x(0)
+    if n.opset < 11:
+        return ops.clip(x, n.a("min", None), n.a("max", None))
+    if n.has(1):
+        x = ops.maximum(x, n.x(1))
+    if n.has(2):
+        x = ops.minimum(x, n.x(2))
+    return x
+
+
+@op("IsNaN")
+def _isnan(n):
+    return ops.not_equal(n.x(0), n.x(0))
+
+
+@op("IsInf")
+def _isinf(n):
+    x = n.x(0)
+    pos = ops.equal(x, like(x, np.inf)) if n.a("detect_positive", 1) else None
+    neg = ops.equal(x, like(x, -np.inf)) if n.a("detect_negative", 1) else None
+    if pos is not None and neg is not None:
+        return ops.logical_or(pos, neg)
+    if pos is None and neg is None:
+        return ops.full(list(x.shape), False, "bool")
+    return pos if pos is not None else neg
+
+
+@op("Where")
+def _where(n):
+    return ops.where(n.x(0), n.x(1), n.x(2))
+
+
+def _check_dropout(attrs, opset, node):
+    return None
+
+
+@op("Dropout", check=_check_dropout)
+def _dropout(n):
+    x = n.x(0)
+    if n.opset >= 12 and n.has(2):
+        training = n.static(2)
+        if bool(np.asarray(training).reshape(-1)[0]):
+            ratio = 0.5 if not n.has(1) else float(np.asarray(n.static(1)).reshape(-1)[0])
+            if ratio != 0.0:
+                n.fail("training_mode=True with a non-zero ratio draws random numbers; "
+                       "Dragon's import runs inference graphs only")
+    outs = [x]
+    if n.wants(1):
+        outs.append(ops.full(list(x.shape), True, "bool"))
+    return outs
+
+
+# ----------------------------------------------------------- casting
+
+def _check_cast(attrs, opset, node):
+    to = attrs.get("to")
+    if to is not None and ONNX_DTYPES.get(to) is None:
+        return f"cast to {ONNX_DTYPE_NAMES.get(to, to)}, which Dragon lacks"
+    return None
+
+
+@op("Cast", check=_check_cast)
+def _cast(n):
+    to = ONNX_DTYPES[n.a("to")]
+    x = n.x(0)
+    return x if dt(x) == to else ops.cast(x, to)
+
+
+@op("CastLike")
+def _cast_like(n):
+    x, to = n.x(0), dt(n.x(1))
+    return x if dt(x) == to else ops.cast(x, to)
+
+
+# ---------------------------------------------------------- shapes
+
+@op("Shape", data_free=True)
+def _shape(n):
+    shape = list(n.x(0).shape)
+    start, end = n.a("start", 0), n.a("end", None)
+    return const(shape[slice(start, end)], "int64")
+
+
+@op("Size", data_free=True)
+def _size(n):
+    return const(int(np.prod(n.x(0).shape, dtype=np.int64)), "int64")
+
+
+@op("Reshape")
+def _reshape(n):
+    x = n.x(0)
+    shape = n.ints(1) if n.opset >= 5 else n.a("shape")
+    allowzero = n.a("allowzero", 0)
+    out = [x.shape[i] if (s == 0 and not allowzero) else s for i, s in enumerate(shape)]
+    return reshape(x, out)
+
+
+@op("Flatten")
+def _flatten(n):
+    x = n.x(0)
+    axis = norm_axis(n.a("axis", 1), x.ndim)
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return reshape(x, [lead, int(np.prod(x.shape[axis:], dtype=np.int64))])
+
+
+@op("Transpose")
+def _transpose(n):
+    x = n.x(0)
+    perm = n.a("perm", list(range(x.ndim))[::-1])
+    return ops.transpose(x, [int(p) for p in perm])
+
+
+def _axes(n, i: int, attr: str = "axes", from_opset: int = 13):
+    """Axes from the attribute (older opsets) or from input ``i``."""
+    if n.opset >= from_opset:
+        return n.ints(i) if n.has(i) else None
+    return n.a(attr, None)
+
+
+@op("Squeeze")
+def _squeeze(n):
+    x = n.x(0)
+    axes = _axes(n, 1)
+    if axes is None:
+        return reshape(x, [d for d in x.shape if d != 1])
+    axes = {norm_axis(a, x.ndim) for a in axes}
+    for a in axes:
+        if x.shape[a] != 1:
+            n.fail(f"cannot squeeze axis {a} of size {x.shape[a]} (shape {list(x.shape)})")
+    return reshape(x, [d for i, d in enumerate(x.shape) if i not in axes])
+
+
+@op("Unsqueeze")
+def _unsqueeze(n):
+    x = n.x(0)
+    axes = _axes(n, 1)
+    rank = x.ndim + len(axes)
+    axes = sorted(norm_axis(a, rank) for a in axes)
+    shape, it = [], iter(x.shape)
+    for i in range(rank):
+        shape.append(1 if i in axes else next(it))
+    return reshape(x, shape)
+
+
+@op("Concat")
+def _concat(n):
+    xs = n.xs()
+    axis = n.a("axis", 0)
+    xs = [x for x in xs if x.size or len(xs) == 1] or xs[:1]
+    return xs[0] if len(xs) == 1 else ops.concat(xs, axis)
+
+
+@op("Split")
+def _split(n):
+    x = n.x(0)
+    axis = norm_axis(n.a("axis", 0), x.ndim)
+    sizes = n.ints(1) if (n.opset >= 13 and n.has(1)) else n.a("split", None)
+    k = n.num_outputs
+    if sizes is None:
+        dim = x.shape[axis]
+        if n.opset >= 18 and n.a("num_outputs", None) is not None:
+            k = n.a("num_outputs")
+            chunk = -(-dim // k)
+            sizes = [chunk] * (dim // chunk) + ([dim % chunk] if dim % chunk else [])
+        else:
+            if dim % k:
+                n.fail(f"axis {axis} of size {dim} does not split into {k} equal parts")
+            sizes = [dim // k] * k
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(ops.slice(x, [start], [start + s], [1], [axis]))
+        start += s
+    return outs
+
+
+@op("Slice")
+def _slice(n):
+    x = n.x(0)
+    if n.opset < 10:
+        starts, ends = n.a("starts"), n.a("ends")
+        axes = n.a("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = n.ints(1), n.ints(2)
+        axes = n.ints(3) if n.has(3) else list(range(len(starts)))
+        steps = n.ints(4) if n.has(4) else [1] * len(starts)
+    big = 2 ** 62
+    ends = [min(max(e, -big), big) for e in ends]
+    starts = [min(max(s, -big), big) for s in starts]
+    axes = [norm_axis(a, x.ndim) for a in axes]
+    return ops.slice(x, starts, ends, steps, axes)
+
+
+@op("Gather")
+def _gather(n):
+    x, idx = n.x(0), n.x(1)
+    axis = norm_axis(n.a("axis", 0), x.ndim)
+    if dt(idx) not in ("int32", "int64"):
+        idx = ops.cast(idx, "int64")
+    return ops.gather(x, idx, axis)
+
+
+def _linear_index(shape, axis_index: Tensor, axis: int) -> Tensor:
+    """Row-major offsets into a tensor of ``shape`` for every position of
+    an index tensor of the same rank, with axis ``axis`` replaced by
+    ``axis_index`` (GatherElements / ScatterElements)."""
+    ishape = tuple(axis_index.shape)
+    strides = np.cumprod((list(shape[1:]) + [1])[::-1])[::-1].astype(np.int64)
+    grids = np.indices(ishape, dtype=np.int64) if len(ishape) else np.zeros((0,), np.int64)
+    base = np.zeros(ishape, np.int64)
+    for d in range(len(ishape)):
+        if d != axis:
+            base += grids[d] * strides[d]
+    idx = axis_index if dt(axis_index) == "int64" else ops.cast(axis_index, "int64")
+    dim = shape[axis]
+    idx = ops.where(ops.less(idx, const(0, "int64")), ops.add(idx, const(dim, "int64")), idx)
+    return ops.add(ops.mul(idx, const(strides[axis], "int64")), const(base, "int64"))
+
+
+@op("GatherElements")
+def _gather_elements(n):
+    x, idx = n.x(0), n.x(1)
+    axis = norm_axis(n.a("axis", 0), x.ndim)
+    lin = _linear_index(x.shape, idx, axis)
+    return ops.gather(reshape(x, [-1]), lin, 0)
+
+
+def _check_scatter(attrs, opset, node):
+    red = attrs.get("reduction", "none")
+    if red not in ("none", "add"):
+        return f"reduction='{red}' (Dragon has scatter with add only)"
+    return None
+
+
+@op("ScatterElements", "Scatter", check=_check_scatter)
+def _scatter_elements(n):
+    x, idx, upd = n.x(0), n.x(1), n.x(2)
+    axis = norm_axis(n.a("axis", 0), x.ndim)
+    lin = reshape(_linear_index(x.shape, idx, axis), [-1])
+    flat_x, flat_u = reshape(x, [-1]), reshape(upd, [-1])
+    if n.a("reduction", "none") == "add":
+        return reshape(ops.scatter_add(flat_x, lin, flat_u, 0), x.shape)
+    return reshape(_scatter_replace(flat_x, lin, flat_u, 0), x.shape)
+
+
+def _scatter_replace(x: Tensor, idx: Tensor, upd: Tensor, axis: int) -> Tensor:
+    """x with the slices at ``idx`` replaced by ``upd`` (indices unique, as
+    ONNX requires for reduction='none')."""
+    zeros = ops.zeros(list(x.shape), dt(x)) if dt(x) != "bool" else None
+    if dt(x) == "bool":
+        xi = ops.cast(x, "uint8")
+        return ops.cast(_scatter_replace(xi, idx, ops.cast(upd, "uint8"), axis), "bool")
+    hit = ops.scatter_add(ops.zeros(list(x.shape), "int32"), idx,
+                          ops.ones(list(upd.shape), "int32"), axis)
+    placed = ops.scatter_add(zeros, idx, upd, axis)
+    return ops.where(ops.greater(hit, const(0, "int32")), placed, x)
+
+
+@op("GatherND")
+def _gather_nd(n):
+    x, idx = n.x(0), n.x(1)
+    b = n.a("batch_dims", 0)
+    k = idx.shape[-1]
+    shape = list(x.shape)
+    if b:
+        # Fold the batch axes into the index: prepend the batch position.
+        bshape = shape[:b]
+        nb = int(np.prod(bshape, dtype=np.int64))
+        inner = int(np.prod(shape[b:b + k], dtype=np.int64))
+        strides = np.cumprod((shape[b + 1:b + k] + [1])[::-1])[::-1].astype(np.int64)
+        ii = idx if dt(idx) == "int64" else ops.cast(idx, "int64")
+        dims = const(np.array(shape[b:b + k], np.int64), "int64")
+        ii = ops.where(ops.less(ii, const(0, "int64")), ops.add(ii, dims), ii)
+        lin = ops.sum(ops.mul(ii, const(strides, "int64")), [-1])
+        bpos = np.arange(nb, dtype=np.int64).reshape(bshape + [1] * (idx.ndim - 1 - b)) * inner
+        lin = ops.add(lin, const(bpos, "int64"))
+        flat = reshape(x, [nb * inner] + shape[b + k:])
+        return ops.gather(flat, lin, 0)
+    strides = np.cumprod((shape[1:k] + [1])[::-1])[::-1].astype(np.int64)
+    ii = idx if dt(idx) == "int64" else ops.cast(idx, "int64")
+    dims = const(np.array(shape[:k], np.int64), "int64")
+    ii = ops.where(ops.less(ii, const(0, "int64")), ops.add(ii, dims), ii)
+    lin = ops.sum(ops.mul(ii, const(strides, "int64")), [-1])
+    flat = reshape(x, [int(np.prod(shape[:k], dtype=np.int64))] + shape[k:])
+    return ops.gather(flat, lin, 0)
+
+
+@op("ScatterND", check=_check_scatter)
+def _scatter_nd(n):
+    x, idx, upd = n.x(0), n.x(1), n.x(2)
+    k = idx.shape[-1]
+    shape = list(x.shape)
+    strides = np.cumprod((shape[1:k] + [1])[::-1])[::-1].astype(np.int64)
+    ii = idx if dt(idx) == "int64" else ops.cast(idx, "int64")
+    dims = const(np.array(shape[:k], np.int64), "int64")
+    ii = ops.where(ops.less(ii, const(0, "int64")), ops.add(ii, dims), ii)
+    lin = reshape(ops.sum(ops.mul(ii, const(strides, "int64")), [-1]), [-1])
+    rows = int(np.prod(shape[:k], dtype=np.int64))
+    flat = reshape(x, [rows] + shape[k:])
+    u = reshape(upd, [-1] + shape[k:])
+    if n.a("reduction", "none") == "add":
+        return reshape(ops.scatter_add(flat, lin, u, 0), shape)
+    return reshape(_scatter_replace(flat, lin, u, 0), shape)
+
+
+@op("Expand")
+def _expand(n):
+    x = n.x(0)
+    shape = np.broadcast_shapes(tuple(x.shape), tuple(n.ints(1)))
+    return x if tuple(shape) == tuple(x.shape) else ops.broadcast_to(x, list(shape))
+
+
+@op("Tile")
+def _tile(n):
+    x = n.x(0)
+    reps = n.ints(1)
+    inter, big = [], []
+    for r, d in zip(reps, x.shape):
+        inter += [1, d]
+        big += [r, d]
+    y = ops.broadcast_to(reshape(x, inter), big)
+    return reshape(y, [r * d for r, d in zip(reps, x.shape)])
+
+
+@op("ConstantOfShape")
+def _constant_of_shape(n):
+    shape = n.ints(0)
+    value = n.a_tensor("value")
+    if value is None:
+        value = np.zeros((1,), np.float32)
+    v = value.reshape(-1)[0]
+    name = str(value.dtype) if str(value.dtype) != "bfloat16" else "bfloat16"
+    if name == "bool":
+        return const(np.full(shape, bool(v)), "bool")
+    return ops.full(list(shape), v.item(), name)
+
+
+def _check_constant(attrs, opset, node):
+    if "value_string" in attrs or "value_strings" in attrs:
+        return "string constants (Dragon has no string dtype)"
+    if "sparse_value" in attrs:
+        return "sparse constants are not supported"
+    if "value" in attrs and ONNX_DTYPES.get(attrs["value"].data_type) is None:
+        return f"a constant of dtype {ONNX_DTYPE_NAMES.get(attrs['value'].data_type)}"
+    return None
+
+
+@op("Constant", check=_check_constant)
+def _constant(n):
+    if "value" in n.attrs:
+        return tensor(n.a_tensor("value"))
+    for key, dtype in (("value_float", "float32"), ("value_floats", "float32"),
+                       ("value_int", "int64"), ("value_ints", "int64")):
+        if key in n.attrs:
+            return const(n.a(key), dtype)
+    n.fail("no value attribute")
+
+
+@op("Range")
+def _range(n):
+    start, limit, delta = (np.asarray(n.static(i)).reshape(()) for i in range(3))
+    return const(np.arange(start, limit, delta).astype(start.dtype), dt(n.x(0)))
+
+
+@op("EyeLike")
+def _eye_like(n):
+    x = n.x(0)
+    to = ONNX_DTYPES.get(n.a("dtype", None)) if n.a("dtype", None) else dt(x)
+    return const(np.eye(x.shape[0], x.shape[1], n.a("k", 0)), to)
+
+
+@op("Trilu")
+def _trilu(n):
+    x = n.x(0)
+    k = int(np.asarray(n.static(1)).reshape(-1)[0]) if n.has(1) else 0
+    r, c = x.shape[-2], x.shape[-1]
+    mask = np.triu(np.ones((r, c), bool), k) if n.a("upper", 1) else \
+        np.tril(np.ones((r, c), bool), k)
+    return ops.where(const(mask, "bool"), x, like(x, 0))
+
+
+@op("OneHot")
+def _one_hot(n):
+    idx = n.x(0)
+    depth = int(np.asarray(n.static(1)).reshape(-1)[0])
+    values = n.x(2)
+    off_on = np.asarray(n.static(2)).reshape(-1)
+    if dt(idx) not in ("int32", "int64"):
+        idx = ops.cast(idx, "int64")
+    idx = ops.where(ops.less(idx, like(idx, 0)), ops.add(idx, like(idx, depth)), idx)
+    valid = ops.logical_and(ops.greater_equal(idx, like(idx, 0)),
+                            ops.less(idx, like(idx, depth)))
+    idx = ops.where(valid, idx, like(idx, 0))      # ONNX: out of range -> all off
+    axis = n.a("axis", -1)
+    y = ops.one_hot(idx, depth, 1.0, 0.0, "float32", axis)
+    y = ops.mul(y, ops.cast(ops.unsqueeze(valid, [norm_axis(axis, idx.ndim + 1)]), "float32"))
+    on, off = like(values, off_on[1]), like(values, off_on[0])
+    return ops.where(ops.greater(y, const(0.5, "float32")), on, off)
+
+
+@op("DepthToSpace")
+def _depth_to_space(n):
+    x = n.x(0)
+    b = n.a("blocksize")
+    N, C, H, W = x.shape
+    if n.a("mode", "DCR") == "DCR":
+        y = ops.transpose(reshape(x, [N, b, b, C // (b * b), H, W]), [0, 3, 4, 1, 5, 2])
+    else:
+        y = ops.transpose(reshape(x, [N, C // (b * b), b, b, H, W]), [0, 1, 4, 2, 5, 3])
+    return reshape(y, [N, C // (b * b), H * b, W * b])
+
+
+@op("SpaceToDepth")
+def _space_to_depth(n):
+    x = n.x(0)
+    b = n.a("blocksize")
+    N, C, H, W = x.shape
+    perm = [0, 1, 3, 5, 2, 4] if n.a("mode", "DCR") == "CRD" else [0, 3, 5, 1, 2, 4]
+    y = ops.transpose(reshape(x, [N, C, H // b, b, W // b, b]), perm)
+    return reshape(y, [N, C * b * b, H // b, W // b])
+
+
+# --------------------------------------------------------- reductions
+
+_REDUCE_AXES_INPUT = {"ReduceSum": 13}
+
+
+def _reduce(kind):
+    def run(n):
+        x = n.x(0)
+        keep = bool(n.a("keepdims", 1))
+        if n.opset >= _REDUCE_AXES_INPUT.get(n.op_type, 18):
+            axes = n.ints(1) if n.has(1) else None
+            if axes is not None and len(axes) == 0:
+                axes = None
+        else:
+            axes = n.a("axes", None)
+        if axes is None and n.a("noop_with_empty_axes", 0):
+            return x
+        if axes is not None:
+            axes = sorted({norm_axis(a, x.ndim) for a in axes})
+        return kind(x, axes, keep)
+    return run
+
+
+def _r_sumsq(x, a, k):
+    return ops.sum(ops.square(x), a, k)
+
+
+_REDUCTIONS = {
+    "ReduceSum": lambda x, a, k: ops.sum(x, a, k),
+    "ReduceMean": lambda x, a, k: ops.mean(x, a, k),
+    "ReduceMax": lambda x, a, k: ops.max(x, a, k),
+    "ReduceMin": lambda x, a, k: ops.min(x, a, k),
+    "ReduceProd": lambda x, a, k: ops.prod(x, a, k),
+    "ReduceL1": lambda x, a, k: ops.sum(ops.abs(x), a, k),
+    "ReduceL2": lambda x, a, k: ops.sqrt(_r_sumsq(x, a, k)),
+    "ReduceSumSquare": _r_sumsq,
+    "ReduceLogSum": lambda x, a, k: ops.log(ops.sum(x, a, k)),
+    "ReduceLogSumExp": lambda x, a, k: ops.logsumexp(x, a, k),
+}
+for _name, _fn in _REDUCTIONS.items():
+    op(_name)(_reduce(_fn))
+
+
+def _arg(fn):
+    def run(n):
+        x = n.x(0)
+        axis = norm_axis(n.a("axis", 0), x.ndim)
+        keep = bool(n.a("keepdims", 1))
+        if n.a("select_last_index", 0):
+            dim = x.shape[axis]
+            flipped = ops.slice(x, [-1], [-(2 ** 62)], [-1], [axis])
+            i = fn(flipped, axis, keep)
+            return ops.sub(const(dim - 1, dt(i)), i)
+        return fn(x, axis, keep)
+    return run
+
+
+op("ArgMax")(_arg(ops.argmax))
+op("ArgMin")(_arg(ops.argmin))
+
+
+# -------------------------------------------------------- softmax
+
+def _softmax(fn):
+    def run(n):
+        x = n.x(0)
+        if n.opset >= 13:
+            return fn(x, n.a("axis", -1))
+        axis = norm_axis(n.a("axis", 1), x.ndim)
+        lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+        y = fn(reshape(x, [lead, -1 if x.size else int(np.prod(x.shape[axis:]))]), -1)
+        return reshape(y, x.shape)
+    return run
+
+
+op("Softmax")(_softmax(ops.softmax))
+op("LogSoftmax")(_softmax(ops.log_softmax))
+
+
+@op("Hardmax")
+def _hardmax(n):
+    def hard(x, axis):
+        axis = norm_axis(axis, x.ndim)
+        i = ops.argmax(x, axis, False)
+        return ops.cast(ops.one_hot(i, x.shape[axis], 1.0, 0.0, "float32", axis), dt(x))
+    return _softmax(hard)(n)
+
+
+@op("LpNormalization")
+def _lp_norm(n):
+    x = n.x(0)
+    axis, p = n.a("axis", -1), n.a("p", 2)
+    if p == 1:
+        norm = ops.sum(ops.abs(x), [axis], True)
+    else:
+        norm = ops.sqrt(ops.sum(ops.square(x), [axis], True))
+    zero = ops.equal(norm, like(norm, 0))
+    return ops.where(zero, like(x, 0), ops.div(x, ops.where(zero, like(norm, 1), norm)))
+
+
+# ----------------------------------------------------------- matmul
+
+@op("MatMul")
+def _matmul(n):
+    return ops.matmul(n.x(0), n.x(1))
+
+
+@op("Gemm")
+def _gemm(n):
+    a, b = n.x(0), n.x(1)
+    y = ops.matmul(a, b, bool(n.a("transA", 0)), bool(n.a("transB", 0)))
+    alpha, beta = n.a("alpha", 1.0), n.a("beta", 1.0)
+    if alpha != 1.0:
+        y = ops.mul(y, like(y, alpha))
+    if n.has(2) and beta != 0.0:
+        c = n.x(2)
+        y = ops.add(y, c if beta == 1.0 else ops.mul(c, like(c, beta)))
+    return y
+
+
+# ------------------------------------------------------- convolution
+
+def _spatial_check(attrs, opset, node):
+    ks = attrs.get("kernel_shape")
+    if ks is not None and len(ks) > 2:
+        return f"{len(ks)}-D windows (Dragon's op library has 1-D and 2-D ones)"
+    if attrs.get("storage_order", 0):
+        return "storage_order=1"
+    return None
+
+
+def _auto_pads(n, in_sizes, kernel, strides, dilations):
+    """Begin/end pads per spatial axis, ONNX order (all begins, then ends)."""
+    rank = len(in_sizes)
+    auto = n.a("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = n.a("pads", [0] * (2 * rank))
+        return list(pads)
+    if auto == "VALID":
+        return [0] * (2 * rank)
+    begins, ends = [], []
+    for i in range(rank):
+        out = -(-in_sizes[i] // strides[i])
+        total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_sizes[i])
+        small, large = total // 2, total - total // 2
+        if auto == "SAME_UPPER":
+            begins.append(small), ends.append(large)
+        else:
+            begins.append(large), ends.append(small)
+    return begins + ends
+
+
+def _to2d(x: Tensor) -> Tensor:
+    return reshape(x, list(x.shape[:2]) + [1] + list(x.shape[2:]))
+
+
+def _geometry(n, x, kernel):
+    rank = x.ndim - 2
+    strides = n.a("strides", [1] * rank)
+    dilations = n.a("dilations", [1] * rank)
+    pads = _auto_pads(n, list(x.shape[2:]), kernel, strides, dilations)
+    return strides, dilations, pads
+
+
+def _spatial_2d(n, x, strides, dilations, pads):
+    """Lift 1-D geometry to 2-D (a height of 1)."""
+    if x.ndim == 3:
+        return (_to2d(x), [1] + list(strides), [1] + list(dilations),
+                [0, pads[0], 0, pads[1]])
+    if x.ndim != 4:
+        n.fail(f"{x.ndim - 2}-D input {list(x.shape)}: Dragon's op library has 1-D and 2-D "
+               "windows")
+    return x, list(strides), list(dilations), list(pads)
+
+
+@op("Conv", check=_spatial_check)
+def _conv(n):
+    x, w, b = n.x(0), n.x(1), n.x(2)
+    strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    one_d = x.ndim == 3
+    x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
+    w2 = _to2d(w) if one_d else w
+    y = ops.conv2d(x2, w2, b, s2, p2, d2, n.a("group", 1))
+    return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if one_d else y
+
+
+@op("ConvTranspose", check=_spatial_check)
+def _conv_transpose(n):
+    x, w, b = n.x(0), n.x(1), n.x(2)
+    rank = x.ndim - 2
+    kernel = list(w.shape[2:])
+    strides = n.a("strides", [1] * rank)
+    dilations = n.a("dilations", [1] * rank)
+    out_pad = n.a("output_padding", [0] * rank)
+    auto = n.a("auto_pad", "NOTSET")
+    out_shape = n.a("output_shape", None)
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        ins = list(x.shape[2:])
+        target = list(out_shape[-rank:]) if out_shape is not None else \
+            [ins[i] * strides[i] for i in range(rank)]
+        begins, ends = [], []
+        for i in range(rank):
+            total = strides[i] * (ins[i] - 1) + out_pad[i] + ((kernel[i] - 1) * dilations[i]
+                                                              + 1) - target[i]
+            if auto == "SAME_UPPER" or (auto != "SAME_LOWER" and out_shape is not None):
+                begins.append(total // 2), ends.append(total - total // 2)
+            else:
+                begins.append(total - total // 2), ends.append(total // 2)
+        pads = begins + ends
+    elif auto == "VALID":
+        pads = [0] * (2 * rank)
+    else:
+        pads = n.a("pads", [0] * (2 * rank))
+    if any(p < 0 for p in pads):
+        n.fail(f"negative padding {pads}")
+    one_d = rank == 1
+    x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
+    op2 = [0] + list(out_pad) if one_d else list(out_pad)
+    w2 = _to2d(w) if one_d else w
+    y = ops.conv_transpose2d(x2, w2, b, s2, p2, op2, d2, n.a("group", 1))
+    return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if one_d else y
+
+
+def _pool(kind):
+    def run(n):
+        x = n.x(0)
+        kernel = list(n.a("kernel_shape"))
+        strides, dilations, pads = _geometry(n, x, kernel)
+        rank = len(kernel)
+        ceil = bool(n.a("ceil_mode", 0))
+        x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
+        k2 = [1] + kernel if rank == 1 else kernel
+        begin, end = p2[:2], p2[2:]
+        half_ok = all(2 * p <= k for p, k in zip(begin, k2))
+        if begin != end or not half_ok:
+            if kind == "avg" and not n.a("count_include_pad", 0):
+                n.fail(f"asymmetric padding {pads} with count_include_pad=0")
+            if ceil:
+                n.fail(f"asymmetric padding {pads} with ceil_mode=1")
+            fill = -np.inf if kind == "max" else 0.0
+            if kind == "max" and dt(x2) not in ("float16", "bfloat16", "float32", "float64"):
+                fill = float(np.iinfo(np_dtype(dt(x2))).min)
+            x2 = ops.pad(x2, [0, 0, 0, 0, begin[0], end[0], begin[1], end[1]], "constant", fill)
+            begin = [0, 0]
+        if kind == "max":
+            if n.wants(1):
+                n.fail("the Indices output is not supported")
+            y = ops.max_pool2d(x2, k2, s2, begin, d2, ceil)
+        else:
+            if any(d != 1 for d in d2):
+                n.fail(f"dilations {dilations} in average pooling")
+            y = ops.avg_pool2d(x2, k2, s2, begin, ceil, bool(n.a("count_include_pad", 0)))
+        return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if rank == 1 else y
+    return run
+
+
+op("MaxPool", check=_spatial_check)(_pool("max"))
+op("AveragePool", check=_spatial_check)(_pool("avg"))
+
+
+@op("GlobalAveragePool")
+def _global_avg(n):
+    x = n.x(0)
+    return ops.mean(x, list(range(2, x.ndim)), True)
+
+
+@op("GlobalMaxPool")
+def _global_max(n):
+    x = n.x(0)
+    return ops.max(x, list(range(2, x.ndim)), True)
+
+
+# ------------------------------------------------------ normalisation
+
+def _check_bn(attrs, opset, node):
+    if attrs.get("training_mode", 0):
+        return "training_mode=1 (the import builds inference graphs)"
+    return None
+
+
+@op("BatchNormalization", check=_check_bn)
+def _batch_norm(n):
+    x = n.x(0)
+    if sum(1 for o in n.proto.output if o) > 1 and n.opset < 14:
+        # Opsets < 14 list running-stat outputs that are only meaningful in
+        # training; in inference they equal the inputs.
+        pass
+    eps = n.a("epsilon", 1e-5)
+    y = ops.batch_norm(x, n.x(1), n.x(2), n.x(3), n.x(4), eps, False)
+    y = y[0] if isinstance(y, (tuple, list)) else y
+    outs = [y]
+    for j, i in ((1, 3), (2, 4)):
+        if n.wants(j):
+            outs.append(n.x(i))
+    return outs
+
+
+def _bcast_param(p: Tensor, x: Tensor, axis: int) -> Tensor:
+    """A per-channel parameter [C] shaped to broadcast against x along axis."""
+    shape = [1] * x.ndim
+    shape[axis] = p.shape[0]
+    return reshape(p, shape)
+
+
+@op("InstanceNormalization")
+def _instance_norm(n):
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    axes = list(range(2, x.ndim))
+    m = ops.mean(x, axes, True)
+    v = ops.var(x, axes, True)
+    y = ops.mul(ops.sub(x, m), ops.rsqrt(ops.add(v, like(x, n.a("epsilon", 1e-5)))))
+    return ops.add(ops.mul(y, _bcast_param(scale, x, 1)), _bcast_param(bias, x, 1))
+
+
+@op("LayerNormalization")
+def _layer_norm(n):
+    x, scale = n.x(0), n.x(1)
+    axis = norm_axis(n.a("axis", -1), x.ndim)
+    eps = n.a("epsilon", 1e-5)
+    tail = list(x.shape[axis:])
+    s = scale if list(scale.shape) == tail else ops.broadcast_to(scale, tail)
+    b = n.x(2) if n.has(2) else ops.zeros(tail, dt(x))
+    if list(b.shape) != tail:
+        b = ops.broadcast_to(b, tail)
+    outs = [ops.layer_norm(x, s, b, axis, eps)]
+    if n.wants(1) or n.wants(2):
+        axes = list(range(axis, x.ndim))
+        mean = ops.mean(x, axes, True)
+        outs.append(mean)
+        outs.append(ops.rsqrt(ops.add(ops.var(x, axes, True), like(x, eps))))
+    return outs
+
+
+@op("GroupNormalization")
+def _group_norm(n):
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    g = n.a("num_groups")
+    eps = n.a("epsilon", 1e-5)
+    N, C = x.shape[:2]
+    xg = reshape(x, [N, g, -1])
+    m = ops.mean(xg, [2], True)
+    v = ops.var(xg, [2], True)
+    y = reshape(ops.mul(ops.sub(xg, m), ops.rsqrt(ops.add(v, like(x, eps)))), x.shape)
+    if n.opset < 21:   # scale/bias per group
+        scale = reshape(ops.broadcast_to(reshape(scale, [g, 1]), [g, C // g]), [C])
+        bias = reshape(ops.broadcast_to(reshape(bias, [g, 1]), [g, C // g]), [C])
+    return ops.add(ops.mul(y, _bcast_param(scale, x, 1)), _bcast_param(bias, x, 1))
+
+
+@op("MeanVarianceNormalization")
+def _mvn(n):
+    x = n.x(0)
+    axes = [norm_axis(a, x.ndim) for a in n.a("axes", [0, 2, 3])]
+    m = ops.mean(x, axes, True)
+    v = ops.sub(ops.mean(ops.square(x), axes, True), ops.square(m))
+    return ops.div(ops.sub(x, m), ops.add(ops.sqrt(v), like(x, 1e-9)))
+
+
+@op("LRN")
+def _lrn(n):
+    x = n.x(0)
+    size = n.a("size")
+    alpha, beta, bias = n.a("alpha", 1e-4), n.a("beta", 0.75), n.a("bias", 1.0)
+    C = x.shape[1]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = ops.square(x)
+    pads = [0, 0, before, after] + [0, 0] * (x.ndim - 2)
+    sqp = ops.pad(sq, pads)
+    acc = None
+    for i in range(size):
+        part = ops.slice(sqp, [i], [i + C], [1], [1])
+        acc = part if acc is None else ops.add(acc, part)
+    denom = ops.pow(ops.add(ops.mul(acc, like(x, alpha / size)), like(x, bias)), like(x, beta))
+    return ops.div(x, denom)
+
+
+# --------------------------------------------------------------- pad
+
+def _check_pad(attrs, opset, node):
+    mode = attrs.get("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        return f"mode='{mode}' (Dragon pads with constant, reflect or edge)"
+    return None
+
+
+@op("Pad", check=_check_pad)
+def _pad(n):
+    x = n.x(0)
+    mode = n.a("mode", "constant")
+    if n.opset < 11:
+        pads, value = n.a("pads"), n.a("value", 0.0)
+        axes = list(range(x.ndim))
+    else:
+        pads = n.ints(1)
+        value = np.asarray(n.static(2)).reshape(-1)[0].item() if n.has(2) else 0
+        axes = [norm_axis(a, x.ndim) for a in n.ints(3)] if n.has(3) else list(range(x.ndim))
+    k = len(axes)
+    full = [0] * (2 * x.ndim)
+    for j, a in enumerate(axes):
+        full[2 * a], full[2 * a + 1] = pads[j], pads[k + j]
+    # Negative pads crop.
+    if any(p < 0 for p in full):
+        starts = [max(0, -full[2 * a]) for a in range(x.ndim)]
+        ends = [x.shape[a] - max(0, -full[2 * a + 1]) for a in range(x.ndim)]
+        x = ops.slice(x, starts, ends, [1] * x.ndim, list(range(x.ndim)))
+        full = [max(0, p) for p in full]
+    if not any(full):
+        return x
+    if dt(x) == "bool":
+        return ops.cast(ops.pad(ops.cast(x, "uint8"), full, mode, float(value)), "bool")
+    return ops.pad(x, full, mode, float(value))
+
+
+# ------------------------------------------------------------ resize
+#
+# Resize is separable: along each resized axis, output cell i reads a few
+# input cells at indices and with weights that depend only on the sizes,
+# scales and attributes, all known at trace time. They are computed here in
+# NumPy by the ONNX formulas and applied with Gather (+ Mul/Add), which
+# covers every coordinate transformation, nearest rounding and cubic
+# variant exactly.
+
+_RESIZE_CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+               "asymmetric", "tf_crop_and_resize")
+
+
+def _check_resize(attrs, opset, node):
+    if attrs.get("antialias", 0):
+        return "antialias=1"
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear", "cubic", "bicubic"):
+        return f"mode='{mode}'"
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if ctm not in _RESIZE_CTM:
+        return f"coordinate_transformation_mode='{ctm}'"
+    return None
+
+
+def _source_coords(ctm, out: int, length: int, scale: float, roi=None) -> np.ndarray:
+    x = np.arange(out, dtype=np.float64)
+    if ctm == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        adj = out / (scale * length)
+        offset = length / 2.0 * (1 - adj)
+        return offset + (x + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if out > 1 else np.zeros_like(x)
+    if ctm == "align_corners":
+        resized = scale * length          # ONNX divides by the real-valued size
+        return x * (length - 1) / (resized - 1) if resized != 1 else np.zeros_like(x)
+    if ctm == "asymmetric":
+        return x / scale
+    start, end = roi
+    if out > 1:
+        return start * (length - 1) + x * (end - start) * (length - 1) / (out - 1)
+    return np.full_like(x, 0.5 * (start + end) * (length - 1))
+
+
+def _nearest_index(xo, mode):
+    if mode == "round_prefer_ceil":
+        return np.floor(xo + 0.5)
+    if mode == "floor":
+        return np.floor(xo)
+    if mode == "ceil":
+        return np.ceil(xo)
+    return np.ceil(xo - 0.5)          # round_prefer_floor (default)
+
+
+def _cubic_weights(r, a):
+    """Keys' cubic convolution weights for taps -1, 0, 1, 2 at fraction r."""
+    def k(d):
+        d = np.abs(d)
+        return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                        np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+    return np.stack([k(r + 1), k(r), k(1 - r), k(2 - r)], axis=-1)
+
+
+def _resize_axis(n, x, axis, out, scale, roi, mode):
+    length = x.shape[axis]
+    ctm = n.a("coordinate_transformation_mode", "half_pixel")
+    if n.op_type == "Upsample" or n.opset < 11:
+        ctm = "asymmetric"
+    xo = _source_coords(ctm, out, length, scale, roi)
+    outside = None
+    if ctm == "tf_crop_and_resize":
+        outside = (xo < 0) | (xo > length - 1)
+    if mode == "nearest":
+        nm = n.a("nearest_mode", "round_prefer_floor") if n.opset >= 11 else "floor"
+        if n.op_type == "Upsample" or n.opset < 11:
+            nm = "floor"
+        idx = np.clip(_nearest_index(xo, nm), 0, length - 1).astype(np.int64)
+        taps, weights = idx[:, None], None
+    else:
+        base = np.floor(xo)
+        r = xo - base
+        if mode in ("linear", "bilinear"):
+            offs = np.array([0, 1])
+            w = np.stack([1 - r, r], axis=-1)
+        else:
+            offs = np.array([-1, 0, 1, 2])
+            w = _cubic_weights(r, n.a("cubic_coeff_a", -0.75))
+        raw = base[:, None].astype(np.int64) + offs[None, :]
+        if n.a("exclude_outside", 0):
+            w = np.where((raw < 0) | (raw > length - 1), 0.0, w)
+            w = w / w.sum(axis=1, keepdims=True)
+        taps, weights = np.clip(raw, 0, length - 1), w
+    y = None
+    for j in range(taps.shape[1]):
+        g = ops.gather(x, const(taps[:, j], "int64"), axis)
+        if weights is not None:
+            shape = [1] * x.ndim
+            shape[axis] = out
+            g = ops.mul(g, const(weights[:, j].reshape(shape), dt(x)))
+        y = g if y is None else ops.add(y, g)
+    if outside is not None and outside.any():
+        shape = [1] * x.ndim
+        shape[axis] = out
+        y = ops.where(const(outside.reshape(shape), "bool"),
+                      like(y, n.a("extrapolation_value", 0.0)), y)
+    return y
+
+
+@op("Resize", "Upsample", check=_check_resize)
+def _resize(n):
+    x = n.x(0)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.a("mode", "nearest"),
+                                                           n.a("mode", "nearest"))
+    rank = x.ndim
+    roi = scales = sizes = None
+    if n.op_type == "Upsample" or n.opset < 10:
+        scales = n.a("scales", None) if n.opset < 9 else \
+            [float(v) for v in np.asarray(n.static(1)).reshape(-1)]
+    elif n.opset == 10:
+        scales = [float(v) for v in np.asarray(n.static(1)).reshape(-1)]
+    else:
+        if n.has(1) and n.x(1).size:
+            roi = [float(v) for v in np.asarray(n.static(1)).reshape(-1)]
+        if n.has(3) and n.x(3).size:
+            sizes = n.ints(3)
+        elif n.has(2) and n.x(2).size:
+            scales = [float(v) for v in np.asarray(n.static(2)).reshape(-1)]
+    axes = [norm_axis(a, rank) for a in n.a("axes", list(range(rank)))]
+    shape = list(x.shape)
+    if sizes is not None:
+        policy = n.a("keep_aspect_ratio_policy", "stretch")
+        scales = [sizes[j] / shape[a] for j, a in enumerate(axes)]
+        if policy != "stretch":
+            s = min(scales) if policy == "not_larger" else max(scales)
+            scales = [s] * len(axes)
+            sizes = [int(np.round(s * shape[a])) for a in axes]
+    else:
+        sizes = [int(math.floor(shape[a] * scales[j])) for j, a in enumerate(axes)]
+    y = x
+    for j, a in enumerate(axes):
+        if sizes[j] == shape[a] and scales[j] == 1.0 and roi is None:
+            continue
+        r = None
+        if roi is not None:
+            k = len(axes)
+            r = (roi[j], roi[k + j])
+        y = _resize_axis(n, y, a, sizes[j], scales[j], r, mode)
+    return y
+
+
+# ------------------------------------------------------- control flow
+
+def _subgraph_env(n, outer: dict) -> dict:
+    return dict(outer)
+
+
+def _run_sub(n, graph, env: dict, args: list) -> list:
+    """Run sub-graph ``graph`` with its formal inputs bound to ``args``
+    (Values) over a copy of the enclosing scope ``env``."""
+    scope = dict(env)
+    for formal, v in zip(graph.input, args):
+        scope[formal.name] = v
+    n.run.run_graph(graph, scope)
+    return [scope[o.name] for o in graph.output]
+
+
+@op("If")
+def _if(n):
+    env = n.run.scope
+    then_g, else_g = n.a("then_branch"), n.a("else_branch")
+    pred = n.values[0]
+    if not pred.deps:
+        taken = then_g if bool(pred.t.numpy().reshape(-1)[0]) else else_g
+        return _run_sub(n, taken, env, [])
+    from .._graph.control import cond
+
+    def branch(g):
+        return lambda: [v.t for v in _run_sub(n, g, env, [])]
+    outs = cond(pred.t, branch(then_g), branch(else_g))
+    deps = pred.deps.union(*[v.deps for v in env.values()])
+    return [Value(t, deps) for t in outs]
+
+
+@op("Loop")
+def _loop(n):
+    """Loops whose trip count and condition are known at trace time are
+    unrolled (exact: a trace is keyed on the shapes they depend on); loops
+    with a data-dependent condition become a ``while_loop`` when they have
+    no scan outputs."""
+    env = n.run.scope
+    body = n.a("body")
+    trips = None if not n.has(0) else int(np.asarray(n.static(0)).reshape(-1)[0])
+    cond_v = n.values[1] if n.has(1) else None
+    carried = list(n.values[2:])
+    n_carried = len(carried)
+    scans: list = [[] for _ in range(len(body.output) - 1 - n_carried)]
+    keep_going = True if cond_v is None else None
+    if cond_v is not None:
+        if cond_v.deps:
+            n.fail("a loop condition that depends on the input data (needs while_loop with "
+                   "scan outputs)")
+        keep_going = bool(cond_v.t.numpy().reshape(-1)[0])
+    i = 0
+    while keep_going and (trips is None or i < trips):
+        if i > 100000:
+            n.fail("more than 100000 iterations at trace time")
+        it = Value(const(i, "int64"))
+        c = Value(const(True, "bool"))
+        outs = _run_sub(n, body, env, [it, c] + carried)
+        cv = outs[0]
+        if cv.deps:
+            n.fail("a loop condition that depends on the input data")
+        keep_going = bool(cv.t.numpy().reshape(-1)[0])
+        carried = outs[1:1 + n_carried]
+        for k, v in enumerate(outs[1 + n_carried:]):
+            scans[k].append(v)
+        i += 1
+    results = list(carried)
+    for k, vals in enumerate(scans):
+        if not vals:
+            n.fail("a scan output of a loop that runs zero times has no known shape")
+        results.append(Value(ops.stack([v.t for v in vals], 0),
+                             frozenset().union(*[v.deps for v in vals])))
+    return results
+
+
+@op("Scan")
+def _scan(n):
+    """Scan unrolled over the (trace-time known) sequence length."""
+    env = n.run.scope
+    body = n.a("body")
+    n_scan_in = n.a("num_scan_inputs")
+    values = n.values if n.opset >= 9 else n.values[1:]
+    if n.opset < 9:
+        n.fail("Scan-8 (with a sequence_lens input) is not supported")
+    n_state = len(values) - n_scan_in
+    state, seqs = list(values[:n_state]), list(values[n_state:])
+    in_axes = n.a("scan_input_axes", [0] * n_scan_in)
+    in_dirs = n.a("scan_input_directions", [0] * n_scan_in)
+    n_scan_out = len(body.output) - n_state
+    out_axes = n.a("scan_output_axes", [0] * n_scan_out)
+    out_dirs = n.a("scan_output_directions", [0] * n_scan_out)
+    length = seqs[0].t.shape[norm_axis(in_axes[0], seqs[0].t.ndim)]
+    scans: list = [[] for _ in range(n_scan_out)]
+    for i in range(length):
+        args = []
+        for s, ax, d in zip(seqs, in_axes, in_dirs):
+            ax = norm_axis(ax, s.t.ndim)
+            j = length - 1 - i if d else i
+            piece = ops.slice(s.t, [j], [j + 1], [1], [ax])
+            shape = [dd for k, dd in enumerate(piece.shape) if k != ax]
+            args.append(Value(reshape(piece, shape), s.deps))
+        outs = _run_sub(n, body, env, state + args)
+        state = outs[:n_state]
+        for k, v in enumerate(outs[n_state:]):
+            scans[k].append(v)
+    results = list(state)
+    for k, vals in enumerate(scans):
+        if out_dirs[k]:
+            vals = vals[::-1]
+        ts = [v.t for v in vals]
+        ax = norm_axis(out_axes[k], ts[0].ndim + 1)
+        results.append(Value(ops.stack(ts, ax), frozenset().union(*[v.deps for v in vals])))
+    return results
+
+
+# --------------------------------------------------- Dragon's own ops
+
+def run_dragon_op(n):
+    """A node of an ``ai.dragon*`` domain: the exporter's encoding of a
+    plugin op with no standard ONNX equivalent; attributes by name."""
+    fn = getattr(ops, _C.op(n.op_type).describe()["py_name"], None)
+    if fn is None:
+        n.fail("no Dragon op of this name is installed")
+    kwargs = {}
+    for name, a in n.attrs.items():
+        v = n.a(name)
+        if hasattr(v, "dims"):
+            v = n.a_tensor(name)
+        kwargs[name] = v
+    outs = fn(*n.xs(), **kwargs)
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
+# ------------------------------------------------------------- losses
+
+def _nll(n, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
+    """ONNX NegativeLogLikelihoodLoss on log-probabilities [N, C, d...]."""
+    C = logp.shape[1]
+    ignore = n.a("ignore_index", None)
+    t = target if dt(target) == "int64" else ops.cast(target, "int64")
+    if ignore is not None:
+        mask = ops.not_equal(t, like(t, ignore))
+        t = ops.where(mask, t, like(t, 0))
+    picked = ops.sum(ops.mul(logp, ops.cast(ops.one_hot(t, C, 1.0, 0.0, "float32", 1),
+                                            dt(logp))), [1], False)
+    w = ops.gather(weight, t, 0) if weight is not None else ops.full(list(t.shape), 1.0,
+                                                                      dt(logp))
+    if ignore is not None:
+        w = ops.mul(w, ops.cast(mask, dt(logp)))
+    loss = ops.neg(ops.mul(picked, w))
+    red = n.a("reduction", "mean")
+    if red == "none":
+        return loss
+    if red == "sum":
+        return ops.sum(loss)
+    return ops.div(ops.sum(loss), ops.sum(w))
+
+
+@op("NegativeLogLikelihoodLoss")
+def _nll_loss(n):
+    return _nll(n, n.x(0), n.x(1), n.x(2))
+
+
+@op("SoftmaxCrossEntropyLoss")
+def _sce_loss(n):
+    scores = n.x(0)
+    logp = ops.log_softmax(scores, 1)
+    outs = [_nll(n, logp, n.x(1), n.x(2))]
+    if n.wants(1):
+        outs.append(logp)
+    return outs
+
+
+@op("RMSNormalization")
+def _rms_norm(n):
+    x, scale = n.x(0), n.x(1)
+    axis = norm_axis(n.a("axis", -1), x.ndim)
+    eps = n.a("epsilon", 1e-5)
+    axes = list(range(axis, x.ndim))
+    ms = ops.mean(ops.square(x), axes, True)
+    return ops.mul(ops.mul(x, ops.rsqrt(ops.add(ms, like(x, eps)))), scale)
+
+
+@op("Swish")
+def _swish(n):
+    x = n.x(0)
+    return ops.mul(x, ops.sigmoid(ops.mul(x, like(x, n.a("alpha", 1.0)))))
+
+
+def _check_grid_sample(attrs, opset, node):
+    mode = attrs.get("mode", "linear" if opset >= 20 else "bilinear")
+    if mode not in ("linear", "bilinear", "nearest"):
+        return f"mode='{mode}' (Dragon's grid_sample has bilinear and nearest)"
+    if attrs.get("padding_mode", "zeros") not in ("zeros", "border"):
+        return f"padding_mode='{attrs['padding_mode']}' (Dragon has zeros and border)"
+    return None
+
+
+@op("GridSample", check=_check_grid_sample)
+def _grid_sample(n):
+    x = n.x(0)
+    if x.ndim != 4:
+        n.fail(f"{x.ndim - 2}-D sampling (Dragon's grid_sample is 2-D)")
+    mode = n.a("mode", "linear" if n.opset >= 20 else "bilinear")
+    return ops.grid_sample(x, n.x(1), "nearest" if mode == "nearest" else "bilinear",
+                           n.a("padding_mode", "zeros"), bool(n.a("align_corners", 0)))
+
+
+def _check_roi_align(attrs, opset, node):
+    if attrs.get("mode", "avg") != "avg":
+        return f"mode='{attrs['mode']}' (Dragon's roi_align averages)"
+    return None
+
+
+@op("RoiAlign", check=_check_roi_align)
+def _roi_align(n):
+    x, rois, idx = n.x(0), n.x(1), n.x(2)
+    aligned = n.a("coordinate_transformation_mode", "half_pixel") == "half_pixel" \
+        if n.opset >= 16 else False
+    r5 = ops.concat([ops.cast(reshape(idx, [-1, 1]), dt(rois)), rois], 1)
+    return ops.roi_align(x, r5, [n.a("output_height", 1), n.a("output_width", 1)],
+                         n.a("spatial_scale", 1.0), n.a("sampling_ratio", 0), aligned)
+
+
+@op("LpPool", check=_spatial_check)
+def _lp_pool(n):
+    x = n.x(0)
+    p = n.a("p", 2)
+    kernel = list(n.a("kernel_shape"))
+    strides, dilations, pads = _geometry(n, x, kernel)
+    if any(d != 1 for d in dilations):
+        n.fail(f"dilations {dilations}")
+    x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
+    k2 = [1] + kernel if len(kernel) == 1 else kernel
+    xp = ops.pow(ops.abs(x2), like(x2, p))
+    xp = ops.pad(xp, [0, 0, 0, 0, p2[0], p2[2], p2[1], p2[3]]) if any(p2) else xp
+    y = ops.mul(ops.avg_pool2d(xp, k2, s2, [0, 0], bool(n.a("ceil_mode", 0)), True),
+                like(x2, float(np.prod(k2))))
+    y = ops.pow(y, like(y, 1.0 / p))
+    return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if len(kernel) == 1 else y
+
+
+@op("Compress")
+def _compress(n):
+    """The condition is read at trace time (the loader keys its traces on
+    its value when it is a graph input, as for a Reshape target)."""
+    x = n.x(0)
+    keep = np.nonzero(np.asarray(n.static(1)).reshape(-1).astype(bool))[0]
+    axis = n.a("axis", None)
+    if axis is None:
+        x, axis = reshape(x, [-1]), 0
+    axis = norm_axis(axis, x.ndim)
+    keep = keep[keep < x.shape[axis]]
+    return ops.gather(x, const(keep, "int64"), axis)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ._errors import UnsupportedModelError, UnsupportedNode
 from ._load import OnnxFunction, load, supported_ops
+from ._export import export
 
-
-__all__ = ["load", "OnnxFunction", "UnsupportedModelError", "UnsupportedNode",
+__all__ = ["load", "export", "OnnxFunction", "UnsupportedModelError", "UnsupportedNode",
            "supported_ops"]

@@ -1,0 +1,104 @@
+"""dragon_core.onnx.export: functions and plugin ops in onnxruntime, errors
+listing every op, atomic writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dragon_core as dg
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+dgx = pytest.importorskip("dragon_core.onnx")
+
+
+def _ort(model, *xs):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs)})
+
+
+def test_function_with_several_outputs_and_many_ops(tmp_path):
+    w = dg.tensor(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32))
+
+    @dg.function
+    def f(x, y):
+        h = dg.ops.matmul(x, w)                       # captured: an initializer
+        a = dg.ops.softmax(dg.ops.leaky_relu(h, 0.1), axis=-1)
+        b = dg.ops.sum(dg.ops.square(h - 1.5), axes=[1], keepdims=True)
+        c = dg.ops.concat([y, dg.ops.sqrt(dg.ops.abs(y))], axis=0)
+        d = dg.ops.where(h > 0.0, dg.ops.exp(-h), dg.ops.tanh(h))
+        e = dg.ops.var(h, axes=[0], ddof=1) + dg.ops.max(h, axes=[1]).mean()
+        g = dg.ops.slice(dg.ops.pad(h, [1, 0, 0, 2], value=0.5), [0, 1], [2, 6], [1, 2], [0, 1])
+        return a, b, c, d, e, dg.ops.clip(g, -0.5, 0.5)
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    y = rng.standard_normal((2, 3)).astype(np.float32)
+    model = dgx.export(f, [x, y], tmp_path / "f.onnx", output_names=list("abcdeg"))
+    refs = f(dg.tensor(x), dg.tensor(y))
+    for got, ref in zip(_ort(model, x, y), refs):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_roi_align_exports_to_the_standard_op():
+    if not hasattr(dg.ops, "roi_align"):
+        pytest.skip("dragon-vision-ops is not installed")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    rois = np.array([[0, 1.0, 1.5, 8.0, 9.0], [1, 0.0, 0.0, 11.0, 5.5], [1, 3.2, 2.1, 6.7, 10.4]],
+                    np.float32)
+    for aligned in (True, False):
+        for ratio in (2, -1):
+            def f(x, r):
+                return dg.ops.roi_align(x, r, [3, 4], spatial_scale=0.75, sampling_ratio=ratio,
+                                        aligned=aligned)
+            model = dgx.export(f, [x, rois], None)
+            assert "RoiAlign" in {n.op_type for n in model.graph.node}
+            assert all(n.domain == "" for n in model.graph.node)
+            np.testing.assert_allclose(_ort(model, x, rois)[0],
+                                       f(dg.tensor(x), dg.tensor(rois)).numpy(),
+                                       rtol=1e-5, atol=1e-5)
+
+
+def test_nms_exports_to_non_max_suppression():
+    if not hasattr(dg.ops, "nms_padded"):
+        pytest.skip("dragon-vision-ops is not installed")
+    rng = np.random.default_rng(3)
+    xy = rng.uniform(0, 20, (30, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.uniform(2, 10, (30, 2)).astype(np.float32)], 1)
+    scores = rng.permutation(30).astype(np.float32) / 30.0
+
+    def f(b, s):
+        return dg.ops.nms_padded(b, s, 0.4)
+
+    model = dgx.export(f, [boxes, scores], None)
+    assert "NonMaxSuppression" in {n.op_type for n in model.graph.node}
+    keep, count = f(dg.tensor(boxes), dg.tensor(scores))
+    got_keep, got_count = _ort(model, boxes, scores)
+    np.testing.assert_array_equal(got_keep, keep.numpy())
+    assert int(got_count) == int(count.numpy())
+    assert 0 < int(count.numpy()) < 30
+
+
+def test_ops_without_translation_are_all_listed_and_nothing_is_written(tmp_path):
+    def f(x, i):
+        a = dg.ops.scatter_add(x, i, x, 0)
+        return dg.ops.one_hot(i, 4) + a.sum()
+
+    path = tmp_path / "out.onnx"
+    path.write_bytes(b"previous")
+    x = np.ones(3, np.float32)
+    i = np.array([0, 1, 1], np.int64)
+    with pytest.raises(dgx.UnsupportedModelError) as err:
+        dgx.export(f, [x, i], path)
+    assert {n.op_type for n in err.value.nodes} == {"ScatterAdd", "OneHot"}
+    assert path.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx"]
+
+
+def test_export_arguments_are_checked():
+    with pytest.raises(ValueError, match="opset"):
+        dgx.export(lambda x: x * 2.0, [np.ones(2, np.float32)], None, opset=12)
+    with pytest.raises(ValueError, match="input names"):
+        dgx.export(lambda x: x * 2.0, [np.ones(2, np.float32)], None, input_names=["a", "b"])

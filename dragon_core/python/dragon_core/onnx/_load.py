@@ -337,7 +337,8 @@ class OnnxFunction:
         The model's default-domain opset.
     """
 
-    def __init__(self, model, base_dir: str | None = None, opt_level: int = 3):
+    def __init__(self, model, base_dir: str | None = None, opt_level: int = 3,
+                 freeze: bool = False):
         self.model = model
         graph = model.graph
         self.opset = default_opset(model)
@@ -362,8 +363,11 @@ class OnnxFunction:
                                           "supported)")
             self._input_types[i.name] = dtype_of_onnx(i.type.tensor_type.elem_type,
                                                       f"input '{i.name}'")
+        from ._rewrite import fuse_gelu
+        self._graph = fuse_gelu(graph)
         self._static: set = set()
-        self._fn = Function(self._trace, opt_level=opt_level, name=graph.name or "onnx")
+        self._fn = Function(self._trace, opt_level=opt_level, name=graph.name or "onnx",
+                            freeze=freeze)
 
     # The traced function: tensors of the dynamic inputs, then the values of
     # the static ones (hashable, part of the trace key).
@@ -374,7 +378,7 @@ class OnnxFunction:
             env[nm] = Value(t, frozenset([nm]))
         for nm, dt, shape, data in static:
             env[nm] = Value(tensor(np.frombuffer(data, np_dtype(dt)).reshape(shape)))
-        run.run_graph(self.model.graph, env)
+        run.run_graph(self._graph, env)
         return [env[nm].t for nm in self.output_names]
 
     def _as_input(self, nm: str, value) -> Tensor:
@@ -458,7 +462,7 @@ def _read_model(path_or_bytes):
 
 
 def load(path_or_bytes, *, base_dir: str | os.PathLike | None = None,
-         opt_level: int = 3) -> OnnxFunction:
+         opt_level: int = 3, freeze: bool = False) -> OnnxFunction:
     """Load an ONNX model as a compiled Dragon function.
 
     Parameters
@@ -470,6 +474,13 @@ def load(path_or_bytes, *, base_dir: str | os.PathLike | None = None,
         Folder of the external data files when the model is given as bytes.
     opt_level : int, default 3
         Optimisation level of the compiled graph (see ``dragon_core.function``).
+    freeze : bool, default False
+        Compile the initializers in as graph constants
+        (``dragon_core.function(freeze=True)``), so constant folding
+        precomputes what depends on them only (a BatchNormalization folded
+        into its Conv's weights once, not on every call). This copies the
+        initializers into the compiled graph; without it they stay views of
+        the model's bytes and every call reads them.
 
     Returns
     -------
@@ -493,7 +504,7 @@ def load(path_or_bytes, *, base_dir: str | os.PathLike | None = None,
                                   "(upgrade it with onnx.version_converter.convert_version)")
     check_model(model, opset)
     base = os.fspath(base_dir) if base_dir is not None else found_dir
-    return OnnxFunction(model, base, opt_level)
+    return OnnxFunction(model, base, opt_level, freeze)
 
 
 def supported_ops() -> list:

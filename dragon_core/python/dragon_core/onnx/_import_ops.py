@@ -1494,3 +1494,120 @@ def _compress(n):
     axis = norm_axis(axis, x.ndim)
     keep = keep[keep < x.shape[axis]]
     return ops.gather(x, const(keep, "int64"), axis)
+
+
+# ---------------------------------------------------------- attention
+
+def _to_heads(x: Tensor, heads: int) -> Tensor:
+    """[B, S, heads * d] -> [B, heads, S, d]."""
+    b, s, hidden = x.shape
+    return ops.transpose(reshape(x, [b, s, heads, hidden // heads]), [0, 2, 1, 3])
+
+
+def _causal_bias(q_len: int, kv_len: int, offset, left: int, right: int, causal: bool,
+                 dtype: str):
+    """Additive bias (0 / -inf) of the causal and sliding-window limits for
+    queries i and keys j: causal keeps j <= i + offset, the window keeps
+    -right <= i + offset - j <= left (-1: unbounded). ``offset`` is an int
+    (a constant bias [q, kv]) or a [B] tensor (a bias [B, 1, q, kv])."""
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(kv_len).reshape(1, kv_len)
+    if isinstance(offset, int):
+        diff = i + offset - j
+        allowed = np.ones((q_len, kv_len), bool)
+        if causal:
+            allowed &= diff >= 0
+        if left >= 0:
+            allowed &= diff <= left
+        if right >= 0:
+            allowed &= -diff <= right
+        return const(np.where(allowed, 0.0, -np.inf), dtype)
+    off = reshape(ops.cast(offset, "int64"), [-1, 1, 1, 1])
+    diff = ops.sub(ops.add(const(i.reshape(1, 1, q_len, 1), "int64"), off),
+                   const(j.reshape(1, 1, 1, kv_len), "int64"))
+    allowed = None
+
+    def both(a, b):
+        return b if a is None else ops.logical_and(a, b)
+    if causal:
+        allowed = both(allowed, ops.greater_equal(diff, const(0, "int64")))
+    if left >= 0:
+        allowed = both(allowed, ops.less_equal(diff, const(left, "int64")))
+    if right >= 0:
+        allowed = both(allowed, ops.greater_equal(diff, const(-right, "int64")))
+    return ops.where(allowed, const(0.0, dtype), const(-np.inf, dtype))
+
+
+@op("Attention")
+def _attention(n):
+    """ONNX Attention (opset 23+): scaled dot-product attention with 3-D or
+    4-D inputs, grouped-query heads, past/present key-value caches,
+    boolean or additive masks, causal and sliding-window limits, softcap."""
+    q, k, v = n.x(0), n.x(1), n.x(2)
+    mask, past_k, past_v, nonpad = n.x(3), n.x(4), n.x(5), n.x(6)
+    three_d = q.ndim == 3
+    if three_d:
+        q = _to_heads(q, n.a("q_num_heads"))
+        k = _to_heads(k, n.a("kv_num_heads"))
+        v = _to_heads(v, n.a("kv_num_heads"))
+    dtype = dt(q)
+    scale = n.a("scale", None)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[3])
+    s = like(q, np.sqrt(np.float64(scale)).astype(np_dtype(dtype)))
+    if past_k is not None:
+        k = ops.concat([past_k, k], 2)
+    if past_v is not None:
+        v = ops.concat([past_v, v], 2)
+    present_k, present_v = k, v
+    q_len, kv_len = q.shape[2], k.shape[2]
+    bias = None
+    if mask is not None:
+        if dt(mask) == "bool":
+            mask = ops.where(mask, like(q, 0.0), like(q, -np.inf))
+        elif dt(mask) != dtype:
+            mask = ops.cast(mask, dtype)
+        pad = kv_len - mask.shape[-1]
+        if pad > 0:
+            mask = ops.pad(mask, [0, 0] * (mask.ndim - 1) + [0, pad], "constant", -np.inf)
+        bias = mask
+    causal = bool(n.a("is_causal", 0))
+    left, right = n.a("left_window_size", -1), n.a("right_window_size", -1)
+    if causal or left >= 0 or right >= 0:
+        if past_k is None and nonpad is not None:
+            offset = ops.sub(nonpad, like(nonpad, q_len))
+        else:
+            offset = past_k.shape[2] if past_k is not None else 0
+        limits = _causal_bias(q_len, kv_len, offset, left, right, causal, dtype)
+        bias = limits if bias is None else ops.add(bias, limits)
+    if nonpad is not None:
+        keep = ops.less(const(np.arange(kv_len).reshape(1, 1, 1, kv_len), "int64"),
+                        reshape(ops.cast(nonpad, "int64"), [-1, 1, 1, 1]))
+        padding = ops.where(keep, like(q, 0.0), like(q, -np.inf))
+        bias = padding if bias is None else ops.add(bias, padding)
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk and hq % hk == 0:
+        rep = const(np.repeat(np.arange(hk), hq // hk), "int64")
+        k, v = ops.gather(k, rep, 1), ops.gather(v, rep, 1)
+    qk = ops.matmul(ops.mul(q, s), ops.mul(k, s), False, True)
+    softcap = n.a("softcap", 0.0)
+    if softcap and softcap > 0:
+        qk = ops.mul(ops.tanh(ops.div(qk, like(qk, softcap))), like(qk, softcap))
+    mode = n.a("qk_matmul_output_mode", 0)
+    with_bias = qk if bias is None else ops.add(qk, bias)
+    precision = n.a("softmax_precision", None)
+    logits = with_bias
+    if precision is not None and ONNX_DTYPES.get(precision) not in (None, dtype):
+        logits = ops.cast(logits, ONNX_DTYPES[precision])
+    p = ops.softmax(logits, -1)
+    if bias is not None:
+        dead = ops.equal(ops.max(bias, [-1], True), like(bias, -np.inf))
+        p = ops.where(dead, like(p, 0.0), p)
+    if dt(p) != dtype:
+        p = ops.cast(p, dtype)
+    y = ops.matmul(p, v)
+    if three_d:
+        y = ops.transpose(y, [0, 2, 1, 3])
+        y = reshape(y, [y.shape[0], y.shape[1], -1])
+    qk_out = {0: qk, 1: qk, 2: with_bias, 3: p}.get(mode, qk)
+    return [y, present_k, present_v, qk_out]

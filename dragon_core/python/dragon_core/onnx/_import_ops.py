@@ -1611,3 +1611,141 @@ def _attention(n):
         y = reshape(y, [y.shape[0], y.shape[1], -1])
     qk_out = {0: qk, 1: qk, 2: with_bias, 3: p}.get(mode, qk)
     return [y, present_k, present_v, qk_out]
+
+
+# ---------------------------------------------------- more composites
+
+@op("Sinh")
+def _sinh(n):
+    x = n.x(0)
+    return ops.mul(ops.sub(ops.exp(x), ops.exp(ops.neg(x))), like(x, 0.5))
+
+
+@op("Cosh")
+def _cosh(n):
+    x = n.x(0)
+    return ops.mul(ops.add(ops.exp(x), ops.exp(ops.neg(x))), like(x, 0.5))
+
+
+@op("Asinh")
+def _asinh(n):
+    x = n.x(0)
+    # sign(x) * log(|x| + sqrt(x^2 + 1)): no cancellation for negative x.
+    ax = ops.abs(x)
+    return ops.mul(ops.sign(x), ops.log(ops.add(ax, ops.sqrt(ops.add(ops.square(ax),
+                                                                      like(x, 1.0))))))
+
+
+@op("Acosh")
+def _acosh(n):
+    x = n.x(0)
+    return ops.log(ops.add(x, ops.sqrt(ops.sub(ops.square(x), like(x, 1.0)))))
+
+
+@op("Atanh")
+def _atanh(n):
+    x = n.x(0)
+    return ops.mul(ops.sub(ops.log1p(x), ops.log1p(ops.neg(x))), like(x, 0.5))
+
+
+def _window(kind):
+    def run(n):
+        size = int(np.asarray(n.static(0)).reshape(-1)[0])
+        periodic = bool(n.a("periodic", 1))
+        N = size if periodic else size - 1
+        k = np.arange(size, dtype=np.float64)
+        t = 2 * np.pi * k / N if N else np.zeros(size)
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(t)
+        elif kind == "hamming":
+            w = 25.0 / 46.0 - (1 - 25.0 / 46.0) * np.cos(t)
+        else:
+            w = 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t)
+        to = ONNX_DTYPES.get(n.a("output_datatype", 1))
+        if to is None:
+            n.fail("output dtype Dragon lacks")
+        return const(w.astype(np.float32) if to != "float64" else w, to)
+    return run
+
+
+op("HannWindow")(_window("hann"))
+op("HammingWindow")(_window("hamming"))
+op("BlackmanWindow")(_window("blackman"))
+
+
+@op("CenterCropPad")
+def _center_crop_pad(n):
+    x = n.x(0)
+    target = n.ints(1)
+    axes = [norm_axis(a, x.ndim) for a in n.a("axes", list(range(x.ndim)))]
+    for a, size in zip(axes, target):
+        dim = x.shape[a]
+        if size < dim:
+            start = (dim - size) // 2
+            x = ops.slice(x, [start], [start + size], [1], [a])
+        elif size > dim:
+            before = (size - dim) // 2
+            pads = [0] * (2 * x.ndim)
+            pads[2 * a], pads[2 * a + 1] = before, size - dim - before
+            x = ops.pad(x, pads) if dt(x) != "bool" else \
+                ops.cast(ops.pad(ops.cast(x, "uint8"), pads), "bool")
+    return x
+
+
+_QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
+           "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _quant_param(p: Tensor, x: Tensor, axis: int, block: int) -> Tensor:
+    """A scale / zero point shaped to broadcast against x: a scalar, one
+    value per index of ``axis``, or (block quantization) one per block."""
+    if p.ndim == 0 or p.size == 1 and p.ndim <= 1:
+        return reshape(p, []) if p.ndim else p
+    axis = norm_axis(axis, x.ndim)
+    if block:
+        rep = const(np.arange(x.shape[axis]) // block, "int64")
+        return ops.gather(p, rep, axis)
+    shape = [1] * x.ndim
+    shape[axis] = p.shape[0]
+    return reshape(p, shape)
+
+
+@op("DequantizeLinear")
+def _dequantize(n):
+    x, scale, zp = n.x(0), n.x(1), n.x(2)
+    axis, block = n.a("axis", 1), n.a("block_size", 0)
+    out = ONNX_DTYPES.get(n.a("output_dtype", 0)) or dt(scale)
+    s = _quant_param(scale, x, axis, block)
+    xf = ops.cast(x, dt(s))
+    if zp is not None:
+        xf = ops.sub(xf, ops.cast(_quant_param(zp, x, axis, block), dt(s)))
+    y = ops.mul(xf, s)
+    return y if dt(y) == out else ops.cast(y, out)
+
+
+@op("QuantizeLinear")
+def _quantize(n):
+    x, scale, zp = n.x(0), n.x(1), n.x(2)
+    axis, block = n.a("axis", 1), n.a("block_size", 0)
+    out = dt(zp) if zp is not None else (ONNX_DTYPES.get(n.a("output_dtype", 0)) or "uint8")
+    if out not in _QRANGE:
+        n.fail(f"quantizing to {out}")
+    s = _quant_param(scale, x, axis, block)
+    xs = x if dt(x) == dt(s) else ops.cast(x, dt(s))
+    y = ops.round(ops.div(xs, s))
+    if zp is not None:
+        y = ops.add(y, ops.cast(_quant_param(zp, x, axis, block), dt(y)))
+    lo, hi = _QRANGE[out]
+    return ops.cast(ops.clip(y, float(lo), float(hi)), out)
+
+
+@op("DynamicQuantizeLinear")
+def _dynamic_quantize(n):
+    x = n.x(0)
+    zero = like(x, 0.0)
+    hi = ops.maximum(ops.max(x), zero)
+    lo = ops.minimum(ops.min(x), zero)
+    scale = ops.div(ops.sub(hi, lo), like(x, 255.0))
+    zp = ops.clip(ops.round(ops.sub(zero, ops.div(lo, scale))), 0.0, 255.0)
+    y = ops.clip(ops.add(ops.round(ops.div(x, scale)), zp), 0.0, 255.0)
+    return [ops.cast(y, "uint8"), scale, ops.cast(zp, "uint8")]

@@ -128,7 +128,8 @@ def _child(backend: str, skip: set, names_filter: str | None, progress: str) -> 
                     first = str(exc).strip().splitlines()
                     if hasattr(exc, "nodes"):
                         first = [f"unsupported: {sorted({n.op_type for n in exc.nodes})}"]
-                    status, msg = "error", f"{type(exc).__name__}: {first[0][:300] if first else ''}"
+                    head = first[0][:300] if first else ""
+                    status, msg = "error", f"{type(exc).__name__}: {head}"
                 log.write(json.dumps({"name": case.name, "status": status, "msg": msg}) + "\n")
                 log.flush()
 

@@ -284,11 +284,7 @@ def _where(n):
     return ops.where(n.x(0), n.x(1), n.x(2))
 
 
-def _check_dropout(attrs, opset, node):
-    return None
-
-
-@op("Dropout", check=_check_dropout)
+@op("Dropout")
 def _dropout(n):
     x = n.x(0)
     if n.opset >= 12 and n.has(2):
@@ -957,10 +953,6 @@ def _check_bn(attrs, opset, node):
 @op("BatchNormalization", check=_check_bn)
 def _batch_norm(n):
     x = n.x(0)
-    if sum(1 for o in n.proto.output if o) > 1 and n.opset < 14:
-        # Opsets < 14 list running-stat outputs that are only meaningful in
-        # training; in inference they equal the inputs.
-        pass
     eps = n.a("epsilon", 1e-5)
     y = ops.batch_norm(x, n.x(1), n.x(2), n.x(3), n.x(4), eps, False)
     y = y[0] if isinstance(y, (tuple, list)) else y
@@ -1240,10 +1232,6 @@ def _resize(n):
 
 
 # ------------------------------------------------------- control flow
-
-def _subgraph_env(n, outer: dict) -> dict:
-    return dict(outer)
-
 
 def _run_sub(n, graph, env: dict, args: list) -> list:
     """Run sub-graph ``graph`` with its formal inputs bound to ``args``
@@ -1749,3 +1737,69 @@ def _dynamic_quantize(n):
     zp = ops.clip(ops.round(ops.sub(zero, ops.div(lo, scale))), 0.0, 255.0)
     y = ops.clip(ops.add(ops.round(ops.div(x, scale)), zp), 0.0, 255.0)
     return [ops.cast(y, "uint8"), scale, ops.cast(zp, "uint8")]
+
+
+# ---------------------------------------------------------- recurrent
+
+_RNN_ACT = {"Tanh": ops.tanh, "Relu": ops.relu, "Sigmoid": ops.sigmoid}
+
+
+def _check_rnn(attrs, opset, node):
+    acts = attrs.get("activations")
+    if acts and any(a not in _RNN_ACT for a in acts):
+        return f"activations {acts} (Dragon's RNN import has Tanh, Relu, Sigmoid)"
+    return None
+
+
+@op("RNN", check=_check_rnn)
+def _rnn(n):
+    """The Elman RNN unrolled over the (trace-time known) sequence length:
+    H_t = f(X_t W^T + H_(t-1) R^T + Wb + Rb), per direction."""
+    x, w, r, b = n.x(0), n.x(1), n.x(2), n.x(3)
+    if n.has(4):
+        lens = np.asarray(n.static(4)).reshape(-1)
+        seq = x.shape[1] if n.a("layout", 0) else x.shape[0]
+        if np.any(lens != seq):
+            n.fail("sequence_lens shorter than the sequence")
+    h0 = n.x(5)
+    layout = n.a("layout", 0)
+    if layout:
+        x = ops.transpose(x, [1, 0, 2])
+        h0 = ops.transpose(h0, [1, 0, 2]) if h0 is not None else None
+    steps, batch = x.shape[0], x.shape[1]
+    hidden = r.shape[-1]
+    direction = n.a("direction", "forward")
+    dirs = ["forward", "reverse"] if direction == "bidirectional" else [direction]
+    acts = n.a("activations", ["Tanh"] * len(dirs))
+    clip = n.a("clip", None)
+    ys, hs = [], []
+    for d, which in enumerate(dirs):
+        wd = reshape(ops.slice(w, [d], [d + 1], [1], [0]), list(w.shape[1:]))
+        rd = reshape(ops.slice(r, [d], [d + 1], [1], [0]), list(r.shape[1:]))
+        bias = None
+        if b is not None:
+            bd = reshape(ops.slice(b, [d], [d + 1], [1], [0]), [2 * hidden])
+            bias = ops.add(ops.slice(bd, [0], [hidden], [1], [0]),
+                           ops.slice(bd, [hidden], [2 * hidden], [1], [0]))
+        h = reshape(ops.slice(h0, [d], [d + 1], [1], [0]), [batch, hidden]) \
+            if h0 is not None else ops.zeros([batch, hidden], dt(x))
+        act = _RNN_ACT[acts[d]]
+        outs = [None] * steps
+        order = range(steps) if which == "forward" else range(steps - 1, -1, -1)
+        for t in order:
+            xt = reshape(ops.slice(x, [t], [t + 1], [1], [0]), [batch, x.shape[2]])
+            z = ops.add(ops.matmul(xt, wd, False, True), ops.matmul(h, rd, False, True))
+            if bias is not None:
+                z = ops.add(z, bias)
+            if clip is not None:
+                z = ops.clip(z, -clip, clip)
+            h = act(z)
+            outs[t] = h
+        ys.append(ops.stack(outs, 0))            # [S, B, H]
+        hs.append(h)
+    y = ops.stack(ys, 1)                         # [S, D, B, H]
+    y_h = ops.stack(hs, 0)                       # [D, B, H]
+    if layout:
+        y = ops.transpose(y, [2, 0, 1, 3])
+        y_h = ops.transpose(y_h, [1, 0, 2])
+    return [y, y_h]

@@ -209,10 +209,7 @@ class Node:
         at = self.attrs.get(name)
         if at is None:
             return default
-        v = attr_value(at)
-        if name in ("value", "sparse_value") or hasattr(v, "dims"):
-            return v
-        return v
+        return attr_value(at)
 
     def a_tensor(self, name: str) -> np.ndarray | None:
         at = self.attrs.get(name)

@@ -905,14 +905,22 @@ def _pool(kind):
         begin, end = p2[:2], p2[2:]
         half_ok = all(2 * p <= k for p, k in zip(begin, k2))
         if begin != end or not half_ok:
-            if kind == "avg" and not n.a("count_include_pad", 0):
-                n.fail(f"asymmetric padding {pads} with count_include_pad=0")
             if ceil:
                 n.fail(f"asymmetric padding {pads} with ceil_mode=1")
             fill = -np.inf if kind == "max" else 0.0
             if kind == "max" and dt(x2) not in ("float16", "bfloat16", "float32", "float64"):
                 fill = float(np.iinfo(np_dtype(dt(x2))).min)
-            x2 = ops.pad(x2, [0, 0, 0, 0, begin[0], end[0], begin[1], end[1]], "constant", fill)
+            full = [0, 0, 0, 0, begin[0], end[0], begin[1], end[1]]
+            if kind == "avg" and not n.a("count_include_pad", 0):
+                # Mean over the real cells: window sums of x over window
+                # sums of a mask of the real cells.
+                ones = ops.pad(ops.full(list(x2.shape), 1.0, dt(x2)), full)
+                xs = ops.pad(x2, full)
+                num = ops.avg_pool2d(xs, k2, s2, [0, 0], False, True)
+                den = ops.avg_pool2d(ones, k2, s2, [0, 0], False, True)
+                y = ops.div(num, den)
+                return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if rank == 1 else y
+            x2 = ops.pad(x2, full, "constant", fill)
             begin = [0, 0]
         if kind == "max":
             if n.wants(1):
@@ -1803,3 +1811,63 @@ def _rnn(n):
         y = ops.transpose(y, [2, 0, 1, 3])
         y_h = ops.transpose(y_h, [1, 0, 2])
     return [y, y_h]
+
+
+@op("DeformConv")
+def _deform_conv(n):
+    """vision_ops' deform_conv2d (torchvision's layout of offsets and masks,
+    which is ONNX's)."""
+    if not hasattr(ops, "deform_conv2d"):
+        n.fail("needs dragon-vision-ops (pip install dragon-vision-ops)")
+    x, w, off, b, mask = n.x(0), n.x(1), n.x(2), n.x(3), n.x(4)
+    if x.ndim != 4:
+        n.fail(f"{x.ndim - 2}-D input (Dragon's deform_conv2d is 2-D)")
+    strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    return ops.deform_conv2d(x, w, off, mask, b, list(strides), list(pads), list(dilations),
+                             n.a("group", 1), n.a("offset_group", 1))
+
+
+@op("AffineGrid")
+def _affine_grid(n):
+    theta = n.x(0)
+    size = n.ints(1)
+    align = bool(n.a("align_corners", 0))
+
+    def axis(m):
+        if align:
+            return np.linspace(-1.0, 1.0, m) if m > 1 else np.zeros(1)
+        return (2.0 * np.arange(m) + 1.0) / m - 1.0
+    if len(size) == 4:
+        N, _, H, W = size
+        ys, xs = np.meshgrid(axis(H), axis(W), indexing="ij")
+        base = np.stack([xs, ys, np.ones_like(xs)], -1).reshape(1, H * W, 3)
+        out = [N, H, W, 2]
+    else:
+        N, _, D, H, W = size
+        zs, ys, xs = np.meshgrid(axis(D), axis(H), axis(W), indexing="ij")
+        base = np.stack([xs, ys, zs, np.ones_like(xs)], -1).reshape(1, D * H * W, 4)
+        out = [N, D, H, W, 3]
+    grid = ops.matmul(ops.broadcast_to(const(base, dt(theta)), [N] + list(base.shape[1:])),
+                      theta, False, True)
+    return reshape(grid, out)
+
+
+@op("ReverseSequence")
+def _reverse_sequence(n):
+    """Indices along the time axis computed at trace time from the lengths
+    (the traces are keyed on their value when they are a graph input)."""
+    x = n.x(0)
+    lens = np.asarray(n.static(1)).reshape(-1)
+    t_axis, b_axis = n.a("time_axis", 0), n.a("batch_axis", 1)
+    T = x.shape[t_axis]
+    idx = np.empty(x.shape, np.int64)
+    t = np.arange(T)
+    for bi, length in enumerate(lens):
+        src = np.where(t < length, length - 1 - t, t)
+        shape = [1] * x.ndim
+        shape[t_axis] = T
+        sel = [slice(None)] * x.ndim
+        sel[b_axis] = slice(bi, bi + 1)
+        idx[tuple(sel)] = np.broadcast_to(src.reshape(shape), idx[tuple(sel)].shape)
+    lin = _linear_index(x.shape, const(idx, "int64"), t_axis)
+    return ops.gather(reshape(x, [-1]), lin, 0)

@@ -82,19 +82,46 @@ def test_nms_exports_to_non_max_suppression():
 
 
 def test_ops_without_translation_are_all_listed_and_nothing_is_written(tmp_path):
-    def f(x, i):
-        a = dg.ops.scatter_add(x, i, x, 0)
-        return dg.ops.one_hot(i, 4) + a.sum()
+    def f(x, t):
+        a = dg.ops.sigmoid_focal_loss(x, t)
+        return dg.ops.random_uniform([3]) + a + dg.ops.softmax_cross_entropy(
+            x[None], dg.ops.cast(t[None, :1], "int64")[0], label_smoothing=0.1)
 
     path = tmp_path / "out.onnx"
     path.write_bytes(b"previous")
     x = np.ones(3, np.float32)
-    i = np.array([0, 1, 1], np.int64)
+    t = np.array([0.0, 1.0, 1.0], np.float32)
     with pytest.raises(dgx.UnsupportedModelError) as err:
-        dgx.export(f, [x, i], path)
-    assert {n.op_type for n in err.value.nodes} == {"ScatterAdd", "OneHot"}
+        dgx.export(f, [x, t], path)
+    assert {n.op_type for n in err.value.nodes} == {"SigmoidFocalLoss", "RandomUniform",
+                                                    "SoftmaxCrossEntropy"}
+    assert "label_smoothing" in str(err.value)
     assert path.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx"]
+
+
+def test_indices_and_losses():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    y = rng.standard_normal((4, 5)).astype(np.float32)
+    t = np.array([0, 3, 4, 1], np.int64)
+    idx = np.array([2, 0, 2], np.int64)
+    upd = rng.standard_normal((3, 5)).astype(np.float32)
+
+    def f(x, y, t, idx, upd):
+        logp = dg.ops.log_softmax(x, axis=1)
+        return (dg.ops.one_hot(t, 6, 2.0, -1.0, "float32", 0),
+                dg.ops.scatter_add(x, idx, upd, 0),
+                dg.ops.scatter_add(x, idx[:2], dg.ops.transpose(upd[:2, :4]), 1),
+                dg.ops.mse_loss(x, y), dg.ops.l1_loss(x, y, reduction="sum"),
+                dg.ops.nll_loss(logp, t, ignore_index=3),
+                dg.ops.softmax_cross_entropy(x, t, reduction="none"))
+
+    args = [x, y, t, idx, upd]
+    model = dgx.export(f, args, None)
+    refs = f(*[dg.tensor(v) for v in args])
+    for got, ref in zip(_ort(model, *args), refs):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_export_arguments_are_checked():

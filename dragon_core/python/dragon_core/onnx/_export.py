@@ -220,16 +220,9 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
         readers[oname(nm)] = readers.get(oname(nm), 0) + 1
     onnx_shapes = {oname(k): v for k, v in shapes.items()}
 
-    # Every op translatable? List all the ones that are not, before writing.
+    # Every op is translated (or listed as untranslatable) before anything
+    # is written, so one error names all of them.
     bad = []
-    for op in graph.op:
-        if op.type in EXPORT or (op.plugin not in ("", "core")):
-            continue
-        bad.append(UnsupportedNode(op.type, "dragon", opset, op.name,
-                                   "no ONNX translation for this Dragon op"))
-    if bad:
-        raise UnsupportedModelError("export", bad)
-
     e = Emitter(opset, onnx_shapes, readers)
     for op in graph.op:
         ins = [oname(nm) for nm in op.input]
@@ -237,6 +230,10 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
         attrs = {k: attr_from_proto(v) for k, v in op.attr.items() if not k.startswith("_")}
         e.op_type = op.type
         fn = EXPORT.get(op.type)
+        if fn is None and op.plugin in ("", "core"):
+            bad.append(UnsupportedNode(op.type, "dragon", opset, op.name,
+                                       "no ONNX translation for this Dragon op"))
+            continue
         try:
             if fn is None:
                 _custom(e, op, ins, outs, attrs)

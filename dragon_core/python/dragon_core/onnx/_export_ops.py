@@ -504,3 +504,69 @@ def _nms(e, ins, outs, a):
     e.node("Pad", [keep, pad, e.const(np.array(-1, np.int64))], [outs[0]], mode="constant")
     if len(outs) > 1:
         e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[1]])
+
+
+# ------------------------------------------------------ indices, losses
+
+@export_op("OneHot")
+def _one_hot(e, ins, outs, a):
+    dtype = e.dtype(outs[0])
+    values = e.const(np.array([a["off_value"], a["on_value"]]).astype(e.np_dtype(dtype)))
+    e.node("OneHot", [ins[0], e.const(np.array(int(a["depth"]), np.int64)), values], outs,
+           axis=int(a["axis"]))
+
+
+@export_op("ScatterAdd")
+def _scatter_add(e, ins, outs, a):
+    """Dragon's index-add (updates x.shape[:axis] + indices.shape +
+    x.shape[axis+1:]) as ScatterElements(reduction='add') with the indices
+    expanded to the updates' shape."""
+    x, idx, upd = ins
+    shape = list(e.shape(x))
+    rank = len(shape)
+    axis = int(a["axis"]) % rank
+    count = int(np.prod(e.shape(idx)))
+    ushape = shape[:axis] + [count] + shape[axis + 1:]
+    flat_u = e.node("Reshape", [upd, e.const(np.array(ushape, np.int64))])
+    ishape = [1] * axis + [count] + [1] * (rank - axis - 1)
+    ii = e.node("Reshape", [idx, e.const(np.array(ishape, np.int64))])
+    if e.dtype(idx) != "int64":
+        ii = e.node("Cast", [ii], to=7)
+    ii = e.node("Expand", [ii, e.const(np.array(ushape, np.int64))])
+    e.node("ScatterElements", [x, ii, flat_u], outs, axis=axis, reduction="add")
+
+
+def _reduce_loss(e, loss, outs, reduction):
+    if reduction == "none":
+        e.node("Identity", [loss], outs)
+    elif reduction == "sum":
+        e.node("ReduceSum", [loss], outs, keepdims=0)
+    else:
+        e.node("ReduceMean", [loss], outs, keepdims=0)
+
+
+@export_op("MseLoss")
+def _mse(e, ins, outs, a):
+    d = e.node("Sub", ins)
+    _reduce_loss(e, e.node("Mul", [d, d]), outs, a["reduction"])
+
+
+@export_op("L1Loss")
+def _l1(e, ins, outs, a):
+    _reduce_loss(e, e.node("Abs", [e.node("Sub", ins)]), outs, a["reduction"])
+
+
+@export_op("NllLoss")
+def _nll(e, ins, outs, a):
+    t = ins[1] if e.dtype(ins[1]) == "int64" else e.node("Cast", [ins[1]], to=7)
+    e.node("NegativeLogLikelihoodLoss", [ins[0], t], outs, reduction=a["reduction"],
+           ignore_index=int(a["ignore_index"]))
+
+
+@export_op("SoftmaxCrossEntropy")
+def _sce(e, ins, outs, a):
+    if float(a.get("label_smoothing", 0.0)) != 0.0:
+        raise NotImplementedError("label_smoothing (ONNX SoftmaxCrossEntropyLoss has none)")
+    t = ins[1] if e.dtype(ins[1]) == "int64" else e.node("Cast", [ins[1]], to=7)
+    e.node("SoftmaxCrossEntropyLoss", [ins[0], t], outs, reduction=a["reduction"],
+           ignore_index=int(a["ignore_index"]))

@@ -570,3 +570,179 @@ def _sce(e, ins, outs, a):
     t = ins[1] if e.dtype(ins[1]) == "int64" else e.node("Cast", [ins[1]], to=7)
     e.node("SoftmaxCrossEntropyLoss", [ins[0], t], outs, reduction=a["reduction"],
            ignore_index=int(a["ignore_index"]))
+
+
+# ------------------------------------------- the growing op library
+
+for _dg, _ox in {"Erf": "Erf", "Tan": "Tan", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan",
+                 "Sinh": "Sinh", "Cosh": "Cosh", "Asinh": "Asinh", "Acosh": "Acosh",
+                 "Atanh": "Atanh", "IsNan": "IsNaN", "IsInf": "IsInf"}.items():
+    export_op(_dg)(_simple(_ox))
+
+_INTS = ("uint8", "int8", "int16", "int32", "int64")
+
+
+@export_op("IsFinite")
+def _isfinite(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        e.node("Not", [e.node("Equal", [ins[0], ins[0]])], [e.fresh("unused")])
+        e.node("ConstantOfShape", [e.node("Shape", ins)], outs,
+               value=e.helper.make_tensor("value", 9, [1], [True]))
+        return
+    bad = e.node("Or", [e.node("IsNaN", ins), e.node("IsInf", ins)])
+    e.node("Not", [bad], outs)
+
+
+def _trunc(e, q, outs=None):
+    neg = e.node("Less", [q, e.scalar(0, q)])
+    return e.node("Where", [neg, e.node("Ceil", [q]), e.node("Floor", [q])], outs)
+
+
+@export_op("TruncDivide")
+def _trunc_divide(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        e.node("Div", ins, outs)              # ONNX integer Div truncates
+    else:
+        _trunc(e, e.node("Div", ins), outs)
+
+
+@export_op("FloorDivide")
+def _floor_divide(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        # a - mod(a, b) is a multiple of b: the truncating Div is exact.
+        rem = e.node("Mod", ins, fmod=0)
+        e.node("Div", [e.node("Sub", [ins[0], rem]), ins[1]], outs)
+    else:
+        e.node("Floor", [e.node("Div", ins)], outs)
+
+
+@export_op("Mod")
+def _mod(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        e.node("Mod", ins, outs, fmod=0)
+    else:
+        q = e.node("Floor", [e.node("Div", ins)])
+        e.node("Sub", [ins[0], e.node("Mul", [q, ins[1]])], outs)
+
+
+@export_op("Fmod")
+def _fmod(e, ins, outs, a):
+    e.node("Mod", ins, outs, fmod=1)
+
+
+def _bitwise(onnx_type, logical):
+    def run(e, ins, outs, a):
+        e.node(logical if e.dtype(ins[0]) == "bool" else onnx_type, ins, outs)
+    return run
+
+
+export_op("BitwiseAnd")(_bitwise("BitwiseAnd", "And"))
+export_op("BitwiseOr")(_bitwise("BitwiseOr", "Or"))
+export_op("BitwiseXor")(_bitwise("BitwiseXor", "Xor"))
+export_op("BitwiseNot")(_bitwise("BitwiseNot", "Not"))
+
+
+def _shift(direction):
+    def run(e, ins, outs, a):
+        if e.dtype(ins[0]) != "uint8":
+            raise NotImplementedError(f"shifts of {e.dtype(ins[0])} (ONNX BitShift takes "
+                                      "unsigned integers)")
+        e.node("BitShift", ins, outs, direction=direction)
+    return run
+
+
+export_op("LeftShift")(_shift("LEFT"))
+export_op("RightShift")(_shift("RIGHT"))
+
+
+@export_op("CumSum")
+def _cumsum(e, ins, outs, a):
+    e.node("CumSum", [ins[0], e.const(np.array(int(a["axis"]), np.int64))], outs,
+           exclusive=int(bool(a.get("exclusive"))), reverse=int(bool(a.get("reverse"))))
+
+
+@export_op("TopK")
+def _topk(e, ins, outs, a):
+    e.node("TopK", [ins[0], e.const(np.array([int(a["k"])], np.int64))], outs,
+           axis=int(a["axis"]), largest=int(bool(a["largest"])), sorted=1)
+
+
+@export_op("Sort")
+def _sort(e, ins, outs, a):
+    axis = int(a["axis"])
+    k = e.shape(ins[0])[axis]
+    e.node("TopK", [ins[0], e.const(np.array([k], np.int64))], outs, axis=axis,
+           largest=int(bool(a["descending"])), sorted=1)
+
+
+@export_op("ArgSort")
+def _argsort(e, ins, outs, a):
+    axis = int(a["axis"])
+    k = e.shape(ins[0])[axis]
+    e.node("TopK", [ins[0], e.const(np.array([k], np.int64))], [e.fresh("values"), outs[0]],
+           axis=axis, largest=int(bool(a["descending"])), sorted=1)
+
+
+def _recurrent_attrs(a, e, w):
+    attrs = dict(direction=a.get("direction", "forward"), layout=int(a.get("layout", 0)),
+                 hidden_size=int(e.shape(w)[-1]))
+    if a.get("clip") is not None:
+        attrs["clip"] = float(a["clip"])
+    return attrs
+
+
+@export_op("Lstm")
+def _lstm(e, ins, outs, a):
+    ins = list(ins) + [""] * (7 - len(ins))
+    x, w, r, b, h0, c0, p = ins[:7]
+    e.node("LSTM", [x, w, r, b, "", h0, c0, p], outs,
+           input_forget=int(bool(a.get("input_forget"))), **_recurrent_attrs(a, e, r))
+
+
+@export_op("Gru")
+def _gru(e, ins, outs, a):
+    ins = list(ins) + [""] * (5 - len(ins))
+    x, w, r, b, h0 = ins[:5]
+    e.node("GRU", [x, w, r, b, "", h0], outs,
+           linear_before_reset=int(bool(a.get("linear_before_reset"))),
+           **_recurrent_attrs(a, e, r))
+
+
+@export_op("Conv3d")
+def _conv3d(e, ins, outs, a):
+    w = e.shape(ins[1])
+    p = list(a["pads"])
+    e.node("Conv", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
+           strides=list(a["strides"]), pads=p + p, dilations=list(a["dilations"]),
+           group=int(a["groups"]))
+
+
+@export_op("ConvTranspose3d")
+def _conv_transpose3d(e, ins, outs, a):
+    w = e.shape(ins[1])
+    p = list(a["pads"])
+    e.node("ConvTranspose", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
+           strides=list(a["strides"]), pads=p + p, output_padding=list(a["output_padding"]),
+           dilations=list(a["dilations"]), group=int(a["groups"]))
+
+
+@export_op("MaxPool3d")
+def _max_pool3d(e, ins, outs, a):
+    k = list(a["kernel_size"])
+    k = k * 3 if len(k) == 1 else k
+    s = list(a["strides"]) or k
+    p = list(a["pads"])
+    e.node("MaxPool", ins, outs[:1] if len(outs) < 2 or not e.used(outs[1]) else outs,
+           kernel_shape=k, strides=s, pads=p + p, dilations=list(a["dilations"]),
+           ceil_mode=int(bool(a["ceil_mode"])))
+
+
+@export_op("AvgPool3d")
+def _avg_pool3d(e, ins, outs, a):
+    k = list(a["kernel_size"])
+    k = k * 3 if len(k) == 1 else k
+    s = list(a["strides"]) or k
+    p = list(a["pads"])
+    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p + p,
+           ceil_mode=int(bool(a["ceil_mode"])),
+           count_include_pad=int(bool(a["count_include_pad"])))

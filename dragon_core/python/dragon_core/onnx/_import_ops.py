@@ -87,12 +87,23 @@ for _name, _fn in {"Abs": ops.abs, "Neg": ops.neg, "Exp": ops.exp, "Log": ops.lo
                    "Not": ops.logical_not}.items():
     op(_name)(_unary(_fn))
 
-for _name, _fn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "Div": ops.div,
+for _name, _fn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul,
                    "Equal": ops.equal, "Greater": ops.greater, "Less": ops.less,
                    "GreaterOrEqual": ops.greater_equal, "LessOrEqual": ops.less_equal,
                    "And": ops.logical_and, "Or": ops.logical_or,
                    "Xor": ops.not_equal}.items():
     op(_name)(lambda n, _fn=_fn: _fn(n.x(0), n.x(1)))
+
+
+_INT = ("uint8", "int8", "int16", "int32", "int64")
+
+
+@op("Div")
+def _div(n):
+    a, b = n.x(0), n.x(1)
+    if dt(a) in _INT and hasattr(ops, "trunc_divide"):
+        return ops.trunc_divide(a, b)         # ONNX integer Div truncates
+    return ops.div(a, b)
 
 
 @op("Identity")
@@ -102,6 +113,8 @@ def _identity(n):
 
 @op("Tan")
 def _tan(n):
+    if hasattr(ops, "tan"):
+        return ops.tan(n.x(0))
     return ops.div(ops.sin(n.x(0)), ops.cos(n.x(0)))
 
 
@@ -111,6 +124,8 @@ def _erf(n):
     rounding: the Maclaurin series below (truncation < 2e-8), Abramowitz &
     Stegun 7.1.26 above (absolute error < 1.5e-7, relative < 3e-7 there)."""
     x = n.x(0)
+    if hasattr(ops, "erf"):
+        return ops.erf(x)
     x2 = ops.square(x)
     series = like(x, -1.0 / 1320.0)
     for c in (1.0 / 216.0, -1.0 / 42.0, 1.0 / 10.0, -1.0 / 3.0, 1.0):
@@ -159,8 +174,12 @@ def _mean(n):
 def _mod(n):
     a, b = n.x(0), n.x(1)
     if not n.a("fmod", 0):
-        n.fail("integer Mod (fmod=0) needs integer division, which Dragon's op library "
-               "does not have")
+        if not hasattr(ops, "mod"):
+            n.fail("integer Mod (fmod=0) needs integer division, which Dragon's op library "
+                   "does not have")
+        return ops.mod(a, b)                  # sign of the divisor, as Python
+    if hasattr(ops, "fmod"):
+        return ops.fmod(a, b)                 # sign of the dividend, as C
     q = ops.div(a, b)
     trunc = ops.where(ops.less(q, like(q, 0)), ops.ceil(q), ops.floor(q))
     return ops.sub(a, ops.mul(trunc, b))
@@ -264,6 +283,8 @@ def _clip(n):
 
 @op("IsNaN")
 def _isnan(n):
+    if hasattr(ops, "isnan"):
+        return ops.isnan(n.x(0))
     return ops.not_equal(n.x(0), n.x(0))
 
 
@@ -792,9 +813,14 @@ def _gemm(n):
 
 # ------------------------------------------------------- convolution
 
+_OPS_3D = {"Conv": "conv3d", "ConvTranspose": "conv_transpose3d", "MaxPool": "max_pool3d",
+           "AveragePool": "avg_pool3d", "LpPool": "avg_pool3d"}
+
+
 def _spatial_check(attrs, opset, node):
     ks = attrs.get("kernel_shape")
-    if ks is not None and len(ks) > 2:
+    if ks is not None and len(ks) > 2 and not (len(ks) == 3 and
+                                              hasattr(ops, _OPS_3D[node.op_type])):
         return f"{len(ks)}-D windows (Dragon's op library has 1-D and 2-D ones)"
     if attrs.get("storage_order", 0):
         return "storage_order=1"
@@ -845,10 +871,27 @@ def _spatial_2d(n, x, strides, dilations, pads):
     return x, list(strides), list(dilations), list(pads)
 
 
+def _split_pads(pads, rank):
+    """ONNX pads (begins, then ends) -> (begins, ends)."""
+    return list(pads[:rank]), list(pads[rank:])
+
+
+def _pad_explicitly(x, begins, ends, value=0.0):
+    full = [0, 0, 0, 0]
+    for b_, e_ in zip(begins, ends):
+        full += [b_, e_]
+    return ops.pad(x, full, "constant", value)
+
+
 @op("Conv", check=_spatial_check)
 def _conv(n):
     x, w, b = n.x(0), n.x(1), n.x(2)
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    if x.ndim == 5:
+        begins, ends = _split_pads(pads, 3)
+        if begins != ends:
+            x, begins = _pad_explicitly(x, begins, ends), [0, 0, 0]
+        return ops.conv3d(x, w, b, list(strides), begins, list(dilations), n.a("group", 1))
     one_d = x.ndim == 3
     x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
     w2 = _to2d(w) if one_d else w
@@ -885,6 +928,12 @@ def _conv_transpose(n):
         pads = n.a("pads", [0] * (2 * rank))
     if any(p < 0 for p in pads):
         n.fail(f"negative padding {pads}")
+    if rank == 3:
+        begins, ends = _split_pads(pads, 3)
+        if begins != ends:
+            n.fail(f"asymmetric padding {pads} of a 3-D transposed convolution")
+        return ops.conv_transpose3d(x, w, b, list(strides), begins, list(out_pad),
+                                    list(dilations), n.a("group", 1))
     one_d = rank == 1
     x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
     op2 = [0] + list(out_pad) if one_d else list(out_pad)
@@ -900,6 +949,8 @@ def _pool(kind):
         strides, dilations, pads = _geometry(n, x, kernel)
         rank = len(kernel)
         ceil = bool(n.a("ceil_mode", 0))
+        if rank == 3:
+            return _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil)
         x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
         k2 = [1] + kernel if rank == 1 else kernel
         begin, end = p2[:2], p2[2:]
@@ -932,6 +983,31 @@ def _pool(kind):
             y = ops.avg_pool2d(x2, k2, s2, begin, ceil, bool(n.a("count_include_pad", 0)))
         return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if rank == 1 else y
     return run
+
+
+def _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil):
+    begins, ends = _split_pads(pads, 3)
+    half_ok = all(2 * p <= k for p, k in zip(begins, kernel))
+    include = bool(n.a("count_include_pad", 0))
+    if begins != ends or not half_ok:
+        if ceil:
+            n.fail(f"asymmetric padding {pads} with ceil_mode=1")
+        if kind == "avg" and not include:
+            ones = _pad_explicitly(ops.full(list(x.shape), 1.0, dt(x)), begins, ends)
+            num = ops.avg_pool3d(_pad_explicitly(x, begins, ends), kernel, list(strides),
+                                 [0, 0, 0], False, True)
+            return ops.div(num, ops.avg_pool3d(ones, kernel, list(strides), [0, 0, 0], False,
+                                               True))
+        x = _pad_explicitly(x, begins, ends, -np.inf if kind == "max" else 0.0)
+        begins = [0, 0, 0]
+    if kind == "max":
+        y, idx = ops.max_pool3d(x, kernel, list(strides), begins, list(dilations), ceil)
+        if n.wants(1):
+            n.fail("the Indices output is not supported")
+        return y
+    if any(d != 1 for d in dilations):
+        n.fail(f"dilations {dilations} in average pooling")
+    return ops.avg_pool3d(x, kernel, list(strides), begins, ceil, include)
 
 
 op("MaxPool", check=_spatial_check)(_pool("max"))
@@ -1614,18 +1690,24 @@ def _attention(n):
 @op("Sinh")
 def _sinh(n):
     x = n.x(0)
+    if hasattr(ops, "sinh"):
+        return ops.sinh(x)
     return ops.mul(ops.sub(ops.exp(x), ops.exp(ops.neg(x))), like(x, 0.5))
 
 
 @op("Cosh")
 def _cosh(n):
     x = n.x(0)
+    if hasattr(ops, "cosh"):
+        return ops.cosh(x)
     return ops.mul(ops.add(ops.exp(x), ops.exp(ops.neg(x))), like(x, 0.5))
 
 
 @op("Asinh")
 def _asinh(n):
     x = n.x(0)
+    if hasattr(ops, "asinh"):
+        return ops.asinh(x)
     # sign(x) * log(|x| + sqrt(x^2 + 1)): no cancellation for negative x.
     ax = ops.abs(x)
     return ops.mul(ops.sign(x), ops.log(ops.add(ax, ops.sqrt(ops.add(ops.square(ax),
@@ -1635,12 +1717,16 @@ def _asinh(n):
 @op("Acosh")
 def _acosh(n):
     x = n.x(0)
+    if hasattr(ops, "acosh"):
+        return ops.acosh(x)
     return ops.log(ops.add(x, ops.sqrt(ops.sub(ops.square(x), like(x, 1.0)))))
 
 
 @op("Atanh")
 def _atanh(n):
     x = n.x(0)
+    if hasattr(ops, "atanh"):
+        return ops.atanh(x)
     return ops.mul(ops.sub(ops.log1p(x), ops.log1p(ops.neg(x))), like(x, 0.5))
 
 
@@ -1871,3 +1957,92 @@ def _reverse_sequence(n):
         idx[tuple(sel)] = np.broadcast_to(src.reshape(shape), idx[tuple(sel)].shape)
     lin = _linear_index(x.shape, const(idx, "int64"), t_axis)
     return ops.gather(reshape(x, [-1]), lin, 0)
+
+
+# ------------------------------------- ops of the growing op library
+#
+# Translations onto ops that not every Dragon build has yet; ``_needs``
+# makes ``load`` list the node as unsupported (naming the missing op) when
+# the installed op library lacks it.
+
+def _needs(*names):
+    def check(attrs, opset, node):
+        missing = [nm for nm in names if not hasattr(ops, nm)]
+        return f"needs dragon_core.ops.{', '.join(missing)}" if missing else None
+    return check
+
+
+for _name, _py in {"Asin": "asin", "Acos": "acos", "Atan": "atan"}.items():
+    op(_name, check=_needs(_py))(lambda n, _py=_py: getattr(ops, _py)(n.x(0)))
+
+for _name, _py in {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+                   "BitwiseXor": "bitwise_xor"}.items():
+    op(_name, check=_needs(_py))(lambda n, _py=_py: getattr(ops, _py)(n.x(0), n.x(1)))
+
+op("BitwiseNot", check=_needs("bitwise_not"))(lambda n: ops.bitwise_not(n.x(0)))
+
+
+@op("BitShift", check=_needs("left_shift", "right_shift"))
+def _bit_shift(n):
+    fn = ops.left_shift if n.a("direction") == "LEFT" else ops.right_shift
+    return fn(n.x(0), n.x(1))
+
+
+@op("CumSum", check=_needs("cumsum"))
+def _cumsum(n):
+    axis = int(np.asarray(n.static(1)).reshape(-1)[0])
+    return ops.cumsum(n.x(0), axis, bool(n.a("exclusive", 0)), bool(n.a("reverse", 0)))
+
+
+@op("TopK", check=_needs("topk"))
+def _topk(n):
+    x = n.x(0)
+    k = int(np.asarray(n.static(1)).reshape(-1)[0]) if n.opset >= 10 else n.a("k")
+    vals, idx = ops.topk(x, k, n.a("axis", -1), bool(n.a("largest", 1)),
+                         bool(n.a("sorted", 1)))
+    return [vals, idx]
+
+
+@op("Einsum", check=_needs("einsum"))
+def _einsum(n):
+    return ops.einsum(n.a("equation"), *n.xs())
+
+
+def _check_recurrent(names):
+    needs = _needs(*names)
+
+    def check(attrs, opset, node):
+        if attrs.get("activations"):
+            return f"activations {attrs['activations']} (Dragon's LSTM/GRU use the defaults)"
+        return needs(attrs, opset, node)
+    return check
+
+
+def _full_lengths(n, x, layout):
+    if n.has(4):
+        lens = np.asarray(n.static(4)).reshape(-1)
+        seq = x.shape[1] if layout else x.shape[0]
+        if np.any(lens != seq):
+            n.fail("sequence_lens shorter than the sequence")
+
+
+@op("LSTM", check=_check_recurrent(["lstm"]))
+def _lstm(n):
+    x, layout = n.x(0), n.a("layout", 0)
+    _full_lengths(n, x, layout)
+    outs = ops.lstm(x, n.x(1), n.x(2), n.x(3), n.x(5), n.x(6), n.x(7),
+                    hidden_size=n.a("hidden_size", None), direction=n.a("direction", "forward"),
+                    layout=layout, clip=n.a("clip", None),
+                    input_forget=bool(n.a("input_forget", 0)))
+    return list(outs)
+
+
+@op("GRU", check=_check_recurrent(["gru"]))
+def _gru(n):
+    x, layout = n.x(0), n.a("layout", 0)
+    _full_lengths(n, x, layout)
+    outs = ops.gru(x, n.x(1), n.x(2), n.x(3), n.x(5),
+                   hidden_size=n.a("hidden_size", None), direction=n.a("direction", "forward"),
+                   layout=layout, clip=n.a("clip", None),
+                   linear_before_reset=bool(n.a("linear_before_reset", 0)))
+    return list(outs)

@@ -732,8 +732,10 @@ def _max_pool3d(e, ins, outs, a):
     k = k * 3 if len(k) == 1 else k
     s = list(a["strides"]) or k
     p = list(a["pads"])
-    e.node("MaxPool", ins, outs[:1] if len(outs) < 2 or not e.used(outs[1]) else outs,
-           kernel_shape=k, strides=s, pads=p + p, dilations=list(a["dilations"]),
+    if len(outs) > 1 and e.used(outs[1]):
+        raise NotImplementedError("MaxPool3d's indices (per (n, c) volume; ONNX MaxPool's "
+                                  "Indices count across the batch and channels)")
+    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p + p, dilations=list(a["dilations"]),
            ceil_mode=int(bool(a["ceil_mode"])))
 
 

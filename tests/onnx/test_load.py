@@ -200,3 +200,24 @@ def test_dragon_domain_ops_round_trip(tmp_path):
     ref = f(dg.tensor(x), dg.tensor(off)).numpy()
     np.testing.assert_allclose(dgx.load(tmp_path / "d.onnx")(x, off)[0].numpy(), ref,
                                rtol=1e-6, atol=1e-6)
+
+
+def test_loop_with_a_data_dependent_condition_is_a_while_loop():
+    # while acc < limit: acc = acc * 2   (limit is the caller's data)
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["acc_in", "two"], ["acc_out"]),
+         helper.make_node("Less", ["acc_out", "limit"], ["cond_out"])],
+        "body", [_vi("i", TensorProto.INT64, []), _vi("cond_in", TensorProto.BOOL, []),
+                 _vi("acc_in", shape=[])],
+        [_vi("cond_out", TensorProto.BOOL, []), _vi("acc_out", shape=[])])
+    nodes = [helper.make_node("Less", ["acc0", "limit"], ["c0"]),
+             helper.make_node("Loop", ["", "c0", "acc0"], ["acc"], body=body)]
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    m = _model(nodes, [_vi("acc0", shape=[]), _vi("limit", shape=[])], [_vi("acc")], inits)
+    f = dgx.load(m)
+    for start, limit, want in ((1.0, 10.0, 16.0), (3.0, 100.0, 192.0), (5.0, 1.0, 5.0)):
+        (acc,) = f(np.array(start, np.float32), np.array(limit, np.float32))
+        assert float(acc.numpy()) == want
+    ops = {op.type for op in f.get_graph(np.array(1.0, np.float32),
+                                         np.array(10.0, np.float32)).op}
+    assert "While" in ops

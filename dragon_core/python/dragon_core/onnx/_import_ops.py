@@ -1347,22 +1347,26 @@ def _if(n):
 @op("Loop")
 def _loop(n):
     """Loops whose trip count and condition are known at trace time are
-    unrolled (exact: a trace is keyed on the shapes they depend on); loops
-    with a data-dependent condition become a ``while_loop`` when they have
-    no scan outputs."""
+    unrolled (exact: a trace is keyed on the shapes they depend on); a loop
+    whose condition or trip count depends on the input data becomes a
+    ``dragon_core.while_loop`` (then it may have no scan outputs, whose
+    length would be data-dependent)."""
     env = n.run.scope
     body = n.a("body")
-    trips = None if not n.has(0) else int(np.asarray(n.static(0)).reshape(-1)[0])
+    m_v = n.values[0] if n.has(0) else None
     cond_v = n.values[1] if n.has(1) else None
     carried = list(n.values[2:])
     n_carried = len(carried)
-    scans: list = [[] for _ in range(len(body.output) - 1 - n_carried)]
-    keep_going = True if cond_v is None else None
-    if cond_v is not None:
-        if cond_v.deps:
-            n.fail("a loop condition that depends on the input data (needs while_loop with "
-                   "scan outputs)")
-        keep_going = bool(cond_v.t.numpy().reshape(-1)[0])
+    n_scans = len(body.output) - 1 - n_carried
+    if n_scans == 0 and ((m_v is not None and m_v.deps) or (cond_v is not None and cond_v.deps)):
+        return _while(n, body, env, m_v, cond_v, carried, n_scans)
+    # With scan outputs the trip count must be known at trace time: the
+    # traces are then keyed on the inputs it depends on (as a Reshape target).
+    trips = None if m_v is None else int(np.asarray(n.static(0)).reshape(-1)[0])
+    if cond_v is not None and cond_v.deps:
+        n.fail("a loop condition that depends on the input data, with scan outputs")
+    scans: list = [[] for _ in range(n_scans)]
+    keep_going = True if cond_v is None else bool(cond_v.t.numpy().reshape(-1)[0])
     i = 0
     while keep_going and (trips is None or i < trips):
         if i > 100000:
@@ -1372,7 +1376,9 @@ def _loop(n):
         outs = _run_sub(n, body, env, [it, c] + carried)
         cv = outs[0]
         if cv.deps:
-            n.fail("a loop condition that depends on the input data")
+            if n_scans == 0:      # known only now: the body makes it data-dependent
+                return _while(n, body, env, m_v, cond_v, list(n.values[2:]), n_scans)
+            n.fail("a loop condition that depends on the input data, with scan outputs")
         keep_going = bool(cv.t.numpy().reshape(-1)[0])
         carried = outs[1:1 + n_carried]
         for k, v in enumerate(outs[1 + n_carried:]):
@@ -1385,6 +1391,30 @@ def _loop(n):
         results.append(Value(ops.stack([v.t for v in vals], 0),
                              frozenset().union(*[v.deps for v in vals])))
     return results
+
+
+def _while(n, body, env, m_v, cond_v, carried, n_scans):
+    """A data-dependent Loop as ``dragon_core.while_loop`` over (iteration,
+    condition, loop-carried values)."""
+    from .._graph.control import while_loop
+    if n_scans:
+        n.fail("a loop with a data-dependent condition or trip count and scan outputs")
+    deps = frozenset().union(*[v.deps for v in [m_v, cond_v] + carried if v is not None],
+                             *[v.deps for v in env.values()])
+    limit = None if m_v is None else reshape(ops.cast(m_v.t, "int64"), [])
+    c0 = const(True, "bool") if cond_v is None else reshape(ops.cast(cond_v.t, "bool"), [])
+
+    def cond_fn(i, c, *vs):
+        return c if limit is None else ops.logical_and(c, ops.less(i, limit))
+
+    def body_fn(i, c, *vs):
+        outs = _run_sub(n, body, env, [Value(i, deps), Value(c, deps)] +
+                        [Value(v, deps) for v in vs])
+        c_next = reshape(ops.cast(outs[0].t, "bool"), [])
+        return [ops.add(i, const(1, "int64")), c_next] + [o.t for o in outs[1:]]
+
+    res = while_loop(cond_fn, body_fn, [const(0, "int64"), c0] + [v.t for v in carried])
+    return [Value(t, deps) for t in res[2:]]
 
 
 @op("Scan")

@@ -2076,3 +2076,40 @@ def _gru(n):
                    layout=layout, clip=n.a("clip", None),
                    linear_before_reset=bool(n.a("linear_before_reset", 0)))
     return list(outs)
+
+
+@op("RotaryEmbedding")
+def _rotary(n):
+    """Rotary position embedding (opset 23) on [B, H, S, D] or [B, S, H*D]:
+    pairs (x1, x2) of the first rotary_embedding_dim features (halves, or
+    even/odd when interleaved) become (cos x1 - sin x2, sin x1 + cos x2)."""
+    x, cos, sin, pos = n.x(0), n.x(1), n.x(2), n.x(3)
+    shape = list(x.shape)
+    if x.ndim == 4:
+        x = ops.transpose(x, [0, 2, 1, 3])                    # [B, S, H, D]
+    else:
+        heads = n.a("num_heads")
+        x = reshape(x, [shape[0], shape[1], heads, shape[2] // heads])
+    d = x.shape[3]
+    rot = n.a("rotary_embedding_dim", 0) or d
+    half = rot // 2
+    if pos is not None:
+        cos, sin = ops.gather(cos, pos, 0), ops.gather(sin, pos, 0)
+    cos, sin = ops.unsqueeze(cos, [2]), ops.unsqueeze(sin, [2])  # [B, S, 1, half]
+    xr = ops.slice(x, [0], [rot], [1], [3])
+    if n.a("interleaved", 0):
+        x1 = ops.slice(xr, [0], [rot], [2], [3])
+        x2 = ops.slice(xr, [1], [rot], [2], [3])
+    else:
+        x1 = ops.slice(xr, [0], [half], [1], [3])
+        x2 = ops.slice(xr, [half], [rot], [1], [3])
+    real = ops.sub(ops.mul(cos, x1), ops.mul(sin, x2))
+    imag = ops.add(ops.mul(sin, x1), ops.mul(cos, x2))
+    if n.a("interleaved", 0):
+        xr = reshape(ops.stack([real, imag], 4), list(xr.shape))
+    else:
+        xr = ops.concat([real, imag], 3)
+    y = ops.concat([xr, ops.slice(x, [rot], [d], [1], [3])], 3) if rot < d else xr
+    if len(shape) == 3:
+        return reshape(y, shape)
+    return ops.transpose(y, [0, 2, 1, 3])

@@ -2113,3 +2113,36 @@ def _rotary(n):
     if len(shape) == 3:
         return reshape(y, shape)
     return ops.transpose(y, [0, 2, 1, 3])
+
+
+@op("SwiGLU")
+def _swiglu(n):
+    a, b = n.x(0), n.x(1)
+    gate = ops.mul(a, ops.sigmoid(ops.mul(a, like(a, n.a("alpha", 1.0)))))
+    return ops.mul(gate, b)
+
+
+def _check_causal_conv(attrs, opset, node):
+    act = attrs.get("activation", "none")
+    if act not in ("none", "silu", "swish"):
+        return f"activation='{act}'"
+    return None
+
+
+@op("CausalConvWithState", check=_check_causal_conv)
+def _causal_conv(n):
+    """Depthwise causal 1-D convolution over [past_state, input]; returns
+    the output and the last k - 1 steps as the new state."""
+    x, w, b, past = n.x(0), n.x(1), n.x(2), n.x(3)
+    batch, channels, _ = x.shape
+    k = w.shape[2]
+    if past is None:
+        past = ops.zeros([batch, channels, k - 1], dt(x))
+    padded = ops.concat([past, x], 2) if k > 1 else x
+    y = ops.conv2d(_to2d(padded), _to2d(w), b, [1, 1], [0, 0], [1, 1], channels)
+    y = reshape(y, [y.shape[0], y.shape[1], y.shape[3]])
+    if n.a("activation", "none") in ("silu", "swish"):
+        y = ops.mul(y, ops.sigmoid(y))
+    length = padded.shape[2]
+    state = ops.slice(padded, [length - (k - 1)], [length], [1], [2])
+    return [y, state]

@@ -2146,3 +2146,59 @@ def _causal_conv(n):
     length = padded.shape[2]
     state = ops.slice(padded, [length - (k - 1)], [length], [1], [2])
     return [y, state]
+
+
+def _check_linear_attention(attrs, opset, node):
+    rule = attrs.get("update_rule", "gated_delta")
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        return f"update_rule='{rule}'"
+    return None
+
+
+@op("LinearAttention", check=_check_linear_attention)
+def _linear_attention(n):
+    """Recurrent linear attention, unrolled over the (trace-time known)
+    sequence: per step the state S [B, Hkv, dk, dv] decays (gated rules),
+    is corrected toward v (delta rules: v <- beta (v - k S)), gains k v^T,
+    and is read by the query: y = scale q S. Computed in float32."""
+    q, k, v, past, decay, beta = (n.x(i) for i in range(6))
+    rule = n.a("update_rule", "gated_delta")
+    hq, hk = n.a("q_num_heads"), n.a("kv_num_heads")
+    out_dtype = dt(q)
+
+    def f32(t):
+        return t if t is None or dt(t) == "float32" else ops.cast(t, "float32")
+    q4, k4, v4 = (f32(_to_heads(t, h)) for t, h in ((q, hq), (k, hk), (v, hk)))
+    b, _, steps, dk = k4.shape
+    dv = v4.shape[3]
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating:
+        g = f32(decay)
+        g4 = ops.transpose(reshape(g, [b, steps, hk, 1]), [0, 2, 1, 3]) \
+            if g.shape[-1] == hk else _to_heads(g, hk)
+    if delta:
+        be = f32(beta)
+        b4 = ops.transpose(reshape(be, [b, steps, be.shape[-1], 1]), [0, 2, 1, 3])
+    state = f32(past) if past is not None else ops.zeros([b, hk, dk, dv], "float32")
+    scale = n.a("scale", 0.0) or 1.0 / math.sqrt(q4.shape[3])
+    rep = const(np.repeat(np.arange(hk), hq // hk), "int64") if hq != hk else None
+
+    def step(t4, i):
+        return ops.slice(t4, [i], [i + 1], [1], [2])           # [B, H, 1, d]
+    outs = []
+    for i in range(steps):
+        q_t, k_t, v_t = step(q4, i), step(k4, i), step(v4, i)
+        if gating:
+            g_t = ops.exp(step(g4, i))                         # [B, H, 1, 1 or dk]
+            state = ops.mul(state, ops.transpose(g_t, [0, 1, 3, 2]))
+        if delta:
+            retrieved = ops.matmul(k_t, state)                 # [B, H, 1, dv]
+            v_t = ops.mul(step(b4, i), ops.sub(v_t, retrieved))
+        state = ops.add(state, ops.matmul(k_t, v_t, True, False))
+        read = state if rep is None else ops.gather(state, rep, 1)
+        outs.append(ops.mul(ops.matmul(q_t, read), const(scale, "float32")))
+    y = ops.concat(outs, 2)                                    # [B, Hq, T, dv]
+    y = reshape(ops.transpose(y, [0, 2, 1, 3]), [b, steps, hq * dv])
+    state_dtype = dt(past) if past is not None else out_dtype
+    return [y if out_dtype == "float32" else ops.cast(y, out_dtype),
+            state if state_dtype == "float32" else ops.cast(state, state_dtype)]

@@ -2202,3 +2202,27 @@ def _linear_attention(n):
     state_dtype = dt(past) if past is not None else out_dtype
     return [y if out_dtype == "float32" else ops.cast(y, out_dtype),
             state if state_dtype == "float32" else ops.cast(state, state_dtype)]
+
+
+@op("TensorScatter")
+def _tensor_scatter(n):
+    """Write ``update`` into the cache along ``axis`` starting at each
+    batch row's write index (wrapping around in circular mode)."""
+    cache, upd, where_ = n.x(0), n.x(1), n.x(2)
+    axis = norm_axis(n.a("axis", -2), cache.ndim)
+    length, steps = cache.shape[axis], upd.shape[axis]
+    batch = cache.shape[0]
+    start = ops.zeros([batch], "int64") if where_ is None else ops.cast(where_, "int64")
+    shape = [1] * cache.ndim
+    shape[0] = batch
+    pos_shape = [1] * cache.ndim
+    pos_shape[axis] = steps
+    idx = ops.add(reshape(start, shape), const(np.arange(steps).reshape(pos_shape), "int64"))
+    if n.a("mode", "linear") == "circular":
+        if not hasattr(ops, "mod"):
+            n.fail("circular mode needs integer mod (dragon_core.ops.mod)")
+        idx = ops.mod(idx, const(length, "int64"))
+    idx = ops.broadcast_to(idx, list(upd.shape))
+    lin = reshape(_linear_index(cache.shape, idx, axis), [-1])
+    flat = _scatter_replace(reshape(cache, [-1]), lin, reshape(upd, [-1]), 0)
+    return reshape(flat, cache.shape)

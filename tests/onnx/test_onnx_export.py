@@ -129,3 +129,20 @@ def test_export_arguments_are_checked():
         dgx.export(lambda x: x * 2.0, [np.ones(2, np.float32)], None, opset=12)
     with pytest.raises(ValueError, match="input names"):
         dgx.export(lambda x: x * 2.0, [np.ones(2, np.float32)], None, input_names=["a", "b"])
+
+
+def test_cond_exports_as_if():
+    w = dg.tensor(np.array([1.0, -2.0, 3.0], np.float32))
+
+    @dg.function
+    def f(x, p):
+        y = dg.cond(p, lambda a: dg.ops.relu(a * 2.0 + w), lambda a: dg.ops.exp(a - w), [x])
+        return y + 1.0
+
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    model = dgx.export(f, [x, np.array(True)], None)
+    assert "If" in {n.op_type for n in model.graph.node}
+    for p in (True, False):
+        ref = f(dg.tensor(x), dg.tensor(np.array(p))).numpy()
+        np.testing.assert_allclose(_ort(model, x, np.array(p))[0], ref, rtol=1e-6)
+        np.testing.assert_allclose(dgx.load(model)(x, np.array(p))[0].numpy(), ref, rtol=1e-6)

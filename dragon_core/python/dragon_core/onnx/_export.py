@@ -30,7 +30,7 @@ MIN_EXPORT_OPSET, MAX_EXPORT_OPSET = 17, 23
 class Emitter:
     """Collects ONNX nodes and initializers; knows the traced shapes."""
 
-    def __init__(self, opset: int, shapes: dict, readers: dict):
+    def __init__(self, opset: int, shapes: dict, readers: dict, prefix: str = ""):
         from onnx import helper
         self.helper = helper
         self.opset = opset
@@ -40,11 +40,12 @@ class Emitter:
         self.initializers: list = []
         self.domains: dict = {}
         self.op_type = ""
+        self.prefix = prefix
         self._n = 0
 
     def fresh(self, hint: str) -> str:
         self._n += 1
-        return f"{hint}__{self._n}"
+        return f"{self.prefix}{hint}__{self._n}"
 
     def node(self, op_type: str, inputs: list, outputs: list | None = None, domain: str = "",
              **attrs) -> str:
@@ -224,23 +225,7 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
     # is written, so one error names all of them.
     bad = []
     e = Emitter(opset, onnx_shapes, readers)
-    for op in graph.op:
-        ins = [oname(nm) for nm in op.input]
-        outs = [oname(nm) for nm in op.output]
-        attrs = {k: attr_from_proto(v) for k, v in op.attr.items() if not k.startswith("_")}
-        e.op_type = op.type
-        fn = EXPORT.get(op.type)
-        if fn is None and op.plugin in ("", "core"):
-            bad.append(UnsupportedNode(op.type, "dragon", opset, op.name,
-                                       "no ONNX translation for this Dragon op"))
-            continue
-        try:
-            if fn is None:
-                _custom(e, op, ins, outs, attrs)
-            else:
-                fn(e, ins, outs, attrs)
-        except NotImplementedError as exc:
-            bad.append(UnsupportedNode(op.type, "dragon", opset, op.name, str(exc)))
+    _emit_ops(e, graph, oname, bad)
     if bad:
         raise UnsupportedModelError("export", bad)
     for nm, on in zip(graph.output, output_names):
@@ -267,6 +252,85 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
     if path is not None:
         atomic_write_bytes(os.fspath(path), model.SerializeToString())
     return model
+
+
+def _emit_ops(e: Emitter, graph, oname, bad: list) -> None:
+    """Translate ``graph``'s ops into ``e``; untranslatable ones go to ``bad``."""
+    from ._export_ops import EXPORT
+    for op in graph.op:
+        ins = [oname(nm) for nm in op.input]
+        outs = [oname(nm) for nm in op.output]
+        e.op_type = op.type
+        if op.type == "Cond":
+            _emit_cond(e, op, ins, outs, bad)
+            continue
+        attrs = {k: attr_from_proto(v) for k, v in op.attr.items() if not k.startswith("_")}
+        fn = EXPORT.get(op.type)
+        if fn is None and op.plugin in ("", "core"):
+            bad.append(UnsupportedNode(op.type, "dragon", e.opset, op.name,
+                                       "no ONNX translation for this Dragon op"))
+            continue
+        try:
+            if fn is None:
+                _custom(e, op, ins, outs, attrs)
+            else:
+                fn(e, ins, outs, attrs)
+        except NotImplementedError as exc:
+            bad.append(UnsupportedNode(op.type, "dragon", e.opset, op.name, str(exc)))
+
+
+def _subgraph(e: Emitter, sub, args: list, caps: list, prefix: str, bad: list):
+    """An ONNX sub-graph (no formal inputs: it reads the enclosing names)
+    computing Dragon sub-graph ``sub`` whose inputs are the outer ONNX
+    names ``args`` and whose captured tensors are ``caps``."""
+    from onnx import helper, numpy_helper
+    from .._graph.build import tensor_from_proto
+    rename = dict(zip(sub.input, args))
+    rename.update(zip(sub.captured, caps))
+    inits = []
+    for c in sub.constant:
+        rename[c.name] = f"{prefix}{c.name.replace(':', '_')}"
+        inits.append(numpy_helper.from_array(tensor_from_proto(c).numpy(), rename[c.name]))
+
+    def oname(nm):
+        return rename.get(nm, f"{prefix}{nm.replace(':', '_')}")
+    shapes = dict(e.shapes)
+    for vi in sub.value_info:
+        shapes[oname(vi.name)] = (tuple(int(d) for d in vi.shape), as_dtype(vi.dtype).name)
+    readers: dict = {}
+    for op in sub.op:
+        for nm in op.input:
+            readers[oname(nm)] = readers.get(oname(nm), 0) + 1
+    child = Emitter(e.opset, shapes, readers, prefix)
+    _emit_ops(child, sub, oname, bad)
+    outputs = []
+    for k, nm in enumerate(sub.output):
+        out = f"{prefix}out_{k}"
+        child.node("Identity", [oname(nm)], [out])
+        shape, dtype = shapes[oname(nm)]
+        outputs.append(helper.make_tensor_value_info(out, DRAGON_TO_ONNX[dtype], list(shape)))
+    e.domains.update(child.domains)
+    return helper.make_graph(child.nodes, prefix.rstrip("_") or "branch", [], outputs,
+                             inits + child.initializers)
+
+
+def _emit_cond(e: Emitter, op, ins, outs, bad: list) -> None:
+    """Dragon's Cond (pred, operands, then captures, else captures) as ONNX
+    If with two sub-graphs."""
+    n_ops = op.attr["num_operands"].i
+    n_then = op.attr["num_then_captures"].i
+    pred, operands = ins[0], ins[1:1 + n_ops]
+    then_caps = ins[1 + n_ops:1 + n_ops + n_then]
+    else_caps = ins[1 + n_ops + n_then:]
+    then_g = _subgraph(e, op.attr["then_branch"].graph, operands, then_caps,
+                       f"{op.name}_then_", bad)
+    else_g = _subgraph(e, op.attr["else_branch"].graph, operands, else_caps,
+                       f"{op.name}_else_", bad)
+    if e.dtype(pred) != "bool":
+        pred = e.node("Cast", [pred], to=9)
+    if e.shape(pred) != ():
+        pred = e.node("Reshape", [pred, e.const(np.array([], np.int64))])
+    e.node("If", [pred], outs, then_branch=then_g, else_branch=else_g)
 
 
 def _custom(e: Emitter, op, ins, outs, attrs):

@@ -29,7 +29,8 @@ import numpy as np
 from .. import _C
 from .. import ops
 from .._tensor import Tensor, tensor
-from ._load import ONNX_DTYPES, ONNX_DTYPE_NAMES, Value, np_dtype
+from ._load import (ONNX_DTYPES, ONNX_DTYPE_NAMES, Value, as_dragon, np_dtype,
+                    tensor_proto_to_numpy)
 
 
 class OpSpec(NamedTuple):
@@ -1321,6 +1322,9 @@ def _run_sub(n, graph, env: dict, args: list) -> list:
     """Run sub-graph ``graph`` with its formal inputs bound to ``args``
     (Values) over a copy of the enclosing scope ``env``."""
     scope = dict(env)
+    for init in graph.initializer:
+        arr = tensor_proto_to_numpy(init, n.run.base_dir, n.run.keep)
+        scope[init.name] = Value(as_dragon(arr))
     for formal, v in zip(graph.input, args):
         scope[formal.name] = v
     n.run.run_graph(graph, scope)

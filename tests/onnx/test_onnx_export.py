@@ -146,3 +146,31 @@ def test_cond_exports_as_if():
         ref = f(dg.tensor(x), dg.tensor(np.array(p))).numpy()
         np.testing.assert_allclose(_ort(model, x, np.array(p))[0], ref, rtol=1e-6)
         np.testing.assert_allclose(dgx.load(model)(x, np.array(p))[0].numpy(), ref, rtol=1e-6)
+
+
+def test_while_loop_exports_as_loop():
+    step = dg.tensor(np.array(1.5, np.float32))
+
+    @dg.function
+    def f(x, limit):
+        def cond(i, acc):
+            return dg.ops.less(dg.ops.sum(acc), limit)
+
+        def body(i, acc):
+            return [i + 1, acc * 2.0 + step]
+        i, acc = dg.while_loop(cond, body, [dg.tensor(np.array(0, np.int64)), x])
+        return i, acc
+
+    x = np.array([0.25, 0.5], np.float32)
+    model = dgx.export(f, [x, np.array(20.0, np.float32)], None)
+    assert "Loop" in {n.op_type for n in model.graph.node}
+    for limit in (20.0, 300.0, -1.0):
+        lim = np.array(limit, np.float32)
+        i, acc = f(dg.tensor(x), dg.tensor(lim))
+        got_i, got_acc = _ort(model, x, lim)
+        assert got_i.shape == tuple(i.shape), (got_i.shape, i.shape)
+        assert int(got_i) == int(i.numpy())
+        np.testing.assert_allclose(got_acc, acc.numpy(), rtol=1e-6)
+        di, dacc = dgx.load(model)(x, lim)
+        assert int(di.numpy()) == int(i.numpy())
+        np.testing.assert_allclose(dacc.numpy(), acc.numpy(), rtol=1e-6)

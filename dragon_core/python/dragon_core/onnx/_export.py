@@ -241,7 +241,7 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
     g_inputs = [value_info(on, *shapes[nm]) for nm, on in zip(graph.input, input_names)]
     g_outputs = [value_info(on, *shapes[nm]) for nm, on in zip(graph.output, output_names)]
     from onnx import numpy_helper
-    initializers = [numpy_helper.from_array(np.ascontiguousarray(v), nm) for nm, v in inits]
+    initializers = [numpy_helper.from_array(np.array(v, order="C"), nm) for nm, v in inits]
     initializers += e.initializers
     g = helper.make_graph(e.nodes, graph.name or "dragon", g_inputs, g_outputs, initializers)
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in e.domains]
@@ -261,8 +261,8 @@ def _emit_ops(e: Emitter, graph, oname, bad: list) -> None:
         ins = [oname(nm) for nm in op.input]
         outs = [oname(nm) for nm in op.output]
         e.op_type = op.type
-        if op.type == "Cond":
-            _emit_cond(e, op, ins, outs, bad)
+        if op.type in ("Cond", "While"):
+            (_emit_cond if op.type == "Cond" else _emit_while)(e, op, ins, outs, bad)
             continue
         attrs = {k: attr_from_proto(v) for k, v in op.attr.items() if not k.startswith("_")}
         fn = EXPORT.get(op.type)
@@ -279,39 +279,90 @@ def _emit_ops(e: Emitter, graph, oname, bad: list) -> None:
             bad.append(UnsupportedNode(op.type, "dragon", e.opset, op.name, str(exc)))
 
 
-def _subgraph(e: Emitter, sub, args: list, caps: list, prefix: str, bad: list):
-    """An ONNX sub-graph (no formal inputs: it reads the enclosing names)
-    computing Dragon sub-graph ``sub`` whose inputs are the outer ONNX
-    names ``args`` and whose captured tensors are ``caps``."""
-    from onnx import helper, numpy_helper
+def _emit_sub(e: Emitter, sub, args: list, caps: list, prefix: str, bad: list) -> list:
+    """Emit Dragon sub-graph ``sub`` into ``e`` with its inputs bound to the
+    ONNX names ``args`` and its captured tensors to ``caps``; its constants
+    become initializers of ``e``. Returns the ONNX names of its outputs."""
     from .._graph.build import tensor_from_proto
     rename = dict(zip(sub.input, args))
     rename.update(zip(sub.captured, caps))
-    inits = []
     for c in sub.constant:
-        rename[c.name] = f"{prefix}{c.name.replace(':', '_')}"
-        inits.append(numpy_helper.from_array(tensor_from_proto(c).numpy(), rename[c.name]))
+        rename[c.name] = e.const(tensor_from_proto(c).numpy(),
+                                 f"{prefix}{c.name.replace(':', '_')}")
 
     def oname(nm):
         return rename.get(nm, f"{prefix}{nm.replace(':', '_')}")
-    shapes = dict(e.shapes)
     for vi in sub.value_info:
-        shapes[oname(vi.name)] = (tuple(int(d) for d in vi.shape), as_dtype(vi.dtype).name)
-    readers: dict = {}
+        e.shapes[oname(vi.name)] = (tuple(int(d) for d in vi.shape), as_dtype(vi.dtype).name)
     for op in sub.op:
         for nm in op.input:
-            readers[oname(nm)] = readers.get(oname(nm), 0) + 1
-    child = Emitter(e.opset, shapes, readers, prefix)
-    _emit_ops(child, sub, oname, bad)
+            e.readers[oname(nm)] = e.readers.get(oname(nm), 0) + 1
+    _emit_ops(e, sub, oname, bad)
+    return [oname(nm) for nm in sub.output]
+
+
+def _value_info(e: Emitter, name: str, like: str):
+    from onnx import helper
+    shape, dtype = e.shapes[like]
+    return helper.make_tensor_value_info(name, DRAGON_TO_ONNX[dtype], list(shape))
+
+
+def _subgraph(e: Emitter, sub, args: list, caps: list, prefix: str, bad: list):
+    """An ONNX sub-graph with no formal inputs (it reads the enclosing
+    names) computing Dragon sub-graph ``sub``."""
+    from onnx import helper
+    child = Emitter(e.opset, dict(e.shapes), {}, prefix)
+    outs = _emit_sub(child, sub, args, caps, prefix, bad)
     outputs = []
-    for k, nm in enumerate(sub.output):
+    for k, nm in enumerate(outs):
         out = f"{prefix}out_{k}"
-        child.node("Identity", [oname(nm)], [out])
-        shape, dtype = shapes[oname(nm)]
-        outputs.append(helper.make_tensor_value_info(out, DRAGON_TO_ONNX[dtype], list(shape)))
+        child.node("Identity", [nm], [out])
+        outputs.append(_value_info(child, out, nm))
     e.domains.update(child.domains)
     return helper.make_graph(child.nodes, prefix.rstrip("_") or "branch", [], outputs,
-                             inits + child.initializers)
+                             child.initializers)
+
+
+def _emit_while(e: Emitter, op, ins, outs, bad: list) -> None:
+    """Dragon's While (loop variables, cond captures, body captures) as ONNX
+    Loop: the condition is computed once before the loop and again at the
+    end of each body run, as Loop's body returns the next condition."""
+    from onnx import TensorProto, helper
+    n_vars = op.attr["num_operands"].i
+    n_cond = op.attr["num_then_captures"].i
+    vars_ = ins[:n_vars]
+    cond_caps = ins[n_vars:n_vars + n_cond]
+    body_caps = ins[n_vars + n_cond:]
+    cond_g, body_g = op.attr["cond_graph"].graph, op.attr["body_graph"].graph
+
+    def as_bool(em, name):
+        if em.dtype(name) != "bool":
+            name = em.node("Cast", [name], to=9)
+        if em.shape(name) != ():
+            name = em.node("Reshape", [name, em.const(np.array([], np.int64))])
+        return name
+    c0 = as_bool(e, _emit_sub(e, cond_g, vars_, cond_caps, f"{op.name}_c0_", bad)[0])
+    prefix = f"{op.name}_body_"
+    child = Emitter(e.opset, dict(e.shapes), {}, prefix)
+    formal = [f"{prefix}v{k}" for k in range(n_vars)]
+    for f_, v in zip(formal, vars_):
+        child.shapes[f_] = e.shapes[v]
+    new_vars = _emit_sub(child, body_g, formal, body_caps, prefix, bad)
+    c_next = as_bool(child, _emit_sub(child, cond_g, new_vars, cond_caps, f"{prefix}c_", bad)[0])
+    outputs = [helper.make_tensor_value_info(f"{prefix}cond_out", TensorProto.BOOL, [])]
+    child.node("Identity", [c_next], [f"{prefix}cond_out"])
+    for k, nm in enumerate(new_vars):
+        child.node("Identity", [nm], [f"{prefix}out_{k}"])
+        outputs.append(_value_info(child, f"{prefix}out_{k}", nm))
+    inputs = [helper.make_tensor_value_info(f"{prefix}iter", TensorProto.INT64, []),
+              helper.make_tensor_value_info(f"{prefix}cond_in", TensorProto.BOOL, [])]
+    inputs += [_value_info(child, f_, f_) for f_ in formal]
+    body = helper.make_graph(child.nodes, prefix.rstrip("_"), inputs, outputs,
+                             child.initializers)
+    e.domains.update(child.domains)
+    m = op.attr["maximum_iterations"].i
+    trip = e.const(np.array(m, np.int64)) if m >= 0 else ""
+    e.node("Loop", [trip, c0] + vars_, outs, body=body)
 
 
 def _emit_cond(e: Emitter, op, ins, outs, bad: list) -> None:

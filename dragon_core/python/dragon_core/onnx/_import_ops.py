@@ -956,7 +956,8 @@ def _pool(kind):
         k2 = [1] + kernel if rank == 1 else kernel
         begin, end = p2[:2], p2[2:]
         half_ok = all(2 * p <= k for p, k in zip(begin, k2))
-        if begin != end or not half_ok:
+        explicit = begin != end or not half_ok
+        if explicit:
             if ceil:
                 n.fail(f"asymmetric padding {pads} with ceil_mode=1")
             fill = -np.inf if kind == "max" else 0.0
@@ -975,9 +976,20 @@ def _pool(kind):
             x2 = ops.pad(x2, full, "constant", fill)
             begin = [0, 0]
         if kind == "max":
-            if n.wants(1):
-                n.fail("the Indices output is not supported")
             y = ops.max_pool2d(x2, k2, s2, begin, d2, ceil)
+            if n.wants(1):
+                if explicit:
+                    n.fail("the Indices output with asymmetric padding")
+                # Dragon counts inside each (n, c) plane; ONNX (storage_order
+                # 0) across the whole tensor: add (n * C + c) * H * W.
+                idx = ops.max_pool2d_indices(x2, k2, s2, begin, d2, ceil)
+                N, C, H, W = x2.shape
+                base = (np.arange(N * C, dtype=np.int64) * H * W).reshape(N, C, 1, 1)
+                idx = ops.add(idx, const(base, "int64"))
+                if rank == 1:
+                    y = reshape(y, [y.shape[0], y.shape[1], y.shape[3]])
+                    idx = reshape(idx, list(y.shape))
+                return [y, idx]
         else:
             if any(d != 1 for d in d2):
                 n.fail(f"dilations {dilations} in average pooling")

@@ -12,7 +12,9 @@ Rows
     ORT_ENABLE_ALL does) and ``dgx.load(model)`` (zero-copy initializers,
     the fold recomputed per call; informational). onnxruntime: CPU provider,
     ORT_ENABLE_ALL, one intra-op thread per core. Target: Dragon (frozen)
-    <= onnxruntime.
+    <= onnxruntime. An informational row times the same network built with
+    ``dg.nn`` and compiled with ``@dg.function(freeze=True)``: the import
+    should cost nothing over it.
 ``onnx_bert_layer_b8_s128_h256``
     A BERT-style encoder layer (``bench/models/bert.py``: 4 heads, hidden
     256, feed-forward 1024, GELU via Erf, post-LayerNorm) exported by
@@ -115,7 +117,16 @@ def bench_resnet(dg, torch, ort, timing):
         model.load_state_dict({k: v.astype(np.float64) for k, v in state.items()})
         ref = model.eval()(dg.tensor(x.astype(np.float64))).numpy()
     onnx_model = resnet18_onnx(state, list(x.shape))
-    return _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort)
+    rows = _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort)
+    # The same network written with dg.nn: what the import should match.
+    native = resnet18(dg.nn)
+    native.load_state_dict(state)
+    native.eval()
+    frozen = dg.function(lambda t: native(t), freeze=True)
+    dx = dg.tensor(x)
+    rows.insert(2, _timed(bench, "dg.nn ResNet-18, @dg.function(freeze=True) (not imported)",
+                          "dragon", lambda: frozen(dx).numpy(), ref, None, timing))
+    return rows
 
 
 def bench_bert(dg, torch, ort, timing):

@@ -889,6 +889,8 @@ def _conv(n):
     x, w, b = n.x(0), n.x(1), n.x(2)
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
     if x.ndim == 5:
+        if not hasattr(ops, "conv3d"):
+            n.fail("3-D convolution needs dragon_core.ops.conv3d")
         begins, ends = _split_pads(pads, 3)
         if begins != ends:
             x, begins = _pad_explicitly(x, begins, ends), [0, 0, 0]
@@ -930,6 +932,8 @@ def _conv_transpose(n):
     if any(p < 0 for p in pads):
         n.fail(f"negative padding {pads}")
     if rank == 3:
+        if not hasattr(ops, "conv_transpose3d"):
+            n.fail("3-D transposed convolution needs dragon_core.ops.conv_transpose3d")
         begins, ends = _split_pads(pads, 3)
         if begins != ends:
             n.fail(f"asymmetric padding {pads} of a 3-D transposed convolution")
@@ -999,6 +1003,8 @@ def _pool(kind):
 
 
 def _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil):
+    if not hasattr(ops, "max_pool3d" if kind == "max" else "avg_pool3d"):
+        n.fail("3-D pooling needs dragon_core.ops.max_pool3d / avg_pool3d")
     begins, ends = _split_pads(pads, 3)
     half_ok = all(2 * p <= k for p, k in zip(begins, kernel))
     include = bool(n.a("count_include_pad", 0))
@@ -2242,3 +2248,72 @@ def _tensor_scatter(n):
     lin = reshape(_linear_index(cache.shape, idx, axis), [-1])
     flat = _scatter_replace(reshape(cache, [-1]), lin, reshape(upd, [-1]), 0)
     return reshape(flat, cache.shape)
+
+
+# ------------------------------------------------- integer matmul / conv
+#
+# Integer products are summed in float64, which holds every int8/uint8
+# product sum exactly (|sum| < 2^53), then converted: the results equal
+# ONNX's int32 arithmetic.
+
+def _centered(x: Tensor, zp: Tensor | None, row_axis: int | None = None) -> Tensor:
+    xf = ops.cast(x, "float64")
+    if zp is None:
+        return xf
+    z = ops.cast(zp, "float64")
+    if row_axis is not None and z.ndim == 1 and z.size > 1:
+        shape = [1] * x.ndim
+        shape[row_axis] = z.shape[0]
+        z = reshape(z, shape)
+    return ops.sub(xf, z)
+
+
+def _requantize(acc: Tensor, scale: Tensor, zp: Tensor | None, like_dtype: str) -> Tensor:
+    out = dt(zp) if zp is not None else like_dtype
+    y = ops.mul(acc, ops.cast(scale, "float64"))
+    if zp is not None:
+        y = ops.add(y, ops.cast(zp, "float64"))
+    lo, hi = _QRANGE[out]
+    return ops.cast(ops.clip(ops.round(y), float(lo), float(hi)), out)
+
+
+@op("MatMulInteger")
+def _matmul_integer(n):
+    a, b = n.x(0), n.x(1)
+    y = ops.matmul(_centered(a, n.x(2), a.ndim - 2), _centered(b, n.x(3)))
+    return ops.cast(y, "int32")
+
+
+@op("QLinearMatMul")
+def _qlinear_matmul(n):
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (n.x(i) for i in range(8))
+    acc = ops.matmul(_centered(a, a_zp, a.ndim - 2), _centered(b, b_zp))
+    if a_s.ndim == 1 and a_s.size > 1:
+        a_s = reshape(a_s, [-1, 1])
+    scale = ops.div(ops.mul(a_s, b_s), y_s)        # in the scales' dtype, as ONNX
+    return _requantize(acc, scale, y_zp, dt(a))
+
+
+def _conv_int(n, x, w, bias=None):
+    if x.ndim != 4:
+        n.fail(f"{x.ndim - 2}-D integer convolution (2-D only)")
+    strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    return ops.conv2d(x, w, bias, list(strides), list(pads), list(dilations), n.a("group", 1))
+
+
+@op("ConvInteger")
+def _conv_integer(n):
+    x, w = n.x(0), n.x(1)
+    y = _conv_int(n, _centered(x, n.x(2)), _centered(w, n.x(3), 0))
+    return ops.cast(y, "int32")
+
+
+@op("QLinearConv")
+def _qlinear_conv(n):
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, b = (n.x(i) for i in range(9))
+    bias = ops.cast(b, "float64") if b is not None else None
+    acc = _conv_int(n, _centered(x, x_zp), _centered(w, w_zp, 0), bias)
+    if w_s.ndim == 1 and w_s.size > 1:
+        w_s = reshape(w_s, [1, -1, 1, 1])
+    scale = ops.div(ops.mul(x_s, w_s), y_s)
+    return _requantize(acc, scale, y_zp, dt(x))

@@ -2317,3 +2317,64 @@ def _qlinear_conv(n):
         w_s = reshape(w_s, [1, -1, 1, 1])
     scale = ops.div(ops.mul(x_s, w_s), y_s)
     return _requantize(acc, scale, y_zp, dt(x))
+
+
+@op("MaxUnpool")
+def _max_unpool(n):
+    """Scatter x to the (whole-tensor, flattened) positions of MaxPool's
+    indices into zeros of the output shape."""
+    x, idx = n.x(0), n.x(1)
+    kernel = n.a("kernel_shape")
+    strides = n.a("strides", [1] * len(kernel))
+    pads = n.a("pads", [0] * (2 * len(kernel)))
+    r = len(kernel)
+    shape = list(x.shape[:2]) + [
+        (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[r + i] + kernel[i] for i in range(r)]
+    total = int(np.prod(shape, dtype=np.int64))
+    flat = ops.scatter_add(ops.zeros([total], dt(x)), reshape(idx, [-1]), reshape(x, [-1]), 0)
+    y = reshape(flat, shape)
+    if n.has(2):
+        # Indices address the default shape; a larger output_shape pads
+        # zeros after each spatial axis.
+        target = n.ints(2)
+        extra = [t - d for t, d in zip(target, shape)]
+        if any(e_ < 0 for e_ in extra) or extra[:2] != [0, 0]:
+            n.fail(f"output_shape {target} smaller than the unpooled shape {shape}")
+        if any(extra):
+            full = []
+            for e_ in extra:
+                full += [0, e_]
+            y = ops.pad(y, full)
+    return y
+
+
+@op("Col2Im")
+def _col2im(n):
+    """Sum each column entry into its image pixel: the target of every entry
+    depends only on the shapes and attributes, so it is computed at trace
+    time and applied with one ScatterAdd."""
+    x = n.x(0)
+    if len(n.ints(1)) != 2:
+        n.fail(f"{len(n.ints(1))}-D images (2-D only)")
+    H, W = n.ints(1)
+    kh, kw = n.ints(2)
+    d = n.a("dilations", [1, 1])
+    p = n.a("pads", [0, 0, 0, 0])
+    s = n.a("strides", [1, 1])
+    N, CK, L = x.shape
+    C = CK // (kh * kw)
+    oh = (H + p[0] + p[2] - (d[0] * (kh - 1) + 1)) // s[0] + 1
+    ow = (W + p[1] + p[3] - (d[1] * (kw - 1) + 1)) // s[1] + 1
+    if oh * ow != L:
+        n.fail(f"{L} blocks for an image {H}x{W} that holds {oh}x{ow}")
+    c, i, j, bh, bw = np.meshgrid(np.arange(C), np.arange(kh), np.arange(kw), np.arange(oh),
+                                  np.arange(ow), indexing="ij")
+    h = bh * s[0] - p[0] + i * d[0]
+    w = bw * s[1] - p[1] + j * d[1]
+    valid = ((h >= 0) & (h < H) & (w >= 0) & (w < W)).reshape(-1)
+    target = (c * H * W + h * W + w).reshape(-1)
+    src = np.nonzero(valid)[0]
+    vals = ops.gather(reshape(x, [N, CK * L]), const(src, "int64"), 1)
+    out = ops.scatter_add(ops.zeros([N, C * H * W], dt(x)), const(target[src], "int64"),
+                          vals, 1)
+    return reshape(out, [N, C, H, W])

@@ -100,13 +100,16 @@ def test_bert_layer_from_dragon_runs_in_onnxruntime(bert_pair, tmp_path):
     dm, tm = bert_pair
     x = _x_seq()
     path = tmp_path / "bert.onnx"
-    model = dgx.export(dm, [x], path)
+    model = dgx.export(dm, [x], path, dynamic_axes={"input_0": {0: "batch"},
+                                                     "output_0": {0: "batch"}})
     assert {"query.weight", "ln2.bias", "ffn_in.weight"} <= \
         {i.name for i in model.graph.initializer}
     ref = dm(dg.tensor(x)).numpy()
     with torch.no_grad():
         _close(ref, tm(torch.from_numpy(x)).numpy())
     _close(_ort_run(str(path), {"input_0": x})[0], ref)
+    x3 = _x_seq(3)      # another batch size through the dynamic axis
+    _close(_ort_run(str(path), {"input_0": x3})[0], dm(dg.tensor(x3)).numpy())
     # Below opset 20 GELU is written with Erf, below 17 LayerNorm by hand.
     for opset in (17, 19):
         m = dgx.export(dm, [x], None, opset=opset)

@@ -295,10 +295,13 @@ def _dropout(e, ins, outs, a):
 def _reshape(e, ins, outs, a):
     out_shape = list(e.shape(outs[0]))
     in_shape = list(e.shape(ins[0]))
-    # Keep a leading axis the reshape leaves alone as 0 ("copy"), so a
-    # dynamic batch axis stays dynamic.
-    target = [0 if (i == 0 and in_shape and d == in_shape[0] and d != 0) else d
-              for i, d in enumerate(out_shape)]
+    # The leading axis is written as 0 ("copy") when the reshape leaves it
+    # alone, else as -1 (inferred): both give the traced shape, and a
+    # dynamic batch axis stays dynamic through flattening reshapes
+    # ([b, s, h] -> [b * s, h] -> [b, s, h]).
+    target = list(out_shape)
+    if target and int(np.prod(target[1:])) != 0:
+        target[0] = 0 if (in_shape and target[0] == in_shape[0]) else -1
     e.node("Reshape", [ins[0], e.const(np.array(target, np.int64))], outs)
 
 

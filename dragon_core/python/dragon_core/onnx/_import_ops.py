@@ -2432,3 +2432,27 @@ def _dft(n):
     for j, p in enumerate(perm):
         back[p] = j
     return ops.transpose(y, back)
+
+
+@op("CumProd")
+def _cumprod(n):
+    """Running products along the axis, one Mul per position (exact for
+    zeros and negative numbers, which exp(cumsum(log x)) is not)."""
+    x = n.x(0)
+    axis = norm_axis(int(np.asarray(n.static(1)).reshape(-1)[0]), x.ndim)
+    length = x.shape[axis]
+    exclusive, rev = bool(n.a("exclusive", 0)), bool(n.a("reverse", 0))
+    order = list(range(length))[::-1] if rev else list(range(length))
+    acc, outs = None, {}
+    for i in order:
+        xi = ops.slice(x, [i], [i + 1], [1], [axis])
+        if exclusive:
+            outs[i] = acc if acc is not None else ops.full(list(xi.shape), 1, dt(x))
+            acc = xi if acc is None else ops.mul(acc, xi)
+        else:
+            acc = xi if acc is None else ops.mul(acc, xi)
+            outs[i] = acc
+    if length == 0:
+        return x
+    parts = [outs[i] for i in range(length)]
+    return parts[0] if length == 1 else ops.concat(parts, axis)

@@ -10,9 +10,9 @@ Rows
     Dragon: ``dgx.load(model, freeze=True)`` (initializers compiled in, so
     the batch norms fold into the convolutions once, as onnxruntime's
     ORT_ENABLE_ALL does) and ``dgx.load(model)`` (zero-copy initializers,
-    the fold recomputed per call; informational). onnxruntime: CPU provider,
-    ORT_ENABLE_ALL, one intra-op thread per core. Target: Dragon (frozen)
-    <= onnxruntime. An informational row times the same network built with
+    the fold recomputed per call). onnxruntime: CPU provider,
+    ORT_ENABLE_ALL, one intra-op thread per core. Target, for each way of
+    importing: <= onnxruntime. An informational row times the same network built with
     ``dg.nn`` and compiled with ``@dg.function(freeze=True)``: the import
     should cost nothing over it.
 ``onnx_bert_layer_b8_s128_h256``
@@ -23,7 +23,10 @@ Rows
     model is exported from Dragon's module instead (``dgx.export``).
 
 Every output is checked against a float64 reference before it is timed
-(torch float64 where installed, else NumPy's float64 forward of Dragon).
+(torch float64 where installed, else Dragon's float64 forward). The
+implementations of one benchmark are timed in three interleaved rounds (the
+best run of all rounds counts), so a change of load on the shared machine
+affects them alike.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from _harness import best_seconds, result, skip_note, try_import
 RESNET_X = (8, 3, 64, 64)
 BERT_X = (8, 128, 256)
 RTOL = 5e-4
-TIMING = {"full": {"warmup": 3, "runs": 7, "min_run_s": 0.25},
+#: Timed rounds per implementation, interleaved (see ``_measure``).
+ROUNDS = 3
+TIMING = {"full": {"warmup": 3, "runs": 9, "min_run_s": 0.25},
           "quick": {"warmup": 1, "runs": 1, "min_run_s": 0.0}}
 INSTALL = 'pip install "onnx>=1.16" "onnxruntime>=1.31,<1.32"'
 
@@ -51,18 +56,43 @@ def _close(out, ref) -> str:
     return f"max abs error {float(np.max(np.abs(out - ref))):.3g} (scale {scale:.3g})"
 
 
-def _timed(bench, impl, library, fn, ref, target, timing, **extra):
-    try:
-        problem = _close(fn(), ref)
+def _measure(bench, impls, ref, timing, target_of):
+    """Check every implementation, then time them in interleaved rounds
+    (each round times every implementation once, best run of all rounds
+    counts), so load changes on a shared machine hit them alike.
+
+    ``impls``: list of (impl, library, fn, extra). ``target_of(values)``
+    gives the target of the first row from the measured values."""
+    rows, live = [], []
+    for impl, library, fn, extra in impls:
+        try:
+            problem = _close(fn(), ref)
+        except Exception as exc:  # noqa: BLE001 (report, keep benchmarking the others)
+            problem = f"failed: {type(exc).__name__}: {exc}"
+        rows.append([impl, library, problem, [], extra])
+        if not problem:
+            live.append(rows[-1])
+    rounds = 1 if timing["runs"] <= 1 else ROUNDS
+    for r in range(rounds):
+        for row, (_, _, fn, _) in ((row, impls[i]) for i, row in enumerate(rows)):
+            if row[2]:
+                continue
+            _, per_run = best_seconds(fn, warmup=timing["warmup"] if r == 0 else 1,
+                                      runs=max(1, timing["runs"] // rounds),
+                                      min_run_s=timing["min_run_s"])
+            row[3] += per_run
+    values = {row[1] + ":" + row[0]: (min(row[3]) * 1e3 if row[3] else None) for row in rows}
+    out = []
+    for k, (impl, library, problem, per_run, extra) in enumerate(rows):
+        target = target_of(values) if k < 2 else None
         if problem:
-            return result(bench, impl, library, "ms", None, "lower", target, status="WRONG",
-                          note=f"{library} {impl}: {problem}")
-        best, per_run = best_seconds(fn, **timing)
-    except Exception as exc:  # noqa: BLE001 (report, keep benchmarking the others)
-        return result(bench, impl, library, "ms", None, "lower", target,
-                      note=f"{library} {impl} failed: {type(exc).__name__}: {exc}")
-    return result(bench, impl, library, "ms", best * 1e3, "lower", target,
-                  ms_per_run=[t * 1e3 for t in per_run], **extra)
+            status = "WRONG" if not problem.startswith("failed") else None
+            out.append(result(bench, impl, library, "ms", None, "lower", target,
+                              status=status, note=f"{library} {impl}: {problem}"))
+            continue
+        out.append(result(bench, impl, library, "ms", min(per_run) * 1e3, "lower", target,
+                          ms_per_run=[t * 1e3 for t in per_run], **extra))
+    return out
 
 
 def _ort_session(ort, model_bytes: bytes):
@@ -72,25 +102,29 @@ def _ort_session(ort, model_bytes: bytes):
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
 
-def _rows(bench, model_bytes, x, ref, timing, dg, ort):
+def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
     import dragon_core.onnx as dgx
     sess = _ort_session(ort, model_bytes)
     name = sess.get_inputs()[0].name
-    ort_row = _timed(bench, "InferenceSession CPU, ORT_ENABLE_ALL", "onnxruntime",
-                     lambda: sess.run(None, {name: x})[0], ref, None, timing,
-                     version=ort.__version__, threads=os.cpu_count())
-    target = None if ort_row["value"] is None else round(ort_row["value"], 3)
     dx = dg.tensor(x)
     frozen = dgx.load(model_bytes, freeze=True)
     live = dgx.load(model_bytes)
-    rows = [_timed(bench, "dgx.load(model, freeze=True) (O3)", "dragon",
-                   lambda: frozen(dx)[0].numpy(), ref, target, timing),
-            _timed(bench, "dgx.load(model) (O3, zero-copy initializers)", "dragon",
-                   lambda: live(dx)[0].numpy(), ref, None, timing),
-            ort_row]
-    for row in rows[:2]:
-        if row["value"] and ort_row["value"]:
-            ratio = row["value"] / ort_row["value"]
+    ort_impl = "InferenceSession CPU, ORT_ENABLE_ALL"
+    impls = [("dgx.load(model, freeze=True) (O3)", "dragon", lambda: frozen(dx)[0].numpy(), {}),
+             ("dgx.load(model) (O3, zero-copy initializers)", "dragon",
+              lambda: live(dx)[0].numpy(), {}),
+             *extra_impls,
+             (ort_impl, "onnxruntime", lambda: sess.run(None, {name: x})[0],
+              {"version": ort.__version__, "threads": os.cpu_count()})]
+
+    def target_of(values):
+        v = values.get("onnxruntime:" + ort_impl)
+        return None if v is None else round(v, 3)
+    rows = _measure(bench, impls, ref, timing, target_of)
+    ort_value = rows[-1]["value"]
+    for row in rows:
+        if row["library"] == "dragon" and row["value"] and ort_value:
+            ratio = row["value"] / ort_value
             row["vs"] = {"onnxruntime": ratio}
             row["note"] = "; ".join(t for t in (f"{ratio:.2f}x onnxruntime's time in this "
                                                 "run", row.get("note", "")) if t)
@@ -117,16 +151,15 @@ def bench_resnet(dg, torch, ort, timing):
         model.load_state_dict({k: v.astype(np.float64) for k, v in state.items()})
         ref = model.eval()(dg.tensor(x.astype(np.float64))).numpy()
     onnx_model = resnet18_onnx(state, list(x.shape))
-    rows = _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort)
     # The same network written with dg.nn: what the import should match.
     native = resnet18(dg.nn)
     native.load_state_dict(state)
     native.eval()
     frozen = dg.function(lambda t: native(t), freeze=True)
     dx = dg.tensor(x)
-    rows.insert(2, _timed(bench, "dg.nn ResNet-18, @dg.function(freeze=True) (not imported)",
-                          "dragon", lambda: frozen(dx).numpy(), ref, None, timing))
-    return rows
+    extra = [("dg.nn ResNet-18, @dg.function(freeze=True) (not imported)", "dragon",
+              lambda: frozen(dx).numpy(), {})]
+    return _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort, extra)
 
 
 def bench_bert(dg, torch, ort, timing):

@@ -151,9 +151,11 @@ def test_binary_rejects_mixed_dtypes():
     raises("Less", [((2,), "int32"), ((2,), "int64")])
 
 
-def test_integer_div_and_pow_are_rejected():
+def test_integer_div_is_rejected_and_integer_pow_accepted():
+    # Div is true division (floats only): integers use FloorDivide or
+    # TruncDivide. Pow takes integers (exact, as NumPy's).
     raises("Div", [((2,), "int32"), ((2,), "int32")], "int32")
-    raises("Pow", [((2,), "int64"), ((2,), "int64")], "int64")
+    assert infer1("Pow", [((2,), "int64"), ((3, 1), "int64")]) == ((3, 2), "int64")
 
 
 @pytest.mark.parametrize("c, x, y", [
@@ -230,8 +232,13 @@ def test_max_min_follow_numpy_including_empty_errors(op, shape, axes,
         expected = reduce(placeholder(shape), axis=numpy_axis(axes),
                           keepdims=keepdims)
     except ValueError:
-        raises(op, [(shape, "float32")], "zero-size", axes=axes,
+        # NumPy raises; Dragon follows ONNX for floats (-inf / +inf, shaped
+        # as Sum's result) and raises for integers, which have no such value.
+        raises(op, [(shape, "int32")], "zero-size", "int32", axes=axes,
                keepdims=keepdims)
+        expected = placeholder(shape).sum(axis=numpy_axis(axes), keepdims=keepdims)
+        out = infer1(op, [(shape, "float32")], axes=axes, keepdims=keepdims)
+        assert out == (np.shape(expected), "float32")
         return
     out = infer1(op, [(shape, "int32")], axes=axes, keepdims=keepdims)
     assert out == (np.shape(expected), "int32")

@@ -111,8 +111,9 @@ def test_numerics_catch_a_dtype_specific_error(dg):
 
 def test_numerics_accept_opcases(dg):
     case = OpCase.of("Exp", [np.float64([0.0, 1.0])], np.exp)
-    assert check_numerics("Exp", np.exp, [case]) == {"float32": 2,
-                                                     "float64": 2}
+    # Every dtype with a kernel: cpu_eigen serves Exp on 16-bit floats too.
+    assert check_numerics("Exp", np.exp, [case]) == {"float16": 2, "bfloat16": 2,
+                                                     "float32": 2, "float64": 2}
 
 
 # ------------------------------------------------------- eager vs graph
@@ -160,7 +161,7 @@ def test_eager_vs_graph_catches_python_state(dg):
 
 def test_dragon_checks_fixture(dg, dragon_checks, rng):
     x = rng.standard_normal((2, 3))
-    assert dragon_checks.numerics("Exp", np.exp, [[x]]) == {"float32": 2,
-                                                            "float64": 2}
+    assert dragon_checks.numerics("Exp", np.exp, [[x]]) == {"float16": 2, "bfloat16": 2,
+                                                            "float32": 2, "float64": 2}
     dragon_checks.schema_kernel_consistency("Exp", [x])
     dragon_checks.eager_vs_graph(dg.ops.exp, x)

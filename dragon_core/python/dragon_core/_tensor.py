@@ -241,12 +241,14 @@ def _scalar_dtype(t: dtype, value) -> dtype:
     raise TypeError(f"unsupported operand type {type(value).__name__}")
 
 
-_FLOAT_ONLY = {"div", "pow"}
+_FLOAT_ONLY = {"div"}
 _COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
 _REFLECTED = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
               "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
 _OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "matmul": "@",
-             "logical_and": "&", "logical_or": "|"}
+             "logical_and": "&", "logical_or": "|", "bitwise_and": "&", "bitwise_or": "|",
+             "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>",
+             "floor_divide": "//", "mod": "%"}
 
 
 def _int_range(t: dtype) -> tuple[int, int]:
@@ -556,7 +558,14 @@ def _install():
     T.__index__ = __index__
     T.__neg__ = lambda self: _ops_module().neg(self)
     T.__abs__ = lambda self: _ops_module().abs(self)
-    T.__invert__ = lambda self: _ops_module().logical_not(self)
+
+    def __invert__(self):
+        # NumPy's ~: bitwise not on integers, logical not on bool, a TypeError on floats.
+        if self.dtype.is_floating_point:
+            raise TypeError(f"~ (bitwise not) is not defined for {self.dtype.name} tensors, "
+                            f"as in NumPy; use dragon_core.ops.logical_not(x) for x == 0")
+        return _ops_module().bitwise_not(self)
+    T.__invert__ = __invert__
     T.__pos__ = lambda self: self
 
     def __iter__(self):

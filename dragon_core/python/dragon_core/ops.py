@@ -190,3 +190,6 @@ def __getattr__(name: str):
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise AttributeError(f"dragon_core.ops has no op '{name}'.{hint} Ops come from the core and "
                          f"from plugins; `python -m dragon_core info` lists what is loaded.")
+
+
+from ._selection import einsum, nonzero, unique  # noqa: E402,F401  (not schema ops)

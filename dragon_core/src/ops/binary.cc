@@ -61,16 +61,19 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
                 "True division with broadcasting: y = a / b (IEEE semantics: x / 0 is +-inf "
                 "or NaN).",
                 dg::kFloat),
-    &Arithmetic("Pow", "Power with broadcasting: y = a ^ b.", dg::kFloat, "Base.",
+    &Arithmetic("Pow",
+                "Power with broadcasting: y = a ^ b. Integers: exact with wrapping, and a "
+                "negative exponent raises (as NumPy).",
+                dg::kNumeric, "Base.",
                 "Exponent, same dtype as a; broadcasts with a."),
     &Arithmetic("Maximum",
                 "Element-wise maximum with broadcasting; a NaN in either operand gives NaN "
-                "(as NumPy).",
-                dg::kNumeric),
+                "(as NumPy); logical or on bool.",
+                dg::kAll),
     &Arithmetic("Minimum",
                 "Element-wise minimum with broadcasting; a NaN in either operand gives NaN "
-                "(as NumPy).",
-                dg::kNumeric),
+                "(as NumPy); logical and on bool.",
+                dg::kAll),
 };
 
 // ------------------------------------------------------- comparisons, logical

@@ -22,9 +22,11 @@ enum Opcode : int64_t {
   kRsqrt = 6, kExp = 7, kLog = 8, kLog1p = 9, kSin = 10, kCos = 11,
   kTanh = 12, kSigmoid = 13, kRelu = 14, kFloor = 15, kCeil = 16,
   kRound = 17, kGeluErf = 18, kGeluTanh = 19, kLeakyRelu = 20, kElu = 21,
-  kLastUnary = 21,
+  kTan = 22, kAsin = 23, kAcos = 24, kAtan = 25, kSinh = 26, kCosh = 27,
+  kAsinh = 28, kAcosh = 29, kAtanh = 30, kErf = 31,
+  kLastUnary = 31,
   kAdd = 32, kSub = 33, kMul = 34, kDiv = 35, kPow = 36, kMaximum = 37,
-  kMinimum = 38, kLastBinary = 38
+  kMinimum = 38, kFloorDivide = 39, kMod = 40, kFmod = 41, kLastBinary = 41
 };
 
 // A program may use at most this many temporary registers; the pass reuses
@@ -122,8 +124,10 @@ DG_OP(FusedElementwise)
          "4 Reciprocal, 5 Sqrt, 6 Rsqrt, 7 Exp, 8 Log, 9 Log1p, 10 Sin, "
          "11 Cos, 12 Tanh, 13 Sigmoid, 14 Relu, 15 Floor, 16 Ceil, 17 Round, "
          "18 Gelu (erf), 19 Gelu (tanh); 20 LeakyRelu and 21 Elu take alpha "
-         "from the constant register b. Binary opcodes: 32 Add, 33 Sub, "
-         "34 Mul, 35 Div, 36 Pow, 37 Maximum, 38 Minimum. dst is a "
+         "from the constant register b; 22 Tan, 23 Asin, 24 Acos, 25 Atan, "
+         "26 Sinh, 27 Cosh, 28 Asinh, 29 Acosh, 30 Atanh, 31 Erf. Binary "
+         "opcodes: 32 Add, 33 Sub, 34 Mul, 35 Div, 36 Pow, 37 Maximum, "
+         "38 Minimum, 39 FloorDivide, 40 Mod, 41 Fmod. dst is a "
          "temporary (at most 1024); operands are inputs, constants or "
          "temporaries written earlier; registers may be overwritten. Each "
          "op has the meaning (and, on a kernel that runs the same code, the "

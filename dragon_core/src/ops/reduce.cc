@@ -39,14 +39,21 @@ void ReduceShapeImpl(dg::InferContext& ctx, bool no_identity) {
       reduce[a] = true;
     }
   }
-  if (no_identity) {
+  // Max/Min (no_identity): an empty reduction gives -inf / +inf for float
+  // dtypes (ONNX's ReduceMax/ReduceMin; NumPy raises) and false / true for
+  // bool; integer dtypes have no such value, so it is an error there.
+  const bool is_int = (dg::kInt & dg::Bit(x.dtype())) != 0;
+  if (no_identity && is_int) {
     for (size_t i = 0; i < in.size(); ++i) {
       DG_CHECK(!reduce[i] || in[i] != 0, DG_INVALID_ARGUMENT,
                "zero-size reduction: axis ", i, " of shape ", ShapeStr(in),
-               " is empty and the reduction has no identity");
+               " is empty and the reduction has no identity for ",
+               dg::DTypeName(x.dtype()),
+               " (float dtypes give -inf / +inf, as ONNX; cast to a float dtype, "
+               "or reduce a non-empty axis)");
     }
   }
-  DgDType dtype = x.dtype() == DG_BOOL ? DG_INT64 : x.dtype();
+  DgDType dtype = x.dtype() == DG_BOOL && !no_identity ? DG_INT64 : x.dtype();
   ctx.set_output(0, dtype, Reduced(in, reduce, ctx.b("keepdims")));
 }
 
@@ -101,10 +108,16 @@ static const char kDdof[] = "Delta degrees of freedom (NumPy's meaning).";
                dg::kNumeric, dg::kNumeric, "Products, x's dtype."),
     &Reduction("Mean", "Arithmetic mean over the given axes; NaN for an empty reduction.",
                dg::kFloat, dg::kFloat, "Means, x's dtype."),
-    &Reduction("Max", "Largest element over the given axes; an empty reduction is an error.",
-               dg::kNumeric, dg::kNumeric, "Maxima, x's dtype.", ReduceNoIdentityShape),
-    &Reduction("Min", "Smallest element over the given axes; an empty reduction is an error.",
-               dg::kNumeric, dg::kNumeric, "Minima, x's dtype.", ReduceNoIdentityShape),
+    &Reduction("Max",
+               "Largest element over the given axes (NaN propagates; any() on bool). An "
+               "empty reduction gives -inf for float dtypes (as ONNX), false for bool, and "
+               "is an error for integer dtypes.",
+               dg::kAll, dg::kAll, "Maxima, x's dtype.", ReduceNoIdentityShape),
+    &Reduction("Min",
+               "Smallest element over the given axes (NaN propagates; all() on bool). An "
+               "empty reduction gives +inf for float dtypes (as ONNX), true for bool, and "
+               "is an error for integer dtypes.",
+               dg::kAll, dg::kAll, "Minima, x's dtype.", ReduceNoIdentityShape),
     &Reduction("Var",
                "Variance over the given axes: sum((x - mean)^2) / (N - ddof); NaN for an "
                "empty reduction.",

@@ -575,7 +575,11 @@ void BindOps(py::module_& m) {
       {"__eq__", nullptr, "Equal"},       {"__ne__", nullptr, "NotEqual"},
       {"__lt__", nullptr, "Less"},        {"__le__", nullptr, "LessEqual"},
       {"__gt__", nullptr, "Greater"},     {"__ge__", nullptr, "GreaterEqual"},
-      {"__and__", "__rand__", "LogicalAnd"}, {"__or__", "__ror__", "LogicalOr"},
+      // As NumPy: & | ^ ~ are bitwise (logical on bool), // and % floor.
+      {"__and__", "__rand__", "BitwiseAnd"}, {"__or__", "__ror__", "BitwiseOr"},
+      {"__xor__", "__rxor__", "BitwiseXor"},
+      {"__lshift__", "__rlshift__", "LeftShift"}, {"__rshift__", "__rrshift__", "RightShift"},
+      {"__floordiv__", "__rfloordiv__", "FloorDivide"}, {"__mod__", "__rmod__", "Mod"},
   };
   for (const Op2& o : kOps) {
     OpSchema* op = Registry::Get().FindOp(o.op);

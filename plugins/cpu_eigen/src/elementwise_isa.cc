@@ -65,6 +65,16 @@ void Unary(UnaryKind kind, UnaryParams<T> p, const T* x, T* y, int64_t n) {
     case UnaryKind::kFloor: return UnaryRun<T, T>(FloorOp<T>{}, x, y, n);
     case UnaryKind::kCeil: return UnaryRun<T, T>(CeilOp<T>{}, x, y, n);
     case UnaryKind::kRound: return UnaryRun<T, T>(RoundOp<T>{}, x, y, n);
+    case UnaryKind::kTan: return UnaryRun<T, T>(TanOp<T>{}, x, y, n);
+    case UnaryKind::kAsin: return UnaryRun<T, T>(AsinOp<T>{}, x, y, n);
+    case UnaryKind::kAcos: return UnaryRun<T, T>(AcosOp<T>{}, x, y, n);
+    case UnaryKind::kAtan: return UnaryRun<T, T>(AtanOp<T>{}, x, y, n);
+    case UnaryKind::kSinh: return UnaryRun<T, T>(SinhOp<T>{}, x, y, n);
+    case UnaryKind::kCosh: return UnaryRun<T, T>(CoshOp<T>{}, x, y, n);
+    case UnaryKind::kAsinh: return UnaryRun<T, T>(AsinhOp<T>{}, x, y, n);
+    case UnaryKind::kAcosh: return UnaryRun<T, T>(AcoshOp<T>{}, x, y, n);
+    case UnaryKind::kAtanh: return UnaryRun<T, T>(AtanhOp<T>{}, x, y, n);
+    case UnaryKind::kErf: return UnaryRun<T, T>(ErfOp<T>{}, x, y, n);
   }
 }
 
@@ -83,6 +93,10 @@ void Binary(BinaryKind kind, BinaryForm form, const T* a, const T* b, T* y,
       return BinaryRun<T, T>(MinimumOp{}, form, a, b, y, n);
     case BinaryKind::kSquare:
       return BinaryRun<T, T>(SquareAOp{}, form, a, b, y, n);
+    case BinaryKind::kFloorDivide:
+      return BinaryRun<T, T>(FloorDivideOp{}, form, a, b, y, n);
+    case BinaryKind::kMod: return BinaryRun<T, T>(ModOp{}, form, a, b, y, n);
+    case BinaryKind::kFmod: return BinaryRun<T, T>(FmodOp{}, form, a, b, y, n);
   }
 }
 

@@ -55,12 +55,16 @@ namespace cpu_eigen {
 enum class UnaryKind : int32_t {
   kNeg, kAbs, kSign, kSquare, kReciprocal, kSqrt, kRsqrt, kExp, kLog,
   kLog1p, kSin, kCos, kTanh, kSigmoid, kRelu, kLeakyRelu, kElu, kGeluErf,
-  kGeluTanh, kSoftplus, kClip, kFloor, kCeil, kRound
+  kGeluTanh, kSoftplus, kClip, kFloor, kCeil, kRound,
+  // unary_math.cc (scalar C library forms in every build)
+  kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kErf
 };
 
 enum class BinaryKind : int32_t {
   kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
-  kSquare  // a², for pow(a, 2)
+  kSquare,  // a², for pow(a, 2)
+  // int_arith.cc
+  kFloorDivide, kMod, kFmod
 };
 
 // Which operand of a binary run is one element repeated: neither (kVV),
@@ -611,6 +615,25 @@ struct RoundOp {
   auto Array(const X& x) const { return x.rint(); }
 };
 
+// The functions of unary_math.cc: the C library's scalar forms (correctly
+// rounded or within an ulp, the same in every build and position).
+#define CPU_EIGEN_EW_LIBM_OP_(NAME, FN)       \
+  template <typename T>                      \
+  struct NAME {                              \
+    T operator()(T x) const { return std::FN(x); } \
+  };
+CPU_EIGEN_EW_LIBM_OP_(TanOp, tan)
+CPU_EIGEN_EW_LIBM_OP_(AsinOp, asin)
+CPU_EIGEN_EW_LIBM_OP_(AcosOp, acos)
+CPU_EIGEN_EW_LIBM_OP_(AtanOp, atan)
+CPU_EIGEN_EW_LIBM_OP_(SinhOp, sinh)
+CPU_EIGEN_EW_LIBM_OP_(CoshOp, cosh)
+CPU_EIGEN_EW_LIBM_OP_(AsinhOp, asinh)
+CPU_EIGEN_EW_LIBM_OP_(AcoshOp, acosh)
+CPU_EIGEN_EW_LIBM_OP_(AtanhOp, atanh)
+CPU_EIGEN_EW_LIBM_OP_(ErfOp, erf)
+#undef CPU_EIGEN_EW_LIBM_OP_
+
 // ---------------------------------------------------------- binary ops
 
 struct AddOp {
@@ -685,6 +708,98 @@ struct MinimumOp {
   template <typename A, typename B>
   auto Array(const A& a, const B& b) const {
     return b.template min<Eigen::PropagateNaN>(a);
+  }
+};
+
+// Division and remainder (int_arith.cc). Integers never trap: a zero
+// divisor gives 0 and MIN / -1 wraps to MIN (remainder 0), NumPy's values.
+
+// a / b rounded toward -inf; floats as NumPy's npy_divmod.
+struct FloorDivideOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (b == T(0)) return a / b;
+      const T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+      if (div != T(0)) {
+        T floordiv = std::floor(div);
+        if (div - floordiv > T(0.5)) floordiv += T(1);
+        return floordiv;
+      }
+      return std::copysign(T(0), a / b);
+    } else {
+      if (b == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return WrapNeg(a);  // MIN // -1 wraps
+        const T q = static_cast<T>(a / b);
+        const T r = static_cast<T>(a % b);
+        return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(q - 1)
+                                                         : q;
+      } else {
+        return static_cast<T>(a / b);
+      }
+    }
+  }
+};
+
+// a / b rounded toward zero.
+struct TruncDivideOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::trunc(a / b);
+    } else {
+      if (b == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return WrapNeg(a);
+      }
+      return static_cast<T>(a / b);
+    }
+  }
+};
+
+// NumPy's remainder: the sign of b (x % 0 is NaN for floats).
+struct ModOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (b == T(0)) return std::fmod(a, b);
+      T mod = std::fmod(a, b);
+      if (mod != T(0)) {
+        if ((b < T(0)) != (mod < T(0))) mod += b;
+      } else {
+        mod = std::copysign(T(0), b);
+      }
+      return mod;
+    } else {
+      if (b == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);
+        const T r = static_cast<T>(a % b);
+        return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(r + b)
+                                                         : r;
+      } else {
+        return static_cast<T>(a % b);
+      }
+    }
+  }
+};
+
+// C's fmod: the sign of a.
+struct FmodOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::fmod(a, b);
+    } else {
+      if (b == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);
+      }
+      return static_cast<T>(a % b);
+    }
   }
 };
 

@@ -42,8 +42,8 @@ constexpr int64_t kMinChunkBlocks = 8;
 constexpr int64_t kMaxTemporaries = 1024;
 
 // Opcodes of the schema (fixed numbers, stored in saved graphs).
-constexpr int64_t kLastUnary = 21;
-constexpr int64_t kFirstBinary = 32, kLastBinary = 38;
+constexpr int64_t kLastUnary = 31;
+constexpr int64_t kFirstBinary = 32, kLastBinary = 41;
 constexpr int64_t kLeakyReluCode = 20, kEluCode = 21, kPowCode = 36;
 
 struct Decoded {
@@ -82,6 +82,16 @@ void Decode(const char* op, int64_t code, Decoded* d) {
       {UnaryKind::kGeluTanh, kCostTranscendental},
       {UnaryKind::kLeakyRelu, kCostCheap},
       {UnaryKind::kElu, kCostTranscendental},
+      {UnaryKind::kTan, kCostTranscendental},
+      {UnaryKind::kAsin, kCostTranscendental},
+      {UnaryKind::kAcos, kCostTranscendental},
+      {UnaryKind::kAtan, kCostTranscendental},
+      {UnaryKind::kSinh, kCostTranscendental},
+      {UnaryKind::kCosh, kCostTranscendental},
+      {UnaryKind::kAsinh, kCostTranscendental},
+      {UnaryKind::kAcosh, kCostTranscendental},
+      {UnaryKind::kAtanh, kCostTranscendental},
+      {UnaryKind::kErf, kCostTranscendental},
   };
   static const struct {
     BinaryKind kind;
@@ -91,6 +101,9 @@ void Decode(const char* op, int64_t code, Decoded* d) {
       {BinaryKind::kMul, kCostCheap},     {BinaryKind::kDiv, kCostDivide},
       {BinaryKind::kPow, kCostHeavy},     {BinaryKind::kMaximum, kCostCheap},
       {BinaryKind::kMinimum, kCostCheap},
+      {BinaryKind::kFloorDivide, kCostDivide},
+      {BinaryKind::kMod, kCostDivide},
+      {BinaryKind::kFmod, kCostDivide},
   };
   if (code >= 0 && code <= kLastUnary) {
     d->binary = false;

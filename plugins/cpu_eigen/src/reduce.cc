@@ -589,10 +589,16 @@ template <typename Op, typename T>
 void Extreme(dg::KernelContext& ctx) {
   const Input<T> in = Prepare<T>(ctx);
   const ReduceLayout& l = in.layout;
-  DG_CHECK(l.num_red > 0 || l.num_out == 0, DG_INVALID_ARGUMENT, ctx.op_name(),
+  // Floats: an empty reduction is the fold's identity, -inf / +inf (ONNX).
+  DG_CHECK(l.num_red > 0 || l.num_out == 0 || std::is_floating_point_v<T>,
+           DG_INVALID_ARGUMENT, ctx.op_name(),
            ": zero-size reduction of an input of shape ",
            ShapeStr(ctx.input(0).shape()), " has no identity");
   T* y = ctx.output(0).data<T>();
+  if (l.num_red == 0) {
+    std::fill(y, y + l.num_out, Op::template Identity<T>());
+    return;
+  }
   if (!l.out_permuted) {
     FoldInto<Op, Plain>(ctx, l, in.x, static_cast<const T*>(nullptr), y);
     return;

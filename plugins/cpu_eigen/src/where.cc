@@ -101,7 +101,8 @@ void Where(dg::KernelContext& ctx) {
                               sy, po + i, len);
                 });
 }
-DG_KERNEL("Where", "cpu", Where, CPU_EIGEN_ALL_TYPES);
+DG_KERNEL("Where", "cpu", Where, CPU_EIGEN_ALL_TYPES, Eigen::half,
+          Eigen::bfloat16);  // 16-bit floats: a bit copy, as int16
 
 }  // namespace
 }  // namespace cpu_eigen

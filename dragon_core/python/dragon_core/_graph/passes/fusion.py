@@ -58,11 +58,12 @@ _FLOAT_CODES = {_F32: "float32", _F64: "float64"}
 UNARY = {"Neg": 0, "Abs": 1, "Sign": 2, "Square": 3, "Reciprocal": 4, "Sqrt": 5,
          "Rsqrt": 6, "Exp": 7, "Log": 8, "Log1p": 9, "Sin": 10, "Cos": 11,
          "Tanh": 12, "Sigmoid": 13, "Relu": 14, "Floor": 15, "Ceil": 16,
-         "Round": 17}
+         "Round": 17, "Tan": 22, "Asin": 23, "Acos": 24, "Atan": 25, "Sinh": 26,
+         "Cosh": 27, "Asinh": 28, "Acosh": 29, "Atanh": 30, "Erf": 31}
 GELU = {"none": 18, "tanh": 19}
 WITH_ALPHA = {"LeakyRelu": 20, "Elu": 21}
 BINARY = {"Add": 32, "Sub": 33, "Mul": 34, "Div": 35, "Pow": 36, "Maximum": 37,
-          "Minimum": 38}
+          "Minimum": 38, "FloorDivide": 39, "Mod": 40, "Fmod": 41}
 
 
 def _opcode(op):

@@ -696,17 +696,14 @@ def _recurrent_attrs(a, e, w):
 
 @export_op("Lstm")
 def _lstm(e, ins, outs, a):
-    ins = list(ins) + [""] * (7 - len(ins))
-    x, w, r, b, h0, c0, p = ins[:7]
-    e.node("LSTM", [x, w, r, b, "", h0, c0, p], outs,
+    # Dragon's inputs are ONNX's, in ONNX's order.
+    e.node("LSTM", list(ins), outs,
            input_forget=int(bool(a.get("input_forget"))), **_recurrent_attrs(a, e, r))
 
 
 @export_op("Gru")
 def _gru(e, ins, outs, a):
-    ins = list(ins) + [""] * (5 - len(ins))
-    x, w, r, b, h0 = ins[:5]
-    e.node("GRU", [x, w, r, b, "", h0], outs,
+    e.node("GRU", list(ins), outs,
            linear_before_reset=int(bool(a.get("linear_before_reset"))),
            **_recurrent_attrs(a, e, r))
 

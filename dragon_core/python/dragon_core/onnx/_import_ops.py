@@ -2070,32 +2070,20 @@ def _check_recurrent(names):
     return check
 
 
-def _full_lengths(n, x, layout):
-    if n.has(4):
-        lens = np.asarray(n.static(4)).reshape(-1)
-        seq = x.shape[1] if layout else x.shape[0]
-        if np.any(lens != seq):
-            n.fail("sequence_lens shorter than the sequence")
-
-
 @op("LSTM", check=_check_recurrent(["lstm"]))
 def _lstm(n):
-    x, layout = n.x(0), n.a("layout", 0)
-    _full_lengths(n, x, layout)
-    outs = ops.lstm(x, n.x(1), n.x(2), n.x(3), n.x(5), n.x(6), n.x(7),
+    outs = ops.lstm(n.x(0), n.x(1), n.x(2), n.x(3), n.x(4), n.x(5), n.x(6), n.x(7),
                     hidden_size=n.a("hidden_size", None), direction=n.a("direction", "forward"),
-                    layout=layout, clip=n.a("clip", None),
+                    layout=n.a("layout", 0), clip=n.a("clip", None),
                     input_forget=bool(n.a("input_forget", 0)))
     return list(outs)
 
 
 @op("GRU", check=_check_recurrent(["gru"]))
 def _gru(n):
-    x, layout = n.x(0), n.a("layout", 0)
-    _full_lengths(n, x, layout)
-    outs = ops.gru(x, n.x(1), n.x(2), n.x(3), n.x(5),
+    outs = ops.gru(n.x(0), n.x(1), n.x(2), n.x(3), n.x(4), n.x(5),
                    hidden_size=n.a("hidden_size", None), direction=n.a("direction", "forward"),
-                   layout=layout, clip=n.a("clip", None),
+                   layout=n.a("layout", 0), clip=n.a("clip", None),
                    linear_before_reset=bool(n.a("linear_before_reset", 0)))
     return list(outs)
 

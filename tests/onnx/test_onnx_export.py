@@ -174,3 +174,51 @@ def test_while_loop_exports_as_loop():
         di, dacc = dgx.load(model)(x, lim)
         assert int(di.numpy()) == int(i.numpy())
         np.testing.assert_allclose(dacc.numpy(), acc.numpy(), rtol=1e-6)
+
+
+def test_integer_math_scans_sorts_and_recurrent_ops():
+    rng = np.random.default_rng(7)
+    a = rng.integers(-20, 20, (3, 4)).astype(np.int64)
+    b = rng.integers(1, 6, (3, 4)).astype(np.int64) * rng.choice([-1, 1], (3, 4))
+    f32 = rng.standard_normal((3, 4)).astype(np.float32)
+    seq = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    w = dg.tensor(rng.standard_normal((1, 16, 3)).astype(np.float32))
+    r = dg.tensor(rng.standard_normal((1, 16, 4)).astype(np.float32))
+    wg = dg.tensor(rng.standard_normal((2, 12, 3)).astype(np.float32))
+    rg = dg.tensor(rng.standard_normal((2, 12, 4)).astype(np.float32))
+
+    def f(a, b, x, s):
+        y_lstm, h, c = dg.ops.lstm(s, w, r)
+        y_gru, hg = dg.ops.gru(s, wg, rg, direction="bidirectional", linear_before_reset=True)
+        vals, idx = dg.ops.topk(x, 2, axis=1)
+        return (dg.ops.trunc_divide(a, b), dg.ops.floor_divide(a, b), dg.ops.mod(a, b),
+                dg.ops.fmod(a, b), dg.ops.floor_divide(x, x + 3.0), dg.ops.mod(x, x * 0.0 + 0.7),
+                dg.ops.erf(x), dg.ops.atan(x), dg.ops.isinf(x / 0.0),
+                dg.ops.cumsum(x, 1, exclusive=True, reverse=True), vals, idx,
+                dg.ops.bitwise_and(a, b), y_lstm, h, c, y_gru, hg)
+
+    args = [a, b, f32, seq]
+    model = dgx.export(f, args, None)
+    refs = f(*[dg.tensor(v) for v in args])
+    for k, (got, ref) in enumerate(zip(_ort(model, *args), refs)):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-5, err_msg=str(k))
+    for got, ref in zip(dgx.load(model)(*args), refs):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_3d_convolution_and_pooling():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 2, 6, 6, 6)).astype(np.float32)
+    w = dg.tensor(rng.standard_normal((3, 2, 3, 3, 3)).astype(np.float32))
+    wt = dg.tensor(rng.standard_normal((3, 2, 2, 2, 2)).astype(np.float32))
+
+    def f(x):
+        y = dg.ops.conv3d(x, w, strides=(1, 2, 1), pads=(1, 1, 0))
+        p, _ = dg.ops.max_pool3d(y, [2, 2, 2], pads=(1, 1, 1))
+        q = dg.ops.avg_pool3d(y, [2, 1, 2], count_include_pad=False, pads=(1, 0, 1))
+        return p, q, dg.ops.conv_transpose3d(y, wt, strides=(2, 2, 2))
+
+    model = dgx.export(f, [x], None)
+    refs = f(dg.tensor(x))
+    for got, ref in zip(_ort(model, x), refs):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-5)

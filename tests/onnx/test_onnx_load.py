@@ -221,3 +221,30 @@ def test_loop_with_a_data_dependent_condition_is_a_while_loop():
     ops = {op.type for op in f.get_graph(np.array(1.0, np.float32),
                                          np.array(10.0, np.float32)).op}
     assert "While" in ops
+
+
+def test_gru_with_initial_state_but_no_bias():
+    """ONNX lets B and sequence_lens be absent while initial_h is given;
+    Dragon's optional inputs are trailing, so the defaults are filled in."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    w = rng.standard_normal((1, 6, 3)).astype(np.float32)
+    r = rng.standard_normal((1, 6, 2)).astype(np.float32)
+    h0 = rng.standard_normal((1, 2, 2)).astype(np.float32)
+    node = helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y", "yh"], hidden_size=2)
+    inits = [numpy_helper.from_array(v, k) for k, v in (("w", w), ("r", r))]
+    m = _model([node], [_vi("x", shape=[4, 2, 3]), _vi("h0", shape=[1, 2, 2])],
+               [_vi("y"), _vi("yh")], inits)
+    y, yh = dgx.load(m)(x, h0)
+    # NumPy GRU (ONNX gate order z, r, h; linear_before_reset = 0).
+    wz, wr, wh = np.split(w[0], 3)
+    rz, rr, rh = np.split(r[0], 3)
+    h = h0[0].astype(np.float64)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    for t in range(4):
+        z = sig(x[t] @ wz.T + h @ rz.T)
+        rt = sig(x[t] @ wr.T + h @ rr.T)
+        hh = np.tanh(x[t] @ wh.T + (rt * h) @ rh.T)
+        h = (1 - z) * hh + z * h
+        np.testing.assert_allclose(y.numpy()[t, 0], h, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(yh.numpy()[0], h, rtol=1e-5, atol=1e-6)

@@ -698,14 +698,14 @@ def _recurrent_attrs(a, e, w):
 def _lstm(e, ins, outs, a):
     # Dragon's inputs are ONNX's, in ONNX's order.
     e.node("LSTM", list(ins), outs,
-           input_forget=int(bool(a.get("input_forget"))), **_recurrent_attrs(a, e, r))
+           input_forget=int(bool(a.get("input_forget"))), **_recurrent_attrs(a, e, ins[2]))
 
 
 @export_op("Gru")
 def _gru(e, ins, outs, a):
     e.node("GRU", list(ins), outs,
            linear_before_reset=int(bool(a.get("linear_before_reset"))),
-           **_recurrent_attrs(a, e, r))
+           **_recurrent_attrs(a, e, ins[2]))
 
 
 @export_op("Conv3d")

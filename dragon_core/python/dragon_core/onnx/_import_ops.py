@@ -1961,6 +1961,10 @@ def _deform_conv(n):
     if x.ndim != 4:
         n.fail(f"{x.ndim - 2}-D input (Dragon's deform_conv2d is 2-D)")
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    if mask is None and b is not None:     # a bias with no mask: mask of ones
+        shape = list(off.shape)
+        shape[1] //= 2
+        mask = ops.full(shape, 1.0, dt(x))
     return ops.deform_conv2d(x, w, off, mask, b, list(strides), list(pads), list(dilations),
                              n.a("group", 1), n.a("offset_group", 1))
 
@@ -2070,9 +2074,30 @@ def _check_recurrent(names):
     return check
 
 
+def _recurrent_inputs(n, gates: int, count: int) -> list:
+    """Inputs X, W, R, B, sequence_lens, initial_h[, initial_c, P] with the
+    defaults ONNX gives absent ones filled in where a later one is present
+    (Dragon's optional inputs may only be omitted at the end)."""
+    xs = [n.x(i) for i in range(count)]
+    last = max(i for i, v in enumerate(xs) if v is not None)
+    x, r = xs[0], xs[2]
+    dirs, hidden = r.shape[0], r.shape[2]
+    layout = n.a("layout", 0)
+    batch = x.shape[0] if layout else x.shape[1]
+    steps = x.shape[1] if layout else x.shape[0]
+    state = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    defaults = {3: lambda: ops.zeros([dirs, 2 * gates * hidden], dt(x)),
+                4: lambda: const(np.full(batch, steps), "int32"),
+                5: lambda: ops.zeros(state, dt(x)), 6: lambda: ops.zeros(state, dt(x))}
+    for i in range(3, last):
+        if xs[i] is None:
+            xs[i] = defaults[i]()
+    return xs
+
+
 @op("LSTM", check=_check_recurrent(["lstm"]))
 def _lstm(n):
-    outs = ops.lstm(n.x(0), n.x(1), n.x(2), n.x(3), n.x(4), n.x(5), n.x(6), n.x(7),
+    outs = ops.lstm(*_recurrent_inputs(n, 4, 8),
                     hidden_size=n.a("hidden_size", None), direction=n.a("direction", "forward"),
                     layout=n.a("layout", 0), clip=n.a("clip", None),
                     input_forget=bool(n.a("input_forget", 0)))
@@ -2081,7 +2106,7 @@ def _lstm(n):
 
 @op("GRU", check=_check_recurrent(["gru"]))
 def _gru(n):
-    outs = ops.gru(n.x(0), n.x(1), n.x(2), n.x(3), n.x(4), n.x(5),
+    outs = ops.gru(*_recurrent_inputs(n, 3, 6),
                    hidden_size=n.a("hidden_size", None), direction=n.a("direction", "forward"),
                    layout=n.a("layout", 0), clip=n.a("clip", None),
                    linear_before_reset=bool(n.a("linear_before_reset", 0)))

@@ -222,3 +222,23 @@ def test_3d_convolution_and_pooling():
     refs = f(dg.tensor(x))
     for got, ref in zip(_ort(model, x), refs):
         np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_scaled_dot_product_attention():
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 2, 6, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 2, 6, 3)).astype(np.float32)
+    keep = rng.random((5, 6)) > 0.3
+    keep[2] = False                                   # a query that keeps no key
+    m = dg.tensor(keep)
+
+    def f(q, k, v):
+        return (dg.ops.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                dg.ops.scaled_dot_product_attention(q, k, v, m, enable_gqa=True, scale=0.3),
+                dg.ops.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+
+    model = dgx.export(f, [q, k, v], None)
+    refs = f(dg.tensor(q), dg.tensor(k), dg.tensor(v))
+    for got, ref in zip(_ort(model, q, k, v), refs):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-5)

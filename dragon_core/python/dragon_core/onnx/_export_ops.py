@@ -748,3 +748,45 @@ def _avg_pool3d(e, ins, outs, a):
     e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p + p,
            ceil_mode=int(bool(a["ceil_mode"])),
            count_include_pad=int(bool(a["count_include_pad"])))
+
+
+@export_op("ScaledDotProductAttention")
+def _sdpa(e, ins, outs, a):
+    """softmax(q k^T * scale + mask) v with MatMul/Softmax/Where: grouped
+    key/value heads are repeated with Gather, is_causal is a constant bias,
+    a boolean mask keeps where True, and a query that keeps no key gives 0
+    (as Dragon's op)."""
+    if float(a.get("dropout_p", 0.0)) != 0.0:
+        raise NotImplementedError("dropout_p > 0")
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 and ins[3] else None
+    qs, ks = e.shape(q), e.shape(k)
+    rank = len(qs)
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    hq, hk = qs[-3], ks[-3]
+    if hq != hk:
+        rep = e.const(np.repeat(np.arange(hk), hq // hk).astype(np.int64))
+        k = e.node("Gather", [k, rep], axis=rank - 3)
+        v = e.node("Gather", [v, rep], axis=rank - 3)
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    kt = e.node("Transpose", [k], perm=perm)
+    scores = e.node("Mul", [e.node("MatMul", [q, kt]), e.scalar(scale, q)])
+    L, S = qs[-2], ks[-2]
+    bias = None
+    if a.get("is_causal"):
+        allowed = np.tril(np.ones((L, S), bool))
+        bias = e.const(np.where(allowed, 0.0, -np.inf).astype(e.np_dtype(e.dtype(q))))
+    if mask is not None:
+        if e.dtype(mask) == "bool":
+            mask = e.node("Where", [mask, e.scalar(0.0, q), e.scalar(-np.inf, q)])
+        bias = mask if bias is None else e.node("Add", [bias, mask])
+    if bias is not None:
+        scores = e.node("Add", [scores, bias])
+    p = e.node("Softmax", [scores], axis=-1)
+    if bias is not None:
+        dead = e.node("Equal", [e.node("ReduceMax", [scores, e.const(np.array([-1], np.int64))],
+                                       keepdims=1), e.scalar(-np.inf, q)])
+        p = e.node("Where", [dead, e.scalar(0.0, q), p])
+    e.node("MatMul", [p, v], outs)

@@ -1,0 +1,220 @@
+"""ONNX models imported with ``dragon_core.onnx.load`` against onnxruntime on
+the same model file, in the same run.
+
+Rows
+----
+``onnx_resnet18_b8_64_f32``
+    ResNet-18 (``bench/models/resnet.py``'s weights, written node by node by
+    ``bench/onnx_export.py``: Conv, BatchNormalization, Relu, MaxPool, Add,
+    GlobalAveragePool, Flatten, Gemm; opset 21) on a batch of 8x3x64x64.
+    Dragon: ``dgx.load(model, freeze=True)`` (initializers compiled in, so
+    the batch norms fold into the convolutions once, as onnxruntime's
+    ORT_ENABLE_ALL does) and ``dgx.load(model)`` (zero-copy initializers,
+    the fold recomputed per call). onnxruntime: CPU provider,
+    ORT_ENABLE_ALL, one intra-op thread per core. Target, for each way of
+    importing: <= onnxruntime. An informational row times the same network built with
+    ``dg.nn`` and compiled with ``@dg.function(freeze=True)``: the import
+    should cost nothing over it.
+``onnx_bert_layer_b8_s128_h256``
+    A BERT-style encoder layer (``bench/models/bert.py``: 4 heads, hidden
+    256, feed-forward 1024, GELU via Erf, post-LayerNorm) exported by
+    ``torch.onnx.export`` (TorchScript exporter, opset 17) on a batch of
+    8x128x256. Same Dragon/onnxruntime rows and target. Without torch the
+    model is exported from Dragon's module instead (``dgx.export``).
+
+Every output is checked against a float64 reference before it is timed
+(torch float64 where installed, else Dragon's float64 forward). The
+implementations of one benchmark are timed in three interleaved rounds (the
+best run of all rounds counts), so a change of load on the shared machine
+affects them alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from _harness import best_seconds, result, skip_note, try_import
+
+RESNET_X = (8, 3, 64, 64)
+BERT_X = (8, 128, 256)
+RTOL = 5e-4
+#: Timed rounds per implementation, interleaved (see ``_measure``).
+ROUNDS = 3
+TIMING = {"full": {"warmup": 3, "runs": 9, "min_run_s": 0.25},
+          "quick": {"warmup": 1, "runs": 1, "min_run_s": 0.0}}
+INSTALL = 'pip install "onnx>=1.16" "onnxruntime>=1.31,<1.32"'
+
+
+def _close(out, ref) -> str:
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != ref.shape:
+        return f"shape {out.shape}, expected {ref.shape}"
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    if np.allclose(out, ref, rtol=RTOL, atol=RTOL * scale):
+        return ""
+    return f"max abs error {float(np.max(np.abs(out - ref))):.3g} (scale {scale:.3g})"
+
+
+def _measure(bench, impls, ref, timing, target_of):
+    """Check every implementation, then time them in interleaved rounds
+    (each round times every implementation once, best run of all rounds
+    counts), so load changes on a shared machine hit them alike.
+
+    ``impls``: list of (impl, library, fn, extra). ``target_of(values)``
+    gives the target of the first row from the measured values."""
+    rows, live = [], []
+    for impl, library, fn, extra in impls:
+        try:
+            problem = _close(fn(), ref)
+        except Exception as exc:  # noqa: BLE001 (report, keep benchmarking the others)
+            problem = f"failed: {type(exc).__name__}: {exc}"
+        rows.append([impl, library, problem, [], extra])
+        if not problem:
+            live.append(rows[-1])
+    rounds = 1 if timing["runs"] <= 1 else ROUNDS
+    for r in range(rounds):
+        for row, (_, _, fn, _) in ((row, impls[i]) for i, row in enumerate(rows)):
+            if row[2]:
+                continue
+            _, per_run = best_seconds(fn, warmup=timing["warmup"] if r == 0 else 1,
+                                      runs=max(1, timing["runs"] // rounds),
+                                      min_run_s=timing["min_run_s"])
+            row[3] += per_run
+    values = {row[1] + ":" + row[0]: (min(row[3]) * 1e3 if row[3] else None) for row in rows}
+    out = []
+    for k, (impl, library, problem, per_run, extra) in enumerate(rows):
+        target = target_of(values) if k < 2 else None
+        if problem:
+            status = "WRONG" if not problem.startswith("failed") else None
+            out.append(result(bench, impl, library, "ms", None, "lower", target,
+                              status=status, note=f"{library} {impl}: {problem}"))
+            continue
+        out.append(result(bench, impl, library, "ms", min(per_run) * 1e3, "lower", target,
+                          ms_per_run=[t * 1e3 for t in per_run], **extra))
+    return out
+
+
+def _ort_session(ort, model_bytes: bytes):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = os.cpu_count()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
+    import dragon_core.onnx as dgx
+    sess = _ort_session(ort, model_bytes)
+    name = sess.get_inputs()[0].name
+    dx = dg.tensor(x)
+    frozen = dgx.load(model_bytes, freeze=True)
+    live = dgx.load(model_bytes)
+    ort_impl = "InferenceSession CPU, ORT_ENABLE_ALL"
+    impls = [("dgx.load(model, freeze=True) (O3)", "dragon", lambda: frozen(dx)[0].numpy(), {}),
+             ("dgx.load(model) (O3, zero-copy initializers)", "dragon",
+              lambda: live(dx)[0].numpy(), {}),
+             *extra_impls,
+             (ort_impl, "onnxruntime", lambda: sess.run(None, {name: x})[0],
+              {"version": ort.__version__, "threads": os.cpu_count()})]
+
+    def target_of(values):
+        v = values.get("onnxruntime:" + ort_impl)
+        return None if v is None else round(v, 3)
+    rows = _measure(bench, impls, ref, timing, target_of)
+    ort_value = rows[-1]["value"]
+    for row in rows:
+        if row["library"] == "dragon" and row["value"] and ort_value:
+            ratio = row["value"] / ort_value
+            row["vs"] = {"onnxruntime": ratio}
+            row["note"] = "; ".join(t for t in (f"{ratio:.2f}x onnxruntime's time in this "
+                                                "run", row.get("note", "")) if t)
+    return rows
+
+
+def bench_resnet(dg, torch, ort, timing):
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from models.resnet import float_shapes, random_state, resnet18
+    from onnx_export import resnet18_onnx
+    bench = "onnx_resnet18_b8_64_f32"
+    model = resnet18(dg.nn)
+    state = random_state(float_shapes(model.state_dict()))
+    x = np.random.default_rng(1).standard_normal(RESNET_X).astype(np.float32)
+    if torch is not None:
+        tm = resnet18(torch.nn).eval().double()
+        tm.load_state_dict({k: torch.from_numpy(v).double() for k, v in state.items()},
+                           strict=False)
+        with torch.no_grad():
+            ref = tm(torch.from_numpy(x).double()).numpy()
+    else:
+        model = model.double()
+        model.load_state_dict({k: v.astype(np.float64) for k, v in state.items()})
+        ref = model.eval()(dg.tensor(x.astype(np.float64))).numpy()
+    onnx_model = resnet18_onnx(state, list(x.shape))
+    # The same network written with dg.nn: what the import should match.
+    native = resnet18(dg.nn)
+    native.load_state_dict(state)
+    native.eval()
+    frozen = dg.function(lambda t: native(t), freeze=True)
+    dx = dg.tensor(x)
+    extra = [("dg.nn ResNet-18, @dg.function(freeze=True) (not imported)", "dragon",
+              lambda: frozen(dx).numpy(), {})]
+    return _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort, extra)
+
+
+def bench_bert(dg, torch, ort, timing):
+    import io
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from models import bert
+    import dragon_core.onnx as dgx
+    bench = "onnx_bert_layer_b8_s128_h256"
+    hidden = BERT_X[2]
+    dm = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden=hidden, heads=4)
+    state = bert.random_state({k: tuple(v.shape) for k, v in dm.state_dict().items()})
+    dm.load_state_dict(state)
+    dm.eval()
+    x = np.random.default_rng(2).standard_normal(BERT_X).astype(np.float32)
+    if torch is not None:
+        tm = bert.encoder_layer(torch.nn, bert.torch_f(), hidden=hidden, heads=4)
+        tm.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        tm.eval()
+        buf = io.BytesIO()
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(tm, (torch.from_numpy(x),), buf, dynamo=False, opset_version=17,
+                              input_names=["x"], output_names=["y"])
+        model_bytes = buf.getvalue()
+        with torch.no_grad():
+            ref = tm.double()(torch.from_numpy(x).double()).numpy()
+    else:
+        model_bytes = dgx.export(dm, [x], None).SerializeToString()
+        d64 = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden=hidden, heads=4).double()
+        d64.load_state_dict({k: v.astype(np.float64) for k, v in state.items()})
+        ref = d64.eval()(dg.tensor(x.astype(np.float64))).numpy()
+    return _rows(bench, model_bytes, x, ref, timing, dg, ort)
+
+
+def run(quick: bool = False) -> list[dict]:
+    """The rows of the module docstring."""
+    timing = TIMING["quick" if quick else "full"]
+    dg, ort, onnx = try_import("dragon_core"), try_import("onnxruntime"), try_import("onnx")
+    torch = try_import("torch")
+    if torch is not None:
+        torch.set_num_threads(os.cpu_count())
+    rows = []
+    for bench, fn in (("onnx_resnet18_b8_64_f32", bench_resnet),
+                      ("onnx_bert_layer_b8_s128_h256", bench_bert)):
+        if dg is None or ort is None or onnx is None:
+            missing = "dragon_core" if dg is None else ("onnxruntime" if ort is None else "onnx")
+            note = skip_note(missing) if missing == "dragon_core" else f"{missing}: {INSTALL}"
+            rows.append(result(bench, "import", "dragon", "ms", None, "lower", status="SKIP",
+                               note=note))
+            continue
+        try:
+            rows += fn(dg, torch, ort, timing)
+        except Exception as exc:  # noqa: BLE001
+            rows.append(result(bench, "import", "dragon", "ms", None, "lower",
+                               note=f"{type(exc).__name__}: {exc}"))
+    return rows

@@ -1,0 +1,792 @@
+"""Dragon op -> ONNX nodes, one small function per Dragon op type.
+
+A translation gets the emitter ``e`` (``e.node(...)``, ``e.const(...)``,
+``e.shape(name)``, ``e.dtype(name)``, ``e.opset``), the ONNX names of the
+op's inputs and outputs, and its attributes (every schema attribute,
+resolved), and emits nodes that write exactly those outputs:
+
+    @export_op("Relu")
+    def _relu(e, ins, outs, a):
+        e.node("Relu", ins, outs)
+
+Plugin ops without a translation here are written to their plugin's own
+domain (``ai.dragon.<plugin>``) with their attributes, which
+``dragon_core.onnx.load`` reads back; core ops without one are an error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+EXPORT: dict = {}
+
+
+def export_op(*names):
+    def deco(fn):
+        for nm in names:
+            EXPORT[nm] = fn
+        return fn
+    return deco
+
+
+def _simple(onnx_type):
+    return lambda e, ins, outs, a: e.node(onnx_type, ins, outs)
+
+
+for _dg, _ox in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": "Pow",
+                 "Neg": "Neg", "Abs": "Abs", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
+                 "Reciprocal": "Reciprocal", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
+                 "Relu": "Relu", "Floor": "Floor", "Ceil": "Ceil", "Round": "Round",
+                 "Sign": "Sign", "Sin": "Sin", "Cos": "Cos", "Equal": "Equal",
+                 "Greater": "Greater", "Less": "Less", "GreaterEqual": "GreaterOrEqual",
+                 "LessEqual": "LessOrEqual", "LogicalAnd": "And", "LogicalOr": "Or",
+                 "LogicalNot": "Not", "Maximum": "Max", "Minimum": "Min", "Where": "Where",
+                 "Contiguous": "Identity"}.items():
+    export_op(_dg)(_simple(_ox))
+
+
+@export_op("NotEqual")
+def _not_equal(e, ins, outs, a):
+    e.node("Not", [e.node("Equal", ins)], outs)
+
+
+@export_op("Rsqrt")
+def _rsqrt(e, ins, outs, a):
+    e.node("Reciprocal", [e.node("Sqrt", ins)], outs)
+
+
+@export_op("Square")
+def _square(e, ins, outs, a):
+    e.node("Mul", [ins[0], ins[0]], outs)
+
+
+@export_op("Log1p")
+def _log1p(e, ins, outs, a):
+    e.node("Log", [e.node("Add", [ins[0], e.scalar(1, ins[0])])], outs)
+
+
+@export_op("Cast")
+def _cast(e, ins, outs, a):
+    e.node("Cast", ins, outs, to=e.onnx_dtype(e.dtype(outs[0])))
+
+
+@export_op("LeakyRelu")
+def _leaky(e, ins, outs, a):
+    e.node("LeakyRelu", ins, outs, alpha=float(a["alpha"]))
+
+
+@export_op("Elu")
+def _elu(e, ins, outs, a):
+    e.node("Elu", ins, outs, alpha=float(a["alpha"]))
+
+
+@export_op("Softplus")
+def _softplus(e, ins, outs, a):
+    # Dragon: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold.
+    x, beta, thr = ins[0], float(a["beta"]), float(a["threshold"])
+    bx = x if beta == 1.0 else e.node("Mul", [x, e.scalar(beta, x)])
+    sp = e.node("Softplus", [bx])
+    if beta != 1.0:
+        sp = e.node("Div", [sp, e.scalar(beta, x)])
+    e.node("Where", [e.node("Greater", [bx, e.scalar(thr, x)]), x, sp], outs)
+
+
+@export_op("Gelu")
+def _gelu(e, ins, outs, a):
+    approx = a.get("approximate", "none")
+    if e.opset >= 20:
+        e.node("Gelu", ins, outs, approximate=approx)
+        return
+    x = ins[0]
+    if approx == "tanh":
+        inner = e.node("Mul", [e.node("Add", [x, e.node("Mul", [
+            e.scalar(0.044715, x), e.node("Mul", [x, e.node("Mul", [x, x])])])]),
+            e.scalar(math.sqrt(2 / math.pi), x)])
+        t = e.node("Tanh", [inner])
+    else:
+        t = e.node("Erf", [e.node("Mul", [x, e.scalar(1 / math.sqrt(2), x)])])
+    half = e.node("Mul", [x, e.scalar(0.5, x)])
+    e.node("Mul", [half, e.node("Add", [t, e.scalar(1.0, x)])], outs)
+
+
+@export_op("Clip")
+def _clip(e, ins, outs, a):
+    lo = e.scalar(a["min"], ins[0]) if a.get("min") is not None else ""
+    hi = e.scalar(a["max"], ins[0]) if a.get("max") is not None else ""
+    e.node("Clip", [ins[0], lo, hi], outs)
+
+
+# ------------------------------------------------------------- matmul
+
+def _swap_last(e, x):
+    rank = len(e.shape(x))
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return e.node("Transpose", [x], perm=perm)
+
+
+@export_op("MatMul")
+def _matmul(e, ins, outs, a):
+    x, w = ins[0], ins[1]
+    if a.get("transpose_a") and len(e.shape(x)) >= 2:
+        x = _swap_last(e, x)
+    if a.get("transpose_b") and len(e.shape(w)) >= 2:
+        if len(e.shape(x)) == 2 and len(e.shape(w)) == 2:
+            e.node("Gemm", [x, w], outs, transB=1)
+            return
+        w = _swap_last(e, w)
+    e.node("MatMul", [x, w], outs)
+
+
+@export_op("MatMulBiasAct")
+def _matmul_bias_act(e, ins, outs, a):
+    mm = e.fresh("matmul")
+    _matmul(e, ins[:2], [mm], a)
+    y = e.node("Add", [mm, ins[2]]) if len(ins) > 2 and ins[2] else mm
+    _activation(e, y, outs, a.get("activation", "none"))
+
+
+def _activation(e, y, outs, act):
+    if act == "relu":
+        e.node("Relu", [y], outs)
+    elif act in ("none", "", None):
+        e.node("Identity", [y], outs)
+    else:
+        raise NotImplementedError(f"fused activation '{act}'")
+
+
+# -------------------------------------------------------- convolution
+
+def _pads4(p):
+    p = list(p)
+    return p + p if len(p) == 2 else [p[0], p[1], p[2], p[3]]
+
+
+@export_op("Conv2d")
+def _conv(e, ins, outs, a):
+    w = e.shape(ins[1])
+    e.node("Conv", [i for i in ins if i] if len(ins) < 3 or ins[2] else ins[:2], outs,
+           kernel_shape=list(w[2:]), strides=list(a["strides"]), pads=_pads4(a["pads"]),
+           dilations=list(a["dilations"]), group=int(a["groups"]))
+
+
+@export_op("Conv2dBiasAct")
+def _conv_bias_act(e, ins, outs, a):
+    y = e.fresh("conv")
+    _conv(e, ins, [y], a)
+    _activation(e, y, outs, a.get("activation", "relu"))
+
+
+@export_op("ConvTranspose2d")
+def _conv_transpose(e, ins, outs, a):
+    w = e.shape(ins[1])
+    e.node("ConvTranspose", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
+           strides=list(a["strides"]), pads=_pads4(a["pads"]),
+           output_padding=list(a["output_padding"]), dilations=list(a["dilations"]),
+           group=int(a["groups"]))
+
+
+def _pool_geometry(a):
+    k = list(a["kernel_size"]) * (2 if len(a["kernel_size"]) == 1 else 1)
+    s = list(a["strides"]) or k
+    s = s * 2 if len(s) == 1 else s
+    p = list(a["pads"])
+    p = p * 2 if len(p) == 1 else p
+    return k, s, p + p
+
+
+@export_op("MaxPool2d")
+def _max_pool(e, ins, outs, a):
+    k, s, p = _pool_geometry(a)
+    d = list(a["dilations"])
+    e.node("MaxPool", ins, outs, kernel_shape=k, strides=s, pads=p,
+           dilations=d * 2 if len(d) == 1 else d, ceil_mode=int(bool(a["ceil_mode"])))
+
+
+@export_op("AvgPool2d")
+def _avg_pool(e, ins, outs, a):
+    k, s, p = _pool_geometry(a)
+    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p,
+           ceil_mode=int(bool(a["ceil_mode"])),
+           count_include_pad=int(bool(a["count_include_pad"])))
+
+
+@export_op("AdaptiveAvgPool2d")
+def _adaptive_avg(e, ins, outs, a):
+    size = list(a["output_size"])
+    size = size * 2 if len(size) == 1 else size
+    h, w = e.shape(ins[0])[2:]
+    if size == [1, 1]:
+        e.node("GlobalAveragePool", ins, outs)
+    elif h % size[0] == 0 and w % size[1] == 0:
+        k = [h // size[0], w // size[1]]
+        e.node("AveragePool", ins, outs, kernel_shape=k, strides=k)
+    else:
+        raise NotImplementedError(f"adaptive average pooling of {h}x{w} to {size} (bins of "
+                                  "unequal size have no ONNX op)")
+
+
+# -------------------------------------------------------- normalisation
+
+@export_op("BatchNorm")
+def _batch_norm(e, ins, outs, a):
+    if a.get("training"):
+        raise NotImplementedError("BatchNorm with training=True (export the module in eval "
+                                  "mode)")
+    e.node("BatchNormalization", ins, [outs[0]], epsilon=float(a["eps"]))
+    for j, i in ((1, 3), (2, 4)):
+        if len(outs) > j and e.used(outs[j]):
+            e.node("Identity", [ins[i]], [outs[j]])
+
+
+@export_op("LayerNorm")
+def _layer_norm(e, ins, outs, a):
+    if e.opset >= 17:
+        e.node("LayerNormalization", ins, outs, axis=int(a["axis"]), epsilon=float(a["eps"]))
+        return
+    x = ins[0]
+    rank = len(e.shape(x))
+    axes = list(range(int(a["axis"]) % rank, rank))
+    m = e.reduce("ReduceMean", x, axes)
+    d = e.node("Sub", [x, m])
+    v = e.reduce("ReduceMean", e.node("Mul", [d, d]), axes)
+    y = e.node("Div", [d, e.node("Sqrt", [e.node("Add", [v, e.scalar(float(a["eps"]), x)])])])
+    e.node("Add", [e.node("Mul", [y, ins[1]]), ins[2]], outs)
+
+
+@export_op("GroupNorm")
+def _group_norm(e, ins, outs, a):
+    x, g = ins[0], int(a["groups"])
+    shape = e.shape(x)
+    n, c = shape[0], shape[1]
+    xg = e.node("Reshape", [x, e.const(np.array([n, g, -1], np.int64))])
+    m = e.reduce("ReduceMean", xg, [2])
+    d = e.node("Sub", [xg, m])
+    v = e.reduce("ReduceMean", e.node("Mul", [d, d]), [2])
+    y = e.node("Div", [d, e.node("Sqrt", [e.node("Add", [v, e.scalar(float(a["eps"]), x)])])])
+    y = e.node("Reshape", [y, e.const(np.array(shape, np.int64))])
+    cshape = e.const(np.array([c] + [1] * (len(shape) - 2), np.int64))
+    e.node("Add", [e.node("Mul", [y, e.node("Reshape", [ins[1], cshape])]),
+                   e.node("Reshape", [ins[2], cshape])], outs)
+
+
+@export_op("Softmax")
+def _softmax(e, ins, outs, a):
+    e.node("Softmax", ins, outs, axis=int(a["axis"]))
+
+
+@export_op("LogSoftmax")
+def _log_softmax(e, ins, outs, a):
+    e.node("LogSoftmax", ins, outs, axis=int(a["axis"]))
+
+
+@export_op("Dropout")
+def _dropout(e, ins, outs, a):
+    if float(a.get("p", 0.0)) != 0.0:
+        raise NotImplementedError("Dropout with p > 0 (export the module in eval mode)")
+    e.node("Identity", ins[:1], outs[:1])
+
+
+# ------------------------------------------------------------- shapes
+
+@export_op("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(e, ins, outs, a):
+    out_shape = list(e.shape(outs[0]))
+    in_shape = list(e.shape(ins[0]))
+    # The leading axis is written as 0 ("copy") when the reshape leaves it
+    # alone, else as -1 (inferred): both give the traced shape, and a
+    # dynamic batch axis stays dynamic through flattening reshapes
+    # ([b, s, h] -> [b * s, h] -> [b, s, h]).
+    target = list(out_shape)
+    if target and int(np.prod(target[1:])) != 0:
+        target[0] = 0 if (in_shape and target[0] == in_shape[0]) else -1
+    e.node("Reshape", [ins[0], e.const(np.array(target, np.int64))], outs)
+
+
+@export_op("BroadcastTo")
+def _broadcast_to(e, ins, outs, a):
+    e.node("Expand", [ins[0], e.const(np.array(e.shape(outs[0]), np.int64))], outs)
+
+
+@export_op("Transpose")
+def _transpose(e, ins, outs, a):
+    perm = a.get("perm")
+    if perm is None:
+        perm = list(range(len(e.shape(ins[0]))))[::-1]
+    e.node("Transpose", ins, outs, perm=[int(p) for p in perm])
+
+
+@export_op("Concat")
+def _concat(e, ins, outs, a):
+    e.node("Concat", ins, outs, axis=int(a["axis"]))
+
+
+@export_op("Stack")
+def _stack(e, ins, outs, a):
+    axis = int(a["axis"])
+    rank = len(e.shape(ins[0])) + 1
+    ax = e.const(np.array([axis % rank], np.int64))
+    e.node("Concat", [e.node("Unsqueeze", [x, ax]) for x in ins], outs, axis=axis)
+
+
+@export_op("Slice")
+def _slice(e, ins, outs, a):
+    starts = list(a["starts"])
+    axes = list(a["axes"]) if a.get("axes") is not None else list(range(len(starts)))
+    e.node("Slice", [ins[0], e.const(np.array(starts, np.int64)),
+                     e.const(np.array(a["ends"], np.int64)),
+                     e.const(np.array(axes, np.int64)),
+                     e.const(np.array(a["steps"], np.int64))], outs)
+
+
+@export_op("Split")
+def _split(e, ins, outs, a):
+    e.node("Split", [ins[0], e.const(np.array(a["sizes"], np.int64))], outs,
+           axis=int(a["axis"]))
+
+
+@export_op("Gather")
+def _gather(e, ins, outs, a):
+    e.node("Gather", ins, outs, axis=int(a["axis"]))
+
+
+@export_op("Embedding")
+def _embedding(e, ins, outs, a):
+    e.node("Gather", ins[:2], outs, axis=0)
+
+
+@export_op("Pad")
+def _pad(e, ins, outs, a):
+    p = list(a["pads"])
+    pads = p[0::2] + p[1::2]
+    e.node("Pad", [ins[0], e.const(np.array(pads, np.int64)),
+                   e.scalar(a.get("value", 0.0), ins[0])], outs, mode=a.get("mode", "constant"))
+
+
+@export_op("Fill")
+def _fill(e, ins, outs, a):
+    dtype = e.dtype(outs[0])
+    value = a.get("int_value") if a.get("int_value") is not None else a["value"]
+    from onnx import numpy_helper
+    val = numpy_helper.from_array(np.array([value]).astype(e.np_dtype(dtype)), "value")
+    e.node("ConstantOfShape", [e.const(np.array(a["shape"], np.int64))], outs, value=val)
+
+
+# ----------------------------------------------------------- reductions
+
+def _reduction(onnx_type):
+    def run(e, ins, outs, a):
+        axes = a.get("axes")
+        if axes is not None and len(axes) == 0:
+            e.node("Identity", ins, outs)
+            return
+        e.reduce(onnx_type, ins[0], None if axes is None else list(axes),
+                 keepdims=bool(a.get("keepdims", False)), out=outs[0])
+    return run
+
+
+for _dg, _ox in {"Sum": "ReduceSum", "Mean": "ReduceMean", "Max": "ReduceMax",
+                 "Min": "ReduceMin", "Prod": "ReduceProd",
+                 "LogSumExp": "ReduceLogSumExp"}.items():
+    export_op(_dg)(_reduction(_ox))
+
+
+@export_op("Var", "Std")
+def _var(e, ins, outs, a, _std=None):
+    x = ins[0]
+    axes = a.get("axes")
+    shape = e.shape(x)
+    axes = list(range(len(shape))) if axes is None else [int(v) % len(shape) for v in axes]
+    count = int(np.prod([shape[i] for i in axes])) if axes else 1
+    m = e.reduce("ReduceMean", x, axes)
+    d = e.node("Sub", [x, m])
+    ss = e.reduce("ReduceSum", e.node("Mul", [d, d]), axes, keepdims=bool(a["keepdims"]))
+    ddof = int(a.get("ddof", 0))
+    v_out = outs[0] if e.op_type == "Var" else None
+    v = e.node("Div", [ss, e.scalar(float(max(count - ddof, 0)), x)],
+               [v_out] if v_out else None)
+    if e.op_type == "Std":
+        e.node("Sqrt", [v], outs)
+
+
+def _arg(onnx_type):
+    def run(e, ins, outs, a):
+        x = ins[0]
+        axis = a.get("axis")
+        if axis is None:
+            x = e.node("Reshape", [x, e.const(np.array([-1], np.int64))])
+            axis = 0
+        e.node(onnx_type, [x], outs, axis=int(axis), keepdims=int(bool(a["keepdims"])))
+    return run
+
+
+export_op("ArgMax")(_arg("ArgMax"))
+export_op("ArgMin")(_arg("ArgMin"))
+
+
+# ----------------------------------------------------- resize & vision
+
+@export_op("Interpolate")
+def _interpolate(e, ins, outs, a):
+    mode = a.get("mode", "nearest")
+    align = bool(a.get("align_corners"))
+    attrs = {}
+    if mode == "nearest":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                     nearest_mode="floor")
+    elif mode == "nearest-exact":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="half_pixel",
+                     nearest_mode="round_prefer_ceil")
+    else:
+        attrs = dict(mode="cubic" if mode == "bicubic" else "linear",
+                     coordinate_transformation_mode="align_corners" if align else
+                     "pytorch_half_pixel")
+        if mode == "bicubic":
+            attrs["cubic_coeff_a"] = -0.75
+    x = ins[0]
+    if a.get("scale_factor") is not None and not align:
+        sf = [float(v) for v in a["scale_factor"]]
+        sf = sf * (len(e.shape(x)) - 2) if len(sf) == 1 else sf
+        scales = e.const(np.array([1.0, 1.0] + sf, np.float32))
+        e.node("Resize", [x, "", scales], outs, **attrs)
+    else:
+        sizes = e.const(np.array(e.shape(outs[0]), np.int64))
+        e.node("Resize", [x, "", "", sizes], outs, **attrs)
+
+
+@export_op("GridSample")
+def _grid_sample(e, ins, outs, a):
+    mode = a.get("mode", "bilinear")
+    if e.opset >= 20 and mode == "bilinear":
+        mode = "linear"
+    e.node("GridSample", ins, outs, mode=mode, padding_mode=a.get("padding_mode", "zeros"),
+           align_corners=int(bool(a.get("align_corners"))))
+
+
+@export_op("RoiAlign")
+def _roi_align(e, ins, outs, a):
+    """Dragon's [K, 5] rois (batch index first) are ONNX's rois [K, 4] and
+    batch_indices [K]; aligned=True is coordinate_transformation_mode
+    half_pixel, False output_half_pixel (the legacy form)."""
+    x, rois = ins[0], ins[1]
+    idx = e.node("Cast", [e.node("Reshape", [
+        e.node("Slice", [rois, e.const(np.array([0], np.int64)),
+                         e.const(np.array([1], np.int64)), e.const(np.array([1], np.int64))]),
+        e.const(np.array([-1], np.int64))])], to=7)
+    boxes = e.node("Slice", [rois, e.const(np.array([1], np.int64)),
+                             e.const(np.array([5], np.int64)), e.const(np.array([1], np.int64))])
+    size = list(a["output_size"])
+    size = size * 2 if len(size) == 1 else size
+    ratio = int(a.get("sampling_ratio", -1))
+    e.node("RoiAlign", [x, boxes, idx], outs, mode="avg", output_height=int(size[0]),
+           output_width=int(size[1]), sampling_ratio=max(ratio, 0),
+           spatial_scale=float(a.get("spatial_scale", 1.0)),
+           coordinate_transformation_mode="half_pixel" if a.get("aligned", True)
+           else "output_half_pixel")
+
+
+@export_op("Nms")
+def _nms(e, ins, outs, a):
+    """Dragon's padded NMS (kept indices by decreasing score, then -1; and
+    their count) from ONNX NonMaxSuppression's [M, 3] selection."""
+    boxes, scores = ins[0], ins[1]
+    n = e.shape(boxes)[0]
+    b3 = e.node("Unsqueeze", [boxes, e.const(np.array([0], np.int64))])
+    s3 = e.node("Reshape", [scores, e.const(np.array([1, 1, -1], np.int64))])
+    sel = e.node("NonMaxSuppression", [b3, s3, e.const(np.array([n], np.int64)),
+                                       e.const(np.array([a["iou_threshold"]], np.float32))])
+    keep = e.node("Reshape", [e.node("Slice", [sel, e.const(np.array([2], np.int64)),
+                                               e.const(np.array([3], np.int64)),
+                                               e.const(np.array([1], np.int64))]),
+                              e.const(np.array([-1], np.int64))])
+    count = e.node("Shape", [keep])
+    pad = e.node("Concat", [e.const(np.array([0], np.int64)),
+                            e.node("Sub", [e.const(np.array([n], np.int64)), count])], axis=0)
+    e.node("Pad", [keep, pad, e.const(np.array(-1, np.int64))], [outs[0]], mode="constant")
+    if len(outs) > 1:
+        e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[1]])
+
+
+# ------------------------------------------------------ indices, losses
+
+@export_op("OneHot")
+def _one_hot(e, ins, outs, a):
+    dtype = e.dtype(outs[0])
+    values = e.const(np.array([a["off_value"], a["on_value"]]).astype(e.np_dtype(dtype)))
+    e.node("OneHot", [ins[0], e.const(np.array(int(a["depth"]), np.int64)), values], outs,
+           axis=int(a["axis"]))
+
+
+@export_op("ScatterAdd")
+def _scatter_add(e, ins, outs, a):
+    """Dragon's index-add (updates x.shape[:axis] + indices.shape +
+    x.shape[axis+1:]) as ScatterElements(reduction='add') with the indices
+    expanded to the updates' shape."""
+    x, idx, upd = ins
+    shape = list(e.shape(x))
+    rank = len(shape)
+    axis = int(a["axis"]) % rank
+    count = int(np.prod(e.shape(idx)))
+    ushape = shape[:axis] + [count] + shape[axis + 1:]
+    flat_u = e.node("Reshape", [upd, e.const(np.array(ushape, np.int64))])
+    ishape = [1] * axis + [count] + [1] * (rank - axis - 1)
+    ii = e.node("Reshape", [idx, e.const(np.array(ishape, np.int64))])
+    if e.dtype(idx) != "int64":
+        ii = e.node("Cast", [ii], to=7)
+    ii = e.node("Expand", [ii, e.const(np.array(ushape, np.int64))])
+    e.node("ScatterElements", [x, ii, flat_u], outs, axis=axis, reduction="add")
+
+
+def _reduce_loss(e, loss, outs, reduction):
+    if reduction == "none":
+        e.node("Identity", [loss], outs)
+    elif reduction == "sum":
+        e.node("ReduceSum", [loss], outs, keepdims=0)
+    else:
+        e.node("ReduceMean", [loss], outs, keepdims=0)
+
+
+@export_op("MseLoss")
+def _mse(e, ins, outs, a):
+    d = e.node("Sub", ins)
+    _reduce_loss(e, e.node("Mul", [d, d]), outs, a["reduction"])
+
+
+@export_op("L1Loss")
+def _l1(e, ins, outs, a):
+    _reduce_loss(e, e.node("Abs", [e.node("Sub", ins)]), outs, a["reduction"])
+
+
+@export_op("NllLoss")
+def _nll(e, ins, outs, a):
+    t = ins[1] if e.dtype(ins[1]) == "int64" else e.node("Cast", [ins[1]], to=7)
+    e.node("NegativeLogLikelihoodLoss", [ins[0], t], outs, reduction=a["reduction"],
+           ignore_index=int(a["ignore_index"]))
+
+
+@export_op("SoftmaxCrossEntropy")
+def _sce(e, ins, outs, a):
+    if float(a.get("label_smoothing", 0.0)) != 0.0:
+        raise NotImplementedError("label_smoothing (ONNX SoftmaxCrossEntropyLoss has none)")
+    t = ins[1] if e.dtype(ins[1]) == "int64" else e.node("Cast", [ins[1]], to=7)
+    e.node("SoftmaxCrossEntropyLoss", [ins[0], t], outs, reduction=a["reduction"],
+           ignore_index=int(a["ignore_index"]))
+
+
+# ------------------------------------------- the growing op library
+
+for _dg, _ox in {"Erf": "Erf", "Tan": "Tan", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan",
+                 "Sinh": "Sinh", "Cosh": "Cosh", "Asinh": "Asinh", "Acosh": "Acosh",
+                 "Atanh": "Atanh", "IsNan": "IsNaN", "IsInf": "IsInf"}.items():
+    export_op(_dg)(_simple(_ox))
+
+_INTS = ("uint8", "int8", "int16", "int32", "int64")
+
+
+@export_op("IsFinite")
+def _isfinite(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        e.node("Not", [e.node("Equal", [ins[0], ins[0]])], [e.fresh("unused")])
+        e.node("ConstantOfShape", [e.node("Shape", ins)], outs,
+               value=e.helper.make_tensor("value", 9, [1], [True]))
+        return
+    bad = e.node("Or", [e.node("IsNaN", ins), e.node("IsInf", ins)])
+    e.node("Not", [bad], outs)
+
+
+def _trunc(e, q, outs=None):
+    neg = e.node("Less", [q, e.scalar(0, q)])
+    return e.node("Where", [neg, e.node("Ceil", [q]), e.node("Floor", [q])], outs)
+
+
+@export_op("TruncDivide")
+def _trunc_divide(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        e.node("Div", ins, outs)              # ONNX integer Div truncates
+    else:
+        _trunc(e, e.node("Div", ins), outs)
+
+
+@export_op("FloorDivide")
+def _floor_divide(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        # a - mod(a, b) is a multiple of b: the truncating Div is exact.
+        rem = e.node("Mod", ins, fmod=0)
+        e.node("Div", [e.node("Sub", [ins[0], rem]), ins[1]], outs)
+    else:
+        e.node("Floor", [e.node("Div", ins)], outs)
+
+
+@export_op("Mod")
+def _mod(e, ins, outs, a):
+    if e.dtype(ins[0]) in _INTS:
+        e.node("Mod", ins, outs, fmod=0)
+    else:
+        q = e.node("Floor", [e.node("Div", ins)])
+        e.node("Sub", [ins[0], e.node("Mul", [q, ins[1]])], outs)
+
+
+@export_op("Fmod")
+def _fmod(e, ins, outs, a):
+    e.node("Mod", ins, outs, fmod=1)
+
+
+def _bitwise(onnx_type, logical):
+    def run(e, ins, outs, a):
+        e.node(logical if e.dtype(ins[0]) == "bool" else onnx_type, ins, outs)
+    return run
+
+
+export_op("BitwiseAnd")(_bitwise("BitwiseAnd", "And"))
+export_op("BitwiseOr")(_bitwise("BitwiseOr", "Or"))
+export_op("BitwiseXor")(_bitwise("BitwiseXor", "Xor"))
+export_op("BitwiseNot")(_bitwise("BitwiseNot", "Not"))
+
+
+def _shift(direction):
+    def run(e, ins, outs, a):
+        if e.dtype(ins[0]) != "uint8":
+            raise NotImplementedError(f"shifts of {e.dtype(ins[0])} (ONNX BitShift takes "
+                                      "unsigned integers)")
+        e.node("BitShift", ins, outs, direction=direction)
+    return run
+
+
+export_op("LeftShift")(_shift("LEFT"))
+export_op("RightShift")(_shift("RIGHT"))
+
+
+@export_op("CumSum")
+def _cumsum(e, ins, outs, a):
+    e.node("CumSum", [ins[0], e.const(np.array(int(a["axis"]), np.int64))], outs,
+           exclusive=int(bool(a.get("exclusive"))), reverse=int(bool(a.get("reverse"))))
+
+
+@export_op("TopK")
+def _topk(e, ins, outs, a):
+    e.node("TopK", [ins[0], e.const(np.array([int(a["k"])], np.int64))], outs,
+           axis=int(a["axis"]), largest=int(bool(a["largest"])), sorted=1)
+
+
+@export_op("Sort")
+def _sort(e, ins, outs, a):
+    axis = int(a["axis"])
+    k = e.shape(ins[0])[axis]
+    e.node("TopK", [ins[0], e.const(np.array([k], np.int64))], outs, axis=axis,
+           largest=int(bool(a["descending"])), sorted=1)
+
+
+@export_op("ArgSort")
+def _argsort(e, ins, outs, a):
+    axis = int(a["axis"])
+    k = e.shape(ins[0])[axis]
+    e.node("TopK", [ins[0], e.const(np.array([k], np.int64))], [e.fresh("values"), outs[0]],
+           axis=axis, largest=int(bool(a["descending"])), sorted=1)
+
+
+def _recurrent_attrs(a, e, w):
+    attrs = dict(direction=a.get("direction", "forward"), layout=int(a.get("layout", 0)),
+                 hidden_size=int(e.shape(w)[-1]))
+    if a.get("clip") is not None:
+        attrs["clip"] = float(a["clip"])
+    return attrs
+
+
+@export_op("Lstm")
+def _lstm(e, ins, outs, a):
+    # Dragon's inputs are ONNX's, in ONNX's order.
+    e.node("LSTM", list(ins), outs,
+           input_forget=int(bool(a.get("input_forget"))), **_recurrent_attrs(a, e, ins[2]))
+
+
+@export_op("Gru")
+def _gru(e, ins, outs, a):
+    e.node("GRU", list(ins), outs,
+           linear_before_reset=int(bool(a.get("linear_before_reset"))),
+           **_recurrent_attrs(a, e, ins[2]))
+
+
+@export_op("Conv3d")
+def _conv3d(e, ins, outs, a):
+    w = e.shape(ins[1])
+    p = list(a["pads"])
+    e.node("Conv", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
+           strides=list(a["strides"]), pads=p + p, dilations=list(a["dilations"]),
+           group=int(a["groups"]))
+
+
+@export_op("ConvTranspose3d")
+def _conv_transpose3d(e, ins, outs, a):
+    w = e.shape(ins[1])
+    p = list(a["pads"])
+    e.node("ConvTranspose", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
+           strides=list(a["strides"]), pads=p + p, output_padding=list(a["output_padding"]),
+           dilations=list(a["dilations"]), group=int(a["groups"]))
+
+
+@export_op("MaxPool3d")
+def _max_pool3d(e, ins, outs, a):
+    k = list(a["kernel_size"])
+    k = k * 3 if len(k) == 1 else k
+    s = list(a["strides"]) or k
+    p = list(a["pads"])
+    if len(outs) > 1 and e.used(outs[1]):
+        raise NotImplementedError("MaxPool3d's indices (per (n, c) volume; ONNX MaxPool's "
+                                  "Indices count across the batch and channels)")
+    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p + p, dilations=list(a["dilations"]),
+           ceil_mode=int(bool(a["ceil_mode"])))
+
+
+@export_op("AvgPool3d")
+def _avg_pool3d(e, ins, outs, a):
+    k = list(a["kernel_size"])
+    k = k * 3 if len(k) == 1 else k
+    s = list(a["strides"]) or k
+    p = list(a["pads"])
+    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p + p,
+           ceil_mode=int(bool(a["ceil_mode"])),
+           count_include_pad=int(bool(a["count_include_pad"])))
+
+
+@export_op("ScaledDotProductAttention")
+def _sdpa(e, ins, outs, a):
+    """softmax(q k^T * scale + mask) v with MatMul/Softmax/Where: grouped
+    key/value heads are repeated with Gather, is_causal is a constant bias,
+    a boolean mask keeps where True, and a query that keeps no key gives 0
+    (as Dragon's op)."""
+    if float(a.get("dropout_p", 0.0)) != 0.0:
+        raise NotImplementedError("dropout_p > 0")
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 and ins[3] else None
+    qs, ks = e.shape(q), e.shape(k)
+    rank = len(qs)
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    hq, hk = qs[-3], ks[-3]
+    if hq != hk:
+        rep = e.const(np.repeat(np.arange(hk), hq // hk).astype(np.int64))
+        k = e.node("Gather", [k, rep], axis=rank - 3)
+        v = e.node("Gather", [v, rep], axis=rank - 3)
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    kt = e.node("Transpose", [k], perm=perm)
+    scores = e.node("Mul", [e.node("MatMul", [q, kt]), e.scalar(scale, q)])
+    L, S = qs[-2], ks[-2]
+    bias = None
+    if a.get("is_causal"):
+        allowed = np.tril(np.ones((L, S), bool))
+        bias = e.const(np.where(allowed, 0.0, -np.inf).astype(e.np_dtype(e.dtype(q))))
+    if mask is not None:
+        if e.dtype(mask) == "bool":
+            mask = e.node("Where", [mask, e.scalar(0.0, q), e.scalar(-np.inf, q)])
+        bias = mask if bias is None else e.node("Add", [bias, mask])
+    if bias is not None:
+        scores = e.node("Add", [scores, bias])
+    p = e.node("Softmax", [scores], axis=-1)
+    if bias is not None:
+        dead = e.node("Equal", [e.node("ReduceMax", [scores, e.const(np.array([-1], np.int64))],
+                                       keepdims=1), e.scalar(-np.inf, q)])
+        p = e.node("Where", [dead, e.scalar(0.0, q), p])
+    e.node("MatMul", [p, v], outs)

@@ -91,7 +91,13 @@ def _close(a, b, rtol, atol, what):
 
 def check(fn, specs, grad=True, rtol=1e-4, atol=1e-5):
     arrays = [_arr(s) if isinstance(s, tuple) else np.asarray(s) for s in specs]
-    ref_vals, ref_grads = _run(torch, fn, [a.copy() for a in arrays], grad)
+    try:
+        ref_vals, ref_grads = _run(torch, fn, [a.copy() for a in arrays], grad)
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        # torch refuses: vm.torch must refuse too, never compute something
+        with pytest.raises(Exception):
+            _run(vt, fn, [a.copy() for a in arrays], grad)
+        return exc
     got_vals, got_grads = _run(vt, fn, [a.copy() for a in arrays], grad)
     assert len(ref_vals) == len(got_vals)
     for i, ((rv, rd, rs), (gv, gd, gs)) in enumerate(zip(ref_vals, got_vals)):
@@ -189,6 +195,8 @@ DIMS = [None, 0, 1, -1, (0, 2)]
 @pytest.mark.parametrize("name", REDUCE)
 def test_reduction(name, dim, keepdim):
     x = ((2, 3, 4), F32)
+    if name == "prod" and isinstance(dim, tuple):
+        pytest.skip("torch.prod takes one dim")
     if dim is None:
         if name == "logsumexp":
             pytest.skip("logsumexp needs dim in torch")

@@ -16,6 +16,12 @@ from ._tensor import Tensor, _shape_args, _w
 
 _RNG = [np.random.default_rng()]
 
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 
 def _np_rng() -> np.random.Generator:
     return _RNG[0]
@@ -71,7 +77,7 @@ def _finish(t, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def _from_numpy_owned(arr: np.ndarray) -> Tensor:
     """A tensor over a NumPy array this module made (no copy)."""
-    arr = np.ascontiguousarray(arr)
+    arr = _np_c(arr)
     if arr.dtype == np.float64 and False:
         pass
     return _w(_C.from_numpy(arr))
@@ -119,7 +125,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     """A new tensor holding a copy of ``data`` (torch's default dtypes:
     Python floats -> the default float, ints -> int64, bools -> bool)."""
     arr = _infer_np(data, dtype)
-    return _finish(_C._from_numpy_copy(np.ascontiguousarray(arr)), None, device, requires_grad)
+    return _finish(_C._from_numpy_copy(_np_c(arr)), None, device, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):

@@ -24,6 +24,12 @@ from ._tensor import (Size, Tensor, _as_dg, _binary, _cast, _dim, _dims, _float_
 
 _EXPORTS: dict = {}
 
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 
 def _export(fn):
     _EXPORTS[fn.__name__] = fn
@@ -56,11 +62,14 @@ def _float_t(t):
 
 
 # ------------------------------------------------------------ element-wise
-def _unary(name, op, float_only=True, int_ok=False):
+def _unary(name, op, float_only=True, zero_grad=False):
     def fn(input):
         t = input._t
         if float_only:
             t = _float_t(t)
+        if zero_grad and _records(t):
+            # piecewise-constant: torch gives a zero gradient, not none
+            return _w(_ops.add(op(t), _ops.mul(t, 0.0)))
         return _w(op(t))
     fn.__name__ = name
     fn.__doc__ = f"``torch.{name}``: element-wise, over ``dragon_core.ops``."
@@ -85,12 +94,13 @@ _unary("tan", lambda t: _ops.div(_ops.sin(t), _ops.cos(t)))
 _unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
-_unary("sign", _ops.sign, float_only=False)
+_unary("sign", _ops.sign, float_only=False, zero_grad=True)
 _unary("square", _ops.square, float_only=False)
 _unary("relu", _ops.relu, float_only=False)
-_unary("floor", _ops.floor, float_only=False)
-_unary("ceil", _ops.ceil, float_only=False)
-_unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False)
+_unary("floor", _ops.floor, float_only=False, zero_grad=True)
+_unary("ceil", _ops.ceil, float_only=False, zero_grad=True)
+_unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False,
+       zero_grad=True)
 _unary("frac", lambda t: _ops.sub(t, _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t)))))
 _unary("logical_not_", lambda t: _ops.logical_not(t), float_only=False)
 del _EXPORTS["logical_not_"]
@@ -108,8 +118,10 @@ def round(input, decimals: int = 0):
     t = input._t
     if decimals:
         s = 10.0 ** decimals
-        return _w(_ops.div(_ops.round(_ops.mul(t, s)), s))
-    return _w(_ops.round(t))
+        out = _ops.div(_ops.round(_ops.mul(t, s)), s)
+    else:
+        out = _ops.round(t)
+    return _w(_ops.add(out, _ops.mul(t, 0.0)) if _records(t) else out)
 
 
 @_both
@@ -151,6 +163,8 @@ def add(input, other, *, alpha=1):
 
 @_both
 def sub(input, other, *, alpha=1):
+    from ._tensor import _no_bool_sub
+    _no_bool_sub(input if isinstance(input, Tensor) else other, other)
     if alpha != 1:
         other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
     return _binary("sub", input, other)
@@ -627,7 +641,7 @@ def _take_along(t, idx: np.ndarray, d: int):
     flat = np.zeros(shape, np.int64)
     for k in range(len(shape)):
         flat = flat + (idx if k == d else grids[k]) * int(strides[k])
-    fi = _C._from_numpy_copy(np.ascontiguousarray(flat.reshape(-1)))
+    fi = _C._from_numpy_copy(_np_c(flat.reshape(-1)))
     if t._device_name != "cpu":
         fi = fi._to_device(str(t.device))
     out = _ops.gather(_ops.reshape(t, [-1]), fi, 0)
@@ -646,7 +660,7 @@ def sort(input, dim=-1, descending=False, stable=False):
         idx = arr.shape[d] - 1 - idx
     else:
         idx = np.argsort(arr, axis=d, kind="stable")
-    idx = np.ascontiguousarray(idx)
+    idx = _np_c(idx)
     values = _take_along(t, idx, d)
     i = _C._from_numpy_copy(idx.astype(np.int64))
     return values_indices(_w(values), _w(i if t._device_name == "cpu" else i._to_device(str(t.device))))
@@ -1333,11 +1347,33 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
 def matmul(input, other):
     a, b = input._t, other._t
     if a._dtype_code != b._dtype_code:
-        dt = D.promote_types(input.dtype, other.dtype)
-        a, b = _cast(a, dt), _cast(b, dt)
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{input.dtype.name} != {other.dtype.name}")
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError("both arguments to matmul need to be at least 1D")
+    if not _DTF_[a._dtype_code]:
+        if a._dtype_code == _BOOL_:
+            raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Bool\'')
+        # no integer MatMul kernel: exact in float64 for |values| < 2**53
+        f64 = D.DTYPES["float64"]
+        return _w(_ops.cast(_ops.matmul(_cast(a, f64), _cast(b, f64)), input.dtype._dg))
     return _w(_ops.matmul(a, b))
+
+
+_DTF_ = {c: d.is_floating_point for c, d in D.BY_CODE.items()}
+_BOOL_ = D.DTYPES["bool"]._dg.code
+
+
+@_both
+def softmax(input, dim, dtype=None):
+    from .nn.functional import softmax as _sm
+    return _sm(input, dim, dtype=dtype)
+
+
+@_both
+def log_softmax(input, dim, dtype=None):
+    from .nn.functional import log_softmax as _lsm
+    return _lsm(input, dim, dtype=dtype)
 
 
 @_both
@@ -1506,7 +1542,13 @@ def copy_(self, src, non_blocking=False):
     r = src._t
     if r._device_name != self._t._device_name:
         r = r._to_device(str(self.device))
-    return _inplace(self, _w(_cast(r, self.dtype)))
+    r = _cast(r, self.dtype)
+    if tuple(r.shape) != tuple(self._t.shape):
+        r = _ops.broadcast_to(r, list(self._t.shape))
+    if _records(self._t) and self._t._grad_fn is not None:
+        # the overwritten value stays in the graph with zero gradient (torch)
+        r = _ops.add(r, _ops.mul(self._t, 0.0))
+    return _inplace(self, _w(r))
 
 
 @_method_only

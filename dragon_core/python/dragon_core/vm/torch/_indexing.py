@@ -24,6 +24,12 @@ from ._tensor import Tensor, _as_dg, _cast, _grad_on, _host_view_ok, _tracing, _
 
 _INT64 = D.DTYPES["int64"]
 
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 
 def _is_advanced(k) -> bool:
     return isinstance(k, (Tensor, np.ndarray, list)) or (
@@ -91,13 +97,15 @@ def getitem(x: Tensor, key):
     if not advanced:
         _check_bounds(t, nk)
         if _host_view_ok(t):
-            return _w(_C.from_numpy(t.numpy()[nk]))
+            # a trailing Ellipsis keeps a 0-d result a view (not a scalar copy)
+            view_key = nk if any(k is Ellipsis for k in nk) else nk + (Ellipsis,)
+            return _w(_C.from_numpy(t.numpy()[view_key]))
         return _w(t[nk] if nk else t)
     # advanced: flat positions of the selected elements, then one gather
     if _host_view_ok(t):
-        return _w(_C._from_numpy_copy(np.ascontiguousarray(t.numpy()[nk])))
+        return _w(_C._from_numpy_copy(_np_c(t.numpy()[nk])))
     pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
-    idx = _C._from_numpy_copy(np.ascontiguousarray(pos.reshape(-1)))
+    idx = _C._from_numpy_copy(_np_c(pos.reshape(-1)))
     if t._device_name != "cpu":
         idx = idx._to_device(str(t.device))
     out = _ops.gather(_ops.reshape(t, [-1]), idx, 0)

@@ -86,6 +86,7 @@ def _host_view_ok(t) -> bool:
 
 
 _BF16 = _dg.as_dtype("bfloat16").code
+_BOOL = _dg.as_dtype("bool").code
 
 
 def _from_np_view(arr: np.ndarray):
@@ -142,10 +143,12 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
         if tb is Tensor or isinstance(b, Tensor):
             if dt is None and a._t._dtype_code == b._t._dtype_code:
                 return _w(getattr(_ops, name)(a._t, b._t))
-        elif (tb is float or tb is int) and (dt is None or dt._dg.code == a._t._dtype_code):
+        elif (tb is float or tb is int) and (dt is None or dt._dg.code == a._t._dtype_code) \
+                and (_DTF[a._t._dtype_code] or (tb is int and a._t._dtype_code != _BOOL)):
             # a Python scalar is weak in both frameworks: same result dtype
             return _w(getattr(_ops, name)(a._t, b))
-    elif (ta is float or ta is int) and (dt is None or dt._dg.code == b._t._dtype_code):
+    elif (ta is float or ta is int) and (dt is None or dt._dg.code == b._t._dtype_code) \
+            and (_DTF[b._t._dtype_code] or (ta is int and b._t._dtype_code != _BOOL)):
         return _w(getattr(_ops, name)(a, b._t))
     if dt is None:
         dt = D.result_type(a, b)
@@ -500,9 +503,11 @@ class Tensor:
         return _binary("add", o, self)
 
     def __sub__(self, o):
+        _no_bool_sub(self, o)
         return _binary("sub", self, o)
 
     def __rsub__(self, o):
+        _no_bool_sub(self, o)
         return _binary("sub", o, self)
 
     def __mul__(self, o):
@@ -625,6 +630,13 @@ class Tensor:
         setitem(self, key, value)
 
 
+def _no_bool_sub(a, b):
+    if a._t._dtype_code == _BOOL or (isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                           "supported. If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
+
+
 def _all_bool(a, b) -> bool:
     return all((x.dtype.name == "bool") if isinstance(x, Tensor) else isinstance(x, bool)
                for x in (a, b))
@@ -676,6 +688,10 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         if t.requires_grad and t._grad_fn is None:
             raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                "in-place operation.")
+        if not r.requires_grad:
+            # overwritten by a constant: torch's graph still reaches the old
+            # value (with zero gradient)
+            r = _ops.add(r, _ops.mul(t, 0.0))
         self._t = r
         return self
     if _tracing():

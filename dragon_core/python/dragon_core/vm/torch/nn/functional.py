@@ -180,8 +180,12 @@ def pad(input, pad, mode="constant", value=None):
                                                                         input.shape))
         input = input[key]
         begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
-    mode = {"replicate": "edge", "circular": "wrap"}.get(mode, mode)
-    return _w(_ops.pad(input._t, begins + ends, mode, 0.0 if value is None else float(value)))
+    if mode == "circular":
+        raise NotImplementedError("pad(mode='circular') is not supported; use torch.cat of "
+                                  "slices")
+    mode = {"replicate": "edge"}.get(mode, mode)
+    pads = [v for b, e in zip(begins, ends) for v in (b, e)]
+    return _w(_ops.pad(input._t, pads, mode, 0.0 if value is None else float(value)))
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,

@@ -397,6 +397,14 @@ class Module:
             return main + ")"
         return main + "\n  " + "\n  ".join(body) + "\n)"
 
+    def __deepcopy__(self, memo):
+        import copy
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
     def __getstate__(self):
         raise TypeError("modules are not picklable here; save module.state_dict() with "
                         "torch.save")

@@ -11,6 +11,12 @@ from dragon_core import data as _data
 
 from .._tensor import Tensor, _w
 
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 
 class Dataset:
     """Map-style dataset: ``__getitem__`` and ``__len__``."""
@@ -41,7 +47,7 @@ def _to_torch(x):
     if isinstance(x, _dg.Tensor):
         return _w(x)
     if isinstance(x, np.ndarray):
-        return _w(_dg.from_numpy(np.ascontiguousarray(x)))
+        return _w(_dg.from_numpy(_np_c(x)))
     if isinstance(x, tuple):
         return tuple(_to_torch(v) for v in x)
     if isinstance(x, list):

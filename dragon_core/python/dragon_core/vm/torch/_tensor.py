@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import math
+import operator
 import numbers
 
 import numpy as np
@@ -135,21 +136,27 @@ def _as_dg(x, dt: "D.dtype", device=None):
     return out
 
 
+_FAST = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+         "div": operator.truediv}
+
+
 def _binary(name: str, a, b, dt=None, out_dt=None):
     """``ops.<name>(a, b)`` after torch's promotion (``dt`` forces the
-    computation dtype)."""
+    computation dtype). Same-dtype tensors and weak Python scalars (which
+    promote alike in both frameworks) take dragon's C++ operator path."""
     ta, tb = type(a), type(b)
+    fn = _FAST.get(name) or getattr(_ops, name)
     if ta is Tensor or isinstance(a, Tensor):
         if tb is Tensor or isinstance(b, Tensor):
             if dt is None and a._t._dtype_code == b._t._dtype_code:
-                return _w(getattr(_ops, name)(a._t, b._t))
+                return _w(fn(a._t, b._t))
         elif (tb is float or tb is int) and (dt is None or dt._dg.code == a._t._dtype_code) \
                 and (_DTF[a._t._dtype_code] or (tb is int and a._t._dtype_code != _BOOL)):
             # a Python scalar is weak in both frameworks: same result dtype
-            return _w(getattr(_ops, name)(a._t, b))
+            return _w(fn(a._t, b))
     elif (ta is float or ta is int) and (dt is None or dt._dg.code == b._t._dtype_code) \
             and (_DTF[b._t._dtype_code] or (ta is int and b._t._dtype_code != _BOOL)):
-        return _w(getattr(_ops, name)(a, b._t))
+        return _w(fn(a, b._t))
     if dt is None:
         dt = D.result_type(a, b)
     ref = a if isinstance(a, Tensor) else b
@@ -497,6 +504,10 @@ class Tensor:
 
     # ------------------------------------------------------------ operators
     def __add__(self, o):
+        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
+            out = _new(Tensor)
+            out._t = self._t + o._t
+            return out
         return _binary("add", self, o)
 
     def __radd__(self, o):
@@ -511,6 +522,10 @@ class Tensor:
         return _binary("sub", o, self)
 
     def __mul__(self, o):
+        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
+            out = _new(Tensor)
+            out._t = self._t * o._t
+            return out
         return _binary("mul", self, o)
 
     def __rmul__(self, o):

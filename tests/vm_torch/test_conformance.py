@@ -547,6 +547,10 @@ FUNCTIONAL = {
                           [((3, 5), F32), ((3, 5), F32)]),
     "pad": (lambda T, x: T.nn.functional.pad(x, (1, 2, 0, 1)), [((2, 3, 4), F32)]),
     "pad-value": (lambda T, x: T.nn.functional.pad(x, (1, 1), value=2.0), [((2, 3), F32)]),
+    "interpolate-nearest": (lambda T, x: T.nn.functional.interpolate(x, scale_factor=2),
+                            [((1, 2, 3, 3), F32)]),
+    "interpolate-bilinear": (lambda T, x: T.nn.functional.interpolate(
+        x, size=(5, 4), mode="bilinear", align_corners=False), [((1, 2, 3, 3), F32)]),
     "mse": (lambda T, a, b: T.nn.functional.mse_loss(a, b), [((3, 4), F32), ((3, 4), F32)]),
     "mse-sum": (lambda T, a, b: T.nn.functional.mse_loss(a, b, reduction="sum"),
                 [((3, 4), F32), ((3, 4), F32)]),

@@ -190,10 +190,22 @@ def pad(input, pad, mode="constant", value=None):
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    from dragon_core.nn import functional as F2
-    if hasattr(F2, "interpolate"):
-        return _w(F2.interpolate(input._t, size, scale_factor, mode, align_corners))
-    raise NotImplementedError("interpolate is not available")
+    if antialias:
+        raise NotImplementedError("interpolate(antialias=True) is not supported")
+    if recompute_scale_factor:
+        raise NotImplementedError("interpolate(recompute_scale_factor=True) is not "
+                                  "supported; pass size= instead")
+    if isinstance(size, int):
+        size = [size]
+    if isinstance(scale_factor, (int, float)):
+        scale_factor = [float(scale_factor)]
+    return _w(_ops.interpolate(input._t, None if size is None else list(size),
+                               None if scale_factor is None else list(scale_factor), mode,
+                               align_corners))
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 # ------------------------------------------------------------- activations

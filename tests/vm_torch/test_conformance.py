@@ -759,3 +759,42 @@ def test_schedulers(name):
             seq.append(s.get_last_lr()[0])
         lrs.append(seq)
     np.testing.assert_allclose(lrs[1], lrs[0], rtol=1e-6)
+
+
+MISC = {
+    "equal": (lambda T, a, b: (T.equal(a, a), T.equal(a, b)), False),
+    "allclose": (lambda T, a, b: (T.allclose(a, a + 1e-9), T.allclose(a, b)), False),
+    "isclose": (lambda T, a, b: T.isclose(a, b, atol=1.0), False),
+    "isnan-isinf-isfinite": (lambda T, a, b: (T.isnan(a / 0 * 0), T.isinf(a / 0),
+                                             T.isfinite(a)), False),
+    "nan_to_num": (lambda T, a, b: T.nan_to_num(a / 0, posinf=9.0, neginf=-9.0), False),
+    "lerp": (lambda T, a, b: T.lerp(a, b, 0.3), True),
+    "addcmul": (lambda T, a, b: T.addcmul(a, a, b, value=0.5), True),
+    "addcdiv": (lambda T, a, b: T.addcdiv(a, a, b.abs() + 1, value=2.0), True),
+    "hypot": (lambda T, a, b: T.hypot(a, b), True),
+    "fmod": (lambda T, a, b: T.fmod(a * 5, b.abs() + 1), True),
+    "div-floor": (lambda T, a, b: T.div(a, b.abs() + 0.5, rounding_mode="floor"), False),
+    "div-trunc": (lambda T, a, b: T.div(a, b.abs() + 0.5, rounding_mode="trunc"), False),
+    "logical": (lambda T, a, b: (T.logical_and(a > 0, b > 0), T.logical_or(a > 0, b > 0),
+                                 T.logical_xor(a > 0, b > 0), ~(a > 0),
+                                 (a > 0) & (b > 0), (a > 0) | (b > 0)), False),
+    "count_nonzero": (lambda T, a, b: T.count_nonzero(a > 0, dim=1), False),
+    "var_mean": (lambda T, a, b: T.var_mean(a, dim=1), True),
+    "std-unbiased-false": (lambda T, a, b: a.std(1, unbiased=False), True),
+    "cdist": (lambda T, a, b: T.cdist(a, b), True),
+    "tensordot": (lambda T, a, b: T.tensordot(a, b.T, dims=1), True),
+    "diag-1d": (lambda T, a, b: T.diag(a[0]), True),
+    "trace": (lambda T, a, b: T.trace(a[:, :3]), True),
+    "min-other": (lambda T, a, b: T.min(a, b), True),
+    "clamp-tensor": (lambda T, a, b: T.clamp(a, min=b), True),
+    "sum-dtype": (lambda T, a, b: a.sum(1, dtype=T.float64), True),
+    "nonzero": (lambda T, a, b: (T.nonzero(a > 0), T.where(a > 0)), False),
+    "masked_select": (lambda T, a, b: T.masked_select(a, a > 0), True),
+    "unique": (lambda T, a, b: T.unique((a * 2).round().long(), return_counts=True), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISC))
+def test_misc(name):
+    fn, grad = MISC[name]
+    check(fn, [((3, 4), F32), ((3, 4), F32)], grad=grad)

@@ -110,7 +110,9 @@ _EXPORTS["absolute"] = _EXPORTS["abs"]
 Tensor.absolute = Tensor.abs
 # module-level names for the functions below (shadowing builtins on purpose:
 # use builtins.<name> for Python's)
-globals().update({_n: _EXPORTS[_n] for _n in list(_EXPORTS)})
+exp, log, log1p, sqrt, sigmoid, neg, square, trunc, abs = (  # noqa: A001
+    _EXPORTS[_n] for _n in ("exp", "log", "log1p", "sqrt", "sigmoid", "neg", "square",
+                            "trunc", "abs"))
 
 
 @_both
@@ -352,6 +354,7 @@ def _cmp(name, opname):
 for _n, _o in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                ("gt", "greater"), ("ge", "greater_equal")):
     _cmp(_n, _o)
+eq, ne, lt, le, gt, ge = (_EXPORTS[_n] for _n in ("eq", "ne", "lt", "le", "gt", "ge"))
 for _alias, _n in (("greater", "gt"), ("less", "lt"), ("greater_equal", "ge"),
                    ("less_equal", "le"), ("not_equal", "ne")):
     _EXPORTS[_alias] = _EXPORTS[_n]

@@ -342,7 +342,7 @@ class Tensor:
 
     def __bool__(self):
         if self._t.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.item())
 
     def __index__(self):

@@ -29,16 +29,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import best_seconds, result, skip_note, try_import  # noqa: E402
 
 OVERHEAD = 1.10
-RUNS = 7
+ROUNDS = 5
 MIN_RUN_S = 0.25
 CHECK_STEPS = 3
 
 
 def _time(step, args, quick):
     timing = ({"warmup": 1, "runs": 1, "min_run_s": 0.0} if quick else
-              {"warmup": 3, "runs": RUNS, "min_run_s": MIN_RUN_S})
+              {"warmup": 2, "runs": 3, "min_run_s": MIN_RUN_S})
     best, per_run = best_seconds(lambda: step(*args), **timing)
     return 1.0 / best, [1.0 / s for s in per_run]
+
+
+def _interleaved(impls: dict, quick: bool) -> dict:
+    """Best steps/s of each ``name -> (step, args)``, timed in turns
+    (``ROUNDS`` rounds, each impl once per round) so that the load of a
+    shared machine hits every impl alike."""
+    best = {k: 0.0 for k in impls}
+    runs = {k: [] for k in impls}
+    for _ in range(1 if quick else ROUNDS):
+        for k, (step, args) in impls.items():
+            b, r = _time(step, args, quick)
+            best[k] = max(best[k], b)
+            runs[k] += r
+    return {k: (best[k], runs[k]) for k in impls}
 
 
 def _f(t):
@@ -67,14 +81,13 @@ def bench_mlp(quick: bool) -> list[dict]:
         return [result(bench, "vm.torch eager (torch-written step)", "vmtorch", metric, None,
                        "higher", status="WRONG",
                        note=f"losses {losses} differ from the float64 reference {ref}")]
-    # interleave the two dragon timings so machine load hits both alike
-    dg_best, vm_best, dg_runs, vm_runs = 0.0, 0.0, [], []
-    for _ in range(1 if quick else 3):
-        d, dr = _time(dstep, (dx, dy), quick)
-        v, vr = _time(vstep, (vx, vy), quick)
-        dg_best, vm_best = max(dg_best, d), max(vm_best, v)
-        dg_runs += dr
-        vm_runs += vr
+    torch = try_import("torch")
+    impls = {"dragon": (dstep, (dx, dy)), "vmtorch": (vstep, (vx, vy))}
+    if torch is not None:
+        tx, ty = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+        impls["torch"] = (G.make_torch_step(torch, init), (tx, ty))
+    timed = _interleaved(impls, quick)
+    (dg_best, dg_runs), (vm_best, vm_runs) = timed["dragon"], timed["vmtorch"]
     rows.append(result(bench, "dragon eager backward() + dg.optim.SGD (same run)", "dragon",
                        metric, dg_best, "higher", steps_per_s_runs=dg_runs))
     rows.append(result(bench, "vm.torch eager (torch-written step) vs dragon eager",
@@ -83,14 +96,11 @@ def bench_mlp(quick: bool) -> list[dict]:
                        overhead_pct=100.0 * (dg_best / vm_best - 1.0),
                        note=f"vm.torch adds {100.0 * (dg_best / vm_best - 1.0):+.1f}% to "
                             f"dragon eager (target <= +10%)"))
-    torch = try_import("torch")
     if torch is None:
         rows.append(result(bench, "torch eager", "torch", metric, None, "higher",
                            status="SKIP", note=skip_note("torch")))
         return rows
-    tx, ty = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
-    tstep = G.make_torch_step(torch, init)
-    t_best, t_runs = _time(tstep, (tx, ty), quick)
+    t_best, t_runs = timed["torch"]
     rows.append(result(bench, "torch eager (same step)", "torch", metric, t_best, "higher",
                        steps_per_s_runs=t_runs, threads=torch.get_num_threads()))
     rows.append(result(bench, "vm.torch eager (torch-written step) vs torch", "vmtorch",
@@ -109,26 +119,30 @@ def bench_lenet(quick: bool) -> list[dict]:
                        status="SKIP", note=skip_note("dragon_core"))]
     import dragon_core.vm.torch as vt
     weights, x, y = B._init()
-    rows, ref, t_best = [], None, None
+    rows, ref = [], None
+    vx, vy = vt.from_numpy(x.copy()), vt.from_numpy(y.copy())
+    vstep = B.make_torch_step(vt, weights)
+    impls = {"vmtorch": (vstep, (vx, vy))}
     if torch is not None:
         tx, ty = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
         step = B.make_torch_step(torch, weights)
         ref = [_f(step(tx, ty)) for _ in range(CHECK_STEPS)]
-        t_best, t_runs = _time(B.make_torch_step(torch, weights), (tx, ty), quick)
+        impls["torch"] = (B.make_torch_step(torch, weights), (tx, ty))
+    losses = [_f(vstep(vx, vy)) for _ in range(CHECK_STEPS)]
+    if ref is not None and not np.allclose(losses, ref, rtol=B.RTOL, atol=0):
+        return [result(bench, "vm.torch eager (torch-written step)", "vmtorch", metric,
+                       None, "higher", status="WRONG",
+                       note=f"losses {losses} differ from torch's {ref}")]
+    timed = _interleaved(impls, quick)
+    t_best = None
+    if torch is not None:
+        t_best, t_runs = timed["torch"]
         rows.append(result(bench, "torch eager (same step)", "torch", metric, t_best, "higher",
                            steps_per_s_runs=t_runs, threads=torch.get_num_threads()))
     else:
         rows.append(result(bench, "torch eager", "torch", metric, None, "higher",
                            status="SKIP", note=skip_note("torch")))
-    vx, vy = vt.from_numpy(x.copy()), vt.from_numpy(y.copy())
-    vstep = B.make_torch_step(vt, weights)
-    losses = [_f(vstep(vx, vy)) for _ in range(CHECK_STEPS)]
-    if ref is not None and not np.allclose(losses, ref, rtol=B.RTOL, atol=0):
-        rows.append(result(bench, "vm.torch eager (torch-written step)", "vmtorch", metric,
-                           None, "higher", status="WRONG",
-                           note=f"losses {losses} differ from torch's {ref}"))
-        return rows
-    v_best, v_runs = _time(vstep, (vx, vy), quick)
+    v_best, v_runs = timed["vmtorch"]
     rows.append(result(bench, "vm.torch eager (torch-written step)", "vmtorch", metric, v_best,
                        "higher", t_best, steps_per_s_runs=v_runs, losses=losses,
                        note="" if t_best is None else f"{v_best / t_best:.2f}x torch's"))

@@ -326,3 +326,22 @@ def test_clip_grad_norm():
     total = torch.nn.utils.clip_grad_norm_([p], 1.0)
     assert abs(float(total) - 5.0) < 1e-5
     np.testing.assert_allclose(p.grad.numpy(), [0.6, 0.8], rtol=1e-4)
+
+
+def test_dataloader_workers_under_the_runner(tmp_path):
+    script = tmp_path / "workers.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        if __name__ == "__main__":
+            ds = TensorDataset(torch.arange(20.0).reshape(10, 2), torch.arange(10))
+            seen = []
+            for xb, yb in DataLoader(ds, batch_size=4, shuffle=True, num_workers=2):
+                assert type(xb).__module__ == "dragon_core.vm.torch._tensor"
+                seen += yb.tolist()
+            print("SEEN", sorted(seen))
+    """))
+    res = _run_script(script)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "SEEN [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in res.stdout

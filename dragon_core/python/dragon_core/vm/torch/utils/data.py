@@ -64,8 +64,12 @@ class TensorDataset(Dataset):
         n = tensors[0].shape[0]
         if any(t.shape[0] != n for t in tensors):
             raise ValueError("Size mismatch between tensors")
-        self.tensors = tensors
+        # host arrays sharing the tensors' memory: picklable for worker processes
         self._arrays = [t.detach().cpu().numpy() for t in tensors]
+
+    @property
+    def tensors(self):
+        return tuple(_w(_dg.from_numpy(a)) for a in self._arrays)
 
     def __getitem__(self, index):
         return tuple(_w(_dg.from_numpy(a[index])) if isinstance(index, (slice, list,
@@ -73,7 +77,7 @@ class TensorDataset(Dataset):
                      else _w(_dg.tensor(a[index])) for a in self._arrays)
 
     def __len__(self):
-        return self.tensors[0].shape[0]
+        return self._arrays[0].shape[0]
 
 
 class _NumpyView:
@@ -142,6 +146,18 @@ def default_collate(batch):
     return _to_torch(_data.default_collate([_to_np(b) for b in batch]))
 
 
+def _start_method(context):
+    """Under ``python -m dragon_core.vm.torch`` workers are forked: a
+    forkserver/spawn worker re-imports the script's main module, where
+    ``import torch`` would not be mapped to vm.torch."""
+    if context is not None:
+        return context if isinstance(context, str) else context.get_start_method()
+    import sys
+    if sys.modules.get("torch") is sys.modules.get("dragon_core.vm.torch"):
+        return "fork"
+    return None
+
+
 class DataLoader:
     """Batches of a dataset, through ``dragon_core.data.DataLoader``.
 
@@ -171,7 +187,7 @@ class DataLoader:
             drop_last=drop_last, num_workers=num_workers,
             collate_fn=None if collate_fn is None else
             (lambda items, fn=collate_fn: _to_np(fn([_to_torch(i) for i in items]))),
-            seed=self._seed)
+            seed=self._seed, start_method=_start_method(multiprocessing_context))
 
     def __iter__(self):
         for batch in self._loader:

@@ -9,6 +9,8 @@ dependency: without it the suite is skipped with the install command.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,14 @@ torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU whee
 import dragon_core.vm.torch as vt  # noqa: E402
 
 RNG = np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _seeded_inputs(request):
+    """Each case draws its inputs from its own seed (same arrays in every
+    run and under pytest-xdist, whatever the order)."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def _arr(spec):

@@ -277,23 +277,22 @@ class Module:
         return self
 
     def _apply_tensors(self, convert):
+        """Convert every parameter and buffer; a parameter keeps its handle
+        (the module and anything holding the handle see the new value)."""
         for m in self.modules():
             for table in ("_parameters", "_buffers"):
-                for name, v in m.__dict__[table].items():
+                entries = m.__dict__[table]
+                for name, v in list(entries.items()):
                     if v is None:
                         continue
                     new = convert(v)
-                    if new is not v:
-                        if v._t.dtype == new._t.dtype and v._t.device == new._t.device:
-                            continue
-                        v._t._set_data(new._t.detach() if new._t.requires_grad else new._t) \
-                            if v._t.dtype == new._t.dtype else None
-                        if v._t.dtype != new._t.dtype or v._t.device != new._t.device:
-                            if isinstance(v, Parameter):
-                                m.__dict__[table][name] = Parameter(new.detach(),
-                                                                    v.requires_grad)
-                            else:
-                                m.__dict__[table][name] = new
+                    if new is v:
+                        continue
+                    if isinstance(v, Parameter):
+                        t = new._t.detach() if new._t.requires_grad else new._t
+                        v._t = _dg.nn.Parameter(t, requires_grad=v._t.requires_grad)
+                    else:
+                        entries[name] = new
         return self
 
     def to(self, *args, **kwargs):

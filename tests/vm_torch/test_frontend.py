@@ -96,6 +96,12 @@ def test_unsupported_features_raise_not_implemented():
         torch.utils.data.DataLoader([1, 2], sampler=[0, 1])
 
 
+def test_unsupported_tensor_method_raises_not_implemented():
+    with pytest.raises(NotImplementedError, match="Tensor.stft"):
+        torch.ones(4).stft(2)
+    assert not hasattr(torch.ones(1), "__cuda_array_interface__")
+
+
 def test_hasattr_protocols_still_work():
     assert not hasattr(torch, "__wrapped__")
     assert hasattr(torch.nn, "Linear") and hasattr(torch, "float32")

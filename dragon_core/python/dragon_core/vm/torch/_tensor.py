@@ -194,6 +194,14 @@ class Tensor:
     def __init__(self, *args, **kwargs):
         pass
 
+    def __getattr__(self, name):
+        # reached only for names the class does not define
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise NotImplementedError(
+            f"Tensor.{name} is not supported by dragon_core.vm.torch; see "
+            "docs/from-pytorch.md, or use dragon_core's ops on tensor.dragon()")
+
     def dragon(self):
         """The ``dragon_core.Tensor`` under this one (shared, never copied)."""
         return self._t

@@ -351,3 +351,25 @@ def test_dataloader_workers_under_the_runner(tmp_path):
     res = _run_script(script)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "SEEN [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in res.stdout
+
+
+def test_manual_sgd_loop_matches_real_torch():
+    real = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU wheel)")
+    rng = np.random.default_rng(0)
+    w0, x, y = (rng.standard_normal(s).astype(np.float32) for s in ((3, 1), (16, 3), (16, 1)))
+    out = []
+    for T in (real, torch):
+        w = T.tensor(w0.copy(), requires_grad=True)
+        b = T.zeros(1, requires_grad=True)
+        for _ in range(5):
+            loss = ((T.tensor(x) @ w + b - T.tensor(y)) ** 2).mean()
+            loss.backward()
+            with T.no_grad():
+                w -= 0.1 * w.grad
+                b.data.add_(b.grad, alpha=-0.1)
+                w.grad.zero_()
+                b.grad = None
+        out.append((w.detach().numpy().copy(), b.detach().numpy().copy(), float(loss)))
+    np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-5)
+    np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-5, atol=1e-7)
+    assert abs(out[1][2] - out[0][2]) < 1e-5

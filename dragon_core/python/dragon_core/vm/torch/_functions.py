@@ -244,11 +244,11 @@ def fmod(input, other):
 def pow(input, exponent):
     if isinstance(input, Tensor) and isinstance(exponent, numbers.Number) \
             and not isinstance(exponent, bool):
-        t = input._t
+        t = _cast(input._t, D.result_type(input, exponent))
         if exponent == 2:
             return _w(_ops.square(t))
         if exponent == 1:
-            return _w(_ops.mul(t, 1)) if _records(t) else input.clone()
+            return _w(_ops.mul(t, 1)) if _records(t) else _w(t._clone())
         if exponent == 0.5 and D.BY_CODE[t._dtype_code].is_floating_point:
             return _w(_ops.sqrt(t))
         dt = D.result_type(input, exponent)

@@ -139,6 +139,13 @@ def test_unary(name, shape):
     check(lambda T, x: getattr(T, name)(x), [(shape, F32, UNARY[name])])
 
 
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float64_and_empty(name):
+    check(lambda T, x: getattr(T, name)(x), [((2, 3), "float64", UNARY[name])], rtol=1e-10,
+          atol=1e-12)
+    check(lambda T, x: getattr(T, name)(x), [((0, 3), F32, UNARY[name])])
+
+
 @pytest.mark.parametrize("name", ["exp", "sqrt", "sin", "sigmoid", "abs", "neg", "square"])
 def test_unary_method_and_int_input(name):
     check(lambda T, x: getattr(x, name)(), [((3, 4), F32, "pos")])
@@ -672,8 +679,27 @@ MODULES = {
         [((2, 3, 8), F32)]),
     "TransformerEncoder": (lambda T: T.nn.TransformerEncoder(T.nn.TransformerEncoderLayer(
         8, 2, 16, 0.0), 2), [((3, 2, 8), F32)]),
-    "Embedding": (lambda T: T.nn.Sequential(T.nn.Linear(3, 3)), [((2, 3), F32)]),
     "PReLU": (lambda T: T.nn.PReLU(), [((2, 3), F32)]),
+    "Conv1d": (lambda T: T.nn.Conv1d(2, 3, 3, padding=1), [((2, 2, 7), F32)]),
+    "MaxPool1d-AvgPool1d": (lambda T: T.nn.Sequential(T.nn.MaxPool1d(2), T.nn.AvgPool1d(2)),
+                            [((2, 3, 8), F32)]),
+    "AdaptiveAvgPool1d": (lambda T: T.nn.AdaptiveAvgPool1d(1), [((2, 3, 8), F32)]),
+    "AvgPool2d-pad": (lambda T: T.nn.AvgPool2d(3, 2, 1), [((1, 2, 6, 6), F32)]),
+    "Bilinear": (lambda T: T.nn.Bilinear(3, 4, 2), [((5, 3), F32), ((5, 4), F32)]),
+    "Dropout-eval": (lambda T: T.nn.Sequential(T.nn.Linear(3, 3), T.nn.Dropout(0.5)),
+                     [((4, 3), F32)]),
+    "Unflatten": (lambda T: T.nn.Sequential(T.nn.Linear(6, 6), T.nn.Unflatten(1, (2, 3))),
+                  [((4, 6), F32)]),
+    "activations": (lambda T: T.nn.Sequential(
+        T.nn.Linear(4, 4), T.nn.GELU(), T.nn.Linear(4, 4), T.nn.SiLU(), T.nn.Linear(4, 4),
+        T.nn.LeakyReLU(0.1), T.nn.Linear(4, 4), T.nn.ELU(), T.nn.Linear(4, 4), T.nn.Softplus(),
+        T.nn.Linear(4, 4), T.nn.Hardswish(), T.nn.Linear(4, 4), T.nn.Softmax(dim=-1)),
+        [((3, 4), F32)]),
+    "LayerNorm-2d-shape": (lambda T: T.nn.LayerNorm([3, 4]), [((2, 3, 4), F32)]),
+    "GroupNorm-noaffine": (lambda T: T.nn.GroupNorm(2, 4, affine=False), [((2, 4, 3), F32)]),
+    "BatchNorm2d-train": (lambda T: T.nn.BatchNorm2d(3), [((2, 3, 2, 2), F32)], True),
+    "ConvTranspose2d-pad": (lambda T: T.nn.ConvTranspose2d(2, 2, 4, 2, 1), [((1, 2, 3, 3),
+                                                                              F32)]),
 }
 
 
@@ -685,6 +711,36 @@ def test_modules(name):
         def call(m, x):  # noqa: E306
             return m(x, x, x)[0]
     _module_case(build, inputs, train=bool(rest and rest[0]), call=call)
+
+
+@pytest.mark.parametrize("name", ["CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss",
+                                  "SmoothL1Loss", "HuberLoss", "BCEWithLogitsLoss",
+                                  "KLDivLoss"])
+def test_loss_modules(name):
+    def fn(T, x, t):
+        m = getattr(T.nn, name)()
+        if name in ("CrossEntropyLoss", "NLLLoss"):
+            tgt = T.tensor([1, 0, 3])
+            return m(x if name == "CrossEntropyLoss" else T.log_softmax(x, 1), tgt)
+        if name == "KLDivLoss":
+            return m(T.log_softmax(x, 1), T.softmax(t, 1))
+        return m(x, t.sigmoid() if name == "BCEWithLogitsLoss" else t)
+    check(fn, [((3, 4), F32), ((3, 4), F32)])
+
+
+def test_embedding_module_padding_idx():
+    torch.manual_seed(0)
+    ref = torch.nn.Embedding(5, 3, padding_idx=1)
+    mine = vt.nn.Embedding(5, 3, padding_idx=1)
+    assert np.all(mine.weight.detach().numpy()[1] == 0)
+    mine.load_state_dict({"weight": vt.tensor(ref.weight.detach().numpy())})
+    idx = [[1, 2], [4, 1]]
+    r = ref(torch.tensor(idx))
+    g = mine(vt.tensor(idx))
+    _close(g.detach().numpy(), r.detach().numpy(), 1e-6, 1e-7, "embedding")
+    r.sum().backward()
+    g.sum().backward()
+    _close(mine.weight.grad.numpy(), ref.weight.grad.numpy(), 1e-6, 1e-7, "embedding grad")
 
 
 def test_state_dict_keys_match_torch():

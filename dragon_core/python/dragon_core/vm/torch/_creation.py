@@ -1,0 +1,342 @@
+"""Tensor creation (``torch.tensor``, ``zeros``, ``arange``, ``randn``, ...)
+and the random generator (``torch.manual_seed``)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+import dragon_core as _dg
+from dragon_core import _C, ops as _ops
+
+from . import _dtype as D
+from ._tensor import Tensor, _shape_args, _w
+
+_RNG = [np.random.default_rng()]
+
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+
+def _np_rng() -> np.random.Generator:
+    return _RNG[0]
+
+
+def manual_seed(seed: int):
+    """Seed dragon_core's generator (dropout, ``rand``, ``randn``) and the
+    host generator behind ``randint``/``randperm``/``multinomial``."""
+    seed = int(seed)
+    _dg.manual_seed(seed)
+    _RNG[0] = np.random.default_rng(seed)
+    return _Generator(seed)
+
+
+class _Generator:
+    def __init__(self, seed=0):
+        self._seed = seed
+
+    def manual_seed(self, seed):
+        manual_seed(seed)
+        return self
+
+    def initial_seed(self):
+        return self._seed
+
+
+Generator = _Generator
+
+
+def seed() -> int:
+    s = int(np.random.SeedSequence().entropy % (2**63))
+    manual_seed(s)
+    return s
+
+
+def _dev(device, t):
+    if device is None:
+        return t
+    from ._device import device as _device
+    d = _device(device)
+    if d.type == "cpu":
+        return t
+    return t._to_device(str(d))
+
+
+def _finish(t, dtype=None, device=None, requires_grad=False) -> Tensor:
+    t = _dev(device, t)
+    out = _w(t)
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def _from_numpy_owned(arr: np.ndarray) -> Tensor:
+    """A tensor over a NumPy array this module made (no copy)."""
+    arr = _np_c(arr)
+    if arr.dtype == np.float64 and False:
+        pass
+    return _w(_C.from_numpy(arr))
+
+
+def _infer_np(data, dtype):
+    if isinstance(data, Tensor):
+        arr = data._t.cpu().numpy()
+        return arr if dtype is None else arr.astype(D.to_dtype(dtype)._dg.numpy)
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+        data = _nested_numpy(data)
+    if dtype is not None:
+        dt = D.to_dtype(dtype)
+        return np.array(data, dtype=dt._dg.numpy)
+    arr = np.array(data)
+    if arr.dtype == np.float64 and not isinstance(data, np.ndarray) and not (
+            isinstance(data, np.generic)):
+        arr = arr.astype(D.default_float()._dg.numpy)
+    elif arr.dtype.kind in "iu" and not isinstance(data, (np.ndarray, np.generic)):
+        arr = arr.astype(np.int64)
+    elif arr.dtype.kind in "US" or arr.dtype == object:
+        raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
+    if arr.dtype == np.uint16 or arr.dtype == np.uint32 or arr.dtype == np.uint64:
+        arr = arr.astype(np.int64)
+    return arr
+
+
+def _flat(x):
+    for v in x:
+        if isinstance(v, (list, tuple)):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _nested_numpy(x):
+    if isinstance(x, Tensor):
+        return x.detach().cpu().numpy()
+    if isinstance(x, (list, tuple)):
+        return [_nested_numpy(v) for v in x]
+    return x
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor holding a copy of ``data`` (torch's default dtypes:
+    Python floats -> the default float, ints -> int64, bools -> bool)."""
+    arr = _infer_np(data, dtype)
+    return _finish(_C._from_numpy_copy(_np_c(arr)), None, device, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Share memory with a tensor or NumPy array when dtype and device
+    allow; copy otherwise."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device) if dtype or device else data
+    if isinstance(data, np.ndarray) and (dtype is None or
+                                         D.to_dtype(dtype)._dg.numpy == data.dtype):
+        return _finish(_C.from_numpy(data), None, device)
+    return tensor(data, dtype=dtype, device=device)
+
+
+asarray = as_tensor
+
+
+def from_numpy(ndarray: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``ndarray`` (zero-copy)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    return _w(_C.from_numpy(ndarray))
+
+
+def from_dragon(t) -> Tensor:
+    """A vm.torch tensor over a ``dragon_core.Tensor`` (shared: no copy;
+    autograd state, storage and identity of the dragon tensor are kept)."""
+    if isinstance(t, Tensor):
+        return t
+    if not isinstance(t, _dg.Tensor):
+        raise TypeError(f"from_dragon expects a dragon_core.Tensor, got {type(t).__name__}")
+    return _w(t)
+
+
+def from_dlpack(ext) -> Tensor:
+    return _w(_dg.from_dlpack(ext))
+
+
+def _size(size):
+    return list(_shape_args(size)) if size else []
+
+
+def _dt(dtype, default=None):
+    if dtype is None:
+        return default or D.default_float()
+    return D.to_dtype(dtype)
+
+
+def zeros(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+          pin_memory=False):
+    dt = _dt(dtype)
+    return _finish(_ops.zeros(_size(size), dt._dg), None, device, requires_grad)
+
+
+def ones(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+         pin_memory=False):
+    dt = _dt(dtype)
+    return _finish(_ops.ones(_size(size), dt._dg), None, device, requires_grad)
+
+
+def empty(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+          pin_memory=False, memory_format=None):
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None,
+         requires_grad=False):
+    if dtype is None:
+        dtype = (D.DTYPES["bool"] if isinstance(fill_value, bool) else
+                 D.DTYPES["int64"] if isinstance(fill_value, numbers.Integral) else
+                 D.default_float())
+    dt = D.to_dtype(dtype)
+    arr = np.full(tuple(_shape_args((size,)) if not isinstance(size, numbers.Integral)
+                        else (int(size),)), fill_value, dtype=dt._dg.numpy)
+    return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
+
+
+def _like(fn):
+    def like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+             memory_format=None):
+        return fn(*input.shape, dtype=dtype or input.dtype,
+                  device=device or (None if input._t._device_name == "cpu" else input.device),
+                  requires_grad=requires_grad)
+    like.__name__ = fn.__name__ + "_like"
+    return like
+
+
+zeros_like = _like(zeros)
+ones_like = _like(ones)
+empty_like = _like(empty)
+
+
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
+              memory_format=None):
+    return full(tuple(input.shape), fill_value, dtype=dtype or input.dtype, device=device,
+                requires_grad=requires_grad)
+
+
+def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None,
+         requires_grad=False, pin_memory=False):
+    dt = _dt(dtype)
+    return _finish(_ops.random_uniform(_size(size), 0.0, 1.0, dt._dg), None, device,
+                   requires_grad)
+
+
+def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
+          requires_grad=False, pin_memory=False):
+    dt = _dt(dtype)
+    return _finish(_ops.random_normal(_size(size), 0.0, 1.0, dt._dg), None, device,
+                   requires_grad)
+
+
+rand_like = _like(rand)
+randn_like = _like(randn)
+
+
+def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None,
+            device=None, requires_grad=False):
+    if size is None:
+        low, high, size = 0, low, high
+    if high is None:
+        low, high = 0, low
+    dt = _dt(dtype, D.DTYPES["int64"])
+    arr = _np_rng().integers(low, high, size=tuple(size)).astype(dt._dg.numpy)
+    return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, device=None):
+    return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype, device=device)
+
+
+def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None,
+             requires_grad=False, pin_memory=False):
+    dt = _dt(dtype, D.DTYPES["int64"])
+    return _finish(_C._from_numpy_copy(_np_rng().permutation(int(n)).astype(dt._dg.numpy)),
+                   None, device)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None):
+    if size is not None:
+        return randn(*size) * std + mean
+    ref = mean if isinstance(mean, Tensor) else std
+    return randn(*ref.shape, dtype=ref.dtype) * std + mean
+
+
+def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None,
+           requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    if dtype is None:
+        is_int = all(isinstance(v, numbers.Integral) for v in vals)
+        dt = D.DTYPES["int64"] if is_int else D.default_float()
+    else:
+        dt = D.to_dtype(dtype)
+    s, e, st = vals
+    n = max(int(math.ceil((e - s) / st)), 0)
+    arr = (np.arange(n, dtype=np.float64) * st + s) if not all(
+        isinstance(v, numbers.Integral) for v in vals) else np.arange(s, e, st, dtype=np.int64)
+    return _finish(_C._from_numpy_copy(arr.astype(dt._dg.numpy)), None, device, requires_grad)
+
+
+def range_(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    return arange(start, end + step if end is not None else start + 1, step,
+                  dtype=dtype or D.default_float(), device=device, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None,
+             requires_grad=False):
+    dt = _dt(dtype)
+    arr = np.linspace(float(start), float(end), int(steps)).astype(dt._dg.numpy)
+    return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+    dt = _dt(dtype)
+    arr = np.logspace(float(start), float(end), int(steps), base=base).astype(dt._dg.numpy)
+    return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
+
+
+def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    dt = _dt(dtype)
+    arr = np.eye(int(n), None if m is None else int(m), dtype=dt._dg.numpy)
+    return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
+
+
+def _legacy_new(cls, *args, **kwargs):
+    """``torch.Tensor(2, 3)`` (uninitialised float tensor) or
+    ``torch.Tensor([1, 2])`` (float copy), as PyTorch's legacy constructor."""
+    if cls is not Tensor and not args and not kwargs:
+        return object.__new__(cls)
+    if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray)) or (
+            len(args) == 1 and isinstance(args[0], Tensor)):
+        return tensor(args[0], dtype=D.default_float())
+    if all(isinstance(a, numbers.Integral) for a in args):
+        return zeros(*args)
+    raise TypeError(f"torch.Tensor(): unsupported arguments {args!r}")
+
+
+# typed legacy constructors
+def _typed(name):
+    def ctor(*args):
+        if len(args) == 1 and isinstance(args[0], (list, tuple, np.ndarray)):
+            return tensor(args[0], dtype=name)
+        return zeros(*args, dtype=name)
+    return ctor
+
+
+FloatTensor = _typed("float32")
+DoubleTensor = _typed("float64")
+LongTensor = _typed("int64")
+IntTensor = _typed("int32")
+BoolTensor = _typed("bool")
+ByteTensor = _typed("uint8")
+HalfTensor = _typed("float16")

@@ -1,0 +1,1708 @@
+"""The torch functions (``torch.add``, ``torch.sum``, ...) and the Tensor
+methods made from them, each a translation onto ``dragon_core.ops``.
+
+A function defined here with ``@_both`` is also a Tensor method (its first
+argument is ``self``); ``@_method_only`` only a method. In-place variants
+(``add_``) are generated from the out-of-place ones through
+``_tensor._inplace``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import numbers
+
+import numpy as np
+
+from dragon_core import _C, ops as _ops
+
+from . import _dtype as D
+from ._tensor import (Size, Tensor, _as_dg, _binary, _cast, _dim, _dims, _float_dt,
+                      _from_np_view, _host_view_ok, _inplace, _records, _shape_args, _u, _w,
+                      values_indices)
+
+_EXPORTS: dict = {}
+
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+
+def _export(fn):
+    _EXPORTS[fn.__name__] = fn
+    return fn
+
+
+def _both(fn):
+    _EXPORTS[fn.__name__] = fn
+    setattr(Tensor, fn.__name__, fn)
+    return fn
+
+
+def _method_only(fn):
+    setattr(Tensor, fn.__name__, fn)
+    return fn
+
+
+def _tensor_of(x, like=None):
+    if isinstance(x, Tensor):
+        return x
+    from ._creation import tensor
+    return tensor(x)
+
+
+def _float_t(t):
+    """``t`` (dragon) cast to the default float if it is not floating."""
+    if not D.BY_CODE[t._dtype_code].is_floating_point:
+        return _ops.cast(t, D.default_float()._dg)
+    return t
+
+
+# ------------------------------------------------------------ element-wise
+def _unary(name, op, float_only=True, zero_grad=False):
+    def fn(input):
+        t = input._t
+        if float_only:
+            t = _float_t(t)
+        if zero_grad and _records(t):
+            # piecewise-constant: torch gives a zero gradient, not none
+            return _w(_ops.add(op(t), _ops.mul(t, 0.0)))
+        return _w(op(t))
+    fn.__name__ = name
+    fn.__doc__ = f"``torch.{name}``: element-wise, over ``dragon_core.ops``."
+    _both(fn)
+    return fn
+
+
+_unary("exp", _ops.exp)
+_unary("log", _ops.log)
+_unary("log1p", _ops.log1p)
+_unary("sqrt", _ops.sqrt)
+_unary("rsqrt", _ops.rsqrt)
+_unary("sin", _ops.sin)
+_unary("cos", _ops.cos)
+_unary("tanh", _ops.tanh)
+_unary("sigmoid", _ops.sigmoid)
+_unary("reciprocal", _ops.reciprocal)
+_unary("expm1", lambda t: _ops.sub(_ops.exp(t), 1.0))
+_unary("log2", lambda t: _ops.mul(_ops.log(t), 1.0 / math.log(2.0)))
+_unary("log10", lambda t: _ops.mul(_ops.log(t), 1.0 / math.log(10.0)))
+_unary("tan", lambda t: _ops.div(_ops.sin(t), _ops.cos(t)))
+_unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
+_unary("abs", _ops.abs, float_only=False)
+_unary("neg", _ops.neg, float_only=False)
+_unary("sign", _ops.sign, float_only=False, zero_grad=True)
+_unary("square", _ops.square, float_only=False)
+_unary("relu", _ops.relu, float_only=False)
+_unary("floor", _ops.floor, float_only=False, zero_grad=True)
+_unary("ceil", _ops.ceil, float_only=False, zero_grad=True)
+_unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False,
+       zero_grad=True)
+_unary("frac", lambda t: _ops.sub(t, _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t)))))
+_unary("logical_not_", lambda t: _ops.logical_not(t), float_only=False)
+del _EXPORTS["logical_not_"]
+_EXPORTS["negative"] = _EXPORTS["neg"]
+Tensor.negative = Tensor.neg
+_EXPORTS["absolute"] = _EXPORTS["abs"]
+Tensor.absolute = Tensor.abs
+# module-level names for the functions below (shadowing builtins on purpose:
+# use builtins.<name> for Python's)
+exp, log, log1p, sqrt, sigmoid, neg, square, trunc, abs = (  # noqa: A001
+    _EXPORTS[_n] for _n in ("exp", "log", "log1p", "sqrt", "sigmoid", "neg", "square",
+                            "trunc", "abs"))
+
+
+@_both
+def round(input, decimals: int = 0):
+    t = input._t
+    if decimals:
+        s = 10.0 ** decimals
+        out = _ops.div(_ops.round(_ops.mul(t, s)), s)
+    else:
+        out = _ops.round(t)
+    return _w(_ops.add(out, _ops.mul(t, 0.0)) if _records(t) else out)
+
+
+@_both
+def logical_not(input):
+    return _w(_ops.logical_not(_cast(input._t, D.DTYPES["bool"])))
+
+
+@_both
+def sigmoid_(input):
+    return _inplace(input, sigmoid(input))
+
+
+def _bool(x):
+    x = _tensor_of(x)
+    return _cast(x._t, D.DTYPES["bool"])
+
+
+@_both
+def logical_and(input, other):
+    return _w(_ops.logical_and(_bool(input), _bool(other)))
+
+
+@_both
+def logical_or(input, other):
+    return _w(_ops.logical_or(_bool(input), _bool(other)))
+
+
+@_both
+def logical_xor(input, other):
+    return _w(_ops.not_equal(_bool(input), _bool(other)))
+
+
+@_both
+def add(input, other, *, alpha=1):
+    if alpha != 1:
+        other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+    return _binary("add", input, other)
+
+
+@_both
+def sub(input, other, *, alpha=1):
+    from ._tensor import _no_bool_sub
+    _no_bool_sub(input if isinstance(input, Tensor) else other, other)
+    if alpha != 1:
+        other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+    return _binary("sub", input, other)
+
+
+_EXPORTS["subtract"] = sub
+Tensor.subtract = sub
+
+
+@_both
+def mul(input, other):
+    return _binary("mul", input, other)
+
+
+_EXPORTS["multiply"] = mul
+Tensor.multiply = mul
+
+
+@_both
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return _binary("div", input, other, _float_dt(input, other))
+    if rounding_mode == "floor":
+        return floor_divide(input, other)
+    if rounding_mode == "trunc":
+        dt = D.result_type(input, other)
+        q = _binary("div", input, other, _float_dt(input, other))
+        return trunc(q).to(dt)
+    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but "
+                     f"found '{rounding_mode}'")
+
+
+_EXPORTS["divide"] = div
+_EXPORTS["true_divide"] = div
+Tensor.divide = div
+Tensor.true_divide = div
+
+
+@_both
+def floor_divide(input, other):
+    dt = D.result_type(input, other)
+    if dt.is_floating_point:
+        q = _binary("div", input, other, dt)
+        return _w(_ops.floor(q._t))
+    a = _as_dg(input, D.DTYPES["float64"])
+    b = _as_dg(other, D.DTYPES["float64"])
+    if bool(_ops.equal(b, 0.0).numpy().any()) if b.ndim else float(b.numpy()) == 0:
+        raise RuntimeError("ZeroDivisionError")
+    return _w(_ops.cast(_ops.floor(_ops.div(a, b)), dt._dg))
+
+
+@_both
+def remainder(input, other):
+    dt = D.result_type(input, other)
+    if dt.is_floating_point:
+        a, b = _as_dg(input, dt), _as_dg(other, dt)
+        return _w(_ops.sub(a, _ops.mul(_ops.floor(_ops.div(a, b)), b)))
+    a = _as_dg(input, D.DTYPES["int64"])
+    b = _as_dg(other, D.DTYPES["int64"])
+    q = floor_divide(_w(a), _w(b))._t
+    return _w(_ops.cast(_ops.sub(a, _ops.mul(q, b)), dt._dg))
+
+
+@_both
+def fmod(input, other):
+    dt = D.result_type(input, other)
+    a, b = _as_dg(input, D.DTYPES["float64"] if not dt.is_floating_point else dt), None
+    b = _as_dg(other, D.BY_CODE[a._dtype_code])
+    q = _ops.div(a, b)
+    q = _ops.mul(_ops.sign(q), _ops.floor(_ops.abs(q)))
+    return _w(_ops.cast(_ops.sub(a, _ops.mul(q, b)), dt._dg))
+
+
+@_both
+def pow(input, exponent):
+    if isinstance(input, Tensor) and isinstance(exponent, numbers.Number) \
+            and not isinstance(exponent, bool):
+        t = _cast(input._t, D.result_type(input, exponent))
+        if exponent == 2:
+            return _w(_ops.square(t))
+        if exponent == 1:
+            return _w(_ops.mul(t, 1)) if _records(t) else _w(t._clone())
+        if exponent == 0.5 and D.BY_CODE[t._dtype_code].is_floating_point:
+            return _w(_ops.sqrt(t))
+        dt = D.result_type(input, exponent)
+        return _w(_ops.pow(_cast(t, dt), _as_dg(exponent, dt)))
+    dt = D.result_type(input, exponent)
+    return _binary("pow", input, exponent, dt)
+
+
+_EXPORTS["float_power"] = lambda input, exponent: pow(
+    _tensor_of(input).double(), exponent.double() if isinstance(exponent, Tensor) else exponent)
+
+
+@_both
+def maximum(input, other):
+    return _binary("maximum", input, other)
+
+
+@_both
+def minimum(input, other):
+    return _binary("minimum", input, other)
+
+
+_EXPORTS["fmax"] = maximum
+_EXPORTS["fmin"] = minimum
+
+
+@_both
+def atan2(input, other):
+    raise NotImplementedError("torch.atan2 is not supported yet: dragon_core has no Atan op "
+                              "(use x / torch.sqrt(x*x + y*y) based identities)")
+
+
+@_both
+def clamp(input, min=None, max=None):
+    t = input._t
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        out = input
+        if min is not None:
+            out = maximum(out, min)
+        if max is not None:
+            out = minimum(out, max)
+        return out
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    dt = D.result_type(input, *(v for v in (min, max) if v is not None))
+    t = _cast(t, dt)
+    return _w(_ops.clip(t, min, max))
+
+
+_EXPORTS["clip"] = clamp
+Tensor.clip = clamp
+
+
+@_both
+def clamp_min(input, min):
+    return clamp(input, min=min)
+
+
+@_both
+def clamp_max(input, max):
+    return clamp(input, max=max)
+
+
+@_both
+def where(condition, input=None, other=None):
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    dt = D.result_type(input, other)
+    ref = input if isinstance(input, Tensor) else other
+    dev = ref._t.device if isinstance(ref, Tensor) else None
+    return _w(_ops.where(_bool(condition), _as_dg(input, dt, dev), _as_dg(other, dt, dev)))
+
+
+@_both
+def lerp(input, end, weight):
+    return add(input, mul(sub(end, input), weight))
+
+
+@_both
+def addcmul(input, tensor1, tensor2, *, value=1):
+    return add(input, mul(mul(tensor1, tensor2), value))
+
+
+@_both
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    return add(input, mul(div(tensor1, tensor2), value))
+
+
+@_both
+def hypot(input, other):
+    return sqrt(add(square(input), square(other)))
+
+
+# ------------------------------------------------------------ comparisons
+def _cmp(name, opname):
+    def fn(input, other):
+        from ._tensor import _compare
+        return _compare(opname, input, other)
+    fn.__name__ = name
+    _both(fn)
+
+
+for _n, _o in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
+               ("gt", "greater"), ("ge", "greater_equal")):
+    _cmp(_n, _o)
+eq, ne, lt, le, gt, ge = (_EXPORTS[_n] for _n in ("eq", "ne", "lt", "le", "gt", "ge"))
+for _alias, _n in (("greater", "gt"), ("less", "lt"), ("greater_equal", "ge"),
+                   ("less_equal", "le"), ("not_equal", "ne")):
+    _EXPORTS[_alias] = _EXPORTS[_n]
+    setattr(Tensor, _alias, _EXPORTS[_n])
+
+
+@_both
+def equal(input, other) -> bool:
+    return tuple(input.shape) == tuple(other.shape) and bool(eq(input, other).all())
+
+
+@_both
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    a, b = input.detach().numpy(), _tensor_of(other).detach().numpy()
+    from ._creation import _from_numpy_owned
+    return _from_numpy_owned(np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+@_both
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(isclose(input, other, rtol, atol, equal_nan).all())
+
+
+@_both
+def isnan(input):
+    return _w(_ops.not_equal(input._t, input._t))
+
+
+@_both
+def isinf(input):
+    if not input.dtype.is_floating_point:
+        return _w(_ops.not_equal(input._t, input._t))
+    return _w(_ops.equal(_ops.abs(input._t), float("inf")))
+
+
+@_both
+def isfinite(input):
+    return logical_not(logical_or(isnan(input), isinf(input)))
+
+
+@_both
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    a = input.detach().numpy()
+    from ._creation import _from_numpy_owned
+    return _from_numpy_owned(np.nan_to_num(a, nan=nan, posinf=posinf, neginf=neginf))
+
+
+# -------------------------------------------------------------- reductions
+def _red_input(input, dtype, name):
+    t = input._t
+    if dtype is not None:
+        t = _cast(t, D.to_dtype(dtype))
+    return t
+
+
+def _axes(dim, n):
+    d = _dims(dim, n)
+    return d
+
+
+@_both
+def sum(input, dim=None, keepdim=False, *, dtype=None):
+    t = _red_input(input, dtype, "sum")
+    if dtype is None and not D.BY_CODE[t._dtype_code].is_floating_point:
+        t = _cast(t, D.DTYPES["int64"])
+    return _w(_ops.sum(t, _axes(dim, t.ndim), keepdim))
+
+
+@_both
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    return sum(where(isnan(input), 0.0, input), dim, keepdim, dtype=dtype)
+
+
+@_both
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    t = _red_input(input, dtype, "mean")
+    if not D.BY_CODE[t._dtype_code].is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {input.dtype.name.title()}")
+    return _w(_ops.mean(t, _axes(dim, t.ndim), keepdim))
+
+
+@_both
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    t = _red_input(input, dtype, "prod")
+    if dtype is None and not D.BY_CODE[t._dtype_code].is_floating_point:
+        t = _cast(t, D.DTYPES["int64"])
+    return _w(_ops.prod(t, _axes(dim, t.ndim), keepdim))
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return int(correction)
+    return 1 if unbiased in (None, True) else 0
+
+
+@_both
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        unbiased, dim = dim, None
+    t = _float_t(input._t)
+    return _w(_ops.std(t, _axes(dim, t.ndim), keepdim, _correction(unbiased, correction)))
+
+
+@_both
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        unbiased, dim = dim, None
+    t = _float_t(input._t)
+    return _w(_ops.var(t, _axes(dim, t.ndim), keepdim, _correction(unbiased, correction)))
+
+
+@_export
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return (std(input, dim, unbiased, keepdim, correction=correction),
+            mean(input, dim, keepdim))
+
+
+@_export
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return (var(input, dim, unbiased, keepdim, correction=correction),
+            mean(input, dim, keepdim))
+
+
+@_both
+def logsumexp(input, dim, keepdim=False):
+    t = _float_t(input._t)
+    return _w(_ops.logsumexp(t, _axes(dim, t.ndim), keepdim))
+
+
+@_both
+def amax(input, dim=(), keepdim=False):
+    t = input._t
+    axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    return _w(_ops.max(t, axes, keepdim))
+
+
+@_both
+def amin(input, dim=(), keepdim=False):
+    t = input._t
+    axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    return _w(_ops.min(t, axes, keepdim))
+
+
+def _minmax(kind, input, dim, keepdim, other):
+    if isinstance(dim, Tensor) and other is None:
+        return (maximum if kind == "max" else minimum)(input, dim)
+    if other is not None:
+        return (maximum if kind == "max" else minimum)(input, other)
+    t = input._t
+    if dim is None:
+        return _w((_ops.max if kind == "max" else _ops.min)(t))
+    d = _dim(int(dim), t.ndim)
+    values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
+    idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
+    return values_indices(_w(values), _w(_cast(idx, D.DTYPES["int64"])))
+
+
+@_both
+def max(input, dim=None, keepdim=False, *, other=None):
+    return _minmax("max", input, dim, keepdim, other)
+
+
+@_both
+def min(input, dim=None, keepdim=False, *, other=None):
+    return _minmax("min", input, dim, keepdim, other)
+
+
+@_both
+def argmax(input, dim=None, keepdim=False):
+    t = input._t
+    if dim is None:
+        return _w(_cast(_ops.argmax(_ops.reshape(t, [-1]), 0), D.DTYPES["int64"]))
+    return _w(_cast(_ops.argmax(t, _dim(dim, t.ndim), keepdim), D.DTYPES["int64"]))
+
+
+@_both
+def argmin(input, dim=None, keepdim=False):
+    t = input._t
+    if dim is None:
+        return _w(_cast(_ops.argmin(_ops.reshape(t, [-1]), 0), D.DTYPES["int64"]))
+    return _w(_cast(_ops.argmin(t, _dim(dim, t.ndim), keepdim), D.DTYPES["int64"]))
+
+
+@_both
+def all(input, dim=None, keepdim=False):
+    t = _cast(input._t, D.DTYPES["int64"])
+    out = _ops.min(t, _axes(dim, t.ndim), keepdim) if t.size else None
+    if out is None:
+        from ._creation import ones
+        shape = [s for i, s in enumerate(t.shape) if dim is not None and i not in _axes(dim, t.ndim)]
+        return ones(shape, dtype=D.DTYPES["bool"])
+    return _w(_cast(out, D.DTYPES["bool"]))
+
+
+@_both
+def any(input, dim=None, keepdim=False):
+    t = _cast(input._t, D.DTYPES["int64"])
+    if not t.size:
+        from ._creation import zeros
+        shape = [s for i, s in enumerate(t.shape) if dim is not None and i not in _axes(dim, t.ndim)]
+        return zeros(shape, dtype=D.DTYPES["bool"])
+    return _w(_cast(_ops.max(t, _axes(dim, t.ndim), keepdim), D.DTYPES["bool"]))
+
+
+@_both
+def count_nonzero(input, dim=None):
+    return sum(ne(input, 0), dim)
+
+
+@_both
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    t = _float_t(input._t)
+    axes = _axes(dim, t.ndim)
+    if p in ("fro", 2, 2.0) or p is None:
+        return _w(_ops.sqrt(_ops.sum(_ops.square(t), axes, keepdim)))
+    if p in (1, 1.0):
+        return _w(_ops.sum(_ops.abs(t), axes, keepdim))
+    if p == float("inf"):
+        return _w(_ops.max(_ops.abs(t), axes, keepdim))
+    if p == -float("inf"):
+        return _w(_ops.min(_ops.abs(t), axes, keepdim))
+    if isinstance(p, numbers.Real):
+        s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, D.BY_CODE[t._dtype_code])), axes, keepdim)
+        return _w(_ops.pow(s, _as_dg(1.0 / p, D.BY_CODE[t._dtype_code])))
+    raise NotImplementedError(f"norm(p={p!r}) is not supported; use torch.linalg for "
+                              "matrix norms")
+
+
+@_both
+def dist(input, other, p=2):
+    return norm(sub(input, other), p)
+
+
+def _move_last(t, d):
+    n = t.ndim
+    if d == n - 1:
+        return t, None
+    perm = [i for i in range(n) if i != d] + [d]
+    inv = list(np.argsort(perm))
+    return _ops.transpose(t, perm), inv
+
+
+@_both
+def cumsum(input, dim, *, dtype=None):
+    t = input._t
+    if dtype is not None:
+        t = _cast(t, D.to_dtype(dtype))
+    elif not D.BY_CODE[t._dtype_code].is_floating_point:
+        t = _cast(t, D.DTYPES["int64"])
+    if t.ndim == 0:
+        return _w(t) if not _records(t) else _w(_ops.mul(t, 1))
+    d = _dim(dim, t.ndim)
+    n = t.shape[d]
+    dt = D.BY_CODE[t._dtype_code]
+    if not dt.is_floating_point:
+        from ._creation import _from_numpy_owned
+        return _from_numpy_owned(np.cumsum(t.numpy(), axis=d, dtype=dt._dg.numpy))
+    # composed: x (..., n) @ upper-triangular ones (n, n) -- differentiable
+    moved, inv = _move_last(t, d)
+    tri = _C._from_numpy_copy(np.triu(np.ones((n, n), dt._dg.numpy)))
+    if t._device_name != "cpu":
+        tri = tri._to_device(str(t.device))
+    out = _ops.matmul(moved, tri)
+    return _w(out if inv is None else _ops.transpose(out, inv))
+
+
+@_both
+def cumprod(input, dim, *, dtype=None):
+    t = input._t
+    if _records(t):
+        raise NotImplementedError("cumprod with autograd is not supported yet; use "
+                                  "torch.exp(torch.cumsum(torch.log(x), dim)) for x > 0")
+    from ._creation import _from_numpy_owned
+    arr = t.numpy()
+    dt = D.to_dtype(dtype) if dtype is not None else (
+        D.BY_CODE[t._dtype_code] if D.BY_CODE[t._dtype_code].is_floating_point else D.DTYPES["int64"])
+    return _from_numpy_owned(np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy))
+
+
+def _take_along(t, idx: np.ndarray, d: int):
+    """``t`` gathered along ``d`` at integer positions ``idx`` (same ndim,
+    torch.gather semantics), differentiable w.r.t. ``t``."""
+    shape = idx.shape
+    strides = np.cumprod((list(t.shape[1:]) + [1])[::-1])[::-1]
+    grids = np.indices(shape, sparse=True)
+    flat = np.zeros(shape, np.int64)
+    for k in range(len(shape)):
+        flat = flat + (idx if k == d else grids[k]) * int(strides[k])
+    fi = _C._from_numpy_copy(_np_c(flat.reshape(-1)))
+    if t._device_name != "cpu":
+        fi = fi._to_device(str(t.device))
+    out = _ops.gather(_ops.reshape(t, [-1]), fi, 0)
+    return _ops.reshape(out, list(shape))
+
+
+@_both
+def sort(input, dim=-1, descending=False, stable=False):
+    t = input._t
+    if t.ndim == 0:
+        return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"])))
+    d = _dim(dim, t.ndim)
+    arr = t.detach().numpy() if t._device_name == "cpu" else t.cpu().numpy()
+    if descending:
+        idx = np.flip(np.argsort(np.flip(arr, d), axis=d, kind="stable"), d)
+        idx = arr.shape[d] - 1 - idx
+    else:
+        idx = np.argsort(arr, axis=d, kind="stable")
+    idx = _np_c(idx)
+    values = _take_along(t, idx, d)
+    i = _C._from_numpy_copy(idx.astype(np.int64))
+    return values_indices(_w(values), _w(i if t._device_name == "cpu" else i._to_device(str(t.device))))
+
+
+@_both
+def argsort(input, dim=-1, descending=False, stable=False):
+    return sort(input, dim, descending, stable)[1]
+
+
+@_both
+def msort(input):
+    return sort(input, 0)[0]
+
+
+@_both
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    t = input._t
+    d = _dim(dim, t.ndim)
+    if not 0 <= k <= (t.shape[d] if t.ndim else 1):
+        raise RuntimeError("selected index k out of range")
+    v, i = sort(input, d, descending=largest)
+    return values_indices(v.narrow(d, 0, k), i.narrow(d, 0, k))
+
+
+@_both
+def kthvalue(input, k, dim=-1, keepdim=False):
+    v, i = sort(input, dim)
+    d = _dim(dim, input.ndim)
+    v, i = v.narrow(d, k - 1, 1), i.narrow(d, k - 1, 1)
+    if not keepdim:
+        v, i = v.squeeze(d), i.squeeze(d)
+    return values_indices(v, i)
+
+
+@_both
+def median(input, dim=None, keepdim=False):
+    if dim is None:
+        flat = input.reshape(-1)
+        v, _ = sort(flat)
+        return v[(flat.numel() - 1) // 2]
+    n = input.shape[_dim(dim, input.ndim)]
+    return kthvalue(input, (n - 1) // 2 + 1, dim, keepdim)
+
+
+@_both
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    if dim is not None:
+        raise NotImplementedError("unique(dim=...) is not supported; flatten first")
+    from ._creation import _from_numpy_owned
+    res = np.unique(input.detach().cpu().numpy(), return_inverse=return_inverse,
+                    return_counts=return_counts)
+    if not isinstance(res, tuple):
+        return _from_numpy_owned(res)
+    out = [_from_numpy_owned(res[0])]
+    k = 1
+    if return_inverse:
+        out.append(_from_numpy_owned(res[k].reshape(input.shape).astype(np.int64)))
+        k += 1
+    if return_counts:
+        out.append(_from_numpy_owned(res[k].astype(np.int64)))
+    return tuple(out)
+
+
+@_both
+def bincount(input, weights=None, minlength=0):
+    from ._creation import _from_numpy_owned
+    w = None if weights is None else weights.detach().numpy()
+    return _from_numpy_owned(np.bincount(input.numpy(), w, minlength))
+
+
+# ------------------------------------------------------------- shape/views
+def _view_or_op(input, np_fn, op_fn):
+    t = input._t
+    if _host_view_ok(t):
+        return _w(_from_np_view(np_fn(t.numpy())))
+    return _w(op_fn(t))
+
+
+def _infer_shape(shape, numel):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    if math.prod(shape) != numel:
+        raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+    return shape
+
+
+@_method_only
+def view(self, *shape):
+    if len(shape) == 1 and isinstance(shape[0], D.dtype):
+        raise NotImplementedError("view(dtype) is not supported; use .to(dtype) (copies)")
+    shape = _infer_shape(_shape_args(shape), int(self._t.size))
+    return _view_or_op(self, lambda a: a.reshape(shape), lambda t: _ops.reshape(t, shape))
+
+
+@_both
+def reshape(input, *shape):
+    shape = _infer_shape(_shape_args(shape), int(input._t.size))
+    return _view_or_op(input, lambda a: a.reshape(shape), lambda t: _ops.reshape(t, shape))
+
+
+@_method_only
+def view_as(self, other):
+    return self.view(other.shape)
+
+
+@_method_only
+def reshape_as(self, other):
+    return self.reshape(other.shape)
+
+
+@_both
+def permute(input, *dims):
+    n = input._t.ndim
+    perm = [_dim(d, n) for d in _shape_args(dims)]
+    if sorted_(perm) != list(range(n)):
+        raise RuntimeError("permute(): dims must be a permutation of the input's dimensions")
+    return _view_or_op(input, lambda a: a.transpose(perm), lambda t: _ops.transpose(t, perm))
+
+
+def sorted_(x):
+    return builtins.sorted(x)
+
+
+@_both
+def transpose(input, dim0, dim1):
+    n = input._t.ndim
+    perm = list(range(n))
+    a, b = _dim(dim0, n), _dim(dim1, n)
+    perm[a], perm[b] = perm[b], perm[a]
+    if n < 2:
+        return _view_or_op(input, lambda a: a, lambda t: _ops.reshape(t, list(t.shape)))
+    return _view_or_op(input, lambda x: x.transpose(perm), lambda t: _ops.transpose(t, perm))
+
+
+_EXPORTS["swapaxes"] = transpose
+_EXPORTS["swapdims"] = transpose
+Tensor.swapaxes = transpose
+Tensor.swapdims = transpose
+
+
+@_both
+def t(input):
+    if input.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{input.ndim}D")
+    return transpose(input, 0, 1) if input.ndim == 2 else input
+
+
+Tensor.T = property(lambda self: permute(self, list(range(self.ndim))[::-1]))
+Tensor.mT = property(lambda self: transpose(self, -2, -1))
+
+
+@_both
+def movedim(input, source, destination):
+    n = input.ndim
+    src = [_dim(s, n) for s in (source if isinstance(source, (list, tuple)) else [source])]
+    dst = [_dim(s, n) for s in (destination if isinstance(destination, (list, tuple))
+                                else [destination])]
+    order = [i for i in range(n) if i not in src]
+    for d, s in builtins.sorted(zip(dst, src)):
+        order.insert(d, s)
+    return permute(input, order)
+
+
+_EXPORTS["moveaxis"] = movedim
+Tensor.moveaxis = movedim
+
+
+@_both
+def squeeze(input, dim=None):
+    t = input._t
+    if dim is None:
+        axes = [i for i, s in enumerate(t.shape) if s == 1]
+    else:
+        axes = [d for d in _dims(dim, t.ndim) if t.shape[d] == 1] if t.ndim else []
+    if not axes:
+        return _view_or_op(input, lambda a: a, lambda t: _ops.reshape(t, list(t.shape)))
+    shape = [s for i, s in enumerate(t.shape) if i not in axes]
+    return _view_or_op(input, lambda a: a.reshape(shape), lambda t: _ops.squeeze(t, axes))
+
+
+@_both
+def unsqueeze(input, dim):
+    t = input._t
+    d = _dim(dim, t.ndim + 1)
+    shape = list(t.shape)
+    shape.insert(d, 1)
+    return _view_or_op(input, lambda a: a.reshape(shape), lambda t: _ops.unsqueeze(t, [d]))
+
+
+@_both
+def flatten(input, start_dim=0, end_dim=-1):
+    t = input._t
+    if t.ndim == 0:
+        return reshape(input, 1)
+    s, e = _dim(start_dim, t.ndim), _dim(end_dim, t.ndim)
+    shape = list(t.shape[:s]) + [int(math.prod(t.shape[s:e + 1]))] + list(t.shape[e + 1:])
+    return reshape(input, shape)
+
+
+@_both
+def unflatten(input, dim, sizes):
+    d = _dim(dim, input.ndim)
+    shape = list(input.shape)
+    sizes = list(sizes)
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = shape[d] // known
+    return reshape(input, shape[:d] + sizes + shape[d + 1:])
+
+
+@_both
+def ravel(input):
+    return reshape(input, -1)
+
+
+@_method_only
+def expand(self, *sizes):
+    sizes = list(_shape_args(sizes))
+    t = self._t
+    lead = len(sizes) - t.ndim
+    if lead < 0:
+        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
+                           f"or equal to the number of dimensions in the tensor ({t.ndim})")
+    shape = [t.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
+    for i in range(t.ndim):
+        if t.shape[i] != 1 and t.shape[i] != shape[i + lead]:
+            raise RuntimeError(f"The expanded size of the tensor ({shape[i + lead]}) must match "
+                               f"the existing size ({t.shape[i]}) at non-singleton dimension "
+                               f"{i + lead}.  Target sizes: {sizes}.  Tensor sizes: "
+                               f"{list(t.shape)}")
+    return _view_or_op(self, lambda a: np.broadcast_to(a, shape),
+                       lambda t: _ops.broadcast_to(t, shape))
+
+
+@_method_only
+def expand_as(self, other):
+    return self.expand(other.shape)
+
+
+@_export
+def broadcast_to(input, size):
+    return input.expand(*size)
+
+
+@_export
+def broadcast_tensors(*tensors):
+    shape = np.broadcast_shapes(*[tuple(t.shape) for t in tensors])
+    return tuple(t.expand(*shape) for t in tensors)
+
+
+@_export
+def broadcast_shapes(*shapes):
+    return Size(np.broadcast_shapes(*shapes))
+
+
+@_both
+def narrow(input, dim, start, length):
+    t = input._t
+    d = _dim(dim, t.ndim)
+    start = int(start)
+    if start < 0:
+        start += t.shape[d]
+    if not (0 <= start and start + length <= t.shape[d]):
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
+                           f"({t.shape[d]}).")
+    key = (slice(None),) * d + (slice(start, start + length),)
+    return _view_or_op(input, lambda a: a[key],
+                       lambda t: _ops.slice(t, [start], [start + length], [1], [d]))
+
+
+@_method_only
+def unfold(self, dimension, size, step):
+    raise NotImplementedError("Tensor.unfold is not supported; use narrow in a loop and "
+                              "torch.stack")
+
+
+@_both
+def repeat_interleave(input, repeats, dim=None):
+    if isinstance(repeats, Tensor):
+        repeats = repeats.tolist()
+    x = input if dim is not None else input.reshape(-1)
+    d = 0 if dim is None else _dim(dim, x.ndim)
+    n = x.shape[d]
+    reps = [repeats] * n if isinstance(repeats, int) else list(repeats)
+    idx = np.repeat(np.arange(n), reps)
+    return index_select(x, d, idx)
+
+
+@_method_only
+def repeat(self, *sizes):
+    sizes = list(_shape_args(sizes))
+    x = self
+    if len(sizes) > x.ndim:
+        x = x.reshape([1] * (len(sizes) - x.ndim) + list(x.shape))
+    out = x
+    for d, r in enumerate(sizes):
+        if r != 1:
+            out = cat([out] * r, d) if r > 0 else narrow(out, d, 0, 0)
+    return out if out is not x or not _records(x._t) else x.clone()
+
+
+@_export
+def tile(input, dims):
+    dims = list(dims)
+    if len(dims) < input.ndim:
+        dims = [1] * (input.ndim - len(dims)) + dims
+    return input.repeat(*dims)
+
+
+Tensor.tile = lambda self, *dims: tile(self, _shape_args(dims))
+
+
+@_both
+def flip(input, dims):
+    t = input._t
+    ds = _dims(dims, t.ndim)
+    if _host_view_ok(t):
+        return _w(_from_np_view(np.flip(t.numpy(), ds)))
+    out = t
+    for d in ds:
+        n = out.shape[d]
+        if n > 1:
+            out = _ops.gather(out, _as_dg(np.arange(n - 1, -1, -1), D.DTYPES["int64"]), d)
+    return _w(out)
+
+
+@_both
+def fliplr(input):
+    return flip(input, [1])
+
+
+@_both
+def flipud(input):
+    return flip(input, [0])
+
+
+@_both
+def roll(input, shifts, dims=None):
+    if dims is None:
+        return roll(input.reshape(-1), shifts, 0).reshape(input.shape)
+    shifts = shifts if isinstance(shifts, (list, tuple)) else [shifts]
+    dims = dims if isinstance(dims, (list, tuple)) else [dims]
+    out = input
+    for s, d in zip(shifts, dims):
+        d = _dim(d, out.ndim)
+        n = out.shape[d]
+        idx = (np.arange(n) - s) % n
+        out = index_select(out, d, idx)
+    return out
+
+
+@_export
+def cat(tensors, dim=0):
+    tensors = [t for t in tensors]
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    dt = D.result_type(*[t for t in nonempty if isinstance(t, Tensor)][:1], *nonempty[1:]) \
+        if len(nonempty) > 1 else nonempty[0].dtype
+    dt = nonempty[0].dtype
+    for t in nonempty[1:]:
+        dt = D.promote_types(dt, t.dtype)
+    d = _dim(dim, nonempty[0].ndim)
+    return _w(_ops.concat([_cast(t._t, dt) for t in nonempty], d))
+
+
+_EXPORTS["concat"] = cat
+_EXPORTS["concatenate"] = cat
+
+
+@_export
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
+        dt = D.promote_types(dt, t.dtype)
+        if tuple(t.shape) != tuple(tensors[0].shape):
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                               f"{list(tensors[0].shape)} at entry 0 and {list(t.shape)}")
+    d = _dim(dim, tensors[0].ndim + 1)
+    return _w(_ops.stack([_cast(t._t, dt) for t in tensors], d))
+
+
+@_export
+def hstack(tensors):
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+@_export
+def vstack(tensors):
+    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in tensors], 0)
+
+
+@_export
+def dstack(tensors):
+    return stack(tensors, -1) if tensors[0].ndim < 3 else cat(tensors, 2)
+
+
+@_export
+def column_stack(tensors):
+    return cat([t.reshape(-1, 1) if t.ndim == 1 else t for t in tensors], 1)
+
+
+@_both
+def split(tensor, split_size_or_sections, dim=0):
+    d = _dim(dim, tensor.ndim)
+    n = tensor.shape[d]
+    if isinstance(split_size_or_sections, int):
+        s = split_size_or_sections
+        sizes = [s] * (n // s) + ([n % s] if n % s else [])
+        if n == 0:
+            sizes = [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got "
+                               f"split_sizes={sizes}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(tensor, d, start, s))
+        start += s
+    return tuple(out)
+
+
+@_both
+def chunk(input, chunks, dim=0):
+    d = _dim(dim, input.ndim)
+    n = input.shape[d]
+    size = -(-n // chunks) if n else 1
+    return split(input, builtins.max(size, 1), d)
+
+
+@_both
+def tensor_split(input, indices_or_sections, dim=0):
+    d = _dim(dim, input.ndim)
+    n = input.shape[d]
+    if isinstance(indices_or_sections, int):
+        k = indices_or_sections
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        return split(input, sizes, d)
+    bounds = [0] + list(indices_or_sections) + [n]
+    return tuple(narrow(input, d, a, builtins.max(b - a, 0)) for a, b in zip(bounds, bounds[1:]))
+
+
+@_both
+def unbind(input, dim=0):
+    d = _dim(dim, input.ndim)
+    return tuple(select(input, d, i) for i in range(input.shape[d]))
+
+
+@_both
+def select(input, dim, index):
+    d = _dim(dim, input.ndim)
+    n = input.shape[d]
+    i = int(index)
+    if not -n <= i < n:
+        raise IndexError(f"select(): index {i} out of range for tensor of size "
+                         f"{list(input.shape)} at dimension {d}")
+    i %= n
+    return squeeze(narrow(input, d, i, 1), d)
+
+
+@_both
+def index_select(input, dim, index):
+    t = input._t
+    d = _dim(dim, t.ndim)
+    idx = _u(index) if isinstance(index, Tensor) else _as_dg(np.asarray(index, np.int64),
+                                                              D.DTYPES["int64"])
+    if idx.ndim != 1:
+        idx = _ops.reshape(idx, [-1])
+    return _w(_ops.gather(t, idx, d))
+
+
+@_both
+def gather(input, dim, index, *, sparse_grad=False):
+    t = input._t
+    d = _dim(dim, t.ndim)
+    idx = index._t.numpy() if index._t._device_name == "cpu" else index._t.cpu().numpy()
+    if idx.ndim != t.ndim:
+        raise RuntimeError("Index tensor must have the same number of dimensions as input "
+                           "tensor")
+    if idx.size and (idx.min() < -t.shape[d] or idx.max() >= t.shape[d]):
+        raise RuntimeError(f"index {int(idx.max())} is out of bounds for dimension {d} with "
+                           f"size {t.shape[d]}")
+    return _w(_take_along(t, np.where(idx < 0, idx + t.shape[d], idx), d))
+
+
+@_export
+def take_along_dim(input, indices, dim=None):
+    if dim is None:
+        return gather(input.reshape(-1), 0, indices.reshape(-1))
+    return gather(input, dim, indices.expand(*[builtins.max(a, b) for a, b in
+                                                zip(input.shape, indices.shape)])
+                  if indices.ndim == input.ndim else indices)
+
+
+@_both
+def take(input, index):
+    return input.reshape(-1)[index]
+
+
+def _flat_positions(shape, dim, index: np.ndarray):
+    strides = np.cumprod((list(shape[1:]) + [1])[::-1])[::-1]
+    grids = np.indices(index.shape, sparse=True)
+    flat = np.zeros(index.shape, np.int64)
+    for k in range(len(index.shape)):
+        flat = flat + (index if k == dim else grids[k]) * int(strides[k])
+    return flat.reshape(-1)
+
+
+def _scatter(input, dim, index, src, reduce_add):
+    t = input._t
+    d = _dim(dim, t.ndim)
+    idx = index._t.numpy()
+    pos = _flat_positions(t.shape, d, idx)
+    if isinstance(src, Tensor):
+        key = tuple(slice(0, s) for s in idx.shape)
+        s = src[key].reshape(-1)._t if tuple(src.shape) != tuple(idx.shape) else \
+            _ops.reshape(src._t, [-1])
+    else:
+        s = _ops.broadcast_to(_as_dg(src, input.dtype), [pos.size])
+    s = _cast(s, input.dtype)
+    flat = _ops.reshape(t, [-1])
+    p = _as_dg(pos, D.DTYPES["int64"], t.device)
+    if reduce_add:
+        out = _ops.scatter_add(flat, p, s, 0)
+    else:
+        # last write wins as in torch's CPU scatter for unique positions
+        keep = np.ones(flat.shape[0], bool)
+        keep[pos] = False
+        mask = _as_dg(keep.astype(D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
+        zeros = _ops.mul(flat, _as_dg(0, input.dtype))
+        out = _ops.add(_ops.mul(flat, mask), _ops.scatter_add(zeros, p, s, 0))
+    return _w(_ops.reshape(out, list(t.shape)))
+
+
+@_both
+def scatter(input, dim, index, src=None, value=None, reduce=None):
+    if src is None:
+        src = value
+    if reduce == "add":
+        return _scatter(input, dim, index, src, True)
+    if reduce is not None:
+        raise NotImplementedError(f"scatter(reduce={reduce!r}) is not supported; use "
+                                  "scatter_add or scatter_reduce")
+    return _scatter(input, dim, index, src, False)
+
+
+@_both
+def scatter_add(input, dim, index, src):
+    return _scatter(input, dim, index, src, True)
+
+
+@_both
+def index_add(input, dim, index, source, *, alpha=1):
+    t = input._t
+    d = _dim(dim, t.ndim)
+    src = source if alpha == 1 else mul(source, alpha)
+    moved = transpose(input, 0, d) if d else input
+    srcm = transpose(src, 0, d) if d else src
+    out = _w(_ops.scatter_add(moved._t, _cast(_u(index), D.DTYPES["int64"]),
+                              _cast(srcm._t, input.dtype), 0))
+    return transpose(out, 0, d) if d else out
+
+
+@_both
+def index_fill(input, dim, index, value):
+    d = _dim(dim, input.ndim)
+    mask = np.zeros(input.shape[d], bool)
+    mask[_tensor_of(index).numpy()] = True
+    shape = [1] * input.ndim
+    shape[d] = -1
+    from ._creation import _from_numpy_owned
+    return where(_from_numpy_owned(mask.reshape(shape)), value, input)
+
+
+@_both
+def masked_fill(input, mask, value):
+    if isinstance(value, Tensor):
+        value = value.to(input.dtype)
+        return _w(_ops.where(_bool(mask), value._t, input._t))
+    return _w(_ops.where(_bool(mask), _as_dg(value, input.dtype, input._t.device), input._t))
+
+
+@_both
+def masked_select(input, mask):
+    return input[mask.expand_as(input) if tuple(mask.shape) != tuple(input.shape) else mask]
+
+
+@_both
+def masked_scatter(input, mask, source):
+    out = input.clone()
+    m = mask.expand_as(input)
+    n = int(m.sum())
+    out[m] = source.reshape(-1)[:n]
+    return out
+
+
+@_both
+def nonzero(input, *, as_tuple=False):
+    from ._creation import _from_numpy_owned
+    arr = input.detach().cpu().numpy()
+    nz = np.nonzero(arr) if arr.ndim else np.nonzero(arr.reshape(1))
+    if as_tuple:
+        return tuple(_from_numpy_owned(i.astype(np.int64)) for i in nz)
+    return _from_numpy_owned(np.stack(nz, 1).astype(np.int64) if nz else
+                             np.zeros((0, 0), np.int64))
+
+
+@_export
+def argwhere(input):
+    return nonzero(input)
+
+
+@_both
+def tril(input, diagonal=0):
+    n, m = input.shape[-2:]
+    mask = np.tril(np.ones((n, m), bool), diagonal)
+    from ._creation import _from_numpy_owned
+    return where(_from_numpy_owned(mask), input, 0)
+
+
+@_both
+def triu(input, diagonal=0):
+    n, m = input.shape[-2:]
+    mask = np.triu(np.ones((n, m), bool), diagonal)
+    from ._creation import _from_numpy_owned
+    return where(_from_numpy_owned(mask), input, 0)
+
+
+@_both
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    x = movedim(input, (dim1, dim2), (-2, -1))
+    n, m = x.shape[-2:]
+    rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
+    if rows.size == 0:
+        return x[..., :0, 0]
+    flat = x.reshape(*x.shape[:-2], n * m)
+    return index_select(flat, -1, rows * m + rows + offset)
+
+
+@_both
+def diag(input, diagonal=0):
+    if input.ndim == 1:
+        n = input.shape[0] + builtins.abs(diagonal)
+        from ._creation import zeros
+        pos = np.arange(input.shape[0])
+        r, c = (pos, pos + diagonal) if diagonal >= 0 else (pos - diagonal, pos)
+        out = zeros(n * n, dtype=input.dtype)
+        return _w(_ops.scatter_add(out._t, _as_dg(r * n + c, D.DTYPES["int64"]), input._t,
+                                   0)).reshape(n, n)
+    return diagonal_(input, diagonal)
+
+
+def diagonal_(input, offset):
+    return diagonal(input, offset)
+
+
+@_both
+def trace(input):
+    return sum(diagonal(input))
+
+
+@_both
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    n = input.shape[-1]
+    from ._creation import eye
+    return mul(input.unsqueeze(-1), eye(n, dtype=input.dtype))
+
+
+# ---------------------------------------------------------- linear algebra
+@_both
+def matmul(input, other):
+    a, b = input._t, other._t
+    if a._dtype_code != b._dtype_code:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{input.dtype.name} != {other.dtype.name}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError("both arguments to matmul need to be at least 1D")
+    if not _DTF_[a._dtype_code]:
+        if a._dtype_code == _BOOL_:
+            raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Bool\'')
+        # no integer MatMul kernel: exact in float64 for |values| < 2**53
+        f64 = D.DTYPES["float64"]
+        return _w(_ops.cast(_ops.matmul(_cast(a, f64), _cast(b, f64)), input.dtype._dg))
+    return _w(_ops.matmul(a, b))
+
+
+_DTF_ = {c: d.is_floating_point for c, d in D.BY_CODE.items()}
+_BOOL_ = D.DTYPES["bool"]._dg.code
+
+
+@_both
+def softmax(input, dim, dtype=None):
+    from .nn.functional import softmax as _sm
+    return _sm(input, dim, dtype=dtype)
+
+
+@_both
+def log_softmax(input, dim, dtype=None):
+    from .nn.functional import log_softmax as _lsm
+    return _lsm(input, dim, dtype=dtype)
+
+
+@_both
+def mm(input, mat2):
+    if input.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError("self must be a matrix" if input.ndim != 2 else
+                           "mat2 must be a matrix")
+    return matmul(input, mat2)
+
+
+@_both
+def bmm(input, mat2):
+    if input.ndim != 3 or mat2.ndim != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    return matmul(input, mat2)
+
+
+@_both
+def mv(input, vec):
+    return matmul(input, vec)
+
+
+@_both
+def dot(input, other):
+    if input.ndim != 1 or other.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D "
+                           "tensors")
+    return matmul(input, other)
+
+
+_EXPORTS["inner"] = lambda a, b: sum(mul(a, b), -1) if a.ndim else mul(a, b)
+_EXPORTS["vdot"] = dot
+
+
+@_both
+def outer(input, vec2):
+    return mul(input.unsqueeze(1), vec2.unsqueeze(0))
+
+
+_EXPORTS["ger"] = outer
+
+
+@_both
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    prod = mm(mat1, mat2)
+    if alpha != 1:
+        prod = mul(prod, alpha)
+    return add(mul(input, beta) if beta != 1 else input, prod)
+
+
+@_both
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    prod = bmm(batch1, batch2)
+    if alpha != 1:
+        prod = mul(prod, alpha)
+    return add(mul(input, beta) if beta != 1 else input, prod)
+
+
+@_export
+def einsum(equation, *operands):
+    """``torch.einsum``, composed of broadcast multiplies and sums
+    (differentiable); repeated letters within one operand are refused."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    eq = equation.replace(" ", "")
+    if "..." in eq:
+        raise NotImplementedError("einsum with '...' is not supported; spell the dimensions "
+                                  "out")
+    if "->" in eq:
+        lhs, out = eq.split("->")
+    else:
+        lhs = eq
+        letters = "".join(lhs.split(","))
+        out = "".join(c for c in builtins.sorted(set(letters)) if letters.count(c) == 1)
+    specs = lhs.split(",")
+    if len(specs) != len(operands):
+        raise RuntimeError(f"einsum(): {len(specs)} operands in the equation, "
+                           f"{len(operands)} given")
+    letters = []
+    for s in specs:
+        if len(set(s)) != len(s):
+            raise NotImplementedError(f"einsum: repeated index in '{s}' (diagonals) is not "
+                                      "supported; use torch.diagonal first")
+        for c in s:
+            if c not in letters:
+                letters.append(c)
+    sizes = {}
+    for s, op in zip(specs, operands):
+        if len(s) != op.ndim:
+            raise RuntimeError(f"einsum(): the number of subscripts in the equation ({len(s)}) "
+                               f"does not match the number of dimensions ({op.ndim}) for "
+                               "operand")
+        for c, n in zip(s, op.shape):
+            if sizes.get(c, 1) != 1 and n != 1 and sizes[c] != n:
+                raise RuntimeError(f"einsum(): operands do not broadcast for subscript {c}")
+            sizes[c] = builtins.max(sizes.get(c, 1), n)
+    dt = operands[0].dtype
+    for o in operands[1:]:
+        dt = D.promote_types(dt, o.dtype)
+    # two operands with one summed letter set: a batched matmul is cheaper
+    full = []
+    for s, op in zip(specs, operands):
+        order = [c for c in letters if c in s]
+        x = permute(op.to(dt), [s.index(c) for c in order]) if order else op.to(dt)
+        shape = [sizes[c] if c in s else 1 for c in letters]
+        full.append(x.reshape(shape) if x.ndim else x.reshape([1] * len(letters)))
+    prod_ = full[0]
+    for f in full[1:]:
+        prod_ = mul(prod_, f)
+    summed = [i for i, c in enumerate(letters) if c not in out]
+    if summed:
+        prod_ = sum(prod_, summed)
+    remaining = [c for c in letters if c in out]
+    if remaining:
+        prod_ = permute(prod_, [remaining.index(c) for c in out])
+        target = [sizes[c] for c in out]
+        if list(prod_.shape) != target:
+            prod_ = prod_.expand(*target)
+    return prod_
+
+
+@_export
+def tensordot(a, b, dims=2):
+    if isinstance(dims, int):
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        da, db = [list(d) if isinstance(d, (list, tuple)) else [d] for d in dims]
+    fa = [i for i in range(a.ndim) if i not in da]
+    fb = [i for i in range(b.ndim) if i not in db]
+    am = permute(a, fa + da).reshape(int(math.prod([a.shape[i] for i in fa])), -1)
+    bm = permute(b, db + fb).reshape(-1, int(math.prod([b.shape[i] for i in fb])))
+    return matmul(am, bm).reshape(*[a.shape[i] for i in fa], *[b.shape[i] for i in fb])
+
+
+@_export
+def cdist(x1, x2, p=2.0):
+    diff = sub(x1.unsqueeze(-2), x2.unsqueeze(-3))
+    return norm(diff, p, dim=-1)
+
+
+@_export
+def cross(input, other, dim=-1):
+    d = _dim(dim, input.ndim)
+    a = [select(input, d, i) for i in range(3)]
+    b = [select(other, d, i) for i in range(3)]
+    return stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2],
+                  a[0] * b[1] - a[1] * b[0]], d)
+
+
+# ----------------------------------------------------------- misc methods
+@_method_only
+def fill_(self, value):
+    from ._creation import full
+    return _inplace(self, full(self.shape, float(value) if self.dtype.is_floating_point
+                               else value, dtype=self.dtype))
+
+
+@_method_only
+def zero_(self):
+    return fill_(self, 0)
+
+
+@_method_only
+def copy_(self, src, non_blocking=False):
+    src = _tensor_of(src)
+    r = src._t
+    if r._device_name != self._t._device_name:
+        r = r._to_device(str(self.device))
+    r = _cast(r, self.dtype)
+    if tuple(r.shape) != tuple(self._t.shape):
+        r = _ops.broadcast_to(r, list(self._t.shape))
+    if _records(self._t) and self._t._grad_fn is not None:
+        # the overwritten value stays in the graph with zero gradient (torch)
+        r = _ops.add(r, _ops.mul(self._t, 0.0))
+    return _inplace(self, _w(r))
+
+
+@_method_only
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    from ._creation import randn
+    return _inplace(self, add(mul(randn(*self.shape, dtype=self.dtype), std), mean))
+
+
+@_method_only
+def uniform_(self, a=0.0, b=1.0, *, generator=None):
+    from ._creation import rand
+    return _inplace(self, add(mul(rand(*self.shape, dtype=self.dtype), b - a), a))
+
+
+@_method_only
+def bernoulli_(self, p=0.5, *, generator=None):
+    from ._creation import rand
+    return _inplace(self, lt(rand(*self.shape), p).to(self.dtype))
+
+
+@_method_only
+def random_(self, low=0, high=None, *, generator=None):
+    from ._creation import randint
+    if high is None:
+        low, high = 0, low
+    return _inplace(self, randint(low, high, tuple(self.shape), dtype=self.dtype))
+
+
+@_method_only
+def exponential_(self, lambd=1.0, *, generator=None):
+    from ._creation import rand
+    return _inplace(self, div(neg(log1p(neg(rand(*self.shape, dtype=self.dtype)))), lambd))
+
+
+@_both
+def bernoulli(input, p=None, *, generator=None):
+    from ._creation import rand_like
+    prob = input if p is None else p
+    return lt(rand_like(input), prob).to(input.dtype)
+
+
+@_export
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    from ._creation import _from_numpy_owned, _np_rng
+    probs = input.detach().cpu().numpy().astype(np.float64)
+    rows = probs.reshape(-1, probs.shape[-1])
+    out = []
+    for r in rows:
+        out.append(_np_rng().choice(r.size, num_samples, replace=replacement, p=r / r.sum()))
+    res = np.asarray(out, np.int64)
+    return _from_numpy_owned(res.reshape(*probs.shape[:-1], num_samples))
+
+
+@_method_only
+def masked_fill_(self, mask, value):
+    return _inplace(self, masked_fill(self, mask, value))
+
+
+@_method_only
+def index_fill_(self, dim, index, value):
+    return _inplace(self, index_fill(self, dim, index, value))
+
+
+@_method_only
+def clamp_(self, min=None, max=None):
+    return _inplace(self, clamp(self, min, max))
+
+
+Tensor.clip_ = clamp_
+
+
+@_method_only
+def apply_(self, fn):
+    raise NotImplementedError("Tensor.apply_ (a Python callable per element) is not "
+                              "supported; use vectorised ops")
+
+
+def _make_inplace(name):
+    fn = getattr(Tensor, name)
+
+    def method(self, *args, **kwargs):
+        return _inplace(self, fn(self, *args, **kwargs))
+    method.__name__ = name + "_"
+    method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
+    if not hasattr(Tensor, name + "_"):
+        setattr(Tensor, name + "_", method)
+
+
+for _n in ("add", "sub", "mul", "div", "pow", "exp", "log", "log1p", "sqrt", "rsqrt", "sin",
+           "cos", "tanh", "abs", "neg", "sign", "square", "relu", "floor", "ceil", "round",
+           "trunc", "frac", "reciprocal", "clamp_min", "clamp_max", "fmod", "remainder",
+           "lerp", "addcmul", "addcdiv", "logical_not", "logical_and", "logical_or",
+           "maximum", "minimum", "scatter", "scatter_add", "index_add", "tril", "triu",
+           "floor_divide", "expm1", "log2", "log10", "tan", "where", "nan_to_num",
+           "subtract", "multiply", "divide", "true_divide", "eq", "ne", "lt", "le", "gt", "ge",
+           "masked_scatter", "exp2", "hypot"):
+    _make_inplace(_n)
+
+
+def _squeeze_(self, dim=None):
+    self._t = squeeze(self, dim)._t
+    return self
+
+
+def _unsqueeze_(self, dim):
+    self._t = unsqueeze(self, dim)._t
+    return self
+
+
+def _t_(self):
+    self._t = t(self)._t
+    return self
+
+
+def _transpose_(self, d0, d1):
+    self._t = transpose(self, d0, d1)._t
+    return self
+
+
+def _resize_(self, *sizes):
+    sizes = _shape_args(sizes)
+    if math.prod(sizes) != self.numel():
+        raise NotImplementedError("resize_ to a different number of elements is not supported; "
+                                  "make a new tensor")
+    self._t = reshape(self, sizes)._t
+    return self
+
+
+Tensor.squeeze_ = _squeeze_
+Tensor.unsqueeze_ = _unsqueeze_
+Tensor.t_ = _t_
+Tensor.transpose_ = _transpose_
+Tensor.resize_ = _resize_
+Tensor.new_tensor = lambda self, data, dtype=None, device=None, requires_grad=False: \
+    __import__(__package__ + "._creation", fromlist=["x"]).tensor(
+        data, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+
+def _new_factory(kind):
+    def method(self, *size, dtype=None, device=None, requires_grad=False, **kw):
+        from . import _creation as C
+        dt = dtype or self.dtype
+        if kind == "full":
+            size, value = size[0], size[1] if len(size) > 1 else kw.pop("fill_value")
+            out = C.full(size, value, dtype=dt)
+        else:
+            out = getattr(C, kind)(*size, dtype=dt)
+        return out.requires_grad_(requires_grad) if requires_grad else out
+    method.__name__ = "new_" + kind
+    setattr(Tensor, "new_" + kind, method)
+
+
+for _k in ("zeros", "ones", "empty", "full"):
+    _new_factory(_k)

@@ -1,0 +1,162 @@
+"""``Tensor.__getitem__`` / ``__setitem__`` with PyTorch's rules.
+
+Basic indices (ints, slices with positive steps, ``None``, ``...``) give
+views on the host outside autograd (NumPy views over the same memory), and
+``dragon_core`` slice ops (copies, differentiable) otherwise. Advanced
+indices (bool masks, integer tensors/lists, several of them broadcast
+together) are turned into flat element positions on the host (the index
+itself is never differentiable) and gathered, so the result is
+differentiable w.r.t. the indexed tensor. Assignment writes the host memory
+in place outside autograd, and while recording builds the new value as
+``where(mask, scatter(value), x)`` so gradients flow to both sides.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from dragon_core import _C, ops as _ops
+
+from . import _dtype as D
+from ._tensor import Tensor, _as_dg, _cast, _grad_on, _host_view_ok, _tracing, _w
+
+_INT64 = D.DTYPES["int64"]
+
+def _np_c(arr):
+    """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+
+def _is_advanced(k) -> bool:
+    return isinstance(k, (Tensor, np.ndarray, list)) or (
+        isinstance(k, bool))
+
+
+def _np_key(key):
+    """The key with tensors turned into NumPy arrays (for position maps)."""
+    out = []
+    for k in key:
+        if isinstance(k, Tensor):
+            a = k._t.cpu().numpy() if k._t._device_name != "cpu" else k._t.numpy()
+            if a.dtype.kind == "f":
+                raise IndexError("tensors used as indices must be long, int, byte or bool "
+                                 "tensors")
+            out.append(a if a.dtype != np.uint8 else a.astype(bool))
+        elif isinstance(k, list):
+            a = np.asarray(k)
+            out.append(a)
+        elif isinstance(k, slice):
+            if k.step is not None and int(k.step) <= 0:
+                raise ValueError("step must be greater than zero")
+            out.append(slice(*(None if v is None else int(v) for v in (k.start, k.stop, k.step))))
+        elif isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, bool):
+            out.append(int(k))
+        else:
+            out.append(k)
+    return tuple(out)
+
+
+def _normalize(key):
+    if not isinstance(key, tuple):
+        key = (key,)
+    return key
+
+
+def _check_bounds(x, key):
+    dim = 0
+    for k in key:
+        if k is None:
+            continue
+        if k is Ellipsis:
+            dim = x.ndim - sum(1 for j in key if j is not None and j is not Ellipsis
+                               and not (isinstance(j, np.ndarray) and j.dtype == bool)) + dim
+            continue
+        if isinstance(k, int) and dim < x.ndim:
+            n = x.shape[dim]
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {n}")
+        if isinstance(k, np.ndarray) and k.dtype == bool:
+            dim += k.ndim
+        else:
+            dim += 1
+
+
+def getitem(x: Tensor, key):
+    t = x._t
+    key = _normalize(key)
+    if any(isinstance(k, Tensor) and k.ndim == 0 and not k.dtype.is_floating_point
+           and k.dtype.name != "bool" for k in key):
+        key = tuple(int(k) if isinstance(k, Tensor) and k.ndim == 0 and k.dtype.name != "bool"
+                    else k for k in key)
+    advanced = any(_is_advanced(k) for k in key)
+    nk = _np_key(key)
+    if not advanced:
+        _check_bounds(t, nk)
+        if _host_view_ok(t):
+            # a trailing Ellipsis keeps a 0-d result a view (not a scalar copy)
+            view_key = nk if any(k is Ellipsis for k in nk) else nk + (Ellipsis,)
+            return _w(_C.from_numpy(t.numpy()[view_key]))
+        return _w(t[nk] if nk else t)
+    # advanced: flat positions of the selected elements, then one gather
+    if _host_view_ok(t):
+        return _w(_C._from_numpy_copy(_np_c(t.numpy()[nk])))
+    pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
+    idx = _C._from_numpy_copy(_np_c(pos.reshape(-1)))
+    if t._device_name != "cpu":
+        idx = idx._to_device(str(t.device))
+    out = _ops.gather(_ops.reshape(t, [-1]), idx, 0)
+    return _w(_ops.reshape(out, list(pos.shape)))
+
+
+def setitem(x: Tensor, key, value) -> None:
+    t = x._t
+    key = _normalize(key)
+    nk = _np_key(key)
+    _check_bounds(t, nk)
+    dt = D.BY_CODE[t._dtype_code]
+    recording = _grad_on() and (t.requires_grad or (isinstance(value, Tensor)
+                                                    and value._t.requires_grad))
+    if not recording and not _tracing() and t._device_name == "cpu" and not t.is_read_only:
+        arr = t.numpy()
+        if isinstance(value, Tensor):
+            v = value._t.cpu().numpy() if value._t._device_name != "cpu" else value._t.numpy()
+        else:
+            v = value
+        if not dt.is_floating_point and isinstance(v, float) or (
+                isinstance(v, np.ndarray) and v.dtype.kind == "f" and not dt.is_floating_point
+                and dt.name != "bool"):
+            v = np.trunc(v)
+        arr[nk] = v
+        return
+    if recording and t.requires_grad and t._grad_fn is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+    # functional: out = where(mask, scattered value, x)
+    pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
+    flat_pos = pos.reshape(-1)
+    if isinstance(value, Tensor):
+        v = _cast(value._t, dt)
+    else:
+        v = _as_dg(value, dt, t.device)
+    v = _ops.reshape(_ops.broadcast_to(v, list(pos.shape)), [-1])
+    # last write wins for repeated positions, as torch's CPU index_put_
+    uniq, last = np.unique(flat_pos[::-1], return_index=True)
+    keep = (len(flat_pos) - 1 - last).astype(np.int64)
+    if len(keep) != len(flat_pos):
+        v = _ops.gather(v, _as_dg(keep, _INT64, t.device), 0)
+        flat_pos = uniq
+    mask = np.zeros(int(t.size), dtype=bool)
+    mask[flat_pos] = True
+    flat = _ops.reshape(t, [-1])
+    zeros = _ops.mul(flat, _as_dg(0, dt))
+    scattered = _ops.scatter_add(zeros, _as_dg(flat_pos, _INT64, t.device), v, 0)
+    out = _ops.where(_as_dg(mask, D.DTYPES["bool"], t.device), scattered, flat)
+    out = _ops.reshape(out, list(t.shape))
+    if _tracing():
+        t.assign(out)
+    else:
+        x._t = out

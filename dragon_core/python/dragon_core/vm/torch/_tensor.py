@@ -1,0 +1,730 @@
+"""``torch.Tensor``: a thin handle over one ``dragon_core.Tensor``.
+
+The handle holds the dragon tensor in ``_t`` and nothing else: storage,
+dtype, device and autograd state (``requires_grad``, ``grad``, the recorded
+op) live in the dragon tensor, so converting either way never copies
+(:func:`from_dragon`, :meth:`Tensor.dragon`). Every method translates
+PyTorch's conventions (``dim``/``keepdim``, ``transpose(d0, d1)``, values
+and indices from reductions, torch's type promotion) into calls of
+``dragon_core.ops``; no kernel lives here.
+
+Views: on the host, outside autograd recording, ``view``/``reshape``/
+``permute``/``transpose``/``squeeze``/``unsqueeze``/``expand``/``narrow``
+and basic slicing return tensors that share memory with their base (NumPy
+strided views handed to ``dragon_core.from_numpy``), so in-place writes
+through them reach the base as in PyTorch. While autograd records (the base
+requires grad) they are computed by differentiable ops and are copies.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import operator
+import numbers
+
+import numpy as np
+
+import dragon_core as _dg
+from dragon_core import _C, ops as _ops
+
+from . import _dtype as D
+
+_DgT = _dg.Tensor
+_new = object.__new__
+_grad_on = _C._is_grad_enabled
+_tracing = _C._is_tracing
+
+values_indices = collections.namedtuple("values_indices", ["values", "indices"])
+
+
+class Size(tuple):
+    """``torch.Size``: a tuple of ints."""
+
+    def numel(self) -> int:
+        return int(math.prod(self))
+
+    def __repr__(self):
+        return f"torch.Size({list(self)})"
+
+    def __getitem__(self, key):
+        out = tuple.__getitem__(self, key)
+        return Size(out) if isinstance(key, slice) else out
+
+
+def _w(t) -> "Tensor":
+    """Wrap a dragon tensor (no copy)."""
+    o = _new(Tensor)
+    o._t = t
+    return o
+
+
+def _wrap_out(out):
+    if isinstance(out, _DgT):
+        return _w(out)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_wrap_out(o) for o in out)
+    return out
+
+
+def _u(x):
+    """The dragon tensor of ``x`` (a vm tensor), else ``x`` unchanged."""
+    try:
+        return x._t
+    except AttributeError:
+        return x
+
+
+def _records(t) -> bool:
+    return t.requires_grad and _grad_on()
+
+
+def _host_view_ok(t) -> bool:
+    """Whether a NumPy view of ``t`` may stand for an op result: host,
+    not recorded by autograd, not traced."""
+    return (t._device_name == "cpu" and not (t.requires_grad and _grad_on())
+            and not _tracing() and t._dtype_code != _BF16)
+
+
+_BF16 = _dg.as_dtype("bfloat16").code
+_BOOL = _dg.as_dtype("bool").code
+
+
+def _from_np_view(arr: np.ndarray):
+    return _C.from_numpy(arr)
+
+
+def _dim(d: int, n: int, what: str = "dim") -> int:
+    nn = max(n, 1)
+    if not -nn <= d < nn:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nn}, {nn - 1}], "
+                         f"but got {d})")
+    return d % nn
+
+
+def _dims(dim, n: int):
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        return [_dim(int(d), n) for d in dim]
+    return [_dim(int(dim), n)]
+
+
+def _shape_args(shape) -> tuple:
+    if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
+        if isinstance(shape[0], Tensor):
+            return (int(shape[0]),)
+        return tuple(int(s) for s in shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def _cast(t, dt: "D.dtype"):
+    return t if t._dtype_code == dt._dg.code else _ops.cast(t, dt._dg)
+
+
+def _as_dg(x, dt: "D.dtype", device=None):
+    """A tensor or scalar as a dragon tensor of ``dt``."""
+    if isinstance(x, Tensor):
+        return _cast(x._t, dt)
+    if isinstance(x, _DgT):
+        return x if x._dtype_code == dt._dg.code else _ops.cast(x, dt._dg)
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.asarray(x, dtype=dt._dg.numpy)
+    out = _C._from_numpy_copy(arr)
+    if device is not None and device != "cpu:0" and str(device) != "cpu":
+        out = out._to_device(str(device))
+    return out
+
+
+_FAST = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+         "div": operator.truediv}
+
+
+def _binary(name: str, a, b, dt=None, out_dt=None):
+    """``ops.<name>(a, b)`` after torch's promotion (``dt`` forces the
+    computation dtype). Same-dtype tensors and weak Python scalars (which
+    promote alike in both frameworks) take dragon's C++ operator path."""
+    ta, tb = type(a), type(b)
+    fn = _FAST.get(name) or getattr(_ops, name)
+    if ta is Tensor or isinstance(a, Tensor):
+        if tb is Tensor or isinstance(b, Tensor):
+            if dt is None and a._t._dtype_code == b._t._dtype_code:
+                return _w(fn(a._t, b._t))
+        elif (tb is float or tb is int) and (dt is None or dt._dg.code == a._t._dtype_code) \
+                and (_DTF[a._t._dtype_code] or (tb is int and a._t._dtype_code != _BOOL)):
+            # a Python scalar is weak in both frameworks: same result dtype
+            return _w(fn(a._t, b))
+    elif (ta is float or ta is int) and (dt is None or dt._dg.code == b._t._dtype_code) \
+            and (_DTF[b._t._dtype_code] or (ta is int and b._t._dtype_code != _BOOL)):
+        return _w(fn(a, b._t))
+    if dt is None:
+        dt = D.result_type(a, b)
+    ref = a if isinstance(a, Tensor) else b
+    dev = ref._t.device
+    return _w(getattr(_ops, name)(_as_dg(a, dt, dev), _as_dg(b, dt, dev)))
+
+
+def _float_dt(*xs) -> "D.dtype":
+    dt = D.result_type(*xs)
+    return dt if dt.is_floating_point else D.default_float()
+
+
+def _unary_float(fn):
+    def method(self):
+        t = self._t
+        if not _DTF[t._dtype_code]:
+            t = _ops.cast(t, D.default_float()._dg)
+        return _w(fn(t))
+    return method
+
+
+_DTF = {c: d.is_floating_point for c, d in D.BY_CODE.items()}
+
+
+class Tensor:
+    """A PyTorch-style tensor (see the module docstring)."""
+
+    __slots__ = ("_t", "__weakref__")
+
+    # ---------------------------------------------------------- construction
+    def __new__(cls, *args, **kwargs):
+        from ._creation import _legacy_new
+        return _legacy_new(cls, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        # reached only for names the class does not define
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise NotImplementedError(
+            f"Tensor.{name} is not supported by dragon_core.vm.torch; see "
+            "docs/from-pytorch.md, or use dragon_core's ops on tensor.dragon()")
+
+    def dragon(self):
+        """The ``dragon_core.Tensor`` under this one (shared, never copied)."""
+        return self._t
+
+    # ------------------------------------------------------------ properties
+    @property
+    def dtype(self):
+        return D.BY_CODE[self._t._dtype_code]
+
+    @property
+    def shape(self) -> Size:
+        return Size(self._t.shape)
+
+    def size(self, dim=None):
+        s = self._t.shape
+        if dim is None:
+            return Size(s)
+        return s[_dim(dim, len(s))]
+
+    @property
+    def ndim(self) -> int:
+        return self._t.ndim
+
+    def dim(self) -> int:
+        return self._t.ndim
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return int(self._t.size)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def device(self):
+        from ._device import device
+        return device(self._t._device_name, self._t._device_index)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._t._device_name == "cuda"
+
+    @property
+    def is_floating_point_(self):
+        return self.dtype.is_floating_point
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return False
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._t.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool):
+        if value and not self.dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        self._t.requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad(self):
+        g = self._t.grad
+        return None if g is None else _w(g)
+
+    @grad.setter
+    def grad(self, value):
+        self._t.grad = None if value is None else _u(value)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._t._grad_fn is None
+
+    @property
+    def grad_fn(self):
+        return self._t._grad_fn
+
+    @property
+    def data(self):
+        return _w(self._t._alias())
+
+    @data.setter
+    def data(self, value):
+        self._t.data = _u(value)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
+                 inputs=None):
+        if inputs is not None:
+            raise NotImplementedError("backward(inputs=...) is not supported; use "
+                                      "torch.autograd.grad(outputs, inputs)")
+        if gradient is None and self._t.size != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        self._t.backward(None if gradient is None else _u(gradient), create_graph=create_graph)
+
+    def detach(self):
+        return _w(self._t.detach())
+
+    def detach_(self):
+        self._t.requires_grad = False
+        return self
+
+    def retain_grad(self):
+        raise NotImplementedError("retain_grad() is not supported: gradients of non-leaf "
+                                  "tensors come from torch.autograd.grad(loss, [tensor])")
+
+    # ------------------------------------------------------------ conversion
+    def numpy(self, force: bool = False):
+        if _records(self._t) and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._t.numpy()
+
+    def item(self):
+        t = self._t
+        if t.size != 1:
+            raise RuntimeError(f"a Tensor with {t.size} elements cannot be converted to Scalar")
+        return t.cpu().numpy().reshape(()).item()
+
+    def tolist(self):
+        return self._t.cpu().numpy().tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._t.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._t.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self._t.size != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self._t.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        return int(self.item())
+
+    def __len__(self):
+        if self._t.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._t.shape[0]
+
+    def __iter__(self):
+        if self._t.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        arr = self._t.cpu().numpy()
+        if arr.dtype.name == "bfloat16":
+            arr = arr.astype(np.float32)
+        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000)
+        extra = ""
+        if self.dtype.name not in ("float32", "int64", "bool"):
+            extra += f", dtype={self.dtype!r}"
+        if self._t._device_name != "cpu":
+            extra += f", device='{self.device}'"
+        if self._t._grad_fn is not None and _grad_on():
+            extra += ", grad_fn=<op>"
+        elif self._t.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self._t.ndim == 0:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __reduce_ex__(self, proto):
+        raise TypeError("vm.torch tensors are not picklable; torch.save writes dragon_core's "
+                        "safe format (no pickle)")
+
+    def __deepcopy__(self, memo):
+        out = _w(self._t._clone() if not self._t.requires_grad else self._t.detach()._clone())
+        out._t.requires_grad = self._t.requires_grad
+        memo[id(self)] = out
+        return out
+
+    # ------------------------------------------------------ dtype and device
+    def to(self, *args, **kwargs):
+        dt = kwargs.pop("dtype", None)
+        dev = kwargs.pop("device", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
+        for a in args:
+            if isinstance(a, Tensor):
+                dt, dev = a.dtype, a.device
+            elif isinstance(a, D.dtype):
+                dt = a
+            elif a is not None:
+                try:
+                    dt = D.to_dtype(a) if not isinstance(a, str) or a.startswith("torch.") \
+                        else None
+                except TypeError:
+                    dt = None
+                if dt is None:
+                    dev = a
+        t = self._t
+        if dt is not None:
+            t = _cast(t, D.to_dtype(dt))
+        if dev is not None:
+            from ._device import device as _device
+            d = _device(dev)
+            if (d.type, d.index or 0) != (t._device_name, t._device_index):
+                t = t._to_device(str(d))
+        if copy and t is self._t:
+            t = t._clone()
+        return self if t is self._t else _w(t)
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
+                    "int64": "torch.LongTensor", "int32": "torch.IntTensor",
+                    "bool": "torch.BoolTensor", "float16": "torch.HalfTensor",
+                    "uint8": "torch.ByteTensor", "int8": "torch.CharTensor",
+                    "int16": "torch.ShortTensor", "bfloat16": "torch.BFloat16Tensor"
+                    }[self.dtype.name]
+        return self.to(D.to_dtype(dtype))
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else f"cuda:{int(device)}")
+
+    def float(self):
+        return self.to(D.DTYPES["float32"])
+
+    def double(self):
+        return self.to(D.DTYPES["float64"])
+
+    def half(self):
+        return self.to(D.DTYPES["float16"])
+
+    def bfloat16(self):
+        return self.to(D.DTYPES["bfloat16"])
+
+    def long(self):
+        return self.to(D.DTYPES["int64"])
+
+    def int(self):
+        return self.to(D.DTYPES["int32"])
+
+    def short(self):
+        return self.to(D.DTYPES["int16"])
+
+    def bool(self):
+        return self.to(D.DTYPES["bool"])
+
+    def byte(self):
+        return self.to(D.DTYPES["uint8"])
+
+    def char(self):
+        return self.to(D.DTYPES["int8"])
+
+    def contiguous(self, memory_format=None):
+        return self
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return bool(self._t.is_contiguous())
+
+    def data_ptr(self) -> int:
+        return self._t.data_ptr()
+
+    def stride(self, dim=None):
+        s = tuple(st // self._t.itemsize for st in self._t.strides)
+        return s if dim is None else s[_dim(dim, len(s))]
+
+    def clone(self, memory_format=None):
+        if _records(self._t):
+            return _w(_ops.mul(self._t, _as_dg(1, self.dtype)))
+        return _w(self._t._clone())
+
+    def pin_memory(self):
+        return _w(self._t.pin_memory())
+
+    def share_memory_(self):
+        return self
+
+    # ------------------------------------------------------------ operators
+    def __add__(self, o):
+        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
+            out = _new(Tensor)
+            out._t = self._t + o._t
+            return out
+        return _binary("add", self, o)
+
+    def __radd__(self, o):
+        return _binary("add", o, self)
+
+    def __sub__(self, o):
+        _no_bool_sub(self, o)
+        return _binary("sub", self, o)
+
+    def __rsub__(self, o):
+        _no_bool_sub(self, o)
+        return _binary("sub", o, self)
+
+    def __mul__(self, o):
+        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
+            out = _new(Tensor)
+            out._t = self._t * o._t
+            return out
+        return _binary("mul", self, o)
+
+    def __rmul__(self, o):
+        return _binary("mul", o, self)
+
+    def __truediv__(self, o):
+        return _binary("div", self, o, _float_dt(self, o))
+
+    def __rtruediv__(self, o):
+        return _binary("div", o, self, _float_dt(self, o))
+
+    def __floordiv__(self, o):
+        return _F.floor_divide(self, o)
+
+    def __rfloordiv__(self, o):
+        return _F.floor_divide(o, self)
+
+    def __mod__(self, o):
+        return _F.remainder(self, o)
+
+    def __rmod__(self, o):
+        return _F.remainder(o, self)
+
+    def __pow__(self, o):
+        return _F.pow(self, o)
+
+    def __rpow__(self, o):
+        return _F.pow(o, self)
+
+    def __matmul__(self, o):
+        return _F.matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return _F.matmul(o, self)
+
+    def __neg__(self):
+        if self.dtype.name == "bool":
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
+                               "If you are trying to invert a mask, use the `~` or "
+                               "`logical_not()` operator instead.")
+        return _w(_ops.neg(self._t))
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def __invert__(self):
+        if self.dtype.name != "bool":
+            raise NotImplementedError("~ on integer tensors (bitwise not) is not supported; "
+                                      "use -x - 1")
+        return _w(_ops.logical_not(self._t))
+
+    def __and__(self, o):
+        return _F.logical_and(self, o) if _all_bool(self, o) else _no_bitwise("&")
+
+    __rand__ = __and__
+
+    def __or__(self, o):
+        return _F.logical_or(self, o) if _all_bool(self, o) else _no_bitwise("|")
+
+    __ror__ = __or__
+
+    def __xor__(self, o):
+        return _F.logical_xor(self, o) if _all_bool(self, o) else _no_bitwise("^")
+
+    __rxor__ = __xor__
+
+    def __eq__(self, o):
+        return _compare("equal", self, o)
+
+    def __ne__(self, o):
+        return _compare("not_equal", self, o)
+
+    def __lt__(self, o):
+        return _compare("less", self, o)
+
+    def __le__(self, o):
+        return _compare("less_equal", self, o)
+
+    def __gt__(self, o):
+        return _compare("greater", self, o)
+
+    def __ge__(self, o):
+        return _compare("greater_equal", self, o)
+
+    # in-place operators keep torch's identity rules (see _inplace)
+    def __iadd__(self, o):
+        return self.add_(o)
+
+    def __isub__(self, o):
+        return self.sub_(o)
+
+    def __imul__(self, o):
+        return self.mul_(o)
+
+    def __itruediv__(self, o):
+        return self.div_(o)
+
+    def __ifloordiv__(self, o):
+        return _inplace(self, _F.floor_divide(self, o))
+
+    def __imod__(self, o):
+        return _inplace(self, _F.remainder(self, o))
+
+    def __ipow__(self, o):
+        return self.pow_(o)
+
+    # -------------------------------------------------------------- indexing
+    def __getitem__(self, key):
+        from ._indexing import getitem
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from ._indexing import setitem
+        setitem(self, key, value)
+
+
+def _no_bool_sub(a, b):
+    if a._t._dtype_code == _BOOL or (isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                           "supported. If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
+
+
+def _all_bool(a, b) -> bool:
+    return all((x.dtype.name == "bool") if isinstance(x, Tensor) else isinstance(x, bool)
+               for x in (a, b))
+
+
+def _no_bitwise(sym):
+    raise NotImplementedError(f"bitwise '{sym}' on integer tensors is not supported by "
+                              "dragon_core.vm.torch; use it on bool tensors (logical ops)")
+
+
+def _compare(name, a, b):
+    if isinstance(b, Tensor) and a._t._dtype_code == b._t._dtype_code:
+        return _w(getattr(_ops, name)(a._t, b._t))
+    if not isinstance(b, (Tensor, numbers.Number, np.generic)):
+        if name == "equal":
+            return False
+        if name == "not_equal":
+            return True
+        return NotImplemented
+    if isinstance(b, numbers.Integral) and not isinstance(b, bool) and not a.dtype.is_floating_point:
+        return _w(getattr(_ops, name)(_cast(a._t, D.DTYPES["int64"]),
+                                      _as_dg(b, D.DTYPES["int64"], a._t.device)))
+    return _binary(name, a, b)
+
+
+def _inplace(self: Tensor, result: Tensor) -> Tensor:
+    """Make ``self`` hold ``result`` (PyTorch's in-place ``_`` methods).
+
+    Outside autograd recording the result is written into ``self``'s memory
+    (host tensors: a true in-place write that views and aliases see; other
+    devices: the dragon tensor is rebound, so earlier views do not see it).
+    While recording, ``self`` (this handle) takes the recorded result, as
+    PyTorch's version of ``self`` in the graph would; a leaf that requires
+    grad raises as in PyTorch.
+    """
+    t = self._t
+    r = result._t if isinstance(result, Tensor) else result
+    if r._dtype_code != t._dtype_code:
+        if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
+            raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "
+                               f"the desired output type {D.BY_CODE[t._dtype_code].name}")
+        r = _ops.cast(r, D.BY_CODE[t._dtype_code]._dg)
+    if tuple(r.shape) != tuple(t.shape):
+        r = _ops.broadcast_to(r, t.shape) if r.ndim <= t.ndim else None
+        if r is None or tuple(r.shape) != tuple(t.shape):
+            raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the "
+                               f"broadcast shape {list(result.shape)}")
+    if _grad_on() and (t.requires_grad or r.requires_grad):
+        if t.requires_grad and t._grad_fn is None:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        if not r.requires_grad:
+            # overwritten by a constant: torch's graph still reaches the old
+            # value (with zero gradient)
+            r = _ops.add(r, _ops.mul(t, 0.0))
+        self._t = r
+        return self
+    if _tracing():
+        t.assign(r)
+        return self
+    if t._device_name == "cpu" and not t.is_read_only and t._dtype_code != _BF16:
+        np.copyto(t.numpy(), r.numpy())
+    else:
+        t._rebind(r)
+    return self
+
+
+from . import _functions as _F  # noqa: E402  (the methods call the functions)

@@ -1,0 +1,129 @@
+"""``torch.optim``: PyTorch's optimizers as ``dragon_core.optim`` ones over
+the dragon tensors under the parameters (one fused update op per
+parameter), plus Adadelta composed of ops."""
+
+from __future__ import annotations
+
+import dragon_core as _dg
+from dragon_core import ops as _ops
+from dragon_core.optim import optimizer as _opt
+
+from . import lr_scheduler  # noqa: F401
+
+
+def _groups(params):
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        out = []
+        for g in params:
+            g = dict(g)
+            g["params"] = [p._t for p in g["params"]] if not hasattr(g["params"], "_t") \
+                else [g["params"]._t]
+            out.append(g)
+        return out
+    return [p._t for p in params]
+
+
+class Optimizer:
+    """A PyTorch optimizer: a handle over a ``dragon_core.optim`` one."""
+
+    _impl_cls = None
+
+    def __init__(self, params, defaults=None, **kwargs):
+        self._impl = self._impl_cls(_groups(params), **kwargs)
+        self.defaults = self._impl.defaults
+
+    @property
+    def param_groups(self):
+        return self._impl.param_groups
+
+    @property
+    def state(self):
+        return self._impl.state
+
+    def zero_grad(self, set_to_none=True):
+        self._impl.zero_grad(set_to_none)
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            from ..autograd import enable_grad
+            with enable_grad():
+                loss = closure()
+        self._impl.step()
+        return loss
+
+    def add_param_group(self, param_group):
+        self._impl.add_param_group(_groups([param_group])[0])
+
+    def state_dict(self):
+        return self._impl.state_dict()
+
+    def load_state_dict(self, state_dict):
+        from ..serialization import _to_dg
+        self._impl.load_state_dict(_to_dg(state_dict))
+
+    def __repr__(self):
+        return repr(self._impl).replace("dragon_core.optim.", "torch.optim.")
+
+
+def _make(name, impl, drop=()):
+    def __init__(self, params, *args, **kwargs):
+        for k in drop:
+            kwargs.pop(k, None)
+        for k in ("foreach", "fused", "capturable", "differentiable"):
+            if kwargs.pop(k, None):
+                if k == "differentiable":
+                    raise NotImplementedError(f"{name}(differentiable=True) is not supported")
+        self._impl = impl(_groups(params), *args, **kwargs)
+        self.defaults = self._impl.defaults
+    return type(name, (Optimizer,), {"__init__": __init__, "__doc__": impl.__doc__})
+
+
+SGD = _make("SGD", _dg.optim.SGD)
+Adam = _make("Adam", _dg.optim.Adam)
+AdamW = _make("AdamW", _dg.optim.AdamW)
+RMSprop = _make("RMSprop", _dg.optim.RMSprop)
+Adagrad = _make("Adagrad", _dg.optim.Adagrad)
+
+
+class _DgAdadelta(_opt.Optimizer):
+    """Adadelta (PyTorch's rule): ``v = rho v + (1 - rho) g^2``;
+    ``d = sqrt(u + eps) / sqrt(v + eps) * g``; ``u = rho u + (1 - rho) d^2``;
+    ``p -= lr * d`` (``g`` includes ``weight_decay * p``)."""
+
+    _state_like_param = ("square_avg", "acc_delta")
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *,
+                 maximize=False):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _update(self, group, params, grads):
+        rho, eps, wd = group["rho"], group["eps"], group["weight_decay"]
+        for p, g in zip(params, grads):
+            state = self.state[p]
+            if "square_avg" not in state:
+                state["square_avg"] = self._zeros_like(p)
+                state["acc_delta"] = self._zeros_like(p)
+            if group["maximize"]:
+                g = _ops.neg(g)
+            if wd:
+                g = _ops.add(g, _ops.mul(p, wd))
+            v = _ops.add(_ops.mul(state["square_avg"], rho), _ops.mul(_ops.square(g), 1 - rho))
+            d = _ops.mul(_ops.div(_ops.sqrt(_ops.add(state["acc_delta"], eps)),
+                                  _ops.sqrt(_ops.add(v, eps))), g)
+            u = _ops.add(_ops.mul(state["acc_delta"], rho), _ops.mul(_ops.square(d), 1 - rho))
+            p.assign(_ops.sub(p, _ops.mul(d, group["lr"])))
+            state["square_avg"].assign(v)
+            state["acc_delta"].assign(u)
+
+
+Adadelta = _make("Adadelta", _DgAdadelta)
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotImplementedError(f"torch.optim.{name} is not supported by dragon_core.vm.torch; "
+                              "supported: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta")

@@ -1,0 +1,1 @@
+"""Virtual frameworks: PyTorch- and TensorFlow-style front ends over dragon_core."""

@@ -422,7 +422,8 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
 
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
     """One-hot vectors along a new axis (float32 unless told; indices out of
-    ``[0, depth)`` give all-off rows, as in TensorFlow)."""
+    ``[0, depth)``, negative ones included, give all-off rows, as in
+    TensorFlow)."""
     idx = _t(indices)
     if dtype is None:
         dtype = on_value.dtype if isinstance(on_value, Tensor) else float32
@@ -431,8 +432,20 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
     off = 0.0 if off_value is None else float(off_value)
     if idx.dtype != int64:
         idx = ops.cast(idx, int64)
-    return ops.one_hot(idx, int(depth), on_value=on, off_value=off, dtype=dtype,
-                       axis=-1 if axis is None else int(axis))
+    depth = int(depth)
+    axis = -1 if axis is None else int(axis)
+    zero = convert_to_tensor(0, int64)
+    valid = ops.logical_and(ops.greater_equal(idx, zero),
+                            ops.less(idx, convert_to_tensor(depth, int64)))
+    safe = ops.where(valid, idx, zero)
+    hot = ops.one_hot(safe, depth, on_value=1.0, off_value=0.0, dtype=float64, axis=-1)
+    hot = hot * ops.unsqueeze(ops.cast(valid, float64), [idx.ndim])
+    out = ops.cast(hot * (on - off) + off, dtype)
+    if axis != -1 and axis != idx.ndim:
+        perm = list(range(idx.ndim))
+        perm.insert(axis % (idx.ndim + 1), idx.ndim)
+        out = ops.transpose(out, perm)
+    return out
 
 
 def where(condition, x=None, y=None, name=None):

@@ -113,9 +113,13 @@ class GradientTape(_dg.GradientTape):
         flat, rebuild = _flatten_sources(sources)
         if not flat:
             return rebuild([])
-        grads = super().gradient(target, flat, output_gradients=output_gradients,
-                                 unconnected_gradients=str(unconnected_gradients).lower()
-                                 .replace("unconnectedgradients.", ""))
+        import warnings
+        with warnings.catch_warnings():
+            # TensorFlow returns None for an unwatched source without a word.
+            warnings.filterwarnings("ignore", message=".*was never watched by this tape")
+            grads = super().gradient(target, flat, output_gradients=output_gradients,
+                                     unconnected_gradients=str(unconnected_gradients).lower()
+                                     .replace("unconnectedgradients.", ""))
         return rebuild(list(grads))
 
 
@@ -124,7 +128,8 @@ def _flatten_sources(sources):
         return [sources], lambda g: g[0]
     if isinstance(sources, dict):
         keys = list(sources)
-        return [sources[k] for k in keys], lambda g: dict(zip(keys, g))
+        flat, back = _flatten_sources([sources[k] for k in keys])
+        return flat, lambda g: dict(zip(keys, back(g)))
     if isinstance(sources, (list, tuple)):
         flat = []
         spans = []

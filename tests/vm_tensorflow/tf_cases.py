@@ -90,7 +90,8 @@ def conv2d_nhwc(x, w, stride=1, padding="VALID", dilation=1):
     out = np.zeros((n, oh, ow, co))
     for i in range(oh):
         for j in range(ow):
-            patch = xp[:, i * stride:i * stride + eh:dilation, j * stride:j * stride + ew:dilation, :]
+            hs, ws = i * stride, j * stride
+            patch = xp[:, hs:hs + eh:dilation, ws:ws + ew:dilation, :]
             out[:, i, j, :] = np.einsum("nhwc,hwco->no", patch, w)
     return out
 
@@ -167,8 +168,10 @@ for nm, ref, mk, has_grad in [
         ("math.floor", np.floor, A34, False), ("math.ceil", np.ceil, A34, False),
         ("sign", np.sign, A34, False)]:
     parts = nm.split(".")
-    case(nm, (lambda parts: lambda tf, a: (getattr(getattr(tf, parts[0]), parts[1])
-                                           if len(parts) == 2 else getattr(tf, parts[0]))(a))(parts),
+    def _get(tf, parts=parts):
+        return getattr(getattr(tf, parts[0]), parts[1]) if len(parts) == 2 else \
+            getattr(tf, parts[0])
+    case(nm, (lambda get: lambda tf, a: get(tf)(a))(_get),
          inputs(mk), ref, grad=(0,) if has_grad else ())
 case("round_half_to_even", lambda tf, a: tf.round(a),
      lambda rng: [np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, -0.6], np.float32)],

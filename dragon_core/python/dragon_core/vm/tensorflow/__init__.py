@@ -18,7 +18,8 @@ from __future__ import annotations
 import dragon_core as _dg
 from dragon_core import Tensor  # noqa: F401
 
-from ._core import (DType, TensorSpec, Variable, as_dtype, bfloat16, bool_ as bool,  # noqa: A004,F401
+from ._core import (DType, TensorSpec, Variable, as_dtype, bfloat16,  # noqa: F401
+                    bool_ as bool,  # noqa: A004
                     cast, constant, convert_to_tensor, float16, float32, float64, int8, int16,
                     int32, int64, is_tensor, uint8)
 from ._ops import (abs, add, add_n, argmax, argmin, boolean_mask, broadcast_to,  # noqa: A004,F401

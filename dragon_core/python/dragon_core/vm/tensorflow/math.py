@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._ops import (abs, add, add_n, argmax, argmin, ceil, count_nonzero, cos, cumsum,  # noqa: F401,A004
+from ._ops import (abs, add, add_n, argmax, argmin, ceil, count_nonzero,  # noqa: F401,A004
+                   cos, cumsum,
                    divide, equal, exp, floor, floordiv, floormod, greater, greater_equal,
                    less, less_equal, log, log1p, logical_and, logical_not, logical_or,
                    maximum, minimum, mod, multiply, negative, not_equal, pow, reciprocal,

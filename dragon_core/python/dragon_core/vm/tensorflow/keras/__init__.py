@@ -9,9 +9,6 @@ from .layers import Input, Layer  # noqa: F401
 from .models import Model, Sequential  # noqa: F401
 from .._unsupported import module_getattr
 
-backend = None  # tf.keras.backend is not provided (see __getattr__)
-del backend
-
 __getattr__ = module_getattr("tf.keras", {
     "backend": "tf ops (tf.reduce_sum, tf.nn...) directly",
     "applications": "building the network with tf.keras.layers",

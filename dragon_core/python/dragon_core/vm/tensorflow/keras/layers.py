@@ -275,7 +275,8 @@ class Dense(Layer):
         d = input_shape[-1]
         if d is None:
             raise ValueError(f"{self.name}: the last axis of the input must be known")
-        self.kernel = self.add_weight("kernel", [d, self.units], initializer=self.kernel_initializer)
+        self.kernel = self.add_weight("kernel", [d, self.units],
+                                      initializer=self.kernel_initializer)
         self.bias = self.add_weight("bias", [self.units], initializer=self.bias_initializer) \
             if self.use_bias else None
         self.built = True

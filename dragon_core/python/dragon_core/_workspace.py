@@ -26,7 +26,17 @@ from __future__ import annotations
 import threading
 import weakref
 
-_local = threading.local()
+
+
+class _Local(threading.local):
+    # Class-level defaults: reading them on a thread that never set them
+    # raises no AttributeError internally (get_workspace() is on every
+    # compiled function's call path: ~0.05 us instead of ~2 us).
+    current = None
+    stack = None
+
+
+_local = _Local()
 
 
 class _PlanCache:
@@ -256,7 +266,7 @@ def _entries(pc: _PlanCache) -> list:
 
 
 def _stack() -> list:
-    s = getattr(_local, "stack", None)
+    s = _local.stack
     if s is None:
         s = _local.stack = []
     return s
@@ -268,7 +278,7 @@ _default = Workspace("default")
 def get_workspace() -> Workspace:
     """The current workspace of this thread: the innermost ``with
     Workspace()`` block's, else the process's default workspace."""
-    return getattr(_local, "current", None) or _default
+    return _local.current or _default
 
 
 def default_workspace() -> Workspace:

@@ -281,6 +281,7 @@ def test_run_tensorflow_script_unmodified(tmp_path):
 
 # ----------------------------------------------------------- digits (Keras)
 
+@pytest.mark.slow
 def test_keras_digits_cnn_reaches_97_percent():
     # One thread: the machine's other jobs make an OpenMP pool spin (docs/from-tensorflow.md).
     env = dict(os.environ, OMP_NUM_THREADS="1", DRAGON_NUM_THREADS="1")

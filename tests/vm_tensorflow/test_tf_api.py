@@ -293,3 +293,52 @@ def test_keras_digits_cnn_reaches_97_percent():
     line = next(l for l in out.stdout.splitlines() if l.startswith("test loss"))
     acc = float(line.split("test accuracy ")[1].split("%")[0])
     assert acc >= 97.0, out.stdout[-2000:]
+
+
+def test_module_collects_variables():
+    class Inner(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable([1.0])
+            self.frozen = tf.Variable([2.0], trainable=False)
+
+    class Outer(tf.Module):
+        def __init__(self):
+            super().__init__(name="outer")
+            self.inner = Inner()
+            self.more = [tf.Variable([3.0]), {"b": tf.Variable([4.0])}]
+            self.dense = tf.keras.layers.Dense(1)
+            self.dense(tf.zeros([1, 2]))
+
+    m = Outer()
+    assert m.name == "outer"
+    assert len(m.variables) == 6 and len(m.trainable_variables) == 5
+    assert len(m.submodules) == 1
+
+
+def test_unbuilt_model_inside_function_trains():
+    # weights created during the first (tracing) call are real variables,
+    # captured by the graph and updated by every run, not frozen constants
+    tf.keras.utils.set_random_seed(0)
+    x, y = _blobs(128)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu"),
+                                 tf.keras.layers.Dense(3)])
+    opt = tf.keras.optimizers.Adam(0.05)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, model(xb, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    xb, yb = tf.constant(x), tf.constant(y)
+    first = step(xb, yb).numpy()
+    for _ in range(60):
+        last = step(xb, yb).numpy()
+    assert step.trace_count == 1 and len(model.weights) == 4
+    assert last < 0.2 * first
+    acc = np.mean(model(xb).numpy().argmax(-1) == y)
+    assert acc > 0.95

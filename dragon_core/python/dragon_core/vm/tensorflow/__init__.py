@@ -59,6 +59,59 @@ class Graph(_dg.Workspace):
                                   "never by adding ops to a Graph); drop the call")
 
 
+class Module:
+    """``tf.Module``: a container whose attributes' variables (and those of
+    nested modules, lists, tuples and dicts) are collected by
+    ``variables`` / ``trainable_variables``."""
+
+    def __init__(self, name: str | None = None):
+        self._tf_name = name or type(self).__name__.lower()
+
+    @property
+    def name(self) -> str:
+        return self._tf_name
+
+    def _walk(self, seen):
+        for value in vars(self).values():
+            yield from _collect(value, seen)
+
+    @property
+    def variables(self) -> tuple:
+        return tuple(v for v in self._walk(set()) if isinstance(v, Variable))
+
+    @property
+    def trainable_variables(self) -> tuple:
+        return tuple(v for v in self.variables if v.trainable)
+
+    @property
+    def submodules(self) -> tuple:
+        return tuple(m for m in self._walk(set()) if isinstance(m, Module))
+
+
+def _collect(value, seen):
+    if id(value) in seen:
+        return
+    if isinstance(value, Variable):
+        seen.add(id(value))
+        yield value
+    elif isinstance(value, Module):
+        seen.add(id(value))
+        yield value
+        yield from value._walk(seen)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _collect(v, seen)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _collect(v, seen)
+    elif hasattr(type(value), "weights") and hasattr(value, "_own_weights"):   # Keras layer
+        seen.add(id(value))
+        for w in value.weights:
+            if id(w) not in seen:
+                seen.add(id(w))
+                yield w
+
+
 def get_default_graph() -> Graph:
     """The current workspace (TensorFlow 1's name for it)."""
     return _dg.get_workspace()

@@ -118,6 +118,7 @@ class Model(Layer):
         self._train_fn = None
         self._predict_fn = None
         self._eval_fn = None
+        self._run_eagerly = False
 
     # ------------------------------------------------------------ compile
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
@@ -184,7 +185,7 @@ class Model(Layer):
     def _predict_callable(self):
         def step(x):
             return self(x, training=False)
-        if self._run_eagerly if hasattr(self, "_run_eagerly") else False:
+        if self._run_eagerly:
             return step
         if self._predict_fn is None:
             self._predict_fn = dg.function(step, name=f"{self.name}_predict_step")

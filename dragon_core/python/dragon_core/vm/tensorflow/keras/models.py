@@ -38,7 +38,7 @@ class Progbar:
         self.target, self.verbose, self.width = int(target), int(verbose), width
         self.stream = stream or sys.stdout
         self.start = time.perf_counter()
-        self._last = 0.0
+        self._last = self.start   # off a terminal: a line per second at most
         self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
 
     def update(self, current: int, values: dict, finalize: bool = False) -> None:

@@ -14,7 +14,7 @@ from ._device import Device
 from ._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                       int32, int64, uint8, as_dtype)
 from ._tensor import Tensor, from_dlpack, from_numpy, tensor
-from ._workspace import Workspace, get_workspace
+from ._workspace import Workspace, default_workspace, get_workspace
 from ._stream import (Event, Stream, current_stream, default_stream, stream,
                       synchronize)
 from . import _tensor as _tensor_mod

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import weakref
 
 from .. import _C
 from .. import _autograd
@@ -34,6 +35,7 @@ from .build import Trace, build_graph, tensor_from_proto
 from .compile import compile_graph
 from .passes import run_passes
 from .state import StateGuard
+from .._workspace import get_workspace
 
 _local = threading.local()
 
@@ -260,14 +262,28 @@ class Function:
         self.input_signature = input_signature
         self.opt_level = opt_level
         self.name = name or getattr(fn, "__name__", "function")
-        self._cache: dict = {}
-        self._fast: dict = {}      # tensor_signature(args) -> entry (tensor-only calls)
-        self._mode_key = _mode["key"]
+        # The compiled signatures live in the current workspace (one cache
+        # per workspace, see _workspace.py); _pc_ref is the last one used.
+        self._pc_ref = None
         self.trace_count = 0
         # One thread traces a signature; the others wait and reuse its plan
         # (a trace runs the function eagerly, assignments included).
         self._trace_lock = threading.RLock()
         functools.update_wrapper(self, fn)
+
+    def _plans(self):
+        """This function's plan cache in the current workspace."""
+        ws = get_workspace()
+        pc = self._pc_ref() if self._pc_ref is not None else None
+        if pc is None or pc.ws is not ws:
+            pc = ws._plan_cache(self, _mode["key"])
+            self._pc_ref = weakref.ref(pc)
+        return pc
+
+    @property
+    def _cache(self) -> dict:
+        """Signature key -> compiled entry, in the current workspace."""
+        return self._plans().cache
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -358,12 +374,13 @@ class Function:
         self._check_signature(leaves)
         key = (_key_of(spec), tuple((tuple(t.shape), t._dtype_code, t._device_name,
                                      t._device_index) for t in leaves), _mode["key"])
-        entry = self._cache.get(key)
+        cache = self._plans().cache
+        entry = cache.get(key)
         if entry is None:
             with self._trace_lock:
-                entry = self._cache.get(key)
+                entry = cache.get(key)
                 if entry is None:
-                    entry = self._cache[key] = self._trace(args, kwargs, leaves)
+                    entry = cache[key] = self._trace(args, kwargs, leaves)
         return entry, leaves
 
     def _trace(self, args, kwargs, leaves) -> _Entry:
@@ -450,17 +467,20 @@ class Function:
         if is_tracing():
             # Inside another trace: inline, so the outer graph sees the ops.
             return self._fn(*args, **kwargs)
-        if self._mode_key is not _mode["key"]:
-            self._fast.clear()
-            self._mode_key = _mode["key"]
+        pc = self._pc_ref() if self._pc_ref is not None else None
+        if pc is None or pc.ws is not get_workspace():
+            pc = self._plans()
+        if pc.mode_key is not _mode["key"]:
+            pc.fast.clear()
+            pc.mode_key = _mode["key"]
         fast_key = None if kwargs else _C.tensor_signature(args)
-        entry = self._fast.get(fast_key) if fast_key is not None else None
+        entry = pc.fast.get(fast_key) if fast_key is not None else None
         if entry is not None:
             leaves = args
         else:
             entry, leaves = self._entry(*args, **kwargs)
             if fast_key is not None:
-                self._fast[fast_key] = entry
+                pc.fast[fast_key] = entry
         if entry.guards or entry.alternatives:
             entry = self._select(entry, args, kwargs, leaves)
         outs = entry.guard.run(lambda: self._run(entry, leaves))

@@ -10,6 +10,7 @@ from .._fileio import atomic_write_bytes as _atomic_write
 from ..errors import PluginError
 from .build import tensor_to_proto, tensor_from_proto
 from .compile import compile_graph
+from .._workspace import get_workspace
 
 
 def freeze(graph, captured_values) -> P.GraphDef:
@@ -94,6 +95,10 @@ def check_providers(graph: P.GraphDef) -> None:
 def load_graph(path, opt_level: int = 1) -> LoadedGraph:
     """Load a graph saved by :func:`save_graph`.
 
+    The graph keeps the name it was saved with and is registered under it in
+    the current workspace (``get_workspace().get_graph(name)``), which owns
+    it until cleared.
+
     Raises
     ------
     PluginError
@@ -110,4 +115,6 @@ def load_graph(path, opt_level: int = 1) -> LoadedGraph:
     except Exception as e:  # noqa: BLE001 - protobuf raises its own DecodeError
         raise ValueError(f"{path} is not a valid Dragon graph: {e}") from None
     check_providers(graph)
-    return LoadedGraph(graph, opt_level)
+    loaded = LoadedGraph(graph, opt_level)
+    get_workspace()._register_loaded(loaded)
+    return loaded

@@ -1,0 +1,322 @@
+"""Every cuda kernel against the CPU (cpu_eigen) on the same inputs.
+
+For each op with a cuda kernel (the registry is the source: a kernel
+without a case here fails ``test_every_cuda_op_has_a_case``), each dtype the
+cuda kernel registers is run on both devices: forward values and, for
+differentiable float cases, the gradients of ``sum(y * w)`` with respect to
+every float input (autograd on each device). float16/bfloat16, which the
+CPU kernels mostly lack, are compared with the CPU's float32 result on the
+same (rounded) inputs, within the 16-bit types' tolerance. Shapes include
+0-d, empty, odd sizes and broadcasting.
+
+GPU tests: they skip, with the device's reason, where no cuda device exists.
+``DRAGON_CUDA_CONFORMANCE_DEVICE=cpu`` runs the harness with the CPU as the
+device under test (CPU-supported dtypes only), to check the suite itself on
+a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import dragon_core as dg
+
+ops = dg.ops
+DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+INTS = ("int8", "int16", "int32", "int64", "uint8")
+TOL = {"float64": (1e-10, 1e-12), "float32": (2e-5, 1e-6), "float16": (4e-3, 2e-3),
+       "bfloat16": (3e-2, 1e-2)}
+
+
+@pytest.fixture(autouse=True)
+def _need_device(request):
+    if DEV != "cuda" or request.node.get_closest_marker("gpu") is None:
+        return
+    import dragon_cuda
+    if dragon_cuda.device_count() == 0:
+        pytest.skip(f"no cuda device: {dragon_cuda.unavailable_reason()}")
+
+
+# ------------------------------------------------------------------ inputs
+
+def _data(kind, shape, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "f":
+        return rng.uniform(-2.0, 2.0, shape)
+    if kind == "pos":
+        return rng.uniform(0.2, 3.0, shape)
+    if kind == "unit":
+        return rng.uniform(-0.9, 0.9, shape)
+    if kind == "i":
+        return rng.integers(-20, 20, shape)
+    if kind == "u":
+        return rng.integers(0, 40, shape)
+    if kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    raise ValueError(kind)
+
+
+def _host(arr, dtype):
+    """A CPU tensor of ``dtype`` holding ``arr`` (16-bit floats by Cast)."""
+    if dtype in ("float16", "bfloat16"):
+        return ops.cast(dg.tensor(np.asarray(arr, np.float32)), dtype=dtype)
+    return dg.tensor(np.asarray(arr).astype(dtype))
+
+
+def _numpy(t):
+    t = t.to("cpu")
+    if str(t.dtype) in ("float16", "bfloat16"):
+        t = ops.cast(t, dtype="float32")
+    return np.asarray(t.numpy())
+
+
+def _ref_dtype(dtype):
+    """The CPU computes 16-bit float cases in float32."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+# ------------------------------------------------------------------ cases
+# op -> list of (fn, [(kind, shape), ...], dtypes, differentiable)
+
+U_SHAPES = [(), (0, 3), (5, 7), (3, 1, 5)]
+B_SHAPES = [((), ()), ((5, 7), (5, 7)), ((4, 1, 3), (5, 1)), ((0, 3), (3,)), ((2, 3), ())]
+
+
+def _unary(fn, kind="f", dtypes=FLOATS, grad=True):
+    return [(fn, [(kind, s)], dtypes, grad) for s in U_SHAPES]
+
+
+def _binary(fn, kinds=("f", "f"), dtypes=FLOATS, grad=True):
+    return [(fn, [(kinds[0], a), (kinds[1], b)], dtypes, grad) for a, b in B_SHAPES]
+
+
+NUM = FLOATS + INTS
+ALL = NUM + ("bool",)
+CASES = {
+    "Neg": _unary(ops.neg, dtypes=NUM), "Abs": _unary(ops.abs, dtypes=NUM),
+    "Sign": _unary(ops.sign, dtypes=NUM, grad=False), "Square": _unary(ops.square, dtypes=NUM),
+    "Relu": _unary(ops.relu, dtypes=NUM),
+    "Reciprocal": _unary(ops.reciprocal, "pos"), "Sqrt": _unary(ops.sqrt, "pos"),
+    "Rsqrt": _unary(ops.rsqrt, "pos"), "Exp": _unary(ops.exp), "Log": _unary(ops.log, "pos"),
+    "Log1p": _unary(ops.log1p, "pos"), "Sin": _unary(ops.sin), "Cos": _unary(ops.cos),
+    "Tanh": _unary(ops.tanh), "Sigmoid": _unary(ops.sigmoid),
+    "Floor": _unary(ops.floor, grad=False), "Ceil": _unary(ops.ceil, grad=False),
+    "Round": _unary(ops.round, grad=False),
+    "LeakyRelu": _unary(lambda x: ops.leaky_relu(x, alpha=0.1)),
+    "Elu": _unary(lambda x: ops.elu(x, alpha=0.7)),
+    "Gelu": _unary(ops.gelu) + _unary(lambda x: ops.gelu(x, approximate="tanh")),
+    "Softplus": _unary(lambda x: ops.softplus(x, beta=1.5, threshold=2.0)),
+    "Clip": _unary(lambda x: ops.clip(x, min=-0.5, max=1.0), dtypes=NUM),
+    "LogicalNot": _unary(ops.logical_not, "b", dtypes=ALL, grad=False),
+    "Add": _binary(ops.add, dtypes=NUM), "Sub": _binary(ops.sub, dtypes=NUM),
+    "Mul": _binary(ops.mul, dtypes=NUM),
+    "Maximum": _binary(ops.maximum, dtypes=NUM, grad=False),
+    "Minimum": _binary(ops.minimum, dtypes=NUM, grad=False),
+    "Div": _binary(ops.div, ("f", "pos")), "Pow": _binary(ops.pow, ("pos", "f")),
+    **{name: _binary(getattr(ops, py), dtypes=ALL, grad=False) for name, py in (
+        ("Equal", "equal"), ("NotEqual", "not_equal"), ("Less", "less"),
+        ("LessEqual", "less_equal"), ("Greater", "greater"), ("GreaterEqual", "greater_equal"),
+        ("LogicalAnd", "logical_and"), ("LogicalOr", "logical_or"))},
+    "Where": [(lambda c, a, b: ops.where(c, a, b), [("b", (3, 1)), ("f", (1, 4)), ("f", (3, 4))],
+               NUM, False)],
+    "Cast": [(lambda x, d=d: ops.cast(x, dtype=d), [("f", (4, 5))], ALL, False)
+             for d in ("bool", "int8", "int64", "uint8", "float16", "bfloat16", "float32",
+                       "float64")],
+    "Fill": [],  # creation op: see test_fill
+    "Contiguous": [],  # views: see test_contiguous_and_copies
+    "Reshape": [(lambda x: ops.reshape(x, shape=[7, 5]), [("f", (5, 7))], ALL, True)],
+    "Squeeze": [(lambda x: ops.squeeze(x, axes=[1]), [("f", (5, 1, 3))], ALL, True)],
+    "Unsqueeze": [(lambda x: ops.unsqueeze(x, axes=[0]), [("f", (5, 3))], ALL, True)],
+    "Flatten": [(lambda x: ops.flatten(x), [("f", (2, 3, 4))], ALL, True)],
+    "BroadcastTo": [(lambda x: ops.broadcast_to(x, shape=[4, 3, 5]), [("f", (3, 1))], ALL, True)],
+    **{name: [(lambda x, f=f, a=a, k=k: f(x, axes=a, keepdims=k), [(kind, s)], dts, g)
+              for s, a, k in (((5, 7), None, False), ((4, 6, 3), [0, 2], True),
+                              ((3, 300), [1], False), ((0, 4), [1], False), ((), None, False))]
+       for name, f, kind, dts, g in (
+           ("Sum", ops.sum, "f", NUM, True), ("Prod", ops.prod, "unit", NUM, True),
+           ("Mean", ops.mean, "f", FLOATS, True))},
+    **{name: [(lambda x, f=f, a=a, k=k: f(x, axes=a, keepdims=k), [("f", s)], NUM, True)
+              for s, a, k in (((5, 7), None, False), ((4, 6, 3), [0, 2], True),
+                              ((3, 300), [1], False))]
+       for name, f in (("Max", ops.max), ("Min", ops.min))},
+    **{name: [(lambda x, f=f, a=a: f(x, axis=a), [("f", s)], NUM, False)
+              for s, a in (((5, 7), 1), ((4, 300), None), ((6,), 0))]
+       for name, f in (("ArgMax", ops.argmax), ("ArgMin", ops.argmin))},
+    **{name: [(lambda x, f=f, a=a: f(x, axis=a), [("f", s)], FLOATS, True)
+              for s, a in (((5, 7), -1), ((4, 6, 3), 1), ((2, 1000), -1), ((0, 3), -1))]
+       for name, f in (("Softmax", ops.softmax), ("LogSoftmax", ops.log_softmax))},
+    "MatMul": [(lambda a, b, ta=ta, tb=tb: ops.matmul(a, b, transpose_a=ta, transpose_b=tb),
+                [("f", sa), ("f", sb)], FLOATS, True)
+               for sa, sb, ta, tb in (((5, 7), (7, 3), False, False),
+                                      ((7, 5), (3, 7), True, True),
+                                      ((2, 4, 6), (6, 3), False, False),
+                                      ((2, 1, 4, 6), (3, 6, 5), False, False),
+                                      ((6,), (6, 2), False, False), ((4, 0), (0, 3), False, False),
+                                      ((65, 130), (130, 33), False, False))],
+    "MatMulBiasAct": [(lambda a, b, c, act=act: ops.matmul_bias_act(a, b, c, activation=act),
+                       [("f", (5, 7)), ("f", (7, 3)), ("f", (3,))], FLOATS, True)
+                      for act in ("none", "relu")],
+    "SgdUpdate": [],  # see test_optimizer_updates
+    "AdamUpdate": [],
+}
+
+
+def _cases():
+    for op, cases in sorted(CASES.items()):
+        for i, (fn, specs, dtypes, grad) in enumerate(cases):
+            for dt in _cuda_dtypes(op, dtypes):
+                yield pytest.param(op, fn, specs, dt, grad, id=f"{op}-{i}-{dt}")
+
+
+def _cuda_dtypes(op, dtypes):
+    have = set()
+    for k in dg.plugins.kernels(op):
+        if k["device"] == DEV and k["plugin"] == ("cuda" if DEV == "cuda" else "cpu_eigen"):
+            have |= {d.strip() for d in k["dtypes"].split(",")}
+    if DEV == "cpu":  # the harness check: only what the CPU itself runs
+        return [d for d in dtypes if d in have]
+    return [d for d in dtypes if d in have]
+
+
+def test_every_cuda_op_has_a_case():
+    cuda_ops = {d["name"] for d in dg._C.list_ops()
+                if any(k["device"] == "cuda" and k["plugin"] == "cuda"
+                       for k in dg.plugins.kernels(d["name"]))}
+    assert cuda_ops, "the cuda plugin registered no kernel"
+    missing = sorted(cuda_ops - set(CASES))
+    assert not missing, f"cuda kernels without a conformance case: {missing}"
+
+
+def _run(fn, specs, dtype, device, seed, want_grad):
+    ins, watched = [], []
+    for j, (kind, shape) in enumerate(specs):
+        arr = _data(kind, shape, seed + j)
+        dt = dtype
+        if kind == "b" and j == 0 and len(specs) == 3:  # Where's condition
+            dt = "bool"
+        t = _host(arr, dt).to(device)
+        ins.append(t)
+        if want_grad and dt in FLOATS:
+            watched.append(t)
+    if not want_grad:
+        return fn(*ins), []
+    with dg.GradientTape() as tape:
+        for t in watched:
+            tape.watch(t)
+        y = fn(*ins)
+        w = _host(_data("f", tuple(y.shape), seed + 99), str(y.dtype)).to(device)
+        s = ops.sum(y * w)
+    return y, tape.gradient(s, watched)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,fn,specs,dtype,grad", list(_cases()))
+def test_matches_cpu(op, fn, specs, dtype, grad):
+    half = dtype in ("float16", "bfloat16")
+    want_grad = grad and dtype in FLOATS and not (half and DEV == "cpu")
+    # The inputs rounded to `dtype` once; the CPU reference runs in the
+    # reference dtype on those same values.
+    ref_specs = specs
+    y_dev, g_dev = _run(fn, specs, dtype, DEV, 1234, want_grad)
+    y_ref, g_ref = _run(
+        (lambda *xs: fn(*[ops.cast(x, dtype=_ref_dtype(dtype)) if str(x.dtype) == dtype
+                          and half else x for x in xs])) if half else fn,
+        ref_specs, dtype, "cpu", 1234, want_grad)
+    assert y_dev.device.startswith(DEV.split(":")[0]) if isinstance(y_dev.device, str) else True
+    assert tuple(y_dev.shape) == tuple(y_ref.shape)
+    got, want = _numpy(y_dev), _numpy(y_ref)
+    if np.issubdtype(want.dtype, np.floating):
+        rtol, atol = TOL.get(dtype, (0, 0))
+        if half:  # the reference is float32; the device rounds its result once more
+            want = _numpy(ops.cast(ops.cast(y_ref, dtype=dtype), dtype="float32"))
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{op} {dtype}")
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} {dtype}")
+    for a, b in zip(g_dev, g_ref):
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=rtol * 4, atol=atol * 4,
+                                   err_msg=f"gradient of {op} {dtype}")
+
+
+# ------------------------------------------------------------------ special cases
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_fill(dtype):
+    values = (0.0, 1.0) if dtype == "bool" else (0.0, 1.0, 7.0) if dtype in INTS else \
+        (0.0, 1.5, -3.0)
+    for value in values:
+        a = ops.fill(shape=[3, 5], value=value, dtype=dtype, device=DEV)
+        b = ops.fill(shape=[3, 5], value=value, dtype=dtype, device="cpu")
+        np.testing.assert_array_equal(_numpy(a), _numpy(b))
+    assert tuple(ops.fill(shape=[0, 2], value=1.0, dtype=dtype, device=DEV).shape) == (0, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64", "int64", "bool", "float16"))
+def test_contiguous_and_copies(dtype):
+    a = _data("f", (6, 8), 3)
+    x, xc = _host(a, dtype).to(DEV), _host(a, dtype)
+    for f in (lambda t: ops.transpose(t, perm=[1, 0]) if hasattr(ops, "transpose") else t,
+              lambda t: t[1:5, ::3], lambda t: t[::-1]):
+        np.testing.assert_array_equal(_numpy(f(x)), _numpy(f(xc)))
+    np.testing.assert_array_equal(_numpy(x), _numpy(xc))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("momentum,nesterov,wd,maximize", [
+    (0.0, False, 0.0, False), (0.9, False, 0.01, False), (0.9, True, 0.0, True)])
+def test_sgd_update(dtype, momentum, nesterov, wd, maximize):
+    p, g, buf = (_data("f", (33,), s) for s in (1, 2, 3))
+
+    def run(dev):
+        t = [_host(v, dtype).to(dev) for v in (p, g, buf)]
+        lr = dg.tensor(np.float64(0.05)).to(dev)
+        return ops.sgd_update(t[0], t[1], t[2], lr, momentum=momentum, dampening=0.0,
+                              nesterov=nesterov, weight_decay=wd, maximize=maximize)
+    for a, b in zip(run(DEV), run("cpu")):
+        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=TOL[dtype][0], atol=TOL[dtype][1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("amsgrad,decoupled", [(False, False), (True, False), (False, True)])
+def test_adam_update(dtype, amsgrad, decoupled):
+    p, g, m = (_data("f", (41,), s) for s in (1, 2, 3))
+    v, vmax = _data("pos", (41,), 4), _data("pos", (41,), 5)
+
+    def run(dev):
+        t = [_host(a, dtype).to(dev) for a in (p, g, m, v, vmax)]
+        lr = dg.tensor(np.float64(1e-2)).to(dev)
+        step = dg.tensor(np.int64(3)).to(dev)
+        return ops.adam_update(*t, lr, step, beta1=0.9, beta2=0.99, eps=1e-8,
+                               weight_decay=0.01, amsgrad=amsgrad, decoupled=decoupled,
+                               maximize=False)
+    for a, b in zip(run(DEV), run("cpu")):
+        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=TOL[dtype][0] * 10,
+                                   atol=TOL[dtype][1] * 10)
+
+
+@pytest.mark.gpu
+def test_tf32_matmul_is_opt_in(monkeypatch):
+    a, b = _data("f", (256, 256), 1), _data("f", (256, 256), 2)
+    x, y = _host(a, "float32").to(DEV), _host(b, "float32").to(DEV)
+    exact = _numpy(ops.matmul(x, y))
+    np.testing.assert_allclose(exact, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4,
+                               atol=1e-4)
+    monkeypatch.setenv("DRAGON_CUDA_ALLOW_TF32", "1")
+    fast = _numpy(ops.matmul(x, y))
+    np.testing.assert_allclose(fast, exact, rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+def test_sticky_device_error_is_typed():
+    """Bad work on the device (here an out-of-memory allocation request)
+    raises a typed error naming the device, never crashes."""
+    with pytest.raises(dg.errors.DragonError, match=DEV):
+        ops.fill(shape=[1 << 50], value=0.0, dtype="float32", device=DEV)

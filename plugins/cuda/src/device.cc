@@ -91,6 +91,55 @@ cudaError_t SetDevice(int32_t index) {
   return e;
 }
 
+namespace {
+const char* CheckOpName(int32_t op) {
+  switch (op) {
+    case kCheckGather: return "Gather";
+    case kCheckEmbedding: return "Embedding";
+    case kCheckOneHot: return "OneHot";
+    case kCheckScatterAdd: return "ScatterAdd";
+    case kCheckNllLoss: return "NllLoss";
+    case kCheckSoftmaxCrossEntropy: return "SoftmaxCrossEntropy";
+    default: return "a cuda kernel";
+  }
+}
+std::mutex g_check_mu;
+DeviceCheck* g_check = nullptr;
+}  // namespace
+
+DeviceCheck* DeviceCheckRecord(std::string* error) {
+  std::lock_guard<std::mutex> lock(g_check_mu);
+  if (g_check == nullptr) {
+    void* p = nullptr;
+    const cudaError_t e =
+        cudaHostAlloc(&p, sizeof(DeviceCheck), cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      *error = "could not allocate the device-check record: " + ErrorText(e);
+      return nullptr;
+    }
+    std::memset(p, 0, sizeof(DeviceCheck));
+    g_check = static_cast<DeviceCheck*>(p);
+  }
+  return g_check;
+}
+
+// The pending device-side check failure as a message (and clears it), or "".
+std::string TakeDeviceCheck() {
+  std::lock_guard<std::mutex> lock(g_check_mu);
+  if (g_check == nullptr) return "";
+  volatile DeviceCheck* c = g_check;
+  if (c->failed == 0) return "";
+  std::string m = std::string(CheckOpName(c->op)) + " on cuda: index " +
+                  std::to_string(c->value) + " (at flat position " + std::to_string(c->position) +
+                  ") is outside [0, " + std::to_string(c->bound) +
+                  ") (a device-side check; the output holds zeros there)";
+  c->op = 0;
+  c->value = c->bound = c->position = 0;
+  c->failed = 0;
+  return m;
+}
+
 // --------------------------------------------------------------- libraries
 
 namespace {
@@ -297,16 +346,25 @@ DgStatus StreamDestroy(void*, int32_t index, void* stream) {
   return DG_OK;
 }
 
+// After a successful wait: a failed device-side check becomes the wait's
+// (asynchronous) failure.
+DgStatus Checked() {
+  std::string m = TakeDeviceCheck();
+  if (m.empty()) return DG_OK;
+  t_last_error = std::move(m);
+  return DG_OUT_OF_RANGE;
+}
+
 DgStatus StreamSync(void*, int32_t index, void* stream) {
   DGC_ENTER();
   DGC_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "stream_sync");
-  return DG_OK;
+  return Checked();
 }
 
 DgStatus Synchronize(void*, int32_t index) {
   DGC_ENTER();
   DGC_TRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  return DG_OK;
+  return Checked();
 }
 
 DgStatus Activate(void*, int32_t index) {
@@ -348,7 +406,7 @@ DgStatus EventQuery(void*, int32_t index, void* event, int32_t* done) {
 DgStatus EventSync(void*, int32_t index, void* event) {
   DGC_ENTER();
   DGC_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "event_synchronize");
-  return DG_OK;
+  return Checked();
 }
 DgStatus StreamWaitEvent(void*, int32_t index, void* stream, void* event) {
   DGC_ENTER();

@@ -29,6 +29,22 @@ std::string ErrorText(cudaError_t e);
 // "libcublas.so.13". Returns NULL and sets *error when it is not found.
 void* OpenLibrary(const char* name, std::string* error);
 
+// A failed device-side check (an index out of range) recorded by a kernel
+// in mapped host memory; the first failure wins. The device table reports
+// it (DG_OUT_OF_RANGE) at the next stream_sync, event_synchronize or
+// synchronize, as the ABI's asynchronous failures, then clears it.
+struct DeviceCheck {
+  int32_t failed;  // 0, or 1 once a kernel claimed the record
+  int32_t op;      // a CheckOp
+  int64_t value, bound, position;
+};
+enum CheckOp : int32_t { kCheckGather = 1, kCheckEmbedding, kCheckOneHot, kCheckScatterAdd,
+                         kCheckNllLoss, kCheckSoftmaxCrossEntropy };
+
+// The record, mapped into every device's address space (allocated on first
+// use; NULL with an error message when that fails).
+DeviceCheck* DeviceCheckRecord(std::string* error);
+
 }  // namespace dragon_cuda
 
 #endif  // DRAGON_CUDA_RUNTIME_H_

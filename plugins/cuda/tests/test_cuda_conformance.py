@@ -160,6 +160,10 @@ CASES = {
     "MatMulBiasAct": [(lambda a, b, c, act=act: ops.matmul_bias_act(a, b, c, activation=act),
                        [("f", (5, 7)), ("f", (7, 3)), ("f", (3,))], FLOATS, True)
                       for act in ("none", "relu")],
+    "Gather": [],  # index ops: see test_index_ops
+    "Embedding": [],
+    "OneHot": [],
+    "ScatterAdd": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -320,3 +324,46 @@ def test_sticky_device_error_is_typed():
     raises a typed error naming the device, never crashes."""
     with pytest.raises(dg.errors.DragonError, match=DEV):
         ops.fill(shape=[1 << 50], value=0.0, dtype="float32", device=DEV)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("itype", ("int32", "int64"))
+@pytest.mark.parametrize("dtype", ("float32", "float64", "float16", "int64", "bool"))
+def test_index_ops(itype, dtype):
+    """Gather, Embedding, OneHot and ScatterAdd against the CPU, with
+    negative (wrapping) indices, repeats and an empty index set."""
+    x = _data("f", (5, 4, 3), 7)
+    for idx, axis in (([0, 4, -1, 2, 2], 1 - 1), ([[1, 0], [3, 3]], 1), ([], 2)):
+        ia = np.asarray(idx, dtype=itype)
+        got = ops.gather(_host(x, dtype).to(DEV), dg.tensor(ia).to(DEV), axis=axis)
+        want = ops.gather(_host(x, dtype), dg.tensor(ia), axis=axis)
+        np.testing.assert_array_equal(_numpy(got), _numpy(want))
+    w = _data("f", (6, 4), 8)
+    ia = np.asarray([[0, 5, 5], [2, 1, 0]], dtype=itype)
+    np.testing.assert_array_equal(
+        _numpy(ops.embedding(_host(w, dtype).to(DEV), dg.tensor(ia).to(DEV))),
+        _numpy(ops.embedding(_host(w, dtype), dg.tensor(ia))))
+    if dtype in ("float32", "float64", "int64"):
+        oh = dict(depth=6, axis=-1, on_value=2.0, off_value=-1.0, dtype=dtype)
+        np.testing.assert_array_equal(
+            _numpy(ops.one_hot(dg.tensor(ia).to(DEV), **oh)),
+            _numpy(ops.one_hot(dg.tensor(ia), **oh)))
+        upd = _data("f", (5, 3, 3), 9)
+        si = np.asarray([3, 0, 3], dtype=itype)
+        got = ops.scatter_add(_host(x, dtype).to(DEV), dg.tensor(si).to(DEV),
+                              _host(upd, dtype).to(DEV), axis=1)
+        want = ops.scatter_add(_host(x, dtype), dg.tensor(si), _host(upd, dtype), axis=1)
+        np.testing.assert_allclose(_numpy(got), _numpy(want), rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_index_out_of_range_is_a_typed_error_at_the_next_read():
+    """A device-side check: no crash, an OutOfRangeError naming the op and
+    the index when the host next waits, and the device stays usable."""
+    w = _host(_data("f", (6, 4), 8), "float32").to(DEV)
+    bad = dg.tensor(np.asarray([1, 9], dtype=np.int64)).to(DEV)
+    with pytest.raises(dg.errors.OutOfRangeError, match="index 9"):
+        ops.embedding(w, bad).numpy()
+    ok = dg.tensor(np.asarray([1, 2], dtype=np.int64)).to(DEV)
+    np.testing.assert_array_equal(_numpy(ops.embedding(w, ok)), _data("f", (6, 4), 8)[[1, 2]]
+                                  .astype(np.float32))

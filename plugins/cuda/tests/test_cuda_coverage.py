@@ -20,9 +20,8 @@ from dragon_core import nn
 #: Ops the traced training steps use that have no cuda kernel yet.
 KNOWN_GAPS = frozenset({
     "BatchNorm", "BatchNormGrad", "Conv2d", "Conv2dBackpropFilter",
-    "Dropout", "Embedding", "FusedElementwise", "LayerNorm",
-    "LayerNormGrad", "MaxPool2d", "MaxPool2dGrad", "MseLoss", "NllLoss", "OneHot",
-    "ScatterAdd", "SoftmaxCrossEntropy",
+    "Dropout", "FusedElementwise", "LayerNorm", "LayerNormGrad", "MaxPool2d",
+    "MaxPool2dGrad", "MseLoss", "NllLoss", "SoftmaxCrossEntropy",
 })
 
 

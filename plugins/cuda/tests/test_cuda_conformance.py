@@ -164,6 +164,24 @@ CASES = {
     "Embedding": [],
     "OneHot": [],
     "ScatterAdd": [],
+    "LayerNorm": [(lambda x, g, b, a=a: ops.layer_norm(x, g, b, axis=a, eps=1e-5),
+                   [("f", xs), ("f", ps), ("f", ps)], ("float32", "float64"), True)
+                  for xs, ps, a in (((6, 10), (10,), -1), ((2, 3, 4), (3, 4), 1),
+                                    ((3, 700), (700,), -1), ((0, 5), (5,), -1))],
+    "LayerNormGrad": [],  # by LayerNorm's gradient above
+    **{name: [(lambda x, t, f=f, r=r: f(x, t, reduction=r), [("f", s), ("f", s)],
+               ("float32", "float64"), True)
+              for s in ((7, 5), (0,), (3000,)) for r in ("none", "sum", "mean")]
+       for name, f in (("MseLoss", ops.mse_loss), ("L1Loss", ops.l1_loss),
+                       ("SmoothL1Loss", lambda x, t, reduction: ops.smooth_l1_loss(
+                           x, t, beta=0.5, reduction=reduction)))},
+    "BceWithLogits": [(lambda x, t, r=r: ops.bce_with_logits(x, ops.sigmoid(t), reduction=r),
+                       [("f", (6, 4)), ("f", (6, 4))], ("float32", "float64"), True)
+                      for r in ("none", "mean")]
+                     + [(lambda x, t, w: ops.bce_with_logits(x, ops.sigmoid(t), pos_weight=w,
+                                                             reduction="sum"),
+                         [("f", (6, 4)), ("f", (6, 4)), ("pos", (4,))], ("float32", "float64"),
+                         True)],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }

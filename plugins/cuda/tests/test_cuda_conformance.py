@@ -182,6 +182,8 @@ CASES = {
                                                              reduction="sum"),
                          [("f", (6, 4)), ("f", (6, 4)), ("pos", (4,))], ("float32", "float64"),
                          True)],
+    "SoftmaxCrossEntropy": [],  # see test_class_losses
+    "NllLoss": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -385,3 +387,35 @@ def test_index_out_of_range_is_a_typed_error_at_the_next_read():
     ok = dg.tensor(np.asarray([1, 2], dtype=np.int64)).to(DEV)
     np.testing.assert_array_equal(_numpy(ops.embedding(w, ok)), _data("f", (6, 4), 8)[[1, 2]]
                                   .astype(np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("shape", ((6, 5), (5,), (3, 4, 2, 3), (0, 4)))
+@pytest.mark.parametrize("reduction", ("none", "sum", "mean"))
+def test_class_losses(dtype, shape, reduction):
+    """SoftmaxCrossEntropy (with label smoothing) and NllLoss, forward and
+    gradient with respect to the logits, with an ignored target."""
+    x = _data("f", shape, 11)
+    tshape = () if len(shape) == 1 else (shape[0],) + tuple(shape[2:])
+    t = np.random.default_rng(12).integers(0, shape[1 if len(shape) > 1 else 0],
+                                           tshape).astype(np.int64)
+    if t.size:
+        t.flat[0] = -100  # ignore_index
+
+    def run(dev, f):
+        xt = _host(x, dtype).to(dev)
+        tt = dg.tensor(t).to(dev)
+        with dg.GradientTape() as tape:
+            tape.watch(xt)
+            y = f(xt, tt)
+            s = ops.sum(y * _host(_data("f", tuple(y.shape), 13), dtype).to(dev))
+        return y, tape.gradient(s, [xt])[0]
+
+    for f in (lambda a, b: ops.softmax_cross_entropy(a, b, label_smoothing=0.1,
+                                                     reduction=reduction),
+              lambda a, b: ops.nll_loss(a, b, reduction=reduction)):
+        (y1, g1), (y2, g2) = run(DEV, f), run("cpu", f)
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(_numpy(y1), _numpy(y2), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(_numpy(g1), _numpy(g2), rtol=rtol * 4, atol=atol * 4)

@@ -184,6 +184,9 @@ CASES = {
                          True)],
     "SoftmaxCrossEntropy": [],  # see test_class_losses
     "NllLoss": [],
+    "RandomUniform": [],  # see test_random_ops
+    "RandomNormal": [],
+    "Dropout": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -419,3 +422,30 @@ def test_class_losses(dtype, shape, reduction):
         rtol, atol = TOL[dtype]
         np.testing.assert_allclose(_numpy(y1), _numpy(y2), rtol=rtol, atol=atol)
         np.testing.assert_allclose(_numpy(g1), _numpy(g2), rtol=rtol * 4, atol=atol * 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("n", (1, 63, 257, 4099))
+def test_random_ops(dtype, n):
+    """Counter-based: the same seed gives the same numbers on every run, and
+    the CPU's numbers (uniform and dropout to the last bit up to float
+    contraction, normal within the rounding of log/sqrt/sin/cos)."""
+    for seed in (0, 7, 2**40 + 3):
+        u = [_numpy(ops.random_uniform([n], low=-1.0, high=3.0, dtype=dtype, seed=seed,
+                                       device=d)) for d in (DEV, DEV, "cpu")]
+        np.testing.assert_array_equal(u[0], u[1])
+        np.testing.assert_allclose(u[0], u[2], rtol=4e-7 if dtype == "float32" else 1e-15,
+                                   atol=0)
+        assert u[0].min() >= -1.0 and u[0].max() < 3.0
+        z = [_numpy(ops.random_normal([n], mean=0.5, std=2.0, dtype=dtype, seed=seed,
+                                      device=d)) for d in (DEV, DEV, "cpu")]
+        np.testing.assert_array_equal(z[0], z[1])
+        np.testing.assert_allclose(z[0], z[2], rtol=1e-5 if dtype == "float32" else 1e-12,
+                                   atol=1e-5 if dtype == "float32" else 1e-12)
+        x = _data("f", (n,), seed)
+        for p in (0.0, 0.3, 1.0):
+            a = ops.dropout(_host(x, dtype).to(DEV), p=p, seed=seed)
+            b = ops.dropout(_host(x, dtype), p=p, seed=seed)
+            for ta, tb in zip(a, b):
+                np.testing.assert_array_equal(_numpy(ta), _numpy(tb))

@@ -187,6 +187,8 @@ CASES = {
     "RandomUniform": [],  # see test_random_ops
     "RandomNormal": [],
     "Dropout": [],
+    "BatchNorm": [],  # see test_batch_norm
+    "BatchNormGrad": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -449,3 +451,32 @@ def test_random_ops(dtype, n):
             b = ops.dropout(_host(x, dtype), p=p, seed=seed)
             for ta, tb in zip(a, b):
                 np.testing.assert_array_equal(_numpy(ta), _numpy(tb))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("shape", ((8, 3), (4, 3, 5, 6), (2, 5, 7), (0, 3)))
+@pytest.mark.parametrize("training", (True, False))
+def test_batch_norm(dtype, shape, training):
+    """Forward (y, batch mean, batch variance) and the gradients of x, gamma
+    and beta through BatchNormGrad, against the CPU."""
+    c = shape[1]
+
+    def run(dev):
+        x = _host(_data("f", shape, 21), dtype).to(dev)
+        g, b = (_host(_data("f", (c,), s), dtype).to(dev) for s in (22, 23))
+        rm, rv = _host(_data("f", (c,), 24), dtype).to(dev), _host(_data("pos", (c,), 25),
+                                                                   dtype).to(dev)
+        with dg.GradientTape() as tape:
+            for t in (x, g, b):
+                tape.watch(t)
+            y, m, v = ops.batch_norm(x, g, b, rm, rv, eps=1e-5, training=training)
+            w = _host(_data("f", shape, 26), dtype).to(dev)
+            s = ops.sum(y * w)
+            if training and shape[0]:
+                s = s + ops.sum(m * 0.3) + ops.sum(v * 0.7)
+        return [y, m, v] + list(tape.gradient(s, [x, g, b]))
+
+    rtol, atol = TOL[dtype]
+    for a, b in zip(run(DEV), run("cpu")):
+        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=rtol * 10, atol=atol * 10)

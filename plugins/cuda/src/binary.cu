@@ -7,78 +7,16 @@
 #include <type_traits>
 
 #include "elementwise.cuh"
+#include "ops.cuh"
 
 namespace dragon_cuda {
 namespace {
 
+using namespace fn;  // NOLINT: the op functors
+
 constexpr uint32_t kStrided = DG_KERNEL_STRIDED_INPUTS;
 
-template <typename T>
-using Wrap = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
-template <typename A>
-__device__ inline bool IsNan(A x) {
-  if constexpr (std::is_floating_point<A>::value) {
-    return x != x;
-  } else {
-    return false;
-  }
-}
-
-struct AddF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const {
-    if constexpr (std::is_integral<A>::value) {
-      return static_cast<A>(static_cast<Wrap<A>>(a) + static_cast<Wrap<A>>(b));
-    } else {
-      return a + b;
-    }
-  }
-};
-struct SubF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const {
-    if constexpr (std::is_integral<A>::value) {
-      return static_cast<A>(static_cast<Wrap<A>>(a) - static_cast<Wrap<A>>(b));
-    } else {
-      return a - b;
-    }
-  }
-};
-struct MulF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const {
-    if constexpr (std::is_integral<A>::value) {
-      return static_cast<A>(static_cast<Wrap<A>>(a) * static_cast<Wrap<A>>(b));
-    } else {
-      return a * b;
-    }
-  }
-};
-struct DivF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const { return a / b; }
-};
-// C pow; a power of exactly 2 squares (exact, as cpu_eigen's `x ** 2`).
-struct PowF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const { return b == A(2) ? a * a : pow(a, b); }
-};
-// NumPy maximum/minimum: NaN propagates, ties (±0) give b.
-struct MaximumF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const {
-    if (IsNan(a) || IsNan(b)) return IsNan(a) ? a : b;
-    return a > b ? a : b;
-  }
-};
-struct MinimumF {
-  template <typename A>
-  __device__ A operator()(A a, A b) const {
-    if (IsNan(a) || IsNan(b)) return IsNan(a) ? a : b;
-    return a < b ? a : b;
-  }
-};
 
 template <typename T, typename F>
 struct LiftBinary {

@@ -9,24 +9,15 @@
 #include <type_traits>
 
 #include "elementwise.cuh"
+#include "ops.cuh"
 
 namespace dragon_cuda {
 namespace {
 
+using namespace fn;  // NOLINT: the op functors
+
 constexpr uint32_t kStrided = DG_KERNEL_STRIDED_INPUTS;
 
-template <typename T>
-__device__ inline bool IsNan(T x) {
-  if constexpr (std::is_floating_point<T>::value) {
-    return x != x;
-  } else {
-    return false;
-  }
-}
-
-// Integer arithmetic in the unsigned type: wraps instead of overflowing.
-template <typename T>
-using Wrap = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 // Adapts f: Acc<T> -> Acc<T> to T -> T (16-bit floats go through float).
 template <typename T, typename F>
@@ -42,53 +33,6 @@ void Run(dg::KernelContext& ctx, F f) {
 
 // ------------------------------------------------------------ numeric ops
 
-struct NegF {
-  template <typename A>
-  __device__ A operator()(A x) const {
-    if constexpr (std::is_integral<A>::value) {
-      return static_cast<A>(Wrap<A>{0} - static_cast<Wrap<A>>(x));
-    } else {
-      return -x;
-    }
-  }
-};
-struct AbsF {
-  template <typename A>
-  __device__ A operator()(A x) const {
-    if constexpr (std::is_floating_point<A>::value) {
-      return fabs(x);
-    } else if constexpr (std::is_unsigned<A>::value) {
-      return x;
-    } else {
-      return x < 0 ? NegF{}(x) : x;  // the most negative value stays put
-    }
-  }
-};
-struct SignF {  // NaN stays NaN, -0 gives +0 (NumPy)
-  template <typename A>
-  __device__ A operator()(A x) const {
-    if constexpr (std::is_unsigned<A>::value) {
-      return static_cast<A>(x != A(0));
-    } else {
-      if (IsNan(x)) return x;
-      return static_cast<A>(static_cast<int>(x > A(0)) - static_cast<int>(x < A(0)));
-    }
-  }
-};
-struct SquareF {
-  template <typename A>
-  __device__ A operator()(A x) const {
-    if constexpr (std::is_integral<A>::value) {
-      return static_cast<A>(static_cast<Wrap<A>>(x) * static_cast<Wrap<A>>(x));
-    } else {
-      return x * x;
-    }
-  }
-};
-struct ReluF {  // NumPy maximum(x, 0): NaN propagates, relu(-0) = +0
-  template <typename A>
-  __device__ A operator()(A x) const { return x > A(0) || IsNan(x) ? x : A(0); }
-};
 
 #define DGC_UNARY(NAME, F, ...)                                        \
   template <typename T>                                               \
@@ -108,36 +52,6 @@ DGC_UNARY(Relu, ReluF, DGC_NUMERIC);
 
 // ------------------------------------------------------------ float ops
 
-#define DGC_FLOAT_FN(NAME, EXPR)                     \
-  struct NAME {                                      \
-    template <typename A>                            \
-    __device__ A operator()(A x) const { return EXPR; } \
-  };
-
-DGC_FLOAT_FN(ReciprocalF, A(1) / x)
-DGC_FLOAT_FN(SqrtF, sqrt(x))
-DGC_FLOAT_FN(RsqrtF, A(1) / sqrt(x))
-DGC_FLOAT_FN(ExpF, exp(x))
-DGC_FLOAT_FN(LogF, log(x))
-DGC_FLOAT_FN(Log1pF, log1p(x))
-DGC_FLOAT_FN(SinF, sin(x))
-DGC_FLOAT_FN(CosF, cos(x))
-DGC_FLOAT_FN(TanhF, tanh(x))
-DGC_FLOAT_FN(FloorF, floor(x))
-DGC_FLOAT_FN(CeilF, ceil(x))
-DGC_FLOAT_FN(RoundF, nearbyint(x))  // half to even, as NumPy
-
-// e^x / (1 + e^x) for x < 0, so that neither form overflows.
-struct SigmoidF {
-  template <typename A>
-  __device__ A operator()(A x) const {
-    if (x < A(0)) {
-      const A e = exp(x);
-      return e / (A(1) + e);
-    }
-    return A(1) / (A(1) + exp(-x));
-  }
-};
 
 DGC_UNARY(Reciprocal, ReciprocalF, DGC_FLOATS);
 DGC_UNARY(Sqrt, SqrtF, DGC_FLOATS);
@@ -157,50 +71,18 @@ DGC_UNARY(Round, RoundF, DGC_FLOATS);
 
 // ------------------------------------------------------------ with attributes
 
-template <typename A>
-struct LeakyReluF {
-  A alpha;
-  __device__ A operator()(A x) const { return x > A(0) ? x : alpha * x; }
-};
 template <typename T>
 void LeakyRelu(dg::KernelContext& ctx) {
   Run<T>(ctx, LeakyReluF<Acc<T>>{static_cast<Acc<T>>(ctx.f("alpha"))});
 }
 DG_KERNEL_EX("LeakyRelu", "cuda", 0, kStrided, LeakyRelu, DGC_FLOATS);
 
-template <typename A>
-struct EluF {
-  A alpha;
-  __device__ A operator()(A x) const { return x > A(0) ? x : alpha * expm1(x); }
-};
 template <typename T>
 void Elu(dg::KernelContext& ctx) {
   Run<T>(ctx, EluF<Acc<T>>{static_cast<Acc<T>>(ctx.f("alpha"))});
 }
 DG_KERNEL_EX("Elu", "cuda", 0, kStrided, Elu, DGC_FLOATS);
 
-// x·Φ(x) with Φ(x) = erfc(-x/√2)/2 (accurate for negative x); float in
-// double, as cpu_eigen's scalar form.
-struct GeluErfF {
-  template <typename A>
-  __device__ A operator()(A x) const {
-    if (isinf(x) && x < A(0)) return A(-0.0);
-    const double v = static_cast<double>(x);
-    return static_cast<A>(0.5 * v * erfc(-0.70710678118654752440 * v));
-  }
-};
-// x / (1 + e^(-2u)), u = √(2/π)(x + 0.044715x³).
-struct GeluTanhF {
-  template <typename A>
-  __device__ A operator()(A x) const {
-    const A c1 = A(-1.5957691216057307117), c3 = A(-0.071354816272600249);
-    const A v = x * (c1 + c3 * x * x);  // -2u
-    if (v <= A(0)) return x / (A(1) + exp(v));
-    if (isinf(x)) return A(-0.0);
-    const A e = exp(-v);
-    return x * e / (A(1) + e);
-  }
-};
 template <typename T>
 void Gelu(dg::KernelContext& ctx) {
   const std::string mode = ctx.s("approximate");

@@ -189,6 +189,7 @@ CASES = {
     "Dropout": [],
     "BatchNorm": [],  # see test_batch_norm
     "BatchNormGrad": [],
+    "FusedElementwise": [],  # see test_fused_elementwise
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -480,3 +481,35 @@ def test_batch_norm(dtype, shape, training):
     rtol, atol = TOL[dtype]
     for a, b in zip(run(DEV), run("cpu")):
         np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=rtol * 10, atol=atol * 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("unary", list(range(22)))
+def test_fused_elementwise(dtype, unary):
+    """Every opcode, inside a program over broadcast inputs, against the
+    CPU's FusedElementwise; then a compiled graph whose fusion pass emits it."""
+    a = _data("pos", (4, 5), 31)
+    b = _data("f", (5,), 32)
+    # r3 = unary(r0 [alpha r2]); r4 = r3 (binary) r1 for each binary opcode
+    for binary in range(32, 39):
+        prog = [unary, 3, 0, 2 if unary in (20, 21) else -1, binary, 4, 3, 1]
+        outs = [_numpy(ops.fused_elementwise([_host(a, dtype).to(d), _host(b, dtype).to(d)],
+                                             program=prog, constants=[0.3], result=-1))
+                for d in (DEV, "cpu")]
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(outs[0], outs[1], rtol=rtol * 4, atol=atol * 4,
+                                   err_msg=f"program {prog}")
+
+
+@pytest.mark.gpu
+def test_compiled_elementwise_chain_matches_cpu():
+    x = _data("f", (64, 33), 41)
+
+    @dg.function
+    def f(t):
+        return ops.tanh(t * 0.5 + 1.0) * ops.sigmoid(t) - ops.relu(t) / 3.0
+
+    got = _numpy(f(_host(x, "float32").to(DEV)))
+    want = _numpy(f(_host(x, "float32")))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

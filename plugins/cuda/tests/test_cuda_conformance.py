@@ -190,6 +190,9 @@ CASES = {
     "BatchNorm": [],  # see test_batch_norm
     "BatchNormGrad": [],
     "FusedElementwise": [],  # see test_fused_elementwise
+    "MaxPool2d": [],  # see test_max_pool
+    "MaxPool2dIndices": [],
+    "MaxPool2dGrad": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -513,3 +516,26 @@ def test_compiled_elementwise_chain_matches_cpu():
     got = _numpy(f(_host(x, "float32").to(DEV)))
     want = _numpy(f(_host(x, "float32")))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("geom", [
+    dict(kernel_size=[2, 2]), dict(kernel_size=[3, 3], strides=[1, 1], pads=[1, 1]),
+    dict(kernel_size=[3, 2], strides=[2, 1], dilations=[2, 1], ceil_mode=True),
+    dict(kernel_size=[3, 3], strides=[2, 2], pads=[1, 1], ceil_mode=True)])
+def test_max_pool(dtype, geom):
+    """Values, indices and the gradient (overlapping windows, ties from a
+    quantised input, padding, dilation, ceil mode) against the CPU."""
+    x = np.round(_data("f", (2, 3, 9, 8), 51) * 2) / 2  # ties
+    x[0, 0, 2, 3] = np.nan
+
+    def run(dev):
+        xt = _host(x, dtype).to(dev)
+        y = ops.max_pool2d(xt, **geom)
+        idx = ops.max_pool2d_indices(xt, **geom)
+        dy = _host(_data("f", tuple(y.shape), 52), dtype).to(dev)
+        return y, idx, ops.max_pool2d_grad(xt, dy, **geom)
+
+    for a, b in zip(run(DEV), run("cpu")):
+        np.testing.assert_array_equal(_numpy(a), _numpy(b))

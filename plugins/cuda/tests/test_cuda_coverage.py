@@ -20,7 +20,7 @@ from dragon_core import nn
 #: Ops the traced training steps use that have no cuda kernel yet.
 KNOWN_GAPS = frozenset({
     "Conv2d", "Conv2dBackpropFilter",
-    "MaxPool2d", "MaxPool2dGrad",
+
 })
 
 

@@ -193,6 +193,21 @@ CASES = {
     "MaxPool2d": [],  # see test_max_pool
     "MaxPool2dIndices": [],
     "MaxPool2dGrad": [],
+    "Transpose": [(lambda x, p=p: ops.transpose(x, perm=p), [("f", (2, 3, 4))], ALL, True)
+                  for p in ([2, 0, 1], [0, 2, 1], None)],
+    "Slice": [(lambda x, a=a: ops.slice(x, **a), [("f", (6, 7))], ALL, True)
+              for a in (dict(starts=[1], ends=[5], steps=[2]),
+                        dict(starts=[-1, 0], ends=[-8, 100], steps=[-2, 3]),
+                        dict(starts=[3], ends=[3], steps=[1], axes=[1]))],
+    "Concat": [(lambda a, b, ax=ax: ops.concat([a, b], axis=ax), [("f", sa), ("f", sb)], ALL,
+                True) for sa, sb, ax in (((2, 3), (4, 3), 0), ((2, 3), (2, 1), -1),
+                                         ((0, 3), (2, 3), 0))],
+    "Stack": [(lambda a, b, ax=ax: ops.stack([a, b], axis=ax), [("f", (2, 3)), ("f", (2, 3))],
+               ALL, True) for ax in (0, 1, 2)],
+    "Split": [(lambda x, ax=ax, sz=sz: ops.concat(
+                   [ops.reshape(t, shape=[-1]) for t in ops.split(x, sizes=sz, axis=ax)], axis=0),
+               [("f", (5, 6))], ALL, True) for ax, sz in ((0, [2, 0, 3]), (1, [1, 5]))],
+    "Arange": [],  # see test_arange
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -539,3 +554,15 @@ def test_max_pool(dtype, geom):
 
     for a, b in zip(run(DEV), run("cpu")):
         np.testing.assert_array_equal(_numpy(a), _numpy(b))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("int64", "int32", "uint8", "float16", "bfloat16", "float32",
+                                   "float64"))
+def test_arange(dtype):
+    for start, stop, step in ((0, 10, 1), (2.5, -3, -0.5), (1, 200, 7), (5, 5, 1)):
+        if dtype == "uint8" and step < 0:
+            continue
+        got = ops.arange(start, stop, step, dtype=dtype, device=DEV)
+        want = ops.arange(start, stop, step, dtype=dtype, device="cpu")
+        np.testing.assert_array_equal(_numpy(got), _numpy(want))

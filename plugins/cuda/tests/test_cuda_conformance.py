@@ -208,6 +208,10 @@ CASES = {
                    [ops.reshape(t, shape=[-1]) for t in ops.split(x, sizes=sz, axis=ax)], axis=0),
                [("f", (5, 6))], ALL, True) for ax, sz in ((0, [2, 0, 3]), (1, [1, 5]))],
     "Arange": [],  # see test_arange
+    "AvgPool2d": [],  # see test_avg_pools
+    "AvgPool2dGrad": [],
+    "AdaptiveAvgPool2d": [],
+    "AdaptiveAvgPool2dGrad": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }
@@ -566,3 +570,33 @@ def test_arange(dtype):
         got = ops.arange(start, stop, step, dtype=dtype, device=DEV)
         want = ops.arange(start, stop, step, dtype=dtype, device="cpu")
         np.testing.assert_array_equal(_numpy(got), _numpy(want))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("geom", [
+    dict(kernel_size=[2, 2]),
+    dict(kernel_size=[3, 3], strides=[1, 1], pads=[1, 1], count_include_pad=False),
+    dict(kernel_size=[3, 2], strides=[2, 1], pads=[1, 0], ceil_mode=True),
+    dict(kernel_size=[3, 3], strides=[2, 2], pads=[1, 1], ceil_mode=True,
+         count_include_pad=True)])
+def test_avg_pools(dtype, geom):
+    """AvgPool2d / AdaptiveAvgPool2d and their gradients against the CPU
+    (overlapping windows, padding with and without counting it, ceil mode,
+    adaptive bins that overlap)."""
+    x = _data("f", (2, 3, 9, 8), 61)
+
+    def run(dev):
+        xt = _host(x, dtype).to(dev)
+        y = ops.avg_pool2d(xt, **geom)
+        dy = _host(_data("f", tuple(y.shape), 62), dtype).to(dev)
+        out = [y, ops.avg_pool2d_grad(xt, dy, **geom)]
+        for size in ([1, 1], [4, 3], [9, 8]):
+            z = ops.adaptive_avg_pool2d(xt, output_size=size)
+            dz = _host(_data("f", tuple(z.shape), 63), dtype).to(dev)
+            out += [z, ops.adaptive_avg_pool2d_grad(xt, dz, output_size=size)]
+        return out
+
+    rtol, atol = TOL[dtype]
+    for a, b in zip(run(DEV), run("cpu")):
+        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=rtol, atol=atol)

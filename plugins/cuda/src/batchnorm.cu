@@ -186,5 +186,139 @@ void BatchNormGrad(dg::KernelContext& ctx) {
 }
 DG_KERNEL("BatchNormGrad", "cuda", BatchNormGrad, float, double);
 
+// ------------------------------------------------------------ GroupNorm
+// Per (sample, group) q, the contiguous run of cg * S values: statistics in
+// double, y = (x - mean) * gamma[c] * rstd + beta[c]; the gradient as
+// LayerNorm's per group, dgamma/dbeta summed per channel over (n, s).
+
+template <typename T>
+__device__ void RunMoments(const T* xp, int64_t len, double eps, double* buf, double* mean,
+                           double* rstd) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += static_cast<double>(xp[i]);
+  const double m = Sum(s, buf) / static_cast<double>(len);
+  double q = 0;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+    const double d = static_cast<double>(xp[i]) - m;
+    q += d * d;
+  }
+  *mean = m;
+  *rstd = 1.0 / sqrt(Sum(q, buf) / static_cast<double>(len) + eps);
+}
+
+template <typename T>
+__global__ void GroupNormKernel(const T* x, const T* gamma, const T* beta, T* y, NCS v,
+                                int64_t groups, double eps) {
+  __shared__ double buf[kThreads];
+  const int64_t cg = v.c / groups, len = cg * v.s;
+  for (int64_t q = blockIdx.x; q < v.n * groups; q += gridDim.x) {
+    const T* xp = x + q * len;
+    double mean, rstd;
+    RunMoments(xp, len, eps, buf, &mean, &rstd);
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      const int64_t c = (q % groups) * cg + i / v.s;
+      const T m = static_cast<T>(mean), a = static_cast<T>(static_cast<double>(gamma[c]) * rstd),
+              b = static_cast<T>(static_cast<double>(beta[c]));
+      y[q * len + i] = (xp[i] - m) * a + b;
+    }
+  }
+}
+
+template <typename T>
+void GroupNorm(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const NCS v = View(xt);
+  const int64_t groups = ctx.i("groups");
+  DG_CHECK(groups > 0 && v.c % groups == 0, DG_INVALID_ARGUMENT, ctx.op_name(), ": ", v.c,
+           " channels do not split into ", groups, " groups");
+  if (xt.numel() == 0) return;
+  GroupNormKernel<T><<<ChannelBlocks(v.n * groups), kThreads, 0, Prepare(ctx)>>>(
+      static_cast<const T*>(xt.raw_data()), static_cast<const T*>(ctx.input(1).raw_data()),
+      static_cast<const T*>(ctx.input(2).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
+      v, groups, ctx.f("eps"));
+  CheckLaunch(ctx);
+}
+DG_KERNEL("GroupNorm", "cuda", GroupNorm, float, double);
+
+template <typename T>
+__global__ void GroupNormDx(const T* x, const T* gamma, const T* dy, T* dx, double* stats, NCS v,
+                            int64_t groups, double eps) {
+  __shared__ double buf[kThreads];
+  const int64_t cg = v.c / groups, len = cg * v.s;
+  for (int64_t q = blockIdx.x; q < v.n * groups; q += gridDim.x) {
+    const T* xp = x + q * len;
+    const T* gp = dy + q * len;
+    double mean, rstd;
+    RunMoments(xp, len, eps, buf, &mean, &rstd);
+    double a = 0, b = 0;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      const T gm = gamma[(q % groups) * cg + i / v.s];
+      const double g = static_cast<double>(gp[i]) * static_cast<double>(gm);
+      a += g;
+      b += g * (static_cast<double>(xp[i]) - mean) * rstd;
+    }
+    const double s1 = Sum(a, buf), s2 = Sum(b, buf);
+    if (threadIdx.x == 0) {
+      stats[2 * q] = mean;
+      stats[2 * q + 1] = rstd;
+    }
+    const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
+    const T k1 = static_cast<T>(s1 / len), k2 = static_cast<T>(s2 / len);
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      const T gm = gamma[(q % groups) * cg + i / v.s];
+      const T xhat = (xp[i] - m) * rs;
+      dx[q * len + i] = rs * (gp[i] * gm - k1 - xhat * k2);
+    }
+  }
+}
+
+template <typename T>
+__global__ void GroupNormParams(const T* x, const T* dy, const double* stats, NCS v,
+                                int64_t groups, T* dgamma, T* dbeta) {
+  const int64_t cg = v.c / groups;
+  DGC_LOOP(c, v.c) {
+    double g = 0, b = 0;
+    for (int64_t n = 0; n < v.n; ++n) {
+      const int64_t q = n * groups + c / cg;
+      const double mean = stats[2 * q], rstd = stats[2 * q + 1];
+      const T* xp = x + (n * v.c + c) * v.s;
+      const T* gp = dy + (n * v.c + c) * v.s;
+      for (int64_t i = 0; i < v.s; ++i) {
+        const double d = static_cast<double>(gp[i]);
+        g += d * (static_cast<double>(xp[i]) - mean) * rstd;
+        b += d;
+      }
+    }
+    dgamma[c] = static_cast<T>(g);
+    dbeta[c] = static_cast<T>(b);
+  }
+}
+
+template <typename T>
+void GroupNormGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const NCS v = View(xt);
+  const int64_t groups = ctx.i("groups");
+  DG_CHECK(groups > 0 && v.c % groups == 0, DG_INVALID_ARGUMENT, ctx.op_name(), ": ", v.c,
+           " channels do not split into ", groups, " groups");
+  if (v.c == 0) return;
+  cudaStream_t s = Prepare(ctx);
+  const T* x = static_cast<const T*>(xt.raw_data());
+  const T* dy = static_cast<const T*>(ctx.input(2).raw_data());
+  const int64_t q = v.n * groups;
+  double* stats = ctx.workspace<double>(static_cast<size_t>(2 * (q > 0 ? q : 1)));
+  if (xt.numel() > 0) {
+    GroupNormDx<T><<<ChannelBlocks(q), kThreads, 0, s>>>(
+        x, static_cast<const T*>(ctx.input(1).raw_data()), dy,
+        static_cast<T*>(ctx.output(0).raw_data()), stats, v, groups, ctx.f("eps"));
+    CheckLaunch(ctx);
+  }
+  GroupNormParams<T><<<Blocks(v.c), kThreads, 0, s>>>(
+      x, dy, stats, v, groups, static_cast<T*>(ctx.output(1).raw_data()),
+      static_cast<T*>(ctx.output(2).raw_data()));
+  CheckLaunch(ctx);
+}
+DG_KERNEL("GroupNormGrad", "cuda", GroupNormGrad, float, double);
+
 }  // namespace
 }  // namespace dragon_cuda

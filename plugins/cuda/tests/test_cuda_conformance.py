@@ -212,6 +212,10 @@ CASES = {
     "AvgPool2dGrad": [],
     "AdaptiveAvgPool2d": [],
     "AdaptiveAvgPool2dGrad": [],
+    "GroupNorm": [(lambda x, g, b, gr=gr: ops.group_norm(x, g, b, groups=gr, eps=1e-5),
+                   [("f", xs), ("f", (xs[1],)), ("f", (xs[1],))], ("float32", "float64"), True)
+                  for xs, gr in (((2, 6, 5), 3), ((3, 4, 2, 3), 4), ((2, 8), 1), ((0, 4, 3), 2))],
+    "GroupNormGrad": [],  # by GroupNorm's gradient above
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
 }

@@ -188,5 +188,114 @@ void AdamUpdate(dg::KernelContext& ctx) {
 }
 DG_KERNEL_EX("AdamUpdate", "cuda", 0, DG_KERNEL_INPLACE, AdamUpdate, float, double);
 
+// ------------------------------------------------------------ RMSprop
+
+template <typename T>
+struct RmspropArgs {
+  const T *p, *g, *sq, *buf, *avg;
+  T *p_out, *sq_out, *buf_out, *avg_out;
+  Scalar lr;
+  T alpha, one_minus_alpha, eps, weight_decay, momentum;
+  bool maximize;
+};
+
+template <typename T>
+__global__ void RmspropKernel(RmspropArgs<T> a, int64_t n) {
+  const T lr = static_cast<T>(ReadScalar(a.lr.p, a.lr.dtype));
+  DGC_LOOP(i, n) {
+    T d = a.maximize ? -a.g[i] : a.g[i];
+    if (a.weight_decay != T(0)) d += a.weight_decay * a.p[i];
+    const T sq = a.alpha * a.sq[i] + a.one_minus_alpha * (d * d);
+    a.sq_out[i] = sq;
+    T den;
+    if (a.avg) {
+      const T av = a.alpha * a.avg[i] + a.one_minus_alpha * d;
+      a.avg_out[i] = av;
+      den = sqrt(sq - av * av) + a.eps;
+    } else {
+      den = sqrt(sq) + a.eps;
+    }
+    if (a.buf) {
+      const T b = a.momentum * a.buf[i] + d / den;
+      a.buf_out[i] = b;
+      a.p_out[i] = a.p[i] - lr * b;
+    } else {
+      a.p_out[i] = a.p[i] - lr * (d / den);
+    }
+  }
+}
+
+template <typename T>
+void RmspropUpdate(dg::KernelContext& ctx) {
+  const bool use_momentum = ctx.f("momentum") != 0.0;
+  const bool centered = ctx.b("centered");
+  const int64_t n = CheckedCount(ctx, {1, 2}, {0, 1});
+  cudaStream_t s = Prepare(ctx);
+  if (use_momentum) {
+    CheckedCount(ctx, {3}, {2});
+  } else {
+    PassThrough(ctx, 3, 2, s);
+  }
+  if (centered) {
+    CheckedCount(ctx, {4}, {3});
+  } else {
+    PassThrough(ctx, 4, 3, s);
+  }
+  RmspropArgs<T> a{};
+  a.lr = CheckScalar(ctx, 5, "lr");
+  a.alpha = static_cast<T>(ctx.f("alpha"));
+  a.one_minus_alpha = static_cast<T>(1.0 - ctx.f("alpha"));
+  a.eps = static_cast<T>(ctx.f("eps"));
+  a.weight_decay = static_cast<T>(ctx.f("weight_decay"));
+  a.momentum = static_cast<T>(ctx.f("momentum"));
+  a.maximize = ctx.b("maximize");
+  if (n == 0) return;
+  auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
+  auto out = [&](int i) { return static_cast<T*>(ctx.output(i).raw_data()); };
+  a.p = in(0);
+  a.g = in(1);
+  a.sq = in(2);
+  a.buf = use_momentum ? in(3) : nullptr;
+  a.avg = centered ? in(4) : nullptr;
+  a.p_out = out(0);
+  a.sq_out = out(1);
+  a.buf_out = use_momentum ? out(2) : nullptr;
+  a.avg_out = centered ? out(3) : nullptr;
+  RmspropKernel<T><<<Blocks(n), kThreads, 0, s>>>(a, n);
+  CheckLaunch(ctx);
+}
+DG_KERNEL_EX("RmspropUpdate", "cuda", 0, DG_KERNEL_INPLACE, RmspropUpdate, float, double);
+
+// ------------------------------------------------------------ Adagrad
+
+template <typename T>
+__global__ void AdagradKernel(const T* p, const T* g, const T* sum, T* p_out, T* sum_out,
+                              int64_t n, Scalar lr_s, Scalar step_s, double lr_decay, T eps,
+                              T weight_decay, bool maximize) {
+  const double lr = ReadScalar(lr_s.p, lr_s.dtype), step = ReadScalar(step_s.p, step_s.dtype);
+  const T clr = static_cast<T>(lr / (1.0 + (step - 1.0) * lr_decay));
+  DGC_LOOP(i, n) {
+    T d = maximize ? -g[i] : g[i];
+    if (weight_decay != T(0)) d += weight_decay * p[i];
+    const T s2 = sum[i] + d * d;
+    sum_out[i] = s2;
+    p_out[i] = p[i] - clr * (d / (sqrt(s2) + eps));
+  }
+}
+
+template <typename T>
+void AdagradUpdate(dg::KernelContext& ctx) {
+  const int64_t n = CheckedCount(ctx, {1, 2}, {0, 1});
+  const Scalar lr = CheckScalar(ctx, 3, "lr"), step = CheckScalar(ctx, 4, "step");
+  if (n == 0) return;
+  AdagradKernel<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
+      static_cast<const T*>(ctx.input(0).raw_data()), static_cast<const T*>(ctx.input(1).raw_data()),
+      static_cast<const T*>(ctx.input(2).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
+      static_cast<T*>(ctx.output(1).raw_data()), n, lr, step, ctx.f("lr_decay"),
+      static_cast<T>(ctx.f("eps")), static_cast<T>(ctx.f("weight_decay")), ctx.b("maximize"));
+  CheckLaunch(ctx);
+}
+DG_KERNEL_EX("AdagradUpdate", "cuda", 0, DG_KERNEL_INPLACE, AdagradUpdate, float, double);
+
 }  // namespace
 }  // namespace dragon_cuda

@@ -218,6 +218,90 @@ DG_KERNEL_EX("Max", "cuda", 0, kStrided, Max, float, double, half, bf16, DGC_INT
 DG_KERNEL_EX("Min", "cuda", 0, kStrided, Min, float, double, half, bf16, DGC_INTS);
 DG_KERNEL_EX("Mean", "cuda", 0, kStrided, Mean, float, double, half, bf16);
 
+// ------------------------------------------------------------ Var, Std, LogSumExp
+// Two passes per output, in double, as the CPU: Var/Std divide the squared
+// deviations from the mean by max(n - ddof, 0) (NaN for an empty
+// reduction); LogSumExp shifts by the maximum (0 when it is not finite, so
+// that -inf, +inf and NaN come out as on the CPU).
+
+__device__ double BlockCombine(double v, double* buf, bool max) {
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) {
+      const double a = buf[threadIdx.x], b = buf[threadIdx.x + s];
+      buf[threadIdx.x] = max ? (a != a ? a : (b != b ? b : (a > b ? a : b))) : a + b;
+    }
+    __syncthreads();
+  }
+  const double r = buf[0];
+  __syncthreads();
+  return r;
+}
+
+template <int kMode, typename T>  // 0 Var, 1 Std, 2 LogSumExp
+__global__ void TwoPass(const T* x, T* y, Plan p, double ddof) {
+  __shared__ double buf[kThreads];
+  for (int64_t o = blockIdx.x; o < p.num_out; o += gridDim.x) {
+    int64_t base = 0;
+    p.kept.Offsets(o, &base, 1);
+    auto at = [&](int64_t j) {
+      int64_t off = 0;
+      p.red.Offsets(j, &off, 1);
+      return static_cast<double>(Load(x[base + off]));
+    };
+    double a = kMode == 2 ? -INFINITY : 0.0;
+    for (int64_t j = threadIdx.x; j < p.num_red; j += blockDim.x) {
+      const double v = at(j);
+      a = kMode == 2 ? (a != a ? a : (v != v || v > a ? v : a)) : a + v;
+    }
+    double first = BlockCombine(a, buf, kMode == 2);
+    if (kMode == 2) {
+      if (!isfinite(first)) first = 0.0;
+    } else {
+      first /= static_cast<double>(p.num_red);
+    }
+    double b = 0.0;
+    for (int64_t j = threadIdx.x; j < p.num_red; j += blockDim.x) {
+      const double d = at(j) - first;
+      b += kMode == 2 ? exp(d) : d * d;
+    }
+    const double second = BlockCombine(b, buf, false);
+    if (threadIdx.x == 0) {
+      double r;
+      if (kMode == 2) {
+        r = first + log(second);
+      } else {
+        const double n = static_cast<double>(p.num_red);
+        r = second / (n - ddof > 0.0 ? n - ddof : 0.0);
+        if (kMode == 1) r = sqrt(r);
+      }
+      y[o] = static_cast<T>(r);
+    }
+  }
+}
+
+template <int kMode, typename T>
+void TwoPassRun(dg::KernelContext& ctx) {
+  const Plan p = MakePlan(ctx, ReducedAxes(ctx));
+  if (p.num_out == 0) return;
+  const double ddof = kMode == 2 ? 0.0 : static_cast<double>(ctx.i("ddof"));
+  const int64_t blocks = p.num_out < 65535LL * 16 ? p.num_out : 65535LL * 16;
+  TwoPass<kMode, T><<<static_cast<unsigned>(blocks), kThreads, 0, Prepare(ctx)>>>(
+      static_cast<const T*>(ctx.input(0).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
+      p, ddof);
+  CheckLaunch(ctx);
+}
+template <typename T>
+void Var(dg::KernelContext& ctx) { TwoPassRun<0, T>(ctx); }
+template <typename T>
+void Std(dg::KernelContext& ctx) { TwoPassRun<1, T>(ctx); }
+template <typename T>
+void LogSumExp(dg::KernelContext& ctx) { TwoPassRun<2, T>(ctx); }
+DG_KERNEL_EX("Var", "cuda", 0, kStrided, Var, float, double, half, bf16);
+DG_KERNEL_EX("Std", "cuda", 0, kStrided, Std, float, double, half, bf16);
+DG_KERNEL_EX("LogSumExp", "cuda", 0, kStrided, LogSumExp, float, double, half, bf16);
+
 // ------------------------------------------------------------ ArgMax/ArgMin
 
 // Whether (v, i) replaces (best, bi): strictly more extreme, or a tie /

@@ -138,7 +138,9 @@ CASES = {
                               ((3, 300), [1], False), ((0, 4), [1], False), ((), None, False))]
        for name, f, kind, dts, g in (
            ("Sum", ops.sum, "f", NUM, True), ("Prod", ops.prod, "unit", NUM, True),
-           ("Mean", ops.mean, "f", FLOATS, True))},
+           ("Mean", ops.mean, "f", FLOATS, True), ("LogSumExp", ops.logsumexp, "f", FLOATS, True),
+           ("Var", lambda x, **k: ops.var(x, ddof=1, **k), "f", FLOATS, True),
+           ("Std", ops.std, "f", FLOATS, True))},
     **{name: [(lambda x, f=f, a=a, k=k: f(x, axes=a, keepdims=k), [("f", s)], NUM, True)
               for s, a, k in (((5, 7), None, False), ((4, 6, 3), [0, 2], True),
                               ((3, 300), [1], False))]

@@ -59,6 +59,22 @@ if [ $fail -ne 0 ]; then
   exit 1
 fi
 
+# cuBLAS for MatMul: the toolkit's copy and the nvidia-* wheels torch
+# brought (the plugin also searches the system loader path).
+NV=$($PY - <<'PYEOF' 2>/dev/null
+import os
+try:
+    import nvidia
+    paths = list(nvidia.__path__)
+except ImportError:
+    paths = []
+print(":".join(os.path.join(p, s, "lib") for p in paths for s in ("cu13", "cublas", "cudnn")
+               if os.path.isdir(os.path.join(p, s, "lib"))))
+PYEOF
+)
+export DRAGON_CUDA_LIBRARY_PATH="${DRAGON_CUDA_LIBRARY_PATH:+$DRAGON_CUDA_LIBRARY_PATH:}/usr/local/cuda/lib64${NV:+:$NV}"
+say "DRAGON_CUDA_LIBRARY_PATH=$DRAGON_CUDA_LIBRARY_PATH"
+
 # Outside the checkout, so that the installed packages (not the sources) load.
 (cd "$T" && $PY -m dragon_core info) > "$LOG/info.txt" 2>&1
 grep -A3 "^Devices" "$LOG/info.txt" | tee -a "$LOG/summary.txt"

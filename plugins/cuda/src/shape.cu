@@ -4,7 +4,9 @@
 // the copied block: source and destination offsets come from their own
 // strides, element words moved by size (every dtype).
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "elementwise.cuh"
@@ -214,6 +216,105 @@ void Arange(dg::KernelContext& ctx) {
 }
 DG_KERNEL("Arange", "cuda", Arange, uint8_t, int8_t, int16_t, int32_t, int64_t, half, bf16,
           float, double);
+
+// ------------------------------------------------------------ Pad
+// NumPy pad: "constant" (value cast to x's dtype), "reflect" (edge not
+// repeated, period 2(n-1)) or "edge"; one thread per output element.
+
+enum PadMode : int32_t { kConstant, kReflect, kEdge };
+
+struct PadGeom {
+  int32_t ndim = 0, mode = kConstant;
+  int64_t in[kMaxDims] = {}, out[kMaxDims] = {}, before[kMaxDims] = {};
+};
+
+__device__ int64_t SourceIndex(int64_t c, int64_t n, int32_t mode) {
+  if (c >= 0 && c < n) return c;
+  if (mode == kConstant) return -1;
+  if (mode == kEdge) return c < 0 ? 0 : n - 1;
+  if (n == 1) return 0;
+  const int64_t period = 2 * (n - 1);
+  c %= period;
+  if (c < 0) c += period;
+  return c < n ? c : period - c;
+}
+
+template <typename W>
+__global__ void PadKernel(const W* x, W* y, int64_t total, PadGeom g, W value) {
+  DGC_LOOP(t, total) {
+    int64_t rest = t, src = 0, scale = 1;
+    bool constant = false;
+    for (int d = g.ndim - 1; d >= 0; --d) {
+      const int64_t c = rest % g.out[d];
+      rest /= g.out[d];
+      const int64_t si = SourceIndex(c - g.before[d], g.in[d], g.mode);
+      if (si < 0) constant = true;
+      src += si * scale;
+      scale *= g.in[d];
+    }
+    y[t] = constant ? value : x[src];
+  }
+}
+
+template <typename W>
+void PadAs(dg::KernelContext& ctx, const PadGeom& g, const char* value) {
+  W v;
+  std::memcpy(&v, value, sizeof(W));
+  const int64_t n = ctx.output(0).numel();
+  PadKernel<W><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
+      static_cast<const W*>(ctx.input(0).raw_data()), static_cast<W*>(ctx.output(0).raw_data()), n,
+      g, v);
+  CheckLaunch(ctx);
+}
+
+void Pad(dg::KernelContext& ctx) {
+  const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
+  const int32_t nd = x.ndim();
+  const std::vector<int64_t> pads = ctx.ints("pads");
+  DG_CHECK(static_cast<int64_t>(pads.size()) == 2 * nd, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": pads has ", pads.size(), " entries, expected ", 2 * nd, " for rank ", nd);
+  DG_CHECK(nd <= kMaxDims, DG_UNIMPLEMENTED, ctx.op_name(), " on cuda: rank ", nd, " exceeds ",
+           kMaxDims);
+  const std::string mode = ctx.s("mode");
+  PadGeom g;
+  if (mode == "constant") {
+    g.mode = kConstant;
+  } else if (mode == "reflect") {
+    g.mode = kReflect;
+  } else {
+    DG_CHECK(mode == "edge", DG_INVALID_ARGUMENT, ctx.op_name(),
+             ": mode must be \"constant\", \"reflect\" or \"edge\", got \"", mode, "\"");
+    g.mode = kEdge;
+  }
+  g.ndim = nd;
+  for (int32_t k = 0; k < nd; ++k) {
+    DG_CHECK(pads[2 * k] >= 0 && pads[2 * k + 1] >= 0, DG_INVALID_ARGUMENT, ctx.op_name(),
+             ": negative pad on axis ", k);
+    DG_CHECK(y.dim(k) == x.dim(k) + pads[2 * k] + pads[2 * k + 1], DG_INTERNAL, ctx.op_name(),
+             ": output dim ", k, " is ", y.dim(k), ", expected ",
+             x.dim(k) + pads[2 * k] + pads[2 * k + 1]);
+    g.in[k] = x.dim(k);
+    g.out[k] = y.dim(k);
+    g.before[k] = pads[2 * k];
+  }
+  if (y.numel() == 0) return;
+  DG_CHECK(x.numel() > 0 || g.mode == kConstant, DG_INVALID_ARGUMENT, ctx.op_name(), ": mode '",
+           mode, "' cannot pad an empty input");
+  alignas(8) char value[8] = {};
+  const double fv = ctx.f("value");
+  Dispatch(y.dtype(), ctx.op_name(), [&](auto tag) {
+    using T = decltype(tag);
+    const T t = Convert<T>(fv);
+    std::memcpy(value, &t, sizeof(T));
+  });
+  switch (dg::DTypeSize(x.dtype())) {
+    case 1: PadAs<uint8_t>(ctx, g, value); break;
+    case 2: PadAs<uint16_t>(ctx, g, value); break;
+    case 4: PadAs<uint32_t>(ctx, g, value); break;
+    default: PadAs<uint64_t>(ctx, g, value); break;
+  }
+}
+DG_KERNEL_MASK("Pad", "cuda", dg::kNumeric, 0, 0, Pad);
 
 }  // namespace
 }  // namespace dragon_cuda

@@ -210,6 +210,9 @@ CASES = {
                    [ops.reshape(t, shape=[-1]) for t in ops.split(x, sizes=sz, axis=ax)], axis=0),
                [("f", (5, 6))], ALL, True) for ax, sz in ((0, [2, 0, 3]), (1, [1, 5]))],
     "Arange": [],  # see test_arange
+    "Pad": [(lambda x, m=m: ops.pad(x, pads=[1, 2, 3, 0], mode=m, value=1.5), [("f", s)], NUM,
+             True) for m in ("constant", "reflect", "edge") for s in ((4, 5), (3, 4))]
+           + [(lambda x: ops.pad(x, pads=[1, 1, 0, 2], value=-2.0), [("f", (0, 3))], NUM, False)],
     "AvgPool2d": [],  # see test_avg_pools
     "AvgPool2dGrad": [],
     "AdaptiveAvgPool2d": [],

@@ -259,6 +259,27 @@ void BceWithLogits(dg::KernelContext& ctx) {
   }
   PairLoss<T>(ctx, BceF<T>{pw, classes});
 }
+// Sigmoid focal loss (RetinaNet): ce * (1 - p_t)^gamma, weighted by alpha
+// when alpha >= 0.
+template <typename T>
+struct FocalF {
+  T alpha, gamma;
+  __device__ T operator()(T x, T t, int64_t) const {
+    const T p = T(1) / (T(1) + exp(-x));
+    const T ce = (T(1) - t) * x + log1p(exp(-fabs(x))) + (-x > T(0) ? -x : T(0));
+    const T p_t = p * t + (T(1) - p) * (T(1) - t);
+    T loss = ce * pow(T(1) - p_t, gamma);
+    if (alpha >= T(0)) loss *= alpha * t + (T(1) - alpha) * (T(1) - t);
+    return loss;
+  }
+};
+template <typename T>
+void SigmoidFocalLoss(dg::KernelContext& ctx) {
+  const T alpha = static_cast<T>(ctx.f("alpha")), gamma = static_cast<T>(ctx.f("gamma"));
+  DG_CHECK(gamma >= T(0), DG_INVALID_ARGUMENT, ctx.op_name(), ": gamma must be >= 0, got ", gamma);
+  PairLoss<T>(ctx, FocalF<T>{alpha, gamma});
+}
+DG_KERNEL("SigmoidFocalLoss", "cuda", SigmoidFocalLoss, float, double);
 DG_KERNEL("MseLoss", "cuda", MseLoss, float, double);
 DG_KERNEL("L1Loss", "cuda", L1Loss, float, double);
 DG_KERNEL("SmoothL1Loss", "cuda", SmoothL1Loss, float, double);

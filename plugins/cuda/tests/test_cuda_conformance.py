@@ -225,6 +225,10 @@ CASES = {
                    [("f", xs), ("f", (xs[1],)), ("f", (xs[1],))], ("float32", "float64"), True)
                   for xs, gr in (((2, 6, 5), 3), ((3, 4, 2, 3), 4), ((2, 8), 1), ((0, 4, 3), 2))],
     "GroupNormGrad": [],  # by GroupNorm's gradient above
+    "Conv2d": [],  # see test_convolutions
+    "Conv2dBiasAct": [],
+    "ConvTranspose2d": [],
+    "Conv2dBackpropFilter": [],
     "SgdUpdate": [],  # see test_optimizer_updates
     "AdamUpdate": [],
     "RmspropUpdate": [],  # see test_rmsprop_and_adagrad_updates
@@ -641,3 +645,39 @@ def test_rmsprop_and_adagrad_updates(dtype, momentum, centered, maximize):
     for a, b in zip(run(DEV), run("cpu")):
         np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=TOL[dtype][0] * 10,
                                    atol=TOL[dtype][1] * 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("geom", [
+    dict(c=3, o=4, k=(3, 3), strides=[1, 1], pads=[1, 1], dilations=[1, 1], groups=1),
+    dict(c=4, o=6, k=(3, 2), strides=[2, 1], pads=[1, 0, 0, 1], dilations=[1, 2], groups=2),
+    dict(c=4, o=4, k=(3, 3), strides=[1, 1], pads=[2, 2], dilations=[2, 2], groups=4),
+    dict(c=2, o=3, k=(1, 1), strides=[1, 1], pads=[0, 0], dilations=[1, 1], groups=1)])
+def test_convolutions(dtype, geom):
+    """Conv2d (forward, and the gradients of x, w and b through the rules,
+    which use ConvTranspose2d and Conv2dBackpropFilter), Conv2dBiasAct and
+    ConvTranspose2d with a bias, against the CPU."""
+    g = dict(geom)
+    c, o, k = g.pop("c"), g.pop("o"), g.pop("k")
+    x = _data("f", (2, c, 7, 6), 71)
+    w = _data("f", (o, c // g["groups"]) + k, 72)
+    b = _data("f", (o,), 73)
+
+    def run(dev):
+        xt, wt, bt = (_host(v, dtype).to(dev) for v in (x, w, b))
+        with dg.GradientTape() as tape:
+            for t in (xt, wt, bt):
+                tape.watch(t)
+            y = ops.conv2d(xt, wt, bt, **g)
+            s = ops.sum(y * _host(_data("f", tuple(y.shape), 74), dtype).to(dev))
+        out = [y] + list(tape.gradient(s, [xt, wt, bt]))
+        out.append(ops.conv2d_bias_act(xt, wt, bt, activation="relu", **g))
+        tw = _host(_data("f", (c, o // g["groups"]) + k, 75), dtype).to(dev)
+        out.append(ops.conv_transpose2d(xt, tw, None, strides=g["strides"], pads=g["pads"],
+                                        dilations=g["dilations"], groups=g["groups"]))
+        return out
+
+    rtol, atol = TOL[dtype]
+    for a, bb in zip(run(DEV), run("cpu")):
+        np.testing.assert_allclose(_numpy(a), _numpy(bb), rtol=rtol * 10, atol=atol * 10)

@@ -18,10 +18,7 @@ import dragon_core as dg
 from dragon_core import nn
 
 #: Ops the traced training steps use that have no cuda kernel yet.
-KNOWN_GAPS = frozenset({
-    "Conv2d", "Conv2dBackpropFilter",
-
-})
+KNOWN_GAPS = frozenset()
 
 
 def _graph_ops(fn, args, opt_level):

@@ -17,7 +17,7 @@ export CCACHE_MAXSIZE ?= 2G
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda demo test bench clean
+.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda demo test docs bench clean
 
 all: install
 
@@ -60,6 +60,13 @@ install: install-core install-cpu-eigen install-mkldnn install-vision-ops $(if $
 demo: install
 	$(VPY) examples/demo.py
 	$(VPY) examples/train_digits.py
+
+# The site: guides (docs/*.md), API reference (docstrings), op reference
+# (generated from the installed schema registry). `make test` builds it too,
+# with warnings as errors (tests/docs/test_sphinx.py).
+docs: install
+	$(VPY) -m sphinx -b html -W --keep-going -q docs build/docs
+	@echo "open build/docs/index.html"
 
 test: install
 	$(VPY) -m pytest tests plugins/mkldnn/tests plugins/vision_ops/tests plugins/cuda/tests -q -p no:cacheprovider -n 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ DIST = NAME.replace("_", "-")
 OP = "SdkCiSwish"               # exercises --op; Python name sdk_ci_swish
 PY_OP = "sdk_ci_swish"
 TIMEOUT = 300
+SDK_MD = Path(__file__).resolve().parents[2] / "docs" / "sdk.md"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -104,6 +106,19 @@ def test_generated_files(tmp_path):
         if path.is_file():
             assert "@" not in path.read_text().replace("@gradient", "").replace(
                 "@op_case", "").replace("@dg.function", ""), path
+
+
+def test_generated_project_describes_its_own_op(tmp_path):
+    """The README, comments, schema doc and test names speak of the op named
+    with --op, never of the template's default op (Swish)."""
+    dest = cli.new_plugin("my_ops", tmp_path, op="HardClip")
+    for path in dest.rglob("*"):
+        if path.is_file():
+            assert "swish" not in path.read_text().lower(), path
+    readme = (dest / "README.md").read_text()
+    assert "**`HardClip`** (`dragon_core.ops.hard_clip`)" in readme
+    assert '.Doc("HardClip, element-wise:' in (dest / "src/my_ops.cc").read_text()
+    assert "def hard_clip_reference(" in (dest / "tests/test_my_ops.py").read_text()
 
 
 def test_core_requirement_follows_the_abi():
@@ -298,6 +313,11 @@ def test_new_plugin_from_nothing_to_installed_wheel(tmp_path, capsys):
                     env=_env(PYTHONPATH=str(site)))
         assert proc.returncode == 0, f"the generated tests failed:\n{proc.stdout}\n{proc.stderr}"
         assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout
+        # docs/sdk.md quotes how many tests the generated suite runs.
+        passed = int(re.search(r"(\d+) passed", proc.stdout).group(1))
+        quoted = re.search(r"python -m pytest tests +# (\d+) tests", SDK_MD.read_text("utf-8"))
+        assert quoted and int(quoted.group(1)) == passed, (
+            f"docs/sdk.md quotes {quoted and quoted.group(1)} tests; the suite ran {passed}")
     finally:
         shutil.rmtree(site, ignore_errors=True)
 

@@ -93,15 +93,15 @@ def infer_shape(op: str, inputs, **attrs):
     ----------
     op : str
         Op name (``"MatMul"``) or Python name (``"matmul"``).
-    inputs : list of (shape, dtype)
-        One ``(tuple_of_ints, dtype)`` pair per input.
+    inputs : list of tuple
+        One ``(shape, dtype)`` pair per input: a tuple of ints and a dtype.
     **attrs
         Attribute values by name; unset ones take their defaults.
 
     Returns
     -------
-    list of (tuple, str)
-        ``(shape, dtype_name)`` per output.
+    list of tuple
+        One ``(shape, dtype_name)`` pair per output.
     """
     handle = _C.op(op)
     desc = handle.describe()

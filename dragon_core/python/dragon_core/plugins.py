@@ -17,13 +17,17 @@ name, one distribution; the ABI is read from the library file before its
 code runs; a plugin whose hook fails is marked broken, never the core.
 Environment variables:
 
-``DRAGON_PLUGINS=a,b``            load only these plugins (and lets a plugin
-                                  found in the current directory load)
-``DRAGON_DISABLE_PLUGINS=a,b``    skip these (``all`` skips every plugin)
-``DRAGON_STRICT=1``               a plugin that fails to load raises at import
-``DRAGON_QUIET_PLUGINS=1``        no warning for a plugin that failed
+``DRAGON_PLUGINS=a,b``
+    load only these plugins (and lets a plugin found in the current
+    directory load)
+``DRAGON_DISABLE_PLUGINS=a,b``
+    skip these (``all`` skips every plugin)
+``DRAGON_STRICT=1``
+    a plugin that fails to load raises at import
+``DRAGON_QUIET_PLUGINS=1``
+    no warning for a plugin that failed
 ``DRAGON_KERNEL_PIN=Op:device=target,...``
-                                  pin a kernel (by kernel or plugin name)
+    pin a kernel (by kernel or plugin name)
 """
 
 from __future__ import annotations

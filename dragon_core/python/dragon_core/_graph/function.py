@@ -521,8 +521,9 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
     fn : callable
         The function; its tensor arguments (also inside lists, tuples and
         dicts) become graph inputs.
-    input_signature : list of (shape, dtype), optional
-        Check every call against it (None entries match anything).
+    input_signature : list of tuple, optional
+        One ``(shape, dtype)`` pair per argument; every call is checked
+        against it (None entries match anything).
     opt_level : int, default 3
         Optimisation level (see docs/graph.md).
     name : str, optional

@@ -17,7 +17,7 @@ export CCACHE_MAXSIZE ?= 2G
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops demo test docs bench clean
+.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda demo test docs bench clean
 
 all: install
 
@@ -47,7 +47,15 @@ install-vision-ops: install-sdk
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/vision_ops
 
-install: install-core install-cpu-eigen install-mkldnn install-vision-ops
+# The cuda device plugin needs nvcc: built only when it is on PATH. Its
+# cuBLAS/cuDNN wheels are run-time dependencies (--no-deps skips them).
+install-cuda: install-sdk
+	$(PIPI) -Cbuild-dir=build/cuda \
+	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
+	  ./plugins/cuda
+
+HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
+install: install-core install-cpu-eigen install-mkldnn install-vision-ops $(if $(HAVE_NVCC),install-cuda)
 
 demo: install
 	$(VPY) examples/demo.py
@@ -61,7 +69,7 @@ docs: install
 	@echo "open build/docs/index.html"
 
 test: install
-	$(VPY) -m pytest tests plugins/mkldnn/tests plugins/vision_ops/tests -q -p no:cacheprovider -n 2
+	$(VPY) -m pytest tests plugins/mkldnn/tests plugins/vision_ops/tests plugins/cuda/tests -q -p no:cacheprovider -n 2
 
 bench: install
 	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0

@@ -29,6 +29,8 @@ def info() -> str:
     for d in _C.devices():
         desc = f" ({d['descriptions'][0]})" if d["descriptions"] and d["descriptions"][0] else ""
         lines.append(f"  {d['name']:<10} count={d['count']}  from {d['plugin']}{desc}")
+        if d["count"] == 0 and d.get("reason"):
+            lines.append(f"      unavailable: {d['reason']}")
     ops = _C.list_ops()
     ops = [o for o in ops if not o["control"]]  # run by the executor, no kernel
     with_kernel = sum(1 for o in ops if _C.kernels(o["name"]))

@@ -593,7 +593,13 @@ def kernels(op: str) -> list[dict]:
 
 
 def devices() -> list[dict]:
-    """The registered device types with their device counts."""
+    """The registered device types with their device counts.
+
+    Each entry is a dict: ``name``, ``plugin``, ``count``,
+    ``host_accessible``, ``descriptions`` (one per device) and ``reason``:
+    when ``count`` is 0, the device plugin's one-line explanation (e.g. no
+    NVIDIA driver), else ``""``.
+    """
     return _C.devices()
 
 

@@ -150,10 +150,16 @@ CachingAllocator& DeviceRegistry::Allocator(DgDevice d) {
   std::lock_guard<std::mutex> lock(t.mu);
   if (static_cast<int32_t>(t.allocators.size()) <= d.index) {
     int32_t count = t.def.count ? t.def.count(t.def.user_data) : 1;
-    if (d.index >= count)
+    if (d.index >= count) {
+      std::string why;
+      if (count == 0 && t.def.error_message) {  // the device may say why
+        const char* m = t.def.error_message(t.def.user_data, 0);
+        if (m && m[0]) why = dg::Str(": ", m);
+      }
       throw CoreError(DG_UNAVAILABLE,
                       dg::Str("device ", t.name, ":", d.index, " is not present (",
-                              count, " ", t.name, " device(s) found)"));
+                              count, " ", t.name, " device(s) found)", why));
+    }
     t.allocators.resize(d.index + 1);
   }
   if (!t.allocators[d.index]) {

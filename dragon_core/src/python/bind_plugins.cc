@@ -114,6 +114,14 @@ void BindPlugins(py::module_& m) {
       d["plugin"] = t.plugin;
       int32_t count = t.def.count ? t.def.count(t.def.user_data) : 0;
       d["count"] = count;
+      // A device with none present may say why (ABI 1.3 error_message,
+      // asked right after count on this thread): "no NVIDIA driver", ...
+      std::string reason;
+      if (count == 0 && t.def.error_message) {
+        const char* m = t.def.error_message(t.def.user_data, 0);
+        if (m) reason = m;
+      }
+      d["reason"] = reason;
       d["host_accessible"] = static_cast<bool>(t.def.host_accessible);
       py::list descs;
       for (int32_t k = 0; k < count && k < 64; ++k) {

@@ -1,0 +1,93 @@
+// Element-wise binary kernels on cuda with NumPy broadcasting and strided
+// inputs, matching cpu_eigen (plugins/cpu_eigen/src/binary.cc, compare.cc):
+// Add, Sub, Mul, Maximum, Minimum (integers wrap), Div, Pow, and the
+// comparisons and logical ops (bool output). 16-bit floats compute in float.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "elementwise.cuh"
+#include "ops.cuh"
+
+namespace dragon_cuda {
+namespace {
+
+using namespace fn;  // NOLINT: the op functors
+
+constexpr uint32_t kStrided = DG_KERNEL_STRIDED_INPUTS;
+
+
+
+template <typename T, typename F>
+struct LiftBinary {
+  F f;
+  __device__ T operator()(T a, T b) const {
+    return static_cast<T>(f(static_cast<Acc<T>>(a), static_cast<Acc<T>>(b)));
+  }
+};
+
+#define DGC_BINARY(NAME, F, ...)                                       \
+  template <typename T>                                               \
+  void NAME(dg::KernelContext& ctx) {                                 \
+    LaunchBinary<T, T, T>(ctx, LiftBinary<T, F>{F{}});                \
+  }                                                                   \
+  DG_KERNEL_EX(#NAME, "cuda", 0, kStrided, NAME, __VA_ARGS__)
+
+#define DGC_NUMERIC float, double, half, bf16, int8_t, int16_t, int32_t, int64_t, uint8_t
+#define DGC_FLOATS float, double, half, bf16
+
+DGC_BINARY(Add, AddF, DGC_NUMERIC);
+DGC_BINARY(Sub, SubF, DGC_NUMERIC);
+DGC_BINARY(Mul, MulF, DGC_NUMERIC);
+DGC_BINARY(Maximum, MaximumF, DGC_NUMERIC);
+DGC_BINARY(Minimum, MinimumF, DGC_NUMERIC);
+DGC_BINARY(Div, DivF, DGC_FLOATS);
+DGC_BINARY(Pow, PowF, DGC_FLOATS);
+
+#undef DGC_BINARY
+
+// ------------------------------------------------------------ comparisons
+
+#define DGC_CMP_FN(NAME, EXPR)                                  \
+  struct NAME {                                                 \
+    template <typename A>                                       \
+    __device__ bool operator()(A a, A b) const { return EXPR; } \
+  };
+DGC_CMP_FN(EqualF, a == b)
+DGC_CMP_FN(NotEqualF, a != b)
+DGC_CMP_FN(LessF, a < b)
+DGC_CMP_FN(LessEqualF, a <= b)
+DGC_CMP_FN(GreaterF, a > b)
+DGC_CMP_FN(GreaterEqualF, a >= b)
+DGC_CMP_FN(LogicalAndF, a != A(0) && b != A(0))
+DGC_CMP_FN(LogicalOrF, a != A(0) || b != A(0))
+#undef DGC_CMP_FN
+
+template <typename T, typename F>
+struct LiftCompare {
+  F f;
+  __device__ bool operator()(T a, T b) const {
+    return f(static_cast<Acc<T>>(a), static_cast<Acc<T>>(b));
+  }
+};
+
+#define DGC_COMPARE(NAME, F)                                           \
+  template <typename T>                                               \
+  void NAME(dg::KernelContext& ctx) {                                 \
+    LaunchBinary<T, T, bool>(ctx, LiftCompare<T, F>{F{}});            \
+  }                                                                   \
+  DG_KERNEL_EX(#NAME, "cuda", 0, kStrided, NAME, bool, DGC_NUMERIC)
+
+DGC_COMPARE(Equal, EqualF);
+DGC_COMPARE(NotEqual, NotEqualF);
+DGC_COMPARE(Less, LessF);
+DGC_COMPARE(LessEqual, LessEqualF);
+DGC_COMPARE(Greater, GreaterF);
+DGC_COMPARE(GreaterEqual, GreaterEqualF);
+DGC_COMPARE(LogicalAnd, LogicalAndF);
+DGC_COMPARE(LogicalOr, LogicalOrF);
+
+#undef DGC_COMPARE
+
+}  // namespace
+}  // namespace dragon_cuda

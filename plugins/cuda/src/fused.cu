@@ -1,0 +1,150 @@
+// FusedElementwise on cuda: the straight-line program of the schema
+// (dragon_core/src/ops/fused.cc) interpreted per element, one thread per
+// output element, registers in thread-local memory. Every instruction runs
+// the functor the unfused kernel runs (ops.cuh), so a fused graph computes
+// what the unfused ops compute on this device. Limits (checked, with a
+// clear error): 8 inputs, 16 constants, 128 instructions, 64 registers.
+#include <cstdint>
+#include <vector>
+
+#include "elementwise.cuh"
+#include "ops.cuh"
+
+namespace dragon_cuda {
+namespace {
+
+using namespace fn;  // NOLINT: the op functors
+
+constexpr int kMaxInputs = 8, kMaxConsts = 16, kMaxInstr = 128, kMaxRegs = 64;
+
+template <typename T>
+struct Program {
+  int32_t num_inputs = 0, num_instr = 0, result = 0, ndim = 0;
+  int16_t ins[kMaxInstr][4] = {};  // opcode, dst, a, b
+  T consts[kMaxConsts] = {};
+  const T* in[kMaxInputs] = {};
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxInputs][kMaxDims] = {};
+};
+
+template <typename T>
+__device__ T Unary(int op, T x, T alpha) {
+  switch (op) {
+    case 0: return NegF{}(x);
+    case 1: return AbsF{}(x);
+    case 2: return SignF{}(x);
+    case 3: return SquareF{}(x);
+    case 4: return ReciprocalF{}(x);
+    case 5: return SqrtF{}(x);
+    case 6: return RsqrtF{}(x);
+    case 7: return ExpF{}(x);
+    case 8: return LogF{}(x);
+    case 9: return Log1pF{}(x);
+    case 10: return SinF{}(x);
+    case 11: return CosF{}(x);
+    case 12: return TanhF{}(x);
+    case 13: return SigmoidF{}(x);
+    case 14: return ReluF{}(x);
+    case 15: return FloorF{}(x);
+    case 16: return CeilF{}(x);
+    case 17: return RoundF{}(x);
+    case 18: return GeluErfF{}(x);
+    case 19: return GeluTanhF{}(x);
+    case 20: return LeakyReluF<T>{alpha}(x);
+    default: return EluF<T>{alpha}(x);  // 21 (checked on the host)
+  }
+}
+
+template <typename T>
+__device__ T Binary(int op, T a, T b) {
+  switch (op) {
+    case 32: return AddF{}(a, b);
+    case 33: return SubF{}(a, b);
+    case 34: return MulF{}(a, b);
+    case 35: return DivF{}(a, b);
+    case 36: return PowF{}(a, b);
+    case 37: return MaximumF{}(a, b);
+    default: return MinimumF{}(a, b);  // 38
+  }
+}
+
+template <typename T>
+__global__ void Run(const Program<T> p, T* y, int64_t n, int32_t num_consts) {
+  DGC_LOOP(i, n) {
+    T reg[kMaxRegs];
+    int64_t rest = i;
+    int64_t off[kMaxInputs] = {};
+    for (int d = p.ndim - 1; d >= 0; --d) {
+      const int64_t q = rest / p.shape[d], r = rest - q * p.shape[d];
+      for (int k = 0; k < p.num_inputs; ++k) off[k] += r * p.strides[k][d];
+      rest = q;
+    }
+    for (int k = 0; k < p.num_inputs; ++k) reg[k] = p.in[k][off[k]];
+    for (int k = 0; k < num_consts; ++k) reg[p.num_inputs + k] = p.consts[k];
+    for (int k = 0; k < p.num_instr; ++k) {
+      const int op = p.ins[k][0], dst = p.ins[k][1], a = p.ins[k][2], b = p.ins[k][3];
+      reg[dst] = op < 32 ? Unary<T>(op, reg[a], b >= 0 ? reg[b] : T(0))
+                         : Binary<T>(op, reg[a], reg[b]);
+    }
+    y[i] = reg[p.result];
+  }
+}
+
+template <typename T>
+void FusedElementwise(dg::KernelContext& ctx) {
+  const int32_t n_in = ctx.num_inputs();
+  const std::vector<int64_t> prog = ctx.ints("program");
+  const std::vector<double> consts = ctx.floats("constants");
+  const int64_t count = static_cast<int64_t>(prog.size() / 4);
+  const int64_t first_temp = n_in + static_cast<int64_t>(consts.size());
+  DG_CHECK(n_in <= kMaxInputs && consts.size() <= static_cast<size_t>(kMaxConsts) &&
+               count <= kMaxInstr,
+           DG_UNIMPLEMENTED, ctx.op_name(), " on cuda: a program of ", n_in, " inputs, ",
+           consts.size(), " constants and ", count, " instructions exceeds this kernel's limits (",
+           kMaxInputs, ", ", kMaxConsts, ", ", kMaxInstr,
+           "); compile with the `fusion` pass disabled or split the group");
+  Program<T> p;
+  p.num_inputs = n_in;
+  p.num_instr = static_cast<int32_t>(count);
+  for (size_t k = 0; k < consts.size(); ++k) p.consts[k] = static_cast<T>(consts[k]);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t op = prog[4 * k];
+    DG_CHECK((op >= 0 && op <= 21) || (op >= 32 && op <= 38), DG_INVALID_ARGUMENT, ctx.op_name(),
+             ": unknown opcode ", op, " at instruction ", k);
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = prog[4 * k + j];
+      DG_CHECK(j == 0 || (r >= -1 && r < kMaxRegs), DG_UNIMPLEMENTED, ctx.op_name(),
+               " on cuda: register ", r, " at instruction ", k, " is beyond this kernel's ",
+               kMaxRegs, " registers");
+      p.ins[k][j] = static_cast<int16_t>(r);
+    }
+    DG_CHECK(p.ins[k][1] >= first_temp, DG_INVALID_ARGUMENT, ctx.op_name(), ": instruction ", k,
+             " writes register ", p.ins[k][1], ", which is not a temporary");
+  }
+  const int64_t result = ctx.i("result") == -1 && count > 0 ? prog[4 * (count - 1) + 1]
+                                                           : ctx.i("result");
+  DG_CHECK(result >= 0 && result < kMaxRegs, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": result register ", result, " is out of range");
+  p.result = static_cast<int32_t>(result);
+  const dg::TensorRef y = ctx.output(0);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const std::vector<int64_t> shape = y.shape();
+  DG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), DG_UNIMPLEMENTED, ctx.op_name(),
+           " on cuda: rank ", shape.size(), " exceeds ", kMaxDims);
+  p.ndim = static_cast<int32_t>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) p.shape[d] = shape[d];
+  for (int32_t k = 0; k < n_in; ++k) {
+    const dg::TensorRef x = ctx.input(k);
+    p.in[k] = static_cast<const T*>(x.raw_data());
+    const std::vector<int64_t> st = BroadcastStrides(x.shape(), DenseStrides(x.shape()), shape);
+    for (size_t d = 0; d < st.size(); ++d) p.strides[k][d] = st[d];
+  }
+  Run<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(p, static_cast<T*>(y.raw_data()), n,
+                                                    static_cast<int32_t>(consts.size()));
+  CheckLaunch(ctx);
+}
+DG_KERNEL("FusedElementwise", "cuda", FusedElementwise, float, double);
+
+}  // namespace
+}  // namespace dragon_cuda

@@ -1,0 +1,50 @@
+// Host-side state of the cuda plugin shared by the device table
+// (device.cc), the library loader (libs.cc) and the kernels: the lazy
+// probe of the driver, the calling thread's current device, and error text.
+#ifndef DRAGON_CUDA_RUNTIME_H_
+#define DRAGON_CUDA_RUNTIME_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace dragon_cuda {
+
+// Number of CUDA devices, probed once on first use (never at load). 0 when
+// there is no driver or no device; Reason() then says why in one line.
+int32_t DeviceCount();
+const std::string& Reason();
+
+// Makes `index` the calling thread's current CUDA device (cached per thread,
+// so repeated calls cost nothing). Returns the CUDA status.
+cudaError_t SetDevice(int32_t index);
+
+// "cudaErrorIllegalAddress: an illegal memory access was encountered".
+std::string ErrorText(cudaError_t e);
+
+// A shared library opened with dlopen: the directories of
+// DRAGON_CUDA_LIBRARY_PATH, then the nvidia-* wheels' folders next to this
+// plugin's package, then the system loader path. `name` is e.g.
+// "libcublas.so.13". Returns NULL and sets *error when it is not found.
+void* OpenLibrary(const char* name, std::string* error);
+
+// A failed device-side check (an index out of range) recorded by a kernel
+// in mapped host memory; the first failure wins. The device table reports
+// it (DG_OUT_OF_RANGE) at the next stream_sync, event_synchronize or
+// synchronize, as the ABI's asynchronous failures, then clears it.
+struct DeviceCheck {
+  int32_t failed;  // 0, or 1 once a kernel claimed the record
+  int32_t op;      // a CheckOp
+  int64_t value, bound, position;
+};
+enum CheckOp : int32_t { kCheckGather = 1, kCheckEmbedding, kCheckOneHot, kCheckScatterAdd,
+                         kCheckNllLoss, kCheckSoftmaxCrossEntropy };
+
+// The record, mapped into every device's address space (allocated on first
+// use; NULL with an error message when that fails).
+DeviceCheck* DeviceCheckRecord(std::string* error);
+
+}  // namespace dragon_cuda
+
+#endif  // DRAGON_CUDA_RUNTIME_H_

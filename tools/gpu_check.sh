@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Build Dragon on the GPU machine and run the CUDA checks, logs in one folder.
+#
+# The machine (see docs/cuda.md, "Verifying on a GPU"): one H100, Ubuntu
+# 24.04, Python 3.12, gcc 13, nvcc 13.0, cuBLAS 13 and cuDNN 9 under
+# /usr/local/cuda, no network. Run from the repository root, with the wheels
+# it lacks in .whl/ (bash tools/fetch_gpu_wheels.sh, here, first):
+#
+#   bash tools/gpu_check.sh [extra pytest args]      # logs in $OUT, else /tmp/gpu-check
+#
+# It builds sdk, core, cpu_eigen, vision_ops (sm_90) and cuda (sm_80 +
+# sm_90 + PTX) into a --target folder, without -Werror (a release build;
+# gcc 13 warns where gcc 12 does not), then runs the cuda plugin's tests
+# (GPU conformance suite included) and vision_ops' tests (their CUDA
+# kernels now run on the cuda device), then a compute-sanitizer memcheck
+# over a sample of cuda kernels. Budget: about 8 minutes on 16 cores.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
+# The default g++ there is a wrapper whose output segfaults at import and
+# fails the ABI audit: the system compiler, for C, C++ and as CUDA host.
+export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+T=${TMPDIR:-/tmp}; SITE=${SITE:-$T/site}; LOG=${OUT:-$T/gpu-check}; mkdir -p "$LOG"
+PY=python3
+t0=$(date +%s)
+say() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$LOG/summary.txt"; }
+
+{ nvidia-smi; nvcc --version; /usr/bin/g++ --version | head -1; $PY --version; } > "$LOG/machine.txt" 2>&1
+say "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+
+if ! ls .whl/*.whl >/dev/null 2>&1; then
+  say "no wheels in .whl/ (run tools/fetch_gpu_wheels.sh on a machine with network first)"
+  exit 2
+fi
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target "$SITE" .whl/*.whl > "$LOG/wheels.log" 2>&1 || { say "wheel install failed"; exit 1; }
+export PYTHONPATH=$SITE
+
+# build PATH [extra -C options]: one pip build into $SITE, log per package.
+build() {
+  local p=$1; shift
+  local n; n=$(basename "$p"); local s; s=$(date +%s)
+  $PY -m pip install -q --no-build-isolation --no-deps --no-index --upgrade --target "$SITE" \
+    -Cbuild-dir="$T/build/$n" \
+    -Ccmake.define.CMAKE_CXX_COMPILER=/usr/bin/g++ -Ccmake.define.CMAKE_C_COMPILER=/usr/bin/gcc \
+    -Ccmake.define.CMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ "$@" "./$p" > "$LOG/build_$n.log" 2>&1
+  local rc=$?
+  say "build $p rc=$rc $(( $(date +%s) - s ))s"
+  return $rc
+}
+fail=0
+build sdk || fail=1
+build dragon_core || fail=1
+build plugins/cpu_eigen || fail=1
+build plugins/vision_ops -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 || fail=1
+build plugins/cuda || fail=1   # its own default: 80-real;90 (sm_80, sm_90 SASS + PTX)
+if [ $fail -ne 0 ]; then
+  say "a build failed: see $LOG/build_*.log"; tail -n 30 "$LOG"/build_*.log > "$LOG/build_tails.txt"
+  exit 1
+fi
+
+# cuBLAS for MatMul: the toolkit's copy and the nvidia-* wheels torch
+# brought (the plugin also searches the system loader path).
+NV=$($PY - <<'PYEOF' 2>/dev/null
+import os
+try:
+    import nvidia
+    paths = list(nvidia.__path__)
+except ImportError:
+    paths = []
+print(":".join(os.path.join(p, s, "lib") for p in paths for s in ("cu13", "cublas", "cudnn")
+               if os.path.isdir(os.path.join(p, s, "lib"))))
+PYEOF
+)
+export DRAGON_CUDA_LIBRARY_PATH="${DRAGON_CUDA_LIBRARY_PATH:+$DRAGON_CUDA_LIBRARY_PATH:}/usr/local/cuda/lib64${NV:+:$NV}"
+say "DRAGON_CUDA_LIBRARY_PATH=$DRAGON_CUDA_LIBRARY_PATH"
+
+# Outside the checkout, so that the installed packages (not the sources) load.
+(cd "$T" && $PY -m dragon_core info) > "$LOG/info.txt" 2>&1
+grep -A3 "^Devices" "$LOG/info.txt" | tee -a "$LOG/summary.txt"
+(cd "$T" && timeout 60 $PY - <<'PYEOF') > "$LOG/smoke.txt" 2>&1
+import numpy as np, dragon_core as dg, dragon_cuda
+print("count", dragon_cuda.device_count(), dragon_cuda.unavailable_reason())
+print(dragon_cuda.get_device_name(0))
+x = dg.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).to("cuda")
+print((x * x + x).numpy())
+print(dg.ops.matmul(x, x, transpose_b=True).numpy())
+print(dg.memory.stats("cuda:0"))
+PYEOF
+say "smoke rc=$? ($(tail -n 1 "$LOG/smoke.txt" | cut -c1-120))"
+
+t1=$(date +%s)
+timeout 330 $PY -m pytest -q -p no:cacheprovider -n 8 -rs --junitxml="$LOG/junit.xml" \
+  plugins/cuda/tests plugins/vision_ops/tests "$@" > "$LOG/pytest.log" 2>&1
+rc=$?
+tail -n 40 "$LOG/pytest.log"
+say "pytest rc=$rc $(( $(date +%s) - t1 ))s: $(tail -n 1 "$LOG/pytest.log")"
+
+if command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  timeout 90 "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+    plugins/cuda/tests/test_cuda_conformance.py \
+    -k "float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)" \
+    > "$LOG/memcheck.log" 2>&1
+  say "memcheck rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck.log" | tail -n 2 | tr '\n' ' '))"
+fi
+say "total $(( $(date +%s) - t0 ))s"
+exit $rc

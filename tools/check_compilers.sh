@@ -35,6 +35,7 @@ PREFIX="$SITE/dragon_sdk;$($VPY -m pybind11 --cmakedir)"
 build() {
   local name=$1 src=$2; shift 2
   local dir=$ROOT/build/compilers/$name
+  mkdir -p "$ROOT/build/compilers"
   echo "check-compilers: $name"
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DDRAGON_WERROR=ON \

@@ -38,7 +38,7 @@ build() {
   mkdir -p "$ROOT/build/compilers"
   echo "check-compilers: $name"
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DDRAGON_WERROR=ON \
+    -DCMAKE_CXX_COMPILER_LAUNCHER="$VENV/bin/ccache" -DDRAGON_WERROR=ON \
     -DPython_EXECUTABLE="$VPY" -DCMAKE_PREFIX_PATH="$PREFIX" "$@" >"$dir.log" 2>&1 \
     || { cat "$dir.log"; exit 1; }
   cmake --build "$dir" >>"$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }

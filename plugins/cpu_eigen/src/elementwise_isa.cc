@@ -21,8 +21,10 @@
 // GCC 12 reports (-Wmaybe-)uninitialized values inside its own AVX-512
 // intrinsics (the `__Y = __Y` idiom) when Eigen inlines them: false
 // positives in compiler headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #else
 #define CPU_EIGEN_EW_ISA_NAME "baseline"
 #endif

@@ -28,7 +28,9 @@
 // GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics
 // (the `__Y = __Y` idiom of _mm256_undefined_pd) when Eigen's packet
 // transposes inline them: a false positive in compiler headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "gemm.h"
 

@@ -55,7 +55,11 @@ build clang16-vision_ops plugins/vision_ops "${CLANG[@]}" -DDRAGON_VISION_CUDA=O
 
 ARM=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64
      -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc)
-build aarch64-core dragon_core "${ARM[@]}"
+# The core compiles against this Python's headers (no aarch64 Python here:
+# its pyconfig.h is the host's, with the same LP64 sizes as aarch64).
+PYINC=$($VPY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+build aarch64-core dragon_core "${ARM[@]}" -DPython_INCLUDE_DIR="$PYINC" \
+  -DPython_SOABI="cpython-$($VPY -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')-aarch64-linux-gnu"
 build aarch64-cpu_eigen plugins/cpu_eigen "${ARM[@]}"
 build aarch64-vision_ops plugins/vision_ops "${ARM[@]}" -DDRAGON_VISION_CUDA=OFF
 # What was built is aarch64 code, and cpu_eigen has no x86 ISA builds in it.

@@ -19,3 +19,33 @@ def test_werror_only_behind_the_dragon_werror_option():
             elif "-Werror" in code:
                 assert guarded, f"{cmake.relative_to(ROOT)}: -Werror outside if(DRAGON_WERROR)"
     assert "DRAGON_WERROR=ON" in (ROOT / "Makefile").read_text()
+
+
+CMAKES = [ROOT / "dragon_core" / "CMakeLists.txt",
+          *sorted((ROOT / "plugins").glob("*/CMakeLists.txt"))]
+
+
+def test_dragon_werror_defaults_off_everywhere():
+    """A user's `pip install` never gets -Werror: every project that has the
+    option declares it OFF by default."""
+    for cmake in CMAKES:
+        text = cmake.read_text()
+        if "-Werror" not in text:
+            continue
+        options = [ln for ln in text.splitlines() if ln.strip().startswith("option(DRAGON_WERROR")]
+        assert options, f"{cmake.relative_to(ROOT)}: -Werror without a DRAGON_WERROR option"
+        for ln in options:
+            assert ln.rstrip().endswith("OFF)"), f"{cmake.relative_to(ROOT)}: {ln.strip()}"
+
+
+def test_no_hard_coded_march():
+    """CPU features are chosen at run time: no library is compiled with a
+    fixed -march; only cpu_eigen's per-ISA object libraries get one, from
+    their MARCH argument, and only on x86-64."""
+    for cmake in [*CMAKES, *sorted((ROOT / "sdk" / "cmake").glob("*.cmake")),
+                  ROOT / "sdk" / "python" / "dragon_sdk" / "_template" / "CMakeLists.txt.tmpl"]:
+        for line in cmake.read_text().splitlines():
+            code = line.split("#", 1)[0]
+            if "-march" in code or "-mavx" in code or "-mcpu" in code:
+                assert "-march=${arg_MARCH}" in code, \
+                    f"{cmake.relative_to(ROOT)}: hard-coded CPU flag: {line.strip()}"

@@ -21,7 +21,7 @@ void BindGraph(py::module_& m) {
     }
     py::tuple out(key.size());
     for (size_t i = 0; i < key.size(); ++i) out[i] = py::int_(key[i]);
-    return std::move(out);
+    return py::object(std::move(out));
   });
   py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
       .def(py::init<std::string, int32_t, std::vector<int32_t>, std::vector<int32_t>>(),

@@ -294,7 +294,7 @@ py::object PackOutputs(const OpSchema& op, std::vector<Tensor>&& outs) {
   if (outs.size() == 1) return py::cast(std::move(outs[0]));
   py::tuple t(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(std::move(outs[i]));
-  return std::move(t);
+  return py::object(std::move(t));
 }
 
 py::dict AttrDefault(const AttrSchema& a) {
@@ -469,12 +469,12 @@ py::object AttrToPy(const DgAttrValue& v) {
     case DG_ATTR_INTS: {
       py::list l;
       for (int64_t i = 0; i < v.count; ++i) l.append(py::int_(v.ints[i]));
-      return std::move(l);
+      return py::object(std::move(l));
     }
     case DG_ATTR_FLOATS: {
       py::list l;
       for (int64_t i = 0; i < v.count; ++i) l.append(py::float_(v.floats[i]));
-      return std::move(l);
+      return py::object(std::move(l));
     }
   }
   return py::none();

@@ -48,16 +48,24 @@ void ParallelFor(int64_t n, Fn&& fn, int64_t cost = 1) {
   }
 }
 
-// 2, 3 or 4 for x86-64-v2/v3/v4: what this CPU runs, capped by
-// DRAGON_CPU_EIGEN_ISA=v2|v3 (for testing and benchmarking other builds).
+// 1, 2, 3 or 4: the x86-64 microarchitecture level this CPU runs (1 is the
+// plain x86-64 baseline the library is compiled for, and the only level on
+// other architectures), capped by DRAGON_CPU_EIGEN_ISA=base|v2|v3 (for
+// testing and benchmarking the other builds).
 inline int DetectIsaLevel() {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
 #if !defined(__clang__) && __GNUC__ >= 12
-  const bool v3 = __builtin_cpu_supports("x86-64-v3");
-  const bool v4 = __builtin_cpu_supports("x86-64-v4");
+  const bool v2 = __builtin_cpu_supports("x86-64-v2");
+  const bool v3 = v2 && __builtin_cpu_supports("x86-64-v3");
+  const bool v4 = v3 && __builtin_cpu_supports("x86-64-v4");
 #else
-  const bool v3 = __builtin_cpu_supports("avx2") &&
+  const bool v2 = __builtin_cpu_supports("sse3") &&
+                  __builtin_cpu_supports("ssse3") &&
+                  __builtin_cpu_supports("sse4.1") &&
+                  __builtin_cpu_supports("sse4.2") &&
+                  __builtin_cpu_supports("popcnt");
+  const bool v3 = v2 && __builtin_cpu_supports("avx2") &&
                   __builtin_cpu_supports("fma") &&
                   __builtin_cpu_supports("bmi2");
   const bool v4 = v3 && __builtin_cpu_supports("avx512f") &&
@@ -66,14 +74,15 @@ inline int DetectIsaLevel() {
                   __builtin_cpu_supports("avx512dq") &&
                   __builtin_cpu_supports("avx512vl");
 #endif
-  int level = v4 ? 4 : v3 ? 3 : 2;
+  int level = v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (const char* cap = std::getenv("DRAGON_CPU_EIGEN_ISA")) {
-    if (std::strcmp(cap, "v2") == 0) level = 2;
+    if (std::strcmp(cap, "base") == 0) level = 1;
+    if (std::strcmp(cap, "v2") == 0) level = std::min(level, 2);
     if (std::strcmp(cap, "v3") == 0) level = std::min(level, 3);
   }
   return level;
 #else
-  return 2;
+  return 1;
 #endif
 }
 

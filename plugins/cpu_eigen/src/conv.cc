@@ -33,6 +33,16 @@
 #include "common.h"
 #include "gemm/gemm.h"
 
+// GCC rewrites short copy/fill loops into memcpy/memset calls; the
+// attribute turns that off where rows are a few values. Other compilers
+// (clang) have no such attribute and get the plain function.
+#if defined(__GNUC__) && !defined(__clang__)
+#define CPU_EIGEN_NO_LOOP_TO_CALL \
+  __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define CPU_EIGEN_NO_LOOP_TO_CALL
+#endif
+
 namespace cpu_eigen {
 namespace {
 
@@ -40,14 +50,7 @@ namespace {
 
 template <typename T>
 void Gemm(const GemmCall<T>& call) {
-  static const int level = DetectIsaLevel();
-  if (level >= 4) {
-    gemm_v4::Gemm(call);
-  } else if (level == 3) {
-    gemm_v3::Gemm(call);
-  } else {
-    gemm_v2::Gemm(call);
-  }
+  GemmBest(call);
 }
 
 // C[n x m] = op(A)[n x k] * op(B)[k x m], one product.
@@ -146,7 +149,7 @@ int64_t Im2ColScratch(const Geom& g) {
 // no zero runs, no calls to memset/memcpy for rows of a few values (GCC's
 // loop-to-call rewriting is turned off for this function).
 template <typename T>
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) void Im2Col(
+CPU_EIGEN_NO_LOOP_TO_CALL void Im2Col(
     const Geom& g, const T* img, T* col, int64_t ld, T* pad) {
   const int64_t cg = g.cg();
   const bool padded = Padded(g);
@@ -186,7 +189,7 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) void Im2Col(
 // a zero-framed plane whose interior is then added to the image, so no
 // row is clipped.
 template <typename T>
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) void Col2ImAdd(
+CPU_EIGEN_NO_LOOP_TO_CALL void Col2ImAdd(
     const Geom& g, const T* col, int64_t ld, T* img, T* pad) {
   const int64_t cg = g.cg();
   const bool padded = Padded(g);

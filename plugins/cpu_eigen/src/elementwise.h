@@ -45,6 +45,7 @@ namespace cpu_eigen {
   extern const FloatKernels<double> kFloatKernelsF64                     \
       __attribute__((weak, visibility("hidden")));                       \
   }
+CPU_EIGEN_EW_DECLARE_WEAK_(ew_v2)
 CPU_EIGEN_EW_DECLARE_WEAK_(ew_v3)
 CPU_EIGEN_EW_DECLARE_WEAK_(ew_v4)
 #undef CPU_EIGEN_EW_DECLARE_WEAK_
@@ -74,18 +75,22 @@ const FloatKernels<T>& FloatKernelsFor() {
     const int level = DetectIsaLevel();
     const FloatKernels<T>* v4;
     const FloatKernels<T>* v3;
+    const FloatKernels<T>* v2;
     const FloatKernels<T>* base;
     if constexpr (std::is_same_v<T, float>) {
       v4 = &ew_v4::kFloatKernelsF32;
       v3 = &ew_v3::kFloatKernelsF32;
+      v2 = &ew_v2::kFloatKernelsF32;
       base = &ew_base::kFloatKernelsF32;
     } else {
       v4 = &ew_v4::kFloatKernelsF64;
       v3 = &ew_v3::kFloatKernelsF64;
+      v2 = &ew_v2::kFloatKernelsF64;
       base = &ew_base::kFloatKernelsF64;
     }
     if (level >= 4 && v4 != nullptr) return v4;
     if (level >= 3 && v3 != nullptr) return v3;
+    if (level >= 2 && v2 != nullptr) return v2;
     return base;
   }();
   return *chosen;

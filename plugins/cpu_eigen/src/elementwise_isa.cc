@@ -15,12 +15,16 @@
 #define Eigen CPU_EIGEN_EW_ISA_CAT_(Eigen_ew_, CPU_EIGEN_EW_ISA)
 #define CPU_EIGEN_EW_ISA_STR_INNER_(a) #a
 #define CPU_EIGEN_EW_ISA_STR_(a) CPU_EIGEN_EW_ISA_STR_INNER_(a)
+#ifndef CPU_EIGEN_EW_ISA_NAME
 #define CPU_EIGEN_EW_ISA_NAME "x86-64-" CPU_EIGEN_EW_ISA_STR_(CPU_EIGEN_EW_ISA)
+#endif
 // GCC 12 reports (-Wmaybe-)uninitialized values inside its own AVX-512
 // intrinsics (the `__Y = __Y` idiom) when Eigen inlines them: false
 // positives in compiler headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #else
 #define CPU_EIGEN_EW_ISA_NAME "baseline"
 #endif

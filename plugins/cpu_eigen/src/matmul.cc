@@ -8,9 +8,10 @@
 // is used in place, as a row-major or column-major matrix; others are
 // copied to a dense scratch buffer first.
 //
-// The products run in src/gemm/, built for three instruction sets; the best
-// one this CPU supports is picked at first use. DRAGON_CPU_EIGEN_ISA=v2|v3|v4
-// caps the choice (for testing and benchmarking the other builds).
+// The products run in src/gemm/, built for the baseline and (on x86-64) for
+// x86-64-v3 and -v4; the best one this CPU supports is picked at first use
+// (gemm_dispatch.cc). DRAGON_CPU_EIGEN_ISA=base|v2|v3 caps the choice (for
+// testing and benchmarking the other builds).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -25,47 +26,18 @@ namespace {
 
 // ------------------------------------------------------------ ISA choice
 
-enum class Isa { kV2 = 2, kV3 = 3, kV4 = 4 };
-
-Isa DetectIsa() { return static_cast<Isa>(DetectIsaLevel()); }
-
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kV4:
-      return gemm_v4::Describe();
-    case Isa::kV3:
-      return gemm_v3::Describe();
-    default:
-      return gemm_v2::Describe();
-  }
-}
-
-// The build to use, chosen once; the choice is logged (debug level).
-Isa SelectedIsa(const dg::KernelContext& ctx) {
-  static const Isa isa = [&ctx] {
-    const Isa chosen = DetectIsa();
-    const DgHostApi* host = ctx.frame()->host;
-    if (host && host->log) {
-      host->log(0, dg::Str("cpu_eigen MatMul uses ", IsaName(chosen)).c_str());
-    }
-    return chosen;
-  }();
-  return isa;
-}
-
+// Logs the GEMM build in use (debug level), once.
 template <typename T>
 void RunGemm(const dg::KernelContext& ctx, const GemmCall<T>& call) {
-  switch (SelectedIsa(ctx)) {
-    case Isa::kV4:
-      gemm_v4::Gemm(call);
-      break;
-    case Isa::kV3:
-      gemm_v3::Gemm(call);
-      break;
-    default:
-      gemm_v2::Gemm(call);
-      break;
-  }
+  static const bool logged = [&ctx] {
+    const DgHostApi* host = ctx.frame()->host;
+    if (host && host->log) {
+      host->log(0, dg::Str("cpu_eigen MatMul uses ", GemmBestDescribe()).c_str());
+    }
+    return true;
+  }();
+  (void)logged;
+  GemmBest(call);
 }
 
 // ------------------------------------------------------------ operands

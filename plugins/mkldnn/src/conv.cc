@@ -226,7 +226,8 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
   return true;
 }
 
-dnnl::primitive_attr ConvAttr(const ConvPlan& p) {
+// The convolution's attributes (the plan adds none today).
+dnnl::primitive_attr ConvAttr(const ConvPlan& /*plan*/) {
   dnnl::primitive_attr attr = Attr();
   return attr;
 }

@@ -24,13 +24,21 @@ struct GemmArgs {
   }
 };
 
+// GemmBlock is cloned for AVX-512 and AVX2 + FMA and chosen at load time by
+// the CPU (the library's baseline is plain x86-64) where the compiler can:
+// GCC on x86-64. Elsewhere (clang, which does not multiversion templates;
+// other architectures) it is one function for the baseline.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VISION_GEMM_CLONES \
+  __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#else
+#define VISION_GEMM_CLONES
+#endif
+
 // Rows i0 .. i0 + R - 1 of C += op(A) B: two rows of B at a time, columns
-// blocked so the R slices of C stay in L1 across the K loop. Cloned for
-// AVX-512 and AVX2 + FMA, chosen at load time by the CPU (the wheel's
-// baseline is x86-64-v2).
+// blocked so the R slices of C stay in L1 across the K loop.
 template <int R, typename T>
-__attribute__((target_clones("arch=skylake-avx512", "arch=haswell",
-                             "default"))) void
+VISION_GEMM_CLONES void
 GemmBlock(const GemmArgs<T>& g, int64_t i0) {
   constexpr int64_t kColumns = 512;
   T* c[R];

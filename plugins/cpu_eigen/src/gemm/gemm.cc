@@ -1,6 +1,6 @@
 // Batched GEMM on Eigen, built once per instruction set (see gemm.h).
 //
-// Three builds of this file live in one shared object. Inline functions and
+// Several builds of this file live in one shared object. Inline functions and
 // template instances with the same mangled name are merged by the linker,
 // which would let it pick, say, the AVX-512 copy of an Eigen kernel for the
 // baseline path. So this file renames Eigen's namespace (the `Eigen` macro
@@ -10,7 +10,7 @@
 // containers or strings). `nm -C` on the object lists the weak symbols;
 // all of them must sit in one of those two ISA-named namespaces.
 #ifndef DG_GEMM_ISA
-#error "build src/gemm/*.cc with -DDG_GEMM_ISA=v2|v3|v4 (see CMakeLists.txt)"
+#error "build src/gemm/*.cc with -DDG_GEMM_ISA=base|v3|v4 (see CMakeLists.txt)"
 #endif
 
 #define DG_GEMM_CAT_INNER_(a, b) a##b
@@ -18,13 +18,19 @@
 #define DG_GEMM_STR_INNER_(a) #a
 #define DG_GEMM_STR_(a) DG_GEMM_STR_INNER_(a)
 #define Eigen DG_GEMM_CAT_(Eigen_gemm_, DG_GEMM_ISA)
+// What Describe() reports: the -march of a per-ISA build, or the baseline.
+#ifndef DG_GEMM_ISA_NAME
+#define DG_GEMM_ISA_NAME "x86-64-" DG_GEMM_STR_(DG_GEMM_ISA)
+#endif
 // Threads are managed here (SplitProduct, batch loops), never by Eigen.
 #define EIGEN_DONT_PARALLELIZE
 
 // GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics
 // (the `__Y = __Y` idiom of _mm256_undefined_pd) when Eigen's packet
 // transposes inline them: a false positive in compiler headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "gemm.h"
 
@@ -153,7 +159,7 @@ void Gemm(const GemmCall<double>& call) { Run(call); }
 const char* Describe() {
   return "Eigen " DG_GEMM_STR_(EIGEN_WORLD_VERSION) "." DG_GEMM_STR_(
       EIGEN_MAJOR_VERSION) "." DG_GEMM_STR_(EIGEN_MINOR_VERSION) " GEMM, "
-                           "x86-64-" DG_GEMM_STR_(DG_GEMM_ISA);
+      DG_GEMM_ISA_NAME;
 }
 
 }  // namespace DG_GEMM_CAT_(gemm_, DG_GEMM_ISA)

@@ -1,11 +1,13 @@
 // The interface between matmul.cc and the GEMM translation units.
 //
-// src/gemm/*.cc are compiled three times, for x86-64-v2, -v3 and -v4
-// (CMakeLists.txt defines DG_GEMM_ISA to v2, v3 or v4), and each build puts
-// its functions in namespace cpu_eigen::gemm_<isa>. matmul.cc, built for
-// the baseline, picks one at run time. This header holds plain data and
-// declarations only, so it generates no code that the three builds could
-// share by accident.
+// src/gemm/*.cc are compiled once for the library's baseline (DG_GEMM_ISA
+// base: plain x86-64, or the target's default elsewhere) and, on x86-64,
+// again for x86-64-v3 and -v4 (CMakeLists.txt defines DG_GEMM_ISA to base,
+// v3 or v4, and CPU_EIGEN_X86_ISAS when the v3/v4 builds exist). Each build
+// puts its functions in namespace cpu_eigen::gemm_<isa>; GemmBest
+// (gemm_dispatch.cc, built for the baseline) picks one at run time. This
+// header holds plain data and declarations only, so it generates no code
+// that the builds could share by accident.
 #ifndef DRAGON_CPU_EIGEN_GEMM_GEMM_H_
 #define DRAGON_CPU_EIGEN_GEMM_GEMM_H_
 
@@ -43,11 +45,19 @@ struct GemmCall {
   const char* Describe();                  \
   }
 
-DG_GEMM_DECLARE_(gemm_v2)
+DG_GEMM_DECLARE_(gemm_base)
+#ifdef CPU_EIGEN_X86_ISAS
 DG_GEMM_DECLARE_(gemm_v3)
 DG_GEMM_DECLARE_(gemm_v4)
+#endif
 
 #undef DG_GEMM_DECLARE_
+
+// The build for the best instruction set this CPU has (DetectIsaLevel in
+// common.h), chosen once; defined in gemm_dispatch.cc.
+void GemmBest(const GemmCall<float>& call);
+void GemmBest(const GemmCall<double>& call);
+const char* GemmBestDescribe();
 
 }  // namespace cpu_eigen
 

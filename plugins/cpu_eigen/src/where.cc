@@ -40,7 +40,7 @@ inline void WhereLoop(const bool* c, const T* x, const T* y, T* out,
     std::memcpy(&b, y + i * SY, sizeof(U));
     const U m = static_cast<U>(0) - static_cast<U>(cb[i] != 0);
     const U r = (a & m) | (b & static_cast<U>(~m));
-    std::memcpy(out + i, &r, sizeof(U));
+    std::memcpy(static_cast<void*>(out + i), &r, sizeof(U));
   }
 }
 

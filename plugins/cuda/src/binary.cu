@@ -89,5 +89,30 @@ DGC_COMPARE(LogicalOr, LogicalOrF);
 
 #undef DGC_COMPARE
 
+
+// ------------------------------------------------------------ bitwise
+
+// BitwiseAnd/Or/Xor on bool and the integers, as cpu_eigen's bitwise_ops.cc
+// (on bool they are the logical ops). Computed in T itself: no widening.
+#define DGC_BITWISE(NAME, OP)                                          \
+  struct NAME##F {                                                     \
+    template <typename T>                                              \
+    __device__ T operator()(T a, T b) const {                          \
+      return static_cast<T>(a OP b);                                   \
+    }                                                                  \
+  };                                                                   \
+  template <typename T>                                                \
+  void NAME(dg::KernelContext& ctx) {                                  \
+    LaunchBinary<T, T, T>(ctx, NAME##F{});                             \
+  }                                                                    \
+  DG_KERNEL_EX(#NAME, "cuda", 0, kStrided, NAME, bool, int8_t, int16_t, \
+               int32_t, int64_t, uint8_t)
+
+DGC_BITWISE(BitwiseAnd, &);
+DGC_BITWISE(BitwiseOr, |);
+DGC_BITWISE(BitwiseXor, ^);
+
+#undef DGC_BITWISE
+
 }  // namespace
 }  // namespace dragon_cuda

@@ -121,6 +121,9 @@ CASES = {
         ("Equal", "equal"), ("NotEqual", "not_equal"), ("Less", "less"),
         ("LessEqual", "less_equal"), ("Greater", "greater"), ("GreaterEqual", "greater_equal"),
         ("LogicalAnd", "logical_and"), ("LogicalOr", "logical_or"))},
+    **{name: _binary(getattr(ops, py), dtypes=INTS + ("bool",), grad=False) for name, py in (
+        ("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
+        ("BitwiseXor", "bitwise_xor"))},
     "Where": [(lambda c, a, b: ops.where(c, a, b), [("b", (3, 1)), ("f", (1, 4)), ("f", (3, 4))],
                NUM, False)],
     "Cast": [(lambda x, d=d: ops.cast(x, dtype=d), [("f", (4, 5))], ALL, False)

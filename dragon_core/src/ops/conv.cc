@@ -20,47 +20,11 @@ namespace ops {
 namespace {
 
 // The per-axis geometry attributes, validated.
-struct ConvAttrs {
-  int64_t stride[2];
-  int64_t dilation[2];
-  int64_t pad_begin[2];  // top, left
-  int64_t pad_end[2];    // bottom, right
-  int64_t groups;
-};
+using ConvAttrs = ConvGeometryAttrs<2>;
 
-// Reads strides, pads, dilations and groups, rejecting malformed values.
 ConvAttrs ReadConvAttrs(const dg::InferContext& ctx) {
-  ConvAttrs a;
-  const Shape strides = ctx.ints("strides");
-  const Shape dilations = ctx.ints("dilations");
-  const Shape pads = ctx.ints("pads");
-  DG_CHECK(strides.size() == 2, DG_INVALID_ARGUMENT,
-           "strides must hold 2 values (height, width), got ",
-           ShapeStr(strides));
-  DG_CHECK(dilations.size() == 2, DG_INVALID_ARGUMENT,
-           "dilations must hold 2 values (height, width), got ",
-           ShapeStr(dilations));
-  DG_CHECK(pads.size() == 2 || pads.size() == 4, DG_INVALID_ARGUMENT,
-           "pads must hold 2 values (height, width) or 4 (top, left, bottom, "
-           "right), got ", ShapeStr(pads));
-  for (int i = 0; i < 2; ++i) {
-    DG_CHECK(strides[i] >= 1, DG_INVALID_ARGUMENT,
-             "strides must be positive, got ", ShapeStr(strides));
-    DG_CHECK(dilations[i] >= 1, DG_INVALID_ARGUMENT,
-             "dilations must be positive, got ", ShapeStr(dilations));
-    a.stride[i] = strides[i];
-    a.dilation[i] = dilations[i];
-    a.pad_begin[i] = pads[i];
-    a.pad_end[i] = pads.size() == 4 ? pads[i + 2] : pads[i];
-  }
-  for (int64_t p : pads) {
-    DG_CHECK(p >= 0, DG_INVALID_ARGUMENT, "pads must be non-negative, got ",
-             ShapeStr(pads));
-  }
-  a.groups = ctx.i("groups");
-  DG_CHECK(a.groups >= 1, DG_INVALID_ARGUMENT, "groups must be >= 1, got ",
-           a.groups);
-  return a;
+  return ReadConvGeometryAttrs<2>(ctx, "height, width",
+                                  "top, left, bottom, right");
 }
 
 // Checks that `shape` (named `what`) is NCHW.

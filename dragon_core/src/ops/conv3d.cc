@@ -16,41 +16,11 @@ namespace {
 
 const char* const kAxes[3] = {"depth", "height", "width"};
 
-struct Geo3 {
-  int64_t stride[3], dilation[3], pad_begin[3], pad_end[3], groups;
-};
+using Geo3 = ConvGeometryAttrs<3>;
 
 Geo3 ReadGeo3(const dg::InferContext& ctx) {
-  Geo3 a;
-  const Shape s = ctx.ints("strides"), d = ctx.ints("dilations"),
-              p = ctx.ints("pads");
-  DG_CHECK(s.size() == 3, DG_INVALID_ARGUMENT,
-           "strides must hold 3 values (depth, height, width), got ",
-           ShapeStr(s));
-  DG_CHECK(d.size() == 3, DG_INVALID_ARGUMENT,
-           "dilations must hold 3 values (depth, height, width), got ",
-           ShapeStr(d));
-  DG_CHECK(p.size() == 3 || p.size() == 6, DG_INVALID_ARGUMENT,
-           "pads must hold 3 values (both sides) or 6 (begin d, h, w, end d, "
-           "h, w), got ", ShapeStr(p));
-  for (int i = 0; i < 3; ++i) {
-    DG_CHECK(s[i] >= 1, DG_INVALID_ARGUMENT, "strides must be positive, got ",
-             ShapeStr(s));
-    DG_CHECK(d[i] >= 1, DG_INVALID_ARGUMENT,
-             "dilations must be positive, got ", ShapeStr(d));
-    a.stride[i] = s[i];
-    a.dilation[i] = d[i];
-    a.pad_begin[i] = p[i];
-    a.pad_end[i] = p.size() == 6 ? p[i + 3] : p[i];
-  }
-  for (int64_t v : p) {
-    DG_CHECK(v >= 0, DG_INVALID_ARGUMENT, "pads must be non-negative, got ",
-             ShapeStr(p));
-  }
-  a.groups = ctx.i("groups");
-  DG_CHECK(a.groups >= 1, DG_INVALID_ARGUMENT, "groups must be >= 1, got ",
-           a.groups);
-  return a;
+  return ReadConvGeometryAttrs<3>(ctx, "depth, height, width",
+                                  "begin d, h, w, end d, h, w");
 }
 
 void CheckRank5(const Shape& s, const char* what, const char* layout) {

@@ -159,6 +159,54 @@ inline void SameAsInput(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), ctx.input(0).shape());
 }
 
+
+// Strides, dilations, pads and groups of an N-d convolution (N spatial axes),
+// validated. `axes` names the axes in messages ("height, width"); pads hold
+// N values (both sides alike) or 2N (`pads_layout`: the N begins, then the N
+// ends).
+template <int N>
+struct ConvGeometryAttrs {
+  int64_t stride[N];
+  int64_t dilation[N];
+  int64_t pad_begin[N];
+  int64_t pad_end[N];
+  int64_t groups;
+};
+
+template <int N>
+ConvGeometryAttrs<N> ReadConvGeometryAttrs(const dg::InferContext& ctx,
+                                           const char* axes,
+                                           const char* pads_layout) {
+  ConvGeometryAttrs<N> a;
+  const Shape s = ctx.ints("strides"), d = ctx.ints("dilations"),
+              p = ctx.ints("pads");
+  DG_CHECK(Rank(s) == N, DG_INVALID_ARGUMENT, "strides must hold ", N,
+           " values (", axes, "), got ", ShapeStr(s));
+  DG_CHECK(Rank(d) == N, DG_INVALID_ARGUMENT, "dilations must hold ", N,
+           " values (", axes, "), got ", ShapeStr(d));
+  DG_CHECK(Rank(p) == N || Rank(p) == 2 * N, DG_INVALID_ARGUMENT,
+           "pads must hold ", N, " values (", axes, ") or ", 2 * N, " (",
+           pads_layout, "), got ", ShapeStr(p));
+  for (int i = 0; i < N; ++i) {
+    DG_CHECK(s[i] >= 1, DG_INVALID_ARGUMENT, "strides must be positive, got ",
+             ShapeStr(s));
+    DG_CHECK(d[i] >= 1, DG_INVALID_ARGUMENT,
+             "dilations must be positive, got ", ShapeStr(d));
+    a.stride[i] = s[i];
+    a.dilation[i] = d[i];
+    a.pad_begin[i] = p[i];
+    a.pad_end[i] = Rank(p) == 2 * N ? p[i + N] : p[i];
+  }
+  for (int64_t v : p) {
+    DG_CHECK(v >= 0, DG_INVALID_ARGUMENT, "pads must be non-negative, got ",
+             ShapeStr(p));
+  }
+  a.groups = ctx.i("groups");
+  DG_CHECK(a.groups >= 1, DG_INVALID_ARGUMENT, "groups must be >= 1, got ",
+           a.groups);
+  return a;
+}
+
 }  // namespace ops
 }  // namespace dragon
 

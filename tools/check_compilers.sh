@@ -59,11 +59,18 @@ build clang16-vision_ops plugins/vision_ops "${CLANG[@]}" -DDRAGON_VISION_CUDA=O
 # preprocessed file holding CUDA's own headers, so -Wunused-function fires
 # on their unused `static inline` helpers (cuda_fp16.hpp): it is off for
 # the .cu files only. Only PTX is generated (compute_90): the check is the
-# host compiler's, and it skips ptxas.
+# host compiler's, and it skips ptxas. The host compiler is given as
+# CUDAHOSTCXX, not -DCMAKE_CUDA_HOST_COMPILER: the plugin's check_language
+# (CUDA) probes nvcc before that cache entry is read, and CMake would keep
+# the default host compiler (gcc); the check below makes sure it did not.
 if command -v nvcc >/dev/null; then
-  build clang16-cuda plugins/cuda "${CLANG[@]}" -DCMAKE_CUDA_HOST_COMPILER=clang++-16 \
+  export CUDAHOSTCXX=clang++-16
+  build clang16-cuda plugins/cuda "${CLANG[@]}" \
     -DCMAKE_CUDA_COMPILER_LAUNCHER="$VENV/bin/ccache" -DCMAKE_CUDA_ARCHITECTURES=90-virtual \
     -DCMAKE_CUDA_FLAGS=-Xcompiler=-Wno-unused-function
+  unset CUDAHOSTCXX
+  grep -q 'CMAKE_CUDA_HOST_COMPILER_ID "Clang"' "$ROOT"/build/compilers/clang16-cuda/CMakeFiles/*/CMakeCUDACompiler.cmake \
+    || { echo "check-compilers: nvcc's host compiler is not clang 16"; exit 1; }
 fi
 
 ARM=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64

@@ -90,7 +90,14 @@ DIST       := dist
 WHEELRAW   := build/wheels-raw
 WHEELHOUSE := build/wheelhouse
 PIPW       := $(PIP) wheel -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR) -w $(WHEELRAW)
-WHEEL_SRCS := sdk dragon_core plugins/cpu_eigen plugins/mkldnn plugins/vision_ops
+# dragon-cuda needs nvcc, as for `make install`: without it, no cuda wheel
+# (and tools/wheels.py check does not ask for one).
+WHEEL_SRCS := sdk dragon_core plugins/cpu_eigen plugins/mkldnn plugins/vision_ops \
+              $(if $(HAVE_NVCC),plugins/cuda)
+# The wheelhouse holds the dependencies of the wheels `make wheels-test`
+# installs offline, not those of every wheel: dragon-cuda's nvidia-* wheels
+# (cuBLAS, cuDNN) are about 1 GB and that test never installs them.
+WHEELS_OFFLINE := dragon_sdk dragon_core dragon_cpu_eigen dragon_mkldnn dragon_vision_ops
 
 .PHONY: wheels wheels-test check-compilers
 
@@ -103,10 +110,16 @@ wheels: install
 	$(PIPW) -Cbuild-dir=build/vision_ops \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/vision_ops
+ifneq ($(HAVE_NVCC),)
+	$(PIPW) -Cbuild-dir=build/cuda \
+	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
+	  ./plugins/cuda
+endif
 	for d in $(WHEEL_SRCS); do $(VPY) -m build -q --sdist --no-isolation -o $(DIST) ./$$d || exit 1; done
 	$(VPY) tools/wheels.py repair $(WHEELRAW) $(DIST)
-	$(VPY) tools/wheels.py check $(DIST)
-	$(PIP) download -q --only-binary :all: -d $(WHEELHOUSE) --find-links $(DIST) $(DIST)/*.whl
+	$(VPY) tools/wheels.py check $(if $(HAVE_NVCC),--cuda) $(DIST)
+	$(PIP) download -q --only-binary :all: -d $(WHEELHOUSE) --find-links $(DIST) \
+	  $(foreach w,$(WHEELS_OFFLINE),$(DIST)/$(w)-*.whl)
 	rm -f $(WHEELHOUSE)/dragon_*
 
 # A fresh venv with no compiler on PATH installs from dist/ only; then a

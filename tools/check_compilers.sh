@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Portability check (`make check-compilers`, run by .ci/run):
 #  1. clang 16 (Debian's) compiles the core and every plugin with
-#     -DDRAGON_WERROR=ON: warning-free with a second compiler;
+#     -DDRAGON_WERROR=ON: warning-free with a second compiler (the cuda
+#     plugin when nvcc is on PATH, clang 16 as nvcc's host compiler);
 #  2. Debian's aarch64 cross compiler configures and compiles the core,
 #     cpu_eigen and vision_ops for aarch64 (compile and link only: nothing
 #     runs). mkldnn is x86-64 only here (the oneDNN wheel it builds against
@@ -52,6 +53,25 @@ build clang16-core dragon_core "${CLANG[@]}"
 build clang16-cpu_eigen plugins/cpu_eigen "${CLANG[@]}"
 build clang16-mkldnn plugins/mkldnn "${CLANG[@]}"
 build clang16-vision_ops plugins/vision_ops "${CLANG[@]}" -DDRAGON_VISION_CUDA=OFF
+# The cuda plugin, when nvcc is on PATH (as for `make install`): clang 16
+# compiles its C++ files and is nvcc's host compiler for the .cu files
+# (CUDA 13 supports clang 3.3-20 as host compiler). nvcc hands clang one
+# preprocessed file holding CUDA's own headers, so -Wunused-function fires
+# on their unused `static inline` helpers (cuda_fp16.hpp): it is off for
+# the .cu files only. Only PTX is generated (compute_90): the check is the
+# host compiler's, and it skips ptxas. The host compiler is given as
+# CUDAHOSTCXX, not -DCMAKE_CUDA_HOST_COMPILER: the plugin's check_language
+# (CUDA) probes nvcc before that cache entry is read, and CMake would keep
+# the default host compiler (gcc); the check below makes sure it did not.
+if command -v nvcc >/dev/null; then
+  export CUDAHOSTCXX=clang++-16
+  build clang16-cuda plugins/cuda "${CLANG[@]}" \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER="$VENV/bin/ccache" -DCMAKE_CUDA_ARCHITECTURES=90-virtual \
+    -DCMAKE_CUDA_FLAGS=-Xcompiler=-Wno-unused-function
+  unset CUDAHOSTCXX
+  grep -q 'CMAKE_CUDA_HOST_COMPILER_ID "Clang"' "$ROOT"/build/compilers/clang16-cuda/CMakeFiles/*/CMakeCUDACompiler.cmake \
+    || { echo "check-compilers: nvcc's host compiler is not clang 16"; exit 1; }
+fi
 
 ARM=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64
      -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc)

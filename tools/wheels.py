@@ -4,7 +4,7 @@
 Usage::
 
     python tools/wheels.py repair RAW DIST   # manylinux tags -> DIST
-    python tools/wheels.py check DIST        # what DIST must hold
+    python tools/wheels.py check [--cuda] DIST   # what DIST must hold
 
 ``repair`` runs ``auditwheel repair`` on every platform wheel in RAW. The
 libraries that come from elsewhere are excluded, never copied into a wheel:
@@ -15,10 +15,14 @@ runtime per process) and the NVIDIA libraries (the driver, and the
 wheel the most compatible manylinux tag its symbol versions allow.
 
 ``check`` fails (exit 1, one line per problem) unless DIST holds, for each
-of the five distributions, one wheel and one sdist; the core's wheel is
+of the five distributions (six with ``--cuda``: ``make wheels`` passes it
+when nvcc is on PATH; a dragon-cuda wheel found without it is checked all
+the same), one wheel and one sdist; the core's wheel is
 tagged for the running CPython and every plugin's ``py3-none-manylinux_*``;
 no wheel vendors a library (no ``*.libs/`` folder, no shared object but the
-project's own); every METADATA has a license, URLs, classifiers,
+project's own); dragon-cuda's library needs no NVIDIA library at load time
+(the CUDA runtime is static, cuBLAS/cuDNN are opened with ``dlopen``) and its
+METADATA names the ``nvidia-*`` wheels that provide them; every METADATA has a license, URLs, classifiers,
 ``Requires-Python`` and a description; the core declares the backend extras;
 and ``twine check --strict`` passes.
 """
@@ -54,7 +58,14 @@ DISTS = {
     "dragon-mkldnn": ("dragon_mkldnn", {"dragon_mkldnn/libdragon_mkldnn.so"}),
     "dragon-vision-ops": ("dragon_vision_ops", {"dragon_vision_ops/libdragon_vision_ops.so"}),
 }
-PLUGINS = ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops")
+CUDA = {"dragon-cuda": ("dragon_cuda", {"dragon_cuda/libdragon_cuda.so"})}
+PLUGINS = ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops", "dragon-cuda")
+# What dragon-cuda's library may not need at load time (DT_NEEDED): any
+# CUDA/NVIDIA library. It must load on a machine with no GPU and no driver.
+NVIDIA_NEEDED = ("libcuda", "libcudart", "libcublas", "libcudnn", "libnv", "libcufft",
+                 "libcurand", "libcusparse", "libcusolver", "libnccl")
+# The run-time libraries dragon-cuda opens, as wheel dependencies.
+CUDA_REQUIRES = ("nvidia-cublas", "nvidia-cudnn")
 CORE_EXTRAS = {"cpu", "mkldnn", "vision", "cuda", "all"}
 
 
@@ -80,13 +91,33 @@ def _metadata(wheel: Path) -> email.message.Message:
         return email.parser.Parser().parsestr(z.read(name).decode())
 
 
-def check(dist: Path) -> list[str]:
-    """Return the problems with ``dist`` (empty when it is as described)."""
+def _needed(wheel: Path, member: str) -> list[str]:
+    """The DT_NEEDED entries of the shared object ``member`` of ``wheel``."""
+    from elftools.elf.dynamic import DynamicSection  # pyelftools: auditwheel's
+    from elftools.elf.elffile import ELFFile
+
+    with zipfile.ZipFile(wheel) as z, tempfile.TemporaryFile() as f:
+        f.write(z.read(member))
+        f.seek(0)
+        elf = ELFFile(f)
+        return [tag.needed for sec in elf.iter_sections() if isinstance(sec, DynamicSection)
+                for tag in sec.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+
+
+def check(dist: Path, cuda: bool = False) -> list[str]:
+    """Return the problems with ``dist`` (empty when it is as described).
+
+    With ``cuda`` DIST must also hold dragon-cuda; without it a dragon-cuda
+    wheel that is there is checked all the same.
+    """
     problems = []
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     wheels = sorted(dist.glob("*.whl"))
     sdists = sorted(dist.glob("*.tar.gz"))
-    for name, (prefix, own) in DISTS.items():
+    expected = dict(DISTS)
+    if cuda or any(w.name.startswith("dragon_cuda-") for w in wheels):
+        expected.update(CUDA)
+    for name, (prefix, own) in expected.items():
         mine = [w for w in wheels if w.name.startswith(prefix + "-")]
         if len(mine) != 1:
             problems.append(f"{name}: expected one wheel in {dist}, found {[w.name for w in mine]}")
@@ -120,6 +151,16 @@ def check(dist: Path) -> list[str]:
             problems.append(f"{wheel.name}: METADATA has no Classifier")
         if not meta.get_payload().strip():
             problems.append(f"{wheel.name}: METADATA has no description")
+        if name == "dragon-cuda":
+            for so in (n for n in libs if n in own):
+                bad = [lib for lib in _needed(wheel, so) if lib.startswith(NVIDIA_NEEDED)]
+                if bad:
+                    problems.append(f"{wheel.name}: {so} needs {bad} at load time "
+                                    "(static cudart and dlopen expected)")
+            requires = " ".join(meta.get_all("Requires-Dist") or [])
+            for req in CUDA_REQUIRES:
+                if req not in requires:
+                    problems.append(f"{wheel.name}: METADATA does not require {req}")
         if name == "dragon-core":
             extras = set(meta.get_all("Provides-Extra") or [])
             if not CORE_EXTRAS <= extras:
@@ -138,8 +179,10 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "repair":
         repair(Path(argv[1]), Path(argv[2]))
         return 0
+    cuda = "--cuda" in argv
+    argv = [a for a in argv if a != "--cuda"]
     if len(argv) == 2 and argv[0] == "check":
-        problems = check(Path(argv[1]))
+        problems = check(Path(argv[1]), cuda=cuda)
         for p in problems:
             print(f"wheels check: {p}", file=sys.stderr)
         if not problems:

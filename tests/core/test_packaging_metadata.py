@@ -17,7 +17,15 @@ else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECTS = ["sdk", "dragon_core", "plugins/cpu_eigen", "plugins/mkldnn", "plugins/vision_ops"]
+PROJECTS = ["sdk", "dragon_core", "plugins/cpu_eigen", "plugins/mkldnn", "plugins/vision_ops",
+            "plugins/cuda"]
+
+
+def test_every_plugin_is_listed():
+    """A new plugin folder gets its metadata checked too."""
+    plugins = {f"plugins/{d.name}" for d in (ROOT / "plugins").iterdir()
+               if (d / "pyproject.toml").is_file()}
+    assert plugins <= set(PROJECTS), sorted(plugins - set(PROJECTS))
 
 
 @pytest.mark.parametrize("folder", PROJECTS)

@@ -672,11 +672,6 @@ def _no_bool_sub(a, b):
                            "`logical_not()` operator instead.")
 
 
-def _all_bool(a, b) -> bool:
-    return all((x.dtype.name == "bool") if isinstance(x, Tensor) else isinstance(x, bool)
-               for x in (a, b))
-
-
 def _compare(name, a, b):
     if isinstance(b, Tensor) and a._t._dtype_code == b._t._dtype_code:
         return _w(getattr(_ops, name)(a._t, b._t))

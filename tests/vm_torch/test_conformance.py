@@ -1133,3 +1133,11 @@ def test_floor_divide_does_not_record():
     assert (x % 2).requires_grad and vt.fmod(x, 2).requires_grad
     (vt.div(x, 2, rounding_mode="floor") * 1.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+
+
+def test_atan2_quadrants_and_signed_zeros():
+    y = np.array([0.0, -0.0, 0.0, -0.0, 1.0, -1.0, 1.0, -1.0, 0.0, -0.0, 2.0], np.float32)
+    x = np.array([0.0, 0.0, -0.0, -0.0, 0.0, 0.0, -1.0, -1.0, -3.0, -3.0, np.inf], np.float32)
+    check(lambda T, a, b: (T.atan2(a, b), a.atan2(b)), [y, x], grad=False)
+    check(lambda T, a, b: T.atan2(a, b), [((3, 4), F32), ((4,), "float64")])
+    check(lambda T, a, b: T.atan2(a, b), [((3, 4), "int64"), ((4,), "int32")], grad=False)

@@ -363,10 +363,14 @@ def atan2(input, other):
     dev = ref._t.device if isinstance(ref, Tensor) else None
     y, x = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
     base = _ops.atan(_ops.div(y, x))
-    pi = _ops.where(_ops.less(y, 0.0), _ops.mul(_ops.add(_ops.mul(y, 0.0), 1.0), -math.pi),
-                    _ops.add(_ops.mul(y, 0.0), math.pi))
-    out = _ops.where(_ops.less(x, 0.0), _ops.add(base, pi), base)
-    return _w(out)
+    # signed zeros as C's atan2: (+-0, +0) -> +-0, (+-0, -0) -> +-pi
+    both0 = _ops.logical_and(_ops.equal(y, 0.0), _ops.equal(x, 0.0))
+    base = _ops.where(both0, y, base)
+    ones = _ops.add(_ops.mul(base, 0.0), 1.0)
+    y_neg = _ops.less(_ops.div(ones, y), 0.0)   # sign bit (1/-0 = -inf)
+    x_neg = _ops.less(_ops.div(ones, x), 0.0)
+    pi = _ops.where(y_neg, _ops.mul(ones, -math.pi), _ops.mul(ones, math.pi))
+    return _w(_ops.where(x_neg, _ops.add(base, pi), base))
 
 
 @_both

@@ -1141,3 +1141,11 @@ def test_atan2_quadrants_and_signed_zeros():
     check(lambda T, a, b: (T.atan2(a, b), a.atan2(b)), [y, x], grad=False)
     check(lambda T, a, b: T.atan2(a, b), [((3, 4), F32), ((4,), "float64")])
     check(lambda T, a, b: T.atan2(a, b), [((3, 4), "int64"), ((4,), "int32")], grad=False)
+
+
+@pytest.mark.parametrize("dt", ["int64", "int32", "int16", "int8", "uint8"])
+def test_shift_counts_out_of_range(dt):
+    """Counts < 0 or >= the bit width: 0 (>> of a negative: -1), as torch."""
+    a = np.array([5, -7, 100, 1, -1, 3]).astype(dt)
+    b = np.array([64, 70, 8, -1, 200 if dt == "uint8" else 31, 16]).astype(dt)
+    check(lambda T, x, y: (x << y, x >> y), [a, b], grad=False)

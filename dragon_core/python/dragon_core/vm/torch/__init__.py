@@ -167,10 +167,6 @@ _ALTERNATIVES = {
     "func": "torch.autograd.grad",
     "quantization": "float32 models",
     "hub": "loading weights with torch.load from a local file",
-    "atan": "dragon_core ops (no Atan op yet)",
-    "asin": "dragon_core ops (no Asin op yet)",
-    "acos": "dragon_core ops (no Acos op yet)",
-    "erf": "torch.nn.functional.gelu for GELU (no Erf op yet)",
     "lgamma": "dragon_core ops (no Lgamma op yet)",
 }
 

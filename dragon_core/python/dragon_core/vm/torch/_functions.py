@@ -90,7 +90,20 @@ _unary("reciprocal", _ops.reciprocal)
 _unary("expm1", lambda t: _ops.sub(_ops.exp(t), 1.0))
 _unary("log2", lambda t: _ops.mul(_ops.log(t), 1.0 / math.log(2.0)))
 _unary("log10", lambda t: _ops.mul(_ops.log(t), 1.0 / math.log(10.0)))
-_unary("tan", lambda t: _ops.div(_ops.sin(t), _ops.cos(t)))
+_unary("tan", _ops.tan)
+_unary("asin", _ops.asin)
+_unary("acos", _ops.acos)
+_unary("atan", _ops.atan)
+_unary("sinh", _ops.sinh)
+_unary("cosh", _ops.cosh)
+_unary("asinh", _ops.asinh)
+_unary("acosh", _ops.acosh)
+_unary("atanh", _ops.atanh)
+_unary("erf", _ops.erf)
+for _alias, _n in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
+                   ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctanh", "atanh")):
+    _EXPORTS[_alias] = _EXPORTS[_n]
+    setattr(Tensor, _alias, _EXPORTS[_n])
 _unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
@@ -156,6 +169,55 @@ def logical_xor(input, other):
     return _w(_ops.not_equal(_bool(input), _bool(other)))
 
 
+def _bitwise(opname, what, input, other, shift=False):
+    dt = D.result_type(input, other)
+    if dt.is_floating_point or (shift and dt == D.DTYPES["bool"]):
+        raise RuntimeError(f"\"{what}_cpu\" not implemented for "
+                           f"'{'Bool' if dt == D.DTYPES['bool'] else dt.name.title()}'")
+    ref = input if isinstance(input, Tensor) else other
+    dev = ref._t.device if isinstance(ref, Tensor) else None
+    return _w(getattr(_ops, opname)(_as_dg(input, dt, dev), _as_dg(other, dt, dev)))
+
+
+@_both
+def bitwise_and(input, other):
+    """``torch.bitwise_and`` (``&``): integers and bool, native BitwiseAnd."""
+    return _bitwise("bitwise_and", "bitwise_and", input, other)
+
+
+@_both
+def bitwise_or(input, other):
+    """``torch.bitwise_or`` (``|``): integers and bool, native BitwiseOr."""
+    return _bitwise("bitwise_or", "bitwise_or", input, other)
+
+
+@_both
+def bitwise_xor(input, other):
+    """``torch.bitwise_xor`` (``^``): integers and bool, native BitwiseXor."""
+    return _bitwise("bitwise_xor", "bitwise_xor", input, other)
+
+
+@_both
+def bitwise_left_shift(input, other):
+    """``torch.bitwise_left_shift`` (``<<``): integers, wrapping."""
+    return _bitwise("left_shift", "lshift", input, other, shift=True)
+
+
+@_both
+def bitwise_right_shift(input, other):
+    """``torch.bitwise_right_shift`` (``>>``): integers, arithmetic."""
+    return _bitwise("right_shift", "rshift", input, other, shift=True)
+
+
+@_both
+def bitwise_not(input):
+    """``torch.bitwise_not`` (``~``): integers and bool."""
+    if input.dtype.is_floating_point:
+        raise RuntimeError(f"\"bitwise_not_cpu\" not implemented for "
+                           f"'{input.dtype.name.title()}'")
+    return _w(_ops.bitwise_not(input._t))
+
+
 @_both
 def add(input, other, *, alpha=1):
     if alpha != 1:
@@ -190,11 +252,9 @@ def div(input, other, *, rounding_mode=None):
     if rounding_mode is None:
         return _binary("div", input, other, _float_dt(input, other))
     if rounding_mode == "floor":
-        return floor_divide(input, other)
+        return _int_division("floor_divide", input, other, "div")
     if rounding_mode == "trunc":
-        dt = D.result_type(input, other)
-        q = _binary("div", input, other, _float_dt(input, other))
-        return trunc(q).to(dt)
+        return _int_division("trunc_divide", input, other, "div")
     raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but "
                      f"found '{rounding_mode}'")
 
@@ -205,39 +265,57 @@ Tensor.divide = div
 Tensor.true_divide = div
 
 
+def _int_division(opname, input, other, what, grad="zero"):
+    """``dragon_core.ops.<opname>`` (FloorDivide, TruncDivide, Mod, Fmod) in
+    torch's result dtype. Integer division by zero raises as torch does
+    (``ZeroDivisionError``). ``grad``: "zero" (torch's zero gradient of
+    ``div(rounding_mode=...)``), "native" (Mod/Fmod's own gradient) or
+    "none" (torch has no derivative: the result does not record)."""
+    dt = D.result_type(input, other)
+    if dt == D.DTYPES["bool"]:
+        raise RuntimeError(f"\"{what}_cpu\" not implemented for 'Bool'")
+    ref = input if isinstance(input, Tensor) else other
+    dev = ref._t.device if isinstance(ref, Tensor) else None
+    a, b = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
+    if not dt.is_floating_point and b.size and bool(_ops.equal(b, 0).numpy().any()):
+        raise RuntimeError("ZeroDivisionError")
+    if grad == "none":
+        a = a.detach() if _records(a) else a
+        b = b.detach() if _records(b) else b
+    out = getattr(_ops, opname)(a, b)
+    if grad == "zero" and (_records(a) or _records(b)):
+        # piecewise-constant: torch gives zero gradients, not none
+        zero = _ops.mul(a, 0.0) if _records(a) else None
+        if _records(b):
+            zb = _ops.mul(b, 0.0)
+            zero = zb if zero is None else _ops.add(zero, zb)
+        out = _ops.add(out, zero)
+    return _w(out)
+
+
 @_both
 def floor_divide(input, other):
-    dt = D.result_type(input, other)
-    if dt.is_floating_point:
-        q = _binary("div", input, other, dt)
-        return _w(_ops.floor(q._t))
-    a = _as_dg(input, D.DTYPES["float64"])
-    b = _as_dg(other, D.DTYPES["float64"])
-    if bool(_ops.equal(b, 0.0).numpy().any()) if b.ndim else float(b.numpy()) == 0:
-        raise RuntimeError("ZeroDivisionError")
-    return _w(_ops.cast(_ops.floor(_ops.div(a, b)), dt._dg))
+    """``torch.floor_divide`` / ``//``: the native FloorDivide (Python's
+    rounding toward -inf). torch defines no derivative for it, so the result
+    does not record (a constant for autograd)."""
+    return _int_division("floor_divide", input, other, "floor_divide", grad="none")
 
 
 @_both
 def remainder(input, other):
-    dt = D.result_type(input, other)
-    if dt.is_floating_point:
-        a, b = _as_dg(input, dt), _as_dg(other, dt)
-        return _w(_ops.sub(a, _ops.mul(_ops.floor(_ops.div(a, b)), b)))
-    a = _as_dg(input, D.DTYPES["int64"])
-    b = _as_dg(other, D.DTYPES["int64"])
-    q = floor_divide(_w(a), _w(b))._t
-    return _w(_ops.cast(_ops.sub(a, _ops.mul(q, b)), dt._dg))
+    """``torch.remainder`` / ``%``: the native Mod, Python's sign rule (the
+    result has the sign of ``other``). Differentiable in ``input`` and a
+    Tensor ``other``; ``Number % Tensor`` has no derivative in torch and
+    does not record."""
+    return _int_division("mod", input, other, "remainder",
+                         grad="none" if not isinstance(input, Tensor) else "native")
 
 
 @_both
 def fmod(input, other):
-    dt = D.result_type(input, other)
-    a, b = _as_dg(input, D.DTYPES["float64"] if not dt.is_floating_point else dt), None
-    b = _as_dg(other, D.BY_CODE[a._dtype_code])
-    q = _ops.div(a, b)
-    q = _ops.mul(_ops.sign(q), _ops.floor(_ops.abs(q)))
-    return _w(_ops.cast(_ops.sub(a, _ops.mul(q, b)), dt._dg))
+    """``torch.fmod``: the native Fmod, C's sign rule (the sign of
+    ``input``). Differentiable."""
+    return _int_division("fmod", input, other, "fmod", grad="native")
 
 
 @_both
@@ -277,8 +355,22 @@ _EXPORTS["fmin"] = minimum
 
 @_both
 def atan2(input, other):
-    raise NotImplementedError("torch.atan2 is not supported yet: dragon_core has no Atan op "
-                              "(use x / torch.sqrt(x*x + y*y) based identities)")
+    """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], from the
+    native Atan with the quadrant fixed by where; differentiable (the
+    gradient is that of atan(y/x) plus a constant per quadrant)."""
+    dt = _float_dt(input, other)
+    ref = input if isinstance(input, Tensor) else other
+    dev = ref._t.device if isinstance(ref, Tensor) else None
+    y, x = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
+    base = _ops.atan(_ops.div(y, x))
+    # signed zeros as C's atan2: (+-0, +0) -> +-0, (+-0, -0) -> +-pi
+    both0 = _ops.logical_and(_ops.equal(y, 0.0), _ops.equal(x, 0.0))
+    base = _ops.where(both0, y, base)
+    ones = _ops.add(_ops.mul(base, 0.0), 1.0)
+    y_neg = _ops.less(_ops.div(ones, y), 0.0)   # sign bit (1/-0 = -inf)
+    x_neg = _ops.less(_ops.div(ones, x), 0.0)
+    pi = _ops.where(y_neg, _ops.mul(ones, -math.pi), _ops.mul(ones, math.pi))
+    return _w(_ops.where(x_neg, _ops.add(base, pi), base))
 
 
 @_both
@@ -380,19 +472,17 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 
 @_both
 def isnan(input):
-    return _w(_ops.not_equal(input._t, input._t))
+    return _w(_ops.isnan(input._t))
 
 
 @_both
 def isinf(input):
-    if not input.dtype.is_floating_point:
-        return _w(_ops.not_equal(input._t, input._t))
-    return _w(_ops.equal(_ops.abs(input._t), float("inf")))
+    return _w(_ops.isinf(input._t))
 
 
 @_both
 def isfinite(input):
-    return logical_not(logical_or(isnan(input), isinf(input)))
+    return _w(_ops.isfinite(input._t))
 
 
 @_both
@@ -598,28 +688,35 @@ def _move_last(t, d):
     return _ops.transpose(t, perm), inv
 
 
+_SCAN_CODES = None
+
+
+def _scan_native(t) -> bool:
+    """Whether the native scan/sort ops (float32/64, int32/64) take ``t``."""
+    global _SCAN_CODES
+    if _SCAN_CODES is None:
+        _SCAN_CODES = {D.DTYPES[n]._dg.code for n in ("float32", "float64", "int32", "int64")}
+    return t._dtype_code in _SCAN_CODES
+
+
 @_both
 def cumsum(input, dim, *, dtype=None):
+    """``torch.cumsum``: the native CumSum (differentiable); integer and
+    bool inputs accumulate in int64 as torch does; float16/bfloat16 in
+    float32, cast back."""
     t = input._t
     if dtype is not None:
         t = _cast(t, D.to_dtype(dtype))
     elif not D.BY_CODE[t._dtype_code].is_floating_point:
         t = _cast(t, D.DTYPES["int64"])
     if t.ndim == 0:
+        _dim(dim, 1)
         return _w(t) if not _records(t) else _w(_ops.mul(t, 1))
     d = _dim(dim, t.ndim)
-    n = t.shape[d]
+    if _scan_native(t):
+        return _w(_ops.cumsum(t, d))
     dt = D.BY_CODE[t._dtype_code]
-    if not dt.is_floating_point:
-        from ._creation import _from_numpy_owned
-        return _from_numpy_owned(np.cumsum(t.numpy(), axis=d, dtype=dt._dg.numpy))
-    # composed: x (..., n) @ upper-triangular ones (n, n) -- differentiable
-    moved, inv = _move_last(t, d)
-    tri = _C._from_numpy_copy(np.triu(np.ones((n, n), dt._dg.numpy)))
-    if t._device_name != "cpu":
-        tri = tri._to_device(str(t.device))
-    out = _ops.matmul(moved, tri)
-    return _w(out if inv is None else _ops.transpose(out, inv))
+    return _w(_ops.cast(_ops.cumsum(_ops.cast(t, D.DTYPES["float32"]._dg), d), dt._dg))
 
 
 @_both
@@ -651,12 +748,8 @@ def _take_along(t, idx: np.ndarray, d: int):
     return _ops.reshape(out, list(shape))
 
 
-@_both
-def sort(input, dim=-1, descending=False, stable=False):
-    t = input._t
-    if t.ndim == 0:
-        return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"])))
-    d = _dim(dim, t.ndim)
+def _sort_host(t, d, descending):
+    """Stable sort on the host for the dtypes the native Sort lacks."""
     arr = t.detach().numpy() if t._device_name == "cpu" else t.cpu().numpy()
     if descending:
         idx = np.flip(np.argsort(np.flip(arr, d), axis=d, kind="stable"), d)
@@ -666,12 +759,33 @@ def sort(input, dim=-1, descending=False, stable=False):
     idx = _np_c(idx)
     values = _take_along(t, idx, d)
     i = _C._from_numpy_copy(idx.astype(np.int64))
-    return values_indices(_w(values), _w(i if t._device_name == "cpu" else i._to_device(str(t.device))))
+    return values, (i if t._device_name == "cpu" else i._to_device(str(t.device)))
+
+
+@_both
+def sort(input, dim=-1, descending=False, stable=False):
+    """``torch.sort``: the native Sort (always stable, so ``stable=False``
+    gives one of torch's valid orders: equal values keep index order; NaN
+    sorts last ascending, first descending, as torch). Differentiable."""
+    t = input._t
+    if t.ndim == 0:
+        _dim(dim, 1)
+        return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"])))
+    d = _dim(dim, t.ndim)
+    if _scan_native(t):
+        v, i = _ops.sort(t, d, descending=bool(descending))
+    else:
+        v, i = _sort_host(t, d, descending)
+    return values_indices(_w(v), _w(i))
 
 
 @_both
 def argsort(input, dim=-1, descending=False, stable=False):
-    return sort(input, dim, descending, stable)[1]
+    """``torch.argsort``: the native ArgSort (stable; see ``sort``)."""
+    t = input._t
+    if t.ndim == 0 or not _scan_native(t):
+        return sort(input, dim, descending, stable)[1]
+    return _w(_ops.argsort(t, _dim(dim, t.ndim), descending=bool(descending)))
 
 
 @_both
@@ -681,11 +795,18 @@ def msort(input):
 
 @_both
 def topk(input, k, dim=-1, largest=True, sorted=True):
+    """``torch.topk``: the native TopK (always sorted; ties go to the lower
+    index). Differentiable w.r.t. the values."""
     t = input._t
-    d = _dim(dim, t.ndim)
+    d = _dim(dim, t.ndim if t.ndim else 1)
     if not 0 <= k <= (t.shape[d] if t.ndim else 1):
         raise RuntimeError("selected index k out of range")
+    if t.ndim and _scan_native(t):
+        v, i = _ops.topk(t, int(k), d, largest=bool(largest))
+        return values_indices(_w(v), _w(i))
     v, i = sort(input, d, descending=largest)
+    if not t.ndim:
+        return values_indices(v, i)
     return values_indices(v.narrow(d, 0, k), i.narrow(d, 0, k))
 
 
@@ -711,8 +832,19 @@ def median(input, dim=None, keepdim=False):
 
 @_both
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """``torch.unique`` of the flattened input: the native Unique (sorted
+    ascending; torch's ``sorted=False`` order is unspecified, sorted is one
+    of its valid answers); other dtypes than float32/64, int32/64 on the
+    host."""
     if dim is not None:
         raise NotImplementedError("unique(dim=...) is not supported; flatten first")
+    t = input._t
+    if _scan_native(t):
+        res = _ops.unique(t.detach() if _records(t) else t, return_inverse=return_inverse,
+                          return_counts=return_counts)
+        if not isinstance(res, tuple):
+            return _w(res)
+        return tuple(_w(r) for r in res)
     from ._creation import _from_numpy_owned
     res = np.unique(input.detach().cpu().numpy(), return_inverse=return_inverse,
                     return_counts=return_counts)
@@ -1275,13 +1407,19 @@ def masked_scatter(input, mask, source):
 
 @_both
 def nonzero(input, *, as_tuple=False):
-    from ._creation import _from_numpy_owned
-    arr = input.detach().cpu().numpy()
-    nz = np.nonzero(arr) if arr.ndim else np.nonzero(arr.reshape(1))
+    """``torch.nonzero``: the native NonZero, as ``[count, ndim]`` int64 (a
+    0-d input: ``[count, 0]``), or one 1-d tensor per axis (``as_tuple``; a
+    0-d input counts as 1-d)."""
+    t = input._t
+    if _records(t):
+        t = t.detach()
     if as_tuple:
-        return tuple(_from_numpy_owned(i.astype(np.int64)) for i in nz)
-    return _from_numpy_owned(np.stack(nz, 1).astype(np.int64) if nz else
-                             np.zeros((0, 0), np.int64))
+        if t.ndim == 0:
+            t = _ops.reshape(t, [1])
+        idx = _ops.nonzero(t)
+        return tuple(_w(_ops.reshape(_ops.slice(idx, [k, 0], [k + 1, idx.shape[1]], [1, 1]),
+                                     [-1])) for k in range(t.ndim))
+    return _w(_ops.transpose(_ops.nonzero(t), [1, 0]))
 
 
 @_export
@@ -1437,65 +1575,19 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
 
 @_export
 def einsum(equation, *operands):
-    """``torch.einsum``, composed of broadcast multiplies and sums
-    (differentiable); repeated letters within one operand are refused."""
+    """``torch.einsum``: the native einsum (``...``, diagonals, broadcast of
+    size-1 labels; differentiable). Operands are promoted to one dtype."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     eq = equation.replace(" ", "")
-    if "..." in eq:
-        raise NotImplementedError("einsum with '...' is not supported; spell the dimensions "
-                                  "out")
-    if "->" in eq:
-        lhs, out = eq.split("->")
-    else:
-        lhs = eq
-        letters = "".join(lhs.split(","))
-        out = "".join(c for c in builtins.sorted(set(letters)) if letters.count(c) == 1)
-    specs = lhs.split(",")
-    if len(specs) != len(operands):
-        raise RuntimeError(f"einsum(): {len(specs)} operands in the equation, "
+    nterms = len(eq.split("->")[0].split(","))
+    if nterms != len(operands):
+        raise RuntimeError(f"einsum(): {nterms} operands in the equation, "
                            f"{len(operands)} given")
-    letters = []
-    for s in specs:
-        if len(set(s)) != len(s):
-            raise NotImplementedError(f"einsum: repeated index in '{s}' (diagonals) is not "
-                                      "supported; use torch.diagonal first")
-        for c in s:
-            if c not in letters:
-                letters.append(c)
-    sizes = {}
-    for s, op in zip(specs, operands):
-        if len(s) != op.ndim:
-            raise RuntimeError(f"einsum(): the number of subscripts in the equation ({len(s)}) "
-                               f"does not match the number of dimensions ({op.ndim}) for "
-                               "operand")
-        for c, n in zip(s, op.shape):
-            if sizes.get(c, 1) != 1 and n != 1 and sizes[c] != n:
-                raise RuntimeError(f"einsum(): operands do not broadcast for subscript {c}")
-            sizes[c] = builtins.max(sizes.get(c, 1), n)
     dt = operands[0].dtype
     for o in operands[1:]:
         dt = D.promote_types(dt, o.dtype)
-    # two operands with one summed letter set: a batched matmul is cheaper
-    full = []
-    for s, op in zip(specs, operands):
-        order = [c for c in letters if c in s]
-        x = permute(op.to(dt), [s.index(c) for c in order]) if order else op.to(dt)
-        shape = [sizes[c] if c in s else 1 for c in letters]
-        full.append(x.reshape(shape) if x.ndim else x.reshape([1] * len(letters)))
-    prod_ = full[0]
-    for f in full[1:]:
-        prod_ = mul(prod_, f)
-    summed = [i for i, c in enumerate(letters) if c not in out]
-    if summed:
-        prod_ = sum(prod_, summed)
-    remaining = [c for c in letters if c in out]
-    if remaining:
-        prod_ = permute(prod_, [remaining.index(c) for c in out])
-        target = [sizes[c] for c in out]
-        if list(prod_.shape) != target:
-            prod_ = prod_.expand(*target)
-    return prod_
+    return _w(_ops.einsum(eq, *[_cast(o._t, dt) for o in operands]))
 
 
 @_export

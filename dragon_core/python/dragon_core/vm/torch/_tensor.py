@@ -583,25 +583,37 @@ class Tensor:
         return self.abs()
 
     def __invert__(self):
-        if self.dtype.name != "bool":
-            raise NotImplementedError("~ on integer tensors (bitwise not) is not supported; "
-                                      "use -x - 1")
-        return _w(_ops.logical_not(self._t))
+        return _F.bitwise_not(self)
 
     def __and__(self, o):
-        return _F.logical_and(self, o) if _all_bool(self, o) else _no_bitwise("&")
+        return _F.bitwise_and(self, o)
 
-    __rand__ = __and__
+    def __rand__(self, o):
+        return _F.bitwise_and(o, self)
 
     def __or__(self, o):
-        return _F.logical_or(self, o) if _all_bool(self, o) else _no_bitwise("|")
+        return _F.bitwise_or(self, o)
 
-    __ror__ = __or__
+    def __ror__(self, o):
+        return _F.bitwise_or(o, self)
 
     def __xor__(self, o):
-        return _F.logical_xor(self, o) if _all_bool(self, o) else _no_bitwise("^")
+        return _F.bitwise_xor(self, o)
 
-    __rxor__ = __xor__
+    def __rxor__(self, o):
+        return _F.bitwise_xor(o, self)
+
+    def __lshift__(self, o):
+        return _F.bitwise_left_shift(self, o)
+
+    def __rlshift__(self, o):
+        return _F.bitwise_left_shift(o, self)
+
+    def __rshift__(self, o):
+        return _F.bitwise_right_shift(self, o)
+
+    def __rrshift__(self, o):
+        return _F.bitwise_right_shift(o, self)
 
     def __eq__(self, o):
         return _compare("equal", self, o)
@@ -658,16 +670,6 @@ def _no_bool_sub(a, b):
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
                            "supported. If you are trying to invert a mask, use the `~` or "
                            "`logical_not()` operator instead.")
-
-
-def _all_bool(a, b) -> bool:
-    return all((x.dtype.name == "bool") if isinstance(x, Tensor) else isinstance(x, bool)
-               for x in (a, b))
-
-
-def _no_bitwise(sym):
-    raise NotImplementedError(f"bitwise '{sym}' on integer tensors is not supported by "
-                              "dragon_core.vm.torch; use it on bool tensors (logical ops)")
 
 
 def _compare(name, a, b):

@@ -44,6 +44,72 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _w(_F.conv2d(input._t, weight._t, _o(bias), stride, padding, dilation, groups))
 
 
+def _triple(v, name):
+    v = list(v) if isinstance(v, (tuple, list)) else [v] * 3
+    if len(v) == 1:
+        v = v * 3
+    if len(v) != 3:
+        raise RuntimeError(f"{name} must be an int or 3 ints, got {v}")
+    return [int(x) for x in v]
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv3d``: the native Conv3d (NCDHW)."""
+    if input.ndim != 5 or weight.ndim != 5:
+        raise RuntimeError(f"conv3d: expected a 5-D input and weight (N, C, D, H, W), got "
+                           f"input {tuple(input.shape)} and weight {tuple(weight.shape)}")
+    d = _triple(dilation, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            tot = [dd * (kk - 1) for dd, kk in zip(d, weight.shape[2:])]
+            if any(t % 2 for t in tot):
+                x = pad(input, [tot[2] // 2, tot[2] - tot[2] // 2, tot[1] // 2,
+                                tot[1] - tot[1] // 2, tot[0] // 2, tot[0] - tot[0] // 2])
+                return conv3d(x, weight, bias, stride, 0, dilation, groups)
+            padding = [t // 2 for t in tot]
+        else:
+            raise ValueError(f"Invalid padding string {padding!r}")
+    args = (input._t, weight._t) + ((bias._t,) if bias is not None else ())
+    return _w(_ops.conv3d(*args, strides=_triple(stride, "stride"),
+                          pads=_triple(padding, "padding"), dilations=d, groups=int(groups)))
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """``torch.nn.functional.conv_transpose3d``: the native ConvTranspose3d."""
+    args = (input._t, weight._t) + ((bias._t,) if bias is not None else ())
+    return _w(_ops.conv_transpose3d(*args, strides=_triple(stride, "stride"),
+                                    pads=_triple(padding, "padding"),
+                                    dilations=_triple(dilation, "dilation"), groups=int(groups),
+                                    output_padding=_triple(output_padding, "output_padding")))
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """``torch.nn.functional.max_pool3d``: the native MaxPool3d (its indices
+    are torch's ``return_indices``, flat inside each (n, c) volume)."""
+    k = _triple(kernel_size, "kernel_size")
+    s = k if stride is None or stride == [] or stride == () else _triple(stride, "stride")
+    y, idx = _ops.max_pool3d(input._t, kernel_size=k, strides=s,
+                             pads=_triple(padding, "padding"),
+                             dilations=_triple(dilation, "dilation"), ceil_mode=bool(ceil_mode))
+    return (_w(y), _w(idx)) if return_indices else _w(y)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """``torch.nn.functional.avg_pool3d``: the native AvgPool3d."""
+    if divisor_override is not None:
+        raise NotImplementedError("avg_pool3d(divisor_override=...) is not supported")
+    k = _triple(kernel_size, "kernel_size")
+    s = k if stride is None or stride == [] or stride == () else _triple(stride, "stride")
+    return _w(_ops.avg_pool3d(input._t, kernel_size=k, strides=s,
+                              pads=_triple(padding, "padding"), ceil_mode=bool(ceil_mode),
+                              count_include_pad=bool(count_include_pad)))
+
+
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if isinstance(padding, str):
         padding = 0 if padding == "valid" else (weight.shape[-1] - 1) * dilation // 2
@@ -480,7 +546,22 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
-    """softmax(q k^T * scale + mask) v, composed of ops."""
+    """softmax(q k^T * scale + mask) v: the native ScaledDotProductAttention
+    (float32/float64, differentiable); with ``dropout_p > 0`` composed of
+    ops (the native op has no dropout)."""
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
+                           "set when is_causal=True")
+    dts = {query.dtype, key.dtype, value.dtype}
+    if not dropout_p and len(dts) == 1 and query.dtype.name in ("float32", "float64") \
+            and (attn_mask is None or attn_mask.dtype.name in ("bool", query.dtype.name)):
+        m = attn_mask._t if attn_mask is not None else None
+        return _w(_ops.scaled_dot_product_attention(
+            query._t, key._t, value._t, m, is_causal=bool(is_causal),
+            scale=None if scale is None else float(scale), enable_gqa=bool(enable_gqa)))
+    if enable_gqa:
+        raise NotImplementedError("scaled_dot_product_attention(enable_gqa=True) needs "
+                                  "float32/float64 inputs of one dtype and dropout_p=0")
     s = (1.0 / math.sqrt(query.shape[-1])) if scale is None else scale
     scores = _T["matmul"](query, key.transpose(-2, -1)) * s
     L, S = query.shape[-2], key.shape[-2]

@@ -724,6 +724,34 @@ class ConvTranspose2d(_ConvNd):
                                   self.output_padding, self.groups, self.dilation)
 
 
+class Conv3d(_ConvNd):
+    """``torch.nn.Conv3d`` over the native Conv3d."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, 3, dtype=dtype)
+
+    def forward(self, input):
+        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+
+class ConvTranspose3d(_ConvNd):
+    """``torch.nn.ConvTranspose3d`` over the native ConvTranspose3d."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, 3, True, output_padding, dtype=dtype)
+
+    def forward(self, input, output_size=None):
+        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.groups, self.dilation)
+
+
 class _Pool(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False, count_include_pad=True, divisor_override=None):
@@ -759,6 +787,23 @@ class AvgPool2d(_Pool):
 class AvgPool1d(_Pool):
     def forward(self, input):
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+
+class MaxPool3d(_Pool):
+    """``torch.nn.MaxPool3d`` over the native MaxPool3d (``return_indices``
+    supported)."""
+
+    def forward(self, input):
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+
+class AvgPool3d(_Pool):
+    """``torch.nn.AvgPool3d`` over the native AvgPool3d."""
+
+    def forward(self, input):
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad)
 
 

@@ -56,6 +56,12 @@ class MultiheadAttention(Module):
         q = q.reshape(L, B, H, Dh).permute(1, 2, 0, 3)
         k = k.reshape(S, B, H, Dh).permute(1, 2, 0, 3)
         v = v.reshape(S, B, H, Dh).permute(1, 2, 0, 3)
+        if not need_weights and not (self.dropout and self.training):
+            # the attention weights are not returned: the native fused op
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=self._merged_mask(attn_mask, key_padding_mask, is_causal,
+                                                     q, B, H, L, S))
+            return self._project(out, L, B, E, batched), None
         scores = _T["matmul"](q, k.transpose(-2, -1)) * (1.0 / math.sqrt(Dh))
         if is_causal and attn_mask is None:
             import numpy as np
@@ -78,18 +84,50 @@ class MultiheadAttention(Module):
         if self.dropout and self.training:
             attn = F.dropout(attn, self.dropout, True)
         out = _T["matmul"](attn, v)  # (B, H, L, Dh)
-        out = out.permute(2, 0, 1, 3).reshape(L, B, E)
-        out = self.out_proj(out)
-        if not batched:
-            out = out.squeeze(1)
-        elif self.batch_first:
-            out = out.transpose(0, 1)
+        out = self._project(out, L, B, E, batched)
         weights = None
         if need_weights:
             weights = attn.mean(1) if average_attn_weights else attn
             if not batched:
                 weights = weights.squeeze(0)
         return out, weights
+
+
+def _mha_merged_mask(self, attn_mask, key_padding_mask, is_causal, q, B, H, L, S):
+    """attn_mask (True = masked out), key_padding_mask and is_causal as one
+    additive float mask broadcastable to (B, H, L, S), or None."""
+    if is_causal and attn_mask is None:
+        import numpy as np
+        from .._creation import _from_numpy_owned
+        attn_mask = _from_numpy_owned(np.triu(np.ones((L, S), bool), 1))
+    total = None
+    for m in (attn_mask, key_padding_mask):
+        if m is None:
+            continue
+        if m is key_padding_mask:
+            m = m.reshape(B, 1, 1, S)
+        elif m.ndim == 3:
+            m = m.reshape(B, H, L, S)
+        if m.dtype.name == "bool":
+            m = zeros(tuple(m.shape), dtype=q.dtype).masked_fill(m, float("-inf"))
+        else:
+            m = m.to(q.dtype)
+        total = m if total is None else total + m
+    return total
+
+
+def _mha_project(self, out, L, B, E, batched):
+    out = out.permute(2, 0, 1, 3).reshape(L, B, E)
+    out = self.out_proj(out)
+    if not batched:
+        out = out.squeeze(1)
+    elif self.batch_first:
+        out = out.transpose(0, 1)
+    return out
+
+
+MultiheadAttention._merged_mask = _mha_merged_mask
+MultiheadAttention._project = _mha_project
 
 
 class TransformerEncoderLayer(Module):

@@ -373,3 +373,23 @@ def test_manual_sgd_loop_matches_real_torch():
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-5)
     np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-5, atol=1e-7)
     assert abs(out[1][2] - out[0][2]) < 1e-5
+
+
+@pytest.mark.parametrize("op", ["&=", "|=", "^=", "<<=", ">>=", "//=", "%="])
+def test_augmented_integer_operators_write_in_place(op):
+    """``a op= b`` writes into ``a`` as PyTorch does: the same object, and a
+    view of ``a`` taken before sees the new values; values match real torch."""
+    import torch as real
+
+    a_np = np.array([[5, -7, 12], [0, 3, -1]], dtype=np.int64)
+    b_np = np.array([[3, 2, 5], [4, 1, 2]], dtype=np.int64)
+    a, b = torch.tensor(a_np), torch.tensor(b_np)
+    view, before = a[0], a
+    scope = {"a": a, "b": b}
+    exec(f"a {op} b", scope)
+    ra, rb = real.tensor(a_np), real.tensor(b_np)
+    rscope = {"a": ra, "b": rb}
+    exec(f"a {op} b", rscope)
+    assert scope["a"] is before
+    np.testing.assert_array_equal(before.numpy(), rscope["a"].numpy())
+    np.testing.assert_array_equal(view.numpy(), rscope["a"].numpy()[0])

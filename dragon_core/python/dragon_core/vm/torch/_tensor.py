@@ -655,6 +655,21 @@ class Tensor:
     def __ipow__(self, o):
         return self.pow_(o)
 
+    def __iand__(self, o):
+        return _inplace(self, _F.bitwise_and(self, o))
+
+    def __ior__(self, o):
+        return _inplace(self, _F.bitwise_or(self, o))
+
+    def __ixor__(self, o):
+        return _inplace(self, _F.bitwise_xor(self, o))
+
+    def __ilshift__(self, o):
+        return _inplace(self, _F.bitwise_left_shift(self, o))
+
+    def __irshift__(self, o):
+        return _inplace(self, _F.bitwise_right_shift(self, o))
+
     # -------------------------------------------------------------- indexing
     def __getitem__(self, key):
         from ._indexing import getitem

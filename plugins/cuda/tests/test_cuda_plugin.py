@@ -103,7 +103,8 @@ def test_without_a_device_moving_a_tensor_raises_with_the_reason():
 
 
 def test_info_lists_the_device_and_its_state():
-    r = _run("from dragon_core.__main__ import main; main(['info'])")
+    r = subprocess.run([sys.executable, "-m", "dragon_core", "info"], capture_output=True,
+                       text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     line = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("cuda ") and "count=" in ln]
     assert line, r.stdout

@@ -102,7 +102,7 @@ _INT = ("uint8", "int8", "int16", "int32", "int64")
 @op("Div")
 def _div(n):
     a, b = n.x(0), n.x(1)
-    if dt(a) in _INT and hasattr(ops, "trunc_divide"):
+    if dt(a) in _INT:
         return ops.trunc_divide(a, b)         # ONNX integer Div truncates
     return ops.div(a, b)
 
@@ -114,32 +114,12 @@ def _identity(n):
 
 @op("Tan")
 def _tan(n):
-    if hasattr(ops, "tan"):
-        return ops.tan(n.x(0))
-    return ops.div(ops.sin(n.x(0)), ops.cos(n.x(0)))
+    return ops.tan(n.x(0))
 
 
 @op("Erf")
 def _erf(n):
-    """erf as two approximations joined at |x| = 0.5, both within float32
-    rounding: the Maclaurin series below (truncation < 2e-8), Abramowitz &
-    Stegun 7.1.26 above (absolute error < 1.5e-7, relative < 3e-7 there)."""
-    x = n.x(0)
-    if hasattr(ops, "erf"):
-        return ops.erf(x)
-    x2 = ops.square(x)
-    series = like(x, -1.0 / 1320.0)
-    for c in (1.0 / 216.0, -1.0 / 42.0, 1.0 / 10.0, -1.0 / 3.0, 1.0):
-        series = ops.add(ops.mul(series, x2), like(x, c))
-    small = ops.mul(ops.mul(series, x), like(x, 2.0 / math.sqrt(math.pi)))
-    ax = ops.abs(x)
-    t = ops.reciprocal(ops.add(ops.mul(ax, like(x, 0.3275911)), like(x, 1.0)))
-    poly = like(x, 1.061405429)
-    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly = ops.add(ops.mul(poly, t), like(x, c))
-    poly = ops.mul(poly, t)
-    big = ops.mul(ops.sign(x), ops.sub(like(x, 1.0), ops.mul(poly, ops.exp(ops.neg(x2)))))
-    return ops.where(ops.less(ax, like(x, 0.5)), small, big)
+    return ops.erf(n.x(0))
 
 
 @op("Pow")
@@ -175,15 +155,8 @@ def _mean(n):
 def _mod(n):
     a, b = n.x(0), n.x(1)
     if not n.a("fmod", 0):
-        if not hasattr(ops, "mod"):
-            n.fail("integer Mod (fmod=0) needs integer division, which Dragon's op library "
-                   "does not have")
         return ops.mod(a, b)                  # sign of the divisor, as Python
-    if hasattr(ops, "fmod"):
-        return ops.fmod(a, b)                 # sign of the dividend, as C
-    q = ops.div(a, b)
-    trunc = ops.where(ops.less(q, like(q, 0)), ops.ceil(q), ops.floor(q))
-    return ops.sub(a, ops.mul(trunc, b))
+    return ops.fmod(a, b)                     # sign of the dividend, as C
 
 
 # -------------------------------------------------------- activations
@@ -284,9 +257,7 @@ def _clip(n):
 
 @op("IsNaN")
 def _isnan(n):
-    if hasattr(ops, "isnan"):
-        return ops.isnan(n.x(0))
-    return ops.not_equal(n.x(0), n.x(0))
+    return ops.isnan(n.x(0))
 
 
 @op("IsInf")
@@ -820,8 +791,7 @@ _OPS_3D = {"Conv": "conv3d", "ConvTranspose": "conv_transpose3d", "MaxPool": "ma
 
 def _spatial_check(attrs, opset, node):
     ks = attrs.get("kernel_shape")
-    if ks is not None and len(ks) > 2 and not (len(ks) == 3 and
-                                              hasattr(ops, _OPS_3D[node.op_type])):
+    if ks is not None and len(ks) > 2 and not (len(ks) == 3 and node.op_type in _OPS_3D):
         return f"{len(ks)}-D windows (Dragon's op library has 1-D and 2-D ones)"
     if attrs.get("storage_order", 0):
         return "storage_order=1"
@@ -889,8 +859,6 @@ def _conv(n):
     x, w, b = n.x(0), n.x(1), n.x(2)
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
     if x.ndim == 5:
-        if not hasattr(ops, "conv3d"):
-            n.fail("3-D convolution needs dragon_core.ops.conv3d")
         begins, ends = _split_pads(pads, 3)
         if begins != ends:
             x, begins = _pad_explicitly(x, begins, ends), [0, 0, 0]
@@ -932,8 +900,6 @@ def _conv_transpose(n):
     if any(p < 0 for p in pads):
         n.fail(f"negative padding {pads}")
     if rank == 3:
-        if not hasattr(ops, "conv_transpose3d"):
-            n.fail("3-D transposed convolution needs dragon_core.ops.conv_transpose3d")
         begins, ends = _split_pads(pads, 3)
         if begins != ends:
             n.fail(f"asymmetric padding {pads} of a 3-D transposed convolution")
@@ -1003,8 +969,6 @@ def _pool(kind):
 
 
 def _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil):
-    if not hasattr(ops, "max_pool3d" if kind == "max" else "avg_pool3d"):
-        n.fail("3-D pooling needs dragon_core.ops.max_pool3d / avg_pool3d")
     begins, ends = _split_pads(pads, 3)
     half_ok = all(2 * p <= k for p, k in zip(begins, kernel))
     include = bool(n.a("count_include_pad", 0))
@@ -1742,44 +1706,31 @@ def _attention(n):
 @op("Sinh")
 def _sinh(n):
     x = n.x(0)
-    if hasattr(ops, "sinh"):
-        return ops.sinh(x)
-    return ops.mul(ops.sub(ops.exp(x), ops.exp(ops.neg(x))), like(x, 0.5))
+    return ops.sinh(x)
 
 
 @op("Cosh")
 def _cosh(n):
     x = n.x(0)
-    if hasattr(ops, "cosh"):
-        return ops.cosh(x)
-    return ops.mul(ops.add(ops.exp(x), ops.exp(ops.neg(x))), like(x, 0.5))
+    return ops.cosh(x)
 
 
 @op("Asinh")
 def _asinh(n):
     x = n.x(0)
-    if hasattr(ops, "asinh"):
-        return ops.asinh(x)
-    # sign(x) * log(|x| + sqrt(x^2 + 1)): no cancellation for negative x.
-    ax = ops.abs(x)
-    return ops.mul(ops.sign(x), ops.log(ops.add(ax, ops.sqrt(ops.add(ops.square(ax),
-                                                                      like(x, 1.0))))))
+    return ops.asinh(x)
 
 
 @op("Acosh")
 def _acosh(n):
     x = n.x(0)
-    if hasattr(ops, "acosh"):
-        return ops.acosh(x)
-    return ops.log(ops.add(x, ops.sqrt(ops.sub(ops.square(x), like(x, 1.0)))))
+    return ops.acosh(x)
 
 
 @op("Atanh")
 def _atanh(n):
     x = n.x(0)
-    if hasattr(ops, "atanh"):
-        return ops.atanh(x)
-    return ops.mul(ops.sub(ops.log1p(x), ops.log1p(ops.neg(x))), like(x, 0.5))
+    return ops.atanh(x)
 
 
 def _window(kind):
@@ -2254,8 +2205,6 @@ def _tensor_scatter(n):
     pos_shape[axis] = steps
     idx = ops.add(reshape(start, shape), const(np.arange(steps).reshape(pos_shape), "int64"))
     if n.a("mode", "linear") == "circular":
-        if not hasattr(ops, "mod"):
-            n.fail("circular mode needs integer mod (dragon_core.ops.mod)")
         idx = ops.mod(idx, const(length, "int64"))
     idx = ops.broadcast_to(idx, list(upd.shape))
     lin = reshape(_linear_index(cache.shape, idx, axis), [-1])

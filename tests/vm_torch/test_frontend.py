@@ -393,3 +393,13 @@ def test_augmented_integer_operators_write_in_place(op):
     assert scope["a"] is before
     np.testing.assert_array_equal(before.numpy(), rscope["a"].numpy())
     np.testing.assert_array_equal(view.numpy(), rscope["a"].numpy()[0])
+
+
+@pytest.mark.parametrize("cls,shape", [("ConvTranspose2d", (1, 2, 4, 4)),
+                                       ("ConvTranspose3d", (1, 2, 3, 3, 3))])
+def test_conv_transpose_output_size_raises_instead_of_being_ignored(cls, shape):
+    m = getattr(torch.nn, cls)(2, 3, 3, stride=2)
+    x = torch.tensor(np.ones(shape, np.float32))
+    m(x)  # without output_size it runs
+    with pytest.raises(NotImplementedError, match="output_padding"):
+        m(x, output_size=[s * 2 for s in shape[2:]])

@@ -712,6 +712,15 @@ class Conv1d(_ConvNd):
                         self.groups)
 
 
+def _no_output_size(module, output_size):
+    """torch picks output_padding from ``output_size``; we do not, so it raises
+    rather than return a tensor of another shape."""
+    if output_size is not None:
+        raise NotImplementedError(
+            f"{type(module).__name__}.forward(output_size=...) is not supported; set "
+            f"output_padding when constructing the module instead")
+
+
 class ConvTranspose2d(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
@@ -720,6 +729,7 @@ class ConvTranspose2d(_ConvNd):
                          groups, bias, padding_mode, 2, True, output_padding, dtype=dtype)
 
     def forward(self, input, output_size=None):
+        _no_output_size(self, output_size)
         return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
                                   self.output_padding, self.groups, self.dilation)
 
@@ -748,6 +758,7 @@ class ConvTranspose3d(_ConvNd):
                          groups, bias, padding_mode, 3, True, output_padding, dtype=dtype)
 
     def forward(self, input, output_size=None):
+        _no_output_size(self, output_size)
         return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding,
                                   self.output_padding, self.groups, self.dilation)
 

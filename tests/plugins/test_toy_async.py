@@ -569,3 +569,34 @@ def test_profiling_a_failing_op_gives_back_its_timing_event(ta):
         with pytest.raises(ta.errors.InvalidArgumentError, match="[Rr]eshape"):
             g.profile(x, _t(ta, [0.0]), runs=1, warmup=0)
     assert _stats(ta)["events_created"] - before <= 2
+
+
+def test_sgd_reads_its_learning_rate_on_the_parameters_device(ta):
+    """An optimizer on a non-CPU device hands the update kernel a learning
+    rate (and momentum buffers) in that device's memory: toy_async's
+    SgdUpdate reads lr on its stream and rejects host memory, as a GPU kernel
+    would fault on it. Changing group["lr"] between steps reaches the device
+    copy."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((3, 5)).astype(np.float32)
+    grads = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(4)]
+    W = _t(ta, w)
+    opt = ta.optim.SGD([W], lr=0.1, momentum=0.9, dampening=0.25, weight_decay=0.01)
+    ref, buf = w.astype(np.float64), np.zeros((3, 5))
+    for i, g in enumerate(grads):
+        lr = 0.1 if i < 2 else 0.05
+        if i == 2:
+            opt.param_groups[0]["lr"] = lr
+        W.grad = _t(ta, g)
+        opt.step()
+        d = g + 0.01 * ref
+        buf = 0.9 * buf + 0.75 * d
+        ref = ref - lr * buf
+    group = opt.param_groups[0]
+    assert str(group.lr_tensor_for(W.device).device) == str(W.device)
+    assert str(opt.state[W]["momentum_buffer"].device) == str(W.device)
+    assert float(group.lr_tensor_for(W.device).cpu().numpy()) == 0.05
+    assert float(group.lr_tensor.numpy()) == 0.05
+    np.testing.assert_allclose(W.cpu().numpy(), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(opt.state[W]["momentum_buffer"].cpu().numpy(), buf,
+                               rtol=1e-5, atol=1e-6)

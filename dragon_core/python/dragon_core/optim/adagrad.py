@@ -53,13 +53,14 @@ class Adagrad(Optimizer):
         from .. import ops
 
         for p, g in zip(params, grads):
+            lr = group.lr_tensor_for(p.device)
             state = self.state[p]
             if "step" not in state:
-                state["step"] = self._step_tensor()
+                state["step"] = self._step_tensor(p)
                 state["sum"] = self._zeros_like(p, group["initial_accumulator_value"])
             step = self._next_step(state)
             new_p, new_sum = ops.adagrad_update(
-                p, g, state["sum"], group.lr_tensor, step, lr_decay=group["lr_decay"],
+                p, g, state["sum"], lr, step, lr_decay=group["lr_decay"],
                 weight_decay=group["weight_decay"], eps=group["eps"],
                 maximize=group["maximize"])
             p.assign(new_p)

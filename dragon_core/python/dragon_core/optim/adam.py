@@ -64,9 +64,10 @@ class Adam(Optimizer):
         amsgrad = group["amsgrad"]
         beta1, beta2 = group["betas"]
         for p, g in zip(params, grads):
+            lr = group.lr_tensor_for(p.device)
             state = self.state[p]
             if "step" not in state:
-                state["step"] = self._step_tensor()
+                state["step"] = self._step_tensor(p)
                 state["exp_avg"] = self._zeros_like(p)
                 state["exp_avg_sq"] = self._zeros_like(p)
             if amsgrad and "max_exp_avg_sq" not in state:
@@ -74,7 +75,7 @@ class Adam(Optimizer):
             vmax = state["max_exp_avg_sq"] if amsgrad else self._placeholder(p)
             step = self._next_step(state)
             new_p, new_m, new_v, new_vmax = ops.adam_update(
-                p, g, state["exp_avg"], state["exp_avg_sq"], vmax, group.lr_tensor, step,
+                p, g, state["exp_avg"], state["exp_avg_sq"], vmax, lr, step,
                 beta1=beta1, beta2=beta2, eps=group["eps"],
                 weight_decay=group["weight_decay"], decoupled=self._decoupled,
                 amsgrad=amsgrad, maximize=group["maximize"])

@@ -2,9 +2,10 @@
 ``zero_grad`` and ``state_dict`` / ``load_state_dict``.
 
 Every optimizer keeps its learning rates and its step counts in tensors:
-each parameter group owns a 0-d float64 tensor holding its ``lr``, and
-optimizers with a step count keep it per parameter in a 0-d int64 tensor
-(``state[p]["step"]``). The fused update ops (``SgdUpdate``,
+each parameter group owns a 0-d float64 tensor holding its ``lr`` (one per
+device its parameters live on, so a kernel reads it from its own device's
+memory), and optimizers with a step count keep it per parameter in a 0-d
+int64 tensor on the parameter's device (``state[p]["step"]``). The fused update ops (``SgdUpdate``,
 ``AdamUpdate``, ...) read both as tensor inputs, so a training step compiled
 with ``@dragon_core.function`` (the update included) follows a scheduler's
 learning-rate changes without being traced again, and the step counts
@@ -63,17 +64,34 @@ def _check_param(p, where: str) -> None:
 class ParamGroup(dict):
     """One parameter group: a dict of hyper-parameters plus ``"params"``.
 
-    Setting ``group["lr"]`` also writes the group's learning-rate tensor
-    (:attr:`lr_tensor`), which the update ops read; graphs compiled with
-    ``@function`` see the new value at their next run.
+    Setting ``group["lr"]`` also writes the group's learning-rate tensors
+    (:attr:`lr_tensor` on the CPU, :meth:`lr_tensor_for` on other devices),
+    which the update ops read; graphs compiled with ``@function`` see the new
+    value at their next run.
     """
 
     def __init__(self, values: dict):
         super().__init__()
         with outside_trace():
             self.lr_tensor = tensor(np.float64(0.0))
+            self._lr_on = {str(self.lr_tensor.device): self.lr_tensor}
             for key, value in values.items():
                 self[key] = value
+
+    def lr_tensor_for(self, device) -> Tensor:
+        """The group's learning rate as a 0-d float64 tensor on ``device``.
+
+        Update kernels read the learning rate where they run (a GPU kernel
+        reads device memory, with no host synchronisation), so each device
+        the group's parameters live on gets its own copy, made on first use
+        and rewritten whenever ``group["lr"]`` is set.
+        """
+        key = str(device)
+        t = self._lr_on.get(key)
+        if t is None:
+            with outside_trace():
+                t = self._lr_on[key] = tensor(np.float64(self.get("lr", 0.0)), device=key)
+        return t
 
     def __setitem__(self, key, value):
         if key == "lr":
@@ -82,7 +100,8 @@ class ParamGroup(dict):
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise TypeError(f"lr must be a real number, got {type(value).__name__}")
             value = float(value)
-            self.lr_tensor.assign(tensor(np.float64(value)))
+            for t in self._lr_on.values():
+                t.assign(tensor(np.float64(value), device=str(t.device)))
         super().__setitem__(key, value)
 
     def update(self, *args, **kwargs):
@@ -322,9 +341,10 @@ class Optimizer:
         with outside_trace():
             return ops.full(p.shape, float(value), p.dtype, device=str(p.device))
 
-    def _step_tensor(self):
+    def _step_tensor(self, p):
+        """A parameter's step count: a 0-d int64 tensor on p's device."""
         with outside_trace():
-            return tensor(np.int64(0))
+            return tensor(np.int64(0), device=str(p.device))
 
     def _placeholder(self, p):
         """An empty tensor of p's dtype for a state input the options leave
@@ -442,5 +462,5 @@ class Optimizer:
         if key in self._state_like_param:
             return tensor(value, dtype=p.dtype, device=str(p.device))
         if key == "step":
-            return tensor(value, dtype="int64", device=str(value.device))
+            return tensor(value, dtype="int64", device=str(p.device))
         return tensor(value)

@@ -62,6 +62,7 @@ class RMSprop(Optimizer):
         use_momentum = group["momentum"] != 0
         centered = group["centered"]
         for p, g in zip(params, grads):
+            lr = group.lr_tensor_for(p.device)
             state = self.state[p]
             if "square_avg" not in state:
                 state["square_avg"] = self._zeros_like(p)
@@ -72,7 +73,7 @@ class RMSprop(Optimizer):
             buf = state["momentum_buffer"] if use_momentum else self._placeholder(p)
             avg = state["grad_avg"] if centered else self._placeholder(p)
             new_p, new_s, new_buf, new_avg = ops.rmsprop_update(
-                p, g, state["square_avg"], buf, avg, group.lr_tensor, alpha=group["alpha"],
+                p, g, state["square_avg"], buf, avg, lr, alpha=group["alpha"],
                 eps=group["eps"], weight_decay=group["weight_decay"],
                 momentum=group["momentum"], centered=centered, maximize=group["maximize"])
             p.assign(new_p)

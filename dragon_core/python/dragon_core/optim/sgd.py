@@ -71,7 +71,7 @@ class SGD(Optimizer):
             else:
                 buf = self._placeholder(p)
             new_p, new_buf = ops.sgd_update(
-                p, g, buf, group.lr_tensor, momentum=group["momentum"],
+                p, g, buf, group.lr_tensor_for(p.device), momentum=group["momentum"],
                 dampening=group["dampening"], nesterov=group["nesterov"],
                 weight_decay=group["weight_decay"], maximize=group["maximize"])
             p.assign(new_p)

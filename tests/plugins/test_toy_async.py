@@ -600,3 +600,19 @@ def test_sgd_reads_its_learning_rate_on_the_parameters_device(ta):
     np.testing.assert_allclose(W.cpu().numpy(), ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(opt.state[W]["momentum_buffer"].cpu().numpy(), buf,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_device_namespace_of_a_plugin_device(ta):
+    """dg.<type> works for any device type a plugin registers."""
+    ns = ta.toy_async
+    entry = [d for d in ta.plugins.devices() if d["name"] == DEV][0]
+    assert ns.is_available() and ns.device_count() == entry["count"]
+    assert ns.get_device_name() == entry["descriptions"][0]
+    before = ns.memory_stats()["device_syncs"]
+    ns.synchronize()
+    assert ns.memory_stats()["device_syncs"] == before + 1
+    assert ns.current_stream() == ta.current_stream(DEV)
+    base = ns.memory_allocated()
+    x = _t(ta, np.zeros(1 << 16))
+    assert ns.memory_allocated() >= base + (1 << 18)
+    del x

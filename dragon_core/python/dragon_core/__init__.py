@@ -81,6 +81,28 @@ from ._graph import Function, cond, function, load_graph, save_graph, while_loop
 from ._graph.passes import GraphPass  # noqa: E402
 
 
+def device(spec, index: int | None = None) -> Device:
+    """A :class:`Device` from ``"cuda:1"``, ``("cuda", 1)`` or a Device.
+
+    The type must be one a loaded plugin registers (or one a known wheel
+    provides, such as ``"cuda"`` from ``dragon-cuda``); whether a device
+    of that index exists is checked where it is used, as in PyTorch.
+    """
+    if index is not None:
+        if isinstance(spec, Device) or (isinstance(spec, str) and ":" in spec):
+            raise ValueError(f"device({spec!r}, {index}): give the index once, in the "
+                             f"string or as the second argument")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"device: index must be an int >= 0, got {index!r}")
+        spec = f"{spec}:{index}"
+    d = Device.parse(spec)
+    registered = [e["name"] for e in _C.devices()]
+    if d.type not in registered and d.type not in plugins.KNOWN_PROVIDERS:
+        raise ValueError(f"device: unknown device type '{d.type}'; registered types: "
+                         f"{registered} (a device type comes from a plugin)")
+    return d
+
+
 def manual_seed(seed: int) -> None:
     """Seed the global generator that random ops draw from when ``seed=-1``."""
     _C.manual_seed(int(seed))
@@ -124,3 +146,17 @@ from .serialization import load, save  # noqa: E402
 from .custom_op import custom_op  # noqa: E402
 from . import fusion  # noqa: E402
 from . import plugin_api  # noqa: E402
+
+
+def __getattr__(name: str):
+    """``dragon_core.cuda`` and the like: a namespace per device type
+    (``is_available``, ``device_count``, ``get_device_name``,
+    ``synchronize``, memory queries) built from the device registry, so the
+    core names no device (see ``_device_modules``)."""
+    if not name.startswith("_"):
+        from . import _device_modules
+
+        m = _device_modules.lookup(name)
+        if m is not None:
+            return m
+    raise AttributeError(f"module 'dragon_core' has no attribute '{name}'")

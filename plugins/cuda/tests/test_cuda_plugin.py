@@ -98,7 +98,7 @@ def test_without_a_device_moving_a_tensor_raises_with_the_reason():
         x.to("cuda")
     assert "cuda:0 is not present" in str(e.value)
     assert dragon_cuda.unavailable_reason() in str(e.value)
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(dg.errors.UnavailableError, match="does not exist"):
         dragon_cuda.get_device_name(0)
 
 

@@ -22,22 +22,15 @@ def plugin_library() -> str:
     return str(Path(__file__).resolve().parent / "libdragon_cuda.so")
 
 
-def _device_entry() -> dict:
-    import dragon_core.plugins as plugins
-
-    for d in plugins.devices():
-        if d["name"] == "cuda":
-            return d
-    raise RuntimeError("the cuda device is not registered: the dragon-cuda plugin did not "
-                       "load (see `python -m dragon_core info`)")
-
-
 def device_count() -> int:
-    """Number of CUDA devices (0 without a driver or GPU).
+    """Number of CUDA devices (0 without a driver or GPU); the same as
+    ``dragon_core.cuda.device_count()``.
 
     The first call initialises the CUDA runtime (which loads the driver).
     """
-    return int(_device_entry()["count"])
+    import dragon_core
+
+    return dragon_core.cuda.device_count()
 
 
 def is_available() -> bool:
@@ -47,18 +40,17 @@ def is_available() -> bool:
 
 def unavailable_reason() -> str:
     """Why no CUDA device can be used, in one line ("" when one can)."""
-    d = _device_entry()
-    return "" if d["count"] else str(d.get("reason") or "no CUDA device found")
+    import dragon_core
+
+    return dragon_core.cuda.unavailable_reason()
 
 
 def get_device_name(index: int = 0) -> str:
     """The description of ``cuda:index``: name, compute capability, memory,
     driver and runtime versions."""
-    d = _device_entry()
-    if not 0 <= index < d["count"]:
-        raise ValueError(f"cuda:{index} does not exist ({d['count']} cuda device(s)"
-                         f"{': ' + d.get('reason', '') if not d['count'] else ''})")
-    return str(d["descriptions"][index])
+    import dragon_core
+
+    return dragon_core.cuda.get_device_name(index)
 
 
 def build_info() -> dict:

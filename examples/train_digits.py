@@ -10,6 +10,10 @@ graph-mode model is saved as a checkpoint, reloaded and re-checked, and both
 runs log scalars, histograms, sample images and the model graph for
 TensorBoard.
 
+``--device cuda`` (or any device a plugin registers) trains on that device:
+the model, the optimizer state and every batch live there; an unavailable
+device stops the run at once with the reason (no fallback to the CPU).
+
 Run ``python examples/train_digits.py --help`` for the options.
 """
 
@@ -57,8 +61,9 @@ def load_digits(seed: int):
 
 def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     model.eval()
+    device = next(iter(model.parameters())).device
     with dg.no_grad():
-        logits = model(dg.tensor(x)).numpy()
+        logits = model(dg.tensor(x).to(str(device))).numpy()
     model.train()
     return float((logits.argmax(axis=1) == y).mean())
 
@@ -69,6 +74,7 @@ def train(mode: str, args, data, init_state, logdir: str):
     dg.manual_seed(args.seed)
     model = DigitsNet()
     model.load_state_dict(init_state)
+    model.to(args.device)              # before the optimizer: moving replaces parameters
     params = list(model.parameters())
     opt = dg.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=1e-4)
     sched = dg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
@@ -100,6 +106,7 @@ def train(mode: str, args, data, init_state, logdir: str):
         bar = dg.summary.progress(loader, desc=f"{mode} epoch {epoch + 1}/{args.epochs}",
                                   force=args.progress)
         for xb, yb in bar:
+            xb, yb = xb.to(args.device), yb.to(args.device)
             loss = float(step(xb, yb).numpy())
             losses.append(loss)
             writer.add_scalar("train/loss", loss, global_step)
@@ -115,8 +122,8 @@ def train(mode: str, args, data, init_state, logdir: str):
     seconds = time.perf_counter() - t0
     writer.add_image("samples/test", np.concatenate(list(x_test[:8, 0]), axis=1)[None], 0)
     if mode == "graph":
-        writer.add_graph(graph_step, dg.tensor(x_train[:args.batch_size]),
-                         dg.tensor(y_train[:args.batch_size]))
+        writer.add_graph(graph_step, dg.tensor(x_train[:args.batch_size]).to(args.device),
+                         dg.tensor(y_train[:args.batch_size]).to(args.device))
     writer.close()
     return model, accuracy(model, x_test, y_test), seconds
 
@@ -132,7 +139,17 @@ def main(argv=None) -> int:
     parser.add_argument("--progress", action="store_true",
                         help="show progress bars even when stdout is not a terminal")
     parser.add_argument("--min-accuracy", type=float, default=0.97)
+    parser.add_argument("--device", default="cpu",
+                        help="device to train on: cpu, cuda, cuda:1, ... (default cpu)")
     args = parser.parse_args(argv)
+    device = dg.device(args.device)
+    namespace = getattr(dg, device.type)
+    if device.index >= namespace.device_count():
+        reason = namespace.unavailable_reason() or (
+            f"only {namespace.device_count()} {device.type} device(s)")
+        print(f"cannot train on {device}: {reason}")
+        return 2
+    args.device = str(device)
 
     start = time.perf_counter()
     data = load_digits(args.seed)
@@ -149,7 +166,7 @@ def main(argv=None) -> int:
     model = results["graph"][0]
     ckpt = os.path.join(args.out, "digits_cnn.dgt")
     dg.save({"model": model.state_dict(), "accuracy": results["graph"][1]}, ckpt)
-    restored = DigitsNet()
+    restored = DigitsNet().to(args.device)
     restored.load_state_dict(dg.load(ckpt)["model"])
     acc = accuracy(restored, data[2], data[3])
     print(f"checkpoint: {ckpt} (reloaded model: test accuracy {acc:.2%})")

@@ -43,3 +43,16 @@ def test_digits_cnn_reaches_97_percent_eager_and_graph(demo, tmp_path, capsys):
     graph_acc = EventAccumulator(str(tmp_path / "logs" / "graph"))
     graph_acc.Reload()
     assert graph_acc.Tags()["graph"]
+
+
+def test_an_unavailable_device_stops_with_its_reason(demo, capsys):
+    """No silent fallback: --device cuda without a GPU (or a missing index)
+    ends at once with the device's one-line reason and exit code 2."""
+    import dragon_core as dg
+    count = dg.cuda.device_count()
+    code = demo.main(["--device", f"cuda:{count}", "--epochs", "1"])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert f"cannot train on cuda:{count}: " in out
+    if count == 0:
+        assert dg.cuda.unavailable_reason() in out

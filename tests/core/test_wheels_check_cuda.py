@@ -68,7 +68,7 @@ def _compile(tmp: Path, link_cudart: bool) -> Path:
 
 def _wheel(dist: Path, so: Path, requires: str) -> Path:
     dist.mkdir(exist_ok=True)
-    path = dist / "dragon_cuda-0.1.0-py3-none-manylinux_2_34_x86_64.whl"
+    path = dist / f"dragon_cuda-0.1.0-py3-none-{wheels.PLAT}.whl"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("dragon_cuda/__init__.py", "")
         z.write(so, "dragon_cuda/libdragon_cuda.so")

@@ -36,8 +36,11 @@ and ``twine check --strict`` passes.
 from __future__ import annotations
 
 import email.parser
+import fnmatch
+import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +79,7 @@ CUDA_REQUIRES = ("nvidia-cublas", "nvidia-cudnn")
 CORE_EXTRAS = {"cpu", "mkldnn", "vision", "cuda", "all"}
 # The one platform tag of every platform wheel (core and plugins).
 POLICY = "manylinux_2_28"
+POLICY_GLIBC = (2, 28)
 PLAT = f"{POLICY}_{platform.machine()}"
 
 
@@ -94,6 +98,65 @@ def repair(raw: Path, dist: Path) -> None:
         env = dict(os.environ)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         subprocess.run([*cmd, str(wheel)], check=True, env=env)
+
+
+# Legacy names auditwheel gives the oldest manylinux policies.
+_LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def _glibc(tag: str) -> tuple[int, int] | None:
+    """(2, 28) for ``manylinux_2_28_x86_64``; None for ``linux_x86_64``."""
+    m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return next((v for k, v in _LEGACY.items() if tag.startswith(k + "_")), None)
+
+
+def audit(wheel: Path) -> str:
+    """Prove with auditwheel that ``wheel`` fits the manylinux_2_28 policy.
+
+    ``auditwheel show`` reads the symbol versions and ``DT_NEEDED`` entries
+    of every library in the wheel and of the libraries they load from
+    outside it, and names the oldest policy they fit. Its verdict counts the
+    libraries that stay dependencies on purpose (``EXCLUDE``: GNU OpenMP and
+    oneDNN are in no manylinux policy, and Debian 12's libgomp itself needs
+    glibc 2.34), so for wheels that need them ``show`` alone says
+    ``linux_x86_64``. Then the same analysis runs with those libraries
+    excluded, as ``auditwheel repair --exclude`` does: the wheel's own
+    libraries must fit manylinux_2_28 (symbol versions, blacklisted
+    symbols, system libraries). Returns a one-line summary; raises
+    ``RuntimeError`` with auditwheel's findings otherwise.
+    """
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    r = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"auditwheel show {wheel.name} failed:\n{r.stdout}{r.stderr}")
+    info = json.loads(r.stdout)
+    overall = info["overall_tag"]
+    fits = _glibc(overall)
+    if fits is not None and fits <= POLICY_GLIBC:
+        return f"auditwheel show: consistent with {overall}"
+    outside = sorted(info["external_libs"])
+    if not outside or not all(any(fnmatch.fnmatch(lib, p) for p in EXCLUDE) for lib in outside):
+        raise RuntimeError(f"{wheel.name} does not fit {PLAT}: auditwheel show says {overall}; "
+                           f"symbol versions {info['versioned_symbols']}; outside libraries "
+                           f"{outside}; against newer policies {info['policy_upgrades']}")
+    from auditwheel.wheel_abi import analyze_wheel_abi
+    from auditwheel.wheeltools import get_wheel_architecture, get_wheel_libc
+
+    winfo = analyze_wheel_abi(get_wheel_libc(wheel.name), get_wheel_architecture(wheel.name),
+                              wheel, frozenset(EXCLUDE), disable_isa_ext_check=False,
+                              allow_graft=False)
+    own = winfo.overall_policy.name
+    fits = _glibc(own)
+    if fits is None or fits > POLICY_GLIBC:
+        raise RuntimeError(f"{wheel.name} does not fit {PLAT} even without {outside}: "
+                           f"auditwheel says {own} (symbols {winfo.sym_policy.name}); "
+                           f"symbol versions {dict(winfo.versioned_symbols)}")
+    return (f"auditwheel show: {overall} because of {', '.join(outside)} (dependencies, "
+            f"not bundled); without them: consistent with {own}")
 
 
 def _metadata(wheel: Path) -> email.message.Message:

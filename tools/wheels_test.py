@@ -18,6 +18,13 @@
    Dragon wheels from dist/). The wheel installs with ``--no-index`` and its
    op runs against a NumPy reference.
 
+Before these (0.), every platform wheel's tag is checked
+(``manylinux_2_28_<arch>``: ``cpXY-cpXY`` for the core, ``py3-none`` for
+the plugins) and ``auditwheel show`` must find it consistent with
+manylinux_2_28 (``tools/wheels.py audit``: nothing but the libraries that
+stay dependencies on purpose, oneDNN and GNU OpenMP, stands against it),
+which proves the tag.
+
 Every step raises (exit 1) with the command's output when it fails.
 """
 
@@ -31,6 +38,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import wheels  # tools/wheels.py, beside this file
 
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++", "clang++-16", "nvcc")
 
@@ -118,6 +127,22 @@ def main() -> int:
 
     train = work / "train.py"
     train.write_text(TRAIN)
+
+    print(f"wheels-test: 0. tags, and `auditwheel show` agrees with {wheels.PLAT}")
+    for whl in sorted(dist.glob("*.whl")):
+        _, _, pytag, abi, plat = whl.name[: -len(".whl")].split("-")
+        if whl.name.startswith("dragon_sdk-"):
+            assert (pytag, abi, plat) == ("py3", "none", "any"), whl.name
+            continue
+        if whl.name.startswith("dragon_core-"):
+            assert (pytag, abi, plat) == (f"cp{sys.version_info.major}{sys.version_info.minor}",) * 2 \
+                + (wheels.PLAT,), whl.name
+        else:
+            assert (pytag, abi, plat) == ("py3", "none", wheels.PLAT), whl.name
+        try:
+            print(f"  {whl.name}: {wheels.audit(whl)}")
+        except RuntimeError as e:
+            raise SystemExit(f"wheels-test: {e}") from None
 
     print("wheels-test: 1. dragon-core + dragon-cpu-eigen from dist/, no compiler")
     run([*pip_offline, "dragon-core", "dragon-cpu-eigen"], env=nocc)

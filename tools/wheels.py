@@ -29,7 +29,8 @@ no wheel vendors a library (no ``*.libs/`` folder, no shared object but the
 project's own); dragon-cuda's library needs no NVIDIA library at load time
 (the CUDA runtime is static, cuBLAS/cuDNN are opened with ``dlopen``) and its
 METADATA names the ``nvidia-*`` wheels that provide them; every METADATA has a license, URLs, classifiers,
-``Requires-Python`` and a description; the core declares the backend extras;
+``Requires-Python`` and a description; every wheel (in its ``.dist-info``)
+and every sdist (at its top) ships the repository's ``LICENSE``; the core declares the backend extras;
 and ``twine check --strict`` passes.
 """
 
@@ -44,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -178,6 +180,15 @@ def _needed(wheel: Path, member: str) -> list[str]:
                 for tag in sec.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
 
 
+def _license_problems(text: bytes) -> list[str]:
+    """What is wrong with a shipped LICENSE: it must be the repository's."""
+    root = Path(__file__).resolve().parents[1] / "LICENSE"
+    if root.is_file():
+        return [] if text == root.read_bytes() else ["LICENSE differs from the repository's"]
+    ok = b"Dragon developers" in text and b"Apache License" in text
+    return [] if ok else ["LICENSE is not Dragon's Apache-2.0 license"]
+
+
 def check(dist: Path, cuda: bool = False) -> list[str]:
     """Return the problems with ``dist`` (empty when it is as described).
 
@@ -240,8 +251,29 @@ def check(dist: Path, cuda: bool = False) -> list[str]:
             if not CORE_EXTRAS <= extras:
                 problems.append(f"{wheel.name}: extras {sorted(extras)} lack "
                                 f"{sorted(CORE_EXTRAS - extras)}")
-        if not any(s.name.startswith(prefix + "-") for s in sdists):
+        licenses = [n for n in names if n.split("/", 1)[0].endswith(".dist-info")
+                    and Path(n).name == "LICENSE"]
+        if not licenses:
+            problems.append(f"{wheel.name}: no LICENSE in its .dist-info")
+        else:
+            with zipfile.ZipFile(wheel) as z:
+                problems += [f"{wheel.name}: {p}" for p in _license_problems(z.read(licenses[0]))]
+        mine_sdists = [s for s in sdists if s.name.startswith(prefix + "-")]
+        if not mine_sdists:
             problems.append(f"{name}: no sdist in {dist}")
+        for sdist in mine_sdists:
+            try:
+                with tarfile.open(sdist) as t:
+                    member = next((m for m in t.getmembers()
+                                   if m.name.count("/") == 1 and m.name.endswith("/LICENSE")), None)
+                    text = t.extractfile(member).read() if member else None
+            except (tarfile.TarError, OSError) as e:
+                problems.append(f"{sdist.name}: unreadable sdist ({e})")
+                continue
+            if text is None:
+                problems.append(f"{sdist.name}: no LICENSE at its top")
+            else:
+                problems += [f"{sdist.name}: {p}" for p in _license_problems(text)]
     twine = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
                             *map(str, wheels + sdists)], capture_output=True, text=True)
     if twine.returncode != 0:

@@ -54,3 +54,15 @@ def test_core_extras_name_the_backends():
     (all_,) = extras["all"]
     for name in ("cpu", "mkldnn", "vision", "cuda"):
         assert name in all_.split("[", 1)[1], all_
+
+
+@pytest.mark.parametrize("folder", PROJECTS)
+def test_every_package_ships_the_license(folder):
+    """Each package is built from its own folder: the LICENSE must be there,
+    the repository's own (Apache-2.0, "Dragon developers")."""
+    root = (ROOT / "LICENSE").read_bytes()
+    assert root.startswith(b"Copyright ") and b"Dragon developers" in root.splitlines()[0]
+    assert b"Apache License" in root and b"Version 2.0, January 2004" in root
+    mine = ROOT / folder / "LICENSE"
+    assert mine.is_file(), f"{folder}: no LICENSE (copy the repository's)"
+    assert mine.read_bytes() == root, f"{folder}/LICENSE differs from the repository's"

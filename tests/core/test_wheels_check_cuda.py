@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -73,6 +74,14 @@ def _wheel(dist: Path, so: Path, requires: str) -> Path:
         z.writestr("dragon_cuda/__init__.py", "")
         z.write(so, "dragon_cuda/libdragon_cuda.so")
         z.writestr("dragon_cuda-0.1.0.dist-info/METADATA", METADATA.format(requires=requires))
+        z.write(ROOT / "LICENSE", "dragon_cuda-0.1.0.dist-info/licenses/LICENSE")
+    return path
+
+
+def _sdist(dist: Path) -> Path:
+    path = dist / "dragon_cuda-0.1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as t:
+        t.add(ROOT / "LICENSE", "dragon_cuda-0.1.0/LICENSE")
     return path
 
 
@@ -84,7 +93,7 @@ def _cuda_problems(dist: Path, cuda: bool = True) -> list[str]:
 def test_clean_cuda_wheel_passes(tmp_path):
     whl = _wheel(tmp_path / "dist", _compile(tmp_path, link_cudart=False), NVIDIA_REQUIRES)
     assert "libc.so.6" in wheels._needed(whl, "dragon_cuda/libdragon_cuda.so")
-    (tmp_path / "dist" / "dragon_cuda-0.1.0.tar.gz").write_bytes(b"")
+    _sdist(tmp_path / "dist")
     assert _cuda_problems(tmp_path / "dist") == []
 
 
@@ -107,3 +116,21 @@ def test_cuda_wheel_required_with_flag_only(tmp_path):
     (tmp_path / "dist").mkdir()
     assert any("dragon-cuda: expected one wheel" in p for p in _cuda_problems(tmp_path / "dist"))
     assert _cuda_problems(tmp_path / "dist", cuda=False) == []
+
+
+def test_license_must_ship(tmp_path):
+    """A wheel without the LICENSE, and an sdist with another one, are refused."""
+    whl = _wheel(tmp_path / "dist", _compile(tmp_path, link_cudart=False), NVIDIA_REQUIRES)
+    stripped = tmp_path / "dist" / "x.whl"
+    with zipfile.ZipFile(whl) as src, zipfile.ZipFile(stripped, "w") as dst:
+        for item in src.infolist():
+            if not item.filename.endswith("/LICENSE"):
+                dst.writestr(item, src.read(item))
+    stripped.replace(whl)
+    with tarfile.open(tmp_path / "dist" / "dragon_cuda-0.1.0.tar.gz", "w:gz") as t:
+        other = tmp_path / "LICENSE"
+        other.write_text("MIT License\n")
+        t.add(other, "dragon_cuda-0.1.0/LICENSE")
+    problems = _cuda_problems(tmp_path / "dist")
+    assert any("no LICENSE in its .dist-info" in p for p in problems), problems
+    assert any("LICENSE differs from the repository's" in p for p in problems), problems

@@ -39,7 +39,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import wheels  # tools/wheels.py, beside this file
+import wheels as wheeltools  # tools/wheels.py, beside this file
 
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++", "clang++-16", "nvcc")
 
@@ -128,7 +128,7 @@ def main() -> int:
     train = work / "train.py"
     train.write_text(TRAIN)
 
-    print(f"wheels-test: 0. tags, and `auditwheel show` agrees with {wheels.PLAT}")
+    print(f"wheels-test: 0. tags, and `auditwheel show` agrees with {wheeltools.PLAT}")
     for whl in sorted(dist.glob("*.whl")):
         _, _, pytag, abi, plat = whl.name[: -len(".whl")].split("-")
         if whl.name.startswith("dragon_sdk-"):
@@ -136,11 +136,11 @@ def main() -> int:
             continue
         if whl.name.startswith("dragon_core-"):
             assert (pytag, abi, plat) == (f"cp{sys.version_info.major}{sys.version_info.minor}",) * 2 \
-                + (wheels.PLAT,), whl.name
+                + (wheeltools.PLAT,), whl.name
         else:
-            assert (pytag, abi, plat) == ("py3", "none", wheels.PLAT), whl.name
+            assert (pytag, abi, plat) == ("py3", "none", wheeltools.PLAT), whl.name
         try:
-            print(f"  {whl.name}: {wheels.audit(whl)}")
+            print(f"  {whl.name}: {wheeltools.audit(whl)}")
         except RuntimeError as e:
             raise SystemExit(f"wheels-test: {e}") from None
 

@@ -283,3 +283,23 @@ def test_audit_allows_only_the_excluded_outside_libraries(tmp_path):
     whl = _stand_in_wheel(tmp_path, "omp_probe", [f"@{rsp}"], omp=True)
     summary = _wheels().audit(whl)
     assert "because of libgomp.so.1" in summary and "without them: consistent with" in summary
+
+
+def test_make_wheels_links_every_wheel_with_the_toolchain():
+    """`make wheels` writes the toolchain first, and every `pip wheel` of it
+    appends the response file to the link; `make install` does not."""
+    text = (ROOT / "Makefile").read_text()
+    pipw = re.search(r"^PIPW\s*:=(.*)$", text, re.M).group(1)
+    assert "$(PORTABLE)" in pipw
+    portable = re.search(r"^PORTABLE\s*:=(.*)$", text, re.M).group(1)
+    assert "CMAKE_CXX_STANDARD_LIBRARIES=@" in portable
+    recipe = text.split("\nwheels:", 1)[1].split("\n\n", 1)[0]
+    lines = [ln.strip() for ln in recipe.splitlines()]
+    first_build = next(i for i, ln in enumerate(lines) if ln.startswith("$(PIPW)"))
+    assert any("tools/manylinux/toolchain.py" in ln for ln in lines[:first_build])
+    builds = [ln for ln in lines if "pip wheel" in ln or "$(PIP) wheel" in ln]
+    assert builds == [], builds  # every wheel goes through $(PIPW)
+    # Their own build folders: the dev build (make install) stays native.
+    assert all("-Cbuild-dir=build/wheel-" in ln for ln in lines if ln.startswith("$(PIPW)"))
+    pipi = re.search(r"^PIPI\s*:=(.*)$", text, re.M).group(1)
+    assert "PORTABLE" not in pipi and "STANDARD_LIBRARIES" not in pipi

@@ -17,7 +17,7 @@ import dragon_core.distributed as dist  # noqa: E402
 
 
 def T(a):
-    return dg.from_numpy(np.ascontiguousarray(a))
+    return dg.from_numpy(np.array(a, copy=True, order="C"))
 
 
 def main(outdir):

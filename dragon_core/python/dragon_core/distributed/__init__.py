@@ -375,7 +375,8 @@ def _reduce_plan(name, arr, op):
     half = dt in ("float16", "bfloat16")
     work = arr.astype(np.float32) if half else arr
     mpi_dt = _G.lib.dtype("float32" if half else dt)
-    mpi_op = _G.lib.ops["sum" if op == "avg" else op]
+    mpi_op = _G.lib.ops[{"avg": "sum"}.get(op, op) if dt != "bool" else
+                        {"max": "lor", "min": "land"}[op]]
     return work, mpi_dt, mpi_op, half
 
 

@@ -31,7 +31,8 @@ _DTYPES = {
     "float16": "ompi_mpi_uint16_t", "bfloat16": "ompi_mpi_uint16_t",
 }
 _OPS = {"sum": "ompi_mpi_op_sum", "max": "ompi_mpi_op_max",
-        "min": "ompi_mpi_op_min", "prod": "ompi_mpi_op_prod"}
+        "min": "ompi_mpi_op_min", "prod": "ompi_mpi_op_prod",
+        "lor": "ompi_mpi_op_lor", "land": "ompi_mpi_op_land"}
 
 
 def find_libmpi() -> str:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from ._watchdog import alive, read_states
+from ._watchdog import read_states
 
 
 def find_mpirun() -> str:
@@ -60,10 +60,9 @@ def failure_report(run_dir: str, nproc: int) -> str:
             lines.append(f"  rank {r}: never reached init_process_group")
             continue
         pid, seq, phase, name = st
-        status = "alive" if alive(pid) else "ended"
         at = f"inside collective #{seq} {name}" if phase else \
             (f"after collective #{seq} {name}" if seq else "before any collective")
-        lines.append(f"  rank {r} (pid {pid}, {status}): {at}")
+        lines.append(f"  rank {r} (pid {pid}): {at}")
     return "\n".join(lines)
 
 

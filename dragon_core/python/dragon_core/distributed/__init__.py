@@ -70,6 +70,7 @@ class _Global:
     state = None
     run_dir = None
     groups: list = []
+    failed = False
     lock = threading.Lock()
 
 
@@ -169,6 +170,7 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         _G.state = RankState(rank, _G.run_dir)
         _G.world = ProcessGroup(lib.COMM_WORLD, list(range(size)), 0, owned=False)
         _G.groups = [_G.world]
+        _install_excepthook()
     from . import _graph_ops
     _graph_ops.register_kernels()
 
@@ -193,10 +195,36 @@ def destroy_process_group(group: "ProcessGroup | None" = None) -> None:
 
 @atexit.register
 def _finalize_at_exit() -> None:
+    """A clean exit finalizes MPI. A rank ending with an unhandled exception
+    aborts the job instead (``MPI_Abort``): ``MPI_Finalize`` would wait for
+    peers that may be blocked in a collective with it, and the job must end."""
+    if _G.world is None:
+        return
+    if _G.failed:
+        import sys
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        _G.lib.abort(1)
+        os._exit(1)
     try:
         destroy_process_group()
     except Exception:  # noqa: BLE001 - interpreter shutdown
         pass
+
+
+def _install_excepthook() -> None:
+    import sys
+    previous = sys.excepthook
+
+    def hook(tp, value, tb):
+        _G.failed = True
+        previous(tp, value, tb)
+    if not getattr(sys.excepthook, "_dragon_dist", False):
+        hook._dragon_dist = True
+        sys.excepthook = hook
 
 
 class ProcessGroup:

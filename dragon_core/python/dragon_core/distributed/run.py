@@ -66,6 +66,16 @@ def failure_report(run_dir: str, nproc: int) -> str:
     return "\n".join(lines)
 
 
+def _die_with_parent() -> None:
+    """In the child (mpirun): SIGTERM when the launcher dies, even by SIGKILL
+    (Linux ``PR_SET_PDEATHSIG``); mpirun then stops its ranks."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dragon_core.distributed.run",
                                 description=__doc__.split("\n\n")[1])
@@ -85,7 +95,7 @@ def main(argv=None) -> int:
     run_dir = tempfile.mkdtemp(prefix="dragon-dist-")
     os.environ["DRAGON_DIST_RUN_DIR"] = run_dir
     cmd = build_command(args, run_dir)
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with_parent)
 
     def forward(signum, _frame):
         try:

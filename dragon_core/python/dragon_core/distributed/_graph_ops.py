@@ -102,7 +102,7 @@ def traced(kind, tensor, group, reduce_op="sum", src=0):
 
 def _check_order(kind, g, x, reduce_op, src, tag):
     """Exchange this collective's fingerprint with the group (once per tag)."""
-    from . import DistributedError, _dtype_name, _G
+    from . import DistributedError, _G
     from .. import _dtypes
     key = (g.id, tag)
     if key in _checked:
@@ -134,7 +134,6 @@ def _check_order(kind, g, x, reduce_op, src, tag):
             f"different orders (or with different arguments) in this graph, at {tag}: "
             f"{detail}. Every rank must issue the same collectives in the same order.")
     _checked.add(key)
-    del _dtype_name
 
 
 def _kernel(kind):

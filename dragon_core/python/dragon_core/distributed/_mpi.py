@@ -82,7 +82,7 @@ class Lib:
             "MPI_Ibarrier": [vp, vp],
             "MPI_Isend": [vp, i, vp, i, i, vp, vp],
             "MPI_Irecv": [vp, i, vp, i, i, vp, vp],
-            "MPI_Test": [vp, pi, vp], "MPI_Cancel": [vp],
+            "MPI_Test": [vp, pi, vp], "MPI_Query_thread": [pi], "MPI_Cancel": [vp],
             "MPI_Get_library_version": [ctypes.c_char_p, pi],
         }
         for name, args in sigs.items():
@@ -119,6 +119,14 @@ class Lib:
             provided = ctypes.c_int(0)
             self.check(self.lib.MPI_Init_thread(None, None, _THREAD_MULTIPLE,
                                                 ctypes.byref(provided)), "MPI_Init_thread")
+        level = ctypes.c_int(0)
+        self.check(self.lib.MPI_Query_thread(ctypes.byref(level)), "MPI_Query_thread")
+        self.thread_level = level.value
+        if self.thread_level < _THREAD_MULTIPLE:
+            raise RuntimeError(
+                "dragon_core.distributed: this MPI library does not provide "
+                f"MPI_THREAD_MULTIPLE (level {self.thread_level}); collectives may be issued "
+                "from several threads (async work, data loaders), so it is required")
         self.check(self.lib.MPI_Comm_set_errhandler(self.COMM_WORLD, self.ERRORS_RETURN),
                    "MPI_Comm_set_errhandler")
 

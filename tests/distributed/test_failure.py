@@ -5,10 +5,12 @@ before anything is sent; the launcher's own behaviour."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from .test_collectives import run_job
@@ -143,16 +145,26 @@ def test_single_process_is_a_world_of_one():
     assert p.stdout.split("\n")[:2] == ["0 1 [1.0, 2.0]", "False"]
 
 
-def test_collective_schemas_exist_without_a_backend():
-    p = _py("import dragon_core as dg, dragon_core.distributed\n"
-            "from dragon_core import _C\n"
-            "for n in ('CollectiveAllReduce', 'CollectiveBroadcast', 'CollectiveAllGather',\n"
-            "          'CollectiveReduceScatter', 'CollectiveAllToAll'):\n"
-            "    d = _C.op(n).describe(); print(n, d['collective'], d['stateful'])\n")
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == [w for n in ("CollectiveAllReduce", "CollectiveBroadcast",
-                                            "CollectiveAllGather", "CollectiveReduceScatter",
-                                            "CollectiveAllToAll") for w in (n, "True", "True")]
+def test_collective_schemas_are_the_cores_and_check_shapes():
+    """Defined by the core (no distributed import, no backend), flagged
+    collective, and their shape rules reject bad blocks / reductions."""
+    import dragon_core as dg
+    from dragon_core import _C
+    names = ("CollectiveAllReduce", "CollectiveBroadcast", "CollectiveAllGather",
+             "CollectiveReduceScatter", "CollectiveAllToAll")
+    for n in names:
+        d = _C.op(n).describe()
+        assert d["collective"] and d["stateful"], n
+    x = dg.tensor(np.zeros((3, 2), np.float32))
+    for fn, kw, msg in [
+            (dg.ops.collective_reduce_scatter, {"group_size": 2},
+             "axis 0 of the input [3, 2] must divide into 2 blocks"),
+            (dg.ops.collective_all_to_all, {"group_size": 2}, "must divide into 2 blocks"),
+            (dg.ops.collective_all_reduce, {"reduce_op": "mean"},
+             "reduce_op must be one of sum, avg, max, min, prod; got 'mean'"),
+            (dg.ops.collective_all_gather, {"group_size": 0}, "group_size must be >= 1")]:
+        with pytest.raises(Exception, match=re.escape(msg)):
+            fn(x, **kw)
 
 
 def test_launcher_passes_args_env_and_exit_status(tmp_path):

@@ -1,10 +1,11 @@
-"""The collectives as graph ops (schemas in the core, kernels per backend).
+"""The collectives as graph ops: the schemas are the core's
+(dragon_core/src/ops/collective.cc); this module registers the mpi
+backend's cpu kernels and emits the ops while tracing.
 
 Each op carries ``DG_OP_COLLECTIVE`` (ABI 1.3): the graph passes never
 prune, merge or fold it and the executor keeps collectives in their traced
-order. The schemas are defined when ``dragon_core.distributed`` is imported,
-so a traced graph names them without any backend; the ``mpi`` backend
-registers its cpu kernels at :func:`init_process_group`. A graph run on a
+order. The ``mpi`` backend registers its cpu kernels at
+:func:`init_process_group`. A graph run on a
 device without a kernel (``cuda``) fails with the registry's no-kernel error.
 
 The first time a traced collective runs on a rank, every rank of its group
@@ -23,12 +24,7 @@ import numpy as np
 
 from .. import _C
 
-DG_OP_NO_GRAD = 1 << 2
-DG_OP_COLLECTIVE = 1 << 4
-_ALL = (1 << 10) - 1      # every dtype code the schema accepts
-_PLUGIN = "dragon_core.distributed"
-
-#: kind -> (op name, attrs as (name, type code, default))
+#: kind -> op name
 _KINDS = {
     "all_reduce": "CollectiveAllReduce",
     "broadcast": "CollectiveBroadcast",
@@ -49,44 +45,20 @@ def _spec_shape(kind, shape, size):
     shape = tuple(shape)
     if kind == "all_gather":
         return (size,) + shape
-    if kind in ("reduce_scatter", "all_to_all"):
-        if not shape or shape[0] % size:
-            raise ValueError(f"collective {kind}: axis 0 of the input {list(shape)} must "
-                             f"divide into {size} blocks (the group size)")
-        if kind == "reduce_scatter":
-            return (shape[0] // size,) + shape[1:]
+    if kind == "reduce_scatter":
+        return (shape[0] // size,) + shape[1:]
     return shape
 
 
-def _shape_rule(kind):
-    def infer(inputs, attrs):
-        (shape, code), = inputs
-        try:
-            return 0, [(_spec_shape(kind, shape, int(attrs["group_size"])), code)]
-        except ValueError as e:
-            return 3, str(e)   # DG_INVALID_ARGUMENT
-    return infer
-
-
 def define_schemas() -> None:
-    """Define the five collective ops (idempotent)."""
+    """Check that the core defines the five collective ops
+    (dragon_core/src/ops/collective.cc)."""
     global _defined
     if _defined:
         return
-    attrs = [("group", 1, 0), ("group_size", 1, 1), ("reduce_op", 4, "sum"),
-             ("src", 1, 0), ("tag", 4, "")]
-    for kind, name in _KINDS.items():
-        try:
-            _C.op(name)
-            continue
-        except LookupError:
-            pass
-        _C._define_py_op(
-            name, "collective_" + kind,
-            f"The {kind} collective over the process group ``group`` (see "
-            "dragon_core.distributed).", _PLUGIN,
-            [("x", _ALL, 0)], [("y", _ALL, 0)], attrs,
-            DG_OP_COLLECTIVE | DG_OP_NO_GRAD, _shape_rule(kind))
+    for name in _KINDS.values():
+        if not _C.op(name).describe()["collective"]:
+            raise RuntimeError(f"dragon_core.distributed: {name} is not a collective op")
     _defined = True
 
 

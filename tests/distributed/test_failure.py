@@ -167,6 +167,16 @@ def test_collective_schemas_are_the_cores_and_check_shapes():
             fn(x, **kw)
 
 
+def test_a_missing_collective_kernel_names_where_kernels_come_from():
+    """Before init_process_group no cpu kernel exists: the error says where
+    they come from (dragon-nccl-dist for cuda)."""
+    p = _py("import dragon_core as dg\n"
+            "try: dg.ops.collective_all_reduce(dg.tensor([1.0]))\n"
+            "except Exception as e: print(type(e).__name__, e)\n")
+    assert "NoKernelError" in p.stdout, p.stdout + p.stderr
+    assert "init_process_group" in p.stdout and "pip install dragon-nccl-dist" in p.stdout
+
+
 def test_launcher_passes_args_env_and_exit_status(tmp_path):
     script = tmp_path / "s.py"
     script.write_text(

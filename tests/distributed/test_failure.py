@@ -39,8 +39,12 @@ def _job(mode, dist_timeout=None, timeout_s=120):
     t0 = time.monotonic()
     p = run_job(WORKER, mode, dist_timeout=dist_timeout, timeout_s=timeout_s)
     elapsed = time.monotonic() - t0
-    time.sleep(0.5)
-    assert _orphans("_fail_worker.py") == []
+    # The launcher SIGKILLs the job's process group as it returns; on a loaded
+    # machine the kernel may take a moment to tear the processes down.
+    deadline = time.monotonic() + 10
+    while _orphans("_fail_worker.py") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _orphans("_fail_worker.py") == [], p.stdout + p.stderr
     return p, elapsed
 
 
@@ -112,7 +116,6 @@ def _py(code, **env):
 def test_uninitialised_and_backend_errors():
     p = _py("import dragon_core as dg, dragon_core.distributed as d\n"
             "for f in (lambda: d.get_rank(), lambda: d.all_reduce(dg.tensor([1.0])),\n"
-            "          lambda: d.init_process_group(device='cuda'),\n"
             "          lambda: d.init_process_group('gloo'),\n"
             "          lambda: d.init_process_group(device='tpu')):\n"
             "    try: f()\n"
@@ -121,10 +124,29 @@ def test_uninitialised_and_backend_errors():
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert out.count("not initialised") == 2
-    assert "pip install dragon-nccl-dist" in out
     assert "unknown backend 'gloo'" in out
     assert "no collective backend for device 'tpu'" in out
     assert out.strip().endswith("False True")
+
+
+def test_nccl_backend_without_gpu_or_plugin_fails_clearly():
+    """backend chosen from the device: cuda -> nccl. Without the plugin the
+    error names the wheel; with it and no GPU, NCCL's own reason, and the
+    process is left uninitialised."""
+    import importlib.util
+    p = _py("import dragon_core.distributed as d\n"
+            "try: d.init_process_group(device='cuda')\n"
+            "except Exception as e: print(type(e).__name__, e)\n"
+            "print('initialised', d.is_initialized())\n")
+    assert p.returncode == 0, p.stderr
+    if importlib.util.find_spec("dragon_nccl_dist") is None:
+        assert "pip install dragon-nccl-dist" in p.stdout, p.stdout
+    else:
+        import dragon_core as dg
+        if dg.cuda.device_count() > 0:
+            pytest.skip("a GPU is present: the GPU check covers the nccl backend")
+        assert "rank 0: NcclCommInit: ncclCommInitRankConfig failed" in p.stdout, p.stdout
+    assert "initialised False" in p.stdout
 
 
 def test_missing_libmpi_is_a_clear_error(tmp_path):

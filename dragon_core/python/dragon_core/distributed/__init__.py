@@ -148,11 +148,13 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
                              f"{device!r}; backends: mpi (cpu), nccl (cuda)")
     backend = str(backend).lower()
     if backend == "nccl":
-        raise RuntimeError(
-            "init_process_group: backend 'nccl' (cuda collectives) is provided by the "
-            "dragon-nccl-dist plugin, which is not built in this installation; use "
-            "backend='mpi' with cpu tensors (pip install dragon-nccl-dist for NCCL)")
-    if backend != "mpi":
+        import importlib.util
+        if importlib.util.find_spec("dragon_nccl_dist") is None:
+            raise RuntimeError(
+                "init_process_group: backend 'nccl' (cuda collectives) comes from the "
+                "dragon-nccl-dist plugin, which is not installed: pip install "
+                "dragon-nccl-dist (or use backend='mpi' with cpu tensors)")
+    if backend not in ("mpi", "nccl"):
         raise ValueError(f"init_process_group: unknown backend {backend!r}; "
                          "backends: 'mpi' (cpu), 'nccl' (cuda)")
     if init_method not in (None, "mpi"):
@@ -171,6 +173,12 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         _G.world = ProcessGroup(lib.COMM_WORLD, list(range(size)), 0, owned=False)
         _G.groups = [_G.world]
         _install_excepthook()
+    if backend == "nccl":
+        try:
+            _nccl_comm(_G.world)
+        except BaseException:
+            destroy_process_group()
+            raise
     from . import _graph_ops
     _graph_ops.register_kernels()
 
@@ -272,7 +280,20 @@ def new_group(ranks=None) -> "ProcessGroup | None":
     gid = len(_G.groups)
     g = ProcessGroup(comm, ranks, gid) if comm is not None else None
     _G.groups.append(g)
+    if g is not None and _G.backend == "nccl":
+        _nccl_comm(g)
     return g
+
+
+def _nccl_comm(g: "ProcessGroup") -> None:
+    """Create ``g``'s NCCL communicator (dragon-nccl-dist's ops): the group's
+    rank 0 draws the unique id and MPI broadcasts it to the others."""
+    from .. import from_numpy, ops
+    uid = ops.nccl_unique_id().numpy().copy() if g.rank() == 0 else np.zeros(128, np.uint8)
+    req = _G.lib.start("MPI_Ibcast", _vp(uid), 128, _G.lib.BYTE, 0, g._comm)
+    Work("nccl unique id", g, [req], None, None, uid).wait()
+    ops.nccl_comm_init(from_numpy(uid), group=g.id, nranks=g.size(), rank=g.rank(),
+                       timeout_s=float(_G.timeout))
 
 
 def _group(group) -> ProcessGroup:
@@ -350,6 +371,11 @@ def _check_tensor(name, t, group=None):
         raise TypeError(f"{name}: expected a dragon_core Tensor, got {type(t).__name__}")
     dev = str(t.device)
     if not dev.startswith("cpu"):
+        if _G.backend == "nccl" and dev.startswith("cuda"):
+            raise _OnDevice(
+                f"{name}: eagerly on cuda tensors only all_reduce and broadcast are served "
+                "by the nccl backend so far; inside dragon_core.function every collective "
+                "runs on cuda (dragon-nccl-dist)")
         raise RuntimeError(
             f"{name}: the '{_G.backend}' backend runs on cpu tensors; got a tensor on {dev} "
             f"({t.dtype}, shape {tuple(t.shape)}). cuda collectives need the NCCL backend "
@@ -358,6 +384,25 @@ def _check_tensor(name, t, group=None):
     if not (arr.flags.c_contiguous and arr.flags.writeable):
         raise ValueError(f"{name}: the tensor must be contiguous and writable")
     return arr
+
+
+class _OnDevice(RuntimeError):
+    """The tensor lives on cuda and the nccl backend serves it (caught by the
+    collectives that run there eagerly; the others raise it as it is)."""
+
+
+def _device_op(kind, tensor, g, reduce_op="sum", src=0):
+    """Run the collective op on the tensor's device (NCCL kernels of
+    dragon-nccl-dist, stream-ordered) and return the result tensor."""
+    from .. import ops
+    return getattr(ops, "collective_" + kind)(tensor, group=g.id, group_size=g.size(),
+                                               reduce_op=reduce_op, src=int(src))
+
+
+def _done(name, g, result, async_op):
+    w = Work(name, g, [], None, result, None)
+    w._done = True
+    return w if async_op else result
 
 
 def _dtype_name(arr) -> str:
@@ -432,7 +477,14 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
     if _tracing():
         from . import _graph_ops
         return _graph_ops.traced("all_reduce", tensor, g, reduce_op=op)
-    arr = _check_tensor("all_reduce", tensor, g)
+    try:
+        arr = _check_tensor("all_reduce", tensor, g)
+    except _OnDevice:
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"all_reduce: op must be one of {', '.join(_REDUCE_OPS)}, "
+                             f"got {op!r}") from None
+        tensor._set_data(_device_op("all_reduce", tensor, g, reduce_op=op))
+        return _done("all_reduce", g, tensor, async_op)
     work_arr, mpi_dt, mpi_op, half = _reduce_plan("all_reduce", arr, op)
     req = _start("all_reduce", g, "MPI_Iallreduce", ctypes.c_void_p(1), _vp(work_arr),
                  int(arr.size), mpi_dt, mpi_op, g._comm)
@@ -459,8 +511,12 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     if _tracing():
         from . import _graph_ops
         return _graph_ops.traced("broadcast", tensor, g, src=_group_rank("broadcast", g, src))
-    arr = _check_tensor("broadcast", tensor, g)
     root = _group_rank("broadcast", g, src)
+    try:
+        arr = _check_tensor("broadcast", tensor, g)
+    except _OnDevice:
+        tensor._set_data(_device_op("broadcast", tensor, g, src=root))
+        return _done("broadcast", g, tensor, async_op)
     req = _start("broadcast", g, "MPI_Ibcast", _vp(arr), int(arr.nbytes), _G.lib.BYTE,
                  root, g._comm)
     return _finish(Work("broadcast", g, [req], None, tensor, arr), async_op)

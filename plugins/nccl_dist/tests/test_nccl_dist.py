@@ -1,0 +1,91 @@
+"""dragon-nccl-dist: build, link and load checks (no NVIDIA library in
+DT_NEEDED, libnccl opened at run time and its version read), the host ops,
+and without a GPU a clear error from communicator creation. With a GPU
+(world size 1) every collective runs on cuda against NumPy."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import dragon_core as dg
+
+nccl_dist = pytest.importorskip("dragon_nccl_dist", reason="dragon-nccl-dist is built "
+                                "by `make install` where nvcc is on PATH")
+
+
+def _plugin():
+    return next(p for p in dg.plugins.list() if p.name == "nccl_dist")
+
+
+def test_plugin_loads_and_links_no_nvidia_library():
+    p = _plugin()
+    assert p.state == "loaded", p.error
+    assert p.num_ops == 3 and p.num_kernels == 8
+    needed = subprocess.run(["readelf", "-d", nccl_dist.plugin_library()],
+                            capture_output=True, text=True, check=True).stdout
+    libs = re.findall(r"Shared library: \[(.*?)\]", needed)
+    assert libs and not [x for x in libs if x.startswith(("libnccl", "libcuda", "libcudart"))], libs
+
+
+def test_collective_kernels_are_registered_for_cuda():
+    for op in ("CollectiveAllReduce", "CollectiveBroadcast", "CollectiveAllGather",
+               "CollectiveReduceScatter", "CollectiveAllToAll"):
+        ks = dg.plugins.kernels(op)
+        assert [(k["device"], k["plugin"]) for k in ks if k["device"] == "cuda"] == \
+            [("cuda", "nccl_dist")], ks
+
+
+def test_opens_the_wheels_libnccl_and_reads_its_version():
+    import nvidia.nccl
+    header = open(list(nvidia.nccl.__path__)[0] + "/include/nccl.h").read()
+    major = int(re.search(r"#define NCCL_MAJOR (\d+)", header).group(1))
+    minor = int(re.search(r"#define NCCL_MINOR (\d+)", header).group(1))
+    patch = int(re.search(r"#define NCCL_PATCH (\d+)", header).group(1))
+    assert nccl_dist.nccl_version() == major * 10000 + minor * 100 + patch
+
+
+def test_unique_ids_are_fresh_128_bytes():
+    a, b = dg.ops.nccl_unique_id().numpy(), dg.ops.nccl_unique_id().numpy()
+    assert a.dtype == np.uint8 and a.shape == (128,)
+    assert not np.array_equal(a, b)
+
+
+def test_comm_init_checks_its_arguments():
+    with pytest.raises(Exception, match=r"unique_id must be uint8\[128\]"):
+        dg.ops.nccl_comm_init(dg.tensor(np.zeros(4, np.uint8)), group=0, nranks=1, rank=0)
+    with pytest.raises(Exception, match="rank 3 of 2"):
+        dg.ops.nccl_comm_init(dg.ops.nccl_unique_id(), group=0, nranks=2, rank=3)
+
+
+@pytest.mark.skipif(dg.cuda.device_count() > 0, reason="checks the no-GPU error")
+def test_without_a_gpu_comm_init_fails_clearly():
+    with pytest.raises(Exception) as e:
+        dg.ops.nccl_comm_init(dg.ops.nccl_unique_id(), group=0, nranks=1, rank=0,
+                              timeout_s=10.0)
+    msg = str(e.value)
+    assert "rank 0: NcclCommInit: ncclCommInitRankConfig failed" in msg, msg
+
+
+@pytest.mark.skipif(dg.cuda.device_count() == 0, reason="needs a GPU (world size 1)")
+def test_every_collective_on_one_gpu():
+    dg.ops.nccl_comm_init(dg.ops.nccl_unique_id(), group=0, nranks=1, rank=0,
+                          timeout_s=60.0)
+    rng = np.random.default_rng(0)
+    for dt in ("float32", "float64", "float16", "int32", "int64", "uint8", "int8"):
+        x = rng.uniform(-3, 3, (4, 3)).astype(dt)
+        t = dg.tensor(x).to("cuda")
+        for op in ("sum", "max", "min", "prod") + (("avg",) if dt.startswith("float") else ()):
+            y = dg.ops.collective_all_reduce(t, group=0, group_size=1, reduce_op=op)
+            np.testing.assert_array_equal(y.to("cpu").numpy(), x)
+        np.testing.assert_array_equal(dg.ops.collective_broadcast(
+            t, group=0, group_size=1).to("cpu").numpy(), x)
+        np.testing.assert_array_equal(dg.ops.collective_all_gather(
+            t, group=0, group_size=1).to("cpu").numpy(), x[None])
+        np.testing.assert_array_equal(dg.ops.collective_reduce_scatter(
+            t, group=0, group_size=1).to("cpu").numpy(), x)
+        np.testing.assert_array_equal(dg.ops.collective_all_to_all(
+            t, group=0, group_size=1).to("cpu").numpy(), x)

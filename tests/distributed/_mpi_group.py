@@ -4,7 +4,8 @@ DDP tests and ``bench/bench_dist.py``.
 It has the interface ``DistributedDataParallel(process_group=...)`` accepts:
 ``rank()``, ``size()``, ``all_reduce(tensor, async_op=...)`` (sum; async
 returns a work whose ``wait()`` gives the reduced tensor) and
-``broadcast(tensor, src)``. The reductions are MPI's own (``Iallreduce``,
+``broadcast(tensor, src)``. ``all_reduce`` reduces a host tensor in place
+(its storage is the MPI buffer) and returns it. The reductions are MPI's own (``Iallreduce``,
 ``Bcast``); nothing here moves bytes by itself.
 """
 
@@ -16,13 +17,12 @@ import dragon_core as dg
 
 
 class _Work:
-    def __init__(self, request, out, device):
-        self._request, self._out, self._device = request, out, device
+    def __init__(self, request, tensor):
+        self._request, self._tensor = request, tensor
 
     def wait(self):
         self._request.Wait()
-        t = dg.from_numpy(self._out)
-        return t if str(self._device).startswith("cpu") else t.to(self._device)
+        return self._tensor
 
 
 class MPIGroup:
@@ -42,9 +42,18 @@ class MPIGroup:
     def all_reduce(self, tensor, op: str = "sum", async_op: bool = False):
         if op != "sum":
             raise ValueError(f"MPIGroup.all_reduce: only op='sum' here, got {op!r}")
-        src = np.ascontiguousarray(tensor.numpy())
-        out = np.empty_like(src)
-        work = _Work(self.comm.Iallreduce(src, out, op=self._MPI.SUM), out, tensor.device)
+        if not str(tensor.device).startswith("cpu"):
+            raise ValueError(f"MPIGroup.all_reduce: host tensors only, got {tensor.device}")
+        # In place, as torch.distributed does: the tensor's storage is the MPI
+        # buffer (``numpy()`` is a zero-copy view); a read-only one is copied.
+        buf = tensor.numpy()
+        if buf.flags.writeable and buf.flags.c_contiguous:
+            work = _Work(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM),
+                         tensor)
+        else:
+            out = np.array(buf, copy=True, order="C")
+            work = _Work(self.comm.Iallreduce(self._MPI.IN_PLACE, out, op=self._MPI.SUM),
+                         dg.from_numpy(out))
         return work if async_op else work.wait()
 
     def broadcast(self, tensor, src: int = 0):

@@ -30,7 +30,7 @@ TIMEOUT = 90
 
 def _mpirun(*args, check=True):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", DRAGON_NUM_THREADS="1")
     cmd = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable,
            os.path.join(HERE, "_ddp_worker.py"), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT,

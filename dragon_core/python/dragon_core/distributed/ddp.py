@@ -286,7 +286,9 @@ class DistributedDataParallel(Module):
 
     def _start(self, bucket: _Bucket) -> None:
         grads = [self._params[i].grad.reshape([-1]) for i in bucket.params]
-        flat = grads[0] if len(grads) == 1 else ops.concat(grads, 0)
+        # Always a fresh buffer (concat copies, even one tensor): a group may
+        # reduce in place, and a gradient tensor can be shared by two leaves.
+        flat = ops.concat(grads, 0)
         self._log("allreduce_start", bucket.index)
         bucket.flat = flat
         bucket.wait = self._group.all_reduce_start(flat)

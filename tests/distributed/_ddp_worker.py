@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--no-sync", action="store_true")
     ap.add_argument("--ckpt")
     ap.add_argument("--die-at", type=int, default=-1)
+    ap.add_argument("--compiled", action="store_true")
     args = ap.parse_args()
     group = MPIGroup()
     rank = group.rank()
@@ -55,6 +56,14 @@ def main() -> int:
     loader = dg.data.DataLoader(dg.data.TensorDataset(x, y), batch_size=BATCH_PER_RANK,
                                 shuffle=True, drop_last=True, seed=SEED)
     steps_per_epoch = len(loader)
+
+    @dg.function
+    def compiled_step(xb, yb):
+        opt.zero_grad()
+        loss = F.cross_entropy(ddp(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss
 
     step = 0
     ckpt = os.path.join(args.ckpt, "last.dgt") if args.ckpt else None
@@ -73,16 +82,23 @@ def main() -> int:
             if step == args.die_at and rank == 1:
                 os._exit(17)
             events.append((0.0, "step", step))
-            opt.zero_grad()
-            if args.no_sync:
+            if args.compiled:
+                compiled_step(xb, yb)
+                if not os.path.exists(os.path.join(args.out, f"graph{rank}.txt")):
+                    with open(os.path.join(args.out, f"graph{rank}.txt"), "w") as f:
+                        f.write("\n".join(op.type for op in compiled_step.get_graph(xb, yb).op))
+            elif args.no_sync:
+                opt.zero_grad()
                 # Two micro-batches: the first accumulates locally only.
                 half = BATCH_PER_RANK // 2
                 with ddp.no_sync():
                     F.cross_entropy(ddp(xb[:half]), yb[:half]).backward()
                 F.cross_entropy(ddp(xb[half:]), yb[half:]).backward()
+                opt.step()
             else:
+                opt.zero_grad()
                 F.cross_entropy(ddp(xb), yb).backward()
-            opt.step()
+                opt.step()
             step += 1
             if ckpt and rank == 0 and step % CKPT_EVERY == 0:
                 tmp = ckpt + ".tmp"

@@ -134,6 +134,35 @@ def test_loaders_shard_by_rank_on_their_own(monkeypatch):
         resolve_shard(None, None)
 
 
+def test_ddp_buckets_pass_starts_early_and_waits_late():
+    from dragon_core import proto as P
+    from dragon_core._graph.passes.ddp_buckets import ddp_buckets
+    g = P.GraphDef()
+    g.input.append("x")
+    g.output.append("e")
+
+    def add(op_type, inputs, output):
+        op = g.op.add()
+        op.type = op_type
+        op.input.extend(inputs)
+        op.output.append(output)
+
+    add("Relu", ["x"], "a")
+    add("Concat", ["a"], "flat")
+    add("Relu", ["x"], "c")
+    add("Relu", ["c"], "d")
+    add("DDPAllReduceStart", ["flat"], "tok")        # traced late ...
+    add("DDPAllReduceWait", ["tok", "flat"], "s")    # ... and waited at once
+    add("Mul", ["s", "d"], "e")
+    out = ddp_buckets(g)
+    assert [op.output[0] for op in out.op] == ["a", "flat", "tok", "c", "d", "s", "e"]
+    assert [op.output[0] for op in g.op][4] == "tok"              # input left as it was
+    plain = P.GraphDef()
+    plain.CopyFrom(g)
+    del plain.op[4:6]
+    assert ddp_buckets(plain) is plain                             # no DDP op: unchanged
+
+
 # ------------------------------------------------------------ 2 ranks
 
 def test_two_ranks_match_one_rank_on_concatenated_batches(tmp_path, reference):
@@ -153,6 +182,27 @@ def test_two_ranks_match_one_rank_on_concatenated_batches(tmp_path, reference):
             assert first_start < last_ready, ev
             assert [e[1] for e in ev if e[0] == "allreduce_start"] == ["0", "1", "2"]
             assert kinds.count("grad_ready") == 12
+
+
+def test_compiled_two_ranks_match_one_rank(tmp_path, reference):
+    _mpirun(str(tmp_path), "--compiled")
+    _assert_matches(tmp_path, reference)
+    # Overlap in the compiled step, from the optimised graph's op order: the
+    # first bucket's all-reduce starts before the last backward op (a conv
+    # filter gradient), the first wait comes after it.
+    for r in range(common.WORLD):
+        ops = (tmp_path / f"graph{r}.txt").read_text().split()
+        starts = [k for k, t in enumerate(ops) if t == "DDPAllReduceStart"]
+        waits = [k for k, t in enumerate(ops) if t == "DDPAllReduceWait"]
+        backward = [k for k, t in enumerate(ops) if t in ("Conv2dBackpropFilter",
+                                                           "MaxPool2dGrad")]
+        assert len(starts) == len(waits) == 3
+        assert starts[0] < backward[-1] < waits[0], ops
+        ev = (tmp_path / f"events{r}.txt").read_text().split()
+        # One start and one done per bucket and step (the tracing call runs
+        # the step's ops once more: a trace executes as it records).
+        steps = common.EPOCHS * common.NUM_TRAIN // 32
+        assert ev.count("allreduce_start") == ev.count("allreduce_done") == 3 * (steps + 1)
 
 
 def test_no_sync_accumulates_then_reduces_the_sum(tmp_path):

@@ -103,6 +103,67 @@ def resolve_group(process_group: Any = None) -> _Group:
                   lambda t, src: _broadcast(t, src=src, **kw), "dragon_core.distributed")
 
 
+# ------------------------------------------------- graph ops (compiled steps)
+#
+# Inside ``dg.function`` the hooks see symbolic gradients, so a bucket's
+# all-reduce becomes two graph ops: ``DDPAllReduceStart(flat) -> token``
+# starts it (the kernel copies the buffer and calls the group's async
+# all-reduce) and ``DDPAllReduceWait(token, flat) -> reduced`` waits for it.
+# The ``ddp_buckets`` graph pass (``_graph/passes/ddp_buckets.py``) places
+# every start right after its inputs are computed and every wait right before
+# the first op that reads its result, so communication overlaps the rest of
+# backward in the compiled step too.
+
+_GRAPH_GROUPS: dict = {}     # group key (op attribute) -> (_Group, event log or None)
+_INFLIGHT: dict = {}         # token -> wait()
+_NEXT_TOKEN = [1]
+_GRAPH_OPS: list = []
+
+
+def _graph_ops():
+    if _GRAPH_OPS:
+        return _GRAPH_OPS
+    import numpy as np
+    from .. import custom_op, from_numpy
+
+    def _start_shape(x, group):
+        return [], "int64"
+
+    @custom_op("DDPAllReduceStart", attrs={"group": 0}, outputs=("token",),
+               shape=_start_shape, dtypes=("float16", "bfloat16", "float32", "float64"),
+               plugin="distributed", differentiable=False)
+    def ddp_all_reduce_start(x, group):
+        """Start the sum all-reduce of a DDP bucket; returns its token."""
+        g, log = _GRAPH_GROUPS[int(group)]
+        token = _NEXT_TOKEN[0]
+        _NEXT_TOKEN[0] += 1
+        if log is not None:
+            log.append((time.perf_counter(), "allreduce_start", token))
+        _INFLIGHT[token] = g.all_reduce_start(from_numpy(np.array(x, copy=True)))
+        return np.array(token, dtype=np.int64)
+
+    def _wait_shape(token, like, group):
+        return like.shape, like.dtype
+
+    @custom_op("DDPAllReduceWait", inputs=("token", "like"), attrs={"group": 0},
+               shape=_wait_shape, dtypes=("int64",), plugin="distributed",
+               differentiable=False)
+    def ddp_all_reduce_wait(token, like, group):
+        """Wait for the all-reduce ``token`` started; returns the sum."""
+        wait = _INFLIGHT.pop(int(token), None)
+        if wait is None:
+            raise RuntimeError(f"DDPAllReduceWait: no all-reduce in flight with token "
+                               f"{int(token)}")
+        out = np.asarray(wait().numpy())
+        log = _GRAPH_GROUPS[int(group)][1]
+        if log is not None:
+            log.append((time.perf_counter(), "allreduce_done", int(token)))
+        return out
+
+    _GRAPH_OPS.extend([ddp_all_reduce_start, ddp_all_reduce_wait])
+    return _GRAPH_OPS
+
+
 # ---------------------------------------------------------------- buckets
 
 def plan_buckets(params, first_bucket_cap_mb: float = 1.0,
@@ -180,8 +241,13 @@ class DistributedDataParallel(Module):
     PyTorch; save ``ddp.module.state_dict()`` for checkpoints that load into
     the bare module.
 
-    Compiled steps (``dg.function``) are not bucketed by this class: its
-    hooks need concrete gradients and raise while tracing.
+    In a compiled step (``dg.function`` around forward, ``backward()`` and
+    the optimizer step) each bucket becomes a ``DDPAllReduceStart`` /
+    ``DDPAllReduceWait`` pair of graph ops, scheduled by the ``ddp_buckets``
+    graph pass; there ``event_log`` gets ``allreduce_start`` /
+    ``allreduce_done`` events with the run-time token instead of the bucket.
+    Enter :meth:`no_sync` outside a compiled function, not inside: a trace
+    records the synchronisation mode it ran with.
     """
 
     def __init__(self, module: Module, *, process_group: Any = None,
@@ -262,13 +328,9 @@ class DistributedDataParallel(Module):
     def _grad_ready(self, i: int) -> None:
         if not self._sync:
             return
-        if _C._is_tracing():
-            raise NotImplementedError(
-                "DistributedDataParallel: gradient buckets inside dg.function need the "
-                "collective graph ops of dragon_core.distributed (ddp_buckets pass); "
-                "run the DDP step eagerly")
         object.__setattr__(self, "_active", True)
-        self._log("grad_ready", self._names[i])
+        if not _C._is_tracing():
+            self._log("grad_ready", self._names[i])
         bucket = self._owner[i]
         if i in self._ready:
             raise RuntimeError(f"DistributedDataParallel: parameter {self._names[i]} received "
@@ -289,16 +351,30 @@ class DistributedDataParallel(Module):
         # Always a fresh buffer (concat copies, even one tensor): a group may
         # reduce in place, and a gradient tensor can be shared by two leaves.
         flat = ops.concat(grads, 0)
-        self._log("allreduce_start", bucket.index)
         bucket.flat = flat
+        if _C._is_tracing():
+            start, wait = _graph_ops()
+            token = start(flat, group=self._graph_key())
+            bucket.wait = lambda: wait(token, flat, group=self._graph_key())
+            return
+        self._log("allreduce_start", bucket.index)
         bucket.wait = self._group.all_reduce_start(flat)
+
+    def _graph_key(self) -> int:
+        key = getattr(self, "_gkey", None)
+        if key is None:
+            key = len(_GRAPH_GROUPS) + 1
+            _GRAPH_GROUPS[key] = (self._group, self._event_log)
+            object.__setattr__(self, "_gkey", key)
+        return key
 
     def _finish(self) -> None:
         scale = 1.0 / self._group.size
         try:
             for bucket in self._buckets:
                 total = bucket.wait()
-                self._log("allreduce_done", bucket.index)
+                if not _C._is_tracing():
+                    self._log("allreduce_done", bucket.index)
                 if self._group.size > 1:
                     total = total * scale
                 offset = 0

@@ -81,6 +81,16 @@ class SyncBatchNorm(_BatchNorm):
             object.__setattr__(self, "_group_key", key)
         return _GROUPS[self._group_key]
 
+    def _total_count(self, g, local_n: int) -> int:
+        """Examples per channel over all ranks: a host all-reduce of this
+        rank's count (a Python int even while tracing, where it is fixed in
+        the graph like the shapes it comes from)."""
+        if g.size == 1:
+            return local_n
+        from .. import from_numpy
+        count = g.all_reduce(from_numpy(np.array([local_n], dtype=np.float64)))
+        return int(round(float(count.numpy()[0])))
+
     def forward(self, x):
         if not (self.training or not self.track_running_stats):
             return super().forward(x)
@@ -95,11 +105,7 @@ class SyncBatchNorm(_BatchNorm):
         g = self._group()
         axes = [0] + list(range(2, x.ndim))
         local_n = x.size // c
-        if g.size > 1:
-            count = g.all_reduce(ops.fill([1], float(local_n), x.dtype, device=str(x.device)))
-            n = int(round(float(count.numpy()[0])))
-        else:
-            n = local_n
+        n = self._total_count(g, local_n)
         if n <= 1:
             raise ValueError(f"{name}: training needs more than one value per channel over "
                              f"all ranks, got {n} (local input shape {tuple(x.shape)})")

@@ -12,7 +12,7 @@ from dragon_core.nn import functional as F
 SEED = 0
 WORLD = 2
 BATCH_PER_RANK = 16
-NUM_TRAIN = 256            # 8 steps per epoch per rank
+NUM_TRAIN = 128            # 4 steps per epoch per rank
 EPOCHS = 2
 LR = 0.05
 CKPT_EVERY = 3

@@ -41,6 +41,21 @@ def _mpirun(*args, check=True):
     return proc
 
 
+def _processes_mentioning(text: str) -> list:
+    """PIDs whose command line contains ``text`` (from /proc)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30))
 
@@ -217,11 +232,13 @@ def test_killed_rank_relaunch_resumes_from_checkpoint(tmp_path, reference):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     ckpt.mkdir()
     out.mkdir()
-    die_at = 11                                  # mid-epoch 1; last checkpoint at step 9
+    die_at = 5                                   # mid-epoch 1; last checkpoint at step 3,
+    #                                              mid-epoch 0 (4 steps per epoch)
     proc = _mpirun(str(out), "--ckpt", str(ckpt), "--die-at", str(die_at), check=False)
     assert proc.returncode != 0
     assert not (out / "rank0.npz").exists()
+    assert _processes_mentioning(str(out)) == []          # no orphan rank left behind
     saved = dg.load(str(ckpt / "last.dgt"))
-    assert int(saved["step"]) == 9
+    assert int(saved["step"]) == 3
     _mpirun(str(out), "--ckpt", str(ckpt))      # the relaunch
     _assert_matches(out, reference)

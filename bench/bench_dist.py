@@ -209,7 +209,8 @@ def run(quick: bool = False) -> list[dict]:
     two = _launch("dragon2", 2, quick)["steps_per_s"]
     rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "dragon", "steps/s", one,
                                 "higher", note=f"MLP 784-{HIDDEN}-{HIDDEN}-10, batch {BATCH} "
-                                "per rank, SGD, OMP_NUM_THREADS=DRAGON_NUM_THREADS=1 and torch 1 thread per rank"))
+                                "per rank, SGD, 1 thread per rank (OMP/DRAGON_NUM_THREADS=1, "
+                                "torch.set_num_threads(1))"))
     torch_row = None
     try:
         torch_two = _launch("torch2", 2, quick)["steps_per_s"]

@@ -89,7 +89,8 @@ def test_plan_buckets_reverse_order_and_default_caps():
     assert plan_buckets(params, first_bucket_cap_mb=0.5, bucket_cap_mb=12) == [
         [8, 7], [6, 5], [4], [3, 2, 1, 0]]
     # A dtype change closes a bucket; an oversize parameter gets its own.
-    mixed = [dg.nn.Parameter(dg.ops.zeros([4], dtype="float64")), dg.nn.Parameter(dg.ops.zeros([4]))]
+    mixed = [dg.nn.Parameter(dg.ops.zeros([4], dtype="float64")),
+             dg.nn.Parameter(dg.ops.zeros([4]))]
     assert plan_buckets(mixed) == [[1], [0]]
     assert plan_buckets([dg.nn.Parameter(dg.ops.zeros([2 * mib]))]) == [[0]]
     with pytest.raises(ValueError, match="bucket caps"):

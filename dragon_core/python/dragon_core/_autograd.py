@@ -403,8 +403,8 @@ def register_post_accumulate_grad_hook(tensor, hook) -> _HookHandle:
     key = tensor._id
     entry = _POST_HOOKS.get(key)
     if entry is None or entry[0]() is not tensor:
-        entry = _POST_HOOKS[key] = (weakref.ref(tensor, lambda _r, k=key, d=_POST_HOOKS: d.pop(k, None)),
-                                    [])
+        ref = weakref.ref(tensor, lambda _r, k=key, d=_POST_HOOKS: d.pop(k, None))
+        entry = _POST_HOOKS[key] = (ref, [])
     entry[1].append(hook)
     return _HookHandle(key, hook)
 

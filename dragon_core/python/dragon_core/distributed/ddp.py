@@ -264,7 +264,8 @@ class DistributedDataParallel(Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         object.__setattr__(self, "_names", [n for n, _ in named])
         object.__setattr__(self, "_params", [p for _, p in named])
-        self.bucket_cap_mb, self.first_bucket_cap_mb = float(bucket_cap_mb), float(first_bucket_cap_mb)
+        self.bucket_cap_mb = float(bucket_cap_mb)
+        self.first_bucket_cap_mb = float(first_bucket_cap_mb)
         plan = plan_buckets(self._params, first_bucket_cap_mb, bucket_cap_mb)
         object.__setattr__(self, "bucket_indices", plan)
         object.__setattr__(self, "_buckets", [_Bucket(k, idx) for k, idx in enumerate(plan)])

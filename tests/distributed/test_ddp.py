@@ -18,7 +18,7 @@ import pytest
 
 import dragon_core as dg
 from dragon_core.data import DataLoader, TensorDataset, resolve_shard
-from dragon_core.distributed.ddp import plan_buckets
+from dragon_core.distributed.ddp import DistributedDataParallel, plan_buckets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -177,6 +177,91 @@ def test_ddp_buckets_pass_starts_early_and_waits_late():
     plain.CopyFrom(g)
     del plain.op[4:6]
     assert ddp_buckets(plain) is plain                             # no DDP op: unchanged
+
+
+class _Solo:
+    """A one-rank group (world size 1): the collectives are the identity."""
+
+    def rank(self):
+        return 0
+
+    def size(self):
+        return 1
+
+    def all_reduce(self, tensor, async_op=False):
+        return tensor
+
+    def broadcast(self, tensor, src=0):
+        return tensor
+
+
+def test_sync_batchnorm_on_one_rank_is_batchnorm_float64():
+    from dragon_core.distributed.sync_batchnorm import SyncBatchNorm
+    rng = np.random.default_rng(3)
+    xn = rng.standard_normal((6, 3, 4, 5))
+    wn = rng.standard_normal((6, 3, 4, 5))
+    bn = dg.nn.BatchNorm2d(3, dtype="float64")
+    model = dg.nn.Sequential(dg.nn.BatchNorm2d(3, dtype="float64"))
+    model = SyncBatchNorm.convert_sync_batchnorm(model, process_group=_Solo())
+    sbn = model[0]
+    assert isinstance(sbn, SyncBatchNorm)
+    for p, q in ((bn.weight, sbn.weight), (bn.bias, sbn.bias)):
+        p.data = dg.tensor(rng.standard_normal(3))
+        q.data = dg.tensor(p.numpy().copy())
+    outs = []
+    for layer in (bn, sbn):
+        x = dg.tensor(xn)
+        x.requires_grad = True
+        y = layer(x)
+        (y * dg.tensor(wn)).sum().backward()
+        outs.append((y.numpy(), x.grad.numpy(), layer.weight.grad.numpy(),
+                     layer.running_mean.numpy(), layer.running_var.numpy()))
+    # NumPy reference of the forward.
+    mean = xn.mean(axis=(0, 2, 3), keepdims=True)
+    var = xn.var(axis=(0, 2, 3), keepdims=True)
+    ref = (xn - mean) / np.sqrt(var + 1e-5) * bn.weight.numpy()[None, :, None, None] \
+        + bn.bias.numpy()[None, :, None, None]
+    np.testing.assert_allclose(outs[1][0], ref, rtol=1e-10, atol=1e-12)
+    for a, b in zip(outs[0], outs[1]):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12)
+    sbn.eval()
+    np.testing.assert_allclose(sbn(dg.tensor(xn)).numpy(), bn.eval()(dg.tensor(xn)).numpy(),
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="SyncBatchNorm: input has 4 channels"):
+        sbn.train()(dg.tensor(np.ones((2, 4, 3))))
+
+
+def test_ddp_on_one_rank_keeps_gradients_and_checks_use():
+    rng = np.random.default_rng(1)
+    model = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.ReLU(), dg.nn.Linear(3, 2))
+    x = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    model(x).sum().backward()
+    plain = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    log = []
+    ddp = DistributedDataParallel(model, process_group=_Solo(), event_log=log,
+                                  first_bucket_cap_mb=1e-5)
+    # The first bucket (10.5 bytes) takes the last bias alone, then 25 MiB.
+    assert ddp.bucket_indices == [[3], [2, 1, 0]]
+    ddp(x).sum().backward()
+    for p, g in zip(model.parameters(), plain):
+        np.testing.assert_array_equal(p.grad.numpy(), g)
+    kinds = [e[1] for e in log]
+    assert kinds.index("allreduce_start") < len(kinds) - 1 - kinds[::-1].index("grad_ready")
+    assert list(ddp.state_dict()) == ["module." + k for k in model.state_dict()]
+    # A parameter left out of the forward: the next forward names it.
+    skip = DistributedDataParallel(dg.nn.Linear(4, 2), process_group=_Solo())
+    out = skip.module.weight.sum()          # bias unused
+    out.backward()
+    with pytest.raises(RuntimeError, match=r"\['bias'\]"):
+        skip(x)
+    with pytest.raises(TypeError, match="nn.Module"):
+        DistributedDataParallel(lambda t: t, process_group=_Solo())
+
+
+def test_ddp_without_a_process_group_says_how_to_get_one():
+    with pytest.raises(RuntimeError, match="process.group"):
+        DistributedDataParallel(dg.nn.Linear(2, 2))
 
 
 # ------------------------------------------------------------ 2 ranks

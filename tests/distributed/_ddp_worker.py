@@ -41,9 +41,17 @@ def main() -> int:
     ap.add_argument("--ckpt")
     ap.add_argument("--die-at", type=int, default=-1)
     ap.add_argument("--compiled", action="store_true")
+    ap.add_argument("--dragon", action="store_true",
+                    help="dragon_core.distributed's default group (under its launcher) "
+                         "instead of the mpi4py one")
     args = ap.parse_args()
-    group = MPIGroup()
-    rank = group.rank()
+    if args.dragon:
+        import dragon_core.distributed as dist
+        dist.init_process_group()
+        group, rank, barrier = None, dist.get_rank(), dist.barrier
+    else:
+        group = MPIGroup()
+        rank, barrier = group.rank(), group.comm.Barrier
 
     dg.manual_seed(SEED + 7 * rank)          # replicas differ until the broadcast
     model = make_model()
@@ -106,7 +114,7 @@ def main() -> int:
                          "step": step}, tmp)
                 os.replace(tmp, ckpt)
             if ckpt:
-                group.comm.Barrier()      # the checkpoint is on disk before anyone goes on
+                barrier()                 # the checkpoint is on disk before anyone goes on
     np.savez(os.path.join(args.out, f"rank{rank}.npz"),
              **{k: v.numpy() for k, v in model.state_dict().items()})
     with open(os.path.join(args.out, f"events{rank}.txt"), "w") as f:

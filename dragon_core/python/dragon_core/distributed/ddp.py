@@ -114,6 +114,22 @@ def resolve_group(process_group: Any = None) -> _Group:
 # the first op that reads its result, so communication overlaps the rest of
 # backward in the compiled step too.
 
+@contextlib.contextmanager
+def untraced():
+    """Run the body as eager code even inside a trace: the kernels of the
+    DDP/SyncBatchNorm graph ops call the group's *eager* collectives, and a
+    trace runs kernels as it records."""
+    depth = 0
+    while _C._is_tracing():
+        _C._trace_exit()
+        depth += 1
+    try:
+        yield
+    finally:
+        for _ in range(depth):
+            _C._trace_enter()
+
+
 _GRAPH_GROUPS: dict = {}     # group key (op attribute) -> (_Group, event log or None)
 _INFLIGHT: dict = {}         # token -> wait()
 _NEXT_TOKEN = [1]
@@ -139,7 +155,8 @@ def _graph_ops():
         _NEXT_TOKEN[0] += 1
         if log is not None:
             log.append((time.perf_counter(), "allreduce_start", token))
-        _INFLIGHT[token] = g.all_reduce_start(from_numpy(np.array(x, copy=True)))
+        with untraced():
+            _INFLIGHT[token] = g.all_reduce_start(from_numpy(np.array(x, copy=True)))
         return np.array(token, dtype=np.int64)
 
     def _wait_shape(token, like, group):
@@ -154,7 +171,8 @@ def _graph_ops():
         if wait is None:
             raise RuntimeError(f"DDPAllReduceWait: no all-reduce in flight with token "
                                f"{int(token)}")
-        out = np.asarray(wait().numpy())
+        with untraced():
+            out = np.array(wait().numpy(), copy=True)
         log = _GRAPH_GROUPS[int(group)][1]
         if log is not None:
             log.append((time.perf_counter(), "allreduce_done", int(token)))

@@ -17,7 +17,7 @@ import numpy as np
 from .. import ops
 from ..nn.module import Module
 from ..nn.normalization import _BatchNorm
-from .ddp import resolve_group
+from .ddp import resolve_group, untraced
 
 _GROUPS: dict = {}      # attr value -> _Group, for the all-reduce op's kernel
 _OP = None
@@ -39,7 +39,8 @@ def _all_reduce_op():
         g = _GROUPS.get(int(group))
         if g is None:
             raise RuntimeError(f"SyncBNAllReduce: no process group {group}")
-        return np.asarray(g.all_reduce(from_numpy(np.array(x, copy=True))).numpy())
+        with untraced():
+            return np.array(g.all_reduce(from_numpy(np.array(x, copy=True))).numpy(), copy=True)
 
     @custom_op.gradient(sync_bn_all_reduce._dragon_op)
     def _grad(node, dy):
@@ -88,8 +89,9 @@ class SyncBatchNorm(_BatchNorm):
         if g.size == 1:
             return local_n
         from .. import from_numpy
-        count = g.all_reduce(from_numpy(np.array([local_n], dtype=np.float64)))
-        return int(round(float(count.numpy()[0])))
+        with untraced():
+            count = g.all_reduce(from_numpy(np.array([local_n], dtype=np.float64)))
+            return int(round(float(count.numpy()[0])))
 
     def forward(self, x):
         if not (self.training or not self.track_running_stats):

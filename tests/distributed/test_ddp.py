@@ -267,7 +267,12 @@ def test_ddp_on_one_rank_keeps_gradients_and_checks_use():
 
 
 def test_ddp_without_a_process_group_says_how_to_get_one():
-    with pytest.raises(RuntimeError, match="process.group"):
+    import dragon_core.distributed as dist
+    from dragon_core.distributed.sync_batchnorm import SyncBatchNorm
+    assert dist.DistributedDataParallel is DistributedDataParallel
+    assert dist.SyncBatchNorm is SyncBatchNorm
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="init_process_group"):
         DistributedDataParallel(dg.nn.Linear(2, 2))
 
 

@@ -298,9 +298,8 @@ def test_two_ranks_match_one_rank_on_concatenated_batches(tmp_path, reference):
             assert kinds.count("grad_ready") == 12
 
 
-@pytest.mark.parametrize("launch", ["dragon", "mpi4py"])
-def test_compiled_two_ranks_match_one_rank(tmp_path, reference, launch):
-    _mpirun(str(tmp_path), "--compiled", dragon=launch == "dragon")
+def test_compiled_two_ranks_match_one_rank(tmp_path, reference):
+    _mpirun(str(tmp_path), "--compiled", dragon=True)
     _assert_matches(tmp_path, reference)
     # Overlap in the compiled step, from the optimised graph's op order: the
     # first bucket's all-reduce starts before the last backward op (a conv

@@ -324,7 +324,8 @@ class DistributedDataParallel(Module):
                 "DistributedDataParallel: the previous backward did not produce gradients "
                 f"for every parameter (bucket(s) still waiting; parameters {missing[:8]}"
                 f"{' ...' if len(missing) > 8 else ''}); every parameter that requires grad "
-                "must be used in the forward on every rank")
+                "must be used in the forward on every rank (or the previous backward "
+                "failed part-way)")
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager

@@ -54,6 +54,7 @@ def _tensor_backward(self, gradient=None, create_graph: bool = False):
 
 
 Tensor.backward = _tensor_backward
+Tensor.register_post_accumulate_grad_hook = _autograd.register_post_accumulate_grad_hook
 Tensor.is_leaf = property(lambda self: self._grad_fn is None,
                           doc="True for tensors not produced by a recorded op.")
 

@@ -222,17 +222,20 @@ def needs_grad(node, i: int) -> bool:
     return node.needs is None or node.needs[i]
 
 
-def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None):
+def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_node=None):
     """Back-propagate ``grads`` (tensor id -> gradient) through ``nodes``,
     which are in execution order; returns the updated dict.
 
     ``wanted(t)`` says whether a gradient for input ``t`` can reach a source
     (None: every input); the rules may skip the others, and the engine
-    drops them.
+    drops them. ``after_node(position)``, when given, runs after the node at
+    that position of the backward order is done (or skipped).
     """
     ctx = contextlib.nullcontext() if create_graph else no_grad()
     with ctx:
-        for node in reversed(nodes):
+        for pos, node in enumerate(reversed(nodes)):
+            if after_node is not None and pos:
+                after_node(pos - 1)
             dys = [grads.get(k) for k in node.out_ids]
             if all(d is None for d in dys):
                 continue
@@ -262,6 +265,8 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None):
                     continue
                 _check_grad_shape(node, i, inp, dx)
                 _accumulate(grads, inp._id, dx)
+        if after_node is not None and nodes:
+            after_node(len(nodes) - 1)
     return grads
 
 
@@ -321,20 +326,118 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
             raise InvalidArgumentError("backward(): the target does not require grad; "
                                        "set requires_grad=True on a leaf it depends on")
     nodes = _graph_nodes(targets)
-    _run_backward(nodes, grads, create_graph, _requires_grad)
     leaves = {}
     for node in nodes:
         for inp in node.inputs:
             if inp.requires_grad and inp._grad_fn is None:
                 leaves[inp._id] = inp
+    after_node = _early_accumulation(nodes, leaves, grads, create_graph)
+    _run_backward(nodes, grads, create_graph, _requires_grad, after_node)
     for key, leaf in leaves.items():
-        g = grads.get(key)
-        if g is None:
-            continue
-        grad_access(leaf, reads=True)
-        if not create_graph:
-            g = _store_alias(g)
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        _accumulate_leaf(leaf, grads.get(key), create_graph)
+
+
+def _accumulate_leaf(leaf, g, create_graph: bool) -> None:
+    """Add ``g`` into ``leaf.grad``, then run its post-accumulate-grad hooks."""
+    if g is None:
+        return
+    grad_access(leaf, reads=True)
+    if not create_graph:
+        g = _store_alias(g)
+    leaf.grad = g if leaf.grad is None else leaf.grad + g
+    for hook in list(_post_accumulate_hooks(leaf)):
+        hook(leaf)
+
+
+# ------------------------------------------------ post-accumulate-grad hooks
+#
+# ``Tensor.register_post_accumulate_grad_hook(fn)``: ``fn(leaf)`` runs as soon
+# as ``backward()`` has accumulated the leaf's final gradient into ``.grad`` —
+# right after the last node of the backward pass that contributes to it, not
+# at the end of the pass — so that work on that gradient (DDP's bucketed
+# all-reduce) overlaps the rest of the backward pass. Leaves without hooks
+# are accumulated at the end, as before.
+
+_POST_HOOKS: dict = {}   # tensor _id -> (weakref to the tensor, [hooks])
+
+
+class _HookHandle:
+    """Returned by ``register_post_accumulate_grad_hook``; ``remove()`` it."""
+
+    def __init__(self, key, hook):
+        self._key, self._hook = key, hook
+
+    def remove(self) -> None:
+        entry = _POST_HOOKS.get(self._key)
+        if entry is not None and self._hook in entry[1]:
+            entry[1].remove(self._hook)
+            if not entry[1]:
+                del _POST_HOOKS[self._key]
+
+
+def register_post_accumulate_grad_hook(tensor, hook) -> _HookHandle:
+    """Run ``hook(tensor)`` each time ``backward()`` has accumulated the
+    tensor's gradient into ``tensor.grad`` (PyTorch's hook of that name).
+
+    Parameters
+    ----------
+    tensor : Tensor
+        A leaf that requires grad.
+    hook : callable
+        ``hook(tensor) -> None``; it may read ``tensor.grad`` and replace it.
+
+    Returns
+    -------
+    handle
+        ``handle.remove()`` unregisters the hook.
+    """
+    import weakref
+    if not callable(hook):
+        raise TypeError(f"register_post_accumulate_grad_hook: hook must be callable, got "
+                        f"{type(hook).__name__}")
+    if not tensor.requires_grad or tensor._grad_fn is not None:
+        raise InvalidArgumentError(
+            "register_post_accumulate_grad_hook: only leaves that require grad accumulate "
+            f"gradients (got a tensor of shape {tuple(tensor.shape)} with requires_grad="
+            f"{tensor.requires_grad}, leaf={tensor._grad_fn is None})")
+    key = tensor._id
+    entry = _POST_HOOKS.get(key)
+    if entry is None or entry[0]() is not tensor:
+        ref = weakref.ref(tensor, lambda _r, k=key, d=_POST_HOOKS: d.pop(k, None))
+        entry = _POST_HOOKS[key] = (ref, [])
+    entry[1].append(hook)
+    return _HookHandle(key, hook)
+
+
+def _post_accumulate_hooks(leaf) -> list:
+    entry = _POST_HOOKS.get(leaf._id)
+    if entry is None or entry[0]() is not leaf:
+        return []
+    return entry[1]
+
+
+def _early_accumulation(nodes, leaves: dict, grads: dict, create_graph: bool):
+    """An ``after_node(position)`` callback for :func:`_run_backward` that
+    accumulates each hooked leaf right after the last node (in backward
+    order) that reads it, and removes it from ``leaves``; None when no leaf
+    has hooks."""
+    hooked = [k for k, leaf in leaves.items() if _post_accumulate_hooks(leaf)]
+    if not hooked:
+        return None
+    wanted = set(hooked)
+    done_at: dict = {}
+    for pos, node in enumerate(reversed(nodes)):
+        for inp in node.inputs:
+            if inp._id in wanted:
+                done_at[inp._id] = pos      # the last position wins
+    by_pos: dict = {}
+    for key, pos in done_at.items():
+        by_pos.setdefault(pos, []).append(leaves.pop(key))
+
+    def after_node(pos):
+        for leaf in by_pos.pop(pos, ()):
+            _accumulate_leaf(leaf, grads.get(leaf._id), create_graph)
+    return after_node
 
 
 def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,

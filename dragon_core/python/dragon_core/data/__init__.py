@@ -16,4 +16,4 @@ from ._example import decode_example, encode_example
 from ._loader import DataLoader, Dataset, TensorDataset
 from ._pipeline import RecordPipeline, RecordSource, Transformer
 from ._records import RecordReader, RecordWriter
-from ._sampling import SHUFFLE_MODES, epoch_order
+from ._sampling import SHUFFLE_MODES, epoch_order, resolve_shard

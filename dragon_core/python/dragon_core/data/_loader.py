@@ -9,7 +9,8 @@ import numpy as np
 from .._tensor import Tensor
 from ._collate import default_collate
 from ._batching import _WorkerBatches
-from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
+from ._sampling import (check_shard, epoch_order, normalize_shuffle, num_batches,
+                        resolve_shard, shard_size)
 
 if TYPE_CHECKING:
     from ._workers import WorkerPool
@@ -90,8 +91,11 @@ class DataLoader(_WorkerBatches):
         (tuples and dicts preserved, arrays stacked into tensors).
     seed : int
         Seed of the shuffle (and of :class:`Transformer` generators).
-    rank, world_size : int
+    rank, world_size : int, optional
         Read only shard ``rank`` of ``world_size`` (distributed training).
+        Default None: this process's place in the distributed job (the
+        initialised process group, else the launcher's environment; ``0, 1``
+        outside one; see :func:`resolve_shard`).
     transform : callable, optional
         Applied to each example in the workers (a :class:`Transformer`
         receives a seeded generator).
@@ -116,8 +120,8 @@ class DataLoader(_WorkerBatches):
 
     def __init__(self, dataset: Any, batch_size: int | None = 1, shuffle: bool | str = False,
                  drop_last: bool = False, num_workers: int = 0,
-                 collate_fn: Callable | None = None, seed: int = 0, *, rank: int = 0,
-                 world_size: int = 1, transform: Callable | None = None,
+                 collate_fn: Callable | None = None, seed: int = 0, *, rank: int | None = None,
+                 world_size: int | None = None, transform: Callable | None = None,
                  prefetch: int | None = None, start_method: str | None = None,
                  timeout: float | None = 300.0, pin_memory: bool | str = False):
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
@@ -127,6 +131,7 @@ class DataLoader(_WorkerBatches):
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
         if int(num_workers) < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        rank, world_size = resolve_shard(rank, world_size)
         check_shard(rank, world_size)
         self.dataset = dataset
         self.batch_size = None if batch_size is None else int(batch_size)

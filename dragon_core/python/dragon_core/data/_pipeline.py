@@ -13,7 +13,8 @@ from ._batching import _WorkerBatches
 from ._collate import default_collate
 from ._example import decode_example
 from ._records import RecordReader
-from ._sampling import check_shard, epoch_order, normalize_shuffle, num_batches, shard_size
+from ._sampling import (check_shard, epoch_order, normalize_shuffle, num_batches,
+                        resolve_shard, shard_size)
 
 if TYPE_CHECKING:
     from ._workers import WorkerPool
@@ -151,8 +152,11 @@ class RecordPipeline(_WorkerBatches):
         For ``shuffle="chunk"``.
     seed : int
         Must be the same on every rank.
-    rank, world_size : int
+    rank, world_size : int, optional
         The shard read by this process.
+        Default None: this process's place in the distributed job (the
+        initialised process group, else the launcher's environment; ``0, 1``
+        outside one; see :func:`resolve_shard`).
     drop_last : bool
         Drop this rank's last, incomplete batch.
     equal_shards : bool
@@ -182,8 +186,8 @@ class RecordPipeline(_WorkerBatches):
     def __init__(self, source: Any, batch_size: int | None = 32, *,
                  transformer: Callable | None = None, collate_fn: Callable | None = None,
                  shuffle: str | bool = "none", chunk_size: int = 1024,
-                 shuffle_buffer: int | None = None, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, drop_last: bool = False, equal_shards: bool = False,
+                 shuffle_buffer: int | None = None, seed: int = 0, rank: int | None = None,
+                 world_size: int | None = None, drop_last: bool = False, equal_shards: bool = False,
                  num_readers: int = 1, num_transformers: int = 2, queue_size: int = 64,
                  prefetch: int | None = None, start_method: str | None = None,
                  timeout: float | None = 300.0):
@@ -198,6 +202,7 @@ class RecordPipeline(_WorkerBatches):
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
         if num_readers < 0 or num_transformers < 0:
             raise ValueError("num_readers and num_transformers must be >= 0")
+        rank, world_size = resolve_shard(rank, world_size)
         check_shard(rank, world_size)
         self.source = source
         self.batch_size = None if batch_size is None else int(batch_size)

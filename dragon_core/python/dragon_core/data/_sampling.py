@@ -108,6 +108,42 @@ def normalize_shuffle(shuffle: str | bool | None) -> str:
     return shuffle
 
 
+_RANK_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+             ("RANK", "WORLD_SIZE"))
+
+
+def resolve_shard(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """The ``(rank, world_size)`` a loader reads when it is given None: so a
+    distributed job shards its data without being told.
+
+    Taken from, in order: ``dragon_core.distributed``'s default process group
+    when it is initialised; the launcher's environment (Open MPI's
+    ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE``, PMI's
+    ``PMI_RANK``/``PMI_SIZE``, or ``RANK``/``WORLD_SIZE``); else ``(0, 1)``.
+    Giving only one of the two raises ``ValueError``.
+    """
+    import os
+    if rank is not None and world_size is not None:
+        return int(rank), int(world_size)
+    if rank is not None or world_size is not None:
+        raise ValueError(f"give both rank and world_size or neither (None: from the "
+                         f"distributed job), got rank={rank}, world_size={world_size}")
+    try:
+        from .. import distributed as dist
+        if getattr(dist, "is_initialized", lambda: False)():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except ImportError:
+        pass
+    for rank_var, size_var in _RANK_ENV:
+        if rank_var in os.environ and size_var in os.environ:
+            try:
+                return int(os.environ[rank_var]), int(os.environ[size_var])
+            except ValueError:
+                raise ValueError(f"data sharding: {rank_var}={os.environ[rank_var]!r} / "
+                                 f"{size_var}={os.environ[size_var]!r} are not integers") from None
+    return 0, 1
+
+
 def check_shard(rank: int, world_size: int) -> None:
     """Raise ``ValueError`` unless ``0 <= rank < world_size``."""
     if int(world_size) < 1 or not 0 <= int(rank) < int(world_size):

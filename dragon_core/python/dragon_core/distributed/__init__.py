@@ -702,3 +702,17 @@ def _define_schemas() -> None:
 
 
 _define_schemas()
+
+
+# ---------------------------------------------- data parallelism (dist-ddp)
+
+def __getattr__(name: str):
+    """``DistributedDataParallel`` and ``SyncBatchNorm``, imported on first
+    use (they pull in ``dragon_core.nn``)."""
+    if name == "DistributedDataParallel":
+        from .ddp import DistributedDataParallel
+        return DistributedDataParallel
+    if name == "SyncBatchNorm":
+        from .sync_batchnorm import SyncBatchNorm
+        return SyncBatchNorm
+    raise AttributeError(f"module 'dragon_core.distributed' has no attribute '{name}'")

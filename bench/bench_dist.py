@@ -1,0 +1,251 @@
+"""Data-parallel benchmarks (issue 16 point 7), 2 ranks under Open MPI's mpirun.
+
+Rows:
+
+- ``allreduce_busbw``: bus bandwidth (``2 (n-1)/n * bytes / s``) of a sum
+  all-reduce of a 16 MiB float32 buffer: ``dragon_core.distributed.all_reduce``
+  (blocking, and ``async_op=True`` + ``wait()``) against mpi4py's
+  ``Allreduce`` on the same buffers (the anchor; goal >= 0.9x) and mpi4py's
+  in-place ``Iallreduce`` + ``Wait`` (the non-blocking form); also the tests'
+  mpi4py process group (tests/distributed/_mpi_group.py).
+- ``ddp_mlp``: training steps/s of an MLP (784-1024-1024-10, 64 examples per
+  rank, SGD): one process without DDP, Dragon DDP on 2 ranks (default
+  process group of ``dragon_core.distributed``), and
+  ``torch.distributed`` (gloo) DDP on 2 ranks, the same job in the same run.
+
+Each measurement is one ``mpirun -n 2 python bench_dist.py --worker JOB``;
+the workers print one JSON line (rank 0). Run alone:
+``python bench/bench_dist.py`` (prints the rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+NBYTES = 16 * 1024 * 1024
+BATCH, HIDDEN = 64, 1024
+
+
+def _env():
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OMP_NUM_THREADS="1", DRAGON_NUM_THREADS="1")
+
+
+def _launch(job: str, n: int, quick: bool) -> dict:
+    cmd = [MPIRUN, "--oversubscribe", "-n", str(n), sys.executable, os.path.abspath(__file__),
+           "--worker", job] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{job}: mpirun exited {proc.returncode}: {proc.stderr[-800:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1])
+
+
+# ----------------------------------------------------------------- workers
+
+def _busbw(seconds: float, nbytes: int, n: int) -> float:
+    return 2 * (n - 1) / n * nbytes / seconds / 1e9
+
+
+def _best(fn, reps: int) -> float:
+    """Best of ``reps`` timings; ranks synchronised before each."""
+    from mpi4py import MPI
+    best = float("inf")
+    for _ in range(reps):
+        MPI.COMM_WORLD.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _worker_allreduce(quick: bool) -> dict:
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+    import dragon_core as dg
+    import dragon_core.distributed as dist
+    dist.init_process_group()                 # MPI_Init_thread; mpi4py then shares it
+    from mpi4py import MPI
+    from _mpi_group import MPIGroup
+    comm, group = MPI.COMM_WORLD, MPIGroup()
+    src = np.full(NBYTES // 4, comm.Get_rank() + 1, np.float32)
+    out = np.empty_like(src)
+    t = dg.from_numpy(src)
+    reps = 5 if quick else 20
+    res = {}
+    res["mpi4py"] = _best(lambda: comm.Allreduce(src, out, op=MPI.SUM), reps)
+    buf = src.copy()
+    res["mpi4py_nb"] = _best(lambda: comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM).Wait(),
+                             reps)
+    res["dist"] = _best(lambda: dist.all_reduce(t), reps)
+    res["dist_async"] = _best(lambda: dist.all_reduce(t, async_op=True).wait(), reps)
+    res["dragon"] = _best(lambda: group.all_reduce(t, async_op=True).wait(), reps)
+    # (in place, as mpi4py_nb: the values grow each repetition, the traffic is the same)
+    # The group reduces in place (t now holds a power of the sum): check the
+    # result on a fresh tensor.
+    fresh = dg.from_numpy(np.full(NBYTES // 4, comm.Get_rank() + 1, np.float32))
+    res["ok"] = bool(np.all(group.all_reduce(fresh).numpy() == 3.0))
+    fresh = dg.from_numpy(np.full(NBYTES // 4, comm.Get_rank() + 1, np.float32))
+    res["ok"] &= bool(np.all(dist.all_reduce(fresh).numpy() == 3.0))
+    n = comm.Get_size()
+    return {k: (_busbw(v, NBYTES, n) if k != "ok" else v) for k, v in res.items()}
+
+
+def _mlp_data(rank: int):
+    import numpy as np
+    rng = np.random.default_rng(rank)
+    return (rng.standard_normal((BATCH, 784)).astype(np.float32),
+            rng.integers(0, 10, BATCH).astype(np.int64))
+
+
+def _worker_dragon(quick: bool, ddp: bool) -> dict:
+    sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+    import dragon_core as dg
+    from dragon_core import nn
+    from dragon_core.nn import functional as F
+    rank = 0
+    if ddp:
+        import dragon_core.distributed as dist
+        dist.init_process_group()
+        rank = dist.get_rank()
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN),
+                          nn.ReLU(), nn.Linear(HIDDEN, 10))
+    net = model
+    if ddp:
+        from dragon_core.distributed.ddp import DistributedDataParallel
+        net = DistributedDataParallel(model)          # the default group
+    opt = dg.optim.SGD(model.parameters(), lr=0.01)
+    xn, yn = _mlp_data(rank)
+    x, y = dg.tensor(xn), dg.tensor(yn)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+    return {"steps_per_s": _steps_per_s(step, quick, ddp)}
+
+
+def _steps_per_s(step, quick: bool, synced) -> float:
+    steps = 10 if quick else 40
+    for _ in range(3):
+        step()
+    best = 0.0
+    for _ in range(2 if quick else 3):
+        if synced:
+            _barrier()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        best = max(best, steps / (time.perf_counter() - t0))
+    return best
+
+
+def _barrier() -> None:
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Barrier()
+
+
+def _worker_torch(quick: bool) -> dict:
+    import torch
+    import torch.distributed as tdist
+    from mpi4py import MPI
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    port = comm.bcast(29500 + (os.getpid() % 1000) if rank == 0 else None, root=0)
+    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                             world_size=size)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, HIDDEN), torch.nn.ReLU(),
+                                torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
+                                torch.nn.Linear(HIDDEN, 10))
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    xn, yn = _mlp_data(rank)
+    x, y = torch.from_numpy(xn), torch.from_numpy(yn)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    out = {"steps_per_s": _steps_per_s(step, quick, True)}
+    tdist.destroy_process_group()
+    return out
+
+
+def _worker(job: str, quick: bool) -> None:
+    if job == "allreduce":
+        res = _worker_allreduce(quick)
+    elif job == "dragon1":
+        res = _worker_dragon(quick, ddp=False)
+    elif job == "dragon2":
+        res = _worker_dragon(quick, ddp=True)
+    elif job == "torch2":
+        res = _worker_torch(quick)
+    else:
+        raise SystemExit(f"unknown job {job}")
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    if rank == 0:
+        print(json.dumps(res), flush=True)
+
+
+# -------------------------------------------------------------------- rows
+
+def run(quick: bool = False) -> list[dict]:
+    import _harness
+    rows = []
+    ar = _launch("allreduce", 2, quick)
+    note = f"16 MiB float32, 2 ranks, in place unless said, best of {5 if quick else 20}"
+    rows.append(_harness.result("allreduce_busbw", "mpi4py Allreduce", "mpi4py", "GB/s",
+                                ar["mpi4py"], "higher", note=note))
+    rows.append(_harness.result("allreduce_busbw", "mpi4py Iallreduce in place + Wait",
+                                "mpi4py", "GB/s", ar["mpi4py_nb"], "higher",
+                                note="the non-blocking call DDP's group makes, without Dragon"))
+    rows.append(_harness.result("allreduce_busbw", "dist.all_reduce", "dragon", "GB/s",
+                                ar["dist"], "higher", target=0.9 * ar["mpi4py"],
+                                status=None if ar["ok"] else "WRONG",
+                                ratio=ar["dist"] / ar["mpi4py"]))
+    rows.append(_harness.result("allreduce_busbw", "dist.all_reduce(async_op=True).wait()",
+                                "dragon", "GB/s", ar["dist_async"], "higher",
+                                status=None if ar["ok"] else "WRONG",
+                                ratio_nonblocking=ar["dist_async"] / ar["mpi4py_nb"]))
+    rows.append(_harness.result("allreduce_busbw", "tests' mpi4py group (async)", "dragon",
+                                "GB/s", ar["dragon"], "higher",
+                                ratio_nonblocking=ar["dragon"] / ar["mpi4py_nb"]))
+    one = _launch("dragon1", 1, quick)["steps_per_s"]
+    two = _launch("dragon2", 2, quick)["steps_per_s"]
+    rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "dragon", "steps/s", one,
+                                "higher", note=f"MLP 784-{HIDDEN}-{HIDDEN}-10, batch {BATCH} "
+                                "per rank, SGD, 1 thread per rank (OMP/DRAGON_NUM_THREADS=1, "
+                                "torch.set_num_threads(1))"))
+    torch_row = None
+    try:
+        torch_two = _launch("torch2", 2, quick)["steps_per_s"]
+        torch_row = _harness.result("ddp_mlp", "2 ranks torch DDP (gloo)", "torch", "steps/s",
+                                    torch_two, "higher")
+    except Exception as e:  # noqa: BLE001 - the anchor is optional
+        torch_two = None
+        torch_row = _harness.result("ddp_mlp", "2 ranks torch DDP (gloo)", "torch", "steps/s",
+                                    None, "higher", status="SKIP", note=str(e)[:200])
+    rows.append(_harness.result("ddp_mlp", "2 ranks DDP", "dragon", "steps/s", two, "higher",
+                                target=torch_two, vs_one_rank=two / one))
+    rows.append(torch_row)
+    return rows
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        _worker(sys.argv[sys.argv.index("--worker") + 1], "--quick" in sys.argv)
+    else:
+        sys.path.insert(0, HERE)
+        for row in run(quick="--quick" in sys.argv):
+            print(row)

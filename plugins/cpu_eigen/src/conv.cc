@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common.h"
+#include "widen_call.h"
 #include "gemm/gemm.h"
 
 // GCC rewrites short copy/fill loops into memcpy/memset calls; the
@@ -522,5 +523,10 @@ DG_KERNEL("Conv2d", "cpu", Conv2d, float, double);
 DG_KERNEL("Conv2dBiasAct", "cpu", Conv2dBiasAct, float, double);
 DG_KERNEL("ConvTranspose2d", "cpu", ConvTranspose2d, float, double);
 DG_KERNEL("Conv2dBackpropFilter", "cpu", Conv2dBackpropFilter, float, double);
+// float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
+CPU_EIGEN_WIDENED_KERNEL("Conv2d", Conv2d);
+CPU_EIGEN_WIDENED_KERNEL("Conv2dBiasAct", Conv2dBiasAct);
+CPU_EIGEN_WIDENED_KERNEL("ConvTranspose2d", ConvTranspose2d);
+CPU_EIGEN_WIDENED_KERNEL("Conv2dBackpropFilter", Conv2dBackpropFilter);
 
 }  // namespace cpu_eigen

@@ -444,3 +444,32 @@ def test_scatter_add_half_sums_in_float32(dt):
     np.add.at(ref, idx, _f64(upd))
     np.add.at(mag, idx, np.abs(_f64(upd)))
     assert_close(y, ref, dt, mag=mag, terms=200, what="ScatterAdd")
+
+
+@pytest.mark.parametrize("dt", HALF_DTYPES)
+def test_half_conv_bias_relu_graph_mode(dt):
+    """In a compiled graph (fused Conv2dBiasAct, call-site state) the 16-bit
+    kernels stay within two 16-bit roundings of float64, like eager mode (the
+    fused kernel adds the bias before its one rounding, eager after it), and
+    the second run of the graph repeats the first bit for bit."""
+    rng = np.random.default_rng(16)
+    x, w, b = _half(rng, dt, (2, 3, 6, 6)), _half(rng, dt, (4, 3, 3, 3)), _half(rng, dt, (4,))
+
+    def net(x, w, b):
+        y = F.conv2d(x, w, padding=1) + dg.ops.reshape(b, [1, 4, 1, 1])
+        return F.max_pool2d(dg.ops.relu(y), 2)
+
+    def ref_net(x, w, b):
+        y = np.maximum(conv2d_ref(x, w, b, pads=(1, 1)), 0.0)
+        return max_pool2d_ref(y, kernel_size=[2, 2])
+
+    ref = ref_net(*map(_f64, (x, w, b)))
+    mag = ref_net(*(np.abs(_f64(v)) for v in (x, w, b)))
+    bound = 2 * EPS[dt] * (np.abs(ref) + mag) + TINY[dt]
+    args = [dg.tensor(v) for v in (x, w, b)]
+    compiled = dg.function(net)
+    first = compiled(*args).numpy()
+    for y in (net(*args).numpy(), first):
+        assert y.dtype == numpy_dtype(dt)
+        assert (np.abs(_f64(y) - ref) <= bound).all()
+    np.testing.assert_array_equal(compiled(*args).numpy(), first)

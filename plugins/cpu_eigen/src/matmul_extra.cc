@@ -1,4 +1,7 @@
-// float16 and bfloat16 MatMul (NumPy matmul semantics, as matmul.cc):
+// MatMul kernels for the dtypes matmul.cc does not serve (NumPy matmul
+// semantics, as there).
+//
+// float16 and bfloat16:
 // both operands are widened to dense float32 copies (widen_call.h), the
 // float32 GEMM of src/gemm/ (GemmBest) multiplies them with float32
 // accumulation, and the product is rounded once to the 16-bit type. So the
@@ -126,8 +129,96 @@ void HalfMatMul(dg::KernelContext& ctx) {
   widen_call::Narrow<T>(wy.data, *f->outputs[0], wy.numel);
 }
 
+// Widens an int32 tensor (any strides) to a dense uint64 copy of its
+// logical matrices (transposed when `trans`): [batch..., rows, cols].
+std::vector<uint64_t> WidenInt(const DgTensorView& v, bool trans,
+                               int64_t* rows, int64_t* cols) {
+  const int32_t* src = reinterpret_cast<const int32_t*>(
+      static_cast<const char*>(v.data) + v.byte_offset);
+  int64_t n = 1;
+  for (int32_t d = 0; d < v.ndim; ++d) n *= v.shape[d];
+  std::vector<uint64_t> dense(static_cast<size_t>(n));
+  widen_call::ForEachOffset(v, [&](int64_t off, int64_t k) {
+    dense[k] = static_cast<uint64_t>(static_cast<int64_t>(src[off]));
+  });
+  const int64_t r = v.ndim >= 2 ? v.shape[v.ndim - 2] : 1;
+  const int64_t c = v.shape[v.ndim - 1];
+  *rows = r;
+  *cols = c;
+  if (!trans || r * c <= 1 || n == 0) return dense;
+  std::vector<uint64_t> t(dense.size());
+  for (int64_t b = 0; b < n / (r * c); ++b)
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        t[b * r * c + j * r + i] = dense[b * r * c + i * c + j];
+  *rows = c;
+  *cols = r;
+  return t;
+}
+
+void Int32MatMul(dg::KernelContext& ctx) {
+  const DgCallFrame* f = ctx.frame();
+  const DgTensorView& av = *f->inputs[0];
+  const DgTensorView& bv = *f->inputs[1];
+  const bool a_vec = av.ndim == 1, b_vec = bv.ndim == 1;
+  int64_t ar, ac, br, bc;
+  const std::vector<uint64_t> a =
+      WidenInt(av, !a_vec && ctx.b("transpose_a"), &ar, &ac);
+  const std::vector<uint64_t> b =
+      WidenInt(bv, !b_vec && ctx.b("transpose_b"), &br, &bc);
+  if (b_vec) {  // a column [K, 1]
+    br = bc;
+    bc = 1;
+  }
+  DG_CHECK(ac == br, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": inner dimensions differ (", ac, " vs ", br, ")");
+  const int64_t n = ar, k = ac, m = bc;
+  Dense da, db;  // for the batch offsets only
+  da.rows = n;
+  da.cols = k;
+  db.rows = k;
+  db.cols = m;
+  if (!a_vec) da.batch.assign(av.shape, av.shape + av.ndim - 2);
+  if (!b_vec) db.batch.assign(bv.shape, bv.shape + bv.ndim - 2);
+  const dg::TensorRef yt = ctx.output(0);
+  std::vector<int64_t> out_batch = yt.shape();
+  out_batch.resize(out_batch.size() - (a_vec ? 0 : 1) - (b_vec ? 0 : 1));
+  int64_t batch = 1;
+  for (int64_t v : out_batch) batch *= v;
+  DG_CHECK(batch * n * m == yt.numel(), DG_INTERNAL, ctx.op_name(),
+           ": output of ", yt.numel(), " elements for a product of ", batch,
+           " x ", n, " x ", m);
+  DG_CHECK(yt.is_contiguous(), DG_INTERNAL, ctx.op_name(),
+           ": the output must be contiguous");
+  int32_t* y = yt.data<int32_t>();
+  if (batch * n * m == 0) return;
+  const std::vector<int64_t> ao = BatchOffsets(da, out_batch);
+  const std::vector<int64_t> bo = BatchOffsets(db, out_batch);
+  ParallelFor(
+      batch * n,
+      [&](int64_t begin, int64_t end) {
+        std::vector<uint64_t> acc(static_cast<size_t>(m));
+        for (int64_t q = begin; q < end; ++q) {
+          const int64_t t = q / n, i = q % n;
+          const uint64_t* arow = a.data() + ao[t] + i * k;
+          const uint64_t* bmat = b.data() + bo[t];
+          std::fill(acc.begin(), acc.end(), uint64_t{0});
+          for (int64_t p = 0; p < k; ++p) {
+            const uint64_t x = arow[p];
+            const uint64_t* brow = bmat + p * m;
+            for (int64_t j = 0; j < m; ++j) acc[j] += x * brow[j];
+          }
+          int32_t* yrow = y + q * m;
+          for (int64_t j = 0; j < m; ++j)
+            yrow[j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]));
+        }
+      },
+      k * m);
+}
+
 }  // namespace
 
 DG_KERNEL("MatMul", "cpu", HalfMatMul, Eigen::half, Eigen::bfloat16);
+DG_KERNEL_MASK("MatMul", "cpu", dg::Bit(DG_INT32), 0, 0, Int32MatMul);
 
 }  // namespace cpu_eigen

@@ -96,7 +96,7 @@ def test_one_hot_float_indices(dg):
 
 
 def test_matmul_int(dg):
-    # int32 has a MatMul (tests/ops/test_int_matmul.py); int64 does not.
+    # int32 has a MatMul (tests/ops/test_int_matmul_conv.py); int64 does not.
     a = T(np.ones((2, 2), np.int64))
     with pytest.raises(dg.errors.InvalidArgumentError) as info:
         dg.ops.matmul(a, a)

@@ -1,5 +1,5 @@
 // float16 and bfloat16 kernels of the compound ops (convolution, pooling,
-// normalization, matrix product) by running their float32 kernel: every
+// normalization, ScatterAdd) by running their float32 kernel: every
 // 16-bit float input is widened into a float32 scratch copy, the float32
 // kernel runs on a call frame that names the copies, and every 16-bit
 // output is rounded once (nearest, ties to even) from its float32 result.

@@ -472,3 +472,21 @@ def test_half_conv_bias_relu_graph_mode(dt):
         assert y.dtype == numpy_dtype(dt)
         assert (np.abs(_f64(y) - ref) <= bound).all()
     np.testing.assert_array_equal(compiled(*args).numpy(), first)
+
+
+WIDENED_OPS = ["Conv2d", "Conv2dBiasAct", "ConvTranspose2d", "Conv2dBackpropFilter",
+               "Conv3d", "ConvTranspose3d", "Conv3dBackpropFilter", "MaxPool2d",
+               "MaxPool2dIndices", "MaxPool2dGrad", "AvgPool2d", "AvgPool2dGrad",
+               "AdaptiveAvgPool2d", "AdaptiveAvgPool2dGrad", "MaxPool3d", "AvgPool3d",
+               "AvgPool3dGrad", "BatchNorm", "BatchNormGrad", "LayerNorm", "LayerNormGrad",
+               "GroupNorm", "GroupNormGrad", "MatMul", "ScatterAdd"]
+
+
+@pytest.mark.parametrize("op", WIDENED_OPS)
+def test_cpu_eigen_registers_both_half_types(op):
+    """cpu_eigen itself serves float16 and bfloat16 (mkldnn, when present,
+    may also serve bfloat16 for some; the values above were checked with
+    DRAGON_DISABLE_PLUGINS=mkldnn too)."""
+    kinds = {d for k in dg._C.kernels(op) if k.get("plugin") == "cpu_eigen"
+             for d in k["dtypes"].split(", ")}
+    assert {"float16", "bfloat16"} <= kinds, f"{op}: cpu_eigen serves {sorted(kinds)}"

@@ -364,9 +364,10 @@ def test_conv2d_dtype_errors():
     with pytest.raises(InvalidArgumentError, match="Conv2d: inputs must share "
                        "one dtype.*float32.*float64"):
         dg.ops.conv2d(_t((1, 1, 5, 5)), _t((1, 1, 3, 3), np.float64))
+    # int32 is served (tests/ops/test_int_matmul_conv.py); int64 is not.
     with pytest.raises(InvalidArgumentError, match="Conv2d: input 'x' has "
-                       "dtype int32"):
-        dg.ops.conv2d(_t((1, 1, 5, 5), np.int32), _t((1, 1, 3, 3), np.int32))
+                       "dtype int64"):
+        dg.ops.conv2d(_t((1, 1, 5, 5), np.int64), _t((1, 1, 3, 3), np.int64))
     with pytest.raises(InvalidArgumentError, match="Conv2d: expects"):
         dg.ops._C.call(dg._C.op("Conv2d"), (_t((1, 1, 5, 5)),),
                        ([1, 1], [0, 0], [1, 1], 1))

@@ -179,16 +179,25 @@ constexpr const char* kGroupsDoc =
     "Channel groups: input and output channels are split into this many "
     "groups, each convolved separately (groups = C: depthwise).";
 
-// The inputs, output and geometry attributes of Conv2d and Conv2dBiasAct.
-void Conv2dSignature(dg::OpSchema& op) {
-  op.Input("x", dg::kFloat, 0, "Input [N, C, H, W].")
-      .Input("w", dg::kFloat, 0, "Filter [O, C / groups, kh, kw].")
-      .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-      .Output("y", dg::kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
+// The inputs (of dtypes `types`), output and geometry attributes of Conv2d
+// and Conv2dBiasAct.
+void Conv2dSignatureOf(dg::OpSchema& op, DgDTypeMask types) {
+  op.Input("x", types, 0, "Input [N, C, H, W].")
+      .Input("w", types, 0, "Filter [O, C / groups, kh, kw].")
+      .Input("b", types, DG_ARG_OPTIONAL, "Optional bias [O].")
+      .Output("y", types, 0, "Output [N, O, Ho, Wo], dtype of x.")
       .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
       .Attr("pads", std::vector<int64_t>{0, 0}, kPadsDoc)
       .Attr("dilations", std::vector<int64_t>{1, 1}, kDilationsDoc)
       .Attr("groups", int64_t{1}, kGroupsDoc);
+}
+
+void Conv2dSignature(dg::OpSchema& op) { Conv2dSignatureOf(op, dg::kFloat); }
+
+// Conv2d also takes int32 (quantized convolutions, ONNX ConvInteger): exact
+// sums wrapping as two's complement.
+void Conv2dIntSignature(dg::OpSchema& op) {
+  Conv2dSignatureOf(op, dg::kFloat | dg::Bit(DG_INT32));
 }
 
 }  // namespace
@@ -199,8 +208,9 @@ DG_OP(Conv2d)
          "j * sw - pl + q * dw] * w[o, c, p, q], where g = o / (O/groups) "
          "and taps outside the input read zeros. Output size per axis: "
          "floor((H + pad_begin + pad_end - dilation * (k - 1) - 1) / stride) "
-         "+ 1.")
-    .Apply(Conv2dSignature)
+         "+ 1. int32 operands give the exact sums wrapped to int32 "
+         "(quantized convolutions); no gradient.")
+    .Apply(Conv2dIntSignature)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(Conv2dShape);
 

@@ -91,9 +91,13 @@ DG_OP(MatMul)
     .Doc("Matrix product with NumPy matmul semantics: the last two axes are "
          "multiplied, leading (batch) axes broadcast, and a 1-D operand is "
          "treated as a row (a) or column (b) whose added axis is removed.")
-    .Input("a", dg::kFloat, 0, "Left operand, rank >= 1.")
-    .Input("b", dg::kFloat, 0, "Right operand, rank >= 1, same dtype as a.")
-    .Output("y", dg::kFloat, 0, "Product, same dtype as a.")
+    .Input("a", dg::kFloat | dg::Bit(DG_INT32), 0,
+           "Left operand, rank >= 1 (a float type, or int32: exact "
+           "products wrapping as two's complement).")
+    .Input("b", dg::kFloat | dg::Bit(DG_INT32), 0,
+           "Right operand, rank >= 1, same dtype as a.")
+    .Output("y", dg::kFloat | dg::Bit(DG_INT32), 0,
+            "Product, same dtype as a.")
     .Apply(TransposeAttrs)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(MatMulShape);

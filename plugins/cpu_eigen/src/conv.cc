@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "common.h"
+#include "int_gemm.h"
+#include "widen_call.h"
 #include "gemm/gemm.h"
 
 // GCC rewrites short copy/fill loops into memcpy/memset calls; the
@@ -52,6 +54,9 @@ template <typename T>
 void Gemm(const GemmCall<T>& call) {
   GemmBest(call);
 }
+
+// int32 (quantized convolutions): exact, wrapping (int_gemm.h).
+void Gemm(const GemmCall<int32_t>& call) { IntGemm(call); }
 
 // C[n x m] = op(A)[n x k] * op(B)[k x m], one product.
 template <typename T>
@@ -518,9 +523,14 @@ void Conv2dBackpropFilter(dg::KernelContext& ctx) {
 
 }  // namespace
 
-DG_KERNEL("Conv2d", "cpu", Conv2d, float, double);
+DG_KERNEL("Conv2d", "cpu", Conv2d, float, double, int32_t);
 DG_KERNEL("Conv2dBiasAct", "cpu", Conv2dBiasAct, float, double);
 DG_KERNEL("ConvTranspose2d", "cpu", ConvTranspose2d, float, double);
 DG_KERNEL("Conv2dBackpropFilter", "cpu", Conv2dBackpropFilter, float, double);
+// float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
+CPU_EIGEN_WIDENED_KERNEL("Conv2d", Conv2d);
+CPU_EIGEN_WIDENED_KERNEL("Conv2dBiasAct", Conv2dBiasAct);
+CPU_EIGEN_WIDENED_KERNEL("ConvTranspose2d", ConvTranspose2d);
+CPU_EIGEN_WIDENED_KERNEL("Conv2dBackpropFilter", Conv2dBackpropFilter);
 
 }  // namespace cpu_eigen

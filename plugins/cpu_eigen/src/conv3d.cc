@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common.h"
+#include "widen_call.h"
 
 namespace cpu_eigen {
 namespace {
@@ -168,5 +169,9 @@ void Conv3dBackpropFilter(dg::KernelContext& ctx) {
 DG_KERNEL("Conv3d", "cpu", Conv3d, float, double);
 DG_KERNEL("ConvTranspose3d", "cpu", ConvTranspose3d, float, double);
 DG_KERNEL("Conv3dBackpropFilter", "cpu", Conv3dBackpropFilter, float, double);
+// float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
+CPU_EIGEN_WIDENED_KERNEL("Conv3d", Conv3d);
+CPU_EIGEN_WIDENED_KERNEL("ConvTranspose3d", ConvTranspose3d);
+CPU_EIGEN_WIDENED_KERNEL("Conv3dBackpropFilter", Conv3dBackpropFilter);
 
 }  // namespace cpu_eigen

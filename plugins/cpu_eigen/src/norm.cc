@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.h"
+#include "widen_call.h"
 
 namespace cpu_eigen {
 namespace {
@@ -478,5 +479,12 @@ DG_KERNEL("LayerNorm", "cpu", LayerNorm, float, double);
 DG_KERNEL("LayerNormGrad", "cpu", LayerNormGrad, float, double);
 DG_KERNEL("GroupNorm", "cpu", GroupNorm, float, double);
 DG_KERNEL("GroupNormGrad", "cpu", GroupNormGrad, float, double);
+// float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
+CPU_EIGEN_WIDENED_KERNEL("BatchNorm", BatchNorm);
+CPU_EIGEN_WIDENED_KERNEL("BatchNormGrad", BatchNormGrad);
+CPU_EIGEN_WIDENED_KERNEL("LayerNorm", LayerNorm);
+CPU_EIGEN_WIDENED_KERNEL("LayerNormGrad", LayerNormGrad);
+CPU_EIGEN_WIDENED_KERNEL("GroupNorm", GroupNorm);
+CPU_EIGEN_WIDENED_KERNEL("GroupNormGrad", GroupNormGrad);
 
 }  // namespace cpu_eigen

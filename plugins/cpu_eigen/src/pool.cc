@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.h"
+#include "widen_call.h"
 
 namespace cpu_eigen {
 namespace {
@@ -442,5 +443,13 @@ DG_KERNEL("AvgPool2d", "cpu", AvgPool2d, float, double);
 DG_KERNEL("AvgPool2dGrad", "cpu", AvgPool2dGrad, float, double);
 DG_KERNEL("AdaptiveAvgPool2d", "cpu", AdaptiveAvgPool2d, float, double);
 DG_KERNEL("AdaptiveAvgPool2dGrad", "cpu", AdaptiveAvgPool2dGrad, float, double);
+// float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
+CPU_EIGEN_WIDENED_KERNEL("MaxPool2d", MaxPool2d);
+CPU_EIGEN_WIDENED_KERNEL("MaxPool2dIndices", MaxPool2dIndices);
+CPU_EIGEN_WIDENED_KERNEL("MaxPool2dGrad", MaxPool2dGrad);
+CPU_EIGEN_WIDENED_KERNEL("AvgPool2d", AvgPool2d);
+CPU_EIGEN_WIDENED_KERNEL("AvgPool2dGrad", AvgPool2dGrad);
+CPU_EIGEN_WIDENED_KERNEL("AdaptiveAvgPool2d", AdaptiveAvgPool2d);
+CPU_EIGEN_WIDENED_KERNEL("AdaptiveAvgPool2dGrad", AdaptiveAvgPool2dGrad);
 
 }  // namespace cpu_eigen

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.h"
+#include "widen_call.h"
 
 namespace cpu_eigen {
 namespace {
@@ -175,5 +176,9 @@ void AvgPool3dGrad(dg::KernelContext& ctx) {
 DG_KERNEL("MaxPool3d", "cpu", MaxPool3d, float, double);
 DG_KERNEL("AvgPool3d", "cpu", AvgPool3d, float, double);
 DG_KERNEL("AvgPool3dGrad", "cpu", AvgPool3dGrad, float, double);
+// float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
+CPU_EIGEN_WIDENED_KERNEL("MaxPool3d", MaxPool3d);
+CPU_EIGEN_WIDENED_KERNEL("AvgPool3d", AvgPool3d);
+CPU_EIGEN_WIDENED_KERNEL("AvgPool3dGrad", AvgPool3dGrad);
 
 }  // namespace cpu_eigen

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common.h"
+#include "widen_call.h"
 #include "strided.h"
 
 namespace cpu_eigen {
@@ -97,6 +98,9 @@ void ScatterAddKernel(dg::KernelContext& ctx) {
 
 DG_KERNEL("ScatterAdd", "cpu", ScatterAddKernel, float, double, int8_t,
           int16_t, int32_t, int64_t, uint8_t);
+// float16 / bfloat16: summed in float32, each result rounded once
+// (widen_call.h), so repeated indices do not accumulate 16-bit roundings.
+CPU_EIGEN_WIDENED_KERNEL("ScatterAdd", ScatterAddKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

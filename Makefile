@@ -107,7 +107,7 @@ PIPW       := $(PIP) wheel -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR)
 # dragon-cuda needs nvcc, as for `make install`: without it, no cuda wheel
 # (and tools/wheels.py check does not ask for one).
 WHEEL_SRCS := sdk dragon_core plugins/cpu_eigen plugins/mkldnn plugins/vision_ops \
-              $(if $(HAVE_NVCC),plugins/cuda)
+              $(if $(HAVE_NVCC),plugins/cuda plugins/nccl_dist)
 # The wheelhouse holds the dependencies of the wheels `make wheels-test`
 # installs offline, not those of every wheel: dragon-cuda's nvidia-* wheels
 # (cuBLAS, cuDNN) are about 1 GB and that test never installs them.
@@ -129,6 +129,7 @@ ifneq ($(HAVE_NVCC),)
 	$(PIPW) -Cbuild-dir=build/wheel-cuda \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/cuda
+	$(PIPW) -Cbuild-dir=build/wheel-nccl_dist ./plugins/nccl_dist
 endif
 	for d in $(WHEEL_SRCS); do $(VPY) -m build -q --sdist --no-isolation -o $(DIST) ./$$d || exit 1; done
 	$(VPY) tools/wheels.py repair $(WHEELRAW) $(DIST)

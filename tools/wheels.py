@@ -70,8 +70,10 @@ DISTS = {
     "dragon-mkldnn": ("dragon_mkldnn", {"dragon_mkldnn/libdragon_mkldnn.so"}),
     "dragon-vision-ops": ("dragon_vision_ops", {"dragon_vision_ops/libdragon_vision_ops.so"}),
 }
-CUDA = {"dragon-cuda": ("dragon_cuda", {"dragon_cuda/libdragon_cuda.so"})}
-PLUGINS = ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops", "dragon-cuda")
+CUDA = {"dragon-cuda": ("dragon_cuda", {"dragon_cuda/libdragon_cuda.so"}),
+        "dragon-nccl-dist": ("dragon_nccl_dist", {"dragon_nccl_dist/libdragon_nccl_dist.so"})}
+PLUGINS = ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops", "dragon-cuda",
+           "dragon-nccl-dist")
 # What dragon-cuda's library may not need at load time (DT_NEEDED): any
 # CUDA/NVIDIA library. It must load on a machine with no GPU and no driver.
 NVIDIA_NEEDED = ("libcuda", "libcudart", "libcublas", "libcudnn", "libnv", "libcufft",
@@ -236,12 +238,13 @@ def check(dist: Path, cuda: bool = False) -> list[str]:
             problems.append(f"{wheel.name}: METADATA has no Classifier")
         if not meta.get_payload().strip():
             problems.append(f"{wheel.name}: METADATA has no description")
-        if name == "dragon-cuda":
+        if name in CUDA:
             for so in (n for n in libs if n in own):
                 bad = [lib for lib in _needed(wheel, so) if lib.startswith(NVIDIA_NEEDED)]
                 if bad:
                     problems.append(f"{wheel.name}: {so} needs {bad} at load time "
                                     "(static cudart and dlopen expected)")
+        if name == "dragon-cuda":
             requires = " ".join(meta.get_all("Requires-Dist") or [])
             for req in CUDA_REQUIRES:
                 if req not in requires:

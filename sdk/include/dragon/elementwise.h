@@ -28,8 +28,10 @@
  * Kernel  how cpu_eigen registers the unfused kernel: numeric (the float
  *         table for float32/float64, the scalar functor for the other
  *         numeric dtypes; unary.cc), float (the float table, float32 and
- *         float64; unary.cc), libm (the scalar functor for every float
- *         dtype, 16-bit ones computing in float; unary_math.cc), or
+ *         float64; unary.cc), both also with float16/bfloat16 kernels
+ *         computing in float (half_elementwise.cc); libm (the scalar
+ *         functor for every float dtype, 16-bit ones computing in float;
+ *         unary_math.cc); or
  *         custom0 / custom1 / custom2 (a hand-written kernel that reads the
  *         op's attributes; its functor takes 0, 1 or 2 parameters).
  * Cost    per-element cost class for threading decisions: Cheap, Divide,

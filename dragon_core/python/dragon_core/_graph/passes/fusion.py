@@ -4,11 +4,14 @@ A *group* is a connected set of at least two fusable ops with a single
 exit: the output of its last op (the *root*). Every other member's output
 is read only by members (so it is not a graph output or a state update, and
 no op outside the group reads it). A fusable op is one of the element-wise
-float ops with an opcode in the ``FusedElementwise`` schema (docs/ops.md):
-the unary ops without attributes, ``Gelu``, ``LeakyRelu``, ``Elu``, and
-``Add``, ``Sub``, ``Mul``, ``Div``, ``Pow``, ``Maximum``, ``Minimum`` (but
-not ``Clip`` or ``Softplus``), whose inputs and output share one dtype,
-float32 or float64, in ``value_info``.
+float ops with an opcode in the element-wise op table
+(``sdk/include/dragon/elementwise.h``, read through
+``_C.elementwise_table()``; the ``FusedElementwise`` schema and the kernels
+use the same table): the unary ops without attributes, ``Gelu``,
+``LeakyRelu``, ``Elu``, and ``Add``, ``Sub``, ``Mul``, ``Div``, ``Pow``,
+``Maximum``, ``Minimum``, ``FloorDivide``, ``Mod``, ``Fmod`` (but not
+``Clip`` or ``Softplus``, whose rows have no opcode), whose inputs and
+output share one dtype, float32 or float64, in ``value_info``.
 
 Groups are grown from the last op backwards: a member's input produced by a
 fusable op joins when all its readers are members, and when that op's

@@ -163,3 +163,20 @@ def test_unknown_opcode_names_the_table():
     x = dg.tensor(np.ones(3))
     with pytest.raises(dg.errors.InvalidArgumentError, match="unknown opcode 43.*42 Expm1"):
         ops.fused_elementwise([x], [_next_free(HEADER), 1, 0, -1], [], -1)
+
+
+def test_an_unset_string_attribute_takes_the_schema_default():
+    """Gelu without ``approximate`` is the schema default, "none": opcode 18
+    of its "approximate=none" row."""
+    try:
+        from .fixtures import graph
+    except ImportError:
+        from fixtures import graph
+
+    g = graph(inputs=[("x", "float64", (8,))],
+              ops=[("Gelu", ["x"], ["a"], {}), ("Neg", ["a"], ["b"], {})],
+              outputs=["b"])
+    h = fusion_pass.fusion(g)
+    assert [op.type for op in h.op] == ["FusedElementwise"]
+    code = {r[4]: r[2] for r in FUSABLE if r[3] == "Gelu"}["approximate=none"]
+    assert h.op[0].attr["program"].ints.values[0] == code

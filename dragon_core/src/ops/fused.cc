@@ -28,28 +28,34 @@ constexpr bool StrEq(const char* a, const char* b) {
   return *a == *b && (*a == '\0' || StrEq(a + 1, b + 1));
 }
 
-constexpr bool IsUnary(int64_t op) {
+// Per opcode: 0 unused, 1 unary, 2 unary taking alpha, 3 binary (a table,
+// so that checking an instruction is one lookup).
+struct OpcodeClasses {
+  char c[DG_EW_NEXT_FREE_OPCODE];
+};
+constexpr OpcodeClasses MakeOpcodeClasses() {
+  OpcodeClasses t{};
 #define DG_FUSED_U_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
-  if ((Opcode) >= 0 && op == (Opcode)) return true;
-  DG_ELEMENTWISE_UNARY(DG_FUSED_U_)
-#undef DG_FUSED_U_
-  return false;
-}
-constexpr bool IsBinary(int64_t op) {
+  if ((Opcode) >= 0) t.c[Opcode] = StrEq(Attr, "alpha") ? 2 : 1;
 #define DG_FUSED_B_(Kind, Opcode, OpType, Cost) \
-  if ((Opcode) >= 0 && op == (Opcode)) return true;
+  if ((Opcode) >= 0) t.c[Opcode] = 3;
+  DG_ELEMENTWISE_UNARY(DG_FUSED_U_)
   DG_ELEMENTWISE_BINARY(DG_FUSED_B_)
+#undef DG_FUSED_U_
 #undef DG_FUSED_B_
-  return false;
+  return t;
 }
+constexpr OpcodeClasses kOpcodeClasses = MakeOpcodeClasses();
+
+constexpr int OpcodeClass(int64_t op) {
+  return op >= 0 && op < DG_EW_NEXT_FREE_OPCODE ? kOpcodeClasses.c[op] : 0;
+}
+constexpr bool IsUnary(int64_t op) {
+  return OpcodeClass(op) == 1 || OpcodeClass(op) == 2;
+}
+constexpr bool IsBinary(int64_t op) { return OpcodeClass(op) == 3; }
 // Whether unary opcode `op` takes alpha from the constant register b.
-constexpr bool TakesAlpha(int64_t op) {
-#define DG_FUSED_A_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
-  if ((Opcode) >= 0 && op == (Opcode)) return StrEq(Attr, "alpha");
-  DG_ELEMENTWISE_UNARY(DG_FUSED_A_)
-#undef DG_FUSED_A_
-  return false;
-}
+constexpr bool TakesAlpha(int64_t op) { return OpcodeClass(op) == 2; }
 
 // No opcode is used twice, and none is at or past DG_EW_NEXT_FREE_OPCODE.
 constexpr bool OpcodesUnique() {

@@ -57,7 +57,10 @@ struct Decoded {
 struct OpcodeEntry {
   bool valid = false;
   bool alpha = false;  // takes alpha from the constant register b
-  Decoded d;
+  bool binary = false;
+  UnaryKind unary = UnaryKind::kNeg;
+  BinaryKind bin = BinaryKind::kAdd;
+  int64_t cost = 0;
 };
 
 constexpr bool IsAlpha(const char* attr) {
@@ -71,20 +74,19 @@ struct OpcodeTable {
 
 constexpr OpcodeTable MakeOpcodeTable() {
   OpcodeTable t{};
-#define CPU_EIGEN_FUSED_U_(Kind, Opcode, OpType, Attr, Kernel, Cost)       \
-  if ((Opcode) >= 0) {                                                     \
-    t.e[Opcode].valid = true;                                              \
-    t.e[Opcode].alpha = IsAlpha(Attr);                                     \
-    t.e[Opcode].d.binary = false;                                          \
-    t.e[Opcode].d.unary = UnaryKind::k##Kind;                              \
-    t.e[Opcode].d.cost = kCost##Cost;                                      \
+#define CPU_EIGEN_FUSED_U_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  if ((Opcode) >= 0) {                                               \
+    t.e[Opcode].valid = true;                                        \
+    t.e[Opcode].alpha = IsAlpha(Attr);                               \
+    t.e[Opcode].unary = UnaryKind::k##Kind;                          \
+    t.e[Opcode].cost = kCost##Cost;                                  \
   }
 #define CPU_EIGEN_FUSED_B_(Kind, Opcode, OpType, Cost) \
   if ((Opcode) >= 0) {                                 \
     t.e[Opcode].valid = true;                          \
-    t.e[Opcode].d.binary = true;                       \
-    t.e[Opcode].d.bin = BinaryKind::k##Kind;           \
-    t.e[Opcode].d.cost = kCost##Cost;                  \
+    t.e[Opcode].binary = true;                         \
+    t.e[Opcode].bin = BinaryKind::k##Kind;             \
+    t.e[Opcode].cost = kCost##Cost;                    \
   }
   DG_ELEMENTWISE_UNARY(CPU_EIGEN_FUSED_U_)
   DG_ELEMENTWISE_BINARY(CPU_EIGEN_FUSED_B_)
@@ -99,13 +101,21 @@ bool TakesAlpha(int64_t code) {
   return code >= 0 && code < kNumOpcodes && kOpcodes.e[code].alpha;
 }
 
-// Fills *d for opcode `code` (through a pointer: returning the struct
-// costs a store-forwarding stall per instruction).
+// Fills *d for opcode `code`, field by field as before the table (through
+// a pointer: returning the struct costs a store-forwarding stall per
+// instruction).
 void Decode(const char* op, int64_t code, Decoded* d) {
-  DG_CHECK(code >= 0 && code < kNumOpcodes && kOpcodes.e[code].valid,
-           DG_INVALID_ARGUMENT, op, ": unknown opcode ", code,
+  const bool known = code >= 0 && code < kNumOpcodes && kOpcodes.e[code].valid;
+  DG_CHECK(known, DG_INVALID_ARGUMENT, op, ": unknown opcode ", code,
            " (see docs/ops.md)");
-  *d = kOpcodes.e[code].d;
+  const OpcodeEntry& e = kOpcodes.e[code];
+  d->binary = e.binary;
+  if (e.binary) {
+    d->bin = e.bin;
+  } else {
+    d->unary = e.unary;
+  }
+  d->cost = e.cost;
 }
 
 // Where a value lives while the plan runs.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dragon/elementwise.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -14,27 +15,91 @@ namespace dragon {
 namespace ops {
 namespace {
 
-// Opcodes (stable: they are stored in saved graphs). Unary ops read
-// register a and take b = -1, except LeakyRelu and Elu, whose b names the
-// constant register holding alpha.
-enum Opcode : int64_t {
-  kNeg = 0, kAbs = 1, kSign = 2, kSquare = 3, kReciprocal = 4, kSqrt = 5,
-  kRsqrt = 6, kExp = 7, kLog = 8, kLog1p = 9, kSin = 10, kCos = 11,
-  kTanh = 12, kSigmoid = 13, kRelu = 14, kFloor = 15, kCeil = 16,
-  kRound = 17, kGeluErf = 18, kGeluTanh = 19, kLeakyRelu = 20, kElu = 21,
-  kTan = 22, kAsin = 23, kAcos = 24, kAtan = 25, kSinh = 26, kCosh = 27,
-  kAsinh = 28, kAcosh = 29, kAtanh = 30, kErf = 31,
-  kLastUnary = 31,
-  kAdd = 32, kSub = 33, kMul = 34, kDiv = 35, kPow = 36, kMaximum = 37,
-  kMinimum = 38, kFloorDivide = 39, kMod = 40, kFmod = 41, kLastBinary = 41
-};
+// Opcodes: the element-wise op table (dragon/elementwise.h), shared with
+// the kernels and the fusion pass. Unary ops read register a and take
+// b = -1, except those whose table Attr is "alpha" (LeakyRelu, Elu), whose b
+// names the constant register holding alpha.
 
 // A program may use at most this many temporary registers; the pass reuses
 // registers, so its programs need about as many as the group has branches.
 constexpr int64_t kMaxTemporaries = 1024;
 
-bool IsUnary(int64_t op) { return op >= 0 && op <= kLastUnary; }
-bool IsBinary(int64_t op) { return op >= kAdd && op <= kLastBinary; }
+constexpr bool StrEq(const char* a, const char* b) {
+  return *a == *b && (*a == '\0' || StrEq(a + 1, b + 1));
+}
+
+// Per opcode: 0 unused, 1 unary, 2 unary taking alpha, 3 binary (a table,
+// so that checking an instruction is one lookup).
+struct OpcodeClasses {
+  char c[DG_EW_NEXT_FREE_OPCODE];
+};
+constexpr OpcodeClasses MakeOpcodeClasses() {
+  OpcodeClasses t{};
+#define DG_FUSED_U_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  if ((Opcode) >= 0) t.c[Opcode] = StrEq(Attr, "alpha") ? 2 : 1;
+#define DG_FUSED_B_(Kind, Opcode, OpType, Cost) \
+  if ((Opcode) >= 0) t.c[Opcode] = 3;
+  DG_ELEMENTWISE_UNARY(DG_FUSED_U_)
+  DG_ELEMENTWISE_BINARY(DG_FUSED_B_)
+#undef DG_FUSED_U_
+#undef DG_FUSED_B_
+  return t;
+}
+constexpr OpcodeClasses kOpcodeClasses = MakeOpcodeClasses();
+
+constexpr int OpcodeClass(int64_t op) {
+  return op >= 0 && op < DG_EW_NEXT_FREE_OPCODE ? kOpcodeClasses.c[op] : 0;
+}
+constexpr bool IsUnary(int64_t op) {
+  return OpcodeClass(op) == 1 || OpcodeClass(op) == 2;
+}
+constexpr bool IsBinary(int64_t op) { return OpcodeClass(op) == 3; }
+// Whether unary opcode `op` takes alpha from the constant register b.
+constexpr bool TakesAlpha(int64_t op) { return OpcodeClass(op) == 2; }
+
+// No opcode is used twice, and none is at or past DG_EW_NEXT_FREE_OPCODE.
+constexpr bool OpcodesUnique() {
+  int64_t codes[] = {
+#define DG_FUSED_CU_(Kind, Opcode, OpType, Attr, Kernel, Cost) (Opcode),
+#define DG_FUSED_CB_(Kind, Opcode, OpType, Cost) (Opcode),
+      DG_ELEMENTWISE_UNARY(DG_FUSED_CU_) DG_ELEMENTWISE_BINARY(DG_FUSED_CB_)
+#undef DG_FUSED_CU_
+#undef DG_FUSED_CB_
+  };
+  const int64_t n = static_cast<int64_t>(sizeof(codes) / sizeof(codes[0]));
+  for (int64_t i = 0; i < n; ++i) {
+    if (codes[i] >= DG_EW_NEXT_FREE_OPCODE) return false;
+    for (int64_t j = i + 1; j < n; ++j) {
+      if (codes[i] >= 0 && codes[i] == codes[j]) return false;
+    }
+  }
+  return true;
+}
+static_assert(OpcodesUnique(),
+              "dragon/elementwise.h: an opcode is used twice or is not below "
+              "DG_EW_NEXT_FREE_OPCODE");
+
+// "0 Neg, 1 Abs, ..." for the schema doc and error messages.
+std::string OpcodeList(bool binary) {
+  std::string out;
+  auto add = [&](int64_t code, const char* kind, const char* attr) {
+    if (code < 0) return;
+    if (!out.empty()) out += ", ";
+    out += dg::Str(code, " ", kind);
+    if (attr[0] != '\0') out += dg::Str(" (", attr, ")");
+  };
+  if (!binary) {
+#define DG_FUSED_LU_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  add(Opcode, #Kind, Attr);
+    DG_ELEMENTWISE_UNARY(DG_FUSED_LU_)
+#undef DG_FUSED_LU_
+  } else {
+#define DG_FUSED_LB_(Kind, Opcode, OpType, Cost) add(Opcode, #Kind, "");
+    DG_ELEMENTWISE_BINARY(DG_FUSED_LB_)
+#undef DG_FUSED_LB_
+  }
+  return out;
+}
 
 // Checks the program against the number of inputs and constants; throws
 // DG_INVALID_ARGUMENT naming the instruction at fault.
@@ -67,8 +132,8 @@ void CheckProgram(const dg::InferContext& ctx, int64_t num_inputs) {
     const int64_t op = prog[4 * k], dst = prog[4 * k + 1];
     const int64_t a = prog[4 * k + 2], b = prog[4 * k + 3];
     DG_CHECK(IsUnary(op) || IsBinary(op), DG_INVALID_ARGUMENT, where(k),
-             ": unknown opcode ", op, " (unary ops are 0..", kLastUnary,
-             ", binary ops ", kAdd, "..", kLastBinary, ", see docs/ops.md)");
+             ": unknown opcode ", op, " (unary: ", OpcodeList(false),
+             "; binary: ", OpcodeList(true), "; see docs/ops.md)");
     DG_CHECK(readable(a), DG_INVALID_ARGUMENT, where(k), ": operand a = ", a,
              " is not an input, a constant or a temporary written before (",
              regs, ")");
@@ -76,7 +141,7 @@ void CheckProgram(const dg::InferContext& ctx, int64_t num_inputs) {
       DG_CHECK(readable(b), DG_INVALID_ARGUMENT, where(k), ": operand b = ",
                b, " is not an input, a constant or a temporary written "
                "before (", regs, ")");
-    } else if (op == kLeakyRelu || op == kElu) {
+    } else if (TakesAlpha(op)) {
       DG_CHECK(b >= num_inputs && b < first_temp, DG_INVALID_ARGUMENT,
                where(k), ": b = ", b, " must be the constant register that "
                "holds alpha (", regs, ")");
@@ -112,27 +177,29 @@ void FusedElementwiseShape(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(), BroadcastShapes(shapes));
 }
 
+const char* FusedDoc() {
+  static const std::string doc = dg::Str(
+      "A straight-line program of element-wise float ops, evaluated in "
+      "one pass over the output (written by the `fusion` graph pass). "
+      "Registers 0..n-1 hold the n inputs, n..n+c-1 the c constants, "
+      "and later registers are temporaries. `program` is a flat list of "
+      "instructions (opcode, dst, a, b): dst = op(a) or dst = op(a, b). "
+      "The opcodes are those of the element-wise op table "
+      "(dragon/elementwise.h). Unary (b = -1; those marked alpha take alpha "
+      "from the constant register b): ", OpcodeList(false), ". Binary: ",
+      OpcodeList(true), ". dst is a "
+      "temporary (at most 1024); operands are inputs, constants or "
+      "temporaries written earlier; registers may be overwritten. Each "
+      "op has the meaning (and, on a kernel that runs the same code, the "
+      "exact results) of the op of that name; every value is computed "
+      "at the broadcast shape of all inputs, which is y's shape.");
+  return doc.c_str();
+}
+
 }  // namespace
 
 DG_OP(FusedElementwise)
-    .Doc("A straight-line program of element-wise float ops, evaluated in "
-         "one pass over the output (written by the `fusion` graph pass). "
-         "Registers 0..n-1 hold the n inputs, n..n+c-1 the c constants, "
-         "and later registers are temporaries. `program` is a flat list of "
-         "instructions (opcode, dst, a, b): dst = op(a) or dst = op(a, b). "
-         "Unary opcodes (b = -1): 0 Neg, 1 Abs, 2 Sign, 3 Square, "
-         "4 Reciprocal, 5 Sqrt, 6 Rsqrt, 7 Exp, 8 Log, 9 Log1p, 10 Sin, "
-         "11 Cos, 12 Tanh, 13 Sigmoid, 14 Relu, 15 Floor, 16 Ceil, 17 Round, "
-         "18 Gelu (erf), 19 Gelu (tanh); 20 LeakyRelu and 21 Elu take alpha "
-         "from the constant register b; 22 Tan, 23 Asin, 24 Acos, 25 Atan, "
-         "26 Sinh, 27 Cosh, 28 Asinh, 29 Acosh, 30 Atanh, 31 Erf. Binary "
-         "opcodes: 32 Add, 33 Sub, 34 Mul, 35 Div, 36 Pow, 37 Maximum, "
-         "38 Minimum, 39 FloorDivide, 40 Mod, 41 Fmod. dst is a "
-         "temporary (at most 1024); operands are inputs, constants or "
-         "temporaries written earlier; registers may be overwritten. Each "
-         "op has the meaning (and, on a kernel that runs the same code, the "
-         "exact results) of the op of that name; every value is computed "
-         "at the broadcast shape of all inputs, which is y's shape.")
+    .Doc(FusedDoc())
     .Input("inputs", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64),
            DG_ARG_VARIADIC,
            "One or more tensors of one float dtype that broadcast together.")

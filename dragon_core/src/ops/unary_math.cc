@@ -1,5 +1,5 @@
 // More element-wise float functions (docs/ops.md, "Elementwise, unary"):
-// trigonometric, hyperbolic and their inverses, erf; and the float
+// trigonometric, hyperbolic and their inverses, erf, expm1; and the float
 // classification predicates IsNan / IsInf / IsFinite (bool results).
 // Domain errors give NaN as in C and NumPy (asin(2), acosh(0.5)); poles
 // give +-inf (atanh(1)).
@@ -50,6 +50,8 @@ dg::OpSchema& Classify(const char* name, const char* py_name, const char* doc) {
     &FloatUnary("Atanh",
                 "Inverse hyperbolic tangent, element-wise; +-inf at +-1, NaN outside [-1, 1]."),
     &FloatUnary("Erf", "Gauss error function, element-wise: 2/sqrt(pi) * int_0^x e^(-t^2) dt."),
+    &FloatUnary("Expm1", "y = e^x - 1, element-wise, accurate for small x (the inverse of "
+                         "log1p)."),
     &Classify("IsNan", "isnan", "y = x is NaN, element-wise, as bool (all false for integers)."),
     &Classify("IsInf", "isinf",
               "y = x is +inf or -inf, element-wise, as bool (all false for integers)."),

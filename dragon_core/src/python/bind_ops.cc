@@ -3,6 +3,7 @@
 #include "../core/allocator.h"
 #include "../core/device.h"
 #include "bindings.h"
+#include "dragon/elementwise.h"
 
 namespace dragon {
 namespace {
@@ -520,6 +521,20 @@ void BindOps(py::module_& m) {
 
   m.def("op", [](const std::string& name) { return OpHandle{&RequireOp(name)}; },
         "The handle of a registered op (by op name or Python name).");
+  m.def("elementwise_table", [] {
+    // The rows of dragon/elementwise.h, for the fusion pass and its tests.
+    py::list l;
+#define DG_BIND_EW_U_(Kind, Opcode, OpType, Attr, Kernel, Cost)                    \
+  l.append(py::make_tuple(#Kind, "unary", Opcode, OpType, Attr, #Kernel, #Cost));
+#define DG_BIND_EW_B_(Kind, Opcode, OpType, Cost) \
+  l.append(py::make_tuple(#Kind, "binary", Opcode, OpType, "", "", #Cost));
+    DG_ELEMENTWISE_UNARY(DG_BIND_EW_U_)
+    DG_ELEMENTWISE_BINARY(DG_BIND_EW_B_)
+#undef DG_BIND_EW_U_
+#undef DG_BIND_EW_B_
+    return l;
+  }, "The element-wise op table (dragon/elementwise.h): tuples (kind, arity, opcode, "
+     "op type, attr, cpu_eigen kernel class, cost class); opcode -1 = not fusable.");
   m.def("list_ops", [] {
     py::list l;
     for (OpSchema* op : Registry::Get().Ops()) l.append(Describe(*op));

@@ -45,7 +45,7 @@ void Pow(dg::KernelContext& ctx) {
   const dg::TensorRef a = ctx.input(0), b = ctx.input(1), y = ctx.output(0);
   if (b.numel() == 1 && a.numel() == y.numel() && y.numel() > 0 &&
       *b.data<const T>() == T(2)) {
-    RunBinaryOp<T>(ctx, BinaryKind::kSquare, SquareAOp{}, kCostCheap);
+    RunBinaryOp<T>(ctx, BinaryKind::kSquareA, SquareAOp{}, kCostCheap);
   } else {
     RunBinaryOp<T>(ctx, BinaryKind::kPow, PowOp{}, kCostHeavy);
   }

@@ -37,48 +37,32 @@ namespace cpu_eigen {
 namespace CPU_EIGEN_EW_NS {
 namespace {
 
+// The functor of a unary kind, with its parameters (the table's Kernel
+// column says how many: custom1 one, custom2 two, the others none).
+template <int kParams, typename F, typename T>
+inline F MakeUnaryOp(UnaryParams<T> p) {
+  if constexpr (kParams == 2) {
+    return F{p.p0, p.p1};
+  } else if constexpr (kParams == 1) {
+    return F{p.p0};
+  } else {
+    (void)p;
+    return F{};
+  }
+}
+constexpr int kParams_numeric = 0, kParams_float = 0, kParams_libm = 0,
+              kParams_custom0 = 0, kParams_custom1 = 1, kParams_custom2 = 2;
+
+// One case per row of the element-wise op table (dragon/elementwise.h).
 template <typename T>
 void Unary(UnaryKind kind, UnaryParams<T> p, const T* x, T* y, int64_t n) {
   switch (kind) {
-    case UnaryKind::kNeg: return UnaryRun<T, T>(NegOp<T>{}, x, y, n);
-    case UnaryKind::kAbs: return UnaryRun<T, T>(AbsOp<T>{}, x, y, n);
-    case UnaryKind::kSign: return UnaryRun<T, T>(SignOp<T>{}, x, y, n);
-    case UnaryKind::kSquare: return UnaryRun<T, T>(SquareOp<T>{}, x, y, n);
-    case UnaryKind::kReciprocal:
-      return UnaryRun<T, T>(ReciprocalOp<T>{}, x, y, n);
-    case UnaryKind::kSqrt: return UnaryRun<T, T>(SqrtOp<T>{}, x, y, n);
-    case UnaryKind::kRsqrt: return UnaryRun<T, T>(RsqrtOp<T>{}, x, y, n);
-    case UnaryKind::kExp: return UnaryRun<T, T>(ExpOp<T>{}, x, y, n);
-    case UnaryKind::kLog: return UnaryRun<T, T>(LogOp<T>{}, x, y, n);
-    case UnaryKind::kLog1p: return UnaryRun<T, T>(Log1pOp<T>{}, x, y, n);
-    case UnaryKind::kSin: return UnaryRun<T, T>(SinOp<T>{}, x, y, n);
-    case UnaryKind::kCos: return UnaryRun<T, T>(CosOp<T>{}, x, y, n);
-    case UnaryKind::kTanh: return UnaryRun<T, T>(TanhOp<T>{}, x, y, n);
-    case UnaryKind::kSigmoid: return UnaryRun<T, T>(SigmoidOp<T>{}, x, y, n);
-    case UnaryKind::kRelu: return UnaryRun<T, T>(ReluOp<T>{}, x, y, n);
-    case UnaryKind::kLeakyRelu:
-      return UnaryRun<T, T>(LeakyReluOp<T>{p.p0}, x, y, n);
-    case UnaryKind::kElu: return UnaryRun<T, T>(EluOp<T>{p.p0}, x, y, n);
-    case UnaryKind::kGeluErf: return UnaryRun<T, T>(GeluErfOp<T>{}, x, y, n);
-    case UnaryKind::kGeluTanh:
-      return UnaryRun<T, T>(GeluTanhOp<T>{}, x, y, n);
-    case UnaryKind::kSoftplus:
-      return UnaryRun<T, T>(SoftplusOp<T>{p.p0, p.p1}, x, y, n);
-    case UnaryKind::kClip:
-      return UnaryRun<T, T>(ClipOp<T>{p.p0, p.p1}, x, y, n);
-    case UnaryKind::kFloor: return UnaryRun<T, T>(FloorOp<T>{}, x, y, n);
-    case UnaryKind::kCeil: return UnaryRun<T, T>(CeilOp<T>{}, x, y, n);
-    case UnaryKind::kRound: return UnaryRun<T, T>(RoundOp<T>{}, x, y, n);
-    case UnaryKind::kTan: return UnaryRun<T, T>(TanOp<T>{}, x, y, n);
-    case UnaryKind::kAsin: return UnaryRun<T, T>(AsinOp<T>{}, x, y, n);
-    case UnaryKind::kAcos: return UnaryRun<T, T>(AcosOp<T>{}, x, y, n);
-    case UnaryKind::kAtan: return UnaryRun<T, T>(AtanOp<T>{}, x, y, n);
-    case UnaryKind::kSinh: return UnaryRun<T, T>(SinhOp<T>{}, x, y, n);
-    case UnaryKind::kCosh: return UnaryRun<T, T>(CoshOp<T>{}, x, y, n);
-    case UnaryKind::kAsinh: return UnaryRun<T, T>(AsinhOp<T>{}, x, y, n);
-    case UnaryKind::kAcosh: return UnaryRun<T, T>(AcoshOp<T>{}, x, y, n);
-    case UnaryKind::kAtanh: return UnaryRun<T, T>(AtanhOp<T>{}, x, y, n);
-    case UnaryKind::kErf: return UnaryRun<T, T>(ErfOp<T>{}, x, y, n);
+#define CPU_EIGEN_EW_UNARY_CASE_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  case UnaryKind::k##Kind:                                                 \
+    return UnaryRun<T, T>(                                                 \
+        MakeUnaryOp<kParams_##Kernel, Kind##Op<T>>(p), x, y, n);
+    DG_ELEMENTWISE_UNARY(CPU_EIGEN_EW_UNARY_CASE_)
+#undef CPU_EIGEN_EW_UNARY_CASE_
   }
 }
 
@@ -86,21 +70,11 @@ template <typename T>
 void Binary(BinaryKind kind, BinaryForm form, const T* a, const T* b, T* y,
             int64_t n) {
   switch (kind) {
-    case BinaryKind::kAdd: return BinaryRun<T, T>(AddOp{}, form, a, b, y, n);
-    case BinaryKind::kSub: return BinaryRun<T, T>(SubOp{}, form, a, b, y, n);
-    case BinaryKind::kMul: return BinaryRun<T, T>(MulOp{}, form, a, b, y, n);
-    case BinaryKind::kDiv: return BinaryRun<T, T>(DivOp{}, form, a, b, y, n);
-    case BinaryKind::kPow: return BinaryRun<T, T>(PowOp{}, form, a, b, y, n);
-    case BinaryKind::kMaximum:
-      return BinaryRun<T, T>(MaximumOp{}, form, a, b, y, n);
-    case BinaryKind::kMinimum:
-      return BinaryRun<T, T>(MinimumOp{}, form, a, b, y, n);
-    case BinaryKind::kSquare:
-      return BinaryRun<T, T>(SquareAOp{}, form, a, b, y, n);
-    case BinaryKind::kFloorDivide:
-      return BinaryRun<T, T>(FloorDivideOp{}, form, a, b, y, n);
-    case BinaryKind::kMod: return BinaryRun<T, T>(ModOp{}, form, a, b, y, n);
-    case BinaryKind::kFmod: return BinaryRun<T, T>(FmodOp{}, form, a, b, y, n);
+#define CPU_EIGEN_EW_BINARY_CASE_(Kind, Opcode, OpType, Cost) \
+  case BinaryKind::k##Kind:                                   \
+    return BinaryRun<T, T>(Kind##Op{}, form, a, b, y, n);
+    DG_ELEMENTWISE_BINARY(CPU_EIGEN_EW_BINARY_CASE_)
+#undef CPU_EIGEN_EW_BINARY_CASE_
   }
 }
 

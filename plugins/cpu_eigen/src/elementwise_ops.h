@@ -40,6 +40,8 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "dragon/elementwise.h"
+
 #define CPU_EIGEN_EW_CAT_INNER_(a, b) a##b
 #define CPU_EIGEN_EW_CAT_(a, b) CPU_EIGEN_EW_CAT_INNER_(a, b)
 #ifdef CPU_EIGEN_EW_ISA
@@ -52,20 +54,15 @@ namespace cpu_eigen {
 
 // ------------------------------------------- the per-build table (plain)
 
-enum class UnaryKind : int32_t {
-  kNeg, kAbs, kSign, kSquare, kReciprocal, kSqrt, kRsqrt, kExp, kLog,
-  kLog1p, kSin, kCos, kTanh, kSigmoid, kRelu, kLeakyRelu, kElu, kGeluErf,
-  kGeluTanh, kSoftplus, kClip, kFloor, kCeil, kRound,
-  // unary_math.cc (scalar C library forms in every build)
-  kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh, kErf
-};
-
-enum class BinaryKind : int32_t {
-  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
-  kSquare,  // a², for pow(a, 2)
-  // int_arith.cc
-  kFloorDivide, kMod, kFmod
-};
+// The kinds, one per row of the element-wise op table (dragon/elementwise.h),
+// in its order: UnaryKind::k<Kind> runs functor <Kind>Op<T> below,
+// BinaryKind::k<Kind> functor <Kind>Op (kSquareA: a², for pow(a, 2)).
+#define CPU_EIGEN_EW_KIND_U_(Kind, Opcode, OpType, Attr, Kernel, Cost) k##Kind,
+#define CPU_EIGEN_EW_KIND_B_(Kind, Opcode, OpType, Cost) k##Kind,
+enum class UnaryKind : int32_t { DG_ELEMENTWISE_UNARY(CPU_EIGEN_EW_KIND_U_) };
+enum class BinaryKind : int32_t { DG_ELEMENTWISE_BINARY(CPU_EIGEN_EW_KIND_B_) };
+#undef CPU_EIGEN_EW_KIND_U_
+#undef CPU_EIGEN_EW_KIND_B_
 
 // Which operand of a binary run is one element repeated: neither (kVV),
 // a (kSV) or b (kVS).
@@ -632,6 +629,7 @@ CPU_EIGEN_EW_LIBM_OP_(AsinhOp, asinh)
 CPU_EIGEN_EW_LIBM_OP_(AcoshOp, acosh)
 CPU_EIGEN_EW_LIBM_OP_(AtanhOp, atanh)
 CPU_EIGEN_EW_LIBM_OP_(ErfOp, erf)
+CPU_EIGEN_EW_LIBM_OP_(Expm1Op, expm1)
 #undef CPU_EIGEN_EW_LIBM_OP_
 
 // ---------------------------------------------------------- binary ops

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common.h"
+#include "dragon/elementwise.h"
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
 #include "elementwise_ops.h"
@@ -41,10 +42,9 @@ constexpr int64_t kMinChunkBlocks = 8;
 // As in the schema: at most this many temporary registers.
 constexpr int64_t kMaxTemporaries = 1024;
 
-// Opcodes of the schema (fixed numbers, stored in saved graphs).
-constexpr int64_t kLastUnary = 31;
-constexpr int64_t kFirstBinary = 32, kLastBinary = 41;
-constexpr int64_t kLeakyReluCode = 20, kEluCode = 21, kPowCode = 36;
+// Opcodes: the element-wise op table (dragon/elementwise.h), whose rows
+// also give each opcode's kind and cost class.
+constexpr int64_t kNumOpcodes = DG_EW_NEXT_FREE_OPCODE;
 
 struct Decoded {
   bool binary = false;
@@ -53,70 +53,69 @@ struct Decoded {
   int64_t cost = 0;
 };
 
-// Fills *d for opcode `code` (through a pointer: returning the struct
-// costs a store-forwarding stall per instruction).
-void Decode(const char* op, int64_t code, Decoded* d) {
-  static const struct {
-    UnaryKind kind;
-    int64_t cost;
-  } kUnary[kLastUnary + 1] = {
-      {UnaryKind::kNeg, kCostCheap},
-      {UnaryKind::kAbs, kCostCheap},
-      {UnaryKind::kSign, kCostCheap},
-      {UnaryKind::kSquare, kCostCheap},
-      {UnaryKind::kReciprocal, kCostDivide},
-      {UnaryKind::kSqrt, kCostDivide},
-      {UnaryKind::kRsqrt, kCostDivide},
-      {UnaryKind::kExp, kCostTranscendental},
-      {UnaryKind::kLog, kCostTranscendental},
-      {UnaryKind::kLog1p, kCostTranscendental},
-      {UnaryKind::kSin, kCostTranscendental},
-      {UnaryKind::kCos, kCostTranscendental},
-      {UnaryKind::kTanh, kCostTranscendental},
-      {UnaryKind::kSigmoid, kCostTranscendental},
-      {UnaryKind::kRelu, kCostCheap},
-      {UnaryKind::kFloor, kCostCheap},
-      {UnaryKind::kCeil, kCostCheap},
-      {UnaryKind::kRound, kCostCheap},
-      {UnaryKind::kGeluErf, kCostHeavy},
-      {UnaryKind::kGeluTanh, kCostTranscendental},
-      {UnaryKind::kLeakyRelu, kCostCheap},
-      {UnaryKind::kElu, kCostTranscendental},
-      {UnaryKind::kTan, kCostTranscendental},
-      {UnaryKind::kAsin, kCostTranscendental},
-      {UnaryKind::kAcos, kCostTranscendental},
-      {UnaryKind::kAtan, kCostTranscendental},
-      {UnaryKind::kSinh, kCostTranscendental},
-      {UnaryKind::kCosh, kCostTranscendental},
-      {UnaryKind::kAsinh, kCostTranscendental},
-      {UnaryKind::kAcosh, kCostTranscendental},
-      {UnaryKind::kAtanh, kCostTranscendental},
-      {UnaryKind::kErf, kCostTranscendental},
-  };
-  static const struct {
-    BinaryKind kind;
-    int64_t cost;
-  } kBinary[kLastBinary - kFirstBinary + 1] = {
-      {BinaryKind::kAdd, kCostCheap},     {BinaryKind::kSub, kCostCheap},
-      {BinaryKind::kMul, kCostCheap},     {BinaryKind::kDiv, kCostDivide},
-      {BinaryKind::kPow, kCostHeavy},     {BinaryKind::kMaximum, kCostCheap},
-      {BinaryKind::kMinimum, kCostCheap},
-      {BinaryKind::kFloorDivide, kCostDivide},
-      {BinaryKind::kMod, kCostDivide},
-      {BinaryKind::kFmod, kCostDivide},
-  };
-  if (code >= 0 && code <= kLastUnary) {
-    d->binary = false;
-    d->unary = kUnary[code].kind;
-    d->cost = kUnary[code].cost;
-  } else if (code >= kFirstBinary && code <= kLastBinary) {
-    d->binary = true;
-    d->bin = kBinary[code - kFirstBinary].kind;
-    d->cost = kBinary[code - kFirstBinary].cost;
-  } else {
-    DG_CHECK(false, DG_INVALID_ARGUMENT, op, ": unknown opcode ", code,
-             " (see docs/ops.md)");
+// Per opcode: what Decode fills in; valid = false for unused numbers.
+struct OpcodeEntry {
+  bool valid = false;
+  bool alpha = false;  // takes alpha from the constant register b
+  bool binary = false;
+  UnaryKind unary = UnaryKind::kNeg;
+  BinaryKind bin = BinaryKind::kAdd;
+  int64_t cost = 0;
+};
+
+constexpr bool IsAlpha(const char* attr) {
+  return attr[0] == 'a' && attr[1] == 'l' && attr[2] == 'p' &&
+         attr[3] == 'h' && attr[4] == 'a' && attr[5] == '\0';
+}
+
+struct OpcodeTable {
+  OpcodeEntry e[kNumOpcodes];
+};
+
+constexpr OpcodeTable MakeOpcodeTable() {
+  OpcodeTable t{};
+#define CPU_EIGEN_FUSED_U_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  if ((Opcode) >= 0) {                                               \
+    t.e[Opcode].valid = true;                                        \
+    t.e[Opcode].alpha = IsAlpha(Attr);                               \
+    t.e[Opcode].unary = UnaryKind::k##Kind;                          \
+    t.e[Opcode].cost = kCost##Cost;                                  \
   }
+#define CPU_EIGEN_FUSED_B_(Kind, Opcode, OpType, Cost) \
+  if ((Opcode) >= 0) {                                 \
+    t.e[Opcode].valid = true;                          \
+    t.e[Opcode].binary = true;                         \
+    t.e[Opcode].bin = BinaryKind::k##Kind;             \
+    t.e[Opcode].cost = kCost##Cost;                    \
+  }
+  DG_ELEMENTWISE_UNARY(CPU_EIGEN_FUSED_U_)
+  DG_ELEMENTWISE_BINARY(CPU_EIGEN_FUSED_B_)
+#undef CPU_EIGEN_FUSED_U_
+#undef CPU_EIGEN_FUSED_B_
+  return t;
+}
+
+constexpr OpcodeTable kOpcodes = MakeOpcodeTable();
+
+bool TakesAlpha(int64_t code) {
+  return code >= 0 && code < kNumOpcodes && kOpcodes.e[code].alpha;
+}
+
+// Fills *d for opcode `code`, field by field as before the table (through
+// a pointer: returning the struct costs a store-forwarding stall per
+// instruction).
+void Decode(const char* op, int64_t code, Decoded* d) {
+  const bool known = code >= 0 && code < kNumOpcodes && kOpcodes.e[code].valid;
+  DG_CHECK(known, DG_INVALID_ARGUMENT, op, ": unknown opcode ", code,
+           " (see docs/ops.md)");
+  const OpcodeEntry& e = kOpcodes.e[code];
+  d->binary = e.binary;
+  if (e.binary) {
+    d->bin = e.bin;
+  } else {
+    d->unary = e.unary;
+  }
+  d->cost = e.cost;
 }
 
 // Where a value lives while the plan runs.
@@ -271,7 +270,7 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
     s.a = read(k, ins[2]);
     if (s.op.binary) {
       s.b = read(k, ins[3]);
-    } else if (ins[0] == kLeakyReluCode || ins[0] == kEluCode) {
+    } else if (TakesAlpha(ins[0])) {
       DG_CHECK(ins[3] >= n_in && ins[3] < first_temp, DG_INVALID_ARGUMENT, op,
                ": instruction ", k, " takes alpha from register ", ins[3],
                ", which is not a constant");
@@ -279,9 +278,9 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
     }
     const int64_t dst = ins[1];  // checked above
     // pow(a, 2) squares, as the Pow kernel does for a single exponent 2.
-    if (ins[0] == kPowCode && s.b.loc == Loc::kScalar &&
+    if (ins[0] == DG_EW_OP_Pow && s.b.loc == Loc::kScalar &&
         p.scalars[s.b.index] == T(2)) {
-      s.op.bin = BinaryKind::kSquare;
+      s.op.bin = BinaryKind::kSquareA;
       s.op.cost = kCostCheap;
     }
     const bool scalar = s.a.loc == Loc::kScalar &&

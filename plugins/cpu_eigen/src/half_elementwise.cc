@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common.h"
+#include "dragon/elementwise.h"
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
 #include "elementwise_ops.h"
@@ -36,24 +37,25 @@ namespace ew = ew_base;
   DG_KERNEL_EX(#NAME, "cpu", 0, DG_KERNEL_INPLACE, Half##NAME,               \
                CPU_EIGEN_HALF_TYPES)
 
-CPU_EIGEN_HALF_UNARY(Neg, NegOp);
-CPU_EIGEN_HALF_UNARY(Abs, AbsOp);
-CPU_EIGEN_HALF_UNARY(Sign, SignOp);
-CPU_EIGEN_HALF_UNARY(Square, SquareOp);
-CPU_EIGEN_HALF_UNARY(Relu, ReluOp);
-CPU_EIGEN_HALF_UNARY(Reciprocal, ReciprocalOp);
-CPU_EIGEN_HALF_UNARY(Sqrt, SqrtOp);
-CPU_EIGEN_HALF_UNARY(Rsqrt, RsqrtOp);
-CPU_EIGEN_HALF_UNARY(Exp, ExpOp);
-CPU_EIGEN_HALF_UNARY(Log, LogOp);
-CPU_EIGEN_HALF_UNARY(Log1p, Log1pOp);
-CPU_EIGEN_HALF_UNARY(Sin, SinOp);
-CPU_EIGEN_HALF_UNARY(Cos, CosOp);
-CPU_EIGEN_HALF_UNARY(Tanh, TanhOp);
-CPU_EIGEN_HALF_UNARY(Sigmoid, SigmoidOp);
-CPU_EIGEN_HALF_UNARY(Floor, FloorOp);
-CPU_EIGEN_HALF_UNARY(Ceil, CeilOp);
-CPU_EIGEN_HALF_UNARY(Round, RoundOp);
+// One kernel per row of the element-wise op table (dragon/elementwise.h)
+// whose Kernel column is numeric or float (libm rows register their 16-bit
+// kernels in unary_math.cc, custom ones below).
+#define CPU_EIGEN_HALF_ROW_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  CPU_EIGEN_HALF_ROW_##Kernel(Kind)
+#define CPU_EIGEN_HALF_ROW_numeric(Kind) CPU_EIGEN_HALF_UNARY(Kind, Kind##Op);
+#define CPU_EIGEN_HALF_ROW_float(Kind) CPU_EIGEN_HALF_UNARY(Kind, Kind##Op);
+#define CPU_EIGEN_HALF_ROW_libm(Kind)
+#define CPU_EIGEN_HALF_ROW_custom0(Kind)
+#define CPU_EIGEN_HALF_ROW_custom1(Kind)
+#define CPU_EIGEN_HALF_ROW_custom2(Kind)
+DG_ELEMENTWISE_UNARY(CPU_EIGEN_HALF_ROW_)
+#undef CPU_EIGEN_HALF_ROW_
+#undef CPU_EIGEN_HALF_ROW_numeric
+#undef CPU_EIGEN_HALF_ROW_float
+#undef CPU_EIGEN_HALF_ROW_libm
+#undef CPU_EIGEN_HALF_ROW_custom0
+#undef CPU_EIGEN_HALF_ROW_custom1
+#undef CPU_EIGEN_HALF_ROW_custom2
 
 #undef CPU_EIGEN_HALF_UNARY
 

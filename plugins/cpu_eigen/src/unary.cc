@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common.h"
+#include "dragon/elementwise.h"
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
 #include "elementwise_ops.h"
@@ -33,30 +34,27 @@ using namespace ew_base;  // NOLINT(build/namespaces): the op functors
   }                                                                    \
   DG_KERNEL_EX(#NAME, "cpu", 0, DG_KERNEL_INPLACE, NAME, __VA_ARGS__)
 
-CPU_EIGEN_UNARY(Neg, kNeg, NegOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
-CPU_EIGEN_UNARY(Abs, kAbs, AbsOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
-CPU_EIGEN_UNARY(Sign, kSign, SignOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
-CPU_EIGEN_UNARY(Square, kSquare, SquareOp, kCostCheap,
-                CPU_EIGEN_NUMERIC_TYPES);
-CPU_EIGEN_UNARY(Relu, kRelu, ReluOp, kCostCheap, CPU_EIGEN_NUMERIC_TYPES);
-
-CPU_EIGEN_UNARY(Reciprocal, kReciprocal, ReciprocalOp, kCostDivide,
-                CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Sqrt, kSqrt, SqrtOp, kCostDivide, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Rsqrt, kRsqrt, RsqrtOp, kCostDivide, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Exp, kExp, ExpOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Log, kLog, LogOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Log1p, kLog1p, Log1pOp, kCostTranscendental,
-                CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Sin, kSin, SinOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Cos, kCos, CosOp, kCostTranscendental, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Tanh, kTanh, TanhOp, kCostTranscendental,
-                CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Sigmoid, kSigmoid, SigmoidOp, kCostTranscendental,
-                CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Floor, kFloor, FloorOp, kCostCheap, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Ceil, kCeil, CeilOp, kCostCheap, CPU_EIGEN_FLOAT_TYPES);
-CPU_EIGEN_UNARY(Round, kRound, RoundOp, kCostCheap, CPU_EIGEN_FLOAT_TYPES);
+// One kernel per row of the element-wise op table (dragon/elementwise.h)
+// whose Kernel column is numeric or float; libm rows are registered in
+// unary_math.cc, custom ones below.
+#define CPU_EIGEN_UNARY_numeric(Kind, Cost) \
+  CPU_EIGEN_UNARY(Kind, k##Kind, Kind##Op, kCost##Cost, CPU_EIGEN_NUMERIC_TYPES);
+#define CPU_EIGEN_UNARY_float(Kind, Cost) \
+  CPU_EIGEN_UNARY(Kind, k##Kind, Kind##Op, kCost##Cost, CPU_EIGEN_FLOAT_TYPES);
+#define CPU_EIGEN_UNARY_libm(Kind, Cost)
+#define CPU_EIGEN_UNARY_custom0(Kind, Cost)
+#define CPU_EIGEN_UNARY_custom1(Kind, Cost)
+#define CPU_EIGEN_UNARY_custom2(Kind, Cost)
+#define CPU_EIGEN_UNARY_ROW_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  CPU_EIGEN_UNARY_##Kernel(Kind, Cost)
+DG_ELEMENTWISE_UNARY(CPU_EIGEN_UNARY_ROW_)
+#undef CPU_EIGEN_UNARY_ROW_
+#undef CPU_EIGEN_UNARY_numeric
+#undef CPU_EIGEN_UNARY_float
+#undef CPU_EIGEN_UNARY_libm
+#undef CPU_EIGEN_UNARY_custom0
+#undef CPU_EIGEN_UNARY_custom1
+#undef CPU_EIGEN_UNARY_custom2
 
 #undef CPU_EIGEN_UNARY
 

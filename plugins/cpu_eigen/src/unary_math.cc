@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common.h"
+#include "dragon/elementwise.h"
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
 #include "elementwise_ops.h"
@@ -22,7 +23,7 @@ using widen::RunUnaryScalar;
 
 // The functors (TanOp, ...) live in elementwise_ops.h, shared with the
 // fused kernel (fused.cc).
-#define CPU_EIGEN_MATH_FN(NAME, FN)                                          \
+#define CPU_EIGEN_MATH_FN(NAME)                                              \
   template <typename T>                                                     \
   void NAME(dg::KernelContext& ctx) {                                       \
     RunUnaryScalar<T, T>(ctx, ew_base::NAME##Op<float>{},                   \
@@ -31,16 +32,24 @@ using widen::RunUnaryScalar;
   DG_KERNEL_EX(#NAME, "cpu", 0, DG_KERNEL_INPLACE, NAME,                    \
                CPU_EIGEN_FLOAT_TYPES, CPU_EIGEN_HALF_TYPES)
 
-CPU_EIGEN_MATH_FN(Tan, tan);
-CPU_EIGEN_MATH_FN(Asin, asin);
-CPU_EIGEN_MATH_FN(Acos, acos);
-CPU_EIGEN_MATH_FN(Atan, atan);
-CPU_EIGEN_MATH_FN(Sinh, sinh);
-CPU_EIGEN_MATH_FN(Cosh, cosh);
-CPU_EIGEN_MATH_FN(Asinh, asinh);
-CPU_EIGEN_MATH_FN(Acosh, acosh);
-CPU_EIGEN_MATH_FN(Atanh, atanh);
-CPU_EIGEN_MATH_FN(Erf, erf);
+// One kernel per row of the element-wise op table (dragon/elementwise.h)
+// whose Kernel column is libm.
+#define CPU_EIGEN_MATH_ROW_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  CPU_EIGEN_MATH_ROW_##Kernel(Kind)
+#define CPU_EIGEN_MATH_ROW_libm(Kind) CPU_EIGEN_MATH_FN(Kind);
+#define CPU_EIGEN_MATH_ROW_numeric(Kind)
+#define CPU_EIGEN_MATH_ROW_float(Kind)
+#define CPU_EIGEN_MATH_ROW_custom0(Kind)
+#define CPU_EIGEN_MATH_ROW_custom1(Kind)
+#define CPU_EIGEN_MATH_ROW_custom2(Kind)
+DG_ELEMENTWISE_UNARY(CPU_EIGEN_MATH_ROW_)
+#undef CPU_EIGEN_MATH_ROW_
+#undef CPU_EIGEN_MATH_ROW_libm
+#undef CPU_EIGEN_MATH_ROW_numeric
+#undef CPU_EIGEN_MATH_ROW_float
+#undef CPU_EIGEN_MATH_ROW_custom0
+#undef CPU_EIGEN_MATH_ROW_custom1
+#undef CPU_EIGEN_MATH_ROW_custom2
 
 #undef CPU_EIGEN_MATH_FN
 

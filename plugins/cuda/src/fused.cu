@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dragon/elementwise.h"
 #include "elementwise.cuh"
 #include "ops.cuh"
 
@@ -27,44 +28,54 @@ struct Program {
   int64_t strides[kMaxInputs][kMaxDims] = {};
 };
 
+// The opcodes this kernel runs (of the element-wise op table,
+// dragon/elementwise.h): Neg..Elu (0..21) and Add..Minimum (32..38).
+static_assert(DG_EW_OP_Neg == 0 && DG_EW_OP_Elu == 21 && DG_EW_OP_Add == 32 &&
+                  DG_EW_OP_Minimum == 38,
+              "the cuda fused kernel's opcode ranges");
+bool Supported(int64_t op) {
+  return (op >= DG_EW_OP_Neg && op <= DG_EW_OP_Elu) ||
+         (op >= DG_EW_OP_Add && op <= DG_EW_OP_Minimum);
+}
+
 template <typename T>
 __device__ T Unary(int op, T x, T alpha) {
   switch (op) {
-    case 0: return NegF{}(x);
-    case 1: return AbsF{}(x);
-    case 2: return SignF{}(x);
-    case 3: return SquareF{}(x);
-    case 4: return ReciprocalF{}(x);
-    case 5: return SqrtF{}(x);
-    case 6: return RsqrtF{}(x);
-    case 7: return ExpF{}(x);
-    case 8: return LogF{}(x);
-    case 9: return Log1pF{}(x);
-    case 10: return SinF{}(x);
-    case 11: return CosF{}(x);
-    case 12: return TanhF{}(x);
-    case 13: return SigmoidF{}(x);
-    case 14: return ReluF{}(x);
-    case 15: return FloorF{}(x);
-    case 16: return CeilF{}(x);
-    case 17: return RoundF{}(x);
-    case 18: return GeluErfF{}(x);
-    case 19: return GeluTanhF{}(x);
-    case 20: return LeakyReluF<T>{alpha}(x);
-    default: return EluF<T>{alpha}(x);  // 21 (checked on the host)
+    case DG_EW_OP_Neg: return NegF{}(x);
+    case DG_EW_OP_Abs: return AbsF{}(x);
+    case DG_EW_OP_Sign: return SignF{}(x);
+    case DG_EW_OP_Square: return SquareF{}(x);
+    case DG_EW_OP_Reciprocal: return ReciprocalF{}(x);
+    case DG_EW_OP_Sqrt: return SqrtF{}(x);
+    case DG_EW_OP_Rsqrt: return RsqrtF{}(x);
+    case DG_EW_OP_Exp: return ExpF{}(x);
+    case DG_EW_OP_Log: return LogF{}(x);
+    case DG_EW_OP_Log1p: return Log1pF{}(x);
+    case DG_EW_OP_Sin: return SinF{}(x);
+    case DG_EW_OP_Cos: return CosF{}(x);
+    case DG_EW_OP_Tanh: return TanhF{}(x);
+    case DG_EW_OP_Sigmoid: return SigmoidF{}(x);
+    case DG_EW_OP_Relu: return ReluF{}(x);
+    case DG_EW_OP_Floor: return FloorF{}(x);
+    case DG_EW_OP_Ceil: return CeilF{}(x);
+    case DG_EW_OP_Round: return RoundF{}(x);
+    case DG_EW_OP_GeluErf: return GeluErfF{}(x);
+    case DG_EW_OP_GeluTanh: return GeluTanhF{}(x);
+    case DG_EW_OP_LeakyRelu: return LeakyReluF<T>{alpha}(x);
+    default: return EluF<T>{alpha}(x);  // DG_EW_OP_Elu (checked on the host)
   }
 }
 
 template <typename T>
 __device__ T Binary(int op, T a, T b) {
   switch (op) {
-    case 32: return AddF{}(a, b);
-    case 33: return SubF{}(a, b);
-    case 34: return MulF{}(a, b);
-    case 35: return DivF{}(a, b);
-    case 36: return PowF{}(a, b);
-    case 37: return MaximumF{}(a, b);
-    default: return MinimumF{}(a, b);  // 38
+    case DG_EW_OP_Add: return AddF{}(a, b);
+    case DG_EW_OP_Sub: return SubF{}(a, b);
+    case DG_EW_OP_Mul: return MulF{}(a, b);
+    case DG_EW_OP_Div: return DivF{}(a, b);
+    case DG_EW_OP_Pow: return PowF{}(a, b);
+    case DG_EW_OP_Maximum: return MaximumF{}(a, b);
+    default: return MinimumF{}(a, b);  // DG_EW_OP_Minimum
   }
 }
 
@@ -83,7 +94,7 @@ __global__ void Run(const Program<T> p, T* y, int64_t n, int32_t num_consts) {
     for (int k = 0; k < num_consts; ++k) reg[p.num_inputs + k] = p.consts[k];
     for (int k = 0; k < p.num_instr; ++k) {
       const int op = p.ins[k][0], dst = p.ins[k][1], a = p.ins[k][2], b = p.ins[k][3];
-      reg[dst] = op < 32 ? Unary<T>(op, reg[a], b >= 0 ? reg[b] : T(0))
+      reg[dst] = op < DG_EW_OP_Add ? Unary<T>(op, reg[a], b >= 0 ? reg[b] : T(0))
                          : Binary<T>(op, reg[a], reg[b]);
     }
     y[i] = reg[p.result];
@@ -109,7 +120,7 @@ void FusedElementwise(dg::KernelContext& ctx) {
   for (size_t k = 0; k < consts.size(); ++k) p.consts[k] = static_cast<T>(consts[k]);
   for (int64_t k = 0; k < count; ++k) {
     const int64_t op = prog[4 * k];
-    DG_CHECK((op >= 0 && op <= 21) || (op >= 32 && op <= 38), DG_INVALID_ARGUMENT, ctx.op_name(),
+    DG_CHECK(Supported(op), DG_INVALID_ARGUMENT, ctx.op_name(),
              ": unknown opcode ", op, " at instruction ", k);
     for (int j = 0; j < 4; ++j) {
       const int64_t r = prog[4 * k + j];

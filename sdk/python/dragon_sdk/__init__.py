@@ -16,7 +16,8 @@ _ROOT = Path(__file__).resolve().parent
 
 
 def get_include() -> str:
-    """Return the folder holding ``dragon/plugin.h`` and ``dragon/plugin.hpp``."""
+    """Return the folder holding ``dragon/plugin.h``, ``dragon/plugin.hpp`` and
+    ``dragon/elementwise.h``."""
     return str(_ROOT / "include")
 
 

@@ -58,6 +58,13 @@ def _log1p(node, dy):
     return [dy / (x + 1.0)]
 
 
+@gradient("Expm1")
+def _expm1(node, dy):
+    # d (e^x - 1) = e^x.
+    (x,) = node.inputs
+    return [dy * ops().exp(x)]
+
+
 @gradient("Sqrt")
 def _sqrt(node, dy):
     # d sqrt(x) = 1 / (2 sqrt(x)); infinite at 0, as the derivative is.

@@ -4,11 +4,14 @@ A *group* is a connected set of at least two fusable ops with a single
 exit: the output of its last op (the *root*). Every other member's output
 is read only by members (so it is not a graph output or a state update, and
 no op outside the group reads it). A fusable op is one of the element-wise
-float ops with an opcode in the ``FusedElementwise`` schema (docs/ops.md):
-the unary ops without attributes, ``Gelu``, ``LeakyRelu``, ``Elu``, and
-``Add``, ``Sub``, ``Mul``, ``Div``, ``Pow``, ``Maximum``, ``Minimum`` (but
-not ``Clip`` or ``Softplus``), whose inputs and output share one dtype,
-float32 or float64, in ``value_info``.
+float ops with an opcode in the element-wise op table
+(``sdk/include/dragon/elementwise.h``, read through
+``_C.elementwise_table()``; the ``FusedElementwise`` schema and the kernels
+use the same table): the unary ops without attributes, ``Gelu``,
+``LeakyRelu``, ``Elu``, and ``Add``, ``Sub``, ``Mul``, ``Div``, ``Pow``,
+``Maximum``, ``Minimum``, ``FloorDivide``, ``Mod``, ``Fmod`` (but not
+``Clip`` or ``Softplus``, whose rows have no opcode), whose inputs and
+output share one dtype, float32 or float64, in ``value_info``.
 
 Groups are grown from the last op backwards: a member's input produced by a
 fusable op joins when all its readers are members, and when that op's
@@ -54,16 +57,44 @@ MAX_TEMPORARIES = 1024  # the schema's limit
 _F32, _F64 = 8, 9  # DgDType codes (dragon/plugin.h)
 _FLOAT_CODES = {_F32: "float32", _F64: "float64"}
 
-#: Opcodes of the FusedElementwise schema (dragon_core/src/ops/fused.cc).
-UNARY = {"Neg": 0, "Abs": 1, "Sign": 2, "Square": 3, "Reciprocal": 4, "Sqrt": 5,
-         "Rsqrt": 6, "Exp": 7, "Log": 8, "Log1p": 9, "Sin": 10, "Cos": 11,
-         "Tanh": 12, "Sigmoid": 13, "Relu": 14, "Floor": 15, "Ceil": 16,
-         "Round": 17, "Tan": 22, "Asin": 23, "Acos": 24, "Atan": 25, "Sinh": 26,
-         "Cosh": 27, "Asinh": 28, "Acosh": 29, "Atanh": 30, "Erf": 31}
-GELU = {"none": 18, "tanh": 19}
-WITH_ALPHA = {"LeakyRelu": 20, "Elu": 21}
-BINARY = {"Add": 32, "Sub": 33, "Mul": 34, "Div": 35, "Pow": 36, "Maximum": 37,
-          "Minimum": 38, "FloorDivide": 39, "Mod": 40, "Fmod": 41}
+
+def _schema_default(op_type: str, attr: str):
+    for a in _C.op(op_type).describe()["attrs"]:
+        if a["name"] == attr:
+            return a.get("default")
+    return None
+
+
+def _load_table():
+    """The fusable rows of the element-wise op table (dragon/elementwise.h,
+    read through ``_C.elementwise_table()``), split the way the pass uses
+    them: op type -> opcode for ops without attributes (unary and binary),
+    op type -> opcode for ops whose alpha becomes a constant register, and
+    op type -> (attribute, {value: opcode}) for ops told apart by a string
+    attribute (``Gelu``'s ``approximate``)."""
+    unary, binary, alpha, by_attr = {}, {}, {}, {}
+    for kind, arity, opcode, op_type, attr, _kernel, _cost in _C.elementwise_table():
+        if opcode < 0 or not op_type:
+            continue
+        if arity == "binary":
+            binary[op_type] = opcode
+        elif attr == "":
+            unary[op_type] = opcode
+        elif attr == "alpha":
+            alpha[op_type] = opcode
+        elif "=" in attr:
+            name, value = attr.split("=", 1)
+            by_attr.setdefault(op_type, (name, {}))[1][value] = opcode
+        else:
+            raise RuntimeError(f"dragon/elementwise.h: row {kind} has an unknown Attr {attr!r}")
+    return unary, binary, alpha, by_attr
+
+
+#: Opcodes of the FusedElementwise schema, from the element-wise op table
+#: (sdk/include/dragon/elementwise.h): op type -> opcode.
+UNARY, BINARY, WITH_ALPHA, BY_ATTR = _load_table()
+#: Gelu's ``approximate`` value -> opcode.
+GELU = BY_ATTR.get("Gelu", ("approximate", {}))[1]
 
 
 def _opcode(op):
@@ -72,9 +103,10 @@ def _opcode(op):
         return UNARY[op.type], None
     if op.type in BINARY:
         return BINARY[op.type], None
-    if op.type == "Gelu":
-        mode = op.attr["approximate"].s if "approximate" in op.attr else "none"
-        return (GELU[mode], None) if mode in GELU else None
+    if op.type in BY_ATTR:
+        name, codes = BY_ATTR[op.type]
+        value = op.attr[name].s if name in op.attr else _schema_default(op.type, name)
+        return (codes[value], None) if value in codes else None
     if op.type in WITH_ALPHA and "alpha" in op.attr and op.attr["alpha"].HasField("f"):
         return WITH_ALPHA[op.type], op.attr["alpha"].f
     return None
@@ -106,7 +138,7 @@ class _Graph:
         for k, op in enumerate(g.op):
             if _opcode(op) is None or len(op.output) != 1:
                 continue
-            expected = 1 if op.type in UNARY or op.type in WITH_ALPHA or op.type == "Gelu" else 2
+            expected = 2 if op.type in BINARY else 1
             if len(op.input) != expected:
                 continue
             names = list(op.input) + list(op.output)

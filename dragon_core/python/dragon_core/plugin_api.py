@@ -16,7 +16,8 @@ Autograd
     :func:`gradient` (register a gradient rule), :func:`needs_grad`,
     :func:`is_tracing`.
 Op registry
-    :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`.
+    :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`,
+    :func:`set_tensor_method`.
 Graph passes (GraphDef -> GraphDef, ``dragon_graph_passes`` hook)
     :class:`GraphPass`, :func:`device_type`, :func:`op_attrs`,
     :func:`op_builder`, :func:`drop_value_info`, :func:`numel`,
@@ -96,3 +97,29 @@ def elementwise_op_types() -> frozenset:
     and that run on any memory layout of equal-shaped operands."""
     return frozenset(UNARY) | frozenset(BINARY) | frozenset(WITH_ALPHA)
 
+
+
+def set_tensor_method(op: str, is_method: bool) -> None:
+    """Declare whether ``op`` is a ``Tensor`` method (as PyTorch's
+    ``variants: method``).
+
+    By default an op whose first input is one tensor is a method unless it is
+    a gradient or an optimizer update (its name ends in ``Grad``,
+    ``BackpropFilter``, ``BackpropInput`` or ``Update``). A plugin calls this
+    from its Python half for ops users should not call as ``x.op(...)``
+    (layout-internal or fusion-internal ops), or to make one a method. The
+    declaration holds for ops defined later too.
+
+    Parameters
+    ----------
+    op : str
+        The op's name (``"Nchw16cFromNchw"``); it need not be defined yet.
+    is_method : bool
+        True: ``x.<py_name>`` calls the op; False: it does not exist.
+    """
+    from . import _opgen
+    from ._tensor import _install_methods
+    if not isinstance(is_method, bool):
+        raise TypeError(f"set_tensor_method: is_method must be a bool, got {is_method!r}")
+    _opgen.TENSOR_METHOD[str(op)] = is_method
+    _install_methods()

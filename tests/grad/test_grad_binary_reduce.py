@@ -296,7 +296,7 @@ def _attrs_id(attrs):
 @pytest.mark.parametrize("attrs", AXES_ATTRS, ids=[_attrs_id(a) for a in AXES_ATTRS])
 @pytest.mark.parametrize("op", REDUCTIONS)
 def test_reduction_first_order(op, attrs):
-    # With axes=[] Std is a one-element standard deviation, 0 everywhere:
+    # With axis=[] Std is a one-element standard deviation, 0 everywhere:
     # the chosen subgradient (0) is also the finite difference.
     _case(op, [_reduction_input(op, (2, 3, 4))], **attrs).check_grad()
 
@@ -384,7 +384,7 @@ def test_prod_with_zeros():
 def test_extremum_reduction_ties(op):
     """Tied extrema share the gradient evenly."""
     x = np.array([[1.0, 3.0, 3.0, -1.0], [-1.0, 2.0, -1.0, -1.0]])
-    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, axes=[1]), x)
+    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, axis=[1]), x)
     ext = x.max(axis=1, keepdims=True) if op == "Max" else x.min(axis=1, keepdims=True)
     hit = (x == ext).astype(float)
     np.testing.assert_allclose(dx, hit / hit.sum(axis=1, keepdims=True))
@@ -393,7 +393,7 @@ def test_extremum_reduction_ties(op):
 def test_logsumexp_all_minus_inf():
     """A group of -inf values gets a zero gradient, not NaN."""
     x = np.array([[-np.inf, -np.inf], [0.0, 1.0]])
-    (dx,) = _grads(lambda t: dg.ops.logsumexp(t, axes=[1]), x)
+    (dx,) = _grads(lambda t: dg.ops.logsumexp(t, axis=[1]), x)
     e = np.exp([0.0, 1.0])
     np.testing.assert_allclose(dx, [[0.0, 0.0], e / e.sum()])
 
@@ -401,7 +401,7 @@ def test_logsumexp_all_minus_inf():
 def test_std_constant_group():
     """Where the standard deviation is 0 the gradient is 0 (not NaN)."""
     x = np.array([[2.0, 2.0, 2.0], [1.0, 2.0, 4.0]])
-    (dx,) = _grads(lambda t: dg.ops.std(t, axes=[1]), x)
+    (dx,) = _grads(lambda t: dg.ops.std(t, axis=[1]), x)
     c = x[1] - x[1].mean()
     np.testing.assert_allclose(dx, [[0.0, 0.0, 0.0], c / (3 * x[1].std())])
 
@@ -531,7 +531,7 @@ def _critic_loss(x, w1, w2, lam, with_grads):
             scores = dg.ops.matmul(dg.ops.tanh(dg.ops.matmul(xt, w1t)), w2t)
             d = dg.ops.sum(scores)
         gx = inner.gradient(d, xt)                    # per-sample dD/dx_i
-        norms = dg.ops.sum(gx * gx, axes=[1]) ** 0.5
+        norms = dg.ops.sum(gx * gx, axis=[1]) ** 0.5
         penalty = dg.ops.mean((norms - 1.0) ** 2.0)
         loss = d + lam * penalty
     value = float(loss.item())

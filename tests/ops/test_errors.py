@@ -209,7 +209,7 @@ def test_split_into_unequal_parts(dg):
 
 def test_squeeze_non_unit_axis(dg):
     with pytest.raises(dg.errors.InvalidArgumentError) as info:
-        dg.ops.squeeze(f32(1, 3), axes=[1])
+        dg.ops.squeeze(f32(1, 3), axis=[1])
     assert_mentions(str(info.value), op="Squeeze", shapes=[(1, 3)])
 
 
@@ -305,7 +305,7 @@ def test_axis_out_of_range(dg, fn, op, kwargs):
 def test_duplicate_axes(dg, fn, op):
     x = f32(1, 1, 3) if fn != "unsqueeze" else f32(3)
     with pytest.raises(dg.errors.InvalidArgumentError) as info:
-        getattr(dg.ops, fn)(x, axes=[0, 0])
+        getattr(dg.ops, fn)(x, axis=[0, 0])
     assert_mentions(str(info.value), op=op)
 
 

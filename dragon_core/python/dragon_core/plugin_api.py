@@ -17,7 +17,7 @@ Autograd
     :func:`is_tracing`.
 Op registry
     :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`,
-    :func:`set_tensor_method`.
+    :func:`set_tensor_method`, :func:`py_attr_name`, :func:`py_attrs`.
 Graph passes (GraphDef -> GraphDef, ``dragon_graph_passes`` hook)
     :class:`GraphPass`, :func:`device_type`, :func:`op_attrs`,
     :func:`op_builder`, :func:`drop_value_info`, :func:`numel`,
@@ -123,3 +123,23 @@ def set_tensor_method(op: str, is_method: bool) -> None:
         raise TypeError(f"set_tensor_method: is_method must be a bool, got {is_method!r}")
     _opgen.TENSOR_METHOD[str(op)] = is_method
     _install_methods()
+
+
+def py_attr_name(op: str, attr: str) -> str:
+    """The Python argument name of schema attribute ``attr`` of ``op``
+    (``py_attr_name("Sum", "axes") == "axis"``); a name that is not one of
+    the op's schema attributes is returned unchanged (it is a Python name
+    already). The schema names are the ABI; ``dragon_core.ops`` takes the
+    Python names (docs/python-api.md).
+    """
+    from . import _opgen
+    schema = _C.op(op).describe()
+    if attr not in {a["name"] for a in schema["attrs"]}:
+        return attr
+    return _opgen.py_attr_name(schema["name"], attr)
+
+
+def py_attrs(op: str, attrs: dict) -> dict:
+    """``attrs`` keyed by schema names -> keyed by ``dragon_core.ops``'s
+    Python names (see :func:`py_attr_name`)."""
+    return {py_attr_name(op, k): v for k, v in attrs.items()}

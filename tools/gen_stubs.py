@@ -57,9 +57,9 @@ def _core_descs():
 
 
 def _params(desc: dict, skip_first: bool) -> list[str]:
+    import dragon_core
     from dragon_core import _opgen
     fn_sig = None
-    import dragon_core
     fn = getattr(dragon_core.ops, desc["py_name"], None)
     if fn is not None and getattr(fn, "_dragon_op", None) == desc["name"]:
         fn_sig = inspect.signature(fn)
@@ -122,8 +122,7 @@ def _plain_sig(fn, skip_self: bool = False) -> str:
 def ops_stub() -> str:
     import dragon_core
     ops = dragon_core.ops
-    lines = [HEADER, _PRELUDE.replace("from ._tensor import Tensor", "from ._tensor import Tensor"),
-             ""]
+    lines = [HEADER, _PRELUDE, ""]
     done = set()
     for desc in _core_descs():
         name = desc["py_name"]
@@ -193,7 +192,8 @@ def tensor_stub() -> str:
               "    def __abs__(self) -> Tensor: ...", "    def __invert__(self) -> Tensor: ...",
               "    def __getitem__(self, key: Any) -> Tensor: ...",
               "    def __setitem__(self, key: Any, value: Any) -> None: ...",
-              "    def __len__(self) -> int: ...", "    def __iter__(self) -> Iterator[Tensor]: ...",
+              "    def __len__(self) -> int: ...",
+              "    def __iter__(self) -> Iterator[Tensor]: ...",
               "    def __float__(self) -> float: ...", "    def __int__(self) -> int: ...",
               "    def __bool__(self) -> bool: ...", "    def __index__(self) -> int: ...",
               "    def __array__(self, dtype: Any = ..., copy: Any = ...) -> np.ndarray: ...",

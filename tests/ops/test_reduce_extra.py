@@ -85,7 +85,7 @@ def test_bool_min(case):
 def test_empty_float_extremes_are_infinite(op, value, dtype, shape, axes):
     """An empty Max is -inf and Min +inf for floats (ONNX ReduceMax/ReduceMin)."""
     x = dg.ops.zeros(shape, dtype)
-    kwargs = {} if axes is None else {"axes": axes}
+    kwargs = {} if axes is None else {"axis": axes}
     out = getattr(dg.ops, op.lower())(x, **kwargs).numpy().astype(np.float64)
     want = np.sum(np.zeros(shape), axis=None if axes is None else tuple(axes))
     assert out.shape == np.shape(want)

@@ -327,7 +327,8 @@ _EMPTY_CASES = [
 def test_reduction_empty_input(op, attrs):
     """The gradient of an empty input is an empty tensor of its shape."""
     x = np.zeros((2, 0, 3))
-    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, **attrs), x)
+    kw = dg.plugin_api.py_attrs(op, attrs)  # schema names -> Python names
+    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, **kw), x)
     assert dx.shape == x.shape
     _case(op, [x], **attrs).check_grad()
 
@@ -353,6 +354,7 @@ def test_reduction_second_order_nonlinear(op, attrs):
     output gradient depending on x (nontrivial even for Sum and Mean)."""
     x = _reduction_input(op, (2, 3, 2))
     fn = getattr(dg.ops, op.lower())
+    attrs = dg.plugin_api.py_attrs(op, attrs)  # schema names -> Python names
     shape = fn(dg.tensor(x), **attrs).shape
     c = dg.tensor(_uniform(21, shape, -1, 1))
 

@@ -17,7 +17,9 @@ export CCACHE_MAXSIZE ?= 2G
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda install-nccl-dist demo test docs bench clean
+STUBS  := dragon_core/python/dragon_core/ops.pyi dragon_core/python/dragon_core/_tensor.pyi
+
+.PHONY: stubs all deps install install-sdk install-core install-cpu-eigen install-mkldnn install-vision-ops install-cuda install-nccl-dist demo test docs bench clean
 
 all: install
 
@@ -62,6 +64,13 @@ install-nccl-dist: install-sdk install-core
 
 HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
 install: install-core install-cpu-eigen install-mkldnn install-vision-ops $(if $(HAVE_NVCC),install-cuda install-nccl-dist)
+	$(MAKE) stubs
+
+# The .pyi stubs of dragon_core.ops and Tensor, generated from the schema registry
+# (tests/core/test_stubs.py checks they are current); installed with the core.
+stubs:
+	DRAGON_QUIET_PLUGINS=1 $(VPY) tools/gen_stubs.py
+	@cmp -s $(word 1,$(STUBS)) $(VENV)/lib/python*/site-packages/dragon_core/ops.pyi 2>/dev/null || $(PIPI) -Cbuild-dir=build/core ./dragon_core
 
 demo: install
 	$(VPY) examples/demo.py

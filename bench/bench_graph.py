@@ -288,7 +288,7 @@ def _dragon_loss(dg, params, x, y):
     h = ops.relu(h @ w2 + b2)
     logits = h @ w3 + b3
     onehot = ops.one_hot(y, SIZES[-1])
-    return -ops.mean(ops.sum(onehot * ops.log_softmax(logits, axis=-1), axes=[1]))
+    return -ops.mean(ops.sum(onehot * ops.log_softmax(logits, axis=-1), axis=[1]))
 
 
 def make_dragon_step(dg, init, mode: str):

@@ -13,7 +13,7 @@ w = dg.ops.random_normal([3, 4], seed=0)
 y = dg.ops.relu(x @ w + 1.0)
 print("x =", x)
 print("relu(x @ w + 1) =", y)
-print("softmax rows sum to", dg.ops.softmax(y, axis=-1).sum(axes=[-1]).numpy())
+print("softmax rows sum to", dg.ops.softmax(y, axis=-1).sum(axis=[-1]).numpy())
 
 ref = np.maximum(x.numpy() @ w.numpy() + 1.0, 0)
 assert np.allclose(y.numpy(), ref, atol=1e-5), "mismatch against NumPy"
@@ -38,10 +38,11 @@ for mode in ("eager", "graph"):
         b.assign(b - 0.1 * gb)
         return loss
 
-    run = dg.function(step) if mode == "graph" else step
+    compiled = dg.function(step)
+    run = compiled if mode == "graph" else step
     for _ in range(100):
         loss = run(xs, ys)
     print(f"{mode}: w={w.item():.4f} b={b.item():.4f} loss={loss.item():.2e}")
     assert abs(w.item() - 3.0) < 1e-3 and abs(b.item() + 1.0) < 1e-3
-g = run.get_graph(xs, ys)
+g = compiled.get_graph(xs, ys)
 print(f"graph: {len(g.op)} ops after passes {g.metadata['passes']}")

@@ -122,14 +122,19 @@ def op_lines(rec: dict) -> list[str]:
     if rec["attrs"]:
         lines += ["**Attributes**", "",
                   ".. list-table::", "   :header-rows: 1", "",
-                  "   * - name", "     - type", "     - default", "     - meaning"]
+                  "   * - Python name (schema name)", "     - type", "     - default",
+                  "     - meaning"]
         for a in rec["attrs"]:
-            lines += [f"   * - {lit(a['name'])}",
+            py = dragon_core._opgen.py_attr_name(name, a["name"])
+            shown = lit(py) if py == a["name"] else f"{lit(py)} ({lit(a['name'])})"
+            lines += [f"   * - {shown}",
                       f"     - {ATTR_TYPES.get(a['type'], 'type ' + str(a['type']))}",
                       f"     - {_default(a)}",
                       f"     - {esc(a.get('doc') or '')}"]
         lines.append("")
     flags = _flags(rec)
+    if dragon_core._opgen.is_tensor_method(rec):
+        flags = [*flags, f"Tensor method ``x.{rec['py_name']}(...)``"]
     if flags:
         lines += [f"**Flags**: {', '.join(flags)}.", ""]
     rows = kernel_rows(name)

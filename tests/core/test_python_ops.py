@@ -101,7 +101,7 @@ def test_attribute_types_defaults_and_required(define):
     attrs_op(x, 3)
     assert seen == {"k": 3, "scale": 2.0, "flag": False, "mode": "a", "axes": [0, 1],
                     "ws": [0.5, 1.5]}
-    attrs_op(x, k=1, flag=True, mode="b", axes=(2,), ws=[1.0])
+    attrs_op(x, k=1, flag=True, mode="b", axis=2, ws=[1.0])  # Python name of "axes"
     assert seen["flag"] is True and seen["mode"] == "b" and seen["axes"] == [2]
     with pytest.raises(errors.InvalidArgumentError, match="'k'"):
         attrs_op(x, "no")

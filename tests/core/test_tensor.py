@@ -363,7 +363,7 @@ def test_methods_mirror_ops():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = dg.tensor(a)
     np.testing.assert_allclose(t.sum().numpy(), a.sum())
-    np.testing.assert_allclose(t.sum(axes=[1], keepdims=True).numpy(),
+    np.testing.assert_allclose(t.sum(axis=[1], keepdims=True).numpy(),
                                a.sum(axis=1, keepdims=True))
     np.testing.assert_array_equal(t.reshape([3, 2]).numpy(), a.reshape(3, 2))
     np.testing.assert_array_equal(t.transpose().numpy(), a.T)

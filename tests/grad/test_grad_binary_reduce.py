@@ -296,7 +296,7 @@ def _attrs_id(attrs):
 @pytest.mark.parametrize("attrs", AXES_ATTRS, ids=[_attrs_id(a) for a in AXES_ATTRS])
 @pytest.mark.parametrize("op", REDUCTIONS)
 def test_reduction_first_order(op, attrs):
-    # With axes=[] Std is a one-element standard deviation, 0 everywhere:
+    # With axis=[] Std is a one-element standard deviation, 0 everywhere:
     # the chosen subgradient (0) is also the finite difference.
     _case(op, [_reduction_input(op, (2, 3, 4))], **attrs).check_grad()
 
@@ -327,7 +327,8 @@ _EMPTY_CASES = [
 def test_reduction_empty_input(op, attrs):
     """The gradient of an empty input is an empty tensor of its shape."""
     x = np.zeros((2, 0, 3))
-    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, **attrs), x)
+    kw = dg.plugin_api.py_attrs(op, attrs)  # schema names -> Python names
+    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, **kw), x)
     assert dx.shape == x.shape
     _case(op, [x], **attrs).check_grad()
 
@@ -353,6 +354,7 @@ def test_reduction_second_order_nonlinear(op, attrs):
     output gradient depending on x (nontrivial even for Sum and Mean)."""
     x = _reduction_input(op, (2, 3, 2))
     fn = getattr(dg.ops, op.lower())
+    attrs = dg.plugin_api.py_attrs(op, attrs)  # schema names -> Python names
     shape = fn(dg.tensor(x), **attrs).shape
     c = dg.tensor(_uniform(21, shape, -1, 1))
 
@@ -384,7 +386,7 @@ def test_prod_with_zeros():
 def test_extremum_reduction_ties(op):
     """Tied extrema share the gradient evenly."""
     x = np.array([[1.0, 3.0, 3.0, -1.0], [-1.0, 2.0, -1.0, -1.0]])
-    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, axes=[1]), x)
+    (dx,) = _grads(lambda t: getattr(dg.ops, op.lower())(t, axis=[1]), x)
     ext = x.max(axis=1, keepdims=True) if op == "Max" else x.min(axis=1, keepdims=True)
     hit = (x == ext).astype(float)
     np.testing.assert_allclose(dx, hit / hit.sum(axis=1, keepdims=True))
@@ -393,7 +395,7 @@ def test_extremum_reduction_ties(op):
 def test_logsumexp_all_minus_inf():
     """A group of -inf values gets a zero gradient, not NaN."""
     x = np.array([[-np.inf, -np.inf], [0.0, 1.0]])
-    (dx,) = _grads(lambda t: dg.ops.logsumexp(t, axes=[1]), x)
+    (dx,) = _grads(lambda t: dg.ops.logsumexp(t, axis=[1]), x)
     e = np.exp([0.0, 1.0])
     np.testing.assert_allclose(dx, [[0.0, 0.0], e / e.sum()])
 
@@ -401,7 +403,7 @@ def test_logsumexp_all_minus_inf():
 def test_std_constant_group():
     """Where the standard deviation is 0 the gradient is 0 (not NaN)."""
     x = np.array([[2.0, 2.0, 2.0], [1.0, 2.0, 4.0]])
-    (dx,) = _grads(lambda t: dg.ops.std(t, axes=[1]), x)
+    (dx,) = _grads(lambda t: dg.ops.std(t, axis=[1]), x)
     c = x[1] - x[1].mean()
     np.testing.assert_allclose(dx, [[0.0, 0.0, 0.0], c / (3 * x[1].std())])
 
@@ -531,7 +533,7 @@ def _critic_loss(x, w1, w2, lam, with_grads):
             scores = dg.ops.matmul(dg.ops.tanh(dg.ops.matmul(xt, w1t)), w2t)
             d = dg.ops.sum(scores)
         gx = inner.gradient(d, xt)                    # per-sample dD/dx_i
-        norms = dg.ops.sum(gx * gx, axes=[1]) ** 0.5
+        norms = dg.ops.sum(gx * gx, axis=[1]) ** 0.5
         penalty = dg.ops.mean((norms - 1.0) ** 2.0)
         loss = d + lam * penalty
     value = float(loss.item())

@@ -165,7 +165,8 @@ def _squared(op, attrs, **extra):
     import dragon_core as dg
 
     def fn(ts):
-        out = getattr(dg.ops, op)(*ts, **attrs, **extra)
+        # attrs are schema names (as OpCase's): call with the Python names
+        out = getattr(dg.ops, op)(*ts, **dg.plugin_api.py_attrs(op, attrs), **extra)
         c = np.random.default_rng(3).standard_normal(out.shape)
         return dg.ops.sum(dg.tensor(c) * out * out)
     return fn

@@ -25,10 +25,10 @@ def test_function_with_several_outputs_and_many_ops(tmp_path):
     def f(x, y):
         h = dg.ops.matmul(x, w)                       # captured: an initializer
         a = dg.ops.softmax(dg.ops.leaky_relu(h, 0.1), axis=-1)
-        b = dg.ops.sum(dg.ops.square(h - 1.5), axes=[1], keepdims=True)
+        b = dg.ops.sum(dg.ops.square(h - 1.5), axis=[1], keepdims=True)
         c = dg.ops.concat([y, dg.ops.sqrt(dg.ops.abs(y))], axis=0)
         d = dg.ops.where(h > 0.0, dg.ops.exp(-h), dg.ops.tanh(h))
-        e = dg.ops.var(h, axes=[0], ddof=1) + dg.ops.max(h, axes=[1]).mean()
+        e = dg.ops.var(h, axis=[0], ddof=1) + dg.ops.max(h, axis=[1]).mean()
         g = dg.ops.slice(dg.ops.pad(h, [1, 0, 0, 2], value=0.5), [0, 1], [2, 6], [1, 2], [0, 1])
         return a, b, c, d, e, dg.ops.clip(g, -0.5, 0.5)
 

@@ -85,7 +85,7 @@ def test_bool_min(case):
 def test_empty_float_extremes_are_infinite(op, value, dtype, shape, axes):
     """An empty Max is -inf and Min +inf for floats (ONNX ReduceMax/ReduceMin)."""
     x = dg.ops.zeros(shape, dtype)
-    kwargs = {} if axes is None else {"axes": axes}
+    kwargs = {} if axes is None else {"axis": axes}
     out = getattr(dg.ops, op.lower())(x, **kwargs).numpy().astype(np.float64)
     want = np.sum(np.zeros(shape), axis=None if axes is None else tuple(axes))
     assert out.shape == np.shape(want)
@@ -99,7 +99,7 @@ def test_empty_integer_extremes_raise(fn, dtype):
     x = dg.tensor(np.zeros((0, 3), dtype))
     with pytest.raises(dg.errors.InvalidArgumentError,
                        match=rf"{fn.capitalize()}: zero-size reduction.*\[0, 3\].*{dtype}"):
-        getattr(dg.ops, fn)(x, axes=[0])
+        getattr(dg.ops, fn)(x, axis=[0])
 
 
 @pytest.mark.parametrize("op, ref", [("Max", np.max), ("Min", np.min)])
@@ -108,7 +108,7 @@ def test_half_extremes_propagate_nan(op, ref, dtype):
     """A NaN in a reduced group gives NaN on 16-bit floats too."""
     x = np.array([[1.0, np.nan, 3.0], [1.0, 2.0, 3.0], [np.inf, -np.inf, 0.0]], np.float32)
     t = dg.tensor(x).astype(dtype)
-    out = getattr(dg.ops, op.lower())(t, axes=[1]).numpy().astype(np.float32)
+    out = getattr(dg.ops, op.lower())(t, axis=[1]).numpy().astype(np.float32)
     assert np.isnan(out[0]) and not np.isnan(out[1:]).any()
     np.testing.assert_array_equal(out[1:], ref(x[1:], axis=1))
 

@@ -256,12 +256,12 @@ def test_gather_out_of_range_raises(bad, index_dtype):
 
 
 def test_index_select(rng):
-    """index_select(x, axis, index) is gather with a 1-D index."""
+    """index_select(x, indices, axis) is gather with a 1-D index."""
     import dragon_core as dg
 
     x = rng.standard_normal((4, 5)).astype(np.float32)
     idx = np.array([4, 0, -1], np.int64)
-    out = dg.ops.index_select(dg.from_numpy(x), 1, dg.from_numpy(idx))
+    out = dg.ops.index_select(dg.from_numpy(x), dg.from_numpy(idx), 1)
     np.testing.assert_array_equal(out.numpy(), np.take(x, idx, axis=1))
 
 

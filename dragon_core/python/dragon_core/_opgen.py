@@ -9,6 +9,7 @@ C++ dispatcher.
 from __future__ import annotations
 
 import keyword
+import numbers
 
 from . import _C
 
@@ -18,6 +19,98 @@ _ATTR_TYPES = {1: "int", 2: "float", 3: "bool", 4: "str", 5: "sequence of int",
 
 def _safe(name: str) -> str:
     return name + "_" if keyword.iskeyword(name) else name
+
+
+# ------------------------------------------------------- Python argument names
+# The C++ schema attribute names are ABI (kernels read them); the Python names
+# follow NumPy / the array API standard. The mapping lives here, in the
+# Python layer, and applies to every op, the core's and plugins' alike, so an
+# op added later gets the convention without being listed.
+
+#: schema attribute name -> Python argument name, for every op.
+PY_ATTR_NAMES: dict[str, str] = {"axes": "axis", "keep_dims": "keepdims", "dims": "axis"}
+
+#: (op, schema attribute) -> Python name, where NumPy uses another name for
+#: that op (``numpy.transpose(a, axes)``).
+PY_ATTR_NAMES_PER_OP: dict[tuple[str, str], str] = {("Transpose", "perm"): "axes"}
+
+#: Old or foreign keyword -> the argument that replaces it. Passing one of
+#: these raises a TypeError naming the replacement; it is never accepted.
+OLD_NAMES: dict[str, str] = {"axes": "axis", "dims": "axis", "keep_dims": "keepdims",
+                             "perm": "axes"}
+
+#: PyTorch names: they live in ``dragon_core.vm.torch`` only.
+TORCH_NAMES: dict[str, str] = {"dim": "axis", "keepdim": "keepdims"}
+
+#: (op, schema attribute) -> default in Python for a schema-required
+#: attribute that NumPy makes optional; None is filled by the op's function.
+PY_OPTIONAL: set[tuple[str, str]] = {("Slice", "steps")}
+
+
+def py_attr_name(op: str, attr: str) -> str:
+    """The Python argument name of schema attribute ``attr`` of ``op``."""
+    return PY_ATTR_NAMES_PER_OP.get((op, attr), PY_ATTR_NAMES.get(attr, attr))
+
+
+# ------------------------------------------------------------ Tensor methods
+#: op -> whether it is a Tensor method, where the default rule (below) is not
+#: what the op wants. Plugins set entries through
+#: ``dragon_core.plugin_api.set_tensor_method``.
+TENSOR_METHOD: dict[str, bool] = {
+    # fusion-internal ops: the graph passes emit them, users call the plain op
+    "Conv2dBiasAct": False, "MatMulBiasAct": False, "RoiPoolGather": False,
+    # index-returning helper of max_pool2d's gradient
+    "MaxPool2dIndices": False,
+}
+
+#: Suffixes of ops that are never methods by default: gradients and
+#: optimizer updates (``x.adam_update`` makes no sense on a tensor).
+NOT_METHOD_SUFFIXES = ("Grad", "BackpropFilter", "BackpropInput", "Update")
+
+
+def is_tensor_method(desc: dict) -> bool:
+    """Whether the op of schema description ``desc`` is a Tensor method.
+
+    An entry of :data:`TENSOR_METHOD` decides; otherwise an op is a method
+    when its first input is one tensor and it is not a gradient or an
+    optimizer update (its name ends in one of :data:`NOT_METHOD_SUFFIXES`).
+    """
+    flag = TENSOR_METHOD.get(desc["name"])
+    if flag is not None:
+        return flag
+    if not desc["inputs"] or desc["inputs"][0]["variadic"]:
+        return False
+    return not desc["name"].endswith(NOT_METHOD_SUFFIXES)
+
+
+def _bad_keywords(op: str, py_name: str, given: dict, params: tuple):
+    """Raise the TypeError for keywords the function does not take."""
+    import difflib
+    name = sorted(given)[0]
+    if name in params:  # cannot happen through Python's binding; kept for safety
+        raise TypeError(f"{py_name}() got multiple values for argument '{name}'")
+    new = TORCH_NAMES.get(name)
+    if new is not None and new in params:
+        raise TypeError(f"{py_name}() got the PyTorch argument name '{name}' (op {op}); "
+                        f"dragon_core.ops uses NumPy's names: use '{new}=' (or "
+                        f"dragon_core.vm.torch for PyTorch's API)")
+    new = OLD_NAMES.get(name)
+    if new is not None and new in params:
+        raise TypeError(f"{py_name}() got '{name}=', which is now '{new}=' (op {op}; "
+                        f"see docs/python-api.md)")
+    close = difflib.get_close_matches(name, params, n=2)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise TypeError(f"{py_name}() got an unexpected keyword argument '{name}' (op {op}; "
+                    f"it takes {', '.join(params) or 'no keywords'}){hint}")
+
+
+def _axis_arg(value):
+    """``axis`` given as an int, a sequence of int or None -> the schema's list."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return [int(value)]
+    return value
 
 
 def _doc(desc: dict) -> str:
@@ -32,12 +125,15 @@ def _doc(desc: dict) -> str:
         lines.append(f"    {text}")
     for a in desc["attrs"]:
         kind = _ATTR_TYPES.get(a["type"], "object")
-        if a["required"]:
-            head = f"{_safe(a['name'])} : {kind}"
-        elif a["optional"]:
-            head = f"{_safe(a['name'])} : {kind}, optional"
+        name = _safe(py_attr_name(desc["name"], a["name"]))
+        if name == "axis" and a["type"] == 5:
+            kind = "int or sequence of int"
+        if a["required"] and (desc["name"], a["name"]) not in PY_OPTIONAL:
+            head = f"{name} : {kind}"
+        elif a["optional"] or a["required"]:
+            head = f"{name} : {kind}, optional"
         else:
-            head = f"{_safe(a['name'])} : {kind}, default {a['default']!r}"
+            head = f"{name} : {kind}, default {a['default']!r}"
         lines.append(head)
         if a["doc"]:
             lines.append(f"    {a['doc']}")
@@ -71,11 +167,15 @@ def _none_given(op: str, attr: dict):
 def make_op(desc: dict):
     """Build the Python function of one op from its schema description.
 
-    The function checks one thing itself: None for an attribute that has a
-    default is an error (the runtime reads None as 'unset', which only
-    optional attributes may be). Every other check is the runtime's.
+    The function takes the Python names of the attributes (see
+    :data:`PY_ATTR_NAMES`), accepts an int for an ``axis`` the schema keeps
+    as a list, and raises a TypeError naming the new argument for an old or
+    PyTorch keyword. It checks one more thing itself: None for an attribute
+    that has a default is an error (the runtime reads None as 'unset', which
+    only optional attributes may be). Every other check is the runtime's.
     """
-    handle = _C.op(desc["name"])
+    op = desc["name"]
+    handle = _C.op(op)
     params, input_names, attr_names, defaults = [], [], [], {}
     checks = []
     seen_default = False
@@ -88,9 +188,10 @@ def make_op(desc: dict):
         else:
             params.append(n)
     for a in desc["attrs"]:
-        n = _safe(a["name"])
+        n = _safe(py_attr_name(op, a["name"]))
         attr_names.append(n)
-        if a["required"] and not seen_default:
+        py_optional = (op, a["name"]) in PY_OPTIONAL
+        if a["required"] and not py_optional and not seen_default:
             params.append(n)
         else:
             seen_default = True
@@ -102,23 +203,35 @@ def make_op(desc: dict):
             params.append(f"{n}={key}")
             if not (a["optional"] or a["required"]):
                 defaults[f"_a_{n}"] = a
-                checks.append(f"    if {n} is None:\n        _none({desc['name']!r}, _a_{n})\n")
+                checks.append(f"    if {n} is None:\n        _none({op!r}, _a_{n})\n")
+        if n == "axis" and a["type"] == 5:
+            checks.append(f"    {n} = _axis({n})\n")
+        if py_optional and a["name"] == "steps":
+            checks.append(f"    if {n} is None:\n        {n} = [1] * len(starts)\n")
     device = not desc["inputs"]
     if device:
         params.append("*")
         params.append("device=None")
+    params.append("**_kw")
+    names = tuple(input_names + attr_names + (["device"] if device else []))
+    checks.insert(0, f"    if _kw:\n        _bad({op!r}, {desc['py_name']!r}, _kw, _names)\n")
     args = "".join(f"{n}, " for n in input_names)
     attrs = "".join(f"{n}, " for n in attr_names)
     call = f"_call(_h, ({args}), ({attrs}){', device' if device else ''})"
     src = (f"def {desc['py_name']}({', '.join(params)}):\n" + "".join(checks)
            + f"    return {call}\n")
-    ns = {"_call": _C.call, "_h": handle, "_none": _none_given, **defaults}
+    ns = {"_call": _C.call, "_h": handle, "_none": _none_given, "_bad": _bad_keywords,
+          "_axis": _axis_arg, "_names": names, **defaults}
     exec(compile(src, f"<dragon_core.ops.{desc['py_name']}>", "exec"), ns)  # noqa: S102
     fn = ns[desc["py_name"]]
     fn.__doc__ = _doc(desc)
     fn.__module__ = "dragon_core.ops"
     fn.__qualname__ = desc["py_name"]
-    fn._dragon_op = desc["name"]
+    fn._dragon_op = op
+    import inspect
+    sig = inspect.signature(fn)
+    fn.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values()
+                                               if p.kind is not p.VAR_KEYWORD])
     return fn
 
 

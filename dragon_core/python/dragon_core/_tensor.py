@@ -578,20 +578,30 @@ def _install():
 
 
 _RESERVED: set[str] = set()
+#: methods written by hand in _install_methods (their op's function differs)
+_HAND_METHODS = frozenset({"transpose", "reshape"})
 
 
 def _install_methods():
-    """Every op whose first input is one tensor becomes a Tensor method."""
+    """Every op its schema marks as a method becomes a Tensor method.
+
+    ``dragon_core._opgen.is_tensor_method`` decides (gradients, optimizer
+    updates and layout-internal ops are not methods); a method installed
+    earlier for an op that is no longer one is removed.
+    """
+    from ._opgen import is_tensor_method
     ops = _ops_module()
     if not _RESERVED:
         _RESERVED.update(dir(Tensor))
     for desc in _C.list_ops():
         name = desc["py_name"]
-        if not desc["inputs"] or desc["inputs"][0]["variadic"] or name in _RESERVED:
+        if name in _RESERVED or name in _HAND_METHODS:
             continue
         fn = getattr(ops, name, None)
-        if fn is not None:
+        if fn is not None and is_tensor_method(desc):
             setattr(Tensor, name, fn)
+        elif getattr(Tensor.__dict__.get(name), "_dragon_op", None) == desc["name"]:
+            delattr(Tensor, name)
 
     def reshape(self, *shape):
         """Reshape: ``x.reshape(2, 3)`` or ``x.reshape((2, 3))``."""
@@ -606,4 +616,12 @@ def _install_methods():
             perm = tuple(perm[0])
         return ops.transpose(self, perm)
     Tensor.permute = permute
-    Tensor.T = property(lambda self: ops.transpose(self), doc="Axes reversed.")
+
+    def transpose(self, *axes):
+        """Permute axes as NumPy does: ``x.transpose()`` reverses them,
+        ``x.transpose(1, 0)`` and ``x.transpose((1, 0))`` permute them."""
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], numbers.Integral)):
+            axes = axes[0]
+        return ops.transpose(self, tuple(axes) if axes else None)
+    Tensor.transpose = transpose
+    Tensor.T = property(lambda self: ops.transpose(self), doc="Axes reversed (``x.transpose()``).")

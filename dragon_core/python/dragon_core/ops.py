@@ -4,7 +4,7 @@
 the core and by plugins (see ``docs/ops.md``); a plugin loaded later with
 :func:`dragon_core.load_library` adds its ops here. A few conveniences
 (``fill``, ``zeros``, ``ones``, ``full``, ``arange``, ``split`` with an int,
-``index_select``) are written by hand below.
+``index_select``, ``take``) are written by hand below.
 """
 
 from __future__ import annotations
@@ -167,11 +167,59 @@ def split(x, sizes, axis=0):
     return _split_op(x, sizes, axis)
 
 
-def index_select(x, axis, index):
-    """Select entries of ``x`` along ``axis`` with a 1-D integer ``index``."""
-    if getattr(index, "ndim", 1) != 1:
-        raise ValueError(f"index_select: index must be 1-D, got shape {index.shape}")
-    return gather(x, index, axis)
+def _check_index_order(fn: str, indices, axis):
+    """The old ``index_select(x, axis, index)`` order raises, never runs."""
+    if isinstance(indices, _numbers.Integral) and not isinstance(axis, (_numbers.Integral,
+                                                                          type(None))):
+        raise TypeError(f"{fn}: the arguments are (x, indices, axis), as gather's and NumPy's "
+                        f"take's; got an int ({indices}) for indices and a "
+                        f"{type(axis).__name__} for axis (the old order (x, axis, index)?)")
+
+
+def index_select(x, indices, axis=0):
+    """Select entries of ``x`` along ``axis`` with a 1-D integer ``indices``.
+
+    The argument order is gather's (and NumPy ``take``'s): ``(x, indices, axis)``.
+
+    Parameters
+    ----------
+    x : Tensor
+    indices : Tensor
+        1-D int32 or int64.
+    axis : int, default 0
+
+    Returns
+    -------
+    Tensor
+        ``x`` with ``x.shape[axis]`` replaced by ``len(indices)``.
+    """
+    _check_index_order("index_select", indices, axis)
+    if getattr(indices, "ndim", 1) != 1:
+        raise ValueError(f"index_select: indices must be 1-D, got shape {indices.shape}")
+    return gather(x, indices, axis)
+
+
+def take(x, indices, axis=None):
+    """Take entries of ``x`` at ``indices`` along ``axis`` (NumPy's ``take``);
+    with ``axis=None`` from the flattened ``x``.
+
+    Parameters
+    ----------
+    x : Tensor
+    indices : Tensor
+        int32 or int64, any shape.
+    axis : int, optional
+
+    Returns
+    -------
+    Tensor
+        ``x.shape[:axis] + indices.shape + x.shape[axis+1:]``.
+    """
+    _check_index_order("take", indices, axis)
+    if axis is None:
+        x = reshape(x, [-1])
+        axis = 0
+    return gather(x, indices, axis)
 
 
 def __getattr__(name: str):

@@ -16,7 +16,8 @@ Autograd
     :func:`gradient` (register a gradient rule), :func:`needs_grad`,
     :func:`is_tracing`.
 Op registry
-    :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`.
+    :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`,
+    :func:`set_tensor_method`, :func:`py_attr_name`, :func:`py_attrs`.
 Graph passes (GraphDef -> GraphDef, ``dragon_graph_passes`` hook)
     :class:`GraphPass`, :func:`device_type`, :func:`op_attrs`,
     :func:`op_builder`, :func:`drop_value_info`, :func:`numel`,
@@ -96,3 +97,49 @@ def elementwise_op_types() -> frozenset:
     and that run on any memory layout of equal-shaped operands."""
     return frozenset(UNARY) | frozenset(BINARY) | frozenset(WITH_ALPHA)
 
+
+
+def set_tensor_method(op: str, is_method: bool) -> None:
+    """Declare whether ``op`` is a ``Tensor`` method (as PyTorch's
+    ``variants: method``).
+
+    By default an op whose first input is one tensor is a method unless it is
+    a gradient or an optimizer update (its name ends in ``Grad``,
+    ``BackpropFilter``, ``BackpropInput`` or ``Update``). A plugin calls this
+    from its Python half for ops users should not call as ``x.op(...)``
+    (layout-internal or fusion-internal ops), or to make one a method. The
+    declaration holds for ops defined later too.
+
+    Parameters
+    ----------
+    op : str
+        The op's name (``"Nchw16cFromNchw"``); it need not be defined yet.
+    is_method : bool
+        True: ``x.<py_name>`` calls the op; False: it does not exist.
+    """
+    from . import _opgen
+    from ._tensor import _install_methods
+    if not isinstance(is_method, bool):
+        raise TypeError(f"set_tensor_method: is_method must be a bool, got {is_method!r}")
+    _opgen.TENSOR_METHOD[str(op)] = is_method
+    _install_methods()
+
+
+def py_attr_name(op: str, attr: str) -> str:
+    """The Python argument name of schema attribute ``attr`` of ``op``
+    (``py_attr_name("Sum", "axes") == "axis"``); a name that is not one of
+    the op's schema attributes is returned unchanged (it is a Python name
+    already). The schema names are the ABI; ``dragon_core.ops`` takes the
+    Python names (docs/python-api.md).
+    """
+    from . import _opgen
+    schema = _C.op(op).describe()
+    if attr not in {a["name"] for a in schema["attrs"]}:
+        return attr
+    return _opgen.py_attr_name(schema["name"], attr)
+
+
+def py_attrs(op: str, attrs: dict) -> dict:
+    """``attrs`` keyed by schema names -> keyed by ``dragon_core.ops``'s
+    Python names (see :func:`py_attr_name`)."""
+    return {py_attr_name(op, k): v for k, v in attrs.items()}

@@ -132,11 +132,11 @@ CASES = {
     "Fill": [],  # creation op: see test_fill
     "Contiguous": [],  # views: see test_contiguous_and_copies
     "Reshape": [(lambda x: ops.reshape(x, shape=[7, 5]), [("f", (5, 7))], ALL, True)],
-    "Squeeze": [(lambda x: ops.squeeze(x, axes=[1]), [("f", (5, 1, 3))], ALL, True)],
-    "Unsqueeze": [(lambda x: ops.unsqueeze(x, axes=[0]), [("f", (5, 3))], ALL, True)],
+    "Squeeze": [(lambda x: ops.squeeze(x, axis=[1]), [("f", (5, 1, 3))], ALL, True)],
+    "Unsqueeze": [(lambda x: ops.unsqueeze(x, axis=[0]), [("f", (5, 3))], ALL, True)],
     "Flatten": [(lambda x: ops.flatten(x), [("f", (2, 3, 4))], ALL, True)],
     "BroadcastTo": [(lambda x: ops.broadcast_to(x, shape=[4, 3, 5]), [("f", (3, 1))], ALL, True)],
-    **{name: [(lambda x, f=f, a=a, k=k: f(x, axes=a, keepdims=k), [(kind, s)], dts, g)
+    **{name: [(lambda x, f=f, a=a, k=k: f(x, axis=a, keepdims=k), [(kind, s)], dts, g)
               for s, a, k in (((5, 7), None, False), ((4, 6, 3), [0, 2], True),
                               ((3, 300), [1], False), ((0, 4), [1], False), ((), None, False))]
        for name, f, kind, dts, g in (
@@ -144,7 +144,7 @@ CASES = {
            ("Mean", ops.mean, "f", FLOATS, True), ("LogSumExp", ops.logsumexp, "f", FLOATS, True),
            ("Var", lambda x, **k: ops.var(x, ddof=1, **k), "f", FLOATS, True),
            ("Std", ops.std, "f", FLOATS, True))},
-    **{name: [(lambda x, f=f, a=a, k=k: f(x, axes=a, keepdims=k), [("f", s)], NUM, True)
+    **{name: [(lambda x, f=f, a=a, k=k: f(x, axis=a, keepdims=k), [("f", s)], NUM, True)
               for s, a, k in (((5, 7), None, False), ((4, 6, 3), [0, 2], True),
                               ((3, 300), [1], False))]
        for name, f in (("Max", ops.max), ("Min", ops.min))},
@@ -202,12 +202,12 @@ CASES = {
     "MaxPool2d": [],  # see test_max_pool
     "MaxPool2dIndices": [],
     "MaxPool2dGrad": [],
-    "Transpose": [(lambda x, p=p: ops.transpose(x, perm=p), [("f", (2, 3, 4))], ALL, True)
+    "Transpose": [(lambda x, p=p: ops.transpose(x, axes=p), [("f", (2, 3, 4))], ALL, True)
                   for p in ([2, 0, 1], [0, 2, 1], None)],
     "Slice": [(lambda x, a=a: ops.slice(x, **a), [("f", (6, 7))], ALL, True)
               for a in (dict(starts=[1], ends=[5], steps=[2]),
                         dict(starts=[-1, 0], ends=[-8, 100], steps=[-2, 3]),
-                        dict(starts=[3], ends=[3], steps=[1], axes=[1]))],
+                        dict(starts=[3], ends=[3], steps=[1], axis=[1]))],
     "Concat": [(lambda a, b, ax=ax: ops.concat([a, b], axis=ax), [("f", sa), ("f", sb)], ALL,
                 True) for sa, sb, ax in (((2, 3), (4, 3), 0), ((2, 3), (2, 1), -1),
                                          ((0, 3), (2, 3), 0))],
@@ -338,7 +338,7 @@ def test_fill(dtype):
 def test_contiguous_and_copies(dtype):
     a = _data("f", (6, 8), 3)
     x, xc = _host(a, dtype).to(DEV), _host(a, dtype)
-    for f in (lambda t: ops.transpose(t, perm=[1, 0]) if hasattr(ops, "transpose") else t,
+    for f in (lambda t: ops.transpose(t, axes=[1, 0]) if hasattr(ops, "transpose") else t,
               lambda t: t[1:5, ::3], lambda t: t[::-1]):
         np.testing.assert_array_equal(_numpy(f(x)), _numpy(f(xc)))
     np.testing.assert_array_equal(_numpy(x), _numpy(xc))

@@ -51,7 +51,7 @@ def _embedding_step_ops():
     t = dg.tensor(np.array([0, 2]), dtype="int64")
 
     def step(i, t):
-        h = dg.ops.mean(emb(i), axes=[1])
+        h = dg.ops.mean(emb(i), axis=[1])
         loss = nn.functional.nll_loss(nn.functional.log_softmax(lin(h), dim=-1), t)
         opt.zero_grad()
         loss.backward()

@@ -184,7 +184,7 @@ def _net(rng):
         r = conv(r, W[2], B[2], pads=[1, 1])
         h = relu(r + h)
         y = conv(h, W[3], B[3])
-        return dg.ops.sum(y, axes=[2, 3]), h
+        return dg.ops.sum(y, axis=[2, 3]), h
     return f
 
 

@@ -19,6 +19,13 @@ from ._layout import dragon_graph_passes  # noqa: F401  (a pluggy hook)
 
 __version__ = "0.1.0"
 
+# Layout-internal ops (the ``mkldnn_layout`` pass emits them): no Tensor methods.
+from dragon_core import plugin_api as _plugin_api  # noqa: E402
+
+for _op in ("Nchw16cFromNchw", "NchwFromNchw16c", "Conv2dNchw16c", "MaxPool2dNchw16c"):
+    _plugin_api.set_tensor_method(_op, False)
+del _op
+
 #: The priority of every kernel of this plugin (cpu_eigen's are 0).
 PRIORITY = 10
 

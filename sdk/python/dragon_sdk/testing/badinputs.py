@@ -212,7 +212,7 @@ import numpy as np
 import dragon_core as dg
 from dragon_core.errors import DragonError
 from dragon_sdk.testing.badinputs import classify_error
-from dragon_sdk.testing.opcase import op_function, to_tensor
+from dragon_sdk.testing.opcase import op_function, py_attrs, to_tensor
 
 with open(sys.argv[1], "rb") as f:
     job = pickle.load(f)
@@ -238,7 +238,7 @@ for k in range(start, len(job["variants"])):
     print("@@START " + str(k), flush=True)
     rec = {"k": k, "ok": True, "error": ""}
     try:
-        out = fn(*[tensors(v) for v in inputs], **attrs)
+        out = fn(*[tensors(v) for v in inputs], **py_attrs(job["op"], attrs))
         for o in (out if isinstance(out, (list, tuple)) else [out]):
             if hasattr(o, "numpy"):
                 o.numpy()  # make sure the result is readable

@@ -22,7 +22,7 @@ import numpy as np
 
 from dragon_sdk.testing.opcase import (OpCase, _flatten, default_device,
                                        dtype_name, infer_shape,
-                                       is_float, numpy_dtype, op_function,
+                                       is_float, numpy_dtype, op_function, py_attrs,
                                        strided, to_numpy, to_tensor)
 
 
@@ -74,7 +74,7 @@ def check_schema_kernel_consistency(op: str, inputs: Sequence[Any], *,
     device = device or default_device()
     tensors = [to_tensor(x, device) for x in inputs]
     inferred = infer_shape(op, tensors, attrs)
-    outs = _outputs(op_function(op)(*tensors, **attrs))
+    outs = _outputs(op_function(op)(*tensors, **py_attrs(op, attrs)))
     where = f"{op}({', '.join(_describe(t) for t in _flatten(tensors))})"
     assert len(outs) == len(inferred), (
         f"{where}: shape inference declared {len(inferred)} output(s), the "

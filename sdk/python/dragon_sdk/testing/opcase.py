@@ -184,7 +184,19 @@ def run_op(op: str, *inputs: Any, device: str | None = None, **attrs: Any):
     ``op`` is the Python name (``"add"``) or the schema name (``"Add"``).
     """
     fn = op_function(op)
-    return to_numpy(fn(*(to_tensor(x, device) for x in inputs), **attrs))
+    return to_numpy(fn(*(to_tensor(x, device) for x in inputs), **py_attrs(op, attrs)))
+
+
+def py_attrs(op: str, attrs: dict) -> dict:
+    """``attrs`` (schema names, as ``infer_shape`` and the kernels read them)
+    keyed by the Python argument names of ``dragon_core.ops.<op>``
+    (``axes`` -> ``axis``); names that are not schema attributes pass as they
+    are. Cores before the Python-name convention have no mapping."""
+    try:
+        from dragon_core.plugin_api import py_attrs as _py_attrs
+    except ImportError:
+        return dict(attrs)
+    return _py_attrs(op, attrs)
 
 
 def op_function(op: str) -> Callable:
@@ -439,7 +451,7 @@ class OpCase:
 
     def run(self) -> Any:
         """Run the op; return its output tensor(s)."""
-        return self.function()(*self.tensors(), **self.attrs)
+        return self.function()(*self.tensors(), **py_attrs(self.op, self.attrs))
 
     def expected(self) -> list:
         """Run the reference on float64 / int64 copies of the inputs."""
@@ -493,7 +505,7 @@ class OpCase:
         arrays = self.arrays()
         before = _map_arrays(np.copy, arrays)
         tensors = [to_tensor(a, self.device) for a in arrays]
-        out = self.function()(*tensors, **self.attrs)
+        out = self.function()(*tensors, **py_attrs(self.op, self.attrs))
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         expected = self.expected()
         where = f"{self.op}[{self.id}]"
@@ -561,7 +573,7 @@ class OpCase:
             return args
 
         def loss(tensors, quadratic=False):
-            out = fn(*regroup(tensors), **self.attrs)
+            out = fn(*regroup(tensors), **py_attrs(self.op, self.attrs))
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             rng = np.random.default_rng(cotangents_seed)
             total = None

@@ -200,7 +200,7 @@ def _reduce(op, name):
     def fn(input_tensor, axis=None, keepdims=False, name=None):
         x = _t(input_tensor)
         axes = _axes(axis, x.ndim, f"reduce_{name}")
-        return op(x, axes=axes, keepdims=bool(keepdims))
+        return op(x, axis=axes, keepdims=bool(keepdims))
     fn.__name__ = f"reduce_{name}"
     fn.__doc__ = (f"``{name}`` over ``axis`` (all axes when None); ``keepdims`` keeps "
                   "reduced axes with size 1 (``tf.reduce_" + name + "``).")
@@ -222,11 +222,11 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     x = _t(input_tensor)
     axes = _axes(axis, x.ndim, "reduce_mean")
     if x.dtype.is_floating_point:
-        return ops.mean(x, axes=axes, keepdims=bool(keepdims))
+        return ops.mean(x, axis=axes, keepdims=bool(keepdims))
     if x.dtype.name == "bool":
         raise TypeError("reduce_mean: bool input is not supported (as in TensorFlow); "
                         "cast it first")
-    m = ops.mean(ops.cast(x, float64), axes=axes, keepdims=bool(keepdims))
+    m = ops.mean(ops.cast(x, float64), axis=axes, keepdims=bool(keepdims))
     return ops.cast(m, x.dtype)   # cast truncates toward zero
 
 
@@ -234,14 +234,14 @@ def reduce_any(input_tensor, axis=None, keepdims=False, name=None):
     x = _t(input_tensor)
     axes = _axes(axis, x.ndim, "reduce_any")
     s = ops.max(ops.cast(ops.not_equal(x, convert_to_tensor(0, x.dtype)) if x.dtype.name !=
-                         "bool" else x, int32), axes=axes, keepdims=bool(keepdims))
+                         "bool" else x, int32), axis=axes, keepdims=bool(keepdims))
     return ops.cast(s, "bool")
 
 
 def reduce_all(input_tensor, axis=None, keepdims=False, name=None):
     x = _t(input_tensor)
     axes = _axes(axis, x.ndim, "reduce_all")
-    s = ops.min(ops.cast(x, int32), axes=axes, keepdims=bool(keepdims))
+    s = ops.min(ops.cast(x, int32), axis=axes, keepdims=bool(keepdims))
     return ops.cast(s, "bool")
 
 
@@ -264,7 +264,7 @@ def argmin(input, axis=None, output_type=int64, name=None):  # noqa: A002
 def count_nonzero(input, axis=None, keepdims=False, dtype=int64, name=None):  # noqa: A002
     x = _t(input)
     nz = ops.cast(ops.not_equal(x, convert_to_tensor(0, x.dtype)), int64)
-    out = ops.sum(nz, axes=_axes(axis, x.ndim, "count_nonzero"), keepdims=bool(keepdims))
+    out = ops.sum(nz, axis=_axes(axis, x.ndim, "count_nonzero"), keepdims=bool(keepdims))
     return out if as_dtype(dtype) == int64 else ops.cast(out, dtype)
 
 

@@ -90,7 +90,7 @@ def l2_normalize(x, axis=None, epsilon=1e-12, name=None):
     """``x / sqrt(max(sum(x**2, axis), epsilon))``."""
     x = _t(x)
     axes = _ops._axes(axis, x.ndim, "l2_normalize")
-    sq = ops.sum(ops.square(x), axes=axes, keepdims=True)
+    sq = ops.sum(ops.square(x), axis=axes, keepdims=True)
     return x * ops.rsqrt(ops.maximum(sq, convert_to_tensor(epsilon, x.dtype)))
 
 
@@ -103,8 +103,8 @@ def moments(x, axes, shift=None, keepdims=False, name=None):
     """``(mean, variance)`` over ``axes`` (population variance)."""
     x = _t(x)
     axes = _ops._axes(axes, x.ndim, "moments")
-    return (ops.mean(x, axes=axes, keepdims=bool(keepdims)),
-            ops.var(x, axes=axes, keepdims=bool(keepdims)))
+    return (ops.mean(x, axis=axes, keepdims=bool(keepdims)),
+            ops.var(x, axis=axes, keepdims=bool(keepdims)))
 
 
 def dropout(x, rate, noise_shape=None, seed=None, name=None):
@@ -156,7 +156,7 @@ def softmax_cross_entropy_with_logits(labels=None, logits=None, axis=-1, name=No
     labels = convert_to_tensor(labels, logits.dtype) if not isinstance(labels, Tensor) \
         else labels
     return ops.neg(ops.sum(labels * ops.log_softmax(logits, axis=int(axis)),
-                           axes=[int(axis) % logits.ndim]))
+                           axis=[int(axis) % logits.ndim]))
 
 
 def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None):

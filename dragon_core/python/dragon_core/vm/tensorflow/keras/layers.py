@@ -406,13 +406,13 @@ class GlobalAveragePooling2D(Layer):
 
     def call(self, inputs):
         axes = [1, 2] if self.data_format == "NHWC" else [2, 3]
-        return ops.mean(inputs, axes=axes, keepdims=self.keepdims)
+        return ops.mean(inputs, axis=axes, keepdims=self.keepdims)
 
 
 class GlobalMaxPooling2D(GlobalAveragePooling2D):
     def call(self, inputs):
         axes = [1, 2] if self.data_format == "NHWC" else [2, 3]
-        return ops.max(inputs, axes=axes, keepdims=self.keepdims)
+        return ops.max(inputs, axis=axes, keepdims=self.keepdims)
 
 
 class Flatten(Layer):
@@ -528,8 +528,8 @@ class BatchNormalization(Layer):
         red = [i for i in range(x.ndim) if i not in self._axes]
         bs = self._bshape(x)
         if training:
-            mean = ops.mean(x, axes=red, keepdims=True)
-            var = ops.mean(ops.square(x - mean), axes=red, keepdims=True)
+            mean = ops.mean(x, axis=red, keepdims=True)
+            var = ops.mean(ops.square(x - mean), axis=red, keepdims=True)
             with dg.no_grad():
                 m = self.momentum
                 self.moving_mean.assign(self.moving_mean * m +
@@ -580,8 +580,8 @@ class LayerNormalization(Layer):
             return ops.layer_norm(x, self.gamma, self.beta, axis=x.ndim - len(axes),
                                   eps=self.epsilon)
         bs = [x.shape[i] if i in axes else 1 for i in range(x.ndim)]
-        mean = ops.mean(x, axes=axes, keepdims=True)
-        var = ops.mean(ops.square(x - mean), axes=axes, keepdims=True)
+        mean = ops.mean(x, axis=axes, keepdims=True)
+        var = ops.mean(ops.square(x - mean), axis=axes, keepdims=True)
         y = (x - mean) * ops.rsqrt(var + self.epsilon)
         if self.gamma is not None:
             y = y * ops.reshape(self.gamma, bs)

@@ -57,10 +57,10 @@ def sparse_categorical_crossentropy(y_true, y_pred, from_logits=False, axis=-1,
         y_true = ops.cast(y_true, "int64")
     if from_logits:
         return _nn.sparse_softmax_cross_entropy_with_logits(labels=y_true, logits=y_pred)
-    p = y_pred / ops.sum(y_pred, axes=[y_pred.ndim - 1], keepdims=True)
+    p = y_pred / ops.sum(y_pred, axis=[y_pred.ndim - 1], keepdims=True)
     p = ops.clip(p, _EPS, 1.0 - _EPS)
     onehot = ops.one_hot(ops.cast(y_true, "int64"), y_pred.shape[-1], dtype=y_pred.dtype)
-    return ops.neg(ops.sum(onehot * ops.log(p), axes=[y_pred.ndim - 1]))
+    return ops.neg(ops.sum(onehot * ops.log(p), axis=[y_pred.ndim - 1]))
 
 
 def categorical_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, axis=-1):
@@ -72,10 +72,10 @@ def categorical_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=
         n = y_pred.shape[ax]
         y_true = y_true * (1.0 - label_smoothing) + label_smoothing / n
     if from_logits:
-        return ops.neg(ops.sum(y_true * ops.log_softmax(y_pred, axis=ax), axes=[ax]))
-    p = y_pred / ops.sum(y_pred, axes=[ax], keepdims=True)
+        return ops.neg(ops.sum(y_true * ops.log_softmax(y_pred, axis=ax), axis=[ax]))
+    p = y_pred / ops.sum(y_pred, axis=[ax], keepdims=True)
     p = ops.clip(p, _EPS, 1.0 - _EPS)
-    return ops.neg(ops.sum(y_true * ops.log(p), axes=[ax]))
+    return ops.neg(ops.sum(y_true * ops.log(p), axis=[ax]))
 
 
 def binary_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, axis=-1):
@@ -89,19 +89,19 @@ def binary_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, 
     else:
         p = ops.clip(y_pred, _EPS, 1.0 - _EPS)
         e = ops.neg(y_true * ops.log(p) + (1.0 - y_true) * ops.log(1.0 - p))
-    return ops.mean(e, axes=[axis % y_pred.ndim])
+    return ops.mean(e, axis=[axis % y_pred.ndim])
 
 
 def mean_squared_error(y_true, y_pred):
     y_true, y_pred = _pair(y_true, y_pred)
     y_true = _float_like(_match_rank(y_true, y_pred), y_pred)
-    return ops.mean(ops.square(y_pred - y_true), axes=[y_pred.ndim - 1])
+    return ops.mean(ops.square(y_pred - y_true), axis=[y_pred.ndim - 1])
 
 
 def mean_absolute_error(y_true, y_pred):
     y_true, y_pred = _pair(y_true, y_pred)
     y_true = _float_like(_match_rank(y_true, y_pred), y_pred)
-    return ops.mean(ops.abs(y_pred - y_true), axes=[y_pred.ndim - 1])
+    return ops.mean(ops.abs(y_pred - y_true), axis=[y_pred.ndim - 1])
 
 
 def huber(y_true, y_pred, delta=1.0):
@@ -110,7 +110,7 @@ def huber(y_true, y_pred, delta=1.0):
     err = ops.abs(y_pred - y_true)
     quad = ops.minimum(err, convert_to_tensor(float(delta), err.dtype))
     lin = err - quad
-    return ops.mean(quad * quad * 0.5 + lin * delta, axes=[y_pred.ndim - 1])
+    return ops.mean(quad * quad * 0.5 + lin * delta, axis=[y_pred.ndim - 1])
 
 
 mse = MSE = mean_squared_error

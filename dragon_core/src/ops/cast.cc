@@ -34,6 +34,7 @@ DG_OP(BitCast)
     .Input("x", dg::kAll, DG_ARG_NO_GRAD, "Input tensor.")
     .Output("y", dg::kAll, 0, "x's bytes as dtype, x's shape.")
     .RequiredAttr("dtype", DG_ATTR_DTYPE, "Target dtype, x's element size.")
+    .Flags(DG_OP_NO_GRAD)
     .Shape(BitCastShape);
 
 DG_OP(Cast)

@@ -85,3 +85,12 @@ def _det(node, dy):
     kernel. First order only: DetGrad has no gradient of its own, so a
     second derivative through Det raises naming DetGrad."""
     return [ops().det_grad(node.inputs[0], dy)]
+
+
+@gradient("DetGrad")
+def _det_grad(node, ddx):
+    """Second derivatives of Det are not implemented: raise rather than
+    return a wrong (zero) Hessian."""
+    raise NotImplementedError("DetGrad: the second derivative of Det is not implemented "
+                              f"(x {list(node.inputs[0].shape)} {node.inputs[0].dtype}); "
+                              "Det is differentiable to first order only")

@@ -203,3 +203,20 @@ def test_det_grad_op(dtype, shape, rng):
         inv_t = np.swapaxes(np.linalg.inv(x), -1, -2)
         return dy[..., None, None] * np.linalg.det(x)[..., None, None] * inv_t
     OpCase.of("DetGrad", [x, dy], ref).check_forward()
+
+
+def test_det_grad_large_singular_raises():
+    """A singular matrix larger than 32x32 would need n^2 minors: its
+    gradient is refused with an error naming the op and the size, never
+    silently replaced (an invertible one of that size is fine)."""
+    import dragon_core as dg
+
+    x = np.zeros((40, 40))
+    dy = np.ones(())
+    with pytest.raises(dg.errors.DragonError) as info:
+        dg.ops.det_grad(dg.from_numpy(x), dg.from_numpy(dy))
+    msg = str(info.value)
+    assert "DetGrad" in msg and "40x40" in msg and "singular" in msg, msg
+    a = np.eye(40) * 2.0
+    got = dg.ops.det_grad(dg.from_numpy(a), dg.from_numpy(dy)).numpy()
+    np.testing.assert_allclose(got, np.linalg.det(a) * np.linalg.inv(a).T, rtol=1e-12)

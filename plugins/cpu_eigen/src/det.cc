@@ -152,6 +152,10 @@ void Cofactors(const double* m, int64_t n, double* c) {
   }
 }
 
+// Largest n whose singular matrices get their cofactors from minors
+// (n^2 determinants of size n-1: about 1e7 operations at n = 32).
+constexpr int64_t kMaxMinorsN = 32;
+
 template <typename T>
 void DetGradKernel(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0), dy = ctx.input(1), dx = ctx.output(0);
@@ -164,6 +168,22 @@ void DetGradKernel(dg::KernelContext& ctx) {
   const T* px = x.data<const T>();
   const T* pdy = dy.data<const T>();
   T* pdx = dx.data<T>();
+  if (n > kMaxMinorsN) {
+    // Refuse, before any thread starts, singular matrices too large for
+    // the minors (no exception may leave a parallel region).
+    std::vector<double> m(static_cast<size_t>(n * n));
+    std::vector<int64_t> perm;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < n * n; ++i) {
+        m[static_cast<size_t>(i)] = static_cast<double>(px[b * n * n + i]);
+      }
+      DG_CHECK(LuInPlace(m.data(), n, perm) != 0, DG_UNIMPLEMENTED,
+               ctx.op_name(), ": matrix ", b, " of x is exactly singular and ",
+               n, "x", n, "; the gradient of Det at a singular matrix is "
+               "computed from minors only up to ", kMaxMinorsN, "x",
+               kMaxMinorsN);
+    }
+  }
   ParallelFor(
       batch,
       [&](int64_t begin, int64_t end) {

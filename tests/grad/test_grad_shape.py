@@ -62,6 +62,21 @@ CASES = [
     ("Gather", [_x(0, 3), _idx([0, 2, 2])], {"axis": 1}),
     ("ScatterAdd", [_x(4, 3), _idx([0, -1, 0, 3]), _x(4, 3, seed=1)], {"axis": 0}),
     ("ScatterAdd", [_x(2, 5), _idx([[4, 1], [1, 1]]), _x(2, 2, 2, seed=1)], {"axis": -1}),
+    ("ScatterReduce", [_x(4, 3), _idx([0, -1, 0, 3]), _x(4, 3, seed=1)],
+     {"axis": 0, "reduction": "add"}),
+    ("ScatterReduce", [_x(4, 3), _idx([0, -1, 0, 3, 0]), _x(5, 3, seed=1)],
+     {"axis": 0, "reduction": "max"}),
+    ("ScatterReduce", [_x(2, 5), _idx([[4, 1], [1, 1]]), _x(2, 2, 2, seed=1)],
+     {"axis": -1, "reduction": "min"}),
+    ("ScatterReduce", [_x(4, 3), _idx([0, -1, 0, 3, 0]), _x(5, 3, seed=1)],
+     {"axis": 0, "reduction": "mul"}),
+    # Zeros among the factors: one zero at a position (x's or an update's)
+    # and two zeros at a position; the product rule stays exact.
+    ("ScatterReduce", [np.array([[0.0, 1.5, 0.0], [2.0, -1.0, 0.7]]), _idx([0, 0, 1]),
+                       np.array([[1.3, 0.0, 0.0], [-0.8, 0.0, 2.0], [0.0, 1.1, -0.4]])],
+     {"axis": 0, "reduction": "mul"}),
+    ("ScatterReduce", [_x(3, 2), _idx([2, 2]), _x(2, 2, seed=1)], {"axis": 0, "reduction": "max"}),
+    ("ScatterReduce", [_x(0, 3), _idx([0, 2]), _x(0, 2)], {"axis": 1, "reduction": "mul"}),
     ("Pad", [_x(2, 3)], {"pads": [1, 2, 0, 3], "value": 1.5}),
     ("Pad", [_x(3, 4)], {"pads": [2, 1, 3, 3], "mode": "reflect"}),
     ("Pad", [_x(3, 4)], {"pads": [0, 0, 1, 0], "mode": "reflect"}),
@@ -209,6 +224,22 @@ def test_second_order_scatter_add():
 
     def fn(ts):
         out = dg.ops.scatter_add(ts[0], idx, ts[1], axis=-1)
+        c = np.random.default_rng(3).standard_normal(out.shape)
+        return dg.ops.sum(dg.tensor(c) * out * out)
+    _check_fn_grad(fn, [_x(2, 4), _x(2, 3, seed=1)], order=2)
+
+
+@pytest.mark.parametrize("reduction", ["mul", "max"])
+def test_second_order_scatter_reduce(reduction):
+    """The ScatterReduce rules are built from differentiable ops: the
+    Hessian of a product (nonzero second derivatives) matches finite
+    differences; max's is that of the piecewise-selected values."""
+    import dragon_core as dg
+
+    idx = dg.tensor(_idx([2, -1, 2]))
+
+    def fn(ts):
+        out = dg.ops.scatter_reduce(ts[0], idx, ts[1], axis=-1, reduction=reduction)
         c = np.random.default_rng(3).standard_normal(out.shape)
         return dg.ops.sum(dg.tensor(c) * out * out)
     _check_fn_grad(fn, [_x(2, 4), _x(2, 3, seed=1)], order=2)

@@ -242,3 +242,32 @@ def test_scaled_dot_product_attention():
     refs = f(dg.tensor(q), dg.tensor(k), dg.tensor(v))
     for got, ref in zip(_ort(model, q, k, v), refs):
         np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_scatter_reductions_and_det():
+    """ScatterReduce (mul/max/min/add, repeated indices) exports to
+    ScatterElements with its reduction, Det to Det; onnxruntime gives
+    Dragon's values. Below opset 18, max/min are listed as unsupported."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    idx = np.array([2, 0, 2, -1], np.int64)
+    upd = rng.standard_normal((4, 5)).astype(np.float32)
+    m = rng.standard_normal((2, 3, 3)).astype(np.float32)
+
+    def f(x, idx, upd, m):
+        outs = [dg.ops.scatter_reduce(x, idx, upd, 0, reduction=r)
+                for r in ("mul", "max", "min", "add")]
+        outs.append(dg.ops.scatter_reduce(x, idx[:3], dg.ops.transpose(upd[:3, :4]), 1,
+                                          reduction="max"))
+        return tuple(outs) + (dg.ops.det(m),)
+
+    args = [x, idx, upd, m]
+    model = dgx.export(f, args, None)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"ScatterElements", "Det"} <= ops
+    refs = f(*[dg.tensor(v) for v in args])
+    for got, ref in zip(_ort(model, *args), refs):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(dgx.UnsupportedModelError) as err:
+        dgx.export(f, args, None, opset=17)
+    assert "opset 18" in str(err.value)

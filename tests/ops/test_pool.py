@@ -199,6 +199,32 @@ def test_max_pool2d(case):
     case.check_forward()
 
 
+def _int_values(rng, dt, shape):
+    """Integers over the dtype's whole range (its extremes included), with
+    ties."""
+    info = np.iinfo(dt)
+    x = rng.integers(int(info.min), int(info.max), shape, endpoint=True, dtype=np.int64)
+    if x.size >= 2:
+        x.reshape(-1)[:2] = [info.min, info.max]
+    return x.astype(dt)
+
+
+@op_case("MaxPool2d", inputs=lambda rng, dt, shape: [_int_values(rng, dt, shape)],
+         reference=max_pool2d_ref, attrs=MAX_ATTRS, shapes=SHAPES, select=_fits,
+         dtypes=["uint8", "int8", "int16", "int32", "int64"])
+def test_max_pool2d_integer(case):
+    """Integer max pooling (ONNX MaxPool on uint8/int8): exact, padded
+    cells never win even against the dtype's minimum (0 for uint8)."""
+    case.check_forward()
+
+
+@op_case("MaxPool2dIndices", inputs=lambda rng, dt, shape: [_int_values(rng, dt, shape)],
+         reference=max_pool2d_indices_ref, attrs=MAX_ATTRS, shapes=SHAPES, select=_fits,
+         dtypes=["uint8", "int64"], out_dtype="int64")
+def test_max_pool2d_indices_integer(case):
+    case.check_forward()
+
+
 @op_case("MaxPool2dIndices",
          inputs=lambda rng, dt, shape: [rng.integers(-2, 3, shape).astype(dt)],
          reference=max_pool2d_indices_ref, attrs=MAX_ATTRS, shapes=SHAPES,

@@ -120,3 +120,104 @@ def test_scatter_add_is_inverse_of_gather_adjoint(rng):
     g = dg.ops.gather(dg.from_numpy(x), dg.from_numpy(idx), axis=1).numpy()
     s = _call(np.zeros_like(x), idx, u, axis=1).numpy()
     np.testing.assert_allclose(np.sum(g * u), np.sum(x * s), rtol=1e-12)
+
+
+# ScatterReduce (docs/ops.md, "Shape ops") against NumPy's ufunc.at.
+_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_reduce_ref(reduction):
+    def ref(x, indices, updates, axis=0, **_):
+        y = x.copy()
+        axis = axis % x.ndim
+        _UFUNCS[reduction].at(y, (slice(None),) * axis + (indices,), updates)
+        return y
+    return ref
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("shape, indices, axis", SCATTERS)
+@pytest.mark.parametrize("dtype", NUMERIC_DTYPES)
+def test_scatter_reduce(dtype, shape, indices, axis, index_dtype, reduction, rng):
+    """np.<ufunc>.at semantics in index order; integer add/mul wrap on
+    overflow (int8 products of up to five factors in [-50, 50]); strided
+    inputs; positions no index names keep x."""
+    idx = np.array(indices, dtype=index_dtype)
+    x = strided(sample(rng, dtype, shape, -50, 50))
+    updates = strided(sample(rng, dtype, _updates_shape(shape, idx, axis), -50, 50))
+    OpCase.of("ScatterReduce", [x, idx, updates], _scatter_reduce_ref(reduction),
+              attrs={"axis": axis, "reduction": reduction}).check_forward()
+
+
+@pytest.mark.parametrize("reduction, nan_at", [("max", "x"), ("max", "updates"),
+                                               ("min", "x"), ("min", "updates")])
+def test_scatter_reduce_max_min_propagate_nan(reduction, nan_at):
+    """A NaN reduced into a position makes it NaN whichever side holds it
+    (np.maximum / np.minimum), and the other positions are untouched."""
+    import dragon_core as dg
+
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    upd = np.array([5.0, -5.0, 0.5])
+    idx = np.array([1, 1, 3])
+    if nan_at == "x":
+        x[1] = np.nan
+    else:
+        upd[1] = np.nan
+    got = dg.ops.scatter_reduce(dg.from_numpy(x), dg.from_numpy(idx), dg.from_numpy(upd),
+                                axis=0, reduction=reduction).numpy()
+    want = _scatter_reduce_ref(reduction)(x, idx, upd)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[1]) and not np.isnan(got[[0, 2, 3]]).any()
+
+
+def test_scatter_reduce_large_matches_serial(rng):
+    """The parallel path (several outer rows, long rows) reduces in index
+    order: float32 products equal np.multiply.at's bit for bit."""
+    import dragon_core as dg
+
+    shape, m, axis = (8, 50, 300), 400, 1
+    idx = rng.integers(-shape[axis], shape[axis], m)
+    x = rng.uniform(0.9, 1.1, shape).astype(np.float32)
+    upd = rng.uniform(0.9, 1.1, _updates_shape(shape, idx, axis)).astype(np.float32)
+    for reduction in ("mul", "max", "min"):
+        got = dg.ops.scatter_reduce(dg.from_numpy(x), dg.from_numpy(idx), dg.from_numpy(upd),
+                                    axis=axis, reduction=reduction).numpy()
+        np.testing.assert_array_equal(got, _scatter_reduce_ref(reduction)(x, idx, upd, axis))
+
+
+def test_scatter_reduce_bad_reduction_raises():
+    import dragon_core as dg
+
+    x = dg.from_numpy(np.zeros((5, 3), np.float32))
+    idx = dg.from_numpy(np.array([0, 1]))
+    upd = dg.from_numpy(np.ones((2, 3), np.float32))
+    with pytest.raises(dg.errors.InvalidArgumentError) as info:
+        dg.ops.scatter_reduce(x, idx, upd, axis=0, reduction="mean")
+    msg = str(info.value)
+    assert "ScatterReduce" in msg and "mean" in msg and "mul" in msg, msg
+
+
+@pytest.mark.parametrize("bad", [5, -6])
+def test_scatter_reduce_out_of_range_raises(bad):
+    import dragon_core as dg
+
+    x = dg.from_numpy(np.zeros((5, 3), np.float32))
+    idx = dg.from_numpy(np.array([0, bad]))
+    upd = dg.from_numpy(np.ones((2, 3), np.float32))
+    with pytest.raises(dg.errors.OutOfRangeError) as info:
+        dg.ops.scatter_reduce(x, idx, upd, axis=0, reduction="max")
+    msg = str(info.value)
+    assert str(bad) in msg and "ScatterReduce" in msg, msg
+
+
+def test_scatter_reduce_shape_mismatch_raises():
+    import dragon_core as dg
+
+    x = dg.from_numpy(np.zeros((5, 3), np.float32))
+    idx = dg.from_numpy(np.array([0, 1]))
+    upd = dg.from_numpy(np.ones((2, 4), np.float32))
+    with pytest.raises(dg.errors.InvalidArgumentError) as info:
+        dg.ops.scatter_reduce(x, idx, upd, axis=0, reduction="mul")
+    msg = str(info.value)
+    assert "ScatterReduce" in msg and "[2, 4]" in msg and "[2, 3]" in msg, msg

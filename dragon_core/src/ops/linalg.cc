@@ -1,4 +1,4 @@
-// Linear algebra: MatMul with NumPy matmul semantics.
+// Linear algebra: MatMul with NumPy matmul semantics; Det.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -84,6 +84,29 @@ void TransposeAttrs(dg::OpSchema& op) {
             "Swap the last two axes of b first (ignored when b is 1-D).");
 }
 
+// Det(x): x [..., n, n] -> [...]. DetGrad(x, dy): x's shape.
+void DetShape(dg::InferContext& ctx) {
+  const Shape in = ctx.input(0).shape();
+  const size_t r = in.size();
+  DG_CHECK(r >= 2 && in[r - 1] == in[r - 2], DG_INVALID_ARGUMENT,
+           "x must be a batch of square matrices [..., n, n], got ",
+           ShapeStr(in));
+  ctx.set_output(0, ctx.input(0).dtype(), Shape(in.begin(), in.end() - 2));
+}
+
+void DetGradShape(dg::InferContext& ctx) {
+  const Shape in = ctx.input(0).shape(), dy = ctx.input(1).shape();
+  const size_t r = in.size();
+  DG_CHECK(r >= 2 && in[r - 1] == in[r - 2], DG_INVALID_ARGUMENT,
+           "x must be a batch of square matrices [..., n, n], got ",
+           ShapeStr(in));
+  CheckDTypeLike(ctx.input(1), "dy", ctx.input(0), "x");
+  const Shape want(in.begin(), in.end() - 2);
+  DG_CHECK(dy == want, DG_INVALID_ARGUMENT, "dy has shape ", ShapeStr(dy),
+           " but x ", ShapeStr(in), " needs ", ShapeStr(want));
+  ctx.set_output(0, ctx.input(0).dtype(), in);
+}
+
 }  // namespace
 
 DG_OP(MatMul)
@@ -117,6 +140,30 @@ DG_OP(MatMulBiasAct)
     .Attr("activation", "relu", "Applied after the bias: 'none' or 'relu'.")
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(MatMulBiasActShape);
+
+DG_OP(Det)
+    .PyName("det")
+    .Doc("Determinant of each square matrix in the last two axes of x "
+         "(np.linalg.det, ONNX Det), by LU factorisation with partial "
+         "pivoting accumulated in float64; a 0x0 matrix has determinant 1.")
+    .Input("x", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), 0,
+           "Square matrices [..., n, n].")
+    .Output("y", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), 0,
+            "Determinants [...], x's dtype.")
+    .Shape(DetShape);
+
+DG_OP(DetGrad)
+    .PyName("det_grad")
+    .Doc("Gradient of Det: dx = dy * cofactor(x) (det(x) * inv(x)^T where x "
+         "is invertible; from the (n-1)x(n-1) minors where it is singular, "
+         "so the gradient stays exact there).")
+    .Input("x", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), DG_ARG_NO_GRAD,
+           "Square matrices [..., n, n].")
+    .Input("dy", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), DG_ARG_NO_GRAD,
+           "Gradient of the determinants [...], x's dtype.")
+    .Output("dx", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), 0,
+            "Gradient of x, x's shape.")
+    .Shape(DetGradShape);
 
 }  // namespace ops
 }  // namespace dragon

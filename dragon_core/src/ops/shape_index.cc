@@ -1,4 +1,5 @@
-// Shape ops that select or add elements: Slice, Gather, ScatterAdd, Pad.
+// Shape ops that select or add elements: Slice, Gather, ScatterAdd,
+// ScatterReduce, Pad.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -97,6 +98,16 @@ void ScatterAddShape(dg::InferContext& ctx) {
   ctx.set_output(0, x.dtype(), in);
 }
 
+// ScatterReduce: ScatterAdd's shapes, and a known reduction.
+void ScatterReduceShape(dg::InferContext& ctx) {
+  const std::string red = ctx.s("reduction");
+  DG_CHECK(red == "add" || red == "mul" || red == "max" || red == "min",
+           DG_INVALID_ARGUMENT,
+           "reduction must be \"add\", \"mul\", \"max\" or \"min\", got \"",
+           red, "\"");
+  ScatterAddShape(ctx);
+}
+
 void PadShape(dg::InferContext& ctx) {
   const Shape in = ctx.input(0).shape();
   const std::vector<int64_t> pads = ctx.ints("pads");
@@ -179,6 +190,26 @@ DG_OP(ScatterAdd)
     .Output("y", dg::kNumeric, 0, "x plus the scattered updates, x's dtype.")
     .Attr("axis", int64_t{0}, "Axis of x to index.")
     .Shape(ScatterAddShape);
+
+DG_OP(ScatterReduce)
+    .Doc("Reduces slices of updates into a copy of x along an axis at the "
+         "given indices, in index order: for every position p of indices, "
+         "y[..., indices[p], ...] = reduce(y[..., indices[p], ...], "
+         "updates[..., p, ...]) with reduce one of add, mul, max, min "
+         "(ONNX ScatterElements' reduction; max and min propagate NaN). "
+         "Positions no index names keep x's value. updates has shape "
+         "x.shape[:axis] + indices.shape + x.shape[axis+1:]; negative "
+         "indices count from the end.")
+    .Input("x", dg::kNumeric, 0, "Tensor to reduce into, rank >= 1.")
+    .Input("indices", dg::Bit(DG_INT32) | dg::Bit(DG_INT64), DG_ARG_NO_GRAD,
+           "Indices into axis, in [-dim, dim).")
+    .Input("updates", dg::kNumeric, 0,
+           "Values to reduce in, x's dtype, shape "
+           "x.shape[:axis] + indices.shape + x.shape[axis+1:].")
+    .Output("y", dg::kNumeric, 0, "x with the updates reduced in, x's dtype.")
+    .Attr("axis", int64_t{0}, "Axis of x to index.")
+    .Attr("reduction", "add", "\"add\", \"mul\", \"max\" or \"min\".")
+    .Shape(ScatterReduceShape);
 
 DG_OP(Pad)
     .Doc("Pads each axis of x before and after, as NumPy pad: with a "

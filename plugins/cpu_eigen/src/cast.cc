@@ -38,5 +38,27 @@ void CastKernel(dg::KernelContext& ctx) {
 DG_KERNEL("Cast", "cpu", CastKernel, bool, uint8_t, int8_t, int16_t, int32_t,
           int64_t, Eigen::half, Eigen::bfloat16, float, double);
 
+// BitCast: the bytes of x copied unchanged into y (a dtype of the same size,
+// checked by the schema). A bool y is normalised to 0/1 so that every later
+// kernel may assume it.
+void BitCastKernel(dg::KernelContext& ctx) {
+  const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
+  const size_t bytes = static_cast<size_t>(x.numel()) * dg::DTypeSize(x.dtype());
+  DG_CHECK(x.numel() == y.numel() &&
+               dg::DTypeSize(x.dtype()) == dg::DTypeSize(y.dtype()),
+           DG_INTERNAL, ctx.op_name(), ": ", x.numel(), " input and ",
+           y.numel(), " output elements of different sizes");
+  if (bytes == 0) return;
+  if (y.dtype() == DG_BOOL) {
+    const uint8_t* px = static_cast<const uint8_t*>(x.raw_data());
+    bool* py = y.data<bool>();
+    CastLoop(px, py, x.numel());
+    return;
+  }
+  ParallelMemcpy(y.raw_data(), x.raw_data(), bytes);
+}
+
+DG_KERNEL_MASK("BitCast", "cpu", dg::kAll, 0, 0, BitCastKernel);
+
 }  // namespace
 }  // namespace cpu_eigen

@@ -436,8 +436,10 @@ void AdaptiveAvgPool2dGrad(dg::KernelContext& ctx) {
 
 }  // namespace
 
-DG_KERNEL("MaxPool2d", "cpu", MaxPool2d, float, double);
-DG_KERNEL("MaxPool2dIndices", "cpu", MaxPool2dIndices, float, double);
+DG_KERNEL("MaxPool2d", "cpu", MaxPool2d, float, double, int8_t, uint8_t,
+          int16_t, int32_t, int64_t);
+DG_KERNEL("MaxPool2dIndices", "cpu", MaxPool2dIndices, float, double, int8_t,
+          uint8_t, int16_t, int32_t, int64_t);
 DG_KERNEL("MaxPool2dGrad", "cpu", MaxPool2dGrad, float, double);
 DG_KERNEL("AvgPool2d", "cpu", AvgPool2d, float, double);
 DG_KERNEL("AvgPool2dGrad", "cpu", AvgPool2dGrad, float, double);

@@ -76,3 +76,21 @@ def _matmul_bias_act(node, dy):
         grads.append(unbroadcast(dy, node.inputs[2].shape)
                      if needs_grad(node, 2) else None)
     return grads
+
+
+@gradient("Det")
+def _det(node, dy):
+    """``dx = dy * cofactor(x)`` (``det(x) * inv(x)^T`` where x is
+    invertible, exact from the minors where it is singular): the DetGrad
+    kernel. First order only: DetGrad has no gradient of its own, so a
+    second derivative through Det raises naming DetGrad."""
+    return [ops().det_grad(node.inputs[0], dy)]
+
+
+@gradient("DetGrad")
+def _det_grad(node, ddx):
+    """Second derivatives of Det are not implemented: raise rather than
+    return a wrong (zero) Hessian."""
+    raise NotImplementedError("DetGrad: the second derivative of Det is not implemented "
+                              f"(x {list(node.inputs[0].shape)} {node.inputs[0].dtype}); "
+                              "Det is differentiable to first order only")

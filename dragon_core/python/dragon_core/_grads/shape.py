@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._autograd import gradient
-from ._util import ops, unbroadcast
+from ._util import ops, scalar_like, unbroadcast
 
 
 def _zeros(shape, like):
@@ -147,3 +147,43 @@ def _pad(node, dy):
         source = np.pad(np.arange(n), (before, after), mode=mode)
         g = _place(g, source, n, d)
     return [g]
+
+
+@gradient("ScatterReduce")
+def _scatter_reduce(node, dy):
+    """Gradient of ScatterReduce (y = x with updates reduced in at indices).
+
+    * ``add``: ``dx = dy``, ``dupdates = gather(dy)`` (as ScatterAdd).
+    * ``max`` / ``min``: the gradient of each output goes to the values that
+      hold the extremum (x's element and/or the updates reduced into it);
+      when several tie it is split evenly among them, as for Max / Min.
+    * ``mul``: ``dx = dy * (product of the updates at x's position)`` and
+      ``dupdates[i] = dy * (product of every other factor at its position)``,
+      computed without dividing by zero (factors that are 0 are counted
+      apart), so inputs holding zeros get their exact gradient.
+    """
+    o = ops()
+    x, indices, upd = node.inputs
+    axis = node.attrs["axis"]
+    red = node.attrs["reduction"]
+    if red == "add":
+        return [dy, None, o.gather(dy, indices, axis)]
+    zero, one = scalar_like(dy, 0.0), scalar_like(dy, 1.0)
+    if red in ("max", "min"):
+        y = o.scatter_reduce(x, indices, upd, axis, red)
+        hit_x = o.where(x == y, one, zero)
+        hit_u = o.where(upd == o.gather(y, indices, axis), one, zero)
+        count = o.scatter_add(hit_x, indices, hit_u, axis)
+        share = dy / o.where(count > 0, count, one)
+        return [share * hit_x, None, o.gather(share, indices, axis) * hit_u]
+    # mul
+    ones_x = o.fill(list(x.shape), 1.0, x.dtype, device=str(x.device))
+    dx = dy * o.scatter_reduce(ones_x, indices, upd, axis, "mul")
+    zx, zu = x == 0, upd == 0
+    nonzero = o.scatter_reduce(o.where(zx, one, x), indices, o.where(zu, one, upd), axis, "mul")
+    zeros = o.scatter_add(o.where(zx, one, zero), indices, o.where(zu, one, zero), axis)
+    g = o.gather(nonzero * dy, indices, axis)
+    z = o.gather(zeros, indices, axis)
+    others_nonzero = o.where(z == 0, g / o.where(zu, one, upd), zero)
+    dupd = o.where(zu, o.where(z == 1, g, zero), others_nonzero)
+    return [dx, None, dupd]

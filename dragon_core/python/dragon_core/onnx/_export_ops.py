@@ -524,6 +524,26 @@ def _scatter_add(e, ins, outs, a):
     """Dragon's index-add (updates x.shape[:axis] + indices.shape +
     x.shape[axis+1:]) as ScatterElements(reduction='add') with the indices
     expanded to the updates' shape."""
+    _scatter_elements(e, ins, outs, a, "add")
+
+
+@export_op("ScatterReduce")
+def _scatter_reduce(e, ins, outs, a):
+    """As ScatterAdd, with ScatterElements' reduction add/mul/max/min
+    (max and min need opset 18)."""
+    red = a.get("reduction", "add")
+    if red in ("max", "min") and e.opset < 18:
+        raise NotImplementedError(f"ScatterElements reduction='{red}' needs opset 18, "
+                                  f"exporting at {e.opset}")
+    _scatter_elements(e, ins, outs, a, red)
+
+
+@export_op("Det")
+def _det(e, ins, outs, a):
+    e.node("Det", [ins[0]], outs)
+
+
+def _scatter_elements(e, ins, outs, a, reduction):
     x, idx, upd = ins
     shape = list(e.shape(x))
     rank = len(shape)
@@ -536,7 +556,7 @@ def _scatter_add(e, ins, outs, a):
     if e.dtype(idx) != "int64":
         ii = e.node("Cast", [ii], to=7)
     ii = e.node("Expand", [ii, e.const(np.array(ushape, np.int64))])
-    e.node("ScatterElements", [x, ii, flat_u], outs, axis=axis, reduction="add")
+    e.node("ScatterElements", [x, ii, flat_u], outs, axis=axis, reduction=reduction)
 
 
 def _reduce_loss(e, loss, outs, reduction):

@@ -309,6 +309,13 @@ def _cast(n):
     return x if dt(x) == to else ops.cast(x, to)
 
 
+@op("BitCast", check=_check_cast)
+def _bitcast(n):
+    to = ONNX_DTYPES[n.a("to")]
+    x = n.x(0)
+    return x if dt(x) == to else ops.bitcast(x, to)
+
+
 @op("CastLike")
 def _cast_like(n):
     x, to = n.x(0), dt(n.x(1))
@@ -470,9 +477,20 @@ def _gather_elements(n):
 
 def _check_scatter(attrs, opset, node):
     red = attrs.get("reduction", "none")
-    if red not in ("none", "add"):
-        return f"reduction='{red}' (Dragon has scatter with add only)"
+    if red not in ("none", "add", "mul", "max", "min"):
+        return f"reduction='{red}' (Dragon's scatter reduces with add, mul, max or min)"
     return None
+
+
+def _scatter_reduced(x: Tensor, idx: Tensor, upd: Tensor, red: str) -> Tensor:
+    """ScatterElements / ScatterND's ``reduction`` on flattened operands
+    (axis 0): ScatterAdd for 'add', ScatterReduce for the others, the
+    replacement for 'none'."""
+    if red == "none":
+        return _scatter_replace(x, idx, upd, 0)
+    if red == "add":
+        return ops.scatter_add(x, idx, upd, 0)
+    return ops.scatter_reduce(x, idx, upd, 0, reduction=red)
 
 
 @op("ScatterElements", "Scatter", check=_check_scatter)
@@ -481,9 +499,7 @@ def _scatter_elements(n):
     axis = norm_axis(n.a("axis", 0), x.ndim)
     lin = reshape(_linear_index(x.shape, idx, axis), [-1])
     flat_x, flat_u = reshape(x, [-1]), reshape(upd, [-1])
-    if n.a("reduction", "none") == "add":
-        return reshape(ops.scatter_add(flat_x, lin, flat_u, 0), x.shape)
-    return reshape(_scatter_replace(flat_x, lin, flat_u, 0), x.shape)
+    return reshape(_scatter_reduced(flat_x, lin, flat_u, n.a("reduction", "none")), x.shape)
 
 
 def _scatter_replace(x: Tensor, idx: Tensor, upd: Tensor, axis: int) -> Tensor:
@@ -541,9 +557,7 @@ def _scatter_nd(n):
     rows = int(np.prod(shape[:k], dtype=np.int64))
     flat = reshape(x, [rows] + shape[k:])
     u = reshape(upd, [-1] + shape[k:])
-    if n.a("reduction", "none") == "add":
-        return reshape(ops.scatter_add(flat, lin, u, 0), shape)
-    return reshape(_scatter_replace(flat, lin, u, 0), shape)
+    return reshape(_scatter_reduced(flat, lin, u, n.a("reduction", "none")), shape)
 
 
 @op("Expand")
@@ -768,6 +782,11 @@ def _lp_norm(n):
 @op("MatMul")
 def _matmul(n):
     return ops.matmul(n.x(0), n.x(1))
+
+
+@op("Det")
+def _det(n):
+    return ops.det(n.x(0))
 
 
 @op("Gemm")

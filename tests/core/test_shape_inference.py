@@ -334,7 +334,8 @@ def test_matmul_errors():
     raises("MatMul", [((2, 2, 3), "float32"), ((3, 3, 4), "float32")],
            "[2]", "[3]", "cannot be broadcast")
     raises("MatMul", [((), "float32"), ((3,), "float32")], "[]")
-    raises("MatMul", [((2, 3), "int32"), ((3, 4), "int32")], "int32")
+    raises("MatMul", [((2, 3), "int64"), ((3, 4), "int64")], "int64")
+    raises("MatMul", [((2, 3), "int32"), ((3, 4), "float32")], "int32", "float32")
 
 
 # ------------------------------------------------------- reshape & friends

@@ -61,6 +61,11 @@ TENSOR_METHOD: dict[str, bool] = {
     "Conv2dBiasAct": False, "MatMulBiasAct": False, "RoiPoolGather": False,
     # index-returning helper of max_pool2d's gradient
     "MaxPool2dIndices": False,
+    # collectives: users call dragon_core.distributed, which owns groups and
+    # ordering; the raw graph ops take internal group ids
+    "CollectiveAllReduce": False, "CollectiveBroadcast": False,
+    "CollectiveAllGather": False, "CollectiveReduceScatter": False,
+    "CollectiveAllToAll": False,
 }
 
 #: Suffixes of ops that are never methods by default: gradients and

@@ -50,8 +50,11 @@ std::vector<int64_t> CheckedIndices(const dg::KernelContext& ctx, const I* idx,
   return out;
 }
 
-template <typename T>
-void ScatterAddKernel(dg::KernelContext& ctx) {
+// y = x, then y[o, indices[i], :] = combine(y[...], updates[o, i, :]) for
+// each i in index order. outer x inner blocks are split among threads; a
+// block owns whole output rows, so the result does not depend on threads.
+template <typename T, typename F>
+void ScatterAlongAxis(dg::KernelContext& ctx, F combine) {
   const dg::TensorRef x = ctx.input(0), indices = ctx.input(1),
                       updates = ctx.input(2), y = ctx.output(0);
   const int64_t axis = CheckedAxis(ctx, x);
@@ -89,11 +92,16 @@ void ScatterAddKernel(dg::KernelContext& ctx) {
           for (int64_t i = 0; i < m; ++i) {
             T* row = out + ix[i] * inner;
             const T* from = in + i * inner;
-            for (int64_t k = 0; k < len; ++k) row[k] = AddWrap(row[k], from[k]);
+            for (int64_t k = 0; k < len; ++k) row[k] = combine(row[k], from[k]);
           }
         }
       },
       m * std::min(kInnerBlock, inner));
+}
+
+template <typename T>
+void ScatterAddKernel(dg::KernelContext& ctx) {
+  ScatterAlongAxis<T>(ctx, [](T acc, T u) { return AddWrap(acc, u); });
 }
 
 DG_KERNEL("ScatterAdd", "cpu", ScatterAddKernel, float, double, int8_t,
@@ -148,9 +156,6 @@ inline T Combine(Reduction r, T acc, T u) {
 // work split as ScatterAdd.
 template <typename T>
 void ScatterReduceKernel(dg::KernelContext& ctx) {
-  const dg::TensorRef x = ctx.input(0), indices = ctx.input(1),
-                      updates = ctx.input(2), y = ctx.output(0);
-  const int64_t axis = CheckedAxis(ctx, x);
   const std::string name = ctx.s("reduction");
   Reduction red;
   if (name == "add") {
@@ -167,47 +172,7 @@ void ScatterReduceKernel(dg::KernelContext& ctx) {
              "got \"", name, "\"");
     return;
   }
-  const int32_t a = static_cast<int32_t>(axis);
-  const int64_t n = x.dim(a), m = indices.numel();
-  const std::vector<int64_t> idx =
-      DispatchIndexType(ctx, indices, "indices", [&](const auto* p) {
-        return CheckedIndices(ctx, p, m, n, axis);
-      });
-  int64_t outer = 1, inner = 1;
-  for (int32_t k = 0; k < a; ++k) outer *= x.dim(k);
-  for (int32_t k = a + 1; k < x.ndim(); ++k) inner *= x.dim(k);
-  DG_CHECK(y.numel() == x.numel() && updates.numel() == outer * m * inner,
-           DG_INTERNAL, ctx.op_name(), ": y has ", y.numel(),
-           " elements and updates ", updates.numel(), ", expected ",
-           x.numel(), " and ", outer * m * inner);
-
-  T* dst = y.data<T>();
-  const T* src = x.data<const T>();
-  const T* upd = updates.data<const T>();
-  ParallelMemcpy(dst, src, static_cast<size_t>(x.numel()) * sizeof(T));
-  if (m == 0 || inner == 0 || outer == 0) return;
-
-  const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
-  const int64_t* ix = idx.data();
-  ParallelFor(
-      outer * blocks,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          const int64_t o = t / blocks;
-          const int64_t lo = (t % blocks) * kInnerBlock;
-          const int64_t len = std::min(kInnerBlock, inner - lo);
-          T* out = dst + o * n * inner + lo;
-          const T* in = upd + o * m * inner + lo;
-          for (int64_t i = 0; i < m; ++i) {
-            T* row = out + ix[i] * inner;
-            const T* from = in + i * inner;
-            for (int64_t k = 0; k < len; ++k) {
-              row[k] = Combine(red, row[k], from[k]);
-            }
-          }
-        }
-      },
-      m * std::min(kInnerBlock, inner));
+  ScatterAlongAxis<T>(ctx, [red](T acc, T u) { return Combine(red, acc, u); });
 }
 
 DG_KERNEL("ScatterReduce", "cpu", ScatterReduceKernel, float, double, int8_t,

@@ -122,7 +122,7 @@ class autocast:  # noqa: N801 - the name users know from torch
     Examples
     --------
     >>> import dragon_core as dg
-    >>> a = dg.ones((4, 8)); b = dg.ones((8, 2))
+    >>> a = dg.ops.ones((4, 8)); b = dg.ops.ones((8, 2))
     >>> with dg.autocast("cpu", dtype=dg.bfloat16):
     ...     y = a @ b
     >>> y.dtype.name
@@ -202,7 +202,7 @@ class GradScaler:
     Examples
     --------
     >>> import dragon_core as dg
-    >>> w = dg.ones((3,)); w.requires_grad = True
+    >>> w = dg.ops.ones((3,)); w.requires_grad = True
     >>> opt = dg.optim.SGD([w], lr=0.1)
     >>> scaler = dg.GradScaler(init_scale=1024.0)
     >>> loss = (w * w).sum()

@@ -15,7 +15,9 @@
 Every configuration starts from the same weights; its losses over the first
 steps are checked against torch's in the same precision (float32: rtol
 1e-3; bfloat16: rtol 4e-2, bfloat16's 8-bit significand through a layer)
-before it is timed. Rows give steps/s; ``ratio`` rows give Dragon's
+before it is timed. The configurations of one workload are timed
+round-robin (5 rounds, each configuration once per round), each keeping
+its best round, so load changes on the shared machine hit them alike. Rows give steps/s; ``ratio`` rows give Dragon's
 steps/s over torch eager's (and torch.compile's) in the same run.
 ``python bench/bench_workloads.py --profile`` prints the per-op profile of
 each compiled Dragon step (docs/benchmarks.md).
@@ -123,20 +125,44 @@ def torch_resnet_step(torch, state):
 
 
 # -------------------------------------------------------------------- timing
-def _time(bench, impl, library, step, args, to_float, ref, rtol, timing, target=None):
-    """(row, steps/s or None): losses checked against ``ref``, then timed."""
+def _check(bench, impl, library, step, args, to_float, ref, rtol):
+    """None when the first losses match ``ref``, else the WRONG/ERROR row."""
     try:
         losses = [to_float(step(*args)) for _ in range(CHECK_STEPS)]
-        if ref is not None and not np.allclose(losses, ref, rtol=rtol, atol=0):
-            return result(bench, impl, library, "steps/s", None, "higher", target,
-                          status="WRONG", note=f"{impl}: losses {losses} vs torch {ref} "
-                                               f"(rtol {rtol})"), None
-        best, per_run = best_seconds(lambda: step(*args), **timing)
     except Exception as exc:  # report, keep going
-        return result(bench, impl, library, "steps/s", None, "higher", target,
-                      note=f"{impl} failed: {type(exc).__name__}: {str(exc)[:200]}"), None
-    return result(bench, impl, library, "steps/s", 1.0 / best, "higher", target,
-                  steps_per_s_runs=[1.0 / s for s in per_run], losses=losses), 1.0 / best
+        return result(bench, impl, library, "steps/s", None, "higher",
+                      note=f"{impl} failed: {type(exc).__name__}: {str(exc)[:200]}")
+    if ref is not None and not np.allclose(losses, ref, rtol=rtol, atol=0):
+        return result(bench, impl, library, "steps/s", None, "higher", status="WRONG",
+                      note=f"{impl}: losses {losses} vs torch {ref} (rtol {rtol})")
+    return None
+
+
+def _interleaved(bench, configs, timing) -> tuple[list, dict]:
+    """Time ``configs`` [(impl, library, step, args, to_float, ref, rtol)]
+    round-robin: every round runs each configuration once (``timing``'s
+    min_run_s long), so a change of the machine's load hits all of them
+    alike; each keeps its best round. Returns rows and impl -> steps/s."""
+    rows, live = [], []
+    for impl, library, step, args, to_float, ref, rtol in configs:
+        bad = _check(bench, impl, library, step, args, to_float, ref, rtol)
+        if bad is not None:
+            rows.append(bad)
+        else:
+            live.append((impl, library, step, args))
+    per = {impl: [] for impl, *_ in live}
+    for _ in range(timing["runs"]):
+        for impl, _, step, args in live:
+            best, _runs = best_seconds(lambda: step(*args), warmup=timing["warmup"], runs=1,
+                                       min_run_s=timing["min_run_s"])
+            per[impl].append(best)
+    speed = {}
+    for impl, library, _, _ in live:
+        speed[impl] = 1.0 / min(per[impl])
+        rows.append(result(bench, impl, library, "steps/s", speed[impl], "higher",
+                           steps_per_s_runs=[1.0 / s for s in per[impl]],
+                           note=f"best of {timing['runs']} interleaved rounds"))
+    return rows, speed
 
 
 def _ratio(bench, what, ours, theirs, target=None):
@@ -147,8 +173,8 @@ def _ratio(bench, what, ours, theirs, target=None):
 
 def run(quick: bool = False) -> list[dict]:
     """The encoder-layer and ResNet-18 training rows (see module docs)."""
-    timing = ({"warmup": 1, "runs": 1, "min_run_s": 0.0} if quick
-              else {"warmup": 2, "runs": 5, "min_run_s": 0.5})
+    timing = ({"warmup": 0, "runs": 1, "min_run_s": 0.0} if quick
+              else {"warmup": 1, "runs": 5, "min_run_s": 0.5})
     dg, torch = try_import("dragon_core"), try_import("torch")
     if dg is None or torch is None:
         missing = "dragon_core" if dg is None else "torch"
@@ -170,28 +196,27 @@ def run(quick: bool = False) -> list[dict]:
         bench = f"encoder_train_{precision}"
         step = torch_encoder_step(torch, state, precision, False)
         ref = [tf(step(tx, tt)) for _ in range(CHECK_STEPS)]
-        row, torch_eager = _time(bench, "torch eager", "torch",
-                                 torch_encoder_step(torch, state, precision, False),
-                                 (tx, tt), tf, ref, RTOL[precision], timing)
-        rows.append(row)
-        torch_compiled = None
+        rtol = RTOL[precision]
+        configs = [("torch eager", "torch", torch_encoder_step(torch, state, precision, False),
+                    (tx, tt), tf, ref, rtol)]
         if not quick:
-            row, torch_compiled = _time(bench, "torch.compile", "torch",
-                                        torch_encoder_step(torch, state, precision, True),
-                                        (tx, tt), tf, ref, RTOL[precision], timing)
-            rows.append(row)
-        row, dg_eager = _time(bench, "dragon eager", "dragon",
-                              dragon_encoder_step(dg, state, precision, False)[0],
-                              (dx, dt), df, ref, RTOL[precision], timing)
-        rows.append(row)
-        row, dg_compiled = _time(bench, "@dg.function", "dragon",
-                                 dragon_encoder_step(dg, state, precision, True)[0],
-                                 (dx, dt), df, ref, RTOL[precision], timing)
-        rows.append(row)
-        for r in (_ratio(bench, "dragon eager / torch eager", dg_eager, torch_eager, 1.0),
-                  _ratio(bench, "dragon compiled / torch eager", dg_compiled, torch_eager, 1.3),
-                  _ratio(bench, "dragon compiled / torch.compile", dg_compiled,
-                         torch_compiled, 1.0)):
+            configs.append(("torch.compile", "torch",
+                            torch_encoder_step(torch, state, precision, True),
+                            (tx, tt), tf, ref, rtol))
+        configs += [("dragon eager", "dragon",
+                     dragon_encoder_step(dg, state, precision, False)[0], (dx, dt), df, ref,
+                     rtol),
+                    ("@dg.function", "dragon",
+                     dragon_encoder_step(dg, state, precision, True)[0], (dx, dt), df, ref,
+                     rtol)]
+        got, sp = _interleaved(bench, configs, timing)
+        rows += got
+        for r in (_ratio(bench, "dragon eager / torch eager", sp.get("dragon eager"),
+                         sp.get("torch eager"), 1.0),
+                  _ratio(bench, "dragon compiled / torch eager", sp.get("@dg.function"),
+                         sp.get("torch eager"), 1.3),
+                  _ratio(bench, "dragon compiled / torch.compile", sp.get("@dg.function"),
+                         sp.get("torch.compile"), 1.0)):
             if r:
                 rows.append(r)
 
@@ -204,18 +229,18 @@ def run(quick: bool = False) -> list[dict]:
     bench = "resnet18_train_float32"
     step = torch_resnet_step(torch, state)
     ref = [tf(step(tx, ty)) for _ in range(CHECK_STEPS)]
-    row, torch_eager = _time(bench, "torch eager", "torch", torch_resnet_step(torch, state),
-                             (tx, ty), tf, ref, RTOL["float32"], timing)
-    rows.append(row)
-    row, dg_eager = _time(bench, "dragon eager", "dragon", dragon_resnet_step(dg, state, False),
-                          (dx, dy), df, ref, RTOL["float32"], timing)
-    rows.append(row)
-    row, dg_compiled = _time(bench, "@dg.function", "dragon",
-                             dragon_resnet_step(dg, state, True), (dx, dy), df, ref,
-                             RTOL["float32"], timing)
-    rows.append(row)
-    for r in (_ratio(bench, "dragon eager / torch eager", dg_eager, torch_eager),
-              _ratio(bench, "dragon compiled / torch eager", dg_compiled, torch_eager, 1.2)):
+    rtol = RTOL["float32"]
+    got, sp = _interleaved(bench, [
+        ("torch eager", "torch", torch_resnet_step(torch, state), (tx, ty), tf, ref, rtol),
+        ("dragon eager", "dragon", dragon_resnet_step(dg, state, False), (dx, dy), df, ref,
+         rtol),
+        ("@dg.function", "dragon", dragon_resnet_step(dg, state, True), (dx, dy), df, ref,
+         rtol)], timing)
+    rows += got
+    for r in (_ratio(bench, "dragon eager / torch eager", sp.get("dragon eager"),
+                     sp.get("torch eager")),
+              _ratio(bench, "dragon compiled / torch eager", sp.get("@dg.function"),
+                     sp.get("torch eager"), 1.2)):
         if r:
             rows.append(r)
     return rows

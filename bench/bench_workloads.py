@@ -17,7 +17,8 @@ steps are checked against torch's in the same precision (float32: rtol
 1e-3; bfloat16: rtol 4e-2, bfloat16's 8-bit significand through a layer)
 before it is timed. The configurations of one workload are timed
 round-robin (5 rounds, each configuration once per round), each keeping
-its best round, so load changes on the shared machine hit them alike. Rows give steps/s; ``ratio`` rows give Dragon's
+its best round, so load changes on the shared machine hit them alike.
+Rows give steps/s; ``ratio`` rows give Dragon's
 steps/s over torch eager's (and torch.compile's) in the same run.
 ``python bench/bench_workloads.py --profile`` prints the per-op profile of
 each compiled Dragon step (docs/benchmarks.md).

@@ -232,41 +232,51 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_nod
     that position of the backward order is done (or skipped).
     """
     ctx = contextlib.nullcontext() if create_graph else no_grad()
-    with ctx:
-        for pos, node in enumerate(reversed(nodes)):
-            if after_node is not None and pos:
-                after_node(pos - 1)
-            dys = [grads.get(k) for k in node.out_ids]
-            if all(d is None for d in dys):
-                continue
-            rule = _RULES.get(node.op)
-            if rule is None:
-                raise NotImplementedError(
-                    f"no gradient rule for op {node.op}; it cannot be differentiated yet")
-            dys = [d if d is not None else _zeros_like_meta(m)
-                   for d, m in zip(dys, node.out_meta)]
-            if wanted is not None:
-                node.needs = tuple(wanted(inp) for inp in node.inputs)
-                if not any(node.needs):
-                    node.needs = None
-                    continue
-            try:
-                dxs = rule(node, *dys)
-            finally:
+    # Gradient rules run on the dtypes the forward ops used: autocast off.
+    autocast_prev = _C._autocast_set(-1)
+    try:
+        with ctx:
+            return _backward_nodes(nodes, grads, wanted, after_node)
+    finally:
+        _C._autocast_set(autocast_prev)
+
+
+def _backward_nodes(nodes, grads: dict, wanted, after_node=None):
+    """The loop of _run_backward (autocast off, grad mode set)."""
+    for pos, node in enumerate(reversed(nodes)):
+        if after_node is not None and pos:
+            after_node(pos - 1)
+        dys = [grads.get(k) for k in node.out_ids]
+        if all(d is None for d in dys):
+            continue
+        rule = _RULES.get(node.op)
+        if rule is None:
+            raise NotImplementedError(
+                f"no gradient rule for op {node.op}; it cannot be differentiated yet")
+        dys = [d if d is not None else _zeros_like_meta(m)
+               for d, m in zip(dys, node.out_meta)]
+        if wanted is not None:
+            node.needs = tuple(wanted(inp) for inp in node.inputs)
+            if not any(node.needs):
                 node.needs = None
-            if len(dxs) != len(node.inputs):
-                raise InvalidArgumentError(
-                    f"gradient rule of {node.op} returned {len(dxs)} gradients for "
-                    f"{len(node.inputs)} inputs")
-            for i, (inp, dx) in enumerate(zip(node.inputs, dxs)):
-                if dx is None or not inp.dtype.is_floating_point:
-                    continue
-                if wanted is not None and not wanted(inp):
-                    continue
-                _check_grad_shape(node, i, inp, dx)
-                _accumulate(grads, inp._id, dx)
-        if after_node is not None and nodes:
-            after_node(len(nodes) - 1)
+                continue
+        try:
+            dxs = rule(node, *dys)
+        finally:
+            node.needs = None
+        if len(dxs) != len(node.inputs):
+            raise InvalidArgumentError(
+                f"gradient rule of {node.op} returned {len(dxs)} gradients for "
+                f"{len(node.inputs)} inputs")
+        for i, (inp, dx) in enumerate(zip(node.inputs, dxs)):
+            if dx is None or not inp.dtype.is_floating_point:
+                continue
+            if wanted is not None and not wanted(inp):
+                continue
+            _check_grad_shape(node, i, inp, dx)
+            _accumulate(grads, inp._id, dx)
+    if after_node is not None and nodes:
+        after_node(len(nodes) - 1)
     return grads
 
 

@@ -379,6 +379,7 @@ OpSchema& RequireOp(const std::string& name) {
 // device, and records it.
 py::object DispatchBinary(OpSchema& op, const Tensor& a, const Tensor& b, bool reflected) {
   std::vector<Tensor> in = reflected ? std::vector<Tensor>{b, a} : std::vector<Tensor>{a, b};
+  ApplyAutocast(op, in);
   std::vector<AttrValue> attrs;
   attrs.reserve(op.attrs.size());
   for (const AttrSchema& s : op.attrs) attrs.push_back(s.def);
@@ -452,7 +453,64 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
   return Hooks().binary_slow(op->py_name, a, b, reflected);
 }
 
+// The autocast table: op -> policy (set from dragon_core.amp).
+std::unordered_map<const OpSchema*, AutocastPolicy>& AutocastTable() {
+  static std::unordered_map<const OpSchema*, AutocastPolicy> table;
+  return table;
+}
+
+bool IsLowFloat(DgDType t) { return t == DG_FLOAT16 || t == DG_BFLOAT16; }
+
+// x cast to `to`, dispatched and recorded (autograd, graph traces).
+Tensor AutocastCast(const Tensor& x, DgDType to) {
+  static OpSchema* cast = Registry::Get().FindOp("Cast");
+  AttrValue dt(DG_ATTR_DTYPE);
+  dt.v.present = 1;
+  dt.v.i = to;
+  std::vector<Tensor> in{x};
+  std::vector<AttrValue> attrs{dt};
+  std::vector<Tensor> out = Dispatch(*cast, in, attrs, x->device());
+  MaybeRecord(*cast, in, attrs, out);
+  return out[0];
+}
+
 }  // namespace
+
+void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs) {
+  const int target = Grad().autocast;
+  if (target < 0) return;
+  auto& table = AutocastTable();
+  auto it = table.find(&op);
+  if (it == table.end()) return;
+  const DgDType low = static_cast<DgDType>(target);
+  switch (it->second) {
+    case AutocastPolicy::kLower:
+      for (Tensor& t : inputs) {
+        if (t && t->dtype() == DG_FLOAT32) t = AutocastCast(t, low);
+      }
+      break;
+    case AutocastPolicy::kFloat32:
+      for (Tensor& t : inputs) {
+        if (t && IsLowFloat(t->dtype())) t = AutocastCast(t, DG_FLOAT32);
+      }
+      break;
+    case AutocastPolicy::kPromote: {
+      bool has32 = false, has_low = false;
+      for (const Tensor& t : inputs) {
+        if (!t) continue;
+        has32 = has32 || t->dtype() == DG_FLOAT32;
+        has_low = has_low || IsLowFloat(t->dtype());
+      }
+      if (has32 && has_low) {
+        for (Tensor& t : inputs) {
+          if (t && IsLowFloat(t->dtype())) t = AutocastCast(t, DG_FLOAT32);
+        }
+      }
+      break;
+    }
+    case AutocastPolicy::kNone: break;
+  }
+}
 
 GradState& Grad() {
   thread_local GradState state;
@@ -535,6 +593,20 @@ void BindOps(py::module_& m) {
     return l;
   }, "The element-wise op table (dragon/elementwise.h): tuples (kind, arity, opcode, "
      "op type, attr, cpu_eigen kernel class, cost class); opcode -1 = not fusable.");
+  m.def("_autocast_set", [](int dtype) {
+    int old = Grad().autocast;
+    Grad().autocast = dtype;
+    return old;
+  }, "Sets this thread's autocast dtype code (-1: off); returns the previous one.");
+  m.def("_autocast_get", [] { return Grad().autocast; });
+  m.def("_autocast_policy", [](const std::string& name, int policy) {
+    OpSchema* op = Registry::Get().FindOp(name);
+    if (!op) return false;
+    if (policy == 0) AutocastTable().erase(op);
+    else AutocastTable()[op] = static_cast<AutocastPolicy>(policy);
+    return true;
+  }, "Sets the autocast policy of op `name` (0 none, 1 lower, 2 float32, 3 promote); "
+     "False when no such op is registered.");
   m.def("list_ops", [] {
     py::list l;
     for (OpSchema* op : Registry::Get().Ops()) l.append(Describe(*op));
@@ -544,6 +616,7 @@ void BindOps(py::module_& m) {
     const OpSchema& op = *h.op;
     std::vector<Tensor> in = ConvertInputs(op, inputs);
     std::vector<AttrValue> av = ConvertAttrs(op, attrs);
+    ApplyAutocast(op, in);
     DgDevice dev = kHost;
     if (!device.is_none()) dev = DeviceRegistry::Get().Parse(py::str(device));
     // Random ops draw a seed when theirs is -1; the record keeps -1 so a

@@ -36,7 +36,17 @@ struct GradState {
   bool enabled = true;   // no_grad() turns it off
   int tapes = 0;         // active GradientTapes
   int tracing = 0;       // active graph traces (every op is reported)
+  int autocast = -1;     // DgDType of dragon_core.autocast, -1 when off
 };
+
+// Autocast policy of an op (dragon_core.amp sets the table).
+enum class AutocastPolicy : int { kNone = 0, kLower = 1, kFloat32 = 2, kPromote = 3 };
+// Applies the thread's autocast to the inputs of `op` (Cast ops dispatched
+// and recorded as any other op): kLower casts float32 inputs to the
+// autocast dtype, kFloat32 casts float16/bfloat16 inputs to float32,
+// kPromote casts float16/bfloat16 inputs to float32 when the inputs mix
+// them with float32. Does nothing when autocast is off.
+void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs);
 GradState& Grad();
 
 // Records `outputs = op(inputs; attrs)` for autograd when needed.

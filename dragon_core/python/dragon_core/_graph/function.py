@@ -248,7 +248,8 @@ class Function:
     """
 
     def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None,
-                 parallel: int = 0, disable_passes=(), freeze: bool = False):
+                 parallel: int = 0, disable_passes=(), freeze: bool = False,
+                 autocast=None):
         if not 0 <= opt_level <= 3:
             raise ValueError(f"opt_level must be 0..3, got {opt_level}")
         if parallel < 0:
@@ -258,6 +259,11 @@ class Function:
             disable_passes = disable_passes.split(",")
         self.disable_passes = tuple(n.strip() for n in disable_passes if n.strip())
         self.freeze = bool(freeze)
+        if autocast is not None:
+            from ..amp import autocast as _autocast_cls
+            # Checked now (dtype bfloat16 or float16), entered at every trace.
+            autocast = _autocast_cls("cpu", dtype=autocast).dtype
+        self.autocast = autocast
         self._fn = fn
         self.input_signature = input_signature
         self.opt_level = opt_level
@@ -299,7 +305,7 @@ class Function:
         if f is None:
             f = bound[id(self)] = Function(functools.partial(self._fn, obj), self.input_signature,
                                            self.opt_level, self.name, self.parallel,
-                                           self.disable_passes, self.freeze)
+                                           self.disable_passes, self.freeze, self.autocast)
         return f
 
     def _check_signature(self, leaves):
@@ -373,7 +379,8 @@ class Function:
         spec = _flatten((args, kwargs), leaves)
         self._check_signature(leaves)
         key = (_key_of(spec), tuple((tuple(t.shape), t._dtype_code, t._device_name,
-                                     t._device_index) for t in leaves), _mode["key"])
+                                     t._device_index) for t in leaves), _mode["key"],
+               _C._autocast_get())
         cache = self._plans().cache
         entry = cache.get(key)
         if entry is None:
@@ -388,9 +395,16 @@ class Function:
         trace = Trace()
         _traces().append(trace)
         _C._trace_enter()
+        autocast_prev = None
+        if self.autocast is not None:
+            from ..amp import _apply_table
+            _apply_table()
+            autocast_prev = _C._autocast_set(self.autocast.code)
         try:
             result = self._fn(*args, **kwargs)
         finally:
+            if autocast_prev is not None:
+                _C._autocast_set(autocast_prev)
             _C._trace_exit()
             _traces().pop()
             trace.restore()
@@ -474,6 +488,9 @@ class Function:
             pc.fast.clear()
             pc.mode_key = _mode["key"]
         fast_key = None if kwargs else _C.tensor_signature(args)
+        autocast = _C._autocast_get()
+        if autocast >= 0 and fast_key is not None:
+            fast_key = (fast_key, autocast)   # a plan per eager autocast state
         entry = pc.fast.get(fast_key) if fast_key is not None else None
         if entry is not None:
             leaves = args
@@ -533,7 +550,7 @@ class Function:
 
 
 def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,
-             parallel: int = 0, disable_passes=(), freeze: bool = False):
+             parallel: int = 0, disable_passes=(), freeze: bool = False, autocast=None):
     """Compile a Python function into a Dragon graph (decorator).
 
     Parameters
@@ -568,6 +585,13 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         copy of them, so later changes to those tensors (``assign``, in-place
         writes) are not seen by the compiled graph: make a new function after
         loading new weights.
+    autocast : dtype, optional
+        ``"bfloat16"`` or ``"float16"``: trace the function inside
+        ``dragon_core.autocast("cpu", dtype=autocast)`` (matmuls and
+        convolutions in that dtype, reductions, norms and losses in float32;
+        see docs/mixed-precision.md). Calling a compiled function inside an
+        eager ``autocast`` block also traces it under that autocast (a
+        separate plan per autocast state).
 
     Examples
     --------
@@ -578,5 +602,6 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
     """
     if fn is None:
         return lambda f: Function(f, input_signature, opt_level, name, parallel,
-                                  disable_passes, freeze)
-    return Function(fn, input_signature, opt_level, name, parallel, disable_passes, freeze)
+                                  disable_passes, freeze, autocast)
+    return Function(fn, input_signature, opt_level, name, parallel, disable_passes, freeze,
+                    autocast)

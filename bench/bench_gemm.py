@@ -1,0 +1,109 @@
+"""Square matmul 512-4096, float32 and bfloat16: Dragon beside torch, same run.
+
+For every size and dtype the Dragon and torch calls are timed alternately
+(best of several rounds each, ``_harness.best_seconds``) on the same
+operands, after each result is checked against a float64 NumPy reference
+(tolerance from the dtype's precision: sqrt(k) * eps * |a| |b|). Rows give
+GFLOP/s, the float32 rows also the fraction of the machine's measured FMA
+peak (bench_peak.py), and one ``ratio`` row per size: torch time / Dragon
+time (above 1: Dragon faster). Targets (issue 21): float32 >= 85% of peak
+and >= torch; bfloat16 2048 >= torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from _harness import best_seconds, result, skip_note, try_import
+
+SIZES = (512, 1024, 2048, 4096)
+QUICK_SIZES = (512, 1024, 2048)
+EPS = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8}
+PEAK_FRACTION = 0.85
+
+
+def _check(out, ref, a64, b64, dtype: str, k: int) -> str:
+    out = np.asarray(out, dtype=np.float64)
+    scale = float(np.abs(a64).max() * np.abs(b64).max())
+    # Operands are rounded to dtype first (in ref), then a length-k dot
+    # product accumulates in float32: error ~ sqrt(k) * eps32 * k * scale.
+    tol = 8.0 * np.sqrt(k) * (EPS["float32"] * k * scale) + 1e-6
+    # The result is stored in `dtype`: one more rounding of |ref|.
+    tol += EPS[dtype] * float(np.abs(ref).max())
+    err = float(np.abs(out - ref).max())
+    return "" if err <= tol else f"max abs error {err:.3g} > {tol:.3g}"
+
+
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    """float32 -> nearest bfloat16 (ties to even), back in float32."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _time(fn):
+    best, per_run = best_seconds(fn, warmup=2, runs=5, min_run_s=0.2)
+    return best, per_run
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Rows per size: Dragon and torch GFLOP/s (float32, bfloat16), the
+    float32 fraction of peak, and the torch/Dragon time ratios."""
+    import bench_peak
+    dg = try_import("dragon_core")
+    torch = try_import("torch")
+    rows = []
+    if dg is None:
+        return [result("gemm", "dg.ops.matmul", "dragon", "GFLOP/s", None, "higher",
+                       status="SKIP", note=skip_note("dragon_core"))]
+    peak = bench_peak.peak_gflops(2)
+    if torch is not None:
+        torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    for n in (QUICK_SIZES if quick else SIZES):
+        x = rng.standard_normal((n, n)).astype(np.float32)
+        y = rng.standard_normal((n, n)).astype(np.float32)
+        flops = 2.0 * n ** 3
+        for dtype in ("float32", "bfloat16"):
+            bench = f"matmul_{n}_{dtype}"
+            xr, yr = (x, y) if dtype == "float32" else (_bf16_round(x), _bf16_round(y))
+            ref = xr.astype(np.float64) @ yr.astype(np.float64)
+            a, b = dg.tensor(x).astype(dtype), dg.tensor(y).astype(dtype)
+            fn = lambda: dg.ops.matmul(a, b)  # noqa: E731
+            problem = _check(fn().astype("float32").numpy(), ref, xr, yr, dtype, n)
+            if problem:
+                rows.append(result(bench, "dg.ops.matmul", "dragon", "GFLOP/s", None,
+                                   "higher", status="WRONG", note=problem))
+                continue
+            t_dg, runs_dg = _time(fn)
+            t_th = None
+            if torch is not None:
+                tdt = getattr(torch, dtype)
+                ta, tb = torch.from_numpy(x).to(tdt), torch.from_numpy(y).to(tdt)
+                tfn = lambda: torch.matmul(ta, tb)  # noqa: E731
+                problem = _check(tfn().float().numpy(), ref, xr, yr, dtype, n)
+                if problem:
+                    rows.append(result(bench, "torch.matmul", "torch", "GFLOP/s", None,
+                                       "higher", status="WRONG", note=problem))
+                else:
+                    # Dragon again after torch: the better of the two rounds each.
+                    t_th, runs_th = _time(tfn)
+                    t2, r2 = _time(fn)
+                    t_dg, runs_dg = min(t_dg, t2), runs_dg + r2
+                    rows.append(result(bench, "torch.matmul", "torch", "GFLOP/s",
+                                       flops / t_th / 1e9, "higher",
+                                       ms_per_run=[t * 1e3 for t in runs_th]))
+            target = None
+            if dtype == "float32" and peak:
+                target = PEAK_FRACTION * peak
+            rows.append(result(bench, "dg.ops.matmul", "dragon", "GFLOP/s", flops / t_dg / 1e9,
+                               "higher", target,
+                               note=(f"{flops / t_dg / 1e9 / peak:.0%} of the "
+                                     f"{peak:.0f} GFLOP/s FMA peak") if peak and
+                               dtype == "float32" else "",
+                               ms_per_run=[t * 1e3 for t in runs_dg]))
+            if t_th is not None:
+                need = 1.0 if dtype == "float32" or n == 2048 else None
+                rows.append(result(bench, "ratio torch/dragon time", "dragon", "x",
+                                   t_th / t_dg, "higher", need))
+    return rows

@@ -1,0 +1,328 @@
+"""Mixed precision: ``autocast`` and ``GradScaler`` (see docs/mixed-precision.md).
+
+Inside ``with dragon_core.autocast("cpu", dtype=dragon_core.bfloat16):`` every
+op call of this thread goes through an op table modelled on torch's autocast
+lists:
+
+* **lower precision** ops (:data:`LOWER_PRECISION_OPS`: matmuls and
+  convolutions) get their float32 inputs cast to the autocast dtype, so they
+  run on the bf16 kernels (oneDNN's AVX512-BF16 / AMX paths when the mkldnn
+  plugin is installed) and return the autocast dtype;
+* **float32** ops (:data:`FLOAT32_OPS`: reductions, norms, softmax, losses,
+  exp/log/pow) get their float16/bfloat16 inputs cast to float32;
+* **promote** ops (:data:`PROMOTE_OPS`: binary element-wise, concat, where)
+  that mix float32 with float16/bfloat16 inputs compute in float32;
+* every other op runs on its inputs as given.
+
+The casts are ordinary ``Cast`` ops, recorded by autograd and graph traces
+(so gradients flow back to float32 parameters in float32), and the choice is
+made in the core's dispatcher (``dragon_core._C``), so operators such as
+``a @ b`` are covered too. Backward passes run with autocast off: gradient
+rules see the dtypes the forward ops used. ``dragon_core.function(fn,
+autocast="bfloat16")`` traces ``fn`` under the same policy.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from . import _C
+from ._dtypes import as_dtype
+
+__all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype",
+           "LOWER_PRECISION_OPS", "FLOAT32_OPS", "PROMOTE_OPS"]
+
+#: Ops that run in the autocast dtype (float32 inputs cast down).
+LOWER_PRECISION_OPS = (
+    "MatMul", "MatMulBiasAct", "Gemm",
+    "Conv2d", "Conv2dBiasAct", "Conv3d", "ConvTranspose2d", "ConvTranspose3d",
+)
+
+#: Ops that run in float32 (float16/bfloat16 inputs cast up): reductions,
+#: norms, softmax, losses and the functions whose range or accuracy needs it.
+FLOAT32_OPS = (
+    # reductions
+    "ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin", "ReduceL1",
+    "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "ReduceVar", "ReduceStd",
+    "CumSum", "CumProd", "Norm",
+    # norms
+    "LayerNorm", "BatchNorm", "BatchNorm2d", "GroupNorm", "InstanceNorm", "RMSNorm",
+    # softmax
+    "Softmax", "LogSoftmax",
+    # losses
+    "CrossEntropy", "CrossEntropyLoss", "SoftmaxCrossEntropy", "NllLoss", "MseLoss",
+    "L1Loss", "SmoothL1Loss", "HuberLoss", "BinaryCrossEntropy",
+    "BinaryCrossEntropyWithLogits", "SigmoidCrossEntropyWithLogits", "SigmoidFocalLoss",
+    "KlDiv",
+    # range / accuracy
+    "Exp", "Log", "Log1p", "Expm1", "Pow", "Sqrt", "Rsqrt", "Reciprocal",
+)
+
+#: Ops computed in float32 when their inputs mix float32 with a 16-bit float.
+PROMOTE_OPS = (
+    "Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Where", "Concat", "Stack",
+    "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "Atan2",
+)
+
+_POLICY = {"lower": 1, "float32": 2, "promote": 3}
+_LOW_DTYPES = ("bfloat16", "float16")
+_table_lock = threading.Lock()
+_table_key = [None]   # size of dragon_core.ops when the table was last set
+
+
+def _apply_table() -> None:
+    """Set the op table in the core (again when plugins have added ops)."""
+    from . import ops
+    key = len(vars(ops))
+    if key == _table_key[0]:
+        return
+    with _table_lock:
+        for names, policy in ((LOWER_PRECISION_OPS, "lower"), (FLOAT32_OPS, "float32"),
+                              (PROMOTE_OPS, "promote")):
+            for name in names:
+                _C._autocast_policy(name, _POLICY[policy])
+        _table_key[0] = key
+
+
+def is_autocast_enabled() -> bool:
+    """Whether this thread is inside an enabled :class:`autocast`."""
+    return _C._autocast_get() >= 0
+
+
+def get_autocast_dtype():
+    """The dtype of this thread's autocast, or None when it is off."""
+    code = _C._autocast_get()
+    return None if code < 0 else as_dtype(_code_name(code))
+
+
+def _code_name(code: int) -> str:
+    for name in _LOW_DTYPES:
+        if as_dtype(name).code == code:
+            return name
+    raise AssertionError(f"autocast dtype code {code}")
+
+
+class autocast:  # noqa: N801 - the name users know from torch
+    """Run matmuls and convolutions in a 16-bit float, the rest in float32.
+
+    Parameters
+    ----------
+    device_type : str
+        ``"cpu"``: the device whose ops the policy applies to. Autocast is
+        a property of the calling thread and applies to every op it calls;
+        only ``"cpu"`` is accepted today.
+    dtype : dtype, default bfloat16
+        ``bfloat16`` or ``float16``: what :data:`LOWER_PRECISION_OPS` compute in.
+    enabled : bool, default True
+        False runs the block with autocast off (also inside an enabled one).
+
+    Examples
+    --------
+    >>> import dragon_core as dg
+    >>> a = dg.ops.ones((4, 8)); b = dg.ops.ones((8, 2))
+    >>> with dg.autocast("cpu", dtype=dg.bfloat16):
+    ...     y = a @ b
+    >>> y.dtype.name
+    'bfloat16'
+    >>> with dg.autocast("cpu"):
+    ...     s = dg.ops.softmax(y)
+    >>> s.dtype.name
+    'float32'
+    """
+
+    def __init__(self, device_type: str = "cpu", dtype=None, enabled: bool = True):
+        if not isinstance(device_type, str) or device_type.split(":")[0] != "cpu":
+            raise ValueError(f"autocast: device_type must be 'cpu', got {device_type!r} "
+                             "(autocast policies exist for the cpu device only)")
+        if dtype is None:
+            dtype = "bfloat16"
+        dt = as_dtype(dtype)
+        if dt.name not in _LOW_DTYPES:
+            raise ValueError(f"autocast: dtype must be bfloat16 or float16, got {dt.name}")
+        if not isinstance(enabled, bool):
+            raise TypeError(f"autocast: enabled must be a bool, got {enabled!r}")
+        self.device_type = "cpu"
+        self.dtype = dt
+        self.enabled = enabled
+        self._prev: list = []
+
+    def __enter__(self):
+        _apply_table()
+        self._prev.append(_C._autocast_set(self.dtype.code if self.enabled else -1))
+        return self
+
+    def __exit__(self, *exc):
+        _C._autocast_set(self._prev.pop())
+        return False
+
+    def __call__(self, fn):
+        """Use as a decorator: ``fn`` runs inside this autocast."""
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with autocast(self.device_type, self.dtype, self.enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class _autocast_off:  # noqa: N801
+    """Autocast off for the block (backward passes)."""
+
+    def __enter__(self):
+        self._prev = _C._autocast_set(-1)
+
+    def __exit__(self, *exc):
+        _C._autocast_set(self._prev)
+        return False
+
+
+class GradScaler:
+    """Dynamic loss scaling for float16 training.
+
+    float16 gradients underflow below about 6e-8; scaling the loss by
+    ``scale`` before ``backward()`` keeps them representable. ``step``
+    unscales the gradients, skips the optimizer step when any is inf or
+    NaN, and ``update`` shrinks the scale by ``backoff_factor`` after such
+    a step or grows it by ``growth_factor`` after ``growth_interval``
+    finite steps in a row.
+
+    Parameters
+    ----------
+    init_scale : float, default 65536.0
+    growth_factor : float, default 2.0
+    backoff_factor : float, default 0.5
+    growth_interval : int, default 2000
+    enabled : bool, default True
+        False makes every method a pass-through (``scale`` returns the loss).
+
+    Examples
+    --------
+    >>> import dragon_core as dg
+    >>> w = dg.ops.ones((3,)); w.requires_grad = True
+    >>> opt = dg.optim.SGD([w], lr=0.1)
+    >>> scaler = dg.GradScaler(init_scale=1024.0)
+    >>> loss = (w * w).sum()
+    >>> scaler.scale(loss).backward()
+    >>> scaler.step(opt)
+    True
+    >>> scaler.update()
+    >>> [round(float(v), 3) for v in w.numpy()]
+    [0.8, 0.8, 0.8]
+    """
+
+    def __init__(self, init_scale: float = 65536.0, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 enabled: bool = True):
+        if not (init_scale > 0 and math.isfinite(init_scale)):
+            raise ValueError(f"GradScaler: init_scale must be a positive finite float, "
+                             f"got {init_scale!r}")
+        if not growth_factor > 1.0:
+            raise ValueError(f"GradScaler: growth_factor must be > 1, got {growth_factor!r}")
+        if not 0.0 < backoff_factor < 1.0:
+            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), "
+                             f"got {backoff_factor!r}")
+        if not (isinstance(growth_interval, int) and growth_interval > 0):
+            raise ValueError(f"GradScaler: growth_interval must be a positive int, "
+                             f"got {growth_interval!r}")
+        self._scale = float(init_scale)
+        self.growth_factor = float(growth_factor)
+        self.backoff_factor = float(backoff_factor)
+        self.growth_interval = growth_interval
+        self.enabled = bool(enabled)
+        self._good_steps = 0
+        self._unscaled: dict = {}   # id(optimizer) -> found_inf
+        self._found_inf = None
+
+    def get_scale(self) -> float:
+        """The current scale (1.0 when disabled)."""
+        return self._scale if self.enabled else 1.0
+
+    def scale(self, loss):
+        """``loss * scale`` (call ``backward()`` on the result), computed in
+        float32 for a float16/bfloat16 loss."""
+        if not self.enabled:
+            return loss
+        if loss.dtype.name in _LOW_DTYPES:
+            # The scale (2**16 by default) overflows float16: scale in float32.
+            loss = loss.astype("float32")
+        return loss * self._scale
+
+    @staticmethod
+    def _params(optimizer):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    yield p
+
+    def unscale_(self, optimizer) -> None:
+        """Divide the gradients of ``optimizer``'s parameters by the scale,
+        in place, once per step (e.g. before gradient clipping)."""
+        from . import _autograd
+        if not self.enabled:
+            return
+        if id(optimizer) in self._unscaled:
+            raise RuntimeError("GradScaler.unscale_: already called for this optimizer "
+                               "since the last update()")
+        inv = 1.0 / self._scale
+        found = False
+        with _autograd.no_grad():
+            for p in self._params(optimizer):
+                g = p.grad
+                g32 = g if g.dtype.name in ("float32", "float64") else g.astype("float32")
+                if not found and not bool(np.isfinite(g32.numpy()).all()):
+                    found = True
+                p.grad = (g32 * inv).astype(g.dtype)
+        self._unscaled[id(optimizer)] = found
+
+    def step(self, optimizer, *args, **kwargs) -> bool:
+        """Unscale (unless done) and run ``optimizer.step()`` unless a
+        gradient is inf/NaN; returns whether the step ran."""
+        if not self.enabled:
+            optimizer.step(*args, **kwargs)
+            return True
+        if id(optimizer) not in self._unscaled:
+            self.unscale_(optimizer)
+        found = self._unscaled[id(optimizer)]
+        self._found_inf = bool(found) or bool(self._found_inf)
+        if found:
+            return False
+        optimizer.step(*args, **kwargs)
+        return True
+
+    def update(self, new_scale: float | None = None) -> None:
+        """Adjust the scale after a step (or set it to ``new_scale``)."""
+        if not self.enabled:
+            return
+        if new_scale is not None:
+            if not (new_scale > 0 and math.isfinite(new_scale)):
+                raise ValueError(f"GradScaler.update: new_scale must be a positive finite "
+                                 f"float, got {new_scale!r}")
+            self._scale = float(new_scale)
+            self._good_steps = 0
+        elif self._found_inf:
+            self._scale *= self.backoff_factor
+            self._good_steps = 0
+        elif self._found_inf is not None:
+            self._good_steps += 1
+            if self._good_steps >= self.growth_interval:
+                self._scale *= self.growth_factor
+                self._good_steps = 0
+        self._found_inf = None
+        self._unscaled.clear()
+
+    def state_dict(self) -> dict:
+        """The scaler's state (for checkpoints)."""
+        return {"scale": self._scale, "growth_factor": self.growth_factor,
+                "backoff_factor": self.backoff_factor, "growth_interval": self.growth_interval,
+                "good_steps": self._good_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._scale = float(state["scale"])
+        self.growth_factor = float(state["growth_factor"])
+        self.backoff_factor = float(state["backoff_factor"])
+        self.growth_interval = int(state["growth_interval"])
+        self._good_steps = int(state["good_steps"])

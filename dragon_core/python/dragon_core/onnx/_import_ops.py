@@ -85,14 +85,18 @@ for _name, _fn in {"Abs": ops.abs, "Neg": ops.neg, "Exp": ops.exp, "Log": ops.lo
                    "Sqrt": ops.sqrt, "Reciprocal": ops.reciprocal, "Sigmoid": ops.sigmoid,
                    "Tanh": ops.tanh, "Relu": ops.relu, "Floor": ops.floor, "Ceil": ops.ceil,
                    "Round": ops.round, "Sign": ops.sign, "Sin": ops.sin, "Cos": ops.cos,
-                   "Not": ops.logical_not}.items():
+                   "Tan": ops.tan, "Asin": ops.asin, "Acos": ops.acos, "Atan": ops.atan,
+                   "Sinh": ops.sinh, "Cosh": ops.cosh, "Asinh": ops.asinh,
+                   "Acosh": ops.acosh, "Atanh": ops.atanh, "Erf": ops.erf,
+                   "Not": ops.logical_not, "BitwiseNot": ops.bitwise_not}.items():
     op(_name)(_unary(_fn))
 
 for _name, _fn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul,
                    "Equal": ops.equal, "Greater": ops.greater, "Less": ops.less,
                    "GreaterOrEqual": ops.greater_equal, "LessOrEqual": ops.less_equal,
                    "And": ops.logical_and, "Or": ops.logical_or,
-                   "Xor": ops.not_equal}.items():
+                   "Xor": ops.not_equal, "BitwiseAnd": ops.bitwise_and,
+                   "BitwiseOr": ops.bitwise_or, "BitwiseXor": ops.bitwise_xor}.items():
     op(_name)(lambda n, _fn=_fn: _fn(n.x(0), n.x(1)))
 
 
@@ -110,16 +114,6 @@ def _div(n):
 @op("Identity")
 def _identity(n):
     return n.values[0]
-
-
-@op("Tan")
-def _tan(n):
-    return ops.tan(n.x(0))
-
-
-@op("Erf")
-def _erf(n):
-    return ops.erf(n.x(0))
 
 
 @op("Pow")
@@ -1722,36 +1716,6 @@ def _attention(n):
 
 # ---------------------------------------------------- more composites
 
-@op("Sinh")
-def _sinh(n):
-    x = n.x(0)
-    return ops.sinh(x)
-
-
-@op("Cosh")
-def _cosh(n):
-    x = n.x(0)
-    return ops.cosh(x)
-
-
-@op("Asinh")
-def _asinh(n):
-    x = n.x(0)
-    return ops.asinh(x)
-
-
-@op("Acosh")
-def _acosh(n):
-    x = n.x(0)
-    return ops.acosh(x)
-
-
-@op("Atanh")
-def _atanh(n):
-    x = n.x(0)
-    return ops.atanh(x)
-
-
 def _window(kind):
     def run(n):
         size = int(np.asarray(n.static(0)).reshape(-1)[0])
@@ -1996,16 +1960,6 @@ def _needs(*names):
         missing = [nm for nm in names if not hasattr(ops, nm)]
         return f"needs dragon_core.ops.{', '.join(missing)}" if missing else None
     return check
-
-
-for _name, _py in {"Asin": "asin", "Acos": "acos", "Atan": "atan"}.items():
-    op(_name, check=_needs(_py))(lambda n, _py=_py: getattr(ops, _py)(n.x(0)))
-
-for _name, _py in {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
-                   "BitwiseXor": "bitwise_xor"}.items():
-    op(_name, check=_needs(_py))(lambda n, _py=_py: getattr(ops, _py)(n.x(0), n.x(1)))
-
-op("BitwiseNot", check=_needs("bitwise_not"))(lambda n: ops.bitwise_not(n.x(0)))
 
 
 @op("BitShift", check=_needs("left_shift", "right_shift"))

@@ -2391,3 +2391,97 @@ def _cumprod(n):
         return x
     parts = [outs[i] for i in range(length)]
     return parts[0] if length == 1 else ops.concat(parts, axis)
+
+
+# --------------------------------------- data-dependent output shapes
+# NonZero, Unique and NonMaxSuppression produce tensors whose shape depends
+# on the values: load() runs these nodes eagerly between compiled segments
+# (_segments.py), so their inputs here are concrete tensors and the count is
+# read on the host.
+
+_UNIQUE_WIDE = {"float16": "float32", "bfloat16": "float32", "int8": "int32",
+                "int16": "int32", "uint8": "int32", "bool": "int32"}
+
+
+@op("NonZero")
+def _nonzero(n):
+    return ops.nonzero(n.x(0))
+
+
+@op("Unique")
+def _unique(n):
+    """numpy.unique through Dragon's Unique (float32/64, int32/64); the
+    other dtypes go through a wider one that holds them exactly."""
+    x = n.x(0)
+    wide = _UNIQUE_WIDE.get(dt(x))
+    xw = ops.cast(x, wide) if wide else x
+    axis = n.a("axis", None)
+    y, first, inverse, counts = ops.unique(xw, True, True, True, sorted=bool(n.a("sorted", 1)),
+                                           axis=axis)
+    if wide:
+        y = ops.cast(y, dt(x))
+    return [y, first, reshape(inverse, [-1]), counts]
+
+
+def _check_nms(attrs, opset, node):
+    if "Nms" not in {d["name"] for d in _C.list_ops()}:
+        return "needs vision_ops' Nms op (install the dragon-vision-ops plugin)"
+    if attrs.get("center_point_box", 0) not in (0, 1):
+        return f"center_point_box={attrs['center_point_box']} (ONNX allows 0 and 1)"
+    return None
+
+
+@op("NonMaxSuppression", check=_check_nms)
+def _non_max_suppression(n):
+    """Per batch and class: the boxes scoring above score_threshold, by
+    decreasing score (ties: lower index), through vision_ops' greedy Nms,
+    at most max_output_boxes_per_class of them. Corners are reordered
+    (ONNX boxes may be flipped) and center boxes converted first; a
+    negative iou_threshold suppresses what 0 does (overlapping boxes: ONNX
+    never suppresses disjoint ones)."""
+    boxes, scores = n.x(0), n.x(1)
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 \
+            or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        n.fail(f"boxes must be [B, N, 4] and scores [B, C, N], got {list(boxes.shape)} and "
+               f"{list(scores.shape)}")
+    if dt(boxes) not in ("float32", "float64") or dt(scores) != dt(boxes):
+        n.fail(f"boxes and scores must both be float32 or float64, got {dt(boxes)} and "
+               f"{dt(scores)}")
+
+    def scalar(i, default, kind):
+        v = n.static(i)
+        if v is None or np.asarray(v).size == 0:
+            return default
+        return kind(np.asarray(v).reshape(-1)[0])
+
+    max_out = max(scalar(2, 0, int), 0)
+    iou = max(scalar(3, 0.0, float), 0.0)
+    score_thr = scalar(4, None, float)
+    if n.a("center_point_box", 0) == 1:      # [xc, yc, w, h] -> corners
+        c, half = ops.slice(boxes, [0], [2], [1], [2]), ops.mul(
+            ops.slice(boxes, [2], [4], [1], [2]), like(boxes, 0.5))
+        lo, hi = ops.sub(c, half), ops.add(c, half)
+    else:                                     # [y1, x1, y2, x2], either diagonal
+        a, b = ops.slice(boxes, [0], [2], [1], [2]), ops.slice(boxes, [2], [4], [1], [2])
+        lo, hi = ops.minimum(a, b), ops.maximum(a, b)
+    corners = ops.concat([lo, hi], 2)
+    score_host = scores.numpy()
+    rows = []
+    for bi in range(boxes.shape[0]):
+        box_b = ops.slice(corners, [bi], [bi + 1], [1], [0])
+        box_b = reshape(box_b, [boxes.shape[1], 4])
+        for ci in range(scores.shape[1]):
+            if max_out == 0:
+                continue
+            s = score_host[bi, ci]
+            cand = np.arange(s.size) if score_thr is None else np.nonzero(s > score_thr)[0]
+            if cand.size == 0:
+                continue
+            idx = const(cand, "int64")
+            keep, count = ops.nms_padded(ops.gather(box_b, idx, 0),
+                                         ops.gather(tensor(np.ascontiguousarray(s)), idx, 0),
+                                         iou_threshold=iou)
+            kept = cand[keep.numpy()[:min(int(count.item()), max_out)]]
+            rows.append(np.stack([np.full(kept.size, bi), np.full(kept.size, ci), kept], 1))
+    sel = np.concatenate(rows, 0) if rows else np.zeros((0, 3), np.int64)
+    return [tensor(sel.astype(np.int64))]

@@ -810,3 +810,91 @@ def _sdpa(e, ins, outs, a):
                                        keepdims=1), e.scalar(-np.inf, q)])
         p = e.node("Where", [dead, e.scalar(0.0, q), p])
     e.node("MatMul", [p, v], outs)
+
+
+# ------------------------------------- data-dependent ops (padded forms)
+# Dragon's graphs hold NonZero and Unique in padded form (worst-case sizes
+# plus a 0-d count); ONNX's ops return the exact sizes, so each is written as
+# the ONNX op, then Pad back to the padded size and Shape for the count.
+
+# onnxruntime 1.31's NonZero / Unique kernels lack some dtypes: those go
+# through a wider dtype that holds them exactly (float64 NonZero through
+# x != 0, which keeps NaN and values too small for float32).
+_NONZERO_CAST = {"float16": "float32", "bfloat16": "float32", "int8": "int32",
+                 "int16": "int32"}
+_UNIQUE_CAST = {"float16": "float32", "bfloat16": "float32", "int32": "int64"}
+
+
+def _widened(e, x: str, table: dict) -> str:
+    to = table.get(e.dtype(x))
+    return x if to is None else e.node("Cast", [x], to=e.onnx_dtype(to))
+
+
+def _pad_end(e, x: str, rank: int, axis: int, target: int, count: str, value) -> str:
+    """``x`` padded at the end of ``axis`` with ``value`` (a NumPy scalar of
+    ``x``'s dtype) up to ``target`` (``count`` [1] int64: its current size
+    there)."""
+    zeros = lambda k: e.const(np.zeros(k, np.int64))  # noqa: E731
+    parts = [zeros(rank + axis), e.node("Sub", [e.const(np.array([target], np.int64)), count])]
+    if rank - axis - 1:
+        parts.append(zeros(rank - axis - 1))
+    pads = e.node("Concat", parts, axis=0)
+    return e.node("Pad", [x, pads, e.const(np.asarray(value))], mode="constant")
+
+
+@export_op("NonZero")
+def _nonzero_padded(e, ins, outs, a):
+    """Dragon's padded NonZero ([rank, numel] coordinates then -1, and the
+    count) from ONNX NonZero's [rank, count]."""
+    x = ins[0]
+    shape = e.shape(x)
+    numel, rank = int(np.prod(shape, dtype=np.int64)), len(shape)
+    src = _widened(e, x, _NONZERO_CAST)
+    if e.dtype(x) == "float64":
+        src = e.node("Not", [e.node("Equal", [x, e.const(np.zeros((), np.float64))])])
+    if rank == 0:
+        src = e.node("Reshape", [src, e.const(np.array([1], np.int64))])
+    nz = e.node("NonZero", [src])
+    count = e.node("Shape", [nz], start=1, end=2)
+    if rank == 0:     # [1, c] -> [0, c]
+        z = e.const(np.array([0], np.int64))
+        nz = e.node("Slice", [nz, z, z, z])
+    padded = _pad_end(e, nz, 2, 1, numel, count, np.int64(-1))
+    e.node("Identity", [padded], [outs[0]])
+    if len(outs) > 1:
+        e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[1]])
+
+
+@export_op("Unique")
+def _unique_padded(e, ins, outs, a):
+    """Dragon's padded Unique from ONNX Unique (same orders: sorted, or
+    first occurrence): values, indices and counts padded with 0 to the
+    worst case, inverse reshaped to x's shape without axis."""
+    x = ins[0]
+    shape = e.shape(x)
+    axis = a.get("axis")
+    src = _widened(e, x, _UNIQUE_CAST)
+    attrs = {"sorted": int(bool(a.get("sorted", True)))}
+    if axis is not None:
+        axis = int(axis) % len(shape)
+        attrs["axis"] = axis
+    names = [e.fresh("unique_y"), e.fresh("unique_idx"), e.fresh("unique_inv"),
+             e.fresh("unique_cnt")]
+    y, idx, inv, cnt = names
+    e.node("Unique", [src], names, **attrs)
+    count = e.node("Shape", [idx])
+    zero = np.zeros((), e.np_dtype(_UNIQUE_CAST.get(e.dtype(x)) or e.dtype(x)))
+    if axis is None:
+        size = int(np.prod(shape, dtype=np.int64))
+        y = _pad_end(e, y, 1, 0, size, count, zero)
+        inv = e.node("Reshape", [inv, e.const(np.array(shape, np.int64))])
+    else:
+        size = int(shape[axis])
+        y = _pad_end(e, y, len(shape), axis, size, count, zero)
+    if src != x:
+        y = e.node("Cast", [y], to=e.onnx_dtype(e.dtype(x)))
+    e.node("Identity", [y], [outs[0]])
+    e.node("Identity", [_pad_end(e, idx, 1, 0, size, count, np.int64(0))], [outs[1]])
+    e.node("Identity", [inv], [outs[2]])
+    e.node("Identity", [_pad_end(e, cnt, 1, 0, size, count, np.int64(0))], [outs[3]])
+    e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[4]])

@@ -1585,8 +1585,9 @@ def _lp_pool(n):
 
 @op("Compress")
 def _compress(n):
-    """The condition is read at trace time (the loader keys its traces on
-    its value when it is a graph input, as for a Reshape target)."""
+    """The condition is read on the host: at trace time when it is an
+    initializer or a Constant; a condition computed at run time makes load
+    run this node eagerly between compiled segments (_segments.py)."""
     x = n.x(0)
     keep = np.nonzero(np.asarray(n.static(1)).reshape(-1).astype(bool))[0]
     axis = n.a("axis", None)

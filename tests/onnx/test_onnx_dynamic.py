@@ -349,3 +349,25 @@ def test_exported_padded_ops_load_back_as_segments():
     assert g.num_graphs >= 1 and g._segments is not None
     for got, ref in zip(g(x), f(dg.tensor(x))):
         np.testing.assert_array_equal(got.numpy(), ref.numpy())
+
+
+@pytest.mark.skipif(not hasattr(dg.ops, "batched_nms_padded"),
+                    reason="dragon-vision-ops is not installed")
+@pytest.mark.parametrize("n, cats", [(0, 1), (1, 3), (30, 1), (30, 3), (200, 50)])
+def test_batched_nms_exports_to_non_max_suppression(n, cats):
+    """Per-category NMS as ONNX NonMaxSuppression with one class per
+    category; many tied scores check Dragon's order (score, then index)."""
+    rng = np.random.default_rng(8)
+    xy = rng.uniform(0, 20, (n, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.uniform(2, 10, (n, 2)).astype(np.float32)], 1)
+    scores = rng.integers(0, 10, n).astype(np.float32) / 10.0
+    idxs = rng.integers(0, cats, n).astype(np.int64) * 7 - 3      # arbitrary category ids
+
+    def f(b, s, i):
+        return dg.ops.batched_nms_padded(b, s, i, 0.3)
+
+    model = dgx.export(f, [boxes, scores, idxs], None)
+    assert "NonMaxSuppression" in {nd.op_type for nd in model.graph.node}
+    assert all(nd.domain == "" for nd in model.graph.node)
+    _same(_ort(model, boxes, scores, idxs), f(dg.tensor(boxes), dg.tensor(scores),
+                                               dg.tensor(idxs)))

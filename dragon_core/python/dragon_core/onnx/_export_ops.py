@@ -898,3 +898,41 @@ def _unique_padded(e, ins, outs, a):
     e.node("Identity", [inv], [outs[2]])
     e.node("Identity", [_pad_end(e, cnt, 1, 0, size, count, np.int64(0))], [outs[3]])
     e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[4]])
+
+
+@export_op("BatchedNms")
+def _batched_nms(e, ins, outs, a):
+    """vision_ops' per-category padded NMS from ONNX NonMaxSuppression with
+    one class per distinct category: a box scores its own score in its
+    category's class and -inf elsewhere, which the lowest float32 as
+    score_threshold drops (so a box scored -inf is never kept). The
+    selection (class-major) is put back in Dragon's order, decreasing score
+    and then lower index, by a TopK on the box index and a TopK on the
+    score (ONNX TopK keeps equal values in index order)."""
+    boxes, scores, idxs = ins[0], ins[1], ins[2]
+    n = e.shape(boxes)[0]
+    i64 = lambda v: e.const(np.array(v, np.int64))  # noqa: E731
+    f32 = e.np_dtype(e.dtype(scores))
+    cats = [e.fresh("cats"), e.fresh("cat_idx"), e.fresh("cat_of"), e.fresh("cat_n")]
+    e.node("Unique", [idxs], cats, sorted=1)
+    num_cats = e.node("Reshape", [e.node("Shape", [cats[0]]), i64([])])
+    member = e.node("Equal", [e.node("Unsqueeze", [cats[2], i64([0])]),
+                              e.node("Unsqueeze", [e.node("Range", [i64(0), num_cats, i64(1)]),
+                                                   i64([1])])])          # [C, N]
+    cls_scores = e.node("Where", [member, e.node("Unsqueeze", [scores, i64([0])]),
+                                  e.const(np.array(-np.inf, f32))])
+    sel = e.node("NonMaxSuppression", [
+        e.node("Unsqueeze", [boxes, i64([0])]), e.node("Unsqueeze", [cls_scores, i64([0])]),
+        i64([n]), e.const(np.array([a["iou_threshold"]], np.float32)),
+        e.const(np.array([np.finfo(np.float32).min], np.float32))])
+    picked = e.node("Reshape", [e.node("Slice", [sel, i64([2]), i64([3]), i64([1])]),
+                                i64([-1])])
+    count = e.node("Shape", [picked])
+    by_index = e.node("TopK", [picked, count], [e.fresh("by_index"), e.fresh("unused")],
+                      largest=0, sorted=1)
+    order = [e.fresh("order_v"), e.fresh("order_i")]
+    e.node("TopK", [e.node("Gather", [scores, by_index]), count], order, largest=1, sorted=1)
+    keep = e.node("Gather", [by_index, order[1]])
+    e.node("Identity", [_pad_end(e, keep, 1, 0, n, count, np.int64(-1))], [outs[0]])
+    if len(outs) > 1:
+        e.node("Reshape", [count, i64([])], [outs[1]])

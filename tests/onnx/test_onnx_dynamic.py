@@ -140,6 +140,35 @@ def test_value_of_an_eager_output_needed_at_trace_time():
     assert f(np.array([6, 6, 6, 6]), z)[0].shape == (6,)
 
 
+def test_segmented_model_from_several_threads():
+    import threading
+    m = _model([helper.make_node("Unique", ["s"], ["shape"], sorted=0),
+                helper.make_node("Reshape", ["z", "shape"], ["y"])],
+               [_vi("s", I64, [4]), _vi("z", shape=[6])], [_vi("y")])
+    f = dgx.load(m)
+    z = np.arange(6, dtype=np.float32)
+    cases = [([2, 3, 2, 3], (2, 3)), ([3, 3, 2, 2], (3, 2)), ([6, 6, 6, 6], (6,)),
+             ([1, 6, 1, 6], (1, 6))]
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(20):
+                s, want = cases[(k + i) % len(cases)]
+                y = f(np.array(s), z)[0]
+                assert y.shape == want
+                np.testing.assert_array_equal(y.numpy().reshape(-1), z)
+        except Exception as exc:          # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def test_nonzero_inside_an_if_branch_runs_the_if_eagerly():
     then = helper.make_graph([helper.make_node("NonZero", ["x"], ["a"])], "then", [],
                              [_vi("a", I64)])

@@ -106,7 +106,8 @@ class _Static:
         owner = self.owner
         run = _Run(owner.opset, owner.base_dir, owner._keep)
         env = {nm: Value(t) for nm, t in owner.initializers.items()}
-        for nm, t in zip([n for n in self.inputs if n not in self.static], dynamic):
+        fixed = {nm for nm, *_ in static}
+        for nm, t in zip([n for n in self.inputs if n not in fixed], dynamic):
             env[nm] = Value(t, frozenset([nm]))
         for nm, dt, shape, data in static:
             env[nm] = Value(tensor(np.frombuffer(data, np_dtype(dt)).reshape(shape)))
@@ -114,9 +115,12 @@ class _Static:
         return [env[nm].t for nm in self.outputs]
 
     def _args(self, env: dict):
-        dynamic = [env[nm] for nm in self.inputs if nm not in self.static]
+        """(tensors of the inputs, (name, dtype, shape, bytes) of the static
+        ones): the arguments of ``fn`` (the static ones key its traces)."""
+        fixed = self.static
+        dynamic = [env[nm] for nm in self.inputs if nm not in fixed]
         static = tuple((nm, env[nm].dtype.name, tuple(env[nm].shape), env[nm].numpy().tobytes())
-                       for nm in self.inputs if nm in self.static)
+                       for nm in self.inputs if nm in fixed)
         return dynamic, static
 
     def run(self, env: dict) -> None:
@@ -133,10 +137,10 @@ class _Static:
                     outs = dict(zip(self.outputs, self.fn(dynamic, static)))
                     break
                 except NeedStatic as exc:
-                    new = exc.inputs - self.static
-                    if not new:
+                    if exc.inputs <= {nm for nm, *_ in static}:
                         raise RuntimeError("internal: a static input was asked twice") from exc
-                    self.static |= new
+                    # (another thread may have added them meanwhile: retry)
+                    self.static = self.static | exc.inputs
                     self.seen.clear()       # keys now hold those values
                     dynamic, static = self._args(env)
             else:

@@ -284,6 +284,35 @@ def test_non_max_suppression_matches_the_reference(center, with_score, max_out):
 
 
 @pytest.mark.skipif(not hasattr(dg.ops, "nms_padded"), reason="dragon-vision-ops is not installed")
+@pytest.mark.parametrize("max_out", [1, 25, 60, 1000])
+def test_non_max_suppression_prefix_growth_is_exact(monkeypatch, max_out):
+    """Crowded boxes (most suppressed): Nms runs on a growing prefix of the
+    score order until it keeps max_out boxes; the result is the reference's."""
+    calls = []
+    real = dg.ops.nms_padded
+    monkeypatch.setattr(dg.ops, "nms_padded", lambda b, *a, **k: calls.append(b.shape[0])
+                        or real(b, *a, **k))
+    rng = np.random.default_rng(9)
+    n = 600
+    lo = rng.uniform(0, 30, (1, n, 2)).astype(np.float32)
+    boxes = np.concatenate([lo, lo + rng.uniform(10, 20, (1, n, 2)).astype(np.float32)], 2)
+    scores = rng.integers(0, 50, (1, 1, n)).astype(np.float32) / 50.0     # ties
+    scores[0, 0, ::37] = np.nan                                            # never kept
+    m = _model([helper.make_node("NonMaxSuppression", ["boxes", "scores", "mo", "iou"],
+                                 ["sel"])],
+               [_vi("boxes", shape=[1, n, 4]), _vi("scores", shape=[1, 1, n])], [_vi("sel", I64)],
+               [numpy_helper.from_array(np.array([max_out], np.int64), "mo"),
+                numpy_helper.from_array(np.array([0.3], np.float32), "iou")])
+    (got,) = dgx.load(m)(boxes, scores)
+    want = _reference(m, boxes, np.nan_to_num(scores, nan=-np.inf))[0]
+    want = want[np.isfinite(scores[0, 0, want[:, 2]])]
+    np.testing.assert_array_equal(got.numpy(), want[:max_out])
+    assert calls[0] == min(max(4 * max_out, 64), n - len(range(0, n, 37)))
+    if max_out in (25, 60):
+        assert len(calls) > 1           # the prefix grew
+
+
+@pytest.mark.skipif(not hasattr(dg.ops, "nms_padded"), reason="dragon-vision-ops is not installed")
 def test_non_max_suppression_feeds_a_compiled_gather():
     """Detection post-processing: NMS selects rows, a compiled segment
     gathers the kept boxes."""

@@ -2436,7 +2436,9 @@ def _check_nms(attrs, opset, node):
 def _non_max_suppression(n):
     """Per batch and class: the boxes scoring above score_threshold, by
     decreasing score (ties: lower index), through vision_ops' greedy Nms,
-    at most max_output_boxes_per_class of them. Corners are reordered
+    at most max_output_boxes_per_class of them (Nms runs on a prefix of the
+    score order that keeps enough, grown as needed: exact, and it does not
+    visit thousands of boxes for 100 outputs). Corners are reordered
     (ONNX boxes may be flipped) and center boxes converted first; a
     negative iou_threshold suppresses what 0 does (overlapping boxes: ONNX
     never suppresses disjoint ones)."""
@@ -2475,14 +2477,26 @@ def _non_max_suppression(n):
             if max_out == 0:
                 continue
             s = score_host[bi, ci]
-            cand = np.arange(s.size) if score_thr is None else np.nonzero(s > score_thr)[0]
-            if cand.size == 0:
+            # Candidates in the order Nms visits them: decreasing score, ties
+            # by lower index (NaN scores are never kept and suppress nothing).
+            cand = np.nonzero(~np.isnan(s) if score_thr is None else s > score_thr)[0]
+            cand = cand[np.argsort(-s[cand], kind="stable")]
+            s_t = tensor(np.ascontiguousarray(s))
+            # Greedy NMS decides a box from the boxes before it only, so the
+            # first max_out kept boxes of a prefix are those of the whole
+            # list once the prefix keeps max_out: grow the prefix until then.
+            k = min(cand.size, max(4 * max_out, 64))
+            while cand.size:
+                idx = const(cand[:k], "int64")
+                keep, count = ops.nms_padded(ops.gather(box_b, idx, 0), ops.gather(s_t, idx, 0),
+                                             iou_threshold=iou)
+                kept = cand[:k][keep.numpy()[:int(count.item())]]
+                if kept.size >= max_out or k == cand.size:
+                    break
+                k = min(cand.size, 4 * k)
+            else:
                 continue
-            idx = const(cand, "int64")
-            keep, count = ops.nms_padded(ops.gather(box_b, idx, 0),
-                                         ops.gather(tensor(np.ascontiguousarray(s)), idx, 0),
-                                         iou_threshold=iou)
-            kept = cand[keep.numpy()[:min(int(count.item()), max_out)]]
+            kept = kept[:max_out]
             rows.append(np.stack([np.full(kept.size, bi), np.full(kept.size, ci), kept], 1))
     sel = np.concatenate(rows, 0) if rows else np.zeros((0, 3), np.int64)
     return [tensor(sel.astype(np.int64))]

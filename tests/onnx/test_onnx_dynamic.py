@@ -71,6 +71,16 @@ def test_nonzero_model_runs_as_two_compiled_segments():
         f.get_graph(x)
 
 
+@pytest.mark.parametrize("opt_level", [0, 1, 3])
+def test_segments_with_freeze_and_every_opt_level(opt_level):
+    m = _nonzero_model()
+    f = dgx.load(m, freeze=True, opt_level=opt_level)
+    x = np.random.default_rng(10).standard_normal((3, 5)).astype(np.float32)
+    for g, w in zip(f(x), _reference(m, x)):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-6)
+    assert all(g.metadata["opt_level"] == str(opt_level) for g in f.get_graphs(x))
+
+
 def test_segment_traces_are_reused_per_count():
     f = dgx.load(_nonzero_model())
     x = np.array([[1, -1, 2, 0, 3]] * 3, np.float32)       # 9 non-zeros

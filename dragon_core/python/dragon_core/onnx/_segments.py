@@ -32,9 +32,11 @@ import types
 
 import numpy as np
 
+from .. import _C
 from .._tensor import tensor
 from .._graph.function import Function
 from ._errors import NeedStatic
+from ._load import Value, _Run, np_dtype
 
 # ONNX ops whose output shapes depend on their input values.
 DYNAMIC_OPS = frozenset({"NonZero", "Unique", "NonMaxSuppression", "Compress"})
@@ -102,7 +104,6 @@ class _Static:
                            freeze=owner._freeze)
 
     def _trace(self, dynamic: list, static: tuple):
-        from ._load import Value, _Run, np_dtype
         owner = self.owner
         run = _Run(owner.opset, owner.base_dir, owner._keep)
         env = {nm: Value(t) for nm, t in owner.initializers.items()}
@@ -166,8 +167,6 @@ class _Eager:
 def run_eager(owner, nodes: list, env: dict) -> dict:
     """Interpret ``nodes`` on concrete tensors (no trace); returns name ->
     Tensor of everything they define."""
-    from ._load import Value, _Run
-    from .. import _C
     if _C._is_tracing():
         raise RuntimeError(
             f"ONNX model '{owner.model.graph.name}': its output shapes depend on the input "

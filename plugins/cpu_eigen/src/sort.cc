@@ -222,9 +222,21 @@ void Unique(dg::KernelContext& ctx) {
   int64_t* inverse = ctx.output(2).data<int64_t>();
   int64_t* counts = ctx.output(3).data<int64_t>();
   // Element e (row-major over outer, inner) of slice k.
-  auto at = [&](int64_t k, int64_t e) {
-    return x[(e / s.inner) * s.dim * s.inner + k * s.inner + e % s.inner];
-  };
+  // The slices as the rows of a contiguous [dim, width] array: x itself
+  // when nothing precedes the axis, else a copy with the axis moved first.
+  std::vector<T> moved;
+  const T* rows = x;
+  if (s.outer > 1) {
+    moved.resize(static_cast<size_t>(n * width));
+    for (int64_t o = 0; o < s.outer; ++o) {
+      for (int64_t k = 0; k < n; ++k) {
+        std::copy(x + (o * n + k) * s.inner, x + (o * n + k + 1) * s.inner,
+                  moved.begin() + k * width + o * s.inner);
+      }
+    }
+    rows = moved.data();
+  }
+  auto at = [&](int64_t k, int64_t e) { return rows[k * width + e]; };
   auto slice_less = [&](int64_t a, int64_t b) {
     for (int64_t e = 0; e < width; ++e) {
       const T va = at(a, e), vb = at(b, e);
@@ -275,9 +287,10 @@ void Unique(dg::KernelContext& ctx) {
   // values: (outer, dim, inner) with slice rank[g] = slice group_first[g].
   std::fill(values, values + n * width, T(0));
   for (int64_t g = 0; g < m; ++g) {
-    for (int64_t e = 0; e < width; ++e) {
-      const int64_t o = e / s.inner, in = e % s.inner;
-      values[(o * s.dim + rank[g]) * s.inner + in] = at(group_first[g], e);
+    const T* row = rows + group_first[g] * width;
+    for (int64_t o = 0; o < s.outer; ++o) {
+      std::copy(row + o * s.inner, row + (o + 1) * s.inner,
+                values + (o * s.dim + rank[g]) * s.inner);
     }
     first[rank[g]] = group_first[g];
     counts[rank[g]] = group_count[g];

@@ -29,7 +29,7 @@ def test_function_with_several_outputs_and_many_ops(tmp_path):
         c = dg.ops.concat([y, dg.ops.sqrt(dg.ops.abs(y))], axis=0)
         d = dg.ops.where(h > 0.0, dg.ops.exp(-h), dg.ops.tanh(h))
         e = dg.ops.var(h, axis=[0], ddof=1) + dg.ops.max(h, axis=[1]).mean()
-        g = dg.ops.slice(dg.ops.pad(h, [1, 0, 0, 2], value=0.5), [0, 1], [2, 6], [1, 2], [0, 1])
+        g = dg.ops.slice(dg.ops.pad(h, ((1, 0), (0, 2)), value=0.5), [0, 1], [2, 6], [1, 2], [0, 1])
         return a, b, c, d, e, dg.ops.clip(g, -0.5, 0.5)
 
     rng = np.random.default_rng(1)

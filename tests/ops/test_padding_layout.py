@@ -505,3 +505,36 @@ def test_schema_layout_round_trip():
     w = dg.tensor(np.zeros((1, 1, 3, 3)))
     graph = dg.function(lambda a, b: dg.ops.conv2d(a, b, pads=((1, 0), (0, 1))))
     assert tuple(graph(x, w).shape) == (1, 1, 3, 3)
+
+
+def _padding_ops():
+    from dragon_core import _C
+    return sorted((d["name"], d["py_name"], len(next(a for a in d["attrs"]
+                                                    if a["name"] == "pads")["default"] or []))
+                  for d in _C.list_ops()
+                  if any(a["name"] == "pads" and a["type"] == 5 for a in d["attrs"]))
+
+
+def test_every_op_that_pads_takes_the_one_layout():
+    """Registry-wide, the core's ops and plugins' alike: an op with a
+    ``pads`` attribute documents the layout and rejects a flat list of the
+    wrong length in Python, before any kernel runs."""
+    import inspect
+    ops = _padding_ops()
+    names = {op for op, _, _ in ops}
+    assert {"Conv2d", "ConvTranspose2d", "Conv2dBackpropFilter", "Conv2dBiasAct", "Conv3d",
+            "ConvTranspose3d", "Conv3dBackpropFilter", "MaxPool2d", "MaxPool2dIndices",
+            "MaxPool2dGrad", "AvgPool2d", "AvgPool2dGrad", "MaxPool3d", "AvgPool3d",
+            "AvgPool3dGrad", "Pad"} <= names, names
+    for op, py, n in ops:
+        fn = getattr(dg.ops, py, None) or getattr(dg.ops, "_" + py + "_op")
+        assert "(before, after) pair per axis" in fn.__doc__, op
+        inputs = {i["name"] for i in dg.plugin_api.op_schema(op)["inputs"]}
+        args = []
+        for p in inspect.signature(fn).parameters.values():
+            if p.default is not p.empty or p.kind is p.KEYWORD_ONLY or p.name == "pads":
+                break
+            args.append(dg.tensor(np.zeros(1)) if p.name.rstrip("_") in inputs else [1])
+        axes = n or 1                       # Pad: every axis of the 1-D dummy
+        with pytest.raises(ArgumentTypeError, match=rf"{op}: pads=.*\(before, after\) pair"):
+            fn(*args, pads=[0] * (2 * axes))

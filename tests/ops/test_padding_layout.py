@@ -429,7 +429,7 @@ def test_old_flat_layouts_raise_and_show_the_new_form(call, old, new):
 
 @pytest.mark.parametrize("pads, words", [
     ([1, 2, 3], ["flat list of 3 values", "pads 2 axes", "((top, bottom), (left, right))"]),
-    ([1], ["flat list of 1 values"]),
+    ([1], ["flat list of 1 value,"]),
     (((1, 0),), ["1 (before, after) pairs", "pads 2 axes"]),
     (((1, 0), (0, 1), (1, 1)), ["3 (before, after) pairs"]),
     (((1, 0), 1), ["mixes forms"]),
@@ -538,3 +538,41 @@ def test_every_op_that_pads_takes_the_one_layout():
         axes = n or 1                       # Pad: every axis of the 1-D dummy
         with pytest.raises(ArgumentTypeError, match=rf"{op}: pads=.*\(before, after\) pair"):
             fn(*args, pads=[0] * (2 * axes))
+
+
+# ------------------------------------------------------------ front ends
+
+
+def test_vm_torch_keeps_pytorch_layouts():
+    """vm.torch takes PyTorch's layouts and converts: F.pad's pairs run from
+    the last axis, Conv2d's padding is an int or (h, w)."""
+    import dragon_core.vm.torch as torch
+    F = torch.nn.functional
+    x = _rng(14).standard_normal((2, 3, 4)).astype(np.float32)
+    got = F.pad(torch.tensor(x), (1, 2, 0, 1), mode="constant", value=0.5)
+    np.testing.assert_array_equal(got.numpy(), np.pad(x, ((0, 0), (0, 1), (1, 2)),
+                                                      constant_values=0.5))
+    got = F.pad(torch.tensor(x), (2, 1), mode="replicate")
+    np.testing.assert_array_equal(got.numpy(), np.pad(x, ((0, 0), (0, 0), (2, 1)),
+                                                      mode="edge"))
+    img = _rng(15).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    conv = torch.nn.Conv2d(2, 3, (3, 2), padding=(1, 0))
+    want = conv_ref(img.astype(np.float64), conv.weight.detach().numpy().astype(np.float64),
+                    conv.bias.detach().numpy().astype(np.float64), pads=(1, 0))
+    np.testing.assert_allclose(conv(torch.tensor(img)).detach().numpy(), want,
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_vm_tensorflow_same_pooling_pads_asymmetrically(kind):
+    """'SAME' with an odd total pads one more cell at the end: the pooling ops
+    now take that directly (TensorFlow averages over the real cells)."""
+    import dragon_core.vm.tensorflow as tf
+    x = _distinct((1, 6, 7, 2)).astype(np.float32)   # NHWC
+    fn = tf.nn.max_pool2d if kind == "max" else tf.nn.avg_pool2d
+    got = fn(tf.constant(x), ksize=2, strides=2, padding="SAME").numpy()
+    # out = ceil(in / 2): H 6 -> 3 (no padding), W 7 -> 4 (one cell at the end)
+    want = pool_ref(kind, x.transpose(0, 3, 1, 2).astype(np.float64), [2, 2], [2, 2],
+                    ((0, 0), (0, 1)), count_include_pad=False).transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert tf.nn.same_pads((6, 7), (2, 2), (2, 2)) == ((0, 0), (0, 1))

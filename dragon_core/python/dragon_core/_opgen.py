@@ -68,13 +68,14 @@ def py_attr_name(op: str, attr: str) -> str:
 #: then the N afters, as ONNX). ``"pairs"``: ``[b0, a0, b1, a1, ...]``.
 PADS_LAYOUT: dict[str, str] = {"Pad": "pairs"}
 
-_SIDES = {2: ("(top, bottom), (left, right)",),
-          3: ("(front, back), (top, bottom), (left, right)",)}
+#: How the pairs read for N spatial axes (in error messages).
+_SIDES = {2: "(top, bottom), (left, right)",
+          3: "(front, back), (top, bottom), (left, right)"}
 
 
 def _pads_form(n, spatial: bool = True) -> str:
     if spatial and n in _SIDES:
-        return _SIDES[n][0]
+        return _SIDES[n]
     if n is None or n > 3:
         return "(before0, after0), (before1, after1), ..."
     return ", ".join(f"(before{i}, after{i})" for i in range(n)) + ("," if n == 1 else "")
@@ -131,7 +132,7 @@ def pads_to_pairs(op: str, value, n):
                 hint = (f"; the old flat layout is gone: for these values pass "
                         f"{tuple(tuple(int(b) for b in p) for p in old)!r}")
             raise ArgumentTypeError(
-                f"{op}: pads={value!r} is a flat list of {len(items)} values, but {op} pads "
+                f"{op}: pads={value!r} is a flat list of {_count(len(items), 'value', 'values')}, but {op} pads "
                 f"{_count(n, 'axis', 'axes')}: pass an int, {_count(n, 'int', 'ints')} (both "
                 f"sides alike) or {_count(n, '(before, after) pair', '(before, after) pairs')}, "
                 f"outermost axis first: ({form}){hint} (see docs/python-api.md)", op=op)

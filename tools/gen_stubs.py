@@ -73,6 +73,8 @@ def _params(desc: dict, skip_first: bool) -> list[str]:
         t = _ATTR.get(a["type"], "Any")
         if n == "axis" and a["type"] == 5:
             t = "int | Sequence[int]"
+        if a["name"] == "pads" and a["type"] == 5:
+            t = "int | Sequence[int] | Sequence[tuple[int, int]]"
         has_default = fn_sig is not None and \
             fn_sig.parameters[n].default is not inspect.Parameter.empty
         if a["optional"] or (a["required"] and has_default):

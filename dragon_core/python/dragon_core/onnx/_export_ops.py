@@ -159,9 +159,17 @@ def _activation(e, y, outs, act):
 
 # -------------------------------------------------------- convolution
 
+def _onnx_pads(p, n):
+    """A ``pads`` attribute (1 value, N for both sides, or N begins then N
+    ends) -> ONNX's ``[x1_begin, ..., xN_begin, x1_end, ..., xN_end]``."""
+    p = [int(v) for v in p]
+    if len(p) == 1:
+        p = p * n
+    return p + p if len(p) == n else p
+
+
 def _pads4(p):
-    p = list(p)
-    return p + p if len(p) == 2 else [p[0], p[1], p[2], p[3]]
+    return _onnx_pads(p, 2)
 
 
 @export_op("Conv2d")
@@ -192,9 +200,7 @@ def _pool_geometry(a):
     k = list(a["kernel_size"]) * (2 if len(a["kernel_size"]) == 1 else 1)
     s = list(a["strides"]) or k
     s = s * 2 if len(s) == 1 else s
-    p = list(a["pads"])
-    p = p * 2 if len(p) == 1 else p
-    return k, s, p + p
+    return k, s, _pads4(a["pads"])
 
 
 @export_op("MaxPool2d")
@@ -359,7 +365,7 @@ def _embedding(e, ins, outs, a):
 
 @export_op("Pad")
 def _pad(e, ins, outs, a):
-    p = list(a["pads"])
+    p = list(a["pads"])   # Pad's attribute: [b0, a0, b1, a1, ...]
     pads = p[0::2] + p[1::2]
     e.node("Pad", [ins[0], e.const(np.array(pads, np.int64)),
                    e.scalar(a.get("value", 0.0), ins[0])], outs, mode=a.get("mode", "constant"))
@@ -731,18 +737,18 @@ def _gru(e, ins, outs, a):
 @export_op("Conv3d")
 def _conv3d(e, ins, outs, a):
     w = e.shape(ins[1])
-    p = list(a["pads"])
+    p = _onnx_pads(a["pads"], 3)
     e.node("Conv", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
-           strides=list(a["strides"]), pads=p + p, dilations=list(a["dilations"]),
+           strides=list(a["strides"]), pads=p, dilations=list(a["dilations"]),
            group=int(a["groups"]))
 
 
 @export_op("ConvTranspose3d")
 def _conv_transpose3d(e, ins, outs, a):
     w = e.shape(ins[1])
-    p = list(a["pads"])
+    p = _onnx_pads(a["pads"], 3)
     e.node("ConvTranspose", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
-           strides=list(a["strides"]), pads=p + p, output_padding=list(a["output_padding"]),
+           strides=list(a["strides"]), pads=p, output_padding=list(a["output_padding"]),
            dilations=list(a["dilations"]), group=int(a["groups"]))
 
 
@@ -751,11 +757,11 @@ def _max_pool3d(e, ins, outs, a):
     k = list(a["kernel_size"])
     k = k * 3 if len(k) == 1 else k
     s = list(a["strides"]) or k
-    p = list(a["pads"])
+    p = _onnx_pads(a["pads"], 3)
     if len(outs) > 1 and e.used(outs[1]):
         raise NotImplementedError("MaxPool3d's indices (per (n, c) volume; ONNX MaxPool's "
                                   "Indices count across the batch and channels)")
-    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p + p, dilations=list(a["dilations"]),
+    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p, dilations=list(a["dilations"]),
            ceil_mode=int(bool(a["ceil_mode"])))
 
 
@@ -764,8 +770,8 @@ def _avg_pool3d(e, ins, outs, a):
     k = list(a["kernel_size"])
     k = k * 3 if len(k) == 1 else k
     s = list(a["strides"]) or k
-    p = list(a["pads"])
-    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p + p,
+    p = _onnx_pads(a["pads"], 3)
+    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p,
            ceil_mode=int(bool(a["ceil_mode"])),
            count_include_pad=int(bool(a["count_include_pad"])))
 

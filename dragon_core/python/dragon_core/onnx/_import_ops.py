@@ -848,11 +848,11 @@ def _spatial_2d(n, x, strides, dilations, pads):
     """Lift 1-D geometry to 2-D (a height of 1)."""
     if x.ndim == 3:
         return (_to2d(x), [1] + list(strides), [1] + list(dilations),
-                [0, pads[0], 0, pads[1]])
+                ((0, 0), (pads[0], pads[1])))
     if x.ndim != 4:
         n.fail(f"{x.ndim - 2}-D input {list(x.shape)}: Dragon's op library has 1-D and 2-D "
                "windows")
-    return x, list(strides), list(dilations), list(pads)
+    return x, list(strides), list(dilations), _pairs(pads, 2)
 
 
 def _split_pads(pads, rank):
@@ -860,10 +860,19 @@ def _split_pads(pads, rank):
     return list(pads[:rank]), list(pads[rank:])
 
 
+def _pairs(pads, rank):
+    """ONNX pads ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` -> the
+    ``(before, after)`` pair per axis that Dragon's ops take."""
+    return tuple((int(b_), int(e_)) for b_, e_ in zip(pads[:rank], pads[rank:2 * rank]))
+
+
+def _flat_pairs(full):
+    """``[b0, a0, b1, a1, ...]`` -> ``((b0, a0), (b1, a1), ...)``."""
+    return tuple((int(b_), int(a_)) for b_, a_ in zip(full[0::2], full[1::2]))
+
+
 def _pad_explicitly(x, begins, ends, value=0.0):
-    full = [0, 0, 0, 0]
-    for b_, e_ in zip(begins, ends):
-        full += [b_, e_]
+    full = ((0, 0), (0, 0)) + tuple(zip(begins, ends))
     return ops.pad(x, full, "constant", value)
 
 
@@ -937,16 +946,22 @@ def _pool(kind):
             return _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil)
         x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
         k2 = [1] + kernel if rank == 1 else kernel
-        begin, end = p2[:2], p2[2:]
-        half_ok = all(2 * p <= k for p, k in zip(begin, k2))
-        explicit = begin != end or not half_ok
+        begin, end = [p[0] for p in p2], [p[1] for p in p2]
+        half_ok = all(2 * p <= k for p, k in zip(begin + end, k2 + k2))
+        # The 2-D pooling ops pad each side by up to half the kernel, the
+        # two sides alike or not; wider padding is applied explicitly. (An
+        # averaging window in ceil mode that runs past the end padding
+        # divides as PyTorch does, which ONNX does not pin down: explicit.)
+        explicit = not half_ok or (begin != end and ceil and kind == "avg")
+        if not explicit:
+            begin = tuple(zip(begin, end))
         if explicit:
             if ceil:
                 n.fail(f"asymmetric padding {pads} with ceil_mode=1")
             fill = -np.inf if kind == "max" else 0.0
             if kind == "max" and dt(x2) not in ("float16", "bfloat16", "float32", "float64"):
                 fill = float(np.iinfo(np_dtype(dt(x2))).min)
-            full = [0, 0, 0, 0, begin[0], end[0], begin[1], end[1]]
+            full = ((0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1]))
             if kind == "avg" and not n.a("count_include_pad", 0):
                 # Mean over the real cells: window sums of x over window
                 # sums of a mask of the real cells.
@@ -1112,7 +1127,7 @@ def _lrn(n):
     C = x.shape[1]
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     sq = ops.square(x)
-    pads = [0, 0, before, after] + [0, 0] * (x.ndim - 2)
+    pads = ((0, 0), (before, after)) + ((0, 0),) * (x.ndim - 2)
     sqp = ops.pad(sq, pads)
     acc = None
     for i in range(size):
@@ -1154,6 +1169,7 @@ def _pad(n):
         full = [max(0, p) for p in full]
     if not any(full):
         return x
+    full = _flat_pairs(full)
     if dt(x) == "bool":
         return ops.cast(ops.pad(ops.cast(x, "uint8"), full, mode, float(value)), "bool")
     return ops.pad(x, full, mode, float(value))
@@ -1576,7 +1592,7 @@ def _lp_pool(n):
     x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
     k2 = [1] + kernel if len(kernel) == 1 else kernel
     xp = ops.pow(ops.abs(x2), like(x2, p))
-    xp = ops.pad(xp, [0, 0, 0, 0, p2[0], p2[2], p2[1], p2[3]]) if any(p2) else xp
+    xp = ops.pad(xp, ((0, 0), (0, 0)) + tuple(p2)) if any(any(p) for p in p2) else xp
     y = ops.mul(ops.avg_pool2d(xp, k2, s2, [0, 0], bool(n.a("ceil_mode", 0)), True),
                 like(x2, float(np.prod(k2))))
     y = ops.pow(y, like(y, 1.0 / p))
@@ -1671,7 +1687,7 @@ def _attention(n):
             mask = ops.cast(mask, dtype)
         pad = kv_len - mask.shape[-1]
         if pad > 0:
-            mask = ops.pad(mask, [0, 0] * (mask.ndim - 1) + [0, pad], "constant", -np.inf)
+            mask = ops.pad(mask, ((0, 0),) * (mask.ndim - 1) + ((0, pad),), "constant", -np.inf)
         bias = mask
     causal = bool(n.a("is_causal", 0))
     left, right = n.a("left_window_size", -1), n.a("right_window_size", -1)
@@ -1754,8 +1770,8 @@ def _center_crop_pad(n):
             x = ops.slice(x, [start], [start + size], [1], [a])
         elif size > dim:
             before = (size - dim) // 2
-            pads = [0] * (2 * x.ndim)
-            pads[2 * a], pads[2 * a + 1] = before, size - dim - before
+            pads = [(0, 0)] * x.ndim
+            pads[a] = (before, size - dim - before)
             x = ops.pad(x, pads) if dt(x) != "bool" else \
                 ops.cast(ops.pad(ops.cast(x, "uint8"), pads), "bool")
     return x
@@ -1900,7 +1916,7 @@ def _deform_conv(n):
         shape = list(off.shape)
         shape[1] //= 2
         mask = ops.full(shape, 1.0, dt(x))
-    return ops.deform_conv2d(x, w, off, mask, b, list(strides), list(pads), list(dilations),
+    return ops.deform_conv2d(x, w, off, mask, b, list(strides), _pairs(pads, 2), list(dilations),
                              n.a("group", 1), n.a("offset_group", 1))
 
 
@@ -2234,7 +2250,8 @@ def _conv_int(n, x, w, bias=None):
     if x.ndim != 4:
         n.fail(f"{x.ndim - 2}-D integer convolution (2-D only)")
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
-    return ops.conv2d(x, w, bias, list(strides), list(pads), list(dilations), n.a("group", 1))
+    return ops.conv2d(x, w, bias, list(strides), _pairs(pads, 2), list(dilations),
+                      n.a("group", 1))
 
 
 @op("ConvInteger")
@@ -2277,10 +2294,7 @@ def _max_unpool(n):
         if any(e_ < 0 for e_ in extra) or extra[:2] != [0, 0]:
             n.fail(f"output_shape {target} smaller than the unpooled shape {shape}")
         if any(extra):
-            full = []
-            for e_ in extra:
-                full += [0, e_]
-            y = ops.pad(y, full)
+            y = ops.pad(y, tuple((0, e_) for e_ in extra))
     return y
 
 
@@ -2340,8 +2354,8 @@ def _dft(n):
     if length < size:
         x = ops.slice(x, [0], [length], [1], [axis])
     elif length > size:
-        pads = [0] * (2 * rank)
-        pads[2 * axis + 1] = length - size
+        pads = [(0, 0)] * rank
+        pads[axis] = (0, length - size)
         x = ops.pad(x, pads)
     perm = [i for i in range(rank - 1) if i != axis] + [axis, rank - 1]
     xt = ops.transpose(x, perm)                         # [..., L, c]

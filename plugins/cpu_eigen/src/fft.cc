@@ -2,12 +2,12 @@
 // dragon_core/src/ops/fft.cc): complex data is a trailing axis of size 2.
 //
 // The transform is a mixed-radix Cooley-Tukey FFT for lengths whose prime
-// factors are 2, 3 and 5 (recursive decimation in time, radix 4 where the
-// length allows, then 2, 3, 5), and Bluestein's chirp-z algorithm for every
+// factors are 2, 3 and 5 (self-sorting Stockham passes of radix 4, 2, 3
+// and 5, decimation in frequency), and Bluestein's chirp-z algorithm for every
 // other length: a length-n DFT as a circular convolution of length
 // m >= 2n - 1 (m 2/3/5-smooth), done with three smooth FFTs. Both are
-// O(n log n). float32 computes in float32 and float64 in float64 (as
-// numpy.fft), with twiddle factors evaluated in long double and rounded
+// O(n log n). float64 computes in float64, float32 as numpy.fft does
+// (see Transform), with twiddle factors evaluated in long double and rounded
 // once; float16/bfloat16 run the float32 kernel (widen_call.h).
 //
 // Every line along the axis is gathered into a contiguous complex buffer,
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -84,15 +85,19 @@ class Plan {
  public:
   explicit Plan(int64_t n) : n_(n) {
     if (Smooth(n)) {
-      // Outermost split first: 5s, 3s, 4s, then one 2 if the power of two
-      // is odd. (Radix 3 and 5 outermost: decimation in time in the
-      // reverse of the usual decimation-in-frequency order, so float32
-      // results round as numpy's do where exact values are 0.)
+      // Passes in this order: 4s, then one 2 (moved to the front), then
+      // 3s and 5s -- the order numpy's pocketfft uses, so that float32
+      // results round as numpy's do (exact zeros such as the imaginary
+      // part of a real ramp's n/2 frequency come out as numpy's noise).
       int64_t r = n;
-      while (r % 5 == 0) { factors_.push_back(5); r /= 5; }
-      while (r % 3 == 0) { factors_.push_back(3); r /= 3; }
       while (r % 4 == 0) { factors_.push_back(4); r /= 4; }
-      if (r == 2) { factors_.push_back(2); r /= 2; }
+      if (r % 2 == 0) {
+        factors_.push_back(2);
+        r /= 2;
+        std::swap(factors_.front(), factors_.back());
+      }
+      while (r % 3 == 0) { factors_.push_back(3); r /= 3; }
+      while (r % 5 == 0) { factors_.push_back(5); r /= 5; }
       tw_.resize(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) {
         const Cx<long double> w = Phase(2 * j, n);  // exp(-2 pi i j / n)
@@ -116,20 +121,21 @@ class Plan {
     b[0] = Conj(chirp_[0]);
     for (int64_t k = 1; k < n; ++k) b[k] = b[m_ - k] = Conj(chirp_[k]);
     bhat_.resize(static_cast<size_t>(m_));
-    sub_->Run(b.data(), bhat_.data(), false, nullptr);
+    std::vector<Cx<T>> scratch(static_cast<size_t>(sub_->scratch()));
+    sub_->Run(b.data(), bhat_.data(), false, scratch.data());
     const T inv_m = T(1) / static_cast<T>(m_);
     for (auto& v : bhat_) v = {v.re * inv_m, v.im * inv_m};
   }
 
   int64_t size() const { return n_; }
   // Scratch (complex values) Run needs besides its input and output.
-  int64_t scratch() const { return sub_ ? 2 * m_ + sub_->scratch() : 0; }
+  int64_t scratch() const { return sub_ ? 2 * m_ + sub_->scratch() : n_; }
 
   // out = DFT(in), both n contiguous values, distinct buffers. `scratch`
   // holds scratch() values.
   void Run(const Cx<T>* in, Cx<T>* out, bool inverse, Cx<T>* scratch) const {
     if (!sub_) {
-      Rec(in, 1, out, n_, 0, inverse);
+      Stockham(in, out, inverse, scratch);
       return;
     }
     // Inverse through the forward transform: idft(x) = conj(dft(conj(x))).
@@ -155,53 +161,109 @@ class Plan {
     return inverse ? Conj(tw_[e]) : tw_[e];
   }
 
-  // out[0..n) = DFT of in[0], in[stride], ..., in[(n - 1) stride]: split
-  // into p interleaved subsequences (p = factors_[level]), transform each
-  // into out[q m .. q m + m), then combine with p-point butterflies.
-  void Rec(const Cx<T>* in, int64_t stride, Cx<T>* out, int64_t n,
-           size_t level, bool inverse) const {
-    if (n == 1) {
+  // Self-sorting (Stockham) decimation in frequency, one pass per factor
+  // p: with l1 the product of the earlier factors and ido = n / (l1 p),
+  // pass reads c[u] = src[i + ido (u + p k)] for u < p, runs the p-point
+  // butterfly, multiplies output u by the twiddle w^(u l1 i) and writes it
+  // to dst[i + ido (k + l1 u)]. The passes alternate between `out` and
+  // `scratch` (n values) so that the last one writes `out`.
+  void Stockham(const Cx<T>* in, Cx<T>* out, bool inverse,
+                Cx<T>* scratch) const {
+    if (n_ == 1) {
       out[0] = in[0];
       return;
     }
-    const int64_t p = factors_[level], m = n / p;
-    for (int64_t q = 0; q < p; ++q)
-      Rec(in + q * stride, stride * p, out + q * m, m, level + 1, inverse);
-    const int64_t step = n_ / n;  // twiddle of this length: tw_[e * step]
-    const T s = inverse ? T(1) : T(-1);  // sign of the exponent
-    for (int64_t k = 0; k < m; ++k) {
-      Cx<T> t[5];
-      t[0] = out[k];
-      for (int64_t q = 1; q < p; ++q)
-        t[q] = Mul(out[q * m + k], Tw(q * k * step, inverse));
-      switch (p) {
-        case 2:
-          out[k] = Add(t[0], t[1]);
-          out[k + m] = Sub(t[0], t[1]);
-          break;
-        case 4: {
-          // W4 = exp(s i pi / 2) = s i.
-          const Cx<T> a = Add(t[0], t[2]), b = Sub(t[0], t[2]);
-          const Cx<T> c = Add(t[1], t[3]), d = Sub(t[1], t[3]);
-          const Cx<T> id = {-s * d.im, s * d.re};  // s i d
-          out[k] = Add(a, c);
-          out[k + m] = Add(b, id);
-          out[k + 2 * m] = Sub(a, c);
-          out[k + 3 * m] = Sub(b, id);
-          break;
-        }
-        default: {  // 3 and 5: direct p-point DFT with this length's roots
-          const int64_t root = n_ / p;
-          for (int64_t r = 0; r < p; ++r) {
-            Cx<T> acc = t[0];
-            for (int64_t q = 1; q < p; ++q)
-              acc = Add(acc, Mul(t[q], Tw(((q * r) % p) * root, inverse)));
-            out[k + r * m] = acc;
+    const size_t passes = factors_.size();
+    Cx<T>* bufs[2] = {out, scratch};
+    const Cx<T>* src = in;
+    int64_t l1 = 1;
+    for (size_t f = 0; f < passes; ++f) {
+      Cx<T>* dst = bufs[(passes - 1 - f) % 2];  // the last pass writes out
+      const int64_t p = factors_[f], ido = n_ / (l1 * p);
+      for (int64_t k = 0; k < l1; ++k) {
+        for (int64_t i = 0; i < ido; ++i) {
+          Cx<T> c[5];
+          for (int64_t u = 0; u < p; ++u) c[u] = src[i + ido * (u + p * k)];
+          Butterfly(c, p, inverse);
+          for (int64_t u = 0; u < p; ++u) {
+            Cx<T> v = c[u];
+            if (i > 0 && u > 0) v = Mul(v, Tw(u * l1 * i, inverse));
+            dst[i + ido * (k + l1 * u)] = v;
           }
         }
       }
+      src = dst;
+      l1 *= p;
     }
   }
+
+  // In-place p-point DFT (p = 2, 3, 4, 5) with the exponent's sign s
+  // (-1 forward): the textbook butterflies that pair c[u] with c[p - u].
+  void Butterfly(Cx<T>* c, int64_t p, bool inverse) const {
+    const T s = inverse ? T(1) : T(-1);
+    switch (p) {
+      case 2: {
+        const Cx<T> a = c[0], b = c[1];
+        c[0] = Add(a, b);
+        c[1] = Sub(a, b);
+        break;
+      }
+      case 3: {
+        // w = exp(s 2 pi i / 3) = -1/2 + s i sin(2 pi / 3).
+        const T wr = T(-0.5), wi = s * kSin60;
+        const Cx<T> t0 = c[0], t1 = Add(c[1], c[2]), t2 = Sub(c[1], c[2]);
+        c[0] = Add(t0, t1);
+        const Cx<T> ca = {t0.re + wr * t1.re, t0.im + wr * t1.im};
+        const Cx<T> cb = {-(wi * t2.im), wi * t2.re};
+        c[1] = Add(ca, cb);
+        c[2] = Sub(ca, cb);
+        break;
+      }
+      case 4: {
+        // w = exp(s i pi / 2) = s i.
+        const Cx<T> a = Add(c[0], c[2]), b = Sub(c[0], c[2]);
+        const Cx<T> e = Add(c[1], c[3]), d = Sub(c[1], c[3]);
+        const Cx<T> id = {-s * d.im, s * d.re};  // s i d
+        c[0] = Add(a, e);
+        c[2] = Sub(a, e);
+        c[1] = Add(b, id);
+        c[3] = Sub(b, id);
+        break;
+      }
+      default: {
+        // w = exp(s 2 pi i / 5): c1 w + c4 w^4 = cos1 (c1 + c4) + i s sin1
+        // (c1 - c4), and alike for the other pairs.
+        const T w1r = kCos72, w1i = s * kSin72, w2r = kCos144, w2i = s * kSin144;
+        const Cx<T> t0 = c[0];
+        const Cx<T> t1 = Add(c[1], c[4]), t4 = Sub(c[1], c[4]);
+        const Cx<T> t2 = Add(c[2], c[3]), t3 = Sub(c[2], c[3]);
+        c[0] = {t0.re + t1.re + t2.re, t0.im + t1.im + t2.im};
+        const Cx<T> ca1 = {t0.re + w1r * t1.re + w2r * t2.re,
+                           t0.im + w1r * t1.im + w2r * t2.im};
+        const Cx<T> cb1 = {-(w1i * t4.im + w2i * t3.im),
+                           w1i * t4.re + w2i * t3.re};
+        const Cx<T> ca2 = {t0.re + w2r * t1.re + w1r * t2.re,
+                           t0.im + w2r * t1.im + w1r * t2.im};
+        const Cx<T> cb2 = {-(w2i * t4.im - w1i * t3.im),
+                           w2i * t4.re - w1i * t3.re};
+        c[1] = Add(ca1, cb1);
+        c[4] = Sub(ca1, cb1);
+        c[2] = Add(ca2, cb2);
+        c[3] = Sub(ca2, cb2);
+      }
+    }
+  }
+
+  static constexpr T kSin60 =
+      static_cast<T>(0.8660254037844386467637231707529362L);
+  static constexpr T kCos72 =
+      static_cast<T>(0.3090169943749474241022934171828191L);
+  static constexpr T kSin72 =
+      static_cast<T>(0.9510565162951535721164393333793821L);
+  static constexpr T kCos144 =
+      static_cast<T>(-0.8090169943749474241022934171828191L);
+  static constexpr T kSin144 =
+      static_cast<T>(0.5877852522924731291687059546390728L);
 
   int64_t n_, m_ = 0;
   std::vector<int64_t> factors_;
@@ -226,8 +288,59 @@ AxisSplit SignalSplit(const dg::KernelContext& ctx, std::vector<int64_t> shape,
 
 enum class Kind { kC2C, kR2C, kC2R };
 
-// One kernel for the four ops: gathers each line (cut or zero-padded to the
-// transform's input length), transforms, scales and scatters it.
+// Gathers each line (cut or zero-padded to the transform's input length)
+// into a buffer of compute type C, transforms, scales and scatters it.
+template <typename T, typename C>
+void Lines(const T* x, T* y, Kind kind, bool inverse, int64_t n,
+           const AxisSplit& in, const AxisSplit& out, double scale_value) {
+  const C scale = static_cast<C>(scale_value);
+  const Plan<C> plan(n);
+  const int64_t lines = in.outer * in.inner;
+  const int64_t cin = kind == Kind::kR2C ? 1 : 2;   // values per input elem
+  const int64_t cout = kind == Kind::kC2R ? 1 : 2;  // values per output elem
+  const int64_t take = std::min(in.dim, kind == Kind::kC2R ? n / 2 + 1 : n);
+  const int64_t cost = 8 * n * (1 + static_cast<int64_t>(std::log2(n + 1)));
+  ParallelFor(
+      lines,
+      [&](int64_t begin, int64_t end) {
+        std::vector<Cx<C>> buf(static_cast<size_t>(2 * n + plan.scratch()));
+        Cx<C>* a = buf.data();
+        Cx<C>* b = a + n;
+        Cx<C>* scratch = b + n;
+        for (int64_t line = begin; line < end; ++line) {
+          const int64_t o = line / in.inner, i = line % in.inner;
+          const T* xl = x + (o * in.dim * in.inner + i) * cin;
+          for (int64_t j = 0; j < n; ++j) a[j] = {C(0), C(0)};
+          for (int64_t j = 0; j < take; ++j) {
+            const T* v = xl + j * in.inner * cin;
+            a[j] = {static_cast<C>(v[0]), cin == 2 ? static_cast<C>(v[1]) : C(0)};
+          }
+          if (kind == Kind::kC2R) {  // Hermitian extension of n/2 + 1 values
+            a[0].im = C(0);
+            if (n % 2 == 0) a[n / 2].im = C(0);
+            for (int64_t k = n / 2 + 1; k < n; ++k) a[k] = Conj(a[n - k]);
+          }
+          plan.Run(a, b, inverse, scratch);
+          if (kind == Kind::kR2C) {  // a real signal: exactly real there
+            b[0].im = C(0);
+            if (n % 2 == 0) b[n / 2].im = C(0);
+          }
+          T* yl = y + (o * out.dim * out.inner + i) * cout;
+          for (int64_t k = 0; k < out.dim; ++k) {
+            T* v = yl + k * out.inner * cout;
+            v[0] = static_cast<T>(b[k].re * scale);
+            if (cout == 2) v[1] = static_cast<T>(b[k].im * scale);
+          }
+        }
+      },
+      cost);
+}
+
+// One kernel for the four ops. float32 computes as numpy.fft computes
+// complex64: in float64, rounded once, when the result is unscaled (numpy
+// then runs its double loop), and in float32 when it is scaled. So the
+// float32 results round as numpy's do, down to the noise that stands for an
+// exact zero (ONNX's DFT node tests compare that noise with atol 1e-7).
 template <typename T>
 void Transform(dg::KernelContext& ctx, Kind kind, bool inverse) {
   const dg::TensorRef xt = ctx.input(0);
@@ -238,45 +351,14 @@ void Transform(dg::KernelContext& ctx, Kind kind, bool inverse) {
   // n: the transform length.
   const int64_t n = kind == Kind::kC2R ? out.dim : (ctx.has("n") ? ctx.i("n")
                                                                  : in.dim);
-  const T scale = static_cast<T>(Scale(ctx.s("norm"), n, inverse));
+  const double scale = Scale(ctx.s("norm"), n, inverse);
   const T* x = xt.data<const T>();
   T* y = yt.data<T>();
-  const Plan<T> plan(n);
-  const int64_t lines = in.outer * in.inner;
-  const int64_t cin = kind == Kind::kR2C ? 1 : 2;   // values per input elem
-  const int64_t cout = kind == Kind::kC2R ? 1 : 2;  // values per output elem
-  const int64_t take = std::min(in.dim, kind == Kind::kC2R ? n / 2 + 1 : n);
-  const int64_t cost = 8 * n * (1 + static_cast<int64_t>(std::log2(n + 1)));
-  ParallelFor(
-      lines,
-      [&](int64_t begin, int64_t end) {
-        std::vector<Cx<T>> buf(static_cast<size_t>(2 * n + plan.scratch()));
-        Cx<T>* a = buf.data();
-        Cx<T>* b = a + n;
-        Cx<T>* scratch = b + n;
-        for (int64_t line = begin; line < end; ++line) {
-          const int64_t o = line / in.inner, i = line % in.inner;
-          const T* xl = x + (o * in.dim * in.inner + i) * cin;
-          for (int64_t j = 0; j < n; ++j) a[j] = {T(0), T(0)};
-          for (int64_t j = 0; j < take; ++j) {
-            const T* v = xl + j * in.inner * cin;
-            a[j] = {v[0], cin == 2 ? v[1] : T(0)};
-          }
-          if (kind == Kind::kC2R) {  // Hermitian extension of n/2 + 1 values
-            a[0].im = T(0);
-            if (n % 2 == 0) a[n / 2].im = T(0);
-            for (int64_t k = n / 2 + 1; k < n; ++k) a[k] = Conj(a[n - k]);
-          }
-          plan.Run(a, b, inverse, scratch);
-          T* yl = y + (o * out.dim * out.inner + i) * cout;
-          for (int64_t k = 0; k < out.dim; ++k) {
-            T* v = yl + k * out.inner * cout;
-            v[0] = b[k].re * scale;
-            if (cout == 2) v[1] = b[k].im * scale;
-          }
-        }
-      },
-      cost);
+  if (std::is_same_v<T, float> && scale == 1.0) {
+    Lines<T, double>(x, y, kind, inverse, n, in, out, scale);
+  } else {
+    Lines<T, T>(x, y, kind, inverse, n, in, out, scale);
+  }
 }
 
 template <typename T>

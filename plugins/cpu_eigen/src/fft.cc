@@ -336,6 +336,85 @@ void Lines(const T* x, T* y, Kind kind, bool inverse, int64_t n,
       cost);
 }
 
+// Rfft and Irfft of even length n through one complex FFT of length
+// h = n / 2: the real signal's even and odd samples are the real and
+// imaginary parts of z, and with Z = DFT_h(z), E_k = (Z_k + conj Z_(h-k))
+// / 2 and O_k = (Z_k - conj Z_(h-k)) / 2i are the spectra of the even and
+// odd samples, X_k = E_k + w^k O_k (w = exp(-2 pi i / n)). Irfft inverts
+// the same steps: Z'_k = (X_k + conj X_(h-k)) + i (X_k - conj X_(h-k))
+// conj(w^k), and the unscaled inverse DFT_h of Z' holds y[2j] + i y[2j+1].
+template <typename T, typename C>
+void RealLines(const T* x, T* y, Kind kind, int64_t n, const AxisSplit& in,
+               const AxisSplit& out, double scale_value) {
+  const C scale = static_cast<C>(scale_value);
+  const int64_t h = n / 2;
+  const Plan<C> plan(h);
+  std::vector<Cx<C>> w(static_cast<size_t>(h + 1));
+  for (int64_t k = 0; k <= h; ++k) {
+    const Cx<long double> v = Phase(2 * k, n);  // exp(-2 pi i k / n)
+    w[k] = {static_cast<C>(v.re), static_cast<C>(v.im)};
+  }
+  const bool forward = kind == Kind::kR2C;
+  const int64_t take = std::min(in.dim, forward ? n : h + 1);
+  const int64_t cost = 4 * n * (1 + static_cast<int64_t>(std::log2(n + 1)));
+  ParallelFor(
+      in.outer * in.inner,
+      [&](int64_t begin, int64_t end) {
+        std::vector<Cx<C>> buf(static_cast<size_t>(3 * (h + 1) +
+                                                   plan.scratch()));
+        Cx<C>* a = buf.data();
+        Cx<C>* b = a + (h + 1);
+        Cx<C>* spec = b + (h + 1);
+        Cx<C>* scratch = spec + (h + 1);
+        for (int64_t line = begin; line < end; ++line) {
+          const int64_t o = line / in.inner, i = line % in.inner;
+          T* yl = y + (o * out.dim * out.inner + i) * (forward ? 2 : 1);
+          if (forward) {
+            const T* xl = x + o * in.dim * in.inner + i;
+            for (int64_t j = 0; j < h; ++j) {
+              const int64_t e = 2 * j, d = 2 * j + 1;
+              a[j] = {e < take ? static_cast<C>(xl[e * in.inner]) : C(0),
+                      d < take ? static_cast<C>(xl[d * in.inner]) : C(0)};
+            }
+            plan.Run(a, b, false, scratch);
+            for (int64_t k = 0; k <= h; ++k) {
+              const Cx<C> zk = b[k % h], zc = Conj(b[(h - k) % h]);
+              const Cx<C> ev = {(zk.re + zc.re) / C(2), (zk.im + zc.im) / C(2)};
+              const Cx<C> dd = Sub(zk, zc);
+              const Cx<C> od = {dd.im / C(2), -dd.re / C(2)};  // dd / 2i
+              Cx<C> v = Add(ev, Mul(w[k], od));
+              if (k == 0 || k == h) v.im = C(0);  // exactly real there
+              T* dst = yl + k * out.inner * 2;
+              dst[0] = static_cast<T>(v.re * scale);
+              dst[1] = static_cast<T>(v.im * scale);
+            }
+          } else {
+            const T* xl = x + (o * in.dim * in.inner + i) * 2;
+            for (int64_t k = 0; k <= h; ++k) {
+              const T* v = xl + k * in.inner * 2;
+              spec[k] = k < take ? Cx<C>{static_cast<C>(v[0]),
+                                         static_cast<C>(v[1])}
+                                 : Cx<C>{C(0), C(0)};
+            }
+            spec[0].im = C(0);  // ignored, as numpy
+            spec[h].im = C(0);
+            for (int64_t k = 0; k < h; ++k) {
+              const Cx<C> xa = spec[k], xb = Conj(spec[h - k]);
+              const Cx<C> d = Mul(Sub(xa, xb), Conj(w[k]));
+              const Cx<C> s = Add(xa, xb);
+              a[k] = {s.re - d.im, s.im + d.re};  // s + i d
+            }
+            plan.Run(a, b, true, scratch);
+            for (int64_t j = 0; j < h; ++j) {
+              yl[2 * j * out.inner] = static_cast<T>(b[j].re * scale);
+              yl[(2 * j + 1) * out.inner] = static_cast<T>(b[j].im * scale);
+            }
+          }
+        }
+      },
+      cost);
+}
+
 // One kernel for the four ops. float32 computes as numpy.fft computes
 // complex64: in float64, rounded once, when the result is unscaled (numpy
 // then runs its double loop), and in float32 when it is scaled. So the
@@ -354,7 +433,14 @@ void Transform(dg::KernelContext& ctx, Kind kind, bool inverse) {
   const double scale = Scale(ctx.s("norm"), n, inverse);
   const T* x = xt.data<const T>();
   T* y = yt.data<T>();
-  if (std::is_same_v<T, float> && scale == 1.0) {
+  const bool wide = std::is_same_v<T, float> && scale == 1.0;
+  if (kind != Kind::kC2C && n % 2 == 0) {
+    if (wide) {
+      RealLines<T, double>(x, y, kind, n, in, out, scale);
+    } else {
+      RealLines<T, T>(x, y, kind, n, in, out, scale);
+    }
+  } else if (wide) {
     Lines<T, double>(x, y, kind, inverse, n, in, out, scale);
   } else {
     Lines<T, T>(x, y, kind, inverse, n, in, out, scale);

@@ -180,77 +180,93 @@ class Plan {
     for (size_t f = 0; f < passes; ++f) {
       Cx<T>* dst = bufs[(passes - 1 - f) % 2];  // the last pass writes out
       const int64_t p = factors_[f], ido = n_ / (l1 * p);
-      for (int64_t k = 0; k < l1; ++k) {
-        for (int64_t i = 0; i < ido; ++i) {
-          Cx<T> c[5];
-          for (int64_t u = 0; u < p; ++u) c[u] = src[i + ido * (u + p * k)];
-          Butterfly(c, p, inverse);
-          for (int64_t u = 0; u < p; ++u) {
-            Cx<T> v = c[u];
-            if (i > 0 && u > 0) v = Mul(v, Tw(u * l1 * i, inverse));
-            dst[i + ido * (k + l1 * u)] = v;
-          }
-        }
+      if (inverse) {
+        PassOf<true>(p, src, dst, l1, ido);
+      } else {
+        PassOf<false>(p, src, dst, l1, ido);
       }
       src = dst;
       l1 *= p;
     }
   }
 
-  // In-place p-point DFT (p = 2, 3, 4, 5) with the exponent's sign s
-  // (-1 forward): the textbook butterflies that pair c[u] with c[p - u].
-  void Butterfly(Cx<T>* c, int64_t p, bool inverse) const {
-    const T s = inverse ? T(1) : T(-1);
+  template <bool Inv>
+  void PassOf(int64_t p, const Cx<T>* src, Cx<T>* dst, int64_t l1,
+              int64_t ido) const {
     switch (p) {
-      case 2: {
-        const Cx<T> a = c[0], b = c[1];
-        c[0] = Add(a, b);
-        c[1] = Sub(a, b);
-        break;
+      case 2: Pass<2, Inv>(src, dst, l1, ido); break;
+      case 3: Pass<3, Inv>(src, dst, l1, ido); break;
+      case 4: Pass<4, Inv>(src, dst, l1, ido); break;
+      default: Pass<5, Inv>(src, dst, l1, ido);
+    }
+  }
+
+  // One Stockham pass of radix P (see Stockham).
+  template <int P, bool Inv>
+  void Pass(const Cx<T>* src, Cx<T>* dst, int64_t l1, int64_t ido) const {
+    for (int64_t k = 0; k < l1; ++k) {
+      const Cx<T>* s = src + ido * P * k;
+      Cx<T>* d = dst + ido * k;
+      for (int64_t i = 0; i < ido; ++i) {
+        Cx<T> c[P];
+        for (int u = 0; u < P; ++u) c[u] = s[i + ido * u];
+        Butterfly<P, Inv>(c);
+        d[i] = c[0];
+        for (int u = 1; u < P; ++u) {
+          const Cx<T> v = i > 0 ? Mul(c[u], Tw(u * l1 * i, Inv)) : c[u];
+          d[i + ido * l1 * u] = v;
+        }
       }
-      case 3: {
-        // w = exp(s 2 pi i / 3) = -1/2 + s i sin(2 pi / 3).
-        const T wr = T(-0.5), wi = s * kSin60;
-        const Cx<T> t0 = c[0], t1 = Add(c[1], c[2]), t2 = Sub(c[1], c[2]);
-        c[0] = Add(t0, t1);
-        const Cx<T> ca = {t0.re + wr * t1.re, t0.im + wr * t1.im};
-        const Cx<T> cb = {-(wi * t2.im), wi * t2.re};
-        c[1] = Add(ca, cb);
-        c[2] = Sub(ca, cb);
-        break;
-      }
-      case 4: {
-        // w = exp(s i pi / 2) = s i.
-        const Cx<T> a = Add(c[0], c[2]), b = Sub(c[0], c[2]);
-        const Cx<T> e = Add(c[1], c[3]), d = Sub(c[1], c[3]);
-        const Cx<T> id = {-s * d.im, s * d.re};  // s i d
-        c[0] = Add(a, e);
-        c[2] = Sub(a, e);
-        c[1] = Add(b, id);
-        c[3] = Sub(b, id);
-        break;
-      }
-      default: {
-        // w = exp(s 2 pi i / 5): c1 w + c4 w^4 = cos1 (c1 + c4) + i s sin1
-        // (c1 - c4), and alike for the other pairs.
-        const T w1r = kCos72, w1i = s * kSin72, w2r = kCos144, w2i = s * kSin144;
-        const Cx<T> t0 = c[0];
-        const Cx<T> t1 = Add(c[1], c[4]), t4 = Sub(c[1], c[4]);
-        const Cx<T> t2 = Add(c[2], c[3]), t3 = Sub(c[2], c[3]);
-        c[0] = {t0.re + t1.re + t2.re, t0.im + t1.im + t2.im};
-        const Cx<T> ca1 = {t0.re + w1r * t1.re + w2r * t2.re,
-                           t0.im + w1r * t1.im + w2r * t2.im};
-        const Cx<T> cb1 = {-(w1i * t4.im + w2i * t3.im),
-                           w1i * t4.re + w2i * t3.re};
-        const Cx<T> ca2 = {t0.re + w2r * t1.re + w1r * t2.re,
-                           t0.im + w2r * t1.im + w1r * t2.im};
-        const Cx<T> cb2 = {-(w2i * t4.im - w1i * t3.im),
-                           w2i * t4.re - w1i * t3.re};
-        c[1] = Add(ca1, cb1);
-        c[4] = Sub(ca1, cb1);
-        c[2] = Add(ca2, cb2);
-        c[3] = Sub(ca2, cb2);
-      }
+    }
+  }
+
+  // In-place P-point DFT (P = 2, 3, 4, 5) with the exponent's sign s
+  // (-1 forward): the textbook butterflies that pair c[u] with c[P - u].
+  template <int P, bool Inv>
+  static void Butterfly(Cx<T>* c) {
+    constexpr T s = Inv ? T(1) : T(-1);
+    if constexpr (P == 2) {
+      const Cx<T> a = c[0], b = c[1];
+      c[0] = Add(a, b);
+      c[1] = Sub(a, b);
+    } else if constexpr (P == 3) {
+      // w = exp(s 2 pi i / 3) = -1/2 + s i sin(2 pi / 3).
+      const T wr = T(-0.5), wi = s * kSin60;
+      const Cx<T> t0 = c[0], t1 = Add(c[1], c[2]), t2 = Sub(c[1], c[2]);
+      c[0] = Add(t0, t1);
+      const Cx<T> ca = {t0.re + wr * t1.re, t0.im + wr * t1.im};
+      const Cx<T> cb = {-(wi * t2.im), wi * t2.re};
+      c[1] = Add(ca, cb);
+      c[2] = Sub(ca, cb);
+    } else if constexpr (P == 4) {
+      // w = exp(s i pi / 2) = s i.
+      const Cx<T> a = Add(c[0], c[2]), b = Sub(c[0], c[2]);
+      const Cx<T> e = Add(c[1], c[3]), d = Sub(c[1], c[3]);
+      const Cx<T> id = {-s * d.im, s * d.re};  // s i d
+      c[0] = Add(a, e);
+      c[2] = Sub(a, e);
+      c[1] = Add(b, id);
+      c[3] = Sub(b, id);
+    } else {
+      // w = exp(s 2 pi i / 5): c1 w + c4 w^4 = cos1 (c1 + c4) + i s sin1
+      // (c1 - c4), and alike for the other pairs.
+      const T w1r = kCos72, w1i = s * kSin72, w2r = kCos144, w2i = s * kSin144;
+      const Cx<T> t0 = c[0];
+      const Cx<T> t1 = Add(c[1], c[4]), t4 = Sub(c[1], c[4]);
+      const Cx<T> t2 = Add(c[2], c[3]), t3 = Sub(c[2], c[3]);
+      c[0] = {t0.re + t1.re + t2.re, t0.im + t1.im + t2.im};
+      const Cx<T> ca1 = {t0.re + w1r * t1.re + w2r * t2.re,
+                         t0.im + w1r * t1.im + w2r * t2.im};
+      const Cx<T> cb1 = {-(w1i * t4.im + w2i * t3.im),
+                         w1i * t4.re + w2i * t3.re};
+      const Cx<T> ca2 = {t0.re + w2r * t1.re + w1r * t2.re,
+                         t0.im + w2r * t1.im + w1r * t2.im};
+      const Cx<T> cb2 = {-(w2i * t4.im - w1i * t3.im),
+                         w2i * t4.re - w1i * t3.re};
+      c[1] = Add(ca1, cb1);
+      c[4] = Sub(ca1, cb1);
+      c[2] = Add(ca2, cb2);
+      c[3] = Sub(ca2, cb2);
     }
   }
 
@@ -313,7 +329,8 @@ void Lines(const T* x, T* y, Kind kind, bool inverse, int64_t n,
           for (int64_t j = 0; j < n; ++j) a[j] = {C(0), C(0)};
           for (int64_t j = 0; j < take; ++j) {
             const T* v = xl + j * in.inner * cin;
-            a[j] = {static_cast<C>(v[0]), cin == 2 ? static_cast<C>(v[1]) : C(0)};
+            a[j] = {static_cast<C>(v[0]),
+                    cin == 2 ? static_cast<C>(v[1]) : C(0)};
           }
           if (kind == Kind::kC2R) {  // Hermitian extension of n/2 + 1 values
             a[0].im = C(0);

@@ -136,7 +136,8 @@ def ops_stub() -> str:
     hand = sorted(n for n, v in vars(ops).items()
                   if not n.startswith("_") and callable(v) and n not in done
                   and getattr(v, "__module__", "") in ("dragon_core.ops",
-                                                       "dragon_core._selection")
+                                                       "dragon_core._selection",
+                                                       "dragon_core._spectral")
                   and not getattr(v, "_dragon_op", None))
     for n in hand:
         lines.append(f"def {n}({_plain_sig(getattr(ops, n))}) -> Any: ...")

@@ -300,3 +300,44 @@ def test_padding_layouts_export_and_import_back(tmp_path):
     back = dgx.load(model)
     for got, ref in zip(back(dg.tensor(x), dg.tensor(v)), refs):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("opset", [17, 21])
+def test_dft_family_exports_to_dft(opset):
+    """Fft/Ifft/Rfft/Irfft -> ONNX DFT (axis an attribute before opset 20,
+    an input from 20), other norms as a Mul, irfft as the written-out
+    Hermitian spectrum; onnxruntime and Dragon's own loader agree with
+    Dragon."""
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((3, 10, 2)).astype(np.float32)
+    r = rng.standard_normal((4, 9)).astype(np.float32)
+
+    def f(z, r):
+        return (dg.ops.fft(z, axis=0),
+                dg.ops.ifft(z, 12, 1, "ortho"),
+                dg.ops.fft(z, 7, 1, "forward"),
+                dg.ops.rfft(r, 8, 0, "backward"),
+                dg.ops.rfft(r, None, 1, "ortho"),
+                dg.ops.irfft(z, None, 1),
+                dg.ops.irfft(z, 5, 0, "forward"),
+                dg.ops.irfft(z, 19, 1, "ortho"))
+
+    model = dgx.export(f, [z, r], None, opset=opset)
+    assert "DFT" in {n.op_type for n in model.graph.node}
+    onnx.checker.check_model(model, full_check=True)
+    refs = [t.numpy() for t in f(dg.tensor(z), dg.tensor(r))]
+    for got, ref in zip(_ort(model, z, r), refs):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    back = dgx.load(model.SerializeToString())
+    for got, ref in zip(back(z, r), refs):
+        np.testing.assert_allclose(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
+                                   ref, rtol=1e-5, atol=1e-5)
+
+
+def test_stft_exports_through_gather_and_dft():
+    rng = np.random.default_rng(6)
+    s = rng.standard_normal((2, 64, 1)).astype(np.float32)
+
+    def f(s):
+        return dg.ops.stft(s, 8, dg.ops.hann_window(16), 16)
+
+    model = dgx.export(f, [s], None)
+    np.testing.assert_allclose(_ort(model, s)[0], f(dg.tensor(s)).numpy(), rtol=1e-4, atol=1e-4)

@@ -942,3 +942,97 @@ def _batched_nms(e, ins, outs, a):
     e.node("Identity", [_pad_end(e, keep, 1, 0, n, count, np.int64(-1))], [outs[0]])
     if len(outs) > 1:
         e.node("Reshape", [count, i64([])], [outs[1]])
+# ---------------------------------------------------- the DFT family (fft.cc)
+# ONNX DFT: complex as a trailing axis of 2 (as Dragon), forward unscaled,
+# inverse by 1/n; other norms are a Mul. Opset 20 moved axis to an input.
+
+def _dft_node(e, x, outs, axis, n, inverse, onesided=0):
+    length = e.const(np.array(n, np.int64))
+    if e.opset >= 20:
+        return e.node("DFT", [x, length, e.const(np.array(axis, np.int64))], outs,
+                      inverse=int(inverse), onesided=int(onesided))
+    return e.node("DFT", [x, length], outs, axis=int(axis), inverse=int(inverse),
+                  onesided=int(onesided))
+
+
+def _dft_scale(norm, n, inverse):
+    """numpy's factor relative to ONNX's (forward 1, inverse 1/n)."""
+    if norm == "ortho":
+        return math.sqrt(n) if inverse else 1.0 / math.sqrt(n)
+    if inverse:
+        return float(n) if norm == "forward" else 1.0
+    return 1.0 / n if norm == "forward" else 1.0
+
+
+def _scaled(e, y, outs, factor, like):
+    """y times factor (a constant of ``like``'s dtype), into outs."""
+    if factor == 1.0:
+        return e.node("Identity", [y], outs)
+    return e.node("Mul", [y, e.scalar(factor, like)], outs)
+
+
+def _resize_axis(e, x, axis, size):
+    """x cut, or zero-padded at the end, to ``size`` along ``axis``."""
+    shape = list(e.shape(x))
+    have = shape[axis]
+    if have == size:
+        return x
+    if have > size:
+        return e.node("Slice", [x, e.const(np.array([0], np.int64)),
+                                e.const(np.array([size], np.int64)),
+                                e.const(np.array([axis], np.int64))])
+    shape[axis] = size - have
+    zeros = e.const(np.zeros(shape, e.np_dtype(e.dtype(x))))
+    return e.node("Concat", [x, zeros], axis=axis)
+
+
+def _c2c(inverse):
+    def run(e, ins, outs, a):
+        rank = len(e.shape(ins[0])) - 1
+        axis = int(a["axis"]) % rank
+        n = int(e.shape(outs[0])[axis])
+        y = _dft_node(e, ins[0], None, axis, n, inverse)
+        _scaled(e, y, outs, _dft_scale(a["norm"], n, inverse), ins[0])
+    return run
+
+
+export_op("Fft")(_c2c(False))
+export_op("Ifft")(_c2c(True))
+
+
+@export_op("Rfft")
+def _rfft(e, ins, outs, a):
+    shape = list(e.shape(ins[0]))
+    axis = int(a["axis"]) % len(shape)
+    n = int(a["n"]) if a.get("n") is not None else shape[axis]
+    x = e.node("Unsqueeze", [ins[0], e.const(np.array([-1], np.int64))])
+    y = _dft_node(e, x, None, axis, n, False, onesided=1)
+    _scaled(e, y, outs, _dft_scale(a["norm"], n, False), ins[0])
+
+
+@export_op("Irfft")
+def _irfft(e, ins, outs, a):
+    """The Hermitian spectrum written out (Gather of the n // 2 + 1 given
+    frequencies, conjugated for the mirrored ones; the imaginary parts of
+    frequency 0 and n / 2 zeroed) and a full inverse DFT, real part: the
+    inverse one-sided DFT is not read the same by every ONNX runtime."""
+    shape = list(e.shape(ins[0]))
+    rank = len(shape) - 1
+    axis = int(a["axis"]) % rank
+    n = int(e.shape(outs[0])[axis])
+    count = n // 2 + 1
+    x = _resize_axis(e, ins[0], axis, count)
+    dtype = e.np_dtype(e.dtype(ins[0]))
+    index = np.array([k if k < count else n - k for k in range(n)], np.int64)
+    sign = np.ones((n, 2))
+    sign[count:, 1] = -1.0                   # conjugate the mirrored half
+    sign[0, 1] = 0.0                         # imag of frequency 0 ignored
+    if n % 2 == 0:
+        sign[n // 2, 1] = 0.0                # and of frequency n / 2
+    sign = sign.reshape([n] + [1] * (rank - axis - 1) + [2]).astype(dtype)
+    full = e.node("Mul", [e.node("Gather", [x, e.const(index)], axis=axis), e.const(sign)])
+    y = _dft_node(e, full, None, axis, n, True)
+    re = e.node("Slice", [y, e.const(np.array([0], np.int64)), e.const(np.array([1], np.int64)),
+                          e.const(np.array([rank], np.int64))])
+    re = e.node("Squeeze", [re, e.const(np.array([rank], np.int64))])
+    _scaled(e, re, outs, _dft_scale(a["norm"], n, True), ins[0])

@@ -2332,56 +2332,20 @@ def _col2im(n):
 
 @op("DFT")
 def _dft(n):
-    """The discrete Fourier transform as two real matrix products with the
-    (trace-time) cosine and sine matrices of the signal length."""
+    """ONNX DFT onto the native DFT family (``dragon_core.ops.dft``: Fft,
+    Ifft, Rfft, Irfft with an O(n log n) kernel): real ([..., 1]) or
+    complex ([..., 2]) input, dft_length cuts or pads, onesided, inverse
+    (inverse + onesided is irfft). Opset 20 moved axis to an input."""
     x = n.x(0)
     rank = x.ndim
     if n.opset >= 20:
         axis = int(np.asarray(n.static(2)).reshape(-1)[0]) if n.has(2) else -2
     else:
         axis = n.a("axis", 1)
-    axis = norm_axis(axis, rank)
-    if axis == rank - 1:
+    if norm_axis(axis, rank) == rank - 1:
         n.fail("the signal axis may not be the last (real/imaginary) axis")
-    length = int(np.asarray(n.static(1)).reshape(-1)[0]) if n.has(1) else x.shape[axis]
-    inverse, onesided = bool(n.a("inverse", 0)), bool(n.a("onesided", 0))
-    if inverse and onesided:
-        n.fail("an inverse one-sided transform (irfft)")
-    out_dtype = dt(x)
-    if out_dtype != "float64":        # sums in float64, rounded once at the end
-        x = ops.cast(x, "float64")
-    size = x.shape[axis]
-    if length < size:
-        x = ops.slice(x, [0], [length], [1], [axis])
-    elif length > size:
-        pads = [(0, 0)] * rank
-        pads[axis] = (0, length - size)
-        x = ops.pad(x, pads)
-    perm = [i for i in range(rank - 1) if i != axis] + [axis, rank - 1]
-    xt = ops.transpose(x, perm)                         # [..., L, c]
-    re = reshape(ops.slice(xt, [0], [1], [1], [rank - 1]), list(xt.shape[:-1]))
-    im = reshape(ops.slice(xt, [1], [2], [1], [rank - 1]), list(xt.shape[:-1])) \
-        if x.shape[-1] == 2 else None
-    k_count = length // 2 + 1 if onesided else length
-    theta = 2 * np.pi * np.outer(np.arange(length), np.arange(k_count)) / length
-    cos, sin = const(np.cos(theta), dt(x)), const(np.sin(theta), dt(x))
-    sign = 1.0 if inverse else -1.0
-    # (re + i im)(cos + i sign sin)
-    out_re = ops.matmul(re, cos)
-    out_im = ops.mul(ops.matmul(re, sin), like(re, sign))
-    if im is not None:
-        out_re = ops.sub(out_re, ops.mul(ops.matmul(im, sin), like(re, sign)))
-        out_im = ops.add(out_im, ops.matmul(im, cos))
-    if inverse:
-        out_re = ops.div(out_re, like(re, length))
-        out_im = ops.div(out_im, like(re, length))
-    y = ops.stack([out_re, out_im], -1)                # [..., K, 2]
-    if out_dtype != "float64":
-        y = ops.cast(y, out_dtype)
-    back = [0] * rank
-    for j, p in enumerate(perm):
-        back[p] = j
-    return ops.transpose(y, back)
+    length = int(np.asarray(n.static(1)).reshape(-1)[0]) if n.has(1) else None
+    return ops.dft(x, length, axis, bool(n.a("inverse", 0)), bool(n.a("onesided", 0)))
 
 
 @op("CumProd")
@@ -2514,3 +2478,25 @@ def _non_max_suppression(n):
             rows.append(np.stack([np.full(kept.size, bi), np.full(kept.size, ci), kept], 1))
     sel = np.concatenate(rows, 0) if rows else np.zeros((0, 3), np.int64)
     return [tensor(sel.astype(np.int64))]
+# ------------------------------------------------ STFT and MelWeightMatrix
+
+@op("STFT")
+def _stft(n):
+    """ONNX STFT onto ``dragon_core.ops.stft`` (frames by Gather, window,
+    native DFT); frame_step and frame_length must be known at load time."""
+    step = int(np.asarray(n.static(1)).reshape(-1)[0])
+    frame_length = int(np.asarray(n.static(3)).reshape(-1)[0]) if n.has(3) else None
+    return ops.stft(n.x(0), step, n.x(2) if n.has(2) else None, frame_length,
+                    bool(n.a("onesided", 1)))
+
+
+@op("MelWeightMatrix")
+def _mel_weight_matrix(n):
+    """ONNX MelWeightMatrix: a constant from the (load-time) inputs, with
+    ONNX's formula and the inputs' own dtypes in its arithmetic."""
+    from .._spectral import mel_weight_matrix_values
+    args = [np.asarray(n.static(i)).reshape(-1)[0] for i in range(5)]
+    to = ONNX_DTYPES.get(n.a("output_datatype", 1))
+    if to is None:
+        n.fail("output dtype Dragon lacks")
+    return const(mel_weight_matrix_values(*args), to)

@@ -458,10 +458,21 @@ def _interpolate(e, ins, outs, a):
 
 @export_op("GridSample")
 def _grid_sample(e, ins, outs, a):
+    """GridSample-16 names its modes bilinear/bicubic and is 4-D only;
+    GridSample-20 says linear/cubic and takes 5-D inputs. ONNX pads a cubic
+    point before sampling where Dragon (as PyTorch) pads each cell, so
+    bicubic exports only with zeros padding (where the two agree)."""
     mode = a.get("mode", "bilinear")
-    if e.opset >= 20 and mode == "bilinear":
-        mode = "linear"
-    e.node("GridSample", ins, outs, mode=mode, padding_mode=a.get("padding_mode", "zeros"),
+    pad = a.get("padding_mode", "zeros")
+    if len(e.shape(ins[0])) == 5 and e.opset < 20:
+        raise NotImplementedError(f"5-D GridSample needs opset 20, exporting opset {e.opset}")
+    if mode == "bicubic" and pad != "zeros":
+        raise NotImplementedError(
+            f"GridSample mode='bicubic' with padding_mode='{pad}': ONNX pads the point, "
+            "Dragon each of its 16 cells (they differ outside the image)")
+    if e.opset >= 20:
+        mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    e.node("GridSample", ins, outs, mode=mode, padding_mode=pad,
            align_corners=int(bool(a.get("align_corners"))))
 
 

@@ -1532,21 +1532,70 @@ def _swish(n):
 
 def _check_grid_sample(attrs, opset, node):
     mode = attrs.get("mode", "linear" if opset >= 20 else "bilinear")
-    if mode not in ("linear", "bilinear", "nearest"):
-        return f"mode='{mode}' (Dragon's grid_sample has bilinear and nearest)"
-    if attrs.get("padding_mode", "zeros") not in ("zeros", "border"):
-        return f"padding_mode='{attrs['padding_mode']}' (Dragon has zeros and border)"
+    if mode not in ("linear", "bilinear", "nearest", "cubic", "bicubic"):
+        return f"mode='{mode}'"
+    if attrs.get("padding_mode", "zeros") not in ("zeros", "border", "reflection"):
+        return f"padding_mode='{attrs['padding_mode']}'"
     return None
+
+
+def _onnx_cubic_grid(grid, sizes, pad: str, align: bool):
+    """ONNX GridSample pads the point itself before cubic sampling (border:
+    clamped to the image, reflection: mirrored, when it lies beyond the
+    corner cells' edges or centres), where Dragon (as PyTorch) pads each
+    of the 16 cells only. Rewriting the grid with ONNX's padded point and
+    then sampling with per-cell padding gives ONNX's result; the rewrite is
+    element-wise, so the grid gradient flows through it."""
+    dims = len(sizes)
+    comps = []
+    for k in range(dims):
+        size = sizes[dims - 1 - k]
+        g = ops.slice(grid, [k], [k + 1], [1], [grid.ndim - 1])
+        if align:
+            lo, hi = 0.0, float(size - 1)
+            c = ops.mul(ops.add(g, like(g, 1.0)), like(g, (size - 1) / 2.0))
+        else:
+            lo, hi = -0.5, size - 0.5
+            c = ops.div(ops.sub(ops.mul(ops.add(g, like(g, 1.0)), like(g, float(size))),
+                                like(g, 1.0)), like(g, 2.0))
+        outside = ops.logical_or(ops.less(c, like(c, lo)), ops.greater(c, like(c, hi)))
+        span = hi - lo
+        if pad == "border" or span <= 0:
+            padded = ops.clip(c, 0.0, float(size - 1))
+        else:
+            d = ops.abs(ops.sub(c, like(c, lo)))
+            flips = ops.floor(ops.div(d, like(d, span)))
+            extra = ops.sub(d, ops.mul(flips, like(d, span)))
+            odd = ops.greater(ops.sub(flips, ops.mul(ops.floor(ops.div(flips, like(d, 2.0))),
+                                                     like(d, 2.0))), like(d, 0.5))
+            padded = ops.where(odd, ops.add(ops.sub(like(d, span), extra), like(d, lo)),
+                               ops.add(extra, like(d, lo)))
+        c = ops.where(outside, padded, c)
+        if align:
+            g = ops.sub(ops.mul(c, like(c, 2.0 / (size - 1))), like(c, 1.0)) if size > 1 else g
+        else:
+            g = ops.sub(ops.div(ops.add(ops.mul(c, like(c, 2.0)), like(c, 1.0)),
+                                like(c, float(size))), like(c, 1.0))
+        comps.append(g)
+    return ops.concat(comps, grid.ndim - 1)
 
 
 @op("GridSample", check=_check_grid_sample)
 def _grid_sample(n):
-    x = n.x(0)
-    if x.ndim != 4:
-        n.fail(f"{x.ndim - 2}-D sampling (Dragon's grid_sample is 2-D)")
+    """GridSample-16 (4-D: bilinear, nearest, bicubic) and -20 (N-D:
+    linear, nearest, cubic) onto grid_sample (4-D and 5-D; cubic 4-D)."""
+    x, grid = n.x(0), n.x(1)
     mode = n.a("mode", "linear" if n.opset >= 20 else "bilinear")
-    return ops.grid_sample(x, n.x(1), "nearest" if mode == "nearest" else "bilinear",
-                           n.a("padding_mode", "zeros"), bool(n.a("align_corners", 0)))
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
+    if x.ndim not in (4, 5):
+        n.fail(f"{x.ndim - 2}-D sampling (Dragon's grid_sample is 2-D or 3-D)")
+    if mode == "bicubic" and x.ndim != 4:
+        n.fail("cubic sampling of a 5-D input (Dragon's bicubic grid_sample is 2-D)")
+    pad = n.a("padding_mode", "zeros")
+    align = bool(n.a("align_corners", 0))
+    if mode == "bicubic" and pad != "zeros":
+        grid = _onnx_cubic_grid(grid, list(x.shape[2:]), pad, align)
+    return ops.grid_sample(x, grid, mode, pad, align)
 
 
 def _check_roi_align(attrs, opset, node):

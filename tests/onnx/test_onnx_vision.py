@@ -101,3 +101,54 @@ def test_grid_sample_bicubic_reflection_export_is_refused():
         dgx.export(lambda a, b: dg.ops.grid_sample(a, b, mode="bicubic",
                                                    padding_mode="reflection"),
                    [x, grid], None)
+
+
+@pytest.mark.parametrize("opset, ctm", [(10, None), (16, "half_pixel"),
+                                        (16, "output_half_pixel"), (21, None)])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_modes_and_opset_coordinates(opset, ctm, mode):
+    """Opsets 10-15 have no coordinate_transformation_mode (rois unshifted,
+    as onnxruntime runs them); 16+ default to half_pixel. Checked against
+    onnxruntime and, from opset 16, onnx's reference (which applies
+    half_pixel to opset-10 models too, so it is not the oracle there)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 10, 8)).astype(np.float32)
+    rois = np.array([[0.5, 1.0, 6.2, 7.5], [-1.0, 2.0, 4.0, 12.0], [2.2, 3.1, 2.6, 3.3]],
+                    np.float32)
+    idx = np.array([0, 1, 1], np.int64)
+    attrs = {"mode": mode, "output_height": 3, "output_width": 2, "spatial_scale": 0.8,
+             "sampling_ratio": 2 if opset == 16 else 0}
+    if ctm:
+        attrs["coordinate_transformation_mode"] = ctm
+    node = helper.make_node("RoiAlign", ["x", "r", "i"], ["y"], **attrs)
+    model = _model(node, [_vi("x", x.shape), _vi("r", rois.shape),
+                          _vi("i", idx.shape, TensorProto.INT64)], [_vi("y", None)], opset)
+    ort = pytest.importorskip("onnxruntime")
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x, "r": rois, "i": idx})[0]
+    got = dgx.load(model.SerializeToString())(x, rois, idx)[0].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if opset >= 16:
+        _, ref = _both(model, x, rois, idx)
+        np.testing.assert_allclose(got, ref[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_roi_align_max_export_round_trip(aligned):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    rois = np.array([[0, 1.0, 1.5, 8.0, 9.0], [1, 0.0, 0.0, 11.0, 5.5]], np.float32)
+
+    def f(a, r):
+        return dg.ops.roi_align(a, r, [3, 4], spatial_scale=0.75, sampling_ratio=2,
+                                aligned=aligned, mode="max")
+
+    model = dgx.export(f, [x, rois], None)
+    node = [n for n in model.graph.node if n.op_type == "RoiAlign"][0]
+    assert helper.get_attribute_value([a for a in node.attribute if a.name == "mode"][0]) \
+        == b"max"
+    ref = ReferenceEvaluator(model).run(None, {model.graph.input[0].name: x,
+                                               model.graph.input[1].name: rois})[0]
+    np.testing.assert_allclose(ref, f(dg.tensor(x), dg.tensor(rois)).numpy(),
+                               rtol=1e-4, atol=1e-5)

@@ -491,11 +491,17 @@ def _roi_align(e, ins, outs, a):
     size = list(a["output_size"])
     size = size * 2 if len(size) == 1 else size
     ratio = int(a.get("sampling_ratio", -1))
-    e.node("RoiAlign", [x, boxes, idx], outs, mode="avg", output_height=int(size[0]),
-           output_width=int(size[1]), sampling_ratio=max(ratio, 0),
-           spatial_scale=float(a.get("spatial_scale", 1.0)),
-           coordinate_transformation_mode="half_pixel" if a.get("aligned", True)
-           else "output_half_pixel")
+    extra = {}
+    if e.opset >= 16:
+        extra["coordinate_transformation_mode"] = ("half_pixel" if a.get("aligned", True)
+                                                   else "output_half_pixel")
+    elif a.get("aligned", True):
+        raise NotImplementedError(f"RoiAlign aligned=True needs opset 16 "
+                                  f"(coordinate_transformation_mode), exporting opset {e.opset}")
+    e.node("RoiAlign", [x, boxes, idx], outs, mode=a.get("mode", "avg"),
+           output_height=int(size[0]), output_width=int(size[1]),
+           sampling_ratio=max(ratio, 0), spatial_scale=float(a.get("spatial_scale", 1.0)),
+           **extra)
 
 
 @export_op("Nms")

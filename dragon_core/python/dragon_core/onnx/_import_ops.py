@@ -1599,8 +1599,8 @@ def _grid_sample(n):
 
 
 def _check_roi_align(attrs, opset, node):
-    if attrs.get("mode", "avg") != "avg":
-        return f"mode='{attrs['mode']}' (Dragon's roi_align averages)"
+    if attrs.get("mode", "avg") not in ("avg", "max"):
+        return f"mode='{attrs['mode']}'"
     return None
 
 
@@ -1610,8 +1610,12 @@ def _roi_align(n):
     aligned = n.a("coordinate_transformation_mode", "half_pixel") == "half_pixel" \
         if n.opset >= 16 else False
     r5 = ops.concat([ops.cast(reshape(idx, [-1, 1]), dt(rois)), rois], 1)
+    # Opsets 10-15 have no coordinate_transformation_mode: their rois are
+    # not shifted (output_half_pixel); 16+ default to half_pixel. Mode max
+    # is ONNX's maximum of weighted corner terms (roi_align mode="max").
     return ops.roi_align(x, r5, [n.a("output_height", 1), n.a("output_width", 1)],
-                         n.a("spatial_scale", 1.0), n.a("sampling_ratio", 0), aligned)
+                         n.a("spatial_scale", 1.0), n.a("sampling_ratio", 0), aligned,
+                         n.a("mode", "avg"))
 
 
 @op("LpPool", check=_spatial_check)

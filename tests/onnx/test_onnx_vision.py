@@ -152,3 +152,18 @@ def test_roi_align_max_export_round_trip(aligned):
                                                model.graph.input[1].name: rois})[0]
     np.testing.assert_allclose(ref, f(dg.tensor(x), dg.tensor(rois)).numpy(),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_conv_integer_3d_with_zero_points_and_asymmetric_pads():
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 255, (1, 2, 4, 5, 4)).astype(np.uint8)
+    w = rng.integers(0, 255, (3, 2, 2, 3, 2)).astype(np.uint8)
+    xz, wz = np.array(17, np.uint8), np.array(200, np.uint8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"],
+                            pads=[1, 0, 1, 0, 1, 0], strides=[1, 2, 1])
+    model = _model(node, [_vi("x", x.shape, TensorProto.UINT8), _vi("w", w.shape, TensorProto.UINT8),
+                          _vi("xz", [], TensorProto.UINT8), _vi("wz", [], TensorProto.UINT8)],
+                   [_vi("y", None, TensorProto.INT32)], 21)
+    got, want = _both(model, x, w, xz, wz)
+    assert got[0].dtype == np.int32
+    np.testing.assert_array_equal(got[0], want[0])

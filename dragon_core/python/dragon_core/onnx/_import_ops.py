@@ -2283,9 +2283,15 @@ def _qlinear_matmul(n):
 
 
 def _conv_int(n, x, w, bias=None):
-    if x.ndim != 4:
-        n.fail(f"{x.ndim - 2}-D integer convolution (2-D only)")
+    if x.ndim not in (4, 5):
+        n.fail(f"{x.ndim - 2}-D integer convolution (2-D and 3-D only)")
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    if x.ndim == 5:
+        # 3-D (ConvInteger / QLinearConv over volumes), as Conv's 5-D path.
+        begins, ends = _split_pads(pads, 3)
+        if begins != ends:
+            x, begins = _pad_explicitly(x, begins, ends), [0, 0, 0]
+        return ops.conv3d(x, w, bias, list(strides), begins, list(dilations), n.a("group", 1))
     return ops.conv2d(x, w, bias, list(strides), list(pads), list(dilations), n.a("group", 1))
 
 

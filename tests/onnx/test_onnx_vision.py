@@ -167,3 +167,63 @@ def test_conv_integer_3d_with_zero_points_and_asymmetric_pads():
     got, want = _both(model, x, w, xz, wz)
     assert got[0].dtype == np.int32
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def _resize_model(x_shape, mode, scales=None, sizes=None, opset=18, **attrs):
+    inputs = [_vi("x", x_shape), _vi("roi", [0])]
+    names = ["x", "roi"]
+    if scales is not None:
+        inputs.append(_vi("scales", [len(scales)]))
+        names.append("scales")
+    else:
+        inputs.append(_vi("sizes", [len(sizes)], TensorProto.INT64))
+        names += ["", "sizes"]
+    node = helper.make_node("Resize", names, ["y"], mode=mode, **attrs)
+    return _model(node, inputs, [_vi("y", None)], opset)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("scales", [[1, 1, 0.6, 0.3], [1, 1, 0.25, 0.8], [1, 1, 1.7, 0.45]])
+@pytest.mark.parametrize("attrs", [{}, {"coordinate_transformation_mode": "align_corners"},
+                                   {"coordinate_transformation_mode": "asymmetric",
+                                    "exclude_outside": 1},
+                                   {"cubic_coeff_a": -0.5,
+                                    "coordinate_transformation_mode": "pytorch_half_pixel"}])
+def test_resize_antialias_scales(mode, scales, attrs):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 2, 9, 13)).astype(np.float32)
+    model = _resize_model(x.shape, mode, scales=scales, antialias=1, **attrs)
+    s = np.array(scales, np.float32)
+    got, want = _both(model, x, np.zeros(0, np.float32), s)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias_sizes_and_axes(mode):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 16, 10)).astype(np.float32)
+    model = _resize_model(x.shape, mode, sizes=[5, 4], antialias=1, axes=[2, 3])
+    got, want = _both(model, x, np.zeros(0, np.float32), np.array([5, 4], np.int64))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+    # A constant image stays constant (the weights are normalised).
+    got, _ = _both(model, np.full(x.shape, 3.25, np.float32), np.zeros(0, np.float32),
+                   np.array([5, 4], np.int64))
+    np.testing.assert_allclose(got[0], 3.25, rtol=1e-6)
+
+
+def test_resize_antialias_box_average_by_hand():
+    """Linear antialias halving [0, 1, 2, 3, 4, 5, 6, 7] (half_pixel): output
+    i sits at source 2i + 0.5 with a triangle of half-width 2 cells: weights
+    1/8, 3/8, 3/8, 1/8 over cells 2i-1 .. 2i+2 (edge clamped)."""
+    x = np.arange(8, dtype=np.float32).reshape(1, 1, 1, 8)
+    model = _resize_model(x.shape, "linear", scales=[1, 1, 1, 0.5], antialias=1)
+    got, _ = _both(model, x, np.zeros(0, np.float32), np.array([1, 1, 1, 0.5], np.float32))
+    cells = [[0, 0, 1, 2], [1, 2, 3, 4], [3, 4, 5, 6], [5, 6, 7, 7]]
+    want = [np.dot([1 / 8, 3 / 8, 3 / 8, 1 / 8], c) for c in cells]
+    np.testing.assert_allclose(got[0].reshape(-1), want, rtol=1e-6)
+
+
+def test_resize_nearest_antialias_is_refused():
+    model = _resize_model([1, 1, 4, 4], "nearest", scales=[1, 1, 0.5, 0.5], antialias=1)
+    with pytest.raises(Exception, match="antialias"):
+        dgx.load(model.SerializeToString())

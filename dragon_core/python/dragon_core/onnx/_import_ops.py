@@ -1173,9 +1173,9 @@ _RESIZE_CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "alig
 
 
 def _check_resize(attrs, opset, node):
-    if attrs.get("antialias", 0):
-        return "antialias=1"
     mode = attrs.get("mode", "nearest")
+    if attrs.get("antialias", 0) and mode not in ("linear", "bilinear", "cubic", "bicubic"):
+        return f"antialias=1 with mode='{mode}' (ONNX defines it for linear and cubic)"
     if mode not in ("nearest", "linear", "bilinear", "cubic", "bicubic"):
         return f"mode='{mode}'"
     ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
@@ -1224,6 +1224,39 @@ def _cubic_weights(r, a):
     return np.stack([k(r + 1), k(r), k(1 - r), k(2 - r)], axis=-1)
 
 
+def _antialias_taps(xo, length, scale, mode, a, exclude_outside):
+    """Resize-18 antialias (linear and cubic): the interpolation kernel is
+    stretched by 1 / scale when downsampling (scale < 1), so each output
+    averages every input cell under its footprint, as PIL / torchvision's
+    antialias; weights are normalised to sum to 1. The cells are the n
+    nearest to the source coordinate, the left one preferred (an integer
+    coordinate counts as ratio 1 from the cell before it), clamped to the
+    edge. Returns (cells [out, n], weights [out, n])."""
+    s = min(scale, 1.0)
+    integer = xo == np.floor(xo)
+    base = np.where(integer, xo - 1, np.floor(xo)).astype(np.int64)
+    ratio = np.where(integer, 1.0, xo - np.floor(xo))
+    if mode == "linear":
+        start = int(np.floor(-1 / s) + 1)
+    else:
+        start = int(np.floor(-2 / s) + 1)
+    offs = np.arange(start, 2 - start)
+    d = (offs[None, :] - ratio[:, None]) * s
+    if mode == "linear":
+        w = np.clip(1 - np.abs(d), 0, 1)
+    else:
+        d = np.abs(d)
+        w = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                     np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+    w = w / w.sum(axis=1, keepdims=True)
+    raw = base[:, None] + offs[None, :]
+    if exclude_outside:
+        w = np.where((raw < 0) | (raw > length - 1), 0.0, w)
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    return np.clip(raw, 0, length - 1), w
+
+
 def _resize_axis(n, x, axis, out, scale, roi, mode):
     length = x.shape[axis]
     ctm = n.a("coordinate_transformation_mode", "half_pixel")
@@ -1233,6 +1266,24 @@ def _resize_axis(n, x, axis, out, scale, roi, mode):
     outside = None
     if ctm == "tf_crop_and_resize":
         outside = (xo < 0) | (xo > length - 1)
+    if mode != "nearest" and n.opset >= 18 and n.a("antialias", 0):
+        # All taps in one Gather, then weights and a sum over the tap axis.
+        taps, weights = _antialias_taps(xo, length, scale, mode, n.a("cubic_coeff_a", -0.75),
+                                        n.a("exclude_outside", 0))
+        k = taps.shape[1]
+        g = ops.gather(x, const(taps.reshape(-1), "int64"), axis)
+        shape = list(x.shape)
+        shape[axis:axis + 1] = [out, k]
+        g = reshape(g, shape)
+        wshape = [1] * len(shape)
+        wshape[axis], wshape[axis + 1] = out, k
+        y = ops.sum(ops.mul(g, const(weights.reshape(wshape), dt(x))), [axis + 1])
+        if outside is not None and outside.any():
+            mshape = [1] * x.ndim
+            mshape[axis] = out
+            y = ops.where(const(outside.reshape(mshape), "bool"),
+                          like(y, n.a("extrapolation_value", 0.0)), y)
+        return y
     if mode == "nearest":
         nm = n.a("nearest_mode", "round_prefer_floor") if n.opset >= 11 else "floor"
         if n.op_type == "Upsample" or n.opset < 11:

@@ -558,20 +558,49 @@ GridPlan KernelGridPlan(const dg::KernelContext& ctx) {
   return ReadGridPlan(ctx, ctx.input(0).shape(), ctx.input(1).shape());
 }
 
-template <typename T>
-void GridSampleCpu(dg::KernelContext& ctx) {
-  const GridPlan p = KernelGridPlan(ctx);
+// Calls fn(StaticGrid<mode, padding, dims>{}) for the plan's combination,
+// so the per-point code is compiled once per combination (bicubic is 2-D
+// only).
+template <int M, int P, typename F>
+void WithDims(const GridPlan& p, F&& fn) {
+  if (p.dims == 3) {
+    if constexpr (M != kGridBicubic) fn(StaticGrid<M, P, 3>{});
+  } else {
+    fn(StaticGrid<M, P, 2>{});
+  }
+}
+
+template <int M, typename F>
+void WithPad(const GridPlan& p, F&& fn) {
+  switch (p.pad) {
+    case kPadZeros: return WithDims<M, kPadZeros>(p, fn);
+    case kPadBorder: return WithDims<M, kPadBorder>(p, fn);
+    default: return WithDims<M, kPadReflection>(p, fn);
+  }
+}
+
+template <typename F>
+void WithGridSpec(const GridPlan& p, F&& fn) {
+  switch (p.mode) {
+    case kGridNearest: return WithPad<kGridNearest>(p, fn);
+    case kGridBicubic: return WithPad<kGridBicubic>(p, fn);
+    default: return WithPad<kGridBilinear>(p, fn);
+  }
+}
+
+template <typename S, typename T>
+void GridSampleCpuSpec(dg::KernelContext& ctx, const GridPlan& p) {
   const T* x = ctx.input(0).data<const T>();
   const T* grid = ctx.input(1).data<const T>();
   T* y = ctx.output(0).data<T>();
   const int64_t points = p.points(), plane = p.plane();
-  const int taps = p.taps();
+  constexpr int taps = GridTapCount<S>(GridPlan());
   // One task per (n, point): its taps once, then its C outputs.
   ParallelFor(p.n * points, p.c * 2 * taps + 64, [&](int64_t np) {
     const int64_t n = np / points, q = np % points;
-    int64_t off[kGridTaps];
-    double w[kGridTaps];
-    FlattenTaps(p, GridPointAt(p, grid, np), off, w);
+    int64_t off[taps];
+    double w[taps];
+    FlattenTaps<S>(p, GridPointAt<S>(p, grid, np), off, w);
     for (int64_t c = 0; c < p.c; ++c) {
       const T* xp = x + (n * p.c + c) * plane;
       double acc = 0.0;
@@ -582,22 +611,29 @@ void GridSampleCpu(dg::KernelContext& ctx) {
 }
 
 template <typename T>
-void GridSampleGradCpu(dg::KernelContext& ctx) {
+void GridSampleCpu(dg::KernelContext& ctx) {
   const GridPlan p = KernelGridPlan(ctx);
+  WithGridSpec(p, [&](auto spec) {
+    GridSampleCpuSpec<decltype(spec), T>(ctx, p);
+  });
+}
+
+template <typename S, typename T>
+void GridSampleGradCpuSpec(dg::KernelContext& ctx, const GridPlan& p) {
   const T* x = ctx.input(0).data<const T>();
   const T* grid = ctx.input(1).data<const T>();
   const T* dy = ctx.input(2).data<const T>();
   T* dx = ctx.output(0).data<T>();
   T* dgrid = ctx.output(1).data<T>();
   const int64_t points = p.points(), plane = p.plane();
-  const int taps = p.taps();
+  constexpr int taps = GridTapCount<S>(GridPlan());
   // The taps of every point, computed once for all channels (unused slots
   // have weight 0 and offset 0).
   int64_t* offs = ctx.workspace<int64_t>(p.n * points * taps);
   double* wts = ctx.workspace<double>(p.n * points * taps);
   ParallelFor(p.n * points, 64, [&](int64_t np) {
-    FlattenTaps(p, GridPointAt(p, grid, np), offs + np * taps,
-                wts + np * taps);
+    FlattenTaps<S>(p, GridPointAt<S>(p, grid, np), offs + np * taps,
+                   wts + np * taps);
   });
   // dx: one task per (n, c) plane, scattering its own points' gradients in
   // float64, then rounded once.
@@ -617,7 +653,15 @@ void GridSampleGradCpu(dg::KernelContext& ctx) {
   });
   // dgrid: one task per (n, point), summing over channels.
   ParallelFor(p.n * points, p.c * 4 * taps + 64, [&](int64_t np) {
-    GridPointGrad(p, x, grid, dy, np, dgrid);
+    GridPointGrad<S>(p, x, grid, dy, np, dgrid);
+  });
+}
+
+template <typename T>
+void GridSampleGradCpu(dg::KernelContext& ctx) {
+  const GridPlan p = KernelGridPlan(ctx);
+  WithGridSpec(p, [&](auto spec) {
+    GridSampleGradCpuSpec<decltype(spec), T>(ctx, p);
   });
 }
 

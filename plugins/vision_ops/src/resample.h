@@ -14,7 +14,7 @@
 #ifdef __CUDACC__
 #define VISION_HD __host__ __device__ inline
 #else
-#define VISION_HD inline
+#define VISION_HD inline __attribute__((always_inline))
 #endif
 
 namespace vision {
@@ -169,12 +169,32 @@ struct GridPlan {
   bool align_corners = false;
   VISION_HD int64_t points() const { return out[0] * out[1] * out[2]; }
   VISION_HD int64_t plane() const { return size[0] * size[1] * size[2]; }
-  // Taps per point of the mode (the stride of a CPU tap cache).
-  VISION_HD int taps() const {
-    return mode == kGridNearest ? 1
-                                : (mode == kGridBicubic ? 16 : (dims == 3 ? 8 : 4));
-  }
 };
+
+// Which mode, padding and rank a grid function runs: read from the plan
+// (DynamicGrid: the CUDA kernels) or fixed at compile time (StaticGrid:
+// the CPU kernels instantiate every combination, so the per-point code has
+// no branches on them and its tap loops unroll).
+struct DynamicGrid {
+  VISION_HD static int mode(const GridPlan& p) { return p.mode; }
+  VISION_HD static int pad(const GridPlan& p) { return p.pad; }
+  VISION_HD static int dims(const GridPlan& p) { return p.dims; }
+};
+
+template <int M, int P, int D>
+struct StaticGrid {
+  VISION_HD static constexpr int mode(const GridPlan&) { return M; }
+  VISION_HD static constexpr int pad(const GridPlan&) { return P; }
+  VISION_HD static constexpr int dims(const GridPlan&) { return D; }
+};
+
+// Taps per point of spec S (the stride of a CPU tap cache).
+template <typename S>
+VISION_HD constexpr int GridTapCount(const GridPlan& p) {
+  return S::mode(p) == kGridNearest
+             ? 1
+             : (S::mode(p) == kGridBicubic ? 16 : (S::dims(p) == 3 ? 8 : 4));
+}
 
 // Validates x [N, C, H, W] / [N, C, D, H, W], the grid and the attributes.
 // Defined in resample.cc.
@@ -293,6 +313,7 @@ VISION_HD AxisSample UnitAxis() {
   return s;
 }
 
+template <typename S>
 VISION_HD AxisSample AxisSampleOf(const GridPlan& p, int64_t size, double g) {
   AxisSample s = UnitAxis();
   s.in[0] = false;
@@ -301,23 +322,23 @@ VISION_HD AxisSample AxisSampleOf(const GridPlan& p, int64_t size, double g) {
   if (!s.valid) return s;
   double c = Unnormalize(g, size, p.align_corners, &s.mult);
   const double n = static_cast<double>(size);
-  if (p.mode != kGridBicubic) {
+  if (S::mode(p) != kGridBicubic) {
     // The padding acts on the coordinate.
-    if (p.pad == kPadReflection) {
+    if (S::pad(p) == kPadReflection) {
       if (!Finite(c)) {
         s.valid = false;
         return s;
       }
       c = ReflectCoord(c, size, p.align_corners, &s.mult);
       c = ClipBorder(c, size, &s.mult);
-    } else if (p.pad == kPadBorder) {
+    } else if (S::pad(p) == kPadBorder) {
       c = ClipBorder(c, size, &s.mult);
     }
     // Beyond one cell outside, every neighbour is padding (and the int64
     // casts below stay in range).
     s.valid = c > -2.0 && c < n + 1.0;
     if (!s.valid) return s;
-    if (p.mode == kGridNearest) {
+    if (S::mode(p) == kGridNearest) {
       // Halves round to even, as PyTorch's nearbyint.
       s.idx[0] = static_cast<int64_t>(nearbyint(c));
       s.w[0] = 1.0;
@@ -338,10 +359,10 @@ VISION_HD AxisSample AxisSampleOf(const GridPlan& p, int64_t size, double g) {
   }
   // Bicubic: the 4 cells floor(c) - 1 .. floor(c) + 2 of the unpadded
   // coordinate; the padding acts on each cell index (PyTorch and ONNX).
-  if (p.pad == kPadZeros) {
+  if (S::pad(p) == kPadZeros) {
     s.valid = c > -3.0 && c < n + 2.0;
     if (!s.valid) return s;
-  } else if (p.pad == kPadBorder) {
+  } else if (S::pad(p) == kPadBorder) {
     // Further out every tap reads the edge cell: the value is constant.
     if (!(c > -3.0)) {
       c = -3.0;
@@ -369,11 +390,11 @@ VISION_HD AxisSample AxisSampleOf(const GridPlan& p, int64_t size, double g) {
   s.n = 4;
   for (int k = 0; k < 4; ++k) {
     const int64_t i = static_cast<int64_t>(f0) - 1 + k;
-    if (p.pad == kPadZeros) {
+    if (S::pad(p) == kPadZeros) {
       s.idx[k] = i;
       s.in[k] = i >= 0 && i < size;
     } else {
-      s.idx[k] = p.pad == kPadBorder ? ClampIndex(i, size)
+      s.idx[k] = S::pad(p) == kPadBorder ? ClampIndex(i, size)
                                      : ReflectIndex(i, size, p.align_corners);
       s.in[k] = true;
     }
@@ -388,18 +409,19 @@ struct GridPoint {
 };
 
 // The point `np` (a flat index over N * points) of `grid`.
-template <typename T>
+template <typename S, typename T>
 VISION_HD GridPoint GridPointAt(const GridPlan& p, const T* grid, int64_t np) {
   GridPoint q;
   q.valid = true;
-  const T* g = grid + np * p.dims;
+  const int dims = S::dims(p);
+  const T* g = grid + np * dims;
   for (int a = 0; a < kAxes; ++a) {
-    if (a < kAxes - p.dims) {
+    if (a < kAxes - dims) {
       q.a[a] = UnitAxis();
       continue;
     }
     // Axis W reads component 0, H component 1, D component 2.
-    q.a[a] = AxisSampleOf(p, p.size[a], static_cast<double>(g[kAxes - 1 - a]));
+    q.a[a] = AxisSampleOf<S>(p, p.size[a], static_cast<double>(g[kAxes - 1 - a]));
     q.valid = q.valid && q.a[a].valid;
   }
   return q;
@@ -426,11 +448,12 @@ VISION_HD void ForEachGridTap(const GridPlan& p, const GridPoint& q, F fn) {
   }
 }
 
-// The taps of `q` as (offset, weight) pairs in off[0 .. p.taps()), the
+// The taps of `q` as (offset, weight) pairs in off[0 .. GridTapCount), the
 // unused slots (offset 0, weight 0).
+template <typename S>
 VISION_HD void FlattenTaps(const GridPlan& p, const GridPoint& q, int64_t* off,
                            double* w) {
-  const int n = p.taps();
+  const int n = GridTapCount<S>(p);
   for (int t = 0; t < n; ++t) {
     off[t] = 0;
     w[t] = 0.0;
@@ -460,31 +483,42 @@ VISION_HD double SampleAt(const GridPlan& p, const GridPoint& q,
 // times the derivative of the sample with respect to the pixel coordinate,
 // times d(coordinate)/d(grid value) (0 in nearest mode, for invalid points
 // and where clipping is active).
-template <typename T>
+template <typename S, typename T>
 VISION_HD void GridPointGrad(const GridPlan& p, const T* x, const T* grid,
                              const T* dy, int64_t np, T* dgrid) {
   const int64_t points = p.points(), plane = p.plane();
   const int64_t n = np / points, qi = np % points;
-  const GridPoint q = GridPointAt(p, grid, np);
+  const int dims = S::dims(p);
+  const GridPoint q = GridPointAt<S>(p, grid, np);
   double g[kAxes] = {0.0, 0.0, 0.0};
-  if (p.mode != kGridNearest && q.valid) {
+  if (S::mode(p) != kGridNearest && q.valid) {
+    // The taps once: their offsets and, per axis, the derivative of their
+    // weight along that axis (the product of the other axes' weights).
     const AxisSample &d = q.a[0], &h = q.a[1], &w = q.a[2];
+    int64_t off[kGridTaps];
+    double slope[kAxes][kGridTaps];
+    int nt = 0;
+    ForEachGridTap(p, q, [&](int64_t o, double, int i, int j, int k) {
+      if (nt >= kGridTaps) return;
+      off[nt] = o;
+      slope[0][nt] = d.dw[i] * h.w[j] * w.w[k];
+      slope[1][nt] = d.w[i] * h.dw[j] * w.w[k];
+      slope[2][nt] = d.w[i] * h.w[j] * w.dw[k];
+      ++nt;
+    });
+    const int first = kAxes - dims;
     for (int64_t c = 0; c < p.c; ++c) {
       const T* xp = x + (n * p.c + c) * plane;
-      double s[kAxes] = {0.0, 0.0, 0.0};
-      ForEachGridTap(p, q, [&](int64_t o, double, int i, int j, int k) {
-        const double v = static_cast<double>(xp[o]);
-        s[0] += v * d.dw[i] * h.w[j] * w.w[k];
-        s[1] += v * d.w[i] * h.dw[j] * w.w[k];
-        s[2] += v * d.w[i] * h.w[j] * w.dw[k];
-      });
       const double gy = static_cast<double>(dy[(n * p.c + c) * points + qi]);
-      for (int a = 0; a < kAxes; ++a) g[a] += gy * s[a];
+      for (int t = 0; t < nt; ++t) {
+        const double v = gy * static_cast<double>(xp[off[t]]);
+        for (int a = first; a < kAxes; ++a) g[a] += v * slope[a][t];
+      }
     }
   }
-  for (int k = 0; k < p.dims; ++k) {
+  for (int k = 0; k < dims; ++k) {
     const int a = kAxes - 1 - k;
-    dgrid[np * p.dims + k] =
+    dgrid[np * dims + k] =
         static_cast<T>(q.valid ? g[a] * q.a[a].mult : 0.0);
   }
 }

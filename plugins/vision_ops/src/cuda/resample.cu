@@ -110,7 +110,7 @@ __global__ void GridSampleKernel(GridPlan p, const T* x, const T* grid, T* y,
   const int64_t points = p.points(), plane = p.plane();
   VISION_CUDA_LOOP(i, total) {
     const int64_t q = i % points, nc = i / points, n = nc / p.c;
-    const GridPoint pt = GridPointAt(p, grid, n * points + q);
+    const GridPoint pt = GridPointAt<DynamicGrid>(p, grid, n * points + q);
     y[i] = static_cast<T>(SampleAt(p, pt, x + nc * plane));
   }
 }
@@ -122,7 +122,7 @@ __global__ void GridSampleGradXKernel(GridPlan p, const T* grid, const T* dy,
   const int64_t points = p.points(), plane = p.plane();
   VISION_CUDA_LOOP(i, total) {
     const int64_t q = i % points, nc = i / points, n = nc / p.c;
-    const GridPoint pt = GridPointAt(p, grid, n * points + q);
+    const GridPoint pt = GridPointAt<DynamicGrid>(p, grid, n * points + q);
     T* dst = dx + nc * plane;
     const double g = static_cast<double>(dy[i]);
     ForEachGridTap(p, pt, [&](int64_t off, double w, int, int, int) {
@@ -136,7 +136,7 @@ template <typename T>
 __global__ void GridSampleGradGridKernel(GridPlan p, const T* x, const T* dy,
                                          const T* grid, T* dgrid,
                                          int64_t total) {
-  VISION_CUDA_LOOP(np, total) { GridPointGrad(p, x, grid, dy, np, dgrid); }
+  VISION_CUDA_LOOP(np, total) { GridPointGrad<DynamicGrid>(p, x, grid, dy, np, dgrid); }
 }
 
 GridPlan CudaGridPlan(const dg::KernelContext& ctx) {

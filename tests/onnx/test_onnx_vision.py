@@ -227,3 +227,29 @@ def test_resize_nearest_antialias_is_refused():
     model = _resize_model([1, 1, 4, 4], "nearest", scales=[1, 1, 0.5, 0.5], antialias=1)
     with pytest.raises(Exception, match="antialias"):
         dgx.load(model.SerializeToString())
+
+
+@pytest.mark.parametrize("xs, ws, attrs", [
+    ((1, 2, 3, 3), (2, 3, 3, 3), {"output_shape": [11, 8], "strides": [3, 2]}),
+    ((1, 2, 3, 3), (2, 3, 3, 3), {"output_shape": [11, 8], "strides": [3, 2],
+                                  "auto_pad": "SAME_LOWER"}),
+    ((2, 2, 3, 2, 3), (2, 2, 2, 3, 2), {"pads": [1, 0, 0, 0, 1, 1], "strides": [2, 1, 2]}),
+    ((1, 2, 2, 3, 2), (2, 1, 2, 2, 2), {"output_shape": [5, 7, 5], "strides": [2, 2, 2]}),
+])
+def test_conv_transpose_negative_and_asymmetric_pads(xs, ws, attrs):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[1]).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    # onnxruntime is the oracle: onnx's reference evaluator rejects some
+    # output_shape cases (its Col2Im shape check).
+    ort = pytest.importorskip("onnxruntime")
+    model = _model(node, [_vi("x", xs), _vi("w", ws), _vi("b", [ws[1]])], [_vi("y", None)],
+                   opset=21)
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x, "w": w, "b": b})[0]
+    got = dgx.load(model.SerializeToString())(x, w, b)[0].numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

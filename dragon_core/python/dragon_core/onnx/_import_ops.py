@@ -883,6 +883,37 @@ def _conv(n):
     return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if one_d else y
 
 
+def _conv_transpose_cropped(n, x, w, b, strides, dilations, out_pad, pads):
+    """ConvTranspose whose pads Dragon's ops cannot take (negative: the
+    output reaches past the full result, e.g. a larger output_shape; or
+    asymmetric in 3-D): the full result (no pads) is cropped where a pad is
+    positive and extended with zeros where it is negative, then the bias
+    is added (the extension holds the bias alone)."""
+    rank = x.ndim - 2
+    zeros = [0] * rank
+    if rank == 3:
+        y = ops.conv_transpose3d(x, w, None, list(strides), zeros, list(out_pad),
+                                 list(dilations), n.a("group", 1))
+    elif rank == 2:
+        y = ops.conv_transpose2d(x, w, None, list(strides), zeros, list(out_pad),
+                                 list(dilations), n.a("group", 1))
+    else:
+        n.fail(f"negative padding {pads} of a {rank}-D transposed convolution")
+    begins, ends = pads[:rank], pads[rank:]
+    if any(p > 0 for p in pads):
+        starts = [max(p, 0) for p in begins]
+        stops = [y.shape[2 + i] - max(ends[i], 0) for i in range(rank)]
+        y = ops.slice(y, starts, stops, [1] * rank, list(range(2, 2 + rank)))
+    if any(p < 0 for p in pads):
+        full = [0, 0, 0, 0]
+        for i in range(rank):
+            full += [max(-begins[i], 0), max(-ends[i], 0)]
+        y = ops.pad(y, full, "constant", 0.0)
+    if b is not None:
+        y = ops.add(y, reshape(b, [1, -1] + [1] * rank))
+    return y
+
+
 @op("ConvTranspose", check=_spatial_check)
 def _conv_transpose(n):
     x, w, b = n.x(0), n.x(1), n.x(2)
@@ -901,7 +932,11 @@ def _conv_transpose(n):
         for i in range(rank):
             total = strides[i] * (ins[i] - 1) + out_pad[i] + ((kernel[i] - 1) * dilations[i]
                                                               + 1) - target[i]
-            if auto == "SAME_UPPER" or (auto != "SAME_LOWER" and out_shape is not None):
+            if total < 0:
+                # An output_shape past the full result: the extra cells go
+                # at the end, as output_padding would (onnxruntime's rule).
+                begins.append(0), ends.append(total)
+            elif auto == "SAME_UPPER" or (auto != "SAME_LOWER" and out_shape is not None):
                 begins.append(total // 2), ends.append(total - total // 2)
             else:
                 begins.append(total - total // 2), ends.append(total // 2)
@@ -910,12 +945,10 @@ def _conv_transpose(n):
         pads = [0] * (2 * rank)
     else:
         pads = n.a("pads", [0] * (2 * rank))
-    if any(p < 0 for p in pads):
-        n.fail(f"negative padding {pads}")
+    if any(p < 0 for p in pads) or (rank == 3 and pads[:3] != pads[3:]):
+        return _conv_transpose_cropped(n, x, w, b, strides, dilations, out_pad, pads)
     if rank == 3:
         begins, ends = _split_pads(pads, 3)
-        if begins != ends:
-            n.fail(f"asymmetric padding {pads} of a 3-D transposed convolution")
         return ops.conv_transpose3d(x, w, b, list(strides), begins, list(out_pad),
                                     list(dilations), n.a("group", 1))
     one_d = rank == 1

@@ -230,11 +230,12 @@ DG_OP(ConvTranspose2d)
          "every input pixel scatters x[n, c, i, j] * w[c, o, p, q] to "
          "y[n, g * O/groups + o, i * sh - pt + p * dh, j * sw - pl + q * dw]. "
          "Output size per axis (PyTorch's definition): (H - 1) * stride - "
-         "pad_begin - pad_end + dilation * (k - 1) + output_padding + 1.")
-    .Input("x", dg::kFloat, 0, "Input [N, C, H, W].")
-    .Input("w", dg::kFloat, 0, "Filter [C, O / groups, kh, kw].")
-    .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-    .Output("y", dg::kFloat, 0, "Output [N, O, Ho, Wo], dtype of x.")
+         "pad_begin - pad_end + dilation * (k - 1) + output_padding + 1. "
+         "int32 operands give the exact sums wrapped to int32; no gradient.")
+    .Input("x", dg::kFloat | dg::Bit(DG_INT32), 0, "Input [N, C, H, W].")
+    .Input("w", dg::kFloat | dg::Bit(DG_INT32), 0, "Filter [C, O / groups, kh, kw].")
+    .Input("b", dg::kFloat | dg::Bit(DG_INT32), DG_ARG_OPTIONAL, "Optional bias [O].")
+    .Output("y", dg::kFloat | dg::Bit(DG_INT32), 0, "Output [N, O, Ho, Wo], dtype of x.")
     .Attr("strides", std::vector<int64_t>{1, 1}, kStridesDoc)
     .Attr("pads", std::vector<int64_t>{0, 0},
           "Padding removed from the output: 2 values (height, width; both "

@@ -147,6 +147,10 @@ constexpr const char* kGroups =
     "Channel groups, as Conv2d (groups = C: depthwise).";
 const std::vector<int64_t> kOnes = {1, 1, 1}, kZeros = {0, 0, 0};
 
+// Conv3d and ConvTranspose3d also take int32 (quantized convolutions):
+// exact sums wrapping as two's complement.
+constexpr DgDTypeMask kFloatInt32 = dg::kFloat | dg::Bit(DG_INT32);
+
 }  // namespace
 
 DG_OP(Conv3d)
@@ -154,11 +158,13 @@ DG_OP(Conv3d)
     .Doc("3-D cross-correlation in NCDHW layout (ONNX Conv with 3 spatial "
          "axes): y[n, o, i, j, l] = b[o] + sum over c, p, q, r of x[n, g * "
          "C/groups + c, i*sd - pd + p*dd, j*sh - ph + q*dh, l*sw - pw + "
-         "r*dw] * w[o, c, p, q, r]; taps outside x read zeros.")
-    .Input("x", dg::kFloat, 0, "Input [N, C, D, H, W].")
-    .Input("w", dg::kFloat, 0, "Filter [O, C / groups, kd, kh, kw].")
-    .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-    .Output("y", dg::kFloat, 0, "Output [N, O, Do, Ho, Wo], dtype of x.")
+         "r*dw] * w[o, c, p, q, r]; taps outside x read zeros. int32 operands "
+         "give the exact sums wrapped to int32 (quantized convolutions); no "
+         "gradient.")
+    .Input("x", kFloatInt32, 0, "Input [N, C, D, H, W].")
+    .Input("w", kFloatInt32, 0, "Filter [O, C / groups, kd, kh, kw].")
+    .Input("b", kFloatInt32, DG_ARG_OPTIONAL, "Optional bias [O].")
+    .Output("y", kFloatInt32, 0, "Output [N, O, Do, Ho, Wo], dtype of x.")
     .Attr("strides", kOnes, kStrides)
     .Attr("pads", kZeros, kPads)
     .Attr("dilations", kOnes, kDil)
@@ -171,11 +177,12 @@ DG_OP(ConvTranspose3d)
     .Doc("Transposed 3-D convolution in NCDHW layout (the adjoint of Conv3d "
          "with the same filter and geometry; ONNX ConvTranspose). Output "
          "size per axis: (in - 1) * stride - pad_begin - pad_end + dilation "
-         "* (k - 1) + output_padding + 1.")
-    .Input("x", dg::kFloat, 0, "Input [N, C, D, H, W].")
-    .Input("w", dg::kFloat, 0, "Filter [C, O / groups, kd, kh, kw].")
-    .Input("b", dg::kFloat, DG_ARG_OPTIONAL, "Optional bias [O].")
-    .Output("y", dg::kFloat, 0, "Output [N, O, Do, Ho, Wo], dtype of x.")
+         "* (k - 1) + output_padding + 1. int32 operands give the exact sums "
+         "wrapped to int32; no gradient.")
+    .Input("x", kFloatInt32, 0, "Input [N, C, D, H, W].")
+    .Input("w", kFloatInt32, 0, "Filter [C, O / groups, kd, kh, kw].")
+    .Input("b", kFloatInt32, DG_ARG_OPTIONAL, "Optional bias [O].")
+    .Output("y", kFloatInt32, 0, "Output [N, O, Do, Ho, Wo], dtype of x.")
     .Attr("strides", kOnes, kStrides)
     .Attr("pads", kZeros, "Padding removed from the output (as Conv3d's).")
     .Attr("output_padding", kZeros,

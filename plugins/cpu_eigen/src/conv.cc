@@ -189,6 +189,16 @@ CPU_EIGEN_NO_LOOP_TO_CALL void Im2Col(
   }
 }
 
+// d += s; for int32 taken modulo 2^32 (the exact sum wrapped to two's
+// complement, with no signed overflow).
+template <typename T>
+inline void AddTo(T& d, T s) {
+  d += s;
+}
+inline void AddTo(int32_t& d, int32_t s) {
+  d = static_cast<int32_t>(static_cast<uint32_t>(d) + static_cast<uint32_t>(s));
+}
+
 // Adds col (the layout Im2Col writes) into one group of one image. `pad`
 // is Im2ColScratch(g) elements: with padding, each channel accumulates in
 // a zero-framed plane whose interior is then added to the image, so no
@@ -215,9 +225,9 @@ CPU_EIGEN_NO_LOOP_TO_CALL void Col2ImAdd(
           const T* src = row + i * g.wo;
           T* dst = base + i * g.sh * wp;
           if (g.sw == 1) {
-            for (int64_t j = 0; j < g.wo; ++j) dst[j] += src[j];
+            for (int64_t j = 0; j < g.wo; ++j) AddTo(dst[j], src[j]);
           } else {
-            for (int64_t j = 0; j < g.wo; ++j) dst[j * g.sw] += src[j];
+            for (int64_t j = 0; j < g.wo; ++j) AddTo(dst[j * g.sw], src[j]);
           }
         }
       }
@@ -226,7 +236,7 @@ CPU_EIGEN_NO_LOOP_TO_CALL void Col2ImAdd(
       for (int64_t r = 0; r < g.h; ++r) {
         const T* src = pad + (r + g.pt) * wp + g.pl;
         T* dst = plane + r * g.w;
-        for (int64_t j = 0; j < g.w; ++j) dst[j] += src[j];
+        for (int64_t j = 0; j < g.w; ++j) AddTo(dst[j], src[j]);
       }
     }
   }
@@ -260,6 +270,12 @@ template <typename T>
 void AddBias(const T* b, int64_t o, int64_t p, T* y) {
   for (int64_t c = 0; c < o; ++c) {
     Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(y + c * p, p) += b[c];
+  }
+}
+// int32: wrapping adds.
+void AddBias(const int32_t* b, int64_t o, int64_t p, int32_t* y) {
+  for (int64_t c = 0; c < o; ++c) {
+    for (int64_t i = 0; i < p; ++i) AddTo(y[c * p + i], b[c]);
   }
 }
 
@@ -525,7 +541,7 @@ void Conv2dBackpropFilter(dg::KernelContext& ctx) {
 
 DG_KERNEL("Conv2d", "cpu", Conv2d, float, double, int32_t);
 DG_KERNEL("Conv2dBiasAct", "cpu", Conv2dBiasAct, float, double);
-DG_KERNEL("ConvTranspose2d", "cpu", ConvTranspose2d, float, double);
+DG_KERNEL("ConvTranspose2d", "cpu", ConvTranspose2d, float, double, int32_t);
 DG_KERNEL("Conv2dBackpropFilter", "cpu", Conv2dBackpropFilter, float, double);
 // float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
 CPU_EIGEN_WIDENED_KERNEL("Conv2d", Conv2d);

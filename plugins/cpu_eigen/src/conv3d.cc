@@ -9,7 +9,8 @@
 // ConvTranspose3d's input. Work is split so no two threads write the same
 // element: by (n, o) for Conv3d, (n, group) for ConvTranspose3d and o for
 // Conv3dBackpropFilter. A direct loop (no im2col/GEMM): correct everywhere,
-// not tuned.
+// not tuned. Conv3d and ConvTranspose3d also run on int32 (quantized
+// convolutions): exact sums wrapped to int32 (MulAdd).
 #include <cstdint>
 #include <vector>
 
@@ -83,6 +84,17 @@ void ForTaps(const Geo& g, int64_t n, int64_t o, Fn&& fn) {
   }
 }
 
+// acc + a * b; for int32 taken modulo 2^32 (uint32 arithmetic): the exact
+// sum wrapped to two's complement, with no signed overflow.
+template <typename T>
+inline T MulAdd(T acc, T a, T b) {
+  return acc + a * b;
+}
+inline int32_t MulAdd(int32_t acc, int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(acc) +
+                              static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
+}
+
 template <typename T>
 void AddBias(const dg::KernelContext& ctx, T* y, int64_t n, int64_t c,
              int64_t spatial) {
@@ -91,7 +103,7 @@ void AddBias(const dg::KernelContext& ctx, T* y, int64_t n, int64_t c,
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < c; ++j) {
       T* p = y + (i * c + j) * spatial;
-      for (int64_t s = 0; s < spatial; ++s) p[s] += b[j];
+      for (int64_t s = 0; s < spatial; ++s) p[s] = MulAdd(p[s], b[j], T(1));
     }
 }
 
@@ -109,7 +121,7 @@ void Conv3d(dg::KernelContext& ctx) {
       [&](int64_t begin, int64_t end) {
         for (int64_t it = begin; it < end; ++it) {
           ForTaps(g, it / g.Wc, it % g.Wc, [&](int64_t i, int64_t f, int64_t o) {
-            y[o] += xi[i] * wf[f];
+            y[o] = MulAdd(y[o], xi[i], wf[f]);
           });
         }
       },
@@ -133,7 +145,7 @@ void ConvTranspose3d(dg::KernelContext& ctx) {
           const int64_t n = it / g.groups, grp = it % g.groups;
           for (int64_t o = grp * wcg; o < (grp + 1) * wcg; ++o) {
             ForTaps(g, n, o, [&](int64_t i, int64_t f, int64_t p) {
-              y[i] += xw[p] * wf[f];
+              y[i] = MulAdd(y[i], xw[p], wf[f]);
             });
           }
         }
@@ -166,8 +178,8 @@ void Conv3dBackpropFilter(dg::KernelContext& ctx) {
 
 }  // namespace
 
-DG_KERNEL("Conv3d", "cpu", Conv3d, float, double);
-DG_KERNEL("ConvTranspose3d", "cpu", ConvTranspose3d, float, double);
+DG_KERNEL("Conv3d", "cpu", Conv3d, float, double, int32_t);
+DG_KERNEL("ConvTranspose3d", "cpu", ConvTranspose3d, float, double, int32_t);
 DG_KERNEL("Conv3dBackpropFilter", "cpu", Conv3dBackpropFilter, float, double);
 // float16 / bfloat16: the float32 kernel on widened copies (widen_call.h).
 CPU_EIGEN_WIDENED_KERNEL("Conv3d", Conv3d);

@@ -421,31 +421,47 @@ DG_KERNEL("InterpolateGrad", "cpu", InterpolateGradCpu, float, double);
 GridPlan ReadGridPlan(const dg::AttrReader& attrs,
                       const std::vector<int64_t>& x,
                       const std::vector<int64_t>& grid) {
-  DG_CHECK(x.size() == 4, DG_INVALID_ARGUMENT,
-           "x must be 4-D [N, C, H, W], got shape ", ShapeStr(x));
-  DG_CHECK(grid.size() == 4 && grid[3] == 2, DG_INVALID_ARGUMENT,
-           "grid must be 4-D [N, Ho, Wo, 2] holding (x, y) pairs, got shape ",
-           ShapeStr(grid));
+  DG_CHECK(x.size() == 4 || x.size() == 5, DG_INVALID_ARGUMENT,
+           "x must be 4-D [N, C, H, W] or 5-D [N, C, D, H, W], got shape ",
+           ShapeStr(x));
+  const int dims = static_cast<int>(x.size()) - 2;
+  DG_CHECK(grid.size() == x.size() && grid.back() == dims,
+           DG_INVALID_ARGUMENT,
+           dims == 2 ? "grid must be 4-D [N, Ho, Wo, 2] holding (x, y) pairs"
+                     : "grid must be 5-D [N, Do, Ho, Wo, 3] holding (x, y, z) "
+                       "triples",
+           " for x of shape ", ShapeStr(x), ", got shape ", ShapeStr(grid));
   DG_CHECK(grid[0] == x[0], DG_INVALID_ARGUMENT, "grid batch ", grid[0],
            " differs from x batch ", x[0], " (x ", ShapeStr(x), ", grid ",
            ShapeStr(grid), ")");
-  DG_CHECK(x[2] > 0 && x[3] > 0, DG_INVALID_ARGUMENT, "x shape ", ShapeStr(x),
-           " has an empty spatial axis; sampling needs H, W >= 1");
+  for (size_t a = 2; a < x.size(); ++a) {
+    DG_CHECK(x[a] > 0, DG_INVALID_ARGUMENT, "x shape ", ShapeStr(x),
+             " has an empty spatial axis; sampling needs every spatial size "
+             ">= 1");
+  }
   GridPlan p;
   p.n = x[0];
   p.c = x[1];
-  p.h = x[2];
-  p.w = x[3];
-  p.ho = grid[1];
-  p.wo = grid[2];
+  p.dims = dims;
+  for (int a = 0; a < dims; ++a) {
+    p.size[kAxes - dims + a] = x[2 + a];
+    p.out[kAxes - dims + a] = grid[1 + a];
+  }
   const std::string mode = attrs.s("mode");
-  DG_CHECK(mode == "bilinear" || mode == "nearest", DG_INVALID_ARGUMENT,
-           "unknown mode '", mode, "'; expected bilinear or nearest");
+  DG_CHECK(mode == "bilinear" || mode == "nearest" || mode == "bicubic",
+           DG_INVALID_ARGUMENT, "unknown mode '", mode,
+           "'; expected bilinear, nearest or bicubic");
+  DG_CHECK(mode != "bicubic" || dims == 2, DG_INVALID_ARGUMENT,
+           "mode 'bicubic' needs a 4-D input [N, C, H, W], got shape ",
+           ShapeStr(x), "; 5-D inputs take bilinear (trilinear) or nearest");
   const std::string pad = attrs.s("padding_mode");
-  DG_CHECK(pad == "zeros" || pad == "border", DG_INVALID_ARGUMENT,
-           "unknown padding_mode '", pad, "'; expected zeros or border");
-  p.nearest = mode == "nearest";
-  p.border = pad == "border";
+  DG_CHECK(pad == "zeros" || pad == "border" || pad == "reflection",
+           DG_INVALID_ARGUMENT, "unknown padding_mode '", pad,
+           "'; expected zeros, border or reflection");
+  p.mode = mode == "nearest" ? kGridNearest
+                             : (mode == "bicubic" ? kGridBicubic : kGridBilinear);
+  p.pad = pad == "zeros" ? kPadZeros
+                         : (pad == "border" ? kPadBorder : kPadReflection);
   p.align_corners = attrs.b("align_corners");
   return p;
 }
@@ -453,17 +469,24 @@ GridPlan ReadGridPlan(const dg::AttrReader& attrs,
 namespace {
 
 constexpr const char* kGridModeDoc =
-    "bilinear (the 4 cells around each point) or nearest (the closest cell, "
-    "halves rounded to even).";
+    "bilinear (the 4 cells around each point; 8 on 5-D inputs, trilinear), "
+    "nearest (the closest cell, halves rounded to even) or bicubic (4-D "
+    "inputs: the 4 x 4 cells around the point, Keys' cubic convolution with "
+    "A = -0.75).";
 constexpr const char* kPaddingDoc =
-    "Value of cells outside x: zeros, or border (points are clipped to the "
-    "image, so the edge cells repeat).";
+    "Value of cells outside x: zeros, border (points are clipped to the "
+    "image, so the edge cells repeat) or reflection (points are mirrored "
+    "about the image's ends: the corner centres with align_corners, else "
+    "the outer edges of the corner cells). Bicubic pads each of its cells "
+    "instead of the point.";
 constexpr const char* kGridAlignDoc =
     "True: -1 and 1 are the centres of the corner cells; False: the outer "
     "edges of the corner cells.";
 
 std::vector<int64_t> GridOutputShape(const GridPlan& p) {
-  return {p.n, p.c, p.ho, p.wo};
+  std::vector<int64_t> y = {p.n, p.c};
+  for (int a = kAxes - p.dims; a < kAxes; ++a) y.push_back(p.out[a]);
+  return y;
 }
 
 void GridSampleShape(dg::InferContext& ctx) {
@@ -490,10 +513,11 @@ dg::OpSchema& GridAttrs(dg::OpSchema& op) {
       .Attr("align_corners", false, kGridAlignDoc);
 }
 
-constexpr const char* kGridXDoc = "Input, [N, C, H, W].";
+constexpr const char* kGridXDoc = "Input, [N, C, H, W] or [N, C, D, H, W].";
 constexpr const char* kGridDoc =
-    "Sampling points, [N, Ho, Wo, 2]: (x, y) normalised to [-1, 1] "
-    "(x along W, y along H).";
+    "Sampling points, [N, Ho, Wo, 2] holding (x, y) or [N, Do, Ho, Wo, 3] "
+    "holding (x, y, z), normalised to [-1, 1] (x along W, y along H, z "
+    "along D).";
 
 }  // namespace
 
@@ -501,22 +525,24 @@ constexpr const char* kGridDoc =
     &GridAttrs(
          dg::internal::NewOp("GridSample")
              .Doc("Sample x at the points of grid, as "
-                  "torch.nn.functional.grid_sample on 4-D inputs: y[n, c, "
-                  "i, j] interpolates plane x[n, c] at grid[n, i, j]. "
+                  "torch.nn.functional.grid_sample on 4-D and 5-D inputs: "
+                  "y[n, c, i, j] interpolates plane x[n, c] at grid[n, i, "
+                  "j] (y[n, c, i, j, k] at grid[n, i, j, k] for volumes). "
                   "Non-finite points sample 0.")
              .Input("x", kFloat, 0, kGridXDoc)
              .Input("grid", kFloat, 0, kGridDoc)
-             .Output("y", kFloat, 0, "Samples, [N, C, Ho, Wo].")
+             .Output("y", kFloat, 0,
+                     "Samples, [N, C, Ho, Wo] or [N, C, Do, Ho, Wo].")
              .Flags(DG_OP_SAME_DTYPE))
          .Shape(GridSampleShape),
     &GridAttrs(
          dg::internal::NewOp("GridSampleGrad")
              .Doc("Gradients of GridSample: dx (each dy spread over the "
                   "cells its point read, with the same weights) and dgrid "
-                  "(the derivative of the bilinear weights with respect to "
-                  "the point, times the unnormalisation factor; zero where "
-                  "border clipping is active and in nearest mode). Has no "
-                  "gradient rule itself.")
+                  "(the derivative of the interpolation weights with "
+                  "respect to the point, times the unnormalisation factor "
+                  "and the reflection's sign; zero where clipping is active "
+                  "and in nearest mode). Has no gradient rule itself.")
              .Input("x", kFloat, 0, kGridXDoc)
              .Input("grid", kFloat, 0, kGridDoc)
              .Input("dy", kFloat, 0, "Gradient of GridSample's output.")
@@ -532,56 +558,110 @@ GridPlan KernelGridPlan(const dg::KernelContext& ctx) {
   return ReadGridPlan(ctx, ctx.input(0).shape(), ctx.input(1).shape());
 }
 
-template <typename T>
-void GridSampleCpu(dg::KernelContext& ctx) {
-  const GridPlan p = KernelGridPlan(ctx);
+// Calls fn(StaticGrid<mode, padding, dims>{}) for the plan's combination,
+// so the per-point code is compiled once per combination (bicubic is 2-D
+// only).
+template <int M, int P, typename F>
+void WithDims(const GridPlan& p, F&& fn) {
+  if (p.dims == 3) {
+    if constexpr (M != kGridBicubic) fn(StaticGrid<M, P, 3>{});
+  } else {
+    fn(StaticGrid<M, P, 2>{});
+  }
+}
+
+template <int M, typename F>
+void WithPad(const GridPlan& p, F&& fn) {
+  switch (p.pad) {
+    case kPadZeros: return WithDims<M, kPadZeros>(p, fn);
+    case kPadBorder: return WithDims<M, kPadBorder>(p, fn);
+    default: return WithDims<M, kPadReflection>(p, fn);
+  }
+}
+
+template <typename F>
+void WithGridSpec(const GridPlan& p, F&& fn) {
+  switch (p.mode) {
+    case kGridNearest: return WithPad<kGridNearest>(p, fn);
+    case kGridBicubic: return WithPad<kGridBicubic>(p, fn);
+    default: return WithPad<kGridBilinear>(p, fn);
+  }
+}
+
+template <typename S, typename T>
+void GridSampleCpuSpec(dg::KernelContext& ctx, const GridPlan& p) {
   const T* x = ctx.input(0).data<const T>();
   const T* grid = ctx.input(1).data<const T>();
   T* y = ctx.output(0).data<T>();
-  const int64_t points = p.ho * p.wo, plane = p.h * p.w;
-  // One task per (n, point): its C outputs.
-  ParallelFor(p.n * points, p.c * 8 + 32, [&](int64_t np) {
+  const int64_t points = p.points(), plane = p.plane();
+  constexpr int taps = GridTapCount<S>(GridPlan());
+  // One task per (n, point): its taps once, then its C outputs.
+  ParallelFor(p.n * points, p.c * 2 * taps + 64, [&](int64_t np) {
     const int64_t n = np / points, q = np % points;
-    const GridTaps t = GridTapsAt(p, grid, np);
+    int64_t off[taps];
+    double w[taps];
+    FlattenTaps<S>(p, GridPointAt<S>(p, grid, np), off, w);
     for (int64_t c = 0; c < p.c; ++c) {
-      y[(n * p.c + c) * points + q] =
-          static_cast<T>(SampleAt(t, x + (n * p.c + c) * plane));
+      const T* xp = x + (n * p.c + c) * plane;
+      double acc = 0.0;
+      for (int t = 0; t < taps; ++t) acc += w[t] * static_cast<double>(xp[off[t]]);
+      y[(n * p.c + c) * points + q] = static_cast<T>(acc);
     }
+  });
+}
+
+template <typename T>
+void GridSampleCpu(dg::KernelContext& ctx) {
+  const GridPlan p = KernelGridPlan(ctx);
+  WithGridSpec(p, [&](auto spec) {
+    GridSampleCpuSpec<decltype(spec), T>(ctx, p);
+  });
+}
+
+template <typename S, typename T>
+void GridSampleGradCpuSpec(dg::KernelContext& ctx, const GridPlan& p) {
+  const T* x = ctx.input(0).data<const T>();
+  const T* grid = ctx.input(1).data<const T>();
+  const T* dy = ctx.input(2).data<const T>();
+  T* dx = ctx.output(0).data<T>();
+  T* dgrid = ctx.output(1).data<T>();
+  const int64_t points = p.points(), plane = p.plane();
+  constexpr int taps = GridTapCount<S>(GridPlan());
+  // The taps of every point, computed once for all channels (unused slots
+  // have weight 0 and offset 0).
+  int64_t* offs = ctx.workspace<int64_t>(p.n * points * taps);
+  double* wts = ctx.workspace<double>(p.n * points * taps);
+  ParallelFor(p.n * points, 64, [&](int64_t np) {
+    FlattenTaps<S>(p, GridPointAt<S>(p, grid, np), offs + np * taps,
+                   wts + np * taps);
+  });
+  // dx: one task per (n, c) plane, scattering its own points' gradients in
+  // float64, then rounded once.
+  double* acc = ctx.workspace<double>(p.n * p.c * plane);
+  ParallelFor(p.n * p.c, points * 2 * taps + plane, [&](int64_t nc) {
+    double* dst = acc + nc * plane;
+    std::fill(dst, dst + plane, 0.0);
+    const T* g = dy + nc * points;
+    const int64_t first = (nc / p.c) * points * taps;
+    const int64_t* o = offs + first;
+    const double* w = wts + first;
+    for (int64_t q = 0; q < points; ++q) {
+      const double gq = static_cast<double>(g[q]);
+      for (int t = 0; t < taps; ++t) dst[o[q * taps + t]] += w[q * taps + t] * gq;
+    }
+    for (int64_t i = 0; i < plane; ++i) dx[nc * plane + i] = static_cast<T>(dst[i]);
+  });
+  // dgrid: one task per (n, point), summing over channels.
+  ParallelFor(p.n * points, p.c * 4 * taps + 64, [&](int64_t np) {
+    GridPointGrad<S>(p, x, grid, dy, np, dgrid);
   });
 }
 
 template <typename T>
 void GridSampleGradCpu(dg::KernelContext& ctx) {
   const GridPlan p = KernelGridPlan(ctx);
-  const T* x = ctx.input(0).data<const T>();
-  const T* grid = ctx.input(1).data<const T>();
-  const T* dy = ctx.input(2).data<const T>();
-  T* dx = ctx.output(0).data<T>();
-  T* dgrid = ctx.output(1).data<T>();
-  const int64_t points = p.ho * p.wo, plane = p.h * p.w;
-  // The taps of every point, computed once for all channels.
-  GridTaps* taps = ctx.workspace<GridTaps>(p.n * points);
-  ParallelFor(p.n * points, 32,
-              [&](int64_t np) { taps[np] = GridTapsAt(p, grid, np); });
-  // dx: one task per (n, c) plane, scattering its own points' gradients in
-  // float64, then rounded once.
-  double* acc = ctx.workspace<double>(p.n * p.c * plane);
-  ParallelFor(p.n * p.c, points * 8 + plane, [&](int64_t nc) {
-    double* dst = acc + nc * plane;
-    std::fill(dst, dst + plane, 0.0);
-    const T* g = dy + nc * points;
-    const GridTaps* t = taps + (nc / p.c) * points;
-    for (int64_t q = 0; q < points; ++q) {
-      const double gq = static_cast<double>(g[q]);
-      for (int k = 0; k < 4; ++k) {
-        if (t[q].inside[k]) dst[t[q].offset[k]] += t[q].w[k] * gq;
-      }
-    }
-    std::copy(dst, dst + plane, dx + nc * plane);
-  });
-  // dgrid: one task per (n, point), summing over channels.
-  ParallelFor(p.n * points, p.c * 8 + 32, [&](int64_t np) {
-    GridPointGrad(p, x, grid, dy, np, dgrid);
+  WithGridSpec(p, [&](auto spec) {
+    GridSampleGradCpuSpec<decltype(spec), T>(ctx, p);
   });
 }
 

@@ -14,7 +14,7 @@
 #ifdef __CUDACC__
 #define VISION_HD __host__ __device__ inline
 #else
-#define VISION_HD inline
+#define VISION_HD inline __attribute__((always_inline))
 #endif
 
 namespace vision {
@@ -147,28 +147,60 @@ VISION_HD int AxisTaps(const Axis& a, int mode, int64_t dst, int64_t* idx,
 }
 
 // ------------------------------------------------------------- GridSample
+//
+// x is [N, C, H, W] (2 spatial axes) or [N, C, D, H, W] (3); the grid is
+// [N, Ho, Wo, 2] holding (x, y) or [N, Do, Ho, Wo, 3] holding (x, y, z):
+// component 0 runs along W, 1 along H, 2 along D. A 4-D call is the 5-D
+// one with D = Do = 1 and a D axis that always reads cell 0 with weight 1.
+
+enum GridMode : int { kGridBilinear = 0, kGridNearest = 1, kGridBicubic = 2 };
+enum GridPad : int { kPadZeros = 0, kPadBorder = 1, kPadReflection = 2 };
+
+// Taps of one point at most: bicubic 4 x 4 (trilinear needs 8).
+constexpr int kGridTaps = 16;
 
 struct GridPlan {
-  int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0;
-  bool nearest = false;  // mode: nearest or bilinear
-  bool border = false;   // padding_mode: border or zeros
+  int64_t n = 0, c = 0;
+  int64_t size[kAxes] = {1, 1, 1};  // input (D, H, W)
+  int64_t out[kAxes] = {1, 1, 1};   // output (Do, Ho, Wo)
+  int dims = 2;                     // spatial axes: 2 or 3
+  int mode = kGridBilinear;
+  int pad = kPadZeros;
   bool align_corners = false;
+  VISION_HD int64_t points() const { return out[0] * out[1] * out[2]; }
+  VISION_HD int64_t plane() const { return size[0] * size[1] * size[2]; }
 };
 
-// Validates x [N, C, H, W] and grid [N, Ho, Wo, 2] and the attributes.
+// Which mode, padding and rank a grid function runs: read from the plan
+// (DynamicGrid: the CUDA kernels) or fixed at compile time (StaticGrid:
+// the CPU kernels instantiate every combination, so the per-point code has
+// no branches on them and its tap loops unroll).
+struct DynamicGrid {
+  VISION_HD static int mode(const GridPlan& p) { return p.mode; }
+  VISION_HD static int pad(const GridPlan& p) { return p.pad; }
+  VISION_HD static int dims(const GridPlan& p) { return p.dims; }
+};
+
+template <int M, int P, int D>
+struct StaticGrid {
+  VISION_HD static constexpr int mode(const GridPlan&) { return M; }
+  VISION_HD static constexpr int pad(const GridPlan&) { return P; }
+  VISION_HD static constexpr int dims(const GridPlan&) { return D; }
+};
+
+// Taps per point of spec S (the stride of a CPU tap cache).
+template <typename S>
+VISION_HD constexpr int GridTapCount(const GridPlan& p) {
+  return S::mode(p) == kGridNearest
+             ? 1
+             : (S::mode(p) == kGridBicubic ? 16 : (S::dims(p) == 3 ? 8 : 4));
+}
+
+// Validates x [N, C, H, W] / [N, C, D, H, W], the grid and the attributes.
 // Defined in resample.cc.
 GridPlan ReadGridPlan(const dg::AttrReader& attrs,
                       const std::vector<int64_t>& x_shape,
                       const std::vector<int64_t>& grid_shape);
-
-// One grid point in pixel coordinates: (ix, iy) and d(ix)/d(gx),
-// d(iy)/d(gy) (the unnormalisation factor, 0 where border clipping is
-// active). `valid` is false for non-finite points and points so far
-// outside that no cell is touched: they sample 0 and get no gradient.
-struct GridPoint {
-  double ix, iy, mx, my;
-  bool valid;
-};
 
 // Grid value in [-1, 1] to a pixel coordinate along an axis of `size`
 // cells; *mult receives the derivative.
@@ -181,8 +213,8 @@ VISION_HD double Unnormalize(double g, int64_t size, bool align, double* mult) {
   return ((g + 1.0) * static_cast<double>(size) - 1.0) / 2.0;
 }
 
-// Border padding: clip to [0, size - 1]; the derivative is 0 at and beyond
-// the limits (PyTorch's convention).
+// Border padding: clip to [0, size - 1]; *mult becomes 0 at and beyond the
+// limits (PyTorch's convention) and is kept inside.
 VISION_HD double ClipBorder(double c, int64_t size, double* mult) {
   const double hi = static_cast<double>(size - 1);
   if (c <= 0.0) {
@@ -196,130 +228,299 @@ VISION_HD double ClipBorder(double c, int64_t size, double* mult) {
   return c;
 }
 
+// Reflection padding of a coordinate (PyTorch's reflect_coordinates): the
+// axis is mirrored about its ends, the corner centres (align_corners) or
+// the outer edges of the corner cells; *mult changes sign on odd flips.
+// The caller clips the result to [0, size - 1] afterwards.
+VISION_HD double ReflectCoord(double c, int64_t size, bool align,
+                              double* mult) {
+  const double lo = align ? 0.0 : -0.5;
+  const double span = align ? static_cast<double>(size - 1)
+                            : static_cast<double>(size);
+  if (span <= 0.0) {
+    *mult = 0.0;
+    return 0.0;
+  }
+  double in = c - lo;
+  if (in < 0.0) {
+    *mult = -*mult;
+    in = -in;
+  }
+  const double flips = floor(in / span);
+  const double extra = fmod(in, span);
+  if (fmod(flips, 2.0) == 0.0) return extra + lo;
+  *mult = -*mult;
+  return span - extra + lo;
+}
+
+// Reflection padding of an integer cell index (the taps of bicubic): the
+// index mirrored into [0, size).
+VISION_HD int64_t ReflectIndex(int64_t i, int64_t size, bool align) {
+  const int64_t period = align ? 2 * (size - 1) : 2 * size;
+  if (period <= 0) return 0;
+  int64_t m = i % period;
+  if (m < 0) m += period;
+  if (align) return m < size ? m : period - m;
+  return m < size ? m : period - 1 - m;
+}
+
 // True for finite values (inf - inf and NaN - NaN are NaN); the same
 // expression on host and device.
 VISION_HD bool Finite(double v) { return v - v == 0.0; }
 
-VISION_HD GridPoint MapGridPoint(const GridPlan& p, double gx, double gy) {
-  GridPoint q;
-  q.ix = q.iy = q.mx = q.my = 0.0;
-  q.valid = Finite(gx) && Finite(gy);
-  if (!q.valid) return q;
-  q.ix = Unnormalize(gx, p.w, p.align_corners, &q.mx);
-  q.iy = Unnormalize(gy, p.h, p.align_corners, &q.my);
-  if (p.border) {
-    q.ix = ClipBorder(q.ix, p.w, &q.mx);
-    q.iy = ClipBorder(q.iy, p.h, &q.my);
+// Keys' cubic weights (A = -0.75) of taps -1, 0, 1, 2 at fraction t and
+// their derivatives with respect to t.
+VISION_HD void CubicTaps(double t, double* w, double* dw) {
+  const double a = kCubicA;
+  w[0] = CubicFar(t + 1.0);
+  w[1] = CubicNear(t);
+  w[2] = CubicNear(1.0 - t);
+  w[3] = CubicFar(2.0 - t);
+  // d/dx of CubicNear: 3(A+2)x^2 - 2(A+3)x; of CubicFar: 3Ax^2 - 10Ax + 8A.
+  const double u0 = t + 1.0, u1 = t, u2 = 1.0 - t, u3 = 2.0 - t;
+  dw[0] = (3.0 * a * u0 - 10.0 * a) * u0 + 8.0 * a;
+  dw[1] = (3.0 * (a + 2.0) * u1 - 2.0 * (a + 3.0)) * u1;
+  dw[2] = -((3.0 * (a + 2.0) * u2 - 2.0 * (a + 3.0)) * u2);
+  dw[3] = -((3.0 * a * u3 - 10.0 * a) * u3 + 8.0 * a);
+}
+
+// What one grid component reads along its axis: up to 4 cells with their
+// weights and the weights' derivatives with respect to the pixel
+// coordinate; `mult` is d(pixel coordinate)/d(grid value) (0 where
+// clipping is active). `valid` is false when the point must sample 0 (a
+// non-finite value; every tap in the zero padding).
+struct AxisSample {
+  int n;
+  int64_t idx[4];
+  double w[4], dw[4];
+  bool in[4];
+  double mult;
+  bool valid;
+};
+
+VISION_HD AxisSample UnitAxis() {
+  AxisSample s;
+  s.n = 1;
+  for (int k = 0; k < 4; ++k) {
+    s.idx[k] = 0;
+    s.w[k] = s.dw[k] = 0.0;
+    s.in[k] = false;
   }
-  // Beyond one cell outside, every neighbour is padding (and the int64
-  // casts below stay in range).
-  q.valid = q.ix > -2.0 && q.ix < static_cast<double>(p.w) + 1.0 &&
-            q.iy > -2.0 && q.iy < static_cast<double>(p.h) + 1.0;
+  s.w[0] = 1.0;
+  s.in[0] = true;
+  s.mult = 0.0;
+  s.valid = true;
+  return s;
+}
+
+template <typename S>
+VISION_HD AxisSample AxisSampleOf(const GridPlan& p, int64_t size, double g) {
+  AxisSample s = UnitAxis();
+  s.in[0] = false;
+  s.w[0] = 0.0;
+  s.valid = Finite(g);
+  if (!s.valid) return s;
+  double c = Unnormalize(g, size, p.align_corners, &s.mult);
+  const double n = static_cast<double>(size);
+  if (S::mode(p) != kGridBicubic) {
+    // The padding acts on the coordinate.
+    if (S::pad(p) == kPadReflection) {
+      if (!Finite(c)) {
+        s.valid = false;
+        return s;
+      }
+      c = ReflectCoord(c, size, p.align_corners, &s.mult);
+      c = ClipBorder(c, size, &s.mult);
+    } else if (S::pad(p) == kPadBorder) {
+      c = ClipBorder(c, size, &s.mult);
+    }
+    // Beyond one cell outside, every neighbour is padding (and the int64
+    // casts below stay in range).
+    s.valid = c > -2.0 && c < n + 1.0;
+    if (!s.valid) return s;
+    if (S::mode(p) == kGridNearest) {
+      // Halves round to even, as PyTorch's nearbyint.
+      s.idx[0] = static_cast<int64_t>(nearbyint(c));
+      s.w[0] = 1.0;
+      s.in[0] = s.idx[0] >= 0 && s.idx[0] < size;
+      return s;
+    }
+    const double f0 = floor(c);
+    const double f = c - f0;
+    s.n = 2;
+    s.idx[0] = static_cast<int64_t>(f0);
+    s.idx[1] = s.idx[0] + 1;
+    s.w[0] = 1.0 - f;
+    s.w[1] = f;
+    s.dw[0] = -1.0;
+    s.dw[1] = 1.0;
+    for (int k = 0; k < 2; ++k) s.in[k] = s.idx[k] >= 0 && s.idx[k] < size;
+    return s;
+  }
+  // Bicubic: the 4 cells floor(c) - 1 .. floor(c) + 2 of the unpadded
+  // coordinate; the padding acts on each cell index (PyTorch and ONNX).
+  if (S::pad(p) == kPadZeros) {
+    s.valid = c > -3.0 && c < n + 2.0;
+    if (!s.valid) return s;
+  } else if (S::pad(p) == kPadBorder) {
+    // Further out every tap reads the edge cell: the value is constant.
+    if (!(c > -3.0)) {
+      c = -3.0;
+      s.mult = 0.0;
+    } else if (!(c < n + 2.0)) {
+      c = n + 2.0;
+      s.mult = 0.0;
+    }
+  } else {
+    if (!Finite(c)) {
+      s.valid = false;
+      return s;
+    }
+    // The reflected taps repeat with this period: shift far points back.
+    const double period = p.align_corners ? 2.0 * (n - 1.0) : 2.0 * n;
+    if (period > 0.0 && (c < -period || c > 2.0 * period)) {
+      c -= floor(c / period) * period;
+    } else if (period <= 0.0) {
+      c = 0.0;
+      s.mult = 0.0;
+    }
+  }
+  const double f0 = floor(c);
+  CubicTaps(c - f0, s.w, s.dw);
+  s.n = 4;
+  for (int k = 0; k < 4; ++k) {
+    const int64_t i = static_cast<int64_t>(f0) - 1 + k;
+    if (S::pad(p) == kPadZeros) {
+      s.idx[k] = i;
+      s.in[k] = i >= 0 && i < size;
+    } else {
+      s.idx[k] = S::pad(p) == kPadBorder ? ClampIndex(i, size)
+                                     : ReflectIndex(i, size, p.align_corners);
+      s.in[k] = true;
+    }
+  }
+  return s;
+}
+
+// One grid point: what it reads along (D, H, W).
+struct GridPoint {
+  AxisSample a[kAxes];
+  bool valid;
+};
+
+// The point `np` (a flat index over N * points) of `grid`.
+template <typename S, typename T>
+VISION_HD GridPoint GridPointAt(const GridPlan& p, const T* grid, int64_t np) {
+  GridPoint q;
+  q.valid = true;
+  const int dims = S::dims(p);
+  const T* g = grid + np * dims;
+  for (int a = 0; a < kAxes; ++a) {
+    if (a < kAxes - dims) {
+      q.a[a] = UnitAxis();
+      continue;
+    }
+    // Axis W reads component 0, H component 1, D component 2.
+    q.a[a] = AxisSampleOf<S>(p, p.size[a], static_cast<double>(g[kAxes - 1 - a]));
+    q.valid = q.valid && q.a[a].valid;
+  }
   return q;
 }
 
-// The cells a grid point reads: up to 4 (bilinear) or 1 (nearest, rounding
-// half to even as PyTorch's nearbyint), with the bilinear fractions
-// (fx, fy). Cells outside the image get weight 0 and index 0, so callers
-// never read out of range.
-struct GridTaps {
-  int64_t offset[4];  // h * W + w inside the plane
-  double w[4];
-  double fx, fy;
-  bool inside[4];
-};
-
-VISION_HD bool InImage(const GridPlan& p, int64_t y, int64_t x) {
-  return y >= 0 && y < p.h && x >= 0 && x < p.w;
-}
-
-VISION_HD GridTaps PointTaps(const GridPlan& p, const GridPoint& q) {
-  GridTaps t;
-  for (int k = 0; k < 4; ++k) {
-    t.offset[k] = 0;
-    t.w[k] = 0.0;
-    t.inside[k] = false;
-  }
-  t.fx = t.fy = 0.0;
-  if (!q.valid) return t;
-  if (p.nearest) {
-    const int64_t x = static_cast<int64_t>(nearbyint(q.ix));
-    const int64_t y = static_cast<int64_t>(nearbyint(q.iy));
-    if (InImage(p, y, x)) {
-      t.offset[0] = y * p.w + x;
-      t.w[0] = 1.0;
-      t.inside[0] = true;
+// Calls fn(offset in the plane, weight, i, j, k) for every tap of `q`
+// inside the image (i, j, k: the tap on the D, H and W axes). Nothing for an
+// invalid point.
+template <typename F>
+VISION_HD void ForEachGridTap(const GridPlan& p, const GridPoint& q, F fn) {
+  if (!q.valid) return;
+  const AxisSample &d = q.a[0], &h = q.a[1], &w = q.a[2];
+  for (int i = 0; i < d.n; ++i) {
+    if (!d.in[i]) continue;
+    for (int j = 0; j < h.n; ++j) {
+      if (!h.in[j]) continue;
+      const int64_t row = (d.idx[i] * p.size[1] + h.idx[j]) * p.size[2];
+      const double wdh = d.w[i] * h.w[j];
+      for (int k = 0; k < w.n; ++k) {
+        if (!w.in[k]) continue;
+        fn(row + w.idx[k], wdh * w.w[k], i, j, k);
+      }
     }
-    return t;
   }
-  const int64_t x0 = static_cast<int64_t>(floor(q.ix));
-  const int64_t y0 = static_cast<int64_t>(floor(q.iy));
-  t.fx = q.ix - static_cast<double>(x0);
-  t.fy = q.iy - static_cast<double>(y0);
-  // Corners in the order (y0,x0), (y0,x1), (y1,x0), (y1,x1).
-  for (int k = 0; k < 4; ++k) {
-    const int64_t y = y0 + k / 2, x = x0 + k % 2;
-    if (!InImage(p, y, x)) continue;
-    t.offset[k] = y * p.w + x;
-    t.w[k] = (k % 2 ? t.fx : 1.0 - t.fx) * (k / 2 ? t.fy : 1.0 - t.fy);
-    t.inside[k] = true;
-  }
-  return t;
 }
 
-// d(sample)/d(ix), d(sample)/d(iy) of a bilinear sample of `plane` at the
-// point whose taps are `t` (padding cells read as 0).
-template <typename T>
-VISION_HD void BilinearSlopes(const GridTaps& t, const T* plane, double* dix,
-                              double* diy) {
-  double v[4];
-  for (int k = 0; k < 4; ++k) {
-    v[k] = t.inside[k] ? static_cast<double>(plane[t.offset[k]]) : 0.0;
+// The taps of `q` as (offset, weight) pairs in off[0 .. GridTapCount), the
+// unused slots (offset 0, weight 0).
+template <typename S>
+VISION_HD void FlattenTaps(const GridPlan& p, const GridPoint& q, int64_t* off,
+                           double* w) {
+  const int n = GridTapCount<S>(p);
+  for (int t = 0; t < n; ++t) {
+    off[t] = 0;
+    w[t] = 0.0;
   }
-  *dix = (v[1] - v[0]) * (1.0 - t.fy) + (v[3] - v[2]) * t.fy;
-  *diy = (v[2] - v[0]) * (1.0 - t.fx) + (v[3] - v[1]) * t.fx;
+  int t = 0;
+  ForEachGridTap(p, q, [&](int64_t o, double wt, int, int, int) {
+    if (t < n) {
+      off[t] = o;
+      w[t] = wt;
+      ++t;
+    }
+  });
 }
 
-// The taps of grid point `np` (a flat index over N * Ho * Wo).
+// The sample of `plane` at point `q`.
 template <typename T>
-VISION_HD GridTaps GridTapsAt(const GridPlan& p, const T* grid, int64_t np) {
-  return PointTaps(p, MapGridPoint(p, static_cast<double>(grid[2 * np]),
-                                   static_cast<double>(grid[2 * np + 1])));
-}
-
-// The sample of `plane` at the point whose taps are `t`.
-template <typename T>
-VISION_HD double SampleAt(const GridTaps& t, const T* plane) {
+VISION_HD double SampleAt(const GridPlan& p, const GridPoint& q,
+                          const T* plane) {
   double acc = 0.0;
-  for (int k = 0; k < 4; ++k) {
-    if (t.inside[k]) acc += t.w[k] * static_cast<double>(plane[t.offset[k]]);
-  }
+  ForEachGridTap(p, q, [&](int64_t o, double wt, int, int, int) {
+    acc += wt * static_cast<double>(plane[o]);
+  });
   return acc;
 }
 
-// Writes dgrid of grid point `np` (n, q): the channel sum of dy times the
-// slopes of the bilinear sample, times the unnormalisation factor (0 in
-// nearest mode, for invalid points and where border clipping is active).
-template <typename T>
+// Writes dgrid of grid point `np`: per component, the channel sum of dy
+// times the derivative of the sample with respect to the pixel coordinate,
+// times d(coordinate)/d(grid value) (0 in nearest mode, for invalid points
+// and where clipping is active).
+template <typename S, typename T>
 VISION_HD void GridPointGrad(const GridPlan& p, const T* x, const T* grid,
                              const T* dy, int64_t np, T* dgrid) {
-  const int64_t points = p.ho * p.wo, plane = p.h * p.w;
-  const int64_t n = np / points, q = np % points;
-  const GridPoint pt = MapGridPoint(p, static_cast<double>(grid[2 * np]),
-                                    static_cast<double>(grid[2 * np + 1]));
-  double gx = 0.0, gy = 0.0;
-  if (!p.nearest && pt.valid) {
-    const GridTaps t = PointTaps(p, pt);
+  const int64_t points = p.points(), plane = p.plane();
+  const int64_t n = np / points, qi = np % points;
+  const int dims = S::dims(p);
+  const GridPoint q = GridPointAt<S>(p, grid, np);
+  double g[kAxes] = {0.0, 0.0, 0.0};
+  if (S::mode(p) != kGridNearest && q.valid) {
+    // The taps once: their offsets and, per axis, the derivative of their
+    // weight along that axis (the product of the other axes' weights).
+    const AxisSample &d = q.a[0], &h = q.a[1], &w = q.a[2];
+    int64_t off[kGridTaps];
+    double slope[kAxes][kGridTaps];
+    int nt = 0;
+    ForEachGridTap(p, q, [&](int64_t o, double, int i, int j, int k) {
+      if (nt >= kGridTaps) return;
+      off[nt] = o;
+      slope[0][nt] = d.dw[i] * h.w[j] * w.w[k];
+      slope[1][nt] = d.w[i] * h.dw[j] * w.w[k];
+      slope[2][nt] = d.w[i] * h.w[j] * w.dw[k];
+      ++nt;
+    });
+    const int first = kAxes - dims;
     for (int64_t c = 0; c < p.c; ++c) {
-      double sx, sy;
-      BilinearSlopes(t, x + (n * p.c + c) * plane, &sx, &sy);
-      const double g = static_cast<double>(dy[(n * p.c + c) * points + q]);
-      gx += g * sx;
-      gy += g * sy;
+      const T* xp = x + (n * p.c + c) * plane;
+      const double gy = static_cast<double>(dy[(n * p.c + c) * points + qi]);
+      for (int t = 0; t < nt; ++t) {
+        const double v = gy * static_cast<double>(xp[off[t]]);
+        for (int a = first; a < kAxes; ++a) g[a] += v * slope[a][t];
+      }
     }
   }
-  dgrid[2 * np] = static_cast<T>(gx * pt.mx);
-  dgrid[2 * np + 1] = static_cast<T>(gy * pt.my);
+  for (int k = 0; k < dims; ++k) {
+    const int a = kAxes - 1 - k;
+    dgrid[np * dims + k] =
+        static_cast<T>(q.valid ? g[a] * q.a[a].mult : 0.0);
+  }
 }
 
 }  // namespace resample

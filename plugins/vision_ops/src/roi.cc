@@ -135,7 +135,9 @@ void BuildAlignTable(const T* roi, const RoiCall& call, AlignTable<T>* t) {
   const T bw = rw / T(a.ow), bh = rh / T(a.oh);
   const int64_t gh = GridSize(rh, a.oh, a.sampling);
   const int64_t gw = GridSize(rw, a.ow, a.sampling);
-  const T inv = T(1) / T(std::max<int64_t>(gh * gw, 1));
+  // avg divides every weight by the sample count; max compares the raw
+  // weighted terms.
+  const T inv = a.max_mode ? T(1) : T(1) / T(std::max<int64_t>(gh * gw, 1));
   t->per_bin = gh * gw;
   t->samples.resize(static_cast<size_t>(a.oh * a.ow * t->per_bin));
   Sample<T>* s = t->samples.data();
@@ -150,6 +152,28 @@ void BuildAlignTable(const T* roi, const RoiCall& call, AlignTable<T>* t) {
       }
     }
   }
+}
+
+// Mode max (ONNX): the bin's value is the largest weighted corner term
+// w_j * x[at_j] over its samples, each sample first reduced to the largest
+// of its four terms (max(max(max(t0, t1), t2), t3), then across samples in
+// order, as onnxruntime and the ONNX reference). Returns 4 * sample +
+// corner of the term selected (the first on ties), -1 for a bin without
+// samples.
+template <typename T>
+int64_t MaxTerm(const Sample<T>* s, int64_t n, const T* xp) {
+  int64_t best = -1;
+  T best_v = T(0);
+  for (int64_t q = 0; q < n; ++q) {
+    int64_t at = 4 * q;
+    T v = s[q].w[0] * xp[s[q].at[0]];
+    for (int j = 1; j < 4; ++j) {
+      const T t = s[q].w[j] * xp[s[q].at[j]];
+      if (t > v) v = t, at = 4 * q + j;
+    }
+    if (best < 0 || v > best_v) best = at, best_v = v;
+  }
+  return best;
 }
 
 template <typename T>
@@ -167,6 +191,13 @@ void RoiAlignCpu(dg::KernelContext& ctx) {
       const T* xp = xb + c * plane;
       T* yp = y + (k * call.c + c) * bins;
       const Sample<T>* s = t.samples.data();
+      if (call.a.max_mode) {
+        for (int64_t b = 0; b < bins; ++b, s += t.per_bin) {
+          const int64_t at = MaxTerm(s, t.per_bin, xp);
+          yp[b] = at < 0 ? T(0) : s[at / 4].w[at % 4] * xp[s[at / 4].at[at % 4]];
+        }
+        continue;
+      }
       for (int64_t b = 0; b < bins; ++b) {
         T sum = T(0);
         for (int64_t q = 0; q < t.per_bin; ++q, ++s) {
@@ -179,10 +210,12 @@ void RoiAlignCpu(dg::KernelContext& ctx) {
   });
 }
 
-// dx = the adjoint of RoiAlign applied to dy (x gives the shape only).
+// dx = the adjoint of RoiAlign applied to dy (x gives the shape only; in
+// mode max it selects the term each bin took).
 template <typename T>
 void RoiAlignGradCpu(dg::KernelContext& ctx) {
   const RoiCall call = ReadCall<T>(ctx, true);
+  const T* x = ctx.input(0).data<const T>();
   const T* rois = ctx.input(1).data<const T>();
   const T* dy = ctx.input(2).data<const T>();
   T* dx = ctx.output(0).data<T>();
@@ -196,6 +229,14 @@ void RoiAlignGradCpu(dg::KernelContext& ctx) {
       T* dp = db + c * plane;
       const T* gp = dy + (k * call.c + c) * bins;
       const Sample<T>* s = t.samples.data();
+      if (call.a.max_mode) {
+        const T* xp = x + (db - dx) + c * plane;
+        for (int64_t b = 0; b < bins; ++b, s += t.per_bin) {
+          const int64_t at = MaxTerm(s, t.per_bin, xp);
+          if (at >= 0) dp[s[at / 4].at[at % 4]] += gp[b] * s[at / 4].w[at % 4];
+        }
+        continue;
+      }
       for (int64_t b = 0; b < bins; ++b) {
         const T g = gp[b];
         for (int64_t q = 0; q < t.per_bin; ++q, ++s) {

@@ -24,9 +24,11 @@ struct RoiAttrs {
   double scale = 1.0;         // spatial_scale
   int64_t sampling = -1;      // RoiAlign: samples per bin axis (<= 0: adaptive)
   bool aligned = true;        // RoiAlign: half-pixel shift
+  bool max_mode = false;      // RoiAlign: mode "max" (ONNX) instead of "avg"
 };
 
-// Reads output_size, spatial_scale and (align) sampling_ratio, aligned.
+// Reads output_size, spatial_scale and (align) sampling_ratio, aligned,
+// mode.
 RoiAttrs ReadRoiAttrs(const dg::KernelContext& ctx, bool align);
 
 // Checks every roi of a host copy of `rois` [k, 5] against a batch of

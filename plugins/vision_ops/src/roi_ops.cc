@@ -41,6 +41,11 @@ constexpr const char* kSampling =
 constexpr const char* kAligned =
     "Shift the roi by -0.5 pixel so that pixel centres sit at integer + 0.5 "
     "(Detectron2); False is the legacy Mask R-CNN form (roi size >= 1).";
+constexpr const char* kMode =
+    "avg (the mean of the bin's bilinear samples) or max (ONNX RoiAlign's "
+    "max mode: the largest of the bin's weighted bilinear corner terms "
+    "w_k * x[corner_k], each sample contributing the largest of its 4 "
+    "terms, as onnxruntime and the ONNX reference compute it).";
 constexpr const char* kDy = "Gradient of the pooled output, [K, C, oh, ow].";
 constexpr int64_t kMaxSamplingRatio = 2048;
 
@@ -81,6 +86,9 @@ Shape PooledShape(const dg::InferContext& ctx, bool align) {
     const int64_t s = ctx.i("sampling_ratio");
     DG_CHECK(s <= kMaxSamplingRatio, DG_INVALID_ARGUMENT, "sampling_ratio ", s,
              " is larger than ", kMaxSamplingRatio);
+    const std::string mode = ctx.s("mode");
+    DG_CHECK(mode == "avg" || mode == "max", DG_INVALID_ARGUMENT,
+             "unknown mode '", mode, "'; expected avg or max");
   }
   const Shape o = OutputSize(ctx);
   return {r[0], x[1], o[0], o[1]};
@@ -156,7 +164,8 @@ dg::OpSchema& AlignAttrs(dg::OpSchema& op) {
   return op.RequiredAttr("output_size", DG_ATTR_INTS, kOutSize)
       .Attr("spatial_scale", 1.0, kScale)
       .Attr("sampling_ratio", int64_t{-1}, kSampling)
-      .Attr("aligned", true, kAligned);
+      .Attr("aligned", true, kAligned)
+      .Attr("mode", "avg", kMode);
 }
 
 dg::OpSchema& PoolAttrs(dg::OpSchema& op) {
@@ -177,6 +186,10 @@ RoiAttrs ReadRoiAttrs(const dg::KernelContext& ctx, bool align) {
   if (align) {
     a.sampling = ctx.i("sampling_ratio");
     a.aligned = ctx.b("aligned");
+    const std::string mode = ctx.s("mode");
+    DG_CHECK(mode == "avg" || mode == "max", DG_INVALID_ARGUMENT,
+             "unknown mode '", mode, "'; expected avg or max");
+    a.max_mode = mode == "max";
   }
   return a;
 }
@@ -226,14 +239,17 @@ template void CheckRois<double>(const double*, int64_t, int64_t,
          "RoIAlign (Mask R-CNN): each roi is split into oh x ow bins; each "
          "bin is the mean of a regular grid of bilinear samples of x "
          "(Detectron2 / torchvision semantics). Samples outside [-1, H] x "
-         "[-1, W] count as 0; in [-1, 0) a coordinate is clamped to 0."))
+         "[-1, W] count as 0; in [-1, 0) a coordinate is clamped to 0. "
+         "mode='max' takes ONNX's maximum instead of the mean."))
         .Shape(RoiAlignShape),
     &AlignAttrs(HelperOp(
          "RoiAlignGrad", "roi_align_grad",
          "Gradient of RoiAlign with respect to x (its adjoint): each dy is "
-         "spread over its bin's bilinear taps. Linear in dy; x only gives "
-         "the shape.",
-         "Pooled input (shape only).", "dy", kDy, "dx",
+         "spread over its bin's bilinear taps (mode avg), or added, times "
+         "its weight, to the cell of the term that was the bin's maximum "
+         "(mode max; the first one on ties). Linear in dy; x gives the "
+         "shape (and, for max, selects the cells).",
+         "Pooled input (shape; the cells for mode max).", "dy", kDy, "dx",
          "Gradient of x, x's shape."))
         .Shape(RoiAlignGradShape),
     &PoolAttrs(PoolingOp(

@@ -627,9 +627,9 @@ def test_grid_sample_eager_vs_graph():
 
 
 @pytest.mark.parametrize("xs, gs, kwargs, match", [
-    ((1, 2, 3, 3), (1, 2, 2, 2), {"mode": "bicubic"}, "unknown mode 'bicubic'"),
-    ((1, 2, 3, 3), (1, 2, 2, 2), {"padding_mode": "reflection"},
-     "unknown padding_mode 'reflection'"),
+    ((1, 2, 3, 3), (1, 2, 2, 2), {"mode": "trilinear"}, "unknown mode 'trilinear'"),
+    ((1, 2, 3, 3), (1, 2, 2, 2), {"padding_mode": "wrap"},
+     "unknown padding_mode 'wrap'"),
     ((1, 2, 3), (1, 2, 2, 2), {}, "x must be 4-D"),
     ((1, 2, 3, 3), (1, 2, 2, 3), {}, "grid must be 4-D [N, Ho, Wo, 2]"),
     ((1, 2, 3, 3), (2, 2, 2, 2), {}, "grid batch 2 differs from x batch 1"),

@@ -480,7 +480,8 @@ def test_eager_vs_graph_with_gradients():
 def test_generated_signatures_and_docs():
     sig = inspect.signature(dg.ops.roi_align)
     assert list(sig.parameters) == ["x", "rois", "output_size", "spatial_scale",
-                                    "sampling_ratio", "aligned"]
+                                    "sampling_ratio", "aligned", "mode"]
+    assert sig.parameters["mode"].default == "avg"
     assert sig.parameters["sampling_ratio"].default == -1
     assert sig.parameters["aligned"].default is True
     assert "RoIAlign" in dg.ops.roi_align.__doc__

@@ -464,10 +464,21 @@ def _interpolate(e, ins, outs, a):
 
 @export_op("GridSample")
 def _grid_sample(e, ins, outs, a):
+    """GridSample-16 names its modes bilinear/bicubic and is 4-D only;
+    GridSample-20 says linear/cubic and takes 5-D inputs. ONNX pads a cubic
+    point before sampling where Dragon (as PyTorch) pads each cell, so
+    bicubic exports only with zeros padding (where the two agree)."""
     mode = a.get("mode", "bilinear")
-    if e.opset >= 20 and mode == "bilinear":
-        mode = "linear"
-    e.node("GridSample", ins, outs, mode=mode, padding_mode=a.get("padding_mode", "zeros"),
+    pad = a.get("padding_mode", "zeros")
+    if len(e.shape(ins[0])) == 5 and e.opset < 20:
+        raise NotImplementedError(f"5-D GridSample needs opset 20, exporting opset {e.opset}")
+    if mode == "bicubic" and pad != "zeros":
+        raise NotImplementedError(
+            f"GridSample mode='bicubic' with padding_mode='{pad}': ONNX pads the point, "
+            "Dragon each of its 16 cells (they differ outside the image)")
+    if e.opset >= 20:
+        mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    e.node("GridSample", ins, outs, mode=mode, padding_mode=pad,
            align_corners=int(bool(a.get("align_corners"))))
 
 
@@ -486,11 +497,17 @@ def _roi_align(e, ins, outs, a):
     size = list(a["output_size"])
     size = size * 2 if len(size) == 1 else size
     ratio = int(a.get("sampling_ratio", -1))
-    e.node("RoiAlign", [x, boxes, idx], outs, mode="avg", output_height=int(size[0]),
-           output_width=int(size[1]), sampling_ratio=max(ratio, 0),
-           spatial_scale=float(a.get("spatial_scale", 1.0)),
-           coordinate_transformation_mode="half_pixel" if a.get("aligned", True)
-           else "output_half_pixel")
+    extra = {}
+    if e.opset >= 16:
+        extra["coordinate_transformation_mode"] = ("half_pixel" if a.get("aligned", True)
+                                                   else "output_half_pixel")
+    elif a.get("aligned", True):
+        raise NotImplementedError(f"RoiAlign aligned=True needs opset 16 "
+                                  f"(coordinate_transformation_mode), exporting opset {e.opset}")
+    e.node("RoiAlign", [x, boxes, idx], outs, mode=a.get("mode", "avg"),
+           output_height=int(size[0]), output_width=int(size[1]),
+           sampling_ratio=max(ratio, 0), spatial_scale=float(a.get("spatial_scale", 1.0)),
+           **extra)
 
 
 @export_op("Nms")

@@ -892,6 +892,37 @@ def _conv(n):
     return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if one_d else y
 
 
+def _conv_transpose_cropped(n, x, w, b, strides, dilations, out_pad, pads):
+    """ConvTranspose whose pads Dragon's ops cannot take (negative: the
+    output reaches past the full result, e.g. a larger output_shape; or
+    asymmetric in 3-D): the full result (no pads) is cropped where a pad is
+    positive and extended with zeros where it is negative, then the bias
+    is added (the extension holds the bias alone)."""
+    rank = x.ndim - 2
+    zeros = [0] * rank
+    if rank == 3:
+        y = ops.conv_transpose3d(x, w, None, list(strides), zeros, list(out_pad),
+                                 list(dilations), n.a("group", 1))
+    elif rank == 2:
+        y = ops.conv_transpose2d(x, w, None, list(strides), zeros, list(out_pad),
+                                 list(dilations), n.a("group", 1))
+    else:
+        n.fail(f"negative padding {pads} of a {rank}-D transposed convolution")
+    begins, ends = pads[:rank], pads[rank:]
+    if any(p > 0 for p in pads):
+        starts = [max(p, 0) for p in begins]
+        stops = [y.shape[2 + i] - max(ends[i], 0) for i in range(rank)]
+        y = ops.slice(y, starts, stops, [1] * rank, list(range(2, 2 + rank)))
+    if any(p < 0 for p in pads):
+        full = [0, 0, 0, 0]
+        for i in range(rank):
+            full += [max(-begins[i], 0), max(-ends[i], 0)]
+        y = ops.pad(y, full, "constant", 0.0)
+    if b is not None:
+        y = ops.add(y, reshape(b, [1, -1] + [1] * rank))
+    return y
+
+
 @op("ConvTranspose", check=_spatial_check)
 def _conv_transpose(n):
     x, w, b = n.x(0), n.x(1), n.x(2)
@@ -910,7 +941,11 @@ def _conv_transpose(n):
         for i in range(rank):
             total = strides[i] * (ins[i] - 1) + out_pad[i] + ((kernel[i] - 1) * dilations[i]
                                                               + 1) - target[i]
-            if auto == "SAME_UPPER" or (auto != "SAME_LOWER" and out_shape is not None):
+            if total < 0:
+                # An output_shape past the full result: the extra cells go
+                # at the end, as output_padding would (onnxruntime's rule).
+                begins.append(0), ends.append(total)
+            elif auto == "SAME_UPPER" or (auto != "SAME_LOWER" and out_shape is not None):
                 begins.append(total // 2), ends.append(total - total // 2)
             else:
                 begins.append(total - total // 2), ends.append(total // 2)
@@ -919,12 +954,10 @@ def _conv_transpose(n):
         pads = [0] * (2 * rank)
     else:
         pads = n.a("pads", [0] * (2 * rank))
-    if any(p < 0 for p in pads):
-        n.fail(f"negative padding {pads}")
+    if any(p < 0 for p in pads) or (rank == 3 and pads[:3] != pads[3:]):
+        return _conv_transpose_cropped(n, x, w, b, strides, dilations, out_pad, pads)
     if rank == 3:
         begins, ends = _split_pads(pads, 3)
-        if begins != ends:
-            n.fail(f"asymmetric padding {pads} of a 3-D transposed convolution")
         return ops.conv_transpose3d(x, w, b, list(strides), begins, list(out_pad),
                                     list(dilations), n.a("group", 1))
     one_d = rank == 1
@@ -1189,9 +1222,9 @@ _RESIZE_CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "alig
 
 
 def _check_resize(attrs, opset, node):
-    if attrs.get("antialias", 0):
-        return "antialias=1"
     mode = attrs.get("mode", "nearest")
+    if attrs.get("antialias", 0) and mode not in ("linear", "bilinear", "cubic", "bicubic"):
+        return f"antialias=1 with mode='{mode}' (ONNX defines it for linear and cubic)"
     if mode not in ("nearest", "linear", "bilinear", "cubic", "bicubic"):
         return f"mode='{mode}'"
     ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
@@ -1240,6 +1273,39 @@ def _cubic_weights(r, a):
     return np.stack([k(r + 1), k(r), k(1 - r), k(2 - r)], axis=-1)
 
 
+def _antialias_taps(xo, length, scale, mode, a, exclude_outside):
+    """Resize-18 antialias (linear and cubic): the interpolation kernel is
+    stretched by 1 / scale when downsampling (scale < 1), so each output
+    averages every input cell under its footprint, as PIL / torchvision's
+    antialias; weights are normalised to sum to 1. The cells are the n
+    nearest to the source coordinate, the left one preferred (an integer
+    coordinate counts as ratio 1 from the cell before it), clamped to the
+    edge. Returns (cells [out, n], weights [out, n])."""
+    s = min(scale, 1.0)
+    integer = xo == np.floor(xo)
+    base = np.where(integer, xo - 1, np.floor(xo)).astype(np.int64)
+    ratio = np.where(integer, 1.0, xo - np.floor(xo))
+    if mode == "linear":
+        start = int(np.floor(-1 / s) + 1)
+    else:
+        start = int(np.floor(-2 / s) + 1)
+    offs = np.arange(start, 2 - start)
+    d = (offs[None, :] - ratio[:, None]) * s
+    if mode == "linear":
+        w = np.clip(1 - np.abs(d), 0, 1)
+    else:
+        d = np.abs(d)
+        w = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                     np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+    w = w / w.sum(axis=1, keepdims=True)
+    raw = base[:, None] + offs[None, :]
+    if exclude_outside:
+        w = np.where((raw < 0) | (raw > length - 1), 0.0, w)
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    return np.clip(raw, 0, length - 1), w
+
+
 def _resize_axis(n, x, axis, out, scale, roi, mode):
     length = x.shape[axis]
     ctm = n.a("coordinate_transformation_mode", "half_pixel")
@@ -1249,6 +1315,24 @@ def _resize_axis(n, x, axis, out, scale, roi, mode):
     outside = None
     if ctm == "tf_crop_and_resize":
         outside = (xo < 0) | (xo > length - 1)
+    if mode != "nearest" and n.opset >= 18 and n.a("antialias", 0):
+        # All taps in one Gather, then weights and a sum over the tap axis.
+        taps, weights = _antialias_taps(xo, length, scale, mode, n.a("cubic_coeff_a", -0.75),
+                                        n.a("exclude_outside", 0))
+        k = taps.shape[1]
+        g = ops.gather(x, const(taps.reshape(-1), "int64"), axis)
+        shape = list(x.shape)
+        shape[axis:axis + 1] = [out, k]
+        g = reshape(g, shape)
+        wshape = [1] * len(shape)
+        wshape[axis], wshape[axis + 1] = out, k
+        y = ops.sum(ops.mul(g, const(weights.reshape(wshape), dt(x))), [axis + 1])
+        if outside is not None and outside.any():
+            mshape = [1] * x.ndim
+            mshape[axis] = out
+            y = ops.where(const(outside.reshape(mshape), "bool"),
+                          like(y, n.a("extrapolation_value", 0.0)), y)
+        return y
     if mode == "nearest":
         nm = n.a("nearest_mode", "round_prefer_floor") if n.opset >= 11 else "floor"
         if n.op_type == "Upsample" or n.opset < 11:
@@ -1548,26 +1632,75 @@ def _swish(n):
 
 def _check_grid_sample(attrs, opset, node):
     mode = attrs.get("mode", "linear" if opset >= 20 else "bilinear")
-    if mode not in ("linear", "bilinear", "nearest"):
-        return f"mode='{mode}' (Dragon's grid_sample has bilinear and nearest)"
-    if attrs.get("padding_mode", "zeros") not in ("zeros", "border"):
-        return f"padding_mode='{attrs['padding_mode']}' (Dragon has zeros and border)"
+    if mode not in ("linear", "bilinear", "nearest", "cubic", "bicubic"):
+        return f"mode='{mode}'"
+    if attrs.get("padding_mode", "zeros") not in ("zeros", "border", "reflection"):
+        return f"padding_mode='{attrs['padding_mode']}'"
     return None
+
+
+def _onnx_cubic_grid(grid, sizes, pad: str, align: bool):
+    """ONNX GridSample pads the point itself before cubic sampling (border:
+    clamped to the image, reflection: mirrored, when it lies beyond the
+    corner cells' edges or centres), where Dragon (as PyTorch) pads each
+    of the 16 cells only. Rewriting the grid with ONNX's padded point and
+    then sampling with per-cell padding gives ONNX's result; the rewrite is
+    element-wise, so the grid gradient flows through it."""
+    dims = len(sizes)
+    comps = []
+    for k in range(dims):
+        size = sizes[dims - 1 - k]
+        g = ops.slice(grid, [k], [k + 1], [1], [grid.ndim - 1])
+        if align:
+            lo, hi = 0.0, float(size - 1)
+            c = ops.mul(ops.add(g, like(g, 1.0)), like(g, (size - 1) / 2.0))
+        else:
+            lo, hi = -0.5, size - 0.5
+            c = ops.div(ops.sub(ops.mul(ops.add(g, like(g, 1.0)), like(g, float(size))),
+                                like(g, 1.0)), like(g, 2.0))
+        outside = ops.logical_or(ops.less(c, like(c, lo)), ops.greater(c, like(c, hi)))
+        span = hi - lo
+        if pad == "border" or span <= 0:
+            padded = ops.clip(c, 0.0, float(size - 1))
+        else:
+            d = ops.abs(ops.sub(c, like(c, lo)))
+            flips = ops.floor(ops.div(d, like(d, span)))
+            extra = ops.sub(d, ops.mul(flips, like(d, span)))
+            odd = ops.greater(ops.sub(flips, ops.mul(ops.floor(ops.div(flips, like(d, 2.0))),
+                                                     like(d, 2.0))), like(d, 0.5))
+            padded = ops.where(odd, ops.add(ops.sub(like(d, span), extra), like(d, lo)),
+                               ops.add(extra, like(d, lo)))
+        c = ops.where(outside, padded, c)
+        if align:
+            g = ops.sub(ops.mul(c, like(c, 2.0 / (size - 1))), like(c, 1.0)) if size > 1 else g
+        else:
+            g = ops.sub(ops.div(ops.add(ops.mul(c, like(c, 2.0)), like(c, 1.0)),
+                                like(c, float(size))), like(c, 1.0))
+        comps.append(g)
+    return ops.concat(comps, grid.ndim - 1)
 
 
 @op("GridSample", check=_check_grid_sample)
 def _grid_sample(n):
-    x = n.x(0)
-    if x.ndim != 4:
-        n.fail(f"{x.ndim - 2}-D sampling (Dragon's grid_sample is 2-D)")
+    """GridSample-16 (4-D: bilinear, nearest, bicubic) and -20 (N-D:
+    linear, nearest, cubic) onto grid_sample (4-D and 5-D; cubic 4-D)."""
+    x, grid = n.x(0), n.x(1)
     mode = n.a("mode", "linear" if n.opset >= 20 else "bilinear")
-    return ops.grid_sample(x, n.x(1), "nearest" if mode == "nearest" else "bilinear",
-                           n.a("padding_mode", "zeros"), bool(n.a("align_corners", 0)))
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
+    if x.ndim not in (4, 5):
+        n.fail(f"{x.ndim - 2}-D sampling (Dragon's grid_sample is 2-D or 3-D)")
+    if mode == "bicubic" and x.ndim != 4:
+        n.fail("cubic sampling of a 5-D input (Dragon's bicubic grid_sample is 2-D)")
+    pad = n.a("padding_mode", "zeros")
+    align = bool(n.a("align_corners", 0))
+    if mode == "bicubic" and pad != "zeros":
+        grid = _onnx_cubic_grid(grid, list(x.shape[2:]), pad, align)
+    return ops.grid_sample(x, grid, mode, pad, align)
 
 
 def _check_roi_align(attrs, opset, node):
-    if attrs.get("mode", "avg") != "avg":
-        return f"mode='{attrs['mode']}' (Dragon's roi_align averages)"
+    if attrs.get("mode", "avg") not in ("avg", "max"):
+        return f"mode='{attrs['mode']}'"
     return None
 
 
@@ -1577,8 +1710,12 @@ def _roi_align(n):
     aligned = n.a("coordinate_transformation_mode", "half_pixel") == "half_pixel" \
         if n.opset >= 16 else False
     r5 = ops.concat([ops.cast(reshape(idx, [-1, 1]), dt(rois)), rois], 1)
+    # Opsets 10-15 have no coordinate_transformation_mode: their rois are
+    # not shifted (output_half_pixel); 16+ default to half_pixel. Mode max
+    # is ONNX's maximum of weighted corner terms (roi_align mode="max").
     return ops.roi_align(x, r5, [n.a("output_height", 1), n.a("output_width", 1)],
-                         n.a("spatial_scale", 1.0), n.a("sampling_ratio", 0), aligned)
+                         n.a("spatial_scale", 1.0), n.a("sampling_ratio", 0), aligned,
+                         n.a("mode", "avg"))
 
 
 @op("LpPool", check=_spatial_check)
@@ -2247,9 +2384,13 @@ def _qlinear_matmul(n):
 
 
 def _conv_int(n, x, w, bias=None):
-    if x.ndim != 4:
-        n.fail(f"{x.ndim - 2}-D integer convolution (2-D only)")
+    if x.ndim not in (4, 5):
+        n.fail(f"{x.ndim - 2}-D integer convolution (2-D and 3-D only)")
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
+    if x.ndim == 5:
+        # 3-D (ConvInteger / QLinearConv over volumes), as Conv's 5-D path.
+        return ops.conv3d(x, w, bias, list(strides), _pairs(pads, 3), list(dilations),
+                          n.a("group", 1))
     return ops.conv2d(x, w, bias, list(strides), _pairs(pads, 2), list(dilations),
                       n.a("group", 1))
 

@@ -96,37 +96,43 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest",
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros",
                 align_corners=False):
     """Sample ``input`` at the points of ``grid``, as
-    ``torch.nn.functional.grid_sample`` on 4-D inputs.
+    ``torch.nn.functional.grid_sample`` (4-D and 5-D inputs).
 
     Parameters
     ----------
     input : Tensor
-        ``[N, C, H, W]``, float32 or float64, ``H, W >= 1``.
+        ``[N, C, H, W]`` or ``[N, C, D, H, W]``, float32 or float64, every
+        spatial size ``>= 1``.
     grid : Tensor
-        ``[N, Ho, Wo, 2]``, the dtype of ``input``: ``(x, y)`` per output
-        point, normalised so that -1 and 1 are the left/top and right/bottom
-        ends of the image (``x`` runs along ``W``, ``y`` along ``H``).
+        ``[N, Ho, Wo, 2]`` holding ``(x, y)`` or ``[N, Do, Ho, Wo, 3]``
+        holding ``(x, y, z)``, the dtype of ``input``, normalised so that -1
+        and 1 are the two ends of each axis (``x`` runs along ``W``, ``y``
+        along ``H``, ``z`` along ``D``).
     mode : str
-        ``"bilinear"`` or ``"nearest"`` (halves round to even).
+        ``"bilinear"`` (trilinear on 5-D inputs), ``"nearest"`` (halves
+        round to even) or ``"bicubic"`` (4-D only; Keys' cubic convolution,
+        ``A = -0.75``, over the 4 x 4 cells around the point).
     padding_mode : str
-        ``"zeros"`` (cells outside the image read 0) or ``"border"``
-        (points are clipped into the image).
+        ``"zeros"`` (cells outside the image read 0), ``"border"`` (points
+        are clipped into the image) or ``"reflection"`` (points are mirrored
+        about the ends of each axis, then clipped). In bicubic mode the
+        padding applies to each of the 16 cells instead of the point.
     align_corners : bool
         True: -1 and 1 are the centres of the corner cells,
         ``ix = (gx + 1) / 2 * (W - 1)``; False: their outer edges,
-        ``ix = ((gx + 1) * W - 1) / 2``.
+        ``ix = ((gx + 1) * W - 1) / 2``. Also the mirrors of reflection.
 
     Returns
     -------
     Tensor
-        ``[N, C, Ho, Wo]``. Points with a NaN or infinite coordinate
-        sample 0.
+        ``[N, C, Ho, Wo]`` or ``[N, C, Do, Ho, Wo]``. Points with a NaN or
+        infinite coordinate sample 0.
 
     Notes
     -----
-    Differentiable once with respect to ``input`` and ``grid`` (bilinear
-    mode; the grid gradient is 0 in nearest mode and where border clipping
-    is active). There is no second derivative.
+    Differentiable once with respect to ``input`` and ``grid`` (the grid
+    gradient is 0 in nearest mode and where clipping is active, and
+    changes sign across a reflection). There is no second derivative.
     """
     return dragon_core.ops.grid_sample(input, grid, mode=mode,
                                        padding_mode=padding_mode,

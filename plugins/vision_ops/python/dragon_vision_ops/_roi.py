@@ -28,7 +28,8 @@ from dragon_core.plugin_api import gradient, is_tracing, needs_grad
 __all__ = ["roi_align", "roi_pool", "nms", "nms_padded", "batched_nms",
            "batched_nms_padded"]
 
-_ALIGN_ATTRS = ("output_size", "spatial_scale", "sampling_ratio", "aligned")
+_ALIGN_ATTRS = ("output_size", "spatial_scale", "sampling_ratio", "aligned",
+                "mode")
 _POOL_ATTRS = ("output_size", "spatial_scale")
 
 
@@ -63,7 +64,7 @@ def _rois(boxes):
 
 
 def roi_align(input, boxes, output_size, spatial_scale: float = 1.0,
-              sampling_ratio: int = -1, aligned: bool = True):
+              sampling_ratio: int = -1, aligned: bool = True, mode: str = "avg"):
     """RoIAlign (Mask R-CNN): average of bilinear samples in each bin.
 
     Parameters
@@ -85,6 +86,12 @@ def roi_align(input, boxes, output_size, spatial_scale: float = 1.0,
         True (default, Detectron2) shifts boxes by -0.5 pixel; False is the
         legacy form, whose roi sizes are clamped to at least 1. torchvision's
         default is False.
+    mode : str
+        ``"avg"`` (default): the mean of the bin's samples. ``"max"``
+        (ONNX RoiAlign): the largest weighted corner term ``w_k * x[k]``
+        of the bin's bilinear samples, as onnxruntime computes it (not the
+        largest interpolated sample). CPU only; its gradient goes, times
+        the weight, to the selected cell, and it has no second derivative.
 
     Returns
     -------
@@ -94,7 +101,7 @@ def roi_align(input, boxes, output_size, spatial_scale: float = 1.0,
     return _ops().roi_align(input, _rois(boxes), _pair(output_size),
                             spatial_scale=float(spatial_scale),
                             sampling_ratio=int(sampling_ratio),
-                            aligned=bool(aligned))
+                            aligned=bool(aligned), mode=mode)
 
 
 def roi_pool(input, boxes, output_size, spatial_scale: float = 1.0):
@@ -234,6 +241,11 @@ def _roi_align_grad(node, dy):
 @gradient("RoiAlignGrad")
 def _roi_align_grad_grad(node, ddx):
     _, rois, _ = node.inputs
+    if node.attrs.get("mode", "avg") == "max":
+        # RoiAlign(ddx) would select its own maxima, not x's.
+        raise NotImplementedError(
+            "RoiAlignGrad: second-order gradients of RoiAlign with mode='max' "
+            "are not implemented (it is differentiable once)")
     return [None, None,
             _ops().roi_align(ddx, rois, **_attrs(node, _ALIGN_ATTRS))]
 

@@ -107,11 +107,11 @@ void InterpolateGradCuda(dg::KernelContext& ctx) {
 template <typename T>
 __global__ void GridSampleKernel(GridPlan p, const T* x, const T* grid, T* y,
                                  int64_t total) {
-  const int64_t points = p.ho * p.wo, plane = p.h * p.w;
+  const int64_t points = p.points(), plane = p.plane();
   VISION_CUDA_LOOP(i, total) {
     const int64_t q = i % points, nc = i / points, n = nc / p.c;
-    const GridTaps t = GridTapsAt(p, grid, n * points + q);
-    y[i] = static_cast<T>(SampleAt(t, x + nc * plane));
+    const GridPoint pt = GridPointAt<DynamicGrid>(p, grid, n * points + q);
+    y[i] = static_cast<T>(SampleAt(p, pt, x + nc * plane));
   }
 }
 
@@ -119,15 +119,15 @@ __global__ void GridSampleKernel(GridPlan p, const T* x, const T* grid, T* y,
 template <typename T>
 __global__ void GridSampleGradXKernel(GridPlan p, const T* grid, const T* dy,
                                       T* dx, int64_t total) {
-  const int64_t points = p.ho * p.wo, plane = p.h * p.w;
+  const int64_t points = p.points(), plane = p.plane();
   VISION_CUDA_LOOP(i, total) {
     const int64_t q = i % points, nc = i / points, n = nc / p.c;
-    const GridTaps t = GridTapsAt(p, grid, n * points + q);
+    const GridPoint pt = GridPointAt<DynamicGrid>(p, grid, n * points + q);
     T* dst = dx + nc * plane;
     const double g = static_cast<double>(dy[i]);
-    for (int k = 0; k < 4; ++k) {
-      if (t.inside[k]) atomicAdd(dst + t.offset[k], static_cast<T>(t.w[k] * g));
-    }
+    ForEachGridTap(p, pt, [&](int64_t off, double w, int, int, int) {
+      atomicAdd(dst + off, static_cast<T>(w * g));
+    });
   }
 }
 
@@ -136,7 +136,7 @@ template <typename T>
 __global__ void GridSampleGradGridKernel(GridPlan p, const T* x, const T* dy,
                                          const T* grid, T* dgrid,
                                          int64_t total) {
-  VISION_CUDA_LOOP(np, total) { GridPointGrad(p, x, grid, dy, np, dgrid); }
+  VISION_CUDA_LOOP(np, total) { GridPointGrad<DynamicGrid>(p, x, grid, dy, np, dgrid); }
 }
 
 GridPlan CudaGridPlan(const dg::KernelContext& ctx) {
@@ -164,7 +164,7 @@ void GridSampleGradCuda(dg::KernelContext& ctx) {
   T* dgrid = ctx.output(1).data<T>();
   const cudaStream_t s = Stream(ctx);
   const int64_t nx = ctx.output(0).numel(), total = ctx.input(2).numel();
-  const int64_t points = p.n * p.ho * p.wo;
+  const int64_t points = p.n * p.points();
   if (nx > 0) {
     Check(cudaMemsetAsync(dx, 0, nx * sizeof(T), s),
           "GridSampleGrad zeroing dx");

@@ -31,6 +31,9 @@ template <typename T>
 Dims Prepare(const dg::KernelContext& ctx, bool align, RoiAttrs* a) {
   const dg::TensorRef x = ctx.input(0), rois = ctx.input(1);
   *a = ReadRoiAttrs(ctx, align);
+  DG_CHECK(!a->max_mode, DG_UNIMPLEMENTED,
+           "mode 'max' has no cuda kernel (only 'avg' runs on cuda); run "
+           "RoiAlign with mode='max' on the cpu device");
   const int64_t k = rois.dim(0);
   std::vector<T> host(static_cast<size_t>(5 * k));
   if (k > 0) {

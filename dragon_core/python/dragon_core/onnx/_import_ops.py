@@ -914,9 +914,8 @@ def _conv_transpose_cropped(n, x, w, b, strides, dilations, out_pad, pads):
         stops = [y.shape[2 + i] - max(ends[i], 0) for i in range(rank)]
         y = ops.slice(y, starts, stops, [1] * rank, list(range(2, 2 + rank)))
     if any(p < 0 for p in pads):
-        full = [0, 0, 0, 0]
-        for i in range(rank):
-            full += [max(-begins[i], 0), max(-ends[i], 0)]
+        full = ((0, 0), (0, 0)) + tuple((max(-begins[i], 0), max(-ends[i], 0))
+                                        for i in range(rank))
         y = ops.pad(y, full, "constant", 0.0)
     if b is not None:
         y = ops.add(y, reshape(b, [1, -1] + [1] * rank))

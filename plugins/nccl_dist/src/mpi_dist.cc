@@ -653,8 +653,10 @@ void MpiStart(dg::KernelContext& ctx) {
   if (kind == kSend || kind == kRecv)
     DG_CHECK(peer >= 0 && peer < c.size, DG_INVALID_ARGUMENT, op, ": peer ", peer,
              " is not a rank of a group of ", c.size);
-  CheckOrder(ctx, m, c, kind, x.dtype(), x.numel(), p->reduce_op,
-             kind == kSend || kind == kRecv ? peer : src);
+  // Point-to-point ops are not collective over the group (a send meets a
+  // recv): only the group-wide kinds exchange fingerprints.
+  if (kind != kSend && kind != kRecv) CheckOrder(ctx, m, c, kind, x.dtype(), x.numel(),
+                                                 p->reduce_op, src);
   Start(*p, m, kind == kBarrier || kind == kRecv ? nullptr : x.raw_data(), nullptr, src, peer,
         ctx.i("tag_id"), op);
   std::lock_guard<std::mutex> lock(g_mu);

@@ -702,12 +702,29 @@ def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
-    """Send ``tensor`` to world rank ``dst`` (returns once it is sent)."""
+    """Send ``tensor`` to world rank ``dst`` (returns once it is sent).
+
+    Inside ``dg.function`` it is a pair of graph ops with the collective
+    flag (``CollectiveStart``/``CollectiveWait``), kept in traced order.
+    """
+    if _tracing():
+        from . import _graph_ops
+        g = _group(group)
+        _graph_ops.traced_p2p("send", tensor, g, _group_rank("send", g, dst), tag)
+        return None
     isend(tensor, dst, group, tag).wait()
 
 
 def recv(tensor, src: int, group=None, tag: int = 0):
-    """Receive into ``tensor`` from world rank ``src``; returns ``tensor``."""
+    """Receive into ``tensor`` from world rank ``src``; returns ``tensor``.
+
+    Inside ``dg.function`` it returns a **new** tensor (of ``tensor``'s
+    shape and dtype) holding the data: use the return value.
+    """
+    if _tracing():
+        from . import _graph_ops
+        g = _group(group)
+        return _graph_ops.traced_p2p("recv", tensor, g, _group_rank("recv", g, src), tag)
     return irecv(tensor, src, group, tag).wait()
 
 

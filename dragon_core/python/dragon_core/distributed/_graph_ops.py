@@ -62,3 +62,16 @@ def traced(kind, tensor, group, reduce_op="sum", src=0):
     fn = getattr(ops, "collective_" + kind)
     return fn(tensor, group=group.id, group_size=group.size(), reduce_op=reduce_op,
               src=int(src), tag=f"{kind}#{next(_trace_counter)}")
+
+
+def traced_p2p(kind, tensor, group, peer, tag=0):
+    """Emit ``send`` / ``recv`` into the graph being traced: a
+    ``CollectiveStart`` + ``CollectiveWait`` pair of dragon-nccl-dist (both
+    carry the collective flag, so they are never pruned and keep their
+    traced order against the other collectives). Returns the Wait's output:
+    the received tensor for ``recv``, an empty one for ``send``."""
+    from .. import ops
+    ops._refresh()
+    h = ops.collective_start(tensor, kind=kind, group=group.id, group_size=group.size(),
+                             peer=int(peer), tag_id=int(tag))
+    return ops.collective_wait(h, tensor, kind=kind, group_size=group.size())

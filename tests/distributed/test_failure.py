@@ -194,6 +194,21 @@ def test_single_process_is_a_world_of_one():
     assert p.stdout.split("\n")[:2] == ["0 1 [1.0, 2.0]", "False"]
 
 
+def test_async_work_polls_until_complete():
+    p = _py("import time, numpy as np, dragon_core as dg, dragon_core.distributed as d\n"
+            "d.init_process_group()\n"
+            "t = dg.tensor(np.arange(6, dtype=np.float32))\n"
+            "w = d.all_reduce(t, async_op=True)\n"
+            "n = 0\n"
+            "while not w.is_completed():\n"
+            "    n += 1; time.sleep(0.001)\n"
+            "    assert n < 10000\n"
+            "out = w.wait()\n"
+            "print(out is t, w.is_completed(), t.numpy().tolist())\n")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == "True True [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]", p.stdout
+
+
 def test_collective_schemas_are_the_cores_and_check_shapes():
     """Defined by the core (no distributed import, no backend), flagged
     collective, and their shape rules reject bad blocks / reductions."""

@@ -560,6 +560,7 @@ void Finish(Pending& p, Mpi& m) {
   const auto hot = start + std::chrono::milliseconds(250);
   int sleep_us = 0;
   for (uint64_t spins = 0;; ++spins) {
+    if (p.req == nullptr) break;  // completed by CollectiveTest
     const int rc = m.Test(&p.req, &done, nullptr);
     DG_CHECK(rc == 0, DG_INTERNAL, Describe(p), ": ", MpiError(m, rc));
     if (done) break;
@@ -777,6 +778,36 @@ void MpiWait(dg::KernelContext& ctx) {
   if (bytes) std::memcpy(y.raw_data(), p->own_recv.data(), bytes);
 }
 
+// Whether the collective behind a handle has completed (MPI_Test: also
+// moves it forward). A handle no longer in flight (waited) counts as done.
+void TestShape(dg::InferContext& ctx) {
+  DG_CHECK(ctx.input(0).dtype() == DG_INT64 && ctx.input(0).shape().empty(),
+           DG_INVALID_ARGUMENT, "CollectiveTest: handle must be a 0-d int64 from "
+           "CollectiveStart");
+  ctx.set_output(0, DG_BOOL, {});
+}
+
+void MpiTest(dg::KernelContext& ctx) {
+  Mpi& m = Lib("CollectiveTest");
+  const int64_t h = *ctx.input(0).data<int64_t>();
+  bool done = true;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_pending.find(h);
+    if (it != g_pending.end()) {
+      Pending& p = *it->second;
+      if (p.req) {
+        int flag = 0;
+        const int rc = m.Test(&p.req, &flag, nullptr);
+        DG_CHECK(rc == 0, DG_INTERNAL, Describe(p), ": ", MpiError(m, rc));
+        if (flag) p.req = nullptr;  // MPI_Test freed it: Finish sees a null request
+        done = flag != 0;
+      }
+    }
+  }
+  *ctx.output(0).data<bool>() = done;
+}
+
 // ------------------------------------------------------------ host op
 
 void RegisterShape(dg::InferContext& ctx) { ctx.set_output(0, DG_INT64, {}); }
@@ -864,6 +895,15 @@ DG_OP(CollectiveWait)
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)
     .Shape(WaitShape);
 
+DG_OP(CollectiveTest)
+    .Doc("Whether the collective CollectiveStart started has completed (it also "
+         "moves it forward: MPI progresses inside MPI calls). A handle already "
+         "waited for counts as completed.")
+    .Input("handle", dg::Bit(DG_INT64), DG_ARG_NO_GRAD, "From CollectiveStart.")
+    .Output("done", dg::Bit(DG_BOOL), 0, "0-d bool.")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(TestShape);
+
 DG_OP(MpiRegisterComm)
     .Doc("Hands the MPI half of dragon-nccl-dist a communicator of a process group "
          "(dragon_nccl_dist.mpi calls it after MPI_Init / MPI_Comm_split; comm 0 "
@@ -882,6 +922,7 @@ DG_OP(MpiRegisterComm)
 DG_KERNEL_MASK("MpiRegisterComm", "cpu", dg::kAll, 0, 0, MpiRegisterComm);
 DG_KERNEL_MASK("CollectiveStart", "cpu", kMpiTypes, 0, 0, MpiStart);
 DG_KERNEL_MASK("CollectiveWait", "cpu", dg::Bit(DG_INT64), 0, 0, MpiWait);
+DG_KERNEL_MASK("CollectiveTest", "cpu", dg::Bit(DG_INT64), 0, 0, MpiTest);
 DG_KERNEL_MASK("CollectiveAllReduce", "cpu", kMpiTypes, 0, 0, MpiAllReduce);
 DG_KERNEL_MASK("CollectiveBroadcast", "cpu", kMpiTypes, 0, 0, MpiBroadcast);
 DG_KERNEL_MASK("CollectiveAllGather", "cpu", kMpiTypes, 0, 0, MpiAllGather);

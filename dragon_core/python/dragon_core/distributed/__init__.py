@@ -383,8 +383,8 @@ def get_backend(group=None) -> str:
 
 class Work:
     """A started collective. ``wait()`` completes it (raising on failure or
-    timeout) and returns its result tensor; ``is_completed()`` says whether
-    ``wait()`` has returned.
+    timeout) and returns its result tensor; ``is_completed()`` polls (and
+    moves the collective forward: MPI progresses inside MPI calls).
 
     The collective runs in dragon-nccl-dist's kernels: ``CollectiveStart``
     (which copies the input, so the caller's tensor is free at once) and
@@ -397,7 +397,11 @@ class Work:
         self._done = handle is None
 
     def is_completed(self) -> bool:
-        return self._done
+        if self._done:
+            return True
+        from .. import ops
+        return bool(_call(self._name, self._group,
+                          lambda: ops.collective_test(self._handle)).numpy())
 
     def wait(self, timeout=None):
         if timeout is not None:

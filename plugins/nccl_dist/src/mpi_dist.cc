@@ -44,8 +44,6 @@ namespace {
 
 using Handle = void*;  // MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request
 
-constexpr int kUndefinedRank = -32766;  // MPI_UNDEFINED (Open MPI)
-
 struct Mpi {
   void* handle = nullptr;
   std::string path, error;

@@ -56,14 +56,15 @@ install-cuda: install-sdk
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/cuda
 
-# dragon-nccl-dist (issue 16): NCCL kernels of the collective ops; compiled
-# with the host compiler against nccl.h (nvidia-nccl-cu13, in
-# requirements-dev.txt) and the CUDA headers, so also only where nvcc is.
+# dragon-nccl-dist (issue 16): the collective kernels. The MPI half (cpu) is
+# always built; the NCCL half is compiled with the host compiler against
+# nccl.h (nvidia-nccl-cu13, in requirements-dev.txt) and the CUDA headers
+# where they are (nvcc on PATH).
 install-nccl-dist: install-sdk install-core
 	$(PIPI) -Cbuild-dir=build/nccl_dist ./plugins/nccl_dist
 
 HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
-install: install-core install-cpu-eigen install-mkldnn install-vision-ops $(if $(HAVE_NVCC),install-cuda install-nccl-dist)
+install: install-core install-cpu-eigen install-mkldnn install-vision-ops install-nccl-dist $(if $(HAVE_NVCC),install-cuda)
 	$(MAKE) stubs
 
 # The .pyi stubs of dragon_core.ops and Tensor, generated from the schema registry

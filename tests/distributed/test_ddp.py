@@ -319,6 +319,38 @@ def test_compiled_two_ranks_match_one_rank(tmp_path, reference):
         assert ev.count("allreduce_start") == ev.count("allreduce_done") == 3 * (steps + 1)
 
 
+def test_ddp_graph_ops_carry_the_collective_flag():
+    # The bucket start/wait ops talk to other ranks: graph passes must never
+    # prune, merge or fold them, and the executor keeps them in traced order.
+    from dragon_core import _C
+    from dragon_core.distributed import ddp
+    ddp._graph_ops()
+    for name in ("DDPAllReduceStart", "DDPAllReduceWait"):
+        d = _C.op(name).describe()
+        assert d["collective"] and d["no_grad"], d
+
+
+def test_custom_op_collective_flag():
+    from dragon_core import _C, custom_op
+
+    @custom_op("DistTestCollectiveFlag", collective=True, differentiable=False)
+    def _flagged(x):
+        return x.copy()
+    try:
+        assert _C.op("DistTestCollectiveFlag").describe()["collective"]
+
+        @dg.function
+        def f(x):
+            _flagged(x)            # result unused: a collective is never pruned
+            return x + 1
+        np.testing.assert_array_equal(f(dg.from_numpy(np.ones(3, np.float32))).numpy(),
+                                      np.full(3, 2, np.float32))
+        x = dg.from_numpy(np.ones(3, np.float32))
+        assert "DistTestCollectiveFlag" in [o.type for o in f.get_graph(x).op]
+    finally:
+        custom_op.remove("DistTestCollectiveFlag")
+
+
 def test_no_sync_accumulates_then_reduces_the_sum(tmp_path):
     # Through the mpi4py group (any object with rank/size/all_reduce/broadcast).
     _mpirun(str(tmp_path), "--no-sync")

@@ -30,6 +30,7 @@ _INT, _FLOAT, _BOOL, _STRING, _INTS, _FLOATS, _DTYPE = 1, 2, 3, 4, 5, 6, 7
 _REQUIRED = {int: _INT, float: _FLOAT, bool: _BOOL, str: _STRING, _dtype_cls: _DTYPE}
 _ALL_DTYPES = (1 << 10) - 1           # DG_MASK_ALL
 _OP_NO_GRAD = 1 << 2                  # DG_OP_NO_GRAD
+_OP_COLLECTIVE = 1 << 4               # DG_OP_COLLECTIVE
 # DgStatus codes.
 _OK, _INVALID, _UNIMPLEMENTED, _EXHAUSTED, _INTERNAL, _RANGE = 0, 1, 3, 4, 5, 6
 
@@ -171,7 +172,8 @@ def _refresh_ops():
 def custom_op(name: str, *, inputs=("x",), outputs=("y",), attrs=None, shape=None,
               dtypes=("float32", "float64"), priority: int = 0, plugin: str = "python",
               kernel_name: str | None = None, py_name: str | None = None,
-              doc: str | None = None, differentiable: bool = True):
+              doc: str | None = None, differentiable: bool = True,
+              collective: bool = False):
     """Define an op whose CPU kernel is the decorated NumPy function.
 
     Parameters
@@ -208,6 +210,10 @@ def custom_op(name: str, *, inputs=("x",), outputs=("y",), attrs=None, shape=Non
         False marks the op ``DG_OP_NO_GRAD`` (never recorded by autograd).
         Otherwise register a rule with :func:`custom_op.gradient` before
         differentiating through it.
+    collective : bool
+        Mark the op ``DG_OP_COLLECTIVE``: it talks to other
+        processes, so graph passes never prune, merge or fold it and the
+        executor keeps it in traced order against the other collectives.
 
     Returns
     -------
@@ -236,7 +242,8 @@ def custom_op(name: str, *, inputs=("x",), outputs=("y",), attrs=None, shape=Non
         _C._define_py_op(name, py_name or "", doc if doc is not None else (fn.__doc__ or ""), plugin,
                          [(i, _ALL_DTYPES, 0) for i in inputs],
                          [(o, _ALL_DTYPES, 0) for o in outputs],
-                         attr_list, 0 if differentiable else _OP_NO_GRAD,
+                         attr_list, (0 if differentiable else _OP_NO_GRAD)
+                         | (_OP_COLLECTIVE if collective else 0),
                          _shape_wrapper(name, shape, len(outputs)))
         try:
             _register_kernel(name, fn, dtypes, priority, plugin, kernel_name, outputs)

@@ -5,6 +5,10 @@
 // dragon_core.distributed at init_process_group; cuda ones by a plugin).
 // DG_OP_COLLECTIVE (ABI 1.3): never pruned, merged or folded, and kept in
 // traced order against the other collectives by the executor.
+// Differentiable (rules in dragon_core/_grads/collective.py, as
+// torch.distributed.nn): all_reduce sum/avg -> all_reduce of the gradient,
+// all_gather <-> reduce_scatter, broadcast -> reduce to the root, all_to_all
+// -> all_to_all.
 #include <cstdint>
 #include <string>
 
@@ -77,7 +81,7 @@ constexpr const char* kTagDoc =
 
 #define DG_COLLECTIVE_COMMON(DOC)                                          \
   .Doc(DOC)                                                                \
-      .Input("x", dg::kAll, DG_ARG_NO_GRAD, "This rank's tensor.")         \
+      .Input("x", dg::kAll, 0, "This rank's tensor.")                      \
       .Output("y", dg::kAll, 0, "The result on this rank.")                \
       .Attr("group", int64_t{0}, kGroupDoc)                                \
       .Attr("group_size", int64_t{1}, kSizeDoc)                            \
@@ -85,7 +89,7 @@ constexpr const char* kTagDoc =
             "Reduction: sum, avg, max, min or prod (reductions only).")   \
       .Attr("src", int64_t{0}, "Root's rank in the group (broadcast).")    \
       .Attr("tag", "", kTagDoc)                                            \
-      .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)
+      .Flags(DG_OP_COLLECTIVE)
 
 DG_OP(CollectiveAllReduce)
 DG_COLLECTIVE_COMMON("Reduces x over the ranks of the group; every rank gets "

@@ -362,4 +362,3 @@ DG_KERNEL_MASK("CollectiveAllGather", "cuda", dg::kAll, 0, 0, AllGatherKernel);
 DG_KERNEL_MASK("CollectiveReduceScatter", "cuda", dg::kAll, 0, 0, ReduceScatterKernel);
 DG_KERNEL_MASK("CollectiveAllToAll", "cuda", dg::kAll, 0, 0, AllToAllKernel);
 
-DG_PLUGIN("nccl_dist", "0.1.0");

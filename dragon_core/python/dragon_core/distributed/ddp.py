@@ -147,7 +147,7 @@ def _graph_ops():
 
     @custom_op("DDPAllReduceStart", attrs={"group": 0}, outputs=("token",),
                shape=_start_shape, dtypes=("float16", "bfloat16", "float32", "float64"),
-               plugin="distributed", differentiable=False)
+               plugin="distributed", differentiable=False, collective=True)
     def ddp_all_reduce_start(x, group):
         """Start the sum all-reduce of a DDP bucket; returns its token."""
         g, log = _GRAPH_GROUPS[int(group)]
@@ -164,7 +164,7 @@ def _graph_ops():
 
     @custom_op("DDPAllReduceWait", inputs=("token", "like"), attrs={"group": 0},
                shape=_wait_shape, dtypes=("int64",), plugin="distributed",
-               differentiable=False)
+               differentiable=False, collective=True)
     def ddp_all_reduce_wait(token, like, group):
         """Wait for the all-reduce ``token`` started; returns the sum."""
         wait = _INFLIGHT.pop(int(token), None)

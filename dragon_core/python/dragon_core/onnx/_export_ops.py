@@ -810,3 +810,9 @@ def _sdpa(e, ins, outs, a):
                                        keepdims=1), e.scalar(-np.inf, q)])
         p = e.node("Where", [dead, e.scalar(0.0, q), p])
     e.node("MatMul", [p, v], outs)
+
+
+# ------------------------------------- uint16 / uint32 / uint64 (ABI 1.4)
+# Integer semantics (truncating Div, Mod with fmod=0) for the wide unsigned
+# dtypes too.
+_INTS = _INTS + ("uint16", "uint32", "uint64")

@@ -37,9 +37,9 @@ from .._graph.function import Function
 from ._errors import NeedStatic, UnsupportedModelError, UnsupportedNode
 
 # ONNX TensorProto.DataType -> NumPy dtype name (None: Dragon has no such dtype).
-ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: None, 5: "int16", 6: "int32",
-               7: "int64", 8: None, 9: "bool", 10: "float16", 11: "float64", 12: None,
-               13: None, 14: None, 15: None, 16: "bfloat16"}
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+               7: "int64", 8: None, 9: "bool", 10: "float16", 11: "float64", 12: "uint32",
+               13: "uint64", 14: None, 15: None, 16: "bfloat16"}
 ONNX_DTYPE_NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                     7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double",
                     12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128",

@@ -464,3 +464,21 @@ def test_unsupported_ops_raise_clearly(dt):
         ops.matmul(a, a)
     with pytest.raises(Exception, match=dt):
         ops.exp(a)
+
+
+# ------------------------------------------------- graphs and checkpoints
+
+@pytest.mark.parametrize("dt", UINTS)
+def test_compiled_function_and_checkpoint(dt, tmp_path):
+    rng = np.random.default_rng(53)
+    a, b = _full(rng, dt, (4, 3)), _full(rng, dt, (3,))
+    f = dg.function(lambda x, y: ops.maximum(x + y, x * y) // (y | dg.tensor(np.array(1, dt))))
+    with np.errstate(divide="ignore"):
+        want = np.maximum(a + b, a * b) // (b | np.array(1, dt))
+    _same(f(_t(a), _t(b)), want)
+    _same(f(_t(a), _t(b)), want)                 # the cached graph
+    path = str(tmp_path / "u.dg")
+    dg.save({"a": _t(a)}, path)
+    back = dg.load(path)["a"]
+    assert back.dtype == getattr(dg, dt)
+    _same(back, a)

@@ -10,6 +10,7 @@ kernel author relies on when the core is upgraded under an installed wheel.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 
 def test_frozen_headers_are_abi_1_0():
@@ -34,3 +35,18 @@ def test_abi_1_0_plugin_works(dg, fixture_plugins):
     # it gets no call-site state (ABI 1.2 hands it to plugins built for 1.2).
     f = dg.function(lambda t: dg.ops.abi10_affine(t) * 2.0)
     np.testing.assert_allclose(f(dg.tensor(x)).numpy(), (x * 2.0 + 1.0) * 2.0)
+
+
+def test_abi_1_0_plugin_never_sees_newer_dtypes(dg, fixture_plugins):
+    """A mask with every bit set, from a plugin built before ABI 1.4, means
+    the ten dtypes it knows: uint16/uint32/uint64 (codes its headers lack)
+    are refused by its schema with a clear error, never handed to it."""
+    info = dg.load_library(str(fixture_plugins["abi_1_0"]))
+    assert info.state == "loaded", info
+    for dtype in ("float32", "int64", "uint8", "bool", "bfloat16"):
+        x = dg.ops.cast(dg.tensor(np.array([1.0, 0.0, 3.0])), dtype)
+        np.testing.assert_array_equal(dg.ops.abi10_copy(x).numpy(), x.numpy())
+    for dtype in ("uint16", "uint32", "uint64"):
+        x = dg.tensor(np.array([1, 2, 3], dtype))
+        with pytest.raises(ValueError, match=rf"Abi10Copy: input 'x' has dtype {dtype}"):
+            dg.ops.abi10_copy(x)

@@ -12,7 +12,7 @@ from . import _C
 from . import errors
 from ._device import Device
 from ._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
-                      int32, int64, uint8, as_dtype)
+                      int32, int64, uint8, uint16, uint32, uint64, as_dtype)
 from ._tensor import Tensor, from_dlpack, from_numpy, tensor
 from ._workspace import Workspace, default_workspace, get_workspace
 from ._stream import (Event, Stream, current_stream, default_stream, stream,

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+# Index = the dtype code of the C ABI (sdk/include/dragon/plugin.h); codes
+# 10-12 (uint16, uint32, uint64) arrived with ABI 1.4.
 _NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16",
-          "bfloat16", "float32", "float64")
-_SIZES = (1, 1, 1, 2, 4, 8, 2, 2, 4, 8)
+          "bfloat16", "float32", "float64", "uint16", "uint32", "uint64")
+_SIZES = (1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 2, 4, 8)
+_FLOAT_CODES = frozenset((6, 7, 8, 9))
+_UNSIGNED_CODES = frozenset((0, 1, 10, 11, 12))  # bool counts as unsigned
 _ALIASES = {"bool_": "bool", "float": "float32", "double": "float64",
             "half": "float16", "long": "int64", "int": "int32"}
 
@@ -28,12 +32,13 @@ class dtype:  # noqa: N801 - mirrors numpy.dtype / torch.dtype naming
     @property
     def is_floating_point(self) -> bool:
         """True for float16, bfloat16, float32 and float64."""
-        return self.code >= 6
+        return self.code in _FLOAT_CODES
 
     @property
     def is_signed(self) -> bool:
-        """True for signed integers and floats."""
-        return self.code >= 2
+        """True for signed integers and floats (False for bool and the
+        unsigned integers uint8, uint16, uint32, uint64)."""
+        return self.code not in _UNSIGNED_CODES
 
     @property
     def numpy(self) -> np.dtype:
@@ -162,4 +167,5 @@ def dtype_code(obj) -> int:
     return dtype_arg(obj).code
 
 
-bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64 = _DTYPES
+(bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+ uint16, uint32, uint64) = _DTYPES

@@ -219,9 +219,23 @@ def from_dlpack(obj) -> Tensor:
 
 # ---------------------------------------------------------------- promotion
 
+_SIGNED_INTS = ("int8", "int16", "int32", "int64")
+
+
 def _promote(a: dtype, b: dtype) -> dtype:
+    """The dtype two tensors of dtypes ``a`` and ``b`` compute in: NumPy's
+    promotion (which equals the array API standard's table where the
+    standard defines one), except that uint64 with a signed integer raises
+    (NumPy gives float64, which loses every integer past 2**53; the array
+    API leaves the pair unspecified). See docs/python-api.md, "Dtypes"."""
     if a == b:
         return a
+    if {a.name, b.name} & {"uint64"} and {a.name, b.name} & set(_SIGNED_INTS):
+        raise TypeError(
+            f"cannot promote uint64 with {b.name if a.name == 'uint64' else a.name}: no "
+            f"integer dtype holds both (NumPy would compute in float64 and lose "
+            f"integers past 2**53); cast one operand first, e.g. x.astype('int64') "
+            f"or x.astype('float64')")
     if "bfloat16" in (a.name, b.name):
         other = b if a.name == "bfloat16" else a
         if other.name in ("float32", "float64"):
@@ -278,11 +292,12 @@ def _compare_out_of_range(py_name: str, a: Tensor, value: int, reflected: bool):
     exact answer, as NumPy 2 gives (``int8 < 1000`` is all True)."""
     ops = _ops_module()
     name = _REFLECTED[py_name] if reflected else py_name
-    if _INT64_MIN <= value <= _INT64_MAX:
-        # Every integer dtype fits int64, so the comparison is exact there.
+    if _INT64_MIN <= value <= _INT64_MAX and a.dtype.name != "uint64":
+        # Every other integer dtype fits int64, so the comparison is exact there.
         wide = a.to(as_dtype("int64"))
         return getattr(ops, name)(wide, _scalar_operand(value, wide.dtype, a.device))
-    # Beyond int64: every element is below a positive value, above a negative one.
+    # Beyond the dtype's range (int64's, or uint64's): every element is below
+    # a positive value, above a negative one.
     below = value > 0
     truth = {"less": below, "less_equal": below, "greater": not below,
              "greater_equal": not below, "equal": False, "not_equal": True}[name]

@@ -28,7 +28,7 @@ from ._dtypes import as_dtype, dtype as _dtype_cls
 # DgAttrType codes (dragon/plugin.h).
 _INT, _FLOAT, _BOOL, _STRING, _INTS, _FLOATS, _DTYPE = 1, 2, 3, 4, 5, 6, 7
 _REQUIRED = {int: _INT, float: _FLOAT, bool: _BOOL, str: _STRING, _dtype_cls: _DTYPE}
-_ALL_DTYPES = (1 << 10) - 1           # DG_MASK_ALL
+_ALL_DTYPES = (1 << 13) - 1           # DG_MASK_ANY (every dtype, ABI 1.4)
 _OP_NO_GRAD = 1 << 2                  # DG_OP_NO_GRAD
 _OP_COLLECTIVE = 1 << 4               # DG_OP_COLLECTIVE
 # DgStatus codes.

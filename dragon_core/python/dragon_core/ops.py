@@ -83,6 +83,15 @@ def fill(shape, value=0.0, dtype="float32", int_value=None, *, device=None):
             # Exact: a float64 would round int64 values past 2**53.
             int_value = int(value)
             value = float(int_value)
+    if int_value is not None and dt.name == "uint64":
+        # The core reads a uint64 int_value as the int64 bit pattern.
+        if not 0 <= int(int_value) < 2 ** 64:
+            from .errors import InvalidArgumentError
+            raise InvalidArgumentError(
+                f"fill: value {int(int_value)} is not a value of uint64 (an integer in "
+                f"[0, 18446744073709551615]); shape {shape}", op="Fill")
+        if int_value >= 2 ** 63:
+            int_value = int(int_value) - 2 ** 64
     return _fill_op(shape, value, dt, int_value, device=device)
 
 

@@ -49,8 +49,8 @@ _CHUNK = 1 << 24                     # read/write granularity for large buffers
 # Element types a buffer may hold: Dragon's tensor dtypes plus the other
 # numeric NumPy dtypes (ndarrays only). Stored little-endian.
 _TENSOR_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16",
-                  "bfloat16", "float32", "float64")
-_ARRAY_DTYPES = _TENSOR_DTYPES + ("uint16", "uint32", "uint64", "complex64", "complex128")
+                  "bfloat16", "float32", "float64", "uint16", "uint32", "uint64")
+_ARRAY_DTYPES = _TENSOR_DTYPES + ("complex64", "complex128")
 _GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")   # may require gradients
 _MAX_NDIM = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 _MAX_BYTES = (1 << 63) - 1          # the most one buffer can span (NumPy's intp)

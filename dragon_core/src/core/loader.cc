@@ -43,12 +43,22 @@ DgStatus Fail(Buffer* b, DgStatus code, const std::string& msg) {
   return code;
 }
 
+// The dtypes a plugin built against ABI 1.`abi_minor` knows: the wide
+// unsigned types (ABI 1.4) never reach a plugin built before them, even if
+// it set every bit of a mask.
+DgDTypeMask KnownDTypes(uint32_t abi_minor) {
+  return abi_minor >= 4 ? DgDTypeMask{DG_MASK_ANY} : DgDTypeMask{DG_MASK_ALL};
+}
+
 DgStatus DefineOp(void* ctx, const DgOpDef* def) {
   auto* b = static_cast<Buffer*>(ctx);
   DgOpDef d;
   if (!CopyPartial(def, &d)) return Fail(b, DG_INVALID_ARGUMENT, "define_op: bad DgOpDef");
   try {
     b->ops.push_back(OpSchema::FromDef(d, b->plugin));
+    const DgDTypeMask known = KnownDTypes(b->abi_minor);
+    for (ArgSchema& a : b->ops.back()->inputs) a.dtypes &= known;
+    for (ArgSchema& a : b->ops.back()->outputs) a.dtypes &= known;
     return DG_OK;
   } catch (const CoreError& e) {
     return Fail(b, e.code(), dg::Str("define_op: ", e.what()));
@@ -69,7 +79,7 @@ DgStatus RegisterKernel(void* ctx, const DgKernelDef* def) {
   k.name = d.name ? d.name : dg::Str(d.op, "@", b->plugin);
   k.plugin = b->plugin;
   k.dist = b->dist;
-  k.dtypes = d.dtypes & DG_MASK_ALL;
+  k.dtypes = d.dtypes & KnownDTypes(b->abi_minor);
   k.priority = d.priority;
   k.traits = d.traits;
   k.fn = d.fn;
@@ -301,6 +311,7 @@ void RegisterBuiltinOps() {
   Buffer buffer;
   buffer.plugin = "core";
   buffer.dist = "dragon-core";
+  buffer.abi_minor = DG_ABI_MINOR;
   DgRegistrar registrar{};
   registrar.struct_size = sizeof(DgRegistrar);
   registrar.ctx = &buffer;

@@ -54,9 +54,9 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
 }
 
 [[maybe_unused]] static const dg::OpSchema* const kArithmetic[] = {
-    &Arithmetic("Add", "Addition with broadcasting: y = a + b.", dg::kNumeric),
-    &Arithmetic("Sub", "Subtraction with broadcasting: y = a - b.", dg::kNumeric),
-    &Arithmetic("Mul", "Multiplication with broadcasting: y = a * b.", dg::kNumeric),
+    &Arithmetic("Add", "Addition with broadcasting: y = a + b.", dg::kAnyNumeric),
+    &Arithmetic("Sub", "Subtraction with broadcasting: y = a - b.", dg::kAnyNumeric),
+    &Arithmetic("Mul", "Multiplication with broadcasting: y = a * b.", dg::kAnyNumeric),
     &Arithmetic("Div",
                 "True division with broadcasting: y = a / b (IEEE semantics: x / 0 is +-inf "
                 "or NaN).",
@@ -64,16 +64,16 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
     &Arithmetic("Pow",
                 "Power with broadcasting: y = a ^ b. Integers: exact with wrapping, and a "
                 "negative exponent raises (as NumPy).",
-                dg::kNumeric, "Base.",
+                dg::kAnyNumeric, "Base.",
                 "Exponent, same dtype as a; broadcasts with a."),
     &Arithmetic("Maximum",
                 "Element-wise maximum with broadcasting; a NaN in either operand gives NaN "
                 "(as NumPy); logical or on bool.",
-                dg::kAll),
+                dg::kAny),
     &Arithmetic("Minimum",
                 "Element-wise minimum with broadcasting; a NaN in either operand gives NaN "
                 "(as NumPy); logical and on bool.",
-                dg::kAll),
+                dg::kAny),
 };
 
 // ------------------------------------------------------- comparisons, logical
@@ -83,8 +83,8 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
 static dg::OpSchema& Predicate(const char* name, const char* doc) {
   return dg::internal::NewOp(name)
       .Doc(doc)
-      .Input("a", dg::kAll, 0, kA)
-      .Input("b", dg::kAll, 0, kB)
+      .Input("a", dg::kAny, 0, kA)
+      .Input("b", dg::kAny, 0, kB)
       .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
       .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
       .Shape(BroadcastBool);
@@ -108,10 +108,10 @@ DG_OP(Where)
          "three inputs broadcast together.")
     .Input("condition", dg::Bit(DG_BOOL), DG_ARG_NO_GRAD,
            "Bool mask choosing x (true) or y (false).")
-    .Input("x", dg::kAll, 0, "Values taken where condition is true.")
-    .Input("y", dg::kAll, 0,
+    .Input("x", dg::kAny, 0, "Values taken where condition is true.")
+    .Input("y", dg::kAny, 0,
            "Values taken where condition is false; same dtype as x.")
-    .Output("out", dg::kAll, 0,
+    .Output("out", dg::kAny, 0,
             "Result with x's dtype and the broadcast shape of all inputs.")
     .DispatchInput(1)
     .Shape(WhereShape);

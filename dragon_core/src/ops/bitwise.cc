@@ -8,7 +8,7 @@ namespace dragon {
 namespace ops {
 namespace {
 
-constexpr DgDTypeMask kIntBool = dg::kInt | DG_DTYPE_BIT(DG_BOOL);
+constexpr DgDTypeMask kIntBool = dg::kAnyInt | DG_DTYPE_BIT(DG_BOOL);
 
 void BroadcastSame(dg::InferContext& ctx) {
   ctx.set_output(0, ctx.input(0).dtype(),
@@ -44,12 +44,12 @@ constexpr const char* kCount =
     &Bitwise("LeftShift",
              "Left shift with broadcasting: y = a << b, bits shifted out are lost "
              "(wrapping, as NumPy). A count below 0 or at least the bit width gives 0.",
-             dg::kInt, kCount),
+             dg::kAnyInt, kCount),
     &Bitwise("RightShift",
              "Right shift with broadcasting: y = a >> b, arithmetic (sign-filling) for "
              "signed dtypes, as NumPy. A count below 0 or at least the bit width gives 0, "
              "or -1 for a negative a.",
-             dg::kInt, kCount),
+             dg::kAnyInt, kCount),
 };
 
 DG_OP(BitwiseNot)

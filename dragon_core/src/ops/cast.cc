@@ -7,7 +7,7 @@ namespace ops {
 namespace {
 
 void CastShape(dg::InferContext& ctx) {
-  ctx.set_output(0, CheckDTypeAttr(ctx, "dtype", dg::kAll),
+  ctx.set_output(0, CheckDTypeAttr(ctx, "dtype", dg::kAny),
                  ctx.input(0).shape());
 }
 
@@ -15,7 +15,7 @@ void CastShape(dg::InferContext& ctx) {
 // shape is kept.
 void BitCastShape(dg::InferContext& ctx) {
   const dg::TensorRef x = ctx.input(0);
-  const DgDType to = CheckDTypeAttr(ctx, "dtype", dg::kAll);
+  const DgDType to = CheckDTypeAttr(ctx, "dtype", dg::kAny);
   DG_CHECK(dg::DTypeSize(to) == dg::DTypeSize(x.dtype()), DG_INVALID_ARGUMENT,
            "cannot reinterpret ", dg::DTypeName(x.dtype()), " (",
            dg::DTypeSize(x.dtype()), " bytes) as ", dg::DTypeName(to), " (",
@@ -31,8 +31,8 @@ DG_OP(BitCast)
          "same size (NumPy's x.view(dtype), ONNX BitCast); the shape is kept. "
          "A bool read from a byte other than 0 or 1 is true. Not "
          "differentiable.")
-    .Input("x", dg::kAll, DG_ARG_NO_GRAD, "Input tensor.")
-    .Output("y", dg::kAll, 0, "x's bytes as dtype, x's shape.")
+    .Input("x", dg::kAny, DG_ARG_NO_GRAD, "Input tensor.")
+    .Output("y", dg::kAny, 0, "x's bytes as dtype, x's shape.")
     .RequiredAttr("dtype", DG_ATTR_DTYPE, "Target dtype, x's element size.")
     .Flags(DG_OP_NO_GRAD)
     .Shape(BitCastShape);
@@ -40,8 +40,8 @@ DG_OP(BitCast)
 DG_OP(Cast)
     .Doc("Converts x to another dtype as C++ does: to bool is x != 0, float "
          "to integer truncates toward zero.")
-    .Input("x", dg::kAll, 0, "Input tensor.")
-    .Output("y", dg::kAll, 0, "x converted, same shape.")
+    .Input("x", dg::kAny, 0, "Input tensor.")
+    .Output("y", dg::kAny, 0, "x converted, same shape.")
     .RequiredAttr("dtype", DG_ATTR_DTYPE, "Target dtype.")
     .Shape(CastShape);
 

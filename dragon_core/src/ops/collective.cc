@@ -81,8 +81,8 @@ constexpr const char* kTagDoc =
 
 #define DG_COLLECTIVE_COMMON(DOC)                                          \
   .Doc(DOC)                                                                \
-      .Input("x", dg::kAll, 0, "This rank's tensor.")                      \
-      .Output("y", dg::kAll, 0, "The result on this rank.")                \
+      .Input("x", dg::kAny, 0, "This rank's tensor.")                      \
+      .Output("y", dg::kAny, 0, "The result on this rank.")                \
       .Attr("group", int64_t{0}, kGroupDoc)                                \
       .Attr("group_size", int64_t{1}, kSizeDoc)                            \
       .Attr("reduce_op", "sum",                                            \

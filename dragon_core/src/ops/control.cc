@@ -19,8 +19,8 @@ void RunsInGraphsOnly(dg::InferContext& ctx) {
 DG_OP(Cond)
     .Doc("Runs the then-branch sub-graph when the predicate (input 0) is true, the "
          "else-branch otherwise. Inputs: predicate, operands, then captures, else captures.")
-    .Input("inputs", dg::kAll, DG_ARG_VARIADIC, "predicate, operands and captures")
-    .Output("outputs", dg::kAll, DG_ARG_VARIADIC, "the branch's results")
+    .Input("inputs", dg::kAny, DG_ARG_VARIADIC, "predicate, operands and captures")
+    .Output("outputs", dg::kAny, DG_ARG_VARIADIC, "the branch's results")
     .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD | DG_OP_CONTROL)
     .PyName("_cond")
     .Shape(RunsInGraphsOnly);
@@ -29,8 +29,8 @@ DG_OP(While)
     .Doc("Runs the body sub-graph while the cond sub-graph returns true (at most "
          "max_iterations times when given). Inputs: loop variables, cond captures, body "
          "captures.")
-    .Input("inputs", dg::kAll, DG_ARG_VARIADIC, "loop variables and captures")
-    .Output("outputs", dg::kAll, DG_ARG_VARIADIC, "the final loop variables")
+    .Input("inputs", dg::kAny, DG_ARG_VARIADIC, "loop variables and captures")
+    .Output("outputs", dg::kAny, DG_ARG_VARIADIC, "the final loop variables")
     .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD | DG_OP_CONTROL)
     .PyName("_while")
     .Shape(RunsInGraphsOnly);

@@ -26,6 +26,11 @@ void IntRange(DgDType t, int64_t* lo, int64_t* hi) {
     case DG_INT8: *lo = INT8_MIN; *hi = INT8_MAX; return;
     case DG_INT16: *lo = INT16_MIN; *hi = INT16_MAX; return;
     case DG_INT32: *lo = INT32_MIN; *hi = INT32_MAX; return;
+    case DG_UINT16: *lo = 0; *hi = UINT16_MAX; return;
+    case DG_UINT32: *lo = 0; *hi = UINT32_MAX; return;
+    // uint64: int_value holds the bit pattern (FillShape), `value` a double
+    // in [0, 2**64).
+    case DG_UINT64: *lo = 0; *hi = INT64_MAX; return;
     default: *lo = INT64_MIN; *hi = INT64_MAX; return;
   }
 }
@@ -57,7 +62,7 @@ double FloatOverflow(DgDType t) {
 // an integral value in its range (int_value, exact, for values past 2**53),
 // a float dtype a value that does not overflow it (inf and nan are values).
 void FillShape(dg::InferContext& ctx) {
-  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAll);
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAny);
   const bool integral = !(dg::kFloat & dg::Bit(dtype));
   if (ctx.has("int_value")) {
     DG_CHECK(integral, DG_INVALID_ARGUMENT, "int_value is for integer and bool dtypes, not ",
@@ -65,17 +70,22 @@ void FillShape(dg::InferContext& ctx) {
     int64_t lo = 0, hi = 0;
     IntRange(dtype, &lo, &hi);
     const int64_t v = ctx.i("int_value");
-    DG_CHECK(v >= lo && v <= hi, DG_INVALID_ARGUMENT, "int_value ", v,
-             " is out of the range of ", dg::DTypeName(dtype), " [", lo, ", ", hi, "]");
+    // For uint64 every int64 is a value: int_value is its two's complement
+    // bit pattern (values past INT64_MAX arrive negative; ops.fill does it).
+    DG_CHECK(dtype == DG_UINT64 || (v >= lo && v <= hi), DG_INVALID_ARGUMENT, "int_value ",
+             v, " is out of the range of ", dg::DTypeName(dtype), " [", lo, ", ", hi, "]");
   } else if (integral) {
     const double v = ctx.f("value");
     int64_t lo = 0, hi = 0;
     IntRange(dtype, &lo, &hi);
     // hi + 1 is a power of two, exact as a double; so is lo.
-    const double top = static_cast<double>(hi / 2 + 1) * 2.0;
+    const double top = dtype == DG_UINT64 ? 18446744073709551616.0
+                                          : static_cast<double>(hi / 2 + 1) * 2.0;
     DG_CHECK(std::isfinite(v) && v == std::trunc(v) && v >= static_cast<double>(lo) && v < top,
              DG_INVALID_ARGUMENT, "value ", v, " is not a value of ", dg::DTypeName(dtype),
-             " (an integer in [", lo, ", ", hi, "]); round or cast it first");
+             " (an integer in [", lo, ", ",
+             dtype == DG_UINT64 ? std::string("18446744073709551615") : std::to_string(hi),
+             "]); round or cast it first");
   } else {
     const double v = ctx.f("value");
     DG_CHECK(!std::isfinite(v) || std::fabs(v) < FloatOverflow(dtype), DG_INVALID_ARGUMENT,
@@ -86,7 +96,7 @@ void FillShape(dg::InferContext& ctx) {
 }
 
 void ArangeShape(dg::InferContext& ctx) {
-  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kNumeric);
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAnyNumeric);
   CheckFinite(ctx, "start");
   CheckFinite(ctx, "stop");
   CheckFinite(ctx, "step");
@@ -124,7 +134,7 @@ void RandomNormalShape(dg::InferContext& ctx) {
 DG_OP(Fill)
     .Doc("A tensor of the given shape with every element equal to value "
          "(cast to dtype).")
-    .Output("y", dg::kAll, 0, "The filled tensor.")
+    .Output("y", dg::kAny, 0, "The filled tensor.")
     .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
     .Attr("value", 0.0,
           "Fill value: a value of dtype (an integer in range for integer dtypes, 0 or 1 "
@@ -139,7 +149,7 @@ DG_OP(Fill)
 DG_OP(Arange)
     .Doc("Evenly spaced values start, start + step, ... up to but excluding "
          "stop, as NumPy arange: length max(0, ceil((stop - start) / step)).")
-    .Output("y", dg::kNumeric, 0, "1-D tensor of the values.")
+    .Output("y", dg::kAnyNumeric, 0, "1-D tensor of the values.")
     .RequiredAttr("start", DG_ATTR_FLOAT, "First value.")
     .RequiredAttr("stop", DG_ATTR_FLOAT, "End of the interval (excluded).")
     .Attr("step", 1.0, "Spacing between values; non-zero, may be negative.")

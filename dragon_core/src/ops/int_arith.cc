@@ -26,9 +26,9 @@ void BroadcastSame(dg::InferContext& ctx) {
 dg::OpSchema& Division(const char* name, const char* doc) {
   return dg::internal::NewOp(name)
       .Doc(doc)
-      .Input("a", dg::kNumeric, 0, kA)
-      .Input("b", dg::kNumeric, 0, kB)
-      .Output("y", dg::kNumeric, 0, kY)
+      .Input("a", dg::kAnyNumeric, 0, kA)
+      .Input("b", dg::kAnyNumeric, 0, kB)
+      .Output("y", dg::kAnyNumeric, 0, kY)
       .Flags(DG_OP_SAME_DTYPE)
       .Inplace(3)
       .Shape(BroadcastSame);

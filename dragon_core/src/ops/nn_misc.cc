@@ -60,11 +60,11 @@ DG_OP(Embedding)
          "y has shape indices.shape + [embedding_dim]. An index outside "
          "[0, num_embeddings) is an error. The row padding_idx (when >= 0) "
          "gets no gradient.")
-    .Input("weight", dg::kAll, 0,
+    .Input("weight", dg::kAny, 0,
            "Table of shape [num_embeddings, embedding_dim].")
     .Input("indices", kIndexTypes, DG_ARG_NO_GRAD,
            "Row indices, int32 or int64, any shape.")
-    .Output("y", dg::kAll, 0, "The rows, weight's dtype.")
+    .Output("y", dg::kAny, 0, "The rows, weight's dtype.")
     .Attr("padding_idx", int64_t{-1},
           "Row whose gradient is always zero; negative means none.")
     .Shape(EmbeddingShape);

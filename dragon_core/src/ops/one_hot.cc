@@ -13,7 +13,7 @@ void OneHotShape(dg::InferContext& ctx) {
   const int64_t depth = ctx.i("depth");
   DG_CHECK(depth >= 0, DG_INVALID_ARGUMENT, "depth must be >= 0, got ",
            depth);
-  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAll);
+  const DgDType dtype = CheckDTypeAttr(ctx, "dtype", dg::kAny);
   // The new axis refers to the output, whose rank is one more.
   const int64_t rank = Rank(in) + 1, axis = ctx.i("axis");
   DG_CHECK(axis >= -rank && axis < rank, DG_INVALID_ARGUMENT, "axis ", axis,
@@ -33,7 +33,7 @@ DG_OP(OneHot)
          "outside [0, depth) is an error.")
     .Input("indices", dg::Bit(DG_INT32) | dg::Bit(DG_INT64), DG_ARG_NO_GRAD,
            "Integer indices.")
-    .Output("y", dg::kAll, 0, "One-hot tensor of the requested dtype.")
+    .Output("y", dg::kAny, 0, "One-hot tensor of the requested dtype.")
     .RequiredAttr("depth", DG_ATTR_INT,
                   "Number of classes (length of the new axis), >= 0.")
     .Attr("on_value", 1.0, "Value at the index, cast to dtype.")

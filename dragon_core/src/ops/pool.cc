@@ -206,15 +206,15 @@ dg::OpSchema& AvgPoolAttrs(dg::OpSchema& op) {
              .Doc("2-D max pooling over the last two axes of an NCHW tensor "
                   "(PyTorch semantics: padded cells never win; NaN wins "
                   "over numbers). Integer dtypes too (not differentiable).")
-             .Input("x", dg::kNumeric, 0, kX)
-             .Output("y", dg::kNumeric, 0, "Window maxima, [N, C, OH, OW]."))
+             .Input("x", dg::kAnyNumeric, 0, kX)
+             .Output("y", dg::kAnyNumeric, 0, "Window maxima, [N, C, OH, OW]."))
          .Shape(MaxPoolShape),
     &MaxPoolAttrs(
          dg::internal::NewOp("MaxPool2dIndices")
              .Doc("Where MaxPool2d takes each maximum from: h * W + w inside "
                   "its (n, c) plane, the first such cell of the window in "
                   "row-major window order on ties.")
-             .Input("x", dg::kNumeric, 0, kX)
+             .Input("x", dg::kAnyNumeric, 0, kX)
              .Output("indices", dg::Bit(DG_INT64), 0,
                      "int64, [N, C, OH, OW].")
              .Flags(DG_OP_NO_GRAD))

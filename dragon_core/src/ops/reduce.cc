@@ -42,7 +42,7 @@ void ReduceShapeImpl(dg::InferContext& ctx, bool no_identity) {
   // Max/Min (no_identity): an empty reduction gives -inf / +inf for float
   // dtypes (ONNX's ReduceMax/ReduceMin; NumPy raises) and false / true for
   // bool; integer dtypes have no such value, so it is an error there.
-  const bool is_int = (dg::kInt & dg::Bit(x.dtype())) != 0;
+  const bool is_int = (dg::kAnyInt & dg::Bit(x.dtype())) != 0;
   if (no_identity && is_int) {
     for (size_t i = 0; i < in.size(); ++i) {
       DG_CHECK(!reduce[i] || in[i] != 0, DG_INVALID_ARGUMENT,
@@ -103,21 +103,21 @@ static const char kDdof[] = "Delta degrees of freedom (NumPy's meaning).";
     &Reduction("Sum",
                "Sum of elements over the given axes; 0 for an empty reduction. Bool "
                "input sums to int64.",
-               dg::kAll, dg::kNumeric, "Sums; x's dtype, or int64 for bool x."),
+               dg::kAny, dg::kAnyNumeric, "Sums; x's dtype, or int64 for bool x."),
     &Reduction("Prod", "Product of elements over the given axes; 1 for an empty reduction.",
-               dg::kNumeric, dg::kNumeric, "Products, x's dtype."),
+               dg::kAnyNumeric, dg::kAnyNumeric, "Products, x's dtype."),
     &Reduction("Mean", "Arithmetic mean over the given axes; NaN for an empty reduction.",
                dg::kFloat, dg::kFloat, "Means, x's dtype."),
     &Reduction("Max",
                "Largest element over the given axes (NaN propagates; any() on bool). An "
                "empty reduction gives -inf for float dtypes (as ONNX), false for bool, and "
                "is an error for integer dtypes.",
-               dg::kAll, dg::kAll, "Maxima, x's dtype.", ReduceNoIdentityShape),
+               dg::kAny, dg::kAny, "Maxima, x's dtype.", ReduceNoIdentityShape),
     &Reduction("Min",
                "Smallest element over the given axes (NaN propagates; all() on bool). An "
                "empty reduction gives +inf for float dtypes (as ONNX), true for bool, and "
                "is an error for integer dtypes.",
-               dg::kAll, dg::kAll, "Minima, x's dtype.", ReduceNoIdentityShape),
+               dg::kAny, dg::kAny, "Minima, x's dtype.", ReduceNoIdentityShape),
     &Reduction("Var",
                "Variance over the given axes: sum((x - mean)^2) / (N - ddof); NaN for an "
                "empty reduction.",
@@ -139,7 +139,7 @@ DG_OP(ArgMax)
     .PyName("argmax")
     .Doc("Index of the largest element along an axis (first one on ties), "
          "as int64; an empty reduction is an error.")
-    .Input("x", dg::kNumeric, 0, kX)
+    .Input("x", dg::kAnyNumeric, 0, kX)
     .Output("y", dg::Bit(DG_INT64), 0, "Indices, int64.")
     .OptionalAttr("axis", DG_ATTR_INT,
                   "Axis to reduce; None means the flattened tensor (0-d "
@@ -152,7 +152,7 @@ DG_OP(ArgMin)
     .PyName("argmin")
     .Doc("Index of the smallest element along an axis (first one on ties), "
          "as int64; an empty reduction is an error.")
-    .Input("x", dg::kNumeric, 0, kX)
+    .Input("x", dg::kAnyNumeric, 0, kX)
     .Output("y", dg::Bit(DG_INT64), 0, "Indices, int64.")
     .OptionalAttr("axis", DG_ATTR_INT,
                   "Axis to reduce; None means the flattened tensor (0-d "

@@ -151,8 +151,8 @@ DG_OP(Slice)
     .Doc("Python slicing per axis: along axes[i], takes "
          "slice(starts[i], ends[i], steps[i]) with negative indices counted "
          "from the end and out-of-range indices clamped.")
-    .Input("x", dg::kAll, 0, "Input tensor.")
-    .Output("y", dg::kAll, 0, "The selected part of x.")
+    .Input("x", dg::kAny, 0, "Input tensor.")
+    .Output("y", dg::kAny, 0, "The selected part of x.")
     .RequiredAttr("starts", DG_ATTR_INTS, "First index per sliced axis.")
     .RequiredAttr("ends", DG_ATTR_INTS,
                   "Stop index per sliced axis (exclusive); INT64_MAX or "
@@ -168,10 +168,10 @@ DG_OP(Gather)
     .Doc("Takes slices of x along an axis at the given indices: the output "
          "shape is x.shape[:axis] + indices.shape + x.shape[axis+1:]. "
          "Negative indices count from the end.")
-    .Input("x", dg::kAll, 0, "Tensor to gather from, rank >= 1.")
+    .Input("x", dg::kAny, 0, "Tensor to gather from, rank >= 1.")
     .Input("indices", dg::Bit(DG_INT32) | dg::Bit(DG_INT64), DG_ARG_NO_GRAD,
            "Indices into axis, in [-dim, dim).")
-    .Output("y", dg::kAll, 0, "Gathered values, x's dtype.")
+    .Output("y", dg::kAny, 0, "Gathered values, x's dtype.")
     .Attr("axis", int64_t{0}, "Axis of x to index.")
     .Shape(GatherShape);
 
@@ -181,13 +181,13 @@ DG_OP(ScatterAdd)
          "y[..., indices[p], ...] += updates[..., p, ...]. updates has shape "
          "x.shape[:axis] + indices.shape + x.shape[axis+1:]; repeated "
          "indices accumulate; negative indices count from the end.")
-    .Input("x", dg::kNumeric, 0, "Tensor to add into, rank >= 1.")
+    .Input("x", dg::kAnyNumeric, 0, "Tensor to add into, rank >= 1.")
     .Input("indices", dg::Bit(DG_INT32) | dg::Bit(DG_INT64), DG_ARG_NO_GRAD,
            "Indices into axis, in [-dim, dim).")
-    .Input("updates", dg::kNumeric, 0,
+    .Input("updates", dg::kAnyNumeric, 0,
            "Values to add, x's dtype, shape "
            "x.shape[:axis] + indices.shape + x.shape[axis+1:].")
-    .Output("y", dg::kNumeric, 0, "x plus the scattered updates, x's dtype.")
+    .Output("y", dg::kAnyNumeric, 0, "x plus the scattered updates, x's dtype.")
     .Attr("axis", int64_t{0}, "Axis of x to index.")
     .Shape(ScatterAddShape);
 
@@ -200,13 +200,13 @@ DG_OP(ScatterReduce)
          "Positions no index names keep x's value. updates has shape "
          "x.shape[:axis] + indices.shape + x.shape[axis+1:]; negative "
          "indices count from the end.")
-    .Input("x", dg::kNumeric, 0, "Tensor to reduce into, rank >= 1.")
+    .Input("x", dg::kAnyNumeric, 0, "Tensor to reduce into, rank >= 1.")
     .Input("indices", dg::Bit(DG_INT32) | dg::Bit(DG_INT64), DG_ARG_NO_GRAD,
            "Indices into axis, in [-dim, dim).")
-    .Input("updates", dg::kNumeric, 0,
+    .Input("updates", dg::kAnyNumeric, 0,
            "Values to reduce in, x's dtype, shape "
            "x.shape[:axis] + indices.shape + x.shape[axis+1:].")
-    .Output("y", dg::kNumeric, 0, "x with the updates reduced in, x's dtype.")
+    .Output("y", dg::kAnyNumeric, 0, "x with the updates reduced in, x's dtype.")
     .Attr("axis", int64_t{0}, "Axis of x to index.")
     .Attr("reduction", "add", "\"add\", \"mul\", \"max\" or \"min\".")
     .Shape(ScatterReduceShape);
@@ -215,8 +215,8 @@ DG_OP(Pad)
     .Doc("Pads each axis of x before and after, as NumPy pad: with a "
          "constant value, by reflection (edge not repeated), or by repeating "
          "the edge value.")
-    .Input("x", dg::kNumeric, 0, "Input tensor.")
-    .Output("y", dg::kNumeric, 0, "Padded tensor, x's dtype.")
+    .Input("x", dg::kAnyNumeric, 0, "Input tensor.")
+    .Output("y", dg::kAnyNumeric, 0, "Padded tensor, x's dtype.")
     .RequiredAttr("pads", DG_ATTR_INTS,
                   "Non-negative amounts [before0, after0, before1, after1, "
                   "...], two per axis.")

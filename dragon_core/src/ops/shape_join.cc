@@ -81,9 +81,9 @@ void SplitShape(dg::InferContext& ctx) {
 DG_OP(Concat)
     .Doc("Joins tensors along an existing axis; shapes must agree on every "
          "other axis.")
-    .Input("inputs", dg::kAll, DG_ARG_VARIADIC,
+    .Input("inputs", dg::kAny, DG_ARG_VARIADIC,
            "One or more tensors of one dtype and rank >= 1.")
-    .Output("y", dg::kAll, 0, "The joined tensor.")
+    .Output("y", dg::kAny, 0, "The joined tensor.")
     .Attr("axis", int64_t{0}, "Axis to join along.")
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(ConcatShape);
@@ -91,9 +91,9 @@ DG_OP(Concat)
 DG_OP(Stack)
     .Doc("Joins equally shaped tensors along a new axis inserted at `axis` "
          "of the output.")
-    .Input("inputs", dg::kAll, DG_ARG_VARIADIC,
+    .Input("inputs", dg::kAny, DG_ARG_VARIADIC,
            "One or more tensors of one dtype and one shape.")
-    .Output("y", dg::kAll, 0, "The stacked tensor, one rank higher.")
+    .Output("y", dg::kAny, 0, "The stacked tensor, one rank higher.")
     .Attr("axis", int64_t{0},
           "Position of the new axis, in [-(ndim + 1), ndim].")
     .Flags(DG_OP_SAME_DTYPE)
@@ -102,8 +102,8 @@ DG_OP(Stack)
 DG_OP(Split)
     .Doc("Splits x along an axis into consecutive pieces of the given sizes, "
          "which must sum to that axis's length.")
-    .Input("x", dg::kAll, 0, "Input tensor, rank >= 1.")
-    .Output("outputs", dg::kAll, DG_ARG_VARIADIC,
+    .Input("x", dg::kAny, 0, "Input tensor, rank >= 1.")
+    .Output("outputs", dg::kAny, DG_ARG_VARIADIC,
             "One tensor per entry of sizes.")
     .RequiredAttr("sizes", DG_ATTR_INTS,
                   "Length of each piece along axis (non-negative).")

@@ -135,16 +135,16 @@ void FlattenShape(dg::InferContext& ctx) {
 DG_OP(Reshape)
     .Doc("Gives x a new shape with the same number of elements (row-major "
          "order); one dimension may be -1 and is inferred.")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "x with the new shape.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "x with the new shape.")
     .RequiredAttr("shape", DG_ATTR_INTS,
                   "New shape; at most one entry may be -1.")
     .Shape(ReshapeShape);
 
 DG_OP(Transpose)
     .Doc("Permutes the axes of x: output axis i is input axis perm[i].")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "x with permuted axes.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "x with permuted axes.")
     .OptionalAttr("perm", DG_ATTR_INTS,
                   "A permutation of the axes; None reverses them.")
     .Shape(TransposeShape);
@@ -152,15 +152,15 @@ DG_OP(Transpose)
 DG_OP(BroadcastTo)
     .Doc("Broadcasts x to a given shape with NumPy rules (size-1 axes "
          "repeat, leading axes are added).")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "x broadcast to shape.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "x broadcast to shape.")
     .RequiredAttr("shape", DG_ATTR_INTS, "Target shape.")
     .Shape(BroadcastToShape);
 
 DG_OP(Squeeze)
     .Doc("Removes axes of size 1.")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "x without the removed axes.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "x without the removed axes.")
     .OptionalAttr("axes", DG_ATTR_INTS,
                   "Axes to remove, each of size 1; None removes every "
                   "size-1 axis.")
@@ -168,8 +168,8 @@ DG_OP(Squeeze)
 
 DG_OP(Unsqueeze)
     .Doc("Inserts axes of size 1 at the given positions of the output.")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "x with the new axes.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "x with the new axes.")
     .RequiredAttr("axes", DG_ATTR_INTS,
                   "Positions of the new axes in the output's rank.")
     .Shape(UnsqueezeShape);
@@ -177,8 +177,8 @@ DG_OP(Unsqueeze)
 DG_OP(Flatten)
     .Doc("Merges axes start_axis..end_axis (inclusive) into one; a 0-d "
          "tensor becomes shape [1].")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "x with the merged axes.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "x with the merged axes.")
     .Attr("start_axis", int64_t{0}, "First axis to merge.")
     .Attr("end_axis", int64_t{-1}, "Last axis to merge (inclusive).")
     .Shape(FlattenShape);
@@ -186,8 +186,8 @@ DG_OP(Flatten)
 DG_OP(Contiguous)
     .Doc("A dense row-major copy of x; the core uses it to make strided "
          "inputs dense.")
-    .Input("x", dg::kAll, 0, kX)
-    .Output("y", dg::kAll, 0, "Dense copy of x.")
+    .Input("x", dg::kAny, 0, kX)
+    .Output("y", dg::kAny, 0, "Dense copy of x.")
     .Shape(SameAsInput);
 
 }  // namespace ops

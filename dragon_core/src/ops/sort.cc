@@ -23,7 +23,8 @@ namespace ops {
 namespace {
 
 constexpr DgDTypeMask kSortTypes = dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64) |
-                                   dg::Bit(DG_INT32) | dg::Bit(DG_INT64);
+                                   dg::Bit(DG_INT32) | dg::Bit(DG_INT64) |
+                                   dg::Bit(DG_UINT32) | dg::Bit(DG_UINT64);
 constexpr const char* kAxis =
     "Axis to work along (negative counts from the end); a 0-d input "
     "accepts 0 or -1 and is treated as one element.";
@@ -180,7 +181,7 @@ DG_OP(NonZero)
          "the count non-zero elements in its first count columns and -1 "
          "after them. dragon_core.ops.nonzero returns indices[:, :count] "
          "(ONNX NonZero). NaN is non-zero.")
-    .Input("x", dg::kAll, DG_ARG_NO_GRAD, "Input tensor.")
+    .Input("x", dg::kAny, DG_ARG_NO_GRAD, "Input tensor.")
     .Output("indices", dg::Bit(DG_INT64), 0,
             "Coordinates, [rank, numel] int64, -1 padded.")
     .Output("count", dg::Bit(DG_INT64), 0, "Number of non-zero elements, [] "

@@ -35,46 +35,46 @@ void LogicalNotShape(dg::InferContext& ctx) {
 
 DG_OP(Neg)
     .Doc("Negation, element-wise: y = -x.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, kY)
+    .Input("x", dg::kAnyNumeric, 0, kX)
+    .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
     .Shape(SameAsInput);
 
 DG_OP(Abs)
     .Doc("Absolute value, element-wise: y = |x|.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, kY)
+    .Input("x", dg::kAnyNumeric, 0, kX)
+    .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
     .Shape(SameAsInput);
 
 DG_OP(Sign)
     .Doc("Sign, element-wise: -1 where x < 0, 0 where x == 0, 1 where x > 0; "
          "NaN stays NaN.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, kY)
+    .Input("x", dg::kAnyNumeric, 0, kX)
+    .Output("y", dg::kAnyNumeric, 0, kY)
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
     .Shape(SameAsInput);
 
 DG_OP(Square)
     .Doc("Square, element-wise: y = x * x.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, kY)
+    .Input("x", dg::kAnyNumeric, 0, kX)
+    .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
     .Shape(SameAsInput);
 
 DG_OP(Relu)
     .Doc("Rectified linear unit, element-wise: y = max(x, 0).")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, kY)
+    .Input("x", dg::kAnyNumeric, 0, kX)
+    .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
     .Shape(SameAsInput);
 
 DG_OP(Clip)
     .Doc("Clamps x into [min, max], element-wise: y = min(max(x, min), max). "
          "An unset bound is no bound; bounds are cast to x's dtype.")
-    .Input("x", dg::kNumeric, 0, kX)
-    .Output("y", dg::kNumeric, 0, kY)
+    .Input("x", dg::kAnyNumeric, 0, kX)
+    .Output("y", dg::kAnyNumeric, 0, kY)
     .OptionalAttr("min", DG_ATTR_FLOAT, "Lower bound, or None for no bound.")
     .OptionalAttr("max", DG_ATTR_FLOAT, "Upper bound, or None for no bound.")
     .Inplace(1)
@@ -218,7 +218,7 @@ DG_OP(Round)
 
 DG_OP(LogicalNot)
     .Doc("Logical negation, element-wise: y = (x == 0), as bool.")
-    .Input("x", dg::kAll, 0, kX)
+    .Input("x", dg::kAny, 0, kX)
     .Output("y", dg::Bit(DG_BOOL), 0, "Bool tensor, same shape as x.")
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)

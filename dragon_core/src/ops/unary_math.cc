@@ -30,7 +30,7 @@ dg::OpSchema& Classify(const char* name, const char* py_name, const char* doc) {
   return dg::internal::NewOp(name)
       .PyName(py_name)
       .Doc(doc)
-      .Input("x", dg::kNumeric, 0, kX)
+      .Input("x", dg::kAnyNumeric, 0, kX)
       .Output("y", dg::Bit(DG_BOOL), 0, "Bool tensor, same shape as x.")
       .Flags(DG_OP_NO_GRAD)
       .Shape(BoolLike);

@@ -396,6 +396,9 @@ bool FitsDType(long long v, DgDType t) {
     case DG_INT8: return v >= -128 && v <= 127;
     case DG_INT16: return v >= -32768 && v <= 32767;
     case DG_INT32: return v >= INT32_MIN && v <= INT32_MAX;
+    case DG_UINT16: return v >= 0 && v <= UINT16_MAX;
+    case DG_UINT32: return v >= 0 && v <= UINT32_MAX;
+    case DG_UINT64: return v >= 0;  // past INT64_MAX: overflow, Python decides
     default: return true;
   }
 }
@@ -414,7 +417,7 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
   // the promotion rules give (see _tensor._binary_slow for the full rules).
   DgDType t = a->dtype();
   bool is_float = DG_MASK_FLOAT & DG_DTYPE_BIT(t);
-  bool is_int = DG_MASK_INT & DG_DTYPE_BIT(t);
+  bool is_int = DG_MASK_ANY_INT & DG_DTYPE_BIT(t);
   PyObject* o = b.ptr();
   bool scalar_ok = t != DG_FLOAT16 && t != DG_BFLOAT16 && a->device().type == kHost.type &&
                    (op->inputs[0].dtypes & DG_DTYPE_BIT(t)) &&
@@ -440,6 +443,9 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
         case DG_INT8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
         case DG_INT16: *static_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
         case DG_INT32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+        case DG_UINT16: *static_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
+        case DG_UINT32: *static_cast<uint32_t*>(p) = static_cast<uint32_t>(v); break;
+        case DG_UINT64: *static_cast<uint64_t*>(p) = static_cast<uint64_t>(v); break;
         default: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
       }
     }

@@ -221,7 +221,7 @@ void RegisterKernel(const std::string& op_name, const std::string& name, const s
   k.device = device;
   k.name = name;
   k.plugin = plugin;
-  k.dtypes = dtypes & DG_MASK_ALL;
+  k.dtypes = dtypes & DG_MASK_ANY;
   k.priority = priority;
   k.fn = &KernelTrampoline;
   k.user_data = Keep(std::move(fn));

@@ -64,6 +64,9 @@ DLDataTypeT ToDL(DgDType t) {
     case DG_INT16: return {0, 16, 1};
     case DG_INT32: return {0, 32, 1};
     case DG_INT64: return {0, 64, 1};
+    case DG_UINT16: return {1, 16, 1};
+    case DG_UINT32: return {1, 32, 1};
+    case DG_UINT64: return {1, 64, 1};
     case DG_FLOAT16: return {2, 16, 1};
     case DG_BFLOAT16: return {4, 16, 1};
     case DG_FLOAT32: return {2, 32, 1};
@@ -74,7 +77,12 @@ DLDataTypeT ToDL(DgDType t) {
 DgDType FromDL(DLDataTypeT d) {
   if (d.lanes != 1) throw CoreError(DG_INVALID_ARGUMENT, "DLPack: vector dtypes are not supported");
   if (d.code == 6 && d.bits == 8) return DG_BOOL;
-  if (d.code == 1 && d.bits == 8) return DG_UINT8;
+  if (d.code == 1) {
+    if (d.bits == 8) return DG_UINT8;
+    if (d.bits == 16) return DG_UINT16;
+    if (d.bits == 32) return DG_UINT32;
+    if (d.bits == 64) return DG_UINT64;
+  }
   if (d.code == 0) {
     if (d.bits == 8) return DG_INT8;
     if (d.bits == 16) return DG_INT16;
@@ -243,7 +251,12 @@ DgDType DTypeFromNumpy(const py::dtype& dt) {
   char kind = dt.kind();
   auto size = dt.itemsize();
   if (kind == 'b') return DG_BOOL;
-  if (kind == 'u' && size == 1) return DG_UINT8;
+  if (kind == 'u') {
+    if (size == 1) return DG_UINT8;
+    if (size == 2) return DG_UINT16;
+    if (size == 4) return DG_UINT32;
+    if (size == 8) return DG_UINT64;
+  }
   if (kind == 'i') {
     if (size == 1) return DG_INT8;
     if (size == 2) return DG_INT16;
@@ -259,7 +272,7 @@ DgDType DTypeFromNumpy(const py::dtype& dt) {
   if (name == "bfloat16") return DG_BFLOAT16;
   throw CoreError(DG_INVALID_ARGUMENT,
                   dg::Str("NumPy dtype '", name, "' has no Dragon equivalent (supported: ",
-                          MaskToString(DG_MASK_ALL), ")"));
+                          MaskToString(DG_MASK_ANY), ")"));
 }
 
 py::dtype NumpyFromDType(DgDType t) {
@@ -272,9 +285,7 @@ py::dtype NumpyFromDType(DgDType t) {
                       "(pip install ml_dtypes)");
     }
   }
-  static const char* kNames[] = {"bool",    "uint8",   "int8",     "int16",   "int32",
-                                 "int64",   "float16", "bfloat16", "float32", "float64"};
-  return py::dtype(kNames[t]);
+  return py::dtype(dg::DTypeName(t));
 }
 
 namespace {

@@ -161,8 +161,8 @@ void ArgMin(dg::KernelContext& ctx) {
 }  // namespace
 
 DG_KERNEL("ArgMax", "cpu", ArgMax, float, double, int8_t, int16_t, int32_t,
-          int64_t, uint8_t);
+          int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 DG_KERNEL("ArgMin", "cpu", ArgMin, float, double, int8_t, int16_t, int32_t,
-          int64_t, uint8_t);
+          int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 
 }  // namespace cpu_eigen

@@ -36,7 +36,8 @@ void CastKernel(dg::KernelContext& ctx) {
 }
 
 DG_KERNEL("Cast", "cpu", CastKernel, bool, uint8_t, int8_t, int16_t, int32_t,
-          int64_t, Eigen::half, Eigen::bfloat16, float, double);
+          int64_t, Eigen::half, Eigen::bfloat16, float, double, uint16_t,
+          uint32_t, uint64_t);
 
 // BitCast: the bytes of x copied unchanged into y (a dtype of the same size,
 // checked by the schema). A bool y is normalised to 0/1 so that every later
@@ -58,7 +59,7 @@ void BitCastKernel(dg::KernelContext& ctx) {
   ParallelMemcpy(y.raw_data(), x.raw_data(), bytes);
 }
 
-DG_KERNEL_MASK("BitCast", "cpu", dg::kAll, 0, 0, BitCastKernel);
+DG_KERNEL_MASK("BitCast", "cpu", dg::kAny, 0, 0, BitCastKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

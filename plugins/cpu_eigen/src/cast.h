@@ -57,6 +57,17 @@ inline double RoundToOddDouble(int64_t x) {
   return x < 0 ? -d : d;
 }
 
+// The same for uint64 (values up to 2^64 - 1).
+inline double RoundToOddDoubleU(uint64_t u) {
+  if (u >> 53) {
+    const int shift = 64 - __builtin_clzll(u) - 53;
+    const uint64_t low = u & ((uint64_t{1} << shift) - 1);
+    u -= low;
+    if (low != 0) u |= uint64_t{1} << shift;
+  }
+  return static_cast<double>(u);
+}
+
 // Truncates d toward zero into integer type T, saturating out-of-range
 // values and mapping NaN to 0.
 template <typename T>
@@ -106,6 +117,8 @@ inline To Convert(From x) {
       return To(static_cast<float>(x));  // exact in float
     } else if constexpr (std::is_same_v<From, int64_t>) {
       return To(RoundToOddFloat(RoundToOddDouble(x)));
+    } else if constexpr (std::is_same_v<From, uint64_t>) {
+      return To(RoundToOddFloat(RoundToOddDoubleU(x)));
     } else {
       return To(RoundToOddFloat(static_cast<double>(x)));
     }
@@ -151,6 +164,15 @@ void DispatchDType(DgDType t, Fn&& fn) {
       return;
     case DG_FLOAT64:
       fn(double{});
+      return;
+    case DG_UINT16:
+      fn(uint16_t{});
+      return;
+    case DG_UINT32:
+      fn(uint32_t{});
+      return;
+    case DG_UINT64:
+      fn(uint64_t{});
       return;
     default:
       throw dg::Error(DG_INVALID_ARGUMENT,

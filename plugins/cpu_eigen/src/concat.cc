@@ -138,9 +138,9 @@ void SplitKernel(dg::KernelContext& ctx) {
       [&](int32_t i) { return ctx.output(i); }, false);
 }
 
-DG_KERNEL_MASK("Concat", "cpu", dg::kAll, 0, 0, ConcatKernel);
-DG_KERNEL_MASK("Stack", "cpu", dg::kAll, 0, 0, StackKernel);
-DG_KERNEL_MASK("Split", "cpu", dg::kAll, 0, 0, SplitKernel);
+DG_KERNEL_MASK("Concat", "cpu", dg::kAny, 0, 0, ConcatKernel);
+DG_KERNEL_MASK("Stack", "cpu", dg::kAny, 0, 0, StackKernel);
+DG_KERNEL_MASK("Split", "cpu", dg::kAny, 0, 0, SplitKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

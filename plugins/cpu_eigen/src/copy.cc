@@ -53,13 +53,13 @@ void BroadcastToKernel(dg::KernelContext& ctx) {
                  strides.data(), y.raw_data());
 }
 
-DG_KERNEL_MASK("Contiguous", "cpu", dg::kAll, 0, DG_KERNEL_STRIDED_INPUTS,
+DG_KERNEL_MASK("Contiguous", "cpu", dg::kAny, 0, DG_KERNEL_STRIDED_INPUTS,
                ContiguousKernel);
-DG_KERNEL_MASK("Reshape", "cpu", dg::kAll, 0, 0, CopyKernel);
-DG_KERNEL_MASK("Squeeze", "cpu", dg::kAll, 0, 0, CopyKernel);
-DG_KERNEL_MASK("Unsqueeze", "cpu", dg::kAll, 0, 0, CopyKernel);
-DG_KERNEL_MASK("Flatten", "cpu", dg::kAll, 0, 0, CopyKernel);
-DG_KERNEL_MASK("BroadcastTo", "cpu", dg::kAll, 0, 0, BroadcastToKernel);
+DG_KERNEL_MASK("Reshape", "cpu", dg::kAny, 0, 0, CopyKernel);
+DG_KERNEL_MASK("Squeeze", "cpu", dg::kAny, 0, 0, CopyKernel);
+DG_KERNEL_MASK("Unsqueeze", "cpu", dg::kAny, 0, 0, CopyKernel);
+DG_KERNEL_MASK("Flatten", "cpu", dg::kAny, 0, 0, CopyKernel);
+DG_KERNEL_MASK("BroadcastTo", "cpu", dg::kAny, 0, 0, BroadcastToKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

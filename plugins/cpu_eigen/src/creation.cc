@@ -41,9 +41,10 @@ void ArangeKernel(dg::KernelContext& ctx) {
   });
 }
 
-DG_KERNEL_MASK("Fill", "cpu", dg::kAll, 0, 0, FillKernel);
+DG_KERNEL_MASK("Fill", "cpu", dg::kAny, 0, 0, FillKernel);
 DG_KERNEL("Arange", "cpu", ArangeKernel, uint8_t, int8_t, int16_t, int32_t,
-          int64_t, Eigen::half, Eigen::bfloat16, float, double);
+          int64_t, Eigen::half, Eigen::bfloat16, float, double, uint16_t,
+          uint32_t, uint64_t);
 
 }  // namespace
 }  // namespace cpu_eigen

@@ -28,10 +28,11 @@
 
 // Dtype lists for DG_KERNEL registrations (docs/ops.md: float, numeric, all).
 #define CPU_EIGEN_FLOAT_TYPES float, double
-#define CPU_EIGEN_NUMERIC_TYPES \
-  float, double, int8_t, int16_t, int32_t, int64_t, uint8_t
-#define CPU_EIGEN_ALL_TYPES \
-  bool, float, double, int8_t, int16_t, int32_t, int64_t, uint8_t
+// uint16/uint32/uint64 (ABI 1.4) are numeric like the others.
+#define CPU_EIGEN_NUMERIC_TYPES                                            \
+  float, double, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, \
+      uint32_t, uint64_t
+#define CPU_EIGEN_ALL_TYPES bool, CPU_EIGEN_NUMERIC_TYPES
 
 namespace cpu_eigen {
 

@@ -65,7 +65,7 @@ void GatherKernel(dg::KernelContext& ctx) {
   });
 }
 
-DG_KERNEL_MASK("Gather", "cpu", dg::kAll, 0, 0, GatherKernel);
+DG_KERNEL_MASK("Gather", "cpu", dg::kAny, 0, 0, GatherKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

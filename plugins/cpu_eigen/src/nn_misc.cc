@@ -103,7 +103,7 @@ void EmbeddingKernel(dg::KernelContext& ctx) {
                     [&](const auto* idx) { EmbeddingRows(ctx, idx); });
 }
 
-DG_KERNEL_MASK("Embedding", "cpu", dg::kAll, 0, 0, EmbeddingKernel);
+DG_KERNEL_MASK("Embedding", "cpu", dg::kAny, 0, 0, EmbeddingKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

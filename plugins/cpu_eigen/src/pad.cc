@@ -130,7 +130,7 @@ void PadKernel(dg::KernelContext& ctx) {
   });
 }
 
-DG_KERNEL_MASK("Pad", "cpu", dg::kNumeric, 0, 0, PadKernel);
+DG_KERNEL_MASK("Pad", "cpu", dg::kAnyNumeric, 0, 0, PadKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

@@ -685,13 +685,13 @@ void LogSumExp(dg::KernelContext& ctx) {
 // Inputs are read through their strides (see Prepare).
 constexpr uint32_t kStrided = DG_KERNEL_STRIDED_INPUTS;
 DG_KERNEL_EX("Sum", "cpu", 0, kStrided, Sum, float, double, int8_t, int16_t,
-             int32_t, int64_t, uint8_t, bool);
+             int32_t, int64_t, uint8_t, bool, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Prod", "cpu", 0, kStrided, Prod, float, double, int8_t, int16_t,
-             int32_t, int64_t, uint8_t);
+             int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Max", "cpu", 0, kStrided, Max, float, double, int8_t, int16_t,
-             int32_t, int64_t, uint8_t);
+             int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Min", "cpu", 0, kStrided, Min, float, double, int8_t, int16_t,
-             int32_t, int64_t, uint8_t);
+             int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Mean", "cpu", 0, kStrided, Mean, float, double);
 DG_KERNEL_EX("Var", "cpu", 0, kStrided, Var, float, double);
 DG_KERNEL_EX("Std", "cpu", 0, kStrided, Std, float, double);

@@ -105,7 +105,7 @@ void ScatterAddKernel(dg::KernelContext& ctx) {
 }
 
 DG_KERNEL("ScatterAdd", "cpu", ScatterAddKernel, float, double, int8_t,
-          int16_t, int32_t, int64_t, uint8_t);
+          int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 // float16 / bfloat16: summed in float32, each result rounded once
 // (widen_call.h), so repeated indices do not accumulate 16-bit roundings.
 CPU_EIGEN_WIDENED_KERNEL("ScatterAdd", ScatterAddKernel);
@@ -176,7 +176,7 @@ void ScatterReduceKernel(dg::KernelContext& ctx) {
 }
 
 DG_KERNEL("ScatterReduce", "cpu", ScatterReduceKernel, float, double, int8_t,
-          int16_t, int32_t, int64_t, uint8_t);
+          int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
 
 }  // namespace
 }  // namespace cpu_eigen

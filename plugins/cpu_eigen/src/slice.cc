@@ -97,7 +97,7 @@ void SliceKernel(dg::KernelContext& ctx) {
   StridedToDense(esize, nd, y.raw()->shape, base, strides.data(), y.raw_data());
 }
 
-DG_KERNEL_MASK("Slice", "cpu", dg::kAll, 0, 0, SliceKernel);
+DG_KERNEL_MASK("Slice", "cpu", dg::kAny, 0, 0, SliceKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

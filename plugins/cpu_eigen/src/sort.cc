@@ -303,12 +303,18 @@ void Unique(dg::KernelContext& ctx) {
 
 }  // namespace
 
-DG_KERNEL("CumSum", "cpu", CumSum, float, double, int32_t, int64_t);
-DG_KERNEL("Sort", "cpu", Sort, float, double, int32_t, int64_t);
-DG_KERNEL("ArgSort", "cpu", ArgSort, float, double, int32_t, int64_t);
-DG_KERNEL("TopK", "cpu", TopK, float, double, int32_t, int64_t);
+DG_KERNEL("CumSum", "cpu", CumSum, float, double, int32_t, int64_t, uint32_t,
+          uint64_t);
+DG_KERNEL("Sort", "cpu", Sort, float, double, int32_t, int64_t,
+          uint32_t, uint64_t);
+DG_KERNEL("ArgSort", "cpu", ArgSort, float, double, int32_t, int64_t,
+          uint32_t, uint64_t);
+DG_KERNEL("TopK", "cpu", TopK, float, double, int32_t, int64_t,
+          uint32_t, uint64_t);
 DG_KERNEL("NonZero", "cpu", NonZero, bool, float, double, int8_t, int16_t,
-          int32_t, int64_t, uint8_t, Eigen::half, Eigen::bfloat16);
-DG_KERNEL("Unique", "cpu", Unique, float, double, int32_t, int64_t);
+          int32_t, int64_t, uint8_t, Eigen::half, Eigen::bfloat16, uint16_t,
+          uint32_t, uint64_t);
+DG_KERNEL("Unique", "cpu", Unique, float, double, int32_t, int64_t,
+          uint32_t, uint64_t);
 
 }  // namespace cpu_eigen

@@ -37,7 +37,7 @@ void TransposeKernel(dg::KernelContext& ctx) {
                  strides.data(), y.raw_data());
 }
 
-DG_KERNEL_MASK("Transpose", "cpu", dg::kAll, 0, 0, TransposeKernel);
+DG_KERNEL_MASK("Transpose", "cpu", dg::kAny, 0, 0, TransposeKernel);
 
 }  // namespace
 }  // namespace cpu_eigen

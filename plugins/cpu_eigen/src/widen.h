@@ -18,7 +18,8 @@
 
 // Dtype lists for registrations.
 #define CPU_EIGEN_HALF_TYPES Eigen::half, Eigen::bfloat16
-#define CPU_EIGEN_INT_TYPES int8_t, int16_t, int32_t, int64_t, uint8_t
+#define CPU_EIGEN_INT_TYPES \
+  int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 namespace cpu_eigen {
 namespace widen {

@@ -37,8 +37,10 @@ extern "C" {
  * asynchronous devices (DgDeviceDef.flags and the entries after it: current
  * device, default stream, events, pinned host memory, peer copies,
  * attributes, memory info, error_message), DG_ABORTED,
- * DG_DEADLINE_EXCEEDED and DG_OP_COLLECTIVE. */
-#define DG_ABI_MINOR 3
+ * DG_DEADLINE_EXCEEDED and DG_OP_COLLECTIVE; 1.4 adds the dtypes DG_UINT16,
+ * DG_UINT32 and DG_UINT64 (codes 10-12) and the masks DG_MASK_UINT_WIDE,
+ * DG_MASK_UINT, DG_MASK_ANY_INT, DG_MASK_ANY_NUMERIC and DG_MASK_ANY. */
+#define DG_ABI_MINOR 4
 
 #if defined(_WIN32)
 #define DG_EXPORT __declspec(dllexport)
@@ -80,7 +82,11 @@ enum {
   DG_BFLOAT16 = 7,
   DG_FLOAT32 = 8,
   DG_FLOAT64 = 9,
-  DG_NUM_DTYPES = 10
+  /* ABI >= 1.4 */
+  DG_UINT16 = 10,
+  DG_UINT32 = 11,
+  DG_UINT64 = 12,
+  DG_NUM_DTYPES = 13 /* grows with the minor: a reader bounds-checks codes */
 };
 
 /* A set of dtypes as a bit mask: bit (1u << code). */
@@ -95,6 +101,18 @@ typedef uint32_t DgDTypeMask;
 #define DG_MASK_INT (DG_MASK_SIGNED_INT | DG_DTYPE_BIT(DG_UINT8))
 #define DG_MASK_NUMERIC (DG_MASK_FLOAT | DG_MASK_INT)
 #define DG_MASK_ALL (DG_MASK_NUMERIC | DG_DTYPE_BIT(DG_BOOL))
+/* ABI >= 1.4. DG_MASK_INT, DG_MASK_NUMERIC and DG_MASK_ALL keep their 1.3
+ * values (the ten dtypes of 1.0-1.3), so that a kernel or schema written
+ * with them never receives a dtype it was not written for, also after a
+ * rebuild against this header. Code that handles the wide unsigned types
+ * opts in with the masks below. */
+#define DG_MASK_UINT_WIDE                                              \
+  (DG_DTYPE_BIT(DG_UINT16) | DG_DTYPE_BIT(DG_UINT32) |                 \
+   DG_DTYPE_BIT(DG_UINT64))
+#define DG_MASK_UINT (DG_DTYPE_BIT(DG_UINT8) | DG_MASK_UINT_WIDE)
+#define DG_MASK_ANY_INT (DG_MASK_INT | DG_MASK_UINT_WIDE)
+#define DG_MASK_ANY_NUMERIC (DG_MASK_NUMERIC | DG_MASK_UINT_WIDE)
+#define DG_MASK_ANY (DG_MASK_ALL | DG_MASK_UINT_WIDE)
 
 /* ------------------------------------------------------------------ tensors */
 

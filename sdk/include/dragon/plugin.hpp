@@ -86,12 +86,17 @@ inline std::string ShapeStr(const std::vector<int64_t>& shape) {
 inline const char* DTypeName(DgDType t) {
   static const char* kNames[] = {"bool",    "uint8",    "int8",    "int16",
                                  "int32",   "int64",    "float16", "bfloat16",
-                                 "float32", "float64"};
+                                 "float32", "float64", "uint16",   "uint32",
+                                 "uint64"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == DG_NUM_DTYPES,
+                "one name per dtype");
   return (t >= 0 && t < DG_NUM_DTYPES) ? kNames[t] : "invalid";
 }
 
 inline size_t DTypeSize(DgDType t) {
-  static const size_t kSizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+  static const size_t kSizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 2, 4, 8};
+  static_assert(sizeof(kSizes) / sizeof(kSizes[0]) == DG_NUM_DTYPES,
+                "one size per dtype");
   return (t >= 0 && t < DG_NUM_DTYPES) ? kSizes[t] : 0;
 }
 
@@ -114,6 +119,9 @@ DG_DECLARE_DTYPE(int8_t, DG_INT8)
 DG_DECLARE_DTYPE(int16_t, DG_INT16)
 DG_DECLARE_DTYPE(int32_t, DG_INT32)
 DG_DECLARE_DTYPE(int64_t, DG_INT64)
+DG_DECLARE_DTYPE(uint16_t, DG_UINT16)
+DG_DECLARE_DTYPE(uint32_t, DG_UINT32)
+DG_DECLARE_DTYPE(uint64_t, DG_UINT64)
 DG_DECLARE_DTYPE(float, DG_FLOAT32)
 DG_DECLARE_DTYPE(double, DG_FLOAT64)
 
@@ -124,6 +132,12 @@ constexpr DgDTypeMask kFloat = DG_MASK_FLOAT;
 constexpr DgDTypeMask kInt = DG_MASK_INT;
 constexpr DgDTypeMask kNumeric = DG_MASK_NUMERIC;
 constexpr DgDTypeMask kAll = DG_MASK_ALL;
+// ABI >= 1.4: the ten dtypes above plus uint16/uint32/uint64 (kInt, kNumeric
+// and kAll keep their 1.3 meaning; see DG_MASK_UINT_WIDE in plugin.h).
+constexpr DgDTypeMask kUIntWide = DG_MASK_UINT_WIDE;
+constexpr DgDTypeMask kAnyInt = DG_MASK_ANY_INT;
+constexpr DgDTypeMask kAnyNumeric = DG_MASK_ANY_NUMERIC;
+constexpr DgDTypeMask kAny = DG_MASK_ANY;
 constexpr DgDTypeMask Bit(DgDType t) { return DG_DTYPE_BIT(t); }
 
 // ------------------------------------------------------------------ tensors

@@ -1053,3 +1053,7 @@ def _irfft(e, ins, outs, a):
                           e.const(np.array([rank], np.int64))])
     re = e.node("Squeeze", [re, e.const(np.array([rank], np.int64))])
     _scaled(e, re, outs, _dft_scale(a["norm"], n, True), ins[0])
+# ------------------------------------- uint16 / uint32 / uint64 (ABI 1.4)
+# Integer semantics (truncating Div, Mod with fmod=0) for the wide unsigned
+# dtypes too.
+_INTS = _INTS + ("uint16", "uint32", "uint64")

@@ -2640,3 +2640,11 @@ def _mel_weight_matrix(n):
     if to is None:
         n.fail("output dtype Dragon lacks")
     return const(mel_weight_matrix_values(*args), to)
+# ------------------------------------- uint16 / uint32 / uint64 (ABI 1.4)
+# The wide unsigned dtypes are integers for Div (truncating, which equals
+# flooring for them) and quantize to uint16 with ONNX's saturation range.
+# float8, int4/uint4, int2/uint2 and float4 tensors are refused at load as
+# dtypes Dragon has no equivalent for (the zero point or input names it).
+
+_INT = _INT + ("uint16", "uint32", "uint64")
+_QRANGE["uint16"] = (0, 2 ** 16 - 1)

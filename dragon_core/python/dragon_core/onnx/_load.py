@@ -37,15 +37,16 @@ from .._graph.function import Function
 from ._errors import NeedStatic, UnsupportedModelError, UnsupportedNode
 
 # ONNX TensorProto.DataType -> NumPy dtype name (None: Dragon has no such dtype).
-ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: None, 5: "int16", 6: "int32",
-               7: "int64", 8: None, 9: "bool", 10: "float16", 11: "float64", 12: None,
-               13: None, 14: None, 15: None, 16: "bfloat16"}
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+               7: "int64", 8: None, 9: "bool", 10: "float16", 11: "float64", 12: "uint32",
+               13: "uint64", 14: None, 15: None, 16: "bfloat16"}
 ONNX_DTYPE_NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                     7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double",
                     12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128",
                     16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
                     19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4",
-                    23: "float4e2m1"}
+                    23: "float4e2m1", 24: "float8e8m0", 25: "uint2", 26: "int2",
+                    27: "float6e2m3", 28: "float6e3m2"}
 DRAGON_TO_ONNX = {v: k for k, v in ONNX_DTYPES.items() if v is not None}
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -67,7 +68,7 @@ def dtype_of_onnx(code: int, what: str) -> str:
     if name is None:
         raise NotImplementedError(f"{what}: ONNX dtype {ONNX_DTYPE_NAMES.get(code, code)} has "
                                   "no Dragon equivalent (Dragon has float16/bfloat16/float32/"
-                                  "float64, int8..int64, uint8 and bool)")
+                                  "float64, int8..int64, uint8..uint64 and bool)")
     return name
 
 

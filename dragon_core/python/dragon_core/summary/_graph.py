@@ -19,7 +19,8 @@ _BAD_CHARS = re.compile(r"[^A-Za-z0-9_./]")
 _TF_TYPES = {"bool": "DT_BOOL", "uint8": "DT_UINT8", "int8": "DT_INT8",
              "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64",
              "float16": "DT_HALF", "bfloat16": "DT_BFLOAT16", "float32": "DT_FLOAT",
-             "float64": "DT_DOUBLE"}
+             "float64": "DT_DOUBLE", "uint16": "DT_UINT16", "uint32": "DT_UINT32",
+             "uint64": "DT_UINT64"}
 
 
 class _Namer:

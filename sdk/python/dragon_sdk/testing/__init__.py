@@ -28,6 +28,7 @@ from dragon_sdk.testing.opcase import (
     LAYOUTS,
     NUMERIC_DTYPES,
     SIGNED_INT_DTYPES,
+    WIDE_UINT_DTYPES,
     OpCase,
     assert_close,
     default_device,

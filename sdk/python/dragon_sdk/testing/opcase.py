@@ -54,6 +54,9 @@ DEVICE_ENV = "DRAGON_TEST_DEVICE"
 FLOAT_DTYPES = ("float32", "float64")
 SIGNED_INT_DTYPES = ("int8", "int16", "int32", "int64")
 INT_DTYPES = SIGNED_INT_DTYPES + ("uint8",)
+# ABI 1.4: like DG_MASK_UINT_WIDE, kept out of INT_DTYPES / ALL_DTYPES so
+# that a plugin's suite written for the ten 1.0 dtypes keeps its meaning.
+WIDE_UINT_DTYPES = ("uint16", "uint32", "uint64")
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
 ALL_DTYPES = NUMERIC_DTYPES + ("bool",)
 #: The 16-bit floats (bfloat16 through ml_dtypes on the NumPy side).

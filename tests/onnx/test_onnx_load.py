@@ -318,3 +318,59 @@ def test_unfolded_initializers_are_fed_without_a_copy():
         assert any(np.shares_memory(fed[nm].numpy(), a) for a in inits), nm
         proto = next(c for c in graph.constant if c.name == nm)
         assert proto.data == b""      # the compiled graph holds no copy
+
+
+def _decomposed_layer_norm(opset, beta=True, leak=False):
+    """The ReduceMean-based layer norm torch exports below opset 17."""
+    rng = np.random.default_rng(4)
+    gamma = rng.uniform(0.5, 1.5, 6).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    if opset >= 18:
+        axes = [helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(
+            np.array([-1], np.int64)))]
+        mean = lambda i, o: helper.make_node("ReduceMean", [i, "axes"], [o])  # noqa: E731
+    else:
+        axes = []
+        mean = lambda i, o: helper.make_node("ReduceMean", [i], [o], axes=[-1])  # noqa: E731
+    nodes = axes + [
+        mean("x", "m"), helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Constant", [], ["two"], value_float=2.0),
+        helper.make_node("Pow", ["d", "two"], ["p"]), mean("p", "v"),
+        helper.make_node("Constant", [], ["eps"], value_float=1e-5),
+        helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["n"]),
+        helper.make_node("Mul", ["n", "g"], ["y" if not beta else "ng"])]
+    if beta:
+        nodes.append(helper.make_node("Add", ["ng", "b"], ["y"]))
+    outs = [_vi("y")] + ([_vi("d")] if leak else [])
+    inits = [numpy_helper.from_array(gamma, "g")] + \
+        ([numpy_helper.from_array(bias, "b")] if beta else [])
+    m = _model(nodes, [_vi("x", shape=[2, 3, 6])], outs, inits, opset=opset)
+
+    def reference(x):
+        x = x.astype(np.float64)
+        d = x - x.mean(-1, keepdims=True)
+        y = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * gamma
+        return y + bias if beta else y
+    return m, reference
+
+
+@pytest.mark.parametrize("opset,beta", [(13, True), (14, False), (18, True)])
+def test_decomposed_layer_norm_imports_as_one_layer_norm(opset, beta):
+    m, reference = _decomposed_layer_norm(opset, beta)
+    f = dgx.load(m.SerializeToString())
+    x = np.random.default_rng(5).standard_normal((2, 3, 6)).astype(np.float32) * 3 + 1
+    (y,) = f(x)
+    np.testing.assert_allclose(y.numpy(), reference(x), rtol=1e-5, atol=1e-5)
+    types = [op.type for op in f.get_graph(x).op]
+    assert types == ["LayerNorm"], types
+
+
+def test_layer_norm_chain_read_outside_is_left_decomposed():
+    m, reference = _decomposed_layer_norm(14, True, leak=True)
+    f = dgx.load(m.SerializeToString())
+    x = np.random.default_rng(6).standard_normal((2, 3, 6)).astype(np.float32)
+    y, d = f(x)
+    np.testing.assert_allclose(y.numpy(), reference(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d.numpy(), x - x.mean(-1, keepdims=True), rtol=1e-5, atol=1e-5)
+    assert "LayerNorm" not in [op.type for op in f.get_graph(x).op]

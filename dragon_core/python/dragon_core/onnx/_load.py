@@ -366,8 +366,8 @@ class OnnxFunction:
                                           "supported)")
             self._input_types[i.name] = dtype_of_onnx(i.type.tensor_type.elem_type,
                                                       f"input '{i.name}'")
-        from ._rewrite import fuse_gelu
-        self._graph = fuse_gelu(graph)
+        from ._rewrite import fuse_gelu, fuse_layer_norm
+        self._graph = fuse_layer_norm(fuse_gelu(graph))
         self._static: set = set()
         # The initializers are the function's own, read-only, never assigned:
         # constants of every trace, borrowed with no copy, so constant

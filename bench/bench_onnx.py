@@ -22,6 +22,15 @@ Rows
     8x128x256. Same Dragon/onnxruntime rows and target. Without torch the
     model is exported from Dragon's module instead (``dgx.export``).
 
+Each benchmark also has two rows timed on one thread in a child process
+(``DRAGON_NUM_THREADS=1``, onnxruntime ``intra_op_num_threads=1``): the
+median *CPU time* per call (``time.process_time``) of ``dgx.load(model)``
+and of onnxruntime, interleaved call by call, with the target Dragon <=
+onnxruntime. On the shared 2-CPU machine the wall-clock rows above mostly
+measure how often a descheduled OpenMP thread holds up a barrier; CPU time
+on one thread is what each library's kernels and graph cost, whatever the
+load.
+
 Every output is checked against a float64 reference before it is timed
 (torch float64 where installed, else Dragon's float64 forward). The
 implementations of one benchmark are timed in three interleaved rounds (the
@@ -131,6 +140,86 @@ def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
     return rows
 
 
+#: Calls per library in the one-thread CPU-time rows (interleaved).
+CPU_CALLS = {"full": 40, "quick": 2}
+
+
+def _cpu_child(model_path: str, x_path: str, calls: int) -> None:
+    """In a child with one thread: check, then time CPU per call; prints JSON."""
+    import json
+    import time
+    import dragon_core as dg
+    import dragon_core.onnx as dgx
+    import onnxruntime as ort
+    with open(model_path, "rb") as f:
+        model_bytes = f.read()
+    x = np.load(x_path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    fn, dx = dgx.load(model_bytes), dg.tensor(x)
+    fns = {"dragon": lambda: fn(dx)[0].numpy(),
+           "onnxruntime": lambda: sess.run(None, {name: x})[0]}
+    out = {k: {"cpu_ms": []} for k in fns}
+    for k, f in fns.items():   # outputs for the parent's check, beside x
+        np.save(os.path.join(os.path.dirname(x_path), f"{k}.npy"), np.asarray(f()))
+    for _ in range(2):
+        for f in fns.values():
+            f()
+    for _ in range(calls):
+        for k, f in fns.items():
+            t0 = time.process_time()
+            f()
+            out[k]["cpu_ms"].append((time.process_time() - t0) * 1e3)
+    print("CPU_ROWS " + json.dumps(out))
+
+
+def _cpu_rows(bench, model_bytes, x, ref, quick):
+    """The one-thread CPU-time rows (module docstring), from a child process."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        mp, xp = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "x.npy")
+        with open(mp, "wb") as f:
+            f.write(model_bytes)
+        np.save(xp, x)
+        env = dict(os.environ, DRAGON_NUM_THREADS="1", OMP_NUM_THREADS="1")
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--cpu-child", mp, xp,
+                               str(CPU_CALLS["quick" if quick else "full"])],
+                              capture_output=True, text=True, env=env, timeout=900)
+        saved = {lib: os.path.join(tmp, f"{lib}.npy") for lib in ("dragon", "onnxruntime")}
+        outs = {lib: np.load(path) for lib, path in saved.items() if os.path.exists(path)}
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CPU_ROWS ")), None)
+    if proc.returncode or line is None or len(outs) != 2:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return [result(bench, "1 thread, CPU time", "dragon", "ms", None, "lower",
+                       note=f"one-thread child failed: {' | '.join(tail)}")]
+    data = json.loads(line[len("CPU_ROWS "):])
+    med = {k: float(np.median(v["cpu_ms"])) for k, v in data.items()}
+    rows = []
+    impls = {"dragon": "dgx.load(model), 1 thread, median CPU time per call",
+             "onnxruntime": "InferenceSession CPU, 1 thread, median CPU time per call"}
+    for lib in ("dragon", "onnxruntime"):
+        problem = _close(outs[lib], ref)
+        target = round(med["onnxruntime"], 3) if lib == "dragon" else None
+        if problem:
+            rows.append(result(bench, impls[lib], lib, "ms", None, "lower", target,
+                               status="WRONG", note=f"{lib} 1 thread: {problem}"))
+            continue
+        row = result(bench, impls[lib], lib, "ms", med[lib], "lower", target,
+                     cpu_ms_per_call=data[lib]["cpu_ms"])
+        if lib == "dragon":
+            ratio = med["dragon"] / med["onnxruntime"]
+            row["vs"] = {"onnxruntime": ratio}
+            row["note"] = f"{ratio:.2f}x onnxruntime's CPU time in this run (one thread each)"
+        rows.append(row)
+    return rows
+
+
 def bench_resnet(dg, torch, ort, timing):
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -159,7 +248,9 @@ def bench_resnet(dg, torch, ort, timing):
     dx = dg.tensor(x)
     extra = [("dg.nn ResNet-18, @dg.function(freeze=True) (not imported)", "dragon",
               lambda: frozen(dx).numpy(), {})]
-    return _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort, extra)
+    model_bytes = onnx_model.SerializeToString()
+    return _rows(bench, model_bytes, x, ref, timing, dg, ort, extra) + \
+        _cpu_rows(bench, model_bytes, x, ref, timing["runs"] <= 1)
 
 
 def bench_bert(dg, torch, ort, timing):
@@ -193,7 +284,8 @@ def bench_bert(dg, torch, ort, timing):
         d64 = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden=hidden, heads=4).double()
         d64.load_state_dict({k: v.astype(np.float64) for k, v in state.items()})
         ref = d64.eval()(dg.tensor(x.astype(np.float64))).numpy()
-    return _rows(bench, model_bytes, x, ref, timing, dg, ort)
+    return _rows(bench, model_bytes, x, ref, timing, dg, ort) + \
+        _cpu_rows(bench, model_bytes, x, ref, timing["runs"] <= 1)
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -218,3 +310,9 @@ def run(quick: bool = False) -> list[dict]:
             rows.append(result(bench, "import", "dragon", "ms", None, "lower",
                                note=f"{type(exc).__name__}: {exc}"))
     return rows
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 5 and sys.argv[1] == "--cpu-child":
+        _cpu_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -11,8 +11,10 @@ Rows
     the batch norms fold into the convolutions once, as onnxruntime's
     ORT_ENABLE_ALL does) and ``dgx.load(model)`` (zero-copy initializers,
     the fold recomputed per call). onnxruntime: CPU provider,
-    ORT_ENABLE_ALL, one intra-op thread per core. Target, for each way of
-    importing: <= onnxruntime. An informational row times the same network built with
+    ORT_ENABLE_ALL, one intra-op thread per core (and, as information,
+    the same with its pool's spinning off, the counterpart of the passive
+    OpenMP wait Dragon uses). Target, for each way of importing: <=
+    onnxruntime with its defaults. An informational row times the same network built with
     ``dg.nn`` and compiled with ``@dg.function(freeze=True)``: the import
     should cost nothing over it.
 ``onnx_bert_layer_b8_s128_h256``
@@ -104,9 +106,11 @@ def _measure(bench, impls, ref, timing, target_of):
     return out
 
 
-def _ort_session(ort, model_bytes: bytes):
+def _ort_session(ort, model_bytes: bytes, spin: bool = True):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count()
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
@@ -114,6 +118,7 @@ def _ort_session(ort, model_bytes: bytes):
 def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
     import dragon_core.onnx as dgx
     sess = _ort_session(ort, model_bytes)
+    calm = _ort_session(ort, model_bytes, spin=False)
     name = sess.get_inputs()[0].name
     dx = dg.tensor(x)
     frozen = dgx.load(model_bytes, freeze=True)
@@ -123,6 +128,8 @@ def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
              ("dgx.load(model) (O3, zero-copy initializers)", "dragon",
               lambda: live(dx)[0].numpy(), {}),
              *extra_impls,
+             (ort_impl + ", allow_spinning=0 (information)", "onnxruntime",
+              lambda: calm.run(None, {name: x})[0], {}),
              (ort_impl, "onnxruntime", lambda: sess.run(None, {name: x})[0],
               {"version": ort.__version__, "threads": os.cpu_count()})]
 

@@ -73,6 +73,8 @@ def _params(desc: dict, skip_first: bool) -> list[str]:
         t = _ATTR.get(a["type"], "Any")
         if n == "axis" and a["type"] == 5:
             t = "int | Sequence[int]"
+        if a["name"] == "pads" and a["type"] == 5:
+            t = "int | Sequence[int] | Sequence[tuple[int, int]]"
         has_default = fn_sig is not None and \
             fn_sig.parameters[n].default is not inspect.Parameter.empty
         if a["optional"] or (a["required"] and has_default):
@@ -134,7 +136,8 @@ def ops_stub() -> str:
     hand = sorted(n for n, v in vars(ops).items()
                   if not n.startswith("_") and callable(v) and n not in done
                   and getattr(v, "__module__", "") in ("dragon_core.ops",
-                                                       "dragon_core._selection")
+                                                       "dragon_core._selection",
+                                                       "dragon_core._spectral")
                   and not getattr(v, "_dragon_op", None))
     for n in hand:
         lines.append(f"def {n}({_plain_sig(getattr(ops, n))}) -> Any: ...")

@@ -71,7 +71,7 @@ def _filter_case(xs, fs, attrs, seed=0):
     """Conv2dBackpropFilter with a dy of the matching output shape."""
     x = dg.tensor(np.zeros(xs))
     w = dg.tensor(np.zeros(fs))
-    y_shape = tuple(dg.ops.conv2d(x, w, **attrs).shape)
+    y_shape = tuple(dg.ops.conv2d(x, w, **dg.plugin_api.py_attrs("Conv2d", attrs)).shape)
     return OpCase.of("Conv2dBackpropFilter", _arrays([xs, y_shape], seed),
                      attrs={"filter_shape": list(fs), **attrs})
 

@@ -46,7 +46,8 @@ def test_conv3d_backprop_filter(geo):
     attrs, xs, ws = geo
     rng = np.random.default_rng(2)
     x = rng.standard_normal(xs)
-    y = dg.ops.conv3d(dg.tensor(x), dg.tensor(np.zeros(ws)), **attrs)
+    y = dg.ops.conv3d(dg.tensor(x), dg.tensor(np.zeros(ws)),
+                      **dg.plugin_api.py_attrs("Conv3d", attrs))
     dy = rng.standard_normal(tuple(y.shape))
     case = OpCase.of("Conv3dBackpropFilter", [x, dy], attrs=dict(attrs, filter_shape=list(ws)))
     case.check_grad()

@@ -42,6 +42,6 @@ def test_avg_pool3d(attrs, cip):
 def test_avg_pool3d_grad(attrs):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((1, 2, 4, 5, 4))
-    y = dg.ops.avg_pool3d(dg.tensor(x), **attrs)
+    y = dg.ops.avg_pool3d(dg.tensor(x), **dg.plugin_api.py_attrs("AvgPool3d", attrs))
     dy = rng.standard_normal(tuple(y.shape))
     OpCase.of("AvgPool3dGrad", [x, dy], attrs=attrs).check_grad(wrt=[1])

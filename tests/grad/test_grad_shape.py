@@ -303,7 +303,7 @@ def test_pad_gradient_matches_numpy_adjoint(mode):
     np.pad, on a 3-D input with padding on every axis."""
     import dragon_core as dg
 
-    pads = [2, 1, 0, 3, 1, 1]
+    pads = ((2, 1), (0, 3), (1, 1))   # (before, after) per axis, as np.pad
     x = _x(3, 4, 2)
     dy = _x(6, 7, 4, seed=4)
     t = dg.tensor(x)
@@ -312,7 +312,7 @@ def test_pad_gradient_matches_numpy_adjoint(mode):
         y = dg.ops.pad(t, pads, mode=mode)
     got = tape.gradient(y, t, output_gradients=dg.tensor(dy)).numpy()
     # Column k of the Jacobian of np.pad is np.pad of the k-th unit vector.
-    want = np.array([np.sum(np.pad(e.reshape(x.shape), list(zip(pads[::2], pads[1::2])),
+    want = np.array([np.sum(np.pad(e.reshape(x.shape), pads,
                                    mode=mode) * dy) for e in np.eye(x.size)])
     np.testing.assert_allclose(got.reshape(-1), want, rtol=1e-12, atol=1e-12)
 

@@ -19,8 +19,12 @@ from dragon_core.errors import InvalidArgumentError
 
 
 def _pads4(pads):
-    """(top, left, bottom, right) from 2 or 4 values."""
+    """(top, left, bottom, right) from the schema's 2 or 4 values or the
+    Python layout's ((top, bottom), (left, right))."""
     pads = list(pads)
+    if pads and isinstance(pads[0], (tuple, list)):
+        (t, b), (l, r) = pads
+        return [t, l, b, r]
     return pads + pads if len(pads) == 2 else pads
 
 
@@ -284,7 +288,7 @@ def test_conv2d_graph_mode_matches_eager():
     x = dg.tensor(rng.standard_normal((3, 4, 9, 8)).astype(np.float32))
     w = dg.tensor(rng.standard_normal((6, 2, 3, 3)).astype(np.float32))
     b = dg.tensor(rng.standard_normal(6).astype(np.float32))
-    geo = {"strides": [2, 1], "pads": [1, 0, 2, 1], "groups": 2}
+    geo = {"strides": [2, 1], "pads": ((1, 2), (0, 1)), "groups": 2}
 
     def step(x, w, b):
         with dg.GradientTape() as tape:
@@ -336,7 +340,7 @@ def _t(shape, dtype=np.float32):
      ["kernel width 3 (7 with dilation 3)", "padded input width 6"]),
     ((1, 1, 5, 5), (1, 1, 3, 3), {"strides": [0, 1]}, ["strides must be positive"]),
     ((1, 1, 5, 5), (1, 1, 3, 3), {"strides": [1]}, ["strides must hold 2 values"]),
-    ((1, 1, 5, 5), (1, 1, 3, 3), {"pads": [1, 1, 1]}, ["pads must hold 2 values"]),
+    ((1, 1, 5, 5), (1, 1, 3, 3), {"pads": [1, 1, 1]}, ["flat list of 3 values", "((top, bottom), (left, right))"]),
     ((1, 1, 5, 5), (1, 1, 3, 3), {"pads": [-1, 0]}, ["pads must be non-negative"]),
     ((1, 1, 5, 5), (1, 1, 3, 3), {"dilations": [1, 0]},
      ["dilations must be positive"]),

@@ -155,7 +155,7 @@ def test_matches_torch(case):
                     torch.from_numpy(ins[2]) if bias else None,
                     stride=attrs.get("strides", 1), padding=tpad,
                     dilation=attrs.get("dilations", 1), groups=attrs.get("groups", 1))
-    got = dg.ops.conv3d(*[dg.tensor(a) for a in ins], **attrs)
+    got = dg.ops.conv3d(*[dg.tensor(a) for a in ins], **dg.plugin_api.py_attrs("Conv3d", attrs))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
 
 

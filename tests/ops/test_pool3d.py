@@ -160,32 +160,33 @@ def test_avg_pool3d_grad_is_adjoint(case):
     x = rng.standard_normal(shape)
     y = avg_pool3d_ref(x, **attrs)
     dy = rng.standard_normal(y.shape)
-    dx = dg.ops.avg_pool3d_grad(dg.tensor(x), dg.tensor(dy), **attrs).numpy()
+    dx = dg.ops.avg_pool3d_grad(dg.tensor(x), dg.tensor(dy),
+                                **dg.plugin_api.py_attrs("AvgPool3dGrad", attrs)).numpy()
     np.testing.assert_allclose(np.sum(y * dy), np.sum(x * dx), rtol=1e-12)
 
 
 @pytest.mark.parametrize("ceil_mode", [False, True])
-@pytest.mark.parametrize("pads", [[0], [1]])
+@pytest.mark.parametrize("pads", [0, 1])
 def test_matches_torch(ceil_mode, pads):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     x = np.random.default_rng(3).standard_normal((2, 3, 7, 6, 5))
     t = torch.from_numpy(x)
     y, i = dg.ops.max_pool3d(dg.tensor(x), [3], [2], pads, ceil_mode=ceil_mode)
-    ty, ti = F.max_pool3d(t, 3, 2, pads[0], ceil_mode=ceil_mode, return_indices=True)
+    ty, ti = F.max_pool3d(t, 3, 2, pads, ceil_mode=ceil_mode, return_indices=True)
     np.testing.assert_array_equal(y.numpy(), ty.numpy())
     np.testing.assert_array_equal(i.numpy(), ti.numpy())
     for cip in (True, False):
         a = dg.ops.avg_pool3d(dg.tensor(x), [3], [2], pads, ceil_mode=ceil_mode,
                               count_include_pad=cip)
-        ta = F.avg_pool3d(t, 3, 2, pads[0], ceil_mode=ceil_mode, count_include_pad=cip)
+        ta = F.avg_pool3d(t, 3, 2, pads, ceil_mode=ceil_mode, count_include_pad=cip)
         np.testing.assert_allclose(a.numpy(), ta.numpy(), rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("call, match", [
     (lambda: dg.ops.max_pool3d(_z(1, 2, 4, 4), [2]), r"MaxPool3d.*rank 5"),
     (lambda: dg.ops.max_pool3d(_z(1, 1, 4, 4, 4), [2, 2]), r"MaxPool3d.*1 or 3 values"),
-    (lambda: dg.ops.max_pool3d(_z(1, 1, 4, 4, 4), [2], pads=[2]),
+    (lambda: dg.ops.max_pool3d(_z(1, 1, 4, 4, 4), [2], pads=2),
      r"MaxPool3d.*at most half the kernel"),
     (lambda: dg.ops.avg_pool3d(_z(1, 1, 1, 4, 4), [2]), r"AvgPool3d.*larger than the padded"),
     (lambda: dg.ops.avg_pool3d(_z(1, 1, 4, 4, 4), [0]), r"AvgPool3d.*must be positive"),

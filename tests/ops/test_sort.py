@@ -212,6 +212,132 @@ def test_unique_nans_collapse():
     np.testing.assert_array_equal(c.numpy(), [1, 2, 2])
 
 
+def _unique_axis_ref(x, axis, sorted=True):
+    """numpy.unique along ``axis`` (float64/int64 reference) with the order
+    of first occurrence for sorted=False: values, index, inverse, counts."""
+    vals, first, inv, counts = np.unique(x, axis=axis, return_index=True,
+                                         return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    if not sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        vals, first, counts, inv = np.take(vals, order, axis), first[order], counts[order], \
+            rank[inv]
+    return vals, first.astype(np.int64), inv.astype(np.int64), counts.astype(np.int64)
+
+
+def _unique_axis_padded(x, axis, sorted=True):
+    vals, first, inv, counts = _unique_axis_ref(x, axis, sorted)
+    dim, m = x.shape[axis], first.size
+    pad = [(0, 0)] * x.ndim
+    pad[axis % x.ndim] = (0, dim - m)
+    return [np.pad(vals, pad), np.pad(first, (0, dim - m)), inv,
+            np.pad(counts, (0, dim - m)), np.int64(m)]
+
+
+def _rows_with_ties(rng, dt, shape):
+    """Few distinct slices along every axis: values in {-1, 0, 1}."""
+    return [small_ints(rng, dt, shape, -1, 1)]
+
+
+def _unique_axis_ok(case):
+    return bool(case.shape) and -len(case.shape) <= case.attrs["axis"] < len(case.shape)
+
+
+@op_case("Unique", inputs=_rows_with_ties, reference=_unique_axis_padded, dtypes=SORT_DTYPES,
+         shapes=[(0,), (3, 0), (0, 3), (7,), (6, 2), (2, 3, 4), (5, 1, 3), (40, 2)],
+         attrs=[{"axis": 0}, {"axis": -1}, {"axis": 1, "sorted": False},
+                {"axis": -2, "sorted": False}, {"axis": 2}],
+         out_dtype=[None, "int64", "int64", "int64", "int64"], select=_unique_axis_ok)
+def test_unique_axis_padded(case):
+    """Padded Unique along an axis against numpy.unique(axis=...)."""
+    case.check_forward()
+
+
+@pytest.mark.parametrize("sorted_", [True, False])
+@pytest.mark.parametrize("shape, axis", [((0,), 0), ((3, 0), 1), ((0, 3), 1), ((0, 3), 0),
+                                         ((4, 0), 0), ((9,), 0), ((9,), -1), ((8, 3), 0),
+                                         ((3, 8), 1), ((3, 8), -1), ((4, 5, 2), 1),
+                                         ((4, 5, 2), -3), ((2, 3, 6), 2), ((1, 1), 0)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", SORT_DTYPES)
+def test_unique_axis(shape, axis, sorted_, dtype):
+    """unique(axis=...) returns what numpy.unique does (ONNX Unique with axis);
+    computed on float64 / int64 copies of the same values."""
+    x = small_ints(np.random.default_rng(7), dtype, shape, -1, 1)
+    wide = x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
+    got = dg.ops.unique(dg.tensor(x), True, True, True, sorted=sorted_, axis=axis)
+    want = _unique_axis_ref(wide, axis, sorted_)
+    assert got[0].dtype == getattr(dg, dtype)
+    for g, w in zip(got, want):
+        assert tuple(g.shape) == w.shape
+        np.testing.assert_array_equal(g.numpy(), w)
+    # The inverse rebuilds x from the values.
+    np.testing.assert_array_equal(np.take(got[0].numpy(), got[2].numpy(), axis), x)
+    assert isinstance(dg.ops.unique(dg.tensor(x), axis=axis), dg.Tensor)
+
+
+def test_unique_axis_known_values():
+    x = np.array([[1, 2], [3, 4], [1, 2], [0, 9], [3, 4]], np.int64)
+    v, i, inv, c = dg.ops.unique(dg.tensor(x), True, True, True, axis=0)
+    np.testing.assert_array_equal(v.numpy(), [[0, 9], [1, 2], [3, 4]])
+    np.testing.assert_array_equal(i.numpy(), [3, 0, 1])
+    np.testing.assert_array_equal(inv.numpy(), [1, 2, 1, 0, 2])
+    np.testing.assert_array_equal(c.numpy(), [1, 2, 2])
+    v, i, inv, c = dg.ops.unique(dg.tensor(x), True, True, True, sorted=False, axis=0)
+    np.testing.assert_array_equal(v.numpy(), [[1, 2], [3, 4], [0, 9]])
+    np.testing.assert_array_equal(i.numpy(), [0, 1, 3])
+    np.testing.assert_array_equal(inv.numpy(), [0, 1, 0, 2, 1])
+    np.testing.assert_array_equal(c.numpy(), [2, 2, 1])
+    # Columns: lexicographic over the rows (the slice order is row-major).
+    v = dg.ops.unique(dg.tensor(x.T.copy()), axis=1)
+    np.testing.assert_array_equal(v.numpy(), [[0, 1, 3], [9, 2, 4]])
+
+
+def test_unique_axis_nan_slices_collapse():
+    """NaNs compare equal, so slices holding NaN at the same places collapse
+    (and sort after every number at that position)."""
+    x = np.array([[np.nan, 1.0], [0.0, 2.0], [np.nan, 1.0], [0.0, np.nan]])
+    v, inv, c = dg.ops.unique(dg.tensor(x), return_inverse=True, return_counts=True, axis=0)
+    np.testing.assert_array_equal(v.numpy(), [[0.0, 2.0], [0.0, np.nan], [np.nan, 1.0]])
+    np.testing.assert_array_equal(inv.numpy(), [2, 0, 2, 1])
+    np.testing.assert_array_equal(c.numpy(), [1, 1, 2])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: dg.ops.unique(dg.tensor(np.float32(1.0)), axis=0), r"Unique.*0-d"),
+    (lambda: dg.ops.unique(dg.tensor(np.zeros((2, 3))), axis=2), r"Unique.*axis 2"),
+    (lambda: dg.ops.unique(dg.tensor(np.zeros((2, 3))), axis=-3), r"Unique.*axis -3"),
+    (lambda: dg.ops.unique(dg.tensor(np.zeros((2, 3))), axis=1.0), r"Unique.*axis must be an int"),
+    (lambda: dg.ops.unique(dg.tensor(np.zeros((2, 3), bool)), axis=0), r"Unique.*bool"),
+])
+def test_unique_axis_bad_input(call, match):
+    with pytest.raises((InvalidArgumentError, TypeError), match=match):
+        call()
+
+
+def test_unique_axis_in_graph_mode():
+    """unique_padded(axis=...) traces (fixed shapes); unique() refuses to."""
+    x = np.array([[2, 1], [0, 0], [2, 1]], np.int32)
+
+    @dg.function
+    def f(t):
+        return dg.ops.unique_padded(t, axis=0)
+
+    vals, first, inv, counts, n = f(dg.tensor(x))
+    assert int(n.numpy()) == 2
+    np.testing.assert_array_equal(vals.numpy(), [[0, 0], [2, 1], [0, 0]])
+    np.testing.assert_array_equal(inv.numpy(), [1, 0, 1])
+
+    @dg.function
+    def g(t):
+        return dg.ops.unique(t, axis=0)
+
+    with pytest.raises(InvalidArgumentError, match=r"Unique.*unique_padded"):
+        g(dg.tensor(x))
+
+
 # -------------------------------------------------------------- functions
 
 

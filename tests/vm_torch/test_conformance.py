@@ -1127,6 +1127,27 @@ def test_unique(dt):
                         tuple(x.unique(return_counts=True))), [a], grad=False)
 
 
+@pytest.mark.parametrize("dt", ["float32", "float64", "int32", "int64", "bool", "int8"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_dim(dt, dim):
+    """torch.unique(dim=...): distinct slices (native Unique with axis, or
+    the host for the other dtypes), inverse [size(dim)]."""
+    a = RNG.integers(-1, 2, (4, 6)).astype(dt)
+    a[3] = a[1]
+    a[:, 4] = a[:, 0]
+    check(lambda T, x: (T.unique(x, dim=dim), tuple(T.unique(x, return_inverse=True,
+                                                             return_counts=True, dim=dim)),
+                        tuple(x.unique(return_counts=True, dim=dim))), [a], grad=False)
+
+
+def test_unique_dim_bad_input():
+    x = vt.tensor(np.zeros((2, 3), np.float32))
+    with pytest.raises(IndexError, match="dim 2 is out of range"):
+        vt.unique(x, dim=2)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        vt.unique(x, dim=1.0)
+
+
 def test_floor_divide_does_not_record():
     x = vt.tensor([1.5, -2.5], requires_grad=True)
     assert not (x // 2).requires_grad and not (3.0 % x).requires_grad

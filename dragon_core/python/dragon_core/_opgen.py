@@ -52,6 +52,136 @@ def py_attr_name(op: str, attr: str) -> str:
     return PY_ATTR_NAMES_PER_OP.get((op, attr), PY_ATTR_NAMES.get(attr, attr))
 
 
+# ------------------------------------------------------------------ padding
+# One padding layout for every op, NumPy's ``np.pad(pad_width=...)``: a
+# ``pads`` argument is an int (every side alike), a sequence of N ints (one
+# per padded axis, both sides alike) or a sequence of N ``(before, after)``
+# pairs, outermost axis first. The padded axes are the spatial ones for an
+# op whose schema gives ``pads`` a default of N values (Conv2d: 2, Conv3d:
+# 3), every axis of the first input otherwise (Pad, as np.pad). The C++
+# attribute keeps its own layout (ABI), chosen per op below; the conversion
+# happens here only, keyed by the schema attribute name, so a plugin op with
+# a ``pads`` attribute gets the same convention.
+
+#: op -> C++ layout of its ``pads`` attribute, where it is not the default
+#: ``"begins_ends"`` (N values when both sides are alike, else the N befores
+#: then the N afters, as ONNX). ``"pairs"``: ``[b0, a0, b1, a1, ...]``.
+PADS_LAYOUT: dict[str, str] = {"Pad": "pairs"}
+
+#: How the pairs read for N spatial axes (in error messages).
+_SIDES = {2: "(top, bottom), (left, right)",
+          3: "(front, back), (top, bottom), (left, right)"}
+
+
+def _pads_form(n, spatial: bool = True) -> str:
+    if spatial and n in _SIDES:
+        return _SIDES[n]
+    if n is None or n > 3:
+        return "(before0, after0), (before1, after1), ..."
+    return ", ".join(f"(before{i}, after{i})" for i in range(n)) + ("," if n == 1 else "")
+
+
+def _count(n, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def pads_axes(op: str, default, x=None):
+    """How many axes the ``pads`` of ``op`` covers: the length of its schema
+    default, or the rank of the first input ``x`` when it has none."""
+    if default:
+        return len(default)
+    if x is None:
+        return None
+    nd = getattr(x, "ndim", None)
+    if nd is None:
+        import numpy as np
+        nd = np.ndim(x)
+    return int(nd)
+
+
+def pads_to_pairs(op: str, value, n):
+    """Python ``pads`` (int, N ints or N pairs) -> a tuple of N
+    ``(before, after)`` pairs of int; raises ``ArgumentTypeError`` (a
+    TypeError and a ValueError) for any other form, a flat list of the old
+    layouts included."""
+    from .errors import ArgumentTypeError
+    if hasattr(value, "tolist") and not _is_int(value):
+        value = value.tolist()
+    form = _pads_form(n, PADS_LAYOUT.get(op) != "pairs")
+    if _is_int(value):
+        if n is None:
+            raise ArgumentTypeError(f"{op}: pads={value!r} needs the input's rank", op=op)
+        return tuple((int(value), int(value)) for _ in range(n))
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ArgumentTypeError(
+            f"{op}: pads must be an int, {n} ints (one per padded axis, both sides) or "
+            f"{n} (before, after) pairs, e.g. ({form}); got {value!r}", op=op)
+    items = list(value)
+    if all(_is_int(v) for v in items):
+        if len(items) != n:
+            hint = ""
+            if n and len(items) == 2 * n:
+                if PADS_LAYOUT.get(op) == "pairs":
+                    old = tuple(zip(items[0::2], items[1::2]))
+                else:
+                    old = tuple(zip(items[:n], items[n:]))
+                hint = (f"; the old flat layout is gone: for these values pass "
+                        f"{tuple(tuple(int(b) for b in p) for p in old)!r}")
+            raise ArgumentTypeError(
+                f"{op}: pads={value!r} is a flat list of {_count(len(items), 'value', 'values')}, but {op} pads "
+                f"{_count(n, 'axis', 'axes')}: pass an int, {_count(n, 'int', 'ints')} (both "
+                f"sides alike) or {_count(n, '(before, after) pair', '(before, after) pairs')}, "
+                f"outermost axis first: ({form}){hint} (see docs/python-api.md)", op=op)
+        return tuple((int(v), int(v)) for v in items)
+    pairs = []
+    for v in items:
+        if hasattr(v, "tolist"):
+            v = v.tolist()
+        if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(e) for e in v)):
+            raise ArgumentTypeError(
+                f"{op}: pads={value!r} mixes forms or holds a bad entry {v!r}: pass an int, "
+                f"{n} ints or {n} (before, after) pairs of int: ({form})", op=op)
+        pairs.append((int(v[0]), int(v[1])))
+    if len(pairs) != n:
+        raise ArgumentTypeError(
+            f"{op}: pads={value!r} has {len(pairs)} (before, after) pairs, but {op} pads "
+            f"{n} axes: ({form})", op=op)
+    return tuple(pairs)
+
+
+def pads_to_schema(op: str, value, n) -> list:
+    """Python ``pads`` -> the C++ attribute of ``op`` (see :data:`PADS_LAYOUT`)."""
+    pairs = pads_to_pairs(op, value, n)
+    if PADS_LAYOUT.get(op) == "pairs":
+        return [v for p in pairs for v in p]
+    if all(b == a for b, a in pairs):
+        return [b for b, _ in pairs]
+    return [b for b, _ in pairs] + [a for _, a in pairs]
+
+
+def pads_from_schema(op: str, value, n=None) -> tuple:
+    """The C++ ``pads`` attribute of ``op`` (as a graph node or a gradient
+    rule reads it) -> N ``(before, after)`` pairs, what the op's Python
+    function takes back. ``n`` is the number of padded axes (needed only
+    when a single value stands for every axis)."""
+    v = [int(e) for e in value]
+    if PADS_LAYOUT.get(op) == "pairs":
+        if len(v) % 2:
+            raise ValueError(f"{op}: pads attribute {v} does not hold (before, after) pairs")
+        return tuple(zip(v[0::2], v[1::2]))
+    if len(v) == 1 and n:
+        v = v * n
+    if n is None or len(v) == n:
+        return tuple((e, e) for e in v)
+    if len(v) == 2 * n:
+        return tuple(zip(v[:n], v[n:]))
+    raise ValueError(f"{op}: pads attribute {v} does not hold 1, {n} or {2 * n} values")
+
+
 # ------------------------------------------------------------ Tensor methods
 #: op -> whether it is a Tensor method, where the default rule (below) is not
 #: what the op wants. Plugins set entries through
@@ -133,6 +263,13 @@ def _doc(desc: dict) -> str:
         name = _safe(py_attr_name(desc["name"], a["name"]))
         if name == "axis" and a["type"] == 5:
             kind = "int or sequence of int"
+        doc = a["doc"]
+        if a["name"] == "pads" and a["type"] == 5:
+            kind = "int, sequence of int or sequence of (int, int)"
+            n = len(a["default"]) if a["default"] else None
+            what = f"the {n} spatial axes" if n else "every axis of the input, as np.pad"
+            doc = (f"Padding of {what}: an int (every side), one int per axis (both sides) or "
+                   f"one (before, after) pair per axis, outermost first.")
         if a["required"] and (desc["name"], a["name"]) not in PY_OPTIONAL:
             head = f"{name} : {kind}"
         elif a["optional"] or a["required"]:
@@ -140,8 +277,8 @@ def _doc(desc: dict) -> str:
         else:
             head = f"{name} : {kind}, default {a['default']!r}"
         lines.append(head)
-        if a["doc"]:
-            lines.append(f"    {a['doc']}")
+        if doc:
+            lines.append(f"    {doc}")
     if not desc["inputs"]:
         lines.append("device : str, optional")
         lines.append("    Where to create the result (default: the host, 'cpu').")
@@ -211,6 +348,11 @@ def make_op(desc: dict):
                 checks.append(f"    if {n} is None:\n        _none({op!r}, _a_{n})\n")
         if n == "axis" and a["type"] == 5:
             checks.append(f"    {n} = _axis({n})\n")
+        if a["name"] == "pads" and a["type"] == 5:
+            defaults["_pd"] = a["default"] or None
+            first = input_names[0] if input_names else "None"
+            checks.append(f"    if {n} is not None:\n        {n} = _pads({op!r}, {n}, "
+                          f"_pads_axes({op!r}, _pd, {first}))\n")
         if py_optional and a["name"] == "steps":
             checks.append(f"    if {n} is None:\n        {n} = [1] * len(starts)\n")
     device = not desc["inputs"]
@@ -226,7 +368,8 @@ def make_op(desc: dict):
     src = (f"def {desc['py_name']}({', '.join(params)}):\n" + "".join(checks)
            + f"    return {call}\n")
     ns = {"_call": _C.call, "_h": handle, "_none": _none_given, "_bad": _bad_keywords,
-          "_axis": _axis_arg, "_names": names, **defaults}
+          "_axis": _axis_arg, "_names": names, "_pads": pads_to_schema,
+          "_pads_axes": pads_axes, **defaults}
     exec(compile(src, f"<dragon_core.ops.{desc['py_name']}>", "exec"), ns)  # noqa: S102
     fn = ns[desc["py_name"]]
     fn.__doc__ = _doc(desc)

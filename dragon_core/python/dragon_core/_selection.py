@@ -64,41 +64,71 @@ def nonzero(x):
 
 
 def unique(x, return_index: bool = False, return_inverse: bool = False,
-           return_counts: bool = False, sorted: bool = True):
-    """The distinct values of the flattened ``x`` (NumPy ``unique`` with
-    ``axis=None``; ONNX ``Unique`` without ``axis``).
+           return_counts: bool = False, sorted: bool = True, axis=None):
+    """The distinct values of the flattened ``x``, or its distinct slices
+    along ``axis`` (``numpy.unique``; ONNX ``Unique``).
 
     Parameters
     ----------
     x : Tensor
-        float32, float64, int32 or int64. NaNs collapse into one value.
+        float32, float64, int32 or int64.
     return_index : bool, default False
-        Also return the flattened position of each value's first occurrence.
+        Also return the position of each value's first occurrence (in the
+        flattened ``x``, or along ``axis``).
     return_inverse : bool, default False
-        Also return, with ``x``'s shape, the position in ``values`` of every
-        element (``values[inverse] == x``).
+        Also return the position in ``values`` of every element (with
+        ``x``'s shape), or of every slice along ``axis`` (``[x.shape[axis]]``),
+        so that ``values[inverse] == x`` (``take(values, inverse, axis)``).
     return_counts : bool, default False
-        Also return how often each value occurs.
+        Also return how often each value (slice) occurs.
     sorted : bool, default True
-        Values sorted ascending (NaN last); False keeps the order of first
-        occurrence (ONNX ``sorted=0``).
+        Values sorted ascending (slices lexicographically, in row-major
+        order; NaN last); False keeps the order of first occurrence (ONNX
+        ``sorted=0``).
+    axis : int, optional
+        Compare the slices ``x[..., k, ...]`` along this axis (negative
+        counts from the end) instead of the elements of the flattened ``x``.
+        A 0-d ``x`` has no axis.
 
     Returns
     -------
     Tensor or tuple of Tensor
-        ``values`` and then, in this order, the requested ``index``,
-        ``inverse`` and ``counts`` (int64).
+        ``values`` (1-D, or ``x``'s shape with ``axis`` shortened to the
+        number of distinct slices) and then, in this order, the requested
+        ``index``, ``inverse`` and ``counts`` (int64).
+
+    Raises
+    ------
+    InvalidArgumentError
+        For a dtype other than the four above, an ``axis`` out of range, an
+        ``axis`` with a 0-d ``x``, or inside ``dragon_core.function``.
 
     Notes
     -----
-    Reads the number of distinct values on the host; inside
-    ``dragon_core.function`` use :func:`unique_padded`.
+    NaNs compare equal, so they collapse into one value (NumPy 2 does the
+    same without ``axis``; with ``axis`` NumPy keeps NaN-holding slices
+    apart). Reads the number of distinct values on the host; inside
+    ``dragon_core.function`` use :func:`unique_padded`, whose outputs have a
+    fixed shape and a count.
     """
     o = _ops()
     x = _as_tensor(x)
-    values, first, inverse, counts, count = o.unique_padded(x, sorted=sorted)
-    n = _count(count, "Unique", "unique_padded")
-    out = [o.slice(values, [0], [n], [1])]
+    if axis is not None:
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            from .errors import InvalidArgumentError
+            raise InvalidArgumentError(f"Unique: axis must be an int or None, got "
+                                       f"{type(axis).__name__}", op="Unique")
+        axis = int(axis)
+        values, first, inverse, counts, count = o.unique_padded(x, sorted=sorted, axis=axis)
+        n = _count(count, "Unique", "unique_padded")
+        ax = axis + x.ndim if axis < 0 else axis
+        begin, end = [0] * x.ndim, list(x.shape)
+        end[ax] = n
+        out = [o.slice(values, begin, end, [1] * x.ndim)]
+    else:
+        values, first, inverse, counts, count = o.unique_padded(x, sorted=sorted)
+        n = _count(count, "Unique", "unique_padded")
+        out = [o.slice(values, [0], [n], [1])]
     if return_index:
         out.append(o.slice(first, [0], [n], [1]))
     if return_inverse:

@@ -241,3 +241,5 @@ def __getattr__(name: str):
 
 
 from ._selection import einsum, nonzero, unique  # noqa: E402,F401  (not schema ops)
+from ._spectral import (blackman_window, dft, hamming_window, hann_window,  # noqa: E402,F401
+                        mel_weight_matrix, stft)

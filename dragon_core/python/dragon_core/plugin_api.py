@@ -17,7 +17,8 @@ Autograd
     :func:`is_tracing`.
 Op registry
     :func:`op_schema`, :func:`op_name`, :func:`kernel_dtypes`,
-    :func:`set_tensor_method`, :func:`py_attr_name`, :func:`py_attrs`.
+    :func:`set_tensor_method`, :func:`py_attr_name`, :func:`py_attrs`,
+    :func:`pads_from_schema`.
 Graph passes (GraphDef -> GraphDef, ``dragon_graph_passes`` hook)
     :class:`GraphPass`, :func:`device_type`, :func:`op_attrs`,
     :func:`op_builder`, :func:`drop_value_info`, :func:`numel`,
@@ -140,6 +141,29 @@ def py_attr_name(op: str, attr: str) -> str:
 
 
 def py_attrs(op: str, attrs: dict) -> dict:
-    """``attrs`` keyed by schema names -> keyed by ``dragon_core.ops``'s
-    Python names (see :func:`py_attr_name`)."""
-    return {py_attr_name(op, k): v for k, v in attrs.items()}
+    """``attrs`` keyed by schema names -> the keyword arguments of the op's
+    ``dragon_core.ops`` function: Python names (see :func:`py_attr_name`),
+    and a ``pads`` attribute in the C++ layout turned into the Python one,
+    ``(before, after)`` pairs (see :func:`pads_from_schema`). A value that
+    does not convert is passed on as given, for the op to reject."""
+    out = {}
+    for k, v in attrs.items():
+        if k == "pads" and isinstance(v, (list, tuple)) and \
+                all(isinstance(e, int) and not isinstance(e, bool) for e in v):
+            try:
+                v = pads_from_schema(op, v)
+            except (ValueError, LookupError):
+                pass
+        out[py_attr_name(op, k)] = v
+    return out
+
+
+def pads_from_schema(op: str, pads) -> tuple:
+    """The C++ ``pads`` attribute of ``op`` (as a graph node or a gradient
+    rule reads it: N values for both sides, or N begins then N ends; Pad's
+    ``[b0, a0, b1, a1, ...]``) -> the ``(before, after)`` pairs the op's
+    Python function takes (docs/python-api.md, "Padding")."""
+    from . import _opgen
+    schema = _C.op(op).describe()
+    default = next((a["default"] for a in schema["attrs"] if a["name"] == "pads"), None)
+    return _opgen.pads_from_schema(schema["name"], pads, len(default) if default else None)

@@ -3,9 +3,10 @@
 // MaxPool2dIndices, AvgPool2dGrad, AdaptiveAvgPool2dGrad).
 //
 // Window geometry follows PyTorch: along one spatial axis of size L with
-// kernel k, stride s, padding p (both sides) and dilation d, the output has
-//   floor_or_ceil((L + 2p - d(k-1) - 1) / s) + 1
-// positions; in ceil mode a last window that would start in the right
+// kernel k, stride s, padding pb before and pe after, and dilation d, the
+// output has
+//   floor_or_ceil((L + pb + pe - d(k-1) - 1) / s) + 1
+// positions; in ceil mode a last window that would start in the end
 // padding is dropped. Padded cells never take part in a maximum; the
 // average divides by the window clipped to the padded extent
 // (count_include_pad) or by the number of real cells.
@@ -25,8 +26,9 @@ constexpr const char* kKernel = "Window size [kh, kw] (one value: both).";
 constexpr const char* kStrides =
     "Window step [sh, sw] (one value: both); empty means kernel_size.";
 constexpr const char* kPads =
-    "Implicit padding [ph, pw] on both sides of H and W (one value: both); "
-    "at most half the kernel.";
+    "Implicit padding: [ph, pw] on both sides of H and W (one value: all), "
+    "or 4 values [top, left, bottom, right] (the begins, then the ends); "
+    "each at most half the kernel.";
 constexpr const char* kDilations =
     "Spacing [dh, dw] between window cells (one value: both).";
 constexpr const char* kCeil =
@@ -81,7 +83,13 @@ Geometry WindowGeometry(const dg::InferContext& ctx, bool has_dilation) {
   g.x = ctx.input(0).shape();
   const std::vector<int64_t> k = Pair(ctx, "kernel_size", false, {});
   const std::vector<int64_t> s = Pair(ctx, "strides", true, k);
-  const std::vector<int64_t> p = Pair(ctx, "pads", false, {});
+  std::vector<int64_t> p = ctx.ints("pads");
+  DG_CHECK(p.size() == 1 || p.size() == 2 || p.size() == 4,
+           DG_INVALID_ARGUMENT, "pads ", ShapeStr(p),
+           " must hold 1, 2 (both sides) or 4 values (top, left, bottom, "
+           "right)");
+  if (p.size() == 1) p.push_back(p[0]);
+  if (p.size() == 2) p.insert(p.end(), {p[0], p[1]});
   const std::vector<int64_t> d = has_dilation
                                      ? Pair(ctx, "dilations", false, {})
                                      : std::vector<int64_t>{1, 1};
@@ -94,12 +102,14 @@ Geometry WindowGeometry(const dg::InferContext& ctx, bool has_dilation) {
              " must be positive");
     DG_CHECK(d[a] > 0, DG_INVALID_ARGUMENT, "dilations ", ShapeStr(d),
              " must be positive");
-    DG_CHECK(p[a] >= 0 && 2 * p[a] <= k[a], DG_INVALID_ARGUMENT, "pads ",
-             ShapeStr(p), " must be in [0, kernel_size / 2] (kernel_size ",
-             ShapeStr(k), ")");
+    DG_CHECK(p[a] >= 0 && 2 * p[a] <= k[a] && p[a + 2] >= 0 &&
+                 2 * p[a + 2] <= k[a],
+             DG_INVALID_ARGUMENT, "pads ", ShapeStr(p),
+             " must be in [0, kernel_size / 2] (kernel_size ", ShapeStr(k),
+             ")");
     const int64_t len = g.x[2 + a];
     const int64_t span = d[a] * (k[a] - 1) + 1;  // extent of one window
-    const int64_t room = len + 2 * p[a];
+    const int64_t room = len + p[a] + p[a + 2];
     DG_CHECK(span <= room, DG_INVALID_ARGUMENT, "the window (kernel_size ",
              ShapeStr(k), ", dilations ", ShapeStr(d), ") spans ", span,
              " cells along ", kAxis[a], " but the padded input has only ", room,

@@ -82,10 +82,25 @@ void NonZeroShape(dg::InferContext& ctx) {
   ctx.set_output(1, DG_INT64, {});
 }
 
+// Without axis: the flattened x ([numel] outputs, inverse of x's shape).
+// With axis: the slices of x along it (values keeps x's shape, indices /
+// inverse / counts are [dim]); a 0-d x has no axis to take.
 void UniqueShape(dg::InferContext& ctx) {
   const dg::TensorRef x = ctx.input(0);
   const Shape shape = x.shape();
   const int64_t n = CheckedNumel(shape, "input shape");
+  if (ctx.has("axis")) {
+    DG_CHECK(!shape.empty(), DG_INVALID_ARGUMENT, "axis ", ctx.i("axis"),
+             " given for a 0-d input (a 0-d tensor has no axis; leave axis "
+             "unset to take its one element)");
+    const int64_t dim = shape[NormalizeAxis(ctx.i("axis"), Rank(shape))];
+    ctx.set_output(0, x.dtype(), shape);
+    ctx.set_output(1, DG_INT64, {dim});
+    ctx.set_output(2, DG_INT64, {dim});
+    ctx.set_output(3, DG_INT64, {dim});
+    ctx.set_output(4, DG_INT64, {});
+    return;
+  }
   ctx.set_output(0, x.dtype(), {n});
   ctx.set_output(1, DG_INT64, {n});
   ctx.set_output(2, DG_INT64, shape);
@@ -175,26 +190,37 @@ DG_OP(NonZero)
 
 DG_OP(Unique)
     .PyName("unique_padded")
-    .Doc("Distinct values of the flattened x in padded form (ONNX Unique "
-         "without axis). The first count entries of values, indices and "
+    .Doc("Distinct values of the flattened x, or distinct slices of x "
+         "along axis, in padded form (ONNX Unique; numpy.unique). The first "
+         "count entries of values (along axis when given), indices and "
          "counts are meaningful; the rest are 0. values holds the distinct "
-         "values sorted ascending (sorted=True, NaNs collapse into one, "
-         "last) or in order of first occurrence (sorted=False); indices the "
-         "position in the flattened x of each one's first occurrence; "
-         "inverse (x's shape) the position in values of every element; "
-         "counts how often each occurs. dragon_core.ops.unique slices them.")
+         "values (slices) sorted ascending (sorted=True; slices compare "
+         "lexicographically in row-major order; NaN sorts last and NaNs "
+         "are equal to each other) or in order of first occurrence "
+         "(sorted=False); indices the position (in the flattened x, or "
+         "along axis) of each one's first occurrence; inverse the position "
+         "in values of every element (x's shape) or slice ([dim]); counts "
+         "how often each occurs. dragon_core.ops.unique slices them.")
     .Input("x", kSortTypes, DG_ARG_NO_GRAD, "Input tensor.")
-    .Output("values", kSortTypes, 0, "Distinct values, [numel], 0 padded.")
+    .Output("values", kSortTypes, 0,
+            "Distinct values, [numel]; with axis, x's shape (distinct "
+            "slices first along axis); 0 padded.")
     .Output("indices", dg::Bit(DG_INT64), 0,
-            "First occurrence of each, [numel] int64, 0 padded.")
+            "First occurrence of each, [numel] ([dim] with axis) int64, 0 "
+            "padded.")
     .Output("inverse", dg::Bit(DG_INT64), 0,
-            "Position in values of each element, x's shape, int64.")
+            "Position in values of each element (x's shape), or of each "
+            "slice ([dim] with axis), int64.")
     .Output("counts", dg::Bit(DG_INT64), 0,
-            "Occurrences of each, [numel] int64, 0 padded.")
+            "Occurrences of each, [numel] ([dim] with axis) int64, 0 "
+            "padded.")
     .Output("count", dg::Bit(DG_INT64), 0, "Number of distinct values, [] "
             "int64.")
     .Attr("sorted", true,
           "Sort the values ascending; False keeps first-occurrence order.")
+    .OptionalAttr("axis", DG_ATTR_INT,
+                  "Axis whose slices are compared (negative counts from the "
+                  "end); None flattens x.")
     .Flags(DG_OP_NO_GRAD)
     .Shape(UniqueShape);
 

@@ -19,6 +19,7 @@ namespace {
 struct Pool2d {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t ph_end = 0, pw_end = 0;  // bottom / right padding
 };
 
 // A per-axis attribute of 1 or 2 values (`fallback` when empty).
@@ -48,6 +49,9 @@ Pool2d ReadPool2d(const dg::KernelContext& ctx, const dg::TensorRef& x,
     ReadPair(ctx, "kernel_size", {}, &p.kh, &p.kw);
     ReadPair(ctx, "strides", k, &p.sh, &p.sw);
     ReadPair(ctx, "pads", {}, &p.ph, &p.pw);
+    const std::vector<int64_t> pads = ctx.ints("pads");
+    p.ph_end = pads.size() == 4 ? pads[2] : p.ph;  // [top, left, bottom, right]
+    p.pw_end = pads.size() == 4 ? pads[3] : p.pw;
     if (dilated) ReadPair(ctx, "dilations", {}, &p.dh, &p.dw);
   }
   return p;
@@ -313,8 +317,8 @@ struct Box {
 inline int64_t AvgDivisor(const Pool2d& p, int64_t i, int64_t j,
                           bool count_include_pad) {
   const int64_t h0 = i * p.sh - p.ph, w0 = j * p.sw - p.pw;
-  int64_t h1 = std::min(h0 + p.kh, p.h + p.ph);
-  int64_t w1 = std::min(w0 + p.kw, p.w + p.pw);
+  int64_t h1 = std::min(h0 + p.kh, p.h + p.ph_end);
+  int64_t w1 = std::min(w0 + p.kw, p.w + p.pw_end);
   if (count_include_pad) return (h1 - h0) * (w1 - w0);
   h1 = std::min(h1, p.h);
   w1 = std::min(w1, p.w);

@@ -204,24 +204,68 @@ void NonZero(dg::KernelContext& ctx) {
   *ctx.output(1).data<int64_t>() = count;
 }
 
+// Unique sees x as (outer, dim, inner) and compares the dim slices
+// x[:, k, :] lexicographically in row-major order (NaN largest; NaNs equal).
+// Without axis the flattened x is (1, numel, 1): slices are elements.
 template <typename T>
 void Unique(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
-  const int64_t n = xt.numel();
+  const std::vector<int64_t> shape = xt.shape();
+  AxisSplit s{1, xt.numel(), 1};
+  if (ctx.has("axis")) {
+    s = SplitAt(shape, CheckedAxis(ctx.op_name(), ctx.i("axis"), shape));
+  }
+  const int64_t n = s.dim, width = s.outer * s.inner;
   const T* x = xt.data<const T>();
   T* values = ctx.output(0).data<T>();
   int64_t* first = ctx.output(1).data<int64_t>();
   int64_t* inverse = ctx.output(2).data<int64_t>();
   int64_t* counts = ctx.output(3).data<int64_t>();
+  // Element e (row-major over outer, inner) of slice k.
+  // The slices as the rows of a contiguous [dim, width] array: x itself
+  // when nothing precedes the axis, else a copy with the axis moved first.
+  std::vector<T> moved;
+  const T* rows = x;
+  if (s.outer > 1) {
+    moved.resize(static_cast<size_t>(n * width));
+    for (int64_t o = 0; o < s.outer; ++o) {
+      for (int64_t k = 0; k < n; ++k) {
+        std::copy(x + (o * n + k) * s.inner, x + (o * n + k + 1) * s.inner,
+                  moved.begin() + k * width + o * s.inner);
+      }
+    }
+    rows = moved.data();
+  }
+  auto at = [&](int64_t k, int64_t e) { return rows[k * width + e]; };
+  auto slice_less = [&](int64_t a, int64_t b) {
+    for (int64_t e = 0; e < width; ++e) {
+      const T va = at(a, e), vb = at(b, e);
+      if (Less(va, vb)) return true;
+      if (Less(vb, va)) return false;
+    }
+    return false;
+  };
+  auto slice_equal = [&](int64_t a, int64_t b) {
+    for (int64_t e = 0; e < width; ++e) {
+      if (!Equal(at(a, e), at(b, e))) return false;
+    }
+    return true;
+  };
   std::vector<int64_t> order;
-  OrderLine(x, n, n, false, &order);
-  // Groups of equal values in sorted order; the first of a group is its
+  if (width == 1) {
+    OrderLine(x, n, n, false, &order);
+  } else {
+    order.resize(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::stable_sort(order.begin(), order.end(), slice_less);
+  }
+  // Groups of equal slices in sorted order; the first of a group is its
   // first occurrence (ties are ordered by index).
   std::vector<int64_t> group_of(static_cast<size_t>(n));
   std::vector<int64_t> group_first, group_count;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t i = order[j];
-    if (j == 0 || !Equal(x[i], x[order[j - 1]])) {
+    if (j == 0 || !slice_equal(i, order[j - 1])) {
       group_first.push_back(i);
       group_count.push_back(0);
     }
@@ -240,13 +284,18 @@ void Unique(dg::KernelContext& ctx) {
     });
     for (int64_t p = 0; p < m; ++p) rank[by_first[p]] = p;
   }
+  // values: (outer, dim, inner) with slice rank[g] = slice group_first[g].
+  std::fill(values, values + n * width, T(0));
   for (int64_t g = 0; g < m; ++g) {
-    values[rank[g]] = x[group_first[g]];
+    const T* row = rows + group_first[g] * width;
+    for (int64_t o = 0; o < s.outer; ++o) {
+      std::copy(row + o * s.inner, row + (o + 1) * s.inner,
+                values + (o * s.dim + rank[g]) * s.inner);
+    }
     first[rank[g]] = group_first[g];
     counts[rank[g]] = group_count[g];
   }
   for (int64_t i = 0; i < n; ++i) inverse[i] = rank[group_of[i]];
-  std::fill(values + m, values + n, T(0));
   std::fill(first + m, first + n, int64_t{0});
   std::fill(counts + m, counts + n, int64_t{0});
   *ctx.output(4).data<int64_t>() = m;

@@ -16,7 +16,20 @@ namespace {
 struct Pool {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t ph_end = 0, pw_end = 0;  // bottom / right padding
 };
+
+// pads: [ph, pw] on both sides (one value: all), or [top, left, bottom,
+// right]; a maximum needs only the begins (windows are clipped to x), an
+// average's divisor the ends too.
+void ReadPads(const dg::KernelContext& ctx, Pool* p) {
+  const std::vector<int64_t> v = ctx.ints("pads");
+  DG_CHECK(!v.empty(), DG_INTERNAL, ctx.op_name(), ": attribute pads is empty");
+  p->ph = v[0];
+  p->pw = v.size() > 1 ? v[1] : v[0];
+  p->ph_end = v.size() == 4 ? v[2] : p->ph;
+  p->pw_end = v.size() == 4 ? v[3] : p->pw;
+}
 
 void ReadPair(const dg::KernelContext& ctx, const char* name, const std::vector<int64_t>& fb,
               int64_t* a, int64_t* b) {
@@ -38,7 +51,7 @@ Pool ReadPool(const dg::KernelContext& ctx, const dg::TensorRef& x, const dg::Te
   p.ow = pooled.dim(3);
   ReadPair(ctx, "kernel_size", {}, &p.kh, &p.kw);
   ReadPair(ctx, "strides", ctx.ints("kernel_size"), &p.sh, &p.sw);
-  ReadPair(ctx, "pads", {}, &p.ph, &p.pw);
+  ReadPads(ctx, &p);
   ReadPair(ctx, "dilations", {}, &p.dh, &p.dw);
   return p;
 }
@@ -159,7 +172,7 @@ __host__ __device__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? 
 __device__ Box AvgBox(const Pool& p, int64_t i, int64_t j, bool include_pad) {
   Box b;
   const int64_t h0 = i * p.sh - p.ph, w0 = j * p.sw - p.pw;
-  int64_t h1 = Min64(h0 + p.kh, p.h + p.ph), w1 = Min64(w0 + p.kw, p.w + p.pw);
+  int64_t h1 = Min64(h0 + p.kh, p.h + p.ph_end), w1 = Min64(w0 + p.kw, p.w + p.pw_end);
   if (include_pad) {
     b.count = (h1 - h0) * (w1 - w0);
   } else {
@@ -245,7 +258,7 @@ Pool ReadAvg(const dg::KernelContext& ctx, const dg::TensorRef& x, const dg::Ten
   if (windowed) {
     ReadPair(ctx, "kernel_size", {}, &p.kh, &p.kw);
     ReadPair(ctx, "strides", ctx.ints("kernel_size"), &p.sh, &p.sw);
-    ReadPair(ctx, "pads", {}, &p.ph, &p.pw);
+    ReadPads(ctx, &p);
   }
   return p;
 }

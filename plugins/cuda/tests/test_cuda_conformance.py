@@ -217,9 +217,9 @@ CASES = {
                    [ops.reshape(t, shape=[-1]) for t in ops.split(x, sizes=sz, axis=ax)], axis=0),
                [("f", (5, 6))], ALL, True) for ax, sz in ((0, [2, 0, 3]), (1, [1, 5]))],
     "Arange": [],  # see test_arange
-    "Pad": [(lambda x, m=m: ops.pad(x, pads=[1, 2, 3, 0], mode=m, value=1.5), [("f", s)], NUM,
+    "Pad": [(lambda x, m=m: ops.pad(x, pads=((1, 2), (3, 0)), mode=m, value=1.5), [("f", s)], NUM,
              True) for m in ("constant", "reflect", "edge") for s in ((4, 5), (3, 4))]
-           + [(lambda x: ops.pad(x, pads=[1, 1, 0, 2], value=-2.0), [("f", (0, 3))], NUM, False)],
+           + [(lambda x: ops.pad(x, pads=((1, 1), (0, 2)), value=-2.0), [("f", (0, 3))], NUM, False)],
     "AvgPool2d": [],  # see test_avg_pools
     "AvgPool2dGrad": [],
     "AdaptiveAvgPool2d": [],
@@ -567,7 +567,8 @@ def test_compiled_elementwise_chain_matches_cpu():
 @pytest.mark.parametrize("geom", [
     dict(kernel_size=[2, 2]), dict(kernel_size=[3, 3], strides=[1, 1], pads=[1, 1]),
     dict(kernel_size=[3, 2], strides=[2, 1], dilations=[2, 1], ceil_mode=True),
-    dict(kernel_size=[3, 3], strides=[2, 2], pads=[1, 1], ceil_mode=True)])
+    dict(kernel_size=[3, 3], strides=[2, 2], pads=[1, 1], ceil_mode=True),
+    dict(kernel_size=[3, 2], strides=[2, 1], pads=((1, 0), (0, 1)))])  # asymmetric
 def test_max_pool(dtype, geom):
     """Values, indices and the gradient (overlapping windows, ties from a
     quantised input, padding, dilation, ceil mode) against the CPU."""
@@ -603,6 +604,9 @@ def test_arange(dtype):
     dict(kernel_size=[2, 2]),
     dict(kernel_size=[3, 3], strides=[1, 1], pads=[1, 1], count_include_pad=False),
     dict(kernel_size=[3, 2], strides=[2, 1], pads=[1, 0], ceil_mode=True),
+    dict(kernel_size=[3, 3], strides=[2, 2], pads=((0, 1), (1, 0))),   # asymmetric: the
+    dict(kernel_size=[2, 3], strides=[1, 2], pads=((1, 0), (1, 1)),    # divisor's end clip
+         count_include_pad=False),
     dict(kernel_size=[3, 3], strides=[2, 2], pads=[1, 1], ceil_mode=True,
          count_include_pad=True)])
 def test_avg_pools(dtype, geom):
@@ -654,7 +658,7 @@ def test_rmsprop_and_adagrad_updates(dtype, momentum, centered, maximize):
 @pytest.mark.parametrize("dtype", ("float32", "float64"))
 @pytest.mark.parametrize("geom", [
     dict(c=3, o=4, k=(3, 3), strides=[1, 1], pads=[1, 1], dilations=[1, 1], groups=1),
-    dict(c=4, o=6, k=(3, 2), strides=[2, 1], pads=[1, 0, 0, 1], dilations=[1, 2], groups=2),
+    dict(c=4, o=6, k=(3, 2), strides=[2, 1], pads=((1, 0), (0, 1)), dilations=[1, 2], groups=2),
     dict(c=4, o=4, k=(3, 3), strides=[1, 1], pads=[2, 2], dilations=[2, 2], groups=4),
     dict(c=2, o=3, k=(1, 1), strides=[1, 1], pads=[0, 0], dilations=[1, 1], groups=1)])
 def test_convolutions(dtype, geom):

@@ -139,12 +139,12 @@ void PoolShape(dg::InferContext& ctx) {
   CheckBlocked(x, op, "x");
   const auto k = Axes(ctx, op, "kernel_size", {});
   const auto s = Axes(ctx, op, "strides", k);
-  const auto p = Axes(ctx, op, "pads", {0, 0});
+  const auto p = Axes(ctx, op, "pads", {0, 0}, true);
   const auto d = Axes(ctx, op, "dilations", {1, 1});
   int64_t out[2];
   for (int a = 0; a < 2; ++a) {
     DG_CHECK(k[a] > 0 && s[a] > 0 && d[a] > 0 && p[a] >= 0 &&
-                 2 * p[a] <= k[a],
+                 2 * p[a] <= k[a] && p[a + 2] >= 0 && 2 * p[a + 2] <= k[a],
              DG_INVALID_ARGUMENT, op, ": kernel_size ", dg::ShapeStr(k),
              ", strides ", dg::ShapeStr(s), ", dilations ", dg::ShapeStr(d),
              " must be positive and pads ", dg::ShapeStr(p),
@@ -152,7 +152,8 @@ void PoolShape(dg::InferContext& ctx) {
     const int64_t len = x.dim(2 + a);
     DG_CHECK(len > 0, DG_INVALID_ARGUMENT, op, ": x ", dg::ShapeStr(x.shape()),
              " has an empty spatial axis; pooling needs H, W >= 1");
-    out[a] = Extent(len, 2 * p[a], p[a], k[a], s[a], d[a], ctx.b("ceil_mode"));
+    out[a] = Extent(len, p[a] + p[a + 2], p[a], k[a], s[a], d[a],
+                    ctx.b("ceil_mode"));
     DG_CHECK(out[a] > 0, DG_INVALID_ARGUMENT, op, ": the window does not fit x ",
              dg::ShapeStr(x.shape()));
     // As MaxPool2d: every window must reach a cell of the input (with

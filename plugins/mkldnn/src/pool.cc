@@ -4,15 +4,16 @@
 // AdaptiveAvgPool2dGrad, on plain NCHW tensors, float32 and bfloat16.
 //
 // The core's geometry maps onto oneDNN's as follows, per spatial axis of
-// length L with kernel k, stride s, padding p and dilation d (oneDNN counts
-// dilation from 0: d - 1):
+// length L with kernel k, stride s, padding p before and pe after (pads
+// [top, left, bottom, right], or one value per axis for both sides) and
+// dilation d (oneDNN counts dilation from 0: d - 1):
 //   * the output size is the core's (the pooled tensor's shape); ceil mode
-//     becomes a right padding pr >= p chosen so that oneDNN's floor formula
+//     becomes a right padding pr >= pe chosen so that oneDNN's floor formula
 //     (L + p + pr - d(k-1) - 1) / s + 1 gives that size;
 //   * padded cells never win a maximum (oneDNN pads max pooling with -inf);
-//   * count_include_pad=True divides by the window clipped to [-p, L + p):
+//   * count_include_pad=True divides by the window clipped to [-p, L + pe):
 //     that is k (oneDNN's avg_include_padding) only when no window reaches
-//     past L + p, i.e. pr <= p; other calls are declined;
+//     past L + pe, i.e. pr <= pe; other calls are declined;
 //   * count_include_pad=False divides by the real cells
 //     (avg_exclude_padding), whatever pr is;
 //   * AdaptiveAvgPool2d bins are [floor(iL/O), ceil((i+1)L/O)): a regular
@@ -53,12 +54,25 @@ bool ReadPair(const dg::KernelContext& ctx, const char* name,
   return true;
 }
 
+// The pads attribute: begins p[2] and ends pe[2] ([ph, pw] on both sides,
+// one value for all, or [top, left, bottom, right]); false otherwise.
+bool ReadPads(const dg::KernelContext& ctx, int64_t p[2], int64_t pe[2]) {
+  const std::vector<int64_t> v = ctx.ints("pads");
+  if (v.size() == 4) {
+    p[0] = v[0], p[1] = v[1], pe[0] = v[2], pe[1] = v[3];
+    return true;
+  }
+  if (!ReadPair(ctx, "pads", {}, p)) return false;
+  pe[0] = p[0], pe[1] = p[1];
+  return true;
+}
+
 // The right padding that makes oneDNN's floor formula give `out` positions
 // (see the file comment); -1 when there is none.
 int64_t RightPad(int64_t len, int64_t out, int64_t k, int64_t s, int64_t p,
-                 int64_t d) {
+                 int64_t pe, int64_t d) {
   const int64_t span = d * (k - 1) + 1;
-  for (int64_t pr : {p, (out - 1) * s + span - len - p}) {
+  for (int64_t pr : {pe, (out - 1) * s + span - len - p}) {
     const int64_t room = len + p + pr - span;
     if (pr >= 0 && room >= 0 && room / s + 1 == out) return pr;
   }
@@ -74,7 +88,7 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
   // MaxPool2dNchw16c (layout.cc): blocked [N, C/16, H, W, 16] tensors.
   const bool blocked = x.ndim() == 5 && pooled.ndim() == 5 && !grad;
   if (!blocked && (x.ndim() != 4 || pooled.ndim() != 4)) return false;
-  int64_t k[2], s[2], p[2] = {0, 0}, d[2] = {1, 1};
+  int64_t k[2], s[2], p[2] = {0, 0}, pe[2] = {0, 0}, d[2] = {1, 1};
   if (kind == Pool::kAdaptive) {
     for (int a = 0; a < 2; ++a) {
       const int64_t len = x.dim(2 + a), out = pooled.dim(2 + a);
@@ -85,7 +99,7 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
   } else {
     const std::vector<int64_t> ks = ctx.ints("kernel_size");
     if (!ReadPair(ctx, "kernel_size", {}, k) ||
-        !ReadPair(ctx, "strides", ks, s) || !ReadPair(ctx, "pads", {}, p) ||
+        !ReadPair(ctx, "strides", ks, s) || !ReadPads(ctx, p, pe) ||
         (kind == Pool::kMax && !ReadPair(ctx, "dilations", {}, d))) {
       return false;
     }
@@ -101,10 +115,10 @@ bool PlanPool(const dg::KernelContext& ctx, Pool kind, bool grad,
   plan->pad_r.resize(2);
   for (int a = 0; a < 2; ++a) {
     const int64_t pr =
-        RightPad(x.dim(2 + a), pooled.dim(2 + a), k[a], s[a], p[a], d[a]);
+        RightPad(x.dim(2 + a), pooled.dim(2 + a), k[a], s[a], p[a], pe[a], d[a]);
     if (pr < 0) return false;
     if (plan->alg == dnnl::algorithm::pooling_avg_include_padding &&
-        pr > p[a]) {
+        pr > pe[a]) {
       return false;
     }
     plan->pad_r[a] = pr;

@@ -273,7 +273,8 @@ def pinned(target):
 
 def _all_three(x, w, b, attrs):
     """Conv2d, its transpose applied to the output and the filter
-    gradient, as NumPy float32."""
+    gradient, as NumPy float32 (``attrs`` in the schema's layout)."""
+    attrs = dg.plugin_api.py_attrs("Conv2d", attrs)
     y = dg.ops.conv2d(x, w, b, **attrs)
     t = dg.ops.conv_transpose2d(y, w, **attrs)
     f = dg.ops.conv2d_backprop_filter(x, y, list(w.shape), **attrs)
@@ -480,8 +481,10 @@ DIRECTIONAL = [
 
 def _pairing(op, attrs, c):
     """L(x, w) = <op(x, w), c>, a bilinear form."""
+    py = dg.plugin_api.py_attrs("Conv2d", attrs)
+
     def loss(x, w):
-        return dg.ops.sum(getattr(dg.ops, op)(x, w, **attrs) * c)
+        return dg.ops.sum(getattr(dg.ops, op)(x, w, **py) * c)
     return loss
 
 
@@ -498,7 +501,8 @@ def test_float32_gradients_match_directional_differences(op, xs, ws, attrs,
     rng = np.random.default_rng(sum(xs) + sum(ws))
     x, w, u, v = [rng.uniform(-1, 1, s).astype(np.float32)
                   for s in (xs, ws, xs, ws)]
-    y_shape = getattr(dg.ops, op)(dg.tensor(x), dg.tensor(w), **attrs).shape
+    y_shape = getattr(dg.ops, op)(dg.tensor(x), dg.tensor(w),
+                                  **dg.plugin_api.py_attrs("Conv2d", attrs)).shape
     c = dg.tensor(rng.uniform(-1, 1, tuple(y_shape)).astype(np.float32))
     loss = _pairing(op, attrs, c)
 
@@ -560,9 +564,10 @@ for xs, ws, a in [((2, 32, 9, 8), (48, 32, 3, 3), {"pads": [1, 0, 2, 1]}),
     x = r.uniform(-1, 1, xs).astype(np.float32)
     w = r.uniform(-1, 1, ws).astype(np.float32)
     X, W = dg.tensor(x), dg.tensor(w)
-    y = dg.ops.conv2d(X, W, **a).numpy()
-    t = dg.ops.conv_transpose2d(dg.tensor(y), W, **a).numpy()
-    f = dg.ops.conv2d_backprop_filter(X, dg.tensor(y), list(ws), **a).numpy()
+    pa = dg.plugin_api.py_attrs("Conv2d", a)  # schema layout -> Python's
+    y = dg.ops.conv2d(X, W, **pa).numpy()
+    t = dg.ops.conv_transpose2d(dg.tensor(y), W, **pa).numpy()
+    f = dg.ops.conv2d_backprop_filter(X, dg.tensor(y), list(ws), **pa).numpy()
     x64, w64, y64 = x.astype(float), w.astype(float), y.astype(float)
     for got, want in [(y, conv2d_ref(x64, w64, **a)),
                       (t, conv_transpose2d_ref(y64, w64, **a)),

@@ -75,7 +75,8 @@ def test_conv_matches_reference(xs, ws, bias, attrs, activation):
     b = RNG.uniform(-1, 1, ws[0]).astype(np.float32) if bias else None
     xin = blocked(x) if xs[1] % 16 == 0 else x
     args = [dg.tensor(xin), dg.tensor(w)] + ([dg.tensor(b)] if bias else [])
-    y = dg.ops.conv2d_nchw16c(*args, activation=activation, **attrs).numpy()
+    y = dg.ops.conv2d_nchw16c(*args, activation=activation,
+                              **dg.plugin_api.py_attrs("Conv2dNchw16c", attrs)).numpy()
     want = conv2d_ref(x.astype(float), w.astype(float),
                       None if b is None else b.astype(float), **attrs)
     if activation == "relu":

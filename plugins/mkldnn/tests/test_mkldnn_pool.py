@@ -173,12 +173,81 @@ def _served_cases():
             x, dy = _avg_grad_inputs(rng, np.float32, shape, attrs)
             yield "AvgPool2d", [x], avg_pool2d_ref, attrs, 4
             yield "AvgPool2dGrad", [x, dy], avg_pool2d_grad_ref, attrs, 4
+    yield from _asym_cases(rng)
     for shape, size in ADAPTIVE:
         x = rng.uniform(-3, 3, shape).astype(np.float32)
         dy = rng.standard_normal(shape[:2] + (size[0], size[-1])).astype(np.float32)
         yield "AdaptiveAvgPool2d", [x], adaptive_avg_pool2d_ref, {"output_size": size}, 4
         yield "AdaptiveAvgPool2dGrad", [x, dy], adaptive_avg_pool2d_grad_ref, \
             {"output_size": size}, 4
+
+
+# Asymmetric padding (the schema's [top, left, bottom, right]; the Python
+# ((top, bottom), (left, right))): oneDNN's padding_l / padding_r, served.
+ASYM = [((2, 3, 7, 6), {"kernel_size": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1]}),
+        ((1, 2, 5, 8), {"kernel_size": [3, 3], "strides": [1, 2], "pads": [0, 1, 1, 1]}),
+        ((1, 2, 6, 5), {"kernel_size": [2, 2], "strides": [1, 1], "pads": [1, 1, 0, 0]})]
+
+
+def _asym(kind, x, kernel_size, strides=(), pads=(0, 0, 0, 0), dilations=(1, 1),
+          ceil_mode=False, count_include_pad=True):
+    from tests.ops.test_padding_layout import pool_ref
+    t, l, b, r = pads
+    return pool_ref(kind, x, list(kernel_size), list(strides) or list(kernel_size),
+                    ((t, b), (l, r)), count_include_pad)
+
+
+def asym_max_ref(x, **attrs):
+    return _asym("max", x, **attrs)
+
+
+def asym_avg_ref(x, **attrs):
+    return _asym("avg", x, **attrs)
+
+
+def _vjp(f, x, dy, h):
+    """dy^T J of f at x, column by column (f linear, or piecewise linear with
+    every piece wider than h)."""
+    base = f(x)
+    dx = np.zeros(x.shape)
+    for idx in np.ndindex(x.shape):
+        e = x.copy()
+        e[idx] += h
+        dx[idx] = np.sum((f(e) - base) / h * dy)
+    return dx
+
+
+def asym_max_grad_ref(x, dy, **attrs):
+    return _vjp(lambda v: asym_max_ref(v, **attrs), x, dy, 1e-4)
+
+
+def asym_avg_grad_ref(x, dy, **attrs):
+    return _vjp(lambda v: asym_avg_ref(v, **attrs), x, dy, 1.0)
+
+
+def _asym_cases(rng):
+    for shape, attrs in ASYM:
+        x, dy = _max_grad_inputs(rng, np.float32, shape, {**attrs, "pads": attrs["pads"][:2]})
+        dy = rng.standard_normal(asym_max_ref(x.astype(np.float64), **attrs).shape) \
+            .astype(np.float32)
+        yield "MaxPool2d", [x], asym_max_ref, attrs, 4
+        yield "MaxPool2dGrad", [x, dy], asym_max_grad_ref, attrs, 4
+        for cip in (True, False):
+            a = {**attrs, "count_include_pad": cip}
+            yield "AvgPool2d", [x], asym_avg_ref, a, 4
+            yield "AvgPool2dGrad", [x, dy], asym_avg_grad_ref, a, 4
+
+
+@pytest.mark.parametrize("op, inputs, ref, attrs, tol",
+                         list(_asym_cases(np.random.default_rng(3))),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_asymmetric_pads_match_reference_and_cpu_eigen(op, inputs, ref, attrs, tol):
+    from mkldnn_testing import check_served
+    from dragon_sdk.testing import run_op
+    check_served(op, inputs, ref, attrs, rtol=1e-5 * tol, atol=1e-6 * tol)
+    ours = run_op(op, *[dg.tensor(a) for a in inputs], **attrs)
+    theirs = cpu_eigen_result(op, lambda: run_op(op, *[dg.tensor(a) for a in inputs], **attrs))
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-6)
 
 
 def _declined_calls():

@@ -29,7 +29,12 @@ from vision_testing import requires_cuda  # noqa: E402
 
 
 def _pads4(pads):
+    """(top, left, bottom, right) from the schema's 2 or 4 values or the
+    Python layout's ((top, bottom), (left, right))."""
     pads = list(pads)
+    if pads and isinstance(pads[0], (tuple, list)):
+        (t, b), (l, r) = pads
+        return [t, l, b, r]
     return pads + pads if len(pads) == 2 else pads
 
 
@@ -170,7 +175,7 @@ def test_forward_layouts(case):
 
 
 def test_zero_offsets_and_unit_mask_equal_conv2d(rng):
-    for attrs in ({}, {"strides": [2, 1], "pads": [1, 0, 0, 2], "dilations": [1, 2]},
+    for attrs in ({}, {"strides": [2, 1], "pads": ((1, 0), (0, 2)), "dilations": [1, 2]},
                   {"groups": 2, "pads": [1, 1]}):
         x = rng.standard_normal((2, 4, 7, 6))
         w = rng.standard_normal((6, 4 // attrs.get("groups", 1), 3, 2))
@@ -505,7 +510,8 @@ def test_bad_shapes_raise_clear_errors(change, message):
     ({"offset_groups": 0}, "offset_groups must be >= 1"),
     ({"groups": 3}, "groups 3 must divide"),
     ({"strides": [0, 1]}, "strides must be"),
-    ({"pads": [1, 1, 1]}, "pads must hold"),
+    ({"pads": [1, 1, 1]}, r"flat list of 3 values.*\(\(top, bottom\), \(left, right\)\)"),
+    ({"pads": [1, 1, 1, 1]}, r"the old flat layout is gone: .*\(\(1, 1\), \(1, 1\)\)"),
     ({"pads": [0, 0], "dilations": [3, 3]}, "larger than the padded input"),
 ])
 def test_bad_attributes_raise_clear_errors(attrs, message):

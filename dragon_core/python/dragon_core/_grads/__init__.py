@@ -18,3 +18,4 @@ from . import attention  # noqa: F401
 from . import rnn  # noqa: F401
 from . import conv3d  # noqa: F401
 from . import pool3d  # noqa: F401
+from . import fft  # noqa: F401

@@ -8,6 +8,20 @@ def ops():
     return _ops
 
 
+def py_pads(op: str, pads, n=None) -> tuple:
+    """A node's ``pads`` attribute (the C++ layout of ``op``) -> the
+    ``(before, after)`` pairs that ``dragon_core.ops`` functions take."""
+    from .._opgen import pads_from_schema
+    return pads_from_schema(op, pads, n)
+
+
+def py_attrs(node, names, op: str, n=None) -> dict:
+    """The attributes ``names`` of ``node`` as keyword arguments of an op
+    function (``pads`` converted by :func:`py_pads`)."""
+    return {k: py_pads(op, node.attrs[k], n) if k == "pads" else node.attrs[k]
+            for k in names}
+
+
 def unbroadcast(g, shape):
     """Sum ``g`` over the axes that broadcasting added or stretched so that
     it has ``shape`` (the inverse of NumPy broadcasting).

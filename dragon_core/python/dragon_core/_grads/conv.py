@@ -27,13 +27,14 @@ batch and spatial axes.
 """
 
 from .._autograd import gradient, needs_grad
-from ._util import ops, relu_grad
+from ._util import ops, py_pads, relu_grad
 
 
 def _geometry(node) -> dict:
-    """The geometry attributes shared by the three ops."""
+    """The geometry attributes shared by the three ops (``pads`` as the
+    ``(before, after)`` pairs the op functions take)."""
     a = node.attrs
-    return {"strides": list(a["strides"]), "pads": list(a["pads"]),
+    return {"strides": list(a["strides"]), "pads": py_pads("Conv2d", a["pads"], 2),
             "dilations": list(a["dilations"]), "groups": int(a["groups"])}
 
 
@@ -41,12 +42,10 @@ def _output_padding(image_shape, window_shape, kernel, geo) -> list:
     """``output_padding`` for a ConvTranspose2d from ``window_shape`` back to
     the spatial size of ``image_shape`` (both NCHW)."""
     pads = geo["pads"]
-    if len(pads) == 2:
-        pads = pads + pads
     out = []
     for i in range(2):
-        covered = ((window_shape[2 + i] - 1) * geo["strides"][i] - pads[i]
-                   - pads[i + 2] + geo["dilations"][i] * (kernel[i] - 1) + 1)
+        covered = ((window_shape[2 + i] - 1) * geo["strides"][i] - pads[i][0]
+                   - pads[i][1] + geo["dilations"][i] * (kernel[i] - 1) + 1)
         out.append(int(image_shape[2 + i] - covered))
     return out
 

@@ -11,21 +11,21 @@ Conv3dBackpropFilter    ConvTranspose3d(dy, G)       Conv3d(x, G)
 """
 
 from .._autograd import gradient, needs_grad
-from ._util import ops
+from ._util import ops, py_pads
 
 
 def _geometry(node) -> dict:
     a = node.attrs
-    return {"strides": list(a["strides"]), "pads": list(a["pads"]),
+    return {"strides": list(a["strides"]), "pads": py_pads("Conv3d", a["pads"], 3),
             "dilations": list(a["dilations"]), "groups": int(a["groups"])}
 
 
 def _input_grad(dy, w, x_shape, geo):
     """ConvTranspose3d of dy back to the spatial size of x_shape."""
-    pads = geo["pads"] if len(geo["pads"]) == 6 else geo["pads"] * 2
+    pads = geo["pads"]
     out_pad = []
     for i in range(3):
-        covered = ((dy.shape[2 + i] - 1) * geo["strides"][i] - pads[i] - pads[i + 3]
+        covered = ((dy.shape[2 + i] - 1) * geo["strides"][i] - pads[i][0] - pads[i][1]
                    + geo["dilations"][i] * (w.shape[2 + i] - 1) + 1)
         out_pad.append(int(x_shape[2 + i] - covered))
     return ops().conv_transpose3d(dy, w, output_padding=out_pad, **geo)

@@ -15,14 +15,14 @@ AdaptiveAvgPool2d) and of the helper ops their gradients use.
 from __future__ import annotations
 
 from .._autograd import gradient
-from ._util import ops
+from ._util import ops, py_attrs
 
 _MAX_ATTRS = ("kernel_size", "strides", "pads", "dilations", "ceil_mode")
 _AVG_ATTRS = ("kernel_size", "strides", "pads", "ceil_mode", "count_include_pad")
 
 
 def _attrs(node, names):
-    return {k: node.attrs[k] for k in names}
+    return py_attrs(node, names, "MaxPool2d", 2)
 
 
 @gradient("MaxPool2d")

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from .._autograd import gradient
-from ._util import ops
+from ._util import ops, py_attrs
 
 _AVG = ("kernel_size", "strides", "pads", "ceil_mode", "count_include_pad")
 
@@ -32,9 +32,9 @@ def _max_pool3d(node, dy, dindices):
 
 @gradient("AvgPool3d")
 def _avg_pool3d(node, dy):
-    return [ops().avg_pool3d_grad(node.inputs[0], dy, **{k: node.attrs[k] for k in _AVG})]
+    return [ops().avg_pool3d_grad(node.inputs[0], dy, **py_attrs(node, _AVG, "AvgPool3d", 3))]
 
 
 @gradient("AvgPool3dGrad")
 def _avg_pool3d_grad(node, ddx):
-    return [None, ops().avg_pool3d(ddx, **{k: node.attrs[k] for k in _AVG})]
+    return [None, ops().avg_pool3d(ddx, **py_attrs(node, _AVG, "AvgPool3d", 3))]

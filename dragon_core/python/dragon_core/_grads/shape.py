@@ -108,7 +108,7 @@ def _slice(node, dy):
     attrs = node.attrs
     k = len(attrs["starts"])
     axes = attrs["axes"] if attrs["axes"] is not None else list(range(k))
-    pads = [0] * (2 * x.ndim)
+    pads = [[0, 0] for _ in range(x.ndim)]  # (before, after) per axis
     g = dy
     for start, stop, step, axis in zip(attrs["starts"], attrs["ends"], attrs["steps"], axes):
         axis = _axis(axis, x.ndim)
@@ -118,11 +118,10 @@ def _slice(node, dy):
             continue
         if step == 1:  # a contiguous run: padded back with zeros below
             before = picked[0] if len(picked) else 0
-            pads[2 * axis] = before
-            pads[2 * axis + 1] = n - before - len(picked)
+            pads[axis] = [before, n - before - len(picked)]
         else:
             g = _place(g, list(picked), n, axis)
-    if any(pads):
+    if any(b or a for b, a in pads):
         g = ops().pad(g, pads)
     return [g]
 

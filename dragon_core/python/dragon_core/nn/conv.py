@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._opgen import pads_to_pairs
 from . import functional as F
 from ._common import add_weight_and_bias, check_positive, reset_weight_and_bias
 from .module import Module
@@ -19,7 +20,8 @@ class _ConvNd(Module):
         self.kernel_size = tuple(F._pair(kernel_size, "kernel_size", name))
         self.stride = tuple(F._pair(stride, "stride", name))
         self.dilation = tuple(F._pair(dilation, "dilation", name))
-        self.padding = padding if isinstance(padding, str) else tuple(F._pads(padding, name))
+        # ((top, bottom), (left, right)), checked now (docs/python-api.md)
+        self.padding = padding if isinstance(padding, str) else pads_to_pairs(name, padding, 2)
         self.groups = groups
         self.output_padding = tuple(F._pair(output_padding, "output_padding", name))
         kh, kw = self.kernel_size
@@ -36,7 +38,7 @@ class _ConvNd(Module):
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
-        if self.padding not in ((0, 0), "valid"):
+        if self.padding not in (((0, 0), (0, 0)), "valid"):
             s += f", padding={self.padding}"
         if self.dilation != (1, 1):
             s += f", dilation={self.dilation}"
@@ -52,8 +54,9 @@ class _ConvNd(Module):
 class Conv2d(_ConvNd):
     """2-D convolution over ``[N, C, H, W]``.
 
-    ``padding`` is an int, ``(h, w)``, ``(top, left, bottom, right)``,
-    ``"valid"`` or ``"same"``. Weights ``[out, in/groups, kh, kw]``,
+    ``padding`` is an int, ``(h, w)`` (both sides), ``((top, bottom), (left,
+    right))``, ``"valid"`` or ``"same"``; kept as ``((top, bottom), (left,
+    right))``. Weights ``[out, in/groups, kh, kw]``,
     initialised as in PyTorch.
     """
 

@@ -1,6 +1,6 @@
 """Functional forms of the layers (``dragon_core.nn.functional``, ``F``).
 
-Each function maps PyTorch-style arguments (``stride=2``, ``padding=(1, 2)``)
+Each function maps PyTorch-style argument names (``stride=2``, ``padding=1``)
 onto one op of the standard library (``docs/ops.md``), so everything here
 runs on any device whose plugin provides the op, differentiates through the
 op's gradient rule, and is traced into graphs by ``@dragon_core.function``.
@@ -44,16 +44,6 @@ def _pair(value, what: str, op: str) -> list:
     return value
 
 
-def _pads(padding, op: str) -> list:
-    if isinstance(padding, int):
-        return [padding, padding]
-    padding = list(padding)
-    if len(padding) in (2, 4) and all(isinstance(p, int) for p in padding):
-        return padding
-    raise ValueError(f"{op}: padding must be an int, (h, w) or (top, left, bottom, right), "
-                     f"got {padding!r}")
-
-
 def _reduction(reduction: str, op: str) -> str:
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
@@ -78,20 +68,22 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 # ------------------------------------------------------------------- conv
-def same_padding(kernel_size, dilation=1) -> list:
-    """``[top, left, bottom, right]`` padding keeping the size at stride 1."""
+def same_padding(kernel_size, dilation=1) -> tuple:
+    """``((top, bottom), (left, right))`` padding keeping the size at stride 1
+    (the odd cell, if any, at the bottom / right)."""
     kh, kw = _pair(kernel_size, "kernel_size", "same_padding")
     dh, dw = _pair(dilation, "dilation", "same_padding")
     th, tw = dh * (kh - 1), dw * (kw - 1)
-    return [th // 2, tw // 2, th - th // 2, tw - tw // 2]
+    return ((th // 2, th - th // 2), (tw // 2, tw - tw // 2))
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution over NCHW input; ``weight`` is ``[O, C/groups, kh, kw]``.
 
-    ``padding`` is an int, ``(h, w)``, ``(top, left, bottom, right)``,
-    ``"valid"`` or ``"same"`` (stride 1 only).
+    ``padding`` is an int, ``(h, w)`` (both sides), ``((top, bottom),
+    (left, right))``, ``"valid"`` or ``"same"`` (stride 1 only): the padding
+    layout of every op (docs/python-api.md).
     """
     if isinstance(padding, str):
         if padding == "valid":
@@ -103,16 +95,17 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         else:
             raise ValueError(f"conv2d: padding must be 'valid', 'same' or ints, got {padding!r}")
     return _op("Conv2d")(x, weight, bias, strides=_pair(stride, "stride", "conv2d"),
-                         pads=_pads(padding, "conv2d"),
+                         pads=padding,
                          dilations=_pair(dilation, "dilation", "conv2d"), groups=groups)
 
 
 def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
-    """Transposed 2-D convolution; ``weight`` is ``[C_in, O/groups, kh, kw]``."""
+    """Transposed 2-D convolution; ``weight`` is ``[C_in, O/groups, kh, kw]``;
+    ``padding`` (removed from the output) as :func:`conv2d`'s."""
     op = "conv_transpose2d"
     return _op("ConvTranspose2d")(x, weight, bias, strides=_pair(stride, "stride", op),
-                                  pads=_pads(padding, op),
+                                  pads=padding,
                                   output_padding=_pair(output_padding, "output_padding", op),
                                   dilations=_pair(dilation, "dilation", op), groups=groups)
 
@@ -120,21 +113,24 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
 # ---------------------------------------------------------------- pooling
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False) -> Tensor:
-    """Max pooling over NCHW input (``stride`` defaults to ``kernel_size``)."""
+    """Max pooling over NCHW input (``stride`` defaults to ``kernel_size``);
+    ``padding`` is an int, ``(h, w)`` or ``((top, bottom), (left, right))``,
+    each side at most half the kernel."""
     op = "max_pool2d"
     k = _pair(kernel_size, "kernel_size", op)
     s = k if stride is None else _pair(stride, "stride", op)
-    return _op("MaxPool2d")(x, kernel_size=k, strides=s, pads=_pads(padding, op),
+    return _op("MaxPool2d")(x, kernel_size=k, strides=s, pads=padding,
                             dilations=_pair(dilation, "dilation", op), ceil_mode=ceil_mode)
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True) -> Tensor:
-    """Average pooling over NCHW input (``stride`` defaults to ``kernel_size``)."""
+    """Average pooling over NCHW input (``stride`` defaults to ``kernel_size``);
+    ``padding`` as :func:`max_pool2d`'s."""
     op = "avg_pool2d"
     k = _pair(kernel_size, "kernel_size", op)
     s = k if stride is None else _pair(stride, "stride", op)
-    return _op("AvgPool2d")(x, kernel_size=k, strides=s, pads=_pads(padding, op),
+    return _op("AvgPool2d")(x, kernel_size=k, strides=s, pads=padding,
                             ceil_mode=ceil_mode, count_include_pad=count_include_pad)
 
 

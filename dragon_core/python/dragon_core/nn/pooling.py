@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import functional as F
+from .._opgen import pads_to_pairs
 from .module import Module
 
 
@@ -11,6 +12,7 @@ class MaxPool2d(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False):
         super().__init__()
+        pads_to_pairs(type(self).__name__, padding, 2)  # a bad layout fails here
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.ceil_mode = dilation, ceil_mode
 
@@ -29,6 +31,7 @@ class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True):
         super().__init__()
+        pads_to_pairs(type(self).__name__, padding, 2)  # a bad layout fails here
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 

@@ -159,9 +159,17 @@ def _activation(e, y, outs, act):
 
 # -------------------------------------------------------- convolution
 
+def _onnx_pads(p, n):
+    """A ``pads`` attribute (1 value, N for both sides, or N begins then N
+    ends) -> ONNX's ``[x1_begin, ..., xN_begin, x1_end, ..., xN_end]``."""
+    p = [int(v) for v in p]
+    if len(p) == 1:
+        p = p * n
+    return p + p if len(p) == n else p
+
+
 def _pads4(p):
-    p = list(p)
-    return p + p if len(p) == 2 else [p[0], p[1], p[2], p[3]]
+    return _onnx_pads(p, 2)
 
 
 @export_op("Conv2d")
@@ -192,9 +200,7 @@ def _pool_geometry(a):
     k = list(a["kernel_size"]) * (2 if len(a["kernel_size"]) == 1 else 1)
     s = list(a["strides"]) or k
     s = s * 2 if len(s) == 1 else s
-    p = list(a["pads"])
-    p = p * 2 if len(p) == 1 else p
-    return k, s, p + p
+    return k, s, _pads4(a["pads"])
 
 
 @export_op("MaxPool2d")
@@ -359,7 +365,7 @@ def _embedding(e, ins, outs, a):
 
 @export_op("Pad")
 def _pad(e, ins, outs, a):
-    p = list(a["pads"])
+    p = list(a["pads"])   # Pad's attribute: [b0, a0, b1, a1, ...]
     pads = p[0::2] + p[1::2]
     e.node("Pad", [ins[0], e.const(np.array(pads, np.int64)),
                    e.scalar(a.get("value", 0.0), ins[0])], outs, mode=a.get("mode", "constant"))
@@ -731,18 +737,18 @@ def _gru(e, ins, outs, a):
 @export_op("Conv3d")
 def _conv3d(e, ins, outs, a):
     w = e.shape(ins[1])
-    p = list(a["pads"])
+    p = _onnx_pads(a["pads"], 3)
     e.node("Conv", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
-           strides=list(a["strides"]), pads=p + p, dilations=list(a["dilations"]),
+           strides=list(a["strides"]), pads=p, dilations=list(a["dilations"]),
            group=int(a["groups"]))
 
 
 @export_op("ConvTranspose3d")
 def _conv_transpose3d(e, ins, outs, a):
     w = e.shape(ins[1])
-    p = list(a["pads"])
+    p = _onnx_pads(a["pads"], 3)
     e.node("ConvTranspose", [i for i in ins if i], outs, kernel_shape=list(w[2:]),
-           strides=list(a["strides"]), pads=p + p, output_padding=list(a["output_padding"]),
+           strides=list(a["strides"]), pads=p, output_padding=list(a["output_padding"]),
            dilations=list(a["dilations"]), group=int(a["groups"]))
 
 
@@ -751,11 +757,11 @@ def _max_pool3d(e, ins, outs, a):
     k = list(a["kernel_size"])
     k = k * 3 if len(k) == 1 else k
     s = list(a["strides"]) or k
-    p = list(a["pads"])
+    p = _onnx_pads(a["pads"], 3)
     if len(outs) > 1 and e.used(outs[1]):
         raise NotImplementedError("MaxPool3d's indices (per (n, c) volume; ONNX MaxPool's "
                                   "Indices count across the batch and channels)")
-    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p + p, dilations=list(a["dilations"]),
+    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p, dilations=list(a["dilations"]),
            ceil_mode=int(bool(a["ceil_mode"])))
 
 
@@ -764,8 +770,8 @@ def _avg_pool3d(e, ins, outs, a):
     k = list(a["kernel_size"])
     k = k * 3 if len(k) == 1 else k
     s = list(a["strides"]) or k
-    p = list(a["pads"])
-    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p + p,
+    p = _onnx_pads(a["pads"], 3)
+    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p,
            ceil_mode=int(bool(a["ceil_mode"])),
            count_include_pad=int(bool(a["count_include_pad"])))
 
@@ -810,3 +816,223 @@ def _sdpa(e, ins, outs, a):
                                        keepdims=1), e.scalar(-np.inf, q)])
         p = e.node("Where", [dead, e.scalar(0.0, q), p])
     e.node("MatMul", [p, v], outs)
+
+
+# ------------------------------------- data-dependent ops (padded forms)
+# Dragon's graphs hold NonZero and Unique in padded form (worst-case sizes
+# plus a 0-d count); ONNX's ops return the exact sizes, so each is written as
+# the ONNX op, then Pad back to the padded size and Shape for the count.
+
+# onnxruntime 1.31's NonZero / Unique kernels lack some dtypes: those go
+# through a wider dtype that holds them exactly (float64 NonZero through
+# x != 0, which keeps NaN and values too small for float32).
+_NONZERO_CAST = {"float16": "float32", "bfloat16": "float32", "int8": "int32",
+                 "int16": "int32"}
+_UNIQUE_CAST = {"float16": "float32", "bfloat16": "float32", "int32": "int64"}
+
+
+def _widened(e, x: str, table: dict) -> str:
+    to = table.get(e.dtype(x))
+    return x if to is None else e.node("Cast", [x], to=e.onnx_dtype(to))
+
+
+def _pad_end(e, x: str, rank: int, axis: int, target: int, count: str, value) -> str:
+    """``x`` padded at the end of ``axis`` with ``value`` (a NumPy scalar of
+    ``x``'s dtype) up to ``target`` (``count`` [1] int64: its current size
+    there)."""
+    zeros = lambda k: e.const(np.zeros(k, np.int64))  # noqa: E731
+    parts = [zeros(rank + axis), e.node("Sub", [e.const(np.array([target], np.int64)), count])]
+    if rank - axis - 1:
+        parts.append(zeros(rank - axis - 1))
+    pads = e.node("Concat", parts, axis=0)
+    return e.node("Pad", [x, pads, e.const(np.asarray(value))], mode="constant")
+
+
+@export_op("NonZero")
+def _nonzero_padded(e, ins, outs, a):
+    """Dragon's padded NonZero ([rank, numel] coordinates then -1, and the
+    count) from ONNX NonZero's [rank, count]."""
+    x = ins[0]
+    shape = e.shape(x)
+    numel, rank = int(np.prod(shape, dtype=np.int64)), len(shape)
+    src = _widened(e, x, _NONZERO_CAST)
+    if e.dtype(x) == "float64":
+        src = e.node("Not", [e.node("Equal", [x, e.const(np.zeros((), np.float64))])])
+    if rank == 0:
+        src = e.node("Reshape", [src, e.const(np.array([1], np.int64))])
+    nz = e.node("NonZero", [src])
+    count = e.node("Shape", [nz], start=1, end=2)
+    if rank == 0:     # [1, c] -> [0, c]
+        z = e.const(np.array([0], np.int64))
+        nz = e.node("Slice", [nz, z, z, z])
+    padded = _pad_end(e, nz, 2, 1, numel, count, np.int64(-1))
+    e.node("Identity", [padded], [outs[0]])
+    if len(outs) > 1:
+        e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[1]])
+
+
+@export_op("Unique")
+def _unique_padded(e, ins, outs, a):
+    """Dragon's padded Unique from ONNX Unique (same orders: sorted, or
+    first occurrence): values, indices and counts padded with 0 to the
+    worst case, inverse reshaped to x's shape without axis."""
+    x = ins[0]
+    shape = e.shape(x)
+    axis = a.get("axis")
+    src = _widened(e, x, _UNIQUE_CAST)
+    attrs = {"sorted": int(bool(a.get("sorted", True)))}
+    if axis is not None:
+        axis = int(axis) % len(shape)
+        attrs["axis"] = axis
+    names = [e.fresh("unique_y"), e.fresh("unique_idx"), e.fresh("unique_inv"),
+             e.fresh("unique_cnt")]
+    y, idx, inv, cnt = names
+    e.node("Unique", [src], names, **attrs)
+    count = e.node("Shape", [idx])
+    zero = np.zeros((), e.np_dtype(_UNIQUE_CAST.get(e.dtype(x)) or e.dtype(x)))
+    if axis is None:
+        size = int(np.prod(shape, dtype=np.int64))
+        y = _pad_end(e, y, 1, 0, size, count, zero)
+        inv = e.node("Reshape", [inv, e.const(np.array(shape, np.int64))])
+    else:
+        size = int(shape[axis])
+        y = _pad_end(e, y, len(shape), axis, size, count, zero)
+    if src != x:
+        y = e.node("Cast", [y], to=e.onnx_dtype(e.dtype(x)))
+    e.node("Identity", [y], [outs[0]])
+    e.node("Identity", [_pad_end(e, idx, 1, 0, size, count, np.int64(0))], [outs[1]])
+    e.node("Identity", [inv], [outs[2]])
+    e.node("Identity", [_pad_end(e, cnt, 1, 0, size, count, np.int64(0))], [outs[3]])
+    e.node("Reshape", [count, e.const(np.array([], np.int64))], [outs[4]])
+
+
+@export_op("BatchedNms")
+def _batched_nms(e, ins, outs, a):
+    """vision_ops' per-category padded NMS from ONNX NonMaxSuppression with
+    one class per distinct category: a box scores its own score in its
+    category's class and -inf elsewhere, which the lowest float32 as
+    score_threshold drops (so a box scored -inf is never kept). The
+    selection (class-major) is put back in Dragon's order, decreasing score
+    and then lower index, by a TopK on the box index and a TopK on the
+    score (ONNX TopK keeps equal values in index order)."""
+    boxes, scores, idxs = ins[0], ins[1], ins[2]
+    n = e.shape(boxes)[0]
+    i64 = lambda v: e.const(np.array(v, np.int64))  # noqa: E731
+    f32 = e.np_dtype(e.dtype(scores))
+    cats = [e.fresh("cats"), e.fresh("cat_idx"), e.fresh("cat_of"), e.fresh("cat_n")]
+    e.node("Unique", [idxs], cats, sorted=1)
+    num_cats = e.node("Reshape", [e.node("Shape", [cats[0]]), i64([])])
+    member = e.node("Equal", [e.node("Unsqueeze", [cats[2], i64([0])]),
+                              e.node("Unsqueeze", [e.node("Range", [i64(0), num_cats, i64(1)]),
+                                                   i64([1])])])          # [C, N]
+    cls_scores = e.node("Where", [member, e.node("Unsqueeze", [scores, i64([0])]),
+                                  e.const(np.array(-np.inf, f32))])
+    sel = e.node("NonMaxSuppression", [
+        e.node("Unsqueeze", [boxes, i64([0])]), e.node("Unsqueeze", [cls_scores, i64([0])]),
+        i64([n]), e.const(np.array([a["iou_threshold"]], np.float32)),
+        e.const(np.array([np.finfo(np.float32).min], np.float32))])
+    picked = e.node("Reshape", [e.node("Slice", [sel, i64([2]), i64([3]), i64([1])]),
+                                i64([-1])])
+    count = e.node("Shape", [picked])
+    by_index = e.node("TopK", [picked, count], [e.fresh("by_index"), e.fresh("unused")],
+                      largest=0, sorted=1)
+    order = [e.fresh("order_v"), e.fresh("order_i")]
+    e.node("TopK", [e.node("Gather", [scores, by_index]), count], order, largest=1, sorted=1)
+    keep = e.node("Gather", [by_index, order[1]])
+    e.node("Identity", [_pad_end(e, keep, 1, 0, n, count, np.int64(-1))], [outs[0]])
+    if len(outs) > 1:
+        e.node("Reshape", [count, i64([])], [outs[1]])
+# ---------------------------------------------------- the DFT family (fft.cc)
+# ONNX DFT: complex as a trailing axis of 2 (as Dragon), forward unscaled,
+# inverse by 1/n; other norms are a Mul. Opset 20 moved axis to an input.
+
+def _dft_node(e, x, outs, axis, n, inverse, onesided=0):
+    length = e.const(np.array(n, np.int64))
+    if e.opset >= 20:
+        return e.node("DFT", [x, length, e.const(np.array(axis, np.int64))], outs,
+                      inverse=int(inverse), onesided=int(onesided))
+    return e.node("DFT", [x, length], outs, axis=int(axis), inverse=int(inverse),
+                  onesided=int(onesided))
+
+
+def _dft_scale(norm, n, inverse):
+    """numpy's factor relative to ONNX's (forward 1, inverse 1/n)."""
+    if norm == "ortho":
+        return math.sqrt(n) if inverse else 1.0 / math.sqrt(n)
+    if inverse:
+        return float(n) if norm == "forward" else 1.0
+    return 1.0 / n if norm == "forward" else 1.0
+
+
+def _scaled(e, y, outs, factor, like):
+    """y times factor (a constant of ``like``'s dtype), into outs."""
+    if factor == 1.0:
+        return e.node("Identity", [y], outs)
+    return e.node("Mul", [y, e.scalar(factor, like)], outs)
+
+
+def _resize_axis(e, x, axis, size):
+    """x cut, or zero-padded at the end, to ``size`` along ``axis``."""
+    shape = list(e.shape(x))
+    have = shape[axis]
+    if have == size:
+        return x
+    if have > size:
+        return e.node("Slice", [x, e.const(np.array([0], np.int64)),
+                                e.const(np.array([size], np.int64)),
+                                e.const(np.array([axis], np.int64))])
+    shape[axis] = size - have
+    zeros = e.const(np.zeros(shape, e.np_dtype(e.dtype(x))))
+    return e.node("Concat", [x, zeros], axis=axis)
+
+
+def _c2c(inverse):
+    def run(e, ins, outs, a):
+        rank = len(e.shape(ins[0])) - 1
+        axis = int(a["axis"]) % rank
+        n = int(e.shape(outs[0])[axis])
+        y = _dft_node(e, ins[0], None, axis, n, inverse)
+        _scaled(e, y, outs, _dft_scale(a["norm"], n, inverse), ins[0])
+    return run
+
+
+export_op("Fft")(_c2c(False))
+export_op("Ifft")(_c2c(True))
+
+
+@export_op("Rfft")
+def _rfft(e, ins, outs, a):
+    shape = list(e.shape(ins[0]))
+    axis = int(a["axis"]) % len(shape)
+    n = int(a["n"]) if a.get("n") is not None else shape[axis]
+    x = e.node("Unsqueeze", [ins[0], e.const(np.array([-1], np.int64))])
+    y = _dft_node(e, x, None, axis, n, False, onesided=1)
+    _scaled(e, y, outs, _dft_scale(a["norm"], n, False), ins[0])
+
+
+@export_op("Irfft")
+def _irfft(e, ins, outs, a):
+    """The Hermitian spectrum written out (Gather of the n // 2 + 1 given
+    frequencies, conjugated for the mirrored ones; the imaginary parts of
+    frequency 0 and n / 2 zeroed) and a full inverse DFT, real part: the
+    inverse one-sided DFT is not read the same by every ONNX runtime."""
+    shape = list(e.shape(ins[0]))
+    rank = len(shape) - 1
+    axis = int(a["axis"]) % rank
+    n = int(e.shape(outs[0])[axis])
+    count = n // 2 + 1
+    x = _resize_axis(e, ins[0], axis, count)
+    dtype = e.np_dtype(e.dtype(ins[0]))
+    index = np.array([k if k < count else n - k for k in range(n)], np.int64)
+    sign = np.ones((n, 2))
+    sign[count:, 1] = -1.0                   # conjugate the mirrored half
+    sign[0, 1] = 0.0                         # imag of frequency 0 ignored
+    if n % 2 == 0:
+        sign[n // 2, 1] = 0.0                # and of frequency n / 2
+    sign = sign.reshape([n] + [1] * (rank - axis - 1) + [2]).astype(dtype)
+    full = e.node("Mul", [e.node("Gather", [x, e.const(index)], axis=axis), e.const(sign)])
+    y = _dft_node(e, full, None, axis, n, True)
+    re = e.node("Slice", [y, e.const(np.array([0], np.int64)), e.const(np.array([1], np.int64)),
+                          e.const(np.array([rank], np.int64))])
+    re = e.node("Squeeze", [re, e.const(np.array([rank], np.int64))])
+    _scaled(e, re, outs, _dft_scale(a["norm"], n, True), ins[0])

@@ -848,11 +848,11 @@ def _spatial_2d(n, x, strides, dilations, pads):
     """Lift 1-D geometry to 2-D (a height of 1)."""
     if x.ndim == 3:
         return (_to2d(x), [1] + list(strides), [1] + list(dilations),
-                [0, pads[0], 0, pads[1]])
+                ((0, 0), (pads[0], pads[1])))
     if x.ndim != 4:
         n.fail(f"{x.ndim - 2}-D input {list(x.shape)}: Dragon's op library has 1-D and 2-D "
                "windows")
-    return x, list(strides), list(dilations), list(pads)
+    return x, list(strides), list(dilations), _pairs(pads, 2)
 
 
 def _split_pads(pads, rank):
@@ -860,10 +860,19 @@ def _split_pads(pads, rank):
     return list(pads[:rank]), list(pads[rank:])
 
 
+def _pairs(pads, rank):
+    """ONNX pads ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` -> the
+    ``(before, after)`` pair per axis that Dragon's ops take."""
+    return tuple((int(b_), int(e_)) for b_, e_ in zip(pads[:rank], pads[rank:2 * rank]))
+
+
+def _flat_pairs(full):
+    """``[b0, a0, b1, a1, ...]`` -> ``((b0, a0), (b1, a1), ...)``."""
+    return tuple((int(b_), int(a_)) for b_, a_ in zip(full[0::2], full[1::2]))
+
+
 def _pad_explicitly(x, begins, ends, value=0.0):
-    full = [0, 0, 0, 0]
-    for b_, e_ in zip(begins, ends):
-        full += [b_, e_]
+    full = ((0, 0), (0, 0)) + tuple(zip(begins, ends))
     return ops.pad(x, full, "constant", value)
 
 
@@ -937,16 +946,22 @@ def _pool(kind):
             return _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil)
         x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
         k2 = [1] + kernel if rank == 1 else kernel
-        begin, end = p2[:2], p2[2:]
-        half_ok = all(2 * p <= k for p, k in zip(begin, k2))
-        explicit = begin != end or not half_ok
+        begin, end = [p[0] for p in p2], [p[1] for p in p2]
+        half_ok = all(2 * p <= k for p, k in zip(begin + end, k2 + k2))
+        # The 2-D pooling ops pad each side by up to half the kernel, the
+        # two sides alike or not; wider padding is applied explicitly. (An
+        # averaging window in ceil mode that runs past the end padding
+        # divides as PyTorch does, which ONNX does not pin down: explicit.)
+        explicit = not half_ok or (begin != end and ceil and kind == "avg")
+        if not explicit:
+            begin = tuple(zip(begin, end))
         if explicit:
             if ceil:
                 n.fail(f"asymmetric padding {pads} with ceil_mode=1")
             fill = -np.inf if kind == "max" else 0.0
             if kind == "max" and dt(x2) not in ("float16", "bfloat16", "float32", "float64"):
                 fill = float(np.iinfo(np_dtype(dt(x2))).min)
-            full = [0, 0, 0, 0, begin[0], end[0], begin[1], end[1]]
+            full = ((0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1]))
             if kind == "avg" and not n.a("count_include_pad", 0):
                 # Mean over the real cells: window sums of x over window
                 # sums of a mask of the real cells.
@@ -1112,7 +1127,7 @@ def _lrn(n):
     C = x.shape[1]
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     sq = ops.square(x)
-    pads = [0, 0, before, after] + [0, 0] * (x.ndim - 2)
+    pads = ((0, 0), (before, after)) + ((0, 0),) * (x.ndim - 2)
     sqp = ops.pad(sq, pads)
     acc = None
     for i in range(size):
@@ -1154,6 +1169,7 @@ def _pad(n):
         full = [max(0, p) for p in full]
     if not any(full):
         return x
+    full = _flat_pairs(full)
     if dt(x) == "bool":
         return ops.cast(ops.pad(ops.cast(x, "uint8"), full, mode, float(value)), "bool")
     return ops.pad(x, full, mode, float(value))
@@ -1576,7 +1592,7 @@ def _lp_pool(n):
     x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
     k2 = [1] + kernel if len(kernel) == 1 else kernel
     xp = ops.pow(ops.abs(x2), like(x2, p))
-    xp = ops.pad(xp, [0, 0, 0, 0, p2[0], p2[2], p2[1], p2[3]]) if any(p2) else xp
+    xp = ops.pad(xp, ((0, 0), (0, 0)) + tuple(p2)) if any(any(p) for p in p2) else xp
     y = ops.mul(ops.avg_pool2d(xp, k2, s2, [0, 0], bool(n.a("ceil_mode", 0)), True),
                 like(x2, float(np.prod(k2))))
     y = ops.pow(y, like(y, 1.0 / p))
@@ -1585,8 +1601,9 @@ def _lp_pool(n):
 
 @op("Compress")
 def _compress(n):
-    """The condition is read at trace time (the loader keys its traces on
-    its value when it is a graph input, as for a Reshape target)."""
+    """The condition is read on the host: at trace time when it is an
+    initializer or a Constant; a condition computed at run time makes load
+    run this node eagerly between compiled segments (_segments.py)."""
     x = n.x(0)
     keep = np.nonzero(np.asarray(n.static(1)).reshape(-1).astype(bool))[0]
     axis = n.a("axis", None)
@@ -1670,7 +1687,7 @@ def _attention(n):
             mask = ops.cast(mask, dtype)
         pad = kv_len - mask.shape[-1]
         if pad > 0:
-            mask = ops.pad(mask, [0, 0] * (mask.ndim - 1) + [0, pad], "constant", -np.inf)
+            mask = ops.pad(mask, ((0, 0),) * (mask.ndim - 1) + ((0, pad),), "constant", -np.inf)
         bias = mask
     causal = bool(n.a("is_causal", 0))
     left, right = n.a("left_window_size", -1), n.a("right_window_size", -1)
@@ -1753,8 +1770,8 @@ def _center_crop_pad(n):
             x = ops.slice(x, [start], [start + size], [1], [a])
         elif size > dim:
             before = (size - dim) // 2
-            pads = [0] * (2 * x.ndim)
-            pads[2 * a], pads[2 * a + 1] = before, size - dim - before
+            pads = [(0, 0)] * x.ndim
+            pads[a] = (before, size - dim - before)
             x = ops.pad(x, pads) if dt(x) != "bool" else \
                 ops.cast(ops.pad(ops.cast(x, "uint8"), pads), "bool")
     return x
@@ -1899,7 +1916,7 @@ def _deform_conv(n):
         shape = list(off.shape)
         shape[1] //= 2
         mask = ops.full(shape, 1.0, dt(x))
-    return ops.deform_conv2d(x, w, off, mask, b, list(strides), list(pads), list(dilations),
+    return ops.deform_conv2d(x, w, off, mask, b, list(strides), _pairs(pads, 2), list(dilations),
                              n.a("group", 1), n.a("offset_group", 1))
 
 
@@ -2233,7 +2250,8 @@ def _conv_int(n, x, w, bias=None):
     if x.ndim != 4:
         n.fail(f"{x.ndim - 2}-D integer convolution (2-D only)")
     strides, dilations, pads = _geometry(n, x, list(w.shape[2:]))
-    return ops.conv2d(x, w, bias, list(strides), list(pads), list(dilations), n.a("group", 1))
+    return ops.conv2d(x, w, bias, list(strides), _pairs(pads, 2), list(dilations),
+                      n.a("group", 1))
 
 
 @op("ConvInteger")
@@ -2276,10 +2294,7 @@ def _max_unpool(n):
         if any(e_ < 0 for e_ in extra) or extra[:2] != [0, 0]:
             n.fail(f"output_shape {target} smaller than the unpooled shape {shape}")
         if any(extra):
-            full = []
-            for e_ in extra:
-                full += [0, e_]
-            y = ops.pad(y, full)
+            y = ops.pad(y, tuple((0, e_) for e_ in extra))
     return y
 
 
@@ -2317,56 +2332,20 @@ def _col2im(n):
 
 @op("DFT")
 def _dft(n):
-    """The discrete Fourier transform as two real matrix products with the
-    (trace-time) cosine and sine matrices of the signal length."""
+    """ONNX DFT onto the native DFT family (``dragon_core.ops.dft``: Fft,
+    Ifft, Rfft, Irfft with an O(n log n) kernel): real ([..., 1]) or
+    complex ([..., 2]) input, dft_length cuts or pads, onesided, inverse
+    (inverse + onesided is irfft). Opset 20 moved axis to an input."""
     x = n.x(0)
     rank = x.ndim
     if n.opset >= 20:
         axis = int(np.asarray(n.static(2)).reshape(-1)[0]) if n.has(2) else -2
     else:
         axis = n.a("axis", 1)
-    axis = norm_axis(axis, rank)
-    if axis == rank - 1:
+    if norm_axis(axis, rank) == rank - 1:
         n.fail("the signal axis may not be the last (real/imaginary) axis")
-    length = int(np.asarray(n.static(1)).reshape(-1)[0]) if n.has(1) else x.shape[axis]
-    inverse, onesided = bool(n.a("inverse", 0)), bool(n.a("onesided", 0))
-    if inverse and onesided:
-        n.fail("an inverse one-sided transform (irfft)")
-    out_dtype = dt(x)
-    if out_dtype != "float64":        # sums in float64, rounded once at the end
-        x = ops.cast(x, "float64")
-    size = x.shape[axis]
-    if length < size:
-        x = ops.slice(x, [0], [length], [1], [axis])
-    elif length > size:
-        pads = [0] * (2 * rank)
-        pads[2 * axis + 1] = length - size
-        x = ops.pad(x, pads)
-    perm = [i for i in range(rank - 1) if i != axis] + [axis, rank - 1]
-    xt = ops.transpose(x, perm)                         # [..., L, c]
-    re = reshape(ops.slice(xt, [0], [1], [1], [rank - 1]), list(xt.shape[:-1]))
-    im = reshape(ops.slice(xt, [1], [2], [1], [rank - 1]), list(xt.shape[:-1])) \
-        if x.shape[-1] == 2 else None
-    k_count = length // 2 + 1 if onesided else length
-    theta = 2 * np.pi * np.outer(np.arange(length), np.arange(k_count)) / length
-    cos, sin = const(np.cos(theta), dt(x)), const(np.sin(theta), dt(x))
-    sign = 1.0 if inverse else -1.0
-    # (re + i im)(cos + i sign sin)
-    out_re = ops.matmul(re, cos)
-    out_im = ops.mul(ops.matmul(re, sin), like(re, sign))
-    if im is not None:
-        out_re = ops.sub(out_re, ops.mul(ops.matmul(im, sin), like(re, sign)))
-        out_im = ops.add(out_im, ops.matmul(im, cos))
-    if inverse:
-        out_re = ops.div(out_re, like(re, length))
-        out_im = ops.div(out_im, like(re, length))
-    y = ops.stack([out_re, out_im], -1)                # [..., K, 2]
-    if out_dtype != "float64":
-        y = ops.cast(y, out_dtype)
-    back = [0] * rank
-    for j, p in enumerate(perm):
-        back[p] = j
-    return ops.transpose(y, back)
+    length = int(np.asarray(n.static(1)).reshape(-1)[0]) if n.has(1) else None
+    return ops.dft(x, length, axis, bool(n.a("inverse", 0)), bool(n.a("onesided", 0)))
 
 
 @op("CumProd")
@@ -2391,3 +2370,133 @@ def _cumprod(n):
         return x
     parts = [outs[i] for i in range(length)]
     return parts[0] if length == 1 else ops.concat(parts, axis)
+
+
+# --------------------------------------- data-dependent output shapes
+# NonZero, Unique and NonMaxSuppression produce tensors whose shape depends
+# on the values: load() runs these nodes eagerly between compiled segments
+# (_segments.py), so their inputs here are concrete tensors and the count is
+# read on the host.
+
+_UNIQUE_WIDE = {"float16": "float32", "bfloat16": "float32", "int8": "int32",
+                "int16": "int32", "uint8": "int32", "bool": "int32"}
+
+
+@op("NonZero")
+def _nonzero(n):
+    return ops.nonzero(n.x(0))
+
+
+@op("Unique")
+def _unique(n):
+    """numpy.unique through Dragon's Unique (float32/64, int32/64); the
+    other dtypes go through a wider one that holds them exactly."""
+    x = n.x(0)
+    wide = _UNIQUE_WIDE.get(dt(x))
+    xw = ops.cast(x, wide) if wide else x
+    axis = n.a("axis", None)
+    y, first, inverse, counts = ops.unique(xw, True, True, True, sorted=bool(n.a("sorted", 1)),
+                                           axis=axis)
+    if wide:
+        y = ops.cast(y, dt(x))
+    return [y, first, reshape(inverse, [-1]), counts]
+
+
+def _check_nms(attrs, opset, node):
+    if "Nms" not in {d["name"] for d in _C.list_ops()}:
+        return "needs vision_ops' Nms op (install the dragon-vision-ops plugin)"
+    if attrs.get("center_point_box", 0) not in (0, 1):
+        return f"center_point_box={attrs['center_point_box']} (ONNX allows 0 and 1)"
+    return None
+
+
+@op("NonMaxSuppression", check=_check_nms)
+def _non_max_suppression(n):
+    """Per batch and class: the boxes scoring above score_threshold, by
+    decreasing score (ties: lower index), through vision_ops' greedy Nms,
+    at most max_output_boxes_per_class of them (Nms runs on a prefix of the
+    score order that keeps enough, grown as needed: exact, and it does not
+    visit thousands of boxes for 100 outputs). Corners are reordered
+    (ONNX boxes may be flipped) and center boxes converted first; a
+    negative iou_threshold suppresses what 0 does (overlapping boxes: ONNX
+    never suppresses disjoint ones)."""
+    boxes, scores = n.x(0), n.x(1)
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 \
+            or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        n.fail(f"boxes must be [B, N, 4] and scores [B, C, N], got {list(boxes.shape)} and "
+               f"{list(scores.shape)}")
+    if dt(boxes) not in ("float32", "float64") or dt(scores) != dt(boxes):
+        n.fail(f"boxes and scores must both be float32 or float64, got {dt(boxes)} and "
+               f"{dt(scores)}")
+
+    def scalar(i, default, kind):
+        v = n.static(i)
+        if v is None or np.asarray(v).size == 0:
+            return default
+        return kind(np.asarray(v).reshape(-1)[0])
+
+    max_out = max(scalar(2, 0, int), 0)
+    iou = max(scalar(3, 0.0, float), 0.0)
+    score_thr = scalar(4, None, float)
+    if n.a("center_point_box", 0) == 1:      # [xc, yc, w, h] -> corners
+        c, half = ops.slice(boxes, [0], [2], [1], [2]), ops.mul(
+            ops.slice(boxes, [2], [4], [1], [2]), like(boxes, 0.5))
+        lo, hi = ops.sub(c, half), ops.add(c, half)
+    else:                                     # [y1, x1, y2, x2], either diagonal
+        a, b = ops.slice(boxes, [0], [2], [1], [2]), ops.slice(boxes, [2], [4], [1], [2])
+        lo, hi = ops.minimum(a, b), ops.maximum(a, b)
+    corners = ops.concat([lo, hi], 2)
+    score_host = scores.numpy()
+    rows = []
+    for bi in range(boxes.shape[0]):
+        box_b = ops.slice(corners, [bi], [bi + 1], [1], [0])
+        box_b = reshape(box_b, [boxes.shape[1], 4])
+        for ci in range(scores.shape[1]):
+            if max_out == 0:
+                continue
+            s = score_host[bi, ci]
+            # Candidates in the order Nms visits them: decreasing score, ties
+            # by lower index (NaN scores are never kept and suppress nothing).
+            cand = np.nonzero(~np.isnan(s) if score_thr is None else s > score_thr)[0]
+            cand = cand[np.argsort(-s[cand], kind="stable")]
+            s_t = tensor(np.ascontiguousarray(s))
+            # Greedy NMS decides a box from the boxes before it only, so the
+            # first max_out kept boxes of a prefix are those of the whole
+            # list once the prefix keeps max_out: grow the prefix until then.
+            k = min(cand.size, max(4 * max_out, 64))
+            while cand.size:
+                idx = const(cand[:k], "int64")
+                keep, count = ops.nms_padded(ops.gather(box_b, idx, 0), ops.gather(s_t, idx, 0),
+                                             iou_threshold=iou)
+                kept = cand[:k][keep.numpy()[:int(count.item())]]
+                if kept.size >= max_out or k == cand.size:
+                    break
+                k = min(cand.size, 4 * k)
+            else:
+                continue
+            kept = kept[:max_out]
+            rows.append(np.stack([np.full(kept.size, bi), np.full(kept.size, ci), kept], 1))
+    sel = np.concatenate(rows, 0) if rows else np.zeros((0, 3), np.int64)
+    return [tensor(sel.astype(np.int64))]
+# ------------------------------------------------ STFT and MelWeightMatrix
+
+@op("STFT")
+def _stft(n):
+    """ONNX STFT onto ``dragon_core.ops.stft`` (frames by Gather, window,
+    native DFT); frame_step and frame_length must be known at load time."""
+    step = int(np.asarray(n.static(1)).reshape(-1)[0])
+    frame_length = int(np.asarray(n.static(3)).reshape(-1)[0]) if n.has(3) else None
+    return ops.stft(n.x(0), step, n.x(2) if n.has(2) else None, frame_length,
+                    bool(n.a("onesided", 1)))
+
+
+@op("MelWeightMatrix")
+def _mel_weight_matrix(n):
+    """ONNX MelWeightMatrix: a constant from the (load-time) inputs, with
+    ONNX's formula and the inputs' own dtypes in its arithmetic."""
+    from .._spectral import mel_weight_matrix_values
+    args = [np.asarray(n.static(i)).reshape(-1)[0] for i in range(5)]
+    to = ONNX_DTYPES.get(n.a("output_datatype", 1))
+    if to is None:
+        n.fail("output dtype Dragon lacks")
+    return const(mel_weight_matrix_values(*args), to)

@@ -374,7 +374,14 @@ class OnnxFunction:
         # folding (a BatchNormalization into its Conv) and kernels' per-call-
         # site state (oneDNN's reordered filters) happen once, at the first call.
         self._fn = Function(self._trace, opt_level=opt_level, name=graph.name or "onnx",
-                            freeze=freeze, owned=lambda: list(self.initializers.values()))
+                            freeze=freeze, owned=self._owned)
+        self._opt_level, self._freeze = opt_level, freeze
+        self._segments = _plan_segments(self)
+
+    def _owned(self) -> list:
+        """The tensors every compiled graph of the model borrows as constants
+        (its initializers; see ``Function(owned=...)``)."""
+        return list(self.initializers.values())
 
     # The traced function: tensors of the dynamic inputs, then the values of
     # the static ones (hashable, part of the trace key).
@@ -420,6 +427,8 @@ class OnnxFunction:
             raise TypeError(f"ONNX model '{self.model.graph.name}' takes "
                             f"{len(self.input_names)} inputs {self.input_names}, got {len(args)}")
         feeds = {nm: self._as_input(nm, a) for nm, a in zip(self.input_names, args)}
+        if self._segments is not None:
+            return self._segments(feeds)
         for _ in range(len(self.input_names) + 1):
             dynamic = [feeds[nm] for nm in self.input_names if nm not in self._static]
             static = tuple((nm, feeds[nm].dtype.name, tuple(feeds[nm].shape),
@@ -435,7 +444,13 @@ class OnnxFunction:
         raise RuntimeError("internal: too many retraces")
 
     def get_graph(self, *args):
-        """The optimised Dragon GraphDef the model compiles to for these inputs."""
+        """The optimised Dragon GraphDef the model compiles to for these inputs
+        (a model with data-dependent output shapes compiles to several: see
+        :meth:`get_graphs`)."""
+        if self._segments is not None:
+            raise ValueError(f"ONNX model '{self.model.graph.name}' has nodes whose output "
+                             "shapes depend on the values and compiles to "
+                             f"{self._segments.num_segments} graphs: use get_graphs()")
         self(*args)
         feeds = {nm: self._as_input(nm, a) for nm, a in zip(self.input_names, args)}
         dynamic = [feeds[nm] for nm in self.input_names if nm not in self._static]
@@ -443,6 +458,34 @@ class OnnxFunction:
                         feeds[nm].numpy().tobytes())
                        for nm in self.input_names if nm in self._static)
         return self._fn.get_graph(dynamic, static)
+
+
+    # -- data-dependent output shapes (NonZero, Unique, ...): _segments.py
+
+    @property
+    def num_graphs(self) -> int:
+        """How many compiled graphs a call runs: 1, or the number of
+        segments of a model split at its data-dependent nodes."""
+        return 1 if self._segments is None else self._segments.num_segments
+
+    def get_graphs(self, *args) -> list:
+        """The optimised GraphDefs a call with these inputs runs, in order:
+        one for most models; one per compiled segment for a model split at
+        nodes whose output shapes depend on the values (the nodes between
+        them run eagerly; see docs/onnx.md)."""
+        if self._segments is None:
+            return [self.get_graph(*args)]
+        if len(args) != len(self.input_names):
+            raise TypeError(f"ONNX model '{self.model.graph.name}' takes "
+                            f"{len(self.input_names)} inputs {self.input_names}, got {len(args)}")
+        feeds = {nm: self._as_input(nm, a) for nm, a in zip(self.input_names, args)}
+        return self._segments.get_graphs(feeds)
+
+
+def _plan_segments(fn: "OnnxFunction"):
+    """The segment plan of a model with data-dependent nodes, else None."""
+    from ._segments import plan
+    return plan(fn, fn._graph)
 
 
 def default_opset(model) -> int:

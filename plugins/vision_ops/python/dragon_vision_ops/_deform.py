@@ -14,7 +14,7 @@ torchvision's op is not twice differentiable either).
 from __future__ import annotations
 
 import dragon_core
-from dragon_core.plugin_api import gradient, needs_grad
+from dragon_core.plugin_api import gradient, needs_grad, pads_from_schema
 
 __all__ = ["deform_conv2d"]
 
@@ -94,7 +94,8 @@ def deform_conv2d(input, offset, weight, bias=None, stride=(1, 1),
 
 def _geometry(node) -> dict:
     a = node.attrs
-    return {"strides": list(a["strides"]), "pads": list(a["pads"]),
+    return {"strides": list(a["strides"]),
+            "pads": pads_from_schema("DeformConv2d", a["pads"]),  # (before, after) pairs
             "dilations": list(a["dilations"]), "groups": int(a["groups"]),
             "offset_groups": int(a["offset_groups"])}
 

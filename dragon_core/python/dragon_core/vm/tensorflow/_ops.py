@@ -401,7 +401,7 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
         raise NotImplementedError("pad(mode='SYMMETRIC') is not supported by "
                                   "dragon_core.vm.tensorflow; use mode='REFLECT' or "
                                   "'CONSTANT'")
-    pads = [int(v) for v in p.reshape(-1)]
+    pads = tuple((int(b), int(a)) for b, a in p)
     return ops.pad(x, pads, mode=mode.lower(), value=float(constant_values))
 
 

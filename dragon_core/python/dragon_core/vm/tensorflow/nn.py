@@ -192,20 +192,21 @@ def _hw_nchw(value, name, op):
 
 
 def same_pads(in_hw, k_hw, s_hw, d_hw=(1, 1)):
-    """TensorFlow's 'SAME' padding as ``[top, left, bottom, right]``: the
+    """TensorFlow's 'SAME' padding as ``((top, bottom), (left, right))``: the
     output has ``ceil(in / stride)`` positions, extra padding at the end."""
     pads = []
     for n, k, s, d in zip(in_hw, k_hw, s_hw, d_hw):
         out = -(-n // s)
-        pads.append(max((out - 1) * s + (k - 1) * d + 1 - n, 0))
-    return [pads[0] // 2, pads[1] // 2, pads[0] - pads[0] // 2, pads[1] - pads[1] // 2]
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        pads.append((total // 2, total - total // 2))
+    return tuple(pads)
 
 
 def _padding(padding, in_hw, k_hw, s_hw, d_hw, op):
     if isinstance(padding, str):
         p = padding.upper()
         if p == "VALID":
-            return [0, 0, 0, 0]
+            return ((0, 0), (0, 0))
         if p == "SAME":
             return same_pads(in_hw, k_hw, s_hw, d_hw)
         raise ValueError(f"{op}: padding must be 'SAME' or 'VALID', got {padding!r}")
@@ -213,7 +214,7 @@ def _padding(padding, in_hw, k_hw, s_hw, d_hw, op):
     p = [[int(a) for a in pair] for pair in padding]
     if len(p) != 4:
         raise ValueError(f"{op}: explicit padding must have 4 [before, after] pairs")
-    return [p[1][0], p[2][0], p[1][1], p[2][1]]
+    return ((p[1][0], p[1][1]), (p[2][0], p[2][1]))
 
 
 def _to_nchw(x, data_format, op):
@@ -255,23 +256,25 @@ def _pool(kind, x, ksize, strides, padding, data_format, op):
     k = pick(ksize, "ksize", op)
     s = pick(strides, "strides", op)
     pads = _padding(padding, xc.shape[2:], k, s, (1, 1), op)
-    t, l, b, r = pads
+    # Pooling pads each side by at most half the kernel ('SAME' always does):
+    # padded cells never win a maximum and TensorFlow averages over the real
+    # cells only (count_include_pad=False), as the ops do.
+    fits = all(2 * v <= kk for pair, kk in zip(pads, k) for v in pair)
+    full = ((0, 0), (0, 0)) + tuple(pads)
     if kind == "max":
-        if (t, l) == (b, r):
-            y = ops.max_pool2d(xc, kernel_size=k, strides=s, pads=[t, l])
-        else:   # asymmetric ('SAME' with an odd total): pad with -inf first
+        if fits:
+            y = ops.max_pool2d(xc, kernel_size=k, strides=s, pads=pads)
+        else:   # explicit padding wider than half the window: pad with -inf first
             lowest = float(np.finfo(xc.dtype.name if xc.dtype.name != "bfloat16"
                                     else "float32").min)
-            xp = ops.pad(xc, [0, 0, 0, 0, t, b, l, r], value=lowest)
+            xp = ops.pad(xc, full, value=lowest)
             y = ops.max_pool2d(xp, kernel_size=k, strides=s)
-    elif (t, l) == (b, r):
-        # TensorFlow averages over the window's valid elements only.
-        y = ops.avg_pool2d(xc, kernel_size=k, strides=s, pads=[t, l], count_include_pad=False)
+    elif fits:
+        y = ops.avg_pool2d(xc, kernel_size=k, strides=s, pads=pads, count_include_pad=False)
     else:
         # window sums over zero padding, divided by the count of real elements
-        xp = ops.pad(xc, [0, 0, 0, 0, t, b, l, r])
-        ones = ops.pad(ops.ones([1, 1] + list(xc.shape[2:]), dtype=xc.dtype),
-                       [0, 0, 0, 0, t, b, l, r])
+        xp = ops.pad(xc, full)
+        ones = ops.pad(ops.ones([1, 1] + list(xc.shape[2:]), dtype=xc.dtype), full)
         y = ops.div(ops.avg_pool2d(xp, kernel_size=k, strides=s),
                     ops.avg_pool2d(ones, kernel_size=k, strides=s))
     return ops.transpose(y, [0, 2, 3, 1]) if nhwc else y

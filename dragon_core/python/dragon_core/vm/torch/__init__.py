@@ -157,7 +157,7 @@ def iinfo(type):  # noqa: D103,A002
 
 
 _ALTERNATIVES = {
-    "fft": "numpy.fft on tensor.numpy()",
+    "fft": "dragon_core.ops.fft/ifft/rfft/irfft (complex as a trailing axis of size 2)",
     "sparse": "dense tensors",
     "distributed": "dragon_core.distributed",
     "onnx": "dragon_core.onnx",

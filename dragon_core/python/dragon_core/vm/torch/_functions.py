@@ -832,28 +832,36 @@ def median(input, dim=None, keepdim=False):
 
 @_both
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
-    """``torch.unique`` of the flattened input: the native Unique (sorted
-    ascending; torch's ``sorted=False`` order is unspecified, sorted is one
-    of its valid answers); other dtypes than float32/64, int32/64 on the
-    host."""
+    """``torch.unique``: the distinct values of the flattened input, or the
+    distinct slices along ``dim`` (the native Unique with ``axis``; sorted
+    ascending, slices lexicographically; torch's ``sorted=False`` order is
+    unspecified, sorted is one of its valid answers); other dtypes than
+    float32/64, int32/64 on the host (``numpy.unique``)."""
     if dim is not None:
-        raise NotImplementedError("unique(dim=...) is not supported; flatten first")
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"unique(): dim must be an int, got {type(dim).__name__}")
+        nd = len(input.shape)
+        if not -nd <= int(dim) < nd:
+            raise IndexError(f"unique(): dim {dim} is out of range for a tensor of "
+                             f"{nd} dimensions (shape {list(input.shape)})")
+        dim = int(dim) % nd
     t = input._t
     if _scan_native(t):
         res = _ops.unique(t.detach() if _records(t) else t, return_inverse=return_inverse,
-                          return_counts=return_counts)
+                          return_counts=return_counts, axis=dim)
         if not isinstance(res, tuple):
             return _w(res)
         return tuple(_w(r) for r in res)
     from ._creation import _from_numpy_owned
     res = np.unique(input.detach().cpu().numpy(), return_inverse=return_inverse,
-                    return_counts=return_counts)
+                    return_counts=return_counts, axis=dim)
     if not isinstance(res, tuple):
         return _from_numpy_owned(res)
     out = [_from_numpy_owned(res[0])]
     k = 1
     if return_inverse:
-        out.append(_from_numpy_owned(res[k].reshape(input.shape).astype(np.int64)))
+        inv = res[k].reshape(input.shape if dim is None else (-1,))
+        out.append(_from_numpy_owned(inv.astype(np.int64)))
         k += 1
     if return_counts:
         out.append(_from_numpy_owned(res[k].astype(np.int64)))

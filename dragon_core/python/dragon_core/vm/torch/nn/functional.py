@@ -232,7 +232,7 @@ def one_hot(tensor, num_classes=-1):
 
 def pad(input, pad, mode="constant", value=None):
     """torch's pad order (last dim first, (left, right) pairs) turned into
-    dragon's (begins then ends per axis, all axes)."""
+    dragon's (one (before, after) pair per axis, outermost first, as np.pad)."""
     n = input.ndim
     if len(pad) % 2 or len(pad) // 2 > n:
         raise RuntimeError("Padding length must be divisible by 2 and at most twice the "
@@ -250,7 +250,7 @@ def pad(input, pad, mode="constant", value=None):
         raise NotImplementedError("pad(mode='circular') is not supported; use torch.cat of "
                                   "slices")
     mode = {"replicate": "edge"}.get(mode, mode)
-    pads = [v for b, e in zip(begins, ends) for v in (b, e)]
+    pads = tuple(zip(begins, ends))
     return _w(_ops.pad(input._t, pads, mode, 0.0 if value is None else float(value)))
 
 

@@ -11,8 +11,10 @@ Rows
     the batch norms fold into the convolutions once, as onnxruntime's
     ORT_ENABLE_ALL does) and ``dgx.load(model)`` (zero-copy initializers,
     the fold recomputed per call). onnxruntime: CPU provider,
-    ORT_ENABLE_ALL, one intra-op thread per core. Target, for each way of
-    importing: <= onnxruntime. An informational row times the same network built with
+    ORT_ENABLE_ALL, one intra-op thread per core (and, as information,
+    the same with its pool's spinning off, the counterpart of the passive
+    OpenMP wait Dragon uses). Target, for each way of importing: <=
+    onnxruntime with its defaults. An informational row times the same network built with
     ``dg.nn`` and compiled with ``@dg.function(freeze=True)``: the import
     should cost nothing over it.
 ``onnx_bert_layer_b8_s128_h256``
@@ -21,6 +23,15 @@ Rows
     ``torch.onnx.export`` (TorchScript exporter, opset 17) on a batch of
     8x128x256. Same Dragon/onnxruntime rows and target. Without torch the
     model is exported from Dragon's module instead (``dgx.export``).
+
+Each benchmark also has two rows timed on one thread in a child process
+(``DRAGON_NUM_THREADS=1``, onnxruntime ``intra_op_num_threads=1``): the
+median *CPU time* per call (``time.process_time``) of ``dgx.load(model)``
+and of onnxruntime, interleaved call by call, with the target Dragon <=
+onnxruntime. On the shared 2-CPU machine the wall-clock rows above mostly
+measure how often a descheduled OpenMP thread holds up a barrier; CPU time
+on one thread is what each library's kernels and graph cost, whatever the
+load.
 
 Every output is checked against a float64 reference before it is timed
 (torch float64 where installed, else Dragon's float64 forward). The
@@ -95,9 +106,11 @@ def _measure(bench, impls, ref, timing, target_of):
     return out
 
 
-def _ort_session(ort, model_bytes: bytes):
+def _ort_session(ort, model_bytes: bytes, spin: bool = True):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count()
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
@@ -105,6 +118,7 @@ def _ort_session(ort, model_bytes: bytes):
 def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
     import dragon_core.onnx as dgx
     sess = _ort_session(ort, model_bytes)
+    calm = _ort_session(ort, model_bytes, spin=False)
     name = sess.get_inputs()[0].name
     dx = dg.tensor(x)
     frozen = dgx.load(model_bytes, freeze=True)
@@ -114,6 +128,8 @@ def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
              ("dgx.load(model) (O3, zero-copy initializers)", "dragon",
               lambda: live(dx)[0].numpy(), {}),
              *extra_impls,
+             (ort_impl + ", allow_spinning=0 (information)", "onnxruntime",
+              lambda: calm.run(None, {name: x})[0], {}),
              (ort_impl, "onnxruntime", lambda: sess.run(None, {name: x})[0],
               {"version": ort.__version__, "threads": os.cpu_count()})]
 
@@ -128,6 +144,86 @@ def _rows(bench, model_bytes, x, ref, timing, dg, ort, extra_impls=()):
             row["vs"] = {"onnxruntime": ratio}
             row["note"] = "; ".join(t for t in (f"{ratio:.2f}x onnxruntime's time in this "
                                                 "run", row.get("note", "")) if t)
+    return rows
+
+
+#: Calls per library in the one-thread CPU-time rows (interleaved).
+CPU_CALLS = {"full": 40, "quick": 2}
+
+
+def _cpu_child(model_path: str, x_path: str, calls: int) -> None:
+    """In a child with one thread: check, then time CPU per call; prints JSON."""
+    import json
+    import time
+    import dragon_core as dg
+    import dragon_core.onnx as dgx
+    import onnxruntime as ort
+    with open(model_path, "rb") as f:
+        model_bytes = f.read()
+    x = np.load(x_path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    fn, dx = dgx.load(model_bytes), dg.tensor(x)
+    fns = {"dragon": lambda: fn(dx)[0].numpy(),
+           "onnxruntime": lambda: sess.run(None, {name: x})[0]}
+    out = {k: {"cpu_ms": []} for k in fns}
+    for k, f in fns.items():   # outputs for the parent's check, beside x
+        np.save(os.path.join(os.path.dirname(x_path), f"{k}.npy"), np.asarray(f()))
+    for _ in range(2):
+        for f in fns.values():
+            f()
+    for _ in range(calls):
+        for k, f in fns.items():
+            t0 = time.process_time()
+            f()
+            out[k]["cpu_ms"].append((time.process_time() - t0) * 1e3)
+    print("CPU_ROWS " + json.dumps(out))
+
+
+def _cpu_rows(bench, model_bytes, x, ref, quick):
+    """The one-thread CPU-time rows (module docstring), from a child process."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        mp, xp = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "x.npy")
+        with open(mp, "wb") as f:
+            f.write(model_bytes)
+        np.save(xp, x)
+        env = dict(os.environ, DRAGON_NUM_THREADS="1", OMP_NUM_THREADS="1")
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--cpu-child", mp, xp,
+                               str(CPU_CALLS["quick" if quick else "full"])],
+                              capture_output=True, text=True, env=env, timeout=900)
+        saved = {lib: os.path.join(tmp, f"{lib}.npy") for lib in ("dragon", "onnxruntime")}
+        outs = {lib: np.load(path) for lib, path in saved.items() if os.path.exists(path)}
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CPU_ROWS ")), None)
+    if proc.returncode or line is None or len(outs) != 2:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return [result(bench, "1 thread, CPU time", "dragon", "ms", None, "lower",
+                       note=f"one-thread child failed: {' | '.join(tail)}")]
+    data = json.loads(line[len("CPU_ROWS "):])
+    med = {k: float(np.median(v["cpu_ms"])) for k, v in data.items()}
+    rows = []
+    impls = {"dragon": "dgx.load(model), 1 thread, median CPU time per call",
+             "onnxruntime": "InferenceSession CPU, 1 thread, median CPU time per call"}
+    for lib in ("dragon", "onnxruntime"):
+        problem = _close(outs[lib], ref)
+        target = round(med["onnxruntime"], 3) if lib == "dragon" else None
+        if problem:
+            rows.append(result(bench, impls[lib], lib, "ms", None, "lower", target,
+                               status="WRONG", note=f"{lib} 1 thread: {problem}"))
+            continue
+        row = result(bench, impls[lib], lib, "ms", med[lib], "lower", target,
+                     cpu_ms_per_call=data[lib]["cpu_ms"])
+        if lib == "dragon":
+            ratio = med["dragon"] / med["onnxruntime"]
+            row["vs"] = {"onnxruntime": ratio}
+            row["note"] = f"{ratio:.2f}x onnxruntime's CPU time in this run (one thread each)"
+        rows.append(row)
     return rows
 
 
@@ -159,7 +255,9 @@ def bench_resnet(dg, torch, ort, timing):
     dx = dg.tensor(x)
     extra = [("dg.nn ResNet-18, @dg.function(freeze=True) (not imported)", "dragon",
               lambda: frozen(dx).numpy(), {})]
-    return _rows(bench, onnx_model.SerializeToString(), x, ref, timing, dg, ort, extra)
+    model_bytes = onnx_model.SerializeToString()
+    return _rows(bench, model_bytes, x, ref, timing, dg, ort, extra) + \
+        _cpu_rows(bench, model_bytes, x, ref, timing["runs"] <= 1)
 
 
 def bench_bert(dg, torch, ort, timing):
@@ -193,7 +291,8 @@ def bench_bert(dg, torch, ort, timing):
         d64 = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden=hidden, heads=4).double()
         d64.load_state_dict({k: v.astype(np.float64) for k, v in state.items()})
         ref = d64.eval()(dg.tensor(x.astype(np.float64))).numpy()
-    return _rows(bench, model_bytes, x, ref, timing, dg, ort)
+    return _rows(bench, model_bytes, x, ref, timing, dg, ort) + \
+        _cpu_rows(bench, model_bytes, x, ref, timing["runs"] <= 1)
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -218,3 +317,9 @@ def run(quick: bool = False) -> list[dict]:
             rows.append(result(bench, "import", "dragon", "ms", None, "lower",
                                note=f"{type(exc).__name__}: {exc}"))
     return rows
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 5 and sys.argv[1] == "--cpu-child":
+        _cpu_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))

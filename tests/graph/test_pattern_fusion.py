@@ -679,3 +679,54 @@ def test_freeze_keeps_a_tensor_assigned_through_an_alias_live():
         results[freeze] = (outs, np.asarray(w))
     np.testing.assert_array_equal(results[True][0], results[False][0])
     np.testing.assert_array_equal(results[True][1], results[False][1])
+
+
+def test_owned_tensors_are_borrowed_constants_the_fold_reads_without_a_copy(tmp_path):
+    """Function(owned=...): the tensors a callable owns (an imported model's
+    initializers) are constants of the graph that it borrows: no TensorProto
+    copy, the plan fed the tensors themselves; passes read their values
+    (the batch-norm fold runs once, as with freeze); get_graph and
+    save_graph fill the values in; a borrowed constant read outside its
+    compilation raises instead of reading nothing."""
+    from dragon_core._graph.build import BORROWED, constant_array
+    from dragon_core._graph.function import Function
+    m = _eval_model(F32)
+    x = dg.tensor(np.random.default_rng(7).standard_normal((2, 3, 6, 6)).astype(F32))
+    params = [p for p in m.parameters()] + [b for b in m.buffers()]
+    owned = Function(lambda x: m(x), owned=lambda: params)
+    live = dg.function(lambda x: m(x))
+    np.testing.assert_allclose(np.asarray(owned(x)), np.asarray(live(x)), rtol=1e-5, atol=1e-5)
+    entry = owned._entry(x)[0]
+    raw = entry.compiled.graph
+    assert not raw.captured and not entry.captured
+    assert not {"Mul", "Reshape", "BatchNorm"} & {o.type for o in raw.op}
+    # What was not folded away (none here, or a constant nothing changed) is
+    # borrowed: no bytes in the proto, the owned tensor itself fed.
+    by_id = {p._id for p in params}
+    for c, t in zip(raw.constant, entry.constants):
+        if c.name.startswith("owned:"):
+            assert c.data == b"" and t._id in by_id
+    g = owned.get_graph(x)
+    assert BORROWED not in g.metadata
+    for c in g.constant:
+        assert constant_array(c).shape == tuple(c.shape)
+    dg.save_graph(owned, str(tmp_path / "g.pb"), x)
+    loaded = dg.load_graph(str(tmp_path / "g.pb"))
+    np.testing.assert_allclose(np.asarray(loaded(x)[0] if isinstance(loaded(x), (list, tuple))
+                                          else loaded(x)),
+                               np.asarray(live(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_borrowed_constant_outside_its_compilation_raises():
+    from dragon_core import proto as P
+    from dragon_core._graph.build import borrowed_constants, constant_array, tensor_from_proto
+    tp = P.TensorProto(name="owned:0", dtype=dg.float32.code, shape=[2, 3])
+    with pytest.raises(ValueError, match="owned:0.*borrows its value"):
+        constant_array(tp)
+    t = dg.tensor(np.arange(6, dtype=F32).reshape(2, 3))
+    with borrowed_constants({"owned:0": t}):
+        a = constant_array(tp)
+        assert not a.flags.writeable and np.shares_memory(a, t.numpy())
+        assert tensor_from_proto(tp) is t
+    with pytest.raises(ValueError):
+        constant_array(tp)

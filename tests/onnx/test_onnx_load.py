@@ -248,3 +248,129 @@ def test_gru_with_initial_state_but_no_bias():
         h = (1 - z) * hh + z * h
         np.testing.assert_allclose(y.numpy()[t, 0], h, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(yh.numpy()[0], h, rtol=1e-5, atol=1e-6)
+
+
+def _conv_bn_model(rng):
+    """Conv -> BatchNormalization -> Relu with non-trivial statistics."""
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, 4).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    mean = rng.standard_normal(4).astype(np.float32)
+    var = rng.uniform(0.5, 2.0, 4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"],
+                              epsilon=1e-5),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inits = [numpy_helper.from_array(a, nm) for a, nm in
+             ((w, "w"), (scale, "s"), (bias, "b"), (mean, "m"), (var, "v"))]
+    m = _model(nodes, [_vi("x", shape=[2, 3, 5, 5])], [_vi("y")], inits)
+
+    def reference(x):
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        xp = np.pad(x64, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+        c = np.einsum("nchwij,ocij->nohw", win, w64)
+        k = (scale / np.sqrt(var.astype(np.float64) + 1e-5))[None, :, None, None]
+        return np.maximum((c - mean[None, :, None, None]) * k + bias[None, :, None, None], 0)
+    return m, w, reference
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_initializers_are_borrowed_constants_and_batch_norm_folds_once(freeze):
+    rng = np.random.default_rng(3)
+    m, w, reference = _conv_bn_model(rng)
+    f = dgx.load(m.SerializeToString(), freeze=freeze)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    (y,) = f(x)
+    np.testing.assert_allclose(y.numpy(), reference(x), rtol=1e-4, atol=1e-4)
+    # The batch norm is folded at compile time: no op reads it per call.
+    g = f.get_graph(x)
+    types = [op.type for op in g.op]
+    assert "BatchNorm" not in types and "BatchNormalization" not in types, types
+    # Initializers are constants of the graph, not captured tensors.
+    assert not list(g.captured)
+    # The plan is fed the initializer tensors themselves (no copy): a
+    # graph constant never folded away is the model's own bytes.
+    entry = f._fn._entry([dg.tensor(x)], ())[0]
+    assert not entry.captured
+    # get_graph's GraphDef stands on its own (values filled in).
+    from dragon_core._graph.build import BORROWED, constant_array
+    assert BORROWED not in g.metadata
+    for c in g.constant:
+        assert constant_array(c).shape == tuple(c.shape)
+    (y2,) = f(x + 1)
+    np.testing.assert_allclose(y2.numpy(), reference(x + 1), rtol=1e-4, atol=1e-4)
+
+
+def test_unfolded_initializers_are_fed_without_a_copy():
+    m, w, b = _gemm_model()
+    f = dgx.load(m.SerializeToString())
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    (y,) = f(x)
+    np.testing.assert_allclose(y.numpy(), 2.0 * x @ w + 0.5 * b, rtol=1e-6, atol=1e-6)
+    entry = f._fn._entry([dg.tensor(x)], ())[0]
+    graph = entry.compiled.graph
+    fed = {c.name: t for c, t in zip(graph.constant, entry.constants)}
+    borrowed = [nm for nm in fed if nm.startswith("owned:")]
+    assert borrowed, [c.name for c in graph.constant]
+    inits = [t.numpy() for t in f.initializers.values()]
+    for nm in borrowed:
+        assert any(np.shares_memory(fed[nm].numpy(), a) for a in inits), nm
+        proto = next(c for c in graph.constant if c.name == nm)
+        assert proto.data == b""      # the compiled graph holds no copy
+
+
+def _decomposed_layer_norm(opset, beta=True, leak=False):
+    """The ReduceMean-based layer norm torch exports below opset 17."""
+    rng = np.random.default_rng(4)
+    gamma = rng.uniform(0.5, 1.5, 6).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    if opset >= 18:
+        axes = [helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(
+            np.array([-1], np.int64)))]
+        mean = lambda i, o: helper.make_node("ReduceMean", [i, "axes"], [o])  # noqa: E731
+    else:
+        axes = []
+        mean = lambda i, o: helper.make_node("ReduceMean", [i], [o], axes=[-1])  # noqa: E731
+    nodes = axes + [
+        mean("x", "m"), helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Constant", [], ["two"], value_float=2.0),
+        helper.make_node("Pow", ["d", "two"], ["p"]), mean("p", "v"),
+        helper.make_node("Constant", [], ["eps"], value_float=1e-5),
+        helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["n"]),
+        helper.make_node("Mul", ["n", "g"], ["y" if not beta else "ng"])]
+    if beta:
+        nodes.append(helper.make_node("Add", ["ng", "b"], ["y"]))
+    outs = [_vi("y")] + ([_vi("d")] if leak else [])
+    inits = [numpy_helper.from_array(gamma, "g")] + \
+        ([numpy_helper.from_array(bias, "b")] if beta else [])
+    m = _model(nodes, [_vi("x", shape=[2, 3, 6])], outs, inits, opset=opset)
+
+    def reference(x):
+        x = x.astype(np.float64)
+        d = x - x.mean(-1, keepdims=True)
+        y = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * gamma
+        return y + bias if beta else y
+    return m, reference
+
+
+@pytest.mark.parametrize("opset,beta", [(13, True), (14, False), (18, True)])
+def test_decomposed_layer_norm_imports_as_one_layer_norm(opset, beta):
+    m, reference = _decomposed_layer_norm(opset, beta)
+    f = dgx.load(m.SerializeToString())
+    x = np.random.default_rng(5).standard_normal((2, 3, 6)).astype(np.float32) * 3 + 1
+    (y,) = f(x)
+    np.testing.assert_allclose(y.numpy(), reference(x), rtol=1e-5, atol=1e-5)
+    types = [op.type for op in f.get_graph(x).op]
+    assert types == ["LayerNorm"], types
+
+
+def test_layer_norm_chain_read_outside_is_left_decomposed():
+    m, reference = _decomposed_layer_norm(14, True, leak=True)
+    f = dgx.load(m.SerializeToString())
+    x = np.random.default_rng(6).standard_normal((2, 3, 6)).astype(np.float32)
+    y, d = f(x)
+    np.testing.assert_allclose(y.numpy(), reference(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d.numpy(), x - x.mean(-1, keepdims=True), rtol=1e-5, atol=1e-5)
+    assert "LayerNorm" not in [op.type for op in f.get_graph(x).op]

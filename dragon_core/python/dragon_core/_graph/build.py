@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import json
+
 import numpy as np
 
 from .. import _C
@@ -83,11 +87,100 @@ def tensor_to_proto(name: str, t) -> P.TensorProto:
 
 
 def tensor_from_proto(tp: P.TensorProto):
-    """The tensor stored in a TensorProto (on the host)."""
+    """The tensor stored in a TensorProto (on the host); for a borrowed
+    constant (see :func:`borrowed_constants`), the tensor it borrows."""
     from .._tensor import tensor
+    t = _borrowed(tp)
+    if t is not None:
+        return t
     dt = as_dtype(tp.dtype)
-    arr = np.frombuffer(tp.data, dtype=dt.numpy).reshape(tuple(tp.shape))
-    return tensor(arr.copy(), dtype=dt)
+    return tensor(constant_array(tp).copy(), dtype=dt)
+
+
+# ------------------------------------------------- borrowed constants
+#
+# A graph constant normally holds its value in ``TensorProto.data`` (a copy
+# made when the graph is built). A tensor the traced callable *owns* and
+# never changes (an imported ONNX model's initializers) is a constant too,
+# so folding and kernels' call-site state see it as one, but the graph
+# borrows it instead of copying it: its TensorProto has a name, dtype and
+# shape and no data, its name is listed in ``metadata[BORROWED]``, and the
+# tensor itself is what the plan is fed. While such a graph is optimised
+# and compiled, :func:`borrowed_constants` makes the values readable through
+# :func:`constant_array` / :func:`tensor_from_proto`, which every pass uses.
+
+#: Metadata key: JSON list of the names of the borrowed constants.
+BORROWED = "borrowed_constants"
+_BORROWED_VALUES = contextvars.ContextVar("dragon_borrowed_constants", default=None)
+
+
+@contextlib.contextmanager
+def borrowed_constants(values: dict):
+    """Make ``values`` (constant name -> Tensor) the values of the borrowed
+    constants while the block runs (graph passes, compilation)."""
+    token = _BORROWED_VALUES.set(values)
+    try:
+        yield
+    finally:
+        _BORROWED_VALUES.reset(token)
+
+
+def _borrowed(tp: P.TensorProto):
+    """The tensor a borrowed constant stands for, or None for one with data."""
+    if tp.data:
+        return None
+    table = _BORROWED_VALUES.get()
+    return None if table is None else table.get(tp.name)
+
+
+def constant_nbytes(tp: P.TensorProto) -> int:
+    """Size in bytes of a constant's value (borrowed or not)."""
+    numel = int(np.prod(tuple(tp.shape), dtype=np.int64)) if len(tp.shape) else 1
+    return numel * as_dtype(tp.dtype).itemsize
+
+
+def constant_array(tp: P.TensorProto) -> np.ndarray:
+    """The value of a graph constant as a read-only NumPy array, without a
+    copy: a view of ``tp.data``, or of the tensor a borrowed constant
+    stands for.
+
+    Raises
+    ------
+    ValueError
+        For a borrowed constant whose value is not available here (the
+        graph is optimised outside the compilation that borrowed it; use
+        ``Function.get_graph``, which fills the values in).
+    """
+    t = _borrowed(tp)
+    if t is not None:
+        arr = t.numpy()
+        if arr.flags.writeable:
+            arr = arr.view()
+            arr.flags.writeable = False
+        return arr
+    dt = as_dtype(tp.dtype)
+    if len(tp.data) != constant_nbytes(tp):
+        raise ValueError(f"graph constant '{tp.name}' ({dt.name}, shape {tuple(tp.shape)}) "
+                         f"holds {len(tp.data)} bytes of {constant_nbytes(tp)}: it borrows "
+                         "its value from the function that built the graph; take the graph "
+                         "from that function's get_graph() to have the values filled in")
+    return np.frombuffer(tp.data, dtype=dt.numpy).reshape(tuple(tp.shape))
+
+
+def fill_borrowed(graph, values: dict):
+    """A copy of ``graph`` whose borrowed constants hold their values
+    (``values``: name -> Tensor), so it stands on its own (saving,
+    printing, optimising again); ``graph`` itself when it borrows none."""
+    if BORROWED not in graph.metadata:
+        return graph
+    names = set(json.loads(graph.metadata[BORROWED]))
+    out = P.GraphDef()
+    out.CopyFrom(graph)
+    for c in out.constant:
+        if c.name in names and c.name in values:
+            c.data = np.ascontiguousarray(values[c.name].cpu().numpy()).tobytes()
+    del out.metadata[BORROWED]
+    return out
 
 
 def _value_info(graph, name, t):
@@ -174,13 +267,20 @@ def _assigned_ids(trace: Trace) -> set:
     return out
 
 
-def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bool = False):
+def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bool = False,
+                owned: dict | None = None):
     """Build the GraphDef of a trace.
 
     With ``freeze``, tensors the trace reads but did not create and never
     assigns, directly or through an alias (parameters), become constants
     holding their values now, as created tensors do, so passes can fold
     them (torch.jit.freeze).
+
+    ``owned`` (tensor id -> tensor) names tensors the traced callable owns
+    and never changes (an imported model's initializers): the ones the
+    trace reads and never assigns become *borrowed* constants (see
+    :func:`borrowed_constants`): constants to every pass and kernel, fed
+    the tensor itself, with no copy.
 
     Returns
     -------
@@ -193,7 +293,9 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
         g.metadata["device"] = inputs[0]._device_name
     names: dict = {}
     constants, captured = [], []
-    assigned = _assigned_ids(trace) if freeze else set()
+    owned = owned or {}
+    borrowed: list = []
+    assigned = _assigned_ids(trace) if freeze or owned else set()
     for i, t in enumerate(inputs):
         nm = f"input:{i}"
         g.input.append(nm)
@@ -204,7 +306,12 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
         nm = names.get(t._id)
         if nm is not None:
             return nm
-        if t._id in trace.created or (freeze and t._id not in assigned):
+        if t._id in owned and t._id not in assigned and t._id not in trace.created:
+            nm = f"owned:{len(borrowed)}"
+            g.constant.append(P.TensorProto(name=nm, dtype=t._dtype_code, shape=list(t.shape)))
+            borrowed.append(nm)
+            constants.append(t)   # fed as it is: the callable never changes it
+        elif t._id in trace.created or (freeze and t._id not in assigned):
             nm = f"const:{len(constants)}"
             g.constant.append(tensor_to_proto(nm, t))
             # The graph owns a copy of each constant (a frozen parameter's
@@ -277,4 +384,6 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
             opdef.attr[spec["name"]].CopyFrom(attr_to_proto(spec["type"], attrs.get(spec["name"])))
     for t in outputs:
         g.output.append(name_of(t))
+    if borrowed:
+        g.metadata[BORROWED] = json.dumps(borrowed)
     return g, constants, captured

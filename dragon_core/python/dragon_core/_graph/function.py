@@ -31,7 +31,7 @@ from .. import _C
 from .. import _autograd
 from ..errors import InvalidArgumentError
 from .._tensor import Tensor
-from .build import Trace, build_graph, tensor_from_proto
+from .build import Trace, borrowed_constants, build_graph, fill_borrowed, tensor_from_proto
 from .compile import compile_graph
 from .passes import run_passes
 from .state import StateGuard
@@ -249,7 +249,7 @@ class Function:
 
     def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None,
                  parallel: int = 0, disable_passes=(), freeze: bool = False,
-                 autocast=None):
+                 autocast=None, owned=None):
         if not 0 <= opt_level <= 3:
             raise ValueError(f"opt_level must be 0..3, got {opt_level}")
         if parallel < 0:
@@ -259,6 +259,10 @@ class Function:
             disable_passes = disable_passes.split(",")
         self.disable_passes = tuple(n.strip() for n in disable_passes if n.strip())
         self.freeze = bool(freeze)
+        # ``owned``: a callable returning the tensors ``fn`` owns and never
+        # changes (an imported ONNX model's initializers, internal). They are
+        # constants of every trace, borrowed with no copy (build_graph).
+        self._owned = owned
         if autocast is not None:
             from ..amp import autocast as _autocast_cls
             # Checked now (dtype bfloat16 or float16), entered at every trace.
@@ -326,8 +330,14 @@ class Function:
                                 f"signature says {tuple(shape)}")
 
     def get_graph(self, *args, **kwargs):
-        """The optimised GraphDef for these arguments (traces if needed)."""
-        return self._entry(*args, **kwargs)[0].compiled.graph
+        """The optimised GraphDef for these arguments (traces if needed).
+
+        Constants the graph borrows (see ``owned``) have their values
+        filled in, so the GraphDef stands on its own."""
+        entry = self._entry(*args, **kwargs)[0]
+        graph = entry.compiled.graph
+        return fill_borrowed(graph, {c.name: t for c, t in zip(graph.constant,
+                                                                 entry.constants)})
 
     def profile(self, *args, runs: int = 100, warmup: int = 3, **kwargs) -> "Profile":
         """Run the compiled graph ``runs`` times and time every op.
@@ -413,20 +423,22 @@ class Function:
         out_spec = _flatten(result, out_leaves)
         num_outputs = len(out_leaves)
         grad_writes = self._grad_writes(trace, grad_finals, out_leaves)
+        owned = {t._id: t for t in self._owned()} if self._owned is not None else None
         graph, constants, captured = build_graph(self.name, trace, leaves, out_leaves,
-                                                 freeze=self.freeze)
+                                                 freeze=self.freeze, owned=owned)
+        # Constants: the traced tensors, or values passes computed (folding).
+        by_name = {c.name: t for c, t in zip(graph.constant, constants)}
         if self.parallel:
             graph.metadata["parallel"] = str(self.parallel)
         if self.disable_passes:
             graph.metadata["disable_passes"] = ",".join(self.disable_passes)
-        graph = run_passes(graph, self.opt_level)
-        compiled = compile_graph(graph, self.opt_level)
+        with borrowed_constants(by_name):
+            graph = run_passes(graph, self.opt_level)
+            compiled = compile_graph(graph, self.opt_level)
+            const_feeds = [by_name[c.name] if c.name in by_name else tensor_from_proto(c)
+                           for c in graph.constant]
         if self.parallel:
             compiled.plan.set_parallel(self.parallel)
-        # Constants: the traced tensors, or values passes computed (folding).
-        by_name = {f"const:{i}": t for i, t in enumerate(constants)}
-        const_feeds = [by_name[c.name] if c.name in by_name else tensor_from_proto(c)
-                       for c in graph.constant]
         cap_by_name = {f"captured:{i}": t for i, t in enumerate(captured)}
         captured_feeds = [cap_by_name[nm] for nm in graph.captured]
         state_targets = [cap_by_name[nm] for nm in graph.state_target]

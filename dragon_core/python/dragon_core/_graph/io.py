@@ -8,7 +8,7 @@ from .. import _C
 from .. import proto as P
 from .._fileio import atomic_write_bytes as _atomic_write
 from ..errors import PluginError
-from .build import tensor_to_proto, tensor_from_proto
+from .build import fill_borrowed, tensor_to_proto, tensor_from_proto
 from .compile import compile_graph
 from .._workspace import get_workspace
 
@@ -41,7 +41,10 @@ def save_graph(obj, path, *args, **kwargs) -> None:
     from .function import Function
     if isinstance(obj, Function):
         entry, _ = obj._entry(*args, **kwargs)
-        graph = freeze(entry.compiled.graph, entry.captured)
+        graph = fill_borrowed(entry.compiled.graph,
+                              {c.name: t for c, t in zip(entry.compiled.graph.constant,
+                                                         entry.constants)})
+        graph = freeze(graph, entry.captured)
     elif isinstance(obj, P.GraphDef):
         graph = obj
     else:

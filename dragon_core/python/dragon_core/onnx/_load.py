@@ -20,8 +20,12 @@ stale one.
 
 Initializers are NumPy views of the model's bytes (``raw_data``) or
 read-only memory maps of external data files: no copy beyond the parse.
-They are captured tensors of the compiled graph (read-only: an op never
-writes them).
+They are constants of the compiled graph that it borrows rather than copies
+(``borrowed_constants`` in ``_graph/build.py``): passes fold what depends on
+them only (a BatchNormalization into its Conv's filter) once per trace, and
+kernels may keep what they derive from them (oneDNN's reordered filters) for
+the life of the plan. They are read-only, so nothing can change them behind
+the plan's back.
 """
 
 from __future__ import annotations
@@ -345,6 +349,8 @@ class OnnxFunction:
         self.initializers: dict = {}
         for tp in graph.initializer:
             arr = tensor_proto_to_numpy(tp, base_dir, self._keep)
+            if arr.flags.writeable:      # decoded (not raw_data): read-only too
+                arr.flags.writeable = False
             self.initializers[tp.name] = as_dragon(arr)
         for sp in graph.sparse_initializer:
             raise NotImplementedError(f"ONNX model '{graph.name}': sparse initializer "
@@ -361,13 +367,22 @@ class OnnxFunction:
                                           "supported)")
             self._input_types[i.name] = dtype_of_onnx(i.type.tensor_type.elem_type,
                                                       f"input '{i.name}'")
-        from ._rewrite import fuse_gelu
-        self._graph = fuse_gelu(graph)
+        from ._rewrite import fuse_gelu, fuse_layer_norm
+        self._graph = fuse_layer_norm(fuse_gelu(graph))
         self._static: set = set()
+        # The initializers are the function's own, read-only, never assigned:
+        # constants of every trace, borrowed with no copy, so constant
+        # folding (a BatchNormalization into its Conv) and kernels' per-call-
+        # site state (oneDNN's reordered filters) happen once, at the first call.
         self._fn = Function(self._trace, opt_level=opt_level, name=graph.name or "onnx",
-                            freeze=freeze)
+                            freeze=freeze, owned=self._owned)
         self._opt_level, self._freeze = opt_level, freeze
         self._segments = _plan_segments(self)
+
+    def _owned(self) -> list:
+        """The tensors every compiled graph of the model borrows as constants
+        (its initializers; see ``Function(owned=...)``)."""
+        return list(self.initializers.values())
 
     # The traced function: tensors of the dynamic inputs, then the values of
     # the static ones (hashable, part of the trace key).
@@ -511,12 +526,11 @@ def load(path_or_bytes, *, base_dir: str | os.PathLike | None = None,
     opt_level : int, default 3
         Optimisation level of the compiled graph (see ``dragon_core.function``).
     freeze : bool, default False
-        Compile the initializers in as graph constants
-        (``dragon_core.function(freeze=True)``), so constant folding
-        precomputes what depends on them only (a BatchNormalization folded
-        into its Conv's weights once, not on every call). This copies the
-        initializers into the compiled graph; without it they stay views of
-        the model's bytes and every call reads them.
+        Kept for compatibility: the initializers are always constants of
+        the compiled graph, borrowed from the model's bytes without a copy,
+        so constant folding precomputes what depends on them only (a
+        BatchNormalization folded into its Conv's weights once, not on
+        every call) with or without it.
 
     Returns
     -------

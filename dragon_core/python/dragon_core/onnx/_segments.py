@@ -101,7 +101,7 @@ class _Static:
         self.seen: set = set()          # input signatures traced so far
         name = f"{owner.model.graph.name or 'onnx'}_segment{index}"
         self.fn = Function(self._trace, opt_level=owner._opt_level, name=name,
-                           freeze=owner._freeze)
+                           freeze=owner._freeze, owned=owner._owned)
 
     def _trace(self, dynamic: list, static: tuple):
         owner = self.owner

@@ -34,7 +34,8 @@ import dragon_core as dg
 from dragon_core import _C
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.build import attrs_tuple, schema, tensor_from_proto, tensor_to_proto
+from dragon_core._graph.build import (attrs_tuple, constant_nbytes, schema, tensor_from_proto,
+                                     tensor_to_proto)
 from dragon_core._graph.passes import register_pass
 from dragon_core._graph.passes.prune import _drop_unused_constants, _keep_only
 
@@ -49,7 +50,7 @@ def _bytes(info) -> int:
 def _fold_limit(op, consts: dict) -> int:
     """The most bytes an output of ``op`` may have to be folded: the larger
     of FOLD_LIMIT_BYTES and the biggest constant it reads."""
-    return max([FOLD_LIMIT_BYTES] + [len(consts[n].data) for n in op.input])
+    return max([FOLD_LIMIT_BYTES] + [constant_nbytes(consts[n]) for n in op.input])
 
 
 def _too_big(op, infos: dict, consts: dict) -> bool:

@@ -47,6 +47,7 @@ import numpy as np
 
 from dragon_core import _C
 from dragon_core import proto as P
+from dragon_core._graph.build import constant_array
 from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass
 from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
 
@@ -180,7 +181,7 @@ def _scalar_constant(graph: _Graph, name: str, code: int):
     if c is None or c.dtype != code or _numel(c.shape) != 1:
         return None
     dt = np.float32 if code == _F32 else np.float64
-    return float(np.frombuffer(c.data, dtype=dt)[0]), len(c.shape)
+    return float(np.asarray(constant_array(c), dtype=dt).reshape(-1)[0]), len(c.shape)
 
 
 def _fuse(graph: _Graph, members: list, name: str, provider: tuple):

@@ -43,7 +43,7 @@ import numpy as np
 import dragon_core as dg
 from dragon_core import proto as P
 from dragon_core._graph.build import (_plugin_versions, attr_from_proto, attr_to_proto,
-                                      schema)
+                                      constant_array, schema)
 from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass
 from dragon_core._graph.passes.prune import _drop_value_info
 from dragon_core.errors import PluginError
@@ -161,7 +161,7 @@ class Match:
         c = self._index.constants.get(name)
         if c is None:
             return None
-        return np.frombuffer(c.data, dtype=dg.as_dtype(c.dtype).numpy).reshape(tuple(c.shape))
+        return constant_array(c)
 
     def scalar(self, value: float) -> str:
         """A new 0-d constant of the chain's dtype; returns its name."""

@@ -389,8 +389,8 @@ def test_copy_ops_are_dtype_agnostic(dt):
     _same(t[:, 1:3, ::2], a[:, 1:3, ::2])
     _same(ops.gather(t, _t(np.array([3, 0, 3])), 2), a[:, :, [3, 0, 3]])
     _same(ops.broadcast_to(_t(a[:, :1]), [2, 5, 4]), np.broadcast_to(a[:, :1], (2, 5, 4)))
-    _same(ops.pad(t, [0, 0, 1, 0, 0, 2]), np.pad(a, [(0, 0), (1, 0), (0, 2)]))
-    _same(ops.pad(t, [0, 0, 1, 1, 0, 0], "constant", 7.0),
+    _same(ops.pad(t, ((0, 0), (1, 0), (0, 2))), np.pad(a, [(0, 0), (1, 0), (0, 2)]))
+    _same(ops.pad(t, ((0, 0), (1, 1), (0, 0)), "constant", 7.0),
           np.pad(a, [(0, 0), (1, 1), (0, 0)], constant_values=7))
     _same(ops.flatten(t), a.reshape(-1))
     parts = ops.split(t, [1, 2], 1)

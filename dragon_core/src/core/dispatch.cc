@@ -204,7 +204,7 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   // A view op over a contiguous input: output 0 aliases input 0's storage
   // (same bytes, new shape, contiguous strides); no kernel, no copy.
   // Non-contiguous inputs go on to the kernel, which copies.
-  if ((op.flags & DG_OP_VIEW) && n > 0 && inferred.size() == 1 &&
+  if ((op.flags & kOpFlagView) && n > 0 && inferred.size() == 1 &&
       inputs[0]->is_contiguous() && inferred[0].dtype == inputs[0]->dtype() &&
       NumElements(inferred[0].shape) == inputs[0]->numel()) {
     Shape strides = ContiguousStrides(inferred[0].shape);

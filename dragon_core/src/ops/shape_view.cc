@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/registry.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -140,7 +141,7 @@ DG_OP(Reshape)
     .Output("y", dg::kAll, 0, "x with the new shape.")
     .RequiredAttr("shape", DG_ATTR_INTS,
                   "New shape; at most one entry may be -1.")
-    .Flags(DG_OP_VIEW)
+    .Flags(kOpFlagView)
     .Shape(ReshapeShape);
 
 DG_OP(Transpose)
@@ -166,7 +167,7 @@ DG_OP(Squeeze)
     .OptionalAttr("axes", DG_ATTR_INTS,
                   "Axes to remove, each of size 1; None removes every "
                   "size-1 axis.")
-    .Flags(DG_OP_VIEW)
+    .Flags(kOpFlagView)
     .Shape(SqueezeShape);
 
 DG_OP(Unsqueeze)
@@ -175,7 +176,7 @@ DG_OP(Unsqueeze)
     .Output("y", dg::kAll, 0, "x with the new axes.")
     .RequiredAttr("axes", DG_ATTR_INTS,
                   "Positions of the new axes in the output's rank.")
-    .Flags(DG_OP_VIEW)
+    .Flags(kOpFlagView)
     .Shape(UnsqueezeShape);
 
 DG_OP(Flatten)
@@ -185,7 +186,7 @@ DG_OP(Flatten)
     .Output("y", dg::kAll, 0, "x with the merged axes.")
     .Attr("start_axis", int64_t{0}, "First axis to merge.")
     .Attr("end_axis", int64_t{-1}, "Last axis to merge (inclusive).")
-    .Flags(DG_OP_VIEW)
+    .Flags(kOpFlagView)
     .Shape(FlattenShape);
 
 DG_OP(Contiguous)

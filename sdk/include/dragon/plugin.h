@@ -284,14 +284,7 @@ enum {
    * by CSE, never constant-folded, never reordered against another
    * collective (every rank must issue them in one order); run eagerly with
    * the GIL released. */
-  DG_OP_COLLECTIVE = 1u << 4,
-  /* A view (Reshape, Squeeze, Unsqueeze, Flatten): one output holding input
-   * 0's elements in the same row-major order, with the same dtype. When
-   * input 0 is contiguous the core makes output 0 an alias of its storage
-   * (no kernel runs, writes through either are seen by both); otherwise
-   * the op's kernel makes a dense copy. A core that predates the flag
-   * ignores it and always runs the kernel, so no ABI minor is needed. */
-  DG_OP_VIEW = 1u << 5
+  DG_OP_COLLECTIVE = 1u << 4
 };
 
 typedef struct DgOpDef {

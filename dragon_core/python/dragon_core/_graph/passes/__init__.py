@@ -44,7 +44,7 @@ def kernel_dtypes(op_type: str, device_type: str) -> set:
 
 
 def is_view_op(op_type: str, cache: dict) -> bool:
-    """Whether ``op_type``'s schema has the view flag (``DG_OP_VIEW``: its
+    """Whether ``op_type``'s schema has the view flag (``describe()["view"]``: its
     output may alias input 0's storage); False for unknown ops."""
     if op_type not in cache:
         from dragon_core import _C

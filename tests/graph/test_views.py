@@ -333,3 +333,21 @@ def test_compiled_view_of_an_input_does_not_write_the_input():
     out = f(x)
     np.testing.assert_array_equal(x.numpy(), a)
     np.testing.assert_array_equal(out.numpy(), np.maximum(-a, 0).reshape(2, 3))
+
+
+def test_view_flag_is_reserved_for_core_ops():
+    """A plugin op that sets the core's view bit (1 << 5) does not get it:
+    the registry clears it, so no plugin kernel is skipped by surprise."""
+    import importlib
+
+    co = importlib.import_module("dragon_core.custom_op")
+
+    name = "PerfViewBitProbe"
+    dg._C._define_py_op(name, "", "probe", "perf_probe_plugin",
+                        [("x", co._ALL_DTYPES, 0)], [("y", co._ALL_DTYPES, 0)], [],
+                        co._OP_NO_GRAD | (1 << 5),
+                        co._shape_wrapper(name, lambda x: x, 1))
+    try:
+        assert dg._C.op(name).describe()["view"] is False
+    finally:
+        dg._C._retire_py_op(name)

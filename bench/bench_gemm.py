@@ -18,6 +18,7 @@ from _harness import best_seconds, result, skip_note, try_import
 
 SIZES = (512, 1024, 2048, 4096)
 QUICK_SIZES = (512, 1024, 2048)
+EIGEN_SIZES = (512, 1024)   # cpu_eigen's GEMM timed beside oneDNN's (issue 21)
 EPS = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8}
 PEAK_FRACTION = 0.85
 
@@ -44,6 +45,11 @@ def _bf16_round(x: np.ndarray) -> np.ndarray:
 def _time(fn):
     best, per_run = best_seconds(fn, warmup=2, runs=5, min_run_s=0.2)
     return best, per_run
+
+
+def _matmul_plugins(dg) -> set:
+    """The plugins with a cpu MatMul kernel."""
+    return {k["plugin"] for k in dg._C.kernels("MatMul") if k["device"] == "cpu"}
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -102,6 +108,19 @@ def run(quick: bool = False) -> list[dict]:
                                      f"{peak:.0f} GFLOP/s FMA peak") if peak and
                                dtype == "float32" else "",
                                ms_per_run=[t * 1e3 for t in runs_dg]))
+            if dtype == "float32" and n in EIGEN_SIZES and "mkldnn" in _matmul_plugins(dg):
+                # cpu_eigen's own GEMM beside oneDNN (which serves MatMul when
+                # the mkldnn plugin is installed), pinned for this row only.
+                dg.plugins.pin("MatMul", "cpu", "cpu_eigen")
+                try:
+                    problem = _check(fn().numpy(), ref, xr, yr, dtype, n)
+                    t_eg, runs_eg = _time(fn)
+                finally:
+                    dg.plugins.unpin("MatMul", "cpu")
+                rows.append(result(bench, "dg.ops.matmul (cpu_eigen GEMM pinned)", "dragon",
+                                   "GFLOP/s", None if problem else flops / t_eg / 1e9, "higher",
+                                   status="WRONG" if problem else None, note=problem,
+                                   ms_per_run=[t * 1e3 for t in runs_eg]))
             if t_th is not None:
                 need = 1.0 if dtype == "float32" or n == 2048 else None
                 rows.append(result(bench, "ratio torch/dragon time", "dragon", "x",

@@ -172,10 +172,11 @@ def _ratio(bench, what, ours, theirs, target=None):
     return result(bench, f"ratio {what}", "dragon", "x", ours / theirs, "higher", target)
 
 
-def run(quick: bool = False) -> list[dict]:
-    """The encoder-layer and ResNet-18 training rows (see module docs)."""
+def run(quick: bool = False, rounds: int = 5) -> list[dict]:
+    """The encoder-layer and ResNet-18 training rows (see module docs);
+    ``rounds`` interleaved rounds per configuration (5 by default)."""
     timing = ({"warmup": 0, "runs": 1, "min_run_s": 0.0} if quick
-              else {"warmup": 1, "runs": 5, "min_run_s": 0.5})
+              else {"warmup": 1, "runs": rounds, "min_run_s": 0.5})
     dg, torch = try_import("dragon_core"), try_import("torch")
     if dg is None or torch is None:
         missing = "dragon_core" if dg is None else "torch"
@@ -282,7 +283,8 @@ if __name__ == "__main__":
     if "--profile" in sys.argv:
         print(profiles())
     else:
-        for r in run(quick="--quick" in sys.argv):
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
+        for r in run(quick="--quick" in sys.argv, rounds=rounds):
             v = r["value"]
             print(f"{r['bench']:<26} {r['impl']:<34} {'-' if v is None else f'{v:.3f}':>9} "
                   f"{r['status']:<6} {r['note'][:90]}")

@@ -201,6 +201,18 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   }
   std::vector<InferredOutput> inferred = RunInfer(op, views, attrs, &inputs);
 
+  // A view op over a contiguous input: output 0 aliases input 0's storage
+  // (same bytes, new shape, contiguous strides); no kernel, no copy.
+  // Non-contiguous inputs go on to the kernel, which copies.
+  if ((op.flags & kOpFlagView) && n > 0 && inferred.size() == 1 &&
+      inputs[0]->is_contiguous() && inferred[0].dtype == inputs[0]->dtype() &&
+      NumElements(inferred[0].shape) == inputs[0]->numel()) {
+    Shape strides = ContiguousStrides(inferred[0].shape);
+    return {std::make_shared<TensorImpl>(inputs[0]->storage(), inputs[0]->byte_offset(),
+                                         inferred[0].dtype, std::move(inferred[0].shape),
+                                         std::move(strides))};
+  }
+
   // Kernel candidates for the dispatch dtype.
   DgDType key = n > 0 ? dtypes[std::min<size_t>(op.dispatch_input, n - 1)]
                       : inferred[0].dtype;

@@ -77,6 +77,14 @@ struct KernelEntry {
   uint32_t abi_minor = 0;  // of the plugin's build: call-site state needs >= 2
 };
 
+// Op flag bit reserved by the core (not in the public ABI): a view op
+// (Reshape, Squeeze, Unsqueeze, Flatten): one output holding input 0's
+// elements in the same row-major order and dtype. When input 0 is contiguous
+// the dispatcher makes output 0 an alias of its storage and runs no kernel;
+// otherwise the op's kernel copies. Only core ops may set it (the registry
+// clears it on a plugin's op); making it public needs an ABI minor bump.
+constexpr uint32_t kOpFlagView = 1u << 5;
+
 struct OpSchema {
   std::string name, py_name, doc, plugin;
   std::vector<ArgSchema> inputs, outputs;

@@ -142,6 +142,116 @@ void AdagradShape(dg::InferContext& ctx) {
   StateOutput(ctx, 2, 1, "sum", true, "");
 }
 
+// The multi-tensor (foreach) forms take the scalars first, then one
+// variadic list holding each role's tensors in turn: MultiSgdUpdate(lr,
+// params..., grads..., momentum_bufs...) and MultiAdamUpdate(lr, params...,
+// grads..., exp_avgs..., exp_avg_sqs..., max_exp_avg_sqs..., steps...)
+// (each parameter keeps its own step count, as AdamUpdate's callers do).
+// Entry k of every role belongs to parameter k; the outputs are the new
+// params then the new state, role by role.
+
+// Checks the list of a multi-tensor update (`roles` tensors per parameter,
+// starting at input `first`) and returns the number of parameters.
+int32_t MultiCount(const dg::InferContext& ctx, int32_t first, int32_t roles,
+                   const char* layout) {
+  const int32_t total = ctx.num_inputs() - first;
+  DG_CHECK(total > 0 && total % roles == 0, DG_INVALID_ARGUMENT, "expected ",
+           layout, " (", roles, " tensors per parameter), got ", total,
+           " tensors");
+  return total / roles;
+}
+
+// Tensor `t` of parameter k must have parameter k's (input `p`) shape and
+// the dtype of parameter 0 (one dtype per call).
+void CheckLikeParamAt(const dg::InferContext& ctx, int32_t p, int32_t t,
+                      int32_t k, const char* name, bool shape = true,
+                      const char* why = "") {
+  const dg::TensorRef pt = ctx.input(p), tt = ctx.input(t);
+  DG_CHECK(tt.dtype() == pt.dtype(), DG_INVALID_ARGUMENT, name, "[", k,
+           "] is ", dg::DTypeName(tt.dtype()), " but params[", k, "] is ",
+           dg::DTypeName(pt.dtype()), why,
+           "; every tensor of one multi-tensor update has one dtype");
+  if (!shape) return;
+  DG_CHECK(tt.shape() == pt.shape(), DG_INVALID_ARGUMENT, name, "[", k,
+           "] has shape ", ShapeStr(tt.shape()), " but params[", k,
+           "] has shape ", ShapeStr(pt.shape()), why);
+}
+
+void CheckSgdAttrs(const dg::InferContext& ctx) {
+  CheckNonNegative(ctx, "momentum");
+  CheckNonNegative(ctx, "weight_decay");
+  const double dampening = ctx.f("dampening");
+  DG_CHECK(dampening >= 0.0 && dampening <= 1.0, DG_INVALID_ARGUMENT,
+           "dampening must be in [0, 1], got ", dampening);
+  if (ctx.b("nesterov")) {
+    DG_CHECK(ctx.f("momentum") != 0.0 && dampening == 0.0,
+             DG_INVALID_ARGUMENT,
+             "nesterov needs momentum > 0 and dampening = 0, got momentum ",
+             ctx.f("momentum"), " and dampening ", dampening);
+  }
+}
+
+// MultiSgdUpdate(lr, params..., grads..., momentum_bufs...)
+void MultiSgdShape(dg::InferContext& ctx) {
+  CheckScalar(ctx, 0, "lr");
+  CheckSgdAttrs(ctx);
+  const int32_t n =
+      MultiCount(ctx, 1, 3, "lr, params..., grads..., momentum_bufs...");
+  const bool momentum = ctx.f("momentum") != 0.0;
+  for (int32_t k = 0; k < n; ++k) {
+    const int32_t p = 1 + k;
+    CheckLikeParamAt(ctx, 1, p, k, "params", false);
+    CheckLikeParamAt(ctx, p, p + n, k, "grads");
+    CheckLikeParamAt(ctx, p, p + 2 * n, k, "momentum_bufs", momentum,
+                     " (it is read when momentum != 0)");
+  }
+  for (int32_t k = 0; k < n; ++k) {
+    ctx.set_output(k, ctx.input(1 + k).dtype(), ctx.input(1 + k).shape());
+  }
+  for (int32_t k = 0; k < n; ++k) {
+    const dg::TensorRef b = ctx.input(1 + 2 * n + k);
+    ctx.set_output(n + k, b.dtype(), b.shape());
+  }
+}
+
+// MultiAdamUpdate(lr, params..., grads..., exp_avgs..., exp_avg_sqs...,
+//                 max_exp_avg_sqs..., steps...)
+void MultiAdamShape(dg::InferContext& ctx) {
+  CheckScalar(ctx, 0, "lr");
+  CheckUnitInterval(ctx, "beta1");
+  CheckUnitInterval(ctx, "beta2");
+  CheckNonNegative(ctx, "eps");
+  CheckNonNegative(ctx, "weight_decay");
+  const int32_t n = MultiCount(
+      ctx, 1, 6,
+      "lr, params..., grads..., exp_avgs..., exp_avg_sqs..., "
+      "max_exp_avg_sqs..., steps...");
+  const bool amsgrad = ctx.b("amsgrad");
+  for (int32_t k = 0; k < n; ++k) {
+    const int32_t p = 1 + k;
+    CheckLikeParamAt(ctx, 1, p, k, "params", false);
+    CheckLikeParamAt(ctx, p, p + n, k, "grads");
+    CheckLikeParamAt(ctx, p, p + 2 * n, k, "exp_avgs");
+    CheckLikeParamAt(ctx, p, p + 3 * n, k, "exp_avg_sqs");
+    CheckLikeParamAt(ctx, p, p + 4 * n, k, "max_exp_avg_sqs", amsgrad,
+                     " (it is read when amsgrad is set)");
+    const dg::TensorRef step = ctx.input(p + 5 * n);
+    DG_CHECK((kScalarTypes >> step.dtype()) & 1, DG_INVALID_ARGUMENT,
+             "steps[", k, "] is ", dg::DTypeName(step.dtype()),
+             "; a step count is float32, float64, int32 or int64");
+    DG_CHECK(CheckedNumel(step.shape(), "steps") == 1, DG_INVALID_ARGUMENT,
+             "steps[", k, "] must hold one value (a 0-d tensor), got shape ",
+             ShapeStr(step.shape()));
+  }
+  for (int32_t role = 0; role < 4; ++role) {
+    const int32_t from = role == 0 ? 0 : role + 1;  // skip the grads
+    for (int32_t k = 0; k < n; ++k) {
+      const dg::TensorRef t = ctx.input(1 + from * n + k);
+      ctx.set_output(role * n + k, t.dtype(), t.shape());
+    }
+  }
+}
+
 }  // namespace
 
 DG_OP(SgdUpdate)
@@ -254,6 +364,58 @@ DG_OP(AdagradUpdate)
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
     .Shape(AdagradShape);
+
+DG_OP(MultiSgdUpdate)
+    .Doc("SgdUpdate over a list of parameters in one call (a multi-tensor, "
+         "or foreach, update): the inputs are lr, then params, grads and "
+         "momentum_bufs, n of each; the outputs are the n new params then "
+         "the n new buffers. Each parameter's result is bit for bit that "
+         "of SgdUpdate with the same attributes.")
+    .Input("lr", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), DG_ARG_NO_GRAD,
+           "Learning rate, one value.")
+    .Input("tensors", dg::kFloat, DG_ARG_NO_GRAD | DG_ARG_VARIADIC,
+           "params..., grads..., momentum_bufs... (3n tensors of one dtype; "
+           "a buffer is unused, any shape, when momentum is 0).")
+    .Output("outputs", dg::kFloat, DG_ARG_VARIADIC,
+            "The n updated params, then the n updated buffers.")
+    .Attr("momentum", 0.0, "Momentum factor, >= 0.")
+    .Attr("dampening", 0.0, "Dampening of the momentum, in [0, 1].")
+    .Attr("nesterov", false, "Nesterov momentum (needs momentum > 0 and "
+          "dampening = 0).")
+    .Attr("weight_decay", 0.0, "L2 penalty added to the gradient, >= 0.")
+    .Attr("maximize", false, "Ascend instead of descend.")
+    .Flags(DG_OP_NO_GRAD)
+    .DispatchInput(1)
+    .Shape(MultiSgdShape);
+
+DG_OP(MultiAdamUpdate)
+    .Doc("AdamUpdate over a list of parameters in one call (a multi-tensor, "
+         "or foreach, update): the inputs are lr, then params, grads, "
+         "exp_avgs, exp_avg_sqs, max_exp_avg_sqs and steps (each parameter's "
+         "step count including this step), n of each; the outputs "
+         "are the n new params, exp_avgs, exp_avg_sqs and max_exp_avg_sqs. "
+         "Each parameter's result is bit for bit that of AdamUpdate with the "
+         "same attributes.")
+    .Input("lr", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), DG_ARG_NO_GRAD,
+           "Learning rate, one value.")
+    .Input("tensors", dg::kFloat | kScalarTypes,
+           DG_ARG_NO_GRAD | DG_ARG_VARIADIC,
+           "params..., grads..., exp_avgs..., exp_avg_sqs..., "
+           "max_exp_avg_sqs... (5n tensors of one floating dtype; a "
+           "max_exp_avg_sq is unused, any shape, without amsgrad), then "
+           "steps... (n one-value tensors, >= 1).")
+    .Output("outputs", dg::kFloat, DG_ARG_VARIADIC,
+            "The n updated params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs.")
+    .Attr("beta1", 0.9, "Decay of the first moment, in [0, 1).")
+    .Attr("beta2", 0.999, "Decay of the second moment, in [0, 1).")
+    .Attr("eps", 1e-8, "Added to the denominator, >= 0.")
+    .Attr("weight_decay", 0.0, "Weight decay, >= 0.")
+    .Attr("decoupled", false, "Decoupled weight decay (AdamW).")
+    .Attr("amsgrad", false, "Use the running maximum of v (AMSGrad).")
+    .Attr("maximize", false, "Ascend instead of descend.")
+    .Flags(DG_OP_NO_GRAD)
+    .DispatchInput(1)
+    .Shape(MultiAdamShape);
 
 }  // namespace ops
 }  // namespace dragon

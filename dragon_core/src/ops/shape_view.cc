@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/registry.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -134,11 +135,13 @@ void FlattenShape(dg::InferContext& ctx) {
 
 DG_OP(Reshape)
     .Doc("Gives x a new shape with the same number of elements (row-major "
-         "order); one dimension may be -1 and is inferred.")
+         "order); one dimension may be -1 and is inferred. A view of x "
+         "(sharing its memory) when x is contiguous, else a copy.")
     .Input("x", dg::kAny, 0, kX)
     .Output("y", dg::kAny, 0, "x with the new shape.")
     .RequiredAttr("shape", DG_ATTR_INTS,
                   "New shape; at most one entry may be -1.")
+    .Flags(kOpFlagView)
     .Shape(ReshapeShape);
 
 DG_OP(Transpose)
@@ -164,6 +167,7 @@ DG_OP(Squeeze)
     .OptionalAttr("axes", DG_ATTR_INTS,
                   "Axes to remove, each of size 1; None removes every "
                   "size-1 axis.")
+    .Flags(kOpFlagView)
     .Shape(SqueezeShape);
 
 DG_OP(Unsqueeze)
@@ -172,6 +176,7 @@ DG_OP(Unsqueeze)
     .Output("y", dg::kAny, 0, "x with the new axes.")
     .RequiredAttr("axes", DG_ATTR_INTS,
                   "Positions of the new axes in the output's rank.")
+    .Flags(kOpFlagView)
     .Shape(UnsqueezeShape);
 
 DG_OP(Flatten)
@@ -181,6 +186,7 @@ DG_OP(Flatten)
     .Output("y", dg::kAny, 0, "x with the merged axes.")
     .Attr("start_axis", int64_t{0}, "First axis to merge.")
     .Attr("end_axis", int64_t{-1}, "Last axis to merge (inclusive).")
+    .Flags(kOpFlagView)
     .Shape(FlattenShape);
 
 DG_OP(Contiguous)

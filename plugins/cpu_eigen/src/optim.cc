@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <vector>
 
 #include "common.h"
 
@@ -124,25 +125,25 @@ void EffectiveGrad(const T* g, const T* p, int64_t len, bool maximize,
   if (weight_decay != T(0)) *out += weight_decay * In<T>(p, len);
 }
 
+// One SGD step over [i, i + len) of one parameter; every pointer but the
+// unused momentum ones is set. Shared by SgdUpdate and MultiSgdUpdate, so
+// both give the same bits.
 template <typename T>
-void SgdUpdate(dg::KernelContext& ctx) {
-  const bool use_momentum = ctx.f("momentum") != 0.0;
-  const int64_t n =
-      use_momentum ? CheckedCount(ctx, {1, 2}, {0, 1})
-                   : CheckedCount(ctx, {1}, {0});
-  if (!use_momentum) PassThrough(ctx, 2, 1);
-  const T lr = static_cast<T>(ReadScalar(ctx, 3, "lr"));
-  const T momentum = static_cast<T>(ctx.f("momentum"));
-  const T keep = static_cast<T>(1.0 - ctx.f("dampening"));
-  const T weight_decay = static_cast<T>(ctx.f("weight_decay"));
-  const bool nesterov = ctx.b("nesterov"), maximize = ctx.b("maximize");
-  if (n == 0) return;
-  const T* p = ctx.input(0).data<const T>();
-  const T* g = ctx.input(1).data<const T>();
-  const T* buf = use_momentum ? ctx.input(2).data<const T>() : nullptr;
-  T* p_out = ctx.output(0).data<T>();
-  T* buf_out = use_momentum ? ctx.output(1).data<T>() : nullptr;
-  ForBlocks(n, 4, [&](int64_t i, int64_t len) {
+struct SgdStep {
+  T lr, momentum, keep, weight_decay;
+  bool use_momentum, nesterov, maximize;
+
+  SgdStep(const dg::KernelContext& ctx, double lr_value)
+      : lr(static_cast<T>(lr_value)),
+        momentum(static_cast<T>(ctx.f("momentum"))),
+        keep(static_cast<T>(1.0 - ctx.f("dampening"))),
+        weight_decay(static_cast<T>(ctx.f("weight_decay"))),
+        use_momentum(ctx.f("momentum") != 0.0),
+        nesterov(ctx.b("nesterov")),
+        maximize(ctx.b("maximize")) {}
+
+  void operator()(const T* p, const T* g, const T* buf, T* p_out, T* buf_out,
+                  int64_t i, int64_t len) const {
     alignas(64) T scratch[kBlock];
     Out<T> d(scratch, len);
     EffectiveGrad(g + i, p + i, len, maximize, weight_decay, &d);
@@ -156,39 +157,55 @@ void SgdUpdate(dg::KernelContext& ctx) {
       }
     }
     Out<T>(p_out + i, len) = In<T>(p + i, len) - lr * d;
-  });
-}
+  }
+};
 
 template <typename T>
-void AdamUpdate(dg::KernelContext& ctx) {
-  const bool amsgrad = ctx.b("amsgrad");
-  const int64_t n = amsgrad ? CheckedCount(ctx, {1, 2, 3, 4}, {0, 1, 2, 3})
-                            : CheckedCount(ctx, {1, 2, 3}, {0, 1, 2});
-  if (!amsgrad) PassThrough(ctx, 4, 3);
-  const double lr = ReadScalar(ctx, 5, "lr");
-  const double step = ReadStep(ctx, 6);
-  const double beta1 = ctx.f("beta1"), beta2 = ctx.f("beta2");
-  const double weight_decay = ctx.f("weight_decay");
-  const bool decoupled = ctx.b("decoupled"), maximize = ctx.b("maximize");
-  const T step_size = static_cast<T>(lr / (1.0 - std::pow(beta1, step)));
-  const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(beta2, step)));
-  const T eps = static_cast<T>(ctx.f("eps"));
-  const T b1 = static_cast<T>(beta1), one_minus_b1 = static_cast<T>(1 - beta1);
-  const T b2 = static_cast<T>(beta2), one_minus_b2 = static_cast<T>(1 - beta2);
-  const T l2 = decoupled ? T(0) : static_cast<T>(weight_decay);
-  const T shrink =
-      decoupled ? static_cast<T>(1.0 - lr * weight_decay) : T(1);
+void SgdUpdate(dg::KernelContext& ctx) {
+  const bool use_momentum = ctx.f("momentum") != 0.0;
+  const int64_t n =
+      use_momentum ? CheckedCount(ctx, {1, 2}, {0, 1})
+                   : CheckedCount(ctx, {1}, {0});
+  if (!use_momentum) PassThrough(ctx, 2, 1);
+  const SgdStep<T> step(ctx, ReadScalar(ctx, 3, "lr"));
   if (n == 0) return;
   const T* p = ctx.input(0).data<const T>();
   const T* g = ctx.input(1).data<const T>();
-  const T* m = ctx.input(2).data<const T>();
-  const T* v = ctx.input(3).data<const T>();
-  const T* vmax = amsgrad ? ctx.input(4).data<const T>() : nullptr;
+  const T* buf = use_momentum ? ctx.input(2).data<const T>() : nullptr;
   T* p_out = ctx.output(0).data<T>();
-  T* m_out = ctx.output(1).data<T>();
-  T* v_out = ctx.output(2).data<T>();
-  T* vmax_out = amsgrad ? ctx.output(3).data<T>() : nullptr;
-  ForBlocks(n, 12, [&](int64_t i, int64_t len) {
+  T* buf_out = use_momentum ? ctx.output(1).data<T>() : nullptr;
+  ForBlocks(n, 4, [&](int64_t i, int64_t len) {
+    step(p, g, buf, p_out, buf_out, i, len);
+  });
+}
+
+// One Adam step over [i, i + len) of one parameter (vmax pointers only with
+// amsgrad). Shared by AdamUpdate and MultiAdamUpdate.
+template <typename T>
+struct AdamStep {
+  T step_size, bc2_sqrt, eps, b1, one_minus_b1, b2, one_minus_b2, l2, shrink;
+  bool amsgrad, maximize;
+
+  AdamStep(const dg::KernelContext& ctx, double lr, double step) {
+    const double beta1 = ctx.f("beta1"), beta2 = ctx.f("beta2");
+    const double weight_decay = ctx.f("weight_decay");
+    const bool decoupled = ctx.b("decoupled");
+    amsgrad = ctx.b("amsgrad");
+    maximize = ctx.b("maximize");
+    step_size = static_cast<T>(lr / (1.0 - std::pow(beta1, step)));
+    bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(beta2, step)));
+    eps = static_cast<T>(ctx.f("eps"));
+    b1 = static_cast<T>(beta1);
+    one_minus_b1 = static_cast<T>(1 - beta1);
+    b2 = static_cast<T>(beta2);
+    one_minus_b2 = static_cast<T>(1 - beta2);
+    l2 = decoupled ? T(0) : static_cast<T>(weight_decay);
+    shrink = decoupled ? static_cast<T>(1.0 - lr * weight_decay) : T(1);
+  }
+
+  void operator()(const T* p, const T* g, const T* m, const T* v,
+                  const T* vmax, T* p_out, T* m_out, T* v_out, T* vmax_out,
+                  int64_t i, int64_t len) const {
     alignas(64) T scratch[kBlock];
     Out<T> d(scratch, len);
     EffectiveGrad(g + i, p + i, len, maximize, l2, &d);
@@ -209,7 +226,160 @@ void AdamUpdate(dg::KernelContext& ctx) {
     } else {
       Out<T>(p_out + i, len) = pv - step_size * (mo / d);
     }
+  }
+};
+
+template <typename T>
+void AdamUpdate(dg::KernelContext& ctx) {
+  const bool amsgrad = ctx.b("amsgrad");
+  const int64_t n = amsgrad ? CheckedCount(ctx, {1, 2, 3, 4}, {0, 1, 2, 3})
+                            : CheckedCount(ctx, {1, 2, 3}, {0, 1, 2});
+  if (!amsgrad) PassThrough(ctx, 4, 3);
+  const AdamStep<T> step(ctx, ReadScalar(ctx, 5, "lr"), ReadStep(ctx, 6));
+  if (n == 0) return;
+  const T* p = ctx.input(0).data<const T>();
+  const T* g = ctx.input(1).data<const T>();
+  const T* m = ctx.input(2).data<const T>();
+  const T* v = ctx.input(3).data<const T>();
+  const T* vmax = amsgrad ? ctx.input(4).data<const T>() : nullptr;
+  T* p_out = ctx.output(0).data<T>();
+  T* m_out = ctx.output(1).data<T>();
+  T* v_out = ctx.output(2).data<T>();
+  T* vmax_out = amsgrad ? ctx.output(3).data<T>() : nullptr;
+  ForBlocks(n, 12, [&](int64_t i, int64_t len) {
+    step(p, g, m, v, vmax, p_out, m_out, v_out, vmax_out, i, len);
   });
+}
+
+// The multi-tensor forms: every parameter's elements are cut into blocks of
+// at most kBlock, and one parallel loop runs over all blocks of all
+// parameters (one OpenMP region per call instead of one per parameter).
+struct Block {
+  int32_t tensor;
+  int64_t offset, len;
+};
+
+// Blocks of parameters 0..n-1 (inputs first..first+n-1); checks that the
+// `used` roles (role r: inputs first + r*n + k, outputs r_out*n + k) match
+// each parameter's element count.
+std::vector<Block> MultiBlocks(const dg::KernelContext& ctx, int32_t first,
+                               int32_t n, std::initializer_list<int32_t> roles,
+                               std::initializer_list<int32_t> out_roles) {
+  std::vector<Block> blocks;
+  for (int32_t k = 0; k < n; ++k) {
+    const int64_t count = ctx.input(first + k).numel();
+    for (int32_t r : roles) {
+      DG_CHECK(ctx.input(first + r * n + k).numel() == count, DG_INTERNAL,
+               ctx.op_name(), ": tensor ", r * n + k, " has ",
+               ctx.input(first + r * n + k).numel(), " elements, params[", k,
+               "] has ", count);
+    }
+    for (int32_t r : out_roles) {
+      DG_CHECK(ctx.output(r * n + k).numel() == count, DG_INTERNAL,
+               ctx.op_name(), ": output ", r * n + k, " has ",
+               ctx.output(r * n + k).numel(), " elements, params[", k,
+               "] has ", count);
+    }
+    for (int64_t i = 0; i < count; i += kBlock) {
+      blocks.push_back({k, i, std::min(kBlock, count - i)});
+    }
+  }
+  return blocks;
+}
+
+int32_t MultiN(const dg::KernelContext& ctx, int32_t first, int32_t roles,
+               int32_t out_roles) {
+  const int32_t total = ctx.num_inputs() - first;
+  DG_CHECK(total > 0 && total % roles == 0 &&
+               ctx.num_outputs() == total / roles * out_roles,
+           DG_INTERNAL, ctx.op_name(), ": ", total, " tensors and ",
+           ctx.num_outputs(), " outputs do not make whole parameters");
+  return total / roles;
+}
+
+// Data pointers of inputs first + r*n + k (outputs r*n + k) for the roles
+// r in `roles`, role-major; nullptr for a role not in use (-1).
+template <typename T>
+std::vector<const T*> InPtrs(const dg::KernelContext& ctx, int32_t first,
+                             int32_t n, std::initializer_list<int32_t> roles) {
+  std::vector<const T*> out;
+  for (int32_t r : roles) {
+    for (int32_t k = 0; k < n; ++k) {
+      out.push_back(r < 0 ? nullptr
+                          : ctx.input(first + r * n + k).data<const T>());
+    }
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T*> OutPtrs(const dg::KernelContext& ctx, int32_t n,
+                        std::initializer_list<int32_t> roles) {
+  std::vector<T*> out;
+  for (int32_t r : roles) {
+    for (int32_t k = 0; k < n; ++k) {
+      out.push_back(r < 0 ? nullptr : ctx.output(r * n + k).data<T>());
+    }
+  }
+  return out;
+}
+
+template <typename T>
+void MultiSgdUpdate(dg::KernelContext& ctx) {
+  const int32_t n = MultiN(ctx, 1, 3, 2);
+  const bool use_momentum = ctx.f("momentum") != 0.0;
+  if (!use_momentum) {
+    for (int32_t k = 0; k < n; ++k) PassThrough(ctx, 1 + 2 * n + k, n + k);
+  }
+  const SgdStep<T> step(ctx, ReadScalar(ctx, 0, "lr"));
+  const std::vector<Block> blocks =
+      use_momentum ? MultiBlocks(ctx, 1, n, {1, 2}, {0, 1})
+                   : MultiBlocks(ctx, 1, n, {1}, {0});
+  const int32_t m = use_momentum ? 1 : -1;
+  const std::vector<const T*> in = InPtrs<T>(ctx, 1, n, {0, 1, 2 * m});
+  const std::vector<T*> out = OutPtrs<T>(ctx, n, {0, m});
+  ParallelFor(
+      static_cast<int64_t>(blocks.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int32_t k = blocks[b].tensor;
+          step(in[k], in[n + k], in[2 * n + k], out[k], out[n + k],
+               blocks[b].offset, blocks[b].len);
+        }
+      },
+      4 * kBlock);
+}
+
+template <typename T>
+void MultiAdamUpdate(dg::KernelContext& ctx) {
+  const int32_t n = MultiN(ctx, 1, 6, 4);
+  const bool amsgrad = ctx.b("amsgrad");
+  if (!amsgrad) {
+    for (int32_t k = 0; k < n; ++k) PassThrough(ctx, 1 + 4 * n + k, 3 * n + k);
+  }
+  const double lr = ReadScalar(ctx, 0, "lr");
+  std::vector<AdamStep<T>> steps;
+  steps.reserve(static_cast<size_t>(n));
+  for (int32_t k = 0; k < n; ++k) {
+    steps.emplace_back(ctx, lr, ReadStep(ctx, 1 + 5 * n + k));
+  }
+  const std::vector<Block> blocks =
+      amsgrad ? MultiBlocks(ctx, 1, n, {1, 2, 3, 4}, {0, 1, 2, 3})
+              : MultiBlocks(ctx, 1, n, {1, 2, 3}, {0, 1, 2});
+  const int32_t a = amsgrad ? 1 : -1;
+  const std::vector<const T*> in = InPtrs<T>(ctx, 1, n, {0, 1, 2, 3, 4 * a});
+  const std::vector<T*> out = OutPtrs<T>(ctx, n, {0, 1, 2, 3 * a});
+  ParallelFor(
+      static_cast<int64_t>(blocks.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int32_t k = blocks[b].tensor;
+          steps[k](in[k], in[n + k], in[2 * n + k], in[3 * n + k],
+                   in[4 * n + k], out[k], out[n + k], out[2 * n + k],
+                   out[3 * n + k], blocks[b].offset, blocks[b].len);
+        }
+      },
+      12 * kBlock);
 }
 
 template <typename T>
@@ -299,6 +469,8 @@ DG_KERNEL_EX("SgdUpdate", "cpu", 0, DG_KERNEL_INPLACE, SgdUpdate, float,
              double);
 DG_KERNEL_EX("AdamUpdate", "cpu", 0, DG_KERNEL_INPLACE, AdamUpdate, float,
              double);
+DG_KERNEL_EX("MultiSgdUpdate", "cpu", 0, 0, MultiSgdUpdate, float, double);
+DG_KERNEL_EX("MultiAdamUpdate", "cpu", 0, 0, MultiAdamUpdate, float, double);
 DG_KERNEL_EX("RmspropUpdate", "cpu", 0, DG_KERNEL_INPLACE, RmspropUpdate,
              float, double);
 DG_KERNEL_EX("AdagradUpdate", "cpu", 0, DG_KERNEL_INPLACE, AdagradUpdate,

@@ -1,4 +1,5 @@
-"""Adam and AdamW (one ``AdamUpdate`` op per parameter)."""
+"""Adam and AdamW (one ``MultiAdamUpdate`` op per batch of parameters, or
+one ``AdamUpdate`` op per parameter)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ class Adam(Optimizer):
         Use the running maximum of the second moment.
     maximize : bool, default False
         Ascend the objective instead of descending it.
+    foreach : bool or None, default None
+        Update all parameters of one dtype and device with one multi-tensor
+        ``MultiAdamUpdate`` op (bit for bit the per-parameter result): None
+        does so where that op has a kernel, True requires it, False uses one
+        ``AdamUpdate`` per parameter.
 
     Notes
     -----
@@ -41,10 +47,10 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, *,
-                 maximize: bool = False):
+                 maximize: bool = False, foreach: bool | None = None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
-                                      maximize=maximize))
+                                      maximize=maximize, foreach=foreach))
 
     def _check_hyper(self, group):
         super()._check_hyper(group)
@@ -63,8 +69,8 @@ class Adam(Optimizer):
 
         amsgrad = group["amsgrad"]
         beta1, beta2 = group["betas"]
-        for p, g in zip(params, grads):
-            lr = group.lr_tensor_for(p.device)
+        vmaxs, steps = [], []
+        for p in params:
             state = self.state[p]
             if "step" not in state:
                 state["step"] = self._step_tensor(p)
@@ -72,19 +78,38 @@ class Adam(Optimizer):
                 state["exp_avg_sq"] = self._zeros_like(p)
             if amsgrad and "max_exp_avg_sq" not in state:
                 state["max_exp_avg_sq"] = self._zeros_like(p)
-            vmax = state["max_exp_avg_sq"] if amsgrad else self._placeholder(p)
-            step = self._next_step(state)
-            new_p, new_m, new_v, new_vmax = ops.adam_update(
-                p, g, state["exp_avg"], state["exp_avg_sq"], vmax, lr, step,
-                beta1=beta1, beta2=beta2, eps=group["eps"],
-                weight_decay=group["weight_decay"], decoupled=self._decoupled,
-                amsgrad=amsgrad, maximize=group["maximize"])
-            p.assign(new_p)
+            vmaxs.append(state["max_exp_avg_sq"] if amsgrad else self._placeholder(p))
+            steps.append(self._next_step(state))
+        attrs = dict(beta1=beta1, beta2=beta2, eps=group["eps"],
+                     weight_decay=group["weight_decay"], decoupled=self._decoupled,
+                     amsgrad=amsgrad, maximize=group["maximize"])
+
+        def store(i, new_p, new_m, new_v, new_vmax):
+            state = self.state[params[i]]
+            params[i].assign(new_p)
             state["exp_avg"].assign(new_m)
             state["exp_avg_sq"].assign(new_v)
             if amsgrad:
-                vmax.assign(new_vmax)
-            state["step"].assign(step)
+                vmaxs[i].assign(new_vmax)
+            state["step"].assign(steps[i])
+
+        batches, singles = self._foreach_batches(group, params, "MultiAdamUpdate")
+        for idx in batches:
+            n = len(idx)
+            ms = [self.state[params[i]]["exp_avg"] for i in idx]
+            vs = [self.state[params[i]]["exp_avg_sq"] for i in idx]
+            out = ops.multi_adam_update(
+                group.lr_tensor_for(params[idx[0]].device),
+                [params[i] for i in idx] + [grads[i] for i in idx] + ms + vs
+                + [vmaxs[i] for i in idx] + [steps[i] for i in idx],
+                **attrs)
+            for j, i in enumerate(idx):
+                store(i, out[j], out[n + j], out[2 * n + j], out[3 * n + j])
+        for i in singles:
+            p, state = params[i], self.state[params[i]]
+            store(i, *ops.adam_update(
+                p, grads[i], state["exp_avg"], state["exp_avg_sq"], vmaxs[i],
+                group.lr_tensor_for(p.device), steps[i], **attrs))
 
 
 class AdamW(Adam):
@@ -100,6 +125,6 @@ class AdamW(Adam):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 maximize: bool = False):
+                 maximize: bool = False, foreach: bool | None = None):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         amsgrad=amsgrad, maximize=maximize)
+                         amsgrad=amsgrad, maximize=maximize, foreach=foreach)

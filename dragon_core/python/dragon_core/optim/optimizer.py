@@ -53,6 +53,30 @@ def outside_trace():
             _C._trace_enter()
 
 
+_KERNEL_CACHE: dict = {}
+
+
+def _has_kernel(op_type: str, device: str, dtype_name: str) -> bool:
+    """Whether ``op_type`` has a kernel for ``dtype_name`` on ``device``'s
+    type (cached per op and device type)."""
+    from .._graph.passes import kernel_dtypes
+
+    key = (op_type, device.partition(":")[0])
+    if key not in _KERNEL_CACHE:
+        _KERNEL_CACHE[key] = kernel_dtypes(*key)
+    return dtype_name in _KERNEL_CACHE[key]
+
+
+def _C_kernels_text(op_type: str) -> str:
+    from .. import _C
+
+    try:
+        ks = _C.kernels(op_type)
+    except LookupError:
+        return "none"
+    return "; ".join(f"{k['device']} {{{k['dtypes']}}}" for k in ks) or "none"
+
+
 def _check_param(p, where: str) -> None:
     if not isinstance(p, Tensor):
         raise TypeError(f"{where}: parameters must be Tensors, got {type(p).__name__}")
@@ -174,7 +198,8 @@ class Optimizer:
     Notes
     -----
     Subclasses implement ``_update(group, params, grads)`` with one fused
-    update op per parameter.
+    update op per parameter, or one multi-tensor op per batch of parameters
+    of one dtype and device (``_foreach_batches``).
     """
 
     #: Names of per-parameter state entries that hold tensors of the
@@ -332,6 +357,41 @@ class Optimizer:
 
     def _update(self, group: ParamGroup, params: list, grads: list) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement _update")
+
+    def _foreach_batches(self, group: ParamGroup, params: list, op_type: str):
+        """Split ``params`` (by index) between the multi-tensor op
+        ``op_type`` and the per-parameter op, by the group's ``foreach``.
+
+        Parameters of one dtype and device form one batch (one call of
+        ``op_type``). ``foreach=None`` (the default) batches those whose
+        device and dtype have an ``op_type`` kernel and updates the others
+        one by one (both give the same bits); ``True`` requires the kernel
+        (NotImplementedError naming the op, dtype and device otherwise);
+        ``False`` never batches.
+
+        Returns
+        -------
+        (list of list of int, list of int)
+            The batches and the indices updated one by one.
+        """
+        foreach = group.get("foreach")
+        if foreach is False:
+            return [], list(range(len(params)))
+        by_key: dict = {}
+        for i, p in enumerate(params):
+            by_key.setdefault((p.dtype, str(p.device)), []).append(i)
+        batches, singles = [], []
+        for (dtype, device), idx in by_key.items():
+            if _has_kernel(op_type, device, dtype.name):
+                batches.append(idx)
+            elif foreach:
+                raise NotImplementedError(
+                    f"{type(self).__name__}(foreach=True): no {op_type} kernel for {dtype.name} "
+                    f"on {device} (kernels: {_C_kernels_text(op_type)}); pass foreach=None to "
+                    f"update such parameters one by one")
+            else:
+                singles += idx
+        return batches, sorted(singles)
 
     # ------------------------------------------------------------ state
 

@@ -1,5 +1,6 @@
 """Stochastic gradient descent with momentum, Nesterov momentum and weight
-decay (one ``SgdUpdate`` op per parameter)."""
+decay (one ``MultiSgdUpdate`` op per batch of parameters, or one
+``SgdUpdate`` op per parameter)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ class SGD(Optimizer):
         Nesterov momentum (needs momentum > 0 and dampening = 0).
     maximize : bool, default False
         Ascend the objective instead of descending it.
+    foreach : bool or None, default None
+        Update all parameters of one dtype and device with one multi-tensor
+        ``MultiSgdUpdate`` op (bit for bit the per-parameter result): None
+        does so where that op has a kernel, True requires it, False uses one
+        ``SgdUpdate`` per parameter.
 
     Notes
     -----
@@ -42,10 +48,11 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False, *, maximize: bool = False):
+                 nesterov: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov,
-                                      maximize=maximize))
+                                      maximize=maximize, foreach=foreach))
 
     def _check_hyper(self, group):
         super()._check_hyper(group)
@@ -62,18 +69,33 @@ class SGD(Optimizer):
         from .. import ops
 
         use_momentum = group["momentum"] != 0
-        for p, g in zip(params, grads):
+        bufs = []
+        for p in params:
             state = self.state[p]
             if use_momentum:
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = self._zeros_like(p)
-                buf = state["momentum_buffer"]
+                bufs.append(state["momentum_buffer"])
             else:
-                buf = self._placeholder(p)
-            new_p, new_buf = ops.sgd_update(
-                p, g, buf, group.lr_tensor_for(p.device), momentum=group["momentum"],
-                dampening=group["dampening"], nesterov=group["nesterov"],
-                weight_decay=group["weight_decay"], maximize=group["maximize"])
+                bufs.append(self._placeholder(p))
+        attrs = dict(momentum=group["momentum"], dampening=group["dampening"],
+                     nesterov=group["nesterov"], weight_decay=group["weight_decay"],
+                     maximize=group["maximize"])
+        batches, singles = self._foreach_batches(group, params, "MultiSgdUpdate")
+        for idx in batches:
+            n = len(idx)
+            out = ops.multi_sgd_update(
+                group.lr_tensor_for(params[idx[0]].device),
+                [params[i] for i in idx] + [grads[i] for i in idx] + [bufs[i] for i in idx],
+                **attrs)
+            for j, i in enumerate(idx):
+                params[i].assign(out[j])
+                if use_momentum:
+                    bufs[i].assign(out[n + j])
+        for i in singles:
+            p = params[i]
+            new_p, new_buf = ops.sgd_update(p, grads[i], bufs[i], group.lr_tensor_for(p.device),
+                                            **attrs)
             p.assign(new_p)
             if use_momentum:
-                buf.assign(new_buf)
+                bufs[i].assign(new_buf)

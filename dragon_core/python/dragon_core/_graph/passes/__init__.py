@@ -43,6 +43,32 @@ def kernel_dtypes(op_type: str, device_type: str) -> set:
     return out
 
 
+def is_view_op(op_type: str, cache: dict) -> bool:
+    """Whether ``op_type``'s schema has the view flag (``describe()["view"]``: its
+    output may alias input 0's storage); False for unknown ops."""
+    if op_type not in cache:
+        from dragon_core import _C
+        try:
+            cache[op_type] = bool(_C.op(op_type).describe().get("view", False))
+        except Exception:  # noqa: BLE001 - an op this process cannot resolve
+            cache[op_type] = False
+    return cache[op_type]
+
+
+def view_roots(graph) -> dict:
+    """``{tensor: root}`` for every output of a view op (Reshape, Squeeze,
+    Unsqueeze, Flatten, ...), following chains of views: ``root`` is the
+    tensor whose storage it may share at run time (the executor aliases a
+    contiguous input, so the passes assume it always does)."""
+    cache: dict = {}
+    roots: dict = {}
+    for op in graph.op:
+        if op.input and len(op.output) == 1 and is_view_op(op.type, cache):
+            src = op.input[0]
+            roots[op.output[0]] = roots.get(src, src)
+    return roots
+
+
 def device_type(graph) -> str:
     """The device type a graph runs on: ``metadata["device"]`` without its
     index (``"cpu:0"`` -> ``"cpu"``); the host (``"cpu"``) when absent."""

@@ -14,6 +14,12 @@ index into ``OpDef.input``) when input ``i``:
   broadcasting ``Add`` is in place only on its full-size operand, and
   ``LogicalNot``, whose output is bool, never is).
 
+Views (ops with the ``view`` schema flag, such as ``Reshape``) share their
+input's storage at run time, so an input qualifies only if its whole alias
+group (the root tensor and every view of it, ``view_roots``) is dead: the
+root is written by an op and not pinned, no member is pinned, and no other
+member is read by this op or any later one.
+
 When several inputs qualify, the lowest index wins. Output 0 may itself be a
 graph output or a state update: the input is dead, so its buffer simply moves
 to the caller or the variable (``memory`` then plans neither tensor).
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 from dragon_core import _C
 from dragon_core import proto as P
-from dragon_core._graph.passes import register_pass
+from dragon_core._graph.passes import register_pass, view_roots
 
 ANNOTATION = "_inplace_input"
 
@@ -70,6 +76,10 @@ def inplace(graph):
         for name in op.input:
             last_read[name] = k
     infos = {v.name: (v.dtype, tuple(v.shape)) for v in new.value_info}
+    roots = view_roots(new)
+    members: dict = {}  # root -> every tensor sharing its storage
+    for name, root in roots.items():
+        members.setdefault(root, {root}).add(name)
     masks: dict = {}
     for k, op in enumerate(new.op):
         if ANNOTATION in op.attr:
@@ -84,6 +94,10 @@ def inplace(graph):
                     or list(op.input).count(name) != 1
                     or infos.get(name) != infos[op.output[0]]):
                 continue
+            group = members.get(roots.get(name, name), ())
+            if any(m != name and (m not in produced or m in pinned
+                                  or last_read.get(m, -1) >= k) for m in group):
+                continue  # another view of the same storage is still live
             op.attr[ANNOTATION].i = i
             break
     return new

@@ -13,6 +13,12 @@ with one buffer and the union of the lifetimes. A group is planned only if
 every member is: when an in-place output is a graph output, its input is not
 planned either, since their storage leaves with the result.
 
+A view op (``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Flatten``: the schema's
+``view`` flag) makes its output an alias of input 0's storage, so output and
+input join one group as well; a view of a tensor that is not an op output (a
+graph input, constant or captured tensor) is not planned (it keeps that
+tensor's storage). So a buffer is never reused while a view of it is live.
+
 Groups are visited by ``def``; a buffer whose occupant was last read by op
 ``k`` is free for a group defined at op ``> k`` (never at ``k`` itself: the
 op reads its inputs while writing its outputs). The group takes the smallest
@@ -31,7 +37,7 @@ import json
 
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.passes import register_pass
+from dragon_core._graph.passes import is_view_op, register_pass
 
 ALIGN = 64
 ANNOTATION = "_inplace_input"
@@ -86,7 +92,14 @@ def memory(graph):
     infos = {v.name: v for v in new.value_info}
     excluded = set(new.output) | set(new.state_update)
     parent = {name: name for name in spans}
+    views: dict = {}
     for op in new.op:
+        if op.input and len(op.output) == 1 and is_view_op(op.type, views):
+            src = op.input[0]
+            if src not in parent:
+                excluded.add(op.output[0])  # aliases a non-op tensor
+            else:
+                parent[_find(parent, op.output[0])] = _find(parent, src)
         if ANNOTATION in op.attr and op.output:
             i = op.attr[ANNOTATION].i
             if 0 <= i < len(op.input):

@@ -31,7 +31,9 @@ def _cnn_step_ops():
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
                           nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 16), nn.LayerNorm(16),
                           nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 5))
-    opt = dg.optim.Adam(model.parameters(), lr=1e-3)
+    # foreach=False: the per-parameter updates a cuda step runs (the
+    # multi-tensor ops have a cpu_eigen kernel only).
+    opt = dg.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     x = dg.tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
     t = dg.tensor(np.array([1, 3]), dtype="int64")
 
@@ -46,7 +48,8 @@ def _cnn_step_ops():
 
 def _embedding_step_ops():
     emb, lin = nn.Embedding(10, 8), nn.Linear(8, 3)
-    opt = dg.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1, momentum=0.9)
+    opt = dg.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1, momentum=0.9,
+                       foreach=False)
     idx = dg.tensor(np.array([[1, 2], [3, 4]]), dtype="int64")
     t = dg.tensor(np.array([0, 2]), dtype="int64")
 
@@ -64,7 +67,7 @@ def _mlp_step_ops():
     rng = np.random.default_rng(1)
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.Sigmoid(),
                           nn.Linear(8, 2))
-    opt = dg.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = dg.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     x = dg.tensor(rng.standard_normal((4, 6)).astype(np.float32))
     y = dg.tensor(rng.standard_normal((4, 2)).astype(np.float32))
 

@@ -31,25 +31,9 @@ _tensor_mod._install()
 
 from . import ops  # noqa: E402
 
-import os as _os  # noqa: E402
 import sys as _sys  # noqa: E402
 
-# OpenMP threads waiting for work sleep rather than spin, unless the user
-# chose (OMP_WAIT_POLICY). libgomp reads the variable once, when the first
-# plugin kernel library loads it, so it is set around discovery only and
-# put back: libraries loaded later (torch's own libgomp) keep their defaults.
-# On a CPU shared with other processes a spinning thread keeps the core its
-# descheduled partner needs, and every parallel region waits out the spin:
-# 3-10x the wall time of a ResNet-18 or an encoder layer on a loaded 2-CPU
-# machine (docs/benchmarks.md, "OpenMP wait policy").
-_omp_default = "OMP_WAIT_POLICY" not in _os.environ
-if _omp_default:
-    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-try:
-    plugins.discover(_sys.modules[__name__])
-finally:
-    if _omp_default:
-        _os.environ.pop("OMP_WAIT_POLICY", None)
+plugins.discover(_sys.modules[__name__])
 plugins._apply_pins()
 ops._refresh()
 _tensor_mod._install_methods()

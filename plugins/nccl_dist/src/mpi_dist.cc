@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "dl_load.h"
 #include "dragon/plugin.hpp"
 
 namespace {
@@ -69,28 +70,15 @@ struct Mpi {
 std::mutex g_lib_mu;
 Mpi g_mpi;
 
-std::string PluginDir() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&PluginDir), &info) && info.dli_fname) {
-    std::string p = info.dli_fname;
-    const auto slash = p.rfind('/');
-    if (slash != std::string::npos) return p.substr(0, slash);
-  }
-  return ".";
-}
+using dgdist::PluginDir;
 
 template <typename F>
 bool Fn(void* h, const char* name, F* out, std::string* err) {
-  *out = reinterpret_cast<F>(dlsym(h, name));
-  if (!*out) *err = std::string("libmpi has no symbol ") + name;
-  return *out != nullptr;
+  return dgdist::LoadSymbol(h, "libmpi", name, out, err);
 }
 
 bool Obj(void* h, const char* name, Handle* out, std::string* err) {
-  *out = dlsym(h, name);
-  if (!*out) *err = std::string("libmpi has no symbol ") + name +
-                    " (is it Open MPI's libmpi.so.40?)";
-  return *out != nullptr;
+  return dgdist::LoadSymbol(h, "libmpi", name, out, err, " (is it Open MPI's libmpi.so.40?)");
 }
 
 // Opens `path` into g_mpi (caller holds g_lib_mu). An already opened library

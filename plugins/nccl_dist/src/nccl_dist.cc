@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "dl_load.h"
 #include "dragon/plugin.hpp"
 
 namespace {
@@ -48,21 +49,11 @@ struct Nccl {
   decltype(&ncclGroupEnd) GroupEnd = nullptr;
 };
 
-std::string PluginDir() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&PluginDir), &info) && info.dli_fname) {
-    std::string p = info.dli_fname;
-    const auto slash = p.rfind('/');
-    if (slash != std::string::npos) return p.substr(0, slash);
-  }
-  return ".";
-}
+using dgdist::PluginDir;
 
 template <typename F>
 bool Sym(void* h, const char* name, F* out, std::string* err) {
-  *out = reinterpret_cast<F>(dlsym(h, name));
-  if (!*out) *err = std::string("libnccl has no symbol ") + name;
-  return *out != nullptr;
+  return dgdist::LoadSymbol(h, "libnccl", name, out, err);
 }
 
 Nccl& Lib() {

@@ -68,8 +68,9 @@ def pins(cc: str = "cc") -> dict[str, str]:
                               check=True).stdout
         default: dict[str, tuple[int, ...]] = {}
         older: dict[str, tuple[int, ...]] = {}
-        # "0000000000089380 g    DF .text  0000000000000eed (GLIBC_2.2.5) pthread_create"
-        for m in re.finditer(r"\sDF\s+\.text\s+[0-9a-f]+\s+(\()?GLIBC_([0-9.]+)\)?\s+(\S+)$",
+        # "0000000000089380 g    DF .text  0000000000000eed (GLIBC_2.2.5) pthread_create";
+        # "iD" marks an IFUNC (log2, exp2f, ... pick an ISA-specific body at load)
+        for m in re.finditer(r"\s(?:DF|iD)\s+\.text\s+[0-9a-f]+\s+(\()?GLIBC_([0-9.]+)\)?\s+(\S+)$",
                              dump, re.M):
             hidden, ver, name = m.group(1), _version(m.group(2)), m.group(3)
             if not hidden:

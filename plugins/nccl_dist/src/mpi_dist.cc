@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -268,6 +269,44 @@ Handle ReduceOp(Mpi& m, const std::string& op, DgDType d, const char* name) {
   return m.sum;
 }
 
+// IEEE binary16 <-> binary32 in software: a _Float16 cast would call
+// libgcc_s's __extendhfsf2/__truncsfhf2 (GCC_12.0.0), which manylinux_2_28 lacks.
+// Checked bit for bit against the cast over every half and every float of the
+// half range.
+float F16ToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);           // inf, NaN (payload kept)
+  } else if (exp == 0) {
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant * 2^-24
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;                                        // zero, subnormal
+  } else {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);  // rebias 15 -> 127
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t F32ToF16(float f) {  // round to nearest even, as a cast does
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u | ((a >> 13) & 0x3ffu);  // NaN stays NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
+  if (a < 0x38800000u) {                         // below 2^-14: subnormal or zero
+    float m;
+    std::memcpy(&m, &a, 4);
+    return sign | static_cast<uint16_t>(std::nearbyint(m * 16777216.0f));  // |f| * 2^24
+  }
+  a += 0xfffu + ((a >> 13) & 1u);
+  return sign | static_cast<uint16_t>((a - 0x38000000u) >> 13);
+}
+
 float HalfToFloat(DgDType d, uint16_t h) {
   if (d == DG_BFLOAT16) {
     const uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -275,9 +314,7 @@ float HalfToFloat(DgDType d, uint16_t h) {
     std::memcpy(&f, &u, 4);
     return f;
   }
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
+  return F16ToF32(h);
 }
 
 uint16_t FloatToHalf(DgDType d, float f) {
@@ -288,10 +325,7 @@ uint16_t FloatToHalf(DgDType d, float f) {
     u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
     return static_cast<uint16_t>(u >> 16);
   }
-  const _Float16 v = static_cast<_Float16>(f);
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  return h;
+  return F32ToF16(f);
 }
 
 void ToFloat(DgDType d, const void* src, float* dst, int64_t n) {

@@ -97,16 +97,7 @@ def fuse_gelu(graph):
                                 approximate="none")
         replace[id(mul2)] = gelu
         drop.update(id(n) for n in (scale, erf, add, mul1))
-    if not replace:
-        return graph
-    g = type(graph)()
-    g.CopyFrom(graph)
-    del g.node[:]
-    for node in nodes:
-        if id(node) in drop:
-            continue
-        g.node.append(replace.get(id(node), node))
-    return g
+    return _rebuilt(graph, nodes, replace, drop)
 
 
 # ------------------------------------------------------------ layer norm
@@ -242,13 +233,19 @@ def fuse_layer_norm(graph):
                               epsilon=float(eps))
         replace[id(last)] = ln
         drop.update(id(n) for n in chain)
+    return _rebuilt(graph, nodes, replace, drop)
+
+
+def _rebuilt(graph, nodes, replace: dict, drop: set):
+    """``graph`` with each node whose id is in ``replace`` swapped for its
+    replacement and those in ``drop`` left out (order kept); ``graph``
+    itself when nothing changed."""
     if not replace:
         return graph
     g = type(graph)()
     g.CopyFrom(graph)
     del g.node[:]
     for node in nodes:
-        if id(node) in drop:
-            continue
-        g.node.append(replace.get(id(node), node))
+        if id(node) not in drop:
+            g.node.append(replace.get(id(node), node))
     return g

@@ -1,9 +1,10 @@
 """Rank-state files for the failure watchdog.
 
 The launcher (``python -m dragon_core.distributed.run``) gives every rank a
-directory, ``$DRAGON_DIST_RUN_DIR``. Each rank maps a small file there
-(``rank<N>.state``: pid, collective sequence number, phase, collective name)
-and updates it in memory at every collective, which costs a few stores. When
+directory, ``$DRAGON_DIST_RUN_DIR``. Each rank's collective kernels (the
+dragon-nccl-dist plugin) map a small file there (``rank<N>.state``: pid,
+collective sequence number, phase, collective name, in the layout ``_FMT``
+reads) and update it in memory at every collective, a few stores. When
 a collective times out, the waiting rank reads its peers' files to name the
 rank that died (its pid is gone) or stopped answering (it has not reached
 this collective) and the collective each one was in; the launcher does the
@@ -13,47 +14,11 @@ files: they are diagnostics only.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 
-_FMT = "<qqq48s"          # pid, seq, phase (0 idle, 1 inside), collective name
+_FMT = "<qqq48s"  # pid, seq, phase (0 idle, 1 inside), name: as mpi_dist.cc writes it
 _SIZE = struct.calcsize(_FMT)
-
-
-class RankState:
-    """This rank's mapped state file (a no-op without a run directory)."""
-
-    def __init__(self, rank: int, run_dir: str | None):
-        self.rank, self.run_dir, self.seq = rank, run_dir, 0
-        self._mm = None
-        if run_dir:
-            path = os.path.join(run_dir, f"rank{rank}.state")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                os.ftruncate(fd, _SIZE)
-                self._mm = mmap.mmap(fd, _SIZE)
-            finally:
-                os.close(fd)
-            self._write(0, "")
-
-    def _write(self, phase: int, name: str) -> None:
-        if self._mm is not None:
-            struct.pack_into(_FMT, self._mm, 0, os.getpid(), self.seq, phase,
-                             name.encode()[:48])
-
-    def enter(self, name: str) -> int:
-        self.seq += 1
-        self._write(1, name)
-        return self.seq
-
-    def leave(self, name: str) -> None:
-        self._write(0, name)
-
-    def close(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
 
 
 def read_states(run_dir: str | None) -> dict:

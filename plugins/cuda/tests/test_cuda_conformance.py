@@ -79,6 +79,31 @@ def _ref_dtype(dtype):
     return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
+HALF = ("float16", "bfloat16")
+
+
+def _maker(dtype, dev):
+    """``arr -> tensor``: on the device under test a ``dtype`` tensor; on the
+    CPU reference the same rounded values in the reference dtype (the CPU
+    kernels lack the 16-bit floats)."""
+    if dev == DEV:
+        return lambda arr: _host(arr, dtype).to(dev)
+    return lambda arr: ops.cast(_host(arr, dtype), dtype=_ref_dtype(dtype))
+
+
+def _rounded(t, dtype):
+    """A float32 reference result rounded to ``dtype`` once (what the device
+    stores), as float32 NumPy."""
+    if dtype in HALF:
+        t = ops.cast(ops.cast(t.to("cpu"), dtype=dtype), dtype="float32")
+    return _numpy(t)
+
+
+def _need_half_device(dtype):
+    if dtype in HALF and DEV == "cpu":
+        pytest.skip("the harness check runs the CPU, which has no 16-bit float kernel here")
+
+
 # ------------------------------------------------------------------ cases
 # op -> list of (fn, [(kind, shape), ...], dtypes, differentiable)
 
@@ -170,27 +195,26 @@ CASES = {
     "OneHot": [],
     "ScatterAdd": [],
     "LayerNorm": [(lambda x, g, b, a=a: ops.layer_norm(x, g, b, axis=a, eps=1e-5),
-                   [("f", xs), ("f", ps), ("f", ps)], ("float32", "float64"), True)
+                   [("f", xs), ("f", ps), ("f", ps)], FLOATS, True)
                   for xs, ps, a in (((6, 10), (10,), -1), ((2, 3, 4), (3, 4), 1),
                                     ((3, 700), (700,), -1), ((0, 5), (5,), -1))],
     "LayerNormGrad": [],  # by LayerNorm's gradient above
     **{name: [(lambda x, t, f=f, r=r: f(x, t, reduction=r), [("f", s), ("f", s)],
-               ("float32", "float64"), True)
+               FLOATS, True)
               for s in ((7, 5), (0,), (3000,)) for r in ("none", "sum", "mean")]
        for name, f in (("MseLoss", ops.mse_loss), ("L1Loss", ops.l1_loss),
                        ("SmoothL1Loss", lambda x, t, reduction: ops.smooth_l1_loss(
                            x, t, beta=0.5, reduction=reduction)))},
     "SigmoidFocalLoss": [(lambda x, t, a=a, r=r: ops.sigmoid_focal_loss(
                               x, ops.sigmoid(t), alpha=a, gamma=2.0, reduction=r),
-                          [("f", (6, 4)), ("f", (6, 4))], ("float32", "float64"), True)
+                          [("f", (6, 4)), ("f", (6, 4))], FLOATS, True)
                          for a, r in ((0.25, "none"), (-1.0, "mean"), (0.5, "sum"))],
     "BceWithLogits": [(lambda x, t, r=r: ops.bce_with_logits(x, ops.sigmoid(t), reduction=r),
-                       [("f", (6, 4)), ("f", (6, 4))], ("float32", "float64"), True)
+                       [("f", (6, 4)), ("f", (6, 4))], FLOATS, True)
                       for r in ("none", "mean")]
                      + [(lambda x, t, w: ops.bce_with_logits(x, ops.sigmoid(t), pos_weight=w,
                                                              reduction="sum"),
-                         [("f", (6, 4)), ("f", (6, 4)), ("pos", (4,))], ("float32", "float64"),
-                         True)],
+                         [("f", (6, 4)), ("f", (6, 4)), ("pos", (4,))], FLOATS, True)],
     "SoftmaxCrossEntropy": [],  # see test_class_losses
     "NllLoss": [],
     "RandomUniform": [],  # see test_random_ops
@@ -225,7 +249,7 @@ CASES = {
     "AdaptiveAvgPool2d": [],
     "AdaptiveAvgPool2dGrad": [],
     "GroupNorm": [(lambda x, g, b, gr=gr: ops.group_norm(x, g, b, groups=gr, eps=1e-5),
-                   [("f", xs), ("f", (xs[1],)), ("f", (xs[1],))], ("float32", "float64"), True)
+                   [("f", xs), ("f", (xs[1],)), ("f", (xs[1],))], FLOATS, True)
                   for xs, gr in (((2, 6, 5), 3), ((3, 4, 2, 3), 4), ((2, 8), 1), ((0, 4, 3), 2))],
     "GroupNormGrad": [],  # by GroupNorm's gradient above
     "Conv2d": [],  # see test_convolutions
@@ -443,12 +467,14 @@ def test_index_out_of_range_is_a_typed_error_at_the_next_read():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape", ((6, 5), (5,), (3, 4, 2, 3), (0, 4)))
 @pytest.mark.parametrize("reduction", ("none", "sum", "mean"))
 def test_class_losses(dtype, shape, reduction):
     """SoftmaxCrossEntropy (with label smoothing) and NllLoss, forward and
-    gradient with respect to the logits, with an ignored target."""
+    gradient with respect to the logits, with an ignored target (16-bit
+    floats against the CPU's float32 on the same rounded values)."""
+    _need_half_device(dtype)
     x = _data("f", shape, 11)
     tshape = () if len(shape) == 1 else (shape[0],) + tuple(shape[2:])
     t = np.random.default_rng(12).integers(0, shape[1 if len(shape) > 1 else 0],
@@ -457,20 +483,22 @@ def test_class_losses(dtype, shape, reduction):
         t.flat[0] = -100  # ignore_index
 
     def run(dev, f):
-        xt = _host(x, dtype).to(dev)
+        mk = _maker(dtype, dev)
+        xt = mk(x)
         tt = dg.tensor(t).to(dev)
         with dg.GradientTape() as tape:
             tape.watch(xt)
             y = f(xt, tt)
-            s = ops.sum(y * _host(_data("f", tuple(y.shape), 13), dtype).to(dev))
+            s = ops.sum(y * mk(_data("f", tuple(y.shape), 13)))
         return y, tape.gradient(s, [xt])[0]
 
     for f in (lambda a, b: ops.softmax_cross_entropy(a, b, label_smoothing=0.1,
                                                      reduction=reduction),
               lambda a, b: ops.nll_loss(a, b, reduction=reduction)):
         (y1, g1), (y2, g2) = run(DEV, f), run("cpu", f)
+        assert str(y1.dtype) == dtype and str(g1.dtype) == dtype
         rtol, atol = TOL[dtype]
-        np.testing.assert_allclose(_numpy(y1), _numpy(y2), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(_numpy(y1), _rounded(y2, dtype), rtol=rtol, atol=atol)
         np.testing.assert_allclose(_numpy(g1), _numpy(g2), rtol=rtol * 4, atol=atol * 4)
 
 
@@ -502,24 +530,26 @@ def test_random_ops(dtype, n):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape", ((8, 3), (4, 3, 5, 6), (2, 5, 7), (0, 3)))
 @pytest.mark.parametrize("training", (True, False))
 def test_batch_norm(dtype, shape, training):
     """Forward (y, batch mean, batch variance) and the gradients of x, gamma
-    and beta through BatchNormGrad, against the CPU."""
+    and beta through BatchNormGrad, against the CPU (16-bit floats against
+    the CPU's float32 on the same rounded values)."""
+    _need_half_device(dtype)
     c = shape[1]
 
     def run(dev):
-        x = _host(_data("f", shape, 21), dtype).to(dev)
-        g, b = (_host(_data("f", (c,), s), dtype).to(dev) for s in (22, 23))
-        rm, rv = _host(_data("f", (c,), 24), dtype).to(dev), _host(_data("pos", (c,), 25),
-                                                                   dtype).to(dev)
+        mk = _maker(dtype, dev)
+        x = mk(_data("f", shape, 21))
+        g, b = (mk(_data("f", (c,), s)) for s in (22, 23))
+        rm, rv = mk(_data("f", (c,), 24)), mk(_data("pos", (c,), 25))
         with dg.GradientTape() as tape:
             for t in (x, g, b):
                 tape.watch(t)
             y, m, v = ops.batch_norm(x, g, b, rm, rv, eps=1e-5, training=training)
-            w = _host(_data("f", shape, 26), dtype).to(dev)
+            w = mk(_data("f", shape, 26))
             s = ops.sum(y * w)
             if training and shape[0]:
                 s = s + ops.sum(m * 0.3) + ops.sum(v * 0.7)
@@ -549,6 +579,54 @@ def test_fused_elementwise(dtype, unary):
                                    err_msg=f"program {prog}")
 
 
+def _fused_rounded_reference(arrays, prog, consts, dtype):
+    """FusedElementwise as the 16-bit device kernel defines it, run on the
+    CPU: each instruction in float32 (a one-instruction CPU program on the
+    registers) and its result rounded to ``dtype``; a constant is rounded to
+    ``dtype`` as an operand and kept in float32 as an activation's alpha."""
+    def rnd(t):
+        return ops.cast(ops.cast(t, dtype=dtype), dtype="float32")
+
+    n_in = len(arrays)
+    reg = {k: rnd(dg.tensor(np.asarray(v, np.float32))) for k, v in enumerate(arrays)}
+    for k, c in enumerate(consts):
+        reg[n_in + k] = rnd(dg.tensor(np.float32(c)))
+    for i in range(0, len(prog), 4):
+        op, dst, a, b = prog[i:i + 4]
+        if op >= 32:  # binary
+            r = ops.fused_elementwise([reg[a], reg[b]], program=[op, 2, 0, 1], constants=[],
+                                      result=-1)
+        elif b >= 0:  # alpha: the unrounded constant
+            r = ops.fused_elementwise([reg[a]], program=[op, 2, 0, 1],
+                                      constants=[consts[b - n_in]], result=-1)
+        else:
+            r = ops.fused_elementwise([reg[a]], program=[op, 1, 0, -1], constants=[], result=-1)
+        reg[dst] = rnd(r)
+    return _numpy(reg[prog[-3]])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("unary", list(range(22)))
+def test_fused_elementwise_half(dtype, unary):
+    """The 16-bit FusedElementwise: every opcode in a program that also adds
+    a constant operand, equal to the per-instruction rounded float32
+    computation (what the unfused 16-bit kernels store)."""
+    _need_half_device(dtype)
+    a = _data("pos", (4, 5), 31)
+    b = _data("f", (5,), 32)
+    for binary in range(32, 39):
+        prog = [unary, 3, 0, 2 if unary in (20, 21) else -1, binary, 4, 3, 1, 32, 5, 4, 2]
+        got = ops.fused_elementwise([_host(a, dtype).to(DEV), _host(b, dtype).to(DEV)],
+                                    program=prog, constants=[0.3], result=-1)
+        assert str(got.dtype) == dtype
+        want = _fused_rounded_reference([_numpy(_host(a, dtype)), _numpy(_host(b, dtype))],
+                                        prog, [0.3], dtype)
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(_numpy(got), want, rtol=rtol, atol=atol,
+                                   err_msg=f"program {prog}")
+
+
 @pytest.mark.gpu
 def test_compiled_elementwise_chain_matches_cpu():
     x = _data("f", (64, 33), 41)
@@ -563,7 +641,7 @@ def test_compiled_elementwise_chain_matches_cpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("geom", [
     dict(kernel_size=[2, 2]), dict(kernel_size=[3, 3], strides=[1, 1], pads=[1, 1]),
     dict(kernel_size=[3, 2], strides=[2, 1], dilations=[2, 1], ceil_mode=True),
@@ -571,19 +649,24 @@ def test_compiled_elementwise_chain_matches_cpu():
     dict(kernel_size=[3, 2], strides=[2, 1], pads=((1, 0), (0, 1)))])  # asymmetric
 def test_max_pool(dtype, geom):
     """Values, indices and the gradient (overlapping windows, ties from a
-    quantised input, padding, dilation, ceil mode) against the CPU."""
+    quantised input, padding, dilation, ceil mode) against the CPU; the
+    16-bit floats (values exact in them) equal the CPU's float32 result
+    rounded once."""
+    _need_half_device(dtype)
     x = np.round(_data("f", (2, 3, 9, 8), 51) * 2) / 2  # ties
     x[0, 0, 2, 3] = np.nan
 
     def run(dev):
-        xt = _host(x, dtype).to(dev)
+        mk = _maker(dtype, dev)
+        xt = mk(x)
         y = ops.max_pool2d(xt, **geom)
         idx = ops.max_pool2d_indices(xt, **geom)
-        dy = _host(_data("f", tuple(y.shape), 52), dtype).to(dev)
+        dy = mk(_data("f", tuple(y.shape), 52))
         return y, idx, ops.max_pool2d_grad(xt, dy, **geom)
 
     for a, b in zip(run(DEV), run("cpu")):
-        np.testing.assert_array_equal(_numpy(a), _numpy(b))
+        np.testing.assert_array_equal(_numpy(a), _rounded(b, dtype) if dtype in HALF
+                                      and str(b.dtype) != "int64" else _numpy(b))
 
 
 @pytest.mark.gpu
@@ -599,7 +682,7 @@ def test_arange(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("geom", [
     dict(kernel_size=[2, 2]),
     dict(kernel_size=[3, 3], strides=[1, 1], pads=[1, 1], count_include_pad=False),
@@ -613,22 +696,25 @@ def test_avg_pools(dtype, geom):
     """AvgPool2d / AdaptiveAvgPool2d and their gradients against the CPU
     (overlapping windows, padding with and without counting it, ceil mode,
     adaptive bins that overlap)."""
+    _need_half_device(dtype)
     x = _data("f", (2, 3, 9, 8), 61)
 
     def run(dev):
-        xt = _host(x, dtype).to(dev)
+        mk = _maker(dtype, dev)
+        xt = mk(x)
         y = ops.avg_pool2d(xt, **geom)
-        dy = _host(_data("f", tuple(y.shape), 62), dtype).to(dev)
+        dy = mk(_data("f", tuple(y.shape), 62))
         out = [y, ops.avg_pool2d_grad(xt, dy, **geom)]
         for size in ([1, 1], [4, 3], [9, 8]):
             z = ops.adaptive_avg_pool2d(xt, output_size=size)
-            dz = _host(_data("f", tuple(z.shape), 63), dtype).to(dev)
+            dz = mk(_data("f", tuple(z.shape), 63))
             out += [z, ops.adaptive_avg_pool2d_grad(xt, dz, output_size=size)]
         return out
 
     rtol, atol = TOL[dtype]
     for a, b in zip(run(DEV), run("cpu")):
-        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=rtol, atol=atol)
+        assert str(a.dtype) == dtype
+        np.testing.assert_allclose(_numpy(a), _rounded(b, dtype), rtol=rtol, atol=atol)
 
 
 @pytest.mark.gpu

@@ -530,6 +530,39 @@ def test_random_ops(dtype, n):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("n", (1, 63, 4099))
+def test_random_ops_half(dtype, n):
+    """16-bit random ops are float32's numbers rounded once: uniform (a
+    value that rounds up to ``high`` is clamped below it) and dropout to the
+    bit, normal within the rounding of the math library."""
+    _need_half_device(dtype)
+    high = 3.0
+    for seed in (0, 7, 2**40 + 3):
+        u = [ops.random_uniform([n], low=-1.0, high=high, dtype=dtype, seed=seed, device=DEV)
+             for _ in range(2)]
+        assert str(u[0].dtype) == dtype
+        got = _numpy(u[0])
+        np.testing.assert_array_equal(got, _numpy(u[1]))
+        want = _rounded(ops.random_uniform([n], low=-1.0, high=high, dtype="float32", seed=seed,
+                                           device="cpu"), dtype)
+        below = want < high
+        np.testing.assert_array_equal(got[below], want[below])
+        assert got.min() >= -1.0 and got.max() < high
+        z = _numpy(ops.random_normal([n], mean=0.5, std=2.0, dtype=dtype, seed=seed, device=DEV))
+        zref = _rounded(ops.random_normal([n], mean=0.5, std=2.0, dtype="float32", seed=seed,
+                                          device="cpu"), dtype)
+        np.testing.assert_allclose(z, zref, rtol=TOL[dtype][0], atol=TOL[dtype][1])
+        x = _data("f", (n,), seed)
+        for p in (0.0, 0.3, 1.0):
+            a = ops.dropout(_host(x, dtype).to(DEV), p=p, seed=seed)
+            b = ops.dropout(ops.cast(_host(x, dtype), dtype="float32"), p=p, seed=seed)
+            for ta, tb in zip(a, b):
+                assert str(ta.dtype) == dtype
+                np.testing.assert_array_equal(_numpy(ta), _rounded(tb, dtype))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape", ((8, 3), (4, 3, 5, 6), (2, 5, 7), (0, 3)))
 @pytest.mark.parametrize("training", (True, False))
@@ -741,7 +774,7 @@ def test_rmsprop_and_adagrad_updates(dtype, momentum, centered, maximize):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("geom", [
     dict(c=3, o=4, k=(3, 3), strides=[1, 1], pads=[1, 1], dilations=[1, 1], groups=1),
     dict(c=4, o=6, k=(3, 2), strides=[2, 1], pads=((1, 0), (0, 1)), dilations=[1, 2], groups=2),
@@ -751,6 +784,7 @@ def test_convolutions(dtype, geom):
     """Conv2d (forward, and the gradients of x, w and b through the rules,
     which use ConvTranspose2d and Conv2dBackpropFilter), Conv2dBiasAct and
     ConvTranspose2d with a bias, against the CPU."""
+    _need_half_device(dtype)
     g = dict(geom)
     c, o, k = g.pop("c"), g.pop("o"), g.pop("k")
     x = _data("f", (2, c, 7, 6), 71)
@@ -758,15 +792,16 @@ def test_convolutions(dtype, geom):
     b = _data("f", (o,), 73)
 
     def run(dev):
-        xt, wt, bt = (_host(v, dtype).to(dev) for v in (x, w, b))
+        mk = _maker(dtype, dev)
+        xt, wt, bt = (mk(v) for v in (x, w, b))
         with dg.GradientTape() as tape:
             for t in (xt, wt, bt):
                 tape.watch(t)
             y = ops.conv2d(xt, wt, bt, **g)
-            s = ops.sum(y * _host(_data("f", tuple(y.shape), 74), dtype).to(dev))
+            s = ops.sum(y * mk(_data("f", tuple(y.shape), 74)))
         out = [y] + list(tape.gradient(s, [xt, wt, bt]))
         out.append(ops.conv2d_bias_act(xt, wt, bt, activation="relu", **g))
-        tw = _host(_data("f", (c, o // g["groups"]) + k, 75), dtype).to(dev)
+        tw = mk(_data("f", (c, o // g["groups"]) + k, 75))
         out.append(ops.conv_transpose2d(xt, tw, None, strides=g["strides"], pads=g["pads"],
                                         dilations=g["dilations"], groups=g["groups"]))
         return out

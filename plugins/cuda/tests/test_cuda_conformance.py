@@ -260,6 +260,8 @@ CASES = {
     "AdamUpdate": [],
     "RmspropUpdate": [],  # see test_rmsprop_and_adagrad_updates
     "AdagradUpdate": [],
+    "MultiSgdUpdate": [],  # see test_multi_tensor_updates
+    "MultiAdamUpdate": [],
 }
 
 
@@ -369,38 +371,112 @@ def test_contiguous_and_copies(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("momentum,nesterov,wd,maximize", [
     (0.0, False, 0.0, False), (0.9, False, 0.01, False), (0.9, True, 0.0, True)])
 def test_sgd_update(dtype, momentum, nesterov, wd, maximize):
+    """Against the CPU (16-bit floats: the CPU's float32 on the same rounded
+    values, each state rounded once)."""
+    _need_half_device(dtype)
     p, g, buf = (_data("f", (33,), s) for s in (1, 2, 3))
 
     def run(dev):
-        t = [_host(v, dtype).to(dev) for v in (p, g, buf)]
+        t = [_maker(dtype, dev)(v) for v in (p, g, buf)]
         lr = dg.tensor(np.float64(0.05)).to(dev)
         return ops.sgd_update(t[0], t[1], t[2], lr, momentum=momentum, dampening=0.0,
                               nesterov=nesterov, weight_decay=wd, maximize=maximize)
     for a, b in zip(run(DEV), run("cpu")):
-        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=TOL[dtype][0], atol=TOL[dtype][1])
+        assert str(a.dtype) == dtype
+        np.testing.assert_allclose(_numpy(a), _rounded(b, dtype), rtol=TOL[dtype][0],
+                                   atol=TOL[dtype][1])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("amsgrad,decoupled", [(False, False), (True, False), (False, True)])
 def test_adam_update(dtype, amsgrad, decoupled):
+    _need_half_device(dtype)
     p, g, m = (_data("f", (41,), s) for s in (1, 2, 3))
     v, vmax = _data("pos", (41,), 4), _data("pos", (41,), 5)
 
     def run(dev):
-        t = [_host(a, dtype).to(dev) for a in (p, g, m, v, vmax)]
+        t = [_maker(dtype, dev)(a) for a in (p, g, m, v, vmax)]
         lr = dg.tensor(np.float64(1e-2)).to(dev)
         step = dg.tensor(np.int64(3)).to(dev)
         return ops.adam_update(*t, lr, step, beta1=0.9, beta2=0.99, eps=1e-8,
                                weight_decay=0.01, amsgrad=amsgrad, decoupled=decoupled,
                                maximize=False)
     for a, b in zip(run(DEV), run("cpu")):
-        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=TOL[dtype][0] * 10,
+        assert str(a.dtype) == dtype
+        np.testing.assert_allclose(_numpy(a), _rounded(b, dtype), rtol=TOL[dtype][0] * 10,
                                    atol=TOL[dtype][1] * 10)
+
+
+def _bits(t):
+    """The bytes of a tensor's values (any dtype), for bit-exact comparisons."""
+    t = t.to("cpu")
+    if str(t.dtype) in HALF:  # no NumPy bfloat16: the raw 16 bits
+        return np.asarray(ops.bitcast(t, dtype="int16").numpy()).reshape(-1)
+    return np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8)
+
+
+MULTI_SHAPES = [(37,), (0,), (3, 5), (), (2 * 8192 + 3,), (8192,), (1,)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kind,attrs", [
+    ("sgd", dict(momentum=0.0)), ("sgd", dict(momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("sgd", dict(momentum=0.8, nesterov=True, maximize=True)),
+    ("adam", dict()), ("adam", dict(decoupled=True, weight_decay=0.05)),
+    ("adam", dict(amsgrad=True, beta1=0.8, beta2=0.95, eps=1e-6, maximize=True, weight_decay=0.1))],
+    ids=str)
+def test_multi_tensor_updates(dtype, kind, attrs):
+    """MultiSgdUpdate / MultiAdamUpdate (one launch over every parameter:
+    empty and 0-d ones, sizes across the 8192-element chunks) are bit for
+    bit the device's per-parameter SgdUpdate / AdamUpdate, and match the
+    CPU's multi-tensor op (16-bit floats: its float32 result rounded)."""
+    _need_half_device(dtype)
+    n = len(MULTI_SHAPES)
+    arrays = [[_data("f" if r != 3 else "pos", s, 100 * r + k) for k, s in enumerate(MULTI_SHAPES)]
+              for r in range(5)]
+    if kind == "sgd" and attrs["momentum"] == 0.0:
+        arrays[2] = [np.zeros((0,)) for _ in MULTI_SHAPES]
+    if kind == "adam" and not attrs.get("amsgrad"):
+        arrays[4] = [np.zeros((0,)) for _ in MULTI_SHAPES]
+    else:
+        arrays[4] = [np.abs(a) + 0.5 for a in arrays[4]]
+    steps = [1, 2, 7, 1, 30, 3, 5]
+
+    def run(dev):
+        mk = _maker(dtype, dev)
+        lr = dg.tensor(np.float64(0.01)).to(dev)
+        if kind == "sgd":
+            ts = [mk(a) for r in range(3) for a in arrays[r]]
+            multi = ops.multi_sgd_update(lr, ts, **attrs)
+            single = [ops.sgd_update(ts[k], ts[n + k], ts[2 * n + k], lr, **attrs)
+                      for k in range(n)]
+            roles = 2
+        else:
+            ts = [mk(a) for r in range(5) for a in arrays[r]]
+            st = [dg.tensor(np.int64(s)).to(dev) for s in steps]
+            multi = ops.multi_adam_update(lr, ts + st, **attrs)
+            single = [ops.adam_update(*[ts[r * n + k] for r in range(5)], lr, st[k], **attrs)
+                      for k in range(n)]
+            roles = 4
+        return multi, single, roles
+
+    multi, single, roles = run(DEV)
+    ref, _, _ = run("cpu")
+    assert len(multi) == roles * n
+    for k in range(n):
+        for r in range(roles):
+            got = multi[r * n + k]
+            assert str(got.dtype) == dtype and tuple(got.shape) == tuple(single[k][r].shape)
+            np.testing.assert_array_equal(_bits(got), _bits(single[k][r]),
+                                          err_msg=f"role {r} of parameter {k}")
+            np.testing.assert_allclose(_numpy(got), _rounded(ref[r * n + k], dtype),
+                                       rtol=TOL[dtype][0] * 10, atol=TOL[dtype][1] * 10)
 
 
 @pytest.mark.gpu

@@ -128,7 +128,7 @@ elif command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   timeout "$(clamp "$M" 30 90)" "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
     plugins/cuda/tests/test_cuda_conformance.py \
-    -k "float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)" \
+    -k "(float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)) or (bfloat16 and (LayerNorm-2 or test_multi_tensor_updates))" \
     > "$LOG/memcheck.log" 2>&1
   say "memcheck rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck.log" | tail -n 2 | tr '\n' ' '))"
 fi

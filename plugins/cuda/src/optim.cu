@@ -1,5 +1,6 @@
-// Fused optimizer updates on cuda (SgdUpdate, AdamUpdate), one pass over
-// the parameter, with the rules of cpu_eigen's optim.cc and the schemas in
+// Fused optimizer updates on cuda (SgdUpdate, AdamUpdate and their
+// multi-tensor forms, RmspropUpdate, AdagradUpdate), one pass over the
+// parameter, with the rules of cpu_eigen's optim.cc and the schemas in
 // dragon_core/src/ops/optim.cc. lr and step are one-element device tensors
 // read on the device (no host synchronisation); the scalar factors are
 // computed in double and cast to the element type once, as on the CPU.
@@ -242,8 +243,8 @@ DG_KERNEL_EX("AdamUpdate", "cuda", 0, DG_KERNEL_INPLACE, AdamUpdate, float, doub
 // call. A table of the parameters (pointers, element count, first chunk)
 // is copied to a device workspace; each parameter's elements are cut into
 // chunks of kChunk, and block b finds its parameter by binary search over
-// the first chunks (MultiChunks in multi_tensor.h, tested on the host). Each
-// element runs the per-parameter kernel's step: the same bits.
+// the first chunks (AssignChunks / FindSlot in multi_tensor.h, tested on the
+// host). Each element runs the per-parameter kernel's step: the same bits.
 
 template <typename Tensors>
 struct Slot {
@@ -389,32 +390,33 @@ struct RmspropArgs {
   const T *p, *g, *sq, *buf, *avg;
   T *p_out, *sq_out, *buf_out, *avg_out;
   Scalar lr;
-  T alpha, one_minus_alpha, eps, weight_decay, momentum;
+  Acc<T> alpha, one_minus_alpha, eps, weight_decay, momentum;  // float for 16-bit T
   bool maximize;
 };
 
 template <typename T>
 __global__ void RmspropKernel(RmspropArgs<T> a, int64_t n) {
-  const T lr = static_cast<T>(ReadScalar(a.lr.p, a.lr.dtype));
+  using A = Acc<T>;
+  const A lr = static_cast<A>(ReadScalar(a.lr.p, a.lr.dtype));
   DGC_LOOP(i, n) {
-    T d = a.maximize ? -a.g[i] : a.g[i];
-    if (a.weight_decay != T(0)) d += a.weight_decay * a.p[i];
-    const T sq = a.alpha * a.sq[i] + a.one_minus_alpha * (d * d);
-    a.sq_out[i] = sq;
-    T den;
+    A d = a.maximize ? -Load(a.g[i]) : Load(a.g[i]);
+    if (a.weight_decay != A(0)) d += a.weight_decay * Load(a.p[i]);
+    const A sq = a.alpha * Load(a.sq[i]) + a.one_minus_alpha * (d * d);
+    a.sq_out[i] = Store<T>(sq);
+    A den;
     if (a.avg) {
-      const T av = a.alpha * a.avg[i] + a.one_minus_alpha * d;
-      a.avg_out[i] = av;
+      const A av = a.alpha * Load(a.avg[i]) + a.one_minus_alpha * d;
+      a.avg_out[i] = Store<T>(av);
       den = sqrt(sq - av * av) + a.eps;
     } else {
       den = sqrt(sq) + a.eps;
     }
     if (a.buf) {
-      const T b = a.momentum * a.buf[i] + d / den;
-      a.buf_out[i] = b;
-      a.p_out[i] = a.p[i] - lr * b;
+      const A b = a.momentum * Load(a.buf[i]) + d / den;
+      a.buf_out[i] = Store<T>(b);
+      a.p_out[i] = Store<T>(Load(a.p[i]) - lr * b);
     } else {
-      a.p_out[i] = a.p[i] - lr * (d / den);
+      a.p_out[i] = Store<T>(Load(a.p[i]) - lr * (d / den));
     }
   }
 }
@@ -437,11 +439,12 @@ void RmspropUpdate(dg::KernelContext& ctx) {
   }
   RmspropArgs<T> a{};
   a.lr = CheckScalar(ctx, 5, "lr");
-  a.alpha = static_cast<T>(ctx.f("alpha"));
-  a.one_minus_alpha = static_cast<T>(1.0 - ctx.f("alpha"));
-  a.eps = static_cast<T>(ctx.f("eps"));
-  a.weight_decay = static_cast<T>(ctx.f("weight_decay"));
-  a.momentum = static_cast<T>(ctx.f("momentum"));
+  using A = Acc<T>;
+  a.alpha = static_cast<A>(ctx.f("alpha"));
+  a.one_minus_alpha = static_cast<A>(1.0 - ctx.f("alpha"));
+  a.eps = static_cast<A>(ctx.f("eps"));
+  a.weight_decay = static_cast<A>(ctx.f("weight_decay"));
+  a.momentum = static_cast<A>(ctx.f("momentum"));
   a.maximize = ctx.b("maximize");
   if (n == 0) return;
   auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
@@ -458,22 +461,24 @@ void RmspropUpdate(dg::KernelContext& ctx) {
   RmspropKernel<T><<<Blocks(n), kThreads, 0, s>>>(a, n);
   CheckLaunch(ctx);
 }
-DG_KERNEL_EX("RmspropUpdate", "cuda", 0, DG_KERNEL_INPLACE, RmspropUpdate, float, double);
+DG_KERNEL_EX("RmspropUpdate", "cuda", 0, DG_KERNEL_INPLACE, RmspropUpdate, float, double, half,
+             bf16);
 
 // ------------------------------------------------------------ Adagrad
 
 template <typename T>
 __global__ void AdagradKernel(const T* p, const T* g, const T* sum, T* p_out, T* sum_out,
-                              int64_t n, Scalar lr_s, Scalar step_s, double lr_decay, T eps,
-                              T weight_decay, bool maximize) {
+                              int64_t n, Scalar lr_s, Scalar step_s, double lr_decay,
+                              Acc<T> eps, Acc<T> weight_decay, bool maximize) {
+  using A = Acc<T>;
   const double lr = ReadScalar(lr_s.p, lr_s.dtype), step = ReadScalar(step_s.p, step_s.dtype);
-  const T clr = static_cast<T>(lr / (1.0 + (step - 1.0) * lr_decay));
+  const A clr = static_cast<A>(lr / (1.0 + (step - 1.0) * lr_decay));
   DGC_LOOP(i, n) {
-    T d = maximize ? -g[i] : g[i];
-    if (weight_decay != T(0)) d += weight_decay * p[i];
-    const T s2 = sum[i] + d * d;
-    sum_out[i] = s2;
-    p_out[i] = p[i] - clr * (d / (sqrt(s2) + eps));
+    A d = maximize ? -Load(g[i]) : Load(g[i]);
+    if (weight_decay != A(0)) d += weight_decay * Load(p[i]);
+    const A s2 = Load(sum[i]) + d * d;
+    sum_out[i] = Store<T>(s2);
+    p_out[i] = Store<T>(Load(p[i]) - clr * (d / (sqrt(s2) + eps)));
   }
 }
 
@@ -486,10 +491,12 @@ void AdagradUpdate(dg::KernelContext& ctx) {
       static_cast<const T*>(ctx.input(0).raw_data()), static_cast<const T*>(ctx.input(1).raw_data()),
       static_cast<const T*>(ctx.input(2).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
       static_cast<T*>(ctx.output(1).raw_data()), n, lr, step, ctx.f("lr_decay"),
-      static_cast<T>(ctx.f("eps")), static_cast<T>(ctx.f("weight_decay")), ctx.b("maximize"));
+      static_cast<Acc<T>>(ctx.f("eps")), static_cast<Acc<T>>(ctx.f("weight_decay")),
+      ctx.b("maximize"));
   CheckLaunch(ctx);
 }
-DG_KERNEL_EX("AdagradUpdate", "cuda", 0, DG_KERNEL_INPLACE, AdagradUpdate, float, double);
+DG_KERNEL_EX("AdagradUpdate", "cuda", 0, DG_KERNEL_INPLACE, AdagradUpdate, float, double, half,
+             bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

@@ -827,15 +827,16 @@ def test_avg_pools(dtype, geom):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("momentum,centered,maximize", [(0.0, False, False), (0.9, True, False),
                                                         (0.5, False, True)])
 def test_rmsprop_and_adagrad_updates(dtype, momentum, centered, maximize):
+    _need_half_device(dtype)
     p, g, buf, avg = (_data("f", (37,), s) for s in (1, 2, 3, 4))
     sq = _data("pos", (37,), 5) + 1.0  # >= avg**2 for the centered form
 
     def run(dev):
-        t = [_host(v, dtype).to(dev) for v in (p, g, sq, buf, avg)]
+        t = [_maker(dtype, dev)(v) for v in (p, g, sq, buf, avg)]
         lr = dg.tensor(np.float64(1e-2)).to(dev)
         step = dg.tensor(np.int64(4)).to(dev)
         out = list(ops.rmsprop_update(*t, lr, alpha=0.9, eps=1e-8, weight_decay=0.01,
@@ -845,7 +846,8 @@ def test_rmsprop_and_adagrad_updates(dtype, momentum, centered, maximize):
         return out
 
     for a, b in zip(run(DEV), run("cpu")):
-        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=TOL[dtype][0] * 10,
+        assert str(a.dtype) == dtype
+        np.testing.assert_allclose(_numpy(a), _rounded(b, dtype), rtol=TOL[dtype][0] * 10,
                                    atol=TOL[dtype][1] * 10)
 
 

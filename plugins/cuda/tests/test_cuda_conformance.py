@@ -827,6 +827,42 @@ def test_avg_pools(dtype, geom):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("opt", ["SGD", "Adam", "AdamW"])
+def test_optimizer_steps_foreach_equal_per_parameter(opt):
+    """A model trained on the device for three steps with the optimizers'
+    default multi-tensor updates ends with the same bits as with
+    per-parameter updates (foreach=False), and close to the CPU's."""
+    from dragon_core import nn
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((16, 6)).astype(np.float32)
+    y = rng.standard_normal((16, 3)).astype(np.float32)
+    state = None
+
+    def train(dev, foreach):
+        nonlocal state
+        model = nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 3))
+        if state is None:
+            state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+        model.to(dev)
+        kw = dict(lr=0.05, momentum=0.9) if opt == "SGD" else dict(lr=1e-2, weight_decay=0.01)
+        o = getattr(dg.optim, opt)(model.parameters(), foreach=foreach, **kw)
+        xt, yt = dg.tensor(x).to(dev), dg.tensor(y).to(dev)
+        for _ in range(3):
+            loss = nn.functional.mse_loss(model(xt), yt)
+            o.zero_grad()
+            loss.backward()
+            o.step()
+        return {k: _numpy(v) for k, v in model.state_dict().items()}
+
+    multi, single, cpu = train(DEV, None), train(DEV, False), train("cpu", None)
+    for k in multi:
+        np.testing.assert_array_equal(multi[k].view(np.uint32), single[k].view(np.uint32),
+                                      err_msg=k)
+        np.testing.assert_allclose(multi[k], cpu[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("momentum,centered,maximize", [(0.0, False, False), (0.9, True, False),
                                                         (0.5, False, True)])

@@ -20,7 +20,8 @@ import numpy as np
 from dragon_core import _C, ops as _ops
 
 from . import _dtype as D
-from ._tensor import Tensor, _as_dg, _cast, _grad_on, _host_view_ok, _tracing, _w
+from ._tensor import (Tensor, _as_dg, _cast, _check_inplace_target, _grad_on, _host_view_ok,
+                      _note_copy_view, _shared_memory_check, _tracing, _w)
 
 _INT64 = D.DTYPES["int64"]
 
@@ -100,7 +101,12 @@ def getitem(x: Tensor, key):
             # a trailing Ellipsis keeps a 0-d result a view (not a scalar copy)
             view_key = nk if any(k is Ellipsis for k in nk) else nk + (Ellipsis,)
             return _w(_C.from_numpy(t.numpy()[view_key]))
-        return _w(t[nk] if nk else t)
+        if not nk:
+            return _w(t)
+        out = _w(t[nk])
+        if (t.requires_grad and _grad_on()) or _tracing():
+            _note_copy_view(x, out)
+        return out
     # advanced: flat positions of the selected elements, then one gather
     if _host_view_ok(t):
         return _w(_C._from_numpy_copy(_np_c(t.numpy()[nk])))
@@ -120,6 +126,7 @@ def setitem(x: Tensor, key, value) -> None:
     dt = D.BY_CODE[t._dtype_code]
     recording = _grad_on() and (t.requires_grad or (isinstance(value, Tensor)
                                                     and value._t.requires_grad))
+    _check_inplace_target(x, "item assignment")
     if not recording and not _tracing() and t._device_name == "cpu" and not t.is_read_only:
         arr = t.numpy()
         if isinstance(value, Tensor):
@@ -131,10 +138,13 @@ def setitem(x: Tensor, key, value) -> None:
                 and dt.name != "bool"):
             v = np.trunc(v)
         arr[nk] = v
+        t._bump_version()   # autograd's check of the tensors it saved
         return
     if recording and t.requires_grad and t._grad_fn is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
                            "operation.")
+    if recording:
+        _shared_memory_check(t, "item assignment")
     # functional: out = where(mask, scattered value, x)
     pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
     flat_pos = pos.reshape(-1)

@@ -94,6 +94,107 @@ def _from_np_view(arr: np.ndarray):
     return _C.from_numpy(arr)
 
 
+# ------------------------------------------------------ views that are copies
+#
+# While autograd records (or a function is traced), view functions compute
+# their result with differentiable ops: the "view" is a copy. A write
+# through it would not reach its base, and a write to the base would not
+# reach it, where PyTorch's views share the write. Such views are
+# registered here (handles, weakly), and an in-place op on either side of a
+# live pair raises instead of silently diverging from PyTorch.
+
+import weakref as _weakref  # noqa: E402
+
+# id(view handle) -> (weakref to the view, weakref to its base);
+# id(base handle) -> (weakref to the base, {id(view): weakref to the view}).
+# Keyed by id (a handle's == is elementwise); entries leave with the handle.
+_COPY_VIEW_BASE: dict = {}
+_COPY_VIEWS: dict = {}
+
+
+def _forget_view(key, _ref=None):
+    entry = _COPY_VIEW_BASE.pop(key, None)
+    if entry is not None:
+        base = _COPY_VIEWS.get(id(entry[1]()) if entry[1]() is not None else None)
+        if base is not None:
+            base[1].pop(key, None)
+
+
+def _forget_base(key, _ref=None):
+    _COPY_VIEWS.pop(key, None)
+
+
+def _note_copy_view(base: "Tensor", view: "Tensor") -> "Tensor":
+    """Record that ``view`` stands for a view of ``base`` but is a copy."""
+    if view is base:
+        return view
+    vkey, bkey = id(view), id(base)
+    vref = _weakref.ref(view, lambda r, k=vkey: _forget_view(k))
+    entry = _COPY_VIEWS.get(bkey)
+    if entry is None or entry[0]() is not base:
+        entry = _COPY_VIEWS[bkey] = (_weakref.ref(base, lambda r, k=bkey: _forget_base(k)), {})
+    entry[1][vkey] = vref
+    _COPY_VIEW_BASE[vkey] = (vref, entry[0])
+    return view
+
+
+def _live_view_base(self):
+    entry = _COPY_VIEW_BASE.get(id(self))
+    if entry is None or entry[0]() is not self:
+        return None
+    return entry[1]()
+
+
+def _live_copy_view(self):
+    entry = _COPY_VIEWS.get(id(self))
+    if entry is None or entry[0]() is not self:
+        return None
+    for ref in entry[1].values():
+        v = ref()
+        if v is not None:
+            return v
+    return None
+
+
+def _check_inplace_target(self: "Tensor", what: str) -> None:
+    """Raise if an in-place write to ``self`` would not be seen where
+    PyTorch's would: ``self`` is a view computed as a copy (under autograd
+    or tracing) whose base is alive, or the base of such views."""
+    if not _COPY_VIEW_BASE and not _COPY_VIEWS:
+        return
+    base = _live_view_base(self)
+    if base is not None:
+        raise RuntimeError(
+            f"{what}: in-place write to a view (slice, view, reshape, transpose, ...) of a "
+            f"tensor of shape {list(base.shape)} taken while autograd records or a "
+            "function is traced is not supported by dragon_core.vm.torch: such a view is "
+            "a copy, so the write would not reach its base as in PyTorch. Write the base "
+            "itself (base[idx] = value, torch.where(...)), or compute out of place")
+    v = _live_copy_view(self)
+    if v is not None:
+        raise RuntimeError(
+            f"{what}: in-place write to a tensor of shape {list(self.shape)} that has live "
+            f"views (e.g. one of shape {list(v.shape)}) taken while autograd records or a "
+            "function is traced is not supported by dragon_core.vm.torch: those views are "
+            "copies and would not see the write as PyTorch's do. Take the views after the "
+            "in-place op, or compute out of place")
+
+
+def _shared_memory_check(t, what: str) -> None:
+    """Raise if ``t``'s memory is shared with another live tensor (a
+    ``detach()``/``.data`` alias, a view taken outside autograd, a NumPy
+    view) when an in-place op must rebind ``t`` instead of writing it: the
+    others would not see the write, where PyTorch's do."""
+    if t._storage_refs > 1:
+        raise RuntimeError(
+            f"{what}: in-place operation recorded by autograd on a {t.dtype.name} tensor of "
+            f"shape {list(t.shape)} whose memory other tensors share (a detach() or .data "
+            "alias, a view taken outside autograd, a numpy() array): dragon_core.vm.torch "
+            "records in-place ops by giving this tensor a new value, which those aliases "
+            "would not see as in PyTorch. Use x = x.clone() before the in-place op, or "
+            "compute out of place")
+
+
 def _dim(d: int, n: int, what: str = "dim") -> int:
     nn = max(n, 1)
     if not -nn <= d < nn:
@@ -706,14 +807,20 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
     """Make ``self`` hold ``result`` (PyTorch's in-place ``_`` methods).
 
     Outside autograd recording the result is written into ``self``'s memory
-    (host tensors: a true in-place write that views and aliases see; other
-    devices: the dragon tensor is rebound, so earlier views do not see it).
-    While recording, ``self`` (this handle) takes the recorded result, as
-    PyTorch's version of ``self`` in the graph would; a leaf that requires
-    grad raises as in PyTorch.
+    (host tensors: a true in-place write that views and aliases see, and
+    that bumps the memory's version, so a backward pass that saved it
+    raises; other devices: the dragon tensor is rebound, which bumps its
+    version too, so earlier views do not see it). While recording,
+    ``self`` (this handle) takes the recorded result, as PyTorch's version
+    of ``self`` in the graph would; a leaf that requires grad raises as in
+    PyTorch, and so does a tensor whose memory other tensors share (they
+    would not see the new value). A view computed as a copy (taken while
+    recording or tracing) and the base of one refuse in-place writes in
+    every mode (see :func:`_check_inplace_target`).
     """
     t = self._t
     r = result._t if isinstance(result, Tensor) else result
+    _check_inplace_target(self, "in-place operation")
     if r._dtype_code != t._dtype_code:
         if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
             raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "
@@ -728,6 +835,7 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         if t.requires_grad and t._grad_fn is None:
             raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                "in-place operation.")
+        _shared_memory_check(t, "in-place operation")
         if not r.requires_grad:
             # overwritten by a constant: torch's graph still reaches the old
             # value (with zero gradient)
@@ -739,6 +847,7 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         return self
     if t._device_name == "cpu" and not t.is_read_only and t._dtype_code != _BF16:
         np.copyto(t.numpy(), r.numpy())
+        t._bump_version()   # autograd's check of the tensors it saved
     else:
         t._rebind(r)
     return self

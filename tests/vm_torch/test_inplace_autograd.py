@@ -466,3 +466,12 @@ def test_compiled_inplace_on_captured_buffer_updates_it_each_run():
     cf(x)
     out = cf(x)
     assert _vals(buf) == [2.0, 4.0, 6.0] and _vals(out) == [2.0, 4.0, 6.0]
+
+
+def test_inplace_on_view_of_a_temporary_view_still_raises():
+    # the middle view dies at once; the write still would not reach y
+    x = vt.tensor([[0.5, -1.0], [2.0, 3.0]], requires_grad=True)
+    y = x * 2.0
+    with pytest.raises(RuntimeError, match=r"in-place write to a view"):
+        y.view(-1)[:2].zero_()
+    assert _vals(y) == [[1.0, -2.0], [4.0, 6.0]]

@@ -134,6 +134,13 @@ def _note_view(base: "Tensor", view: "Tensor", kind: str) -> "Tensor":
     (``kind`` "copy") or sharing its memory ("alias")."""
     if view is base:
         return view
+    # A view of a view is a view of the root base (the middle one may die).
+    while True:
+        up = _VIEW_BASE.get(id(base))
+        root = up[1]() if up is not None and up[0]() is base else None
+        if root is None:
+            break
+        base = root
     vkey, bkey = id(view), id(base)
     vref = _weakref.ref(view, lambda r, k=vkey: _forget_view(k))
     entry = _BASE_VIEWS.get(bkey)

@@ -13,7 +13,11 @@ Views: on the host, outside autograd recording, ``view``/``reshape``/
 and basic slicing return tensors that share memory with their base (NumPy
 strided views handed to ``dragon_core.from_numpy``), so in-place writes
 through them reach the base as in PyTorch. While autograd records (the base
-requires grad) they are computed by differentiable ops and are copies.
+requires grad) they are computed by differentiable ops and are copies; an
+in-place write to such a view, or to its base while it lives, raises (see
+``_check_inplace_target``) rather than silently not reaching the other.
+In-place writes to memory bump the storage's version counter, which
+autograd checks before a gradient rule reads a saved input.
 """
 
 from __future__ import annotations

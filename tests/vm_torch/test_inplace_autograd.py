@@ -475,3 +475,16 @@ def test_inplace_on_view_of_a_temporary_view_still_raises():
     with pytest.raises(RuntimeError, match=r"in-place write to a view"):
         y.view(-1)[:2].zero_()
     assert _vals(y) == [[1.0, -2.0], [4.0, 6.0]]
+
+
+def test_data_assignment_before_backward_raises_where_torch_is_silent():
+    def case(T):
+        w = T.tensor([1.0, 2.0], requires_grad=True)
+        loss = (w * w).sum()
+        w.data = T.tensor([10.0, 20.0])
+        loss.backward()
+        return _grad(w)
+    # torch differentiates at the new value: 2 * [10, 20]
+    assert _outcome(real, case) == ("ok", [20.0, 40.0])
+    with pytest.raises(RuntimeError, match=r"input 0 of Mul .*version 1; expected version 0"):
+        case(vt)

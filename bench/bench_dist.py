@@ -153,21 +153,22 @@ def _barrier() -> None:
     MPI.COMM_WORLD.Barrier()
 
 
-def _worker_torch(quick: bool) -> dict:
+def _worker_torch(quick: bool, ddp: bool = True) -> dict:
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    port = comm.bcast(29500 + (os.getpid() % 1000) if rank == 0 else None, root=0)
-    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                             world_size=size)
+    if ddp:
+        port = comm.bcast(29500 + (os.getpid() % 1000) if rank == 0 else None, root=0)
+        tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                 world_size=size)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(784, HIDDEN), torch.nn.ReLU(),
                                 torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
                                 torch.nn.Linear(HIDDEN, 10))
-    net = torch.nn.parallel.DistributedDataParallel(model)
+    net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     xn, yn = _mlp_data(rank)
     x, y = torch.from_numpy(xn), torch.from_numpy(yn)
@@ -178,7 +179,8 @@ def _worker_torch(quick: bool) -> dict:
         opt.step()
 
     out = {"steps_per_s": _steps_per_s(step, quick, True)}
-    tdist.destroy_process_group()
+    if ddp:
+        tdist.destroy_process_group()
     return out
 
 
@@ -191,6 +193,8 @@ def _worker(job: str, quick: bool) -> None:
         res = _worker_dragon(quick, ddp=True)
     elif job == "torch2":
         res = _worker_torch(quick)
+    elif job == "torch1":
+        res = _worker_torch(quick, ddp=False)
     else:
         raise SystemExit(f"unknown job {job}")
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))

@@ -360,6 +360,25 @@ def test_no_sync_accumulates_then_reduces_the_sum(tmp_path):
     assert ev.count("allreduce_start") == 3 * common.EPOCHS * common.NUM_TRAIN // 32
 
 
+def test_no_sync_in_compiled_steps_matches_one_rank(tmp_path):
+    # dg.function steps: no_sync entered around a compiled call and inside a
+    # compiled body; gradient accumulation without all-reduce, then a synced
+    # step; 2 ranks end equal to 1 rank on the concatenated batches.
+    _mpirun(str(tmp_path), "--no-sync", "--compiled", dragon=True)
+    _assert_matches(tmp_path, common.reference(no_sync=True))
+    steps = common.EPOCHS * common.NUM_TRAIN // 32
+    for r in range(common.WORLD):
+        text = (tmp_path / f"events{r}.txt").read_text()
+        per_step = [s.split().count("allreduce_start") for s in text.split("step ")[1:]]
+        assert len(per_step) == steps
+        # 3 buckets per synced step and none for the accumulation; a step
+        # that traces a synced plan runs its all-reduces once more (a trace
+        # executes as it records): micro_step and synced_step, once each.
+        assert all(n in (3, 6) for n in per_step), per_step
+        assert sum(per_step) == 3 * (steps + 2), per_step
+        assert text.count("allreduce_done") == sum(per_step)
+
+
 def test_killed_rank_relaunch_resumes_from_checkpoint(tmp_path, reference):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     ckpt.mkdir()

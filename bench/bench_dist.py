@@ -12,6 +12,9 @@ Rows:
   rank, SGD): one process without DDP, Dragon DDP on 2 ranks (default
   process group of ``dragon_core.distributed``), and
   ``torch.distributed`` (gloo) DDP on 2 ranks, the same job in the same run.
+  To separate compute from communication: torch on 1 rank, and each library
+  on 2 ranks that train without communicating (the compute under the same
+  sharing of the cores as the DDP runs).
 
 Each measurement is one ``mpirun -n 2 python bench_dist.py --worker JOB``;
 the workers print one JSON line (rank 0). Run alone:
@@ -231,6 +234,24 @@ def run(quick: bool = False) -> list[dict]:
                                 "higher", note=f"MLP 784-{HIDDEN}-{HIDDEN}-10, batch {BATCH} "
                                 "per rank, SGD, 1 thread per rank (OMP/DRAGON_NUM_THREADS=1, "
                                 "torch.set_num_threads(1))"))
+    # Compute alone, to separate it from communication: 1 rank of torch, and
+    # 2 ranks of each training without communicating (the two processes
+    # share the machine's cores as the DDP runs do).
+    one_nocomm = _launch("dragon1", 2, quick)["steps_per_s"]
+    rows.append(_harness.result("ddp_mlp", "2 ranks, no communication", "dragon", "steps/s",
+                                one_nocomm, "higher",
+                                note="each rank trains alone: compute under the same load"))
+    try:
+        torch_one = _launch("torch1", 1, quick)["steps_per_s"]
+        torch_nocomm = _launch("torch1", 2, quick)["steps_per_s"]
+        rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "torch", "steps/s",
+                                    torch_one, "higher", dragon_ratio=one / torch_one))
+        rows.append(_harness.result("ddp_mlp", "2 ranks, no communication", "torch",
+                                    "steps/s", torch_nocomm, "higher",
+                                    dragon_ratio=one_nocomm / torch_nocomm))
+    except Exception as e:  # noqa: BLE001 - the anchor is optional
+        rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "torch", "steps/s", None,
+                                    "higher", status="SKIP", note=str(e)[:200]))
     torch_row = None
     try:
         torch_two = _launch("torch2", 2, quick)["steps_per_s"]

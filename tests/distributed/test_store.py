@@ -75,10 +75,12 @@ def test_set_get_add_in_one_process():
             assert client.add("n", 2) == 2
             assert master.add("n", -5) == -3
             # get waits for a key another rank sets later
-            threading.Timer(0.2, lambda: master.set("late", b"x")).start()
+            timer = threading.Timer(0.2, lambda: master.set("late", b"x"))
+            timer.start()
             t0 = time.monotonic()
             assert client.get("late") == b"x"
             assert time.monotonic() - t0 >= 0.15
+            timer.join(10)
 
 
 def test_get_of_a_key_nobody_sets_times_out_naming_it():

@@ -239,7 +239,8 @@ class TCPStore:
             delay = min(0.5, delay * 2)
 
     def _request(self, op: bytes, key: str, value: bytes, what: str) -> bytes:
-        if self._sock is None:
+        sock = self._sock          # close() from another thread may clear it
+        if sock is None:
             raise StoreError(f"{self._who()}: {what}({key!r}) on a closed store")
         if len(value) > MAX_VALUE_BYTES:
             raise ValueError(f"TCPStore.{what}: value of {len(value)} bytes for key {key!r}; "
@@ -248,17 +249,17 @@ class TCPStore:
         k = key.encode()
         with self._lock:
             try:
-                self._sock.settimeout(self.timeout)
-                self._sock.sendall(op + struct.pack(">I", len(k)) + k +
+                sock.settimeout(self.timeout)
+                sock.sendall(op + struct.pack(">I", len(k)) + k +
                                    struct.pack(">Q", len(value)) + value)
                 if op == b"S":
-                    if _recv_exact(self._sock, 1) != b"K":
+                    if _recv_exact(sock, 1) != b"K":
                         raise ConnectionError("bad reply")
                     return b""
                 if op == b"A":
-                    return _recv_exact(self._sock, 8)
-                (n,) = struct.unpack(">Q", _recv_exact(self._sock, 8))
-                return _recv_exact(self._sock, n)
+                    return _recv_exact(sock, 8)
+                (n,) = struct.unpack(">Q", _recv_exact(sock, 8))
+                return _recv_exact(sock, n)
             except socket.timeout:
                 self._drop()
                 raise StoreError(
@@ -271,11 +272,12 @@ class TCPStore:
                                  f"{self._where()} failed: {e} (did rank 0 exit?)") from None
 
     def _drop(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-        self._sock = None
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def set(self, key: str, value: bytes) -> None:
         """Set ``key`` to ``value`` (bytes, at most 1 MiB)."""

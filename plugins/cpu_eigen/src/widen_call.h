@@ -92,8 +92,10 @@ void Narrow(const float* src, const DgTensorView& v, int64_t n) {
   });
 }
 
+// With alias_float32, src is a dense float32 tensor (an output) used as its
+// own stand-in: no scratch copy.
 inline void MakeWide(dg::KernelContext& ctx, const DgTensorView& src,
-                     Wide* w) {
+                     Wide* w, bool alias_float32 = false) {
   w->shape.assign(src.shape, src.shape + src.ndim);
   w->strides.assign(static_cast<size_t>(src.ndim), 1);
   w->numel = 1;
@@ -101,7 +103,14 @@ inline void MakeWide(dg::KernelContext& ctx, const DgTensorView& src,
     w->strides[d] = w->numel;
     w->numel *= src.shape[d];
   }
-  w->data = ctx.workspace<float>(static_cast<size_t>(w->numel));
+  if (alias_float32) {
+    DG_CHECK(src.dtype == DG_FLOAT32 && IsContiguous(src), DG_INTERNAL,
+             "MakeWide: a float32 alias must be a dense float32 tensor");
+    w->data = reinterpret_cast<float*>(static_cast<char*>(src.data) +
+                                       src.byte_offset);
+  } else {
+    w->data = ctx.workspace<float>(static_cast<size_t>(w->numel));
+  }
   w->view = src;
   w->view.dtype = DG_FLOAT32;
   w->view.data = w->data;

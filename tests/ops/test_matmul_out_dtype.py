@@ -233,3 +233,34 @@ def test_compiled_matches_eager(rng):
     np.testing.assert_array_equal(out.numpy(), eager.numpy())
     mm = [op for op in g.get_graph(a, b).op if op.type == "MatMul"]
     assert len(mm) == 1 and "out_dtype" in mm[0].attr
+
+
+# ------------------------------------------- Cast float32 <-> bfloat16 bits
+def _bf16_bits_reference(u: np.ndarray) -> np.ndarray:
+    """float32 bits -> bfloat16 bits: nearest, ties to even; NaN -> the
+    quiet NaN of its sign."""
+    u = u.astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    nan = ((u >> 16) & 0x8000) | 0x7FC0
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, nan, rounded).astype(np.uint16)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 300_001])
+def test_cast_float32_to_bfloat16_bits(n):
+    """The vectorised Cast (autocast's down-casts) rounds every class of
+    float32 as the reference: ties, carries into the exponent, overflow to
+    inf, subnormals, signed zeros, inf and NaN payloads."""
+    rng = np.random.default_rng(n)
+    special = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001,
+                        0x7F800001, 0xFFBFFFFF, 0x00000001, 0x00008000, 0x00018000,
+                        0x007FFFFF, 0x7F7FFFFF, 0x7F7F8000, 0xFF7F8000, 0x3F808000,
+                        0x3F818000, 0x3F80FFFF, 0x3FFF8000], np.uint32)
+    u = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    u[: min(n, special.size)] = special[: min(n, special.size)]
+    # Ties: low 16 bits exactly 0x8000 on a quarter of the values.
+    u[n // 2:: 4] = (u[n // 2:: 4] & 0xFFFF0000) | 0x8000
+    x = u.view(np.float32)
+    got = dg.tensor(x).astype("bfloat16").numpy().view(np.uint16)
+    np.testing.assert_array_equal(got, _bf16_bits_reference(u))
+    back = dg.tensor(x).astype("bfloat16").astype("float32").numpy().view(np.uint32)
+    np.testing.assert_array_equal(back, _bf16_bits_reference(u).astype(np.uint32) << 16)

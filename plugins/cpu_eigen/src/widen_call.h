@@ -14,8 +14,10 @@
 #define DRAGON_CPU_EIGEN_WIDEN_CALL_H_
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "cast.h"
 #include "common.h"
 #include "dragon/plugin.hpp"
 
@@ -69,7 +71,11 @@ void Widen(const DgTensorView& v, float* dst, int64_t n) {
                                             v.byte_offset);
   if (IsContiguous(v)) {
     ParallelFor(n, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<float>(src[k]);
+      if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+        Bfloat16ToFloat(src + begin, dst + begin, end - begin);  // cast.h
+      } else {
+        for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<float>(src[k]);
+      }
     });
     return;
   }
@@ -83,7 +89,11 @@ void Narrow(const float* src, const DgTensorView& v, int64_t n) {
   H* dst = reinterpret_cast<H*>(static_cast<char*>(v.data) + v.byte_offset);
   if (IsContiguous(v)) {
     ParallelFor(n, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<H>(src[k]);
+      if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+        FloatToBfloat16(src + begin, dst + begin, end - begin);  // cast.h
+      } else {
+        for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<H>(src[k]);
+      }
     });
     return;
   }

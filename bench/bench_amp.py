@@ -14,7 +14,16 @@ the shared machine hits them alike; the first losses of both are checked
 against each other (bfloat16 tolerance). ``--profile`` prints the per-op
 profile of both compiled steps (Cast count and share).
 
-    python bench/bench_amp.py [--rounds 5] [--profile]
+    python bench/bench_amp.py [--rounds 5] [--profile] [--cpu-time] [--casts]
+
+``--casts`` first times the Cast kernel alone (float32 <-> bfloat16 of an
+encoder activation, 256K and 1M elements) beside torch's ``.to()``,
+interleaved, best of 7 rounds of 50 calls.
+
+``--cpu-time`` times with the process's CPU time instead of the wall clock:
+with ``OMP_NUM_THREADS=1`` that measures the work itself, free of the time
+spent waiting for a core on a loaded machine (where a 2-thread OpenMP
+region's barrier costs more than a small op).
 """
 
 from __future__ import annotations
@@ -58,8 +67,9 @@ def _step(dg, state, new: bool, compiled: bool):
     return dg.function(step, disable_passes=() if new else ("cast_fold",))
 
 
-def main(rounds: int = 5, profile: bool = False) -> None:
+def main(rounds: int = 5, profile: bool = False, cpu_time: bool = False) -> None:
     import dragon_core as dg
+    clock = time.process_time if cpu_time else time.perf_counter
     x, t = _encoder_data()
     shapes = {"query.weight": (HIDDEN, HIDDEN), "key.weight": (HIDDEN, HIDDEN),
               "value.weight": (HIDDEN, HIDDEN), "attn_out.weight": (HIDDEN, HIDDEN),
@@ -87,11 +97,11 @@ def main(rounds: int = 5, profile: bool = False) -> None:
     for _ in range(rounds):
         for key, (fn, _) in configs.items():
             _policy(dg, key[0])
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(5):
                 loss = fn(dx, dt)
             loss.numpy()
-            best[key] = min(best[key], (time.perf_counter() - t0) / 5)
+            best[key] = min(best[key], (clock() - t0) / 5)
     for compiled in (False, True):
         o, n = best[(False, compiled)], best[(True, compiled)]
         print(f"{'compiled' if compiled else 'eager':<9} old {1e3 * o:8.2f} ms  new "
@@ -105,6 +115,30 @@ def main(rounds: int = 5, profile: bool = False) -> None:
     _policy(dg, True)
 
 
+def casts(rounds: int = 7) -> None:
+    """The Cast kernel beside torch (see module docs)."""
+    import dragon_core as dg
+    import torch
+    for n in (1 << 18, 1 << 20):
+        x32 = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+        d32, t32 = dg.tensor(x32), torch.from_numpy(x32)
+        d16, t16 = d32.astype("bfloat16"), t32.bfloat16()
+        calls = {"dragon f32->bf16": lambda: d32.astype("bfloat16"),
+                 "torch f32->bf16": lambda: t32.bfloat16(),
+                 "dragon bf16->f32": lambda: d16.astype("float32"),
+                 "torch bf16->f32": lambda: t16.float()}
+        best = {k: float("inf") for k in calls}
+        for _ in range(rounds):
+            for k, f in calls.items():
+                t0 = time.perf_counter()
+                for _ in range(50):
+                    f()
+                best[k] = min(best[k], (time.perf_counter() - t0) / 50)
+        print(f"n={n:>8}  " + "  ".join(f"{k} {1e6 * v:7.1f} us" for k, v in best.items()))
+
+
 if __name__ == "__main__":
+    if "--casts" in sys.argv:
+        casts()
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
-    main(rounds, "--profile" in sys.argv)
+    main(rounds, "--profile" in sys.argv, "--cpu-time" in sys.argv)

@@ -143,3 +143,16 @@ def test_autocast_training_graph_has_fewer_casts():
     off(x, t)
     casts_off = _types(off, x, t).count("Cast")
     assert casts_on < casts_off
+
+
+def test_biased_fused_product_left_alone(operands):
+    """MatMulBiasAct's bias has the product's dtype: its Cast stays."""
+    a, b = operands
+    bias = dg.ops.zeros([5], dtype="bfloat16") + 0.5
+
+    def f(a, b, bias):
+        return dg.ops.matmul_bias_act(a, b, bias, activation="none").astype("float32")
+
+    g = dg.function(f)
+    np.testing.assert_array_equal(g(a, b, bias).numpy(), f(a, b, bias).numpy())
+    assert "Cast" in _types(g, a, b, bias)

@@ -20,7 +20,8 @@ The Cast may read the product through a chain of view ops (``Reshape``,
 ``Squeeze``, ...: dtype-agnostic, schema flag ``view``). Invariants: the
 product and every value of the view chain have exactly one reader (the next
 op of the chain, then the Cast) and none is a graph output, state update or
-state target; the op of the chain before the Cast is renamed to write the
+state target; a ``MatMulBiasAct`` with a bias is left alone (its bias has
+the product's dtype); the op of the chain before the Cast is renamed to write the
 Cast's output, so every reader of the Cast's output is kept as it is; the
 chain's ``value_info`` entries change dtype. Sub-graphs of control-flow ops
 are not visited.
@@ -96,6 +97,8 @@ def cast_fold(graph):
             continue
         mm_index = producer[name]
         mm = new.op[mm_index]
+        if len(mm.input) > 2 and mm.input[2]:
+            continue   # a bias has the product's dtype: changing it would not fit
         operand = info.get(mm.input[0])
         if operand is None:
             continue

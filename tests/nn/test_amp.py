@@ -41,6 +41,11 @@ def rng():
     return np.random.default_rng(21)
 
 
+def low_product(a, b):
+    """a @ b as autocast computes it: bfloat16 operands, float32 product."""
+    return dg.ops.matmul(a.astype("bfloat16"), b.astype("bfloat16"), out_dtype="float32")
+
+
 # ----------------------------------------------------------------- policy
 @pytest.mark.parametrize("shape_a,shape_b", [((5, 7), (7, 3)), ((2, 4, 6), (6, 5)),
                                              ((1, 1), (1, 1)), ((3, 0), (0, 2)), ((9,), (9, 4))])
@@ -50,14 +55,20 @@ def test_matmul_runs_in_bf16(rng, shape_a, shape_b):
     with dg.autocast("cpu", dtype=dg.bfloat16):
         y = dg.ops.matmul(dg.tensor(a), dg.tensor(b))
         y_op = dg.tensor(a) @ dg.tensor(b)
-    assert y.dtype == dg.bfloat16 and y_op.dtype == dg.bfloat16
+        y_16 = dg.ops.matmul(dg.tensor(a), dg.tensor(b), out_dtype="bfloat16")
+    # bfloat16 operands, the float32 accumulator written unrounded
+    # (FLOAT32_OUTPUT_OPS); an explicit out_dtype is kept.
+    assert y.dtype == dg.float32 and y_op.dtype == dg.float32
+    assert y_16.dtype == dg.bfloat16
     ref = bf16(a) @ bf16(b)
-    out = y.astype("float32").numpy().astype(np.float64)
+    out = y.numpy().astype(np.float64)
     assert out.shape == ref.shape
     if ref.size:   # k == 0 gives zeros: atol 1e-12 makes it exact
-        tol = matmul_tol(bf16(a), bf16(b), True)
+        tol = matmul_tol(bf16(a), bf16(b), False)
         np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
-        np.testing.assert_array_equal(out, y_op.astype("float32").numpy())
+        np.testing.assert_array_equal(out, y_op.numpy())
+        np.testing.assert_allclose(y_16.astype("float32").numpy(), ref, rtol=0,
+                                   atol=matmul_tol(bf16(a), bf16(b), True))
 
 
 def test_bf16_result_differs_from_fp32(rng):
@@ -66,7 +77,7 @@ def test_bf16_result_differs_from_fp32(rng):
     b = rng.standard_normal((64, 8)).astype(np.float32)
     y32 = dg.ops.matmul(dg.tensor(a), dg.tensor(b)).numpy()
     with dg.autocast("cpu"):
-        y16 = dg.ops.matmul(dg.tensor(a), dg.tensor(b)).astype("float32").numpy()
+        y16 = dg.ops.matmul(dg.tensor(a), dg.tensor(b)).numpy()
     assert y32.dtype == np.float32
     assert np.abs(y16 - y32).max() > 0
 
@@ -78,10 +89,11 @@ def test_outside_and_disabled_unchanged(rng):
         assert dg.amp.is_autocast_enabled()
         assert dg.amp.get_autocast_dtype() == dg.bfloat16
         with dg.autocast("cpu", enabled=False):
-            assert (a @ a).dtype == dg.float32
+            np.testing.assert_array_equal((a @ a).numpy(), a.numpy() @ a.numpy())
             assert not dg.amp.is_autocast_enabled()
-        assert (a @ a).dtype == dg.bfloat16
+        np.testing.assert_array_equal((a @ a).numpy(), low_product(a, a).numpy())
     assert (a @ a).dtype == dg.float32
+    np.testing.assert_array_equal((a @ a).numpy(), a.numpy() @ a.numpy())
     assert dg.amp.get_autocast_dtype() is None
 
 
@@ -119,11 +131,11 @@ def test_thread_local(rng):
     a = dg.tensor(rng.standard_normal((4, 4)).astype(np.float32))
     seen = []
     with dg.autocast("cpu"):
-        t = threading.Thread(target=lambda: seen.append((a @ a).dtype))
+        t = threading.Thread(target=lambda: seen.append((a @ a).numpy()))
         t.start()
         t.join()
-        assert (a @ a).dtype == dg.bfloat16
-    assert seen == [dg.float32]
+        np.testing.assert_array_equal((a @ a).numpy(), low_product(a, a).numpy())
+    np.testing.assert_array_equal(seen[0], a.numpy() @ a.numpy())
 
 
 def test_bad_arguments():
@@ -143,8 +155,8 @@ def test_decorator(rng):
     @dg.autocast("cpu")
     def f(x):
         return x @ x
-    assert f(a).dtype == dg.bfloat16
-    assert (a @ a).dtype == dg.float32
+    np.testing.assert_array_equal(f(a).numpy(), low_product(a, a).numpy())
+    np.testing.assert_array_equal((a @ a).numpy(), a.numpy() @ a.numpy())
 
 
 # -------------------------------------------------------------- gradients
@@ -161,19 +173,19 @@ def test_linear_gradients(rng):
     with dg.autocast("cpu"):
         y = dg.nn.functional.linear(tx, tw, tb)
         loss = (y * y).sum()
-    assert y.dtype == dg.float32       # bf16 matmul + float32 bias: promoted
+    assert y.dtype == dg.float32       # bf16 matmul written as float32 + float32 bias
     assert loss.dtype == dg.float32
     loss.backward()
     assert tw.grad.dtype == dg.float32 and tx.grad.dtype == dg.float32
     xr, wr = bf16(x), bf16(w)
-    yb = bf16((xr @ wr.T).astype(np.float32))   # the matmul result is stored in bf16
+    yb = xr @ wr.T   # the float32 product of the bf16 operands, not rounded
     yref = yb + bias
     dy = 2.0 * yref
     # the backward matmuls run in bf16 on bf16 dy (the cast's gradient)
     dyb = bf16(dy.astype(np.float32))
     gw, gx, gb = dyb.T @ xr, dyb @ wr, dy.sum(0)
     np.testing.assert_allclose(y.numpy(), yref, rtol=0,
-                               atol=matmul_tol(xr, wr, True) + 1e-6)
+                               atol=matmul_tol(xr, wr, False) + 1e-6)
     np.testing.assert_allclose(tb.grad.numpy(), gb, rtol=U_BF16 * 8, atol=1e-4)
     np.testing.assert_allclose(tw.grad.numpy(), gw, rtol=0,
                                atol=matmul_tol(dyb.T, xr, True) * 2)
@@ -190,7 +202,7 @@ def test_gradient_matches_fp32_within_bf16(rng):
         tw = dg.tensor(w)
         tw.requires_grad = True
         with dg.autocast("cpu", enabled=autocast):
-            loss = dg.ops.matmul(dg.tensor(x), tw).astype("float32").sum()
+            loss = dg.ops.matmul(dg.tensor(x), tw).sum()
         loss.backward()
         return tw.grad.numpy().astype(np.float64)
     g32, g16 = grad_of(False), grad_of(True)
@@ -228,10 +240,11 @@ def test_compiled_inside_eager_autocast_retraces(rng):
     x = dg.tensor(rng.standard_normal((3, 8)).astype(np.float32))
     w1, _ = _mlp(rng)
     g = dg.function(lambda x: x @ w1)
-    assert g(x).dtype == dg.float32
+    plain = x.numpy() @ w1.numpy()
+    np.testing.assert_allclose(g(x).numpy(), plain, rtol=1e-6)
     with dg.autocast("cpu"):
-        assert g(x).dtype == dg.bfloat16
-    assert g(x).dtype == dg.float32
+        np.testing.assert_array_equal(g(x).numpy(), low_product(x, w1).numpy())
+    np.testing.assert_allclose(g(x).numpy(), plain, rtol=1e-6)
     assert g.trace_count == 2
 
 

@@ -341,3 +341,24 @@ def test_stft_exports_through_gather_and_dft():
 
     model = dgx.export(f, [s], None)
     np.testing.assert_allclose(_ort(model, s)[0], f(dg.tensor(s)).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_out_dtype_exports_as_matmul_then_cast(tmp_path):
+    """A float32 product of bfloat16 operands (autocast's MatMul) is the
+    bfloat16 MatMul followed by a Cast to float32."""
+    w = dg.tensor(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32))
+
+    @dg.function
+    def f(x):
+        return dg.ops.matmul(x.astype("bfloat16"), w.astype("bfloat16"), out_dtype="float32")
+
+    x = np.random.default_rng(1).standard_normal((3, 6)).astype(np.float32)
+    model = dgx.export(f, [x], tmp_path / "f.onnx")
+    nodes = [(n.op_type, n) for n in model.graph.node]
+    kinds = [k for k, _ in nodes]
+    i = kinds.index("MatMul")
+    cast = nodes[i + 1][1]
+    assert cast.op_type == "Cast" and cast.input[0] == nodes[i][1].output[0]
+    (to,) = [a.i for a in cast.attribute if a.name == "to"]
+    assert to == onnx.TensorProto.FLOAT
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT

@@ -7,7 +7,10 @@ lists:
 * **lower precision** ops (:data:`LOWER_PRECISION_OPS`: matmuls and
   convolutions) get their float32 inputs cast to the autocast dtype, so they
   run on the bf16 kernels (oneDNN's AVX512-BF16 / AMX paths when the mkldnn
-  plugin is installed) and return the autocast dtype;
+  plugin is installed) and return the autocast dtype, except the
+  :data:`FLOAT32_OUTPUT_OPS` (``MatMul``, ``MatMulBiasAct``), which write
+  their float32-accumulated products as float32 (``out_dtype``): the
+  float32 ops that read them need no cast back up;
 * **float32** ops (:data:`FLOAT32_OPS`: reductions, norms, softmax, losses,
   exp/log/pow) get their float16/bfloat16 inputs cast to float32;
 * **promote** ops (:data:`PROMOTE_OPS`: binary element-wise, concat, where)
@@ -33,13 +36,21 @@ from . import _C
 from ._dtypes import as_dtype
 
 __all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype",
-           "LOWER_PRECISION_OPS", "FLOAT32_OPS", "PROMOTE_OPS"]
+           "LOWER_PRECISION_OPS", "FLOAT32_OUTPUT_OPS", "FLOAT32_OPS", "PROMOTE_OPS"]
 
 #: Ops that run in the autocast dtype (float32 inputs cast down).
 LOWER_PRECISION_OPS = (
     "MatMul", "MatMulBiasAct", "Gemm",
     "Conv2d", "Conv2dBiasAct", "Conv3d", "ConvTranspose2d", "ConvTranspose3d",
 )
+
+#: Lower-precision ops whose product autocast writes as float32 (their
+#: ``out_dtype`` attribute, when the caller left it unset): the kernels
+#: accumulate in float32 anyway, and most readers of a matmul (bias adds,
+#: norms, softmax, residual sums) run in float32, so this saves the Cast
+#: back up and one rounding. A graph's fusion folds a float32 product that is
+#: only cast down again into a 16-bit one (docs/mixed-precision.md).
+FLOAT32_OUTPUT_OPS = ("MatMul", "MatMulBiasAct")
 
 #: Ops that run in float32 (float16/bfloat16 inputs cast up): reductions,
 #: norms, softmax, losses and the functions whose range or accuracy needs it.
@@ -67,7 +78,7 @@ PROMOTE_OPS = (
     "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "Atan2",
 )
 
-_POLICY = {"lower": 1, "float32": 2, "promote": 3}
+_POLICY = {"lower": 1, "float32": 2, "promote": 3, "lower_float32_out": 4}
 _LOW_DTYPES = ("bfloat16", "float16")
 _table_lock = threading.Lock()
 _table_key = [None]   # size of dragon_core.ops when the table was last set
@@ -83,7 +94,11 @@ def _apply_table() -> None:
         for names, policy in ((LOWER_PRECISION_OPS, "lower"), (FLOAT32_OPS, "float32"),
                               (PROMOTE_OPS, "promote")):
             for name in names:
-                _C._autocast_policy(name, _POLICY[policy])
+                if policy == "lower" and name in FLOAT32_OUTPUT_OPS:
+                    policy_code = _POLICY["lower_float32_out"]
+                else:
+                    policy_code = _POLICY[policy]
+                _C._autocast_policy(name, policy_code)
         _table_key[0] = key
 
 
@@ -124,11 +139,12 @@ class autocast:  # noqa: N801 - the name users know from torch
     >>> import dragon_core as dg
     >>> a = dg.ops.ones((4, 8)); b = dg.ops.ones((8, 2))
     >>> with dg.autocast("cpu", dtype=dg.bfloat16):
-    ...     y = a @ b
-    >>> y.dtype.name
-    'bfloat16'
+    ...     y = a @ b                     # bfloat16 operands, float32 product
+    ...     z = dg.ops.relu(dg.ops.cast(y, dg.bfloat16))
+    >>> y.dtype.name, z.dtype.name
+    ('float32', 'bfloat16')
     >>> with dg.autocast("cpu"):
-    ...     s = dg.ops.softmax(y)
+    ...     s = dg.ops.softmax(z)
     >>> s.dtype.name
     'float32'
     """

@@ -234,8 +234,13 @@ def _matmul_operands_ok(match) -> bool:
 
 
 def _matmul_attrs(match) -> dict:
-    return {"transpose_a": match.attr(0, "transpose_a"),
-            "transpose_b": match.attr(0, "transpose_b"), "activation": _activation(match)}
+    attrs = {"transpose_a": match.attr(0, "transpose_a"),
+             "transpose_b": match.attr(0, "transpose_b"), "activation": _activation(match)}
+    # A float32 product of 16-bit operands (autocast) stays one.
+    out_dtype = match.attr(0, "out_dtype") if "out_dtype" in match.ops[0].attr else None
+    if out_dtype is not None:
+        attrs["out_dtype"] = out_dtype
+    return attrs
 
 
 def _matmul_with_bias(match) -> Rewrite | None:

@@ -56,8 +56,33 @@ Shape MatMulOutShape(const dg::InferContext& ctx) {
   return out;
 }
 
+// --- out_dtype (mixed precision: bfloat16/float16 operands, float32 output)
+
+// The product's dtype: a's, or `out_dtype` when set. A different dtype is
+// only float32 from float16/bfloat16 operands (the kernels accumulate in
+// float32 and skip the rounding to 16 bits); anything else raises.
+DgDType MatMulOutDType(const dg::InferContext& ctx) {
+  const DgDType a = ctx.input(0).dtype();
+  if (!ctx.has("out_dtype")) return a;
+  const DgDType out = ctx.dtype("out_dtype");
+  DG_CHECK(out == a || (out == DG_FLOAT32 && (a == DG_BFLOAT16 || a == DG_FLOAT16)),
+           DG_INVALID_ARGUMENT, "out_dtype ", dg::DTypeName(out),
+           " is not supported for operands of dtype ", dg::DTypeName(a),
+           ": out_dtype must be a's dtype, or float32 for bfloat16/float16 operands");
+  return out;
+}
+
+// The optional output dtype of MatMul and MatMulBiasAct.
+void OutDTypeAttr(dg::OpSchema& op) {
+  op.OptionalAttr("out_dtype", DG_ATTR_DTYPE,
+                  "Dtype of y: None (a's dtype), or float32 for bfloat16/float16 "
+                  "operands (products accumulated in float32 and written unrounded; "
+                  "autocast sets it).");
+}
+// --- end out_dtype
+
 void MatMulShape(dg::InferContext& ctx) {
-  ctx.set_output(0, ctx.input(0).dtype(), MatMulOutShape(ctx));
+  ctx.set_output(0, MatMulOutDType(ctx), MatMulOutShape(ctx));
 }
 
 // MatMul's shape, then the optional bias (input 2) against the last axis.
@@ -65,15 +90,21 @@ void MatMulBiasActShape(dg::InferContext& ctx) {
   const std::string act = ctx.s("activation");
   DG_CHECK(act == "none" || act == "relu", DG_INVALID_ARGUMENT,
            "activation must be 'none' or 'relu', got '", act, "'");
+  CheckDTypeLike(ctx.input(1), "b", ctx.input(0), "a");
+  const DgDType out = MatMulOutDType(ctx);
   const Shape y = MatMulOutShape(ctx);
   if (ctx.num_inputs() >= 3) {
+    // The bias is added to the (float32 when out_dtype says so) product.
+    DG_CHECK(ctx.input(2).dtype() == out, DG_INVALID_ARGUMENT,
+             "bias must have the product's dtype ", dg::DTypeName(out), ", got ",
+             dg::DTypeName(ctx.input(2).dtype()));
     const Shape bias = ctx.input(2).shape();
     DG_CHECK(!y.empty() && bias.size() == 1 && bias[0] == y.back(),
              DG_INVALID_ARGUMENT, "bias must have shape [",
              y.empty() ? 0 : y.back(), "] (the product's last axis), got ",
              ShapeStr(bias), " for a product of shape ", ShapeStr(y));
   }
-  ctx.set_output(0, ctx.input(0).dtype(), y);
+  ctx.set_output(0, out, y);
 }
 
 // The operand flags of MatMul and MatMulBiasAct.
@@ -120,8 +151,9 @@ DG_OP(MatMul)
     .Input("b", dg::kFloat | dg::Bit(DG_INT32), 0,
            "Right operand, rank >= 1, same dtype as a.")
     .Output("y", dg::kFloat | dg::Bit(DG_INT32), 0,
-            "Product, same dtype as a.")
+            "Product, a's dtype (or out_dtype).")
     .Apply(TransposeAttrs)
+    .Apply(OutDTypeAttr)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(MatMulShape);
 
@@ -134,11 +166,12 @@ DG_OP(MatMulBiasAct)
     .Input("a", dg::kFloat, 0, "Left operand, rank >= 1.")
     .Input("b", dg::kFloat, 0, "Right operand, rank >= 1, same dtype as a.")
     .Input("bias", dg::kFloat, DG_ARG_OPTIONAL,
-           "Optional bias, [n] for a product [..., n].")
-    .Output("y", dg::kFloat, 0, "act(a @ b + bias), same dtype as a.")
+           "Optional bias, [n] for a product [..., n], the product's dtype "
+           "(a's, or out_dtype).")
+    .Output("y", dg::kFloat, 0, "act(a @ b + bias), a's dtype (or out_dtype).")
     .Apply(TransposeAttrs)
     .Attr("activation", "relu", "Applied after the bias: 'none' or 'relu'.")
-    .Flags(DG_OP_SAME_DTYPE)
+    .Apply(OutDTypeAttr)
     .Shape(MatMulBiasActShape);
 
 DG_OP(Det)

@@ -380,10 +380,10 @@ OpSchema& RequireOp(const std::string& name) {
 // device, and records it.
 py::object DispatchBinary(OpSchema& op, const Tensor& a, const Tensor& b, bool reflected) {
   std::vector<Tensor> in = reflected ? std::vector<Tensor>{b, a} : std::vector<Tensor>{a, b};
-  ApplyAutocast(op, in);
   std::vector<AttrValue> attrs;
   attrs.reserve(op.attrs.size());
   for (const AttrSchema& s : op.attrs) attrs.push_back(s.def);
+  ApplyAutocast(op, in, &attrs);
   std::vector<Tensor> out = Dispatch(op, in, attrs, a->device());
   MaybeRecord(op, in, attrs, out);
   return py::cast(std::move(out[0]));
@@ -483,7 +483,8 @@ Tensor AutocastCast(const Tensor& x, DgDType to) {
 
 }  // namespace
 
-void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs) {
+void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs,
+                   std::vector<AttrValue>* attrs) {
   const int target = Grad().autocast;
   if (target < 0) return;
   auto& table = AutocastTable();
@@ -496,6 +497,27 @@ void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs) {
         if (t && t->dtype() == DG_FLOAT32) t = AutocastCast(t, low);
       }
       break;
+    case AutocastPolicy::kLowerFloat32Out: {
+      bool low_in = false;
+      for (Tensor& t : inputs) {
+        if (t && t->dtype() == DG_FLOAT32) t = AutocastCast(t, low);
+        low_in = low_in || (t && t->dtype() == low);
+      }
+      // Runs in the 16-bit dtype: the product is written as float32 unless
+      // the caller chose out_dtype.
+      if (attrs && low_in && !inputs.empty() && inputs[0] && inputs[0]->dtype() == low) {
+        for (size_t i = 0; i < op.attrs.size() && i < attrs->size(); ++i) {
+          AttrValue& v = (*attrs)[i];
+          if (op.attrs[i].name == "out_dtype" && op.attrs[i].type == DG_ATTR_DTYPE &&
+              !v.v.present) {
+            v.v.type = DG_ATTR_DTYPE;
+            v.v.present = 1;
+            v.v.i = DG_FLOAT32;
+          }
+        }
+      }
+      break;
+    }
     case AutocastPolicy::kFloat32:
       for (Tensor& t : inputs) {
         if (t && IsLowFloat(t->dtype())) t = AutocastCast(t, DG_FLOAT32);
@@ -623,7 +645,7 @@ void BindOps(py::module_& m) {
     const OpSchema& op = *h.op;
     std::vector<Tensor> in = ConvertInputs(op, inputs);
     std::vector<AttrValue> av = ConvertAttrs(op, attrs);
-    ApplyAutocast(op, in);
+    ApplyAutocast(op, in, &av);
     DgDevice dev = kHost;
     if (!device.is_none()) dev = DeviceRegistry::Get().Parse(py::str(device));
     // Random ops draw a seed when theirs is -1; the record keeps -1 so a

@@ -6,7 +6,8 @@
 // float32 GEMM of src/gemm/ (GemmBest) multiplies them with float32
 // accumulation, and the product is rounded once to the 16-bit type. So the
 // result is the float32 product correctly rounded, as torch computes
-// half-type products on the CPU.
+// half-type products on the CPU. With out_dtype=float32 (autocast's
+// matmuls) the float32 product is written as it is, without the rounding.
 #include <cstdint>
 #include <vector>
 
@@ -89,7 +90,12 @@ void HalfMatMul(dg::KernelContext& ctx) {
   DG_CHECK(k == kb, DG_INVALID_ARGUMENT, ctx.op_name(),
            ": inner dimensions differ (", k, " vs ", kb, ")");
   const dg::TensorRef yt = ctx.output(0);
-  widen_call::MakeWide(ctx, *f->outputs[0], &wy);
+  // out_dtype=float32: the GEMM writes y itself (outputs are dense).
+  const bool f32_out = yt.dtype() == DG_FLOAT32;
+  DG_CHECK(f32_out || yt.dtype() == f->inputs[0]->dtype, DG_INTERNAL,
+           ctx.op_name(), ": output dtype ", dg::DTypeName(yt.dtype()),
+           " for operands of dtype ", dg::DTypeName(f->inputs[0]->dtype));
+  widen_call::MakeWide(ctx, *f->outputs[0], &wy, /*alias_float32=*/f32_out);
   // Output batch: every output axis but the matrix axes (1-D operands drop
   // theirs).
   const size_t drop = (wa.shape.size() == 1 ? 0 : 1) +
@@ -126,7 +132,7 @@ void HalfMatMul(dg::KernelContext& ctx) {
       GemmBest(call);
     }
   }
-  widen_call::Narrow<T>(wy.data, *f->outputs[0], wy.numel);
+  if (!f32_out) widen_call::Narrow<T>(wy.data, *f->outputs[0], wy.numel);
 }
 
 // Widens an int32 tensor (any strides) to a dense uint64 copy of its

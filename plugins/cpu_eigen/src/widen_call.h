@@ -14,8 +14,10 @@
 #define DRAGON_CPU_EIGEN_WIDEN_CALL_H_
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "cast.h"
 #include "common.h"
 #include "dragon/plugin.hpp"
 
@@ -69,7 +71,11 @@ void Widen(const DgTensorView& v, float* dst, int64_t n) {
                                             v.byte_offset);
   if (IsContiguous(v)) {
     ParallelFor(n, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<float>(src[k]);
+      if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+        Bfloat16ToFloat(src + begin, dst + begin, end - begin);  // cast.h
+      } else {
+        for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<float>(src[k]);
+      }
     });
     return;
   }
@@ -83,7 +89,11 @@ void Narrow(const float* src, const DgTensorView& v, int64_t n) {
   H* dst = reinterpret_cast<H*>(static_cast<char*>(v.data) + v.byte_offset);
   if (IsContiguous(v)) {
     ParallelFor(n, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<H>(src[k]);
+      if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+        FloatToBfloat16(src + begin, dst + begin, end - begin);  // cast.h
+      } else {
+        for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<H>(src[k]);
+      }
     });
     return;
   }
@@ -92,8 +102,10 @@ void Narrow(const float* src, const DgTensorView& v, int64_t n) {
   });
 }
 
+// With alias_float32, src is a dense float32 tensor (an output) used as its
+// own stand-in: no scratch copy.
 inline void MakeWide(dg::KernelContext& ctx, const DgTensorView& src,
-                     Wide* w) {
+                     Wide* w, bool alias_float32 = false) {
   w->shape.assign(src.shape, src.shape + src.ndim);
   w->strides.assign(static_cast<size_t>(src.ndim), 1);
   w->numel = 1;
@@ -101,7 +113,14 @@ inline void MakeWide(dg::KernelContext& ctx, const DgTensorView& src,
     w->strides[d] = w->numel;
     w->numel *= src.shape[d];
   }
-  w->data = ctx.workspace<float>(static_cast<size_t>(w->numel));
+  if (alias_float32) {
+    DG_CHECK(src.dtype == DG_FLOAT32 && IsContiguous(src), DG_INTERNAL,
+             "MakeWide: a float32 alias must be a dense float32 tensor");
+    w->data = reinterpret_cast<float*>(static_cast<char*>(src.data) +
+                                       src.byte_offset);
+  } else {
+    w->data = ctx.workspace<float>(static_cast<size_t>(w->numel));
+  }
   w->view = src;
   w->view.dtype = DG_FLOAT32;
   w->view.data = w->data;

@@ -144,6 +144,10 @@ void Gemm(dg::KernelContext& ctx) {
   DG_CHECK(a.dtype() == b.dtype(), DG_INVALID_ARGUMENT, ctx.op_name(),
            ": a and b must share a dtype, got ", dg::DTypeName(a.dtype()), " and ",
            dg::DTypeName(b.dtype()));
+  // out_dtype (a float32 product of 16-bit operands) is served on cpu only.
+  DG_CHECK(y.dtype() == a.dtype(), DG_UNIMPLEMENTED, ctx.op_name(),
+           " on cuda: out_dtype ", dg::DTypeName(y.dtype()), " for ", dg::DTypeName(a.dtype()),
+           " operands is not implemented; leave out_dtype unset and cast the product");
   std::vector<int64_t> as = a.shape(), bs = b.shape();
   const bool ta = ctx.b("transpose_a") && as.size() >= 2;
   const bool tb = ctx.b("transpose_b") && bs.size() >= 2;

@@ -54,6 +54,9 @@ struct View {
 // (all of rank `rank`), and the optional bias as [1, ..., 1, n].
 struct Problem {
   DgDType dtype = DG_FLOAT32;
+  // y's (and the bias's) dtype: the operands' or, with out_dtype, float32
+  // from bfloat16 operands (oneDNN's bf16 x bf16 -> f32 destination).
+  DgDType out_dtype = DG_FLOAT32;
   View a, b, y, bias;
   bool has_bias = false, relu = false;
   // matrix @ vector runs as (b^T a^T): oneDNN's src is input 1.
@@ -155,8 +158,10 @@ bool Describe(const DgCallFrame* f, Problem* p) {
   const DgTensorView* yt = f->outputs[0];
   if (!at || !bt || at->ndim < 1 || bt->ndim < 1) return false;
   p->dtype = static_cast<DgDType>(at->dtype);
+  p->out_dtype = static_cast<DgDType>(yt->dtype);
   if (!(kF32Bf16 & dg::Bit(p->dtype)) || bt->dtype != at->dtype ||
-      yt->dtype != at->dtype) {
+      !(yt->dtype == at->dtype ||
+        (p->dtype == DG_BFLOAT16 && yt->dtype == DG_FLOAT32))) {
     return false;
   }
   const int rank = std::max({at->ndim, bt->ndim, 2});
@@ -207,7 +212,7 @@ bool Describe(const DgCallFrame* f, Problem* p) {
   if (p->has_bias) {
     const DgTensorView* bias = f->inputs[2];
     // The bias runs along y's last axis, oneDNN's n (see the swap above).
-    if (bias->dtype != at->dtype || bias->ndim != 1 ||
+    if (bias->dtype != yt->dtype || bias->ndim != 1 ||
         bias->shape[0] != p->n) {
       return false;
     }
@@ -222,7 +227,8 @@ bool Describe(const DgCallFrame* f, Problem* p) {
 // The cache key: dtype, flags, thread count and every dim and stride.
 FastKey ProblemKey(const Problem& p) {
   FastKey key("matmul");
-  key << static_cast<int64_t>(p.dtype) << (p.relu ? 1 : 0)
+  key << static_cast<int64_t>(p.dtype) << static_cast<int64_t>(p.out_dtype)
+      << (p.relu ? 1 : 0)
       << (p.has_bias ? 1 : 0) << p.threads << p.a.rank
       << (p.pack_a ? 1 : 0) << (p.pack_b ? 1 : 0);
   for (const View* v : {&p.a, &p.b}) {
@@ -234,14 +240,15 @@ FastKey ProblemKey(const Problem& p) {
 
 dnnl::matmul::primitive_desc MakeMatMul(const Problem& p) {
   const dnnl::memory::data_type dt = DataType(p.dtype);
+  const dnnl::memory::data_type yt = DataType(p.out_dtype);
   dnnl::primitive_attr attr = Attr();
   if (p.has_bias) {
     return dnnl::matmul::primitive_desc(Engine(), p.a.ToDesc(dt),
-                                        p.b.ToDesc(dt), p.bias.ToDesc(dt),
-                                        p.y.ToDesc(dt), attr);
+                                        p.b.ToDesc(dt), p.bias.ToDesc(yt),
+                                        p.y.ToDesc(yt), attr);
   }
   return dnnl::matmul::primitive_desc(Engine(), p.a.ToDesc(dt), p.b.ToDesc(dt),
-                                      p.y.ToDesc(dt), attr);
+                                      p.y.ToDesc(yt), attr);
 }
 
 // Element i of a float32 or bfloat16 array, as float.
@@ -273,15 +280,15 @@ void FillEmptyProduct(const dg::KernelContext& ctx, const Problem& p) {
   void* out = y.raw_data();
   const int64_t total = y.numel();
   if (!p.has_bias) {
-    std::memset(out, 0, total * dg::DTypeSize(p.dtype));
+    std::memset(out, 0, total * dg::DTypeSize(p.out_dtype));
     return;
   }
   const dg::TensorRef bias = ctx.input(2);
   const int64_t len = bias.dim(0), stride = bias.stride(0);
   // The bias runs along y's last axis: element i of y uses bias[i % len].
   for (int64_t i = 0; i < total; ++i) {
-    const float v = LoadFloat(bias.raw_data(), p.dtype, (i % len) * stride);
-    StoreFloat(out, p.dtype, i, p.relu ? std::max(v, 0.f) : v);
+    const float v = LoadFloat(bias.raw_data(), p.out_dtype, (i % len) * stride);
+    StoreFloat(out, p.out_dtype, i, p.relu ? std::max(v, 0.f) : v);
   }
 }
 

@@ -6,7 +6,11 @@ products are taken with MatMul's own transpose flags on the operands as
 given, so no transpose is materialised. A 1-D operand is promoted to a row
 (``a``) or a column (``b``) and the output gradient gets the matching axis
 back; gradients of broadcast batch dimensions are summed back to each
-operand's batch shape.
+operand's batch shape. With ``out_dtype`` (a float32 product of 16-bit
+operands, as autocast writes it) ``dY`` is cast to the operands' dtype and
+the gradient products run in that dtype, so each gradient has its
+operand's dtype (a graph's fusion folds the Cast that brings a weight's
+gradient back to float32 into the product's ``out_dtype``).
 """
 
 from .._autograd import gradient, needs_grad
@@ -26,6 +30,8 @@ def _matmul_grads(node, dy):
     """[da, db] of matmul(a, b) (the node's first two inputs) for dy."""
     o = ops()
     a, b = node.inputs[0], node.inputs[1]
+    if dy.dtype != a.dtype:  # out_dtype: the products run in a's dtype
+        dy = o.cast(dy, a.dtype)
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     # Transpose flags are ignored for 1-D operands.
     ta = bool(node.attrs.get("transpose_a")) and not a_vec
@@ -65,7 +71,8 @@ def _matmul_bias_act(node, dy):
     # pre-activation product (the node keeps no outputs).
     o = ops()
     flags = {"transpose_a": bool(node.attrs.get("transpose_a")),
-             "transpose_b": bool(node.attrs.get("transpose_b"))}
+             "transpose_b": bool(node.attrs.get("transpose_b")),
+             "out_dtype": node.attrs.get("out_dtype")}
     if node.attrs["activation"] == "relu":
         z = o.matmul(node.inputs[0], node.inputs[1], **flags)
         if len(node.inputs) > 2:

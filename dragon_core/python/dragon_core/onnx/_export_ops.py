@@ -1057,3 +1057,25 @@ def _irfft(e, ins, outs, a):
 # Integer semantics (truncating Div, Mod with fmod=0) for the wide unsigned
 # dtypes too.
 _INTS = _INTS + ("uint16", "uint32", "uint64")
+
+
+# ------------------------------------- MatMul out_dtype (bf16 autocast)
+# A float32 product of bfloat16/float16 operands has no single ONNX op: the
+# product in the operands' dtype, then a Cast to out_dtype (one rounding to
+# 16 bits more than Dragon's kernel; ONNX runtimes accumulate in float32).
+def _with_out_dtype(export):
+    def fn(e, ins, outs, a):
+        out_dtype = a.get("out_dtype")
+        if out_dtype is not None and not isinstance(out_dtype, str):
+            out_dtype = out_dtype.name
+        if out_dtype is None or out_dtype == e.dtype(ins[0]):
+            export(e, ins, outs, a)
+            return
+        low = e.fresh("matmul_low")
+        export(e, ins, [low], a)
+        e.node("Cast", [low], outs, to=e.onnx_dtype(out_dtype))
+    return fn
+
+
+EXPORT["MatMul"] = _with_out_dtype(EXPORT["MatMul"])
+EXPORT["MatMulBiasAct"] = _with_out_dtype(EXPORT["MatMulBiasAct"])

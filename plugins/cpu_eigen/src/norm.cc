@@ -2,10 +2,13 @@
 // BatchNorm, LayerNorm, GroupNorm and their backward ops.
 //
 // Statistics are two-pass (mean, then the mean squared deviation) and
-// accumulate in double for every dtype. Each normalised group is handled by
+// accumulate in double for every dtype, except BatchNorm's in training
+// mode: one pass of sums shifted by the channel's first value (see
+// OnePassMoments), which BatchNormGrad also folds into its pass over dy. Each normalised group is handled by
 // one task (BatchNorm: a channel; LayerNorm: a row; GroupNorm: a (sample,
 // group) pair), and the parameter gradients are summed per channel or
 // column in a fixed order, so results do not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -115,6 +118,95 @@ void ChannelMoments(const T* x, const NCS& v, int64_t c, bool training,
   }
 }
 
+// Training-mode statistics in one pass over x (and dy). The sums are of
+// d = x - shift in double, shift being the channel's first value, so the
+// cancellation in var = E[d^2] - E[d]^2 grows with (mean - shift)^2 / var,
+// the first value's distance from the mean in units of the spread, not
+// with |mean| / spread (a channel at 1e4 +- 1 keeps its variance). A
+// non-finite first value falls back to the two-pass path (x - inf would
+// turn an infinite mean into NaN).
+template <typename T>
+bool OnePassShift(const T* x, int64_t m, double* shift) {
+  if (m == 0) return false;
+  *shift = static_cast<double>(x[0]);
+  return std::isfinite(*shift);
+}
+
+// The shifted sums run in kLanes independent lanes (lane j takes values
+// j, j + kLanes, ...; the lanes are added at the end in a fixed order): an
+// element-wise update of arrays, which the compiler vectorises and which
+// does not wait on one addition chain, unlike a scalar reduction.
+constexpr int kLanes = 8;
+
+// Adds d = p[i] - shift and d^2 to lanes a and q, over n values.
+template <typename T>
+void AddShiftedSums(const T* p, int64_t n, double shift, double* a,
+                    double* q) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double d = static_cast<double>(p[i + j]) - shift;
+      a[j] += d;
+      q[j] += d * d;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double d = static_cast<double>(p[i]) - shift;
+    a[j] += d;
+    q[j] += d * d;
+  }
+}
+
+// As AddShiftedSums, plus g = dy and g * d to lanes b and c.
+template <typename T>
+void AddShiftedGradSums(const T* p, const T* g, int64_t n, double shift,
+                        double* a, double* q, double* b, double* c) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double d = static_cast<double>(p[i + j]) - shift;
+      const double gv = static_cast<double>(g[i + j]);
+      a[j] += d;
+      q[j] += d * d;
+      b[j] += gv;
+      c[j] += gv * d;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double d = static_cast<double>(p[i]) - shift;
+    const double gv = static_cast<double>(g[i]);
+    a[j] += d;
+    q[j] += d * d;
+    b[j] += gv;
+    c[j] += gv * d;
+  }
+}
+
+inline double LaneSum(const double* a) {
+  double s = 0;
+  for (int j = 0; j < kLanes; ++j) s += a[j];
+  return s;
+}
+
+// Mean and biased variance of a channel (nseg segments of len values,
+// segment k at base + k * stride) from its shifted sums; false (nothing
+// written) where OnePassShift declines.
+template <typename T>
+bool OnePassMoments(const T* base, int64_t nseg, int64_t stride, int64_t len,
+                    double* mean, double* var) {
+  const int64_t m = nseg * len;
+  double shift;
+  if (!OnePassShift(base, m, &shift)) return false;
+  double a[kLanes] = {}, q[kLanes] = {};
+  for (int64_t k = 0; k < nseg; ++k) {
+    AddShiftedSums(base + k * stride, len, shift, a, q);
+  }
+  const double e1 = LaneSum(a) / static_cast<double>(m);
+  *mean = shift + e1;
+  *var = std::max(LaneSum(q) / static_cast<double>(m) - e1 * e1, 0.0);
+  return true;
+}
+
 template <typename T>
 void BatchNorm(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
@@ -135,7 +227,10 @@ void BatchNorm(dg::KernelContext& ctx) {
       [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           double mean, var;
-          ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+          if (!training || !OnePassMoments(x + c * v.s, v.n, v.c * v.s, v.s,
+                                           &mean, &var)) {
+            ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+          }
           stats[2 * c] = mean;
           stats[2 * c + 1] = var;
           out_mean[c] = training ? static_cast<T>(mean) : rmean[c];
@@ -185,16 +280,33 @@ void BatchNormGrad(dg::KernelContext& ctx) {
       v.c,
       [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
-          double mean, var;
-          ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+          double mean, var, shift;
           double sum_dy = 0, sum_dy_xc = 0;
-          for (int64_t n = 0; n < v.n; ++n) {
-            const T* xp = x + c * v.s + n * stride;
-            const T* gp = dy + c * v.s + n * stride;
-            for (int64_t i = 0; i < v.s; ++i) {
-              const double g = static_cast<double>(gp[i]);
-              sum_dy += g;
-              sum_dy_xc += g * (static_cast<double>(xp[i]) - mean);
+          if (training && OnePassShift(x + c * v.s, v.n * v.s, &shift)) {
+            // One pass over x and dy: sum(dy (x - mean)) is
+            // sum(dy d) - (mean - shift) sum(dy) with d = x - shift.
+            double a[kLanes] = {}, q[kLanes] = {}, b[kLanes] = {},
+                   g[kLanes] = {};
+            for (int64_t n = 0; n < v.n; ++n) {
+              AddShiftedGradSums(x + c * v.s + n * stride,
+                                 dy + c * v.s + n * stride, v.s, shift, a,
+                                 q, b, g);
+            }
+            const double e1 = LaneSum(a) / m;
+            mean = shift + e1;
+            var = std::max(LaneSum(q) / m - e1 * e1, 0.0);
+            sum_dy = LaneSum(b);
+            sum_dy_xc = LaneSum(g) - e1 * sum_dy;
+          } else {
+            ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+            for (int64_t n = 0; n < v.n; ++n) {
+              const T* xp = x + c * v.s + n * stride;
+              const T* gp = dy + c * v.s + n * stride;
+              for (int64_t i = 0; i < v.s; ++i) {
+                const double g = static_cast<double>(gp[i]);
+                sum_dy += g;
+                sum_dy_xc += g * (static_cast<double>(xp[i]) - mean);
+              }
             }
           }
           const double rstd = Rstd(var, eps);

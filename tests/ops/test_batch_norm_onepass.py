@@ -93,3 +93,41 @@ def test_empty_batch_keeps_nan_statistics_and_empty_gradients():
     assert dx.shape == (0, 3, 2, 2)
     np.testing.assert_array_equal(dgamma.numpy(), np.zeros(3))
     np.testing.assert_array_equal(dbeta.numpy(), np.zeros(3))
+
+
+_ISA_SCRIPT = """
+import sys
+import numpy as np
+import dragon_core as dg
+rng = np.random.default_rng(9)
+out = {}
+for shape in [(8, 64, 16, 16), (8, 512, 2, 2), (3, 5, 7, 3), (2, 3, 1, 1)]:
+    x = (3.0 + rng.standard_normal(shape)).astype(np.float32)
+    c = rng.uniform(0.5, 1.5, shape[1]).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    t = [dg.tensor(a) for a in (x, c, c, c, c)]
+    y, m, v = dg.ops.batch_norm(*t)
+    z = dg.tensor(np.zeros(shape[1], np.float32))
+    dx, dgm, dbt = dg.ops.batch_norm_grad(t[0], t[1], t[3], t[4], dg.tensor(dy), z, z)
+    for k, a in zip("ymvxgb", (y, m, v, dx, dgm, dbt)):
+        out[f"{k}{shape}"] = a.numpy()
+np.savez(sys.argv[1], **out)
+"""
+
+
+def test_instruction_set_builds_agree(tmp_path):
+    """The baseline, x86-64-v3 and best builds of the statistics sums
+    (DRAGON_CPU_EIGEN_ISA caps the choice, read once per process) give the
+    same results up to rounding (FMA contraction differs between builds)."""
+    import os
+    import subprocess
+    import sys
+    results = {}
+    for isa in ("base", "v3", ""):
+        env = dict(os.environ, DRAGON_CPU_EIGEN_ISA=isa)
+        path = tmp_path / f"{isa or 'best'}.npz"
+        subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(path)], env=env, check=True)
+        results[isa] = dict(np.load(path))
+    for isa in ("v3", ""):
+        for k, a in results["base"].items():
+            np.testing.assert_allclose(results[isa][k], a, rtol=1e-5, atol=1e-5, err_msg=k)

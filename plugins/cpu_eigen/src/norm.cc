@@ -4,7 +4,8 @@
 // Statistics are two-pass (mean, then the mean squared deviation) and
 // accumulate in double for every dtype, except BatchNorm's in training
 // mode: one pass of sums shifted by the channel's first value (see
-// OnePassMoments), which BatchNormGrad also folds into its pass over dy. Each normalised group is handled by
+// OnePassMoments), which BatchNormGrad also folds into its pass over dy;
+// those sums are built per instruction set (norm_isa/stats.h). Each normalised group is handled by
 // one task (BatchNorm: a channel; LayerNorm: a row; GroupNorm: a (sample,
 // group) pair), and the parameter gradients are summed per channel or
 // column in a fixed order, so results do not depend on the thread count.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "common.h"
+#include "norm_isa/stats.h"
 #include "widen_call.h"
 
 namespace cpu_eigen {
@@ -132,60 +134,37 @@ bool OnePassShift(const T* x, int64_t m, double* shift) {
   return std::isfinite(*shift);
 }
 
-// The shifted sums run in kLanes independent lanes (lane j takes values
-// j, j + kLanes, ...; the lanes are added at the end in a fixed order): an
-// element-wise update of arrays, which the compiler vectorises and which
-// does not wait on one addition chain, unlike a scalar reduction.
-constexpr int kLanes = 8;
-
-// Adds d = p[i] - shift and d^2 to lanes a and q, over n values.
+// The build of the shifted sums (norm_isa/stats.h) for this CPU.
 template <typename T>
-void AddShiftedSums(const T* p, int64_t n, double shift, double* a,
-                    double* q) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double d = static_cast<double>(p[i + j]) - shift;
-      a[j] += d;
-      q[j] += d * d;
-    }
+void ShiftedSums(const T* base, int64_t nseg, int64_t stride, int64_t len,
+                 double shift, double* out) {
+#ifdef CPU_EIGEN_X86_ISAS
+  static const int level = DetectIsaLevel();
+  if (level >= 4) {
+    return normstats_v4::ShiftedSums(base, nseg, stride, len, shift, out);
   }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double d = static_cast<double>(p[i]) - shift;
-    a[j] += d;
-    q[j] += d * d;
+  if (level == 3) {
+    return normstats_v3::ShiftedSums(base, nseg, stride, len, shift, out);
   }
+#endif
+  normstats_base::ShiftedSums(base, nseg, stride, len, shift, out);
 }
 
-// As AddShiftedSums, plus g = dy and g * d to lanes b and c.
 template <typename T>
-void AddShiftedGradSums(const T* p, const T* g, int64_t n, double shift,
-                        double* a, double* q, double* b, double* c) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double d = static_cast<double>(p[i + j]) - shift;
-      const double gv = static_cast<double>(g[i + j]);
-      a[j] += d;
-      q[j] += d * d;
-      b[j] += gv;
-      c[j] += gv * d;
-    }
+void ShiftedGradSums(const T* x, const T* dy, int64_t nseg, int64_t stride,
+                     int64_t len, double shift, double* out) {
+#ifdef CPU_EIGEN_X86_ISAS
+  static const int level = DetectIsaLevel();
+  if (level >= 4) {
+    return normstats_v4::ShiftedGradSums(x, dy, nseg, stride, len, shift,
+                                         out);
   }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double d = static_cast<double>(p[i]) - shift;
-    const double gv = static_cast<double>(g[i]);
-    a[j] += d;
-    q[j] += d * d;
-    b[j] += gv;
-    c[j] += gv * d;
+  if (level == 3) {
+    return normstats_v3::ShiftedGradSums(x, dy, nseg, stride, len, shift,
+                                         out);
   }
-}
-
-inline double LaneSum(const double* a) {
-  double s = 0;
-  for (int j = 0; j < kLanes; ++j) s += a[j];
-  return s;
+#endif
+  normstats_base::ShiftedGradSums(x, dy, nseg, stride, len, shift, out);
 }
 
 // Mean and biased variance of a channel (nseg segments of len values,
@@ -197,13 +176,11 @@ bool OnePassMoments(const T* base, int64_t nseg, int64_t stride, int64_t len,
   const int64_t m = nseg * len;
   double shift;
   if (!OnePassShift(base, m, &shift)) return false;
-  double a[kLanes] = {}, q[kLanes] = {};
-  for (int64_t k = 0; k < nseg; ++k) {
-    AddShiftedSums(base + k * stride, len, shift, a, q);
-  }
-  const double e1 = LaneSum(a) / static_cast<double>(m);
+  double s[2];
+  ShiftedSums(base, nseg, stride, len, shift, s);
+  const double e1 = s[0] / static_cast<double>(m);
   *mean = shift + e1;
-  *var = std::max(LaneSum(q) / static_cast<double>(m) - e1 * e1, 0.0);
+  *var = std::max(s[1] / static_cast<double>(m) - e1 * e1, 0.0);
   return true;
 }
 
@@ -221,7 +198,10 @@ void BatchNorm(dg::KernelContext& ctx) {
   T* y = ctx.output(0).data<T>();
   T* out_mean = ctx.output(1).data<T>();
   T* out_var = ctx.output(2).data<T>();
-  double* stats = ctx.workspace<double>(2 * v.c);  // mean, var
+  // Per channel: mean and scale = gamma / sqrt(var + eps), computed once
+  // (not per (sample, channel) row: a square root and a division per row
+  // cost more than the row itself on small feature maps).
+  double* stats = ctx.workspace<double>(2 * v.c);
   ParallelFor(
       v.c,
       [&](int64_t begin, int64_t end) {
@@ -232,7 +212,7 @@ void BatchNorm(dg::KernelContext& ctx) {
             ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
           }
           stats[2 * c] = mean;
-          stats[2 * c + 1] = var;
+          stats[2 * c + 1] = static_cast<double>(gamma[c]) * Rstd(var, eps);
           out_mean[c] = training ? static_cast<T>(mean) : rmean[c];
           out_var[c] = training ? static_cast<T>(var) : rvar[c];
         }
@@ -243,10 +223,8 @@ void BatchNorm(dg::KernelContext& ctx) {
       [&](int64_t begin, int64_t end) {
         for (int64_t q = begin; q < end; ++q) {
           const int64_t c = q % v.c;
-          const double scale = static_cast<double>(gamma[c]) *
-                               Rstd(stats[2 * c + 1], eps);
-          Affine(x + q * v.s, y + q * v.s, v.s, stats[2 * c], scale,
-                 static_cast<double>(beta[c]));
+          Affine(x + q * v.s, y + q * v.s, v.s, stats[2 * c],
+                 stats[2 * c + 1], static_cast<double>(beta[c]));
         }
       },
       v.s);
@@ -285,18 +263,14 @@ void BatchNormGrad(dg::KernelContext& ctx) {
           if (training && OnePassShift(x + c * v.s, v.n * v.s, &shift)) {
             // One pass over x and dy: sum(dy (x - mean)) is
             // sum(dy d) - (mean - shift) sum(dy) with d = x - shift.
-            double a[kLanes] = {}, q[kLanes] = {}, b[kLanes] = {},
-                   g[kLanes] = {};
-            for (int64_t n = 0; n < v.n; ++n) {
-              AddShiftedGradSums(x + c * v.s + n * stride,
-                                 dy + c * v.s + n * stride, v.s, shift, a,
-                                 q, b, g);
-            }
-            const double e1 = LaneSum(a) / m;
+            double s[4];
+            ShiftedGradSums(x + c * v.s, dy + c * v.s, v.n, stride, v.s,
+                            shift, s);
+            const double e1 = s[0] / m;
             mean = shift + e1;
-            var = std::max(LaneSum(q) / m - e1 * e1, 0.0);
-            sum_dy = LaneSum(b);
-            sum_dy_xc = LaneSum(g) - e1 * sum_dy;
+            var = std::max(s[1] / m - e1 * e1, 0.0);
+            sum_dy = s[2];
+            sum_dy_xc = s[3] - e1 * sum_dy;
           } else {
             ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
             for (int64_t n = 0; n < v.n; ++n) {

@@ -77,7 +77,8 @@ def test_non_finite_first_value(first):
     c = np.ones(2, np.float32)
     _, mean, var = dg.ops.batch_norm(*(dg.tensor(a) for a in (x, c, 0 * c, c, c)))
     with np.errstate(invalid="ignore"):
-        want = batch_norm_ref(x.astype(np.float64), *(a.astype(np.float64) for a in (c, 0 * c, c, c)))
+        want = batch_norm_ref(x.astype(np.float64),
+                              *(a.astype(np.float64) for a in (c, 0 * c, c, c)))
     np.testing.assert_allclose(mean.numpy(), want[1], rtol=1e-6)
     np.testing.assert_allclose(var.numpy(), want[2], rtol=1e-5)
     assert np.isfinite(var.numpy()[1])

@@ -112,3 +112,11 @@ def test_compiled_relu_backward(level, dtype):
     dh = np.where(2 * h > 0, 2 * 2 * np.maximum(2 * h, 0), 0.0)
     np.testing.assert_allclose(got[0], dh @ wv.T.astype(np.float64),
                                rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_explain_names_the_kernel(dtype):
+    """explain() shows which kernel serves ReluGrad, the same every call."""
+    text = dg.plugins.explain("ReluGrad", "cpu", dtype)
+    assert f"winner: ReluGrad<{dtype}> from cpu_eigen" in text
+    assert dg.plugins.explain("ReluGrad", "cpu", dtype) == text

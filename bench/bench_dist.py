@@ -12,6 +12,9 @@ Rows:
   rank, SGD): one process without DDP, Dragon DDP on 2 ranks (default
   process group of ``dragon_core.distributed``), and
   ``torch.distributed`` (gloo) DDP on 2 ranks, the same job in the same run.
+  To separate compute from communication: torch on 1 rank, and each library
+  on 2 ranks that train without communicating (the compute under the same
+  sharing of the cores as the DDP runs).
 
 Each measurement is one ``mpirun -n 2 python bench_dist.py --worker JOB``;
 the workers print one JSON line (rank 0). Run alone:
@@ -153,21 +156,22 @@ def _barrier() -> None:
     MPI.COMM_WORLD.Barrier()
 
 
-def _worker_torch(quick: bool) -> dict:
+def _worker_torch(quick: bool, ddp: bool = True) -> dict:
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    port = comm.bcast(29500 + (os.getpid() % 1000) if rank == 0 else None, root=0)
-    tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                             world_size=size)
+    if ddp:
+        port = comm.bcast(29500 + (os.getpid() % 1000) if rank == 0 else None, root=0)
+        tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                 world_size=size)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(784, HIDDEN), torch.nn.ReLU(),
                                 torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
                                 torch.nn.Linear(HIDDEN, 10))
-    net = torch.nn.parallel.DistributedDataParallel(model)
+    net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     xn, yn = _mlp_data(rank)
     x, y = torch.from_numpy(xn), torch.from_numpy(yn)
@@ -178,7 +182,8 @@ def _worker_torch(quick: bool) -> dict:
         opt.step()
 
     out = {"steps_per_s": _steps_per_s(step, quick, True)}
-    tdist.destroy_process_group()
+    if ddp:
+        tdist.destroy_process_group()
     return out
 
 
@@ -191,6 +196,8 @@ def _worker(job: str, quick: bool) -> None:
         res = _worker_dragon(quick, ddp=True)
     elif job == "torch2":
         res = _worker_torch(quick)
+    elif job == "torch1":
+        res = _worker_torch(quick, ddp=False)
     else:
         raise SystemExit(f"unknown job {job}")
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
@@ -227,6 +234,24 @@ def run(quick: bool = False) -> list[dict]:
                                 "higher", note=f"MLP 784-{HIDDEN}-{HIDDEN}-10, batch {BATCH} "
                                 "per rank, SGD, 1 thread per rank (OMP/DRAGON_NUM_THREADS=1, "
                                 "torch.set_num_threads(1))"))
+    # Compute alone, to separate it from communication: 1 rank of torch, and
+    # 2 ranks of each training without communicating (the two processes
+    # share the machine's cores as the DDP runs do).
+    one_nocomm = _launch("dragon1", 2, quick)["steps_per_s"]
+    rows.append(_harness.result("ddp_mlp", "2 ranks, no communication", "dragon", "steps/s",
+                                one_nocomm, "higher",
+                                note="each rank trains alone: compute under the same load"))
+    try:
+        torch_one = _launch("torch1", 1, quick)["steps_per_s"]
+        torch_nocomm = _launch("torch1", 2, quick)["steps_per_s"]
+        rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "torch", "steps/s",
+                                    torch_one, "higher", dragon_ratio=one / torch_one))
+        rows.append(_harness.result("ddp_mlp", "2 ranks, no communication", "torch",
+                                    "steps/s", torch_nocomm, "higher",
+                                    dragon_ratio=one_nocomm / torch_nocomm))
+    except Exception as e:  # noqa: BLE001 - the anchor is optional
+        rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "torch", "steps/s", None,
+                                    "higher", status="SKIP", note=str(e)[:200]))
     torch_row = None
     try:
         torch_two = _launch("torch2", 2, quick)["steps_per_s"]

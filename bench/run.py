@@ -130,6 +130,7 @@ def machine_info() -> dict:
             info["dragon_plugins"] = [
                 {"name": p.name, "version": p.version, "state": p.state}
                 for p in dg.plugins.list()]
+            info["cuda_devices"] = [dg.cuda.get_device_name(i) for i in range(dg.cuda.device_count())]
         except Exception as exc:  # informational only
             info["dragon_plugins"] = f"unavailable: {exc}"
     return info

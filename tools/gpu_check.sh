@@ -12,8 +12,13 @@
 # sm_90 + PTX) into a --target folder, without -Werror (a release build;
 # gcc 13 warns where gcc 12 does not), then runs the cuda plugin's tests
 # (GPU conformance suite included) and vision_ops' tests (their CUDA
-# kernels now run on the cuda device), then a compute-sanitizer memcheck
-# over a sample of cuda kernels. Budget: about 8 minutes on 16 cores.
+# kernels now run on the cuda device), the GPU benchmark beside torch
+# (bench/bench_gpu.py through bench/run.py: bench_gpu.txt and .json), then a
+# compute-sanitizer memcheck over a sample of cuda kernels. Budget: the
+# whole check stays under GPU_CHECK_BUDGET_S (default 470 s, under 8
+# minutes on 16 cores): after the builds, the tests, the benchmark (its
+# own time budget, DRAGON_BENCH_GPU_BUDGET_S) and the memcheck share what
+# is left, each with a timeout.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
 # The default g++ there is a wrapper whose output segfaults at import and
@@ -23,6 +28,9 @@ command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 T=${TMPDIR:-/tmp}; SITE=${SITE:-$T/site}; LOG=${OUT:-$T/gpu-check}; mkdir -p "$LOG"
 PY=python3
 t0=$(date +%s)
+TOTAL=${GPU_CHECK_BUDGET_S:-470}
+left() { echo $(( TOTAL - ($(date +%s) - t0) )); }
+clamp() { local v=$1; [ "$v" -lt "$2" ] && v=$2; [ "$v" -gt "$3" ] && v=$3; echo "$v"; }
 say() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$LOG/summary.txt"; }
 
 { nvidia-smi; nvcc --version; /usr/bin/g++ --version | head -1; $PY --version; } > "$LOG/machine.txt" 2>&1
@@ -89,18 +97,38 @@ print(dg.memory.stats("cuda:0"))
 PYEOF
 say "smoke rc=$? ($(tail -n 1 "$LOG/smoke.txt" | cut -c1-120))"
 
+# What is left after the builds: a quarter (45-140 s) for the benchmark,
+# about 75 s for the memcheck, the rest (at least 60 s) for the tests.
+L=$(left)
+BENCH_S=$(clamp $(( L / 4 )) 45 140)
+PYTEST_S=$(clamp $(( L - BENCH_S - 75 )) 60 330)
+say "time left ${L}s: pytest ${PYTEST_S}s, benchmark ${BENCH_S}s"
+
 t1=$(date +%s)
-timeout 330 $PY -m pytest -q -p no:cacheprovider -n 8 -rs --junitxml="$LOG/junit.xml" \
+timeout "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n 8 -rs --junitxml="$LOG/junit.xml" \
   plugins/cuda/tests plugins/vision_ops/tests "$@" > "$LOG/pytest.log" 2>&1
 rc=$?
 tail -n 40 "$LOG/pytest.log"
 say "pytest rc=$rc $(( $(date +%s) - t1 ))s: $(tail -n 1 "$LOG/pytest.log")"
 
-if command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+# The benchmark table beside torch (same run), outside the checkout's
+# sources: bench/run.py puts only bench/ on sys.path, the packages come
+# from $SITE.
+t1=$(date +%s)
+DRAGON_BENCH_GPU_BUDGET_S=$(( BENCH_S - 25 )) timeout "$BENCH_S" \
+  $PY bench/run.py -k gpu --json "$LOG/bench_gpu.json" > "$LOG/bench_gpu.txt" 2>&1
+brc=$?
+cat "$LOG/bench_gpu.txt"
+say "benchmark rc=$brc $(( $(date +%s) - t1 ))s: $(grep -cE ' (PASS|MISS|INFO)' "$LOG/bench_gpu.txt") rows timed"
+
+M=$(( $(left) - 5 ))
+if [ "$M" -lt 30 ]; then
+  say "no time left for the memcheck (${M}s)"
+elif command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 90 "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+  timeout "$(clamp "$M" 30 90)" "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
     plugins/cuda/tests/test_cuda_conformance.py \
-    -k "float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)" \
+    -k "(float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)) or (bfloat16 and (LayerNorm-2 or test_multi_tensor_updates))" \
     > "$LOG/memcheck.log" 2>&1
   say "memcheck rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck.log" | tail -n 2 | tr '\n' ' '))"
 fi

@@ -1,6 +1,6 @@
 """One rank of the DDP tests, run under ``mpirun -n 2`` by test_ddp.py.
 
-``python _ddp_worker.py OUT_DIR [--no-sync] [--ckpt DIR] [--die-at STEP]``
+``python _ddp_worker.py OUT_DIR [--no-sync] [--compiled] [--ckpt DIR] [--die-at STEP]``
 
 Trains the digits CNN (BatchNorm converted to SyncBatchNorm, no dropout)
 wrapped in DistributedDataParallel on this rank's shard — the DataLoader is
@@ -73,6 +73,24 @@ def main() -> int:
         opt.step()
         return loss
 
+    # no_sync in compiled steps (--compiled --no-sync): one function called
+    # inside no_sync (no all-reduce) and outside it (all-reduce), and a
+    # function with no_sync inside its body followed by a compiled synced
+    # step with the optimizer; the steps alternate between the two ways.
+    @dg.function
+    def micro_step(xb, yb):
+        F.cross_entropy(ddp(xb), yb).backward()
+
+    @dg.function
+    def accumulate(xb, yb):
+        with ddp.no_sync():
+            F.cross_entropy(ddp(xb), yb).backward()
+
+    @dg.function
+    def synced_step(xb, yb):
+        F.cross_entropy(ddp(xb), yb).backward()
+        opt.step()
+
     step = 0
     ckpt = os.path.join(args.ckpt, "last.dgt") if args.ckpt else None
     if ckpt and os.path.exists(ckpt):
@@ -90,7 +108,21 @@ def main() -> int:
             if step == args.die_at and rank == 1:
                 os._exit(17)
             events.append((0.0, "step", step))
-            if args.compiled:
+            if args.compiled and args.no_sync:
+                half = BATCH_PER_RANK // 2
+                if step % 2 == 0:
+                    # zeros, not None: the .grad guards alone cannot then
+                    # tell the no_sync plan from the synced one
+                    opt.zero_grad(set_to_none=False)
+                    with ddp.no_sync():
+                        micro_step(xb[:half], yb[:half])
+                    micro_step(xb[half:], yb[half:])
+                    opt.step()
+                else:
+                    opt.zero_grad()
+                    accumulate(xb[:half], yb[:half])
+                    synced_step(xb[half:], yb[half:])
+            elif args.compiled:
                 compiled_step(xb, yb)
                 if not os.path.exists(os.path.join(args.out, f"graph{rank}.txt")):
                     with open(os.path.join(args.out, f"graph{rank}.txt"), "w") as f:

@@ -266,6 +266,58 @@ def test_ddp_on_one_rank_keeps_gradients_and_checks_use():
         DistributedDataParallel(lambda t: t, process_group=_Solo())
 
 
+class _CountingSolo(_Solo):
+    """One rank that counts the all-reduces started."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def all_reduce(self, tensor, async_op=False):
+        self.calls += 1
+        return tensor
+
+
+def test_no_sync_joins_the_compiled_plan_key():
+    # One compiled function called inside and outside no_sync: two plans,
+    # the first without all-reduces, the second with them; calls reuse the
+    # right one. (The .grad guards cannot tell them apart here: the
+    # gradients are zeros, never None, after the first call.)
+    from dragon_core.nn import module as module_mod
+    rng = np.random.default_rng(2)
+    model = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.ReLU(), dg.nn.Linear(3, 2))
+    x = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    model(x).sum().backward()
+    one = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad(set_to_none=False)
+    group = _CountingSolo()
+    ddp = DistributedDataParallel(model, process_group=group, first_bucket_cap_mb=1e-5)
+
+    @dg.function
+    def step(xb):
+        ddp(xb).sum().backward()
+
+    key = module_mod._mode_flags.copy()
+    with ddp.no_sync():
+        step(x)                      # traced: no all-reduce
+        assert ("ddp_no_sync", id(ddp)) in module_mod._mode_flags
+        step(x)                      # the same plan
+    assert module_mod._mode_flags == key
+    assert step.trace_count == 1 and group.calls == 0
+    step(x)                          # outside: a second plan, 2 buckets
+    assert step.trace_count == 2
+    after_trace = group.calls
+    assert after_trace == 4          # 2 buckets, as traced, then as run
+    step(x)
+    with ddp.no_sync():
+        step(x)
+    assert step.trace_count == 2
+    # Only the synced run issued all-reduces (the compiled start kernels
+    # call the group too).
+    assert group.calls == after_trace + 2
+    for p, g in zip(model.parameters(), one):
+        np.testing.assert_allclose(p.grad.numpy(), 5 * g, rtol=1e-6)
+
+
 def test_ddp_without_a_process_group_says_how_to_get_one():
     import dragon_core.distributed as dist
     from dragon_core.distributed.sync_batchnorm import SyncBatchNorm
@@ -358,6 +410,25 @@ def test_no_sync_accumulates_then_reduces_the_sum(tmp_path):
     ev = (tmp_path / "events0.txt").read_text().split()
     # One set of all-reduces per step: nothing was sent for the no_sync micro-batch.
     assert ev.count("allreduce_start") == 3 * common.EPOCHS * common.NUM_TRAIN // 32
+
+
+def test_no_sync_in_compiled_steps_matches_one_rank(tmp_path):
+    # dg.function steps: no_sync entered around a compiled call and inside a
+    # compiled body; gradient accumulation without all-reduce, then a synced
+    # step; 2 ranks end equal to 1 rank on the concatenated batches.
+    _mpirun(str(tmp_path), "--no-sync", "--compiled", dragon=True)
+    _assert_matches(tmp_path, common.reference(no_sync=True))
+    steps = common.EPOCHS * common.NUM_TRAIN // 32
+    for r in range(common.WORLD):
+        text = (tmp_path / f"events{r}.txt").read_text()
+        per_step = [s.split().count("allreduce_start") for s in text.split("step ")[1:]]
+        assert len(per_step) == steps
+        # 3 buckets per synced step and none for the accumulation; a step
+        # that traces a synced plan runs its all-reduces once more (a trace
+        # executes as it records): micro_step and synced_step, once each.
+        assert all(n in (3, 6) for n in per_step), per_step
+        assert sum(per_step) == 3 * (steps + 2), per_step
+        assert text.count("allreduce_done") == sum(per_step)
 
 
 def test_killed_rank_relaunch_resumes_from_checkpoint(tmp_path, reference):

@@ -32,10 +32,15 @@ from .errors import InvalidArgumentError
 
 _RULES: dict = {}
 _SAVED: dict = {}   # op name -> indices of the outputs its rule reads
+# op name -> the inputs whose values (not only shape/dtype) its rule never
+# reads: a tuple of indices, or a callable ``attrs -> tuple``. Their version
+# is not checked, so writing them in place after the op ran is allowed (as
+# torch allows it where its node does not save the tensor).
+_UNREAD: dict = {}
 _local = threading.local()
 
 
-def gradient(op_name: str, saved_outputs=()):
+def gradient(op_name: str, saved_outputs=(), unread_inputs=None):
     """Register the gradient rule of ``op_name``.
 
     The rule is called as ``rule(node, *dys)`` with one output gradient per
@@ -47,6 +52,13 @@ def gradient(op_name: str, saved_outputs=()):
     that order) because they cannot be recomputed from the inputs (a random
     mask). They must be non-differentiable: they are not marked as requiring
     grad.
+
+    ``unread_inputs`` lists the inputs whose *values* the rule never reads
+    (only their shape and dtype), as a tuple of indices or a callable
+    ``attrs -> tuple``. Autograd checks, when the rule runs, that every
+    other input still has the version it had when the op ran (an in-place
+    write in between raises, as PyTorch's version counter does); these
+    inputs are not checked.
     """
     def register(fn):
         if op_name in _RULES:
@@ -54,8 +66,46 @@ def gradient(op_name: str, saved_outputs=()):
         _RULES[op_name] = fn
         if saved_outputs:
             _SAVED[op_name] = tuple(saved_outputs)
+        if unread_inputs is not None:
+            set_unread_inputs(op_name, unread_inputs)
         return fn
     return register
+
+
+def set_unread_inputs(op_name: str, unread_inputs) -> None:
+    """Declare the inputs of ``op_name`` whose values its gradient rule
+    never reads (see :func:`gradient`); their in-place modification after
+    the op ran is then not an error."""
+    if not callable(unread_inputs):
+        unread_inputs = tuple(int(i) for i in unread_inputs)
+    _UNREAD[op_name] = unread_inputs
+
+
+def _saved_versions(op, inputs, attrs):
+    """The version of each input the rule of ``op`` reads (None for the
+    others), recorded when the op runs and checked when its rule runs."""
+    unread = _UNREAD.get(op)
+    if unread is None:
+        return [i._version for i in inputs]
+    if callable(unread):
+        unread = unread(attrs)
+    return [None if k in unread else i._version for k, i in enumerate(inputs)]
+
+
+def _check_versions(node) -> None:
+    """Raise if an input ``node``'s rule reads was written in place (or
+    rebound with ``assign``/``.data =``) after the op ran: the rule would
+    silently differentiate at the new value."""
+    for k, (inp, v) in enumerate(zip(node.inputs, node.versions)):
+        if v is not None and inp._version != v:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified "
+                f"by an inplace operation: input {k} of {node.op} (a {inp.dtype.name} "
+                f"tensor of shape {list(inp.shape)} on {inp.device}) is at version "
+                f"{inp._version}; expected version {v} instead. It was written in place "
+                "(an in-place op, item assignment, copy_, assign or `.data =`) after "
+                f"{node.op} used it and before backward; compute on a copy (x.clone()) or "
+                "modify it after the backward pass")
 
 
 def has_gradient(op_name: str) -> bool:
@@ -67,12 +117,14 @@ class Node:
     """One recorded op application."""
 
     __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "saved", "needs",
-                 "__weakref__")
+                 "versions", "__weakref__")
 
     def __init__(self, op, inputs, attrs, outputs):
         self.op = op
         self.inputs = inputs
         self.attrs = attrs
+        # The version of every input the rule reads, checked before it runs.
+        self.versions = _saved_versions(op, inputs, attrs)
         self.saved = [outputs[i] for i in _SAVED.get(op, ())]
         # Which inputs the running backward pass wants a gradient for; set by
         # the engine before it calls the rule (rules may skip the others).
@@ -111,6 +163,25 @@ def _record(op, inputs, attrs, outputs):
 
 
 _C._set_record_hook(_record)
+
+
+# Rules of the standard library that read only the shape/dtype of some
+# inputs (see ``unread_inputs``); every other input is version-checked.
+def _batch_norm_unread(attrs):
+    # beta never; the running statistics only in inference mode.
+    return (2, 3, 4) if attrs.get("training") else (2,)
+
+
+def _batch_norm_grad_unread(attrs):
+    return (2, 3) if attrs.get("training") else ()
+
+
+for _op, _unread in (("Add", (0, 1)), ("Sub", (0, 1)), ("Neg", (0,)), ("Sum", (0,)),
+                     ("Mean", (0,)), ("Transpose", (0,)), ("BroadcastTo", (0,)),
+                     ("Cast", (0,)), ("BatchNorm", _batch_norm_unread),
+                     ("BatchNormGrad", _batch_norm_grad_unread)):
+    set_unread_inputs(_op, _unread)
+del _op, _unread
 
 
 # ---------------------------------------------------------------- .grad in traces
@@ -260,6 +331,7 @@ def _backward_nodes(nodes, grads: dict, wanted, after_node=None):
             if not any(node.needs):
                 node.needs = None
                 continue
+        _check_versions(node)
         try:
             dxs = rule(node, *dys)
         finally:

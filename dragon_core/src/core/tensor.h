@@ -37,6 +37,12 @@ class Storage {
   bool read_only() const { return read_only_; }
   void set_read_only(bool v) { read_only_ = v; }
 
+  // Version counter of the memory, for autograd: bumped by every in-place
+  // write the front end performs (PyTorch's version counter). Shared by
+  // every tensor over this storage (a tensor and its views). Written and
+  // read under the GIL.
+  int64_t version = 0;
+
   // Stream tracking on stream-ordered devices (stream.h); all NULL/empty
   // elsewhere. `home`: the stream the block was allocated on (the
   // allocator returns it to that stream's pool); `last_writer`: the stream
@@ -92,6 +98,12 @@ class TensorImpl {
   // Autograd state, owned by the front end (opaque to the runtime).
   bool requires_grad = false;
   std::shared_ptr<void> autograd;
+  // The tensor's version (autograd's check that a saved input was not
+  // modified) is its storage's version plus this offset: rebinding the
+  // tensor to other storage (assign, `.data =`) sets it so that the
+  // version seen through this tensor still increases.
+  int64_t version_offset = 0;
+  int64_t version() const { return storage_->version + version_offset; }
 
   // Rebinds to new metadata over the same storage (no copy).
   void SetMeta(DgDType dtype, Shape shape, Shape strides) {

@@ -233,11 +233,13 @@ void Rebind(TensorImpl& self, const Tensor& other) {
   bool requires_grad = self.requires_grad;
   auto autograd = self.autograd;
   uint64_t uid = self.uid;
+  const int64_t version = self.version() + 1;
   self = TensorImpl(other->storage(), other->byte_offset(), other->dtype(), other->shape(),
                     other->strides());
   self.uid = uid;
   self.requires_grad = requires_grad;
   self.autograd = autograd;
+  self.version_offset = version - self.storage()->version;
 }
 
 AutogradMeta* Meta(TensorImpl& t) {
@@ -301,6 +303,33 @@ bool HasFlag(const py::array& arr, int flag) {
   return (py::detail::array_proxy(arr.ptr())->flags & flag) != 0;
 }
 
+// The name of the capsule that a NumPy view of a tensor (ToNumpy) keeps
+// as its base: it holds a std::shared_ptr<Storage>.
+constexpr const char* kStorageCapsule = "dragon_core.storage";
+
+// The storage behind `arr` when `arr` views one of our tensors' memory (its
+// base chain ends in a storage capsule) with the same writability; else null.
+std::shared_ptr<Storage> StorageOfNumpyView(const py::array& arr) {
+  py::object base = arr.attr("base");
+  for (int depth = 0; depth < 64 && !base.is_none(); ++depth) {
+    PyObject* p = base.ptr();
+    if (PyCapsule_CheckExact(p)) {
+      if (!PyCapsule_IsValid(p, kStorageCapsule)) return nullptr;
+      auto* keep = static_cast<std::shared_ptr<Storage>*>(PyCapsule_GetPointer(p, kStorageCapsule));
+      const auto& st = *keep;
+      if (!st || st->read_only() != !arr.writeable()) return nullptr;
+      if (st->device().type != kHost.type) return nullptr;
+      const char* lo = static_cast<const char*>(st->data());
+      const char* d = static_cast<const char*>(arr.data());
+      if (d < lo || (st->bytes() != 0 && d > lo + st->bytes())) return nullptr;
+      return st;
+    }
+    if (!py::isinstance<py::array>(base)) return nullptr;
+    base = base.attr("base");
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Tensor FromNumpy(py::array arr, bool copy) {
@@ -338,6 +367,13 @@ Tensor FromNumpy(py::array arr, bool copy) {
     py::module_::import("numpy").attr("copyto")(dst, arr, "unsafe");
     return t;
   }
+  if (auto base = StorageOfNumpyView(arr)) {
+    // A NumPy view of one of our tensors (x.numpy()[1:], np.transpose(...)):
+    // the tensor shares the original storage (and so its version counter).
+    const int64_t offset = static_cast<const char*>(arr.data()) -
+                           static_cast<const char*>(base->data());
+    return std::make_shared<TensorImpl>(base, offset, dtype, shape, strides);
+  }
   py::object owner = arr;
   auto storage = Storage::Wrap(kHost, const_cast<void*>(arr.data()), 0, [owner]() mutable {
     py::gil_scoped_acquire gil;
@@ -359,7 +395,9 @@ py::array ToNumpy(const Tensor& t) {
   for (int32_t i = 0; i < t->ndim(); ++i)
     strides[i] = static_cast<py::ssize_t>(t->strides()[i] * static_cast<int64_t>(t->itemsize()));
   auto* keep = new std::shared_ptr<Storage>(t->storage());
-  py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
+  py::capsule base(keep, kStorageCapsule, [](PyObject* cap) {
+    delete static_cast<std::shared_ptr<Storage>*>(PyCapsule_GetPointer(cap, kStorageCapsule));
+  });
   py::array a(NumpyFromDType(t->dtype()), shape, strides, t->data(), base);
   // NumPy refuses to make it writable again: its base exposes no buffer.
   if (t->storage()->read_only())
@@ -439,6 +477,14 @@ void BindTensor(py::module_& m) {
     if (SameDevice(d, t->device())) return t;
     return CopyTo(t, d);
   });
+  cls.def_property_readonly("_version", [](const TensorImpl& t) { return t.version(); },
+      "Version counter (PyTorch's ``_version``): the number of in-place writes to this "
+      "tensor's memory (shared with its views) and of rebinds (assign, ``.data =``).");
+  cls.def("_bump_version", [](const TensorImpl& t) { ++t.storage()->version; },
+          "Record an in-place write to this tensor's memory (every view sees it).");
+  cls.def_property_readonly("_storage_refs", [](const TensorImpl& t) {
+    return static_cast<int64_t>(t.storage().use_count());
+  }, "How many tensors and NumPy views hold this tensor's storage (itself included).");
   cls.def("_same_storage", [](const TensorImpl& a, const TensorImpl& b) {
     return a.storage() == b.storage();
   });

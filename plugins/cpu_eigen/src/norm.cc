@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "norm_isa/stats.h"
+#include "rows.h"
 #include "widen_call.h"
 
 namespace cpu_eigen {
@@ -340,50 +341,14 @@ void LayerNorm(dg::KernelContext& ctx) {
   const T* gamma = ctx.input(1).data<const T>();
   const T* beta = ctx.input(2).data<const T>();
   T* y = ctx.output(0).data<T>();
+  const RowKernels<T>& k = RowKernelsFor<T>();
   ParallelFor(
       rows,
       [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          double mean, var;
-          Moments(x + r * cols, 1, 0, cols, &mean, &var);
-          const T m = static_cast<T>(mean);
-          const T rstd = static_cast<T>(Rstd(var, eps));
-          const T* xp = x + r * cols;
-          T* yp = y + r * cols;
-          for (int64_t i = 0; i < cols; ++i) {
-            yp[i] = (xp[i] - m) * rstd * gamma[i] + beta[i];
-          }
-        }
+        k.layer_norm(x + begin * cols, gamma, beta, y + begin * cols,
+                     end - begin, cols, eps);
       },
       4 * cols);
-}
-
-// Parameter gradients summed over rows, column block by column block:
-// dgamma[j] = sum_r dy[r, j] * (x[r, j] - mean_r) * rstd_r, dbeta[j] =
-// sum_r dy[r, j]. `stats` holds (mean, rstd) per row.
-template <typename T>
-void ColumnParamGrads(const T* x, const T* dy, const double* stats,
-                      int64_t rows, int64_t cols, T* dgamma, T* dbeta) {
-  ParallelFor(
-      cols,
-      [&](int64_t begin, int64_t end) {
-        std::vector<double> g(end - begin, 0.0), b(end - begin, 0.0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const double mean = stats[2 * r], rstd = stats[2 * r + 1];
-          const T* xp = x + r * cols;
-          const T* gp = dy + r * cols;
-          for (int64_t j = begin; j < end; ++j) {
-            const double d = static_cast<double>(gp[j]);
-            g[j - begin] += d * (static_cast<double>(xp[j]) - mean) * rstd;
-            b[j - begin] += d;
-          }
-        }
-        for (int64_t j = begin; j < end; ++j) {
-          dgamma[j] = static_cast<T>(g[j - begin]);
-          dbeta[j] = static_cast<T>(b[j - begin]);
-        }
-      },
-      2 * rows);
 }
 
 // The input gradient of LayerNorm and GroupNorm over one normalised group,
@@ -417,8 +382,21 @@ void ApplyInputGrad(const T* xp, const T* gp, T* out, int64_t n, Gamma gamma,
   }
 }
 
+// Number of row blocks LayerNormGrad splits the rows into: each block adds
+// its rows' parameter gradients into its own partial sums, which are then
+// combined in block order. It depends on the shape only (at least 8 rows a
+// block, at most 32 blocks, at most 4 M partial values), so the result does
+// not depend on the thread count.
+int64_t LayerNormGradBlocks(int64_t rows, int64_t cols) {
+  int64_t blocks = std::min<int64_t>(32, rows / 8);
+  blocks = std::min<int64_t>(blocks, (int64_t{1} << 22) / (2 * cols));
+  return std::max<int64_t>(1, blocks);
+}
+
 // Per row, with g = dy * gamma and xhat = (x - mean) * rstd:
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+// and dgamma = sum_r dy * xhat, dbeta = sum_r dy, in one pass over the rows
+// (RowKernels::layer_norm_grad, rows.h).
 template <typename T>
 void LayerNormGrad(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
@@ -432,29 +410,37 @@ void LayerNormGrad(dg::KernelContext& ctx) {
   T* dgamma = ctx.output(1).data<T>();
   T* dbeta = ctx.output(2).data<T>();
   if (cols == 0) return;
-  double* stats = ctx.workspace<double>(2 * rows);
+  const int64_t blocks = LayerNormGradBlocks(rows, cols);
+  // Partial sums of block b: dgamma at part + 2 * b * cols, dbeta after it.
+  double* part = ctx.workspace<double>(2 * blocks * cols);
+  const RowKernels<T>& k = RowKernelsFor<T>();
   ParallelFor(
-      rows,
+      blocks,
       [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const T* xp = x + r * cols;
-          const T* gp = dy + r * cols;
-          double mean, var;
-          Moments(xp, 1, 0, cols, &mean, &var);
-          const double rstd = Rstd(var, eps);
-          stats[2 * r] = mean;
-          stats[2 * r + 1] = rstd;
-          const auto scale = [gamma](int64_t i) { return gamma[i]; };
-          double s1 = 0, s2 = 0;
-          AddGradSums(xp, gp, cols, scale, mean, rstd, &s1, &s2);
-          const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
-          const T k1 = static_cast<T>(s1 / cols);
-          const T k2 = static_cast<T>(s2 / cols);
-          ApplyInputGrad(xp, gp, dx + r * cols, cols, scale, m, rs, k1, k2);
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
+          double* pg = part + 2 * b * cols;
+          double* pb = pg + cols;
+          for (int64_t j = 0; j < 2 * cols; ++j) pg[j] = 0;
+          k.layer_norm_grad(x + r0 * cols, gamma, dy + r0 * cols,
+                            dx + r0 * cols, r1 - r0, cols, eps, pg, pb);
         }
       },
-      6 * cols);
-  ColumnParamGrads(x, dy, stats, rows, cols, dgamma, dbeta);
+      8 * cols * std::max<int64_t>(1, rows / blocks));
+  ParallelFor(
+      cols,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) {
+          double g = 0, b = 0;
+          for (int64_t q = 0; q < blocks; ++q) {
+            g += part[2 * q * cols + j];
+            b += part[(2 * q + 1) * cols + j];
+          }
+          dgamma[j] = static_cast<T>(g);
+          dbeta[j] = static_cast<T>(b);
+        }
+      },
+      2 * blocks);
 }
 
 // ---------------------------------------------------------------- GroupNorm

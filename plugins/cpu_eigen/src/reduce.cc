@@ -24,6 +24,7 @@
 
 #include "common.h"
 #include "reduce_util.h"
+#include "rows.h"
 
 namespace cpu_eigen {
 namespace {
@@ -371,6 +372,19 @@ class Fold {
     if constexpr (std::is_same_v<Map, ShiftedExp>) {
       FoldBlockExp(base, aux, k0, k1, r0, r1, dst);
       return;
+    }
+    if constexpr (std::is_same_v<Op, AddOp> && !Map::kAux &&
+                  std::is_same_v<A, double> &&
+                  (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+      if (l_.reduced.size() == 1) {
+        // Rows at a fixed stride (a bias gradient's [rows, cols] -> [cols]):
+        // the row kernels built for this CPU's vector width (rows.h), same
+        // arithmetic as the loops below.
+        const int64_t stride = l_.reduced[0].stride;
+        RowKernelsFor<T>().column_sum(x_ + base + r0 * stride + k0, stride,
+                                      r1 - r0, k1 - k0, dst + k0);
+        return;
+      }
     }
     Odometer rows(l_.reduced, l_.reduced.size(), r0);
     int64_t r = r0;

@@ -4,6 +4,9 @@
 // * gamma * rstd + beta with rstd = 1/sqrt(var + eps). The gradient is
 // dx = a dy + b (x - mean) + k per channel (see norm.cc for a, b, k). One
 // block per channel for the statistics, then one element-wise pass.
+// float16/bfloat16 (x, parameters and statistics all of x's dtype, as the
+// schema asks) keep the double statistics; element math is in float,
+// rounded once per stored value.
 #include <cmath>
 #include <cstdint>
 
@@ -40,11 +43,11 @@ __device__ void Moments(const T* x, NCS v, int64_t c, double* buf, double* mean,
   const int64_t m = v.n * v.s;
   double s = 0;
   for (int64_t i = threadIdx.x; i < m; i += blockDim.x)
-    s += static_cast<double>(x[(i / v.s) * v.c * v.s + c * v.s + i % v.s]);
+    s += ToDouble(x[(i / v.s) * v.c * v.s + c * v.s + i % v.s]);
   const double mu = Sum(s, buf) / static_cast<double>(m);
   double q = 0;
   for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
-    const double d = static_cast<double>(x[(i / v.s) * v.c * v.s + c * v.s + i % v.s]) - mu;
+    const double d = ToDouble(x[(i / v.s) * v.c * v.s + c * v.s + i % v.s]) - mu;
     q += d * d;
   }
   *mean = mu;
@@ -60,14 +63,14 @@ __global__ void Stats(const T* x, const T* rmean, const T* rvar, NCS v, bool tra
     if (training) {
       Moments(x, v, c, buf, &mean, &var);
     } else {
-      mean = static_cast<double>(rmean[c]);
-      var = static_cast<double>(rvar[c]);
+      mean = ToDouble(rmean[c]);
+      var = ToDouble(rvar[c]);
     }
     if (threadIdx.x == 0) {
       stats[2 * c] = mean;
       stats[2 * c + 1] = var;
-      out_mean[c] = training ? static_cast<T>(mean) : rmean[c];
-      out_var[c] = training ? static_cast<T>(var) : rvar[c];
+      out_mean[c] = training ? FromDouble<T>(mean) : rmean[c];
+      out_var[c] = training ? FromDouble<T>(var) : rvar[c];
     }
   }
 }
@@ -77,10 +80,10 @@ __global__ void Apply(const T* x, const T* gamma, const T* beta, const double* s
                       double eps) {
   DGC_LOOP(i, v.n * v.c * v.s) {
     const int64_t c = (i / v.s) % v.c;
-    const double scale = static_cast<double>(gamma[c]) * (1.0 / sqrt(stats[2 * c + 1] + eps));
-    const T m = static_cast<T>(stats[2 * c]), a = static_cast<T>(scale),
-            b = static_cast<T>(static_cast<double>(beta[c]));
-    y[i] = (x[i] - m) * a + b;
+    using A = Acc<T>;
+    const double scale = ToDouble(gamma[c]) * (1.0 / sqrt(stats[2 * c + 1] + eps));
+    const A m = static_cast<A>(stats[2 * c]), a = static_cast<A>(scale), b = Load(beta[c]);
+    y[i] = Store<T>((Load(x[i]) - m) * a + b);
   }
 }
 
@@ -112,7 +115,7 @@ void BatchNorm(dg::KernelContext& ctx) {
                                           ctx.f("eps"));
   CheckLaunch(ctx);
 }
-DG_KERNEL("BatchNorm", "cuda", BatchNorm, float, double);
+DG_KERNEL("BatchNorm", "cuda", BatchNorm, float, double, half, bf16);
 
 template <typename T>
 __global__ void GradCoefs(const T* x, const T* gamma, const T* rmean, const T* rvar, const T* dy,
@@ -125,28 +128,28 @@ __global__ void GradCoefs(const T* x, const T* gamma, const T* rmean, const T* r
     if (training) {
       Moments(x, v, c, buf, &mean, &var);
     } else {
-      mean = static_cast<double>(rmean[c]);
-      var = static_cast<double>(rvar[c]);
+      mean = ToDouble(rmean[c]);
+      var = ToDouble(rvar[c]);
     }
     double a = 0, b = 0;
     for (int64_t i = threadIdx.x; i < v.n * v.s; i += blockDim.x) {
       const int64_t off = (i / v.s) * v.c * v.s + c * v.s + i % v.s;
-      const double g = static_cast<double>(dy[off]);
+      const double g = ToDouble(dy[off]);
       a += g;
-      b += g * (static_cast<double>(x[off]) - mean);
+      b += g * (ToDouble(x[off]) - mean);
     }
     const double sum_dy = Sum(a, buf), sum_dy_xc = Sum(b, buf);
     if (threadIdx.x == 0) {
       const double rstd = 1.0 / sqrt(var + eps);
-      const double gr = static_cast<double>(gamma[c]) * rstd;
+      const double gr = ToDouble(gamma[c]) * rstd;
       const double dg = m == 0 ? 0.0 : sum_dy_xc * rstd;
-      dgamma[c] = static_cast<T>(dg);
-      dbeta[c] = static_cast<T>(sum_dy);
+      dgamma[c] = FromDouble<T>(dg);
+      dbeta[c] = FromDouble<T>(sum_dy);
       coef[4 * c] = mean;
       coef[4 * c + 1] = gr;
       if (training && m > 0) {
-        coef[4 * c + 2] = (2.0 * static_cast<double>(dvar[c]) - gr * rstd * dg) / m;
-        coef[4 * c + 3] = (static_cast<double>(dmean[c]) - gr * sum_dy) / m;
+        coef[4 * c + 2] = (2.0 * ToDouble(dvar[c]) - gr * rstd * dg) / m;
+        coef[4 * c + 3] = (ToDouble(dmean[c]) - gr * sum_dy) / m;
       } else {
         coef[4 * c + 2] = coef[4 * c + 3] = 0.0;
       }
@@ -158,9 +161,10 @@ template <typename T>
 __global__ void GradApply(const T* x, const T* dy, const double* coef, T* dx, NCS v) {
   DGC_LOOP(i, v.n * v.c * v.s) {
     const double* k = coef + 4 * ((i / v.s) % v.c);
-    const T mean = static_cast<T>(k[0]), a = static_cast<T>(k[1]), b = static_cast<T>(k[2]),
-            shift = static_cast<T>(k[3]);
-    dx[i] = a * dy[i] + b * (x[i] - mean) + shift;
+    using A = Acc<T>;
+    const A mean = static_cast<A>(k[0]), a = static_cast<A>(k[1]), b = static_cast<A>(k[2]),
+            shift = static_cast<A>(k[3]);
+    dx[i] = Store<T>(a * Load(dy[i]) + b * (Load(x[i]) - mean) + shift);
   }
 }
 
@@ -184,7 +188,7 @@ void BatchNormGrad(dg::KernelContext& ctx) {
                                                static_cast<T*>(ctx.output(0).raw_data()), v);
   CheckLaunch(ctx);
 }
-DG_KERNEL("BatchNormGrad", "cuda", BatchNormGrad, float, double);
+DG_KERNEL("BatchNormGrad", "cuda", BatchNormGrad, float, double, half, bf16);
 
 // ------------------------------------------------------------ GroupNorm
 // Per (sample, group) q, the contiguous run of cg * S values: statistics in
@@ -195,11 +199,11 @@ template <typename T>
 __device__ void RunMoments(const T* xp, int64_t len, double eps, double* buf, double* mean,
                            double* rstd) {
   double s = 0;
-  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += static_cast<double>(xp[i]);
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += ToDouble(xp[i]);
   const double m = Sum(s, buf) / static_cast<double>(len);
   double q = 0;
   for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-    const double d = static_cast<double>(xp[i]) - m;
+    const double d = ToDouble(xp[i]) - m;
     q += d * d;
   }
   *mean = m;
@@ -217,9 +221,10 @@ __global__ void GroupNormKernel(const T* x, const T* gamma, const T* beta, T* y,
     RunMoments(xp, len, eps, buf, &mean, &rstd);
     for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
       const int64_t c = (q % groups) * cg + i / v.s;
-      const T m = static_cast<T>(mean), a = static_cast<T>(static_cast<double>(gamma[c]) * rstd),
-              b = static_cast<T>(static_cast<double>(beta[c]));
-      y[q * len + i] = (xp[i] - m) * a + b;
+      using A = Acc<T>;
+      const A m = static_cast<A>(mean), a = static_cast<A>(ToDouble(gamma[c]) * rstd),
+              b = Load(beta[c]);
+      y[q * len + i] = Store<T>((Load(xp[i]) - m) * a + b);
     }
   }
 }
@@ -238,7 +243,7 @@ void GroupNorm(dg::KernelContext& ctx) {
       v, groups, ctx.f("eps"));
   CheckLaunch(ctx);
 }
-DG_KERNEL("GroupNorm", "cuda", GroupNorm, float, double);
+DG_KERNEL("GroupNorm", "cuda", GroupNorm, float, double, half, bf16);
 
 template <typename T>
 __global__ void GroupNormDx(const T* x, const T* gamma, const T* dy, T* dx, double* stats, NCS v,
@@ -253,21 +258,22 @@ __global__ void GroupNormDx(const T* x, const T* gamma, const T* dy, T* dx, doub
     double a = 0, b = 0;
     for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
       const T gm = gamma[(q % groups) * cg + i / v.s];
-      const double g = static_cast<double>(gp[i]) * static_cast<double>(gm);
+      const double g = ToDouble(gp[i]) * ToDouble(gm);
       a += g;
-      b += g * (static_cast<double>(xp[i]) - mean) * rstd;
+      b += g * (ToDouble(xp[i]) - mean) * rstd;
     }
     const double s1 = Sum(a, buf), s2 = Sum(b, buf);
     if (threadIdx.x == 0) {
       stats[2 * q] = mean;
       stats[2 * q + 1] = rstd;
     }
-    const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
-    const T k1 = static_cast<T>(s1 / len), k2 = static_cast<T>(s2 / len);
+    using A = Acc<T>;
+    const A m = static_cast<A>(mean), rs = static_cast<A>(rstd);
+    const A k1 = static_cast<A>(s1 / len), k2 = static_cast<A>(s2 / len);
     for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-      const T gm = gamma[(q % groups) * cg + i / v.s];
-      const T xhat = (xp[i] - m) * rs;
-      dx[q * len + i] = rs * (gp[i] * gm - k1 - xhat * k2);
+      const A gm = Load(gamma[(q % groups) * cg + i / v.s]);
+      const A xhat = (Load(xp[i]) - m) * rs;
+      dx[q * len + i] = Store<T>(rs * (Load(gp[i]) * gm - k1 - xhat * k2));
     }
   }
 }
@@ -284,13 +290,13 @@ __global__ void GroupNormParams(const T* x, const T* dy, const double* stats, NC
       const T* xp = x + (n * v.c + c) * v.s;
       const T* gp = dy + (n * v.c + c) * v.s;
       for (int64_t i = 0; i < v.s; ++i) {
-        const double d = static_cast<double>(gp[i]);
-        g += d * (static_cast<double>(xp[i]) - mean) * rstd;
+        const double d = ToDouble(gp[i]);
+        g += d * (ToDouble(xp[i]) - mean) * rstd;
         b += d;
       }
     }
-    dgamma[c] = static_cast<T>(g);
-    dbeta[c] = static_cast<T>(b);
+    dgamma[c] = FromDouble<T>(g);
+    dbeta[c] = FromDouble<T>(b);
   }
 }
 
@@ -318,7 +324,7 @@ void GroupNormGrad(dg::KernelContext& ctx) {
       static_cast<T*>(ctx.output(2).raw_data()));
   CheckLaunch(ctx);
 }
-DG_KERNEL("GroupNormGrad", "cuda", GroupNormGrad, float, double);
+DG_KERNEL("GroupNormGrad", "cuda", GroupNormGrad, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

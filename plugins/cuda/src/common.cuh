@@ -124,6 +124,18 @@ __host__ __device__ inline T Store(Acc<T> v) {
   return static_cast<T>(v);
 }
 
+// Through double (statistics and sums kept in double): 16-bit floats widen
+// through float; a double narrows to T through Acc<T>, as static_cast<T>
+// does for float and double.
+template <typename T>
+__host__ __device__ inline double ToDouble(T v) {
+  return static_cast<double>(Load<T>(v));
+}
+template <typename T>
+__host__ __device__ inline T FromDouble(double d) {
+  return Store<T>(static_cast<Acc<T>>(d));
+}
+
 // Calls f(T{}) with T the C++ type of dtype `t`.
 template <typename F>
 void Dispatch(DgDType t, const char* op, F&& f) {

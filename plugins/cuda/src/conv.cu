@@ -3,7 +3,8 @@
 // definitions (dragon_core/src/ops/conv.cc): strides, pads (2 or 4 values),
 // dilations, groups. One thread per output element gathers its sum in
 // double: no atomics, deterministic. Correct on every geometry, but not
-// fast -- the cuDNN path is still to do (docs/cuda.md).
+// fast -- the cuDNN path is still to do (docs/cuda.md). float16/bfloat16
+// accumulate in the same double and round once.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,7 +44,7 @@ __global__ void ConvKernel(const T* x, const T* w, const T* b, T* y, Geom g, boo
     const int64_t j = t % g.wo, i = (t / g.wo) % g.ho, oo = (t / (g.wo * g.ho)) % g.o,
                   n = t / (g.wo * g.ho * g.o);
     const int64_t grp = oo / og;
-    double acc = b ? static_cast<double>(b[oo]) : 0.0;
+    double acc = b ? ToDouble(b[oo]) : 0.0;
     for (int64_t c = 0; c < cg; ++c) {
       const T* xp = x + (n * g.c + grp * cg + c) * g.h * g.w;
       const T* wp = w + (oo * cg + c) * g.kh * g.kw;
@@ -53,13 +54,12 @@ __global__ void ConvKernel(const T* x, const T* w, const T* b, T* y, Geom g, boo
         for (int64_t q = 0; q < g.kw; ++q) {
           const int64_t col = j * g.sw - g.pl + q * g.dw;
           if (col < 0 || col >= g.w) continue;
-          acc += static_cast<double>(xp[r * g.w + col]) * static_cast<double>(wp[p * g.kw + q]);
+          acc += ToDouble(xp[r * g.w + col]) * ToDouble(wp[p * g.kw + q]);
         }
       }
     }
-    T v = static_cast<T>(acc);
-    if (relu) v = v > T(0) || v != v ? v : T(0);
-    y[t] = v;
+    if (relu) acc = acc > 0.0 || acc != acc ? acc : 0.0;  // rounding keeps the sign
+    y[t] = FromDouble<T>(acc);
   }
 }
 
@@ -88,8 +88,8 @@ void Conv2dBiasAct(dg::KernelContext& ctx) {
            ": activation must be 'none' or 'relu', got '", act, "'");
   ConvRun<T>(ctx, act == "relu");
 }
-DG_KERNEL("Conv2d", "cuda", Conv2d, float, double);
-DG_KERNEL("Conv2dBiasAct", "cuda", Conv2dBiasAct, float, double);
+DG_KERNEL("Conv2d", "cuda", Conv2d, float, double, half, bf16);
+DG_KERNEL("Conv2dBiasAct", "cuda", Conv2dBiasAct, float, double, half, bf16);
 
 // dw[oo, c, p, q] = sum_{n, i, j} dy[n, oo, i, j] * x[n, g*Cg + c, i*sh - pt + p*dh, ...]
 template <typename T>
@@ -109,11 +109,11 @@ __global__ void FilterGradKernel(const T* x, const T* dy, T* dw, Geom g) {
         for (int64_t j = 0; j < g.wo; ++j) {
           const int64_t col = j * g.sw - g.pl + q * g.dw;
           if (col < 0 || col >= g.w) continue;
-          acc += static_cast<double>(gp[i * g.wo + j]) * static_cast<double>(xp[r * g.w + col]);
+          acc += ToDouble(gp[i * g.wo + j]) * ToDouble(xp[r * g.w + col]);
         }
       }
     }
-    dw[t] = static_cast<T>(acc);
+    dw[t] = FromDouble<T>(acc);
   }
 }
 
@@ -131,7 +131,7 @@ void Conv2dBackpropFilter(dg::KernelContext& ctx) {
       static_cast<T*>(dw.raw_data()), g);
   CheckLaunch(ctx);
 }
-DG_KERNEL("Conv2dBackpropFilter", "cuda", Conv2dBackpropFilter, float, double);
+DG_KERNEL("Conv2dBackpropFilter", "cuda", Conv2dBackpropFilter, float, double, half, bf16);
 
 // Transposed: y[n, g*Og + o, yi, yj] = b + sum over (c in group, p, q) with
 // yi = i*sh - pt + p*dh, yj = j*sw - pl + q*dw of x[n, c, i, j] * w[c, o, p, q].
@@ -143,7 +143,7 @@ __global__ void TransposeKernel(const T* x, const T* w, const T* b, T* y, Geom g
     const int64_t yj = t % g.wo, yi = (t / g.wo) % g.ho, oo = (t / (g.wo * g.ho)) % g.o,
                   n = t / (g.wo * g.ho * g.o);
     const int64_t grp = oo / og, o = oo % og;
-    double acc = b ? static_cast<double>(b[oo]) : 0.0;
+    double acc = b ? ToDouble(b[oo]) : 0.0;
     for (int64_t c = grp * cg; c < (grp + 1) * cg; ++c) {
       const T* xp = x + (n * g.c + c) * g.h * g.w;
       const T* wp = w + (c * og + o) * g.kh * g.kw;
@@ -153,12 +153,12 @@ __global__ void TransposeKernel(const T* x, const T* w, const T* b, T* y, Geom g
         for (int64_t q = 0; q < g.kw; ++q) {
           const int64_t nj = yj + g.pl - q * g.dw;
           if (nj < 0 || nj % g.sw != 0 || nj / g.sw >= g.w) continue;
-          acc += static_cast<double>(xp[(ni / g.sh) * g.w + nj / g.sw]) *
-                 static_cast<double>(wp[p * g.kw + q]);
+          acc += ToDouble(xp[(ni / g.sh) * g.w + nj / g.sw]) *
+                 ToDouble(wp[p * g.kw + q]);
         }
       }
     }
-    y[t] = static_cast<T>(acc);
+    y[t] = FromDouble<T>(acc);
   }
 }
 
@@ -177,7 +177,7 @@ void ConvTranspose2d(dg::KernelContext& ctx) {
       static_cast<T*>(y.raw_data()), g);
   CheckLaunch(ctx);
 }
-DG_KERNEL("ConvTranspose2d", "cuda", ConvTranspose2d, float, double);
+DG_KERNEL("ConvTranspose2d", "cuda", ConvTranspose2d, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

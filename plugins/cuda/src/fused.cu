@@ -4,6 +4,10 @@
 // the functor the unfused kernel runs (ops.cuh), so a fused graph computes
 // what the unfused ops compute on this device. Limits (checked, with a
 // clear error): 8 inputs, 16 constants, 128 instructions, 64 registers.
+// float16/bfloat16 run each instruction in float and round its result to the
+// dtype, as the unfused kernels store it; a constant is rounded to the dtype
+// as an operand (the unfused op's scalar tensor) and kept in float as an
+// activation's alpha (the unfused op's attribute).
 #include <cstdint>
 #include <vector>
 
@@ -22,7 +26,8 @@ template <typename T>
 struct Program {
   int32_t num_inputs = 0, num_instr = 0, result = 0, ndim = 0;
   int16_t ins[kMaxInstr][4] = {};  // opcode, dst, a, b
-  T consts[kMaxConsts] = {};
+  Acc<T> consts[kMaxConsts] = {};  // rounded to T (operands)
+  Acc<T> alphas[kMaxConsts] = {};  // not rounded (an activation's alpha)
   const T* in[kMaxInputs] = {};
   int64_t shape[kMaxDims] = {};
   int64_t strides[kMaxInputs][kMaxDims] = {};
@@ -81,8 +86,9 @@ __device__ T Binary(int op, T a, T b) {
 
 template <typename T>
 __global__ void Run(const Program<T> p, T* y, int64_t n, int32_t num_consts) {
+  using A = Acc<T>;
   DGC_LOOP(i, n) {
-    T reg[kMaxRegs];
+    A reg[kMaxRegs];
     int64_t rest = i;
     int64_t off[kMaxInputs] = {};
     for (int d = p.ndim - 1; d >= 0; --d) {
@@ -90,14 +96,19 @@ __global__ void Run(const Program<T> p, T* y, int64_t n, int32_t num_consts) {
       for (int k = 0; k < p.num_inputs; ++k) off[k] += r * p.strides[k][d];
       rest = q;
     }
-    for (int k = 0; k < p.num_inputs; ++k) reg[k] = p.in[k][off[k]];
+    for (int k = 0; k < p.num_inputs; ++k) reg[k] = Load(p.in[k][off[k]]);
     for (int k = 0; k < num_consts; ++k) reg[p.num_inputs + k] = p.consts[k];
     for (int k = 0; k < p.num_instr; ++k) {
       const int op = p.ins[k][0], dst = p.ins[k][1], a = p.ins[k][2], b = p.ins[k][3];
-      reg[dst] = op < DG_EW_OP_Add ? Unary<T>(op, reg[a], b >= 0 ? reg[b] : T(0))
-                         : Binary<T>(op, reg[a], reg[b]);
+      A alpha = A(0);
+      if (b >= 0) {
+        const int c = b - p.num_inputs;
+        alpha = c >= 0 && c < num_consts ? p.alphas[c] : reg[b];
+      }
+      const A r = op < DG_EW_OP_Add ? Unary<A>(op, reg[a], alpha) : Binary<A>(op, reg[a], reg[b]);
+      reg[dst] = Load(Store<T>(r));  // the unfused op's rounding (none for float/double)
     }
-    y[i] = reg[p.result];
+    y[i] = Store<T>(reg[p.result]);
   }
 }
 
@@ -117,7 +128,10 @@ void FusedElementwise(dg::KernelContext& ctx) {
   Program<T> p;
   p.num_inputs = n_in;
   p.num_instr = static_cast<int32_t>(count);
-  for (size_t k = 0; k < consts.size(); ++k) p.consts[k] = static_cast<T>(consts[k]);
+  for (size_t k = 0; k < consts.size(); ++k) {
+    p.consts[k] = Load(FromDouble<T>(consts[k]));
+    p.alphas[k] = static_cast<Acc<T>>(consts[k]);
+  }
   for (int64_t k = 0; k < count; ++k) {
     const int64_t op = prog[4 * k];
     DG_CHECK(Supported(op), DG_INVALID_ARGUMENT, ctx.op_name(),
@@ -155,7 +169,7 @@ void FusedElementwise(dg::KernelContext& ctx) {
                                                     static_cast<int32_t>(consts.size()));
   CheckLaunch(ctx);
 }
-DG_KERNEL("FusedElementwise", "cuda", FusedElementwise, float, double);
+DG_KERNEL("FusedElementwise", "cuda", FusedElementwise, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

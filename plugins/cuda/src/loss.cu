@@ -5,6 +5,8 @@
 // ignore_index (0/0 = NaN when all are ignored). Targets live on the
 // device: one outside [0, C) that is not ignore_index counts 0 and records
 // a device-side check, reported as OutOfRangeError at the next host wait.
+// float16/bfloat16 logits are widened to double the same way; the loss is
+// rounded to the dtype once.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -60,21 +62,21 @@ __global__ void Terms(const T* x, const I* target, double* terms, Layout l, int6
         const int64_t o = i / l.inner, s = i % l.inner;
         const T* base = x + o * l.classes * l.inner + s;
         if constexpr (kCrossEntropy) {
-          double mx = static_cast<double>(base[0]);
+          double mx = ToDouble(base[0]);
           for (int64_t c = 1; c < l.classes; ++c) {
-            const double v = static_cast<double>(base[c * l.inner]);
+            const double v = ToDouble(base[c * l.inner]);
             if (v > mx || v != v) mx = v;
           }
           double sum_exp = 0.0, sum_x = 0.0;
           for (int64_t c = 0; c < l.classes; ++c) {
-            const double v = static_cast<double>(base[c * l.inner]);
+            const double v = ToDouble(base[c * l.inner]);
             sum_exp += exp(v - mx);
             sum_x += v;
           }
-          loss = mx + log(sum_exp) - (1.0 - smoothing) * static_cast<double>(base[t * l.inner]);
+          loss = mx + log(sum_exp) - (1.0 - smoothing) * ToDouble(base[t * l.inner]);
           if (smoothing != 0.0) loss -= smoothing / static_cast<double>(l.classes) * sum_x;
         } else {
-          loss = -static_cast<double>(base[t * l.inner]);
+          loss = -ToDouble(base[t * l.inner]);
         }
       }
     }
@@ -85,7 +87,7 @@ __global__ void Terms(const T* x, const I* target, double* terms, Layout l, int6
 
 template <typename T>
 __global__ void WriteTerms(const double* terms, T* y, int64_t m) {
-  DGC_LOOP(i, m) y[i] = static_cast<T>(terms[i]);
+  DGC_LOOP(i, m) y[i] = FromDouble<T>(terms[i]);
 }
 
 // One block: y[0] = sum (or sum / counted) of the terms, in double.
@@ -107,7 +109,7 @@ __global__ void ReduceTerms(const double* terms, T* y, int64_t m, bool mean) {
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) y[0] = static_cast<T>(mean ? a[0] / b[0] : a[0]);
+  if (threadIdx.x == 0) y[0] = FromDouble<T>(mean ? a[0] / b[0] : a[0]);
 }
 
 template <bool kCrossEntropy, typename T>
@@ -162,8 +164,8 @@ void SoftmaxCrossEntropy(dg::KernelContext& ctx) {
 }
 template <typename T>
 void NllLoss(dg::KernelContext& ctx) { ClassLoss<false, T>(ctx, kCheckNllLoss); }
-DG_KERNEL("SoftmaxCrossEntropy", "cuda", SoftmaxCrossEntropy, float, double);
-DG_KERNEL("NllLoss", "cuda", NllLoss, float, double);
+DG_KERNEL("SoftmaxCrossEntropy", "cuda", SoftmaxCrossEntropy, float, double, half, bf16);
+DG_KERNEL("NllLoss", "cuda", NllLoss, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

@@ -4,7 +4,9 @@
 // L1Loss, SmoothL1Loss and BceWithLogits, each term in the input dtype and
 // the "sum"/"mean" reductions accumulated in double (a mean over nothing is
 // NaN). Parameter gradients are summed column by column in row order, one
-// thread per column: deterministic, as on the CPU.
+// thread per column: deterministic, as on the CPU. float16/bfloat16 keep the
+// same double statistics and sums; element math is in float, rounded once
+// per stored value.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -44,11 +46,11 @@ template <typename T>
 __device__ void RowMoments(const T* xp, int64_t cols, double eps, double* buf, double* mean,
                            double* rstd) {
   double s = 0;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s += static_cast<double>(xp[i]);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) s += ToDouble(xp[i]);
   const double m = BlockSum(s, buf) / static_cast<double>(cols);
   double q = 0;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-    const double d = static_cast<double>(xp[i]) - m;
+    const double d = ToDouble(xp[i]) - m;
     q += d * d;
   }
   const double var = BlockSum(q, buf) / static_cast<double>(cols);
@@ -64,9 +66,10 @@ __global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, T* y,
     const T* xp = x + r * cols;
     double mean, rstd;
     RowMoments(xp, cols, eps, buf, &mean, &rstd);
-    const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
+    using A = Acc<T>;
+    const A m = static_cast<A>(mean), rs = static_cast<A>(rstd);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
-      y[r * cols + i] = (xp[i] - m) * rs * gamma[i] + beta[i];
+      y[r * cols + i] = Store<T>((Load(xp[i]) - m) * rs * Load(gamma[i]) + Load(beta[i]));
   }
 }
 
@@ -86,7 +89,7 @@ void LayerNorm(dg::KernelContext& ctx) {
       rows, cols, ctx.f("eps"));
   CheckLaunch(ctx);
 }
-DG_KERNEL("LayerNorm", "cuda", LayerNorm, float, double);
+DG_KERNEL("LayerNorm", "cuda", LayerNorm, float, double, half, bf16);
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; the
 // row statistics go to `stats` for the parameter gradients.
@@ -101,20 +104,21 @@ __global__ void LayerNormDx(const T* x, const T* gamma, const T* dy, T* dx, doub
     RowMoments(xp, cols, eps, buf, &mean, &rstd);
     double a = 0, b = 0;
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-      const double g = static_cast<double>(gp[i]) * static_cast<double>(gamma[i]);
+      const double g = ToDouble(gp[i]) * ToDouble(gamma[i]);
       a += g;
-      b += g * (static_cast<double>(xp[i]) - mean) * rstd;
+      b += g * (ToDouble(xp[i]) - mean) * rstd;
     }
     const double s1 = BlockSum(a, buf), s2 = BlockSum(b, buf);
     if (threadIdx.x == 0) {
       stats[2 * r] = mean;
       stats[2 * r + 1] = rstd;
     }
-    const T m = static_cast<T>(mean), rs = static_cast<T>(rstd);
-    const T k1 = static_cast<T>(s1 / cols), k2 = static_cast<T>(s2 / cols);
+    using A = Acc<T>;
+    const A m = static_cast<A>(mean), rs = static_cast<A>(rstd);
+    const A k1 = static_cast<A>(s1 / cols), k2 = static_cast<A>(s2 / cols);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-      const T xhat = (xp[i] - m) * rs;
-      dx[r * cols + i] = rs * (gp[i] * gamma[i] - k1 - xhat * k2);
+      const A xhat = (Load(xp[i]) - m) * rs;
+      dx[r * cols + i] = Store<T>(rs * (Load(gp[i]) * Load(gamma[i]) - k1 - xhat * k2));
     }
   }
 }
@@ -125,12 +129,12 @@ __global__ void ColumnParamGrads(const T* x, const T* dy, const double* stats, i
   DGC_LOOP(j, cols) {
     double g = 0, b = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      const double d = static_cast<double>(dy[r * cols + j]);
-      g += d * (static_cast<double>(x[r * cols + j]) - stats[2 * r]) * stats[2 * r + 1];
+      const double d = ToDouble(dy[r * cols + j]);
+      g += d * (ToDouble(x[r * cols + j]) - stats[2 * r]) * stats[2 * r + 1];
       b += d;
     }
-    dgamma[j] = static_cast<T>(g);
-    dbeta[j] = static_cast<T>(b);
+    dgamma[j] = FromDouble<T>(g);
+    dbeta[j] = FromDouble<T>(b);
   }
 }
 
@@ -155,7 +159,7 @@ void LayerNormGrad(dg::KernelContext& ctx) {
       static_cast<T*>(ctx.output(2).raw_data()));
   CheckLaunch(ctx);
 }
-DG_KERNEL("LayerNormGrad", "cuda", LayerNormGrad, float, double);
+DG_KERNEL("LayerNormGrad", "cuda", LayerNormGrad, float, double, half, bf16);
 
 // ------------------------------------------------------------ pair losses
 
@@ -170,9 +174,11 @@ Red GetRed(const dg::KernelContext& ctx) {
   return Red::kMean;
 }
 
+// f works on Acc<T> (float for the 16-bit floats); each term is rounded to
+// T once ("none") or summed in double.
 template <typename T, typename F>
 __global__ void PairNone(const T* x, const T* t, T* y, int64_t n, F f) {
-  DGC_LOOP(i, n) y[i] = f(x[i], t[i], i);
+  DGC_LOOP(i, n) y[i] = Store<T>(f(Load(x[i]), Load(t[i]), i));
 }
 
 // One block: the double sum of the terms, then sum or sum / n.
@@ -180,9 +186,10 @@ template <typename T, typename F>
 __global__ void PairReduce(const T* x, const T* t, T* y, int64_t n, bool mean, F f) {
   __shared__ double buf[kThreads];
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(f(x[i], t[i], i));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    acc += static_cast<double>(f(Load(x[i]), Load(t[i]), i));
   const double s = BlockSum(acc, buf);
-  if (threadIdx.x == 0) y[0] = static_cast<T>(mean ? s / static_cast<double>(n) : s);
+  if (threadIdx.x == 0) y[0] = FromDouble<T>(mean ? s / static_cast<double>(n) : s);
 }
 
 template <typename T, typename F>
@@ -223,12 +230,13 @@ struct SmoothL1F {
     return d < beta ? T(0.5) * d * d / beta : d - T(0.5) * beta;
   }
 };
-template <typename T>
+template <typename E>
 struct BceF {
-  const T* pw;
+  using T = Acc<E>;
+  const E* pw;
   int64_t classes;
   __device__ T operator()(T x, T t, int64_t i) const {
-    const T w = pw ? pw[classes == 1 ? 0 : i % classes] : T(1);
+    const T w = pw ? Load(pw[classes == 1 ? 0 : i % classes]) : T(1);
     const T sp = log1p(exp(-fabs(x))) + (-x > T(0) ? -x : T(0));  // log(1 + e^-x)
     return (T(1) - t) * x + (T(1) + (w - T(1)) * t) * sp;
   }
@@ -242,7 +250,7 @@ template <typename T>
 void SmoothL1Loss(dg::KernelContext& ctx) {
   const double beta = ctx.f("beta");
   DG_CHECK(beta >= 0.0, DG_INVALID_ARGUMENT, ctx.op_name(), ": beta must be >= 0, got ", beta);
-  PairLoss<T>(ctx, SmoothL1F<T>{static_cast<T>(beta)});
+  PairLoss<T>(ctx, SmoothL1F<Acc<T>>{static_cast<Acc<T>>(beta)});
 }
 template <typename T>
 void BceWithLogits(dg::KernelContext& ctx) {
@@ -275,15 +283,16 @@ struct FocalF {
 };
 template <typename T>
 void SigmoidFocalLoss(dg::KernelContext& ctx) {
-  const T alpha = static_cast<T>(ctx.f("alpha")), gamma = static_cast<T>(ctx.f("gamma"));
-  DG_CHECK(gamma >= T(0), DG_INVALID_ARGUMENT, ctx.op_name(), ": gamma must be >= 0, got ", gamma);
-  PairLoss<T>(ctx, FocalF<T>{alpha, gamma});
+  using A = Acc<T>;
+  const A alpha = static_cast<A>(ctx.f("alpha")), gamma = static_cast<A>(ctx.f("gamma"));
+  DG_CHECK(gamma >= A(0), DG_INVALID_ARGUMENT, ctx.op_name(), ": gamma must be >= 0, got ", gamma);
+  PairLoss<T>(ctx, FocalF<A>{alpha, gamma});
 }
-DG_KERNEL("SigmoidFocalLoss", "cuda", SigmoidFocalLoss, float, double);
-DG_KERNEL("MseLoss", "cuda", MseLoss, float, double);
-DG_KERNEL("L1Loss", "cuda", L1Loss, float, double);
-DG_KERNEL("SmoothL1Loss", "cuda", SmoothL1Loss, float, double);
-DG_KERNEL("BceWithLogits", "cuda", BceWithLogits, float, double);
+DG_KERNEL("SigmoidFocalLoss", "cuda", SigmoidFocalLoss, float, double, half, bf16);
+DG_KERNEL("MseLoss", "cuda", MseLoss, float, double, half, bf16);
+DG_KERNEL("L1Loss", "cuda", L1Loss, float, double, half, bf16);
+DG_KERNEL("SmoothL1Loss", "cuda", SmoothL1Loss, float, double, half, bf16);
+DG_KERNEL("BceWithLogits", "cuda", BceWithLogits, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

@@ -60,14 +60,14 @@ Pool ReadPool(const dg::KernelContext& ctx, const dg::TensorRef& x, const dg::Te
 template <typename T>
 __device__ int64_t ArgMaxWindow(const T* xp, const Pool& p, int64_t i, int64_t j) {
   int64_t best = -1;
-  T best_v = T(0);
+  Acc<T> best_v = 0;
   for (int64_t a = 0; a < p.kh; ++a) {
     const int64_t r = i * p.sh - p.ph + a * p.dh;
     if (r < 0 || r >= p.h) continue;
     for (int64_t b = 0; b < p.kw; ++b) {
       const int64_t c = j * p.sw - p.pw + b * p.dw;
       if (c < 0 || c >= p.w) continue;
-      const T v = xp[r * p.w + c];
+      const Acc<T> v = Load(xp[r * p.w + c]);
       if (best < 0 || v > best_v || (v != v && best_v == best_v)) {
         best = r * p.w + c;
         best_v = v;
@@ -86,7 +86,7 @@ __global__ void MaxPoolKernel(const T* x, T* y, int64_t* idx, Pool p) {
     if constexpr (kIndices) {
       idx[t] = at;
     } else {
-      y[t] = at >= 0 ? xp[at] : T(NAN);  // an empty window: the shape rules exclude it
+      y[t] = at >= 0 ? xp[at] : Store<T>(static_cast<Acc<T>>(NAN));  // an empty window: the shape rules exclude it
     }
   }
 }
@@ -101,7 +101,7 @@ void MaxPool2d(dg::KernelContext& ctx) {
       nullptr, p);
   CheckLaunch(ctx);
 }
-DG_KERNEL("MaxPool2d", "cuda", MaxPool2d, float, double);
+DG_KERNEL("MaxPool2d", "cuda", MaxPool2d, float, double, half, bf16);
 
 template <typename T>
 void MaxPool2dIndices(dg::KernelContext& ctx) {
@@ -113,7 +113,7 @@ void MaxPool2dIndices(dg::KernelContext& ctx) {
       static_cast<int64_t*>(ctx.output(0).raw_data()), p);
   CheckLaunch(ctx);
 }
-DG_KERNEL("MaxPool2dIndices", "cuda", MaxPool2dIndices, float, double);
+DG_KERNEL("MaxPool2dIndices", "cuda", MaxPool2dIndices, float, double, half, bf16);
 
 // dx[cell] = sum of dy[i, j] over the windows (i, j) whose maximum is the
 // cell, in row-major (i, j) order.
@@ -124,7 +124,7 @@ __global__ void MaxPoolGradKernel(const T* x, const T* dy, T* dx, Pool p) {
     const int64_t r = cell / p.w, c = cell % p.w;
     const T* xp = x + q * p.h * p.w;
     const T* dyp = dy + q * p.oh * p.ow;
-    T acc = T(0);
+    Acc<T> acc = 0;  // 16-bit floats sum in float, rounded once
     // Window rows i with i * sh - ph + a * dh == r, i ascending (a descending).
     for (int64_t a = p.kh - 1; a >= 0; --a) {
       const int64_t ni = r + p.ph - a * p.dh;
@@ -136,10 +136,10 @@ __global__ void MaxPoolGradKernel(const T* x, const T* dy, T* dx, Pool p) {
         if (nj < 0 || nj % p.sw != 0) continue;
         const int64_t j = nj / p.sw;
         if (j >= p.ow) continue;
-        if (ArgMaxWindow(xp, p, i, j) == cell) acc += dyp[i * p.ow + j];
+        if (ArgMaxWindow(xp, p, i, j) == cell) acc += Load(dyp[i * p.ow + j]);
       }
     }
-    dx[t] = acc;
+    dx[t] = Store<T>(acc);
   }
 }
 
@@ -154,7 +154,7 @@ void MaxPool2dGrad(dg::KernelContext& ctx) {
       p);
   CheckLaunch(ctx);
 }
-DG_KERNEL("MaxPool2dGrad", "cuda", MaxPool2dGrad, float, double);
+DG_KERNEL("MaxPool2dGrad", "cuda", MaxPool2dGrad, float, double, half, bf16);
 
 // ------------------------------------------------------------ average pools
 // AvgPool2d (PyTorch's divisor rules, count_include_pad) and
@@ -212,8 +212,8 @@ __global__ void BoxMean(const T* x, T* y, Pool p, bool include_pad) {
     const Box b = BoxOf<kAdaptive>(p, o / p.ow, o % p.ow, include_pad);
     double sum = 0.0;
     for (int64_t a = b.h0; a < b.h1; ++a)
-      for (int64_t c = b.w0; c < b.w1; ++c) sum += static_cast<double>(xp[a * p.w + c]);
-    y[t] = static_cast<T>(sum / static_cast<double>(b.count));
+      for (int64_t c = b.w0; c < b.w1; ++c) sum += ToDouble(xp[a * p.w + c]);
+    y[t] = FromDouble<T>(sum / static_cast<double>(b.count));
   }
 }
 
@@ -233,15 +233,16 @@ __global__ void BoxMeanGrad(const T* dy, T* dx, Pool p, bool include_pad) {
       j0 = nw < 0 ? 0 : nw / p.sw + 1;
       j1 = Min64(p.ow, (c + p.pw) / p.sw + 1);
     }
-    T acc = T(0);
+    using A = Acc<T>;
+    A acc = A(0);
     for (int64_t i = i0; i < i1; ++i) {
       for (int64_t j = j0; j < j1; ++j) {
         const Box b = BoxOf<kAdaptive>(p, i, j, include_pad);
         if (r >= b.h0 && r < b.h1 && c >= b.w0 && c < b.w1)
-          acc += dyp[i * p.ow + j] / static_cast<T>(b.count);
+          acc += Load(dyp[i * p.ow + j]) / static_cast<A>(b.count);
       }
     }
-    dx[t] = acc;
+    dx[t] = Store<T>(acc);
   }
 }
 
@@ -295,10 +296,10 @@ template <typename T>
 void AdaptiveAvgPool2d(dg::KernelContext& ctx) { AvgForward<true, T>(ctx); }
 template <typename T>
 void AdaptiveAvgPool2dGrad(dg::KernelContext& ctx) { AvgBackward<true, T>(ctx); }
-DG_KERNEL("AvgPool2d", "cuda", AvgPool2d, float, double);
-DG_KERNEL("AvgPool2dGrad", "cuda", AvgPool2dGrad, float, double);
-DG_KERNEL("AdaptiveAvgPool2d", "cuda", AdaptiveAvgPool2d, float, double);
-DG_KERNEL("AdaptiveAvgPool2dGrad", "cuda", AdaptiveAvgPool2dGrad, float, double);
+DG_KERNEL("AvgPool2d", "cuda", AvgPool2d, float, double, half, bf16);
+DG_KERNEL("AvgPool2dGrad", "cuda", AvgPool2dGrad, float, double, half, bf16);
+DG_KERNEL("AdaptiveAvgPool2d", "cuda", AdaptiveAvgPool2d, float, double, half, bf16);
+DG_KERNEL("AdaptiveAvgPool2dGrad", "cuda", AdaptiveAvgPool2dGrad, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

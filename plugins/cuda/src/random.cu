@@ -11,6 +11,7 @@
 //    SplitMix64(mix(seed) + (i + 1) * golden) are >= ceil(p * 2^53).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <limits>
 
 #include "elementwise.cuh"
@@ -61,10 +62,48 @@ __device__ void Locate(int64_t e, uint64_t* block, int* j) {
   *block = static_cast<uint64_t>(b * kBatch + w % kBatch);
 }
 
+// float16/bfloat16: the float32 numbers (the same words), rounded once to
+// the dtype; RandomUniform clamps a value that rounds up to `high` to the
+// largest value below it, as float32 does.
+// A double to T: float/double by static_cast, 16-bit floats through float
+// (float32's value rounded once).
+template <typename T>
+T Narrow(double d) {
+  if constexpr (sizeof(T) == 2) {
+    return Store<T>(static_cast<float>(d));
+  } else {
+    return static_cast<T>(d);
+  }
+}
+
+// The neighbour of `from` toward `to` (std::nextafter; also for the 16-bit
+// floats, stepping their sign-magnitude bits).
+template <typename T>
+T StepToward(T from, T to) {
+  if constexpr (sizeof(T) == 2) {
+    const float f = Load(from), t = Load(to);
+    if (!(f != t)) return from;
+    using Raw = std::conditional_t<std::is_same<T, half>::value, __half_raw, __nv_bfloat16_raw>;
+    Raw raw = from;
+    uint16_t b = raw.x;
+    if (f == 0.0f) {
+      b = t > 0.0f ? 0x0001 : 0x8001;
+    } else if ((f < t) == (f > 0.0f)) {
+      ++b;  // away from zero
+    } else {
+      --b;  // toward zero
+    }
+    raw.x = b;
+    return T(raw);
+  } else {
+    return std::nextafter(from, to);
+  }
+}
+
 template <typename T>
 __global__ void UniformKernel(T* y, int64_t n, uint64_t seed, double low, double range, T t_high,
                               T t_max) {
-  constexpr int kPer = sizeof(T) == 4 ? 4 : 2;
+  constexpr int kPer = sizeof(T) <= 4 ? 4 : 2;
   DGC_LOOP(e, n) {
     uint64_t block;
     int j;
@@ -76,8 +115,14 @@ __global__ void UniformKernel(T* y, int64_t n, uint64_t seed, double low, double
     } else {
       u = Unit53(bits.w[2 * j], bits.w[2 * j + 1]);
     }
-    const T v = static_cast<T>(__dadd_rn(low, __dmul_rn(range, u)));  // no FMA: as the CPU
-    y[e] = v < t_high ? v : t_max;
+    const double d = __dadd_rn(low, __dmul_rn(range, u));  // no FMA: as the CPU
+    T v;
+    if constexpr (sizeof(T) == 2) {
+      v = Store<T>(static_cast<float>(d));
+    } else {
+      v = static_cast<T>(d);
+    }
+    y[e] = Load(v) < Load(t_high) ? v : t_max;
   }
 }
 
@@ -89,35 +134,36 @@ void RandomUniform(dg::KernelContext& ctx) {
            ctx.op_name(), ": needs finite low <= high, got low=", low, " high=", high);
   const int64_t n = y.numel();
   if (n == 0) return;
-  const T t_low = static_cast<T>(low), t_high = static_cast<T>(high);
-  const T t_max = low < high ? std::max(t_low, std::nextafter(t_high, t_low)) : t_low;
+  const T t_low = Narrow<T>(low), t_high = Narrow<T>(high);
+  const T t_max = low < high && Load(t_low) < Load(t_high) ? StepToward(t_high, t_low) : t_low;
   UniformKernel<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
       static_cast<T*>(y.raw_data()), n, static_cast<uint64_t>(ctx.i("seed")), low, high - low,
       t_high, t_max);
   CheckLaunch(ctx);
 }
-DG_KERNEL("RandomUniform", "cuda", RandomUniform, float, double);
+DG_KERNEL("RandomUniform", "cuda", RandomUniform, float, double, half, bf16);
 
 // Box-Muller on the block's words: z0 = r cos(theta) goes to value 0, z1 =
 // r sin(theta) to value 1.
 template <typename T>
-__global__ void NormalKernel(T* y, int64_t n, uint64_t seed, T mean, T stddev) {
+__global__ void NormalKernel(T* y, int64_t n, uint64_t seed, Acc<T> mean, Acc<T> stddev) {
+  using A = Acc<T>;  // float for the 16-bit floats: float32's numbers, rounded once
   DGC_LOOP(e, n) {
     uint64_t block;
     int j;
     Locate<2>(e, &block, &j);
     const Block4 bits = Philox(seed, block, kNormalStream);
-    T u1, u2;
-    if constexpr (sizeof(T) == 4) {
+    A u1, u2;
+    if constexpr (sizeof(A) == 4) {
       u1 = (static_cast<float>(bits.w[0]) + 1.0f) * 0x1.0p-32f;
       u2 = static_cast<float>(bits.w[1] >> 8) * 0x1.0p-24f;
     } else {
       u1 = 1.0 - Unit53(bits.w[0], bits.w[1]);
       u2 = Unit53(bits.w[2], bits.w[3]);
     }
-    const T r = sqrt(log(u1) * T(-2)) * stddev;
-    const T theta = u2 * T(6.283185307179586476925286766559);
-    y[e] = (j == 0 ? r * cos(theta) : r * sin(theta)) + mean;
+    const A r = sqrt(log(u1) * A(-2)) * stddev;
+    const A theta = u2 * A(6.283185307179586476925286766559);
+    y[e] = Store<T>((j == 0 ? r * cos(theta) : r * sin(theta)) + mean);
   }
 }
 
@@ -131,10 +177,10 @@ void RandomNormal(dg::KernelContext& ctx) {
   if (n == 0) return;
   NormalKernel<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
       static_cast<T*>(y.raw_data()), n, static_cast<uint64_t>(ctx.i("seed")),
-      static_cast<T>(mean), static_cast<T>(stddev));
+      static_cast<Acc<T>>(mean), static_cast<Acc<T>>(stddev));
   CheckLaunch(ctx);
 }
-DG_KERNEL("RandomNormal", "cuda", RandomNormal, float, double);
+DG_KERNEL("RandomNormal", "cuda", RandomNormal, float, double, half, bf16);
 
 // ------------------------------------------------------------ Dropout
 
@@ -146,14 +192,16 @@ __host__ __device__ inline uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// float16/bfloat16: y = x * scale in float, rounded once (float32's y
+// rounded); the mask holds the scale rounded to the dtype.
 template <typename T>
 __global__ void DropoutKernel(const T* x, T* y, T* mask, int64_t n, uint64_t key,
-                              uint64_t threshold, T scale) {
+                              uint64_t threshold, Acc<T> scale) {
   DGC_LOOP(i, n) {
     const uint64_t bits = Mix64(key + static_cast<uint64_t>(i + 1) * kGolden);
-    const T m = (bits >> 11) >= threshold ? scale : T(0);
-    mask[i] = m;
-    y[i] = x[i] * m;
+    const Acc<T> m = (bits >> 11) >= threshold ? scale : Acc<T>(0);
+    mask[i] = Store<T>(m);
+    y[i] = Store<T>(Load(x[i]) * m);
   }
 }
 
@@ -176,10 +224,11 @@ void Dropout(dg::KernelContext& ctx) {
   const uint64_t threshold = static_cast<uint64_t>(std::ceil(std::ldexp(p, 53)));
   DropoutKernel<T><<<Blocks(n), kThreads, 0, s>>>(
       static_cast<const T*>(ctx.input(0).raw_data()), py, pm, n,
-      Mix64(static_cast<uint64_t>(ctx.i("seed"))), threshold, static_cast<T>(1.0 / (1.0 - p)));
+      Mix64(static_cast<uint64_t>(ctx.i("seed"))), threshold,
+      static_cast<Acc<T>>(1.0 / (1.0 - p)));
   CheckLaunch(ctx);
 }
-DG_KERNEL("Dropout", "cuda", Dropout, float, double);
+DG_KERNEL("Dropout", "cuda", Dropout, float, double, half, bf16);
 
 }  // namespace
 }  // namespace dragon_cuda

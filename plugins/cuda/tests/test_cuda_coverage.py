@@ -3,7 +3,9 @@
 Representative training steps (a CNN with batch norm, pooling, dropout,
 GELU, layer norm and Adam; an embedding model with log-softmax, NLL and SGD
 with momentum; an MLP with MSE, AdamW and the graph optimiser's fusions)
-are traced on the CPU; every op of their graphs, eager (opt_level=0) and
+are traced on the CPU, with the optimizers' multi-tensor updates (the
+default, which a cuda step runs too) and with per-parameter ones
+(foreach=False); every op of their graphs, eager (opt_level=0) and
 optimised (opt_level=3), is looked up in the kernel registry for "cuda".
 The ops without one are listed in KNOWN_GAPS: the test fails when a new gap
 appears (a model path gained an op) and when a gap is closed (shrink the
@@ -26,14 +28,12 @@ def _graph_ops(fn, args, opt_level):
     return {o.type for o in f.get_graph(*args).op}
 
 
-def _cnn_step_ops():
+def _cnn_step_ops(foreach):
     rng = np.random.default_rng(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
                           nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 16), nn.LayerNorm(16),
                           nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 5))
-    # foreach=False: the per-parameter updates a cuda step runs (the
-    # multi-tensor ops have a cpu_eigen kernel only).
-    opt = dg.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    opt = dg.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
     x = dg.tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
     t = dg.tensor(np.array([1, 3]), dtype="int64")
 
@@ -46,10 +46,10 @@ def _cnn_step_ops():
     return step, (x, t)
 
 
-def _embedding_step_ops():
+def _embedding_step_ops(foreach):
     emb, lin = nn.Embedding(10, 8), nn.Linear(8, 3)
     opt = dg.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1, momentum=0.9,
-                       foreach=False)
+                       foreach=foreach)
     idx = dg.tensor(np.array([[1, 2], [3, 4]]), dtype="int64")
     t = dg.tensor(np.array([0, 2]), dtype="int64")
 
@@ -63,11 +63,11 @@ def _embedding_step_ops():
     return step, (idx, t)
 
 
-def _mlp_step_ops():
+def _mlp_step_ops(foreach):
     rng = np.random.default_rng(1)
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.Sigmoid(),
                           nn.Linear(8, 2))
-    opt = dg.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    opt = dg.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
     x = dg.tensor(rng.standard_normal((4, 6)).astype(np.float32))
     y = dg.tensor(rng.standard_normal((4, 2)).astype(np.float32))
 
@@ -83,9 +83,10 @@ def _mlp_step_ops():
 def _used_ops():
     used = set()
     for make in (_cnn_step_ops, _embedding_step_ops, _mlp_step_ops):
-        for level in (0, 3):
-            step, args = make()
-            used |= _graph_ops(step, args, level)
+        for foreach in (None, False):
+            for level in (0, 3):
+                step, args = make(foreach)
+                used |= _graph_ops(step, args, level)
     return used
 
 
@@ -95,7 +96,8 @@ def _has_cuda_kernel(op):
 
 def test_training_paths_ops_with_and_without_cuda_kernels():
     used = _used_ops()
-    assert {"MatMul", "AdamUpdate", "SgdUpdate", "Softmax", "Sum"} <= used, sorted(used)
+    assert {"MatMul", "AdamUpdate", "SgdUpdate", "MultiAdamUpdate", "MultiSgdUpdate", "Softmax",
+            "Sum"} <= used, sorted(used)
     missing = {op for op in used if not _has_cuda_kernel(op)}
     new_gaps = sorted(missing - KNOWN_GAPS)
     closed = sorted(KNOWN_GAPS - missing)

@@ -478,14 +478,16 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
     float* f = static_cast<float*>(p.f32_send.Get(static_cast<size_t>(p.numel_in) * 4));
     ToFloat(p.dtype, x, f, p.numel_in);
     send = f;
-  } else if (x && !dst && p.kind != kAllReduce && p.kind != kBroadcast) {
+  } else if (x && !dst && p.kind != kBroadcast) {
     void* b = p.own_send.Get(in_bytes);
     if (in_bytes) std::memcpy(b, x, in_bytes);
     send = b;
   }
-  // A synchronous all-reduce reads x where it is (MPI copies as it
-  // reduces); the async one works in place on its own copy.
-  const bool out_of_place = p.kind == kAllReduce && !half_red && dst != nullptr;
+  // An all-reduce is out of place: the synchronous one reads x where it is,
+  // the async one its own copy. (Open MPI's non-blocking in-place all-reduce
+  // of a few MiB between 2 ranks measured several times slower than the
+  // out-of-place one: bench/bench_dist.py, docs/distributed.md.)
+  const bool out_of_place = p.kind == kAllReduce && !half_red;
   // The receive side.
   if (!dst) {
     dst = p.own_recv.Get(out_bytes);

@@ -207,6 +207,20 @@ _GELU_K3 = _GELU_K1 * 0.044715
 _GELU_TANH_CLIP = 30.0
 
 
+def _series_mask(x):
+    """1 where |x| < _PHI_SERIES_BELOW, else 0 (NaN at NaN), in x's dtype.
+
+    max(ceil(1 - |x| / _PHI_SERIES_BELOW), 0): element-wise table ops only,
+    so in a compiled step the graph `fusion` pass folds the mask into the
+    one FusedElementwise of the gradient, where comparisons, a bitwise and
+    and a cast would be four separate ops over the whole activation
+    (issue 21). Ceil is never recorded, so the mask is a constant for
+    autograd, as a comparison's is.
+    """
+    o = ops()
+    return o.maximum(o.ceil(1.0 - o.abs(x) * (1.0 / _PHI_SERIES_BELOW)), 0.0)
+
+
 def _normal_cdf(x):
     """Phi(x), the standard normal CDF, from the Gelu op: gelu(x) / x.
 
@@ -216,7 +230,7 @@ def _normal_cdf(x):
     out, so neither it nor its derivatives overflow.
     """
     o = ops()
-    small = _mask((x < _PHI_SERIES_BELOW) & (x > -_PHI_SERIES_BELOW), x)
+    small = _series_mask(x)
     large = 1.0 - small
     xs = x * small                 # 0 outside the series' range
     xl = x * large + small         # 1 inside it

@@ -341,17 +341,22 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
             target = names.get(var._id)
             if target is None or not target.startswith("captured:"):
                 target = None
-                for t in captured:
+                for i, t in enumerate(captured):
                     if t._id == var._id:
-                        target = names[t._id]
+                        # (names[] holds the value it was last assigned)
+                        target = f"captured:{i}"
                 if target is None:
                     nm = f"captured:{len(captured)}"
                     g.captured.append(nm)
                     captured.append(var)
                     _value_info(g, nm, var)
                     target = nm
-            g.state_target.append(target)
-            g.state_update.append(name_of(value))
+            if target in g.state_target:
+                # assigned again in the same trace: the last value is the update
+                g.state_update[list(g.state_target).index(target)] = name_of(value)
+            else:
+                g.state_target.append(target)
+                g.state_update.append(name_of(value))
             names[var._id] = name_of(value)
             continue
         desc = schema(op)

@@ -577,6 +577,29 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
                        reduce_op=op)
 
 
+def _all_reduce_start_result(tensor, op: str = "sum", group=None):
+    """Start an all-reduce of the cpu ``tensor`` *out of place*: ``tensor``
+    is not modified; returns ``wait() -> Tensor``, a new tensor holding the
+    result. DistributedDataParallel's buckets use it (with ``op="avg"``, the
+    division done by the kernel): it saves the copy back into ``tensor`` and
+    a separate scaling pass of every bucket, every step. Raises
+    ``_OnDevice`` for a cuda tensor under the nccl backend (the caller then
+    uses :func:`all_reduce`)."""
+    from .. import ops
+    g = _group(group)
+    op = str(op).lower()
+    arr = _check_tensor("all_reduce", tensor, g)
+    _check_op("all_reduce", arr, op)
+    n = g.size()
+    handle = _call("all_reduce", g, lambda: ops.collective_start(
+        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op))
+
+    def wait():
+        return _call("all_reduce", g, lambda: ops.collective_wait(
+            handle, tensor, kind="all_reduce", group_size=n))
+    return wait
+
+
 def _group_rank(name, g, world_rank):
     world_rank = int(world_rank)
     if world_rank not in g.ranks:

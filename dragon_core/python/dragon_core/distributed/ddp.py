@@ -51,9 +51,27 @@ class _Group:
     """
 
     def __init__(self, rank: int, size: int, all_reduce: Callable, broadcast: Callable,
-                 name: str):
+                 name: str, avg_start: Callable | None = None):
         self.rank, self.size, self.name = int(rank), int(size), name
         self._all_reduce, self._broadcast = all_reduce, broadcast
+        self._avg_start = avg_start
+
+    def average_start(self, tensor):
+        """Start the average over the ranks of ``tensor``; returns
+        ``wait() -> averaged tensor``. Out of place with the division in the
+        kernel where the group can (dragon_core.distributed's groups on cpu);
+        otherwise a sum all-reduce, scaled on wait."""
+        if self._avg_start is not None:
+            from . import _OnDevice
+            try:
+                return self._avg_start(tensor)
+            except _OnDevice:
+                pass
+        wait = self.all_reduce_start(tensor)
+        if self.size == 1:
+            return wait
+        scale = 1.0 / self.size
+        return lambda: wait() * scale
 
     def all_reduce_start(self, tensor):
         """Start a sum all-reduce of ``tensor``; returns ``wait() -> tensor``."""
@@ -97,10 +115,12 @@ def resolve_group(process_group: Any = None) -> _Group:
         raise RuntimeError("DistributedDataParallel: the default process group is not "
                            "initialised; call dragon_core.distributed.init_process_group() "
                            "first (or launch with python -m dragon_core.distributed.run)")
+    from . import _all_reduce_start_result
     kw = {} if process_group is None else {"group": process_group}
     return _Group(get_rank(**kw), get_world_size(**kw),
                   lambda t, async_op: _all_reduce(t, async_op=async_op, **kw),
-                  lambda t, src: _broadcast(t, src=src, **kw), "dragon_core.distributed")
+                  lambda t, src: _broadcast(t, src=src, **kw), "dragon_core.distributed",
+                  avg_start=lambda t: _all_reduce_start_result(t, "avg", **kw))
 
 
 # ------------------------------------------------- graph ops (compiled steps)
@@ -149,14 +169,15 @@ def _graph_ops():
                shape=_start_shape, dtypes=("float16", "bfloat16", "float32", "float64"),
                plugin="distributed", differentiable=False, collective=True)
     def ddp_all_reduce_start(x, group):
-        """Start the sum all-reduce of a DDP bucket; returns its token."""
+        """Start the all-reduce (the average over the ranks) of a DDP bucket;
+        returns its token."""
         g, log = _GRAPH_GROUPS[int(group)]
         token = _NEXT_TOKEN[0]
         _NEXT_TOKEN[0] += 1
         if log is not None:
             log.append((time.perf_counter(), "allreduce_start", token))
         with untraced():
-            _INFLIGHT[token] = g.all_reduce_start(from_numpy(np.array(x, copy=True)))
+            _INFLIGHT[token] = g.average_start(from_numpy(np.array(x, copy=True)))
         return np.array(token, dtype=np.int64)
 
     def _wait_shape(token, like, group):
@@ -166,7 +187,7 @@ def _graph_ops():
                shape=_wait_shape, dtypes=("int64",), plugin="distributed",
                differentiable=False, collective=True)
     def ddp_all_reduce_wait(token, like, group):
-        """Wait for the all-reduce ``token`` started; returns the sum."""
+        """Wait for the all-reduce ``token`` started; returns the average."""
         wait = _INFLIGHT.pop(int(token), None)
         if wait is None:
             raise RuntimeError(f"DDPAllReduceWait: no all-reduce in flight with token "
@@ -264,8 +285,8 @@ class DistributedDataParallel(Module):
     ``DDPAllReduceWait`` pair of graph ops, scheduled by the ``ddp_buckets``
     graph pass; there ``event_log`` gets ``allreduce_start`` /
     ``allreduce_done`` events with the run-time token instead of the bucket.
-    Enter :meth:`no_sync` outside a compiled function, not inside: a trace
-    records the synchronisation mode it ran with.
+    :meth:`no_sync` works in compiled steps too, entered inside the
+    compiled function or around its call (the plans are keyed on it).
     """
 
     def __init__(self, module: Module, *, process_group: Any = None,
@@ -331,13 +352,28 @@ class DistributedDataParallel(Module):
     @contextlib.contextmanager
     def no_sync(self):
         """Inside it, backward accumulates gradients locally without any
-        communication; the first backward after it all-reduces the sum."""
+        communication; the first backward after it all-reduces the sum.
+
+        Works eagerly and with compiled steps (``dg.function``), entered
+        either inside the compiled function or around its call: the state
+        joins the key of the compiled plans, so one function called inside
+        and outside ``no_sync`` gets two plans, with and without the
+        all-reduces.
+        """
+        from ..nn import module as _module
         old = self._sync
+        flag = ("ddp_no_sync", id(self))
+        had = flag in _module._mode_flags
         object.__setattr__(self, "_sync", False)
+        _module._mode_flags.add(flag)
+        _module._update_mode_key()
         try:
             yield
         finally:
             object.__setattr__(self, "_sync", old)
+            if not had:
+                _module._mode_flags.discard(flag)
+                _module._update_mode_key()
 
     # -- hooks
 
@@ -378,7 +414,7 @@ class DistributedDataParallel(Module):
             bucket.wait = lambda: wait(token, flat, group=self._graph_key())
             return
         self._log("allreduce_start", bucket.index)
-        bucket.wait = self._group.all_reduce_start(flat)
+        bucket.wait = self._group.average_start(flat)
 
     def _graph_key(self) -> int:
         key = getattr(self, "_gkey", None)
@@ -389,14 +425,11 @@ class DistributedDataParallel(Module):
         return key
 
     def _finish(self) -> None:
-        scale = 1.0 / self._group.size
         try:
             for bucket in self._buckets:
-                total = bucket.wait()
+                total = bucket.wait()          # the average over the ranks
                 if not _C._is_tracing():
                     self._log("allreduce_done", bucket.index)
-                if self._group.size > 1:
-                    total = total * scale
                 offset = 0
                 for i in bucket.params:
                     p = self._params[i]

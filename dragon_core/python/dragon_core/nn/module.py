@@ -35,6 +35,15 @@ from .parameter import Parameter
 # ``set_mode_key``), so a function traced in training mode and one traced in
 # eval mode are two cached plans, and flipping back reuses the first.
 _eval_modules: "weakref.WeakSet[Module]" = weakref.WeakSet()
+# Other Python state a trace depends on, as hashable flags that join the same
+# key: DistributedDataParallel.no_sync() adds ("ddp_no_sync", id(ddp)) while
+# it is entered, so a step traced inside it (no all-reduce) and one traced
+# outside (all-reduce) are two plans.
+_mode_flags: set = set()
+
+
+def _update_mode_key() -> None:
+    set_mode_key(frozenset(id(m) for m in _eval_modules) | frozenset(_mode_flags))
 
 
 class Module:
@@ -216,7 +225,7 @@ class Module:
                 _eval_modules.discard(m)
             else:
                 _eval_modules.add(m)
-        set_mode_key(frozenset(id(m) for m in _eval_modules))
+        _update_mode_key()
         return self
 
     def eval(self) -> "Module":

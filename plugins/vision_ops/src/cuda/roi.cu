@@ -8,6 +8,12 @@
 // add into dx (zeroed on the stream first) with atomicAdd: the sums are
 // exact up to the order of floating-point additions, which may vary from
 // run to run in the last bits.
+//
+// RoiAlign's mode "max" (ONNX) mirrors the CPU's MaxTerm (roi.cc): each
+// bilinear sample, at the CPU's coordinates, offers its four weighted
+// corner terms (all 0 * x[0] outside the map), the sample's largest term
+// (the first on ties) competes with the other samples' in order; the bin
+// takes that term, and the gradient goes to its cell with its weight.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -31,9 +37,6 @@ template <typename T>
 Dims Prepare(const dg::KernelContext& ctx, bool align, RoiAttrs* a) {
   const dg::TensorRef x = ctx.input(0), rois = ctx.input(1);
   *a = ReadRoiAttrs(ctx, align);
-  DG_CHECK(!a->max_mode, DG_UNIMPLEMENTED,
-           "mode 'max' has no cuda kernel (only 'avg' runs on cuda); run "
-           "RoiAlign with mode='max' on the cpu device");
   const int64_t k = rois.dim(0);
   std::vector<T> host(static_cast<size_t>(5 * k));
   if (k > 0) {
@@ -185,10 +188,117 @@ __global__ void RoiAlignGradKernel(Dims d, const T* rois, const T* dy,
   }
 }
 
+// ------------------------------------------------------- RoiAlign, max mode
+
+// The term a max-mode bin takes: cell offset `at` (-1 for a bin without
+// samples) and weight `w`.
+template <typename T>
+struct MaxPick {
+  int64_t at = -1;
+  T w = T(0);
+};
+
+// The four taps of the sample at (y, x), weights unscaled (max mode), as
+// the CPU's Bilinear: every weight 0 and offset 0 outside the map.
+template <typename T>
+__device__ inline void SampleTaps(T y, T x, int64_t h, int64_t w, int64_t at[4], T wt[4]) {
+  for (int j = 0; j < 4; ++j) at[j] = 0, wt[j] = T(0);
+  if (!(y >= T(-1) && y <= T(h) && x >= T(-1) && x <= T(w))) return;
+  y = y > T(0) ? y : T(0);
+  x = x > T(0) ? x : T(0);
+  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x);
+  int64_t y1 = y0 + 1, x1 = x0 + 1;
+  if (y0 >= h - 1) {
+    y0 = y1 = h - 1;
+    y = T(y0);
+  }
+  if (x0 >= w - 1) {
+    x0 = x1 = w - 1;
+    x = T(x0);
+  }
+  const T ly = y - T(y0), lx = x - T(x0), hy = T(1) - ly, hx = T(1) - lx;
+  at[0] = y0 * w + x0;
+  at[1] = y0 * w + x1;
+  at[2] = y1 * w + x0;
+  at[3] = y1 * w + x1;
+  wt[0] = hy * hx;
+  wt[1] = hy * lx;
+  wt[2] = ly * hx;
+  wt[3] = ly * lx;
+}
+
+// The CPU's sample grid (BuildAlignTable) and selection (MaxTerm) for bin p.
+template <typename T>
+__device__ MaxPick<T> PickMax(const T* roi, const Pos& p, const Dims& d, T scale,
+                              int64_t sampling, bool aligned, const T* plane) {
+  const T offset = aligned ? T(0.5) : T(0);
+  const T x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
+  T rw = roi[3] * scale - offset - x0, rh = roi[4] * scale - offset - y0;
+  if (!aligned) {
+    rw = rw > T(1) ? rw : T(1);
+    rh = rh > T(1) ? rh : T(1);
+  }
+  const T bw = rw / T(d.ow), bh = rh / T(d.oh);
+  const int64_t gh = GridSize(rh, d.oh, sampling), gw = GridSize(rw, d.ow, sampling);
+  MaxPick<T> best;
+  T best_v = T(0);
+  for (int64_t iy = 0; iy < gh; ++iy) {
+    const T y = y0 + T(p.i) * bh + (T(iy) + T(0.5)) * bh / T(gh);
+    for (int64_t ix = 0; ix < gw; ++ix) {
+      const T x = x0 + T(p.j) * bw + (T(ix) + T(0.5)) * bw / T(gw);
+      int64_t at[4];
+      T wt[4];
+      SampleTaps(y, x, d.h, d.w, at, wt);
+      int k = 0;
+      T v = wt[0] * plane[at[0]];
+      for (int j = 1; j < 4; ++j) {
+        const T t = wt[j] * plane[at[j]];
+        if (t > v) v = t, k = j;
+      }
+      if (best.at < 0 || v > best_v) {
+        best.at = at[k];
+        best.w = wt[k];
+        best_v = v;
+      }
+    }
+  }
+  return best;
+}
+
+template <typename T>
+__global__ void RoiAlignMaxKernel(Dims d, const T* x, const T* rois, T scale,
+                                  int64_t sampling, bool aligned, T* y) {
+  VISION_CUDA_LOOP(idx, d.outputs()) {
+    const Pos p = Unravel(idx, d);
+    const T* roi = rois + 5 * p.k;
+    const T* plane = x + PlaneOf(roi, p, d);
+    const MaxPick<T> m = PickMax(roi, p, d, scale, sampling, aligned, plane);
+    y[idx] = m.at < 0 ? T(0) : m.w * plane[m.at];
+  }
+}
+
+template <typename T>
+__global__ void RoiAlignMaxGradKernel(Dims d, const T* x, const T* rois, const T* dy,
+                                      T scale, int64_t sampling, bool aligned, T* dx) {
+  VISION_CUDA_LOOP(idx, d.outputs()) {
+    const Pos p = Unravel(idx, d);
+    const T* roi = rois + 5 * p.k;
+    const int64_t base = PlaneOf(roi, p, d);
+    const MaxPick<T> m = PickMax(roi, p, d, scale, sampling, aligned, x + base);
+    if (m.at >= 0) atomicAdd(dx + base + m.at, dy[idx] * m.w);
+  }
+}
+
 template <typename T>
 void RoiAlignCuda(dg::KernelContext& ctx) {
   RunRoiOp<T>(ctx, true, false, [&](Dims d, RoiAttrs a, unsigned blocks,
                                     cudaStream_t stream) {
+    if (a.max_mode) {
+      RoiAlignMaxKernel<T><<<blocks, kThreads, 0, stream>>>(
+          d, ctx.input(0).data<const T>(), ctx.input(1).data<const T>(),
+          static_cast<T>(a.scale), a.sampling, a.aligned, ctx.output(0).data<T>());
+      return;
+    }
     RoiAlignKernel<T><<<blocks, kThreads, 0, stream>>>(
         d, ctx.input(0).data<const T>(), ctx.input(1).data<const T>(),
         static_cast<T>(a.scale), a.sampling, a.aligned,
@@ -200,6 +310,13 @@ template <typename T>
 void RoiAlignGradCuda(dg::KernelContext& ctx) {
   RunRoiOp<T>(ctx, true, true, [&](Dims d, RoiAttrs a, unsigned blocks,
                                    cudaStream_t stream) {
+    if (a.max_mode) {  // x selects the term each bin took
+      RoiAlignMaxGradKernel<T><<<blocks, kThreads, 0, stream>>>(
+          d, ctx.input(0).data<const T>(), ctx.input(1).data<const T>(),
+          ctx.input(2).data<const T>(), static_cast<T>(a.scale), a.sampling, a.aligned,
+          ctx.output(0).data<T>());
+      return;
+    }
     RoiAlignGradKernel<T><<<blocks, kThreads, 0, stream>>>(
         d, ctx.input(1).data<const T>(), ctx.input(2).data<const T>(),
         static_cast<T>(a.scale), a.sampling, a.aligned,

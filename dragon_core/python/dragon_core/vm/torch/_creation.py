@@ -3,8 +3,10 @@ and the random generator (``torch.manual_seed``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -309,6 +311,66 @@ def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_g
     dt = _dt(dtype)
     arr = np.eye(int(n), None if m is None else int(m), dtype=dt._dg.numpy)
     return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
+
+
+# ------------------------------------------------------------------ out=
+#
+# ``out=`` writes the result into the given tensor, as PyTorch's factory
+# functions do (never a silently ignored argument): in place when the shape
+# matches (a write that bumps its version, so a backward pass that saved it
+# raises), else the tensor is resized to the result (new memory, as torch's
+# resize). Like torch, ``out`` takes the result's dtype from the tensor and
+# refuses to be recorded by autograd.
+
+def _write_out(name, fn, args, kwargs, out):
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if _C._is_grad_enabled() and (out.requires_grad or kwargs.get("requires_grad")):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires grad.")
+    dtype = kwargs.get("dtype")
+    if dtype is not None and D.to_dtype(dtype) != out.dtype:
+        raise RuntimeError(f"{name}(): dtype {D.to_dtype(dtype)} does not match dtype of out "
+                           f"parameter ({out.dtype})")
+    kwargs["dtype"] = out.dtype
+    if kwargs.get("device") is None and out._t._device_name != "cpu":
+        kwargs["device"] = out.device
+    res = fn(*args, **kwargs)
+    if tuple(res.shape) == tuple(out.shape):
+        out.copy_(res)
+        return out
+    if out.numel() != 0:
+        warnings.warn(f"{name}(): an output with one or more elements was resized since it "
+                      f"had shape {list(out.shape)}, which does not match the required output "
+                      f"shape {list(res.shape)}. This behavior is deprecated in PyTorch; "
+                      "views of the old tensor do not see the new value.", UserWarning,
+                      stacklevel=3)
+    out._t._set_data(res._t)
+    return out
+
+
+def _support_out(fn):
+    name = fn.__name__.rstrip("_")
+
+    def with_out(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        return _write_out(name, fn, args, kwargs, out)
+    functools.update_wrapper(with_out, fn)
+    return with_out
+
+
+zeros = _support_out(zeros)
+ones = _support_out(ones)
+empty = _support_out(empty)
+full = _support_out(full)
+rand = _support_out(rand)
+randn = _support_out(randn)
+randint = _support_out(randint)
+randperm = _support_out(randperm)
+arange = _support_out(arange)
+linspace = _support_out(linspace)
+eye = _support_out(eye)
 
 
 def _legacy_new(cls, *args, **kwargs):

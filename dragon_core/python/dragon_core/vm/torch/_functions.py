@@ -19,8 +19,8 @@ from dragon_core import _C, ops as _ops
 
 from . import _dtype as D
 from ._tensor import (Size, Tensor, _as_dg, _binary, _cast, _dim, _dims, _float_dt,
-                      _from_np_view, _host_view_ok, _inplace, _records, _shape_args, _u, _w,
-                      values_indices)
+                      _from_np_view, _host_view_ok, _inplace, _note_alias, _note_copy_view,
+                      _records, _shape_args, _tracing, _u, _w, values_indices)
 
 _EXPORTS: dict = {}
 
@@ -879,8 +879,11 @@ def bincount(input, weights=None, minlength=0):
 def _view_or_op(input, np_fn, op_fn):
     t = input._t
     if _host_view_ok(t):
-        return _w(_from_np_view(np_fn(t.numpy())))
-    return _w(op_fn(t))
+        return _note_alias(input, _w(_from_np_view(np_fn(t.numpy()))))
+    out = _w(op_fn(t))
+    if _records(t) or _tracing():
+        _note_copy_view(input, out)
+    return out
 
 
 def _infer_shape(shape, numel):

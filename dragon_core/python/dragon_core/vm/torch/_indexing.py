@@ -20,7 +20,9 @@ import numpy as np
 from dragon_core import _C, ops as _ops
 
 from . import _dtype as D
-from ._tensor import Tensor, _as_dg, _cast, _grad_on, _host_view_ok, _tracing, _w
+from ._tensor import (Tensor, _as_dg, _cast, _check_inplace_target, _grad_on, _host_view_ok,
+                      _made_in_trace, _note_alias, _note_copy_view, _shared_memory_check,
+                      _tracing, _w)
 
 _INT64 = D.DTYPES["int64"]
 
@@ -99,8 +101,13 @@ def getitem(x: Tensor, key):
         if _host_view_ok(t):
             # a trailing Ellipsis keeps a 0-d result a view (not a scalar copy)
             view_key = nk if any(k is Ellipsis for k in nk) else nk + (Ellipsis,)
-            return _w(_C.from_numpy(t.numpy()[view_key]))
-        return _w(t[nk] if nk else t)
+            return _note_alias(x, _w(_C.from_numpy(t.numpy()[view_key])))
+        if not nk:
+            return _w(t)
+        out = _w(t[nk])
+        if (t.requires_grad and _grad_on()) or _tracing():
+            _note_copy_view(x, out)
+        return out
     # advanced: flat positions of the selected elements, then one gather
     if _host_view_ok(t):
         return _w(_C._from_numpy_copy(_np_c(t.numpy()[nk])))
@@ -120,6 +127,10 @@ def setitem(x: Tensor, key, value) -> None:
     dt = D.BY_CODE[t._dtype_code]
     recording = _grad_on() and (t.requires_grad or (isinstance(value, Tensor)
                                                     and value._t.requires_grad))
+    if recording and t.requires_grad and t._grad_fn is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+    _check_inplace_target(x, "item assignment", recording)
     if not recording and not _tracing() and t._device_name == "cpu" and not t.is_read_only:
         arr = t.numpy()
         if isinstance(value, Tensor):
@@ -131,10 +142,10 @@ def setitem(x: Tensor, key, value) -> None:
                 and dt.name != "bool"):
             v = np.trunc(v)
         arr[nk] = v
+        t._bump_version()   # autograd's check of the tensors it saved
         return
-    if recording and t.requires_grad and t._grad_fn is None:
-        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
-                           "operation.")
+    if recording:
+        _shared_memory_check(t, "item assignment")
     # functional: out = where(mask, scattered value, x)
     pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
     flat_pos = pos.reshape(-1)
@@ -156,7 +167,7 @@ def setitem(x: Tensor, key, value) -> None:
     scattered = _ops.scatter_add(zeros, _as_dg(flat_pos, _INT64, t.device), v, 0)
     out = _ops.where(_as_dg(mask, D.DTYPES["bool"], t.device), scattered, flat)
     out = _ops.reshape(out, list(t.shape))
-    if _tracing():
-        t.assign(out)
+    if _tracing() and not _made_in_trace(t):
+        t.assign(out)   # captured state: the graph updates it
     else:
         x._t = out

@@ -13,7 +13,11 @@ Views: on the host, outside autograd recording, ``view``/``reshape``/
 and basic slicing return tensors that share memory with their base (NumPy
 strided views handed to ``dragon_core.from_numpy``), so in-place writes
 through them reach the base as in PyTorch. While autograd records (the base
-requires grad) they are computed by differentiable ops and are copies.
+requires grad) they are computed by differentiable ops and are copies; an
+in-place write to such a view, or to its base while it lives, raises (see
+``_check_inplace_target``) rather than silently not reaching the other.
+In-place writes to memory bump the storage's version counter, which
+autograd checks before a gradient rule reads a saved input.
 """
 
 from __future__ import annotations
@@ -92,6 +96,168 @@ _BOOL = _dg.as_dtype("bool").code
 
 def _from_np_view(arr: np.ndarray):
     return _C.from_numpy(arr)
+
+
+# ------------------------------------------- views and aliases vs in-place
+#
+# While autograd records (or a function is traced), view functions compute
+# their result with differentiable ops: the "view" is a copy ("copy"). A
+# write through it would not reach its base, and a write to the base would
+# not reach it, where PyTorch's views share the write. And an in-place op
+# that autograd records gives the handle a new tensor rather than writing
+# memory, so tensors sharing the old memory (``detach()``, ``.data``, views
+# taken under ``no_grad``: "alias") would not see it. Both kinds are
+# registered here (handles, weakly); an in-place op on either side of a
+# live pair raises instead of silently diverging from PyTorch: always for a
+# copy, while recording for an alias (other writes reach the shared memory).
+
+import weakref as _weakref  # noqa: E402
+
+# id(view handle) -> (weakref to the view, weakref to its base, kind);
+# id(base handle) -> (weakref to the base, {id(view): (weakref to the view, kind)}).
+# Keyed by id (a handle's == is elementwise); entries leave with the handle.
+_VIEW_BASE: dict = {}
+_BASE_VIEWS: dict = {}
+
+
+def _forget_view(key):
+    entry = _VIEW_BASE.pop(key, None)
+    if entry is not None:
+        base = entry[1]()
+        views = _BASE_VIEWS.get(id(base)) if base is not None else None
+        if views is not None:
+            views[1].pop(key, None)
+
+
+def _forget_base(key):
+    _BASE_VIEWS.pop(key, None)
+
+
+def _note_view(base: "Tensor", view: "Tensor", kind: str) -> "Tensor":
+    """Record that ``view`` is a view of ``base`` computed as a copy
+    (``kind`` "copy") or sharing its memory ("alias")."""
+    if view is base:
+        return view
+    # A view of a view is a view of the root base (the middle one may die).
+    while True:
+        up = _VIEW_BASE.get(id(base))
+        root = up[1]() if up is not None and up[0]() is base else None
+        if root is None:
+            break
+        base = root
+    vkey, bkey = id(view), id(base)
+    vref = _weakref.ref(view, lambda r, k=vkey: _forget_view(k))
+    entry = _BASE_VIEWS.get(bkey)
+    if entry is None or entry[0]() is not base:
+        entry = _BASE_VIEWS[bkey] = (_weakref.ref(base, lambda r, k=bkey: _forget_base(k)), {})
+    entry[1][vkey] = (vref, kind)
+    _VIEW_BASE[vkey] = (vref, entry[0], kind)
+    return view
+
+
+def _note_copy_view(base: "Tensor", view: "Tensor") -> "Tensor":
+    return _note_view(base, view, "copy")
+
+
+def _note_alias(base: "Tensor", view: "Tensor") -> "Tensor":
+    """Register a memory alias of a tensor that requires grad (the only
+    tensors whose in-place ops rebind rather than write)."""
+    if base._t.requires_grad:
+        _note_view(base, view, "alias")
+    return view
+
+
+def _live_base(self, recording: bool):
+    entry = _VIEW_BASE.get(id(self))
+    if entry is None or entry[0]() is not self or (entry[2] == "alias" and not recording):
+        return None, None
+    return entry[1](), entry[2]
+
+
+def _live_view(self, recording: bool):
+    entry = _BASE_VIEWS.get(id(self))
+    if entry is None or entry[0]() is not self:
+        return None, None
+    for ref, kind in entry[1].values():
+        v = ref()
+        if v is not None and (kind == "copy" or recording):
+            return v, kind
+    return None, None
+
+
+def _check_inplace_target(self: "Tensor", what: str, recording: bool) -> None:
+    """Raise if an in-place write to ``self`` would not be seen where
+    PyTorch's would (see above)."""
+    if not _VIEW_BASE:
+        return
+    base, kind = _live_base(self, recording)
+    if base is not None and kind == "copy":
+        raise RuntimeError(
+            f"{what}: in-place write to a view (slice, view, reshape, transpose, ...) of a "
+            f"tensor of shape {list(base.shape)} taken while autograd records or a "
+            "function is traced is not supported by dragon_core.vm.torch: such a view is "
+            "a copy, so the write would not reach its base as in PyTorch. Write the base "
+            "itself (base[idx] = value, torch.where(...)), or compute out of place")
+    if base is not None:
+        raise RuntimeError(
+            f"{what}: in-place operation recorded by autograd on a tensor of shape "
+            f"{list(self.shape)} that shares the memory of a tensor that requires grad "
+            "(a detach()/.data alias or a view taken under no_grad) is not supported by "
+            "dragon_core.vm.torch: the recorded result would not reach that tensor as in "
+            "PyTorch. Use x = x.clone() first, or compute out of place")
+    v, kind = _live_view(self, recording)
+    if v is not None and kind == "copy":
+        raise RuntimeError(
+            f"{what}: in-place write to a tensor of shape {list(self.shape)} that has live "
+            f"views (e.g. one of shape {list(v.shape)}) taken while autograd records or a "
+            "function is traced is not supported by dragon_core.vm.torch: those views are "
+            "copies and would not see the write as PyTorch's do. Take the views after the "
+            "in-place op, or compute out of place")
+    if v is not None:
+        raise RuntimeError(
+            f"{what}: in-place operation recorded by autograd on a tensor of shape "
+            f"{list(self.shape)} whose memory other tensors share (a detach()/.data alias "
+            f"or a view taken under no_grad, e.g. one of shape {list(v.shape)}) is not "
+            "supported by dragon_core.vm.torch: it records the op by giving this tensor a "
+            "new value, which those aliases would not see as in PyTorch. Use "
+            "x = x.clone() before the in-place op, or compute out of place")
+
+
+def _made_in_trace(t) -> bool:
+    """Whether ``t`` is a value computed inside the function being traced
+    (an op output or a constant made there), not captured state: an
+    in-place write to it rebinds the handle, as while recording, instead
+    of becoming a state update (``assign``) of the graph."""
+    from dragon_core._graph.function import _traces
+    stack = _traces()
+    if not stack:
+        return False
+    trace = stack[-1]
+    uid = t._id
+    if uid in trace.created:
+        return True
+    for rec in reversed(trace.records):
+        for o in rec[3]:
+            if o._id == uid:
+                return True
+    return False
+
+
+def _shared_memory_check(t, what: str) -> None:
+    """Raise if the memory of ``t`` (which does not require grad) is shared
+    with another live tensor (a view, a ``detach()`` alias of a tensor in a
+    graph, a NumPy array) when an in-place op recorded by autograd must
+    rebind ``t`` instead of writing it: the others would not see the write,
+    where PyTorch's do. (Tensors that require grad register their aliases
+    instead: graph nodes hold aliases of them, which must not count.)"""
+    if not t.requires_grad and t._storage_refs > 1:
+        raise RuntimeError(
+            f"{what}: in-place operation recorded by autograd on a {t.dtype.name} tensor of "
+            f"shape {list(t.shape)} whose memory other tensors share (a view, a detach() "
+            "alias, a numpy() array): dragon_core.vm.torch "
+            "records in-place ops by giving this tensor a new value, which those aliases "
+            "would not see as in PyTorch. Use x = x.clone() before the in-place op, or "
+            "compute out of place")
 
 
 def _dim(d: int, n: int, what: str = "dim") -> int:
@@ -290,7 +456,7 @@ class Tensor:
 
     @property
     def data(self):
-        return _w(self._t._alias())
+        return _note_alias(self, _w(self._t._alias()))
 
     @data.setter
     def data(self, value):
@@ -306,7 +472,7 @@ class Tensor:
         self._t.backward(None if gradient is None else _u(gradient), create_graph=create_graph)
 
     def detach(self):
-        return _w(self._t.detach())
+        return _note_alias(self, _w(self._t.detach()))
 
     def detach_(self):
         self._t.requires_grad = False
@@ -706,14 +872,24 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
     """Make ``self`` hold ``result`` (PyTorch's in-place ``_`` methods).
 
     Outside autograd recording the result is written into ``self``'s memory
-    (host tensors: a true in-place write that views and aliases see; other
-    devices: the dragon tensor is rebound, so earlier views do not see it).
-    While recording, ``self`` (this handle) takes the recorded result, as
-    PyTorch's version of ``self`` in the graph would; a leaf that requires
-    grad raises as in PyTorch.
+    (host tensors: a true in-place write that views and aliases see, and
+    that bumps the memory's version, so a backward pass that saved it
+    raises; other devices: the dragon tensor is rebound, which bumps its
+    version too, so earlier views do not see it). While recording,
+    ``self`` (this handle) takes the recorded result, as PyTorch's version
+    of ``self`` in the graph would; a leaf that requires grad raises as in
+    PyTorch, and so does a tensor whose memory other tensors share (they
+    would not see the new value). A view computed as a copy (taken while
+    recording or tracing) and the base of one refuse in-place writes in
+    every mode (see :func:`_check_inplace_target`).
     """
     t = self._t
     r = result._t if isinstance(result, Tensor) else result
+    recording = _grad_on() and (t.requires_grad or r.requires_grad)
+    if recording and t.requires_grad and t._grad_fn is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                           "in-place operation.")
+    _check_inplace_target(self, "in-place operation", recording)
     if r._dtype_code != t._dtype_code:
         if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
             raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "
@@ -724,10 +900,11 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         if r is None or tuple(r.shape) != tuple(t.shape):
             raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the "
                                f"broadcast shape {list(result.shape)}")
-    if _grad_on() and (t.requires_grad or r.requires_grad):
-        if t.requires_grad and t._grad_fn is None:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                               "in-place operation.")
+    if recording:
+        if _tracing() and not _made_in_trace(t):
+            t.assign(r)   # captured state: the graph updates it
+            return self
+        _shared_memory_check(t, "in-place operation")
         if not r.requires_grad:
             # overwritten by a constant: torch's graph still reaches the old
             # value (with zero gradient)
@@ -735,10 +912,14 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         self._t = r
         return self
     if _tracing():
-        t.assign(r)
+        if _made_in_trace(t):
+            self._t = r
+        else:
+            t.assign(r)
         return self
     if t._device_name == "cpu" and not t.is_read_only and t._dtype_code != _BF16:
         np.copyto(t.numpy(), r.numpy())
+        t._bump_version()   # autograd's check of the tensors it saved
     else:
         t._rebind(r)
     return self

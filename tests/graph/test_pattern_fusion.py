@@ -368,6 +368,42 @@ def test_relu_mask_reader_is_redirected_to_the_fused_output():
     assert [o.type for o in pattern_fusion(g).op] == ["MatMulBiasAct", "Greater"]
 
 
+def _with_relu_grad_reader(g, index=0):
+    """Append ``ReluGrad(relu_input, dy)`` (what Relu's gradient rule
+    writes; ``index=1`` puts the Relu's input in the dy slot instead)."""
+    z = g.op[-1].input[0]
+    shape = next(tuple(v.shape) for v in g.value_info if v.name == z)
+    ins = [z, "dy"] if index == 0 else ["dy", z]
+    extra = graph(inputs=[(z, F32, shape), ("dy", F32, shape)],
+                  ops=[("ReluGrad", ins, ["dz"], {})])
+    g.op.add().CopyFrom(extra.op[0])
+    g.input.append("dy")
+    g.value_info.extend(v for v in extra.value_info if v.name in ("dy", "dz"))
+    g.output.append("dz")
+    return g
+
+
+def test_relu_grad_reader_is_redirected_to_the_fused_output():
+    """ReluGrad reads its x only through x > 0: it may read relu(z)."""
+    g = _with_relu_grad_reader(conv_graph(["add", "relu"]))
+    new = pattern_fusion(g)
+    assert [o.type for o in new.op] == ["Reshape", "Conv2dBiasAct", "ReluGrad"]
+    assert new.op[2].input[0] == new.op[1].output[0]
+    feeds = conv_feeds(g)
+    feeds["dy"] = np.random.default_rng(1).standard_normal(
+        next(tuple(v.shape) for v in g.value_info if v.name == "dy")).astype(F32)
+    _check_same_results(g, new, feeds)
+    g = _with_relu_grad_reader(matmul_graph(["add", "relu"]))
+    assert [o.type for o in pattern_fusion(g).op] == ["MatMulBiasAct", "ReluGrad"]
+
+
+def test_relu_input_as_relu_grad_dy_blocks_the_fusion():
+    """In ReluGrad's dy slot z is read as a value: no redirect."""
+    g = _with_relu_grad_reader(conv_graph(["add", "relu"]), index=1)
+    assert [o.type for o in pattern_fusion(g).op] == [
+        "Reshape", "Conv2dBiasAct", "Relu", "ReluGrad"]
+
+
 def test_a_mask_reader_before_the_relu_is_not_redirected():
     """The fused op takes the Relu's place: a reader running earlier could
     not read its output, so conv -> add -> relu does not fuse (conv -> add does)."""
@@ -578,7 +614,8 @@ def test_training_step_fused_equals_unfused(monkeypatch):
     assert kinds == ["conv2d_relu", "matmul_bias", "matmul_bias_relu"]
     assert "Relu" not in {o.type for o in g.op}
     for op in g.op:   # the backward's masks read the fused outputs
-        if op.type == "Greater":
+        assert op.type not in ("Greater", "Where")
+        if op.type == "ReluGrad":
             assert op.input[0] in {o.output[0] for o in _fused(g) if o.type != "FusedElementwise"}
     monkeypatch.setenv("DRAGON_DISABLE_PASSES", "pattern_fusion")
     plain = dg.function(step)

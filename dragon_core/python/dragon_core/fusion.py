@@ -288,16 +288,18 @@ def _conv_batchnorm(match) -> Rewrite | None:
 
 
 def relu_mask_reader(reader, index: int, match) -> bool:
-    """Whether ``reader`` is ``Greater(z, 0)`` with z the Relu's input.
+    """Whether ``reader`` reads the Relu's input z only through ``z > 0``:
+    ``ReluGrad(z, dy)`` (Relu's gradient) or ``Greater(z, 0)``.
 
-    Relu's gradient reads its input z only through ``z > 0`` (a scalar zero
-    constant). With y = relu(z) = max(z, 0): if z > 0 then y = z > 0; if
-    z <= 0 then y = 0, and 0 > 0 is false; if z is NaN, z > 0 is false and
-    y is NaN or 0, for which y > 0 is false too. So ``z > 0`` equals
-    ``relu(z) > 0`` element by element, and the comparison may read the
-    fused op's output. Any other reader of z (another comparison, another
-    threshold) still blocks the fusion.
+    With y = relu(z) = max(z, 0): if z > 0 then y = z > 0; if z <= 0 then
+    y = 0, and 0 > 0 is false; if z is NaN, z > 0 is false and y is NaN or
+    0, for which y > 0 is false too. So ``z > 0`` equals ``relu(z) > 0``
+    element by element, and the reader may read the fused op's output. Any
+    other reader of z (another comparison, another threshold) still blocks
+    the fusion.
     """
+    if reader.type == "ReluGrad":
+        return index == 0
     if reader.type != "Greater" or index != 0 or len(reader.input) != 2:
         return False
     zero = match.constant(reader.input[1])

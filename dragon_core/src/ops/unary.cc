@@ -25,6 +25,15 @@ void SoftplusShape(dg::InferContext& ctx) {
   SameAsInput(ctx);
 }
 
+// ReluGrad: x and dy of one shape (no broadcasting), dx like dy.
+void ReluGradShape(dg::InferContext& ctx) {
+  DG_CHECK(ctx.input(0).shape() == ctx.input(1).shape(), DG_INVALID_ARGUMENT,
+           "x and dy must have the same shape, got ",
+           ShapeStr(ctx.input(0).shape()), " and ",
+           ShapeStr(ctx.input(1).shape()));
+  ctx.set_output(0, ctx.input(1).dtype(), ctx.input(1).shape());
+}
+
 void LogicalNotShape(dg::InferContext& ctx) {
   ctx.set_output(0, DG_BOOL, ctx.input(0).shape());
 }
@@ -69,6 +78,17 @@ DG_OP(Relu)
     .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
     .Shape(SameAsInput);
+
+DG_OP(ReluGrad)
+    .Doc("Relu's backward in one pass: dx = dy where x > 0, else 0 (a NaN "
+         "x gives 0, and a NaN dy is blocked where x <= 0). x may be Relu's "
+         "input or its output: x > 0 and relu(x) > 0 agree for every x.")
+    .Input("x", dg::kFloat, DG_ARG_NO_GRAD, "Relu's input (or output).")
+    .Input("dy", dg::kFloat, 0, "Gradient of Relu's output, x's shape.")
+    .Output("dx", dg::kFloat, 0, "Gradient of Relu's input, x's shape.")
+    .Flags(DG_OP_SAME_DTYPE)
+    .Inplace(2)
+    .Shape(ReluGradShape);
 
 DG_OP(Clip)
     .Doc("Clamps x into [min, max], element-wise: y = min(max(x, min), max). "

@@ -2,16 +2,21 @@
 // BatchNorm, LayerNorm, GroupNorm and their backward ops.
 //
 // Statistics are two-pass (mean, then the mean squared deviation) and
-// accumulate in double for every dtype. Each normalised group is handled by
+// accumulate in double for every dtype, except BatchNorm's in training
+// mode: one pass of sums shifted by the channel's first value (see
+// OnePassMoments), which BatchNormGrad also folds into its pass over dy;
+// those sums are built per instruction set (norm_isa/stats.h). Each normalised group is handled by
 // one task (BatchNorm: a channel; LayerNorm: a row; GroupNorm: a (sample,
 // group) pair), and the parameter gradients are summed per channel or
 // column in a fixed order, so results do not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "common.h"
+#include "norm_isa/stats.h"
 #include "rows.h"
 #include "widen_call.h"
 
@@ -116,6 +121,70 @@ void ChannelMoments(const T* x, const NCS& v, int64_t c, bool training,
   }
 }
 
+// Training-mode statistics in one pass over x (and dy). The sums are of
+// d = x - shift in double, shift being the channel's first value, so the
+// cancellation in var = E[d^2] - E[d]^2 grows with (mean - shift)^2 / var,
+// the first value's distance from the mean in units of the spread, not
+// with |mean| / spread (a channel at 1e4 +- 1 keeps its variance). A
+// non-finite first value falls back to the two-pass path (x - inf would
+// turn an infinite mean into NaN).
+template <typename T>
+bool OnePassShift(const T* x, int64_t m, double* shift) {
+  if (m == 0) return false;
+  *shift = static_cast<double>(x[0]);
+  return std::isfinite(*shift);
+}
+
+// The build of the shifted sums (norm_isa/stats.h) for this CPU.
+template <typename T>
+void ShiftedSums(const T* base, int64_t nseg, int64_t stride, int64_t len,
+                 double shift, double* out) {
+#ifdef CPU_EIGEN_X86_ISAS
+  static const int level = DetectIsaLevel();
+  if (level >= 4) {
+    return normstats_v4::ShiftedSums(base, nseg, stride, len, shift, out);
+  }
+  if (level == 3) {
+    return normstats_v3::ShiftedSums(base, nseg, stride, len, shift, out);
+  }
+#endif
+  normstats_base::ShiftedSums(base, nseg, stride, len, shift, out);
+}
+
+template <typename T>
+void ShiftedGradSums(const T* x, const T* dy, int64_t nseg, int64_t stride,
+                     int64_t len, double shift, double* out) {
+#ifdef CPU_EIGEN_X86_ISAS
+  static const int level = DetectIsaLevel();
+  if (level >= 4) {
+    return normstats_v4::ShiftedGradSums(x, dy, nseg, stride, len, shift,
+                                         out);
+  }
+  if (level == 3) {
+    return normstats_v3::ShiftedGradSums(x, dy, nseg, stride, len, shift,
+                                         out);
+  }
+#endif
+  normstats_base::ShiftedGradSums(x, dy, nseg, stride, len, shift, out);
+}
+
+// Mean and biased variance of a channel (nseg segments of len values,
+// segment k at base + k * stride) from its shifted sums; false (nothing
+// written) where OnePassShift declines.
+template <typename T>
+bool OnePassMoments(const T* base, int64_t nseg, int64_t stride, int64_t len,
+                    double* mean, double* var) {
+  const int64_t m = nseg * len;
+  double shift;
+  if (!OnePassShift(base, m, &shift)) return false;
+  double s[2];
+  ShiftedSums(base, nseg, stride, len, shift, s);
+  const double e1 = s[0] / static_cast<double>(m);
+  *mean = shift + e1;
+  *var = std::max(s[1] / static_cast<double>(m) - e1 * e1, 0.0);
+  return true;
+}
+
 template <typename T>
 void BatchNorm(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
@@ -130,15 +199,21 @@ void BatchNorm(dg::KernelContext& ctx) {
   T* y = ctx.output(0).data<T>();
   T* out_mean = ctx.output(1).data<T>();
   T* out_var = ctx.output(2).data<T>();
-  double* stats = ctx.workspace<double>(2 * v.c);  // mean, var
+  // Per channel: mean and scale = gamma / sqrt(var + eps), computed once
+  // (not per (sample, channel) row: a square root and a division per row
+  // cost more than the row itself on small feature maps).
+  double* stats = ctx.workspace<double>(2 * v.c);
   ParallelFor(
       v.c,
       [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           double mean, var;
-          ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+          if (!training || !OnePassMoments(x + c * v.s, v.n, v.c * v.s, v.s,
+                                           &mean, &var)) {
+            ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+          }
           stats[2 * c] = mean;
-          stats[2 * c + 1] = var;
+          stats[2 * c + 1] = static_cast<double>(gamma[c]) * Rstd(var, eps);
           out_mean[c] = training ? static_cast<T>(mean) : rmean[c];
           out_var[c] = training ? static_cast<T>(var) : rvar[c];
         }
@@ -149,10 +224,8 @@ void BatchNorm(dg::KernelContext& ctx) {
       [&](int64_t begin, int64_t end) {
         for (int64_t q = begin; q < end; ++q) {
           const int64_t c = q % v.c;
-          const double scale = static_cast<double>(gamma[c]) *
-                               Rstd(stats[2 * c + 1], eps);
-          Affine(x + q * v.s, y + q * v.s, v.s, stats[2 * c], scale,
-                 static_cast<double>(beta[c]));
+          Affine(x + q * v.s, y + q * v.s, v.s, stats[2 * c],
+                 stats[2 * c + 1], static_cast<double>(beta[c]));
         }
       },
       v.s);
@@ -186,16 +259,29 @@ void BatchNormGrad(dg::KernelContext& ctx) {
       v.c,
       [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
-          double mean, var;
-          ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+          double mean, var, shift;
           double sum_dy = 0, sum_dy_xc = 0;
-          for (int64_t n = 0; n < v.n; ++n) {
-            const T* xp = x + c * v.s + n * stride;
-            const T* gp = dy + c * v.s + n * stride;
-            for (int64_t i = 0; i < v.s; ++i) {
-              const double g = static_cast<double>(gp[i]);
-              sum_dy += g;
-              sum_dy_xc += g * (static_cast<double>(xp[i]) - mean);
+          if (training && OnePassShift(x + c * v.s, v.n * v.s, &shift)) {
+            // One pass over x and dy: sum(dy (x - mean)) is
+            // sum(dy d) - (mean - shift) sum(dy) with d = x - shift.
+            double s[4];
+            ShiftedGradSums(x + c * v.s, dy + c * v.s, v.n, stride, v.s,
+                            shift, s);
+            const double e1 = s[0] / m;
+            mean = shift + e1;
+            var = std::max(s[1] / m - e1 * e1, 0.0);
+            sum_dy = s[2];
+            sum_dy_xc = s[3] - e1 * sum_dy;
+          } else {
+            ChannelMoments(x, v, c, training, rmean, rvar, &mean, &var);
+            for (int64_t n = 0; n < v.n; ++n) {
+              const T* xp = x + c * v.s + n * stride;
+              const T* gp = dy + c * v.s + n * stride;
+              for (int64_t i = 0; i < v.s; ++i) {
+                const double g = static_cast<double>(gp[i]);
+                sum_dy += g;
+                sum_dy_xc += g * (static_cast<double>(xp[i]) - mean);
+              }
             }
           }
           const double rstd = Rstd(var, eps);

@@ -3,6 +3,7 @@
 // elementwise_ops.h; LogicalNot (bool output) is in compare.cc.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -16,6 +17,7 @@
 namespace cpu_eigen {
 namespace {
 
+using elementwise::ForRange;
 using elementwise::kCostCheap;
 using elementwise::kCostDivide;
 using elementwise::kCostHeavy;
@@ -138,6 +140,50 @@ void Clip(dg::KernelContext& ctx) {
 }
 DG_KERNEL_EX("Clip", "cpu", 0, DG_KERNEL_INPLACE, Clip,
              CPU_EIGEN_NUMERIC_TYPES);
+
+// ------------------------------------------------------- Relu's backward
+
+// The unsigned integer of T's size: the select is a bit mask.
+template <size_t N> struct MaskBits;
+template <> struct MaskBits<2> { using type = uint16_t; };
+template <> struct MaskBits<4> { using type = uint32_t; };
+template <> struct MaskBits<8> { using type = uint64_t; };
+
+// dx[i] = x[i] > 0 ? dy[i] : 0 as dy's bits AND a mask of ones where
+// x[i] > 0 (a NaN x compares false): branch free, so it vectorises (a
+// branch mispredicts half the time on a relu mask), and dy's value passes
+// unchanged (NaN, -0) where x > 0. dx may be dy itself.
+template <typename T>
+void ReluGradRange(const T* x, const T* dy, T* dx, int64_t n) {
+  using U = typename MaskBits<sizeof(T)>::type;
+  for (int64_t i = 0; i < n; ++i) {
+    U g;
+    std::memcpy(&g, dy + i, sizeof(U));
+    bool pos;
+    if constexpr (std::is_floating_point_v<T>) {
+      pos = x[i] > T(0);
+    } else {  // float16 / bfloat16: compare in float
+      pos = static_cast<float>(x[i]) > 0.f;
+    }
+    const U r = g & (static_cast<U>(0) - static_cast<U>(pos));
+    std::memcpy(static_cast<void*>(dx + i), &r, sizeof(U));
+  }
+}
+
+template <typename T>
+void ReluGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef x = ctx.input(0), dy = ctx.input(1), dx = ctx.output(0);
+  const int64_t n = dx.numel();
+  if (n == 0) return;
+  const T* px = x.data<const T>();
+  const T* pdy = dy.data<const T>();
+  T* pdx = dx.data<T>();
+  ForRange(n, kCostCheap, [&](int64_t begin, int64_t end) {
+    ReluGradRange<T>(px + begin, pdy + begin, pdx + begin, end - begin);
+  });
+}
+DG_KERNEL_EX("ReluGrad", "cpu", 0, DG_KERNEL_INPLACE, ReluGrad,
+             CPU_EIGEN_FLOAT_TYPES, Eigen::half, Eigen::bfloat16);
 
 }  // namespace
 }  // namespace cpu_eigen

@@ -264,6 +264,11 @@ CASES = {
     "MultiAdamUpdate": [],
 }
 
+# ReluGrad (Relu's backward; resnet branch): x and dy of one shape, no
+# broadcasting. Its own gradient (ReluGrad again, x gets none) is checked on
+# the CPU in tests/grad/test_grad_relu_grad.py.
+CASES["ReluGrad"] = [(ops.relu_grad, [("f", s), ("f", s)], FLOATS, False) for s in U_SHAPES]
+
 
 def _cases():
     for op, cases in sorted(CASES.items()):

@@ -112,8 +112,8 @@ def scalar_like(t, value: float):
 
 
 def relu_grad(x, dy):
-    """Relu's gradient: ``dy`` where ``x > 0``, else 0. A ``where`` rather
-    than a mask product: two passes, and a NaN in ``dy`` stays blocked where
-    ``x <= 0`` (as PyTorch's threshold). The pattern-fusion pass recognises
-    the ``x > 0`` it reads (docs/graph.md)."""
-    return ops().where(x > 0, dy, scalar_like(dy, 0.0))
+    """Relu's gradient: ``dy`` where ``x > 0``, else 0, as one ``ReluGrad``
+    op (one pass; a NaN in ``dy`` stays blocked where ``x <= 0``, as
+    PyTorch's threshold). ``ReluGrad`` reads x only through ``x > 0``,
+    which the pattern-fusion pass relies on (docs/graph.md)."""
+    return ops().relu_grad(x, dy)

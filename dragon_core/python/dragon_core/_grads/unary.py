@@ -135,6 +135,13 @@ def _relu(node, dy):
     return [relu_grad(x, dy)]
 
 
+@gradient("ReluGrad")
+def _relu_grad(node, g):
+    # Linear in dy with the same mask; piecewise constant in x (no gradient).
+    x = node.inputs[0]
+    return [None, relu_grad(x, g)]
+
+
 @gradient("LeakyRelu")
 def _leaky_relu(node, dy):
     (x,) = node.inputs

@@ -84,6 +84,12 @@ struct KernelEntry {
 // otherwise the op's kernel copies. Only core ops may set it (the registry
 // clears it on a plugin's op); making it public needs an ABI minor bump.
 constexpr uint32_t kOpFlagView = 1u << 5;
+// Core-reserved too: a permuting view (Transpose): output 0 is input 0 with
+// its axes permuted by the int-list attribute "perm" (unset: reversed). The
+// dispatcher always aliases (any input strides: the output's strides are the
+// input's, permuted) and runs no kernel, so output 0 is in general not
+// contiguous; kernels without DG_KERNEL_STRIDED_INPUTS get a dense copy.
+constexpr uint32_t kOpFlagPermuteView = 1u << 6;
 
 struct OpSchema {
   std::string name, py_name, doc, plugin;

@@ -314,3 +314,46 @@ def test_torch_inplace_on_a_transposed_view_reaches_the_base():
     b.add_(10)
     np.testing.assert_array_equal(a.numpy(), np.arange(6).reshape(2, 3) + 10)
     np.testing.assert_array_equal(b.numpy(), (np.arange(6).reshape(2, 3) + 10).T)
+
+
+# ---------------------------------------------------------------- graph passes
+
+def test_inplace_pass_never_writes_over_a_strided_view():
+    """A dead Transpose output is no in-place candidate (a strided kernel,
+    e.g. cuda's element-wise ones, would read what it overwrote); a Reshape
+    of the same tensor still is."""
+    from dragon_core._graph.passes.inplace import inplace
+
+    from .fixtures import graph
+    from .test_passes import annotations
+
+    x = [("x", "float32", (2, 3))]
+    g = graph(inputs=x,
+              ops=[("Exp", ["x"], ["a"], {}),
+                   ("Transpose", ["a"], ["t"], {"perm": [1, 0]}),
+                   ("Relu", ["t"], ["b"], {}),
+                   ("Neg", ["b"], ["c"], {})],
+              outputs=["c"])
+    assert annotations(inplace(g)) == {"Neg_3": 0}
+    g2 = graph(inputs=x,
+               ops=[("Exp", ["x"], ["a"], {}),
+                    ("Reshape", ["a"], ["r"], {"shape": [3, 2]}),
+                    ("Relu", ["r"], ["b"], {}),
+                    ("Neg", ["b"], ["c"], {})],
+               outputs=["c"])
+    assert annotations(inplace(g2)) == {"Relu_2": 0, "Neg_3": 0}
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_compiled_elementwise_over_a_dead_transposed_view(level):
+    """Relu of a dead transposed view, compiled with the in-place and memory
+    passes: the values are the transposed ones (no write over the source
+    while it is read)."""
+    a = np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)
+
+    @dg.function(opt_level=level)
+    def f(x):
+        return ops.neg(ops.relu(ops.transpose(ops.exp(x), axes=[1, 0])))
+
+    for _ in range(3):
+        np.testing.assert_allclose(f(dg.tensor(a)).numpy(), -np.exp(a).T, rtol=1e-6)

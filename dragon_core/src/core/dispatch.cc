@@ -158,8 +158,8 @@ std::vector<InferredOutput> InferShapes(OpSchema& op,
 // Input x as a view with its axes permuted by the attribute "perm" (unset:
 // reversed), checked against the inferred output; null when the attribute
 // or the inferred output do not describe such a view.
-static Tensor PermutedView(const OpSchema& op, const Tensor& x, const std::vector<AttrValue>& attrs,
-                    const InferredOutput& out) {
+static Tensor PermutedView(const OpSchema& op, const Tensor& x,
+                           const std::vector<AttrValue>& attrs, const InferredOutput& out) {
   const int32_t idx = op.AttrIndex("perm");
   const size_t rank = x->shape().size();
   if (idx < 0 || out.dtype != x->dtype() || out.shape.size() != rank) return nullptr;

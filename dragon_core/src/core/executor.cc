@@ -334,11 +334,14 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
       // (its storage is then owned by this plan alone) and the input is
       // dense: a kernel reading a strided view (a Transpose) while writing
       // a dense output over the same bytes would read what it overwrote.
+      // Such an input gets a fresh output, not its alias group's buffer.
       if (p.inplace_input >= 0) {
         const Tensor& src = slots[p.inplace_input];
-        if (src && src.use_count() <= 2 && src->storage().use_count() == 1 &&
-            src->is_contiguous())
+        if (src && !src->is_contiguous()) {
+          preset[0] = nullptr;
+        } else if (src && src.use_count() <= 2 && src->storage().use_count() == 1) {
           preset[0] = src;
+        }
       }
       pre = &preset;
     }

@@ -30,7 +30,7 @@ def _make(a: np.ndarray, dtype: str):
 
 def _f64(t) -> np.ndarray:
     """``t``'s values as float64 NumPy (bool as 0/1)."""
-    if t.dtype in (dg.bfloat16,):
+    if t.dtype == dg.bfloat16:
         return t.to(None, dtype="float64").numpy()
     return np.asarray(t.numpy()).astype(np.float64)
 
@@ -178,14 +178,11 @@ def test_attention_forward_matches_numpy(shape, dtype, rtol):
                                            ([0, 1, 2, 3], [0, 1, 3, 2])])
 def test_matmul_on_permuted_operands_every_dtype(perm_a, perm_b, dtype, rtol):
     rng = np.random.default_rng(3)
+    # b's stored shape, so that its permutation is (..., 4, n) like a's (..., m, 4).
+    b_shape = {(0, 2, 3, 1): (2, 6, 3, 4), (2, 0, 3, 1): (2, 6, 3, 4),
+               (0, 2, 1, 3): (2, 4, 3, 7), (0, 1, 3, 2): (2, 5, 6, 4)}[tuple(perm_b)]
     a = rng.integers(-3, 4, (2, 5, 3, 4)).astype(np.float64)
-    b = rng.integers(-3, 4, (2, 6, 3, 4)).astype(np.float64)
-    if perm_b in ([0, 2, 3, 1], [2, 0, 3, 1]):       # b: (.., 4, 6)
-        pass
-    elif perm_b == [0, 2, 1, 3]:
-        b = rng.integers(-3, 4, (2, 4, 3, 7)).astype(np.float64)
-    else:
-        b = rng.integers(-3, 4, (2, 5, 6, 4)).astype(np.float64)
+    b = rng.integers(-3, 4, b_shape).astype(np.float64)
     if dtype != "int32":
         a = a + rng.standard_normal(a.shape) * 0.25
         b = b + rng.standard_normal(b.shape) * 0.25

@@ -27,8 +27,10 @@ VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
 def test_view_flag_in_schemas():
     for name in VIEW_OPS:
         assert dg._C.op(name).describe()["view"] is True, name
-    for name in ("Transpose", "BroadcastTo", "Contiguous", "Add", "Cast"):
+    for name in ("BroadcastTo", "Contiguous", "Add", "Cast"):
         assert dg._C.op(name).describe()["view"] is False, name
+    # Transpose is a strided view (tests/graph/test_strided_views.py).
+    assert dg._C.op("Transpose").describe()["view"] is True
 
 
 CASES = [
@@ -336,8 +338,9 @@ def test_compiled_view_of_an_input_does_not_write_the_input():
 
 
 def test_view_flag_is_reserved_for_core_ops():
-    """A plugin op that sets the core's view bit (1 << 5) does not get it:
-    the registry clears it, so no plugin kernel is skipped by surprise."""
+    """A plugin op that sets the core's view bits (1 << 5, and 1 << 6 for a
+    strided view) does not get them: the registry clears them, so no plugin
+    kernel is skipped by surprise."""
     import importlib
 
     co = importlib.import_module("dragon_core.custom_op")
@@ -345,9 +348,10 @@ def test_view_flag_is_reserved_for_core_ops():
     name = "PerfViewBitProbe"
     dg._C._define_py_op(name, "", "probe", "perf_probe_plugin",
                         [("x", co._ALL_DTYPES, 0)], [("y", co._ALL_DTYPES, 0)], [],
-                        co._OP_NO_GRAD | (1 << 5),
+                        co._OP_NO_GRAD | (1 << 5) | (1 << 6),
                         co._shape_wrapper(name, lambda x: x, 1))
     try:
         assert dg._C.op(name).describe()["view"] is False
+        assert dg._C.op(name).describe()["strided_view"] is False
     finally:
         dg._C._retire_py_op(name)

@@ -155,6 +155,36 @@ std::vector<InferredOutput> InferShapes(OpSchema& op,
   return RunInfer(op, views, attrs, nullptr);
 }
 
+// Input x as a view with its axes permuted by the attribute "perm" (unset:
+// reversed), checked against the inferred output; null when the attribute
+// or the inferred output do not describe such a view.
+static Tensor PermutedView(const OpSchema& op, const Tensor& x,
+                           const std::vector<AttrValue>& attrs, const InferredOutput& out) {
+  const int32_t idx = op.AttrIndex("perm");
+  const size_t rank = x->shape().size();
+  if (idx < 0 || out.dtype != x->dtype() || out.shape.size() != rank) return nullptr;
+  const AttrValue& a = attrs[idx];
+  Shape perm(rank);
+  if (a.v.present) {
+    if (a.ints.size() != rank) return nullptr;
+    for (size_t i = 0; i < rank; ++i) {
+      int64_t p = a.ints[i];
+      if (p < 0) p += static_cast<int64_t>(rank);
+      if (p < 0 || p >= static_cast<int64_t>(rank)) return nullptr;
+      perm[i] = p;
+    }
+  } else {
+    for (size_t i = 0; i < rank; ++i) perm[i] = static_cast<int64_t>(rank - 1 - i);
+  }
+  Shape strides(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    if (out.shape[i] != x->shape()[perm[i]]) return nullptr;
+    strides[i] = x->strides()[perm[i]];
+  }
+  return std::make_shared<TensorImpl>(x->storage(), x->byte_offset(), x->dtype(), out.shape,
+                                      std::move(strides));
+}
+
 Tensor MakeContiguous(const Tensor& t) {
   static OpSchema* op = Registry::Get().FindOp("Contiguous");
   if (!op) op = Registry::Get().FindOp("Contiguous");
@@ -201,16 +231,22 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   }
   std::vector<InferredOutput> inferred = RunInfer(op, views, attrs, &inputs);
 
-  // A view op over a contiguous input: output 0 aliases input 0's storage
-  // (same bytes, new shape, contiguous strides); no kernel, no copy.
-  // Non-contiguous inputs go on to the kernel, which copies.
+  // A view op: output 0 aliases input 0's storage (same bytes, new shape,
+  // contiguous strides); no kernel. A non-contiguous input (a Transpose's
+  // view, a slice) is first made dense by one Contiguous copy, which output
+  // 0 then aliases.
   if ((op.flags & kOpFlagView) && n > 0 && inferred.size() == 1 &&
-      inputs[0]->is_contiguous() && inferred[0].dtype == inputs[0]->dtype() &&
+      inferred[0].dtype == inputs[0]->dtype() &&
       NumElements(inferred[0].shape) == inputs[0]->numel()) {
+    const Tensor src = inputs[0]->is_contiguous() ? inputs[0] : MakeContiguous(inputs[0]);
     Shape strides = ContiguousStrides(inferred[0].shape);
-    return {std::make_shared<TensorImpl>(inputs[0]->storage(), inputs[0]->byte_offset(),
-                                         inferred[0].dtype, std::move(inferred[0].shape),
-                                         std::move(strides))};
+    return {std::make_shared<TensorImpl>(src->storage(), src->byte_offset(), inferred[0].dtype,
+                                         std::move(inferred[0].shape), std::move(strides))};
+  }
+  // A permuting view (Transpose): output 0 aliases input 0 whatever its
+  // strides, with the axes (shape and strides) permuted; no kernel.
+  if ((op.flags & kOpFlagPermuteView) && n > 0 && inferred.size() == 1) {
+    if (Tensor v = PermutedView(op, inputs[0], attrs, inferred[0])) return {v};
   }
 
   // Kernel candidates for the dispatch dtype.

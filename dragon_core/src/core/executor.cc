@@ -331,11 +331,17 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
       for (size_t i = 0; i < p.out_buffers.size() && i < preset.size(); ++i)
         if (p.out_buffers[i] >= 0) preset[i] = buffers_[p.out_buffers[i]];
       // In place only when the slot holds the last reference to the input
-      // (its storage is then owned by this plan alone).
+      // (its storage is then owned by this plan alone) and the input is
+      // dense: a kernel reading a strided view (a Transpose) while writing
+      // a dense output over the same bytes would read what it overwrote.
+      // Such an input gets a fresh output, not its alias group's buffer.
       if (p.inplace_input >= 0) {
         const Tensor& src = slots[p.inplace_input];
-        if (src && src.use_count() <= 2 && src->storage().use_count() == 1)
+        if (src && !src->is_contiguous()) {
+          preset[0] = nullptr;
+        } else if (src && src.use_count() <= 2 && src->storage().use_count() == 1) {
           preset[0] = src;
+        }
       }
       pre = &preset;
     }

@@ -79,11 +79,18 @@ struct KernelEntry {
 
 // Op flag bit reserved by the core (not in the public ABI): a view op
 // (Reshape, Squeeze, Unsqueeze, Flatten): one output holding input 0's
-// elements in the same row-major order and dtype. When input 0 is contiguous
-// the dispatcher makes output 0 an alias of its storage and runs no kernel;
-// otherwise the op's kernel copies. Only core ops may set it (the registry
-// clears it on a plugin's op); making it public needs an ABI minor bump.
+// elements in the same row-major order and dtype. The dispatcher makes
+// output 0 an alias of input 0's storage (of one dense Contiguous copy of
+// it when input 0 is not contiguous) and runs no kernel. Only core ops may
+// set it (the registry clears it on a plugin's op); making it public needs
+// an ABI minor bump.
 constexpr uint32_t kOpFlagView = 1u << 5;
+// Core-reserved too: a permuting view (Transpose): output 0 is input 0 with
+// its axes permuted by the int-list attribute "perm" (unset: reversed). The
+// dispatcher always aliases (any input strides: the output's strides are the
+// input's, permuted) and runs no kernel, so output 0 is in general not
+// contiguous; kernels without DG_KERNEL_STRIDED_INPUTS get a dense copy.
+constexpr uint32_t kOpFlagPermuteView = 1u << 6;
 
 struct OpSchema {
   std::string name, py_name, doc, plugin;

@@ -145,11 +145,14 @@ DG_OP(Reshape)
     .Shape(ReshapeShape);
 
 DG_OP(Transpose)
-    .Doc("Permutes the axes of x: output axis i is input axis perm[i].")
+    .Doc("Permutes the axes of x: output axis i is input axis perm[i]. A "
+         "strided view of x (sharing its memory, no copy); consumers whose "
+         "kernels need dense inputs get a dense copy.")
     .Input("x", dg::kAny, 0, kX)
     .Output("y", dg::kAny, 0, "x with permuted axes.")
     .OptionalAttr("perm", DG_ATTR_INTS,
                   "A permutation of the axes; None reverses them.")
+    .Flags(kOpFlagPermuteView)
     .Shape(TransposeShape);
 
 DG_OP(BroadcastTo)

@@ -353,7 +353,8 @@ py::dict Describe(const OpSchema& op) {
   d["same_dtype"] = static_cast<bool>(op.flags & DG_OP_SAME_DTYPE);
   d["no_grad"] = static_cast<bool>(op.flags & DG_OP_NO_GRAD);
   d["control"] = static_cast<bool>(op.flags & DG_OP_CONTROL);
-  d["view"] = static_cast<bool>(op.flags & kOpFlagView);
+  d["view"] = static_cast<bool>(op.flags & (kOpFlagView | kOpFlagPermuteView));
+  d["strided_view"] = static_cast<bool>(op.flags & kOpFlagPermuteView);
   d["dispatch_input"] = op.dispatch_input;
   d["inplace_inputs"] = op.inplace_inputs;
   return d;

@@ -574,3 +574,52 @@ def test_bad_inputs_give_clean_errors(op, shapes):
     rng = np.random.default_rng(12)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     check_bad_inputs(op, arrays)
+
+
+# ------------------------------------------- attention head permutes (views)
+# Self-contained block (branch attn): Transpose is a strided view, so the
+# encoder's head split (0, 2, 1, 3) and k's (0, 1, 3, 2) reach MatMul as
+# permuted operands; oneDNN must read them in place (one matmul execution,
+# no reorder), in float32 and bfloat16.
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_head_permuted_views_are_read_in_place(dtype):
+    code = """
+        import ctypes, sys
+        import numpy as np, dragon_core as dg
+        from dragon_core import ops
+        libc = ctypes.CDLL(None)
+        dtype = sys.argv[1]
+        b, s, h, d = 2, 16, 4, 8
+        x = dg.tensor(np.random.default_rng(0).standard_normal((b, s, h * d))
+                      .astype(np.float32)).to(None, dtype=dtype)
+        q = ops.transpose(ops.reshape(x, shape=[b, s, h, d]), axes=[0, 2, 1, 3])
+        kt = ops.transpose(q, axes=[0, 1, 3, 2])
+        assert not q.is_contiguous() and not kt.is_contiguous()
+        ref = x.to(None, dtype="float64").numpy().reshape(b, s, h, d).transpose(0, 2, 1, 3)
+        for name, fn, want in [
+                ("q @ k^T", lambda: ops.matmul(q, kt), ref @ ref.transpose(0, 1, 3, 2)),
+                ("k^T-flag", lambda: ops.matmul(q, q, transpose_b=True),
+                 ref @ ref.transpose(0, 1, 3, 2))]:
+            libc.printf(b"CASE %s\\n", name.encode()); libc.fflush(None)
+            y = fn()
+            libc.printf(b"DONE\\n"); libc.fflush(None)
+            got = y.to(None, dtype="float64").numpy()
+            tol = 1e-5 if dtype == "float32" else 3e-2
+            assert np.abs(got - want).max() <= tol * np.abs(want).max(), name
+    """
+    full = dict(os.environ, ONEDNN_VERBOSE="1")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), dtype],
+                         capture_output=True, text=True, env=full, timeout=300)
+    assert out.returncode == 0, out.stderr
+    counts, current = {}, None
+    for line in out.stdout.splitlines():
+        if line.startswith("CASE "):
+            current = line[5:]
+            counts[current] = [0, 0]
+        elif line.startswith("DONE"):
+            current = None
+        elif current and line.startswith("onednn_verbose") and ",exec," in line:
+            kind = line.split(",")[3]
+            counts[current][kind == "reorder"] += 1
+    assert counts == {"q @ k^T": [1, 0], "k^T-flag": [1, 0]}, out.stdout

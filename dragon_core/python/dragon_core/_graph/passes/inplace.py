@@ -20,6 +20,13 @@ group (the root tensor and every view of it, ``view_roots``) is dead: the
 root is written by an op and not pinned, no member is pinned, and no other
 member is read by this op or any later one.
 
+A strided view (the output of an op with the ``strided_view`` schema flag,
+``Transpose``) never qualifies: its bytes are not in the output's row-major
+order, and a kernel that reads strides (every element-wise kernel of the
+``cuda`` plugin, say) would read elements it had already overwritten. The
+op then writes a buffer of its own (the executor also refuses to write in
+place over a non-contiguous input).
+
 When several inputs qualify, the lowest index wins. Output 0 may itself be a
 graph output or a state update: the input is dead, so its buffer simply moves
 to the caller or the variable (``memory`` then plans neither tensor).
@@ -52,6 +59,22 @@ def _mask(op_type: str, cache: dict) -> int:
     return cache[op_type]
 
 
+def _strided_views(graph) -> set:
+    """The outputs of strided-view ops (``describe()["strided_view"]``:
+    ``Transpose``), which alias their input with permuted strides."""
+    cache: dict = {}
+    out = set()
+    for op in graph.op:
+        if op.type not in cache:
+            try:
+                cache[op.type] = bool(_C.op(op.type).describe().get("strided_view", False))
+            except Exception:  # noqa: BLE001 - an op this process cannot resolve
+                cache[op.type] = False
+        if cache[op.type]:
+            out.update(op.output)
+    return out
+
+
 @register_pass("inplace", level=2)
 def inplace(graph):
     """Annotate the ops whose output 0 can reuse a dead input's buffer.
@@ -81,6 +104,7 @@ def inplace(graph):
     for name, root in roots.items():
         members.setdefault(root, {root}).add(name)
     masks: dict = {}
+    strided = _strided_views(new)
     for k, op in enumerate(new.op):
         if ANNOTATION in op.attr:
             del op.attr[ANNOTATION]
@@ -90,7 +114,8 @@ def inplace(graph):
         for i, name in enumerate(op.input):
             if not (mask >> i) & 1:
                 continue
-            if (name not in produced or name in pinned or last_read[name] != k
+            if (name not in produced or name in pinned or name in strided
+                    or last_read[name] != k
                     or list(op.input).count(name) != 1
                     or infos.get(name) != infos[op.output[0]]):
                 continue

@@ -199,32 +199,17 @@ struct MaxPick {
 };
 
 // The four taps of the sample at (y, x), weights unscaled (max mode), as
-// the CPU's Bilinear: every weight 0 and offset 0 outside the map.
+// the CPU's Bilinear: every weight 0 and offset 0 outside the map. The taps
+// are Taps' own, in its order (weight 1 scales nothing).
 template <typename T>
 __device__ inline void SampleTaps(T y, T x, int64_t h, int64_t w, int64_t at[4], T wt[4]) {
   for (int j = 0; j < 4; ++j) at[j] = 0, wt[j] = T(0);
-  if (!(y >= T(-1) && y <= T(h) && x >= T(-1) && x <= T(w))) return;
-  y = y > T(0) ? y : T(0);
-  x = x > T(0) ? x : T(0);
-  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x);
-  int64_t y1 = y0 + 1, x1 = x0 + 1;
-  if (y0 >= h - 1) {
-    y0 = y1 = h - 1;
-    y = T(y0);
-  }
-  if (x0 >= w - 1) {
-    x0 = x1 = w - 1;
-    x = T(x0);
-  }
-  const T ly = y - T(y0), lx = x - T(x0), hy = T(1) - ly, hx = T(1) - lx;
-  at[0] = y0 * w + x0;
-  at[1] = y0 * w + x1;
-  at[2] = y1 * w + x0;
-  at[3] = y1 * w + x1;
-  wt[0] = hy * hx;
-  wt[1] = hy * lx;
-  wt[2] = ly * hx;
-  wt[3] = ly * lx;
+  int n = 0;
+  Taps(y, x, h, w, T(1), [&](int64_t offset, T weight) {
+    at[n] = offset;
+    wt[n] = weight;
+    ++n;
+  });
 }
 
 // The CPU's sample grid (BuildAlignTable) and selection (MaxTerm) for bin p.

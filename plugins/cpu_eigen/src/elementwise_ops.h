@@ -83,6 +83,8 @@ struct FloatKernels {
   void (*binary)(BinaryKind kind, BinaryForm form, const T* a, const T* b,
                  T* y, int64_t n);
   const char* isa;  // e.g. "x86-64-v3"
+  // dx = dy * gelu'(x), exact (tanh = false) or tanh form (gelu_grad.h).
+  void (*gelu_grad)(bool tanh, const T* x, const T* dy, T* dx, int64_t n);
 };
 
 namespace CPU_EIGEN_EW_NS {

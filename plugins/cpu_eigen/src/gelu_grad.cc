@@ -24,6 +24,8 @@
 // inf * 0; a NaN x gives NaN.
 // double: scalar erfc / exp per element. float16 / bfloat16: widened to
 // float per block, the float path, rounded once.
+// The float / double runs are in gelu_grad.h, built per instruction set
+// with the other element-wise runs (elementwise_isa.cc, FloatKernels).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -32,148 +34,29 @@
 #include "common.h"
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
-#include "elementwise_ops.h"
 #include "widen.h"
 
 namespace cpu_eigen {
 namespace {
 
-namespace ew = ew_base;
-using ew::AlignedMap;
-using ew::ConstAlignedMap;
-using ew::kBlock;
-using ew::kPacket;
-
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kK1 = 1.5957691216057307117;   // 2 sqrt(2 / pi)
-constexpr double kK3 = 0.071354816272600249;    // K1 * 0.044715
-constexpr double kErfClamp = 40.0;
-constexpr double kTanhClamp = 30.0;
-
-// ------------------------------------------------------------- scalar forms
-
-// gelu'(x), exact form, in double (also the float reference of the tests).
-inline double GeluErfSlope(double x) {
-  if (std::isnan(x)) return x;
-  const double c = x < -kErfClamp ? -kErfClamp
-                   : x > kErfClamp ? kErfClamp : x;
-  return 0.5 * std::erfc(-kInvSqrt2 * c) +
-         c * std::exp(-0.5 * c * c) * kInvSqrt2Pi;
-}
-
-inline double GeluTanhSlope(double x) {
-  if (std::isnan(x)) return x;
-  const double c = x < -kTanhClamp ? -kTanhClamp
-                   : x > kTanhClamp ? kTanhClamp : x;
-  const double v = c * (kK1 + kK3 * c * c);
-  const double e = std::exp(-std::fabs(v));
-  const double p = 1.0 / (1.0 + e), q = e * p;
-  return (v >= 0.0 ? p : q) + c * p * q * (kK1 + 3.0 * kK3 * c * c);
-}
-
-// ---------------------------------------------------------- float blocks
-
-// dx[0, m) = dy * gelu'(x) for one block; x, dy, dx 64-byte aligned with
-// room for `padded` elements (x padded with zeros).
-void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
-                 int64_t padded) {
-  const auto xv = ConstAlignedMap<float>(x, padded);
-  const auto c = xv.max(-40.0f).min(40.0f);
-  AlignedMap<float>(dx, padded) =
-      ConstAlignedMap<float>(dy, padded) *
-      (0.5f + 0.5f * (c * static_cast<float>(kInvSqrt2)).erf() +
-       c * (c.square() * -0.5f).exp() * static_cast<float>(kInvSqrt2Pi));
-  if (ew::CountOutside(x, m, -1.0f, std::numeric_limits<float>::infinity()) !=
-      0) {
-    alignas(64) double v[kBlock + 16];
-    alignas(64) double g[kBlock + 16];
-    int32_t at[kBlock];
-    int64_t k = 0;
-    for (int64_t j = 0; j < m; ++j) {
-      if (x[j] < -1.0f) {
-        at[k] = static_cast<int32_t>(j);
-        v[k++] = x[j] < -40.0f ? -40.0 : static_cast<double>(x[j]);
-      }
-    }
-    const int64_t kp =
-        (k + kPacket<double> - 1) / kPacket<double> * kPacket<double>;
-    for (int64_t j = k; j < kp; ++j) v[j] = -2.0;  // padding
-    for (int64_t j = 0; j < kp; ++j) g[j] = v[j];
-    ew::GeluErfNegativeTail(g, kp);  // g = x Phi(x)
-    AlignedMap<double> vm(v, kp), gm(g, kp);
-    gm = gm / vm + vm * (vm.square() * -0.5).exp() * kInvSqrt2Pi;
-    for (int64_t j = 0; j < k; ++j) {
-      dx[at[j]] = static_cast<float>(static_cast<double>(dy[at[j]]) * g[j]);
-    }
-  }
-  for (int64_t j = 0; j < m; ++j) {
-    if (std::isnan(x[j])) dx[j] = x[j];
-  }
-}
-
-void TanhBlockF32(const float* x, const float* dy, float* dx, int64_t m,
-                  int64_t padded) {
-  const auto c = ConstAlignedMap<float>(x, padded).max(-30.0f).min(30.0f);
-  alignas(64) float vb[kBlock];
-  alignas(64) float pb[kBlock];
-  alignas(64) float qb[kBlock];
-  AlignedMap<float> v(vb, padded), p(pb, padded), q(qb, padded);
-  v = c * (static_cast<float>(kK1) + static_cast<float>(kK3) * c.square());
-  // Eigen's float exp clamps its argument at about -88.7, so e^(-|v|)
-  // would stay ~3e-39 instead of underflowing: zero it past that.
-  q = (v.abs() > 87.0f).select(0.0f, (-v.abs()).exp());
-  p = 1.0f / (1.0f + q);
-  q = q * p;
-  AlignedMap<float>(dx, padded) =
-      ConstAlignedMap<float>(dy, padded) *
-      ((v >= 0.0f).select(p, q) +
-       c * p * q *
-           (static_cast<float>(kK1) + static_cast<float>(3.0 * kK3) * c.square()));
-  for (int64_t j = 0; j < m; ++j) {
-    if (std::isnan(x[j])) dx[j] = x[j];
-  }
-}
-
-// Runs block(x, dy, dx, m, padded) over [begin, end) of float data.
-template <typename Block>
-void RunFloatRange(const float* x, const float* dy, float* dx, int64_t begin,
-                   int64_t end, Block block) {
-  alignas(64) float xb[kBlock];
-  alignas(64) float db[kBlock];
-  alignas(64) float ob[kBlock];
-  for (int64_t b = begin; b < end; b += kBlock) {
-    const int64_t m = end - b < kBlock ? end - b : kBlock;
-    const int64_t padded =
-        (m + kPacket<float> - 1) / kPacket<float> * kPacket<float>;
-    for (int64_t j = 0; j < m; ++j) xb[j] = x[b + j];
-    for (int64_t j = 0; j < m; ++j) db[j] = dy[b + j];
-    for (int64_t j = m; j < padded; ++j) xb[j] = db[j] = 0.0f;
-    block(xb, db, ob, m, padded);
-    for (int64_t j = 0; j < m; ++j) dx[b + j] = ob[j];
-  }
-}
+// Widening buffers: one block of 512 elements at a time.
+constexpr int64_t kBlock = 512;
 
 // Same, 16-bit inputs widened to float per block, the result rounded once.
-template <typename H, typename Block>
+template <typename H, typename Run>
 void RunHalfRange(const H* x, const H* dy, H* dx, int64_t begin, int64_t end,
-                  Block block) {
+                  Run run) {
   alignas(64) float xb[kBlock];
   alignas(64) float db[kBlock];
   alignas(64) float ob[kBlock];
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t m = end - b < kBlock ? end - b : kBlock;
-    const int64_t padded =
-        (m + kPacket<float> - 1) / kPacket<float> * kPacket<float>;
     for (int64_t j = 0; j < m; ++j) xb[j] = static_cast<float>(x[b + j]);
     for (int64_t j = 0; j < m; ++j) db[j] = static_cast<float>(dy[b + j]);
-    for (int64_t j = m; j < padded; ++j) xb[j] = db[j] = 0.0f;
-    block(xb, db, ob, m, padded);
+    run(xb, db, ob, m);
     for (int64_t j = 0; j < m; ++j) dx[b + j] = static_cast<H>(ob[j]);
   }
 }
-
-// ------------------------------------------------------------------ kernel
 
 template <typename T>
 void GeluGrad(dg::KernelContext& ctx) {
@@ -190,24 +73,17 @@ void GeluGrad(dg::KernelContext& ctx) {
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
-  const int64_t cost = elementwise::kCostHeavy;
-  elementwise::ForRange(n, cost, [&](int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<T, double>) {
-      for (int64_t i = begin; i < end; ++i) {
-        pdx[i] = pdy[i] * (tanh ? GeluTanhSlope(px[i]) : GeluErfSlope(px[i]));
-      }
-    } else if constexpr (std::is_same_v<T, float>) {
-      if (tanh) {
-        RunFloatRange(px, pdy, pdx, begin, end, &TanhBlockF32);
-      } else {
-        RunFloatRange(px, pdy, pdx, begin, end, &ErfBlockF32);
-      }
+  using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const auto run = elementwise::FloatKernelsFor<F>().gelu_grad;
+  elementwise::ForRange(n, elementwise::kCostHeavy,
+                        [&](int64_t begin, int64_t end) {
+    if constexpr (std::is_same_v<T, F>) {
+      run(tanh, px + begin, pdy + begin, pdx + begin, end - begin);
     } else {
-      if (tanh) {
-        RunHalfRange(px, pdy, pdx, begin, end, &TanhBlockF32);
-      } else {
-        RunHalfRange(px, pdy, pdx, begin, end, &ErfBlockF32);
-      }
+      RunHalfRange(px, pdy, pdx, begin, end,
+                   [&](const float* a, const float* b, float* c, int64_t m) {
+                     run(tanh, a, b, c, m);
+                   });
     }
   });
 }

@@ -12,10 +12,11 @@
 // the packet path, so a result never depends on its position):
 //   * exact form: Phi from Eigen's vectorised erf, accurate where
 //     1 + erf(x/sqrt 2) does not cancel (x >= -1); the x < -1 values are
-//     gathered into double packets, where Phi(x) = gelu(x) / x comes from
-//     GeluErfNegativeTail (elementwise_ops.h, relative error < 1.3e-10) and
-//     x phi(x) is taken in double too. The two terms nearly cancel there
-//     (their sum is -phi(x) (|x| - 1/|x| + ...)), hence double.
+//     gathered into double packets, where with z = -x/sqrt 2 and the erfc
+//     fit of GeluErfNegativeTail (elementwise_ops.h, relative error
+//     < 1.3e-10), Phi(x) = e^(-z^2) t P(t) / 2, so
+//     gelu'(x) = e^(-x^2/2) (t P(t) / 2 + x / sqrt(2 pi)): one exp for both
+//     terms, which nearly cancel there (hence double).
 //   * tanh form: with e = exp(-|v|) <= 1, p = 1 / (1 + e), q = e p, the
 //     pair (s(v), s(-v)) is (p, q) for v >= 0 and (q, p) for v < 0: no
 //     exp overflows and neither sigmoid loses its small tail to 1 - s.

@@ -71,10 +71,16 @@ void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
     const int64_t kp =
         (k + kPacket<double> - 1) / kPacket<double> * kPacket<double>;
     for (int64_t j = k; j < kp; ++j) v[j] = -2.0;  // padding
-    for (int64_t j = 0; j < kp; ++j) g[j] = v[j];
-    GeluErfNegativeTail(g, kp);  // g = x Phi(x)
+    // gelu'(x) = Phi(x) + x phi(x) = e^(-x^2/2) (t P(t) / 2 + x / sqrt(2 pi))
+    // with Phi(x) = erfc(z) / 2 = e^(-z^2) t P(t) / 2, z = -x / sqrt 2
+    // (the erfc fit of GeluErfNegativeTail): one exp for both terms.
     AlignedMap<double> vm(v, kp), gm(g, kp);
-    gm = gm / vm + vm * (vm.square() * -0.5).exp() * kInvSqrt2Pi;
+    gm = 1.0 / (1.0 + vm * -0.35355339059327376);  // t = 1 / (1 + z/2)
+    alignas(64) double pb[kBlock + 16];
+    AlignedMap<double> pm(pb, kp);
+    pm = ArrayX<double>::Constant(kp, kErfcTailP[12]);
+    for (int i = 11; i >= 0; --i) pm = pm * gm + kErfcTailP[i];
+    gm = (vm.square() * -0.5).exp() * (0.5 * gm * pm + vm * kInvSqrt2Pi);
     for (int64_t j = 0; j < k; ++j) {
       dx[at[j]] = static_cast<float>(static_cast<double>(dy[at[j]]) * g[j]);
     }
@@ -94,12 +100,18 @@ void TanhBlockF32(const float* x, const float* dy, float* dx, int64_t m,
   v = c * (static_cast<float>(kK1) + static_cast<float>(kK3) * c.square());
   // Eigen's float exp clamps its argument at about -88.7, so e^(-|v|)
   // would stay ~3e-39 instead of underflowing: zero it past that.
-  q = (v.abs() > 87.0f).select(0.0f, (-v.abs()).exp());
+  // would stay ~3e-39 instead of underflowing: e^(-|v|/2) squared does
+  // underflow (and needs no select, which Eigen does not vectorise).
+  q = (v.abs() * -0.5f).exp().square();
   p = 1.0f / (1.0f + q);
   q = q * p;
+  // s(v) = q + (p - q) h, h = 1 for v > 0, 0 for v <= 0 (exactly q
+  // there; p = q = 1/2 at v = 0), with h = min(max(1e30 v, 0), 1) (min and
+  // max vectorise, Eigen's sign and select do not); for 0 < v < 1e-30, h
+  // is fractional but p - q ~ v/2 is below any rounding of the result.
   AlignedMap<float>(dx, padded) =
       ConstAlignedMap<float>(dy, padded) *
-      ((v >= 0.0f).select(p, q) +
+      (q + (p - q) * (v * 1e30f).max(0.0f).min(1.0f) +
        c * p * q *
            (static_cast<float>(kK1) + static_cast<float>(3.0 * kK3) * c.square()));
   for (int64_t j = 0; j < m; ++j) {

@@ -62,11 +62,12 @@ void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
     alignas(64) double g[kBlock + 16];
     int32_t at[kBlock];
     int64_t k = 0;
+    // Branch-free compaction (the signs of normal data are unpredictable):
+    // every element is written at k, which advances only for a tail one.
     for (int64_t j = 0; j < m; ++j) {
-      if (x[j] < -1.0f) {
-        at[k] = static_cast<int32_t>(j);
-        v[k++] = x[j] < -40.0f ? -40.0 : static_cast<double>(x[j]);
-      }
+      at[k] = static_cast<int32_t>(j);
+      v[k] = x[j] < -40.0f ? -40.0 : static_cast<double>(x[j]);
+      k += x[j] < -1.0f;
     }
     const int64_t kp =
         (k + kPacket<double> - 1) / kPacket<double> * kPacket<double>;

@@ -1,7 +1,9 @@
-"""The exact GELU's gradient in a compiled step is one FusedElementwise
-(issue 21): its series/quotient switch at |x| = 0.1 is built from
-element-wise table ops (abs, ceil, maximum), not comparisons, a bitwise and
-and a cast, which would be four more ops over the whole activation. The
+"""The exact GELU's gradient in a compiled step is one GeluGrad op (issue
+21). The composed form it replaced (``gelu_grad_composed``, kept as the A/B
+reference) is still one FusedElementwise: its series/quotient switch at
+|x| = 0.1 is built from element-wise table ops (abs, ceil, maximum), not
+comparisons, a bitwise and and a cast, which would be four more ops over
+the whole activation. The
 values are checked against the closed form in float64 (eager and compiled)
 and the fused float32/bfloat16 step against its eager run."""
 
@@ -40,8 +42,21 @@ def _points(dtype):
     return np.concatenate([edge, rng.standard_normal(997) * 2]).astype(dtype)
 
 
-def test_compiled_gradient_is_one_fused_op():
+def test_compiled_gradient_is_one_gelu_grad_op():
     f = dg.function(_grad)
+    x = dg.tensor(_points("float32"))
+    g = f.get_graph(x, _ones(x))
+    types = [op.type for op in g.op]
+    assert types == ["GeluGrad"], types
+
+
+def _composed(x, dy):
+    from dragon_core._grads.unary import gelu_grad_composed
+    return gelu_grad_composed(x, dy, "none")
+
+
+def test_composed_gradient_is_one_fused_op():
+    f = dg.function(_composed)
     x = dg.tensor(_points("float32"))
     g = f.get_graph(x, _ones(x))
     types = [op.type for op in g.op]

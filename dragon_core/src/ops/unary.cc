@@ -19,6 +19,19 @@ void GeluShape(dg::InferContext& ctx) {
   SameAsInput(ctx);
 }
 
+// GeluGrad(x, dy): dx has x's shape; dy must match it exactly (no
+// broadcasting: it is the gradient of Gelu's output, which has x's shape).
+void GeluGradShape(dg::InferContext& ctx) {
+  std::string mode = ctx.s("approximate");
+  DG_CHECK(mode == "none" || mode == "tanh", DG_INVALID_ARGUMENT,
+           "approximate must be \"none\" or \"tanh\", got \"", mode, "\"");
+  const auto x = ctx.input(0).shape();
+  const auto dy = ctx.input(1).shape();
+  DG_CHECK(x == dy, DG_INVALID_ARGUMENT, "dy must have x's shape ",
+           ShapeStr(x), ", got ", ShapeStr(dy));
+  SameAsInput(ctx);
+}
+
 void SoftplusShape(dg::InferContext& ctx) {
   DG_CHECK(ctx.f("beta") != 0.0, DG_INVALID_ARGUMENT,
            "beta must be non-zero (it divides the result)");
@@ -199,6 +212,18 @@ DG_OP(Gelu)
           "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
     .Inplace(1)
     .Shape(GeluShape);
+
+DG_OP(GeluGrad)
+    .Doc("Gradient of Gelu: dx = dy * d/dx gelu(x), element-wise, with the "
+         "same approximate form as the forward op. x and dy have one shape "
+         "and one dtype.")
+    .Input("x", dg::kFloat, 0, "Gelu's input.")
+    .Input("dy", dg::kFloat, 0, "Gradient of Gelu's output, x's shape.")
+    .Output("dx", dg::kFloat, 0, "Gradient of x, x's shape and dtype.")
+    .Attr("approximate", "none",
+          "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
+    .Flags(DG_OP_SAME_DTYPE)
+    .Shape(GeluGradShape);
 
 DG_OP(Softplus)
     .Doc("Softplus, element-wise: y = ln(1 + e^(beta * x)) / beta, and y = x "

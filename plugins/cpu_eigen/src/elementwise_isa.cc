@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "elementwise_ops.h"
+#include "gelu_grad.h"
 
 namespace cpu_eigen {
 namespace CPU_EIGEN_EW_NS {
@@ -83,10 +84,11 @@ void Binary(BinaryKind kind, BinaryForm form, const T* a, const T* b, T* y,
 // Constant-initialised (no code runs at load, whatever the CPU).
 extern const FloatKernels<float> kFloatKernelsF32;
 extern const FloatKernels<double> kFloatKernelsF64;
-const FloatKernels<float> kFloatKernelsF32 = {&Unary<float>, &Binary<float>,
-                                              CPU_EIGEN_EW_ISA_NAME};
+const FloatKernels<float> kFloatKernelsF32 = {
+    &Unary<float>, &Binary<float>, CPU_EIGEN_EW_ISA_NAME, &GeluGradRun<float>};
 const FloatKernels<double> kFloatKernelsF64 = {
-    &Unary<double>, &Binary<double>, CPU_EIGEN_EW_ISA_NAME};
+    &Unary<double>, &Binary<double>, CPU_EIGEN_EW_ISA_NAME,
+    &GeluGradRun<double>};
 
 }  // namespace CPU_EIGEN_EW_NS
 }  // namespace cpu_eigen

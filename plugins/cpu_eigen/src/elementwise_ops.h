@@ -83,6 +83,8 @@ struct FloatKernels {
   void (*binary)(BinaryKind kind, BinaryForm form, const T* a, const T* b,
                  T* y, int64_t n);
   const char* isa;  // e.g. "x86-64-v3"
+  // dx = dy * gelu'(x), exact (tanh = false) or tanh form (gelu_grad.h).
+  void (*gelu_grad)(bool tanh, const T* x, const T* dy, T* dx, int64_t n);
 };
 
 namespace CPU_EIGEN_EW_NS {
@@ -489,13 +491,16 @@ struct EluOp {
 // underflows to -0 long before) is evaluated at -40, so -inf gives -0 as
 // the scalar form does. Every value takes the packet path (n is a whole
 // number of packets), so a result never depends on its position.
+// The coefficients of P (also used by GeluGrad, gelu_grad.h).
+inline constexpr double kErfcTailP[13] = {
+    0.28209479174776214,  0.28209481037687162,  0.2468314256952443,
+    0.17635593470634556,  0.083010788122108575, 0.0024343747140340858,
+    -0.097130816550602739, 0.10351697859715883, -0.40831126028558606,
+    0.72071890884298218,  -0.59295817064472234, 0.240498745789063,
+    -0.039145644201980537};
+
 inline void GeluErfNegativeTail(double* v, int64_t n) {
-  static constexpr double kP[13] = {
-      0.28209479174776214,  0.28209481037687162,  0.2468314256952443,
-      0.17635593470634556,  0.083010788122108575, 0.0024343747140340858,
-      -0.097130816550602739, 0.10351697859715883, -0.40831126028558606,
-      0.72071890884298218,  -0.59295817064472234, 0.240498745789063,
-      -0.039145644201980537};
+  const double* kP = kErfcTailP;
   alignas(64) double tb[kBlock + 16];
   alignas(64) double pb[kBlock + 16];
   AlignedMap<double> x(v, n), t(tb, n), p(pb, n);

@@ -96,6 +96,57 @@ void Gelu(dg::KernelContext& ctx) {
 }
 DG_KERNEL_EX("Gelu", "cuda", 0, kStrided, Gelu, DGC_FLOATS);
 
+// GeluGrad(x, dy) -> dy * gelu'(x), as cpu_eigen's gelu_grad.cc: the exact
+// form Phi(x) + x phi(x) in double (erfc keeps Phi's relative accuracy for
+// negative x, where the two terms nearly cancel); the tanh form
+// s(v) + x s(v) s(-v) v' from e = exp(-|v|) (no overflow). x is clamped
+// to [-40, 40] / [-30, 30], where gelu' is 0 or 1, so +-inf gives 0 / 1;
+// NaN stays NaN.
+struct GeluErfGradF {
+  template <typename A>
+  __device__ A operator()(A x, A dy) const {
+    if (isnan(x)) return x;
+    double c = static_cast<double>(x);
+    c = c < -40.0 ? -40.0 : (c > 40.0 ? 40.0 : c);
+    const double slope = 0.5 * erfc(-0.70710678118654752440 * c) +
+                         c * exp(-0.5 * c * c) * 0.39894228040143267794;
+    return static_cast<A>(static_cast<double>(dy) * slope);
+  }
+};
+struct GeluTanhGradF {
+  template <typename A>
+  __device__ A operator()(A x, A dy) const {
+    if (isnan(x)) return x;
+    const A k1 = A(1.5957691216057307117), k3 = A(0.071354816272600249);
+    const A c = x < A(-30) ? A(-30) : (x > A(30) ? A(30) : x);
+    const A v = c * (k1 + k3 * c * c);
+    const A e = exp(-fabs(v));
+    const A p = A(1) / (A(1) + e), q = e * p;
+    return dy * ((v >= A(0) ? p : q) + c * p * q * (k1 + A(3) * k3 * c * c));
+  }
+};
+
+template <typename T, typename F>
+struct LiftGrad {
+  F f;
+  __device__ T operator()(T x, T dy) const {
+    return static_cast<T>(f(static_cast<Acc<T>>(x), static_cast<Acc<T>>(dy)));
+  }
+};
+
+template <typename T>
+void GeluGrad(dg::KernelContext& ctx) {
+  const std::string mode = ctx.s("approximate");
+  DG_CHECK(mode == "none" || mode == "tanh", DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": approximate must be \"none\" or \"tanh\", got \"", mode, "\"");
+  if (mode == "tanh") {
+    LaunchBinary<T, T, T>(ctx, LiftGrad<T, GeluTanhGradF>{GeluTanhGradF{}});
+  } else {
+    LaunchBinary<T, T, T>(ctx, LiftGrad<T, GeluErfGradF>{GeluErfGradF{}});
+  }
+}
+DG_KERNEL_EX("GeluGrad", "cuda", 0, kStrided, GeluGrad, DGC_FLOATS);
+
 // log(1 + e^(βx)) / β, or x where βx > threshold.
 template <typename A>
 struct SoftplusF {

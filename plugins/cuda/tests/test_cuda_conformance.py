@@ -134,6 +134,9 @@ CASES = {
     "LeakyRelu": _unary(lambda x: ops.leaky_relu(x, alpha=0.1)),
     "Elu": _unary(lambda x: ops.elu(x, alpha=0.7)),
     "Gelu": _unary(ops.gelu) + _unary(lambda x: ops.gelu(x, approximate="tanh")),
+    "GeluGrad": [(lambda x, dy, m=m: ops.gelu_grad(x, dy, approximate=m),
+                  [("f", sh), ("f", sh)], FLOATS, True)
+                 for sh in U_SHAPES for m in ("none", "tanh")],
     "Softplus": _unary(lambda x: ops.softplus(x, beta=1.5, threshold=2.0)),
     "Clip": _unary(lambda x: ops.clip(x, min=-0.5, max=1.0), dtypes=NUM),
     "LogicalNot": _unary(ops.logical_not, "b", dtypes=ALL, grad=False),

@@ -243,19 +243,64 @@ def _normal_cdf(x):
     return series * small + quotient * large
 
 
-@gradient("Gelu")
-def _gelu(node, dy):
+def gelu_grad_composed(x, dy, approximate="none"):
+    """dy * gelu'(x) written with element-wise ops (the rule before the
+    ``GeluGrad`` op, issue 21); kept as a reference and for A/B benchmarks.
+    """
     o = ops()
-    (x,) = node.inputs
-    if node.attrs["approximate"] == "tanh":
+    if approximate == "tanh":
         # d/dx x s(v) = s(v) + x s(v) s(-v) v',  v = x (K1 + K3 x^2).
         v = x * (x * x * _GELU_K3 + _GELU_K1)
         xc = o.clip(x, -_GELU_TANH_CLIP, _GELU_TANH_CLIP)
         slope = xc * (xc * xc * (3.0 * _GELU_K3) + _GELU_K1)
-        return [dy * (o.sigmoid(v) + o.sigmoid(v) * o.sigmoid(o.neg(v)) * slope)]
+        return dy * (o.sigmoid(v) + o.sigmoid(v) * o.sigmoid(o.neg(v)) * slope)
     # d/dx x Phi(x) = Phi(x) + x phi(x).
     pdf = o.exp(x * x * -0.5) * _INV_SQRT_2PI
-    return [dy * (_normal_cdf(x) + x * pdf)]
+    return dy * (_normal_cdf(x) + x * pdf)
+
+
+@gradient("Gelu")
+def _gelu(node, dy):
+    # One GeluGrad kernel (issue 21); GeluGrad has its own rule below, so
+    # the gradient stays differentiable.
+    (x,) = node.inputs
+    return [ops().gelu_grad(x, dy, node.attrs["approximate"])]
+
+
+# Beyond |x| = 40, gelu''(x) is 0 in every dtype (phi(40) ~ 1e-348); the
+# clip keeps phi(x) * x^2 from becoming 0 * inf at x = +-inf.
+_GELU_ERF_CLIP = 40.0
+
+
+def gelu_second_derivative(x, approximate="none"):
+    """gelu''(x), written with differentiable ops.
+
+    exact form: phi(x) (2 - x^2);
+    tanh form (gelu = x s(v), v = x (K1 + K3 x^2), a = s(v) s(-v)):
+    a (2 v' + x v'' + x v'^2 (s(-v) - s(v))), v' = K1 + 3 K3 x^2,
+    v'' = 6 K3 x.
+    """
+    o = ops()
+    if approximate == "tanh":
+        xc = o.clip(x, -_GELU_TANH_CLIP, _GELU_TANH_CLIP)
+        v = xc * (xc * xc * _GELU_K3 + _GELU_K1)
+        s = o.sigmoid(v)
+        sm = o.sigmoid(o.neg(v))
+        d1 = xc * xc * (3.0 * _GELU_K3) + _GELU_K1
+        d2 = xc * (6.0 * _GELU_K3)
+        return s * sm * (d1 * 2.0 + xc * d2 + xc * d1 * d1 * (sm - s))
+    xc = o.clip(x, -_GELU_ERF_CLIP, _GELU_ERF_CLIP)
+    return o.exp(xc * xc * -0.5) * _INV_SQRT_2PI * (2.0 - xc * xc)
+
+
+@gradient("GeluGrad")
+def _gelu_grad(node, ddx):
+    # dx = dy * gelu'(x): linear in dy (its gradient is GeluGrad again), and
+    # d/dx = dy * gelu''(x).
+    x, dy = node.inputs
+    mode = node.attrs["approximate"]
+    return [ddx * dy * gelu_second_derivative(x, mode),
+            ops().gelu_grad(x, ddx, mode)]
 
 
 # --------------------------------------------------------------- softmax

@@ -1,0 +1,162 @@
+// GeluGrad's contiguous float / double runs (see gelu_grad.cc for the
+// math), included by elementwise_isa.cc only: built once per instruction
+// set inside cpu_eigen::CPU_EIGEN_EW_NS (Eigen renamed there), reached
+// through FloatKernels<T>::gelu_grad.
+#ifndef DRAGON_CPU_EIGEN_GELU_GRAD_H_
+#define DRAGON_CPU_EIGEN_GELU_GRAD_H_
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "elementwise_ops.h"
+
+namespace cpu_eigen {
+namespace CPU_EIGEN_EW_NS {
+namespace gelu_grad {
+
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kK1 = 1.5957691216057307117;   // 2 sqrt(2 / pi)
+constexpr double kK3 = 0.071354816272600249;    // K1 * 0.044715
+constexpr double kErfClamp = 40.0;
+constexpr double kTanhClamp = 30.0;
+
+// ------------------------------------------------------------- scalar forms
+
+// gelu'(x), exact form, in double (also the float reference of the tests).
+inline double GeluErfSlope(double x) {
+  if (std::isnan(x)) return x;
+  const double c = x < -kErfClamp ? -kErfClamp
+                   : x > kErfClamp ? kErfClamp : x;
+  return 0.5 * std::erfc(-kInvSqrt2 * c) +
+         c * std::exp(-0.5 * c * c) * kInvSqrt2Pi;
+}
+
+inline double GeluTanhSlope(double x) {
+  if (std::isnan(x)) return x;
+  const double c = x < -kTanhClamp ? -kTanhClamp
+                   : x > kTanhClamp ? kTanhClamp : x;
+  const double v = c * (kK1 + kK3 * c * c);
+  const double e = std::exp(-std::fabs(v));
+  const double p = 1.0 / (1.0 + e), q = e * p;
+  return (v >= 0.0 ? p : q) + c * p * q * (kK1 + 3.0 * kK3 * c * c);
+}
+
+// ---------------------------------------------------------- float blocks
+
+// dx[0, m) = dy * gelu'(x) for one block; x, dy, dx 64-byte aligned with
+// room for `padded` elements (x padded with zeros).
+void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
+                 int64_t padded) {
+  const auto xv = ConstAlignedMap<float>(x, padded);
+  const auto c = xv.max(-40.0f).min(40.0f);
+  AlignedMap<float>(dx, padded) =
+      ConstAlignedMap<float>(dy, padded) *
+      (0.5f + 0.5f * (c * static_cast<float>(kInvSqrt2)).erf() +
+       c * (c.square() * -0.5f).exp() * static_cast<float>(kInvSqrt2Pi));
+  if (CountOutside(x, m, -1.0f, std::numeric_limits<float>::infinity()) !=
+      0) {
+    alignas(64) double v[kBlock + 16];
+    alignas(64) double g[kBlock + 16];
+    int32_t at[kBlock];
+    int64_t k = 0;
+    // Branch-free compaction (the signs of normal data are unpredictable):
+    // every element is written at k, which advances only for a tail one.
+    for (int64_t j = 0; j < m; ++j) {
+      at[k] = static_cast<int32_t>(j);
+      v[k] = x[j] < -40.0f ? -40.0 : static_cast<double>(x[j]);
+      k += x[j] < -1.0f;
+    }
+    const int64_t kp =
+        (k + kPacket<double> - 1) / kPacket<double> * kPacket<double>;
+    for (int64_t j = k; j < kp; ++j) v[j] = -2.0;  // padding
+    // gelu'(x) = Phi(x) + x phi(x) = e^(-x^2/2) (t P(t) / 2 + x / sqrt(2 pi))
+    // with Phi(x) = erfc(z) / 2 = e^(-z^2) t P(t) / 2, z = -x / sqrt 2
+    // (the erfc fit of GeluErfNegativeTail): one exp for both terms.
+    AlignedMap<double> vm(v, kp), gm(g, kp);
+    gm = 1.0 / (1.0 + vm * -0.35355339059327376);  // t = 1 / (1 + z/2)
+    alignas(64) double pb[kBlock + 16];
+    AlignedMap<double> pm(pb, kp);
+    pm = ArrayX<double>::Constant(kp, kErfcTailP[12]);
+    for (int i = 11; i >= 0; --i) pm = pm * gm + kErfcTailP[i];
+    gm = (vm.square() * -0.5).exp() * (0.5 * gm * pm + vm * kInvSqrt2Pi);
+    for (int64_t j = 0; j < k; ++j) {
+      dx[at[j]] = static_cast<float>(static_cast<double>(dy[at[j]]) * g[j]);
+    }
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    if (std::isnan(x[j])) dx[j] = x[j];
+  }
+}
+
+void TanhBlockF32(const float* x, const float* dy, float* dx, int64_t m,
+                  int64_t padded) {
+  const auto c = ConstAlignedMap<float>(x, padded).max(-30.0f).min(30.0f);
+  alignas(64) float vb[kBlock];
+  alignas(64) float pb[kBlock];
+  alignas(64) float qb[kBlock];
+  AlignedMap<float> v(vb, padded), p(pb, padded), q(qb, padded);
+  v = c * (static_cast<float>(kK1) + static_cast<float>(kK3) * c.square());
+  // Eigen's float exp clamps its argument at about -88.7, so e^(-|v|)
+  // would stay ~3e-39 instead of underflowing: zero it past that.
+  // would stay ~3e-39 instead of underflowing: e^(-|v|/2) squared does
+  // underflow (and needs no select, which Eigen does not vectorise).
+  q = (v.abs() * -0.5f).exp().square();
+  p = 1.0f / (1.0f + q);
+  q = q * p;
+  // s(v) = q + (p - q) h, h = 1 for v > 0, 0 for v <= 0 (exactly q
+  // there; p = q = 1/2 at v = 0), with h = min(max(1e30 v, 0), 1) (min and
+  // max vectorise, Eigen's sign and select do not); for 0 < v < 1e-30, h
+  // is fractional but p - q ~ v/2 is below any rounding of the result.
+  AlignedMap<float>(dx, padded) =
+      ConstAlignedMap<float>(dy, padded) *
+      (q + (p - q) * (v * 1e30f).max(0.0f).min(1.0f) +
+       c * p * q *
+           (static_cast<float>(kK1) + static_cast<float>(3.0 * kK3) * c.square()));
+  for (int64_t j = 0; j < m; ++j) {
+    if (std::isnan(x[j])) dx[j] = x[j];
+  }
+}
+
+// Runs block(x, dy, dx, m, padded) over [begin, end) of float data.
+template <typename Block>
+void RunFloatRange(const float* x, const float* dy, float* dx, int64_t begin,
+                   int64_t end, Block block) {
+  alignas(64) float xb[kBlock];
+  alignas(64) float db[kBlock];
+  alignas(64) float ob[kBlock];
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t m = end - b < kBlock ? end - b : kBlock;
+    const int64_t padded =
+        (m + kPacket<float> - 1) / kPacket<float> * kPacket<float>;
+    for (int64_t j = 0; j < m; ++j) xb[j] = x[b + j];
+    for (int64_t j = 0; j < m; ++j) db[j] = dy[b + j];
+    for (int64_t j = m; j < padded; ++j) xb[j] = db[j] = 0.0f;
+    block(xb, db, ob, m, padded);
+    for (int64_t j = 0; j < m; ++j) dx[b + j] = ob[j];
+  }
+}
+
+}  // namespace gelu_grad
+
+// dx[0, n) = dy * gelu'(x) over contiguous runs.
+template <typename T>
+void GeluGradRun(bool tanh, const T* x, const T* dy, T* dx, int64_t n) {
+  if constexpr (std::is_same_v<T, double>) {
+    for (int64_t i = 0; i < n; ++i) {
+      dx[i] = dy[i] * (tanh ? gelu_grad::GeluTanhSlope(x[i])
+                            : gelu_grad::GeluErfSlope(x[i]));
+    }
+  } else if (tanh) {
+    gelu_grad::RunFloatRange(x, dy, dx, 0, n, &gelu_grad::TanhBlockF32);
+  } else {
+    gelu_grad::RunFloatRange(x, dy, dx, 0, n, &gelu_grad::ErfBlockF32);
+  }
+}
+
+}  // namespace CPU_EIGEN_EW_NS
+}  // namespace cpu_eigen
+
+#endif  // DRAGON_CPU_EIGEN_GELU_GRAD_H_

@@ -95,24 +95,45 @@ struct AlignBin {
   T inv;                     // 1 / samples
 };
 
+// The corner, bin size and sampling grid of one roi's bins, shared by the
+// average and max modes (their sample positions then follow the CPU's
+// formula for each mode).
 template <typename T>
-__device__ AlignBin<T> AlignBinOf(const T* roi, const Pos& p, const Dims& d,
-                                  T scale, int64_t sampling, bool aligned) {
+struct RoiGeom {
+  T x1, y1, bw, bh;
+  int64_t gh, gw;
+};
+
+template <typename T>
+__device__ RoiGeom<T> RoiGeomOf(const T* roi, const Dims& d, T scale, int64_t sampling,
+                                bool aligned) {
   const T off = aligned ? T(0.5) : T(0);
-  const T x1 = roi[1] * scale - off, y1 = roi[2] * scale - off;
-  T rw = roi[3] * scale - off - x1, rh = roi[4] * scale - off - y1;
+  RoiGeom<T> g;
+  g.x1 = roi[1] * scale - off;
+  g.y1 = roi[2] * scale - off;
+  T rw = roi[3] * scale - off - g.x1, rh = roi[4] * scale - off - g.y1;
   if (!aligned) {
     rw = rw > T(1) ? rw : T(1);
     rh = rh > T(1) ? rh : T(1);
   }
-  const T bh = rh / T(d.oh), bw = rw / T(d.ow);
+  g.bh = rh / T(d.oh);
+  g.bw = rw / T(d.ow);
+  g.gh = GridSize(rh, d.oh, sampling);
+  g.gw = GridSize(rw, d.ow, sampling);
+  return g;
+}
+
+template <typename T>
+__device__ AlignBin<T> AlignBinOf(const T* roi, const Pos& p, const Dims& d,
+                                  T scale, int64_t sampling, bool aligned) {
+  const RoiGeom<T> g = RoiGeomOf(roi, d, scale, sampling, aligned);
   AlignBin<T> b;
-  b.gh = GridSize(rh, d.oh, sampling);
-  b.gw = GridSize(rw, d.ow, sampling);
-  b.step_y = b.gh > 0 ? bh / T(b.gh) : T(0);
-  b.step_x = b.gw > 0 ? bw / T(b.gw) : T(0);
-  b.y0 = y1 + T(p.i) * bh + T(0.5) * b.step_y;
-  b.x0 = x1 + T(p.j) * bw + T(0.5) * b.step_x;
+  b.gh = g.gh;
+  b.gw = g.gw;
+  b.step_y = b.gh > 0 ? g.bh / T(b.gh) : T(0);
+  b.step_x = b.gw > 0 ? g.bw / T(b.gw) : T(0);
+  b.y0 = g.y1 + T(p.i) * g.bh + T(0.5) * b.step_y;
+  b.x0 = g.x1 + T(p.j) * g.bw + T(0.5) * b.step_x;
   b.inv = T(1) / T(b.gh * b.gw > 0 ? b.gh * b.gw : 1);
   return b;
 }
@@ -216,21 +237,13 @@ __device__ inline void SampleTaps(T y, T x, int64_t h, int64_t w, int64_t at[4],
 template <typename T>
 __device__ MaxPick<T> PickMax(const T* roi, const Pos& p, const Dims& d, T scale,
                               int64_t sampling, bool aligned, const T* plane) {
-  const T offset = aligned ? T(0.5) : T(0);
-  const T x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
-  T rw = roi[3] * scale - offset - x0, rh = roi[4] * scale - offset - y0;
-  if (!aligned) {
-    rw = rw > T(1) ? rw : T(1);
-    rh = rh > T(1) ? rh : T(1);
-  }
-  const T bw = rw / T(d.ow), bh = rh / T(d.oh);
-  const int64_t gh = GridSize(rh, d.oh, sampling), gw = GridSize(rw, d.ow, sampling);
+  const RoiGeom<T> g = RoiGeomOf(roi, d, scale, sampling, aligned);
   MaxPick<T> best;
   T best_v = T(0);
-  for (int64_t iy = 0; iy < gh; ++iy) {
-    const T y = y0 + T(p.i) * bh + (T(iy) + T(0.5)) * bh / T(gh);
-    for (int64_t ix = 0; ix < gw; ++ix) {
-      const T x = x0 + T(p.j) * bw + (T(ix) + T(0.5)) * bw / T(gw);
+  for (int64_t iy = 0; iy < g.gh; ++iy) {
+    const T y = g.y1 + T(p.i) * g.bh + (T(iy) + T(0.5)) * g.bh / T(g.gh);
+    for (int64_t ix = 0; ix < g.gw; ++ix) {
+      const T x = g.x1 + T(p.j) * g.bw + (T(ix) + T(0.5)) * g.bw / T(g.gw);
       int64_t at[4];
       T wt[4];
       SampleTaps(y, x, d.h, d.w, at, wt);

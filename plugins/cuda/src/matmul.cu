@@ -144,10 +144,14 @@ void Gemm(dg::KernelContext& ctx) {
   DG_CHECK(a.dtype() == b.dtype(), DG_INVALID_ARGUMENT, ctx.op_name(),
            ": a and b must share a dtype, got ", dg::DTypeName(a.dtype()), " and ",
            dg::DTypeName(b.dtype()));
-  // out_dtype (a float32 product of 16-bit operands) is served on cpu only.
-  DG_CHECK(y.dtype() == a.dtype(), DG_UNIMPLEMENTED, ctx.op_name(),
+  // out_dtype: 16-bit operands may write a float32 product (cuBLAS takes a
+  // float32 C with 16-bit A and B, accumulating in float32 either way).
+  constexpr bool kLow = std::is_same<T, half>::value || std::is_same<T, bf16>::value;
+  const bool out32 = kLow && y.dtype() == DG_FLOAT32;
+  DG_CHECK(y.dtype() == a.dtype() || out32, DG_INVALID_ARGUMENT, ctx.op_name(),
            " on cuda: out_dtype ", dg::DTypeName(y.dtype()), " for ", dg::DTypeName(a.dtype()),
-           " operands is not implemented; leave out_dtype unset and cast the product");
+           " operands is not supported (float32 for float16/bfloat16 operands only)");
+  const size_t out_size = out32 ? sizeof(float) : sizeof(T);
   std::vector<int64_t> as = a.shape(), bs = b.shape();
   const bool ta = ctx.b("transpose_a") && as.size() >= 2;
   const bool tb = ctx.b("transpose_b") && bs.size() >= 2;
@@ -174,7 +178,7 @@ void Gemm(dg::KernelContext& ctx) {
   if (y.numel() == 0) return;
   cudaStream_t s = Prepare(ctx);
   if (k == 0) {  // an empty sum: zeros
-    const cudaError_t e = cudaMemsetAsync(y.raw_data(), 0, y.numel() * sizeof(T), s);
+    const cudaError_t e = cudaMemsetAsync(y.raw_data(), 0, y.numel() * out_size, s);
     DG_CHECK(e == cudaSuccess, DG_INTERNAL, ctx.op_name(), ": memset failed: ", ErrorText(e));
     return;
   }
@@ -199,15 +203,16 @@ void Gemm(dg::KernelContext& ctx) {
   int compute = std::is_same<T, double>::value ? kCompute64F : kCompute32F;
   if (std::is_same<T, float>::value && AllowTf32()) compute = kCompute32FFastTF32;
   constexpr cudaDataType dt = GemmTypes<T>::kData;
+  const cudaDataType ct = out32 ? CUDA_R_32F : dt;
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
-  T* py = static_cast<T*>(y.raw_data());
+  char* py = static_cast<char*>(y.raw_data());
   // Row-major y = op(a) op(b) is column-major y^T = op(b)^T op(a)^T.
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
-  auto call = [&](const T* A, const T* B, T* C, long long sA, long long sB, int count) {
+  auto call = [&](const T* A, const T* B, void* C, long long sA, long long sB, int count) {
     const cublasStatus_t st = cb.gemm_strided_batched_ex(
         h.h, tb ? kOpT : kOpN, ta ? kOpT : kOpN, static_cast<int>(n), static_cast<int>(m),
-        static_cast<int>(k), &one, B, dt, ldb, sB, A, dt, lda, sA, &zero, C, dt,
+        static_cast<int>(k), &one, B, dt, ldb, sB, A, dt, lda, sA, &zero, C, ct,
         static_cast<int>(n), static_cast<long long>(m * n), count, compute, kGemmDefault);
     DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), " on cuda: cublasGemmStridedBatchedEx failed: ",
              cb.status_string(st), " (", dg::DTypeName(dg::DTypeOf<T>::value), ", m=", m,
@@ -220,7 +225,7 @@ void Gemm(dg::KernelContext& ctx) {
     for (int64_t i = 0; i < batch; ++i) {
       int64_t off[3];
       ix.Offsets(i, off, 3);
-      call(pa + off[0], pb + off[1], py + i * m * n, 0, 0, 1);
+      call(pa + off[0], pb + off[1], py + static_cast<size_t>(i * m * n) * out_size, 0, 0, 1);
     }
   }
 }
@@ -252,10 +257,18 @@ void MatMulBiasAct(dg::KernelContext& ctx) {
   const bool has_bias = ctx.num_inputs() >= 3;
   if (y.numel() == 0 || (!has_bias && act == "none")) return;
   const int64_t n = y.ndim() ? y.dim(-1) : 1;
-  BiasAct<T><<<Blocks(y.numel()), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<T*>(y.raw_data()),
-      has_bias ? static_cast<const T*>(ctx.input(2).raw_data()) : nullptr, y.numel(), n,
-      act == "relu");
+  // The bias has the output's dtype: float32 where out_dtype asked for it.
+  if (y.dtype() == DG_FLOAT32 && !std::is_same<T, float>::value) {
+    BiasAct<float><<<Blocks(y.numel()), kThreads, 0, Prepare(ctx)>>>(
+        static_cast<float*>(y.raw_data()),
+        has_bias ? static_cast<const float*>(ctx.input(2).raw_data()) : nullptr, y.numel(), n,
+        act == "relu");
+  } else {
+    BiasAct<T><<<Blocks(y.numel()), kThreads, 0, Prepare(ctx)>>>(
+        static_cast<T*>(y.raw_data()),
+        has_bias ? static_cast<const T*>(ctx.input(2).raw_data()) : nullptr, y.numel(), n,
+        act == "relu");
+  }
   CheckLaunch(ctx);
 }
 DG_KERNEL("MatMulBiasAct", "cuda", MatMulBiasAct, float, double, half, bf16);

@@ -500,6 +500,36 @@ def test_tf32_matmul_is_opt_in(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_matmul_float32_out_of_16bit_operands(dtype):
+    """out_dtype="float32" on 16-bit operands (what autocast sets): cuBLAS
+    writes the float32 product, equal to the CPU's float32 product of the
+    same rounded operands; MatMulBiasAct adds a float32 bias."""
+    a, b = _data("f", (3, 37, 64), 11), _data("f", (3, 29, 64), 12)
+    x, y = _host(a, dtype), _host(b, dtype)
+    want = np.asarray(ops.matmul(x.astype("float32"), y.astype("float32"),
+                                 transpose_b=True).numpy(), dtype=np.float64)
+    got = ops.matmul(x.to(DEV), y.to(DEV), transpose_b=True, out_dtype="float32")
+    assert str(got.dtype) == "float32" and tuple(got.shape) == (3, 37, 29)
+    np.testing.assert_allclose(_numpy(got), want, rtol=1e-4, atol=1e-4)
+    if DEV == "cpu" and dtype == "float16":
+        return  # the CPU stand-in run: no float16 MatMulBiasAct kernel on the host
+    a2, b2, c2 = _data("f", (37, 64), 13), _data("f", (64, 29), 14), _data("f", (29,), 15)
+    x2, y2 = _host(a2, dtype), _host(b2, dtype)
+    bias = dg.tensor(c2.astype(np.float32))
+    ref = np.maximum(np.asarray(ops.matmul(x2.astype("float32"), y2.astype("float32"))
+                                .numpy(), dtype=np.float64) + c2.astype(np.float32), 0)
+    got2 = ops.matmul_bias_act(x2.to(DEV), y2.to(DEV), bias.to(DEV), activation="relu",
+                               out_dtype="float32")
+    assert str(got2.dtype) == "float32"
+    np.testing.assert_allclose(_numpy(got2), ref, rtol=1e-4, atol=1e-4)
+    empty = ops.matmul(_host(np.zeros((4, 0)), dtype).to(DEV), _host(np.zeros((0, 5)), dtype)
+                       .to(DEV), out_dtype="float32")
+    assert str(empty.dtype) == "float32"
+    np.testing.assert_array_equal(_numpy(empty), np.zeros((4, 5)))
+
+
+@pytest.mark.gpu
 def test_sticky_device_error_is_typed():
     """Bad work on the device (here an out-of-memory allocation request)
     raises a typed error naming the device, never crashes."""

@@ -25,8 +25,17 @@ export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVE
 # fails the ABI audit: the system compiler, for C, C++ and as CUDA host.
 export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-T=${TMPDIR:-/tmp}; SITE=${SITE:-$T/site}; LOG=${OUT:-$T/gpu-check}; mkdir -p "$LOG"
-PY=python3
+T=${TMPDIR:-/tmp}; SITE=${SITE:-$T/site}; LOG=$T/gpu-check; mkdir -p "$LOG"
+# The device tool brings back at most 8 files from $OUT: the summary, the
+# test log and the benchmark table as they are, everything else in one
+# archive (written on any exit).
+collect() {
+  [ -n "${OUT:-}" ] || return 0
+  cp "$LOG/summary.txt" "$LOG/pytest.log" "$LOG/bench_gpu.txt" "$OUT/" 2>/dev/null
+  tar czf "$OUT/logs.tgz" -C "$LOG" . 2>/dev/null
+}
+trap collect EXIT
+PY=${PY:-python3}
 t0=$(date +%s)
 TOTAL=${GPU_CHECK_BUDGET_S:-470}
 left() { echo $(( TOTAL - ($(date +%s) - t0) )); }
@@ -48,6 +57,10 @@ export PYTHONPATH=$SITE
 build() {
   local p=$1; shift
   local n; n=$(basename "$p"); local s; s=$(date +%s)
+  # A wheel of this package carried in .whl/ (built on a development
+  # machine: plugins are py3 wheels) is already installed: no build here.
+  local w; w=$(ls .whl/dragon_"${n#dragon_}"-*.whl 2>/dev/null | head -n 1)
+  if [ -n "$w" ]; then say "carried $p: $(basename "$w")"; return 0; fi
   $PY -m pip install -q --no-build-isolation --no-deps --no-index --upgrade --target "$SITE" \
     -Cbuild-dir="$T/build/$n" \
     -Ccmake.define.CMAKE_CXX_COMPILER=/usr/bin/g++ -Ccmake.define.CMAKE_C_COMPILER=/usr/bin/gcc \
@@ -62,8 +75,10 @@ build dragon_core || fail=1
 build plugins/cpu_eigen || fail=1
 build plugins/vision_ops -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 || fail=1
 build plugins/cuda || fail=1   # its own default: 80-real;90 (sm_80, sm_90 SASS + PTX)
+build plugins/nccl_dist || fail=1
 if [ $fail -ne 0 ]; then
   say "a build failed: see $LOG/build_*.log"; tail -n 30 "$LOG"/build_*.log > "$LOG/build_tails.txt"
+  tail -n 40 "$LOG/build_tails.txt" | tee -a "$LOG/summary.txt"
   exit 1
 fi
 
@@ -76,12 +91,15 @@ try:
     paths = list(nvidia.__path__)
 except ImportError:
     paths = []
-print(":".join(os.path.join(p, s, "lib") for p in paths for s in ("cu13", "cublas", "cudnn")
+print(":".join(os.path.join(p, s, "lib") for p in paths for s in ("cu13", "cublas", "cudnn", "nccl")
                if os.path.isdir(os.path.join(p, s, "lib"))))
 PYEOF
 )
 export DRAGON_CUDA_LIBRARY_PATH="${DRAGON_CUDA_LIBRARY_PATH:+$DRAGON_CUDA_LIBRARY_PATH:}/usr/local/cuda/lib64${NV:+:$NV}"
 say "DRAGON_CUDA_LIBRARY_PATH=$DRAGON_CUDA_LIBRARY_PATH"
+# libnccl.so.2 (nccl_dist opens it by name when no nvidia-nccl wheel sits
+# beside the package): the one torch's nvidia-* wheels brought.
+export LD_LIBRARY_PATH="${NV:+$NV:}${LD_LIBRARY_PATH:-}"
 
 # Outside the checkout, so that the installed packages (not the sources) load.
 (cd "$T" && $PY -m dragon_core info) > "$LOG/info.txt" 2>&1
@@ -97,36 +115,49 @@ print(dg.memory.stats("cuda:0"))
 PYEOF
 say "smoke rc=$? ($(tail -n 1 "$LOG/smoke.txt" | cut -c1-120))"
 
-# What is left after the builds: a quarter (45-140 s) for the benchmark,
-# about 75 s for the memcheck, the rest (at least 60 s) for the tests.
+# MPI for nccl_dist's cpu kernels: the system Open MPI there.
+for m in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so.40; do
+  [ -e "$m" ] && { export DRAGON_LIBMPI=$m; break; }
+done
+
+# What is left after the builds: about a third (45-150 s) for the benchmark,
+# 60 s for the memcheck and the example, the rest (at least 60 s) for the tests.
 L=$(left)
-BENCH_S=$(clamp $(( L / 4 )) 45 140)
-PYTEST_S=$(clamp $(( L - BENCH_S - 75 )) 60 330)
+BENCH_S=$(clamp $(( L / 3 )) 45 150)
+PYTEST_S=$(clamp $(( L - BENCH_S - 60 )) 60 330)
 say "time left ${L}s: pytest ${PYTEST_S}s, benchmark ${BENCH_S}s"
 
 t1=$(date +%s)
-timeout "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n 8 -rs --junitxml="$LOG/junit.xml" \
-  plugins/cuda/tests plugins/vision_ops/tests "$@" > "$LOG/pytest.log" 2>&1
+timeout -k 5 "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n "${GPU_CHECK_WORKERS:-16}" -rfE \
+  --tb=short --durations=20 --junitxml="$LOG/junit.xml" \
+  plugins/cuda/tests plugins/vision_ops/tests plugins/nccl_dist/tests "$@" > "$LOG/pytest.log" 2>&1
 rc=$?
-tail -n 40 "$LOG/pytest.log"
+grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | cut -c1-200 | head -n 60
 say "pytest rc=$rc $(( $(date +%s) - t1 ))s: $(tail -n 1 "$LOG/pytest.log")"
+say "pytest failures by test: $(grep -E '^(FAILED|ERROR)' "$LOG/pytest.log" | sed -E 's/^[A-Z]+ ([^[ ]+).*/\1/' | sort | uniq -c | sort -rn | head -n 25 | tr '\n' ';')"
 
 # The benchmark table beside torch (same run), outside the checkout's
 # sources: bench/run.py puts only bench/ on sys.path, the packages come
 # from $SITE.
 t1=$(date +%s)
-DRAGON_BENCH_GPU_BUDGET_S=$(( BENCH_S - 25 )) timeout "$BENCH_S" \
+DRAGON_BENCH_GPU_BUDGET_S=$(( BENCH_S - 25 )) timeout -k 5 "$BENCH_S" \
   $PY bench/run.py -k gpu --json "$LOG/bench_gpu.json" > "$LOG/bench_gpu.txt" 2>&1
 brc=$?
 cat "$LOG/bench_gpu.txt"
 say "benchmark rc=$brc $(( $(date +%s) - t1 ))s: $(grep -cE ' (PASS|MISS|INFO)' "$LOG/bench_gpu.txt") rows timed"
 
+# The example trains on the GPU (two epochs; its accuracy check stays on).
+t1=$(date +%s)
+(cd "$T" && timeout -k 5 45 $PY "$OLDPWD/examples/train_digits.py" --device cuda --epochs 2 \
+  --min-accuracy 0.9 --out "$T/digits") > "$LOG/digits.txt" 2>&1
+say "train_digits --device cuda rc=$? $(( $(date +%s) - t1 ))s: $(tail -n 2 "$LOG/digits.txt" | tr '\n' ' ' | cut -c1-200)"
+
 M=$(( $(left) - 5 ))
-if [ "$M" -lt 30 ]; then
+if [ "$M" -lt 20 ]; then
   say "no time left for the memcheck (${M}s)"
 elif command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout "$(clamp "$M" 30 90)" "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+  timeout -k 5 "$(clamp "$M" 20 60)" "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
     plugins/cuda/tests/test_cuda_conformance.py \
     -k "(float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)) or (bfloat16 and (LayerNorm-2 or test_multi_tensor_updates))" \
     > "$LOG/memcheck.log" 2>&1

@@ -14,7 +14,9 @@ synchronisation, so wall time covers the work.
     of ops, then one synchronisation). Goal: <= torch.
 ``matmul_4096_bf16`` / ``matmul_4096_f32``
     4096x4096 @ 4096x4096, TFLOP/s (float32 without TF32, torch's default
-    too). Goal: >= 0.95x torch.
+    too). Goal: >= 0.95x torch. Every float32 row runs torch with TF32 off
+    (``torch.backends.cudnn.allow_tf32 = False``: torch's convolutions
+    would otherwise use TF32 by default), as Dragon's float32 is.
 ``conv_fwdbwd_b8_64x56_f32``
     3x3 convolution, pad 1, 64 -> 64 channels, batch 8 of 56x56, forward
     plus input and filter gradients, ms. Goal: <= 1.1x torch.
@@ -498,6 +500,12 @@ def run(quick: bool = False, only=None) -> list[dict]:
     elif DEVICE == "cuda" and not torch.cuda.is_available():
         torch, torch_note = None, ("torch sees no GPU; the targets use the issue's H100 "
                                    "figures")
+    if torch is not None:
+        # float32 means float32 on both sides: torch's convolutions default to
+        # TF32 on Ampere and later (its matmuls do not); Dragon's float32 is
+        # TF32 only with DRAGON_CUDA_ALLOW_TF32=1.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     budget = Budget(float(os.environ.get("DRAGON_BENCH_GPU_BUDGET_S", "150")))
     ctx = {"dg": dg, "torch": torch, "quick": quick, "torch_note": torch_note,
            "device_name": dg.cuda.get_device_name(0) if DEVICE == "cuda" else DEVICE}

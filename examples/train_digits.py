@@ -63,7 +63,7 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     model.eval()
     device = next(iter(model.parameters())).device
     with dg.no_grad():
-        logits = model(dg.tensor(x).to(str(device))).numpy()
+        logits = model(dg.tensor(x).to(str(device))).cpu().numpy()
     model.train()
     return float((logits.argmax(axis=1) == y).mean())
 
@@ -107,7 +107,7 @@ def train(mode: str, args, data, init_state, logdir: str):
                                   force=args.progress)
         for xb, yb in bar:
             xb, yb = xb.to(args.device), yb.to(args.device)
-            loss = float(step(xb, yb).numpy())
+            loss = step(xb, yb).item()
             losses.append(loss)
             writer.add_scalar("train/loss", loss, global_step)
             global_step += 1
@@ -116,7 +116,7 @@ def train(mode: str, args, data, init_state, logdir: str):
         writer.add_scalar("test/accuracy", acc, epoch)
         writer.add_scalar("train/lr", opt.param_groups[0]["lr"], epoch)
         for name, p in model.named_parameters():
-            writer.add_histogram(f"params/{name}", p.numpy(), epoch)
+            writer.add_histogram(f"params/{name}", p.cpu().numpy(), epoch)
         print(f"  {mode:5s} epoch {epoch + 1:2d}: loss {np.mean(losses):.4f}  "
               f"test accuracy {acc:.2%}")
     seconds = time.perf_counter() - t0

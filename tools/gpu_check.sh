@@ -109,8 +109,8 @@ import numpy as np, dragon_core as dg, dragon_cuda
 print("count", dragon_cuda.device_count(), dragon_cuda.unavailable_reason())
 print(dragon_cuda.get_device_name(0))
 x = dg.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).to("cuda")
-print((x * x + x).numpy())
-print(dg.ops.matmul(x, x, transpose_b=True).numpy())
+print((x * x + x).cpu().numpy())
+print(dg.ops.matmul(x, x, transpose_b=True).cpu().numpy())
 print(dg.memory.stats("cuda:0"))
 PYEOF
 say "smoke rc=$? ($(tail -n 1 "$LOG/smoke.txt" | cut -c1-120))"

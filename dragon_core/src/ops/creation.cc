@@ -10,7 +10,10 @@ namespace dragon {
 namespace ops {
 namespace {
 
-constexpr DgDTypeMask kRandomDTypes = dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64);
+// 16-bit floats: the device's float32 numbers rounded once (the kernels say
+// which dtypes they have; cpu_eigen has float32/float64).
+constexpr DgDTypeMask kRandomDTypes = dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64) |
+                                      dg::Bit(DG_FLOAT16) | dg::Bit(DG_BFLOAT16);
 
 void CheckFinite(const dg::InferContext& ctx, const char* name) {
   const double v = ctx.f(name);
@@ -164,7 +167,7 @@ DG_OP(RandomUniform)
     .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
     .Attr("low", 0.0, "Lower bound (included).")
     .Attr("high", 1.0, "Upper bound (excluded), >= low.")
-    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype: float32 or float64.")
+    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype: a float dtype (16-bit ones where the device's kernel has them).")
     .Attr("seed", int64_t{-1},
           "Generator seed; -1 lets the Python wrapper draw one from the "
           "global generator.")
@@ -178,7 +181,7 @@ DG_OP(RandomNormal)
     .RequiredAttr("shape", DG_ATTR_INTS, "Output shape.")
     .Attr("mean", 0.0, "Mean of the distribution.")
     .Attr("std", 1.0, "Standard deviation, >= 0.")
-    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype: float32 or float64.")
+    .DTypeAttr("dtype", DG_FLOAT32, "Output dtype: a float dtype (16-bit ones where the device's kernel has them).")
     .Attr("seed", int64_t{-1},
           "Generator seed; -1 lets the Python wrapper draw one from the "
           "global generator.")

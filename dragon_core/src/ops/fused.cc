@@ -196,14 +196,19 @@ const char* FusedDoc() {
   return doc.c_str();
 }
 
+// 16-bit programs compute each instruction in float32 and round it to the
+// dtype, as the unfused kernels store it (kernels say which dtypes they have).
+constexpr DgDTypeMask kFusedDTypes = dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64) |
+                                     dg::Bit(DG_FLOAT16) | dg::Bit(DG_BFLOAT16);
+
 }  // namespace
 
 DG_OP(FusedElementwise)
     .Doc(FusedDoc())
-    .Input("inputs", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64),
+    .Input("inputs", kFusedDTypes,
            DG_ARG_VARIADIC,
            "One or more tensors of one float dtype that broadcast together.")
-    .Output("y", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64), 0,
+    .Output("y", kFusedDTypes, 0,
             "The result register, at the broadcast shape of the inputs.")
     .RequiredAttr("program", DG_ATTR_INTS,
                   "Instructions, 4 ints each: opcode, dst, a, b.")

@@ -99,14 +99,18 @@ template <typename T>
 __device__ inline void SgdElem(const SgdCoef<Acc<T>>& c, const T* p, const T* g, const T* buf,
                                T* p_out, T* buf_out, int64_t i) {
   using A = Acc<T>;
+  // Every multiply-add is an explicit fma: left to the compiler, contraction
+  // differs between the kernels this is inlined into (the per-parameter and
+  // the multi-tensor one gave results one ulp apart on the H100).
   A d = c.maximize ? -Load(g[i]) : Load(g[i]);
-  if (c.weight_decay != A(0)) d += c.weight_decay * Load(p[i]);
+  if (c.weight_decay != A(0)) d = fma(c.weight_decay, Load(p[i]), d);
   if (buf) {
-    const A b = c.momentum * Load(buf[i]) + c.keep * d;
+    const A kd = c.keep * d;
+    const A b = fma(c.momentum, Load(buf[i]), kd);
     buf_out[i] = Store<T>(b);
-    d = c.nesterov ? d + c.momentum * b : b;
+    d = c.nesterov ? fma(c.momentum, b, d) : b;
   }
-  p_out[i] = Store<T>(Load(p[i]) - c.lr * d);
+  p_out[i] = Store<T>(fma(-c.lr, d, Load(p[i])));
 }
 
 template <typename T>

@@ -341,6 +341,11 @@ def test_matches_cpu(op, fn, specs, dtype, grad):
         rtol, atol = TOL.get(dtype, (0, 0))
         if half:  # the reference is float32; the device rounds its result once more
             want = _numpy(ops.cast(ops.cast(y_ref, dtype=dtype), dtype="float32"))
+        if op.startswith("MatMul") and want.size:
+            # cuBLAS sums in another order (blocked, split over k): an entry
+            # that cancels to near zero keeps the rounding of the largest
+            # terms, so the tolerance is relative to the largest output.
+            atol = max(atol, rtol * float(np.abs(want).max()))
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{op} {dtype}")
     else:
         np.testing.assert_array_equal(got, want, err_msg=f"{op} {dtype}")
@@ -574,7 +579,7 @@ def test_index_out_of_range_is_a_typed_error_at_the_next_read():
     w = _host(_data("f", (6, 4), 8), "float32").to(DEV)
     bad = dg.tensor(np.asarray([1, 9], dtype=np.int64)).to(DEV)
     with pytest.raises(dg.errors.OutOfRangeError, match="index 9"):
-        ops.embedding(w, bad).numpy()
+        ops.embedding(w, bad).cpu().numpy()
     ok = dg.tensor(np.asarray([1, 2], dtype=np.int64)).to(DEV)
     np.testing.assert_array_equal(_numpy(ops.embedding(w, ok)), _data("f", (6, 4), 8)[[1, 2]]
                                   .astype(np.float32))

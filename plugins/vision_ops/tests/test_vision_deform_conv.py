@@ -565,13 +565,13 @@ def test_cuda_kernels_are_registered_when_built_with_cuda():
 def test_cuda_forward_matches_cpu(case):
     arrays = _op_case(case, "float64").arrays()
     attrs = case[-1]
-    cpu = dg.ops.deform_conv2d(*(dg.tensor(a) for a in arrays), **attrs).numpy()
+    cpu = dg.ops.deform_conv2d(*(dg.tensor(a) for a in arrays), **attrs).cpu().numpy()
     gpu = dg.ops.deform_conv2d(*(dg.tensor(a, device="cuda") for a in arrays),
-                               **attrs).numpy()
+                               **attrs).cpu().numpy()
     np.testing.assert_allclose(gpu, cpu, rtol=1e-10, atol=1e-12)
     arrays32 = [a.astype(np.float32) for a in arrays]
     gpu32 = dg.ops.deform_conv2d(*(dg.tensor(a, device="cuda") for a in arrays32),
-                                 **attrs).numpy()
+                                 **attrs).cpu().numpy()
     np.testing.assert_allclose(gpu32, cpu, rtol=1e-4, atol=1e-4)
 
 
@@ -588,7 +588,7 @@ def test_cuda_backward_matches_cpu(case):
     gpu = dg.ops.deform_conv2d_grad(*(dg.tensor(a, device="cuda") for a in args),
                                     **case[-1])
     for c, g in zip(cpu, gpu):
-        np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g.cpu().numpy(), c.cpu().numpy(), rtol=1e-10, atol=1e-12)
 
 
 @requires_cuda
@@ -602,4 +602,4 @@ def test_cuda_empty_batch_and_partial_grads():
     dy = np.zeros((0, 3, 3, 3))
     outs = dg.ops.deform_conv2d_grad(*(dg.tensor(a, device="cuda") for a in (x, w, off, dy)),
                                      grads=[0, 1, 0, 0])
-    np.testing.assert_array_equal(outs[1].numpy(), 0.0)
+    np.testing.assert_array_equal(outs[1].cpu().numpy(), 0.0)

@@ -342,7 +342,7 @@ def test_cuda_matches_cpu(xs, out, attrs, reach, dtype):
 
     def run(device, fn, arrays):
         out = fn(*[dg.tensor(a, device=device) for a in arrays])
-        return [o.numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
+        return [o.cpu().numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
 
     for fn, arrays in ((lambda a, b: dg.ops.grid_sample(a, b, **attrs), [x, grid]),
                        (lambda a, b, c: dg.ops.grid_sample_grad(a, b, c, **attrs),

@@ -270,9 +270,9 @@ def test_cuda_matches_cpu(dtype, n):
         gpu = vo.nms_padded(dg.tensor(boxes, device="cuda"),
                             dg.tensor(scores, device="cuda"), thr)
         for a, b in zip(cpu, gpu):
-            np.testing.assert_array_equal(b.numpy(), a.numpy())
+            np.testing.assert_array_equal(b.cpu().numpy(), a.cpu().numpy())
         cpu = vo.batched_nms_padded(*(dg.tensor(a) for a in (boxes, scores, idxs)), thr)
         gpu = vo.batched_nms_padded(*(dg.tensor(a, device="cuda")
                                       for a in (boxes, scores, idxs)), thr)
         for a, b in zip(cpu, gpu):
-            np.testing.assert_array_equal(b.numpy(), a.numpy())
+            np.testing.assert_array_equal(b.cpu().numpy(), a.cpu().numpy())

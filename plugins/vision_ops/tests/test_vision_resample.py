@@ -700,7 +700,7 @@ def test_cuda_kernels_are_registered(op):
 def _on(device, arrays, fn):
     out = fn(*[dg.tensor(a, device=device) for a in arrays])
     outs = out if isinstance(out, (list, tuple)) else [out]
-    return [o.numpy() for o in outs]
+    return [o.cpu().numpy() for o in outs]
 
 
 @requires_cuda

@@ -526,24 +526,24 @@ def test_cuda_matches_cpu(dtype):
     x, rois = _pool_inputs(rng, dtype)
     g = rng.standard_normal((len(rois), 3, 2, 3)).astype(dtype)
     for attrs in ({"aligned": True}, {"aligned": False, "sampling_ratio": 2}):
-        cpu = dg.ops.roi_align(dg.tensor(x), dg.tensor(rois), [2, 3], **attrs).numpy()
+        cpu = dg.ops.roi_align(dg.tensor(x), dg.tensor(rois), [2, 3], **attrs).cpu().numpy()
         gpu = dg.ops.roi_align(dg.tensor(x, device="cuda"),
-                               dg.tensor(rois, device="cuda"), [2, 3], **attrs).numpy()
+                               dg.tensor(rois, device="cuda"), [2, 3], **attrs).cpu().numpy()
         np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
         cpu = dg.ops.roi_align_grad(dg.tensor(x), dg.tensor(rois), dg.tensor(g),
-                                    [2, 3], **attrs).numpy()
+                                    [2, 3], **attrs).cpu().numpy()
         gpu = dg.ops.roi_align_grad(*(dg.tensor(a, device="cuda") for a in (x, rois, g)),
-                                    [2, 3], **attrs).numpy()
+                                    [2, 3], **attrs).cpu().numpy()
         np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
     for name in ("roi_pool_grad", "roi_pool_gather"):
         third = g if name == "roi_pool_grad" else x
         cpu = getattr(dg.ops, name)(*(dg.tensor(a) for a in (x, rois, third)), [2, 3])
         gpu = getattr(dg.ops, name)(*(dg.tensor(a, device="cuda") for a in (x, rois, third)),
                                     [2, 3])
-        np.testing.assert_allclose(gpu.numpy(), cpu.numpy(), rtol=1e-6)
-    cpu = dg.ops.roi_pool(dg.tensor(x), dg.tensor(rois), [2, 3]).numpy()
+        np.testing.assert_allclose(gpu.cpu().numpy(), cpu.cpu().numpy(), rtol=1e-6)
+    cpu = dg.ops.roi_pool(dg.tensor(x), dg.tensor(rois), [2, 3]).cpu().numpy()
     gpu = dg.ops.roi_pool(dg.tensor(x, device="cuda"), dg.tensor(rois, device="cuda"),
-                          [2, 3]).numpy()
+                          [2, 3]).cpu().numpy()
     np.testing.assert_array_equal(gpu, cpu)
 
 

@@ -194,16 +194,16 @@ def test_cuda_matches_cpu(attrs, dtype):
     kw = {k: v for k, v in attrs.items() if k != "output_size"}
     g = rng.standard_normal((len(rois), 3) + tuple(size)).astype(dtype)
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-13)
-    cpu = dg.ops.roi_align(dg.tensor(x), dg.tensor(rois), size, mode="max", **kw).numpy()
+    cpu = dg.ops.roi_align(dg.tensor(x), dg.tensor(rois), size, mode="max", **kw).cpu().numpy()
     gpu = dg.ops.roi_align(dg.tensor(x, device="cuda"), dg.tensor(rois, device="cuda"), size,
-                           mode="max", **kw).numpy()
+                           mode="max", **kw).cpu().numpy()
     np.testing.assert_allclose(gpu, cpu, **tol)
     np.testing.assert_allclose(cpu, roi_align_max_ref(x, rois, size, **kw), rtol=1e-5,
                                atol=1e-6)
     cpu = dg.ops.roi_align_grad(dg.tensor(x), dg.tensor(rois), dg.tensor(g), size, mode="max",
-                                **kw).numpy()
+                                **kw).cpu().numpy()
     gpu = dg.ops.roi_align_grad(*(dg.tensor(a, device="cuda") for a in (x, rois, g)), size,
-                                mode="max", **kw).numpy()
+                                mode="max", **kw).cpu().numpy()
     np.testing.assert_allclose(gpu, cpu, **tol)
 
 
@@ -214,7 +214,7 @@ def test_cuda_hand_computed_and_autograd():
     x = dg.tensor(np.array([[[[1.0, 2.0], [3.0, 4.0]]]]), device="cuda")
     rois = dg.tensor(np.array([[0, 0.0, 0.0, 2.0, 2.0]]), device="cuda")
     y = dg.ops.roi_align(x, rois, [1, 1], sampling_ratio=1, aligned=False, mode="max")
-    np.testing.assert_allclose(y.numpy().reshape(-1), [4.0])
+    np.testing.assert_allclose(y.cpu().numpy().reshape(-1), [4.0])
     xz = np.zeros((1, 1, 4, 4))
     xz[0, 0, 2, 1] = 5.0
     xt = dg.tensor(xz, device="cuda")
@@ -224,6 +224,6 @@ def test_cuda_hand_computed_and_autograd():
                                                       device="cuda"),
                                         [1, 1], sampling_ratio=3, aligned=False, mode="max"))
     (dx,) = tape.gradient(s, [xt])
-    g = dx.numpy()
+    g = dx.cpu().numpy()
     assert np.count_nonzero(g) == 1
     np.testing.assert_allclose(g[0, 0, 2, 1] * 5.0, 10.0 / 3.0)

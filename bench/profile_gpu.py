@@ -1,0 +1,538 @@
+"""Per-op device-time profile of the GPU training steps (issue 15).
+
+For the ResNet-18 training step of ``bench/bench_gpu.py`` (batch 64 of
+3x224x224, SGD momentum 0.9, cross-entropy; float32 and bfloat16 autocast)
+and the MLP 784-512-512-10 step (batch 128), this prints where the device
+time goes:
+
+``dragon eager``
+    Every op the eager step issues, timed with two events of the device
+    around it on the current stream (``dg.Event``: device time on a
+    stream-ordered device such as ``cuda``, the host clock on the CPU),
+    summed per op type. The step itself is timed the same way; the op
+    rows' sum over the step's time is the *coverage* (the rest is time
+    between ops: host launch gaps when the GPU waits for Python).
+``dragon compiled``
+    The same step as ``@dg.function``, timed by ``Function.profile`` (the
+    executor records two device events around every op of the plan;
+    docs/graph.md), summed per op type.
+``dragon kernels``
+    Only with a GPU and a CUDA torch: the eager step under
+    ``torch.profiler`` (CUPTI sees every kernel of the process, Dragon's
+    included), per kernel name — pure kernel time, no launch gaps.
+``torch``
+    torch's own step (same weights and data; bfloat16: channels-last, as
+    bench_gpu) under ``torch.profiler``: device time per kernel on a GPU,
+    self CPU time per aten op on the CPU.
+
+Each table lists the top ``--top`` (15) rows: calls per step, ms per step,
+and share of the table's total. A section whose estimated time would pass
+``--budget`` seconds (default 55) is skipped with a note, so a whole GPU
+run stays under a minute. ``--device cpu`` runs every Dragon section on
+the CPU at small sizes (the torch section on torch's CPU) to check the
+tool where there is no GPU; its numbers say nothing about the GPU.
+
+Usage::
+
+    python bench/profile_gpu.py                       # cuda, full sizes
+    python bench/profile_gpu.py --device cpu --quick  # check the tool
+    python bench/profile_gpu.py --only resnet_f32 --modes eager --top 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import types
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from models import resnet  # noqa: E402
+
+#: Tensor operators bound in C++ (dragon_core/src/python/bind_ops.cc) -> op.
+DUNDER_OPS = {
+    "__add__": "Add", "__radd__": "Add", "__sub__": "Sub", "__rsub__": "Sub",
+    "__mul__": "Mul", "__rmul__": "Mul", "__truediv__": "Div", "__rtruediv__": "Div",
+    "__pow__": "Pow", "__rpow__": "Pow", "__matmul__": "MatMul", "__rmatmul__": "MatMul",
+    "__eq__": "Equal", "__ne__": "NotEqual", "__lt__": "Less", "__le__": "LessEqual",
+    "__gt__": "Greater", "__ge__": "GreaterEqual", "__neg__": "Neg",
+    "__and__": "BitwiseAnd", "__rand__": "BitwiseAnd", "__or__": "BitwiseOr",
+    "__ror__": "BitwiseOr", "__xor__": "BitwiseXor", "__rxor__": "BitwiseXor",
+    "__floordiv__": "FloorDivide", "__rfloordiv__": "FloorDivide",
+    "__mod__": "Mod", "__rmod__": "Mod",
+}
+
+WORKLOADS = ("resnet_f32", "resnet_bf16", "mlp")
+MODES = ("eager", "compiled")
+#: Share of the time budget per workload (of what is left when it starts).
+WEIGHTS = {"resnet_f32": 0.4, "resnet_bf16": 0.4, "mlp": 0.2}
+MLP_SIZES = (784, 512, 512, 10)
+RES_CLASSES = 1000
+
+
+# ------------------------------------------------------------------ budget
+class Budget:
+    """Seconds left for the whole run; sections that would pass it skip."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+# ------------------------------------------------------------ eager op timer
+class EagerOpTimer:
+    """Times every eager op with two events on the device's current stream.
+
+    While active (a context manager), every path by which Python runs an op
+    is wrapped: ``dragon_core._C.call`` (module attribute), the ``_call``
+    each generated ``dragon_core.ops`` function holds, and the Tensor
+    operators bound in C++. Only the outermost op of a nesting is timed.
+    ``collect()`` waits for the events and returns {op: [calls, ms]}.
+    """
+
+    def __init__(self, dg, device: str):
+        self.dg, self.device = dg, device
+        self.stream = dg.current_stream(device)
+        self.depth = 0
+        self.pending: list = []
+        self.free: list = []
+        self._undo: list = []
+
+    def _event(self):
+        return self.free.pop() if self.free else self.dg.Event(enable_timing=True)
+
+    def timed(self, name: str, fn, *args, **kwargs):
+        if self.depth:
+            return fn(*args, **kwargs)
+        self.depth += 1
+        try:
+            e0 = self._event()
+            e0.record(self.stream)
+            out = fn(*args, **kwargs)
+            e1 = self._event()
+            e1.record(self.stream)
+            self.pending.append((name, e0, e1))
+            return out
+        finally:
+            self.depth -= 1
+
+    def __enter__(self):
+        C = self.dg._C
+        orig_call = C.call
+
+        def call(h, *args, **kwargs):
+            return self.timed(h.name, orig_call, h, *args, **kwargs)
+        C.call = call
+        self._undo.append(lambda: setattr(C, "call", orig_call))
+        # Generated op functions hold _C.call in their own globals.
+        for obj in gc.get_objects():
+            g = obj.__globals__ if type(obj) is types.FunctionType else None
+            if g is not None and g.get("_call") is orig_call:
+                g["_call"] = call
+                self._undo.append(lambda g=g: g.__setitem__("_call", orig_call))
+        cls = self.dg.Tensor
+        for dunder, op in DUNDER_OPS.items():
+            orig = cls.__dict__.get(dunder)
+            if orig is None:
+                continue
+
+            def method(a, *args, _f=orig, _n=op, **kwargs):
+                return self.timed(_n, _f, a, *args, **kwargs)
+            setattr(cls, dunder, method)
+            self._undo.append(lambda d=dunder, o=orig: setattr(cls, d, o))
+        return self
+
+    def __exit__(self, *exc):
+        while self._undo:
+            self._undo.pop()()
+        return False
+
+    def collect(self) -> dict:
+        """{op type: [calls, ms]} of the ops timed since the last collect."""
+        acc: dict = {}
+        for name, e0, e1 in self.pending:
+            ms = e0.elapsed_time(e1)
+            row = acc.setdefault(name, [0, 0.0])
+            row[0] += 1
+            row[1] += ms
+            self.free += (e0, e1)
+        self.pending = []
+        return acc
+
+
+# ------------------------------------------------------------------ tables
+def table(title: str, rows: list, runs: int, top: int, header: str = "",
+          name_width: int = 34) -> dict:
+    """Print one profile table and return it as a dict (for ``--json``).
+
+    ``rows``: (name, calls, total ms over ``runs`` steps)."""
+    rows = sorted(rows, key=lambda r: -r[2])
+    total = sum(r[2] for r in rows) or 1.0
+    print(f"\n== {title} ==")
+    if header:
+        print(header)
+    print(f"{'op':<{name_width}} {'calls/step':>10} {'ms/step':>10} {'share':>7}")
+    for name, calls, ms in rows[:top]:
+        shown = name if len(name) <= name_width else name[:name_width - 3] + "..."
+        print(f"{shown:<{name_width}} {calls / runs:>10.1f} {ms / runs:>10.3f} "
+              f"{100 * ms / total:>6.1f}%")
+    rest = rows[top:]
+    if rest:
+        print(f"({len(rest)} more, {sum(r[2] for r in rest) / runs:.3f} ms/step, "
+              f"{100 * sum(r[2] for r in rest) / total:.1f}%)")
+    print(f"{'total':<{name_width}} {sum(r[1] for r in rows) / runs:>10.1f} "
+          f"{total / runs:>10.3f}")
+    return {"title": title, "header": header, "runs": runs,
+            "rows": [{"name": n, "calls_per_step": c / runs, "ms_per_step": ms / runs,
+                      "share": ms / total} for n, c, ms in rows]}
+
+
+def skipped(title: str, why: str) -> dict:
+    print(f"\n== {title} ==\nSKIP: {why}")
+    return {"title": title, "skipped": why}
+
+
+# -------------------------------------------------------------- workloads
+def build_resnet(dg, torch, device: str, precision: str, batch: int, hw: int):
+    """ResNet-18 steps as bench_gpu builds them: ((x, y) -> loss) for Dragon
+    (a plain function, to run eagerly or compile) and a torch closure."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((batch, 3, hw, hw)).astype(np.float32)
+    y = rng.integers(0, RES_CLASSES, batch).astype(np.int64)
+    shapes = resnet.float_shapes(resnet.resnet18(dg.nn, RES_CLASSES).state_dict())
+    state = resnet.random_state(shapes)
+    bf16 = precision == "bfloat16"
+
+    def dragon():
+        model = resnet.resnet18(dg.nn, RES_CLASSES)
+        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+        model.to(device).train()
+        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
+        loss_fn = dg.nn.CrossEntropyLoss()
+
+        def step(a, b):
+            opt.zero_grad()
+            with dg.autocast("cpu", dtype="bfloat16", enabled=bf16):  # thread-wide
+                loss = loss_fn(model(a), b)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+    data = (dg.tensor(x).to(device), dg.tensor(y).to(device))
+    torch_step = None
+    if torch is not None:
+        tm = resnet.resnet18(torch.nn, RES_CLASSES)
+        sd = tm.state_dict()
+        sd.update({k: torch.from_numpy(v.copy()) for k, v in state.items()})
+        tm.load_state_dict(sd)
+        tm = tm.to(device).train()
+        tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        if bf16:
+            tm = tm.to(memory_format=torch.channels_last)
+            tx = tx.to(memory_format=torch.channels_last)
+        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
+        tloss = torch.nn.CrossEntropyLoss()
+
+        def torch_step():
+            topt.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                loss = tloss(tm(tx), ty)
+            loss.backward()
+            topt.step()
+            return loss
+    return dragon, data, torch_step
+
+
+def build_mlp(dg, torch, device: str, batch: int):
+    """The MLP step of bench_gpu (784-512-512-10, ReLU, SGD momentum)."""
+    rng = np.random.default_rng(5)
+    ws = [(rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
+          for i, o in zip(MLP_SIZES[:-1], MLP_SIZES[1:])]
+    bs = [(rng.standard_normal(o) * 0.01).astype(np.float32) for o in MLP_SIZES[1:]]
+    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
+    y = rng.integers(0, MLP_SIZES[-1], batch).astype(np.int64)
+
+    def dragon():
+        nn = dg.nn
+        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10))
+        model.load_state_dict({f"{2 * i}.{k}": dg.tensor(v) for i, (w, b) in
+                               enumerate(zip(ws, bs)) for k, v in (("weight", w), ("bias", b))})
+        model.to(device)
+        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
+        loss_fn = nn.CrossEntropyLoss()
+
+        def step(a, b):
+            opt.zero_grad()
+            loss = loss_fn(model(a), b)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+    data = (dg.tensor(x).to(device), dg.tensor(y).to(device))
+    torch_step = None
+    if torch is not None:
+        tnn = torch.nn
+        tm = tnn.Sequential(tnn.Linear(784, 512), tnn.ReLU(), tnn.Linear(512, 512), tnn.ReLU(),
+                            tnn.Linear(512, 10))
+        with torch.no_grad():
+            for m, w, b in zip([m for m in tm if isinstance(m, tnn.Linear)], ws, bs):
+                m.weight.copy_(torch.from_numpy(w))
+                m.bias.copy_(torch.from_numpy(b))
+        tm = tm.to(device)
+        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
+        tloss = tnn.CrossEntropyLoss()
+        tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+        def torch_step():
+            topt.zero_grad(set_to_none=True)
+            loss = tloss(tm(tx), ty)
+            loss.backward()
+            topt.step()
+            return loss
+    return dragon, data, torch_step
+
+
+# ---------------------------------------------------------------- sections
+def _loss(dg, t) -> float:
+    t = t.to("cpu")
+    if t.dtype.name in ("float16", "bfloat16"):
+        t = t.to("float32")
+    return float(np.asarray(t.numpy()))
+
+
+def _runs_for(step_s: float, max_runs: int, budget: Budget, share: float = 0.1) -> int:
+    """Steps to time: at most ``max_runs``, at least 1, about ``share`` of
+    the budget (a 1.3 s step gets one run of a 22 s one)."""
+    return int(max(1, min(max_runs, budget.seconds * share / max(step_s, 1e-6))))
+
+
+def dragon_eager(dg, name, factory, data, device, sync, args, budget) -> dict:
+    title = f"{name} | dragon eager, per op type (device events around each op)"
+    step = factory()
+    t0 = time.perf_counter()
+    loss = step(*data)
+    sync()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    step(*data)
+    sync()
+    step_s = time.perf_counter() - t0
+    if budget.left() < 2 * step_s:
+        return skipped(title, f"a step takes {step_s:.2f} s; {budget.left():.1f} s of the "
+                              f"{budget.seconds:.0f} s budget left")
+    runs = _runs_for(step_s, args.runs, budget)
+    stream = dg.current_stream(device)
+    with EagerOpTimer(dg, device) as timer:
+        s0, s1 = dg.Event(enable_timing=True), dg.Event(enable_timing=True)
+        s0.record(stream)
+        for _ in range(runs):
+            step(*data)
+        s1.record(stream)
+        sync()
+        ops = timer.collect()
+    step_ms = s0.elapsed_time(s1)
+    ops_ms = sum(ms for _, ms in ops.values())
+    header = (f"{runs} steps timed; first step {first * 1e3:.1f} ms wall (warm-up), then "
+              f"{step_s * 1e3:.1f} ms wall; {step_ms / runs:.3f} ms/step on the device "
+              f"(events around the step), ops {ops_ms / runs:.3f} ms/step "
+              f"(coverage {100 * ops_ms / max(step_ms, 1e-9):.1f}%); "
+              f"first loss {_loss(dg, loss):.5f}")
+    out = table(title, [(n, c, ms) for n, (c, ms) in ops.items()], runs, args.top, header)
+    out.update(step_ms=step_ms / runs, first_loss=_loss(dg, loss), step_s=step_s)
+    return out
+
+
+def dragon_compiled(dg, name, factory, data, sync, args, budget, est_s) -> dict:
+    title = f"{name} | dragon compiled (@dg.function), per op type (Function.profile)"
+    if budget.left() < 4 * est_s:
+        return skipped(title, f"a step takes about {est_s:.2f} s; {budget.left():.1f} s of the "
+                              f"{budget.seconds:.0f} s budget left (trace + warm-up + runs)")
+    fn = dg.function(factory())
+    t0 = time.perf_counter()
+    loss = fn(*data)       # trace, compile, run
+    sync()
+    trace_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fn(*data)
+    sync()
+    step_s = time.perf_counter() - t0
+    runs = _runs_for(step_s, args.runs, budget)
+    prof = fn.profile(*data, runs=runs, warmup=0)
+    by_type = [(t, n * prof.runs, us * prof.runs / 1e3) for t, n, us in prof.by_type()]
+    header = (f"{prof.runs} steps timed; trace + first step {trace_s:.2f} s, then "
+              f"{step_s * 1e3:.1f} ms wall; {prof.wall_us / 1e3:.3f} ms/call wall while "
+              f"profiling, ops {prof.ops_us / 1e3:.3f} ms/step; {len(prof.rows)} ops in the "
+              f"plan; first loss {_loss(dg, loss):.5f}")
+    out = table(title, by_type, prof.runs, args.top, header)
+    out.update(step_ms=prof.ops_us / 1e3, step_s=step_s, first_loss=_loss(dg, loss))
+    return out
+
+
+def torch_profile(torch, title, fn, runs, device, top, kernels_only: bool) -> dict:
+    """``fn`` run ``runs`` times under torch.profiler: per kernel (device
+    events) on a GPU, per aten op (self CPU time) on the CPU."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = device != "cpu"
+    acts = [ProfilerActivity.CUDA] if (gpu and kernels_only) else (
+        [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else []))
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    sync()
+    with profile(activities=acts) as prof:
+        for _ in range(runs):
+            fn()
+        sync()
+    acc: dict = {}
+    for e in prof.events():
+        if gpu:
+            if e.device_type == DeviceType.CPU:
+                continue
+            us = e.time_range.elapsed_us()
+        else:
+            if e.device_type != DeviceType.CPU or e.is_async:
+                continue
+            us = e.self_cpu_time_total
+        row = acc.setdefault(e.name, [0, 0.0])
+        row[0] += 1
+        row[1] += us / 1e3
+    what = "device time per kernel (CUPTI)" if gpu else "self CPU time per op"
+    return table(f"{title}, {what}", [(n, c, ms) for n, (c, ms) in acc.items()], runs, top,
+                 name_width=60 if gpu else 34)
+
+
+def run_workload(name, dg, torch, factory, data, torch_step, device, args, budget) -> list:
+    gpu = device != "cpu"
+    sync = (lambda: dg.synchronize(device)) if gpu else (lambda: None)
+    out = []
+    est_s = 0.0
+    if "eager" in args.modes:
+        sec = dragon_eager(dg, name, factory, data, device, sync, args, budget)
+        est_s = sec.get("step_s", est_s)
+        out.append(sec)
+    if "compiled" in args.modes:
+        out.append(dragon_compiled(dg, name, factory, data, sync, args, budget, est_s))
+        est_s = est_s or out[-1].get("step_s", 0.0)
+    torch_gpu = torch is not None and (not gpu or torch.cuda.is_available())
+    if gpu and torch_gpu and "eager" in args.modes:
+        title = f"{name} | dragon eager kernels (torch.profiler)"
+        if budget.left() < 3 * est_s:
+            out.append(skipped(title, f"{budget.left():.1f} s of the budget left"))
+        else:
+            step = factory()
+            step(*data)
+            out.append(torch_profile(torch, title, lambda: step(*data),
+                                     _runs_for(est_s, args.runs, budget), device, args.top,
+                                     kernels_only=True))
+    title = f"{name} | torch eager"
+    if torch_step is None or not torch_gpu:
+        why = "torch is not installed" if torch is None else "torch sees no GPU"
+        out.append(skipped(title, why))
+        return out
+    if budget.left() < 5:
+        out.append(skipped(title, f"{budget.left():.1f} s of the budget left"))
+        return out
+    tsync = torch.cuda.synchronize if gpu else (lambda: None)
+    t0 = time.perf_counter()
+    first = float(torch_step().detach())
+    tsync()
+    torch_step()
+    tsync()
+    t_s = (time.perf_counter() - t0) / 2
+    sec = torch_profile(torch, title, torch_step, _runs_for(t_s, args.runs, budget), device,
+                        args.top, kernels_only=False)
+    sec["first_loss"] = first
+    print(f"torch first loss {first:.5f}")
+    out.append(sec)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes (ResNet batch 2 of 32x32, MLP batch 16)")
+    parser.add_argument("--batch", type=int, help="ResNet batch (default 64; cpu: 4)")
+    parser.add_argument("--hw", type=int, help="ResNet image side (default 224; cpu: 64)")
+    parser.add_argument("--only", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads of {', '.join(WORKLOADS)}")
+    parser.add_argument("--modes", default=",".join(MODES), help="eager,compiled")
+    parser.add_argument("--runs", type=int, default=5, help="most steps timed per section")
+    parser.add_argument("--top", type=int, default=15, help="rows per table")
+    parser.add_argument("--budget", type=float, default=55.0, help="seconds for the whole run")
+    parser.add_argument("--no-torch", action="store_true", help="leave torch out")
+    parser.add_argument("--json", help="also write every table to this file")
+    args = parser.parse_args(argv)
+    args.only = [w.strip() for w in args.only.split(",") if w.strip()]
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [w for w in args.only if w not in WORKLOADS] + [m for m in args.modes
+                                                          if m not in MODES]
+    if bad or args.runs < 1 or args.top < 1:
+        parser.error(f"unknown workload/mode {bad} (workloads {WORKLOADS}, modes {MODES}), "
+                     "or --runs/--top below 1")
+    budget = Budget(args.budget)
+    import dragon_core as dg
+    device = args.device
+    gpu = device != "cpu"
+    if gpu and not dg.cuda.is_available():
+        print(f"no cuda device: {dg.cuda.unavailable_reason()} (use --device cpu to check "
+              "the tool)")
+        return 1
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+            torch.backends.cudnn.allow_tf32 = False  # float32 is float32 on both sides
+            torch.backends.cuda.matmul.allow_tf32 = False
+        except ImportError:
+            torch = None
+    if args.quick:
+        batch, hw, mlp_batch = args.batch or 2, args.hw or 32, 16
+    else:
+        batch = args.batch or (64 if gpu else 4)
+        hw = args.hw or (224 if gpu else 64)
+        mlp_batch = 128
+    dev_name = dg.cuda.get_device_name(0) if gpu else "cpu"
+    print(f"profile_gpu: device {device} ({dev_name}); torch "
+          f"{getattr(torch, '__version__', 'absent')}; ResNet-18 batch {batch} of 3x{hw}x{hw}, "
+          f"MLP batch {mlp_batch}; budget {args.budget:.0f} s")
+    sections = []
+    for k, w in enumerate(args.only):
+        if budget.left() <= 0:
+            sections.append(skipped(w, "the time budget is spent"))
+            continue
+        # Each workload gets its weight's part of what is left, so a slow
+        # one cannot starve the next (MLP steps are short).
+        weights = [WEIGHTS[x] for x in args.only[k:]]
+        part = Budget(budget.left() * weights[0] / sum(weights))
+        try:
+            if w == "mlp":
+                name = f"mlp_784_512_512_10 b{mlp_batch} f32"
+                factory, data, tstep = build_mlp(dg, torch, device, mlp_batch)
+            else:
+                prec = "bfloat16" if w == "resnet_bf16" else "float32"
+                label = "bf16 autocast" if prec == "bfloat16" else "f32"
+                name = f"resnet18 b{batch} {hw}x{hw} {label}"
+                factory, data, tstep = build_resnet(dg, torch, device, prec, batch, hw)
+            sections += run_workload(name, dg, torch, factory, data, tstep, device, args, part)
+        except Exception as exc:  # one workload's failure must not hide the others
+            sections.append(skipped(w, f"ERROR {type(exc).__name__}: {str(exc)[:400]}"))
+    print(f"\nprofile_gpu: done in {args.budget - budget.left():.1f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev_name, "sections": sections}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

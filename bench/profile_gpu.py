@@ -411,37 +411,17 @@ def torch_profile(torch, title, fn, runs, device, top, kernels_only: bool) -> di
                  name_width=60 if gpu else 34)
 
 
-def run_workload(name, dg, torch, factory, data, torch_step, device, args, budget) -> list:
+def _guarded(title: str, fn) -> dict:
+    """``fn()``, or a skipped section naming the error: one section's
+    failure must not hide the others."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return skipped(title, f"ERROR {type(exc).__name__}: {str(exc)[:400]}")
+
+
+def _torch_eager(torch, title, torch_step, device, args, budget) -> dict:
     gpu = device != "cpu"
-    sync = (lambda: dg.synchronize(device)) if gpu else (lambda: None)
-    out = []
-    est_s = 0.0
-    if "eager" in args.modes:
-        sec = dragon_eager(dg, name, factory, data, device, sync, args, budget)
-        est_s = sec.get("step_s", est_s)
-        out.append(sec)
-    if "compiled" in args.modes:
-        out.append(dragon_compiled(dg, name, factory, data, sync, args, budget, est_s))
-        est_s = est_s or out[-1].get("step_s", 0.0)
-    torch_gpu = torch is not None and (not gpu or torch.cuda.is_available())
-    if gpu and torch_gpu and "eager" in args.modes:
-        title = f"{name} | dragon eager kernels (torch.profiler)"
-        if budget.left() < 3 * est_s:
-            out.append(skipped(title, f"{budget.left():.1f} s of the budget left"))
-        else:
-            step = factory()
-            step(*data)
-            out.append(torch_profile(torch, title, lambda: step(*data),
-                                     _runs_for(est_s, args.runs, budget), device, args.top,
-                                     kernels_only=True))
-    title = f"{name} | torch eager"
-    if torch_step is None or not torch_gpu:
-        why = "torch is not installed" if torch is None else "torch sees no GPU"
-        out.append(skipped(title, why))
-        return out
-    if budget.left() < 5:
-        out.append(skipped(title, f"{budget.left():.1f} s of the budget left"))
-        return out
     tsync = torch.cuda.synchronize if gpu else (lambda: None)
     t0 = time.perf_counter()
     first = float(torch_step().detach())
@@ -453,7 +433,46 @@ def run_workload(name, dg, torch, factory, data, torch_step, device, args, budge
                         args.top, kernels_only=False)
     sec["first_loss"] = first
     print(f"torch first loss {first:.5f}")
-    out.append(sec)
+    return sec
+
+
+def _dragon_kernels(dg, torch, title, factory, data, device, args, budget, est_s) -> dict:
+    if budget.left() < 3 * est_s:
+        return skipped(title, f"{budget.left():.1f} s of the budget left")
+    step = factory()
+    step(*data)
+    return torch_profile(torch, title, lambda: step(*data), _runs_for(est_s, args.runs, budget),
+                         device, args.top, kernels_only=True)
+
+
+def run_workload(name, dg, torch, factory, data, torch_step, device, args, budget) -> list:
+    gpu = device != "cpu"
+    sync = (lambda: dg.synchronize(device)) if gpu else (lambda: None)
+    out = []
+    est_s = 0.0
+    if "eager" in args.modes:
+        sec = _guarded(f"{name} | dragon eager", lambda: dragon_eager(
+            dg, name, factory, data, device, sync, args, budget))
+        est_s = sec.get("step_s", est_s)
+        out.append(sec)
+    if "compiled" in args.modes:
+        out.append(_guarded(f"{name} | dragon compiled", lambda: dragon_compiled(
+            dg, name, factory, data, sync, args, budget, est_s)))
+        est_s = est_s or out[-1].get("step_s", 0.0)
+    torch_gpu = torch is not None and (not gpu or torch.cuda.is_available())
+    if gpu and torch_gpu and "eager" in args.modes:
+        title = f"{name} | dragon eager kernels (torch.profiler)"
+        out.append(_guarded(title, lambda: _dragon_kernels(
+            dg, torch, title, factory, data, device, args, budget, est_s)))
+    title = f"{name} | torch eager"
+    if torch_step is None or not torch_gpu:
+        why = "torch is not installed" if torch is None else "torch sees no GPU"
+        out.append(skipped(title, why))
+    elif budget.left() < 5:
+        out.append(skipped(title, f"{budget.left():.1f} s of the budget left"))
+    else:
+        out.append(_guarded(title, lambda: _torch_eager(torch, title, torch_step, device, args,
+                                                        budget)))
     return out
 
 

@@ -120,6 +120,18 @@ for m in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/lib/x86_64-linux-gnu/openmp
   [ -e "$m" ] && { export DRAGON_LIBMPI=$m; break; }
 done
 
+# GPU_CHECK_ONLY="command": after the builds and the smoke test, run just
+# that command (a profile, one test file), its output in only.txt.
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then
+  t1=$(date +%s)
+  timeout -k 5 "$(clamp $(( $(left) - 5 )) 10 600)" bash -c "$GPU_CHECK_ONLY" > "$LOG/only.txt" 2>&1
+  rc=$?
+  cp "$LOG/only.txt" "${OUT:-$LOG}/" 2>/dev/null
+  tail -n 60 "$LOG/only.txt"
+  say "only: rc=$rc $(( $(date +%s) - t1 ))s"
+  exit $rc
+fi
+
 # What is left after the builds: about a third (45-150 s) for the benchmark,
 # 60 s for the memcheck and the example, the rest (at least 60 s) for the tests.
 L=$(left)

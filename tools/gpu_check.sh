@@ -182,6 +182,17 @@ brc=$?
 cat "$LOG/bench_gpu.txt"
 say "benchmark rc=$brc $(( $(date +%s) - t1 ))s: $(grep -cE ' (PASS|MISS|INFO)' "$LOG/bench_gpu.txt") rows timed"
 
+# GPU_CHECK_PROFILE=1: the per-op device-time profile of the training steps
+# (bench/profile_gpu.py, beside torch's), in profile.txt.
+if [ "${GPU_CHECK_PROFILE:-0}" = 1 ]; then
+  t1=$(date +%s)
+  P_S=$(clamp $(( $(left) - 60 )) 20 70)
+  timeout -k 5 "$P_S" $PY bench/profile_gpu.py --budget $(( P_S - 10 )) --top 15 > "$LOG/profile.txt" 2>&1
+  prc=$?
+  cp "$LOG/profile.txt" "${OUT:-$LOG}/" 2>/dev/null
+  say "profile rc=$prc $(( $(date +%s) - t1 ))s"
+fi
+
 # The example trains on the GPU (two epochs; its accuracy check stays on).
 t1=$(date +%s)
 (cd "$T" && timeout -k 5 45 $PY "$OLDPWD/examples/train_digits.py" --device cuda --epochs 2 \

@@ -560,11 +560,20 @@ def test_cuda_kernels_are_registered_when_built_with_cuda():
             assert not cuda
 
 
+def _wrapper_attrs(attrs: dict) -> dict:
+    """The cases' schema attributes as the Python wrappers take them: a flat
+    4-value ``pads`` (begins, then ends) becomes ((top, bottom), (left, right))."""
+    pads = attrs.get("pads")
+    if pads is None or len(pads) != 4:
+        return attrs
+    return {**attrs, "pads": ((pads[0], pads[2]), (pads[1], pads[3]))}
+
+
 @requires_cuda
 @pytest.mark.parametrize("case", CASES[:7], ids=[_case_id(c) for c in CASES[:7]])
 def test_cuda_forward_matches_cpu(case):
     arrays = _op_case(case, "float64").arrays()
-    attrs = case[-1]
+    attrs = _wrapper_attrs(case[-1])
     cpu = dg.ops.deform_conv2d(*(dg.tensor(a) for a in arrays), **attrs).cpu().numpy()
     gpu = dg.ops.deform_conv2d(*(dg.tensor(a, device="cuda") for a in arrays),
                                **attrs).cpu().numpy()
@@ -584,9 +593,9 @@ def test_cuda_backward_matches_cpu(case):
     dy = np.random.default_rng(2).standard_normal(
         (x.shape[0], w.shape[0]) + geometry(x.shape, w.shape, case[-1]))
     args = [x, w, off, dy] + ([mask] if mask is not None else [])
-    cpu = dg.ops.deform_conv2d_grad(*(dg.tensor(a) for a in args), **case[-1])
-    gpu = dg.ops.deform_conv2d_grad(*(dg.tensor(a, device="cuda") for a in args),
-                                    **case[-1])
+    attrs = _wrapper_attrs(case[-1])
+    cpu = dg.ops.deform_conv2d_grad(*(dg.tensor(a) for a in args), **attrs)
+    gpu = dg.ops.deform_conv2d_grad(*(dg.tensor(a, device="cuda") for a in args), **attrs)
     for c, g in zip(cpu, gpu):
         np.testing.assert_allclose(g.cpu().numpy(), c.cpu().numpy(), rtol=1e-10, atol=1e-12)
 

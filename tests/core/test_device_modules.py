@@ -58,6 +58,20 @@ def test_cuda_namespace_matches_the_registry():
             dg.cuda.get_device_name(count)
 
 
+def test_compute_capability_needs_the_attribute():
+    """get_device_capability reads DgDeviceDef.get_attribute code 3
+    (major * 10 + minor); a device that does not report it raises."""
+    with pytest.raises(ValueError, match="cpu:0 reports no compute capability"):
+        dg.cpu.get_device_capability()
+    if dg.cuda.device_count() == 0:
+        with pytest.raises(dg.errors.UnavailableError, match="cuda:0 does not exist"):
+            dg.cuda.get_device_capability()
+    else:
+        major, minor = dg.cuda.get_device_capability()
+        cc = dg.memory.device_attributes("cuda:0")["compute_capability"]
+        assert (major, minor) == (cc // 10, cc % 10)
+
+
 def test_a_known_wheel_not_installed_says_what_to_install(monkeypatch):
     monkeypatch.setitem(dg.plugins.KNOWN_PROVIDERS, "npuxyz", "dragon-npuxyz")
     ns = dg.npuxyz

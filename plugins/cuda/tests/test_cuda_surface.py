@@ -84,7 +84,7 @@ def test_compute_capability_and_memory():
         attrs = dg.memory.device_attributes(f"cuda:{i}")
         assert attrs["total_memory"] == total and attrs["compute_units"] == int(m["sms"])
         assert attrs["compute_capability"] == int(m["cc"])
-        assert abs(float(m["gib"]) - total / 2 ** 30) <= 0.06
+        assert abs(float(m["gib"]) - total / 2 ** 30) <= 0.2, (m["gib"], total)
         smi_mem = _smi("memory.total")  # MiB
         if smi_mem is not None:
             assert abs(int(smi_mem[i]) * 2 ** 20 - total) <= 2 ** 30, (smi_mem, total)
@@ -142,13 +142,13 @@ def test_memory_stats_of_cuda0():
     assert dg.cuda.memory_reserved() >= s1["allocated"]
     assert dg.cuda.max_memory_allocated() >= s1["allocated"]
     assert dg.cuda.memory_stats()["num_requests"] >= s1["num_requests"]
-    assert float(x.sum().cpu().numpy()) == 0.0
+    assert float(dg.ops.sum(x).cpu().numpy()) == 0.0
 
 
 def test_explain_of_a_compiled_function_lists_cuda_kernels():
     @dg.function
     def step(x, w, b):
-        return dg.ops.softmax(dg.ops.relu(dg.ops.matmul(x, w) + b), axis=-1).sum()
+        return dg.ops.sum(dg.ops.softmax(dg.ops.relu(dg.ops.matmul(x, w) + b), axis=-1))
 
     rng = np.random.default_rng(1)
     args = [dg.tensor(rng.standard_normal(s).astype(np.float32)).to("cuda")
@@ -163,10 +163,8 @@ def test_explain_of_a_compiled_function_lists_cuda_kernels():
         if not dg.plugins.kernels(t):
             continue  # control ops run by the executor
         text = dg.plugins.explain(t, "cuda", "float32")
-        assert "cuda" in text, (t, text)
-        chosen = [k for k in dg.plugins.kernels(t)
-                  if k["device"] == "cuda" and k["name"] in text]
-        assert chosen, (t, text, sorted(cuda_kernels))
+        m = re.search(r"winner: (\S+) from (\S+)", text)
+        assert m and m[2] == "cuda" and m[1] in cuda_kernels, (t, text, sorted(cuda_kernels))
 
 
 def test_info_lists_each_gpu():

@@ -528,7 +528,11 @@ def test_memory_stats_follow_allocations():
     assert s2["peak"] >= s1["allocated"]
     dg.memory.empty_cache(DEV0)
     s3 = _stats()
-    assert s3["reserved"] == s3["allocated"]
+    # Every cached block goes back, except the free rest of segments that
+    # still hold a live tensor (of another test of this process).
+    assert s3["reserved"] <= s2["reserved"] and s3["num_frees"] >= s2["num_frees"]
+    if s3["allocated"] == 0:
+        assert s3["reserved"] == 0, s3
     assert s3["device_syncs"] == s2["device_syncs"]
     dg.memory.reset_peak(DEV0)
     assert _stats()["peak"] == _stats()["allocated"]

@@ -102,3 +102,24 @@ def test_device_constructor():
         dg.device("cuda:0", 1)
     with pytest.raises(ValueError, match="index must be an int >= 0"):
         dg.device("cpu", -1)
+
+
+def test_info_lists_every_device_of_a_type(monkeypatch):
+    """``python -m dragon_core info`` shows one line per device when a type
+    has several (the GPU name, memory, compute capability and versions are
+    the plugin's description); one device keeps the single line."""
+    from dragon_core import __main__ as main
+
+    fake = [{"name": "gpux", "plugin": "gpux", "count": 2, "host_accessible": False,
+             "descriptions": ["Card A (sm_90, 79.2 GiB)", "Card B (sm_80, 39.4 GiB)"],
+             "reason": ""},
+            {"name": "gpuy", "plugin": "gpuy", "count": 1, "host_accessible": False,
+             "descriptions": ["Card C"], "reason": ""}]
+    monkeypatch.setattr(dg._C, "devices", lambda: fake)
+    lines = main.info().splitlines()
+    start = lines.index("Devices:")
+    assert lines[start + 1:start + 5] == [
+        "  gpux       count=2  from gpux (Card A (sm_90, 79.2 GiB))",
+        "      gpux:0  Card A (sm_90, 79.2 GiB)",
+        "      gpux:1  Card B (sm_80, 39.4 GiB)",
+        "  gpuy       count=1  from gpuy (Card C)"]

@@ -251,6 +251,101 @@ def test_synchronize_waits_for_every_stream():
         np.testing.assert_allclose(x.cpu().numpy(), np.ones((1024, 1024)), rtol=1e-5)
 
 
+@gpu
+@cuda_only
+def test_index_error_surfaces_at_the_next_host_read_and_the_device_goes_on():
+    """Gather checks its indices on the device: an index out of range is
+    OutOfRangeError (naming the op and the index) at the next host read,
+    never an illegal address; the device keeps working."""
+    x = _t(np.arange(10, dtype=np.float32))
+    idx = dg.tensor(np.array([1, 12, 3], np.int64)).to(DEV)
+    y = dg.ops.gather(x, idx)        # issued: checked on the device
+    z = y + y
+    with pytest.raises(dg.errors.OutOfRangeError) as info:
+        z.cpu().numpy()
+    msg = str(info.value)
+    assert "Gather" in msg and "12" in msg, msg
+    ok = dg.ops.gather(x, dg.tensor(np.array([9, 0], np.int64)).to(DEV))
+    np.testing.assert_array_equal(ok.cpu().numpy(), [9.0, 0.0])
+
+
+class _Wrapped:
+    """A foreign producer: only the DLPack protocol (checks it got a stream)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+    def __dlpack__(self, stream=None, **kw):
+        assert stream is not None and stream != 0
+        return self.t.__dlpack__(stream=stream, **kw)
+
+
+@gpu
+def test_dlpack_exchange_orders_the_consumer_stream():
+    a = np.arange(1 << 20, dtype=np.float32) % 1000
+    s1, s2 = dg.Stream(DEV), dg.Stream(DEV)
+    with dg.stream(s1):
+        x = _t(a)
+        for _ in range(8):
+            x = x + x
+    with dg.stream(s2):
+        before = _stats()
+        y = dg.from_dlpack(_Wrapped(x))   # asks for __dlpack__(stream=s2)
+        z = y * y
+        after = _stats()
+        assert after["stream_syncs"] == before["stream_syncs"]  # no host wait
+        assert after["stream_waits"] > before["stream_waits"]
+        np.testing.assert_array_equal(z.cpu().numpy(), (a * 256) ** 2)
+
+
+@gpu
+def test_graph_predicates_wait_for_their_stream_only():
+    """cond and while_loop read their predicate on the host: the read waits
+    for the kernels that computed it on a user stream, and for nothing
+    else (no device-wide synchronization)."""
+    a = np.float32([3.0, -1.0])
+    x = _t(a)
+
+    @dg.function
+    def pick(x, p):
+        q = p * p - p
+        return dg.cond(q, lambda: x + x, lambda: x * x)
+
+    @dg.function
+    def count(x, p):
+        return dg.while_loop(lambda v, k: k, lambda v, k: (v + v, k - k), [x, p])
+
+    s = dg.Stream(DEV)
+    with dg.stream(s):
+        for val, taken in ((2.0, True), (1.0, False), (0.0, False), (3.0, True)):
+            before = _stats()
+            got = pick(x, _t([val])).cpu().numpy()
+            assert _stats()["device_syncs"] == before["device_syncs"]
+            np.testing.assert_array_equal(got, a + a if taken else a * a)
+        for val, doubled in ((0.0, False), (5.0, True)):
+            v, k = count(x, _t([val]))
+            np.testing.assert_array_equal(v.cpu().numpy(), a + a if doubled else a)
+            assert k.cpu().numpy().tolist() == [0.0]
+
+
+@gpu
+def test_data_loader_pins_batches_for_non_blocking_copies():
+    rng = np.random.default_rng(15)
+    xs = rng.standard_normal((10, 3)).astype(np.float32)
+    ys = rng.standard_normal((10, 1)).astype(np.float32)
+    loader = dg.data.DataLoader(dg.data.TensorDataset(xs, ys), batch_size=4,
+                                pin_memory=DEV)
+    seen = []
+    for bx, by in loader:
+        assert bx.is_pinned() and by.is_pinned()
+        dx = bx.to(DEV, non_blocking=True)
+        seen.append((dx + dx).cpu().numpy())
+    np.testing.assert_array_equal(np.concatenate(seen), 2 * xs)
+
+
 # ------------------------------------------------------------ training
 
 def _mlp_step(x, t, w1, w2, lr1, lr2):

@@ -589,7 +589,7 @@ def test_non_contiguous_copies():
 @gpu
 @cuda_only
 def test_empty_tensors():
-    e = dg.zeros((0, 5), device=DEV0)
+    e = dg.ops.zeros((0, 5), device=DEV0)
     assert str(e.device) == DEV0 and tuple(e.shape) == (0, 5)
     assert e.cpu().numpy().shape == (0, 5)
     assert tuple((e + e).shape) == (0, 5)
@@ -640,7 +640,7 @@ def test_memory_stats_follow_allocations():
 def test_out_of_memory_is_typed_and_the_device_survives():
     nbytes = 10 * 10 ** 12  # 10 TB
     with pytest.raises(dg.errors.ResourceExhaustedError) as info:
-        dg.zeros((nbytes // 4,), device=DEV0)
+        dg.ops.zeros((nbytes // 4,), device=DEV0)
     msg = str(info.value)
     assert "cuda:0" in msg, msg
     sizes = [int(m) for m in re.findall(r"\d{13,}", msg)]

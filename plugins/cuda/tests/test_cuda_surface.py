@@ -135,7 +135,7 @@ def test_memory_stats_of_cuda0():
             "stream_waits", "events_created"}
     s0 = dg.memory.stats("cuda:0")
     assert keys <= set(s0), sorted(s0)
-    x = dg.zeros((1 << 20,), device="cuda:0")
+    x = dg.ops.zeros((1 << 20,), device="cuda:0")
     s1 = dg.memory.stats("cuda:0")
     assert s1["allocated"] >= s0["allocated"] + (4 << 20)
     assert dg.cuda.memory_allocated() == s1["allocated"]

@@ -14,7 +14,8 @@
 # (GPU conformance suite included) and vision_ops' tests (their CUDA
 # kernels now run on the cuda device), the GPU benchmark beside torch
 # (bench/bench_gpu.py through bench/run.py: bench_gpu.txt and .json), then a
-# compute-sanitizer memcheck over a sample of cuda kernels. Budget: the
+# compute-sanitizer memcheck over a sample of cuda kernels and of the
+# runtime tests (streams, events, allocator, copies). Budget: the
 # whole check stays under GPU_CHECK_BUDGET_S (default 470 s, under 8
 # minutes on 16 cores): after the builds, the tests, the benchmark (its
 # own time budget, DRAGON_BENCH_GPU_BUDGET_S) and the memcheck share what
@@ -209,6 +210,19 @@ elif command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute
     -k "(float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)) or (bfloat16 and (LayerNorm-2 or test_multi_tensor_updates))" \
     > "$LOG/memcheck.log" 2>&1
   say "memcheck rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck.log" | tail -n 2 | tr '\n' ' '))"
+  # The runtime tests' streams, events, allocator reuse and copies under
+  # memcheck too (short ones; not the fault-injection subprocesses, whose
+  # errors are the point, nor out of memory).
+  M=$(( $(left) - 5 ))
+  if [ "$M" -lt 20 ]; then
+    say "no time left for the runtime memcheck (${M}s)"
+  else
+    timeout -k 5 "$(clamp "$M" 20 60)" "$CS" --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+      plugins/cuda/tests/test_cuda_runtime.py \
+      -k "stream_ordered or two_streams or cross_stream or block_freed or device_to_device or (round_trip_of_every_dtype and (int8 or float16)) or non_contiguous or empty_tensors or written_out or pinned" \
+      > "$LOG/memcheck_runtime.log" 2>&1
+    say "memcheck runtime rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck_runtime.log" | tail -n 2 | tr '\n' ' '))"
+  fi
 fi
 if [ -n "$WPID" ]; then
   W=$(( $(left) > 10 ? $(left) : 10 ))

@@ -58,6 +58,20 @@ def test_cuda_namespace_matches_the_registry():
             dg.cuda.get_device_name(count)
 
 
+def test_compute_capability_needs_the_attribute():
+    """get_device_capability reads DgDeviceDef.get_attribute code 3
+    (major * 10 + minor); a device that does not report it raises."""
+    with pytest.raises(ValueError, match="cpu:0 reports no compute capability"):
+        dg.cpu.get_device_capability()
+    if dg.cuda.device_count() == 0:
+        with pytest.raises(dg.errors.UnavailableError, match="cuda:0 does not exist"):
+            dg.cuda.get_device_capability()
+    else:
+        major, minor = dg.cuda.get_device_capability()
+        cc = dg.memory.device_attributes("cuda:0")["compute_capability"]
+        assert (major, minor) == (cc // 10, cc % 10)
+
+
 def test_a_known_wheel_not_installed_says_what_to_install(monkeypatch):
     monkeypatch.setitem(dg.plugins.KNOWN_PROVIDERS, "npuxyz", "dragon-npuxyz")
     ns = dg.npuxyz
@@ -88,3 +102,24 @@ def test_device_constructor():
         dg.device("cuda:0", 1)
     with pytest.raises(ValueError, match="index must be an int >= 0"):
         dg.device("cpu", -1)
+
+
+def test_info_lists_every_device_of_a_type(monkeypatch):
+    """``python -m dragon_core info`` shows one line per device when a type
+    has several (the GPU name, memory, compute capability and versions are
+    the plugin's description); one device keeps the single line."""
+    from dragon_core import __main__ as main
+
+    fake = [{"name": "gpux", "plugin": "gpux", "count": 2, "host_accessible": False,
+             "descriptions": ["Card A (sm_90, 79.2 GiB)", "Card B (sm_80, 39.4 GiB)"],
+             "reason": ""},
+            {"name": "gpuy", "plugin": "gpuy", "count": 1, "host_accessible": False,
+             "descriptions": ["Card C"], "reason": ""}]
+    monkeypatch.setattr(dg._C, "devices", lambda: fake)
+    lines = main.info().splitlines()
+    start = lines.index("Devices:")
+    assert lines[start + 1:start + 5] == [
+        "  gpux       count=2  from gpux (Card A (sm_90, 79.2 GiB))",
+        "      gpux:0  Card A (sm_90, 79.2 GiB)",
+        "      gpux:1  Card B (sm_80, 39.4 GiB)",
+        "  gpuy       count=1  from gpuy (Card C)"]

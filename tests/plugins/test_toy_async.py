@@ -523,6 +523,30 @@ def test_large_block_taken_by_another_stream_waits_for_its_owner(ta):
     np.testing.assert_array_equal(w.cpu().numpy(), np.full(n, 9, np.float32))
 
 
+def test_empty_cache_returns_segments_split_across_streams(ta):
+    """A large block taken by another stream leaves the rest of its segment
+    on the first stream: once every piece is free, empty_cache must give
+    the whole segment back (it kept such segments forever)."""
+    n = (5 << 20) // 4
+    s1, s2 = ta.Stream(DEV), ta.Stream(DEV)
+    with ta.stream(s1):
+        x = _t(ta, np.ones(n, np.float32))
+        y = x + x
+        del x
+    with ta.stream(s2):
+        z = _t(ta, np.full(n, 3, np.float32))  # takes (part of) x's segment
+        w = z * z
+    np.testing.assert_array_equal(w.cpu().numpy(), np.full(n, 9, np.float32))
+    np.testing.assert_array_equal(y.cpu().numpy(), np.full(n, 2, np.float32))
+    del y, z, w
+    before = _stats(ta)
+    ta.memory.empty_cache(DEV)
+    after = _stats(ta)
+    assert after["reserved"] == after["allocated"], (before, after)
+    assert after["num_frees"] > before["num_frees"]
+    assert after["device_syncs"] == before["device_syncs"]
+
+
 def test_graph_predicates_wait_for_their_stream_only(ta):
     """cond and while_loop read their predicate on the host: the read must
     wait for the kernels that computed it (a delayed chain on a user

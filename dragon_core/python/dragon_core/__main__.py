@@ -29,6 +29,9 @@ def info() -> str:
     for d in _C.devices():
         desc = f" ({d['descriptions'][0]})" if d["descriptions"] and d["descriptions"][0] else ""
         lines.append(f"  {d['name']:<10} count={d['count']}  from {d['plugin']}{desc}")
+        if d["count"] > 1:  # the line above shows the first; each one here
+            lines += [f"      {d['name']}:{i}  {text}"
+                      for i, text in enumerate(d["descriptions"]) if text]
         if d["count"] == 0 and d.get("reason"):
             lines.append(f"      unavailable: {d['reason']}")
     ops = _C.list_ops()

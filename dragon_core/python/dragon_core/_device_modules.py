@@ -100,6 +100,28 @@ class DeviceModule:
         index = self._index(device, "get_device_name")
         return str(self._entry()["descriptions"][index])
 
+    def get_device_capability(self, device=None) -> tuple[int, int]:
+        """The device's compute capability as ``(major, minor)``, e.g.
+        ``(9, 0)`` for an H100 (torch's ``get_device_capability``).
+
+        Parameters
+        ----------
+        device : int or str or Device, optional
+            An index or ``"cuda:1"``; defaults to device 0.
+
+        Raises
+        ------
+        ValueError
+            When the device type reports no compute capability
+            (``DgDeviceDef.get_attribute`` code 3, ``major * 10 + minor``).
+        """
+        spec = self._spec(device, "get_device_capability")
+        value = _memory.device_attributes(spec).get("compute_capability")
+        if value is None:
+            raise ValueError(f"{self.type}.get_device_capability: {spec} reports no "
+                             f"compute capability")
+        return int(value) // 10, int(value) % 10
+
     def _spec(self, device, where: str) -> str:
         """``"type:index"`` for ``device`` (checked to exist)."""
         return f"{self.type}:{self._index(device, where)}"

@@ -60,6 +60,11 @@ size_t CachingAllocator::RoundSize(size_t bytes) {
 void* CachingAllocator::DeviceAlloc(size_t bytes) {
   void* p = nullptr;
   DgStatus s = type_->def.alloc(type_->def.user_data, index_, bytes, &p);
+  if (s != DG_OK && s != DG_RESOURCE_EXHAUSTED) {
+    // Not a lack of memory (e.g. a CUDA context lost to an illegal
+    // address): the device's own error, not "out of memory".
+    ThrowDeviceError(device_, s, dg::Str("allocating ", bytes, " bytes"));
+  }
   if (s != DG_OK || p == nullptr) {
     // Give cached memory back and try once more.
     EmptyCache();
@@ -192,6 +197,7 @@ void CachingAllocator::ResetPeak() {
 
 void CachingAllocator::EmptyCache() {
   std::vector<Block> blocks;  // small blocks and free large segments
+  std::set<void*> streams;    // every stream that used them last
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& kv : free_) {
@@ -201,13 +207,13 @@ void CachingAllocator::EmptyCache() {
     free_.clear();
     for (auto& seg : large_.TakeFreeSegments()) {
       stats_.reserved -= static_cast<int64_t>(seg.size);
+      streams.insert(seg.streams.begin(), seg.streams.end());
       blocks.push_back(Block{seg.base, seg.stream, std::move(seg.events)});
     }
   }
   if (ordered_) {
     // The device may still be using them: wait for their events and
     // streams (each once) -- a host wait, but not a device-wide one.
-    std::set<void*> streams;
     for (Block& b : blocks) {
       streams.insert(b.stream);
       for (auto& e : b.events) SyncEvent(device_, e->event);

@@ -95,16 +95,29 @@ size_t LargePool::Release(void* ptr, void* stream, Events events) {
 }
 
 std::vector<LargePool::Segment> LargePool::TakeFreeSegments() {
+  std::vector<Block*> heads;
+  for (auto& kv : blocks_) {
+    if (!kv.second->prev) heads.push_back(kv.second.get());
+  }
   std::vector<Segment> out;
-  for (auto it = blocks_.begin(); it != blocks_.end();) {
-    Block* b = it->second.get();
-    if (b->free && !b->prev && !b->next) {
-      Erase(b);
-      out.push_back(Segment{b->ptr, b->size, b->stream, std::move(b->events)});
-      it = blocks_.erase(it);
-    } else {
-      ++it;
+  for (Block* head : heads) {
+    bool all_free = true;
+    size_t size = 0;
+    for (Block* b = head; b; b = b->next) {
+      all_free = all_free && b->free;
+      size += b->size;
     }
+    if (!all_free) continue;
+    Segment seg{head->ptr, size, head->stream, {}, {}};
+    for (Block* b = head; b;) {
+      Block* next = b->next;
+      Erase(b);
+      seg.streams.push_back(b->stream);
+      for (auto& e : b->events) seg.events.push_back(std::move(e));
+      blocks_.erase(static_cast<void*>(b->ptr));  // destroys b
+      b = next;
+    }
+    out.push_back(std::move(seg));
   }
   return out;
 }

@@ -55,9 +55,12 @@ class LargePool {
     void* base;
     size_t size;
     void* stream;
-    Events events;
+    Events events;                // of every piece
+    std::vector<void*> streams;   // every piece's stream (pieces freed on
+                                  // different streams stay unmerged)
   };
-  // Removes and returns the segments that are entirely free.
+  // Removes and returns the segments that are entirely free, also those
+  // whose free pieces belong to different streams.
   std::vector<Segment> TakeFreeSegments();
 
  private:

@@ -42,12 +42,30 @@ inline cudaStream_t Prepare(const dg::KernelContext& ctx) {
   return static_cast<cudaStream_t>(ctx.stream());
 }
 
+// The status of a failed launch: an error that lost the CUDA context (an
+// earlier kernel's illegal address, trap or assert, which every later call
+// returns again) is DG_ABORTED, as the device table reports it.
+inline DgStatus LaunchStatus(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMemoryAllocation: return DG_RESOURCE_EXHAUSTED;
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout: return DG_ABORTED;
+    default: return DG_INTERNAL;
+  }
+}
+
 // Checks the launch that was just issued.
 inline void CheckLaunch(const dg::KernelContext& ctx) {
   const cudaError_t e = cudaGetLastError();
-  DG_CHECK(e == cudaSuccess, e == cudaErrorMemoryAllocation ? DG_RESOURCE_EXHAUSTED : DG_INTERNAL,
-           ctx.op_name(), " on cuda:", ctx.device().index, ": kernel launch failed: ",
-           ErrorText(e));
+  DG_CHECK(e == cudaSuccess, LaunchStatus(e), ctx.op_name(), " on cuda:", ctx.device().index,
+           ": kernel launch failed: ", ErrorText(e));
 }
 
 #define DGC_LOOP(i, n)                                                              \

@@ -304,3 +304,27 @@ def test_host_device_says_it_cannot_capture(dg):
         f(x)
     st = f.cuda_graph_status(x)
     assert st["state"] == "ineligible" and "offers no graph capture" in st["reason"], st
+
+
+def test_device_without_the_capture_entries_runs_op_by_op(run_python, fixture_plugins):
+    """The entries are optional (ABI 1.5): toy_async built without them
+    (TOY_ASYNC_NO_CAPTURE) runs compiled functions op by op, correctly, and
+    the status names the device."""
+    r = run_python(f"""
+        import numpy as np, dragon_core as dg
+        dg.load_library({str(fixture_plugins["toy_async"])!r})
+        w = dg.tensor(np.float32([2.0, -1.0])).to("toy_async")
+
+        @dg.function
+        def f(x):
+            return x * w + x
+
+        for k in range(5):
+            y = f(dg.tensor(np.float32([k, 1.0])).to("toy_async"))
+            assert y.cpu().numpy().tolist() == [3.0 * k, 0.0], y
+        st = f.cuda_graph_status(dg.tensor(np.float32([0, 0])).to("toy_async"))
+        print(st["state"], "|", st["reason"], "|", st["captures"], st["normal_runs"])
+        """, TOY_ASYNC_NO_CAPTURE="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("ineligible | device 'toy_async:0' offers no graph capture "
+                                "(ABI 1.5 stream_begin_capture) | 0 5"), r.stdout

@@ -456,6 +456,11 @@ std::string Plan::StaticIneligibility() const {
       return dg::Str("op '", p.name, "' (", p.op->name,
                      ") draws a fresh random seed at every run; a replay would repeat "
                      "its numbers (a fixed seed= makes it capturable)");
+    // Other stateful ops have side effects beyond their outputs (a seeded
+    // random op's only state is its seed attribute, fixed above).
+    if ((p.op->flags & DG_OP_STATEFUL) && p.op->seed_attr < 0)
+      return dg::Str("op '", p.name, "' (", p.op->name,
+                     ") is stateful: its side effects are not part of a recording");
   }
   return "";
 }

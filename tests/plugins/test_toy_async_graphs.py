@@ -328,3 +328,21 @@ def test_device_without_the_capture_entries_runs_op_by_op(run_python, fixture_pl
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ("ineligible | device 'toy_async:0' offers no graph capture "
                                 "(ABI 1.5 stream_begin_capture) | 0 5"), r.stdout
+
+
+def test_core_refuses_a_device_with_only_some_capture_entries(run_python, fixture_plugins):
+    """All four capture entries or none: a table with only
+    stream_begin_capture (TOY_ASYNC_PARTIAL_CAPTURE) is refused at load,
+    with the rule in the error."""
+    r = run_python(f"""
+        import dragon_core as dg
+        try:
+            dg.load_library({str(fixture_plugins["toy_async"])!r})
+        except Exception as e:
+            print(type(e).__name__, "|", e)
+        else:
+            print("loaded")
+        """, TOY_ASYNC_PARTIAL_CAPTURE="1")
+    assert r.returncode == 0, r.stderr
+    assert "must be set all together" in r.stdout, r.stdout
+    assert "toy_async" in r.stdout, r.stdout

@@ -156,7 +156,7 @@ void CachingAllocator::Free(void* ptr, size_t rounded, void* stream,
         bool used = stream == cap;
         for (void* u : users) used = used || u == cap;
         if (used) {  // still counted as allocated: the graph owns it
-          held_.push_back({cap, HeldBlock{ptr, rounded, stream}});
+          held_.push_back({cap, HeldBlock{ptr, rounded, stream, users}});
           return;
         }
       }
@@ -217,7 +217,13 @@ std::vector<CachingAllocator::HeldBlock> CachingAllocator::EndHold(void* stream)
 }
 
 void CachingAllocator::ReleaseHeld(const std::vector<HeldBlock>& blocks, void* stream) {
-  for (const HeldBlock& b : blocks) Free(b.ptr, b.rounded, stream);
+  for (const HeldBlock& b : blocks) {
+    std::vector<void*> users = b.users;
+    bool known = stream == b.stream;
+    for (void* u : users) known = known || u == stream;
+    if (!known) users.push_back(stream);
+    Free(b.ptr, b.rounded, b.stream, users);
+  }
 }
 
 MemoryStats CachingAllocator::Stats() {

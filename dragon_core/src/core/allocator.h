@@ -61,13 +61,14 @@ class CachingAllocator {
   struct HeldBlock {
     void* ptr;
     size_t rounded;
-    void* stream;
+    void* stream;                // its owner
+    std::vector<void*> users;    // other streams that used it
   };
   void BeginHold(void* stream);
   // Ends the hold on `stream` and hands over what it kept.
   std::vector<HeldBlock> EndHold(void* stream);
-  // Gives held blocks back to the pool as freed on `stream` (the stream the
-  // last work using them was issued on).
+  // Gives held blocks back to the pool as freed by their owners, with
+  // `stream` (where the last work using them was issued) among the users.
   void ReleaseHeld(const std::vector<HeldBlock>& blocks, void* stream);
 
   static size_t RoundSize(size_t bytes);

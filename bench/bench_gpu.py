@@ -27,8 +27,10 @@ synchronisation, so wall time covers the work.
     convolutions are NCHW only). Goal: <= 1.1x torch.
 ``mlp_train_784_512_512_10``
     MLP 784-512-512-10 (ReLU, SGD, cross-entropy), batch 128, training
-    steps/s: Dragon eager and compiled (``@dg.function``). Goals: eager >=
-    torch eager, compiled >= 2x torch eager.
+    steps/s: Dragon eager and compiled (``@dg.function``, which replays a
+    CUDA Graph once warm; its note says whether it did, or why not), and
+    compiled with ``cuda_graph=False`` (op by op) in the same run. Goals:
+    eager >= torch eager, compiled >= 2x torch eager.
 ``nms_5000`` / ``roi_align_512x7x7``
     dragon_vision_ops' ``nms`` of 5,000 boxes (IoU 0.5) and ``roi_align``
     of 512 rois to 7x7 bins over a 2x256x64x64 float32 map, ms, beside
@@ -81,7 +83,8 @@ DRAGON_IMPLS = {
     "conv_fwdbwd_b8_64x56_f32": ["conv2d + dg.grad(x, w) eager"],
     "resnet18_train_b64_224_bf16": ["eager step, autocast bfloat16 (NCHW)"],
     "resnet18_train_b64_224_f32": ["eager step"],
-    "mlp_train_784_512_512_10": ["eager step", "@dg.function step (compiled)"],
+    "mlp_train_784_512_512_10": ["eager step", "@dg.function step (compiled)",
+                                 "@dg.function step (compiled, cuda_graph=False)"],
     "nms_5000": ["dragon_vision_ops.nms"],
     "roi_align_512x7x7": ["dragon_vision_ops.roi_align"],
 }
@@ -324,7 +327,7 @@ def _mlp(ctx):
     y = rng.integers(0, 10, MLP_BATCH).astype(np.int64)
     nn = dg.nn
 
-    def dragon_step(compiled):
+    def dragon_step(compiled, cuda_graph=True):
         model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                               nn.Linear(512, 10))
         model.load_state_dict({f"{2 * i}.{k}": dg.tensor(v) for i, (w, b) in
@@ -340,10 +343,26 @@ def _mlp(ctx):
             loss.backward()
             opt.step()
             return loss
-        f = dg.function(step) if compiled else step
-        return lambda: f(dx, dy)
-    out = {"dragon": ("eager step", dragon_step(False), None),
-           "dragon:compiled": ("@dg.function step (compiled)", dragon_step(True), None)}
+        if not compiled:
+            return (lambda: step(dx, dy)), None
+        f = dg.function(step, cuda_graph=cuda_graph)
+
+        def graph_note():
+            st = f.cuda_graph_status(dx, dy)
+            if not st["enabled"]:
+                return "CUDA Graph off"
+            if st["state"] == "replayed":
+                return f"ran as a CUDA Graph ({st['replays']} replays)"
+            return f"not a CUDA Graph: {st['state']}" + (f" ({st['reason']})" if st["reason"]
+                                                         else "")
+        return (lambda: f(dx, dy)), graph_note
+    eager, _ = dragon_step(False)
+    graphed, graph_note = dragon_step(True)
+    plain, plain_note = dragon_step(True, cuda_graph=False)
+    out = {"dragon": ("eager step", eager, None),
+           "dragon:compiled": ("@dg.function step (compiled)", graphed, None, graph_note),
+           "dragon:compiled-nograph": ("@dg.function step (compiled, cuda_graph=False)", plain,
+                                       None, plain_note)}
     if torch is not None:
         tnn = torch.nn
         tm = tnn.Sequential(tnn.Linear(784, 512), tnn.ReLU(), tnn.Linear(512, 512), tnn.ReLU(),
@@ -367,8 +386,8 @@ def _mlp(ctx):
             return loss
         out["torch"] = ("eager step", torch_fn, None)
         check = (lambda loss, first=first: _close(float(_host(loss)), first, 1e-4, 1e-4))
-        out["dragon"] = (out["dragon"][0], out["dragon"][1], check)
-        out["dragon:compiled"] = (out["dragon:compiled"][0], out["dragon:compiled"][1], check)
+        for key in ("dragon", "dragon:compiled", "dragon:compiled-nograph"):
+            out[key] = (out[key][0], out[key][1], check) + tuple(out[key][3:])
     return out
 
 
@@ -451,7 +470,8 @@ def _bench_rows(bench: str, ctx: dict, budget: Budget) -> list[dict]:
     # torch first: its figure sets Dragon's targets.
     order = sorted(impls, key=lambda k: (k != "torch", k))
     for key in order:
-        impl, fn, check = impls[key]
+        impl, fn, check, *extra = impls[key]
+        note_fn = extra[0] if extra else None  # says how the row ran (after timing)
         library = "torch" if key == "torch" else "dragon"
         if budget.left() <= 0:
             rows.append(result(bench, impl, library, metric, None, better, status="SKIP",
@@ -476,8 +496,9 @@ def _bench_rows(bench: str, ctx: dict, budget: Budget) -> list[dict]:
         value = _to_value(bench, s, ctx)
         if library == "torch":
             torch_value = value
+        notes = [n for n in (timing_note, note_fn() if note_fn else "") if n]
         rows.append(result(bench, impl, library, metric, value, better, target,
-                           note=f"{bench} ({library}): {timing_note}" if timing_note else "",
+                           note=f"{bench} ({library}): {'; '.join(notes)}" if notes else "",
                            device=ctx["device_name"]))
     if "torch" not in impls:
         rows.append(result(bench, "-", "torch", metric, None, better, status="SKIP",

@@ -154,6 +154,19 @@ void* CachingAllocator::Allocate(size_t bytes, size_t* rounded, void* stream) {
 void CachingAllocator::Free(void* ptr, size_t rounded, void* stream,
                             const std::vector<void*>& users) {
   if (ptr == nullptr) return;
+  if (ordered_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!hold_streams_.empty()) {
+      for (void* cap : hold_streams_) {
+        bool used = stream == cap;
+        for (void* u : users) used = used || u == cap;
+        if (used) {  // still counted as allocated: the graph owns it
+          held_.push_back({cap, HeldBlock{ptr, rounded, stream, users}});
+          return;
+        }
+      }
+    }
+  }
   const bool large = ordered_ && rounded >= LargePool::kMinLarge;
   Events events;
   if (ordered_) {
@@ -183,6 +196,39 @@ void CachingAllocator::Free(void* ptr, size_t rounded, void* stream,
     return;
   }
   free_[rounded].push_back(Block{ptr, stream, std::move(events)});
+}
+
+void CachingAllocator::BeginHold(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hold_streams_.push_back(stream);
+}
+
+std::vector<CachingAllocator::HeldBlock> CachingAllocator::EndHold(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < hold_streams_.size(); ++i) {
+    if (hold_streams_[i] == stream) {
+      hold_streams_.erase(hold_streams_.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  std::vector<HeldBlock> out;
+  std::vector<std::pair<void*, HeldBlock>> keep;
+  for (auto& h : held_) {
+    if (h.first == stream) out.push_back(h.second);
+    else keep.push_back(h);
+  }
+  held_.swap(keep);
+  return out;
+}
+
+void CachingAllocator::ReleaseHeld(const std::vector<HeldBlock>& blocks, void* stream) {
+  for (const HeldBlock& b : blocks) {
+    std::vector<void*> users = b.users;
+    bool known = stream == b.stream;
+    for (void* u : users) known = known || u == stream;
+    if (!known) users.push_back(stream);
+    Free(b.ptr, b.rounded, b.stream, users);
+  }
 }
 
 MemoryStats CachingAllocator::Stats() {

@@ -52,6 +52,25 @@ class CachingAllocator {
   // Returns every cached block to the device.
   void EmptyCache();
 
+  // Graph capture (ABI 1.5). While a capture on `stream` is open, a block
+  // freed on it (or used by it) is held instead of going back to the pool:
+  // the recorded work reads and writes it again at every replay, so nobody
+  // else may get it until the graph is destroyed. Allocation goes on
+  // normally (a block taken during the capture is either freed during it,
+  // and then held, or kept alive by the caller).
+  struct HeldBlock {
+    void* ptr;
+    size_t rounded;
+    void* stream;                // its owner
+    std::vector<void*> users;    // other streams that used it
+  };
+  void BeginHold(void* stream);
+  // Ends the hold on `stream` and hands over what it kept.
+  std::vector<HeldBlock> EndHold(void* stream);
+  // Gives held blocks back to the pool as freed by their owners, with
+  // `stream` (where the last work using them was issued) among the users.
+  void ReleaseHeld(const std::vector<HeldBlock>& blocks, void* stream);
+
   static size_t RoundSize(size_t bytes);
   static constexpr size_t kDirectLimit = size_t{64} << 20;
 
@@ -72,6 +91,8 @@ class CachingAllocator {
   std::unordered_map<size_t, std::vector<Block>> free_;
   LargePool large_;  // stream-ordered devices: blocks >= LargePool::kMinLarge
   MemoryStats stats_;
+  std::vector<void*> hold_streams_;  // open captures (guarded by mu_)
+  std::vector<std::pair<void*, HeldBlock>> held_;  // (capture stream, block)
 };
 
 }  // namespace dragon

@@ -98,6 +98,19 @@ int32_t DeviceRegistry::Register(const DgDeviceDef& def,
     throw CoreError(DG_INVALID_ARGUMENT,
                     dg::Str("device '", def.name,
                             "' lacks alloc/free/copy_h2d/copy_d2h"));
+  // ABI 1.5 graph capture: all four entries or none, on a stream-ordered
+  // device (capture records work issued on a stream).
+  const int capture_entries = (t->def.stream_begin_capture != nullptr) +
+                              (t->def.stream_end_capture != nullptr) +
+                              (t->def.graph_launch != nullptr) +
+                              (t->def.graph_destroy != nullptr);
+  if (capture_entries != 0 &&
+      (capture_entries != 4 || !(t->def.flags & DG_DEVICE_STREAM_ORDERED)))
+    throw CoreError(DG_INVALID_ARGUMENT,
+                    dg::Str("device '", def.name,
+                            "': the graph-capture entries (stream_begin_capture, "
+                            "stream_end_capture, graph_launch, graph_destroy) must be set "
+                            "all together, on a DG_DEVICE_STREAM_ORDERED device"));
   int32_t id = t->id;
   types_.push_back(std::move(t));
   return id;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "allocator.h"
 #include "device.h"
 #include "stream.h"
 
@@ -309,12 +310,21 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
     for (int64_t bytes : buffer_sizes_)
       buffers_.push_back(TensorImpl::Empty(device, DG_UINT8, {bytes}));
   }
+  if (capture_enabled_) {
+    std::vector<Tensor> result;
+    if (TryGraph(feeds, device, &result)) return result;
+    ++normal_runs_;
+  }
   if (parallel_threads_ > 0 && ops_.size() > 1) {
     RunParallel(slots, device);
     std::vector<Tensor> result;
     for (int32_t s : outputs_) result.push_back(slots[s]);
     return result;
   }
+  return RunSequential(slots, device);
+}
+
+std::vector<Tensor> Plan::RunSequential(std::vector<Tensor>& slots, DgDevice device) {
   std::vector<Tensor> in, preset;
   for (size_t k = 0; k < ops_.size(); ++k) {
     PlanOp& p = ops_[k];
@@ -366,6 +376,287 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& given) {
   result.reserve(outputs_.size());
   for (int32_t s : outputs_) result.push_back(slots[s]);
   return result;
+}
+
+// ---------------------------------------------------------- graph capture
+
+struct Plan::Captured {
+  DgDevice device{};
+  std::vector<int64_t> sig;
+  void* graph = nullptr;
+  std::vector<Tensor> static_in;   // per feed: the buffer the graph reads
+  std::vector<char> in_place;      // per feed: read where it is (a constant)
+  std::vector<Tensor> static_out;  // what the graph writes, per output
+  std::vector<CachingAllocator::HeldBlock> held;  // freed during the capture
+  void* last_stream = nullptr;     // where the last launch was issued
+  void* done = nullptr;            // event after the last launch
+  ~Captured() {
+    // The device may still run the last replay: wait for it, then give the
+    // graph and the memory it used back. Never throws (a destructor).
+    try {
+      if (done) {
+        SyncEvent(device, done);
+        ReleaseEvent(device, done);
+      }
+    } catch (const std::exception&) {
+    }
+    DestroyGraph(device, graph);
+    static_in.clear();
+    static_out.clear();
+    try {
+      if (!held.empty()) DeviceRegistry::Get().Allocator(device).ReleaseHeld(held, last_stream);
+    } catch (const std::exception&) {
+    }
+  }
+};
+
+Plan::~Plan() = default;
+
+void Plan::SetCapture(bool enabled, int32_t warmup, int32_t immutable_begin,
+                      int32_t immutable_end) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  capture_enabled_ = enabled;
+  capture_warmup_ = warmup < 1 ? 1 : warmup;
+  immutable_begin_ = immutable_begin;
+  immutable_end_ = immutable_end;
+  capture_state_ = enabled ? "warming up" : "off";
+  capture_reason_.clear();
+  capture_failed_ = false;
+  warm_sig_.clear();
+  warm_runs_ = 0;
+  if (!enabled) graphs_.clear();
+}
+
+Plan::CaptureStatus Plan::GetCaptureStatus() {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  CaptureStatus st;
+  st.enabled = capture_enabled_;
+  st.state = capture_state_;
+  st.reason = capture_reason_;
+  st.captures = captures_;
+  st.replays = replays_;
+  st.normal_runs = normal_runs_;
+  st.graphs = static_cast<int32_t>(graphs_.size());
+  return st;
+}
+
+std::string Plan::StaticIneligibility() const {
+  if (ops_.empty()) return "the graph has no ops";
+  if (parallel_threads_ > 0)
+    return dg::Str("the parallel executor (parallel=", parallel_threads_,
+                   ") issues ops from several threads");
+  for (const PlanOp& p : ops_) {
+    if (p.kind != PlanOp::kOp)
+      return dg::Str("op '", p.name, "' (", p.kind == PlanOp::kCond ? "cond" : "while_loop",
+                     ") reads its predicate on the host at every run");
+    if (p.op->flags & DG_OP_COLLECTIVE)
+      return dg::Str("op '", p.name, "' (", p.op->name,
+                     ") is a collective: every rank must issue it, not replay it");
+    if (p.op->seed_attr >= 0 && p.attrs[p.op->seed_attr].v.i < 0)
+      return dg::Str("op '", p.name, "' (", p.op->name,
+                     ") draws a fresh random seed at every run; a replay would repeat "
+                     "its numbers (a fixed seed= makes it capturable)");
+    // Other stateful ops have side effects beyond their outputs (a seeded
+    // random op's only state is its seed attribute, fixed above).
+    if ((p.op->flags & DG_OP_STATEFUL) && p.op->seed_attr < 0)
+      return dg::Str("op '", p.name, "' (", p.op->name,
+                     ") is stateful: its side effects are not part of a recording");
+  }
+  return "";
+}
+
+std::vector<int64_t> Plan::Signature(const std::vector<Tensor>& feeds) const {
+  std::vector<int64_t> sig;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const Tensor& t = feeds[i];
+    sig.push_back(t->device().type);
+    sig.push_back(t->device().index);
+    sig.push_back(static_cast<int64_t>(t->dtype()));
+    sig.push_back(t->ndim());
+    for (int64_t d : t->shape()) sig.push_back(d);
+    const int32_t k = static_cast<int32_t>(i);
+    if (k >= immutable_begin_ && k < immutable_end_) {
+      // A constant is read in place: its buffer is part of the signature.
+      sig.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(t->data())));
+      sig.push_back(t->is_contiguous() ? 1 : 0);
+    }
+  }
+  return sig;
+}
+
+namespace {
+
+// Copies `src` into the dense `dst` (same shape and dtype) on the current
+// stream of dst's device.
+void CopyInto(const Tensor& dst, const Tensor& src) {
+  const Tensor dense = src->is_contiguous() ? src : MakeContiguous(src);
+  CopyOrdered(*dst->storage(), dst->data(), *dense->storage(), dense->data(),
+              static_cast<size_t>(dense->numel()) * dense->itemsize());
+}
+
+// A fresh dense copy of `t` (the caller's output: a later replay never
+// writes it).
+Tensor FreshCopy(const Tensor& t) {
+  if (!t->is_contiguous()) return MakeContiguous(t);
+  Tensor out = TensorImpl::Empty(t->device(), t->dtype(), t->shape());
+  CopyOrdered(*out->storage(), out->data(), *t->storage(), t->data(),
+              static_cast<size_t>(t->numel()) * t->itemsize());
+  return out;
+}
+
+}  // namespace
+
+bool Plan::TryGraph(const std::vector<Tensor>& feeds, DgDevice device,
+                    std::vector<Tensor>* result) {
+  if (profiling_) {
+    capture_state_ = "off while profiling";
+    return false;
+  }
+  if (!capture_checked_) {
+    capture_static_reason_ = StaticIneligibility();
+    capture_checked_ = true;
+  }
+  if (!capture_static_reason_.empty()) {
+    capture_state_ = "ineligible";
+    capture_reason_ = capture_static_reason_;
+    return false;
+  }
+  if (capture_failed_) return false;  // state and reason say why
+  if (device.type == 0 || !CanCapture(device)) {
+    capture_state_ = "ineligible";
+    capture_reason_ = dg::Str("device '", DeviceRegistry::Get().Name(device),
+                              "' offers no graph capture (ABI 1.5 stream_begin_capture)");
+    return false;
+  }
+  for (const Tensor& t : feeds) {
+    if (!SameDevice(t->device(), device)) {
+      capture_state_ = "ineligible";
+      capture_reason_ = dg::Str("the inputs are on several devices (",
+                                DeviceRegistry::Get().Name(device), " and ",
+                                DeviceRegistry::Get().Name(t->device()), ")");
+      return false;
+    }
+  }
+  std::vector<int64_t> sig = Signature(feeds);
+  void* stream = CurrentStream(device);
+  for (size_t k = 0; k < graphs_.size(); ++k) {
+    if (graphs_[k]->sig == sig) {
+      std::shared_ptr<Captured> g = graphs_[k];
+      graphs_.erase(graphs_.begin() + static_cast<std::ptrdiff_t>(k));
+      graphs_.push_back(g);  // most recently used last
+      Replay(*g, feeds, stream, result);
+      ++replays_;
+      capture_state_ = "replayed";
+      capture_reason_.clear();
+      return true;
+    }
+  }
+  if (sig != warm_sig_) {
+    warm_sig_ = sig;
+    warm_runs_ = 0;
+  }
+  if (warm_runs_ < capture_warmup_) {
+    ++warm_runs_;
+    capture_state_ = "warming up";
+    return false;
+  }
+  warm_runs_ = 0;
+  return CaptureRun(feeds, device, stream, std::move(sig), result);
+}
+
+bool Plan::CaptureRun(const std::vector<Tensor>& feeds, DgDevice device, void* stream,
+                      std::vector<int64_t> sig, std::vector<Tensor>* result) {
+  auto g = std::make_shared<Captured>();
+  g->device = device;
+  g->sig = std::move(sig);
+  g->last_stream = stream;
+  // The graph's inputs: its own buffers, written before the capture (a
+  // constant is read where it is).
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const int32_t k = static_cast<int32_t>(i);
+    const bool in_place =
+        k >= immutable_begin_ && k < immutable_end_ && feeds[i]->is_contiguous();
+    g->in_place.push_back(in_place ? 1 : 0);
+    if (in_place) {
+      g->static_in.push_back(feeds[i]);
+    } else {
+      Tensor t = TensorImpl::Empty(device, feeds[i]->dtype(), feeds[i]->shape());
+      CopyInto(t, feeds[i]);
+      g->static_in.push_back(std::move(t));
+    }
+  }
+  // Order what the recorded work reads after its writers now, outside the
+  // recording (a wait for another stream's event inside it would tie the
+  // graph to that one event): constants and planned buffers count as
+  // written on this stream from here on, which only orders more.
+  for (size_t i = 0; i < feeds.size(); ++i)
+    if (g->in_place[i]) UseOnStream(*g->static_in[i]->storage(), stream, true);
+  for (const Tensor& t : buffers_) UseOnStream(*t->storage(), stream, true);
+  CachingAllocator& alloc = DeviceRegistry::Get().Allocator(device);
+  std::string failure;
+  std::vector<Tensor> outs;
+  bool began = false;
+  alloc.BeginHold(stream);
+  try {
+    BeginCapture(device, stream);
+    began = true;
+    std::vector<Tensor> slots(num_slots_);
+    for (size_t i = 0; i < g->static_in.size(); ++i) slots[inputs_[i]] = g->static_in[i];
+    outs = RunSequential(slots, device);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  void* graph = nullptr;
+  if (began) {
+    std::string why;
+    graph = EndCapture(device, stream, &why);
+    if (graph == nullptr && failure.empty()) failure = why;
+  }
+  std::vector<CachingAllocator::HeldBlock> held = alloc.EndHold(stream);
+  if (graph == nullptr || !failure.empty()) {
+    // Nothing recorded ran: the caller runs the plan normally.
+    DestroyGraph(device, graph);
+    outs.clear();
+    alloc.ReleaseHeld(held, stream);
+    capture_failed_ = true;
+    capture_state_ = "failed";
+    capture_reason_ = dg::Str("the capture failed, so the function runs op by op: ", failure);
+    return false;
+  }
+  g->graph = graph;
+  g->static_out = std::move(outs);
+  g->held = std::move(held);
+  g->done = AcquireEvent(device);
+  ++captures_;
+  capture_state_ = "captured";
+  capture_reason_.clear();
+  // Bounded: the least recently used graph goes first.
+  while (graphs_.size() >= 4) graphs_.erase(graphs_.begin());
+  graphs_.push_back(g);
+  Replay(*g, feeds, stream, result);  // the recorded work runs for the first time
+  return true;
+}
+
+void Plan::Replay(Captured& g, const std::vector<Tensor>& feeds, void* stream,
+                  std::vector<Tensor>* result) {
+  const DgDevice device = g.device;
+  // Replays never overlap: a launch on another stream waits for the last.
+  if (g.last_stream != stream) JoinStreams(device, g.last_stream, stream);
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    if (g.in_place[i]) {
+      UseOnStream(*g.static_in[i]->storage(), stream, false);
+    } else if (feeds[i] != g.static_in[i]) {
+      CopyInto(g.static_in[i], feeds[i]);
+    }
+  }
+  for (const Tensor& t : g.static_out) UseOnStream(*t->storage(), stream, true);
+  for (const Tensor& t : buffers_) UseOnStream(*t->storage(), stream, true);
+  LaunchGraph(device, g.graph, stream);
+  g.last_stream = stream;
+  RecordEvent(device, g.done, stream);
+  result->clear();
+  result->reserve(g.static_out.size());
+  for (const Tensor& t : g.static_out) result->push_back(FreshCopy(t));
 }
 
 }  // namespace dragon

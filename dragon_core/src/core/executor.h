@@ -73,6 +73,27 @@ class Plan {
   // Enabling resets the counters. Runs from every thread count (runs of a
   // plan never overlap); profile_runs() says how many were timed.
   void SetProfiling(bool on);
+
+  // Graph capture (ABI 1.5 devices that offer it, e.g. CUDA Graphs; see
+  // docs/graph.md, "CUDA Graphs"). After `warmup` runs with one input
+  // signature (shapes, dtypes, device; and the buffers of the immutable
+  // feeds [immutable_begin, immutable_end), the graph's constants), the next
+  // run is recorded on the current stream and every later run with that
+  // signature replays it: feeds are copied into the graph's own input
+  // buffers (immutable feeds are read in place), the recorded work is
+  // launched, and the outputs are returned as fresh copies, so nothing the
+  // caller holds is ever overwritten by a later replay.
+  void SetCapture(bool enabled, int32_t warmup, int32_t immutable_begin,
+                  int32_t immutable_end);
+  struct CaptureStatus {
+    bool enabled = false;
+    std::string state;   // off, warming up, captured, replayed, ineligible, failed
+    std::string reason;  // why not (ineligible / failed), else empty
+    int64_t captures = 0, replays = 0, normal_runs = 0;
+    int32_t graphs = 0;  // recorded graphs kept (one per signature, at most 4)
+  };
+  CaptureStatus GetCaptureStatus();
+  ~Plan();
   std::vector<OpTiming> Profile();
   int64_t profile_runs();
 
@@ -89,6 +110,25 @@ class Plan {
   std::vector<Tensor> RunOne(PlanOp& p, std::vector<Tensor>& in, DgDevice device,
                              const std::vector<Tensor>* preset);
   void RunParallel(std::vector<Tensor>& slots, DgDevice device);
+  // The ops in order over `slots` (inputs filled); returns the outputs.
+  std::vector<Tensor> RunSequential(std::vector<Tensor>& slots, DgDevice device);
+  // Graph capture: true when `result` came from a recorded graph.
+  struct Captured;
+  bool TryGraph(const std::vector<Tensor>& feeds, DgDevice device, std::vector<Tensor>* result);
+  bool CaptureRun(const std::vector<Tensor>& feeds, DgDevice device, void* stream,
+                  std::vector<int64_t> sig, std::vector<Tensor>* result);
+  void Replay(Captured& g, const std::vector<Tensor>& feeds, void* stream,
+              std::vector<Tensor>* result);
+  std::vector<int64_t> Signature(const std::vector<Tensor>& feeds) const;
+  std::string StaticIneligibility() const;
+  bool capture_enabled_ = false;
+  int32_t capture_warmup_ = 2, immutable_begin_ = 0, immutable_end_ = 0;
+  bool capture_checked_ = false, capture_failed_ = false;
+  std::string capture_static_reason_, capture_reason_, capture_state_ = "off";
+  std::vector<std::shared_ptr<Captured>> graphs_;  // newest last
+  std::vector<int64_t> warm_sig_;
+  int32_t warm_runs_ = 0;
+  int64_t captures_ = 0, replays_ = 0, normal_runs_ = 0;
   int32_t parallel_threads_ = 0;
   bool profiling_ = false;
   std::vector<int64_t> op_ns_, op_calls_;  // per op, while profiling

@@ -164,6 +164,47 @@ void SyncDevice(DgDevice d, const char* what) {
   Check(d, def.synchronize(def.user_data, d.index), what);
 }
 
+bool CanCapture(DgDevice d) {
+  if (!StreamOrdered(d)) return false;
+  const DgDeviceDef& def = Def(d);
+  return def.stream_begin_capture && def.stream_end_capture && def.graph_launch &&
+         def.graph_destroy;
+}
+
+void BeginCapture(DgDevice d, void* stream) {
+  const DgDeviceDef& def = Def(d);
+  Check(d, def.stream_begin_capture(def.user_data, d.index, stream), "stream_begin_capture");
+}
+
+void* EndCapture(DgDevice d, void* stream, std::string* why) {
+  const DgDeviceDef& def = Def(d);
+  void* graph = nullptr;
+  const DgStatus s = def.stream_end_capture(def.user_data, d.index, stream, &graph);
+  if (s == DG_OK && graph != nullptr) return graph;
+  std::string detail;
+  if (def.error_message) {
+    const char* m = def.error_message(def.user_data, d.index);
+    if (m && m[0]) detail = m;
+  }
+  *why = dg::Str("stream_end_capture failed (", StatusName(s == DG_OK ? DG_INTERNAL : s),
+                 "): ", detail.empty() ? "the device gave no message" : detail);
+  if (graph != nullptr) (void)def.graph_destroy(def.user_data, d.index, graph);
+  return nullptr;
+}
+
+void LaunchGraph(DgDevice d, void* graph, void* stream) {
+  const DgDeviceDef& def = Def(d);
+  Check(d, def.graph_launch(def.user_data, d.index, graph, stream), "graph_launch");
+}
+
+void DestroyGraph(DgDevice d, void* graph) {
+  if (graph == nullptr) return;
+  // A failure (e.g. the device runtime already unloaded at exit) leaves
+  // nothing to clean up that the process could still use: ignored.
+  const DgDeviceDef& def = Def(d);
+  (void)def.graph_destroy(def.user_data, d.index, graph);
+}
+
 void* AcquireEvent(DgDevice d) {
   if (!StreamOrdered(d)) return nullptr;
   DevState& st = State(d);

@@ -84,6 +84,18 @@ void PrepareExport(Storage& s, bool has_stream, intptr_t consumer_stream);
 [[noreturn]] void ThrowDeviceError(DgDevice d, DgStatus code,
                                    const std::string& what);
 
+// Graph capture (ABI 1.5, optional DgDeviceDef entries; docs/devices.md).
+// True when `d` is stream-ordered and offers all four capture entries.
+bool CanCapture(DgDevice d);
+// Throws CoreError (with the device's message) when the device refuses.
+void BeginCapture(DgDevice d, void* stream);
+// Ends the capture on `stream` (always). Returns the graph handle, or NULL
+// with *why set to the device's explanation when the capture failed.
+void* EndCapture(DgDevice d, void* stream, std::string* why);
+void LaunchGraph(DgDevice d, void* graph, void* stream);
+// Never throws (used from destructors); a failure is ignored.
+void DestroyGraph(DgDevice d, void* graph);
+
 // Counters of one device (dg.memory.stats()).
 struct StreamCounters {
   int64_t device_syncs = 0;  // DgDeviceDef.synchronize calls by the core

@@ -95,6 +95,22 @@ void BindGraph(py::module_& m) {
         }
         return out;
       })
+      .def("set_capture", &Plan::SetCapture, py::arg("enabled"), py::arg("warmup") = 2,
+           py::arg("immutable_begin") = 0, py::arg("immutable_end") = 0,
+           "Graph capture (CUDA Graphs) of the steady-state run; feeds in "
+           "[immutable_begin, immutable_end) are constants read in place.")
+      .def("capture_status", [](Plan& plan) {
+        const Plan::CaptureStatus st = plan.GetCaptureStatus();
+        py::dict d;
+        d["enabled"] = st.enabled;
+        d["state"] = st.state;
+        d["reason"] = st.reason;
+        d["captures"] = st.captures;
+        d["replays"] = st.replays;
+        d["normal_runs"] = st.normal_runs;
+        d["graphs"] = st.graphs;
+        return d;
+      })
       .def("run", [](Plan& plan, std::vector<Tensor> feeds) {
         // No Python runs inside the executor; workers must not wait on the GIL.
         py::gil_scoped_release release;

@@ -255,7 +255,16 @@ int32_t Count(void*) { return DeviceCount(); }
 
 DgStatus Alloc(void*, int32_t index, size_t bytes, void** ptr) {
   DGC_ENTER();
-  DGC_TRY(cudaMalloc(ptr, bytes ? bytes : 256), "cudaMalloc");
+  // While this thread captures a graph (thread-local mode, below) cudaMalloc
+  // counts as a potentially unsafe call and would invalidate the capture;
+  // it is safe here (the memory is not freed before the graph is destroyed:
+  // the core holds every block a capture touched), so it runs in relaxed
+  // mode, as PyTorch's allocator does.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  DGC_TRY(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+  const cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 256);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  DGC_TRY(e, "cudaMalloc");
   return DG_OK;
 }
 
@@ -268,6 +277,21 @@ DgStatus Copy(int32_t index, void* dst, const void* src, size_t n, void* stream,
               cudaMemcpyKind kind, const char* what) {
   if (n == 0) return DG_OK;
   DGC_ENTER();
+  // A copy from or to host memory recorded in a CUDA Graph would read (or
+  // write) that host address again at every replay, long after the core
+  // reused the buffer: refused while the stream captures (the core then
+  // runs the function without a graph and says why).
+  if (kind != cudaMemcpyDeviceToDevice && stream != nullptr) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    DGC_TRY(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &st),
+            "cudaStreamIsCapturing");
+    if (st != cudaStreamCaptureStatusNone) {
+      t_last_error = std::string("cuda:") + std::to_string(index) + ": " + what +
+                     ": a copy between host and device memory cannot be recorded in a "
+                     "CUDA Graph (the stream is capturing)";
+      return DG_FAILED_PRECONDITION;
+    }
+  }
   // From pageable memory the runtime stages the source before it returns,
   // as the ABI asks of copy_h2d; from pinned memory (host_alloc) it reads
   // when the stream gets there.
@@ -471,6 +495,65 @@ DgStatus MemoryInfo(void*, int32_t index, size_t* free_bytes, size_t* total_byte
   return DG_OK;
 }
 
+// ---- graph capture (ABI 1.5): CUDA Graphs.
+//
+// Thread-local capture mode: a potentially unsafe call (a host wait, a
+// synchronous copy, cudaMalloc outside Alloc's relaxed guard) made by the
+// capturing thread fails and invalidates the capture -- the core then runs
+// the function normally and reports why -- while other threads (a data
+// loader, another stream's work) are not disturbed, as they would be by
+// the global mode. Relaxed mode would record such calls silently and give
+// a graph that does not do what the run did.
+DgStatus BeginCapture(void*, int32_t index, void* stream) {
+  DGC_ENTER();
+  if (stream == nullptr) {
+    t_last_error = "cuda: stream_begin_capture needs a stream (the legacy NULL stream cannot "
+                   "be captured)";
+    return DG_INVALID_ARGUMENT;
+  }
+  DGC_TRY(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream),
+                                 cudaStreamCaptureModeThreadLocal),
+          "cudaStreamBeginCapture");
+  return DG_OK;
+}
+
+DgStatus EndCapture(void*, int32_t index, void* stream, void** graph) {
+  *graph = nullptr;
+  DGC_ENTER();
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &g);
+  if (e != cudaSuccess) {
+    if (g) (void)cudaGraphDestroy(g);
+    return Fail(e, "cudaStreamEndCapture (something issued during the capture could not be "
+                   "recorded)", index);
+  }
+  if (g == nullptr) {
+    t_last_error = "cuda: cudaStreamEndCapture returned no graph";
+    return DG_INTERNAL;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+  (void)cudaGraphDestroy(g);  // the executable graph keeps what it needs
+  DGC_TRY(ie, "cudaGraphInstantiate");
+  *graph = exec;
+  return DG_OK;
+}
+
+DgStatus GraphLaunch(void*, int32_t index, void* graph, void* stream) {
+  DGC_ENTER();
+  DGC_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph),
+                          static_cast<cudaStream_t>(stream)),
+          "cudaGraphLaunch");
+  return DG_OK;
+}
+
+DgStatus GraphDestroy(void*, int32_t index, void* graph) {
+  if (graph == nullptr) return DG_OK;
+  DGC_ENTER();
+  DGC_TRY(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)), "cudaGraphExecDestroy");
+  return DG_OK;
+}
+
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB, 132 SMs, driver 13.0, runtime 13.0)"
 DgStatus Describe(void*, int32_t index, char* buf, size_t len) {
   DGC_ENTER();
@@ -528,6 +611,10 @@ DgDeviceDef Device() {
   d.get_attribute = &GetAttribute;
   d.memory_info = &MemoryInfo;
   d.error_message = &ErrorMessage;
+  d.stream_begin_capture = &BeginCapture;
+  d.stream_end_capture = &EndCapture;
+  d.graph_launch = &GraphLaunch;
+  d.graph_destroy = &GraphDestroy;
   return d;
 }
 

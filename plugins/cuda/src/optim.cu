@@ -7,6 +7,7 @@
 // Output 0 may be input 0's buffer (each element is read before written).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <vector>
 
@@ -308,18 +309,45 @@ int64_t MultiCount(const dg::KernelContext& ctx, int32_t first, int32_t n, int32
   return count;
 }
 
-// Copies the table to a device workspace (a pageable source is staged
-// before cudaMemcpyAsync returns) and launches `launch(device_slots, chunks)`.
+// Up to kTableWords 8-byte words of the parameter table, passed by value as
+// a kernel argument (under the classic 4 KiB parameter limit with the other
+// two arguments).
+constexpr int32_t kTableWords = 496;
+struct TableWords {
+  uint64_t w[kTableWords];
+};
+
+__global__ void WriteTableKernel(uint64_t* dst, TableWords words, int32_t count) {
+  for (int32_t i = static_cast<int32_t>(threadIdx.x); i < count;
+       i += static_cast<int32_t>(blockDim.x))
+    dst[i] = words.w[i];
+}
+
+// Writes the table to a device workspace through kernel arguments (one
+// launch per 3,968 bytes) and launches `launch(device_slots, chunks)`. Not
+// a cudaMemcpyAsync from the host vector: a CUDA Graph recording that copy
+// would read the vector's (long freed) address at every replay, whereas a
+// kernel node keeps its arguments (docs/cuda.md, "CUDA Graphs").
 template <typename Tensors, typename Launch>
 void RunSlots(dg::KernelContext& ctx, std::vector<Slot<Tensors>>* slots, cudaStream_t s,
               Launch launch) {
+  static_assert(sizeof(Slot<Tensors>) % sizeof(uint64_t) == 0,
+                "a table slot must be a whole number of 8-byte words");
   const int64_t chunks = AssignChunks(slots);
   if (chunks == 0) return;
   Slot<Tensors>* table = ctx.workspace<Slot<Tensors>>(slots->size());
-  const cudaError_t e = cudaMemcpyAsync(table, slots->data(), slots->size() * sizeof((*slots)[0]),
-                                        cudaMemcpyHostToDevice, s);
-  DG_CHECK(e == cudaSuccess, DG_INTERNAL, ctx.op_name(), " on cuda:", ctx.device().index,
-           ": copying the parameter table failed: ", ErrorText(e));
+  const size_t words = slots->size() * sizeof(Slot<Tensors>) / sizeof(uint64_t);
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(slots->data());
+  uint64_t* dst = reinterpret_cast<uint64_t*>(table);
+  for (size_t done = 0; done < words; done += kTableWords) {
+    const int32_t n = static_cast<int32_t>(words - done < static_cast<size_t>(kTableWords)
+                                               ? words - done
+                                               : static_cast<size_t>(kTableWords));
+    TableWords part;
+    std::memcpy(part.w, src + done * sizeof(uint64_t), static_cast<size_t>(n) * sizeof(uint64_t));
+    WriteTableKernel<<<1, 256, 0, s>>>(dst + done, part, n);
+  }
+  CheckLaunch(ctx);
   launch(static_cast<const Slot<Tensors>*>(table), chunks);
   CheckLaunch(ctx);
 }

@@ -39,8 +39,10 @@ extern "C" {
  * attributes, memory info, error_message), DG_ABORTED,
  * DG_DEADLINE_EXCEEDED and DG_OP_COLLECTIVE; 1.4 adds the dtypes DG_UINT16,
  * DG_UINT32 and DG_UINT64 (codes 10-12) and the masks DG_MASK_UINT_WIDE,
- * DG_MASK_UINT, DG_MASK_ANY_INT, DG_MASK_ANY_NUMERIC and DG_MASK_ANY. */
-#define DG_ABI_MINOR 4
+ * DG_MASK_UINT, DG_MASK_ANY_INT, DG_MASK_ANY_NUMERIC and DG_MASK_ANY; 1.5
+ * adds the optional graph-capture entries of DgDeviceDef
+ * (stream_begin_capture, stream_end_capture, graph_launch, graph_destroy). */
+#define DG_ABI_MINOR 5
 
 #if defined(_WIN32)
 #define DG_EXPORT __declspec(dllexport)
@@ -446,6 +448,35 @@ typedef struct DgDeviceDef {
    * NULL or "" when there is none. The string stays valid until the next
    * call of this table from the same thread. */
   const char* (*error_message)(void* user_data, int32_t index);
+
+  /* ---- ABI >= 1.5: graph capture (optional; a stream-ordered device that
+   * leaves them NULL simply runs compiled functions op by op). The core
+   * uses them to record the steady-state run of a compiled function once
+   * and replay it (CUDA Graphs): docs/devices.md, "Graph capture".
+   *
+   * stream_begin_capture: from now on, work issued on `stream` *from the
+   *   calling thread* is recorded, not run (kernels, copies, memsets, event
+   *   records and waits on that stream). While capturing, the device must
+   *   refuse (return an error from) anything whose effect a replay could
+   *   not repeat: a host wait on the stream (stream_sync, synchronize, an
+   *   event_synchronize of a recorded event), a copy to or from pageable
+   *   host memory. Memory allocation (alloc) stays allowed; the core never
+   *   frees device memory while a capture is open.
+   * stream_end_capture: stops recording on `stream` (always, also when the
+   *   capture failed) and returns in *graph an executable handle of what was
+   *   recorded; when something issued during the capture was refused or the
+   *   capture was otherwise invalidated it returns an error, *graph = NULL,
+   *   and error_message says why.
+   * graph_launch: issues the recorded work on `stream` (any stream of the
+   *   same device), ordered like one kernel; it reads and writes the same
+   *   addresses the recorded work did.
+   * graph_destroy: frees the handle; work already launched still runs. */
+  DgStatus (*stream_begin_capture)(void* user_data, int32_t index, void* stream);
+  DgStatus (*stream_end_capture)(void* user_data, int32_t index, void* stream,
+                                 void** graph);
+  DgStatus (*graph_launch)(void* user_data, int32_t index, void* graph,
+                           void* stream);
+  DgStatus (*graph_destroy)(void* user_data, int32_t index, void* graph);
 } DgDeviceDef;
 
 /* DgDeviceDef.flags (ABI >= 1.3). */

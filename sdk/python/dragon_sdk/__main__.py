@@ -28,7 +28,7 @@ import dragon_sdk
 #: from 1.0 on, dragon-core's major version is its ABI major (0.x speak ABI 1).
 #: Append a row whenever ``DG_ABI_MINOR`` is bumped.
 CORE_RELEASE_FOR_ABI = {(1, 0): "0.1", (1, 1): "0.1", (1, 2): "0.1", (1, 3): "0.1",
-                        (1, 4): "0.1"}
+                        (1, 4): "0.1", (1, 5): "0.1"}
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _OP_RE = re.compile(r"[A-Z][A-Za-z0-9]*\Z")

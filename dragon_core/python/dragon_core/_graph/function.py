@@ -23,6 +23,7 @@ docs/graph.md, "Threads").
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 import weakref
@@ -38,6 +39,10 @@ from .state import StateGuard
 from .._workspace import get_workspace
 
 _local = threading.local()
+
+# Runs with one input signature before the next is recorded as a graph
+# (allocator, cuBLAS handles and call-site state are warm by then).
+_GRAPH_WARMUP = 2
 
 # Python state that changes what a trace records without being an argument:
 # today, which modules are in eval mode (dropout, batch statistics). It joins
@@ -249,12 +254,13 @@ class Function:
 
     def __init__(self, fn, input_signature=None, opt_level: int = 3, name: str | None = None,
                  parallel: int = 0, disable_passes=(), freeze: bool = False,
-                 autocast=None, owned=None):
+                 autocast=None, owned=None, cuda_graph: bool = True):
         if not 0 <= opt_level <= 3:
             raise ValueError(f"opt_level must be 0..3, got {opt_level}")
         if parallel < 0:
             raise ValueError(f"parallel must be >= 0 (worker threads), got {parallel}")
         self.parallel = parallel
+        self.cuda_graph = bool(cuda_graph)
         if isinstance(disable_passes, str):   # one name, or "a,b" as the variable takes
             disable_passes = disable_passes.split(",")
         self.disable_passes = tuple(n.strip() for n in disable_passes if n.strip())
@@ -309,7 +315,8 @@ class Function:
         if f is None:
             f = bound[id(self)] = Function(functools.partial(self._fn, obj), self.input_signature,
                                            self.opt_level, self.name, self.parallel,
-                                           self.disable_passes, self.freeze, self.autocast)
+                                           self.disable_passes, self.freeze, self.autocast,
+                                           cuda_graph=self.cuda_graph)
         return f
 
     def _check_signature(self, leaves):
@@ -384,6 +391,45 @@ class Function:
         # by every timed run (the wall time is this thread's calls only).
         return Profile(self.name, rows, timed, wall_ns / runs)
 
+    def cuda_graph_status(self, *args, **kwargs) -> dict:
+        """Whether the compiled run for these arguments replays a recorded
+        graph (CUDA Graphs), and if not, why.
+
+        Traces the function if this signature is new (as :meth:`get_graph`),
+        but does not run it.
+
+        Returns
+        -------
+        dict
+            ``enabled`` (False with ``cuda_graph=False`` or
+            ``DRAGON_CUDA_GRAPHS=0``), ``state`` (``"off"``, ``"warming up"``,
+            ``"captured"`` (the last run recorded the graph), ``"replayed"``,
+            ``"ineligible"`` or ``"failed"``), ``reason`` (why not, for the
+            last two), ``captures``, ``replays``, ``normal_runs`` (runs op by
+            op while enabled) and ``graphs`` (recorded graphs kept).
+        """
+        entry, leaves = self._entry(*args, **kwargs)
+        if entry.guards or entry.alternatives:
+            entry = self._select(entry, args, kwargs, leaves)
+        return dict(entry.compiled.plan.capture_status())
+
+    def explain(self, *args, **kwargs) -> str:
+        """A short report of the compiled run for these arguments: the
+        graph's size and whether it runs as a recorded graph (see
+        :meth:`cuda_graph_status`)."""
+        entry = self._entry(*args, **kwargs)[0]
+        plan = entry.compiled.plan
+        st = self.cuda_graph_status(*args, **kwargs)
+        if not st["enabled"]:
+            graph = "off (cuda_graph=False or DRAGON_CUDA_GRAPHS=0)"
+        elif st["state"] in ("ineligible", "failed"):
+            graph = f"{st['state']}: {st['reason']}"
+        else:
+            graph = (f"{st['state']} ({st['captures']} captures, {st['replays']} replays, "
+                     f"{st['normal_runs']} runs op by op)")
+        return (f"function '{self.name}': {plan.num_ops} ops, "
+                f"{plan.planned_bytes} planned bytes\n  graph capture: {graph}")
+
     def _entry(self, *args, **kwargs):
         leaves: list = []
         spec = _flatten((args, kwargs), leaves)
@@ -439,6 +485,11 @@ class Function:
                            for c in graph.constant]
         if self.parallel:
             compiled.plan.set_parallel(self.parallel)
+        if self.cuda_graph and os.environ.get("DRAGON_CUDA_GRAPHS", "1") != "0":
+            # Feeds are (leaves, constants, captured): constants are read in
+            # place by a recorded graph, the rest copied into its buffers.
+            first = len(leaves)
+            compiled.plan.set_capture(True, _GRAPH_WARMUP, first, first + len(const_feeds))
         cap_by_name = {f"captured:{i}": t for i, t in enumerate(captured)}
         captured_feeds = [cap_by_name[nm] for nm in graph.captured]
         state_targets = [cap_by_name[nm] for nm in graph.state_target]
@@ -562,7 +613,8 @@ class Function:
 
 
 def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,
-             parallel: int = 0, disable_passes=(), freeze: bool = False, autocast=None):
+             parallel: int = 0, disable_passes=(), freeze: bool = False, autocast=None,
+             cuda_graph: bool = True):
     """Compile a Python function into a Dragon graph (decorator).
 
     Parameters
@@ -604,6 +656,17 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
         see docs/mixed-precision.md). Calling a compiled function inside an
         eager ``autocast`` block also traces it under that autocast (a
         separate plan per autocast state).
+    cuda_graph : bool, default True
+        On a device that can record work (CUDA Graphs on ``cuda``; ABI 1.5
+        graph capture), the third run with one input signature is recorded
+        and later runs replay it on the current stream: one launch instead
+        of one per op. Inputs are copied into the graph's own buffers and
+        outputs come back as fresh tensors, so results are the same as op
+        by op. Functions that read the host during a run (``cond``,
+        ``while_loop``), draw fresh random seeds, run collectives or use
+        ``parallel`` are run op by op; :meth:`Function.cuda_graph_status`
+        and :meth:`Function.explain` say why. ``False`` opts out;
+        ``DRAGON_CUDA_GRAPHS=0`` turns capture off for every function.
 
     Examples
     --------
@@ -614,6 +677,6 @@ def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | N
     """
     if fn is None:
         return lambda f: Function(f, input_signature, opt_level, name, parallel,
-                                  disable_passes, freeze, autocast)
+                                  disable_passes, freeze, autocast, cuda_graph=cuda_graph)
     return Function(fn, input_signature, opt_level, name, parallel, disable_passes, freeze,
-                    autocast)
+                    autocast, cuda_graph=cuda_graph)

@@ -203,7 +203,9 @@ void Gather(const BroadcastPlan<1>& p, const S* x, int64_t begin, int64_t len,
       std::fill(out + i, out + i + run, static_cast<T>(x[off]));
     } else {
       const S* src = x + off;
-      for (int64_t j = 0; j < run; ++j) out[i + j] = static_cast<T>(src[j * s0]);
+      for (int64_t j = 0; j < run; ++j) {
+        out[i + j] = static_cast<T>(src[j * s0]);
+      }
     }
     i += run;
     if (i >= len) return;

@@ -15,7 +15,7 @@ output share one dtype, float32, float64, float16 or bfloat16, in
 ``value_info``. A 16-bit group is exact: its kernels compute each
 instruction in float32 and round the result to the dtype, as each unfused
 16-bit kernel stores its result, so the fused op gives the unfused values
-bit for bit (docs/graph.md, "Fusion").
+bit for bit (docs/graph.md, "Element-wise fusion").
 
 Groups are grown from the last op backwards: a member's input produced by a
 fusable op joins when all its readers are members, and when that op's

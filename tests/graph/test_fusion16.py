@@ -366,3 +366,37 @@ def test_compiled_bfloat16_gradient_step_equals_eager():
         info = {v.name: dg.as_dtype(v.dtype).name for v in graph_.value_info}
         fused_ops = [op for op in graph_.op if op.type == "FusedElementwise"]
         assert all(info[op.output[0]] == "bfloat16" for op in fused_ops)
+
+
+# ------------------------------------------------------ cuda (GPU machine)
+
+def _cuda_or_skip():
+    try:
+        import dragon_cuda
+    except ImportError:
+        pytest.skip("dragon-cuda is not installed")
+    if dragon_cuda.device_count() == 0:
+        pytest.skip(f"no cuda device: {dragon_cuda.unavailable_reason()}")
+
+
+@pytest.mark.parametrize("dt", HALF)
+def test_cuda_compiled_16_bit_group_equals_eager(dt):
+    """On cuda the pass now fuses 16-bit groups into cuda's 16-bit
+    FusedElementwise, whose instructions run the unfused kernels' functors
+    and round as they store: compiled equals eager there bit for bit, and
+    both stay close to the CPU (opcodes the cuda kernel has: 0-21, 32-38)."""
+    _cuda_or_skip()
+    rng = np.random.default_rng(11)
+    shape = (64, 129)
+    host = [_tensor(rng.standard_normal(shape) * 2, dt), _tensor(rng.standard_normal((129,)), dt),
+            _tensor(rng.standard_normal(shape), dt)]
+    x, b, r = [t.to("cuda") for t in host]
+    f = dg.function(_mlp_tail)
+    got = f(x, b, r)
+    want = _mlp_tail(x, b, r)
+    assert got.dtype == dt
+    groups = dg.fusion.fused_ops(f.get_graph(x, b, r))
+    assert len(groups) == 1, groups
+    _bitwise(_f32(got.cpu()), _f32(want.cpu()))
+    cpu = _f32(_mlp_tail(*host))
+    np.testing.assert_allclose(_f32(got.cpu()), cpu, rtol=0.05, atol=0.05)

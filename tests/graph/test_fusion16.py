@@ -248,6 +248,22 @@ def test_alpha_stays_float_and_operand_constants_round():
     _bitwise(lrelu, want)
 
 
+@pytest.mark.parametrize("dt", HALF)
+def test_bad_16_bit_programs_raise(dt):
+    """The checks are the same as for float32: when run, with the op named;
+    mixing a 16-bit dtype with another one is refused by shape inference."""
+    from dragon_core import errors
+
+    x = _tensor(np.ones(3), dt)
+    with pytest.raises(errors.InvalidArgumentError, match="unknown opcode 77"):
+        ops.fused_elementwise([x], [12, 1, 0, -1, 77, 1, 1, -1])
+    with pytest.raises(errors.InvalidArgumentError, match="operand"):
+        ops.fused_elementwise([_tensor(np.ones((0,)), dt)], [34, 1, 0, 9])
+    with pytest.raises(errors.InvalidArgumentError, match="float32"):
+        dg.infer_shape("FusedElementwise", [((3,), dt), ((3,), "float32")],
+                       program=[34, 2, 0, 1])
+
+
 # --------------------------------------------------------------------- pass
 
 @pytest.mark.parametrize("dt", HALF)

@@ -78,9 +78,13 @@ inline constexpr float kErfcP32[13] = {
 // 0 < c < 1e-30, H is fractional but then q = 1/2 and Phi = 1/2 either way).
 // Written with Eigen's packet functions so that the whole formula stays in
 // registers (as array statements it was a dozen passes over the block).
-void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
-                 int64_t padded) {
+// Over n elements (a whole number of packets); loads and stores aligned or
+// not (the values are the same either way). A NaN x gives NaN (selected per
+// packet, so dx may be x or dy).
+template <bool kAligned>
+void ErfPackets(const float* x, const float* dy, float* dx, int64_t n) {
   namespace ei = Eigen::internal;
+  constexpr int kAlign = kAligned ? Eigen::Aligned64 : Eigen::Unaligned;
   using Packet = typename ei::packet_traits<float>::type;
   const Packet lo = ei::pset1<Packet>(-40.0f), hi = ei::pset1<Packet>(40.0f);
   const Packet one = ei::pset1<Packet>(1.0f), half = ei::pset1<Packet>(0.5f);
@@ -94,8 +98,9 @@ void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
   const Packet k_quarter = ei::pset1<Packet>(-0.25f);
   const Packet k_mhalf = ei::pset1<Packet>(-0.5f);
   const Packet k_big = ei::pset1<Packet>(1e30f);
-  for (int64_t j = 0; j < padded; j += kPacket<float>) {
-    const Packet c = ei::pmin(ei::pmax(ei::pload<Packet>(x + j), lo), hi);
+  for (int64_t j = 0; j < n; j += kPacket<float>) {
+    const Packet xv = ei::ploadt<Packet, kAlign>(x + j);
+    const Packet c = ei::pmin(ei::pmax(xv, lo), hi);
     const Packet t = ei::pdiv(one, ei::pmadd(ei::pabs(c), k_half_a, one));
     Packet p = ei::pset1<Packet>(kErfcP32[12]);
     for (int i = 11; i >= 0; --i) {
@@ -126,11 +131,15 @@ void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t m,
         ei::pmul(c, k_pdf));
     const Packet g =
         ei::padd(step, ei::pmul(ei::pmul(ei::pmul(e1, k), e2), e1));
-    ei::pstore(dx + j, ei::pmul(ei::pload<Packet>(dy + j), g));
+    const Packet out = ei::pmul(ei::ploadt<Packet, kAlign>(dy + j), g);
+    ei::pstoret<float, Packet, kAlign>(
+        dx + j, ei::pselect(ei::pcmp_eq(xv, xv), out, xv));
   }
-  for (int64_t j = 0; j < m; ++j) {
-    if (std::isnan(x[j])) dx[j] = x[j];
-  }
+}
+
+void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t,
+                 int64_t padded) {
+  ErfPackets<true>(x, dy, dx, padded);
 }
 
 void TanhBlockF32(const float* x, const float* dy, float* dx, int64_t m,
@@ -194,7 +203,11 @@ void GeluGradRun(bool tanh, const T* x, const T* dy, T* dx, int64_t n) {
   } else if (tanh) {
     gelu_grad::RunFloatRange(x, dy, dx, 0, n, &gelu_grad::TanhBlockF32);
   } else {
-    gelu_grad::RunFloatRange(x, dy, dx, 0, n, &gelu_grad::ErfBlockF32);
+    // Whole packets straight from the tensors (no copies), the rest padded.
+    const int64_t full = n / kPacket<float> * kPacket<float>;
+    gelu_grad::ErfPackets<false>(x, dy, dx, full);
+    gelu_grad::RunFloatRange(x + full, dy + full, dx + full, 0, n - full,
+                             &gelu_grad::ErfBlockF32);
   }
 }
 

@@ -8,8 +8,10 @@
 //                v = x (K1 + K3 x^2), K1 = 2 sqrt(2/pi), K3 = 0.044715 K1,
 //                gelu'(x) = s(v) + x s(v) s(-v) (K1 + 3 K3 x^2).
 //
-// float runs on aligned blocks padded to whole packets (every element takes
-// the packet path, so a result never depends on its position):
+// float runs in whole packets (every element takes the packet path, so a
+// result never depends on its position): the exact form's read in place, a
+// tail shorter than a packet and the tanh form on aligned blocks padded to
+// whole packets:
 //   * exact form: one branch-free float formula for every x (gelu_grad.h,
 //     ErfBlockF32): Phi(-|x|) = erfc(|x|/sqrt 2) / 2 from a degree-12 fit
 //     erfc(z) = e^(-z^2) t P(t), t = 1 / (1 + z/2), valid for all z >= 0,

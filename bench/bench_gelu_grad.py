@@ -5,6 +5,13 @@ shared: compare the columns of one run, not runs).
 
     OMP_NUM_THREADS=1 DRAGON_NUM_THREADS=1 python bench/bench_gelu_grad.py
     python bench/bench_gelu_grad.py --shape 1024 1024 --rounds 15 --mode tanh
+    python bench/bench_gelu_grad.py --against /path/to/old/.venv/bin/python
+
+``--against PYTHON`` A/Bs this checkout's kernel with another install's (say
+main's, before a kernel change): rounds alternate between a process of each
+interpreter, each timing its GeluGrad and torch's gelu_backward; the
+GeluGrad / torch ratio of each process is load-normalised, so compare the
+ratios (median over rounds) rather than the times.
 
 Prints the median over rounds of the per-call time (ms) of each, and the
 load average before and after.
@@ -31,13 +38,39 @@ def _timeit(fn, reps):
     return (time.perf_counter() - t0) / reps * 1e3
 
 
+def _against(args):
+    """Alternate rounds between this interpreter and args.against."""
+    import subprocess
+    import sys
+    base = [__file__, "--shape", *map(str, args.shape), "--mode", args.mode,
+            "--rounds", "1", "--reps", str(args.reps), "--raw"]
+    ratios = {"this": [], "other": []}
+    times = {"this": [], "other": []}
+    for _ in range(args.rounds):
+        for who, py in (("other", args.against), ("this", sys.executable)):
+            out = subprocess.run([py, *base], check=True, capture_output=True, text=True)
+            ours, torch_ms = map(float, out.stdout.split()[-2:])
+            ratios[who].append(ours / torch_ms)
+            times[who].append(ours)
+    print(f"shape={args.shape} mode={args.mode} rounds={args.rounds} (alternating processes)")
+    for who, name in (("other", args.against), ("this", sys.executable)):
+        print(f"  {name}: GeluGrad median {statistics.median(times[who]):7.3f} ms, "
+              f"GeluGrad/torch median {statistics.median(ratios[who]):.2f} "
+              f"(min {min(ratios[who]):.2f}, max {max(ratios[who]):.2f})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", type=int, nargs="+", default=[1024, 1024])
     ap.add_argument("--mode", default="none", choices=["none", "tanh"])
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--against", help="another install's python: alternate A/B rounds")
+    ap.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.against:
+        _against(args)
+        return
     rng = np.random.default_rng(0)
     xs = rng.standard_normal(args.shape).astype(np.float32)
     ds = rng.standard_normal(args.shape).astype(np.float32)
@@ -66,6 +99,9 @@ def main():
         for k, fn in cases.items():
             times[k].append(_timeit(fn, args.reps))
     load1 = os.getloadavg()
+    if args.raw:  # for --against: GeluGrad's and torch's median ms
+        print(statistics.median(times["GeluGrad"]), statistics.median(times["torch gelu_backward"]))
+        return
     print(f"shape={args.shape} mode={mode} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} "
           f"loadavg before={load0[0]:.2f} after={load1[0]:.2f}")
     for k, v in times.items():

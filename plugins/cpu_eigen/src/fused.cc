@@ -12,6 +12,15 @@
 // the one the unfused ops give. Inputs of the output's element count are
 // read in place; other broadcast inputs are gathered per block. Large
 // outputs are split into chunks of whole blocks, one per thread.
+//
+// float16 / bfloat16: the plan runs in float with every value rounded to the
+// 16-bit dtype after each instruction, through each op's scalar float form,
+// exactly as the unfused 16-bit kernels (half_elementwise.cc, unary_math.cc,
+// int_arith.cc: widen, the float scalar functor, one rounding) store each
+// op's result; so a fused 16-bit group gives the unfused results bit for bit.
+// Inputs are widened per block; a constant register used as an operand is
+// rounded to the dtype (the unfused op read a 16-bit scalar tensor), alpha
+// stays in float (the unfused op's float attribute).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +32,7 @@
 #include "dragon/plugin.hpp"
 #include "elementwise.h"
 #include "elementwise_ops.h"
+#include "widen.h"
 
 namespace cpu_eigen {
 namespace {
@@ -167,12 +177,16 @@ struct Plan {
   Ref result;
   int32_t slots = 0;
   int64_t cost = 0;  // per element
+  // 16-bit storage: inputs are widened into slots, each value is rounded to
+  // the dtype, and the result goes through slot `out_slot`.
+  bool half = false;
+  int32_t out_slot = -1;
 };
 
 // Copies input elements [begin, begin + len) at the output's shape (through
 // plan p) into out.
-template <typename T>
-void Gather(const BroadcastPlan<1>& p, const T* x, int64_t begin, int64_t len,
+template <typename S, typename T>
+void Gather(const BroadcastPlan<1>& p, const S* x, int64_t begin, int64_t len,
             T* out) {
   int64_t idx[elementwise::kMaxDims];
   int64_t off = 0, rem = begin;
@@ -186,10 +200,12 @@ void Gather(const BroadcastPlan<1>& p, const T* x, int64_t begin, int64_t len,
   while (true) {
     const int64_t run = std::min(row - idx[0], len - i);
     if (s0 == 0) {
-      std::fill(out + i, out + i + run, x[off]);
+      std::fill(out + i, out + i + run, static_cast<T>(x[off]));
     } else {
-      const T* src = x + off;
-      for (int64_t j = 0; j < run; ++j) out[i + j] = src[j * s0];
+      const S* src = x + off;
+      for (int64_t j = 0; j < run; ++j) {
+        out[i + j] = static_cast<T>(src[j * s0]);
+      }
     }
     i += run;
     if (i >= len) return;
@@ -204,12 +220,132 @@ void Gather(const BroadcastPlan<1>& p, const T* x, int64_t begin, int64_t len,
   }
 }
 
+// ------------------------------------------------ 16-bit instructions
+
+// y[i] = f(x[i]) rounded to H (and held in float), the unfused 16-bit
+// kernel's arithmetic (widen.h: the float scalar form, one rounding).
+template <typename H, typename F>
+void HalfUnaryLoop(const F& f, const float* x, float* y, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) {
+    y[i] = static_cast<float>(static_cast<H>(f(x[i])));
+  }
+}
+
+template <typename H, typename F>
+void HalfBinaryLoop(const F& f, BinaryForm form, const float* a,
+                    const float* b, float* y, int64_t m) {
+  switch (form) {
+    case BinaryForm::kVV:
+      for (int64_t i = 0; i < m; ++i) {
+        y[i] = static_cast<float>(static_cast<H>(f(a[i], b[i])));
+      }
+      break;
+    case BinaryForm::kSV: {
+      const float s = *a;
+      for (int64_t i = 0; i < m; ++i) {
+        y[i] = static_cast<float>(static_cast<H>(f(s, b[i])));
+      }
+      break;
+    }
+    case BinaryForm::kVS: {
+      const float s = *b;
+      for (int64_t i = 0; i < m; ++i) {
+        y[i] = static_cast<float>(static_cast<H>(f(a[i], s)));
+      }
+      break;
+    }
+  }
+}
+
+// One instruction of a 16-bit program over m elements (operands and result
+// in float, every value already representable in H). The functors are those
+// the unfused 16-bit kernels construct, with the same parameters: no
+// attribute (numeric, float, libm, custom0 rows) or alpha (custom1). The
+// custom2 rows (Softplus, Clip) have no opcode.
+template <typename H>
+void HalfUnary(UnaryKind kind, const UnaryParams<float>& prm, const float* x,
+               float* y, int64_t m) {
+  switch (kind) {
+#define CPU_EIGEN_FUSED_HU_(Kind, Opcode, OpType, Attr, Kernel, Cost) \
+  CPU_EIGEN_FUSED_HU_##Kernel(Kind)
+#define CPU_EIGEN_FUSED_HU_PLAIN_(Kind)                                \
+  case UnaryKind::k##Kind:                                            \
+    HalfUnaryLoop<H>(ew_base::Kind##Op<float>{}, x, y, m);            \
+    return;
+#define CPU_EIGEN_FUSED_HU_numeric(Kind) CPU_EIGEN_FUSED_HU_PLAIN_(Kind)
+#define CPU_EIGEN_FUSED_HU_float(Kind) CPU_EIGEN_FUSED_HU_PLAIN_(Kind)
+#define CPU_EIGEN_FUSED_HU_libm(Kind) CPU_EIGEN_FUSED_HU_PLAIN_(Kind)
+#define CPU_EIGEN_FUSED_HU_custom0(Kind) CPU_EIGEN_FUSED_HU_PLAIN_(Kind)
+#define CPU_EIGEN_FUSED_HU_custom1(Kind)                               \
+  case UnaryKind::k##Kind:                                            \
+    HalfUnaryLoop<H>(ew_base::Kind##Op<float>{prm.p0}, x, y, m);      \
+    return;
+#define CPU_EIGEN_FUSED_HU_custom2(Kind)
+    DG_ELEMENTWISE_UNARY(CPU_EIGEN_FUSED_HU_)
+#undef CPU_EIGEN_FUSED_HU_
+#undef CPU_EIGEN_FUSED_HU_PLAIN_
+#undef CPU_EIGEN_FUSED_HU_numeric
+#undef CPU_EIGEN_FUSED_HU_float
+#undef CPU_EIGEN_FUSED_HU_libm
+#undef CPU_EIGEN_FUSED_HU_custom0
+#undef CPU_EIGEN_FUSED_HU_custom1
+#undef CPU_EIGEN_FUSED_HU_custom2
+    default:
+      break;
+  }
+  DG_CHECK(false, DG_INTERNAL, "FusedElementwise: unary kind ",
+           static_cast<int>(kind), " has no 16-bit form");
+}
+
+// Binary kinds: the unfused 16-bit Pow is pow in float (never a·a), which
+// is PowOp's scalar form; SquareA is never planned for 16-bit programs.
+template <typename H>
+void HalfBinary(BinaryKind kind, BinaryForm form, const float* a,
+                const float* b, float* y, int64_t m) {
+  switch (kind) {
+#define CPU_EIGEN_FUSED_HB_(Kind, Opcode, OpType, Cost)      \
+  case BinaryKind::k##Kind:                                 \
+    HalfBinaryLoop<H>(ew_base::Kind##Op{}, form, a, b, y, m); \
+    return;
+    DG_ELEMENTWISE_BINARY(CPU_EIGEN_FUSED_HB_)
+#undef CPU_EIGEN_FUSED_HB_
+  }
+  DG_CHECK(false, DG_INTERNAL, "FusedElementwise: binary kind ",
+           static_cast<int>(kind), " has no 16-bit form");
+}
+
+// Per-instruction runs of a plan: the float table for float / double
+// (T == H), the 16-bit forms above otherwise (T float).
+template <typename T, typename H>
+struct StepRunner {
+  const FloatKernels<T>* fk;
+  void Unary(UnaryKind kind, const UnaryParams<T>& prm, const T* x, T* y,
+             int64_t m) const {
+    if constexpr (std::is_same_v<T, H>) {
+      fk->unary(kind, prm, x, y, m);
+    } else {
+      HalfUnary<H>(kind, prm, x, y, m);
+    }
+  }
+  void Binary(BinaryKind kind, BinaryForm form, const T* a, const T* b, T* y,
+              int64_t m) const {
+    if constexpr (std::is_same_v<T, H>) {
+      fk->binary(kind, form, a, b, y, m);
+    } else {
+      HalfBinary<H>(kind, form, a, b, y, m);
+    }
+  }
+};
+
 // Reads the attributes and the inputs into a plan; validates the program
 // (the schema's shape function has normally done so with fuller messages).
-template <typename T>
+// T is the type the plan computes in, H the tensors' dtype (T float for
+// 16-bit H, else T == H).
+template <typename T, typename H>
 void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
   const char* op = ctx.op_name();
-  const FloatKernels<T>& fk = FloatKernelsFor<T>();
+  constexpr bool kHalf = !std::is_same_v<T, H>;
+  const StepRunner<T, H> run{&FloatKernelsFor<T>()};
   const dg::TensorRef y = ctx.output(0);
   const int32_t n_in = ctx.num_inputs();
   const DgAttrValue& prog_attr = ctx.get("program");
@@ -222,6 +358,7 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
            prog_len, " entries, not a multiple of 4");
 
   Plan<T>& p = *plan;
+  p.half = kHalf;
   // Registers: inputs, constants, then temporaries up to the highest written.
   int64_t num_regs = first_temp;
   for (int64_t k = 1; k < prog_len; k += 4) {
@@ -235,10 +372,10 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
   p.inputs.resize(static_cast<size_t>(n_in));
   for (int32_t k = 0; k < n_in; ++k) {
     const dg::TensorRef x = ctx.input(k);
-    const T* px = x.data<const T>();
+    const H* px = x.data<const H>();
     if (x.numel() == 1) {
       regs[k] = {Loc::kScalar, static_cast<int32_t>(p.scalars.size())};
-      p.scalars.push_back(px[0]);
+      p.scalars.push_back(static_cast<T>(px[0]));
       continue;
     }
     regs[k] = {Loc::kInput, k};
@@ -249,7 +386,9 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
   }
   for (int64_t c = 0; c < n_const; ++c) {
     regs[n_in + c] = {Loc::kScalar, static_cast<int32_t>(p.scalars.size())};
-    p.scalars.push_back(static_cast<T>(const_attr.floats[c]));
+    // As an operand a constant is a value of the dtype (rounded through
+    // float for 16-bit dtypes).
+    p.scalars.push_back(static_cast<T>(static_cast<H>(const_attr.floats[c])));
   }
 
   auto read = [&](int64_t k, int64_t r) {
@@ -278,7 +417,8 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
     }
     const int64_t dst = ins[1];  // checked above
     // pow(a, 2) squares, as the Pow kernel does for a single exponent 2.
-    if (ins[0] == DG_EW_OP_Pow && s.b.loc == Loc::kScalar &&
+    // (Not for 16-bit dtypes, whose unfused Pow is pow in float.)
+    if (!kHalf && ins[0] == DG_EW_OP_Pow && s.b.loc == Loc::kScalar &&
         p.scalars[s.b.index] == T(2)) {
       s.op.bin = BinaryKind::kSquareA;
       s.op.cost = kCostCheap;
@@ -288,10 +428,10 @@ void Compile(dg::KernelContext& ctx, Plan<T>* plan) {
     if (scalar) {  // evaluated once, here
       T out;
       if (s.op.binary) {
-        fk.binary(s.op.bin, BinaryForm::kVV, &p.scalars[s.a.index],
-                  &p.scalars[s.b.index], &out, 1);
+        run.Binary(s.op.bin, BinaryForm::kVV, &p.scalars[s.a.index],
+                   &p.scalars[s.b.index], &out, 1);
       } else {
-        fk.unary(s.op.unary, s.params, &p.scalars[s.a.index], &out, 1);
+        run.Unary(s.op.unary, s.params, &p.scalars[s.a.index], &out, 1);
       }
       p.steps.pop_back();
       regs[dst] = {Loc::kScalar, static_cast<int32_t>(p.scalars.size())};
@@ -345,8 +485,9 @@ void Allocate(Plan<T>* plan) {
   for (size_t k = 0; k < p.inputs.size(); ++k) {
     VectorInput& in = p.inputs[k];
     if (!used[k]) in.data = nullptr;
-    if (in.data != nullptr && !in.flat) in.slot = p.slots++;
+    if (in.data != nullptr && (!in.flat || p.half)) in.slot = p.slots++;
   }
+  if (p.half) p.out_slot = p.slots++;
   // slot_of[k]: the slot of step k's value; -1 = the output (or none yet),
   // -2 = freed.
   std::vector<int32_t> slot_of(count, -1), free_slots;
@@ -392,10 +533,13 @@ void Allocate(Plan<T>* plan) {
 }
 
 // Runs the plan over output elements [begin, end), block by block, with
-// `scratch` holding p.slots blocks.
-template <typename T>
-void RunBlocks(const Plan<T>& p, const FloatKernels<T>& fk, T* y,
+// `scratch` holding p.slots blocks. For 16-bit H (T float) every input is
+// widened into its slot and the result, computed in slot p.out_slot, is
+// stored to y (exactly: each value is already representable in H).
+template <typename T, typename H>
+void RunBlocks(const Plan<T>& p, const StepRunner<T, H>& run, H* y,
                int64_t begin, int64_t end, T* scratch) {
+  constexpr bool kHalf = !std::is_same_v<T, H>;
   const T* in_ptr[64];
   std::vector<const T*> in_heap;
   const T** inputs = in_ptr;
@@ -405,13 +549,22 @@ void RunBlocks(const Plan<T>& p, const FloatKernels<T>& fk, T* y,
   }
   for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
     const int64_t m = std::min(kBlock, end - i0);
-    T* out = y + i0;
+    T* out;
+    if constexpr (kHalf) {
+      out = scratch + p.out_slot * kBlock;
+    } else {
+      out = y + i0;
+    }
     for (size_t k = 0; k < p.inputs.size(); ++k) {
       const VectorInput& in = p.inputs[k];
       if (in.data == nullptr) continue;
-      const T* x = static_cast<const T*>(in.data);
-      if (in.flat) {
-        inputs[k] = x + i0;
+      const H* x = static_cast<const H*>(in.data);
+      if (!kHalf && in.flat) {
+        inputs[k] = reinterpret_cast<const T*>(x) + i0;  // T == H here
+      } else if (in.flat) {
+        T* buf = scratch + in.slot * kBlock;
+        for (int64_t j = 0; j < m; ++j) buf[j] = static_cast<T>(x[i0 + j]);
+        inputs[k] = buf;
       } else {
         T* buf = scratch + in.slot * kBlock;
         Gather(in.plan, x, i0, m, buf);
@@ -435,14 +588,14 @@ void RunBlocks(const Plan<T>& p, const FloatKernels<T>& fk, T* y,
       if (!s.live) continue;
       T* dst = ptr(s.dst);
       if (!s.op.binary) {
-        fk.unary(s.op.unary, s.params, ptr(s.pa), dst, m);
+        run.Unary(s.op.unary, s.params, ptr(s.pa), dst, m);
       } else {
         const bool sa = s.pa.buf == Buf::kScalar;
         const bool sb = s.pb.buf == Buf::kScalar;
         const BinaryForm form = sa   ? BinaryForm::kSV
                                 : sb ? BinaryForm::kVS
                                      : BinaryForm::kVV;
-        fk.binary(s.op.bin, form, ptr(s.pa), ptr(s.pb), dst, m);
+        run.Binary(s.op.bin, form, ptr(s.pa), ptr(s.pb), dst, m);
       }
     }
     switch (p.result.loc) {
@@ -455,19 +608,24 @@ void RunBlocks(const Plan<T>& p, const FloatKernels<T>& fk, T* y,
       default:  // written by its step
         break;
     }
+    if constexpr (kHalf) {
+      for (int64_t j = 0; j < m; ++j) y[i0 + j] = static_cast<H>(out[j]);
+    }
   }
 }
 
-template <typename T>
+// H is the tensors' dtype; the plan computes in H, or in float for 16-bit H.
+template <typename H>
 void FusedElementwise(dg::KernelContext& ctx) {
+  using T = std::conditional_t<widen::kIsHalf<H>, float, H>;
   const dg::TensorRef y = ctx.output(0);
   Plan<T> plan;
-  Compile<T>(ctx, &plan);  // validates even when y is empty
+  Compile<T, H>(ctx, &plan);  // validates even when y is empty
   const int64_t n = y.numel();
   if (n == 0) return;
   Allocate<T>(&plan);
-  const FloatKernels<T>& fk = FloatKernelsFor<T>();
-  T* py = y.data<T>();
+  const StepRunner<T, H> run{&FloatKernelsFor<T>()};
+  H* py = y.data<H>();
 
   // Chunks of whole blocks, one per thread, when the work is large (as
   // ParallelFor decides) and each chunk has kMinChunkBlocks blocks: a long
@@ -485,8 +643,8 @@ void FusedElementwise(dg::KernelContext& ctx) {
   T* scratch = ctx.workspace<T>(static_cast<size_t>(chunks * per_chunk));
   auto run_chunk = [&](int64_t c) {
     const int64_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;
-    RunBlocks<T>(plan, fk, py, b0 * kBlock, std::min(n, b1 * kBlock),
-                 scratch + c * per_chunk);
+    RunBlocks<T, H>(plan, run, py, b0 * kBlock, std::min(n, b1 * kBlock),
+                    scratch + c * per_chunk);
   };
   if (chunks == 1) {
     run_chunk(0);
@@ -501,7 +659,8 @@ void FusedElementwise(dg::KernelContext& ctx) {
   }
 }
 
-DG_KERNEL("FusedElementwise", "cpu", FusedElementwise, float, double);
+DG_KERNEL("FusedElementwise", "cpu", FusedElementwise, float, double,
+          CPU_EIGEN_HALF_TYPES);
 
 }  // namespace
 }  // namespace cpu_eigen

@@ -11,7 +11,11 @@ use the same table): the unary ops without attributes, ``Gelu``,
 ``LeakyRelu``, ``Elu``, and ``Add``, ``Sub``, ``Mul``, ``Div``, ``Pow``,
 ``Maximum``, ``Minimum``, ``FloorDivide``, ``Mod``, ``Fmod`` (but not
 ``Clip`` or ``Softplus``, whose rows have no opcode), whose inputs and
-output share one dtype, float32 or float64, in ``value_info``.
+output share one dtype, float32, float64, float16 or bfloat16, in
+``value_info``. A 16-bit group is exact: its kernels compute each
+instruction in float32 and round the result to the dtype, as each unfused
+16-bit kernel stores its result, so the fused op gives the unfused values
+bit for bit (docs/graph.md, "Element-wise fusion").
 
 Groups are grown from the last op backwards: a member's input produced by a
 fusable op joins when all its readers are members, and when that op's
@@ -55,8 +59,8 @@ FUSED = "FusedElementwise"
 ANNOTATION = "_fused_ops"
 MAX_TEMPORARIES = 1024  # the schema's limit
 
-_F32, _F64 = 8, 9  # DgDType codes (dragon/plugin.h)
-_FLOAT_CODES = {_F32: "float32", _F64: "float64"}
+_F16, _BF16, _F32, _F64 = 6, 7, 8, 9  # DgDType codes (dragon/plugin.h)
+_FLOAT_CODES = {_F32: "float32", _F64: "float64", _F16: "float16", _BF16: "bfloat16"}
 
 
 def _schema_default(op_type: str, attr: str):
@@ -180,8 +184,9 @@ def _scalar_constant(graph: _Graph, name: str, code: int):
     c = graph.constants.get(name)
     if c is None or c.dtype != code or _numel(c.shape) != 1:
         return None
-    dt = np.float32 if code == _F32 else np.float64
-    return float(np.asarray(constant_array(c), dtype=dt).reshape(-1)[0]), len(c.shape)
+    # Every dtype's values are exact in float64 (a 16-bit constant is read
+    # back rounded to its dtype by the kernels, so it stays the same value).
+    return float(np.asarray(constant_array(c)).reshape(-1)[0]), len(c.shape)
 
 
 def _fuse(graph: _Graph, members: list, name: str, provider: tuple):

@@ -172,6 +172,41 @@ __global__ void ThreadReduce(const T* x, Out* y, Plan p, A init, R r, P post) {
   }
 }
 
+// x dense [rows, cols] reduced over its rows (a bias gradient: dy [batch,
+// features] summed over the batch). A block covers 32 columns with 8 row
+// groups: group g combines rows g, g + 8, ... (each a 32-wide coalesced
+// load, where BlockReduce would read one column a value per cache line),
+// then the 8 group values are combined in a fixed order.
+constexpr int kColGroups = kThreads / 32;
+
+template <typename T, typename Out, typename A, typename R, typename P>
+__global__ void ColumnReduce(const T* x, Out* y, int64_t rows, int64_t cols, A init, R r,
+                             P post) {
+  __shared__ A buf[kColGroups][32];
+  const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
+  for (int64_t c0 = blockIdx.x * int64_t{32}; c0 < cols; c0 += int64_t{32} * gridDim.x) {
+    const int64_t c = c0 + lane;
+    A acc = init;
+    if (c < cols)
+      for (int64_t row = g; row < rows; row += kColGroups)
+        acc = r(acc, static_cast<A>(Load(x[row * cols + c])));
+    buf[g][lane] = acc;
+    __syncthreads();
+    if (g == 0 && c < cols) {
+      A v = buf[0][lane];
+      for (int k = 1; k < kColGroups; ++k) v = r(v, buf[k][lane]);
+      y[c] = static_cast<Out>(post(v));
+    }
+    __syncthreads();
+  }
+}
+
+// Whether the plan is a dense [rows, cols] input reduced over its rows.
+bool IsColumnReduction(const Plan& p) {
+  return p.kept.ndim == 1 && p.kept.strides[0][0] == 1 && p.red.ndim == 1 &&
+         p.red.strides[0][0] == p.num_out;
+}
+
 template <typename T, typename Out, typename R, typename P>
 void Reduce(dg::KernelContext& ctx, R r, P post) {
   using A = typename RedAcc<T>::type;
@@ -181,7 +216,11 @@ void Reduce(dg::KernelContext& ctx, R r, P post) {
   const T* x = static_cast<const T*>(ctx.input(0).raw_data());
   Out* y = static_cast<Out*>(ctx.output(0).raw_data());
   const A init = R::template Identity<A>();
-  if (p.num_red <= 32) {
+  if (p.num_out >= 32 && p.num_red > 1 && p.num_red <= 4096 && IsColumnReduction(p)) {
+    const int64_t blocks = (p.num_out + 31) / 32;
+    ColumnReduce<T, Out, A, R, P><<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535),
+                                    kThreads, 0, s>>>(x, y, p.num_red, p.num_out, init, r, post);
+  } else if (p.num_red <= 32) {
     ThreadReduce<T, Out, A, R, P><<<Blocks(p.num_out), kThreads, 0, s>>>(x, y, p, init, r, post);
   } else {
     const int64_t blocks = p.num_out < 65535LL * 16 ? p.num_out : 65535LL * 16;

@@ -123,7 +123,7 @@ def _inputs(shape, dtype, offset, seed=0):
 
 def _skip_half(dtype):
     if dtype in HALF and DEV == "cpu":
-        pytest.skip("the CPU has no 16-bit float batch norm kernel")
+        pytest.skip("the CPU has no 16-bit float kernel for these norms")
 
 
 NAMES = ["y", "mean", "var", "dx", "dgamma", "dbeta"]
@@ -188,3 +188,40 @@ def test_batch_norm_is_deterministic(dtype):
     second = [_host64(t) for t in _run(x, g, b, rm, rv, w, dtype, True)]
     for name, a, r in zip(NAMES, first, second):
         np.testing.assert_array_equal(a, r, err_msg=name)
+
+
+# ------------------------------------------------------------ LayerNorm
+# Rows of up to 1024 values take one warp each, wider rows a block; the
+# parameter gradients sum columns in 8 row groups (nn.cu).
+
+def _layer_norm_ref(x, g, b, w):
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + EPS)
+    xhat = (x - mean) * rstd
+    gw = w * g
+    dx = rstd * (gw - gw.mean(-1, keepdims=True) - xhat * (gw * xhat).mean(-1, keepdims=True))
+    rows = tuple(range(x.ndim - 1))
+    return [xhat * g + b, dx, (w * xhat).sum(rows), w.sum(rows)]
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float64", "bfloat16"))
+@pytest.mark.parametrize("shape", [(8, 128, 256), (3, 1500), (1000, 33), (2, 1024)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_layer_norm_rows(dtype, shape):
+    _skip_half(dtype)
+    rng = np.random.default_rng(sum(shape))
+    x = _rounded64(rng.standard_normal(shape) * 2 + 3, dtype)
+    g = _rounded64(rng.uniform(0.5, 1.5, shape[-1]), dtype)
+    b = _rounded64(rng.uniform(-0.5, 0.5, shape[-1]), dtype)
+    w = _rounded64(rng.uniform(-1, 1, shape), dtype)
+    tx, tg, tb, tw = (_device(v, dtype) for v in (x, g, b, w))
+    with dg.GradientTape() as tape:
+        for t in (tx, tg, tb):
+            tape.watch(t)
+        y = dg.nn.functional.layer_norm(tx, shape[-1], tg, tb, eps=EPS)
+        s = ops.sum(y * tw)
+    got = [y] + list(tape.gradient(s, [tx, tg, tb]))
+    rtol, atol = TOL[dtype]
+    for name, a, r in zip(["y", "dx", "dgamma", "dbeta"], got, _layer_norm_ref(x, g, b, w)):
+        np.testing.assert_allclose(_host64(a), r, rtol=rtol, atol=atol * max(np.abs(r).max(), 1),
+                                   err_msg=f"{name} {dtype} {shape}")

@@ -463,6 +463,53 @@ __global__ void SoftmaxRows(const T* x, T* y, int64_t outer, int64_t len, int64_
   }
 }
 
+// Contiguous rows of up to kWarpRowLen values (attention scores, logits):
+// one warp per row instead of a block of 256 threads mostly idle between
+// shared-memory reductions. The lanes' maxima and sums are combined by a
+// fixed shuffle tree and lane 0's value is given to every lane, so each
+// row is normalised by one max and one sum (the same bits every run).
+constexpr int64_t kWarpRowLen = 1024;
+
+template <typename A>
+__device__ inline A WarpMaxNan(A m) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const A o = __shfl_down_sync(0xffffffffu, m, off);
+    if (o > m || o != o) m = o;
+  }
+  return __shfl_sync(0xffffffffu, m, 0);
+}
+
+template <typename A>
+__device__ inline A WarpSumLane0(A v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+template <bool kLog, typename T>
+__global__ void SoftmaxWarpRows(const T* x, T* y, int64_t rows, int64_t len) {
+  using A = Acc<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int64_t step = (static_cast<int64_t>(blockDim.x) * gridDim.x) >> 5;
+  for (int64_t row = first; row < rows; row += step) {  // the same row in every lane
+    const T* xr = x + row * len;
+    A m = -INFINITY;
+    for (int64_t j = lane; j < len; j += 32) {
+      const A v = Load(xr[j]);
+      m = (v > m || v != v) ? v : m;
+    }
+    m = WarpMaxNan(m);
+    A sum = 0;
+    for (int64_t j = lane; j < len; j += 32) sum += exp(Load(xr[j]) - m);
+    sum = WarpSumLane0(sum);
+    const A lse = log(sum);
+    for (int64_t j = lane; j < len; j += 32) {
+      const A d = Load(xr[j]) - m;
+      y[row * len + j] = static_cast<T>(kLog ? d - lse : exp(d) / sum);
+    }
+  }
+}
+
 template <bool kLog, typename T>
 void SoftmaxRun(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0);
@@ -480,9 +527,17 @@ void SoftmaxRun(dg::KernelContext& ctx) {
   cudaStream_t s = Prepare(ctx);
   const int64_t rows = outer * inner;
   const int64_t blocks = rows < 65535LL * 16 ? rows : 65535LL * 16;
-  SoftmaxRows<kLog, T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-      static_cast<const T*>(x.raw_data()), static_cast<T*>(ctx.output(0).raw_data()), outer, len,
-      inner);
+  if (inner == 1 && len <= kWarpRowLen) {
+    const int64_t wb = (rows * 32 + kThreads - 1) / kThreads;
+    SoftmaxWarpRows<kLog, T><<<static_cast<unsigned>(wb < 65535LL * 16 ? wb : 65535LL * 16),
+                               kThreads, 0, s>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(ctx.output(0).raw_data()), rows,
+        len);
+  } else {
+    SoftmaxRows<kLog, T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(ctx.output(0).raw_data()), outer,
+        len, inner);
+  }
   CheckLaunch(ctx);
 }
 template <typename T>

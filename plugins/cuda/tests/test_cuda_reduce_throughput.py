@@ -127,3 +127,39 @@ def test_cross_entropy_nan_row_and_determinism():
     xd = dg.tensor(np.nan_to_num(x)).to(DEV)
     np.testing.assert_array_equal(_host(dg.nn.functional.cross_entropy(xd, t)),
                                   _host(dg.nn.functional.cross_entropy(xd, t)))
+
+
+# ------------------------------------------------ softmax rows (one warp each)
+
+@pytest.mark.parametrize("shape", [(512, 128), (64, 1000), (3, 1500), (5, 7, 33)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+def test_softmax_rows(shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    x64 = x.astype(np.float64)
+    shifted = x64 - x64.max(-1, keepdims=True)
+    lse = np.log(np.exp(shifted).sum(-1, keepdims=True))
+    xd = dg.tensor(x).to(DEV)
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype == "float64" else dict(rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(_host(ops.softmax(xd, axis=-1)), np.exp(shifted - lse), **tol)
+    # |x| up to ~20: x - max - lse rounds at ~20 eps (float32)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == "float64" else dict(rtol=2e-6, atol=2e-5)
+    np.testing.assert_allclose(_host(ops.log_softmax(xd, axis=-1)), shifted - lse, **tol)
+
+
+def test_softmax_rows_nan_inf_and_determinism():
+    x = np.random.default_rng(6).standard_normal((6, 200)).astype(np.float32)
+    x[1, 7] = np.nan
+    x[2, :] = -np.inf
+    x[3, 11] = np.inf
+    got = _host(ops.softmax(dg.tensor(x).to(DEV), axis=-1))
+    # a NaN, an all -inf row and a +inf (inf - inf in the sum) give NaN rows,
+    # as on the CPU
+    assert np.isnan(got[1]).all() and np.isnan(got[2]).all() and np.isnan(got[3]).all()
+    ok = [0, 4, 5]
+    want = np.exp(x[ok] - x[ok].max(-1, keepdims=True))
+    np.testing.assert_allclose(got[ok], want / want.sum(-1, keepdims=True), rtol=2e-6, atol=1e-7)
+    xd = dg.tensor(np.nan_to_num(x, neginf=0.0, posinf=0.0)).to(DEV)
+    np.testing.assert_array_equal(_host(ops.softmax(xd, axis=-1)),
+                                  _host(ops.softmax(xd, axis=-1)))

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "elementwise.cuh"
+#include "index_math.h"
 
 namespace dragon_cuda {
 namespace {
@@ -360,6 +361,14 @@ __global__ void BoxMeanGrad(const T* dy, T* dx, Pool p, bool include_pad) {
   }
 }
 
+template <typename T>
+__global__ void GlobalAvgGrad(const T* dy, T* dx, int32_t n, FastDiv per_plane, int64_t count) {
+  using A = Acc<T>;
+  for (int32_t t = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x); t < n;
+       t += static_cast<int32_t>(blockDim.x * gridDim.x))
+    dx[t] = Store<T>(Load(dy[per_plane.Div(static_cast<uint32_t>(t))]) / static_cast<A>(count));
+}
+
 Pool ReadAvg(const dg::KernelContext& ctx, const dg::TensorRef& x, const dg::TensorRef& pooled,
              bool windowed) {
   DG_CHECK(x.ndim() == 4 && pooled.ndim() == 4, DG_INTERNAL, ctx.op_name(),
@@ -403,9 +412,19 @@ void AvgBackward(dg::KernelContext& ctx) {
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
   const bool include_pad = kAdaptive ? false : ctx.b("count_include_pad");
-  BoxMeanGrad<kAdaptive, T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(1).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
-      p, include_pad);
+  const T* dy = static_cast<const T*>(ctx.input(1).raw_data());
+  T* dx = static_cast<T*>(ctx.output(0).raw_data());
+  cudaStream_t s = Prepare(ctx);
+  if (kAdaptive && p.oh == 1 && p.ow == 1 && n < (int64_t{1} << 30)) {
+    // The global average pool's gradient: dy of the cell's plane / (h w),
+    // the value BoxMeanGrad gives (0 + dy / count), with one 32-bit
+    // multiply-high division per cell instead of its box search.
+    GlobalAvgGrad<T><<<Blocks32(n), kThreads, 0, s>>>(dy, dx, static_cast<int32_t>(n),
+                                                      FastDiv(static_cast<uint32_t>(p.h * p.w)),
+                                                      p.h * p.w);
+  } else {
+    BoxMeanGrad<kAdaptive, T><<<Blocks(n), kThreads, 0, s>>>(dy, dx, p, include_pad);
+  }
   CheckLaunch(ctx);
 }
 

@@ -21,6 +21,7 @@ import dragon_core as dg
 
 ops = dg.ops
 DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
+pytestmark = pytest.mark.gpu
 HALF = ("float16", "bfloat16")
 #: (rtol, atol as a fraction of the largest reference value) per dtype.
 TOL = {"float64": (1e-9, 1e-11), "float32": (2e-4, 2e-5), "float16": (2e-2, 8e-3),

@@ -23,6 +23,7 @@ import dragon_core as dg
 ops = dg.ops
 F = dg.nn.functional
 DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
+pytestmark = pytest.mark.gpu
 HALF = ("float16", "bfloat16")
 TOL = {"float64": (1e-12, 1e-12), "float32": (2e-6, 1e-6), "float16": (2e-3, 2e-3),
        "bfloat16": (1.6e-2, 1.6e-2)}

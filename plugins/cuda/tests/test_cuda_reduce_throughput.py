@@ -19,6 +19,7 @@ import dragon_core as dg
 
 ops = dg.ops
 DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
+pytestmark = pytest.mark.gpu
 SHAPES = [(64, 1000), (128, 512), (33, 32), (7, 65), (4096, 40), (2, 31)]
 
 

@@ -103,6 +103,7 @@ def test_bad_arguments_and_no_gpu(profile_gpu, capsys):
         assert "no cuda device" in capsys.readouterr().out
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not dg.cuda.is_available(), reason="needs a cuda device")
 def test_gpu_run_small(profile_gpu, tmp_path):
     """On a GPU: every workload at small sizes, eager and compiled; every
@@ -141,6 +142,7 @@ def test_single_op_table_on_the_cpu(profile_gpu, tmp_path):
         assert r["dragon_ms"] > 0
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not dg.cuda.is_available(), reason="needs a cuda device")
 def test_single_op_table_on_the_gpu(profile_gpu, tmp_path):
     """On a GPU: every op runs, with torch's kernel time beside it when

@@ -51,7 +51,7 @@ if ! ls .whl/*.whl >/dev/null 2>&1; then
 fi
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target "$SITE" .whl/*.whl > "$LOG/wheels.log" 2>&1 || { say "wheel install failed"; exit 1; }
-export PYTHONPATH=$SITE
+export PYTHONPATH=$SITE SITE LOG
 
 # build PATH [extra -C options]: one pip build into $SITE, log per package.
 build() {
@@ -80,6 +80,30 @@ if [ $fail -ne 0 ]; then
   say "a build failed: see $LOG/build_*.log"; tail -n 30 "$LOG"/build_*.log > "$LOG/build_tails.txt"
   tail -n 40 "$LOG/build_tails.txt" | tee -a "$LOG/summary.txt"
   exit 1
+fi
+
+# GPU_CHECK_WERROR=1: in the background, while the tests run, every
+# package is built again with that machine's gcc 13 (and nvcc with gcc 13
+# as host compiler) and DRAGON_WERROR=ON, into a throwaway folder: the
+# issue's "warning-free with gcc 12, gcc 13 and clang 16" (gcc 12 and
+# clang 16 are checked by make test / make check-compilers). Its result is
+# reported at the end (werror.txt).
+WPID=
+if [ "${GPU_CHECK_WERROR:-0}" = 1 ]; then
+  (
+    for p in dragon_core plugins/cpu_eigen plugins/vision_ops plugins/nccl_dist plugins/cuda; do
+      n=$(basename "$p"); s=$(date +%s)
+      nice -n 10 $PY -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$T/werror-wheels" \
+        -Cbuild-dir="$T/werror-build/$n" -Ccmake.define.DRAGON_WERROR=ON \
+        -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
+        -Ccmake.define.CMAKE_CXX_COMPILER=/usr/bin/g++ -Ccmake.define.CMAKE_C_COMPILER=/usr/bin/gcc \
+        -Ccmake.define.CMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ "./$p" > "$LOG/werror_$n.log" 2>&1
+      rc=$?
+      echo "gcc13 -Werror $p rc=$rc $(( $(date +%s) - s ))s"
+      [ $rc -ne 0 ] && grep -E "error:|warning:" "$LOG/werror_$n.log" | head -n 12
+    done
+  ) > "$LOG/werror.txt" 2>&1 &
+  WPID=$!
 fi
 
 # cuBLAS for MatMul: the toolkit's copy and the nvidia-* wheels torch
@@ -119,6 +143,18 @@ say "smoke rc=$? ($(tail -n 1 "$LOG/smoke.txt" | cut -c1-120))"
 for m in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so.40; do
   [ -e "$m" ] && { export DRAGON_LIBMPI=$m; break; }
 done
+
+# GPU_CHECK_ONLY="command": after the builds and the smoke test, run just
+# that command (a profile, one test file), its output in only.txt.
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then
+  t1=$(date +%s)
+  timeout -k 5 "$(clamp $(( $(left) - 5 )) 10 600)" bash -c "$GPU_CHECK_ONLY" > "$LOG/only.txt" 2>&1
+  rc=$?
+  cp "$LOG/only.txt" "${OUT:-$LOG}/" 2>/dev/null
+  tail -n 60 "$LOG/only.txt"
+  say "only: rc=$rc $(( $(date +%s) - t1 ))s"
+  exit $rc
+fi
 
 # What is left after the builds: about a third (45-150 s) for the benchmark,
 # 60 s for the memcheck and the example, the rest (at least 60 s) for the tests.
@@ -162,6 +198,12 @@ elif command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute
     -k "(float32 and (Add-1 or Mul-2 or Sum-2 or Softmax-2 or MatMul-3 or Cast-0 or ArgMax-1 or Where)) or (bfloat16 and (LayerNorm-2 or test_multi_tensor_updates))" \
     > "$LOG/memcheck.log" 2>&1
   say "memcheck rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck.log" | tail -n 2 | tr '\n' ' '))"
+fi
+if [ -n "$WPID" ]; then
+  W=$(( $(left) > 10 ? $(left) : 10 ))
+  for _ in $(seq "$W"); do kill -0 "$WPID" 2>/dev/null || break; sleep 1; done
+  kill -0 "$WPID" 2>/dev/null && { kill "$WPID"; echo "(stopped: out of time)" >> "$LOG/werror.txt"; }
+  while read -r line; do say "$line"; done < "$LOG/werror.txt"
 fi
 say "total $(( $(date +%s) - t0 ))s"
 exit $rc

@@ -76,11 +76,11 @@ def test_shows_op_and_kernel_counts(info_output):
     assert re.search(r"\bops?\b", info_output, re.I), info_output
     assert re.search(r"\bkernels?\b", info_output, re.I), info_output
     # custom_op defines 1 op with 2 kernels (float32, float64); toy defines
-    # no op and 4 kernels (Add, Mul, Relu, Contiguous).
+    # no op and 5 kernels (Add, Mul, Relu, Fill, Contiguous).
     custom = _numbers(_line(info_output, "custom_op"))
     assert 1 in custom and 2 in custom, _line(info_output, "custom_op")
     toy = _numbers(_line(info_output, "toy"))
-    assert 0 in toy and 4 in toy, _line(info_output, "toy")
+    assert 0 in toy and 5 in toy, _line(info_output, "toy")
     # Totals: the core defines every standard op (docs/ops.md).
     totals = re.findall(r"\bops?\b\W{0,3}(\d+)|(\d+)\s+ops?\b", info_output,
                         re.I)

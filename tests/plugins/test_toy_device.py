@@ -150,3 +150,24 @@ def test_toy_plugin_is_listed_as_loaded(dg, toy):
     assert toy.name == "toy" and toy.version == "0.2.0"
     names = [p.name for p in dg.plugins.list() if p.state == "loaded"]
     assert "toy" in names
+
+
+def test_constant_folded_on_the_device_feeds_the_device(dg, toy):
+    """Constant folding runs an op without inputs (a Fill) where the plan
+    would, on the graph's device, and the folded constant is fed there: on
+    the H100 a compiled ResNet step failed with "BatchNormGrad: inputs are on
+    different devices (cuda:0 and cpu:0)" when the zero gradients of the
+    batch statistics were folded on the host."""
+    def fn(x):
+        return x * dg.ops.fill([2, 3], 3.0, "float32", device="toy:0")
+
+    x = dg.tensor(np.full((2, 3), 2.0, np.float32)).to("toy")
+    for level in (0, 1, 3):
+        f = dg.function(fn, opt_level=level)
+        for _ in range(2):
+            y = f(x)
+            assert str(y.device) == "toy:0"
+            np.testing.assert_array_equal(y.cpu().numpy(), np.full((2, 3), 6.0, np.float32))
+        consts = f.get_graph(x).constant
+        if level >= 1:
+            assert [(c.name, c.device) for c in consts] == [("Fill_0:0", "toy:0")]

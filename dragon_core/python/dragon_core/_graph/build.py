@@ -80,10 +80,23 @@ def attrs_tuple(op_type: str, opdef: P.OpDef) -> tuple:
 
 
 def tensor_to_proto(name: str, t) -> P.TensorProto:
-    """A host copy of tensor ``t`` as a TensorProto."""
+    """A host copy of tensor ``t`` as a TensorProto; ``device`` names the
+    device of a tensor that is not on the host (see :func:`constant_feed`)."""
     arr = np.array(t.cpu().numpy(), order="C", copy=True)  # keeps 0-d shapes
+    dev = t.device
     return P.TensorProto(name=name, dtype=t._dtype_code, shape=list(arr.shape),
-                         data=arr.tobytes())
+                         data=arr.tobytes(),
+                         device="" if dev.type == "cpu" else str(dev))
+
+
+def constant_feed(tp: P.TensorProto):
+    """The tensor a compiled plan is fed for constant ``tp``: the borrowed
+    tensor, or the stored value on the device it was computed on (a
+    constant folded on ``cuda:0`` feeds ``cuda:0`` ops; the host otherwise)."""
+    t = tensor_from_proto(tp)
+    if tp.device and _borrowed(tp) is None:
+        t = t.to(tp.device)
+    return t
 
 
 def tensor_from_proto(tp: P.TensorProto):

@@ -105,8 +105,8 @@ def compile_graph(graph, level: int, sub: bool = False) -> CompiledGraph:
     if plan_meta.get("buffers"):
         plan.set_buffers([int(b) for b in plan_meta["buffers"]])
     if sub and graph.constant:
-        from .build import tensor_from_proto
-        plan.set_constants([tensor_from_proto(c) for c in graph.constant])
+        from .build import constant_feed
+        plan.set_constants([constant_feed(c) for c in graph.constant])
     return CompiledGraph(graph, plan, feed_names)
 
 

@@ -31,7 +31,7 @@ from .. import _C
 from .. import _autograd
 from ..errors import InvalidArgumentError
 from .._tensor import Tensor
-from .build import Trace, borrowed_constants, build_graph, fill_borrowed, tensor_from_proto
+from .build import Trace, borrowed_constants, build_graph, constant_feed, fill_borrowed
 from .compile import compile_graph
 from .passes import run_passes
 from .state import StateGuard
@@ -435,7 +435,7 @@ class Function:
         with borrowed_constants(by_name):
             graph = run_passes(graph, self.opt_level)
             compiled = compile_graph(graph, self.opt_level)
-            const_feeds = [by_name[c.name] if c.name in by_name else tensor_from_proto(c)
+            const_feeds = [by_name[c.name] if c.name in by_name else constant_feed(c)
                            for c in graph.constant]
         if self.parallel:
             compiled.plan.set_parallel(self.parallel)

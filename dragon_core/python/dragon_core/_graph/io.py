@@ -8,7 +8,7 @@ from .. import _C
 from .. import proto as P
 from .._fileio import atomic_write_bytes as _atomic_write
 from ..errors import PluginError
-from .build import fill_borrowed, tensor_to_proto, tensor_from_proto
+from .build import constant_feed, fill_borrowed, tensor_to_proto
 from .compile import compile_graph
 from .._workspace import get_workspace
 
@@ -59,7 +59,7 @@ class LoadedGraph:
     def __init__(self, graph: P.GraphDef, opt_level: int = 1):
         self.graph = graph
         self._compiled = compile_graph(graph, opt_level)
-        self._constants = [tensor_from_proto(c) for c in graph.constant]
+        self._constants = [constant_feed(c) for c in graph.constant]
         if graph.captured:
             raise ValueError("this graph captures variables; save it with save_graph(...) "
                              "so their values are stored")

@@ -3,9 +3,11 @@
 Walking the ops in order, an op is folded when it is not stateful and every
 input is a constant of the graph (``graph.constant``, including the ones this
 pass created for earlier ops, so chains fold in one pass; ops with no inputs,
-such as ``Fill``, qualify). The op runs eagerly on the host through the
-dispatcher (``dragon_core._C.call``) and each output becomes a new
-``TensorProto`` constant with the output's name, so no use is renamed; its
+such as ``Fill``, qualify). The op runs eagerly through the dispatcher
+(``dragon_core._C.call``) where the plan would run it (an op without inputs
+on the graph's device, the others where their inputs are) and each output
+becomes a new ``TensorProto`` constant with the output's name (and its
+device: the plan is fed the value there), so no use is renamed; its
 ``value_info`` is rewritten from the computed tensor. Constants that nobody
 reads any more are dropped afterwards.
 
@@ -64,8 +66,10 @@ def _too_big(op, infos: dict, consts: dict) -> bool:
     return False
 
 
-def _evaluate(op, desc: dict, values: dict) -> list:
-    """Run ``op`` on the constant tensors ``values``; returns its outputs."""
+def _evaluate(op, desc: dict, values: dict, device=None) -> list:
+    """Run ``op`` on the constant tensors ``values``; returns its outputs.
+    ``device``: where an op without inputs runs (the plan runs those on its
+    first input's device, the graph's ``device`` metadata)."""
     ins = desc["inputs"]
     flat = [values[n] for n in op.input]
     n_fixed = sum(1 for i in ins if not i["variadic"])
@@ -81,7 +85,8 @@ def _evaluate(op, desc: dict, values: dict) -> list:
         else:
             args.append(None)  # an optional input left out
     with dg.no_grad():
-        out = _C.call(_C.op(op.type), tuple(args), attrs_tuple(op.type, op))
+        out = _C.call(_C.op(op.type), tuple(args), attrs_tuple(op.type, op),
+                      device if not flat else None)
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
@@ -104,6 +109,7 @@ def constant_fold(graph):
     consts = {c.name: c for c in new.constant}
     infos = {v.name: v for v in new.value_info}
     pinned = set(new.output) | set(new.state_update)
+    device = new.metadata.get("device") or None
     values: dict = {}
     folded = set()
     for k, op in enumerate(new.op):
@@ -119,7 +125,7 @@ def constant_fold(graph):
             for n in op.input:
                 if n not in values:
                     values[n] = tensor_from_proto(consts[n])
-            results = _evaluate(op, desc, values)
+            results = _evaluate(op, desc, values, device)
             if len(results) != len(op.output):
                 continue
             protos = [tensor_to_proto(name, t) for name, t in zip(op.output, results)]

@@ -64,7 +64,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from models import resnet  # noqa: E402
+import _gpu_models as gpu_models  # noqa: E402
 
 #: Tensor operators bound in C++ (dragon_core/src/python/bind_ops.cc) -> op.
 DUNDER_OPS = {
@@ -83,8 +83,6 @@ WORKLOADS = ("resnet_f32", "resnet_bf16", "mlp")
 MODES = ("eager", "compiled")
 #: Share of the time budget per workload (of what is left when it starts).
 WEIGHTS = {"resnet_f32": 0.4, "resnet_bf16": 0.4, "mlp": 0.2}
-MLP_SIZES = (784, 512, 512, 10)
-RES_CLASSES = 1000
 
 
 # ------------------------------------------------------------------ budget
@@ -213,104 +211,27 @@ def skipped(title: str, why: str) -> dict:
 
 
 # -------------------------------------------------------------- workloads
+# The steps of bench_gpu.py (bench/_gpu_models.py): a factory of fresh
+# Dragon steps ``step(x, y) -> loss`` (eager, or compiled with dg.function),
+# the device inputs, and torch's step closure (None without torch).
 def build_resnet(dg, torch, device: str, precision: str, batch: int, hw: int):
-    """ResNet-18 steps as bench_gpu builds them: ((x, y) -> loss) for Dragon
-    (a plain function, to run eagerly or compile) and a torch closure."""
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((batch, 3, hw, hw)).astype(np.float32)
-    y = rng.integers(0, RES_CLASSES, batch).astype(np.int64)
-    shapes = resnet.float_shapes(resnet.resnet18(dg.nn, RES_CLASSES).state_dict())
-    state = resnet.random_state(shapes)
+    x, y = gpu_models.resnet_inputs(batch, hw)
+    state = gpu_models.resnet_state(dg, torch)
     bf16 = precision == "bfloat16"
-
-    def dragon():
-        model = resnet.resnet18(dg.nn, RES_CLASSES)
-        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-        model.to(device).train()
-        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
-        loss_fn = dg.nn.CrossEntropyLoss()
-
-        def step(a, b):
-            opt.zero_grad()
-            with dg.autocast("cpu", dtype="bfloat16", enabled=bf16):  # thread-wide
-                loss = loss_fn(model(a), b)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
     data = (dg.tensor(x).to(device), dg.tensor(y).to(device))
     torch_step = None
     if torch is not None:
-        tm = resnet.resnet18(torch.nn, RES_CLASSES)
-        sd = tm.state_dict()
-        sd.update({k: torch.from_numpy(v.copy()) for k, v in state.items()})
-        tm.load_state_dict(sd)
-        tm = tm.to(device).train()
-        tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-        if bf16:
-            tm = tm.to(memory_format=torch.channels_last)
-            tx = tx.to(memory_format=torch.channels_last)
-        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
-        tloss = torch.nn.CrossEntropyLoss()
-
-        def torch_step():
-            topt.zero_grad(set_to_none=True)
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-                loss = tloss(tm(tx), ty)
-            loss.backward()
-            topt.step()
-            return loss
-    return dragon, data, torch_step
+        torch_step = gpu_models.torch_resnet(torch, state, x, y, device, bf16)[0]
+    return (lambda: gpu_models.dragon_resnet(dg, state, device, bf16)), data, torch_step
 
 
 def build_mlp(dg, torch, device: str, batch: int):
-    """The MLP step of bench_gpu (784-512-512-10, ReLU, SGD momentum)."""
-    rng = np.random.default_rng(5)
-    ws = [(rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
-          for i, o in zip(MLP_SIZES[:-1], MLP_SIZES[1:])]
-    bs = [(rng.standard_normal(o) * 0.01).astype(np.float32) for o in MLP_SIZES[1:]]
-    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
-    y = rng.integers(0, MLP_SIZES[-1], batch).astype(np.int64)
-
-    def dragon():
-        nn = dg.nn
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))
-        model.load_state_dict({f"{2 * i}.{k}": dg.tensor(v) for i, (w, b) in
-                               enumerate(zip(ws, bs)) for k, v in (("weight", w), ("bias", b))})
-        model.to(device)
-        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
-        loss_fn = nn.CrossEntropyLoss()
-
-        def step(a, b):
-            opt.zero_grad()
-            loss = loss_fn(model(a), b)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
+    ws, bs, x, y = gpu_models.mlp_inputs(batch)
     data = (dg.tensor(x).to(device), dg.tensor(y).to(device))
     torch_step = None
     if torch is not None:
-        tnn = torch.nn
-        tm = tnn.Sequential(tnn.Linear(784, 512), tnn.ReLU(), tnn.Linear(512, 512), tnn.ReLU(),
-                            tnn.Linear(512, 10))
-        with torch.no_grad():
-            for m, w, b in zip([m for m in tm if isinstance(m, tnn.Linear)], ws, bs):
-                m.weight.copy_(torch.from_numpy(w))
-                m.bias.copy_(torch.from_numpy(b))
-        tm = tm.to(device)
-        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
-        tloss = tnn.CrossEntropyLoss()
-        tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-
-        def torch_step():
-            topt.zero_grad(set_to_none=True)
-            loss = tloss(tm(tx), ty)
-            loss.backward()
-            topt.step()
-            return loss
-    return dragon, data, torch_step
+        torch_step = gpu_models.torch_mlp(torch, ws, bs, x, y, device)[0]
+    return (lambda: gpu_models.dragon_mlp(dg, ws, bs, device)), data, torch_step
 
 
 # ---------------------------------------------------------------- sections
@@ -407,7 +328,10 @@ def torch_profile(torch, title, fn, runs, device, top, kernels_only: bool) -> di
     acc: dict = {}
     for e in prof.events():
         if gpu:
-            if e.device_type == DeviceType.CPU:
+            # device activity only: kernels, copies, memsets (not the
+            # annotations of user ranges, e.g. torch's Optimizer.step, which
+            # span kernels already counted)
+            if e.device_type == DeviceType.CPU or getattr(e, "is_user_annotation", False):
                 continue
             us = e.time_range.elapsed_us()
         else:
@@ -619,7 +543,8 @@ def _device_ms(torch, fn, calls: int, device: str) -> float:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type != DeviceType.CPU)
+    us = sum(e.time_range.elapsed_us() for e in prof.events()
+             if e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False))
     return us / 1e3 / calls
 
 

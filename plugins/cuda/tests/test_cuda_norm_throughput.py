@@ -12,17 +12,15 @@ device under test (float32/float64), to check the tests' own reference.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import dragon_core as dg
 
+from _throughput_util import host64, need_device, rounded64, skip_half, to_device
+
 ops = dg.ops
-DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
 pytestmark = pytest.mark.gpu
-HALF = ("float16", "bfloat16")
 #: (rtol, atol as a fraction of the largest reference value) per dtype.
 TOL = {"float64": (1e-9, 1e-11), "float32": (2e-4, 2e-5), "float16": (2e-2, 8e-3),
        "bfloat16": (8e-2, 4e-2)}
@@ -37,37 +35,11 @@ SHAPES = [(16, 6, 37, 41), (8, 4, 64, 64), (1, 2, 70000), (300, 5), (2, 3, 7, 7)
 
 @pytest.fixture(autouse=True)
 def _need_device():
-    if DEV != "cuda":
-        return
-    import dragon_cuda
-    if dragon_cuda.device_count() == 0:
-        pytest.skip(f"no cuda device: {dragon_cuda.unavailable_reason()}")
+    need_device()
 
 
-def _rounded64(arr, dtype):
-    """``arr`` rounded to ``dtype`` once, as float64 (the reference's input)."""
-    t = ops.cast(dg.tensor(np.asarray(arr, np.float64)), dtype=dtype)
-    if dtype in HALF:
-        t = ops.cast(t, dtype="float32")
-    return np.asarray(t.numpy(), np.float64)
-
-
-def _device(arr64, dtype, misaligned=False):
-    """A ``dtype`` tensor on the device under test holding ``arr64``; with
-    ``misaligned`` its data starts one element into a buffer (a view)."""
-    t = ops.cast(dg.tensor(np.asarray(arr64, np.float64)), dtype=dtype)
-    if misaligned:
-        flat = ops.cast(dg.tensor(np.concatenate([[0.0], arr64.ravel()])), dtype=dtype)
-        t = flat.to(DEV)[1:].reshape(arr64.shape)
-        return t
-    return t.to(DEV)
-
-
-def _host64(t):
-    t = t.to("cpu")
-    if str(t.dtype) in HALF:
-        t = ops.cast(t, dtype="float32")
-    return np.asarray(t.numpy(), np.float64)
+def _skip_half(dtype):
+    skip_half(dtype, "batch or layer norm")
 
 
 def _reference(x, g, b, rm, rv, w, training):
@@ -99,8 +71,8 @@ def _reference(x, g, b, rm, rv, w, training):
 
 
 def _run(x, g, b, rm, rv, w, dtype, training, misaligned=False):
-    tx = _device(x, dtype, misaligned)
-    tg, tb, trm, trv, tw = (_device(v, dtype) for v in (g, b, rm, rv, w))
+    tx = to_device(x, dtype, misaligned)
+    tg, tb, trm, trv, tw = (to_device(v, dtype) for v in (g, b, rm, rv, w))
     with dg.GradientTape() as tape:
         for t in (tx, tg, tb):
             tape.watch(t)
@@ -119,12 +91,8 @@ def _inputs(shape, dtype, offset, seed=0):
     vals = [x, rng.uniform(0.5, 1.5, c), rng.uniform(-0.5, 0.5, c),
             rng.uniform(-0.5, 0.5, c) + (50.0 if offset else 0.0), rng.uniform(0.5, 2.0, c),
             rng.uniform(-1, 1, shape)]
-    return [_rounded64(v, dtype) for v in vals]
+    return [rounded64(v, dtype) for v in vals]
 
-
-def _skip_half(dtype):
-    if dtype in HALF and DEV == "cpu":
-        pytest.skip("the CPU has no 16-bit float kernel for these norms")
 
 
 NAMES = ["y", "mean", "var", "dx", "dgamma", "dbeta"]
@@ -140,7 +108,7 @@ def test_batch_norm_wide_shapes(dtype, shape, training):
     want = _reference(x, g, b, rm, rv, w, training)
     rtol, atol = TOL[dtype]
     for name, a, r in zip(NAMES, got, want):
-        a = _host64(a)
+        a = host64(a)
         assert a.shape == r.shape, name
         scale = float(np.nanmax(np.abs(r))) if r.size and np.isfinite(r).any() else 1.0
         np.testing.assert_allclose(a, r, rtol=rtol, atol=atol * max(scale, 1.0),
@@ -160,7 +128,7 @@ def test_batch_norm_offset_data(dtype, shape):
         want = _reference(x, g, b, rm, rv, w, training)
         rtol, atol = TOL[dtype]
         for name, a, r in zip(NAMES, got, want):
-            a = _host64(a)
+            a = host64(a)
             np.testing.assert_allclose(a, r, rtol=rtol, atol=atol * max(np.abs(r).max(), 1.0),
                                        err_msg=f"{name} {dtype} {shape} training={training}")
 
@@ -175,7 +143,7 @@ def test_batch_norm_misaligned_view(dtype):
     want = _reference(x, g, b, rm, rv, w, True)
     rtol, atol = TOL[dtype]
     for name, a, r in zip(NAMES, got, want):
-        np.testing.assert_allclose(_host64(a), r, rtol=rtol, atol=atol * max(np.abs(r).max(), 1),
+        np.testing.assert_allclose(host64(a), r, rtol=rtol, atol=atol * max(np.abs(r).max(), 1),
                                    err_msg=name)
 
 
@@ -185,8 +153,8 @@ def test_batch_norm_is_deterministic(dtype):
     order, no atomics), forward and backward."""
     _skip_half(dtype)
     x, g, b, rm, rv, w = _inputs((16, 6, 37, 41), dtype, offset=False, seed=3)
-    first = [_host64(t) for t in _run(x, g, b, rm, rv, w, dtype, True)]
-    second = [_host64(t) for t in _run(x, g, b, rm, rv, w, dtype, True)]
+    first = [host64(t) for t in _run(x, g, b, rm, rv, w, dtype, True)]
+    second = [host64(t) for t in _run(x, g, b, rm, rv, w, dtype, True)]
     for name, a, r in zip(NAMES, first, second):
         np.testing.assert_array_equal(a, r, err_msg=name)
 
@@ -211,11 +179,11 @@ def _layer_norm_ref(x, g, b, w):
 def test_layer_norm_rows(dtype, shape):
     _skip_half(dtype)
     rng = np.random.default_rng(sum(shape))
-    x = _rounded64(rng.standard_normal(shape) * 2 + 3, dtype)
-    g = _rounded64(rng.uniform(0.5, 1.5, shape[-1]), dtype)
-    b = _rounded64(rng.uniform(-0.5, 0.5, shape[-1]), dtype)
-    w = _rounded64(rng.uniform(-1, 1, shape), dtype)
-    tx, tg, tb, tw = (_device(v, dtype) for v in (x, g, b, w))
+    x = rounded64(rng.standard_normal(shape) * 2 + 3, dtype)
+    g = rounded64(rng.uniform(0.5, 1.5, shape[-1]), dtype)
+    b = rounded64(rng.uniform(-0.5, 0.5, shape[-1]), dtype)
+    w = rounded64(rng.uniform(-1, 1, shape), dtype)
+    tx, tg, tb, tw = (to_device(v, dtype) for v in (x, g, b, w))
     with dg.GradientTape() as tape:
         for t in (tx, tg, tb):
             tape.watch(t)
@@ -224,5 +192,5 @@ def test_layer_norm_rows(dtype, shape):
     got = [y] + list(tape.gradient(s, [tx, tg, tb]))
     rtol, atol = TOL[dtype]
     for name, a, r in zip(["y", "dx", "dgamma", "dbeta"], got, _layer_norm_ref(x, g, b, w)):
-        np.testing.assert_allclose(_host64(a), r, rtol=rtol, atol=atol * max(np.abs(r).max(), 1),
+        np.testing.assert_allclose(host64(a), r, rtol=rtol, atol=atol * max(np.abs(r).max(), 1),
                                    err_msg=f"{name} {dtype} {shape}")

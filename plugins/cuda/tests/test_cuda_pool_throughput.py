@@ -13,62 +13,37 @@ device under test (float32/float64), to check the references.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import dragon_core as dg
 
+from _throughput_util import host64, need_device, rounded64, skip_half, to_device
+
 ops = dg.ops
 F = dg.nn.functional
-DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
 pytestmark = pytest.mark.gpu
-HALF = ("float16", "bfloat16")
 TOL = {"float64": (1e-12, 1e-12), "float32": (2e-6, 1e-6), "float16": (2e-3, 2e-3),
        "bfloat16": (1.6e-2, 1.6e-2)}
 
 
 @pytest.fixture(autouse=True)
 def _need_device():
-    if DEV != "cuda":
-        return
-    import dragon_cuda
-    if dragon_cuda.device_count() == 0:
-        pytest.skip(f"no cuda device: {dragon_cuda.unavailable_reason()}")
+    need_device()
 
 
 def _skip_half(dtype):
-    if dtype in HALF and DEV == "cpu":
-        pytest.skip("the CPU has no 16-bit float pooling kernel")
-
-
-def _rounded64(arr, dtype):
-    t = ops.cast(dg.tensor(np.asarray(arr, np.float64)), dtype=dtype)
-    if dtype in HALF:
-        t = ops.cast(t, dtype="float32")
-    return np.asarray(t.numpy(), np.float64)
-
-
-def _dev(arr64, dtype):
-    return ops.cast(dg.tensor(np.asarray(arr64, np.float64)), dtype=dtype).to(DEV)
-
-
-def _host64(t):
-    t = t.to("cpu")
-    if str(t.dtype) in HALF:
-        t = ops.cast(t, dtype="float32")
-    return np.asarray(t.numpy(), np.float64)
+    skip_half(dtype, "pooling")
 
 
 def _forward_and_grad(fn, x, w, dtype):
-    tx, tw = _dev(x, dtype), _dev(w, dtype)
+    tx, tw = to_device(x, dtype), to_device(w, dtype)
     with dg.GradientTape() as tape:
         tape.watch(tx)
         y = fn(tx)
         s = ops.sum(y * tw)
     (dx,) = tape.gradient(s, [tx])
-    return _host64(y), _host64(dx)
+    return host64(y), host64(dx)
 
 
 def _check(got, want, dtype, what):
@@ -150,10 +125,10 @@ def test_max_pool_and_grad(dtype, case):
     shape, k, s, p, d = case
     rng = np.random.default_rng(sum(shape) + k)
     # distinct values: a tie's winner is then a rule, not an accident
-    x = _rounded64(rng.permutation(np.prod(shape)).reshape(shape) / np.prod(shape) * 8 - 4,
+    x = rounded64(rng.permutation(np.prod(shape)).reshape(shape) / np.prod(shape) * 8 - 4,
                    dtype)
     yref, _ = _max_pool_ref(x, k, s, p, d, np.zeros(1))
-    w = _rounded64(rng.uniform(-1, 1, yref.shape), dtype)
+    w = rounded64(rng.uniform(-1, 1, yref.shape), dtype)
     yref, dxref = _max_pool_ref(x, k, s, p, d, w)
     y, dx = _forward_and_grad(lambda t: F.max_pool2d(t, k, s, p, d), x, w, dtype)
     np.testing.assert_array_equal(y, yref)   # a maximum is one of the inputs
@@ -166,8 +141,8 @@ def test_max_pool_and_grad(dtype, case):
 def test_adaptive_avg_pool_and_grad(dtype, shape, out):
     _skip_half(dtype)
     rng = np.random.default_rng(7)
-    x = _rounded64(rng.uniform(-2, 2, shape), dtype)
-    w = _rounded64(rng.uniform(-1, 1, shape[:2] + out), dtype)
+    x = rounded64(rng.uniform(-2, 2, shape), dtype)
+    w = rounded64(rng.uniform(-1, 1, shape[:2] + out), dtype)
     yref, dxref = _box_mean_ref(x, _adaptive_boxes(shape[2], shape[3], *out), w)
     y, dx = _forward_and_grad(lambda t: F.adaptive_avg_pool2d(t, out), x, w, dtype)
     _check(y, yref, dtype, "adaptive_avg_pool2d")
@@ -180,9 +155,9 @@ def test_avg_pool_large_window(dtype, include_pad):
     _skip_half(dtype)
     shape, k, s, p = (2, 3, 12, 13), 7, 2, 3
     rng = np.random.default_rng(8)
-    x = _rounded64(rng.uniform(-2, 2, shape), dtype)
+    x = rounded64(rng.uniform(-2, 2, shape), dtype)
     boxes = _avg_boxes(shape[2], shape[3], k, s, p, include_pad)
-    w = _rounded64(rng.uniform(-1, 1, shape[:2] + (len(boxes), len(boxes[0]))), dtype)
+    w = rounded64(rng.uniform(-1, 1, shape[:2] + (len(boxes), len(boxes[0]))), dtype)
     yref, dxref = _box_mean_ref(x, boxes, w)
     y, dx = _forward_and_grad(
         lambda t: F.avg_pool2d(t, k, s, p, count_include_pad=include_pad), x, w, dtype)

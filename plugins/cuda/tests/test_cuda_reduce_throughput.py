@@ -10,26 +10,21 @@ exists. ``DRAGON_CUDA_CONFORMANCE_DEVICE=cpu`` runs them on the CPU.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import dragon_core as dg
 
+from _throughput_util import DEV, need_device
+
 ops = dg.ops
-DEV = os.environ.get("DRAGON_CUDA_CONFORMANCE_DEVICE", "cuda")
 pytestmark = pytest.mark.gpu
 SHAPES = [(64, 1000), (128, 512), (33, 32), (7, 65), (4096, 40), (2, 31)]
 
 
 @pytest.fixture(autouse=True)
 def _need_device():
-    if DEV != "cuda":
-        return
-    import dragon_cuda
-    if dragon_cuda.device_count() == 0:
-        pytest.skip(f"no cuda device: {dragon_cuda.unavailable_reason()}")
+    need_device()
 
 
 def _host(t):

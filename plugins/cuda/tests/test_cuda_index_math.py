@@ -107,3 +107,85 @@ def test_fastdiv_and_channel_cut(tmp_path):
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]
+
+
+MERGE_PROGRAM = r"""
+#include <cstdio>
+#include <cstdint>
+#include <random>
+#include <vector>
+#include "merge_axes.h"
+
+using namespace dragon_cuda;
+using V = std::vector<int64_t>;
+
+// Offsets of element i as fused.cu's Run forms them: divisions on every axis
+// but the outermost, whose index is what is left of i.
+static V Offsets(int64_t i, const V& shape, const std::vector<V>& st) {
+  V off(st.size(), 0);
+  int64_t rest = i;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 1; --d) {
+    const int64_t q = rest / shape[d], r = rest - q * shape[d];
+    for (size_t k = 0; k < st.size(); ++k) off[k] += r * st[k][d];
+    rest = q;
+  }
+  if (!shape.empty())
+    for (size_t k = 0; k < st.size(); ++k) off[k] += rest * st[k][0];
+  return off;
+}
+
+int main() {
+  std::mt19937_64 rng(5);
+  int fails = 0;
+  for (int t = 0; t < 3000 && fails < 5; ++t) {
+    const int nd = static_cast<int>(rng() % 6), nops = 1 + static_cast<int>(rng() % 8);
+    V shape(nd);
+    int64_t n = 1;
+    for (auto& s : shape) { s = 1 + static_cast<int64_t>(rng() % 5); n *= s; }
+    std::vector<V> st(nops, V(nd));
+    for (int k = 0; k < nops; ++k) {
+      int64_t stride = 1;  // dense over a shape with some axes broadcast (stride 0)
+      for (int d = nd - 1; d >= 0; --d) {
+        const bool bcast = (t % 3 == 0) ? false : (rng() % 3 == 0);
+        st[k][d] = bcast ? 0 : stride;
+        if (!bcast) stride *= shape[d];
+      }
+    }
+    V ms = shape;
+    std::vector<V> mst = st;
+    MergeAxes(&ms, &mst);
+    int64_t mn = 1;
+    for (auto s : ms) mn *= s;
+    bool dense = ms.size() <= 1;
+    for (int k = 0; k < nops; ++k) dense = dense && (ms.empty() || mst[k][0] == 1);
+    bool all_dense = true;
+    for (int k = 0; k < nops; ++k)
+      for (int d = 0; d < nd; ++d) all_dense = all_dense && (shape[d] == 1 || st[k][d] != 0);
+    if (mn != n || (all_dense && !dense)) { ++fails; std::printf("case %d: size or density\n", t); }
+    for (int64_t i = 0; i < n; ++i) {
+      V a = Offsets(i, shape, st), b = dense ? V(nops, i) : Offsets(i, ms, mst);
+      if (a != b) { ++fails; std::printf("case %d element %lld differs\n", t, (long long)i); break; }
+    }
+  }
+  std::printf(fails ? "FAILED %d\n" : "OK\n", fails);
+  return fails ? 1 : 0;
+}
+"""
+
+
+def test_merge_axes(tmp_path):
+    """MergeAxes (fused.cu's axis merging): the merged shape and strides give
+    every element the offsets the original ones give (divisions on all axes
+    but the outermost, as the kernel forms them), and operands dense over
+    the output merge to one stride-1 axis (the kernel's dense path)."""
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        pytest.skip("no host C++ compiler (set CXX) to build the host-side test")
+    src = tmp_path / "merge.cc"
+    src.write_text(MERGE_PROGRAM)
+    exe = tmp_path / "merge"
+    build = subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{SRC}",
+                            str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]

@@ -59,6 +59,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _harness import result, skip_note, try_import  # noqa: E402
+import _gpu_models as gpu_models  # noqa: E402
 
 # ------------------------------------------------------------------ the table
 #: bench -> (metric, better, torch's H100 figure from the issue, goal as a
@@ -252,97 +253,33 @@ def _conv_fwdbwd(ctx):
 def _resnet(precision):
     def build(ctx):
         dg, torch = ctx["dg"], ctx["torch"]
-        from models import resnet
         batch, hw = (4, 64) if ctx["quick"] else (RES_BATCH, RES_HW)
-        rng = np.random.default_rng(2)
-        x = rng.standard_normal((batch, 3, hw, hw)).astype(np.float32)
-        y = rng.integers(0, RES_CLASSES, batch).astype(np.int64)
-        if torch is not None:
-            shapes = resnet.float_shapes(resnet.resnet18(torch.nn, RES_CLASSES).state_dict())
-        else:
-            shapes = resnet.float_shapes(
-                {k: v for k, v in resnet.resnet18(dg.nn, RES_CLASSES).state_dict().items()})
-        state = resnet.random_state(shapes)
+        x, y = gpu_models.resnet_inputs(batch, hw)
+        state = gpu_models.resnet_state(dg, torch)
         bf16 = precision == "bfloat16"
-
-        model = resnet.resnet18(dg.nn, RES_CLASSES)
-        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-        model.to(DEVICE).train()
-        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
-        loss_fn = dg.nn.CrossEntropyLoss()
+        step = gpu_models.dragon_resnet(dg, state, DEVICE, bf16)
         dx, dy = dg.tensor(x).to(DEVICE), dg.tensor(y).to(DEVICE)
-
-        def dragon():
-            opt.zero_grad()
-            if bf16:
-                with dg.autocast("cpu", dtype="bfloat16"):  # a thread-wide policy
-                    loss = loss_fn(model(dx), dy)
-            else:
-                loss = loss_fn(model(dx), dy)
-            loss.backward()
-            opt.step()
-            return loss
         impl = "eager step, autocast bfloat16 (NCHW)" if bf16 else "eager step"
-        out = {"dragon": (impl, dragon, None)}
+        out = {"dragon": (impl, lambda: step(dx, dy), None)}
         if torch is not None:
-            tm = resnet.resnet18(torch.nn, RES_CLASSES)
-            sd = tm.state_dict()
-            sd.update({k: torch.from_numpy(v.copy()) for k, v in state.items()})
-            tm.load_state_dict(sd)
-            tm = tm.to(DEVICE).train()
-            tx, ty = torch.from_numpy(x).to(DEVICE), torch.from_numpy(y).to(DEVICE)
-            if bf16:
-                tm = tm.to(memory_format=torch.channels_last)
-                tx = tx.to(memory_format=torch.channels_last)
-            topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
-            tloss = torch.nn.CrossEntropyLoss()
-
-            def torch_fn():
-                topt.zero_grad(set_to_none=True)
-                with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16):
-                    loss = tloss(tm(tx), ty)
-                loss.backward()
-                topt.step()
-                return loss
             # The first step's loss (same weights and data) before any update.
-            with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16):
-                first = float(tloss(tm(tx), ty))
+            torch_fn, first = gpu_models.torch_resnet(torch, state, x, y, DEVICE, bf16)
             tol = 5e-2 if bf16 else 1e-3
             out["torch"] = ("eager step, autocast bfloat16, channels-last" if bf16
                             else "eager step", torch_fn, None)
-            out["dragon"] = (impl, dragon, lambda loss, first=first, tol=tol: _close(
-                float(_host(loss)), first, tol, tol))
+            out["dragon"] = (impl, lambda: step(dx, dy), lambda loss, first=first, tol=tol:
+                             _close(float(_host(loss)), first, tol, tol))
         return out
     return build
 
 
 def _mlp(ctx):
     dg, torch = ctx["dg"], ctx["torch"]
-    rng = np.random.default_rng(5)
-    sizes = [784, 512, 512, 10]
-    ws = [(rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
-          for i, o in zip(sizes[:-1], sizes[1:])]
-    bs = [(rng.standard_normal(o) * 0.01).astype(np.float32) for o in sizes[1:]]
-    x = rng.standard_normal((MLP_BATCH, 784)).astype(np.float32)
-    y = rng.integers(0, 10, MLP_BATCH).astype(np.int64)
-    nn = dg.nn
+    ws, bs, x, y = gpu_models.mlp_inputs(MLP_BATCH)
+    dx, dy = dg.tensor(x).to(DEVICE), dg.tensor(y).to(DEVICE)
 
     def dragon_step(compiled, cuda_graph=True):
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))
-        model.load_state_dict({f"{2 * i}.{k}": dg.tensor(v) for i, (w, b) in
-                               enumerate(zip(ws, bs)) for k, v in (("weight", w), ("bias", b))})
-        model.to(DEVICE)
-        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
-        loss_fn = nn.CrossEntropyLoss()
-        dx, dy = dg.tensor(x).to(DEVICE), dg.tensor(y).to(DEVICE)
-
-        def step(a, b):
-            opt.zero_grad()
-            loss = loss_fn(model(a), b)
-            loss.backward()
-            opt.step()
-            return loss
+        step = gpu_models.dragon_mlp(dg, ws, bs, DEVICE)
         if not compiled:
             return (lambda: step(dx, dy)), None
         f = dg.function(step, cuda_graph=cuda_graph)
@@ -364,26 +301,7 @@ def _mlp(ctx):
            "dragon:compiled-nograph": ("@dg.function step (compiled, cuda_graph=False)", plain,
                                        None, plain_note)}
     if torch is not None:
-        tnn = torch.nn
-        tm = tnn.Sequential(tnn.Linear(784, 512), tnn.ReLU(), tnn.Linear(512, 512), tnn.ReLU(),
-                            tnn.Linear(512, 10))
-        with torch.no_grad():
-            for m, w, b in zip([m for m in tm if isinstance(m, tnn.Linear)], ws, bs):
-                m.weight.copy_(torch.from_numpy(w))
-                m.bias.copy_(torch.from_numpy(b))
-        tm = tm.to(DEVICE)
-        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
-        tloss = tnn.CrossEntropyLoss()
-        tx, ty = torch.from_numpy(x).to(DEVICE), torch.from_numpy(y).to(DEVICE)
-        with torch.no_grad():
-            first = float(tloss(tm(tx), ty))
-
-        def torch_fn():
-            topt.zero_grad(set_to_none=True)
-            loss = tloss(tm(tx), ty)
-            loss.backward()
-            topt.step()
-            return loss
+        torch_fn, first = gpu_models.torch_mlp(torch, ws, bs, x, y, DEVICE)
         out["torch"] = ("eager step", torch_fn, None)
         check = (lambda loss, first=first: _close(float(_host(loss)), first, 1e-4, 1e-4))
         for key in ("dragon", "dragon:compiled", "dragon:compiled-nograph"):

@@ -25,6 +25,16 @@ time goes:
     bench_gpu) under ``torch.profiler``: device time per kernel on a GPU,
     self CPU time per aten op on the CPU.
 
+``--ops`` (instead of the steps)
+    The memory-bound ops of those steps one by one at the steps' shapes
+    (BatchNorm and its gradient at 64x64x112x112 and 64x512x7x7, ReLU and
+    its gradient, Add, max pool and its gradient, the global average pool
+    and its gradient, cross-entropy, softmax and the bias-gradient Sum over
+    64x1000, LayerNorm and its gradient over 1024x256): device time per
+    call, the sum of the op's kernels under CUPTI, Dragon beside torch's
+    equivalent aten op on the same values, best of ``--rounds`` alternating
+    rounds of ``--calls`` calls.
+
 Each table lists the top ``--top`` (15) rows: calls per step, ms per step,
 and share of the table's total. A section whose estimated time would pass
 ``--budget`` seconds (default 55) is skipped with a note, so a whole GPU
@@ -37,6 +47,7 @@ Usage::
     python bench/profile_gpu.py                       # cuda, full sizes
     python bench/profile_gpu.py --device cpu --quick  # check the tool
     python bench/profile_gpu.py --only resnet_f32 --modes eager --top 30
+    python bench/profile_gpu.py --ops                 # single ops beside torch
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from models import resnet  # noqa: E402
+import _gpu_models as gpu_models  # noqa: E402
 
 #: Tensor operators bound in C++ (dragon_core/src/python/bind_ops.cc) -> op.
 DUNDER_OPS = {
@@ -72,8 +83,6 @@ WORKLOADS = ("resnet_f32", "resnet_bf16", "mlp")
 MODES = ("eager", "compiled")
 #: Share of the time budget per workload (of what is left when it starts).
 WEIGHTS = {"resnet_f32": 0.4, "resnet_bf16": 0.4, "mlp": 0.2}
-MLP_SIZES = (784, 512, 512, 10)
-RES_CLASSES = 1000
 
 
 # ------------------------------------------------------------------ budget
@@ -202,104 +211,27 @@ def skipped(title: str, why: str) -> dict:
 
 
 # -------------------------------------------------------------- workloads
+# The steps of bench_gpu.py (bench/_gpu_models.py): a factory of fresh
+# Dragon steps ``step(x, y) -> loss`` (eager, or compiled with dg.function),
+# the device inputs, and torch's step closure (None without torch).
 def build_resnet(dg, torch, device: str, precision: str, batch: int, hw: int):
-    """ResNet-18 steps as bench_gpu builds them: ((x, y) -> loss) for Dragon
-    (a plain function, to run eagerly or compile) and a torch closure."""
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((batch, 3, hw, hw)).astype(np.float32)
-    y = rng.integers(0, RES_CLASSES, batch).astype(np.int64)
-    shapes = resnet.float_shapes(resnet.resnet18(dg.nn, RES_CLASSES).state_dict())
-    state = resnet.random_state(shapes)
+    x, y = gpu_models.resnet_inputs(batch, hw)
+    state = gpu_models.resnet_state(dg, torch)
     bf16 = precision == "bfloat16"
-
-    def dragon():
-        model = resnet.resnet18(dg.nn, RES_CLASSES)
-        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-        model.to(device).train()
-        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
-        loss_fn = dg.nn.CrossEntropyLoss()
-
-        def step(a, b):
-            opt.zero_grad()
-            with dg.autocast("cpu", dtype="bfloat16", enabled=bf16):  # thread-wide
-                loss = loss_fn(model(a), b)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
     data = (dg.tensor(x).to(device), dg.tensor(y).to(device))
     torch_step = None
     if torch is not None:
-        tm = resnet.resnet18(torch.nn, RES_CLASSES)
-        sd = tm.state_dict()
-        sd.update({k: torch.from_numpy(v.copy()) for k, v in state.items()})
-        tm.load_state_dict(sd)
-        tm = tm.to(device).train()
-        tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-        if bf16:
-            tm = tm.to(memory_format=torch.channels_last)
-            tx = tx.to(memory_format=torch.channels_last)
-        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
-        tloss = torch.nn.CrossEntropyLoss()
-
-        def torch_step():
-            topt.zero_grad(set_to_none=True)
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-                loss = tloss(tm(tx), ty)
-            loss.backward()
-            topt.step()
-            return loss
-    return dragon, data, torch_step
+        torch_step = gpu_models.torch_resnet(torch, state, x, y, device, bf16)[0]
+    return (lambda: gpu_models.dragon_resnet(dg, state, device, bf16)), data, torch_step
 
 
 def build_mlp(dg, torch, device: str, batch: int):
-    """The MLP step of bench_gpu (784-512-512-10, ReLU, SGD momentum)."""
-    rng = np.random.default_rng(5)
-    ws = [(rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
-          for i, o in zip(MLP_SIZES[:-1], MLP_SIZES[1:])]
-    bs = [(rng.standard_normal(o) * 0.01).astype(np.float32) for o in MLP_SIZES[1:]]
-    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
-    y = rng.integers(0, MLP_SIZES[-1], batch).astype(np.int64)
-
-    def dragon():
-        nn = dg.nn
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))
-        model.load_state_dict({f"{2 * i}.{k}": dg.tensor(v) for i, (w, b) in
-                               enumerate(zip(ws, bs)) for k, v in (("weight", w), ("bias", b))})
-        model.to(device)
-        opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
-        loss_fn = nn.CrossEntropyLoss()
-
-        def step(a, b):
-            opt.zero_grad()
-            loss = loss_fn(model(a), b)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
+    ws, bs, x, y = gpu_models.mlp_inputs(batch)
     data = (dg.tensor(x).to(device), dg.tensor(y).to(device))
     torch_step = None
     if torch is not None:
-        tnn = torch.nn
-        tm = tnn.Sequential(tnn.Linear(784, 512), tnn.ReLU(), tnn.Linear(512, 512), tnn.ReLU(),
-                            tnn.Linear(512, 10))
-        with torch.no_grad():
-            for m, w, b in zip([m for m in tm if isinstance(m, tnn.Linear)], ws, bs):
-                m.weight.copy_(torch.from_numpy(w))
-                m.bias.copy_(torch.from_numpy(b))
-        tm = tm.to(device)
-        topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
-        tloss = tnn.CrossEntropyLoss()
-        tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-
-        def torch_step():
-            topt.zero_grad(set_to_none=True)
-            loss = tloss(tm(tx), ty)
-            loss.backward()
-            topt.step()
-            return loss
-    return dragon, data, torch_step
+        torch_step = gpu_models.torch_mlp(torch, ws, bs, x, y, device)[0]
+    return (lambda: gpu_models.dragon_mlp(dg, ws, bs, device)), data, torch_step
 
 
 # ---------------------------------------------------------------- sections
@@ -396,7 +328,10 @@ def torch_profile(torch, title, fn, runs, device, top, kernels_only: bool) -> di
     acc: dict = {}
     for e in prof.events():
         if gpu:
-            if e.device_type == DeviceType.CPU:
+            # device activity only: kernels, copies, memsets (not the
+            # annotations of user ranges, e.g. torch's Optimizer.step, which
+            # span kernels already counted)
+            if e.device_type == DeviceType.CPU or getattr(e, "is_user_annotation", False):
                 continue
             us = e.time_range.elapsed_us()
         else:
@@ -476,6 +411,173 @@ def run_workload(name, dg, torch, factory, data, torch_step, device, args, budge
     return out
 
 
+# ------------------------------------------------------------ single ops
+def op_cases(dg, torch, device: str, quick: bool) -> list:
+    """(name, dragon fn, torch fn or None) for the memory-bound ops of the
+    ResNet-18 / encoder steps at their step's shapes (batch 64; ``quick``:
+    small shapes), same values on both sides."""
+    rng = np.random.default_rng(0)
+    big = (2, 8, 16, 16) if quick else (64, 64, 112, 112)
+    mid = (2, 8, 8, 8) if quick else (64, 64, 56, 56)
+    late = (2, 16, 7, 7) if quick else (64, 512, 7, 7)
+    rows = (16, 256) if quick else (1024, 256)
+    cases = []
+
+    def both(shape, dtype=np.float32, scale=1.0):
+        a = (rng.standard_normal(shape) * scale).astype(dtype)
+        d = dg.tensor(a).to(device)
+        t = torch.from_numpy(a).to(device) if torch is not None else None
+        return d, t
+
+    ops = dg.ops
+    for shape in (big, late):
+        c = shape[1]
+        x, tx = both(shape)
+        dy, tdy = both(shape)
+        g, tg = both((c,))
+        b, tb = both((c,))
+        rm, trm = both((c,))
+        rv = dg.tensor(np.ones(c, np.float32)).to(device)
+        zc = dg.tensor(np.zeros(c, np.float32)).to(device)
+        tag = "x".join(map(str, shape))
+        tfwd = tbwd = None
+        if torch is not None:
+            trv = torch.ones(c, device=device)
+            _, tsm, tsi = torch.ops.aten.native_batch_norm(tx, tg, tb, trm.clone(), trv.clone(),
+                                                           True, 0.1, 1e-5)
+
+            def tfwd(tx=tx, tg=tg, tb=tb, trm=trm, trv=trv):
+                return torch.ops.aten.native_batch_norm(tx, tg, tb, trm, trv, True, 0.1, 1e-5)
+
+            def tbwd(tx=tx, tg=tg, trm=trm, trv=trv, tdy=tdy, tsm=tsm, tsi=tsi):
+                return torch.ops.aten.native_batch_norm_backward(
+                    tdy, tx, tg, trm, trv, tsm, tsi, True, 1e-5, [True, True, True])
+        cases.append((f"BatchNorm train {tag}",
+                      lambda x=x, g=g, b=b, rm=rm, rv=rv: ops.batch_norm(x, g, b, rm, rv), tfwd))
+        cases.append((f"BatchNormGrad train {tag}",
+                      lambda x=x, g=g, rm=rm, rv=rv, dy=dy, zc=zc: ops.batch_norm_grad(
+                          x, g, rm, rv, dy, zc, zc), tbwd))
+    x, tx = both(big)
+    dy, tdy = both(big)
+    cases.append((f"Relu {'x'.join(map(str, big))}", lambda x=x: ops.relu(x),
+                  (lambda tx=tx: torch.relu(tx)) if torch is not None else None))
+    cases.append((f"ReluGrad {'x'.join(map(str, big))}", lambda x=x, dy=dy: ops.relu_grad(x, dy),
+                  (lambda tx=tx, tdy=tdy: torch.ops.aten.threshold_backward(tdy, tx, 0.0))
+                  if torch is not None else None))
+    a, ta = both(mid)
+    b2, tb2 = both(mid)
+    cases.append((f"Add {'x'.join(map(str, mid))}", lambda a=a, b2=b2: a + b2,
+                  (lambda ta=ta, tb2=tb2: ta + tb2) if torch is not None else None))
+    pooled = (big[0], big[1], (big[2] - 1) // 2 + 1, (big[3] - 1) // 2 + 1)
+    pdy, tpdy = both(pooled)
+    tp = tpi = None
+    if torch is not None:
+        _, tidx = torch.ops.aten.max_pool2d_with_indices(tx, [3, 3], [2, 2], [1, 1])
+
+        def tp(tx=tx):
+            return torch.ops.aten.max_pool2d_with_indices(tx, [3, 3], [2, 2], [1, 1])
+
+        def tpi(tx=tx, tpdy=tpdy, tidx=tidx):
+            return torch.ops.aten.max_pool2d_with_indices_backward(
+                tpdy, tx, [3, 3], [2, 2], [1, 1], [1, 1], False, tidx)
+    cases.append((f"MaxPool2d k3s2p1 {'x'.join(map(str, big))}",
+                  lambda x=x: dg.nn.functional.max_pool2d(x, 3, 2, 1), tp))
+    cases.append((f"MaxPool2dGrad k3s2p1 {'x'.join(map(str, big))}",
+                  lambda x=x, pdy=pdy: ops.max_pool2d_grad(x, pdy, [3, 3], [2, 2], [1, 1]), tpi))
+    x, tx = both(late)
+    gdy, tgdy = both(late[:2] + (1, 1))
+    cases.append((f"AdaptiveAvgPool2d {'x'.join(map(str, late))}",
+                  lambda x=x: dg.nn.functional.adaptive_avg_pool2d(x, 1),
+                  (lambda tx=tx: torch.nn.functional.adaptive_avg_pool2d(tx, 1))
+                  if torch is not None else None))
+    cases.append((f"AdaptiveAvgPool2dGrad {'x'.join(map(str, late))}",
+                  lambda x=x, gdy=gdy: ops.adaptive_avg_pool2d_grad(x, gdy, [1, 1]),
+                  (lambda tx=tx, tgdy=tgdy: torch.ops.aten._adaptive_avg_pool2d_backward(tgdy, tx))
+                  if torch is not None else None))
+    n, k = (8, 100) if quick else (64, 1000)
+    lg, tlg = both((n, k), scale=3.0)
+    tgt = rng.integers(0, k, n).astype(np.int64)
+    dt = dg.tensor(tgt).to(device)
+    tt = torch.from_numpy(tgt).to(device) if torch is not None else None
+    cases.append((f"SoftmaxCrossEntropy {n}x{k}", lambda lg=lg, dt=dt: ops.softmax_cross_entropy(
+        lg, dt), (lambda tlg=tlg, tt=tt: torch.nn.functional.cross_entropy(tlg, tt))
+        if torch is not None else None))
+    cases.append((f"Softmax {n}x{k}", lambda lg=lg: ops.softmax(lg, axis=-1),
+                  (lambda tlg=tlg: torch.softmax(tlg, -1)) if torch is not None else None))
+    cases.append((f"Sum axis 0 {n}x{k}", lambda lg=lg: ops.sum(lg, axis=0),
+                  (lambda tlg=tlg: torch.sum(tlg, 0)) if torch is not None else None))
+    x, tx = both(rows)
+    dy, tdy = both(rows)
+    g, tg = both(rows[1:])
+    b, tb = both(rows[1:])
+    tln = tlnb = None
+    if torch is not None:
+        _, tmean, trstd = torch.ops.aten.native_layer_norm(tx, [rows[1]], tg, tb, 1e-5)
+
+        def tln(tx=tx, tg=tg, tb=tb):
+            return torch.ops.aten.native_layer_norm(tx, [rows[1]], tg, tb, 1e-5)
+
+        def tlnb(tx=tx, tg=tg, tb=tb, tdy=tdy, tmean=tmean, trstd=trstd):
+            return torch.ops.aten.native_layer_norm_backward(tdy, tx, [rows[1]], tmean, trstd,
+                                                             tg, tb, [True, True, True])
+    cases.append((f"LayerNorm {rows[0]}x{rows[1]}", lambda x=x, g=g, b=b: ops.layer_norm(x, g, b),
+                  tln))
+    cases.append((f"LayerNormGrad {rows[0]}x{rows[1]}",
+                  lambda x=x, g=g, dy=dy: ops.layer_norm_grad(x, g, dy), tlnb))
+    return cases
+
+
+def _device_ms(torch, fn, calls: int, device: str) -> float:
+    """Device time of one call of ``fn``: the sum of the kernels' durations
+    over ``calls`` calls (CUPTI, through torch.profiler) / calls; wall time
+    on the CPU."""
+    if device == "cpu" or torch is None:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / calls
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    us = sum(e.time_range.elapsed_us() for e in prof.events()
+             if e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False))
+    return us / 1e3 / calls
+
+
+def run_ops(dg, torch, device, args) -> dict:
+    """The single-op table: Dragon's and torch's device time per call,
+    alternating rounds (each side keeps its best), and the ratio."""
+    sync = (lambda: dg.synchronize(device)) if device != "cpu" else (lambda: None)
+    rows = []
+    print("\n== single ops: device time per call (kernels only, CUPTI; best of "
+          f"{args.rounds} alternating rounds) ==")
+    print(f"{'op':<44} {'dragon ms':>10} {'torch ms':>10} {'ratio':>7}")
+    for name, dfn, tfn in op_cases(dg, torch if device != "cpu" else None, device, args.quick):
+        try:
+            dfn()
+            if tfn is not None:
+                tfn()
+            sync()
+            best_d = best_t = float("inf")
+            for _ in range(args.rounds):
+                best_d = min(best_d, _device_ms(torch, dfn, args.calls, device))
+                if tfn is not None:
+                    best_t = min(best_t, _device_ms(torch, tfn, args.calls, device))
+            tms = best_t if tfn is not None else None
+            ratio = f"{best_d / tms:7.2f}" if tms else "      -"
+            print(f"{name:<44} {best_d:>10.4f} "
+                  f"{(f'{tms:.4f}' if tms is not None else '-'):>10} {ratio}")
+            rows.append({"name": name, "dragon_ms": best_d, "torch_ms": tms})
+        except Exception as exc:  # noqa: BLE001 - one op's failure is a row
+            print(f"{name:<44} ERROR {type(exc).__name__}: {str(exc)[:200]}")
+            rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
+    return {"title": "single ops", "rows": rows}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
@@ -491,6 +593,11 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=55.0, help="seconds for the whole run")
     parser.add_argument("--no-torch", action="store_true", help="leave torch out")
     parser.add_argument("--json", help="also write every table to this file")
+    parser.add_argument("--ops", action="store_true",
+                        help="only the single-op table (BatchNorm, pools, ReLU, Add, losses, "
+                             "LayerNorm at the steps' shapes, Dragon beside torch)")
+    parser.add_argument("--rounds", type=int, default=3, help="--ops: alternating rounds")
+    parser.add_argument("--calls", type=int, default=20, help="--ops: calls per round")
     args = parser.parse_args(argv)
     args.only = [w.strip() for w in args.only.split(",") if w.strip()]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -526,6 +633,9 @@ def main(argv=None) -> int:
           f"{getattr(torch, '__version__', 'absent')}; ResNet-18 batch {batch} of 3x{hw}x{hw}, "
           f"MLP batch {mlp_batch}; budget {args.budget:.0f} s")
     sections = []
+    if args.ops:
+        sections.append(run_ops(dg, torch, device, args))
+        args.only = []
     for k, w in enumerate(args.only):
         if budget.left() <= 0:
             sections.append(skipped(w, "the time budget is spent"))

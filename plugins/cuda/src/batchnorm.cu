@@ -1,16 +1,31 @@
 // BatchNorm and BatchNormGrad on cuda with cpu_eigen's semantics (norm.cc):
-// x viewed as [N, C, S]; per channel the batch mean and biased variance in
-// double (training) or the running statistics (inference); y = (x - mean)
-// * gamma * rstd + beta with rstd = 1/sqrt(var + eps). The gradient is
-// dx = a dy + b (x - mean) + k per channel (see norm.cc for a, b, k). One
-// block per channel for the statistics, then one element-wise pass.
-// float16/bfloat16 (x, parameters and statistics all of x's dtype, as the
-// schema asks) keep the double statistics; element math is in float,
-// rounded once per stored value.
+// x viewed as [N, C, S]; per channel the batch mean and biased variance
+// (training) or the running statistics (inference); y = (x - mean) * gamma
+// * rstd + beta with rstd = 1/sqrt(var + eps). The gradient is dx = a dy +
+// b (x - mean) + k per channel (see norm.cc for a, b, k).
+//
+// Throughput: every kernel cuts each channel into chunks of one block
+// (ChannelCut, index_math.h: C * parts blocks, so 64 channels of 200k
+// values still fill all SMs) and reads 16-byte vectors where S and the
+// pointers allow. Statistics are one pass: each thread keeps Welford
+// running moments in float (double for float64: stable whatever the mean,
+// over the few dozen values a thread sees), blocks merge them in double
+// with Chan et al.'s pairwise formulas, and a one-warp-per-channel kernel
+// merges the blocks' partials in a fixed order and turns them into the
+// per-channel coefficients of the element-wise pass (float for float and
+// the 16-bit types, as the element math always was). No atomics: the same
+// bits every run. The gradient's one statistics pass also gathers dy's
+// mean and the co-moment sum (x - mean_x)(dy - mean_dy), from which sum(dy)
+// and sum(dy (x - mean)) follow, so x and dy are read twice in all (not
+// four times). float16/bfloat16: x, parameters and statistics all of x's
+// dtype, as the schema asks.
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "elementwise.cuh"
+#include "index_math.h"
 
 namespace dragon_cuda {
 namespace {
@@ -37,62 +52,228 @@ __device__ double Sum(double v, double* buf) {
   return r;
 }
 
-// Batch mean and variance of channel c (NaN for an empty channel).
-template <typename T>
-__device__ void Moments(const T* x, NCS v, int64_t c, double* buf, double* mean, double* var) {
-  const int64_t m = v.n * v.s;
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < m; i += blockDim.x)
-    s += ToDouble(x[(i / v.s) * v.c * v.s + c * v.s + i % v.s]);
-  const double mu = Sum(s, buf) / static_cast<double>(m);
-  double q = 0;
-  for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
-    const double d = ToDouble(x[(i / v.s) * v.c * v.s + c * v.s + i % v.s]) - mu;
-    q += d * d;
-  }
-  *mean = mu;
-  *var = Sum(q, buf) / static_cast<double>(m);
-}
-
-template <typename T>
-__global__ void Stats(const T* x, const T* rmean, const T* rvar, NCS v, bool training,
-                      double* stats, T* out_mean, T* out_var) {
-  __shared__ double buf[kThreads];
-  for (int64_t c = blockIdx.x; c < v.c; c += gridDim.x) {
-    double mean, var;
-    if (training) {
-      Moments(x, v, c, buf, &mean, &var);
-    } else {
-      mean = ToDouble(rmean[c]);
-      var = ToDouble(rvar[c]);
-    }
-    if (threadIdx.x == 0) {
-      stats[2 * c] = mean;
-      stats[2 * c + 1] = var;
-      out_mean[c] = training ? FromDouble<T>(mean) : rmean[c];
-      out_var[c] = training ? FromDouble<T>(var) : rvar[c];
-    }
-  }
-}
-
-template <typename T>
-__global__ void Apply(const T* x, const T* gamma, const T* beta, const double* stats, T* y, NCS v,
-                      double eps) {
-  DGC_LOOP(i, v.n * v.c * v.s) {
-    const int64_t c = (i / v.s) % v.c;
-    using A = Acc<T>;
-    const double scale = ToDouble(gamma[c]) * (1.0 / sqrt(stats[2 * c + 1] + eps));
-    const A m = static_cast<A>(stats[2 * c]), a = static_cast<A>(scale), b = Load(beta[c]);
-    y[i] = Store<T>((Load(x[i]) - m) * a + b);
-  }
-}
-
 unsigned ChannelBlocks(int64_t c) {
   return static_cast<unsigned>(c < 65535LL * 16 ? (c > 0 ? c : 1) : 65535LL * 16);
 }
 
+// ------------------------------------------------------------ moments
+
+template <typename A>
+__device__ inline A Recip(A n) {
+  if constexpr (std::is_same<A, float>::value) {
+    return __frcp_rn(n);
+  } else {
+    return A(1) / n;
+  }
+}
+
+// One thread's running moments (Welford's update) of x and, for the
+// gradient, of dy: count, means, sum (x - mx)^2 and sum (x - mx)(dy - my).
+template <typename A>
+struct Running {
+  A n = 0, mx = 0, m2 = 0, my = 0, cxy = 0;
+  __device__ void Add(A x) {
+    n += A(1);
+    const A d = x - mx;
+    mx += d * Recip(n);
+    m2 += d * (x - mx);
+  }
+  __device__ void Add(A x, A y) {
+    n += A(1);
+    const A inv = Recip(n);
+    const A d = x - mx, e = y - my;
+    mx += d * inv;
+    my += e * inv;
+    m2 += d * (x - mx);
+    cxy += d * (y - my);
+  }
+};
+
+// The same moments in double, merged pairwise (Chan, Golub and LeVeque).
+struct Moments {
+  double n, mx, m2, my, cxy;
+};
+constexpr int kMomentFields = 5;
+
+__device__ inline Moments Merge(const Moments& a, const Moments& b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  Moments r;
+  r.n = a.n + b.n;
+  const double f = b.n / r.n, w = a.n * f;  // w = na nb / n
+  const double dx = b.mx - a.mx, dy = b.my - a.my;
+  r.mx = a.mx + dx * f;
+  r.my = a.my + dy * f;
+  r.m2 = a.m2 + b.m2 + dx * dx * w;
+  r.cxy = a.cxy + b.cxy + dx * dy * w;
+  return r;
+}
+
+__device__ inline Moments ShflDown(const Moments& m, int off) {
+  Moments r;
+  r.n = __shfl_down_sync(0xffffffffu, m.n, off);
+  r.mx = __shfl_down_sync(0xffffffffu, m.mx, off);
+  r.m2 = __shfl_down_sync(0xffffffffu, m.m2, off);
+  r.my = __shfl_down_sync(0xffffffffu, m.my, off);
+  r.cxy = __shfl_down_sync(0xffffffffu, m.cxy, off);
+  return r;
+}
+
+// A fixed shuffle tree over the warp; lane 0 gets the merge of all lanes.
+__device__ inline Moments WarpMerge(Moments m) {
+  for (int off = 16; off > 0; off >>= 1) m = Merge(m, ShflDown(m, off));
+  return m;
+}
+
+// Chunk j of channel ch for this block: units [lo, hi).
+struct Chunk {
+  int64_t ch, lo, hi;
+};
+
+__device__ inline Chunk BlockChunk(const ChannelCut& k) {
+  Chunk q;
+  q.ch = blockIdx.x / k.parts;
+  const int64_t j = blockIdx.x % k.parts;
+  q.lo = j * k.per;
+  q.hi = q.lo + k.per < k.units ? q.lo + k.per : k.units;
+  return q;
+}
+
+// Per block: the moments of its chunk (of x, and of dy when kGrad), written
+// to part[(ch * parts + j) * kMomentFields ...].
+template <typename T, int V, bool kGrad>
+__global__ void PartialMoments(const T* x, const T* dy, ChannelCut k, double* part) {
+  using A = Acc<T>;
+  __shared__ Moments warps[kThreads / 32];
+  const Chunk q = BlockChunk(k);
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  const auto* yv = reinterpret_cast<const Vec<T, V>*>(dy);
+  Running<A> r;
+  for (int64_t u = q.lo + threadIdx.x; u < q.hi; u += blockDim.x) {
+    const int64_t off = k.Offset(q.ch, u);
+    const Vec<T, V> a = xv[off];
+    if constexpr (kGrad) {
+      const Vec<T, V> b = yv[off];
+#pragma unroll
+      for (int t = 0; t < V; ++t) r.Add(Load(a.v[t]), Load(b.v[t]));
+    } else {
+#pragma unroll
+      for (int t = 0; t < V; ++t) r.Add(Load(a.v[t]));
+    }
+  }
+  Moments m{static_cast<double>(r.n), static_cast<double>(r.mx), static_cast<double>(r.m2),
+            static_cast<double>(r.my), static_cast<double>(r.cxy)};
+  m = WarpMerge(m);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warps[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < static_cast<int>(blockDim.x >> 5) ? warps[lane] : Moments{0, 0, 0, 0, 0};
+    m = WarpMerge(m);
+    if (lane == 0) {
+      double* p = part + (q.ch * k.parts + (blockIdx.x % k.parts)) * kMomentFields;
+      p[0] = m.n;
+      p[1] = m.mx;
+      p[2] = m.m2;
+      p[3] = m.my;
+      p[4] = m.cxy;
+    }
+  }
+}
+
+// Channel ch's moments from its `parts` partials, merged in a fixed order
+// (lane l takes parts l, l + 32, ..., then the shuffle tree): lane 0's.
+__device__ inline Moments ChannelMoments(const double* part, int64_t ch, int64_t parts,
+                                         int lane) {
+  Moments m{0, 0, 0, 0, 0};
+  for (int64_t j = lane; j < parts; j += 32) {
+    const double* p = part + (ch * parts + j) * kMomentFields;
+    m = Merge(m, Moments{p[0], p[1], p[2], p[3], p[4]});
+  }
+  return WarpMerge(m);
+}
+
+// One warp per channel (blockDim a multiple of 32, so a warp exits whole).
+__device__ inline int64_t WarpChannel() {
+  return (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+}
+
+unsigned WarpBlocks(int64_t c) {
+  return static_cast<unsigned>((c * 32 + kThreads - 1) / kThreads);
+}
+
+// ------------------------------------------------------------ BatchNorm
+
+// The channel's statistics and the coefficients of y = (x - m) a + b.
+template <typename T>
+__global__ void StatsFinal(const double* part, const T* gamma, const T* beta, const T* rmean,
+                           const T* rvar, int64_t channels, int64_t parts, bool training,
+                           double eps, T* out_mean, T* out_var, Acc<T>* coef) {
+  using A = Acc<T>;
+  const int64_t ch = WarpChannel();
+  if (ch >= channels) return;
+  const int lane = threadIdx.x & 31;
+  double mean, var;
+  if (training) {
+    const Moments m = ChannelMoments(part, ch, parts, lane);
+    mean = m.n > 0 ? m.mx : nan("");
+    var = m.n > 0 ? m.m2 / m.n : nan("");
+  } else {
+    mean = ToDouble(rmean[ch]);
+    var = ToDouble(rvar[ch]);
+  }
+  if (lane != 0) return;
+  out_mean[ch] = training ? FromDouble<T>(mean) : rmean[ch];
+  out_var[ch] = training ? FromDouble<T>(var) : rvar[ch];
+  const double scale = ToDouble(gamma[ch]) * (1.0 / sqrt(var + eps));
+  coef[3 * ch] = static_cast<A>(mean);
+  coef[3 * ch + 1] = static_cast<A>(scale);
+  coef[3 * ch + 2] = Load(beta[ch]);
+}
+
+template <typename T, int V>
+__global__ void Apply(const T* x, const Acc<T>* coef, T* y, ChannelCut k) {
+  using A = Acc<T>;
+  const Chunk q = BlockChunk(k);
+  const A m = coef[3 * q.ch], a = coef[3 * q.ch + 1], b = coef[3 * q.ch + 2];
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  auto* yv = reinterpret_cast<Vec<T, V>*>(y);
+  for (int64_t u = q.lo + threadIdx.x; u < q.hi; u += blockDim.x) {
+    const int64_t off = k.Offset(q.ch, u);
+    const Vec<T, V> in = xv[off];
+    Vec<T, V> out;
+#pragma unroll
+    for (int t = 0; t < V; ++t) out.v[t] = Store<T>((Load(in.v[t]) - m) * a + b);
+    yv[off] = out;
+  }
+}
+
+// The cut of x (and the tensors read or written with it): 16-byte vectors
+// when every pointer is aligned and S allows.
+template <typename T>
+ChannelCut CutFor(const dg::KernelContext& ctx, const NCS& v,
+                  std::initializer_list<const void*> ptrs) {
+  bool aligned = true;
+  for (const void* p : ptrs) aligned = aligned && Aligned16(p);
+  const ChannelCut k = MakeChannelCut(v.n, v.c, v.s, aligned ? kVec16<T> : 1, kThreads);
+  DG_CHECK(k.c * k.parts <= INT32_MAX, DG_INVALID_ARGUMENT, ctx.op_name(), ": ", v.c,
+           " channels are too many for one launch");
+  return k;
+}
+
+// Calls f(std::integral_constant<int, V>) with the cut's vector width.
+template <typename T, typename F>
+void WithVec(const ChannelCut& k, F&& f) {
+  if (k.vec == kVec16<T>) {
+    f(std::integral_constant<int, kVec16<T>>{});
+  } else {
+    f(std::integral_constant<int, 1>{});
+  }
+}
+
 template <typename T>
 void BatchNorm(dg::KernelContext& ctx) {
+  using A = Acc<T>;
   const dg::TensorRef xt = ctx.input(0);
   DG_CHECK(xt.ndim() >= 2, DG_INVALID_ARGUMENT, ctx.op_name(), ": x must be [N, C, *], got ",
            dg::ShapeStr(xt.shape()));
@@ -100,92 +281,122 @@ void BatchNorm(dg::KernelContext& ctx) {
   if (v.c == 0) return;
   cudaStream_t s = Prepare(ctx);
   const bool training = ctx.b("training");
-  double* stats = ctx.workspace<double>(static_cast<size_t>(2 * v.c));
   const T* x = static_cast<const T*>(xt.raw_data());
-  Stats<T><<<ChannelBlocks(v.c), kThreads, 0, s>>>(
-      x, static_cast<const T*>(ctx.input(3).raw_data()),
-      static_cast<const T*>(ctx.input(4).raw_data()), v, training, stats,
-      static_cast<T*>(ctx.output(1).raw_data()), static_cast<T*>(ctx.output(2).raw_data()));
+  T* y = static_cast<T*>(ctx.output(0).raw_data());
+  const ChannelCut k = CutFor<T>(ctx, v, {x, y});
+  const unsigned blocks = static_cast<unsigned>(k.c * k.parts);
+  double* part = nullptr;
+  if (training) {
+    part = ctx.workspace<double>(static_cast<size_t>(k.c * k.parts * kMomentFields));
+    WithVec<T>(k, [&](auto vec) {
+      PartialMoments<T, decltype(vec)::value, false><<<blocks, kThreads, 0, s>>>(x, nullptr, k,
+                                                                                  part);
+    });
+    CheckLaunch(ctx);
+  }
+  A* coef = ctx.workspace<A>(static_cast<size_t>(3 * v.c));
+  auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
+  StatsFinal<T><<<WarpBlocks(v.c), kThreads, 0, s>>>(
+      part, in(1), in(2), in(3), in(4), v.c, k.parts, training, ctx.f("eps"),
+      static_cast<T*>(ctx.output(1).raw_data()), static_cast<T*>(ctx.output(2).raw_data()),
+      coef);
   CheckLaunch(ctx);
-  const int64_t n = v.n * v.c * v.s;
-  if (n == 0) return;
-  Apply<T><<<Blocks(n), kThreads, 0, s>>>(x, static_cast<const T*>(ctx.input(1).raw_data()),
-                                          static_cast<const T*>(ctx.input(2).raw_data()), stats,
-                                          static_cast<T*>(ctx.output(0).raw_data()), v,
-                                          ctx.f("eps"));
+  if (k.units == 0) return;
+  WithVec<T>(k, [&](auto vec) {
+    Apply<T, decltype(vec)::value><<<blocks, kThreads, 0, s>>>(x, coef, y, k);
+  });
   CheckLaunch(ctx);
 }
 DG_KERNEL("BatchNorm", "cuda", BatchNorm, float, double, half, bf16);
 
+// ------------------------------------------------------------ BatchNormGrad
+
+// Per channel: dgamma, dbeta and the coefficients of dx = a dy + b (x - m)
+// + k from the moments of x and dy (training) or the running statistics.
 template <typename T>
-__global__ void GradCoefs(const T* x, const T* gamma, const T* rmean, const T* rvar, const T* dy,
-                          const T* dmean, const T* dvar, NCS v, bool training, double eps,
-                          double* coef, T* dgamma, T* dbeta) {
-  __shared__ double buf[kThreads];
-  const double m = static_cast<double>(v.n * v.s);
-  for (int64_t c = blockIdx.x; c < v.c; c += gridDim.x) {
-    double mean, var;
-    if (training) {
-      Moments(x, v, c, buf, &mean, &var);
-    } else {
-      mean = ToDouble(rmean[c]);
-      var = ToDouble(rvar[c]);
-    }
-    double a = 0, b = 0;
-    for (int64_t i = threadIdx.x; i < v.n * v.s; i += blockDim.x) {
-      const int64_t off = (i / v.s) * v.c * v.s + c * v.s + i % v.s;
-      const double g = ToDouble(dy[off]);
-      a += g;
-      b += g * (ToDouble(x[off]) - mean);
-    }
-    const double sum_dy = Sum(a, buf), sum_dy_xc = Sum(b, buf);
-    if (threadIdx.x == 0) {
-      const double rstd = 1.0 / sqrt(var + eps);
-      const double gr = ToDouble(gamma[c]) * rstd;
-      const double dg = m == 0 ? 0.0 : sum_dy_xc * rstd;
-      dgamma[c] = FromDouble<T>(dg);
-      dbeta[c] = FromDouble<T>(sum_dy);
-      coef[4 * c] = mean;
-      coef[4 * c + 1] = gr;
-      if (training && m > 0) {
-        coef[4 * c + 2] = (2.0 * ToDouble(dvar[c]) - gr * rstd * dg) / m;
-        coef[4 * c + 3] = (ToDouble(dmean[c]) - gr * sum_dy) / m;
-      } else {
-        coef[4 * c + 2] = coef[4 * c + 3] = 0.0;
-      }
-    }
+__global__ void GradFinal(const double* part, const T* gamma, const T* rmean, const T* rvar,
+                          const T* dmean, const T* dvar, int64_t channels, int64_t parts,
+                          bool training, double eps, T* dgamma, T* dbeta, Acc<T>* coef) {
+  using A = Acc<T>;
+  const int64_t ch = WarpChannel();
+  if (ch >= channels) return;
+  const Moments mo = ChannelMoments(part, ch, parts, threadIdx.x & 31);
+  if ((threadIdx.x & 31) != 0) return;
+  const double m = mo.n;
+  const double sum_dy = mo.my * mo.n;
+  double mean, var, sum_dy_xc;  // sum_dy_xc = sum dy (x - mean)
+  if (training) {
+    mean = m > 0 ? mo.mx : nan("");
+    var = m > 0 ? mo.m2 / m : nan("");
+    sum_dy_xc = mo.cxy;  // sum (dy - my)(x - mx) = sum dy (x - mx)
+  } else {
+    mean = ToDouble(rmean[ch]);
+    var = ToDouble(rvar[ch]);
+    sum_dy_xc = mo.cxy + (mo.mx - mean) * sum_dy;
+  }
+  const double rstd = 1.0 / sqrt(var + eps);
+  const double gr = ToDouble(gamma[ch]) * rstd;
+  const double dgv = m == 0 ? 0.0 : sum_dy_xc * rstd;
+  dgamma[ch] = FromDouble<T>(dgv);
+  dbeta[ch] = FromDouble<T>(sum_dy);
+  coef[4 * ch] = static_cast<A>(mean);
+  coef[4 * ch + 1] = static_cast<A>(gr);
+  if (training && m > 0) {
+    coef[4 * ch + 2] = static_cast<A>((2.0 * ToDouble(dvar[ch]) - gr * rstd * dgv) / m);
+    coef[4 * ch + 3] = static_cast<A>((ToDouble(dmean[ch]) - gr * sum_dy) / m);
+  } else {
+    coef[4 * ch + 2] = coef[4 * ch + 3] = A(0);
   }
 }
 
-template <typename T>
-__global__ void GradApply(const T* x, const T* dy, const double* coef, T* dx, NCS v) {
-  DGC_LOOP(i, v.n * v.c * v.s) {
-    const double* k = coef + 4 * ((i / v.s) % v.c);
-    using A = Acc<T>;
-    const A mean = static_cast<A>(k[0]), a = static_cast<A>(k[1]), b = static_cast<A>(k[2]),
-            shift = static_cast<A>(k[3]);
-    dx[i] = Store<T>(a * Load(dy[i]) + b * (Load(x[i]) - mean) + shift);
+template <typename T, int V>
+__global__ void GradApply(const T* x, const T* dy, const Acc<T>* coef, T* dx, ChannelCut k) {
+  using A = Acc<T>;
+  const Chunk q = BlockChunk(k);
+  const A mean = coef[4 * q.ch], a = coef[4 * q.ch + 1], b = coef[4 * q.ch + 2],
+          shift = coef[4 * q.ch + 3];
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  const auto* yv = reinterpret_cast<const Vec<T, V>*>(dy);
+  auto* ov = reinterpret_cast<Vec<T, V>*>(dx);
+  for (int64_t u = q.lo + threadIdx.x; u < q.hi; u += blockDim.x) {
+    const int64_t off = k.Offset(q.ch, u);
+    const Vec<T, V> xi = xv[off], gi = yv[off];
+    Vec<T, V> out;
+#pragma unroll
+    for (int t = 0; t < V; ++t)
+      out.v[t] = Store<T>(a * Load(gi.v[t]) + b * (Load(xi.v[t]) - mean) + shift);
+    ov[off] = out;
   }
 }
 
 template <typename T>
 void BatchNormGrad(dg::KernelContext& ctx) {
+  using A = Acc<T>;
   const dg::TensorRef xt = ctx.input(0);
   const NCS v = View(xt);
   if (v.c == 0) return;
   cudaStream_t s = Prepare(ctx);
-  double* coef = ctx.workspace<double>(static_cast<size_t>(4 * v.c));
   const T* x = static_cast<const T*>(xt.raw_data());
   const T* dy = static_cast<const T*>(ctx.input(4).raw_data());
-  auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
-  GradCoefs<T><<<ChannelBlocks(v.c), kThreads, 0, s>>>(
-      x, in(1), in(2), in(3), dy, in(5), in(6), v, ctx.b("training"), ctx.f("eps"), coef,
-      static_cast<T*>(ctx.output(1).raw_data()), static_cast<T*>(ctx.output(2).raw_data()));
+  T* dx = static_cast<T*>(ctx.output(0).raw_data());
+  const ChannelCut k = CutFor<T>(ctx, v, {x, dy, dx});
+  const unsigned blocks = static_cast<unsigned>(k.c * k.parts);
+  double* part = ctx.workspace<double>(static_cast<size_t>(k.c * k.parts * kMomentFields));
+  WithVec<T>(k, [&](auto vec) {
+    PartialMoments<T, decltype(vec)::value, true><<<blocks, kThreads, 0, s>>>(x, dy, k, part);
+  });
   CheckLaunch(ctx);
-  const int64_t n = v.n * v.c * v.s;
-  if (n == 0) return;
-  GradApply<T><<<Blocks(n), kThreads, 0, s>>>(x, dy, coef,
-                                               static_cast<T*>(ctx.output(0).raw_data()), v);
+  A* coef = ctx.workspace<A>(static_cast<size_t>(4 * v.c));
+  auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
+  GradFinal<T><<<WarpBlocks(v.c), kThreads, 0, s>>>(
+      part, in(1), in(2), in(3), in(5), in(6), v.c, k.parts, ctx.b("training"), ctx.f("eps"),
+      static_cast<T*>(ctx.output(1).raw_data()), static_cast<T*>(ctx.output(2).raw_data()),
+      coef);
+  CheckLaunch(ctx);
+  if (k.units == 0) return;
+  WithVec<T>(k, [&](auto vec) {
+    GradApply<T, decltype(vec)::value><<<blocks, kThreads, 0, s>>>(x, dy, coef, dx, k);
+  });
   CheckLaunch(ctx);
 }
 DG_KERNEL("BatchNormGrad", "cuda", BatchNormGrad, float, double, half, bf16);

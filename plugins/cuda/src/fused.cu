@@ -13,6 +13,7 @@
 
 #include "dragon/elementwise.h"
 #include "elementwise.cuh"
+#include "merge_axes.h"
 #include "ops.cuh"
 
 namespace dragon_cuda {
@@ -84,17 +85,26 @@ __device__ T Binary(int op, T a, T b) {
   }
 }
 
-template <typename T>
+// kDense: every input is dense over the output (offset i, no index math).
+// Otherwise the axes are merged on the host (MergeAxes), and the outermost
+// axis needs no division (what is left of i there is its index).
+template <typename T, bool kDense>
 __global__ void Run(const Program<T> p, T* y, int64_t n, int32_t num_consts) {
   using A = Acc<T>;
   DGC_LOOP(i, n) {
     A reg[kMaxRegs];
-    int64_t rest = i;
     int64_t off[kMaxInputs] = {};
-    for (int d = p.ndim - 1; d >= 0; --d) {
-      const int64_t q = rest / p.shape[d], r = rest - q * p.shape[d];
-      for (int k = 0; k < p.num_inputs; ++k) off[k] += r * p.strides[k][d];
-      rest = q;
+    if constexpr (kDense) {
+      for (int k = 0; k < p.num_inputs; ++k) off[k] = i;
+    } else {
+      int64_t rest = i;
+      for (int d = p.ndim - 1; d >= 1; --d) {
+        const int64_t q = rest / p.shape[d], r = rest - q * p.shape[d];
+        for (int k = 0; k < p.num_inputs; ++k) off[k] += r * p.strides[k][d];
+        rest = q;
+      }
+      if (p.ndim > 0)
+        for (int k = 0; k < p.num_inputs; ++k) off[k] += rest * p.strides[k][0];
     }
     for (int k = 0; k < p.num_inputs; ++k) reg[k] = Load(p.in[k][off[k]]);
     for (int k = 0; k < num_consts; ++k) reg[p.num_inputs + k] = p.consts[k];
@@ -157,16 +167,29 @@ void FusedElementwise(dg::KernelContext& ctx) {
   const std::vector<int64_t> shape = y.shape();
   DG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), DG_UNIMPLEMENTED, ctx.op_name(),
            " on cuda: rank ", shape.size(), " exceeds ", kMaxDims);
-  p.ndim = static_cast<int32_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) p.shape[d] = shape[d];
+  std::vector<int64_t> merged = shape;
+  std::vector<std::vector<int64_t>> strides;
   for (int32_t k = 0; k < n_in; ++k) {
     const dg::TensorRef x = ctx.input(k);
     p.in[k] = static_cast<const T*>(x.raw_data());
-    const std::vector<int64_t> st = BroadcastStrides(x.shape(), DenseStrides(x.shape()), shape);
-    for (size_t d = 0; d < st.size(); ++d) p.strides[k][d] = st[d];
+    strides.push_back(BroadcastStrides(x.shape(), DenseStrides(x.shape()), shape));
   }
-  Run<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(p, static_cast<T*>(y.raw_data()), n,
-                                                    static_cast<int32_t>(consts.size()));
+  MergeAxes(&merged, &strides);
+  p.ndim = static_cast<int32_t>(merged.size());
+  bool dense = p.ndim <= 1;
+  for (size_t d = 0; d < merged.size(); ++d) p.shape[d] = merged[d];
+  for (int32_t k = 0; k < n_in; ++k) {
+    for (size_t d = 0; d < merged.size(); ++d) p.strides[k][d] = strides[k][d];
+    dense = dense && (p.ndim == 0 || strides[k][0] == 1);
+  }
+  cudaStream_t s = Prepare(ctx);
+  T* out = static_cast<T*>(y.raw_data());
+  const int32_t nc = static_cast<int32_t>(consts.size());
+  if (dense) {
+    Run<T, true><<<Blocks(n), kThreads, 0, s>>>(p, out, n, nc);
+  } else {
+    Run<T, false><<<Blocks(n), kThreads, 0, s>>>(p, out, n, nc);
+  }
   CheckLaunch(ctx);
 }
 DG_KERNEL("FusedElementwise", "cuda", FusedElementwise, float, double, half, bf16);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "elementwise.cuh"
 
@@ -85,6 +86,59 @@ __global__ void Terms(const T* x, const I* target, double* terms, Layout l, int6
   }
 }
 
+// The same terms for [N, C] logits with many classes (inner == 1): one warp
+// per position, lanes reading the row's classes coalesced, the row's
+// maximum (NaN wins, as the sequential scan), sum of exp and sum of values
+// combined by a fixed shuffle tree (the same bits every run). A position is
+// warp-uniform, so the whole warp takes the same branches.
+__device__ inline double NanMax(double a, double b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return b > a ? b : a;
+}
+
+template <typename T, typename I>
+__global__ void CrossEntropyRows(const T* x, const I* target, double* terms, Layout l,
+                                 int64_t ignore, double smoothing, int32_t op,
+                                 DeviceCheck* check) {
+  const int64_t m = l.outer;
+  const int lane = threadIdx.x & 31;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int64_t step = (static_cast<int64_t>(blockDim.x) * gridDim.x) >> 5;
+  for (int64_t i = first; i < m; i += step) {
+    const int64_t t = static_cast<int64_t>(target[i]);
+    double loss = 0.0, counted = 0.0;
+    if (t != ignore) {
+      if (t < 0 || t >= l.classes) {
+        if (lane == 0) ReportTarget(check, op, t, l.classes, i);
+      } else {
+        counted = 1.0;
+        const T* row = x + i * l.classes;
+        double mx = -INFINITY;
+        for (int64_t c = lane; c < l.classes; c += 32) mx = NanMax(mx, ToDouble(row[c]));
+        for (int off = 16; off > 0; off >>= 1)
+          mx = NanMax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        double sum_exp = 0.0, sum_x = 0.0;
+        for (int64_t c = lane; c < l.classes; c += 32) {
+          const double v = ToDouble(row[c]);
+          sum_exp += exp(v - mx);
+          sum_x += v;
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+          sum_exp += __shfl_xor_sync(0xffffffffu, sum_exp, off);
+          sum_x += __shfl_xor_sync(0xffffffffu, sum_x, off);
+        }
+        loss = mx + log(sum_exp) - (1.0 - smoothing) * ToDouble(row[t]);
+        if (smoothing != 0.0) loss -= smoothing / static_cast<double>(l.classes) * sum_x;
+      }
+    }
+    if (lane == 0) {
+      terms[i] = loss;
+      terms[m + i] = counted;
+    }
+  }
+}
+
 template <typename T>
 __global__ void WriteTerms(const double* terms, T* y, int64_t m) {
   DGC_LOOP(i, m) y[i] = FromDouble<T>(terms[i]);
@@ -140,14 +194,22 @@ void ClassLoss(dg::KernelContext& ctx, int32_t op) {
   double* terms = ctx.workspace<double>(static_cast<size_t>(2 * m));
   const dg::TensorRef t = ctx.input(1);
   const T* x = static_cast<const T*>(ctx.input(0).raw_data());
+  DG_CHECK(t.dtype() == DG_INT32 || t.dtype() == DG_INT64, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": target must be int32 or int64, got ", dg::DTypeName(t.dtype()));
+  auto launch = [&](auto* target) {
+    using I = std::remove_const_t<std::remove_pointer_t<decltype(target)>>;
+    if (kCrossEntropy && l.inner == 1 && l.classes >= 32 && m <= (int64_t{1} << 40)) {
+      CrossEntropyRows<T, I><<<Blocks(m * 32), kThreads, 0, s>>>(x, target, terms, l, ignore,
+                                                                  smoothing, op, check);
+    } else {
+      Terms<kCrossEntropy, T, I><<<Blocks(m), kThreads, 0, s>>>(x, target, terms, l, ignore,
+                                                               smoothing, op, check);
+    }
+  };
   if (t.dtype() == DG_INT32) {
-    Terms<kCrossEntropy, T, int32_t><<<Blocks(m), kThreads, 0, s>>>(
-        x, static_cast<const int32_t*>(t.raw_data()), terms, l, ignore, smoothing, op, check);
+    launch(static_cast<const int32_t*>(t.raw_data()));
   } else {
-    DG_CHECK(t.dtype() == DG_INT64, DG_INVALID_ARGUMENT, ctx.op_name(),
-             ": target must be int32 or int64, got ", dg::DTypeName(t.dtype()));
-    Terms<kCrossEntropy, T, int64_t><<<Blocks(m), kThreads, 0, s>>>(
-        x, static_cast<const int64_t*>(t.raw_data()), terms, l, ignore, smoothing, op, check);
+    launch(static_cast<const int64_t*>(t.raw_data()));
   }
   CheckLaunch(ctx);
   if (r == "none") {

@@ -3,8 +3,9 @@
 // biased variance, rstd = 1/sqrt(var + eps)); the element-wise losses MseLoss,
 // L1Loss, SmoothL1Loss and BceWithLogits, each term in the input dtype and
 // the "sum"/"mean" reductions accumulated in double (a mean over nothing is
-// NaN). Parameter gradients are summed column by column in row order, one
-// thread per column: deterministic, as on the CPU. float16/bfloat16 keep the
+// NaN). Rows of up to 1024 values take one warp each (wider rows a block).
+// Parameter gradients are summed per column by 8 row groups (rows k, k + 8,
+// ...), then the groups in order: deterministic. float16/bfloat16 keep the
 // same double statistics and sums; element math is in float, rounded once
 // per stored value.
 #include <cmath>
@@ -73,6 +74,91 @@ __global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, T* y,
   }
 }
 
+// Sum over the warp by a fixed shuffle tree, lane 0's result given to every
+// lane (a butterfly would leave lanes with sums in different orders).
+__device__ inline double WarpSumAll(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+// Rows of up to kWarpRowCols values take one warp each (the encoder's 256 or
+// 1024 features: 8 or 32 values per lane), not a block of 256 threads of
+// which most hold one value and wait on shared-memory reductions.
+constexpr int64_t kWarpRowCols = 1024;
+
+__device__ inline int64_t WarpIndex() {
+  return (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+}
+__device__ inline int64_t WarpCount() {
+  return (static_cast<int64_t>(blockDim.x) * gridDim.x) >> 5;
+}
+
+template <typename T>
+__device__ void WarpRowMoments(const T* xp, int64_t cols, double eps, double* mean,
+                               double* rstd) {
+  const int lane = threadIdx.x & 31;
+  double s = 0;
+  for (int64_t i = lane; i < cols; i += 32) s += ToDouble(xp[i]);
+  const double m = WarpSumAll(s) / static_cast<double>(cols);
+  double q = 0;
+  for (int64_t i = lane; i < cols; i += 32) {
+    const double d = ToDouble(xp[i]) - m;
+    q += d * d;
+  }
+  *mean = m;
+  *rstd = 1.0 / sqrt(WarpSumAll(q) / static_cast<double>(cols) + eps);
+}
+
+template <typename T>
+__global__ void LayerNormWarp(const T* x, const T* gamma, const T* beta, T* y, int64_t rows,
+                              int64_t cols, double eps) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t r = WarpIndex(); r < rows; r += WarpCount()) {  // warp-uniform
+    const T* xp = x + r * cols;
+    double mean, rstd;
+    WarpRowMoments(xp, cols, eps, &mean, &rstd);
+    using A = Acc<T>;
+    const A m = static_cast<A>(mean), rs = static_cast<A>(rstd);
+    for (int64_t i = lane; i < cols; i += 32)
+      y[r * cols + i] = Store<T>((Load(xp[i]) - m) * rs * Load(gamma[i]) + Load(beta[i]));
+  }
+}
+
+template <typename T>
+__global__ void LayerNormDxWarp(const T* x, const T* gamma, const T* dy, T* dx, double* stats,
+                                int64_t rows, int64_t cols, double eps) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t r = WarpIndex(); r < rows; r += WarpCount()) {
+    const T* xp = x + r * cols;
+    const T* gp = dy + r * cols;
+    double mean, rstd;
+    WarpRowMoments(xp, cols, eps, &mean, &rstd);
+    double a = 0, b = 0;
+    for (int64_t i = lane; i < cols; i += 32) {
+      const double g = ToDouble(gp[i]) * ToDouble(gamma[i]);
+      a += g;
+      b += g * (ToDouble(xp[i]) - mean) * rstd;
+    }
+    const double s1 = WarpSumAll(a), s2 = WarpSumAll(b);
+    if (lane == 0) {
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = rstd;
+    }
+    using A = Acc<T>;
+    const A m = static_cast<A>(mean), rs = static_cast<A>(rstd);
+    const A k1 = static_cast<A>(s1 / cols), k2 = static_cast<A>(s2 / cols);
+    for (int64_t i = lane; i < cols; i += 32) {
+      const A xhat = (Load(xp[i]) - m) * rs;
+      dx[r * cols + i] = Store<T>(rs * (Load(gp[i]) * Load(gamma[i]) - k1 - xhat * k2));
+    }
+  }
+}
+
+unsigned WarpRowBlocks(int64_t rows) {
+  const int64_t b = (rows * 32 + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535LL * 16 ? b : 65535LL * 16);
+}
+
 unsigned RowBlocks(int64_t rows) {
   return static_cast<unsigned>(rows < 65535LL * 16 ? rows : 65535LL * 16);
 }
@@ -82,11 +168,18 @@ void LayerNorm(dg::KernelContext& ctx) {
   int64_t rows, cols;
   RowsCols(ctx, ctx.input(0), &rows, &cols);
   if (rows * cols == 0) return;
-  LayerNormKernel<T><<<RowBlocks(rows), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(0).raw_data()),
-      static_cast<const T*>(ctx.input(1).raw_data()),
-      static_cast<const T*>(ctx.input(2).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
-      rows, cols, ctx.f("eps"));
+  const T* x = static_cast<const T*>(ctx.input(0).raw_data());
+  const T* gamma = static_cast<const T*>(ctx.input(1).raw_data());
+  const T* beta = static_cast<const T*>(ctx.input(2).raw_data());
+  T* y = static_cast<T*>(ctx.output(0).raw_data());
+  cudaStream_t s = Prepare(ctx);
+  if (cols <= kWarpRowCols) {
+    LayerNormWarp<T><<<WarpRowBlocks(rows), kThreads, 0, s>>>(x, gamma, beta, y, rows, cols,
+                                                              ctx.f("eps"));
+  } else {
+    LayerNormKernel<T><<<RowBlocks(rows), kThreads, 0, s>>>(x, gamma, beta, y, rows, cols,
+                                                            ctx.f("eps"));
+  }
   CheckLaunch(ctx);
 }
 DG_KERNEL("LayerNorm", "cuda", LayerNorm, float, double, half, bf16);
@@ -123,18 +216,38 @@ __global__ void LayerNormDx(const T* x, const T* gamma, const T* dy, T* dx, doub
   }
 }
 
+// dgamma, dbeta: a block covers 32 columns with 8 row groups (group k sums
+// rows k, k + 8, ...: coalesced 32-wide loads, an eighth of the rows each),
+// then the groups' sums are added in a fixed order: deterministic.
+constexpr int kRowGroups = kThreads / 32;
+
 template <typename T>
 __global__ void ColumnParamGrads(const T* x, const T* dy, const double* stats, int64_t rows,
                                  int64_t cols, T* dgamma, T* dbeta) {
-  DGC_LOOP(j, cols) {
+  __shared__ double gs[kRowGroups][32], bs[kRowGroups][32];
+  const int lane = threadIdx.x & 31, k = threadIdx.x >> 5;
+  for (int64_t j0 = blockIdx.x * int64_t{32}; j0 < cols; j0 += int64_t{32} * gridDim.x) {
+    const int64_t j = j0 + lane;
     double g = 0, b = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const double d = ToDouble(dy[r * cols + j]);
-      g += d * (ToDouble(x[r * cols + j]) - stats[2 * r]) * stats[2 * r + 1];
-      b += d;
+    if (j < cols) {
+      for (int64_t r = k; r < rows; r += kRowGroups) {
+        const double d = ToDouble(dy[r * cols + j]);
+        g += d * (ToDouble(x[r * cols + j]) - stats[2 * r]) * stats[2 * r + 1];
+        b += d;
+      }
     }
-    dgamma[j] = FromDouble<T>(g);
-    dbeta[j] = FromDouble<T>(b);
+    gs[k][lane] = g;
+    bs[k][lane] = b;
+    __syncthreads();
+    if (k == 0 && j < cols) {
+      for (int q = 1; q < kRowGroups; ++q) {
+        g += gs[q][lane];
+        b += bs[q][lane];
+      }
+      dgamma[j] = FromDouble<T>(g);
+      dbeta[j] = FromDouble<T>(b);
+    }
+    __syncthreads();
   }
 }
 
@@ -149,12 +262,19 @@ void LayerNormGrad(dg::KernelContext& ctx) {
   const T* dy = static_cast<const T*>(ctx.input(2).raw_data());
   double* stats = ctx.workspace<double>(static_cast<size_t>(2 * (rows > 0 ? rows : 1)));
   if (rows > 0) {
-    LayerNormDx<T><<<RowBlocks(rows), kThreads, 0, s>>>(
-        x, gamma, dy, static_cast<T*>(ctx.output(0).raw_data()), stats, rows, cols,
-        ctx.f("eps"));
+    T* dx = static_cast<T*>(ctx.output(0).raw_data());
+    if (cols <= kWarpRowCols) {
+      LayerNormDxWarp<T><<<WarpRowBlocks(rows), kThreads, 0, s>>>(x, gamma, dy, dx, stats, rows,
+                                                                  cols, ctx.f("eps"));
+    } else {
+      LayerNormDx<T><<<RowBlocks(rows), kThreads, 0, s>>>(x, gamma, dy, dx, stats, rows, cols,
+                                                          ctx.f("eps"));
+    }
     CheckLaunch(ctx);
   }
-  ColumnParamGrads<T><<<Blocks(cols), kThreads, 0, s>>>(
+  const int64_t col_blocks = (cols + 31) / 32;
+  ColumnParamGrads<T><<<static_cast<unsigned>(col_blocks < 65535 ? col_blocks : 65535),
+                        kThreads, 0, s>>>(
       x, dy, stats, rows, cols, static_cast<T*>(ctx.output(1).raw_data()),
       static_cast<T*>(ctx.output(2).raw_data()));
   CheckLaunch(ctx);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "elementwise.cuh"
+#include "index_math.h"
 
 namespace dragon_cuda {
 namespace {
@@ -56,16 +57,43 @@ Pool ReadPool(const dg::KernelContext& ctx, const dg::TensorRef& x, const dg::Te
   return p;
 }
 
+// The geometry in the kernels' index type: 32-bit when every index of x and
+// of the pooled tensor fits (the common case: 64-bit integer division and
+// multiplication cost several times the 32-bit ones, and the max-pool
+// kernels are bound by their index math, not by memory).
+template <typename I>
+struct Geo {
+  I planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+template <typename I>
+Geo<I> GeoOf(const Pool& p) {
+  return Geo<I>{static_cast<I>(p.planes), static_cast<I>(p.h),  static_cast<I>(p.w),
+                static_cast<I>(p.oh),     static_cast<I>(p.ow), static_cast<I>(p.kh),
+                static_cast<I>(p.kw),     static_cast<I>(p.sh), static_cast<I>(p.sw),
+                static_cast<I>(p.ph),     static_cast<I>(p.pw), static_cast<I>(p.dh),
+                static_cast<I>(p.dw)};
+}
+
+// Whether 32-bit indices hold every index the max-pool kernels form
+// (window positions included: (o - 1) * s + (k - 1) * d stays under h + p).
+bool Fits32(const Pool& p) {
+  const int64_t lim = int64_t{1} << 30;
+  const int64_t cells = p.planes * (p.h * p.w > p.oh * p.ow ? p.h * p.w : p.oh * p.ow);
+  return cells < lim && p.h + p.ph < lim && p.w + p.pw < lim &&
+         p.oh * p.sh + p.kh * p.dh < lim && p.ow * p.sw + p.kw * p.dw < lim;
+}
+
 // In-plane index of the maximum of window (i, j), -1 for an empty window.
-template <typename T>
-__device__ int64_t ArgMaxWindow(const T* xp, const Pool& p, int64_t i, int64_t j) {
-  int64_t best = -1;
+template <typename I, typename T>
+__device__ I ArgMaxWindow(const T* xp, const Geo<I>& p, I i, I j) {
+  I best = -1;
   Acc<T> best_v = 0;
-  for (int64_t a = 0; a < p.kh; ++a) {
-    const int64_t r = i * p.sh - p.ph + a * p.dh;
+  for (I a = 0; a < p.kh; ++a) {
+    const I r = i * p.sh - p.ph + a * p.dh;
     if (r < 0 || r >= p.h) continue;
-    for (int64_t b = 0; b < p.kw; ++b) {
-      const int64_t c = j * p.sw - p.pw + b * p.dw;
+    for (I b = 0; b < p.kw; ++b) {
+      const I c = j * p.sw - p.pw + b * p.dw;
       if (c < 0 || c >= p.w) continue;
       const Acc<T> v = Load(xp[r * p.w + c]);
       if (best < 0 || v > best_v || (v != v && best_v == best_v)) {
@@ -77,18 +105,37 @@ __device__ int64_t ArgMaxWindow(const T* xp, const Pool& p, int64_t i, int64_t j
   return best;
 }
 
-template <typename T, bool kIndices>
-__global__ void MaxPoolKernel(const T* x, T* y, int64_t* idx, Pool p) {
-  DGC_LOOP(t, p.planes * p.oh * p.ow) {
-    const int64_t q = t / (p.oh * p.ow), o = t % (p.oh * p.ow);
-    const T* xp = x + q * p.h * p.w;
-    const int64_t at = ArgMaxWindow(xp, p, o / p.ow, o % p.ow);
+// y (or, with kIndices, the in-plane index of each window's maximum).
+template <typename I, typename T, typename Idx, bool kIndices>
+__global__ void MaxPoolKernel(const T* x, T* y, Idx* idx, Geo<I> p) {
+  const I per = p.oh * p.ow;
+  const I n = p.planes * per;
+  for (I t = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); t < n;
+       t += static_cast<I>(blockDim.x * gridDim.x)) {
+    const I q = t / per, o = t - q * per;
+    const I i = o / p.ow;
+    const T* xp = x + static_cast<int64_t>(q) * p.h * p.w;
+    const I at = ArgMaxWindow(xp, p, i, o - i * p.ow);
     if constexpr (kIndices) {
-      idx[t] = at;
+      idx[t] = static_cast<Idx>(at);
     } else {
-      y[t] = at >= 0 ? xp[at] : Store<T>(static_cast<Acc<T>>(NAN));  // an empty window: the shape rules exclude it
+      // An empty window gives NaN (the shape rules exclude it).
+      y[t] = at >= 0 ? xp[at] : Store<T>(static_cast<Acc<T>>(NAN));
     }
   }
+}
+
+// Grid-stride launches index with I: cap the grid so that t + stride stays
+// in range.
+inline unsigned Blocks32(int64_t n) {
+  const int64_t b = Blocks(n);
+  return static_cast<unsigned>(b < 65535 ? b : 65535);
+}
+
+template <typename I, typename T, typename Idx, bool kIndices>
+void LaunchMaxPool(const Pool& p, int64_t n, cudaStream_t s, const T* x, T* y, Idx* idx) {
+  const unsigned blocks = sizeof(I) == 4 ? Blocks32(n) : Blocks(n);
+  MaxPoolKernel<I, T, Idx, kIndices><<<blocks, kThreads, 0, s>>>(x, y, idx, GeoOf<I>(p));
 }
 
 template <typename T>
@@ -96,9 +143,13 @@ void MaxPool2d(dg::KernelContext& ctx) {
   const Pool p = ReadPool(ctx, ctx.input(0), ctx.output(0));
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
-  MaxPoolKernel<T, false><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(0).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
-      nullptr, p);
+  const T* x = static_cast<const T*>(ctx.input(0).raw_data());
+  T* y = static_cast<T*>(ctx.output(0).raw_data());
+  if (Fits32(p)) {
+    LaunchMaxPool<int32_t, T, int64_t, false>(p, n, Prepare(ctx), x, y, nullptr);
+  } else {
+    LaunchMaxPool<int64_t, T, int64_t, false>(p, n, Prepare(ctx), x, y, nullptr);
+  }
   CheckLaunch(ctx);
 }
 DG_KERNEL("MaxPool2d", "cuda", MaxPool2d, float, double, half, bf16);
@@ -108,39 +159,78 @@ void MaxPool2dIndices(dg::KernelContext& ctx) {
   const Pool p = ReadPool(ctx, ctx.input(0), ctx.output(0));
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
-  MaxPoolKernel<T, true><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(0).raw_data()), nullptr,
-      static_cast<int64_t*>(ctx.output(0).raw_data()), p);
+  const T* x = static_cast<const T*>(ctx.input(0).raw_data());
+  int64_t* idx = static_cast<int64_t*>(ctx.output(0).raw_data());
+  if (Fits32(p)) {
+    LaunchMaxPool<int32_t, T, int64_t, true>(p, n, Prepare(ctx), x, nullptr, idx);
+  } else {
+    LaunchMaxPool<int64_t, T, int64_t, true>(p, n, Prepare(ctx), x, nullptr, idx);
+  }
   CheckLaunch(ctx);
 }
 DG_KERNEL("MaxPool2dIndices", "cuda", MaxPool2dIndices, float, double, half, bf16);
 
 // dx[cell] = sum of dy[i, j] over the windows (i, j) whose maximum is the
-// cell, in row-major (i, j) order.
-template <typename T>
-__global__ void MaxPoolGradKernel(const T* x, const T* dy, T* dx, Pool p) {
-  DGC_LOOP(t, p.planes * p.h * p.w) {
-    const int64_t q = t / (p.h * p.w), cell = t % (p.h * p.w);
-    const int64_t r = cell / p.w, c = cell % p.w;
-    const T* xp = x + q * p.h * p.w;
-    const T* dyp = dy + q * p.oh * p.ow;
+// cell, in row-major (i, j) order (the CPU's). The maxima come first, once
+// per window, from MaxPoolKernel into a workspace (`at`), so each cell
+// compares one stored index per window that holds it instead of scanning
+// those windows again.
+template <typename I, typename T>
+__global__ void MaxPoolGradKernel(const I* at, const T* dy, T* dx, Geo<I> p) {
+  const I per = p.h * p.w;
+  const I n = p.planes * per;
+  for (I t = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); t < n;
+       t += static_cast<I>(blockDim.x * gridDim.x)) {
+    const I q = t / per, cell = t - q * per;
+    const I r = cell / p.w, c = cell - r * p.w;
+    const I* ap = at + static_cast<int64_t>(q) * p.oh * p.ow;
+    const T* dyp = dy + static_cast<int64_t>(q) * p.oh * p.ow;
     Acc<T> acc = 0;  // 16-bit floats sum in float, rounded once
-    // Window rows i with i * sh - ph + a * dh == r, i ascending (a descending).
-    for (int64_t a = p.kh - 1; a >= 0; --a) {
-      const int64_t ni = r + p.ph - a * p.dh;
-      if (ni < 0 || ni % p.sh != 0) continue;
-      const int64_t i = ni / p.sh;
-      if (i >= p.oh) continue;
-      for (int64_t b = p.kw - 1; b >= 0; --b) {
-        const int64_t nj = c + p.pw - b * p.dw;
-        if (nj < 0 || nj % p.sw != 0) continue;
-        const int64_t j = nj / p.sw;
-        if (j >= p.ow) continue;
-        if (ArgMaxWindow(xp, p, i, j) == cell) acc += Load(dyp[i * p.ow + j]);
+    if (p.dh == 1 && p.dw == 1) {
+      // Windows i with i * sh - ph <= r <= i * sh - ph + kh - 1, ascending.
+      const I nh = r + p.ph - p.kh + 1, nw = c + p.pw - p.kw + 1;
+      const I i0 = nh <= 0 ? 0 : (nh + p.sh - 1) / p.sh;
+      const I j0 = nw <= 0 ? 0 : (nw + p.sw - 1) / p.sw;
+      I i1 = (r + p.ph) / p.sh, j1 = (c + p.pw) / p.sw;
+      i1 = i1 < p.oh - 1 ? i1 : p.oh - 1;
+      j1 = j1 < p.ow - 1 ? j1 : p.ow - 1;
+      for (I i = i0; i <= i1; ++i)
+        for (I j = j0; j <= j1; ++j)
+          if (ap[i * p.ow + j] == cell) acc += Load(dyp[i * p.ow + j]);
+    } else {
+      // Window rows i with i * sh - ph + a * dh == r, i ascending (a descending).
+      for (I a = p.kh - 1; a >= 0; --a) {
+        const I ni = r + p.ph - a * p.dh;
+        if (ni < 0 || ni % p.sh != 0) continue;
+        const I i = ni / p.sh;
+        if (i >= p.oh) continue;
+        for (I b = p.kw - 1; b >= 0; --b) {
+          const I nj = c + p.pw - b * p.dw;
+          if (nj < 0 || nj % p.sw != 0) continue;
+          const I j = nj / p.sw;
+          if (j >= p.ow) continue;
+          if (ap[i * p.ow + j] == cell) acc += Load(dyp[i * p.ow + j]);
+        }
       }
     }
     dx[t] = Store<T>(acc);
   }
+}
+
+template <typename I, typename T>
+void MaxPoolGradRun(dg::KernelContext& ctx, const Pool& p, cudaStream_t s) {
+  const int64_t windows = p.planes * p.oh * p.ow, cells = p.planes * p.h * p.w;
+  I* at = ctx.workspace<I>(static_cast<size_t>(windows > 0 ? windows : 1));
+  const T* x = static_cast<const T*>(ctx.input(0).raw_data());
+  if (windows > 0) {
+    LaunchMaxPool<I, T, I, true>(p, windows, s, x, nullptr, at);
+    CheckLaunch(ctx);
+  }
+  const unsigned blocks = sizeof(I) == 4 ? Blocks32(cells) : Blocks(cells);
+  MaxPoolGradKernel<I, T><<<blocks, kThreads, 0, s>>>(
+      at, static_cast<const T*>(ctx.input(1).raw_data()),
+      static_cast<T*>(ctx.output(0).raw_data()), GeoOf<I>(p));
+  CheckLaunch(ctx);
 }
 
 template <typename T>
@@ -148,11 +238,12 @@ void MaxPool2dGrad(dg::KernelContext& ctx) {
   const Pool p = ReadPool(ctx, ctx.input(0), ctx.input(1));
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
-  MaxPoolGradKernel<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(0).raw_data()),
-      static_cast<const T*>(ctx.input(1).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
-      p);
-  CheckLaunch(ctx);
+  cudaStream_t s = Prepare(ctx);
+  if (Fits32(p)) {
+    MaxPoolGradRun<int32_t, T>(ctx, p, s);
+  } else {
+    MaxPoolGradRun<int64_t, T>(ctx, p, s);
+  }
 }
 DG_KERNEL("MaxPool2dGrad", "cuda", MaxPool2dGrad, float, double, half, bf16);
 
@@ -217,6 +308,30 @@ __global__ void BoxMean(const T* x, T* y, Pool p, bool include_pad) {
   }
 }
 
+// One warp per output, for boxes of dozens of cells (the global average
+// pool: 7x7 or more per plane): lanes sum strided cells of the box in
+// double, a fixed shuffle tree adds the lanes (the same bits every run),
+// so a warp reads its box as a few coalesced rows instead of one thread
+// walking it alone.
+template <bool kAdaptive, typename T>
+__global__ void BoxMeanWarp(const T* x, T* y, Pool p, bool include_pad) {
+  const int64_t total = p.planes * p.oh * p.ow;
+  const int lane = threadIdx.x & 31;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int64_t step = (static_cast<int64_t>(blockDim.x) * gridDim.x) >> 5;
+  for (int64_t t = first; t < total; t += step) {  // the same t in every lane of a warp
+    const int64_t q = t / (p.oh * p.ow), o = t % (p.oh * p.ow);
+    const T* xp = x + q * p.h * p.w;
+    const Box b = BoxOf<kAdaptive>(p, o / p.ow, o % p.ow, include_pad);
+    const int64_t bw = b.w1 - b.w0, cells = (b.h1 - b.h0) * bw;
+    double sum = 0.0;
+    for (int64_t k = lane; k < cells; k += 32)
+      sum += ToDouble(xp[(b.h0 + k / bw) * p.w + b.w0 + k % bw]);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if (lane == 0) y[t] = FromDouble<T>(sum / static_cast<double>(b.count));
+  }
+}
+
 template <bool kAdaptive, typename T>
 __global__ void BoxMeanGrad(const T* dy, T* dx, Pool p, bool include_pad) {
   DGC_LOOP(t, p.planes * p.h * p.w) {
@@ -246,6 +361,14 @@ __global__ void BoxMeanGrad(const T* dy, T* dx, Pool p, bool include_pad) {
   }
 }
 
+template <typename T>
+__global__ void GlobalAvgGrad(const T* dy, T* dx, int32_t n, FastDiv per_plane, int64_t count) {
+  using A = Acc<T>;
+  for (int32_t t = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x); t < n;
+       t += static_cast<int32_t>(blockDim.x * gridDim.x))
+    dx[t] = Store<T>(Load(dy[per_plane.Div(static_cast<uint32_t>(t))]) / static_cast<A>(count));
+}
+
 Pool ReadAvg(const dg::KernelContext& ctx, const dg::TensorRef& x, const dg::TensorRef& pooled,
              bool windowed) {
   DG_CHECK(x.ndim() == 4 && pooled.ndim() == 4, DG_INTERNAL, ctx.op_name(),
@@ -270,9 +393,16 @@ void AvgForward(dg::KernelContext& ctx) {
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
   const bool include_pad = kAdaptive ? false : ctx.b("count_include_pad");
-  BoxMean<kAdaptive, T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(0).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
-      p, include_pad);
+  const T* x = static_cast<const T*>(ctx.input(0).raw_data());
+  T* y = static_cast<T*>(ctx.output(0).raw_data());
+  cudaStream_t s = Prepare(ctx);
+  // Cells per box: about h w / (oh ow) for the adaptive pool, kh kw else.
+  const int64_t box = kAdaptive ? p.h * p.w / (p.oh * p.ow) : p.kh * p.kw;
+  if (box >= 32 && n <= (int64_t{1} << 40)) {
+    BoxMeanWarp<kAdaptive, T><<<Blocks(n * 32), kThreads, 0, s>>>(x, y, p, include_pad);
+  } else {
+    BoxMean<kAdaptive, T><<<Blocks(n), kThreads, 0, s>>>(x, y, p, include_pad);
+  }
   CheckLaunch(ctx);
 }
 
@@ -282,9 +412,19 @@ void AvgBackward(dg::KernelContext& ctx) {
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
   const bool include_pad = kAdaptive ? false : ctx.b("count_include_pad");
-  BoxMeanGrad<kAdaptive, T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<const T*>(ctx.input(1).raw_data()), static_cast<T*>(ctx.output(0).raw_data()),
-      p, include_pad);
+  const T* dy = static_cast<const T*>(ctx.input(1).raw_data());
+  T* dx = static_cast<T*>(ctx.output(0).raw_data());
+  cudaStream_t s = Prepare(ctx);
+  if (kAdaptive && p.oh == 1 && p.ow == 1 && n < (int64_t{1} << 30)) {
+    // The global average pool's gradient: dy of the cell's plane / (h w),
+    // the value BoxMeanGrad gives (0 + dy / count), with one 32-bit
+    // multiply-high division per cell instead of its box search.
+    GlobalAvgGrad<T><<<Blocks32(n), kThreads, 0, s>>>(dy, dx, static_cast<int32_t>(n),
+                                                      FastDiv(static_cast<uint32_t>(p.h * p.w)),
+                                                      p.h * p.w);
+  } else {
+    BoxMeanGrad<kAdaptive, T><<<Blocks(n), kThreads, 0, s>>>(dy, dx, p, include_pad);
+  }
   CheckLaunch(ctx);
 }
 

@@ -172,6 +172,41 @@ __global__ void ThreadReduce(const T* x, Out* y, Plan p, A init, R r, P post) {
   }
 }
 
+// x dense [rows, cols] reduced over its rows (a bias gradient: dy [batch,
+// features] summed over the batch). A block covers 32 columns with 8 row
+// groups: group g combines rows g, g + 8, ... (each a 32-wide coalesced
+// load, where BlockReduce would read one column a value per cache line),
+// then the 8 group values are combined in a fixed order.
+constexpr int kColGroups = kThreads / 32;
+
+template <typename T, typename Out, typename A, typename R, typename P>
+__global__ void ColumnReduce(const T* x, Out* y, int64_t rows, int64_t cols, A init, R r,
+                             P post) {
+  __shared__ A buf[kColGroups][32];
+  const int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
+  for (int64_t c0 = blockIdx.x * int64_t{32}; c0 < cols; c0 += int64_t{32} * gridDim.x) {
+    const int64_t c = c0 + lane;
+    A acc = init;
+    if (c < cols)
+      for (int64_t row = g; row < rows; row += kColGroups)
+        acc = r(acc, static_cast<A>(Load(x[row * cols + c])));
+    buf[g][lane] = acc;
+    __syncthreads();
+    if (g == 0 && c < cols) {
+      A v = buf[0][lane];
+      for (int k = 1; k < kColGroups; ++k) v = r(v, buf[k][lane]);
+      y[c] = static_cast<Out>(post(v));
+    }
+    __syncthreads();
+  }
+}
+
+// Whether the plan is a dense [rows, cols] input reduced over its rows.
+bool IsColumnReduction(const Plan& p) {
+  return p.kept.ndim == 1 && p.kept.strides[0][0] == 1 && p.red.ndim == 1 &&
+         p.red.strides[0][0] == p.num_out;
+}
+
 template <typename T, typename Out, typename R, typename P>
 void Reduce(dg::KernelContext& ctx, R r, P post) {
   using A = typename RedAcc<T>::type;
@@ -181,7 +216,11 @@ void Reduce(dg::KernelContext& ctx, R r, P post) {
   const T* x = static_cast<const T*>(ctx.input(0).raw_data());
   Out* y = static_cast<Out*>(ctx.output(0).raw_data());
   const A init = R::template Identity<A>();
-  if (p.num_red <= 32) {
+  if (p.num_out >= 32 && p.num_red > 1 && p.num_red <= 4096 && IsColumnReduction(p)) {
+    const int64_t blocks = (p.num_out + 31) / 32;
+    ColumnReduce<T, Out, A, R, P><<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535),
+                                    kThreads, 0, s>>>(x, y, p.num_red, p.num_out, init, r, post);
+  } else if (p.num_red <= 32) {
     ThreadReduce<T, Out, A, R, P><<<Blocks(p.num_out), kThreads, 0, s>>>(x, y, p, init, r, post);
   } else {
     const int64_t blocks = p.num_out < 65535LL * 16 ? p.num_out : 65535LL * 16;
@@ -424,6 +463,53 @@ __global__ void SoftmaxRows(const T* x, T* y, int64_t outer, int64_t len, int64_
   }
 }
 
+// Contiguous rows of up to kWarpRowLen values (attention scores, logits):
+// one warp per row instead of a block of 256 threads mostly idle between
+// shared-memory reductions. The lanes' maxima and sums are combined by a
+// fixed shuffle tree and lane 0's value is given to every lane, so each
+// row is normalised by one max and one sum (the same bits every run).
+constexpr int64_t kWarpRowLen = 1024;
+
+template <typename A>
+__device__ inline A WarpMaxNan(A m) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const A o = __shfl_down_sync(0xffffffffu, m, off);
+    if (o > m || o != o) m = o;
+  }
+  return __shfl_sync(0xffffffffu, m, 0);
+}
+
+template <typename A>
+__device__ inline A WarpSumLane0(A v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+template <bool kLog, typename T>
+__global__ void SoftmaxWarpRows(const T* x, T* y, int64_t rows, int64_t len) {
+  using A = Acc<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int64_t step = (static_cast<int64_t>(blockDim.x) * gridDim.x) >> 5;
+  for (int64_t row = first; row < rows; row += step) {  // the same row in every lane
+    const T* xr = x + row * len;
+    A m = -INFINITY;
+    for (int64_t j = lane; j < len; j += 32) {
+      const A v = Load(xr[j]);
+      m = (v > m || v != v) ? v : m;
+    }
+    m = WarpMaxNan(m);
+    A sum = 0;
+    for (int64_t j = lane; j < len; j += 32) sum += exp(Load(xr[j]) - m);
+    sum = WarpSumLane0(sum);
+    const A lse = log(sum);
+    for (int64_t j = lane; j < len; j += 32) {
+      const A d = Load(xr[j]) - m;
+      y[row * len + j] = static_cast<T>(kLog ? d - lse : exp(d) / sum);
+    }
+  }
+}
+
 template <bool kLog, typename T>
 void SoftmaxRun(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0);
@@ -441,9 +527,17 @@ void SoftmaxRun(dg::KernelContext& ctx) {
   cudaStream_t s = Prepare(ctx);
   const int64_t rows = outer * inner;
   const int64_t blocks = rows < 65535LL * 16 ? rows : 65535LL * 16;
-  SoftmaxRows<kLog, T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-      static_cast<const T*>(x.raw_data()), static_cast<T*>(ctx.output(0).raw_data()), outer, len,
-      inner);
+  if (inner == 1 && len <= kWarpRowLen) {
+    const int64_t wb = (rows * 32 + kThreads - 1) / kThreads;
+    SoftmaxWarpRows<kLog, T><<<static_cast<unsigned>(wb < 65535LL * 16 ? wb : 65535LL * 16),
+                               kThreads, 0, s>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(ctx.output(0).raw_data()), rows,
+        len);
+  } else {
+    SoftmaxRows<kLog, T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(ctx.output(0).raw_data()), outer,
+        len, inner);
+  }
   CheckLaunch(ctx);
 }
 template <typename T>

@@ -103,6 +103,7 @@ def test_bad_arguments_and_no_gpu(profile_gpu, capsys):
         assert "no cuda device" in capsys.readouterr().out
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not dg.cuda.is_available(), reason="needs a cuda device")
 def test_gpu_run_small(profile_gpu, tmp_path):
     """On a GPU: every workload at small sizes, eager and compiled; every
@@ -126,3 +127,37 @@ def test_gpu_run_small(profile_gpu, tmp_path):
         if "dragon eager" in t:
             ops = sum(r["ms_per_step"] for r in s["rows"])
             assert 0.1 * s["step_ms"] <= ops <= 1.05 * s["step_ms"], (t, ops, s["step_ms"])
+
+
+def test_single_op_table_on_the_cpu(profile_gpu, tmp_path):
+    """``--ops``: every op of the table runs (no ERROR row) and is timed."""
+    out = tmp_path / "ops.json"
+    assert profile_gpu.main(["--device", "cpu", "--quick", "--ops", "--rounds", "1",
+                             "--calls", "1", "--json", str(out)]) == 0
+    (sec,) = json.loads(out.read_text())["sections"]
+    names = [r["name"] for r in sec["rows"]]
+    assert len(names) == 16 and any(n.startswith("BatchNormGrad") for n in names)
+    for r in sec["rows"]:
+        assert "error" not in r, r
+        assert r["dragon_ms"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not dg.cuda.is_available(), reason="needs a cuda device")
+def test_single_op_table_on_the_gpu(profile_gpu, tmp_path):
+    """On a GPU: every op runs, with torch's kernel time beside it when
+    torch sees the GPU."""
+    out = tmp_path / "ops.json"
+    assert profile_gpu.main(["--device", "cuda", "--quick", "--ops", "--rounds", "1",
+                             "--calls", "2", "--json", str(out)]) == 0
+    (sec,) = json.loads(out.read_text())["sections"]
+    try:
+        import torch
+        torch_gpu = torch.cuda.is_available()
+    except ImportError:
+        torch_gpu = False
+    for r in sec["rows"]:
+        assert "error" not in r, r
+        assert r["dragon_ms"] > 0
+        if torch_gpu:
+            assert r["torch_ms"] is not None and r["torch_ms"] > 0, r

@@ -298,6 +298,17 @@ class ProcessGroup:
         _plugin_mpi().register(gid, comm, self._rank, self.ranks, _G.timeout, _G.lib.path,
                                state)
 
+    def _set_engine(self, engine: str) -> None:
+        """Switch how this group's cpu collectives run: ``"thread"`` (blocking
+        MPI calls on the communicator's thread, the default) or
+        ``"nonblocking"`` (``MPI_I*`` polled on the caller's thread); nothing
+        may be in flight. For A/B measurements (bench/bench_dist.py)."""
+        state = ""
+        if self.id == 0 and _G.run_dir:
+            state = os.path.join(_G.run_dir, f"rank{self._rank}.state")
+        _plugin_mpi().register(self.id, self._comm, self._rank, self.ranks, _G.timeout,
+                               _G.lib.path, state, engine=engine)
+
     def rank(self) -> int:
         return self._rank
 
@@ -439,6 +450,10 @@ def _call(name, g, fn):
         me = f"rank {_G.world.rank()}: " if _G.world is not None else ""
         core = msg[msg.index(me):] if me and me in msg else msg
         if "did not complete within" in msg:
+            # The job cannot go on (the collective stays blocked in MPI): a
+            # normal exit aborts it too (MPI_Finalize would wait for peers),
+            # and the plugin aborts it after a grace period anyway.
+            _G.failed = True
             raise DistributedTimeoutError(f"{core}: {_peers_text(msg, g)}") from None
         if "MPI error" in msg or "different orders" in msg:
             raise DistributedError(core) from None
@@ -581,8 +596,10 @@ def _all_reduce_start_result(tensor, op: str = "sum", group=None):
     """Start an all-reduce of the cpu ``tensor`` *out of place*: ``tensor``
     is not modified; returns ``wait() -> Tensor``, a new tensor holding the
     result. DistributedDataParallel's buckets use it (with ``op="avg"``, the
-    division done by the kernel): it saves the copy back into ``tensor`` and
-    a separate scaling pass of every bucket, every step. Raises
+    division done by the kernel as it copies the result out): it saves the
+    copy back into ``tensor`` and a separate scaling pass of every bucket,
+    every step. ``tensor`` is read where it is (not copied): it must not be
+    modified until ``wait()`` returns. Raises
     ``_OnDevice`` for a cuda tensor under the nccl backend (the caller then
     uses :func:`all_reduce`)."""
     from .. import ops
@@ -591,8 +608,11 @@ def _all_reduce_start_result(tensor, op: str = "sum", group=None):
     arr = _check_tensor("all_reduce", tensor, g)
     _check_op("all_reduce", arr, op)
     n = g.size()
+    # borrow: the kernel reads ``tensor`` where it is (no copy); ``wait``
+    # holds it (as ``like``) until the collective is complete, and the
+    # caller must not modify it before (DDP's private bucket buffer).
     handle = _call("all_reduce", g, lambda: ops.collective_start(
-        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op))
+        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op, borrow=True))
 
     def wait():
         return _call("all_reduce", g, lambda: ops.collective_wait(

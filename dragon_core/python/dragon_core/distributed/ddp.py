@@ -51,10 +51,22 @@ class _Group:
     """
 
     def __init__(self, rank: int, size: int, all_reduce: Callable, broadcast: Callable,
-                 name: str, avg_start: Callable | None = None):
+                 name: str, avg_start: Callable | None = None,
+                 traced_avg: Callable | None = None):
         self.rank, self.size, self.name = int(rank), int(size), name
         self._all_reduce, self._broadcast = all_reduce, broadcast
         self._avg_start = avg_start
+        self._traced_avg = traced_avg
+
+    def traced_average(self, tensor):
+        """While tracing: the average over the ranks of a *device* (cuda)
+        bucket as the core's ``CollectiveAllReduce`` graph op (``op="avg"``;
+        dragon-nccl-dist's NCCL kernel, stream-ordered), or None when this
+        group cannot (then the bucket goes through the cpu-only
+        ``DDPAllReduceStart``/``DDPAllReduceWait`` pair)."""
+        if self._traced_avg is None:
+            return None
+        return self._traced_avg(tensor)
 
     def average_start(self, tensor):
         """Start the average over the ranks of ``tensor``; returns
@@ -120,7 +132,8 @@ def resolve_group(process_group: Any = None) -> _Group:
     return _Group(get_rank(**kw), get_world_size(**kw),
                   lambda t, async_op: _all_reduce(t, async_op=async_op, **kw),
                   lambda t, src: _broadcast(t, src=src, **kw), "dragon_core.distributed",
-                  avg_start=lambda t: _all_reduce_start_result(t, "avg", **kw))
+                  avg_start=lambda t: _all_reduce_start_result(t, "avg", **kw),
+                  traced_avg=lambda t: _all_reduce(t, op="avg", **kw))
 
 
 # ------------------------------------------------- graph ops (compiled steps)
@@ -409,6 +422,14 @@ class DistributedDataParallel(Module):
         flat = ops.concat(grads, 0)
         bucket.flat = flat
         if _C._is_tracing():
+            if not str(flat.device).startswith("cpu"):
+                # A device bucket: the collective op itself (NCCL on cuda),
+                # ordered on the device's stream; the cpu-only custom-op
+                # pair below has no kernel there.
+                total = self._group.traced_average(flat)
+                if total is not None:
+                    bucket.wait = lambda: total
+                    return
             start, wait = _graph_ops()
             token = start(flat, group=self._graph_key())
             bucket.wait = lambda: wait(token, flat, group=self._graph_key())

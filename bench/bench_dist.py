@@ -110,7 +110,7 @@ def _worker_allreduce_ab(quick: bool) -> dict:
     rotating order, ranks synchronised before each), so load changes hit
     every form alike. Forms: mpi4py's blocking ``Allreduce`` (the anchor),
     ``dist.all_reduce`` (eager, in place) and DDP's bucket path
-    (``_all_reduce_start_result(t, "avg")`` then wait: out of place, average
+    (``_all_reduce_start_result(t, "avg")`` then wait: in place, average
     in the kernel) on a group whose engine is ``thread`` (blocking MPI calls
     on the communicator's thread, the default) and on one whose engine is
     ``nonblocking`` (MPI_I* polled on the caller's thread: the old path).
@@ -158,7 +158,7 @@ def _worker_allreduce_ab(quick: bool) -> dict:
             assert np.all(dist.all_reduce(fresh, group=g).numpy() == n * (n + 1) / 2)
             fresh = dg.from_numpy(np.full(nbytes // 4, comm.Get_rank() + 1, np.float32))
             avg = _all_reduce_start_result(fresh, "avg", g)().numpy()
-            assert np.all(avg == (n + 1) / 2) and np.all(fresh.numpy() == comm.Get_rank() + 1)
+            assert np.all(avg == (n + 1) / 2)
     return out
 
 

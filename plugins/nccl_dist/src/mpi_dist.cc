@@ -379,17 +379,23 @@ void FromFloat(DgDType d, const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = FloatToHalf(d, src[i]);
 }
 
-template <typename T>
-void DivideT(void* p, int64_t n, int size) {
-  T* v = static_cast<T*>(p);
-  for (int64_t i = 0; i < n; ++i) v[i] /= static_cast<T>(size);
-}
-
+// dst[i] = src[i] / size (dst may be src): a multiplication by the exact
+// reciprocal when size is a power of two (the same result, cheaper).
 template <typename T>
 void DivideInto(void* dst, const void* src, int64_t n, int size) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
-  for (int64_t i = 0; i < n; ++i) d[i] = s[i] / static_cast<T>(size);
+  if ((size & (size - 1)) == 0) {
+    const T r = T(1) / static_cast<T>(size);
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] * r;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] / static_cast<T>(size);
+  }
+}
+
+template <typename T>
+void DivideT(void* p, int64_t n, int size) {
+  DivideInto<T>(p, p, n, size);
 }
 
 // ------------------------------------------------------------- collectives
@@ -501,6 +507,7 @@ struct Pending {
   Handle mpi_t = nullptr, mpi_op = nullptr;
   bool done = false;          // guarded by the worker's mutex
   int rc = 0;
+  void* copy_to = nullptr;    // in_place on the nonblocking engine: x, written at the wait
 };
 
 std::string Describe(const Pending& p) {
@@ -511,6 +518,19 @@ std::string Describe(const Pending& p) {
 }
 
 bool Reduces(int kind) { return kind == kAllReduce || kind == kReduceScatter; }
+
+// What follows the MPI call: an average's division (unless the caller
+// divides while copying the result out) and a half reduction's conversion
+// back from float32.
+void Post(Pending& p, bool divide) {
+  const bool half_red = Reduces(p.kind) && IsHalf(p.dtype);
+  if (divide && p.reduce_op == "avg" && Reduces(p.kind)) {
+    if (half_red || p.dtype == DG_FLOAT32) DivideT<float>(p.recv, p.numel_out, p.comm.size);
+    else DivideT<double>(p.recv, p.numel_out, p.comm.size);
+  }
+  if (half_red && p.numel_out)
+    FromFloat(p.dtype, static_cast<const float*>(p.f32_recv.data()), p.out, p.numel_out);
+}
 
 // After a collective timed out the job cannot go on (the thread engine's
 // call stays blocked in MPI; the nonblocking engine's request never
@@ -608,6 +628,7 @@ class CommWorker {
         running_ = true;
       }
       const int rc = Run(*p);
+      if (rc == 0) Post(*p, true);  // here, off the waiting caller's path
       {
         std::lock_guard<std::mutex> lock(mu_);
         p->rc = rc;
@@ -648,12 +669,8 @@ class CommWorker {
 // Fills `p` from the collective's arguments and starts it. `x` may be null
 // (barrier, recv). With `dst` null the result goes to a buffer owned by `p`
 // (async form).
-//
-// `borrow`: the async form reads `x` where it is instead of copying it (the
-// caller keeps x alive and unchanged until the wait: DDP's private bucket).
 void Start(const std::shared_ptr<Pending>& sp, Mpi& m, const void* x, void* dst,
-           int64_t src_root, int64_t peer, int64_t tag, const char* op,
-           bool borrow = false) {
+           int64_t src_root, int64_t peer, int64_t tag, const char* op) {
   static char dummy[8];
   Pending& p = *sp;
   const Comm& c = p.comm;
@@ -673,7 +690,7 @@ void Start(const std::shared_ptr<Pending>& sp, Mpi& m, const void* x, void* dst,
     float* f = static_cast<float*>(p.f32_send.Get(static_cast<size_t>(p.numel_in) * 4));
     ToFloat(p.dtype, x, f, p.numel_in);
     send = f;
-  } else if (x && !dst && p.kind != kBroadcast && !borrow) {
+  } else if (x && !dst && p.kind != kBroadcast) {
     void* b = p.own_send.Get(in_bytes);
     if (in_bytes) std::memcpy(b, x, in_bytes);
     send = b;
@@ -682,7 +699,7 @@ void Start(const std::shared_ptr<Pending>& sp, Mpi& m, const void* x, void* dst,
   // the async one its own copy. (Open MPI's non-blocking in-place all-reduce
   // of a few MiB between 2 ranks measured several times slower than the
   // out-of-place one: bench/bench_dist.py, docs/distributed.md.)
-  const bool out_of_place = p.kind == kAllReduce && !half_red;
+  const bool out_of_place = p.kind == kAllReduce && !half_red && x != dst;
   // The receive side.
   if (!dst) {
     dst = p.own_recv.Get(out_bytes);
@@ -805,7 +822,8 @@ void Start(const std::shared_ptr<Pending>& sp, Mpi& m, const void* x, void* dst,
 // sleeps (up to 1 ms), so a hung peer does not burn a core until the timeout.
 //
 // `defer_avg`: leave an average's division to the caller (CollectiveWait
-// divides while it copies the result out: one pass instead of two).
+// divides while it copies the result out: one pass instead of two). The
+// thread engine's worker divides right after the MPI call instead.
 void Finish(Pending& p, Mpi& m, bool defer_avg = false) {
   if (p.threaded) {
     if (!p.comm.worker->Wait(p)) TimedOut(p, m);
@@ -839,13 +857,7 @@ void Finish(Pending& p, Mpi& m, bool defer_avg = false) {
     sleep_us = std::min(1000, sleep_us + 10);
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
   }
-  const bool half_red = Reduces(p.kind) && IsHalf(p.dtype);
-  if (p.reduce_op == "avg" && Reduces(p.kind) && !defer_avg) {
-    if (half_red || p.dtype == DG_FLOAT32) DivideT<float>(p.recv, p.numel_out, p.comm.size);
-    else DivideT<double>(p.recv, p.numel_out, p.comm.size);
-  }
-  if (half_red && p.numel_out)
-    FromFloat(p.dtype, static_cast<const float*>(p.f32_recv.data()), p.out, p.numel_out);
+  if (!p.threaded) Post(p, !defer_avg);  // (the thread engine's worker did it)
   std::lock_guard<std::mutex> lock(g_mu);
   g_state.Write(0, KindName(p.kind));
 }
@@ -995,10 +1007,25 @@ void MpiStart(dg::KernelContext& ctx) {
   // recv): only the group-wide kinds exchange fingerprints.
   if (kind != kSend && kind != kRecv) CheckOrder(ctx, m, c, kind, x.dtype(), x.numel(),
                                                  p->reduce_op, src);
-  const bool borrow = ctx.b("borrow") && (kind == kAllReduce || kind == kAllGather ||
-                                            kind == kReduceScatter || kind == kAllToAll);
-  Start(p, m, kind == kBarrier || kind == kRecv ? nullptr : x.raw_data(), nullptr, src, peer,
-        ctx.i("tag_id"), op, borrow);
+  const bool in_place = ctx.b("in_place");
+  void* dst = nullptr;
+  if (in_place) {
+    DG_CHECK(kind == kAllReduce || kind == kBroadcast, DG_INVALID_ARGUMENT, op,
+             ": in_place is for all_reduce and broadcast, got ", KindName(kind));
+    const int64_t ptr = ctx.i("data_ptr");
+    DG_CHECK(ptr == 0 || ptr == static_cast<int64_t>(reinterpret_cast<intptr_t>(x.raw_data())),
+             DG_INTERNAL, op, ": in_place needs the caller's own buffer, got a copy of it");
+    // The thread engine's blocking calls work on x itself (MPI_IN_PLACE);
+    // the nonblocking engine reduces out of place (libnbc's in-place
+    // all-reduce is several times slower) and copies into x at the wait.
+    if (c.worker || (kind == kAllReduce && IsHalf(x.dtype()))) {
+      dst = x.raw_data();
+    } else {
+      p->copy_to = x.raw_data();
+    }
+  }
+  Start(p, m, kind == kBarrier || kind == kRecv ? nullptr : x.raw_data(), dst, src, peer,
+        ctx.i("tag_id"), op);
   std::lock_guard<std::mutex> lock(g_mu);
   const int64_t h = g_next++;
   g_pending[h] = std::move(p);
@@ -1022,6 +1049,11 @@ void WaitShape(dg::InferContext& ctx) {
   } else if (kind == "barrier" || kind == "send") {
     shape = {0};
   }
+  if (ctx.b("in_place")) {
+    DG_CHECK(kind == "all_reduce" || kind == "broadcast", DG_INVALID_ARGUMENT,
+             "CollectiveWait: in_place is for all_reduce and broadcast, got ", kind);
+    shape = {0};
+  }
   ctx.set_output(0, ctx.input(1).dtype(), shape);
 }
 
@@ -1038,19 +1070,27 @@ void MpiWait(dg::KernelContext& ctx) {
     p = std::move(it->second);
     g_pending.erase(it);
   }
-  const bool fuse_avg = p->reduce_op == "avg" && Reduces(p->kind) &&
+  const bool fuse_avg = p->reduce_op == "avg" && Reduces(p->kind) && !p->threaded &&
                         (p->dtype == DG_FLOAT32 || p->dtype == DG_FLOAT64);
-  Finish(*p, m, fuse_avg);
+  const bool in_place = ctx.b("in_place");
+  Finish(*p, m, fuse_avg && !in_place);
+  if (in_place) {  // the result is in the caller's x (or goes there now)
+    const size_t bytes = static_cast<size_t>(p->numel_out) * ItemSize(p->dtype);
+    if (p->copy_to && bytes) std::memcpy(p->copy_to, p->own_recv.data(), bytes);
+    return;
+  }
   const auto y = ctx.output(0);
   const size_t bytes = static_cast<size_t>(y.numel()) * ItemSize(y.dtype());
-  DG_CHECK(bytes <= p->own_recv.size(), DG_INTERNAL, op, ": result of ", p->own_recv.size(),
-           " bytes for an output of ", bytes);
+  const size_t have = static_cast<size_t>(p->numel_out) * ItemSize(p->dtype);
+  DG_CHECK(bytes <= have, DG_INTERNAL, op, ": result of ", have, " bytes for an output of ",
+           bytes);
+  // p->out: the result (the async pair's own buffer)
   if (bytes && fuse_avg && p->dtype == DG_FLOAT32) {
-    DivideInto<float>(y.raw_data(), p->own_recv.data(), y.numel(), p->comm.size);
+    DivideInto<float>(y.raw_data(), p->out, y.numel(), p->comm.size);
   } else if (bytes && fuse_avg) {
-    DivideInto<double>(y.raw_data(), p->own_recv.data(), y.numel(), p->comm.size);
+    DivideInto<double>(y.raw_data(), p->out, y.numel(), p->comm.size);
   } else if (bytes) {
-    std::memcpy(y.raw_data(), p->own_recv.data(), bytes);
+    std::memcpy(y.raw_data(), p->out, bytes);
   }
 }
 
@@ -1177,7 +1217,7 @@ DG_OP(CollectiveStart)
     .Doc("Starts a collective of dragon_core.distributed without waiting for it "
          "(the async form: all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, "
          "barrier, send, recv); returns the handle CollectiveWait completes. The input is "
-         "copied (unless borrow): it may be freed or overwritten at once.")
+         "copied (unless in_place): it may be freed or overwritten at once.")
     .Input("x", kMpiTypes, DG_ARG_NO_GRAD,
            "The tensor sent (recv, barrier: only its shape and dtype matter).")
     .Output("handle", dg::Bit(DG_INT64), 0, "0-d int64.")
@@ -1189,10 +1229,14 @@ DG_OP(CollectiveStart)
     .Attr("peer", int64_t{0}, "The other rank in the group (send, recv).")
     .Attr("tag_id", int64_t{0}, "MPI tag (send, recv).")
     .Attr("tag", "", "Trace-site label (order check).")
-    .Attr("borrow", false,
-          "Read x where it is instead of copying it (all_reduce, all_gather, "
-          "reduce_scatter, all_to_all): the caller keeps x alive and unchanged until "
-          "CollectiveWait (DistributedDataParallel's private bucket buffer).")
+    .Attr("in_place", false,
+          "all_reduce, broadcast: the result goes into x itself (eager "
+          "dragon_core.distributed, which works in place like torch.distributed, and "
+          "DistributedDataParallel's private bucket; never a graph value). The caller keeps x "
+          "alive and leaves it alone until CollectiveWait (in_place too), whose output is "
+          "then empty.")
+    .Attr("data_ptr", int64_t{0}, "in_place: the address of x's data the caller expects "
+          "(0: unchecked); a kernel handed a copy raises instead of writing the copy.")
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)
     .Shape(StartShape);
 
@@ -1205,6 +1249,7 @@ DG_OP(CollectiveWait)
     .Output("y", kMpiTypes, 0, "The result (empty for barrier and send).")
     .RequiredAttr("kind", DG_ATTR_STRING, "Which collective (as started).")
     .Attr("group_size", int64_t{1}, "Number of ranks in the group.")
+    .Attr("in_place", false, "As started: the result is in x; the output is empty.")
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)
     .Shape(WaitShape);
 

@@ -529,6 +529,22 @@ def _collective(name, kind, g, x, async_op, finish, result, *, reduce_op="sum", 
     return w if async_op else w.wait()
 
 
+def _in_place(name, kind, g, tensor, arr, *, reduce_op="sum", src=0):
+    """The synchronous all_reduce / broadcast of the cpu ``tensor`` written
+    into its own buffer by the kernel (``CollectiveStart`` +
+    ``CollectiveWait`` with ``in_place``): no result tensor to allocate and
+    copy back. ``arr`` is ``tensor.numpy()``, whose address the kernel
+    checks (it never writes a copy)."""
+    from .. import ops
+    n = g.size()
+    handle = _call(name, g, lambda: ops.collective_start(
+        tensor, kind=kind, group=g.id, group_size=n, reduce_op=reduce_op, src=int(src),
+        in_place=True, data_ptr=int(arr.ctypes.data) if arr.size else 0))
+    _call(name, g, lambda: ops.collective_wait(handle, tensor, kind=kind, group_size=n,
+                                               in_place=True))
+    return tensor
+
+
 def _from(arr):
     from .. import from_numpy
     return from_numpy(arr)
@@ -588,35 +604,35 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
         tensor._set_data(_device_op("all_reduce", tensor, g, reduce_op=op))
         return _done("all_reduce", g, tensor, async_op)
     _check_op("all_reduce", arr, op)
+    if not async_op:
+        return _in_place("all_reduce", "all_reduce", g, tensor, arr, reduce_op=op)
     return _collective("all_reduce", "all_reduce", g, tensor, async_op, _into(arr), tensor,
                        reduce_op=op)
 
 
 def _all_reduce_start_result(tensor, op: str = "sum", group=None):
-    """Start an all-reduce of the cpu ``tensor`` *out of place*: ``tensor``
-    is not modified; returns ``wait() -> Tensor``, a new tensor holding the
-    result. DistributedDataParallel's buckets use it (with ``op="avg"``, the
-    division done by the kernel as it copies the result out): it saves the
-    copy back into ``tensor`` and a separate scaling pass of every bucket,
-    every step. ``tensor`` is read where it is (not copied): it must not be
-    modified until ``wait()`` returns. Raises
-    ``_OnDevice`` for a cuda tensor under the nccl backend (the caller then
-    uses :func:`all_reduce`)."""
+    """Start an all-reduce of the cpu ``tensor`` *in place* and return
+    ``wait() -> tensor`` (holding the result once ``wait`` returns).
+    DistributedDataParallel's buckets use it (with ``op="avg"``, the division
+    done by the kernel): no result tensor to allocate and no copy of the
+    bucket, every step. ``tensor`` is the collective's buffer: it must be
+    private to the caller and left alone until ``wait()`` returns (DDP's
+    flat bucket). Raises ``_OnDevice`` for a cuda tensor under the nccl
+    backend (the caller then uses :func:`all_reduce`)."""
     from .. import ops
     g = _group(group)
     op = str(op).lower()
     arr = _check_tensor("all_reduce", tensor, g)
     _check_op("all_reduce", arr, op)
     n = g.size()
-    # borrow: the kernel reads ``tensor`` where it is (no copy); ``wait``
-    # holds it (as ``like``) until the collective is complete, and the
-    # caller must not modify it before (DDP's private bucket buffer).
     handle = _call("all_reduce", g, lambda: ops.collective_start(
-        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op, borrow=True))
+        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op, in_place=True,
+        data_ptr=int(arr.ctypes.data) if arr.size else 0))
 
     def wait():
-        return _call("all_reduce", g, lambda: ops.collective_wait(
-            handle, tensor, kind="all_reduce", group_size=n))
+        _call("all_reduce", g, lambda: ops.collective_wait(
+            handle, tensor, kind="all_reduce", group_size=n, in_place=True))
+        return tensor
     return wait
 
 
@@ -640,6 +656,8 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     except _OnDevice:
         tensor._set_data(_device_op("broadcast", tensor, g, src=root))
         return _done("broadcast", g, tensor, async_op)
+    if not async_op:
+        return _in_place("broadcast", "broadcast", g, tensor, arr, src=root)
     return _collective("broadcast", "broadcast", g, tensor, async_op, _into(arr), tensor,
                        src=root)
 

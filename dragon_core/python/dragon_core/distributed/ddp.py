@@ -69,10 +69,11 @@ class _Group:
         return self._traced_avg(tensor)
 
     def average_start(self, tensor):
-        """Start the average over the ranks of ``tensor``; returns
-        ``wait() -> averaged tensor``. Out of place with the division in the
-        kernel where the group can (dragon_core.distributed's groups on cpu);
-        otherwise a sum all-reduce, scaled on wait."""
+        """Start the average over the ranks of ``tensor`` (a private buffer:
+        DDP's flat bucket); returns ``wait() -> averaged tensor``. In place in
+        ``tensor`` with the division in the kernel where the group can
+        (dragon_core.distributed's groups on cpu); otherwise a sum
+        all-reduce, scaled on wait."""
         if self._avg_start is not None:
             from . import _OnDevice
             try:

@@ -118,6 +118,14 @@ class Lib:
                                "(destroy_process_group); it cannot be initialised again")
         self.lib.MPI_Initialized(ctypes.byref(flag))
         if not flag.value:
+            # A rank waiting inside a blocking MPI call yields its core
+            # (sched_yield) instead of spinning through its time slice: on a
+            # machine with fewer cores than threads (2 ranks, each with a
+            # communication thread and its compute, or other jobs) a
+            # spinning wait keeps the peer it waits for off the core. Open
+            # MPI sets this itself only when it sees more ranks than slots.
+            # Measured: bench/bench_dist.py --ab, docs/distributed.md.
+            os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
             provided = ctypes.c_int(0)
             self.check(self.lib.MPI_Init_thread(None, None, _THREAD_MULTIPLE,
                                                 ctypes.byref(provided)), "MPI_Init_thread")

@@ -639,9 +639,36 @@ class CommWorker {
     }
   }
 
+  // First meets the peers with a non-blocking barrier polled with short
+  // sleeps, then makes the blocking call. Open MPI's blocking calls spin
+  // (yielding) until every peer is there: a peer that is late (still in its
+  // backward pass, or descheduled on a busy machine) would cost this rank a
+  // spinning thread beside its own compute. Once all have arrived the
+  // blocking call runs at full speed; the barrier costs one small round.
+  int Meet(Mpi& m, Handle comm) {
+    Handle req = nullptr;
+    int rc = m.Ibarrier(comm, &req);
+    if (rc != 0) return rc;
+    int done = 0, sleep_us = 0;
+    for (int polls = 0;; ++polls) {
+      rc = m.Test(&req, &done, nullptr);
+      if (rc != 0 || done) return rc;
+      if (polls < 64) {
+        std::this_thread::yield();
+        continue;
+      }
+      sleep_us = std::min(200, sleep_us + 10);
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    }
+  }
+
   int Run(Pending& p) {
     Mpi& m = *m_;
     Handle comm = p.comm.comm;
+    if (p.comm.size > 1) {
+      const int rc = Meet(m, comm);
+      if (rc != 0 || p.kind == kBarrier) return rc;  // a barrier is the meeting itself
+    }
     static const void* kInPlace = reinterpret_cast<const void*>(1);  // MPI_IN_PLACE
     switch (p.kind) {
       case kAllReduce:

@@ -542,6 +542,7 @@ def _in_place(name, kind, g, tensor, arr, *, reduce_op="sum", src=0):
         in_place=True, data_ptr=int(arr.ctypes.data) if arr.size else 0))
     _call(name, g, lambda: ops.collective_wait(handle, tensor, kind=kind, group_size=n,
                                                in_place=True))
+    tensor._bump_version()              # an in-place write (autograd's saved-tensor check)
     return tensor
 
 
@@ -632,6 +633,7 @@ def _all_reduce_start_result(tensor, op: str = "sum", group=None):
     def wait():
         _call("all_reduce", g, lambda: ops.collective_wait(
             handle, tensor, kind="all_reduce", group_size=n, in_place=True))
+        tensor._bump_version()
         return tensor
     return wait
 

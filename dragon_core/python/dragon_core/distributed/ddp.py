@@ -346,6 +346,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_next", 0)        # next bucket to start
         object.__setattr__(self, "_active", False)  # a synced backward is in flight
         object.__setattr__(self, "_ready", set())     # parameters whose grad is ready
+        object.__setattr__(self, "_early", {})        # param -> wait of a direct gradient
         self._broadcast_state(broadcast_buffers)
         handles = []
         for i, p in enumerate(self._params):
@@ -424,6 +425,12 @@ class DistributedDataParallel(Module):
                                "for all but the last")
         self._ready.add(i)
         bucket.pending -= 1
+        if not _C._is_tracing() and self._group.averages_in_place and self._direct(i):
+            # A large gradient starts its own in-place average at once: its
+            # all-reduce overlaps the rest of backward instead of waiting for
+            # the bucket's other gradients. (Every rank runs its hooks in the
+            # same order, the graph's, so the collectives match.)
+            self._early[i] = self._start_one(i)
         # Start every complete bucket, in bucket order.
         while self._next < len(self._buckets) and self._buckets[self._next].pending == 0:
             self._start(self._buckets[self._next])
@@ -463,19 +470,20 @@ class DistributedDataParallel(Module):
         return (p.numel() * p.dtype.itemsize >= DIRECT_BYTES
                 and str(p.device).startswith("cpu"))
 
+    def _start_one(self, i: int):
+        """Start the in-place average of parameter ``i``'s gradient."""
+        g = self._params[i].grad
+        if g._storage_refs != 1 or not g.is_contiguous():
+            # shared with another tensor (two leaves can get one gradient
+            # tensor) or strided: reduce a private copy instead
+            g = ops.concat([g.reshape([-1])], 0).reshape(list(g.shape))
+        return self._group.average_start(g)
+
     def _start_direct(self, bucket: _Bucket, big: list) -> None:
-        """Average the bucket's large gradients in place, one all-reduce each,
-        and the rest through a flat buffer, all in bucket order."""
+        """The bucket's large gradients were started as they became ready
+        (in place, one all-reduce each); the rest go through a flat buffer."""
         self._log("allreduce_start", bucket.index)
-        direct = []
-        for i in big:
-            g = self._params[i].grad
-            if g._storage_refs != 1 or not g.is_contiguous():
-                # shared with another tensor (two leaves can get one gradient
-                # tensor) or strided: reduce a private copy instead
-                g = ops.concat([g.reshape([-1])], 0).reshape(list(g.shape))
-            direct.append((i, self._group.average_start(g)))
-        bucket.direct = direct
+        bucket.direct = [(i, self._early.pop(i)) for i in big]
         rest = [i for i in bucket.params if i not in big]
         bucket.params_rest = rest if rest else None
         if rest:
@@ -520,6 +528,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_next", 0)
         object.__setattr__(self, "_active", False)
         self._ready.clear()
+        self._early.clear()
 
     def extra_repr(self) -> str:
         sizes = [sum(self._params[i].numel() * self._params[i].dtype.itemsize

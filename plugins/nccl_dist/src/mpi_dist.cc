@@ -559,8 +559,9 @@ void ArmAbort(Mpi& m, const std::string& what) {
 // The thread engine: one communication thread per communicator runs its
 // blocking collectives one at a time, in the order they were issued (which
 // every rank keeps: the same order as the graph/eager calls). The thread is
-// detached and its object never freed while it runs, so a thread still
-// blocked in MPI at process exit does not stop the exit.
+// detached and its object is never freed (NewCommWorker: a few per process),
+// so a thread still blocked in MPI at process exit does not stop the exit
+// and one that outlives its group never touches freed memory.
 class CommWorker {
  public:
   explicit CommWorker(Mpi* m) : m_(m) {
@@ -596,11 +597,6 @@ class CommWorker {
     return p.done;
   }
 
-  bool Idle() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return queue_.empty() && !running_;
-  }
-
   // Ends the thread once its queue has drained (waiting at most `timeout_s`);
   // a broken worker is left as it is (its thread is blocked in MPI).
   void Stop(double timeout_s) {
@@ -625,7 +621,6 @@ class CommWorker {
         }
         p = std::move(queue_.front());
         queue_.pop_front();
-        running_ = true;
       }
       const int rc = Run(*p);
       if (rc == 0) Post(*p, true);  // here, off the waiting caller's path
@@ -633,7 +628,6 @@ class CommWorker {
         std::lock_guard<std::mutex> lock(mu_);
         p->rc = rc;
         p->done = true;
-        running_ = false;
       }
       done_cv_.notify_all();
     }
@@ -689,9 +683,13 @@ class CommWorker {
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::shared_ptr<Pending>> queue_;
-  bool running_ = false, stop_ = false, exited_ = false;
+  bool stop_ = false, exited_ = false;
   std::string broken_;  // the collective that timed out
 };
+
+std::shared_ptr<CommWorker> NewCommWorker(Mpi* m) {
+  return std::shared_ptr<CommWorker>(new CommWorker(m), [](CommWorker*) {});  // never freed
+}
 
 // Fills `p` from the collective's arguments and starts it. `x` may be null
 // (barrier, recv). With `dst` null the result goes to a buffer owned by `p`
@@ -1205,7 +1203,7 @@ void MpiRegisterComm(dg::KernelContext& ctx) {
                DG_FAILED_PRECONDITION, op, ": cannot switch group ", group,
                " to the '", engine, "' engine while ", Describe(q), " is in flight");
     }
-    if (engine == "thread") c.worker = old && same_comm ? old : std::make_shared<CommWorker>(&m);
+    if (engine == "thread") c.worker = old && same_comm ? old : NewCommWorker(&m);
   }
   if (old && old != c.worker) retired = old;
   if (c.comm == nullptr) {

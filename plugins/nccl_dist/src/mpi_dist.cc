@@ -508,6 +508,7 @@ struct Pending {
   bool done = false;          // guarded by the worker's mutex
   int rc = 0;
   void* copy_to = nullptr;    // in_place on the nonblocking engine: x, written at the wait
+  bool meet = false;          // thread engine: meet the peers first (CollectiveStart's `meet`)
 };
 
 std::string Describe(const Pending& p) {
@@ -633,8 +634,9 @@ class CommWorker {
     }
   }
 
-  // First meets the peers with a non-blocking barrier polled with short
-  // sleeps, then makes the blocking call. Open MPI's blocking calls spin
+  // With `meet` (collectives started to overlap computation: the async
+  // form, DDP's buckets), first meets the peers with a non-blocking barrier
+  // polled with short sleeps, then makes the blocking call. Open MPI's blocking calls spin
   // (yielding) until every peer is there: a peer that is late (still in its
   // backward pass, or descheduled on a busy machine) would cost this rank a
   // spinning thread beside its own compute. Once all have arrived the
@@ -659,7 +661,7 @@ class CommWorker {
   int Run(Pending& p) {
     Mpi& m = *m_;
     Handle comm = p.comm.comm;
-    if (p.comm.size > 1) {
+    if (p.comm.size > 1 && p.meet) {
       const int rc = Meet(m, comm);
       if (rc != 0 || p.kind == kBarrier) return rc;  // a barrier is the meeting itself
     }
@@ -1033,6 +1035,7 @@ void MpiStart(dg::KernelContext& ctx) {
   if (kind != kSend && kind != kRecv) CheckOrder(ctx, m, c, kind, x.dtype(), x.numel(),
                                                  p->reduce_op, src);
   const bool in_place = ctx.b("in_place");
+  p->meet = ctx.b("meet");
   void* dst = nullptr;
   if (in_place) {
     DG_CHECK(kind == kAllReduce || kind == kBroadcast, DG_INVALID_ARGUMENT, op,
@@ -1260,6 +1263,11 @@ DG_OP(CollectiveStart)
           "DistributedDataParallel's private bucket; never a graph value). The caller keeps x "
           "alive and leaves it alone until CollectiveWait (in_place too), whose output is "
           "then empty.")
+    .Attr("meet", true,
+          "Thread engine: meet the peers with a sleeping non-blocking barrier before the "
+          "blocking call, so that a late peer costs no thread spinning beside this rank's "
+          "computation (for work that overlaps computation; a caller about to wait, as the "
+          "eager synchronous collectives are, passes false and saves the round).")
     .Attr("data_ptr", int64_t{0}, "in_place: the address of x's data the caller expects "
           "(0: unchecked); a kernel handed a copy raises instead of writing the copy.")
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)

@@ -539,7 +539,7 @@ def _in_place(name, kind, g, tensor, arr, *, reduce_op="sum", src=0):
     n = g.size()
     handle = _call(name, g, lambda: ops.collective_start(
         tensor, kind=kind, group=g.id, group_size=n, reduce_op=reduce_op, src=int(src),
-        in_place=True, data_ptr=int(arr.ctypes.data) if arr.size else 0))
+        in_place=True, data_ptr=int(arr.ctypes.data) if arr.size else 0, meet=False))
     _call(name, g, lambda: ops.collective_wait(handle, tensor, kind=kind, group_size=n,
                                                in_place=True))
     tensor._bump_version()              # an in-place write (autograd's saved-tensor check)

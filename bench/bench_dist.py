@@ -101,6 +101,81 @@ def _worker_allreduce(quick: bool) -> dict:
     return {k: (_busbw(v, NBYTES, n) if k != "ok" else v) for k, v in res.items()}
 
 
+AB_SIZES_MIB = (1, 16, 25)   # DDP's first-bucket cap, the bench's buffer, DDP's bucket cap
+
+
+def _worker_allreduce_ab(quick: bool) -> dict:
+    """A/B of the two MPI engines of dragon-nccl-dist in one job, on the same
+    buffers, interleaved: every repetition times each form once (in a
+    rotating order, ranks synchronised before each), so load changes hit
+    every form alike. Forms: mpi4py's blocking ``Allreduce`` (the anchor),
+    ``dist.all_reduce`` (eager, in place) and DDP's bucket path
+    (``_all_reduce_start_result(t, "avg")`` then wait: in place, average
+    in the kernel) on a group whose engine is ``thread`` (blocking MPI calls
+    on the communicator's thread, the default) and on one whose engine is
+    ``nonblocking`` (MPI_I* polled on the caller's thread: the old path).
+    Returns ``{size_mib: {form: [busbw GB/s of each repetition]}}``."""
+    import numpy as np
+    import dragon_core as dg
+    import dragon_core.distributed as dist
+    from dragon_core.distributed import _all_reduce_start_result
+    dist.init_process_group()
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    n = comm.Get_size()
+    thread_g = dist.new_group()
+    nb_g = dist.new_group()
+    nb_g._set_engine("nonblocking")
+    thread_g._set_engine("thread")
+    reps = 5 if quick else 15
+    out = {}
+    for mib in AB_SIZES_MIB:
+        nbytes = mib * 1024 * 1024
+        src = np.full(nbytes // 4, comm.Get_rank() + 1, np.float32)
+        dst = np.empty_like(src)
+        t = dg.from_numpy(src.copy())
+        forms = {
+            "mpi4py Allreduce": lambda: comm.Allreduce(src, dst, op=MPI.SUM),
+            "all_reduce thread": lambda: dist.all_reduce(t, group=thread_g),
+            "all_reduce nonblocking": lambda: dist.all_reduce(t, group=nb_g),
+            "ddp bucket thread": lambda: _all_reduce_start_result(t, "avg", thread_g)(),
+            "ddp bucket nonblocking": lambda: _all_reduce_start_result(t, "avg", nb_g)(),
+        }
+        names = list(forms)
+        for f in forms.values():   # warm up (buffers, communicators, threads)
+            f()
+        times = {k: [] for k in names}
+        for r in range(reps):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                comm.Barrier()
+                t0 = time.perf_counter()
+                forms[k]()
+                times[k].append(time.perf_counter() - t0)
+        out[mib] = {k: [_busbw(v, nbytes, n) for v in times[k]] for k in names}
+        # correctness on a fresh buffer, both engines
+        for g in (thread_g, nb_g):
+            fresh = dg.from_numpy(np.full(nbytes // 4, comm.Get_rank() + 1, np.float32))
+            assert np.all(dist.all_reduce(fresh, group=g).numpy() == n * (n + 1) / 2)
+            fresh = dg.from_numpy(np.full(nbytes // 4, comm.Get_rank() + 1, np.float32))
+            avg = _all_reduce_start_result(fresh, "avg", g)().numpy()
+            assert np.all(avg == (n + 1) / 2)
+    return out
+
+
+def _ab_table(res: dict) -> str:
+    """Best / median busbw per form and size, and the ratios to mpi4py."""
+    import statistics
+    lines = [f"{'size':>7}  {'form':24s} {'best GB/s':>9} {'median':>7} {'best/mpi4py':>11} "
+             f"{'median/mpi4py':>13}"]
+    for mib, forms in res.items():
+        ref = forms["mpi4py Allreduce"]
+        rb, rm = max(ref), statistics.median(ref)
+        for k, v in forms.items():
+            b, m = max(v), statistics.median(v)
+            lines.append(f"{mib:>4} MiB  {k:24s} {b:9.2f} {m:7.2f} {b / rb:11.2f} {m / rm:13.2f}")
+    return "\n".join(lines)
+
+
 def _mlp_data(rank: int):
     import numpy as np
     rng = np.random.default_rng(rank)
@@ -190,6 +265,8 @@ def _worker_torch(quick: bool, ddp: bool = True) -> dict:
 def _worker(job: str, quick: bool) -> None:
     if job == "allreduce":
         res = _worker_allreduce(quick)
+    elif job == "allreduce_ab":
+        res = _worker_allreduce_ab(quick)
     elif job == "dragon1":
         res = _worker_dragon(quick, ddp=False)
     elif job == "dragon2":
@@ -228,6 +305,23 @@ def run(quick: bool = False) -> list[dict]:
     rows.append(_harness.result("allreduce_busbw", "tests' mpi4py group (async)", "dragon",
                                 "GB/s", ar["dragon"], "higher",
                                 ratio_nonblocking=ar["dragon"] / ar["mpi4py_nb"]))
+    # The two MPI engines A/B on the same buffers, interleaved (medians of the
+    # repetitions; see _worker_allreduce_ab): the bandwidth goal at DDP's
+    # bucket caps too.
+    import statistics
+    ab = _launch("allreduce_ab", 2, quick)
+    for mib, forms in ab.items():
+        ref = statistics.median(forms["mpi4py Allreduce"])
+        note = f"{mib} MiB float32, 2 ranks, median of {len(forms['mpi4py Allreduce'])}, " \
+               "forms interleaved in one job"
+        rows.append(_harness.result(f"allreduce_ab_{mib}MiB", "mpi4py Allreduce", "mpi4py",
+                                    "GB/s", ref, "higher", note=note))
+        for form in ("all_reduce thread", "all_reduce nonblocking", "ddp bucket thread",
+                     "ddp bucket nonblocking"):
+            v = statistics.median(forms[form])
+            target = 0.9 * ref if form == "all_reduce thread" else None
+            rows.append(_harness.result(f"allreduce_ab_{mib}MiB", form, "dragon", "GB/s", v,
+                                        "higher", target=target, ratio=v / ref))
     one = _launch("dragon1", 1, quick)["steps_per_s"]
     two = _launch("dragon2", 2, quick)["steps_per_s"]
     rows.append(_harness.result("ddp_mlp", "1 rank, no DDP", "dragon", "steps/s", one,
@@ -270,6 +364,8 @@ def run(quick: bool = False) -> list[dict]:
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         _worker(sys.argv[sys.argv.index("--worker") + 1], "--quick" in sys.argv)
+    elif "--ab" in sys.argv:
+        print(_ab_table(_launch("allreduce_ab", 2, "--quick" in sys.argv)))
     else:
         sys.path.insert(0, HERE)
         for row in run(quick="--quick" in sys.argv):

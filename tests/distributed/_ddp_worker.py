@@ -41,10 +41,16 @@ def main() -> int:
     ap.add_argument("--ckpt")
     ap.add_argument("--die-at", type=int, default=-1)
     ap.add_argument("--compiled", action="store_true")
+    ap.add_argument("--direct-bytes", type=int, default=None,
+                    help="DDP's DIRECT_BYTES: gradients this large are averaged in place "
+                         "on their own (the default leaves this small model's all in buckets)")
     ap.add_argument("--dragon", action="store_true",
                     help="dragon_core.distributed's default group (under its launcher) "
                          "instead of the mpi4py one")
     args = ap.parse_args()
+    if args.direct_bytes is not None:
+        import dragon_core.distributed.ddp as ddp_module
+        ddp_module.DIRECT_BYTES = args.direct_bytes
     if args.dragon:
         import dragon_core.distributed as dist
         dist.init_process_group()

@@ -3,6 +3,9 @@
 
 die      rank 1 is killed (SIGKILL) after 3 all_reduces; rank 0 goes on
 hang     rank 1 stops answering (sleeps) at the 4th all_reduce
+caught   as hang, but rank 0 catches the timeout, finds the group unusable
+         (the next collective fails at once) and then sleeps: the plugin
+         aborts the job after $DRAGON_DIST_ABORT_GRACE seconds
 order    inside dg.function rank 0 issues all_reduce then broadcast, rank 1
          the other way round
 errors   argument errors raised before anything is sent (each printed)
@@ -25,7 +28,7 @@ dist.init_process_group()
 rank = dist.get_rank()
 x = dg.tensor(np.ones(4, np.float32))
 
-if mode in ("die", "hang"):
+if mode in ("die", "hang", "caught"):
     for i in range(3):
         dist.all_reduce(x)
     if rank == 1:
@@ -37,7 +40,15 @@ if mode in ("die", "hang"):
         dist.all_reduce(x)
     except dist.DistributedTimeoutError as e:
         print(f"TIMEOUT after {time.monotonic() - t0:.1f}s: {e}", flush=True)
-        raise
+        if mode != "caught":
+            raise
+        t1 = time.monotonic()
+        try:
+            dist.all_reduce(x)
+        except Exception as e2:  # noqa: BLE001 - the group is broken
+            print(f"BROKEN after {time.monotonic() - t1:.1f}s: {e2}", flush=True)
+        time.sleep(600)          # the plugin's abort ends this
+        print("NOT ABORTED", flush=True)
 elif mode == "order":
     def body(t):
         if rank == 0:

@@ -350,6 +350,22 @@ def test_two_ranks_match_one_rank_on_concatenated_batches(tmp_path, reference):
             assert kinds.count("grad_ready") == 12
 
 
+def test_direct_gradients_two_ranks_match_one_rank(tmp_path, reference):
+    """Gradients of at least DIRECT_BYTES are averaged in place, one
+    all-reduce each, instead of through the bucket's flat buffer (4 KiB here:
+    the second conv's and the first linear layer's weights): the same
+    parameters as one rank, the same bucket events."""
+    from dragon_core.distributed import ddp as ddp_module
+    assert ddp_module.DIRECT_BYTES == 256 * 1024
+    _mpirun(str(tmp_path), "--direct-bytes", "4096", dragon=True)
+    _assert_matches(tmp_path, reference)
+    for r in range(common.WORLD):
+        steps = (tmp_path / f"events{r}.txt").read_text().split("step ")[1:]
+        for s in steps:
+            kinds = [line.split()[0] for line in s.strip().split("\n")[1:]]
+            assert kinds.count("allreduce_start") == kinds.count("allreduce_done") == 3
+
+
 def test_compiled_two_ranks_match_one_rank(tmp_path, reference):
     _mpirun(str(tmp_path), "--compiled", dragon=True)
     _assert_matches(tmp_path, reference)

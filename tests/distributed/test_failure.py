@@ -73,6 +73,30 @@ def test_hung_rank_times_out_naming_rank_and_collective():
     assert "#3 all_reduce" in line, line
 
 
+def test_caught_timeout_still_ends_the_job_after_the_grace_period():
+    """The thread engine's timed-out call stays blocked in MPI: a program
+    that catches the error cannot use the group any more (the next
+    collective fails at once, naming the one that timed out), and the
+    plugin aborts the job DRAGON_DIST_ABORT_GRACE seconds later."""
+    t0 = time.monotonic()
+    p = run_job(WORKER, "caught", dist_timeout=3, timeout_s=120,
+                env={"DRAGON_DIST_ABORT_GRACE": "2"})
+    elapsed = time.monotonic() - t0
+    deadline = time.monotonic() + 10
+    while _orphans("_fail_worker.py") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _orphans("_fail_worker.py") == []
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-3000:]
+    assert elapsed < 60, elapsed
+    assert "NOT ABORTED" not in out
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("BROKEN"))
+    assert float(line.split()[2].rstrip("s:")) < 2.0, line
+    assert "cannot run collectives any more" in line and "all_reduce (collective #4" in line, \
+        line
+    assert "aborting the job (MPI_Abort)" in p.stderr, p.stderr[-3000:]
+
+
 def test_collectives_in_different_orders_fail_at_the_first_graph_run():
     p, elapsed = _job("order", dist_timeout=20)
     assert p.returncode == 3, p.stdout + p.stderr

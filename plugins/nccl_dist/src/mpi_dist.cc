@@ -13,10 +13,29 @@
 // mpi.h is not needed: Open MPI's handles are pointers to its predefined
 // objects, looked up by symbol (ompi_mpi_comm_world, ompi_mpi_float, ...).
 //
-// Every collective is issued non-blocking (MPI_I*) and completed by polling
-// MPI_Test against the communicator's deadline, so a peer that died or
-// stopped answering becomes an error naming this rank and the collective,
-// never a hang. Each rank keeps a small memory-mapped state file (pid,
+// Two engines run the group-wide collectives (the rule, per communicator,
+// chosen when it is registered: MpiRegisterComm's `engine`, else
+// $DRAGON_MPI_ENGINE, else "thread"):
+//   thread       (default) the blocking MPI call (MPI_Allreduce, ...: Open
+//                MPI's coll/tuned algorithms, about twice libnbc's bandwidth
+//                between 2 ranks) on the communicator's own communication
+//                thread, one call at a time in issue order; the caller waits
+//                on a condition variable against the deadline. Past it the
+//                wait raises DG_DEADLINE_EXCEEDED naming the rank and the
+//                collective, the communicator is marked broken (later
+//                collectives on it fail at once) and the job is aborted
+//                (MPI_Abort) after a grace period ($DRAGON_DIST_ABORT_GRACE,
+//                default 10 s) that lets the error be reported: the thread
+//                stays blocked in MPI, so the job cannot go on.
+//   nonblocking  the collective is issued non-blocking (MPI_I*: libnbc) on
+//                the caller's thread and completed by polling MPI_Test
+//                against the deadline (the engine before issue 16's
+//                bandwidth work; kept for A/B measurements and as a fallback).
+// Point-to-point send/recv always take the non-blocking path (MPI_Isend /
+// MPI_Irecv polled on the caller's thread): a blocking send queued on the
+// thread would hold back the collectives behind it until the peer's recv.
+// Either way a peer that died or stopped answering becomes an error naming
+// this rank and the collective, never a hang. Each rank keeps a small memory-mapped state file (pid,
 // collective sequence number, phase, name) in the launcher's run directory
 // for the diagnostics of dragon_core.distributed (see _watchdog.py); no data
 // goes through it.
@@ -25,8 +44,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +85,15 @@ struct Mpi {
   int (*Irecv)(void*, int, Handle, int, int, Handle, Handle*) = nullptr;
   int (*Test)(Handle*, int*, void*) = nullptr;
   int (*Error_string)(int, char*, int*) = nullptr;
+  // blocking collectives (the thread engine) and MPI_Abort
+  int (*Allreduce)(const void*, void*, int, Handle, Handle, Handle) = nullptr;
+  int (*Bcast)(void*, int, Handle, int, Handle) = nullptr;
+  int (*Allgather)(const void*, int, Handle, void*, int, Handle, Handle) = nullptr;
+  int (*Reduce_scatter_block)(const void*, void*, int, Handle, Handle, Handle) = nullptr;
+  int (*Alltoall)(const void*, int, Handle, void*, int, Handle, Handle) = nullptr;
+  int (*Barrier)(Handle) = nullptr;
+  int (*Abort)(Handle, int) = nullptr;
+  Handle comm_world = nullptr;
   Handle byte = nullptr, c_bool = nullptr, f32 = nullptr, f64 = nullptr, i8 = nullptr,
          u8 = nullptr, i16 = nullptr, i32 = nullptr, i64 = nullptr;
   Handle sum = nullptr, max = nullptr, min = nullptr, prod = nullptr, lor = nullptr,
@@ -105,6 +137,12 @@ bool OpenLocked(const std::string& path) {
             Fn(h, "MPI_Isend", &m.Isend, &err) && Fn(h, "MPI_Irecv", &m.Irecv, &err) &&
             Fn(h, "MPI_Test", &m.Test, &err) &&
             Fn(h, "MPI_Error_string", &m.Error_string, &err) &&
+            Fn(h, "MPI_Allreduce", &m.Allreduce, &err) && Fn(h, "MPI_Bcast", &m.Bcast, &err) &&
+            Fn(h, "MPI_Allgather", &m.Allgather, &err) &&
+            Fn(h, "MPI_Reduce_scatter_block", &m.Reduce_scatter_block, &err) &&
+            Fn(h, "MPI_Alltoall", &m.Alltoall, &err) && Fn(h, "MPI_Barrier", &m.Barrier, &err) &&
+            Fn(h, "MPI_Abort", &m.Abort, &err) &&
+            Obj(h, "ompi_mpi_comm_world", &m.comm_world, &err) &&
             Obj(h, "ompi_mpi_byte", &m.byte, &err) &&
             Obj(h, "ompi_mpi_c_bool", &m.c_bool, &err) &&
             Obj(h, "ompi_mpi_float", &m.f32, &err) &&
@@ -167,11 +205,14 @@ struct StateFile {
 
 // ------------------------------------------------------------ communicators
 
+class CommWorker;
+
 struct Comm {
   Handle comm = nullptr;
   int rank = 0, size = 1;
   std::vector<int64_t> ranks;  // world ranks of the members
   double timeout_s = 300;
+  std::shared_ptr<CommWorker> worker;  // the thread engine's; null: nonblocking engine
 };
 
 std::mutex g_mu;                       // guards the tables below
@@ -338,10 +379,23 @@ void FromFloat(DgDType d, const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = FloatToHalf(d, src[i]);
 }
 
+// dst[i] = src[i] / size (dst may be src): a multiplication by the exact
+// reciprocal when size is a power of two (the same result, cheaper).
+template <typename T>
+void DivideInto(void* dst, const void* src, int64_t n, int size) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  if ((size & (size - 1)) == 0) {
+    const T r = T(1) / static_cast<T>(size);
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] * r;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] / static_cast<T>(size);
+  }
+}
+
 template <typename T>
 void DivideT(void* p, int64_t n, int size) {
-  T* v = static_cast<T*>(p);
-  for (int64_t i = 0; i < n; ++i) v[i] /= static_cast<T>(size);
+  DivideInto<T>(p, p, n, size);
 }
 
 // ------------------------------------------------------------- collectives
@@ -429,7 +483,8 @@ class Buffer {
 
 // One collective in flight. Buffers are either the caller's (the sync
 // kernels: x and y) or owned here (the async pair: the core's tensors are
-// free to go once CollectiveStart returns).
+// free to go once CollectiveStart returns). Shared between the caller and
+// the communication thread, which may outlive a caller that timed out.
 struct Pending {
   int kind = 0;
   Comm comm;
@@ -437,13 +492,23 @@ struct Pending {
   std::string reduce_op;
   int64_t numel_in = 0, numel_out = 0;
   int64_t seq = 0;
-  Handle req = nullptr;
+  Handle req = nullptr;       // nonblocking engine and point-to-point
   Buffer own_send, own_recv;
   Buffer f32_send, f32_recv;  // half reductions (float32)
   const void* send = nullptr;
   void* recv = nullptr;       // where MPI writes (f32_recv for half reductions)
   void* out = nullptr;        // the final destination (a half reduction's output)
   std::chrono::steady_clock::time_point deadline;
+  // thread engine: the blocking call's arguments and outcome
+  bool threaded = false;
+  bool in_place = false;
+  int root = 0;
+  int count = 0;              // elements (reductions) or bytes (the others)
+  Handle mpi_t = nullptr, mpi_op = nullptr;
+  bool done = false;          // guarded by the worker's mutex
+  int rc = 0;
+  void* copy_to = nullptr;    // in_place on the nonblocking engine: x, written at the wait
+  bool meet = false;          // thread engine: meet the peers first (CollectiveStart's `meet`)
 };
 
 std::string Describe(const Pending& p) {
@@ -455,12 +520,186 @@ std::string Describe(const Pending& p) {
 
 bool Reduces(int kind) { return kind == kAllReduce || kind == kReduceScatter; }
 
+// What follows the MPI call: an average's division (unless the caller
+// divides while copying the result out) and a half reduction's conversion
+// back from float32.
+void Post(Pending& p, bool divide) {
+  const bool half_red = Reduces(p.kind) && IsHalf(p.dtype);
+  if (divide && p.reduce_op == "avg" && Reduces(p.kind)) {
+    if (half_red || p.dtype == DG_FLOAT32) DivideT<float>(p.recv, p.numel_out, p.comm.size);
+    else DivideT<double>(p.recv, p.numel_out, p.comm.size);
+  }
+  if (half_red && p.numel_out)
+    FromFloat(p.dtype, static_cast<const float*>(p.f32_recv.data()), p.out, p.numel_out);
+}
+
+// After a collective timed out the job cannot go on (the thread engine's
+// call stays blocked in MPI; the nonblocking engine's request never
+// completes): MPI_Abort after a grace period that lets the raised error be
+// reported (an uncaught error aborts at once through dragon_core.distributed's
+// exit hook). Armed once per process.
+void ArmAbort(Mpi& m, const std::string& what) {
+  static std::once_flag once;
+  std::call_once(once, [&m, what] {
+    const char* env = std::getenv("DRAGON_DIST_ABORT_GRACE");
+    const double grace = env && *env ? std::atof(env) : 10.0;
+    Mpi* mp = &m;
+    std::thread([mp, what, grace] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(grace > 0 ? grace : 0));
+      std::fprintf(stderr,
+                   "dragon-nccl-dist: %s timed out %.3g s ago and cannot complete; "
+                   "aborting the job (MPI_Abort)\n",
+                   what.c_str(), grace);
+      std::fflush(stderr);
+      mp->Abort(mp->comm_world, 1);
+      std::_Exit(1);
+    }).detach();
+  });
+}
+
+// The thread engine: one communication thread per communicator runs its
+// blocking collectives one at a time, in the order they were issued (which
+// every rank keeps: the same order as the graph/eager calls). The thread is
+// detached and its object is never freed (NewCommWorker: a few per process),
+// so a thread still blocked in MPI at process exit does not stop the exit
+// and one that outlives its group never touches freed memory.
+class CommWorker {
+ public:
+  explicit CommWorker(Mpi* m) : m_(m) {
+    std::thread([this] { Loop(); }).detach();
+  }
+  CommWorker(const CommWorker&) = delete;
+  CommWorker& operator=(const CommWorker&) = delete;
+
+  void Submit(const std::shared_ptr<Pending>& p) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      DG_CHECK(broken_.empty(), DG_FAILED_PRECONDITION, Describe(*p),
+               ": the group cannot run collectives any more: ", broken_,
+               " timed out earlier and is still blocked in MPI (the job is being aborted)");
+      DG_CHECK(!stop_, DG_FAILED_PRECONDITION, Describe(*p),
+               ": the process group was destroyed");
+      queue_.push_back(p);
+    }
+    work_cv_.notify_one();
+  }
+
+  // Waits for `p` until its deadline; false when it passed (the worker is
+  // then marked broken).
+  bool Wait(Pending& p) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_cv_.wait_until(lock, p.deadline, [&p] { return p.done; })) return true;
+    if (broken_.empty()) broken_ = Describe(p);
+    return false;
+  }
+
+  bool Done(const Pending& p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return p.done;
+  }
+
+  // Ends the thread once its queue has drained (waiting at most `timeout_s`);
+  // a broken worker is left as it is (its thread is blocked in MPI).
+  void Stop(double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    work_cv_.notify_one();
+    if (!broken_.empty()) return;
+    done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] { return exited_; });
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::shared_ptr<Pending> p;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) {
+          exited_ = true;
+          done_cv_.notify_all();
+          return;
+        }
+        p = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      const int rc = Run(*p);
+      if (rc == 0) Post(*p, true);  // here, off the waiting caller's path
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        p->rc = rc;
+        p->done = true;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  // With `meet` (collectives started to overlap computation: the async
+  // form, DDP's buckets), first meets the peers with a non-blocking barrier
+  // polled with short sleeps, then makes the blocking call. Open MPI's blocking calls spin
+  // (yielding) until every peer is there: a peer that is late (still in its
+  // backward pass, or descheduled on a busy machine) would cost this rank a
+  // spinning thread beside its own compute. Once all have arrived the
+  // blocking call runs at full speed; the barrier costs one small round.
+  int Meet(Mpi& m, Handle comm) {
+    Handle req = nullptr;
+    int rc = m.Ibarrier(comm, &req);
+    if (rc != 0) return rc;
+    int done = 0, sleep_us = 0;
+    for (int polls = 0;; ++polls) {
+      rc = m.Test(&req, &done, nullptr);
+      if (rc != 0 || done) return rc;
+      if (polls < 64) {
+        std::this_thread::yield();
+        continue;
+      }
+      sleep_us = std::min(200, sleep_us + 10);
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    }
+  }
+
+  int Run(Pending& p) {
+    Mpi& m = *m_;
+    Handle comm = p.comm.comm;
+    if (p.comm.size > 1 && p.meet) {
+      const int rc = Meet(m, comm);
+      if (rc != 0 || p.kind == kBarrier) return rc;  // a barrier is the meeting itself
+    }
+    static const void* kInPlace = reinterpret_cast<const void*>(1);  // MPI_IN_PLACE
+    switch (p.kind) {
+      case kAllReduce:
+        return m.Allreduce(p.in_place ? kInPlace : p.send, p.recv, p.count, p.mpi_t, p.mpi_op,
+                           comm);
+      case kBroadcast: return m.Bcast(p.recv, p.count, m.byte, p.root, comm);
+      case kAllGather:
+        return m.Allgather(p.send, p.count, m.byte, p.recv, p.count, m.byte, comm);
+      case kReduceScatter:
+        return m.Reduce_scatter_block(p.send, p.recv, p.count, p.mpi_t, p.mpi_op, comm);
+      case kAllToAll: return m.Alltoall(p.send, p.count, m.byte, p.recv, p.count, m.byte, comm);
+      case kBarrier: return m.Barrier(comm);
+      default: return -1;
+    }
+  }
+
+  Mpi* m_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::shared_ptr<Pending>> queue_;
+  bool stop_ = false, exited_ = false;
+  std::string broken_;  // the collective that timed out
+};
+
+std::shared_ptr<CommWorker> NewCommWorker(Mpi* m) {
+  return std::shared_ptr<CommWorker>(new CommWorker(m), [](CommWorker*) {});  // never freed
+}
+
 // Fills `p` from the collective's arguments and starts it. `x` may be null
-// (barrier, recv). `y_bytes` is the result's size; with `dst` null the
-// result goes to a buffer owned by `p` (async form).
-void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64_t peer,
-           int64_t tag, const char* op) {
+// (barrier, recv). With `dst` null the result goes to a buffer owned by `p`
+// (async form).
+void Start(const std::shared_ptr<Pending>& sp, Mpi& m, const void* x, void* dst,
+           int64_t src_root, int64_t peer, int64_t tag, const char* op) {
   static char dummy[8];
+  Pending& p = *sp;
   const Comm& c = p.comm;
   const size_t item = ItemSize(p.dtype);
   const bool half_red = Reduces(p.kind) && IsHalf(p.dtype);
@@ -487,7 +726,7 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   // the async one its own copy. (Open MPI's non-blocking in-place all-reduce
   // of a few MiB between 2 ranks measured several times slower than the
   // out-of-place one: bench/bench_dist.py, docs/distributed.md.)
-  const bool out_of_place = p.kind == kAllReduce && !half_red;
+  const bool out_of_place = p.kind == kAllReduce && !half_red && x != dst;
   // The receive side.
   if (!dst) {
     dst = p.own_recv.Get(out_bytes);
@@ -498,9 +737,8 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   } else {
     p.recv = dst;
   }
-  // all_reduce and broadcast work in place on the result buffer.
-  if ((p.kind == kAllReduce || p.kind == kBroadcast) && !half_red && !out_of_place &&
-      x != p.recv && in_bytes) {
+  // broadcast works in place on the result buffer.
+  if (p.kind == kBroadcast && x != p.recv && in_bytes) {
     std::memcpy(p.recv, x, in_bytes);
   }
   if (p.kind == kAllReduce && half_red) {
@@ -510,6 +748,7 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   if (!p.recv || (out_bytes == 0 && !half_red)) p.recv = dummy;
   if (half_red && p.numel_out == 0) p.recv = dummy;
   void* recv = p.recv;
+  p.send = send;
 
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -519,6 +758,30 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   p.deadline = std::chrono::steady_clock::now() +
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(c.timeout_s));
+  p.threaded = c.worker && p.kind != kSend && p.kind != kRecv;
+  if (p.threaded) {
+    p.in_place = !out_of_place && p.kind == kAllReduce;
+    p.mpi_t = mpi_t;
+    p.mpi_op = mpi_op;
+    p.root = static_cast<int>(src_root);
+    switch (p.kind) {
+      case kAllReduce: p.count = CheckedCount(p.numel_in, op); break;
+      case kBroadcast: case kAllGather:
+        p.count = CheckedCount(static_cast<int64_t>(in_bytes), op);
+        break;
+      case kReduceScatter: p.count = CheckedCount(p.numel_out, op); break;
+      case kAllToAll: p.count = CheckedCount(static_cast<int64_t>(in_bytes) / c.size, op); break;
+      default: p.count = 0;
+    }
+    try {
+      c.worker->Submit(sp);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_state.Write(0, KindName(p.kind));
+      throw;
+    }
+    return;
+  }
   int rc = 0;
   void* in_place = reinterpret_cast<void*>(1);  // MPI_IN_PLACE (Open MPI)
   switch (p.kind) {
@@ -565,23 +828,45 @@ void Start(Pending& p, Mpi& m, const void* x, void* dst, int64_t src_root, int64
   }
 }
 
-// Polls the request until it completes and finishes the result; past the
-// deadline fails with DG_DEADLINE_EXCEEDED naming the rank and the
-// collective (the Python side adds what each peer was doing).
+[[noreturn]] void TimedOut(Pending& p, Mpi& m) {
+  ArmAbort(m, Describe(p));
+  DG_CHECK(false, DG_DEADLINE_EXCEEDED, Describe(p), " did not complete within ",
+           p.comm.timeout_s, " s");
+  std::abort();  // unreachable: DG_CHECK(false) throws
+}
+
+// Completes the collective and finishes the result; past the deadline fails
+// with DG_DEADLINE_EXCEEDED naming the rank and the collective (the Python
+// side adds what each peer was doing), and the job is aborted (ArmAbort).
 //
-// Open MPI moves a non-blocking collective forward only inside MPI calls
-// (no progress thread): a sleep between two MPI_Test calls stalls every
-// pipelined step of a large all-reduce. So the first 250 ms poll back to back
-// (yielding the core to the peer ranks on an oversubscribed machine, as
-// Open MPI's own blocking wait does); only a collective still waiting after
-// that, a peer that is late or gone, is polled with growing sleeps (up to
-// 1 ms), so a hung peer does not burn a core until the timeout.
-void Finish(Pending& p, Mpi& m) {
+// Thread engine: a condition-variable wait on the communication thread.
+// Nonblocking engine: Open MPI moves a non-blocking collective forward only
+// inside MPI calls (no progress thread): a sleep between two MPI_Test calls
+// stalls every pipelined step of a large all-reduce. So the first 250 ms poll
+// back to back (yielding the core to the peer ranks on an oversubscribed
+// machine, as Open MPI's own blocking wait does); only a collective still
+// waiting after that, a peer that is late or gone, is polled with growing
+// sleeps (up to 1 ms), so a hung peer does not burn a core until the timeout.
+//
+// `defer_avg`: leave an average's division to the caller (CollectiveWait
+// divides while it copies the result out: one pass instead of two). The
+// thread engine's worker divides right after the MPI call instead.
+void Finish(Pending& p, Mpi& m, bool defer_avg = false) {
+  if (p.threaded) {
+    if (!p.comm.worker->Wait(p)) TimedOut(p, m);
+    if (p.rc != 0) {
+      {
+        std::lock_guard<std::mutex> lock(g_mu);
+        g_state.Write(0, KindName(p.kind));
+      }
+      DG_CHECK(false, DG_INTERNAL, Describe(p), ": ", MpiError(m, p.rc));
+    }
+  }
   int done = 0;
   const auto start = std::chrono::steady_clock::now();
   const auto hot = start + std::chrono::milliseconds(250);
   int sleep_us = 0;
-  for (uint64_t spins = 0;; ++spins) {
+  for (uint64_t spins = 0; !p.threaded; ++spins) {
     if (p.req == nullptr) break;  // completed by CollectiveTest
     const int rc = m.Test(&p.req, &done, nullptr);
     DG_CHECK(rc == 0, DG_INTERNAL, Describe(p), ": ", MpiError(m, rc));
@@ -591,8 +876,7 @@ void Finish(Pending& p, Mpi& m) {
       continue;
     }
     const auto now = std::chrono::steady_clock::now();
-    DG_CHECK(now <= p.deadline, DG_DEADLINE_EXCEEDED, Describe(p),
-             " did not complete within ", p.comm.timeout_s, " s");
+    if (now > p.deadline) TimedOut(p, m);
     if (now < hot) {
       std::this_thread::yield();
       continue;
@@ -600,13 +884,7 @@ void Finish(Pending& p, Mpi& m) {
     sleep_us = std::min(1000, sleep_us + 10);
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
   }
-  const bool half_red = Reduces(p.kind) && IsHalf(p.dtype);
-  if (p.reduce_op == "avg" && Reduces(p.kind)) {
-    if (half_red || p.dtype == DG_FLOAT32) DivideT<float>(p.recv, p.numel_out, p.comm.size);
-    else DivideT<double>(p.recv, p.numel_out, p.comm.size);
-  }
-  if (half_red && p.numel_out)
-    FromFloat(p.dtype, static_cast<const float*>(p.f32_recv.data()), p.out, p.numel_out);
+  if (!p.threaded) Post(p, !defer_avg);  // (the thread engine's worker did it)
   std::lock_guard<std::mutex> lock(g_mu);
   g_state.Write(0, KindName(p.kind));
 }
@@ -634,15 +912,20 @@ void CheckOrder(dg::KernelContext& ctx, Mpi& m, const Comm& c, int kind, DgDType
     if (reduce_op == kOps[i]) red = i;
   const int64_t mine[4] = {kind, static_cast<int64_t>(dtype), numel,
                            Reduces(kind) ? red : src};
-  std::vector<int64_t> all(static_cast<size_t>(4 * c.size));
-  Pending p;
+  // (owned by the Pending: a thread engine's call may outlive this frame)
+  auto sp = std::make_shared<Pending>();
+  Pending& p = *sp;
   p.kind = kAllGather;
   p.comm = c;
   p.dtype = DG_INT64;
   p.numel_in = 4;
   p.numel_out = 4 * c.size;
-  Start(p, m, mine, all.data(), 0, 0, 0, "order check");
+  int64_t* mine_buf = static_cast<int64_t*>(p.own_send.Get(sizeof(mine)));
+  std::memcpy(mine_buf, mine, sizeof(mine));
+  int64_t* all_buf = static_cast<int64_t*>(p.own_recv.Get(sizeof(int64_t) * 4 * c.size));
+  Start(sp, m, mine_buf, all_buf, 0, 0, 0, "order check");
   Finish(p, m);
+  const std::vector<int64_t> all(all_buf, all_buf + 4 * c.size);
   bool same = true;
   for (int r = 0; r < c.size; ++r)
     for (int j = 0; j < 4; ++j) same = same && all[static_cast<size_t>(4 * r + j)] == mine[j];
@@ -687,15 +970,15 @@ void CollectiveKernel(dg::KernelContext& ctx) {
   DG_CHECK(src >= 0 && src < c.size, DG_INVALID_ARGUMENT, op, ": src ", src,
            " is not a rank of a group of ", c.size);
   CheckOrder(ctx, m, c, K, x.dtype(), x.numel(), red, src);
-  Pending p;
-  p.kind = K;
-  p.comm = c;
-  p.dtype = x.dtype();
-  p.reduce_op = red;
-  p.numel_in = x.numel();
-  p.numel_out = y.numel();
+  auto p = std::make_shared<Pending>();
+  p->kind = K;
+  p->comm = c;
+  p->dtype = x.dtype();
+  p->reduce_op = red;
+  p->numel_in = x.numel();
+  p->numel_out = y.numel();
   Start(p, m, x.raw_data(), y.raw_data(), src, 0, 0, op);
-  Finish(p, m);
+  Finish(*p, m);
 }
 
 void MpiAllReduce(dg::KernelContext& ctx) { CollectiveKernel<kAllReduce>(ctx); }
@@ -706,7 +989,7 @@ void MpiAllToAll(dg::KernelContext& ctx) { CollectiveKernel<kAllToAll>(ctx); }
 
 // --------------------------------------------------------- async pair
 
-std::map<int64_t, std::unique_ptr<Pending>> g_pending;  // guarded by g_mu
+std::map<int64_t, std::shared_ptr<Pending>> g_pending;  // guarded by g_mu
 int64_t g_next = 1;
 
 void StartShape(dg::InferContext& ctx) { ctx.set_output(0, DG_INT64, {}); }
@@ -718,7 +1001,7 @@ void MpiStart(dg::KernelContext& ctx) {
   CheckGroupSize(ctx, c, op);
   const int kind = ParseKind(ctx.s("kind"), op);
   const auto x = ctx.input(0);
-  auto p = std::make_unique<Pending>();
+  auto p = std::make_shared<Pending>();
   p->kind = kind;
   p->comm = c;
   p->dtype = x.dtype();
@@ -751,7 +1034,25 @@ void MpiStart(dg::KernelContext& ctx) {
   // recv): only the group-wide kinds exchange fingerprints.
   if (kind != kSend && kind != kRecv) CheckOrder(ctx, m, c, kind, x.dtype(), x.numel(),
                                                  p->reduce_op, src);
-  Start(*p, m, kind == kBarrier || kind == kRecv ? nullptr : x.raw_data(), nullptr, src, peer,
+  const bool in_place = ctx.b("in_place");
+  p->meet = ctx.b("meet");
+  void* dst = nullptr;
+  if (in_place) {
+    DG_CHECK(kind == kAllReduce || kind == kBroadcast, DG_INVALID_ARGUMENT, op,
+             ": in_place is for all_reduce and broadcast, got ", KindName(kind));
+    const int64_t ptr = ctx.i("data_ptr");
+    DG_CHECK(ptr == 0 || ptr == static_cast<int64_t>(reinterpret_cast<intptr_t>(x.raw_data())),
+             DG_INTERNAL, op, ": in_place needs the caller's own buffer, got a copy of it");
+    // The thread engine's blocking calls work on x itself (MPI_IN_PLACE);
+    // the nonblocking engine reduces out of place (libnbc's in-place
+    // all-reduce is several times slower) and copies into x at the wait.
+    if (c.worker || (kind == kAllReduce && IsHalf(x.dtype()))) {
+      dst = x.raw_data();
+    } else {
+      p->copy_to = x.raw_data();
+    }
+  }
+  Start(p, m, kind == kBarrier || kind == kRecv ? nullptr : x.raw_data(), dst, src, peer,
         ctx.i("tag_id"), op);
   std::lock_guard<std::mutex> lock(g_mu);
   const int64_t h = g_next++;
@@ -760,7 +1061,7 @@ void MpiStart(dg::KernelContext& ctx) {
 }
 
 void WaitShape(dg::InferContext& ctx) {
-  DG_CHECK(ctx.input(0).dtype() == DG_INT64 && ctx.input(0).shape().empty(),
+  DG_CHECK(ctx.input(0).dtype() == DG_INT64 && ctx.input(0).ndim() == 0,
            DG_INVALID_ARGUMENT, "CollectiveWait: handle must be a 0-d int64 from "
            "CollectiveStart");
   const std::string kind = ctx.s("kind");
@@ -776,6 +1077,11 @@ void WaitShape(dg::InferContext& ctx) {
   } else if (kind == "barrier" || kind == "send") {
     shape = {0};
   }
+  if (ctx.b("in_place")) {
+    DG_CHECK(kind == "all_reduce" || kind == "broadcast", DG_INVALID_ARGUMENT,
+             "CollectiveWait: in_place is for all_reduce and broadcast, got ", kind);
+    shape = {0};
+  }
   ctx.set_output(0, ctx.input(1).dtype(), shape);
 }
 
@@ -783,7 +1089,7 @@ void MpiWait(dg::KernelContext& ctx) {
   const char* op = "CollectiveWait";
   Mpi& m = Lib(op);
   const int64_t h = *ctx.input(0).data<int64_t>();
-  std::unique_ptr<Pending> p;
+  std::shared_ptr<Pending> p;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_pending.find(h);
@@ -792,18 +1098,34 @@ void MpiWait(dg::KernelContext& ctx) {
     p = std::move(it->second);
     g_pending.erase(it);
   }
-  Finish(*p, m);
+  const bool fuse_avg = p->reduce_op == "avg" && Reduces(p->kind) && !p->threaded &&
+                        (p->dtype == DG_FLOAT32 || p->dtype == DG_FLOAT64);
+  const bool in_place = ctx.b("in_place");
+  Finish(*p, m, fuse_avg && !in_place);
+  if (in_place) {  // the result is in the caller's x (or goes there now)
+    const size_t bytes = static_cast<size_t>(p->numel_out) * ItemSize(p->dtype);
+    if (p->copy_to && bytes) std::memcpy(p->copy_to, p->own_recv.data(), bytes);
+    return;
+  }
   const auto y = ctx.output(0);
   const size_t bytes = static_cast<size_t>(y.numel()) * ItemSize(y.dtype());
-  DG_CHECK(bytes <= p->own_recv.size(), DG_INTERNAL, op, ": result of ", p->own_recv.size(),
-           " bytes for an output of ", bytes);
-  if (bytes) std::memcpy(y.raw_data(), p->own_recv.data(), bytes);
+  const size_t have = static_cast<size_t>(p->numel_out) * ItemSize(p->dtype);
+  DG_CHECK(bytes <= have, DG_INTERNAL, op, ": result of ", have, " bytes for an output of ",
+           bytes);
+  // p->out: the result (the async pair's own buffer)
+  if (bytes && fuse_avg && p->dtype == DG_FLOAT32) {
+    DivideInto<float>(y.raw_data(), p->out, y.numel(), p->comm.size);
+  } else if (bytes && fuse_avg) {
+    DivideInto<double>(y.raw_data(), p->out, y.numel(), p->comm.size);
+  } else if (bytes) {
+    std::memcpy(y.raw_data(), p->out, bytes);
+  }
 }
 
 // Whether the collective behind a handle has completed (MPI_Test: also
 // moves it forward). A handle no longer in flight (waited) counts as done.
 void TestShape(dg::InferContext& ctx) {
-  DG_CHECK(ctx.input(0).dtype() == DG_INT64 && ctx.input(0).shape().empty(),
+  DG_CHECK(ctx.input(0).dtype() == DG_INT64 && ctx.input(0).ndim() == 0,
            DG_INVALID_ARGUMENT, "CollectiveTest: handle must be a 0-d int64 from "
            "CollectiveStart");
   ctx.set_output(0, DG_BOOL, {});
@@ -818,7 +1140,9 @@ void MpiTest(dg::KernelContext& ctx) {
     auto it = g_pending.find(h);
     if (it != g_pending.end()) {
       Pending& p = *it->second;
-      if (p.req) {
+      if (p.threaded) {
+        done = p.comm.worker->Done(p);
+      } else if (p.req) {
         int flag = 0;
         const int rc = m.Test(&p.req, &flag, nullptr);
         DG_CHECK(rc == 0, DG_INTERNAL, Describe(p), ": ", MpiError(m, rc));
@@ -857,12 +1181,43 @@ void MpiRegisterComm(dg::KernelContext& ctx) {
   DG_CHECK(c.size >= 1 && c.rank >= 0 && c.rank < c.size && c.timeout_s > 0,
            DG_INVALID_ARGUMENT, op, ": rank ", c.rank, " of ", RanksStr(c.ranks),
            ", timeout ", c.timeout_s);
+  std::string engine = ctx.s("engine");
+  if (engine.empty()) {
+    const char* env = std::getenv("DRAGON_MPI_ENGINE");
+    engine = env && *env ? env : "thread";
+  }
+  DG_CHECK(engine == "thread" || engine == "nonblocking", DG_INVALID_ARGUMENT, op,
+           ": engine must be 'thread' or 'nonblocking' (attribute or $DRAGON_MPI_ENGINE), got '",
+           engine, "'");
   const std::string state = ctx.s("state_file");
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::shared_ptr<CommWorker> retired;  // stopped outside the lock
+  std::unique_lock<std::mutex> lock(g_mu);
+  auto it = g_comms.find(group);
+  std::shared_ptr<CommWorker> old = it != g_comms.end() ? it->second.worker : nullptr;
+  const bool same_comm = it != g_comms.end() && it->second.comm == c.comm;
+  if (c.comm != nullptr) {
+    // One engine at a time per communicator: its collectives must reach MPI
+    // in issue order, so a switch needs nothing in flight on the old one.
+    for (const auto& kv : g_pending) {
+      const Pending& q = *kv.second;
+      DG_CHECK(q.comm.comm != c.comm || q.kind == kSend || q.kind == kRecv ||
+                   (q.threaded ? q.comm.worker->Done(q) : q.req == nullptr) ||
+                   (engine == "thread") == q.threaded,
+               DG_FAILED_PRECONDITION, op, ": cannot switch group ", group,
+               " to the '", engine, "' engine while ", Describe(q), " is in flight");
+    }
+    if (engine == "thread") c.worker = old && same_comm ? old : NewCommWorker(&m);
+  }
+  if (old && old != c.worker) retired = old;
   if (c.comm == nullptr) {
     g_comms.erase(group);
   } else {
     g_comms[group] = c;
+  }
+  if (retired) {
+    lock.unlock();
+    retired->Stop(c.timeout_s);
+    lock.lock();
   }
   if (!state.empty() && !g_state.words) {
     const int fd = open(state.c_str(), O_RDWR | O_CREAT, 0600);
@@ -890,7 +1245,7 @@ DG_OP(CollectiveStart)
     .Doc("Starts a collective of dragon_core.distributed without waiting for it "
          "(the async form: all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, "
          "barrier, send, recv); returns the handle CollectiveWait completes. The input is "
-         "copied: it may be freed or overwritten at once.")
+         "copied (unless in_place): it may be freed or overwritten at once.")
     .Input("x", kMpiTypes, DG_ARG_NO_GRAD,
            "The tensor sent (recv, barrier: only its shape and dtype matter).")
     .Output("handle", dg::Bit(DG_INT64), 0, "0-d int64.")
@@ -902,6 +1257,19 @@ DG_OP(CollectiveStart)
     .Attr("peer", int64_t{0}, "The other rank in the group (send, recv).")
     .Attr("tag_id", int64_t{0}, "MPI tag (send, recv).")
     .Attr("tag", "", "Trace-site label (order check).")
+    .Attr("in_place", false,
+          "all_reduce, broadcast: the result goes into x itself (eager "
+          "dragon_core.distributed, which works in place like torch.distributed, and "
+          "DistributedDataParallel's private bucket; never a graph value). The caller keeps x "
+          "alive and leaves it alone until CollectiveWait (in_place too), whose output is "
+          "then empty.")
+    .Attr("meet", true,
+          "Thread engine: meet the peers with a sleeping non-blocking barrier before the "
+          "blocking call, so that a late peer costs no thread spinning beside this rank's "
+          "computation (for work that overlaps computation; a caller about to wait, as the "
+          "eager synchronous collectives are, passes false and saves the round).")
+    .Attr("data_ptr", int64_t{0}, "in_place: the address of x's data the caller expects "
+          "(0: unchecked); a kernel handed a copy raises instead of writing the copy.")
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)
     .Shape(StartShape);
 
@@ -914,6 +1282,7 @@ DG_OP(CollectiveWait)
     .Output("y", kMpiTypes, 0, "The result (empty for barrier and send).")
     .RequiredAttr("kind", DG_ATTR_STRING, "Which collective (as started).")
     .Attr("group_size", int64_t{1}, "Number of ranks in the group.")
+    .Attr("in_place", false, "As started: the result is in x; the output is empty.")
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)
     .Shape(WaitShape);
 
@@ -938,6 +1307,10 @@ DG_OP(MpiRegisterComm)
     .Attr("timeout_s", 300.0, "Seconds a collective may wait for its peers.")
     .Attr("libmpi", "", "Path of the libmpi the communicator comes from.")
     .Attr("state_file", "", "This rank's state file for the failure diagnostics.")
+    .Attr("engine", "",
+          "How the group's collectives run: 'thread' (blocking MPI calls on the "
+          "communicator's own thread) or 'nonblocking' (MPI_I* polled on the caller's "
+          "thread); empty: $DRAGON_MPI_ENGINE, else 'thread'.")
     .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
     .Shape(RegisterShape);
 

@@ -5,8 +5,10 @@ and without a GPU a clear error from communicator creation. With a GPU
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -102,3 +104,34 @@ def test_every_collective_on_one_gpu():
             t, group=0, group_size=1).to("cpu").numpy(), x)
         np.testing.assert_array_equal(dg.ops.collective_all_to_all(
             t, group=0, group_size=1).to("cpu").numpy(), x)
+
+
+# ----------------------------------------------- DDP, world of one (issue 16)
+
+_DDP_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ddp_device_worker.py")
+
+
+def _run_ddp_worker(device):
+    """_ddp_device_worker.py in a fresh process (MPI initialises once per
+    process): plain, DDP eager and DDP compiled training must agree."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               DRAGON_DIST_TIMEOUT="120")
+    p = subprocess.run([sys.executable, _DDP_WORKER, device], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert f"DDP OK {device}" in p.stdout, p.stdout[-4000:] + p.stderr[-4000:]
+
+
+def test_ddp_world_of_one_on_cpu_matches_plain_training():
+    """The worker's own logic, on the MPI backend (runs everywhere)."""
+    import dragon_core.distributed as dist
+    if not dist.is_available():
+        pytest.skip("no libmpi.so.40 for the MPI backend in this environment")
+    _run_ddp_worker("cpu")
+
+
+@pytest.mark.skipif(dg.cuda.device_count() == 0, reason="needs a GPU (world size 1)")
+def test_ddp_on_one_gpu_with_nccl_matches_plain_training():
+    """DistributedDataParallel on cuda with the NCCL backend, world size 1,
+    eagerly and compiled: a few steps equal to plain training on the GPU."""
+    _run_ddp_worker("cuda")

@@ -298,6 +298,17 @@ class ProcessGroup:
         _plugin_mpi().register(gid, comm, self._rank, self.ranks, _G.timeout, _G.lib.path,
                                state)
 
+    def _set_engine(self, engine: str) -> None:
+        """Switch how this group's cpu collectives run: ``"thread"`` (blocking
+        MPI calls on the communicator's thread, the default) or
+        ``"nonblocking"`` (``MPI_I*`` polled on the caller's thread); nothing
+        may be in flight. For A/B measurements (bench/bench_dist.py)."""
+        state = ""
+        if self.id == 0 and _G.run_dir:
+            state = os.path.join(_G.run_dir, f"rank{self._rank}.state")
+        _plugin_mpi().register(self.id, self._comm, self._rank, self.ranks, _G.timeout,
+                               _G.lib.path, state, engine=engine)
+
     def rank(self) -> int:
         return self._rank
 
@@ -439,6 +450,10 @@ def _call(name, g, fn):
         me = f"rank {_G.world.rank()}: " if _G.world is not None else ""
         core = msg[msg.index(me):] if me and me in msg else msg
         if "did not complete within" in msg:
+            # The job cannot go on (the collective stays blocked in MPI): a
+            # normal exit aborts it too (MPI_Finalize would wait for peers),
+            # and the plugin aborts it after a grace period anyway.
+            _G.failed = True
             raise DistributedTimeoutError(f"{core}: {_peers_text(msg, g)}") from None
         if "MPI error" in msg or "different orders" in msg:
             raise DistributedError(core) from None
@@ -514,6 +529,23 @@ def _collective(name, kind, g, x, async_op, finish, result, *, reduce_op="sum", 
     return w if async_op else w.wait()
 
 
+def _in_place(name, kind, g, tensor, arr, *, reduce_op="sum", src=0):
+    """The synchronous all_reduce / broadcast of the cpu ``tensor`` written
+    into its own buffer by the kernel (``CollectiveStart`` +
+    ``CollectiveWait`` with ``in_place``): no result tensor to allocate and
+    copy back. ``arr`` is ``tensor.numpy()``, whose address the kernel
+    checks (it never writes a copy)."""
+    from .. import ops
+    n = g.size()
+    handle = _call(name, g, lambda: ops.collective_start(
+        tensor, kind=kind, group=g.id, group_size=n, reduce_op=reduce_op, src=int(src),
+        in_place=True, data_ptr=int(arr.ctypes.data) if arr.size else 0, meet=False))
+    _call(name, g, lambda: ops.collective_wait(handle, tensor, kind=kind, group_size=n,
+                                               in_place=True))
+    tensor._bump_version()              # an in-place write (autograd's saved-tensor check)
+    return tensor
+
+
 def _from(arr):
     from .. import from_numpy
     return from_numpy(arr)
@@ -573,18 +605,21 @@ def all_reduce(tensor, op: str = "sum", group=None, async_op: bool = False):
         tensor._set_data(_device_op("all_reduce", tensor, g, reduce_op=op))
         return _done("all_reduce", g, tensor, async_op)
     _check_op("all_reduce", arr, op)
+    if not async_op:
+        return _in_place("all_reduce", "all_reduce", g, tensor, arr, reduce_op=op)
     return _collective("all_reduce", "all_reduce", g, tensor, async_op, _into(arr), tensor,
                        reduce_op=op)
 
 
 def _all_reduce_start_result(tensor, op: str = "sum", group=None):
-    """Start an all-reduce of the cpu ``tensor`` *out of place*: ``tensor``
-    is not modified; returns ``wait() -> Tensor``, a new tensor holding the
-    result. DistributedDataParallel's buckets use it (with ``op="avg"``, the
-    division done by the kernel): it saves the copy back into ``tensor`` and
-    a separate scaling pass of every bucket, every step. Raises
-    ``_OnDevice`` for a cuda tensor under the nccl backend (the caller then
-    uses :func:`all_reduce`)."""
+    """Start an all-reduce of the cpu ``tensor`` *in place* and return
+    ``wait() -> tensor`` (holding the result once ``wait`` returns).
+    DistributedDataParallel's buckets use it (with ``op="avg"``, the division
+    done by the kernel): no result tensor to allocate and no copy of the
+    bucket, every step. ``tensor`` is the collective's buffer: it must be
+    private to the caller and left alone until ``wait()`` returns (DDP's
+    flat bucket). Raises ``_OnDevice`` for a cuda tensor under the nccl
+    backend (the caller then uses :func:`all_reduce`)."""
     from .. import ops
     g = _group(group)
     op = str(op).lower()
@@ -592,11 +627,14 @@ def _all_reduce_start_result(tensor, op: str = "sum", group=None):
     _check_op("all_reduce", arr, op)
     n = g.size()
     handle = _call("all_reduce", g, lambda: ops.collective_start(
-        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op))
+        tensor, kind="all_reduce", group=g.id, group_size=n, reduce_op=op, in_place=True,
+        data_ptr=int(arr.ctypes.data) if arr.size else 0))
 
     def wait():
-        return _call("all_reduce", g, lambda: ops.collective_wait(
-            handle, tensor, kind="all_reduce", group_size=n))
+        _call("all_reduce", g, lambda: ops.collective_wait(
+            handle, tensor, kind="all_reduce", group_size=n, in_place=True))
+        tensor._bump_version()
+        return tensor
     return wait
 
 
@@ -620,6 +658,8 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     except _OnDevice:
         tensor._set_data(_device_op("broadcast", tensor, g, src=root))
         return _done("broadcast", g, tensor, async_op)
+    if not async_op:
+        return _in_place("broadcast", "broadcast", g, tensor, arr, src=root)
     return _collective("broadcast", "broadcast", g, tensor, async_op, _into(arr), tensor,
                        src=root)
 

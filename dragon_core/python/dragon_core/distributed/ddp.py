@@ -36,6 +36,12 @@ from .. import _C, ops
 from ..nn.module import Module
 
 _MiB = 1024 * 1024
+#: A cpu gradient at least this large is averaged in place on its own (one
+#: all-reduce of its own, in bucket order) instead of being copied into the
+#: bucket's flat buffer and back: two passes over its bytes saved per step,
+#: for the cost of one more (small-latency) MPI call. The rule depends on
+#: sizes only, so every rank issues the same collectives.
+DIRECT_BYTES = 256 * 1024
 
 
 # ------------------------------------------------------------------ group
@@ -51,16 +57,36 @@ class _Group:
     """
 
     def __init__(self, rank: int, size: int, all_reduce: Callable, broadcast: Callable,
-                 name: str, avg_start: Callable | None = None):
+                 name: str, avg_start: Callable | None = None,
+                 traced_avg: Callable | None = None):
         self.rank, self.size, self.name = int(rank), int(size), name
         self._all_reduce, self._broadcast = all_reduce, broadcast
         self._avg_start = avg_start
+        self._traced_avg = traced_avg
+
+    @property
+    def averages_in_place(self) -> bool:
+        """Whether :meth:`average_start` averages a cpu tensor in place
+        (dragon_core.distributed's groups), so a gradient can be reduced
+        where it is."""
+        return self._avg_start is not None
+
+    def traced_average(self, tensor):
+        """While tracing: the average over the ranks of a *device* (cuda)
+        bucket as the core's ``CollectiveAllReduce`` graph op (``op="avg"``;
+        dragon-nccl-dist's NCCL kernel, stream-ordered), or None when this
+        group cannot (then the bucket goes through the cpu-only
+        ``DDPAllReduceStart``/``DDPAllReduceWait`` pair)."""
+        if self._traced_avg is None:
+            return None
+        return self._traced_avg(tensor)
 
     def average_start(self, tensor):
-        """Start the average over the ranks of ``tensor``; returns
-        ``wait() -> averaged tensor``. Out of place with the division in the
-        kernel where the group can (dragon_core.distributed's groups on cpu);
-        otherwise a sum all-reduce, scaled on wait."""
+        """Start the average over the ranks of ``tensor`` (a private buffer:
+        DDP's flat bucket); returns ``wait() -> averaged tensor``. In place in
+        ``tensor`` with the division in the kernel where the group can
+        (dragon_core.distributed's groups on cpu); otherwise a sum
+        all-reduce, scaled on wait."""
         if self._avg_start is not None:
             from . import _OnDevice
             try:
@@ -120,7 +146,8 @@ def resolve_group(process_group: Any = None) -> _Group:
     return _Group(get_rank(**kw), get_world_size(**kw),
                   lambda t, async_op: _all_reduce(t, async_op=async_op, **kw),
                   lambda t, src: _broadcast(t, src=src, **kw), "dragon_core.distributed",
-                  avg_start=lambda t: _all_reduce_start_result(t, "avg", **kw))
+                  avg_start=lambda t: _all_reduce_start_result(t, "avg", **kw),
+                  traced_avg=lambda t: _all_reduce(t, op="avg", **kw))
 
 
 # ------------------------------------------------- graph ops (compiled steps)
@@ -239,13 +266,15 @@ def plan_buckets(params, first_bucket_cap_mb: float = 1.0,
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "pending", "wait", "flat")
+    __slots__ = ("index", "params", "pending", "wait", "flat", "direct", "params_rest")
 
     def __init__(self, index: int, params: list):
         self.index, self.params = index, params
         self.pending = len(params)
         self.wait = None
         self.flat = None
+        self.direct = None   # [(param index, wait)] of gradients averaged in place
+        self.params_rest = None  # with direct: the others, through the flat buffer
 
 
 # -------------------------------------------------------------------- DDP
@@ -317,6 +346,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_next", 0)        # next bucket to start
         object.__setattr__(self, "_active", False)  # a synced backward is in flight
         object.__setattr__(self, "_ready", set())     # parameters whose grad is ready
+        object.__setattr__(self, "_early", {})        # param -> wait of a direct gradient
         self._broadcast_state(broadcast_buffers)
         handles = []
         for i, p in enumerate(self._params):
@@ -395,6 +425,12 @@ class DistributedDataParallel(Module):
                                "for all but the last")
         self._ready.add(i)
         bucket.pending -= 1
+        if not _C._is_tracing() and self._group.averages_in_place and self._direct(i):
+            # A large gradient starts its own in-place average at once: its
+            # all-reduce overlaps the rest of backward instead of waiting for
+            # the bucket's other gradients. (Every rank runs its hooks in the
+            # same order, the graph's, so the collectives match.)
+            self._early[i] = self._start_one(i)
         # Start every complete bucket, in bucket order.
         while self._next < len(self._buckets) and self._buckets[self._next].pending == 0:
             self._start(self._buckets[self._next])
@@ -403,18 +439,57 @@ class DistributedDataParallel(Module):
             self._finish()
 
     def _start(self, bucket: _Bucket) -> None:
+        if not _C._is_tracing() and self._group.averages_in_place:
+            big = [i for i in bucket.params if self._direct(i)]
+            if big:
+                self._start_direct(bucket, big)
+                return
         grads = [self._params[i].grad.reshape([-1]) for i in bucket.params]
         # Always a fresh buffer (concat copies, even one tensor): a group may
         # reduce in place, and a gradient tensor can be shared by two leaves.
         flat = ops.concat(grads, 0)
         bucket.flat = flat
         if _C._is_tracing():
+            if not str(flat.device).startswith("cpu"):
+                # A device bucket: the collective op itself (NCCL on cuda),
+                # ordered on the device's stream; the cpu-only custom-op
+                # pair below has no kernel there.
+                total = self._group.traced_average(flat)
+                if total is not None:
+                    bucket.wait = lambda: total
+                    return
             start, wait = _graph_ops()
             token = start(flat, group=self._graph_key())
             bucket.wait = lambda: wait(token, flat, group=self._graph_key())
             return
         self._log("allreduce_start", bucket.index)
         bucket.wait = self._group.average_start(flat)
+
+    def _direct(self, i: int) -> bool:
+        p = self._params[i]
+        return (p.numel() * p.dtype.itemsize >= DIRECT_BYTES
+                and str(p.device).startswith("cpu"))
+
+    def _start_one(self, i: int):
+        """Start the in-place average of parameter ``i``'s gradient."""
+        g = self._params[i].grad
+        if g._storage_refs != 1 or not g.is_contiguous():
+            # shared with another tensor (two leaves can get one gradient
+            # tensor) or strided: reduce a private copy instead
+            g = ops.concat([g.reshape([-1])], 0).reshape(list(g.shape))
+        return self._group.average_start(g)
+
+    def _start_direct(self, bucket: _Bucket, big: list) -> None:
+        """The bucket's large gradients were started as they became ready
+        (in place, one all-reduce each); the rest go through a flat buffer."""
+        self._log("allreduce_start", bucket.index)
+        bucket.direct = [(i, self._early.pop(i)) for i in big]
+        rest = [i for i in bucket.params if i not in big]
+        bucket.params_rest = rest if rest else None
+        if rest:
+            flat = ops.concat([self._params[i].grad.reshape([-1]) for i in rest], 0)
+            bucket.flat = flat
+            bucket.wait = self._group.average_start(flat)
 
     def _graph_key(self) -> int:
         key = getattr(self, "_gkey", None)
@@ -427,11 +502,18 @@ class DistributedDataParallel(Module):
     def _finish(self) -> None:
         try:
             for bucket in self._buckets:
-                total = bucket.wait()          # the average over the ranks
+                if bucket.direct is not None:
+                    for i, wait in bucket.direct:
+                        self._params[i].grad = wait()    # averaged in place
+                    params = bucket.params_rest or []
+                    total = bucket.wait() if params else None
+                else:
+                    params = bucket.params
+                    total = bucket.wait()          # the average over the ranks
                 if not _C._is_tracing():
                     self._log("allreduce_done", bucket.index)
                 offset = 0
-                for i in bucket.params:
+                for i in params:
                     p = self._params[i]
                     n = p.numel()
                     p.grad = total[offset:offset + n].reshape(list(p.shape))
@@ -441,10 +523,12 @@ class DistributedDataParallel(Module):
 
     def _reset(self) -> None:
         for b in self._buckets:
-            b.pending, b.wait, b.flat = len(b.params), None, None
+            b.pending, b.wait, b.flat, b.direct = len(b.params), None, None, None
+            b.params_rest = None
         object.__setattr__(self, "_next", 0)
         object.__setattr__(self, "_active", False)
         self._ready.clear()
+        self._early.clear()
 
     def extra_repr(self) -> str:
         sizes = [sum(self._params[i].numel() * self._params[i].dtype.itemsize

@@ -118,6 +118,14 @@ class Lib:
                                "(destroy_process_group); it cannot be initialised again")
         self.lib.MPI_Initialized(ctypes.byref(flag))
         if not flag.value:
+            # A rank waiting inside a blocking MPI call yields its core
+            # (sched_yield) instead of spinning through its time slice: on a
+            # machine with fewer cores than threads (2 ranks, each with a
+            # communication thread and its compute, or other jobs) a
+            # spinning wait keeps the peer it waits for off the core. Open
+            # MPI sets this itself only when it sees more ranks than slots.
+            # Measured: bench/bench_dist.py --ab, docs/distributed.md.
+            os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
             provided = ctypes.c_int(0)
             self.check(self.lib.MPI_Init_thread(None, None, _THREAD_MULTIPLE,
                                                 ctypes.byref(provided)), "MPI_Init_thread")
@@ -198,15 +206,31 @@ def as_buffer(arr: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(arr.ctypes.data)
 
 
+#: How a group's collectives run (see ``register``).
+ENGINES = ("thread", "nonblocking")
+
+
 def register(group: int, comm, rank: int, ranks, timeout_s: float, libmpi: str,
-             state_file: str = "") -> int:
+             state_file: str = "", engine: str = "") -> int:
     """Hand communicator ``comm`` of process group ``group`` to the plugin's
     kernels (``comm`` None forgets the group). ``state_file``: this rank's
     file for the failure diagnostics (the world's registration only).
+
+    ``engine``: how the group's collectives run. ``"thread"`` (the default):
+    the blocking MPI call (Open MPI's tuned algorithms) on the communicator's
+    own communication thread, one at a time in issue order, the caller
+    waiting against the deadline. ``"nonblocking"``: ``MPI_I*`` (libnbc)
+    polled on the caller's thread. Empty: ``$DRAGON_MPI_ENGINE``, else
+    ``"thread"``. Registering a group again with another engine switches it
+    (nothing may be in flight). send/recv are always non-blocking.
+
     Returns the rank's collective sequence number."""
     import dragon_core as dg
+    if engine and engine not in ENGINES:
+        raise ValueError(f"dragon_nccl_dist.mpi.register: engine must be one of {ENGINES}, "
+                         f"got {engine!r}")
     handle = 0 if comm is None else int(comm.value or 0)
     return int(dg.ops.mpi_register_comm(group=int(group), comm=handle, rank=int(rank),
                                         ranks=[int(r) for r in ranks],
                                         timeout_s=float(timeout_s), libmpi=libmpi,
-                                        state_file=state_file).numpy())
+                                        state_file=state_file, engine=engine).numpy())

@@ -213,7 +213,7 @@ HALF = ("float16", "bfloat16")
 # Relative to the largest |value| of the output: cuDNN sums in its own order
 # (implicit GEMM, Winograd, FFT), so an output that cancels to ~0 keeps the
 # rounding of the largest terms.
-TOL = {"float64": 1e-11, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+TOL = {"float64": 1e-11, "float32": 5e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
 
 @pytest.fixture
@@ -361,15 +361,16 @@ def test_conv_transpose_with_output_padding_and_bias(need_gpu, dtype):
 
 @pytest.mark.gpu
 def test_float32_conv_is_exact_unless_tf32_is_asked(need_gpu, monkeypatch):
-    """Sums of 64 x 9 products: exact float32 stays within 1e-5 of float64;
-    TF32 (10-bit mantissas) is only used with DRAGON_CUDA_ALLOW_TF32=1."""
+    """Sums of 64 x 9 products: exact float32 (even through Winograd) stays
+    within 5e-5 of float64, relative to the largest output; TF32 (10-bit
+    mantissas, ~5e-4) only with DRAGON_CUDA_ALLOW_TF32=1."""
     rng = np.random.default_rng(3)
     x, xr = _to(rng.uniform(-1, 1, (4, 64, 20, 20)), "float32")
     w, wr = _to(rng.uniform(-1, 1, (64, 64, 3, 3)), "float32")
     want = _conv_ref(xr, wr, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     exact = _np(ops.conv2d(x, w, None, pads=[1, 1]))
     scale = float(np.abs(want).max())
-    assert float(np.abs(exact - want).max()) <= 1e-5 * scale
+    assert float(np.abs(exact - want).max()) <= 5e-5 * scale
     monkeypatch.setenv("DRAGON_CUDA_ALLOW_TF32", "1")
     fast = _np(ops.conv2d(x, w, None, pads=[1, 1]))
     assert float(np.abs(fast - want).max()) <= 5e-3 * scale

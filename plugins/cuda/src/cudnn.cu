@@ -460,6 +460,12 @@ std::shared_ptr<const Plan> MakePlan(const dg::KernelContext& ctx, const Cudnn& 
     p->algo = c.algo;
     p->math = math;
     p->workspace = bytes;
+    // DRAGON_LOG_LEVEL=0 shows each choice (once per geometry).
+    const std::string line =
+        dg::Str("cuda: cuDNN plan for ", ctx.op_name(), " (", GeometryText(g), "): algo ", c.algo,
+                ", heuristic rank ", i, " of ", cands.size(), ", math ", math, ", workspace ",
+                bytes, " bytes");
+    ctx.frame()->host->log(0, line.c_str());
     return p;
   }
   std::string listed;

@@ -24,7 +24,8 @@
 //
 // Math: float32 is exact float32 (CUDNN_FMA_MATH) unless
 // DRAGON_CUDA_ALLOW_TF32=1; float16/bfloat16 use tensor ops with float32
-// accumulation; float64 computes in float64.
+// accumulation; float64 computes in float64. Only deterministic algorithms
+// unless DRAGON_CUDNN_DETERMINISTIC=0.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -235,6 +236,13 @@ bool AllowTf32() {
   return v && v[0] && std::strcmp(v, "0") != 0;
 }
 
+// DRAGON_CUDNN_DETERMINISTIC=0 also admits cuDNN's non-deterministic
+// (atomic) algorithms; by default only deterministic ones run.
+bool Deterministic() {
+  const char* v = std::getenv("DRAGON_CUDNN_DETERMINISTIC");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 // The largest workspace an algorithm may take: DRAGON_CUDNN_WORKSPACE_MB
 // (read once), 1024 MiB by default.
 size_t WorkspaceLimit() {
@@ -296,6 +304,7 @@ ConvGeometry GeometryOf(const dg::KernelContext& ctx, Direction dir) {
            ": operands must have rank 4");
   g.dtype = static_cast<int32_t>(a.dtype());
   g.tf32 = a.dtype() == DG_FLOAT32 && AllowTf32();
+  g.deterministic = Deterministic();
   switch (dir) {
     case Direction::kForward:  // x [N, C, H, W], w [O, C/g, kh, kw] -> y [N, O, Ho, Wo]
       g.n = a.dim(0), g.c = a.dim(1), g.h = a.dim(2), g.w = a.dim(3);
@@ -434,7 +443,7 @@ std::shared_ptr<const Plan> MakePlan(const dg::KernelContext& ctx, const Cudnn& 
                      perf[i].math_type});
   const size_t limit = WorkspaceLimit();
   std::string tried;
-  for (size_t i : cudnn_plan::Acceptable(cands, limit, exact32)) {
+  for (size_t i : cudnn_plan::Acceptable(cands, limit, exact32, g.deterministic)) {
     const Candidate& c = cands[i];
     const int math = cudnn_plan::MathFor(c, exact32, kHalf);
     if (cd.set_math_type(p->conv, math) != 0) continue;
@@ -474,7 +483,8 @@ std::shared_ptr<const Plan> MakePlan(const dg::KernelContext& ctx, const Cudnn& 
                       c.determinism == 1 ? "deterministic" : "non-deterministic", ", math ",
                       c.math, ");");
   DG_CHECK(false, DG_UNIMPLEMENTED, ctx.op_name(), " on cuda:", g.device,
-           ": cuDNN offers no deterministic algorithm within the workspace limit of ", limit,
+           ": cuDNN offers no ", g.deterministic ? "deterministic " : "",
+           "algorithm within the workspace limit of ", limit,
            " bytes (DRAGON_CUDNN_WORKSPACE_MB) for ", GeometryText(g), "; heuristics listed:",
            listed, tried.empty() ? "" : " rejected:", tried);
   return p;

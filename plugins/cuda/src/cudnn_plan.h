@@ -36,6 +36,7 @@ struct ConvGeometry {
   int32_t dtype = 0;    // DgDType
   int32_t device = 0;   // the cuda ordinal (heuristics depend on the GPU)
   bool tf32 = false;    // float32 with DRAGON_CUDA_ALLOW_TF32=1
+  bool deterministic = true;  // false with DRAGON_CUDNN_DETERMINISTIC=0
   int64_t n = 0, c = 0, h = 0, w = 0;     // image
   int64_t k = 0, kh = 1, kw = 1;          // filter [k, c / groups, kh, kw]
   int64_t ho = 0, wo = 0;                 // window [n, k, ho, wo]
@@ -43,7 +44,7 @@ struct ConvGeometry {
   int64_t sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
 
   auto Tie() const {
-    return std::make_tuple(static_cast<int32_t>(dir), dtype, device, tf32, n, c, h, w, k, kh, kw,
+    return std::make_tuple(static_cast<int32_t>(dir), dtype, device, tf32, deterministic, n, c, h, w, k, kh, kw,
                            ho, wo, pad_top, pad_left, pad_bottom, pad_right, sh, sw, dh, dw,
                            groups);
   }
@@ -110,17 +111,19 @@ constexpr int32_t kDefaultMath = 0, kTensorOpMath = 1, kTensorOpAllowConversion 
 
 // The candidates the rule accepts, in cuDNN's heuristic order: the
 // algorithm is supported for the call (status success), deterministic (no
-// atomics: the same inputs give the same bits, as the direct kernels did),
-// needs at most `workspace_limit` bytes, and, for exact float32, uses no
-// tensor-op math (which would round the operands to TF32). The first one
+// atomics: the same inputs give the same bits, as the direct kernels did;
+// unless `deterministic` is false: DRAGON_CUDNN_DETERMINISTIC=0), needs at
+// most `workspace_limit` bytes, and, for exact float32, uses no tensor-op
+// math (which would round the operands to TF32). The first one
 // whose actual workspace size (asked again with the math type set) fits is
 // the algorithm; the plan cache keeps the choice per geometry.
 inline std::vector<size_t> Acceptable(const std::vector<Candidate>& list, size_t workspace_limit,
-                                      bool exact_float32) {
+                                      bool exact_float32, bool deterministic = true) {
   std::vector<size_t> out;
   for (size_t i = 0; i < list.size(); ++i) {
     const Candidate& c = list[i];
-    if (c.status != 0 || c.determinism != 1 || c.memory > workspace_limit) continue;
+    if (c.status != 0 || c.memory > workspace_limit) continue;
+    if (deterministic && c.determinism != 1) continue;
     if (exact_float32 && (c.math == kTensorOpMath || c.math == kTensorOpAllowConversion))
       continue;
     out.push_back(i);

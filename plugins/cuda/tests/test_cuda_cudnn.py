@@ -269,6 +269,47 @@ def _conv_ref(x, w, strides, pads, dil, groups):
     return y
 
 
+def _conv_adjoint(r, w, image, strides, pads, dil, groups):
+    """float64 NumPy adjoint of Conv2d (ConvTranspose2d, the gradient of x):
+    r [N, O, Ho, Wo] scattered back onto an image of ``image`` = (C, H, W)."""
+    n, o, ho, wo = r.shape
+    _, cg, kh, kw = w.shape
+    c, h, wd = image
+    pt, pl, pb, pr = pads
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    og = o // groups
+    for g in range(groups):
+        for p in range(kh):
+            for q in range(kw):
+                r0, c0 = p * dil[0], q * dil[1]
+                xp[:, g * cg:(g + 1) * cg, r0:r0 + strides[0] * (ho - 1) + 1:strides[0],
+                   c0:c0 + strides[1] * (wo - 1) + 1:strides[1]] += np.einsum(
+                       "nohw,oc->nchw", r[:, g * og:(g + 1) * og], w[g * og:(g + 1) * og, :, p, q])
+    return xp[:, :, pt:pt + h, pl:pl + wd]
+
+
+def _conv_filter_grad(x, r, wshape, strides, pads, dil, groups):
+    """float64 NumPy gradient of sum(Conv2d(x, w) * r) with respect to w."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = wshape
+    _, _, ho, wo = r.shape
+    pt, pl, pb, pr = pads
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    xp[:, :, pt:pt + h, pl:pl + wd] = x
+    gw = np.zeros(wshape)
+    og = o // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        for p in range(kh):
+            for q in range(kw):
+                r0, c0 = p * dil[0], q * dil[1]
+                patch = xs[:, :, r0:r0 + strides[0] * (ho - 1) + 1:strides[0],
+                           c0:c0 + strides[1] * (wo - 1) + 1:strides[1]]
+                gw[g * og:(g + 1) * og, :, p, q] = np.einsum("nohw,nchw->oc",
+                                                             r[:, g * og:(g + 1) * og], patch)
+    return gw
+
+
 def _close(got, want, dtype, what):
     scale = max(float(np.abs(want).max()) if want.size else 0.0, 1.0)
     err = float(np.abs(got - want).max()) if want.size else 0.0
@@ -287,6 +328,28 @@ GEOMS = [
     (4, 32, 6, 6, 16, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     (2, 4, 7, 6, 6, (3, 2), (2, 1), (0, 0, 1, 1), (1, 2), 2),
 ]
+
+
+@pytest.mark.parametrize("geom", GEOMS + [
+    (1, 6, 10, 11, 4, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2)])
+def test_references_are_adjoint(geom):
+    """The NumPy references (no GPU): <conv(x, w), r> == <x, adjoint(r, w)>
+    == <w, filter_grad(x, r)>, element by element through unit impulses."""
+    n, c, h, wd, o, k, strides, pads, dil, groups = geom
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, (n, c, h, wd))
+    w = rng.uniform(-1, 1, (o, c // groups) + k)
+    r = rng.uniform(-1, 1, _conv_ref(x, w, strides, pads, dil, groups).shape)
+    gx = _conv_adjoint(r, w, x.shape[1:], strides, pads, dil, groups)
+    gw = _conv_filter_grad(x, r, w.shape, strides, pads, dil, groups)
+    for idx in list(np.ndindex(*x.shape))[::7]:
+        e = np.zeros_like(x)
+        e[idx] = 1.0
+        assert np.isclose((_conv_ref(e, w, strides, pads, dil, groups) * r).sum(), gx[idx])
+    for idx in list(np.ndindex(*w.shape))[::3]:
+        e = np.zeros_like(w)
+        e[idx] = 1.0
+        assert np.isclose((_conv_ref(x, e, strides, pads, dil, groups) * r).sum(), gw[idx])
 
 
 @pytest.mark.gpu
@@ -311,24 +374,11 @@ def test_conv_forward_and_gradients_match_numpy(need_gpu, dtype, geom):
         s = ops.sum(y * r)
     gx, gw = tape.gradient(s, [x, w])
     _close(_np(y), want, dtype, "Conv2d")
-    # d/dx and d/dw of sum(conv(x, w) * r), by linearity, in float64.
-    eps_x = np.zeros_like(xr)
-    want_gx = np.zeros_like(xr)
-    it = np.nditer(xr, flags=["multi_index"])
+    # d/dx and d/dw of sum(conv(x, w) * r) in float64 (the adjoint and the
+    # filter gradient; test_references_are_adjoint checks them by impulses).
     base = _conv_ref(xr, wr, strides, pads, dil, groups)
-    for _ in it:  # x is small: one unit impulse per element
-        eps_x[it.multi_index] = 1.0
-        want_gx[it.multi_index] = float((_conv_ref(eps_x, wr, strides, pads, dil, groups) *
-                                         rr).sum())
-        eps_x[it.multi_index] = 0.0
-    want_gw = np.zeros_like(wr)
-    eps_w = np.zeros_like(wr)
-    it = np.nditer(wr, flags=["multi_index"])
-    for _ in it:
-        eps_w[it.multi_index] = 1.0
-        want_gw[it.multi_index] = float((_conv_ref(xr, eps_w, strides, pads, dil, groups) *
-                                         rr).sum())
-        eps_w[it.multi_index] = 0.0
+    want_gx = _conv_adjoint(rr, wr, xr.shape[1:], strides, pads, dil, groups)
+    want_gw = _conv_filter_grad(xr, rr, wr.shape, strides, pads, dil, groups)
     _close(_np(gx), want_gx, dtype, "ConvTranspose2d (gradient of x)")
     _close(_np(gw), want_gw, dtype, "Conv2dBackpropFilter (gradient of w)")
     fused = ops.conv2d_bias_act(x, w, b, activation="relu", **attrs)
@@ -350,16 +400,7 @@ def test_conv_transpose_with_output_padding_and_bias(need_gpu, dtype):
                              dilations=[1, 1], groups=2)
     got = _np(y) - br[None, :, None, None]
     assert tuple(y.shape) == (2, 6, 10, 11)
-    # The transposed conv is the matrix transpose of the forward one: column
-    # by column through unit impulses of its output.
-    want = np.zeros(got.shape)
-    e = np.zeros(got.shape)
-    it = np.nditer(want, flags=["multi_index"])
-    for _ in it:
-        e[it.multi_index] = 1.0
-        fwd = _conv_ref(e, wr, (2, 2), (1, 1, 1, 1), (1, 1), 2)
-        want[it.multi_index] = float((fwd * xr).sum())
-        e[it.multi_index] = 0.0
+    want = _conv_adjoint(xr, wr, (6, 10, 11), (2, 2), (1, 1, 1, 1), (1, 1), 2)
     _close(got, want, dtype, "ConvTranspose2d")
 
 

@@ -143,18 +143,26 @@ struct Cudnn {
   }
 };
 
-constexpr const char* kLibName = "libcudnn.so.9";
+// The library opened: DRAGON_CUDNN_LIBRARY (read once; a file name searched
+// as below, e.g. another cuDNN 9 build's soname) or libcudnn.so.9.
+const char* LibName() {
+  static const std::string name = [] {
+    const char* v = std::getenv("DRAGON_CUDNN_LIBRARY");
+    return std::string(v && v[0] ? v : "libcudnn.so.9");
+  }();
+  return name.c_str();
+}
 
 template <typename F>
 bool Resolve(void* lib, const char* name, F* fn, std::string* error) {
-  return ResolveSymbol(lib, kLibName, name, fn, error);
+  return ResolveSymbol(lib, LibName(), name, fn, error);
 }
 
 const Cudnn& TheCudnn() {
   static Cudnn* c = [] {
     auto* c = new Cudnn();  // never destroyed (used until exit)
     std::string error;
-    void* lib = OpenLibrary(kLibName, &error);
+    void* lib = OpenLibrary(LibName(), &error);
     if (lib == nullptr) {
       c->error = error + InstallHint("nvidia-cudnn-cu13");
       return c;
@@ -222,7 +230,7 @@ Handle& GetHandle(const dg::KernelContext& ctx, const Cudnn& cd, cudaStream_t s)
     auto h = std::make_unique<Handle>();
     cudnnStatus_t st = cd.create(&h->h);
     DG_CHECK(st == 0, DG_UNAVAILABLE, ctx.op_name(), " on cuda:", ctx.device().index,
-             ": cudnnCreate failed: ", cd.Text(st), " (", kLibName, " version ",
+             ": cudnnCreate failed: ", cd.Text(st), " (", LibName(), " version ",
              cd.get_version(), ")");
     st = cd.set_stream(h->h, s);
     DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), ": cudnnSetStream failed: ", cd.Text(st));

@@ -463,10 +463,10 @@ def test_empty_extents_run_without_cudnn(need_gpu):
 
 
 NO_CUDNN = textwrap.dedent("""
-    import ctypes, sys
+    import ctypes, os, sys
     try:
-        ctypes.CDLL("libcudnn.so.9")
-        print("SKIP: the system loader finds libcudnn.so.9")
+        ctypes.CDLL(os.environ.get("DRAGON_CUDNN_LIBRARY", "libcudnn.so.9"))
+        print("SKIP: the system loader finds the library")
         sys.exit(0)
     except OSError:
         pass
@@ -487,8 +487,10 @@ NO_CUDNN = textwrap.dedent("""
 def test_missing_cudnn_is_an_unavailable_error(need_gpu, tmp_path):
     """DRAGON_CUDA_LIBRARY_PATH at an empty folder, the plugin loaded from a
     copy of its package (no nvidia/ wheels beside it), the system loader
-    without libcudnn: Conv2d raises UnavailableError naming the op, the
-    library and the folders searched -- never the direct kernel."""
+    without libcudnn (where the system loader has one, the library is named
+    otherwise with DRAGON_CUDNN_LIBRARY): Conv2d raises UnavailableError
+    naming the op, the library and the folders searched -- never the direct
+    kernel."""
     if DEV != "cuda":
         pytest.skip("needs the cuda plugin")
     import dragon_cuda
@@ -499,12 +501,21 @@ def test_missing_cudnn_is_an_unavailable_error(need_gpu, tmp_path):
     env = dict(os.environ, DRAGON_CUDA_LIBRARY_PATH=str(empty),
                PYTHONPATH=str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("LD_LIBRARY_PATH", None)
+    env.pop("DRAGON_CUDNN_LIBRARY", None)
+    import ctypes
+    library = "libcudnn.so.9"
+    try:
+        ctypes.CDLL(library)  # the system loader has one: ask for a name it lacks
+        library = "libcudnn_hidden_by_dragon_test.so.9"
+        env["DRAGON_CUDNN_LIBRARY"] = library
+    except OSError:
+        pass
     run = subprocess.run([sys.executable, "-c", NO_CUDNN], env=env, capture_output=True,
                          text=True, timeout=120, cwd=tmp_path)
     out = run.stdout + run.stderr
     if "SKIP:" in out:
         pytest.skip(out.strip())
     assert "RAISED:" in out, out[-3000:]
-    for part in ("Conv2d", "libcudnn.so.9", str(empty), "nvidia-cudnn-cu13",
+    for part in ("Conv2d", library, str(empty), "nvidia-cudnn-cu13",
                  str(tmp_path / "site" / "dragon_cuda")):
         assert part in out, (part, out[-3000:])

@@ -20,11 +20,15 @@ synchronisation, so wall time covers the work.
 ``conv_fwdbwd_b8_64x56_f32``
     3x3 convolution, pad 1, 64 -> 64 channels, batch 8 of 56x56, forward
     plus input and filter gradients, ms. Goal: <= 1.1x torch.
+    A second Dragon row runs with ``DRAGON_CUDNN_DETERMINISTIC=0``
+    (cuDNN's atomic algorithms allowed, as torch's default; Dragon's default
+    takes deterministic algorithms only).
 ``resnet18_train_b64_224_f32`` / ``resnet18_train_b64_224_bf16``
     One ResNet-18 training step (``bench/models/resnet.py``, SGD with
     momentum, cross-entropy) on a batch of 64 3x224x224 images, ms: float32,
     and bfloat16 autocast (torch: channels-last; Dragon's cuda
-    convolutions are NCHW only). Goal: <= 1.1x torch.
+    convolutions are NCHW only). Goal: <= 1.1x torch. float32 has a second
+    Dragon row with ``DRAGON_CUDNN_DETERMINISTIC=0`` (a model of its own).
 ``mlp_train_784_512_512_10``
     MLP 784-512-512-10 (ReLU, SGD, cross-entropy), batch 128, training
     steps/s: Dragon eager and compiled (``@dg.function``, which replays a
@@ -81,9 +85,10 @@ DRAGON_IMPLS = {
     "add_1elem": ["dg.ops.add eager"],
     "matmul_4096_bf16": ["dg.ops.matmul"],
     "matmul_4096_f32": ["dg.ops.matmul"],
-    "conv_fwdbwd_b8_64x56_f32": ["conv2d + dg.grad(x, w) eager"],
+    "conv_fwdbwd_b8_64x56_f32": ["conv2d + dg.grad(x, w) eager",
+                                 "conv2d + dg.grad(x, w) eager, DRAGON_CUDNN_DETERMINISTIC=0"],
     "resnet18_train_b64_224_bf16": ["eager step, autocast bfloat16 (NCHW)"],
-    "resnet18_train_b64_224_f32": ["eager step"],
+    "resnet18_train_b64_224_f32": ["eager step", "eager step, DRAGON_CUDNN_DETERMINISTIC=0"],
     "mlp_train_784_512_512_10": ["eager step", "@dg.function step (compiled)",
                                  "@dg.function step (compiled, cuda_graph=False)"],
     "nms_5000": ["dragon_vision_ops.nms"],
@@ -221,6 +226,25 @@ def _matmul(dtype):
     return build
 
 
+def _nondeterministic(fn):
+    """``fn`` run with DRAGON_CUDNN_DETERMINISTIC=0 (read per call by the
+    cuda plugin: cuDNN's atomic algorithms allowed, as torch's default)."""
+    def run():
+        old = os.environ.get("DRAGON_CUDNN_DETERMINISTIC")
+        os.environ["DRAGON_CUDNN_DETERMINISTIC"] = "0"
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ["DRAGON_CUDNN_DETERMINISTIC"]
+            else:
+                os.environ["DRAGON_CUDNN_DETERMINISTIC"] = old
+    return run
+
+
+NONDET = ", DRAGON_CUDNN_DETERMINISTIC=0"
+
+
 def _conv_fwdbwd(ctx):
     dg, torch = ctx["dg"], ctx["torch"]
     rng = np.random.default_rng(4)
@@ -234,7 +258,9 @@ def _conv_fwdbwd(ctx):
     def dragon():
         y = dg.nn.functional.conv2d(gx, gw, padding=1)
         return dg.grad([y], [gx, gw], grad_outputs=[gdy])
-    out = {"dragon": ("conv2d + dg.grad(x, w) eager", dragon, None)}
+    out = {"dragon": ("conv2d + dg.grad(x, w) eager", dragon, None),
+           "dragon:nondet": ("conv2d + dg.grad(x, w) eager" + NONDET, _nondeterministic(dragon),
+                             None)}
     if torch is not None:
         tx, tw, tdy = (torch.from_numpy(v).to(DEVICE) for v in (x, w, dy))
         tx.requires_grad_(True)
@@ -245,8 +271,9 @@ def _conv_fwdbwd(ctx):
             return torch.autograd.grad(y, (tx, tw), tdy)
         ref = [g.cpu().numpy() for g in torch_fn()]
         out["torch"] = ("conv2d + autograd.grad(x, w) eager", torch_fn, None)
-        out["dragon"] = (out["dragon"][0], dragon,
-                         lambda gs: all(_close(_host(g), r, 1e-3, 1e-3) for g, r in zip(gs, ref)))
+        check = (lambda gs: all(_close(_host(g), r, 1e-3, 1e-3) for g, r in zip(gs, ref)))
+        out["dragon"] = (out["dragon"][0], dragon, check)
+        out["dragon:nondet"] = (out["dragon:nondet"][0], out["dragon:nondet"][1], check)
     return out
 
 
@@ -257,18 +284,25 @@ def _resnet(precision):
         x, y = gpu_models.resnet_inputs(batch, hw)
         state = gpu_models.resnet_state(dg, torch)
         bf16 = precision == "bfloat16"
-        step = gpu_models.dragon_resnet(dg, state, DEVICE, bf16)
         dx, dy = dg.tensor(x).to(DEVICE), dg.tensor(y).to(DEVICE)
+
+        def dragon_step():  # a model of its own per row: each row's first loss is checked
+            step = gpu_models.dragon_resnet(dg, state, DEVICE, bf16)
+            return lambda: step(dx, dy)
         impl = "eager step, autocast bfloat16 (NCHW)" if bf16 else "eager step"
-        out = {"dragon": (impl, lambda: step(dx, dy), None)}
+        out = {"dragon": (impl, dragon_step(), None)}
+        if not bf16:
+            out["dragon:nondet"] = (impl + NONDET, _nondeterministic(dragon_step()), None)
         if torch is not None:
             # The first step's loss (same weights and data) before any update.
             torch_fn, first = gpu_models.torch_resnet(torch, state, x, y, DEVICE, bf16)
             tol = 5e-2 if bf16 else 1e-3
             out["torch"] = ("eager step, autocast bfloat16, channels-last" if bf16
                             else "eager step", torch_fn, None)
-            out["dragon"] = (impl, lambda: step(dx, dy), lambda loss, first=first, tol=tol:
-                             _close(float(_host(loss)), first, tol, tol))
+            check = (lambda loss, first=first, tol=tol: _close(float(_host(loss)), first, tol,
+                                                               tol))
+            for key in [k for k in out if k.startswith("dragon")]:
+                out[key] = (out[key][0], out[key][1], check)
         return out
     return build
 

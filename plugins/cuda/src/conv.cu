@@ -1,10 +1,13 @@
-// Convolutions on cuda as direct kernels (NCHW; no cuDNN yet): Conv2d,
-// Conv2dBiasAct, ConvTranspose2d and Conv2dBackpropFilter with the schemas'
-// definitions (dragon_core/src/ops/conv.cc): strides, pads (2 or 4 values),
-// dilations, groups. One thread per output element gathers its sum in
-// double: no atomics, deterministic. Correct on every geometry, but not
-// fast -- the cuDNN path is still to do (docs/cuda.md). float16/bfloat16
-// accumulate in the same double and round once.
+// Convolutions on cuda as direct kernels (NCHW): Conv2d, Conv2dBiasAct,
+// ConvTranspose2d and Conv2dBackpropFilter with the schemas' definitions
+// (dragon_core/src/ops/conv.cc): strides, pads (2 or 4 values), dilations,
+// groups. One thread per output element gathers its sum in double: no
+// atomics, deterministic. Correct on every geometry, but slow: the cuDNN
+// kernels (cudnn.cu, a higher priority) run every call cuDNN's descriptors
+// can describe; these run only the calls that cudnn.cu's supports()
+// declines (cudnn_plan.h: bottom/right pads that change the output size,
+// extents above 2^31-1, an empty extent), as explain() shows.
+// float16/bfloat16 accumulate in the same double and round once.
 #include <cstdint>
 #include <string>
 #include <vector>

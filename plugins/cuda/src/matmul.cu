@@ -6,7 +6,6 @@
 // two axes multiply, batch axes broadcast, a 1-D operand is a row (a) or a
 // column (b). float32 computes in float32 unless DRAGON_CUDA_ALLOW_TF32=1
 // (TF32 tensor cores); float16 and bfloat16 accumulate in float32.
-#include <dlfcn.h>
 #include <library_types.h>
 
 #include <cstdint>
@@ -46,11 +45,10 @@ struct Cublas {
   std::string error;  // non-empty when cuBLAS could not be opened
 };
 
+// Resolve(lib, "cublasCreate_v2", &fn, &error): ResolveSymbol for cuBLAS.
 template <typename F>
 bool Resolve(void* lib, const char* name, F* fn, std::string* error) {
-  *fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (*fn == nullptr) *error = std::string("libcublas.so.13 lacks ") + name;
-  return *fn != nullptr;
+  return ResolveSymbol(lib, "libcublas.so.13", name, fn, error);
 }
 
 const Cublas& TheCublas() {
@@ -59,8 +57,7 @@ const Cublas& TheCublas() {
     std::string error;
     void* lib = OpenLibrary("libcublas.so.13", &error);
     if (lib == nullptr) {
-      c->error = error + "; install it with `pip install nvidia-cublas` (a dependency of "
-                 "dragon-cuda) or point DRAGON_CUDA_LIBRARY_PATH at its folder";
+      c->error = error + InstallHint("nvidia-cublas");
       return c;
     }
     if (!Resolve(lib, "cublasCreate_v2", &c->create, &error) ||

@@ -1,10 +1,11 @@
 // Host-side state of the cuda plugin shared by the device table
-// (device.cc), the library loader (libs.cc) and the kernels: the lazy
+// (device.cc), the library loader (OpenLibrary, in device.cc) and the kernels: the lazy
 // probe of the driver, the calling thread's current device, and error text.
 #ifndef DRAGON_CUDA_RUNTIME_H_
 #define DRAGON_CUDA_RUNTIME_H_
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <string>
@@ -28,6 +29,23 @@ std::string ErrorText(cudaError_t e);
 // plugin's package, then the system loader path. `name` is e.g.
 // "libcublas.so.13". Returns NULL and sets *error when it is not found.
 void* OpenLibrary(const char* name, std::string* error);
+
+// Sets *fn to the function `symbol` of `lib` (opened by OpenLibrary as
+// `lib_name`); false, with *error saying which, when the library lacks it.
+template <typename F>
+bool ResolveSymbol(void* lib, const char* lib_name, const char* symbol, F* fn,
+                   std::string* error) {
+  *fn = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (*fn == nullptr) *error = std::string(lib_name) + " lacks " + symbol;
+  return *fn != nullptr;
+}
+
+// The advice appended to OpenLibrary's error for a library of the wheel
+// `wheel` (e.g. "nvidia-cublas").
+inline std::string InstallHint(const char* wheel) {
+  return std::string("; install it with `pip install ") + wheel +
+         "` (a dependency of dragon-cuda) or point DRAGON_CUDA_LIBRARY_PATH at its folder";
+}
 
 // A failed device-side check (an index out of range) recorded by a kernel
 // in mapped host memory; the first failure wins. The device table reports

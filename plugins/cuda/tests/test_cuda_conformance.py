@@ -965,4 +965,11 @@ def test_convolutions(dtype, geom):
 
     rtol, atol = TOL[dtype]
     for a, bb in zip(run(DEV), run("cpu")):
-        np.testing.assert_allclose(_numpy(a), _numpy(bb), rtol=rtol * 10, atol=atol * 10)
+        want = _numpy(bb)
+        # cuDNN and the CPU both sum in the dtype (float32 for 16-bit), each
+        # in its own order (implicit GEMM, Winograd): an entry that cancels
+        # to ~0 keeps the rounding of the largest terms, so the absolute
+        # tolerance scales with the largest output (as for MatMul).
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        np.testing.assert_allclose(_numpy(a), want, rtol=rtol * 10,
+                                   atol=max(atol * 10, 4 * rtol * scale))

@@ -6,7 +6,7 @@ the driver: the device count is probed the first time something asks for it,
 and a machine without a driver or GPU sees ``count == 0`` with a one-line
 reason (:func:`unavailable_reason`).
 
-cuBLAS (matmul) is opened at run time, when an op first needs it, from
+cuBLAS (matmul) and cuDNN (convolutions) are opened at run time, when an op first needs it, from
 ``DRAGON_CUDA_LIBRARY_PATH``, the ``nvidia-*`` wheels installed beside this
 package, or the system loader path; a missing library is an error of that
 op naming the library, never of the import. See docs/cuda.md.

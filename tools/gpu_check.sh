@@ -83,16 +83,15 @@ if [ $fail -ne 0 ]; then
   exit 1
 fi
 
-# GPU_CHECK_WERROR=1: in the background, while the tests run, every
-# package is built again with that machine's gcc 13 (and nvcc with gcc 13
-# as host compiler) and DRAGON_WERROR=ON, into a throwaway folder: the
-# issue's "warning-free with gcc 12, gcc 13 and clang 16" (gcc 12 and
-# clang 16 are checked by make test / make check-compilers). Its result is
-# reported at the end (werror.txt).
-WPID=
-if [ "${GPU_CHECK_WERROR:-0}" = 1 ]; then
-  (
-    for p in dragon_core plugins/cpu_eigen plugins/vision_ops plugins/nccl_dist plugins/cuda; do
+# GPU_CHECK_WERROR=1: every package is built again with that machine's
+# gcc 13 (and nvcc with gcc 13 as host compiler) and DRAGON_WERROR=ON into
+# a throwaway folder, the packages in parallel: the issue's "warning-free
+# with gcc 12, gcc 13 and clang 16" (gcc 12 and clang 16 are checked by make
+# test / make check-compilers). =1 runs it in the background during the
+# tests; =after runs it at the end, in the time left. Result: werror.txt.
+werror_builds() {
+  for p in dragon_core plugins/cpu_eigen plugins/vision_ops plugins/nccl_dist plugins/cuda; do
+    (
       n=$(basename "$p"); s=$(date +%s)
       nice -n 10 $PY -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$T/werror-wheels" \
         -Cbuild-dir="$T/werror-build/$n" -Ccmake.define.DRAGON_WERROR=ON \
@@ -102,8 +101,13 @@ if [ "${GPU_CHECK_WERROR:-0}" = 1 ]; then
       rc=$?
       echo "gcc13 -Werror $p rc=$rc $(( $(date +%s) - s ))s"
       [ $rc -ne 0 ] && grep -E "error:|warning:" "$LOG/werror_$n.log" | head -n 12
-    done
-  ) > "$LOG/werror.txt" 2>&1 &
+    ) &
+  done
+  wait
+}
+WPID=
+if [ "${GPU_CHECK_WERROR:-0}" = 1 ]; then
+  werror_builds > "$LOG/werror.txt" 2>&1 &
   WPID=$!
 fi
 
@@ -222,6 +226,14 @@ elif command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute
       -k "stream_ordered or two_streams or cross_stream or block_freed or device_to_device or (round_trip_of_every_dtype and (int8 or float16)) or non_contiguous or empty_tensors or written_out or pinned" \
       > "$LOG/memcheck_runtime.log" 2>&1
     say "memcheck runtime rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$LOG/memcheck_runtime.log" | tail -n 2 | tr '\n' ' '))"
+  fi
+fi
+if [ "${GPU_CHECK_WERROR:-0}" = after ]; then
+  if [ "$(left)" -gt 40 ]; then
+    werror_builds > "$LOG/werror.txt" 2>&1 &
+    WPID=$!
+  else
+    say "no time left for the gcc 13 -Werror builds ($(left)s)"
   fi
 fi
 if [ -n "$WPID" ]; then

@@ -554,3 +554,95 @@ def test_cuda_bad_batch_index_is_a_clear_error():
     for fn in (dg.ops.roi_align, dg.ops.roi_pool):
         with pytest.raises(dg.errors.InvalidArgumentError, match="roi 0 has batch index 4"):
             fn(x, rois, [2, 2])
+
+
+def _bench_like(rng, dtype, c=256, k=512):
+    """The benchmark's roi_align inputs: a [2, c, 64, 64] map, k rois of
+    8-56 pixels (scale 0.25), one of them reversed."""
+    x = rng.standard_normal((2, c, 64, 64)).astype(dtype)
+    xy = rng.uniform(-10, 250, (k, 2))
+    wh = rng.uniform(8, 56, (k, 2))
+    rois = np.concatenate([rng.integers(0, 2, (k, 1)), xy, xy + wh], 1).astype(dtype)
+    rois[0, 3:] = rois[0, 1:3] - 4.0
+    return x, rois
+
+
+def _cuda_vs_cpu(x, rois, size, tol, **attrs):
+    """RoiAlign (bit for bit: the kernels follow the CPU's formulas
+    operation by operation) and RoiAlignGrad (atomic adds: `tol`) on cuda
+    against the CPU kernels."""
+    g = np.random.default_rng(1).standard_normal((len(rois), x.shape[1]) + tuple(size))
+    g = g.astype(x.dtype)
+    cpu = dg.ops.roi_align(dg.tensor(x), dg.tensor(rois), list(size), **attrs).numpy()
+    gpu = dg.ops.roi_align(dg.tensor(x, device="cuda"), dg.tensor(rois, device="cuda"),
+                           list(size), **attrs).cpu().numpy()
+    np.testing.assert_array_equal(gpu, cpu)
+    cpu = dg.ops.roi_align_grad(dg.tensor(x), dg.tensor(rois), dg.tensor(g), list(size),
+                                **attrs).numpy()
+    gpu = dg.ops.roi_align_grad(*(dg.tensor(a, device="cuda") for a in (x, rois, g)),
+                                list(size), **attrs).cpu().numpy()
+    np.testing.assert_allclose(gpu, cpu, **tol)
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_cuda_roi_align_benchmark_shape(mode):
+    """The benchmark's shape (512 rois, 7x7, sampling 2, float32): several
+    channel blocks per roi, rois inside, across and outside the map."""
+    x, rois = _bench_like(np.random.default_rng(2), "float32")
+    _cuda_vs_cpu(x, rois, (7, 7), dict(rtol=1e-4, atol=1e-5), spatial_scale=0.25,
+                 sampling_ratio=2, aligned=True, mode=mode)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_cuda_roi_align_adaptive_large_rois(dtype, mode):
+    """Adaptive sampling on rois up to 500 pixels: grids past the kernels'
+    shared axis tables (more than 256 samples along an axis), which then
+    compute their taps inline."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 40, 50)).astype(dtype)
+    xy = rng.uniform(-20, 30, (12, 2))
+    wh = rng.uniform(1, 500, (12, 2))
+    rois = np.concatenate([rng.integers(0, 2, (12, 1)), xy, xy + wh], 1).astype(dtype)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-12)
+    for aligned in (True, False):
+        _cuda_vs_cpu(x, rois, (7, 6), tol, spatial_scale=1.0, sampling_ratio=-1,
+                     aligned=aligned, mode=mode)
+
+
+@requires_cuda
+def test_cuda_bad_rois_raise_and_the_next_call_works():
+    """A NaN coordinate, an inf coordinate, a fractional or out-of-range
+    batch index raise the CPU's errors on cuda too, forward and gradient,
+    and a valid call right after each gets the right result (the rois'
+    pinned host buffer is reused)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 8, 8))
+    good = np.array([[1, 0.5, 1.0, 6.0, 7.0]])
+    want = dg.ops.roi_align(dg.tensor(x), dg.tensor(good), [2, 2]).numpy()
+    xc = dg.tensor(x, device="cuda")
+    g = dg.tensor(np.ones((2, 3, 2, 2)), device="cuda")
+    bad = [([0, np.nan, 0, 2, 2], "non-finite"), ([0, 0, 0, np.inf, 2], "non-finite"),
+           ([0.5, 0, 0, 2, 2], "batch index 0.5"), ([2, 0, 0, 2, 2], "batch index 2")]
+    for row, msg in bad:
+        rois = dg.tensor(np.array([good[0], row]), device="cuda")
+        with pytest.raises(dg.errors.InvalidArgumentError, match=msg):
+            dg.ops.roi_align(xc, rois, [2, 2])
+        with pytest.raises(dg.errors.InvalidArgumentError, match=msg):
+            dg.ops.roi_align_grad(xc, rois, g, [2, 2])
+        with pytest.raises(dg.errors.InvalidArgumentError, match=msg):
+            dg.ops.roi_pool(xc, rois, [2, 2])
+        got = dg.ops.roi_align(xc, dg.tensor(good, device="cuda"), [2, 2]).cpu().numpy()
+        np.testing.assert_array_equal(got, want)
+
+
+@requires_cuda
+def test_cuda_roi_align_too_many_samples_raises():
+    """A roi whose adaptive grid exceeds the sample limit raises (the
+    kernel skips it rather than running for hours)."""
+    x = dg.tensor(np.ones((1, 1, 4, 4), np.float32), device="cuda")
+    rois = dg.tensor(np.array([[0, 0, 0, 1e7, 1e7]], np.float32), device="cuda")
+    with pytest.raises(dg.errors.InvalidArgumentError, match="samples"):
+        dg.ops.roi_align(x, rois, [2, 2])

@@ -218,46 +218,62 @@ void NmsCuda(dg::KernelContext& ctx, const int64_t* cats) {
   const int n = static_cast<int>(n64), tiles = static_cast<int>(tiles64);
   const T* boxes = ctx.input(0).data<const T>();
   const T* scores = ctx.input(1).data<const T>();
-  T* keys = ctx.workspace<T>(2 * n64);
-  int64_t* index = ctx.workspace<int64_t>(2 * n64);
-  SortKeysKernel<T><<<Blocks(n64), kThreads, 0, stream>>>(n, scores, keys, index);
-  Check(cudaGetLastError(), "NMS key kernel launch");
+  // One workspace for every buffer (one allocation per call), each at a
+  // 256-byte boundary.
   size_t temp_bytes = 0;
   Check(cub::DeviceRadixSort::SortPairsDescending(
-            nullptr, temp_bytes, keys, keys + n, index, index + n, n, 0,
+            nullptr, temp_bytes, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
+            static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0,
             static_cast<int>(sizeof(T) * 8), stream),
         "sizing the NMS sort");
-  void* temp = ctx.workspace<char>(temp_bytes);
+  const bool removed_in_shared =
+      tiles64 * static_cast<int64_t>(sizeof(Word)) <= kSelectSharedBytes;
+  size_t size = 0;
+  auto take = [&size](size_t bytes) {
+    const size_t at = (size + 255) / 256 * 256;
+    size = at + bytes;
+    return at;
+  };
+  const size_t at_keys = take(2 * n64 * sizeof(T));
+  const size_t at_index = take(2 * n64 * sizeof(int64_t));
+  const size_t at_temp = take(temp_bytes);
+  const size_t at_sboxes = take(4 * n64 * sizeof(T));
+  const size_t at_sarea = take(n64 * sizeof(T));
+  const size_t at_scats = take(n64 * sizeof(int64_t));
+  const size_t at_nan = take(2 * tiles64 * sizeof(unsigned));
+  const size_t at_mask = take(static_cast<size_t>(n64 * tiles64) * sizeof(Word));
+  const size_t at_removed = take(removed_in_shared ? 0 : tiles64 * sizeof(Word));
+  char* ws = ctx.workspace<char>(size);
+  T* keys = reinterpret_cast<T*>(ws + at_keys);
+  int64_t* index = reinterpret_cast<int64_t*>(ws + at_index);
+  SortKeysKernel<T><<<Blocks(n64), kThreads, 0, stream>>>(n, scores, keys, index);
+  Check(cudaGetLastError(), "NMS key kernel launch");
+  void* temp = ws + at_temp;
   Check(cub::DeviceRadixSort::SortPairsDescending(
             temp, temp_bytes, keys, keys + n, index, index + n, n, 0,
             static_cast<int>(sizeof(T) * 8), stream),
         "sorting the NMS scores");
   const int64_t* order = index + n;
 
-  T* sboxes = ctx.workspace<T>(4 * n64);
-  T* sarea = ctx.workspace<T>(n64);
-  int64_t* scats = ctx.workspace<int64_t>(n64);
-  unsigned* nan_bits = ctx.workspace<unsigned>(2 * tiles64);
+  T* sboxes = reinterpret_cast<T*>(ws + at_sboxes);
+  T* sarea = reinterpret_cast<T*>(ws + at_sarea);
+  int64_t* scats = reinterpret_cast<int64_t*>(ws + at_scats);
+  unsigned* nan_bits = reinterpret_cast<unsigned*>(ws + at_nan);
   const int64_t gather_threads = tiles64 * kBlockBits;
   SortedGatherKernel<T><<<static_cast<unsigned>((gather_threads + kThreads - 1) / kThreads),
                     kThreads, 0, stream>>>(n, tiles, boxes, scores, cats, order,
                                            sboxes, sarea, scats, nan_bits);
   Check(cudaGetLastError(), "NMS gather kernel launch");
 
-  auto* mask = ctx.workspace<Word>(n64 * tiles64);
+  Word* mask = reinterpret_cast<Word*>(ws + at_mask);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(tiles));
   MaskKernel<T><<<grid, kBlockBits, 0, stream>>>(
       n, tiles, sboxes, sarea, scats, static_cast<T>(ctx.f("iou_threshold")),
       mask);
   Check(cudaGetLastError(), "NMS mask kernel launch");
 
-  const int64_t removed_bytes = tiles64 * static_cast<int64_t>(sizeof(Word));
-  Word* removed_ws = nullptr;
-  size_t shared = static_cast<size_t>(removed_bytes);
-  if (removed_bytes > kSelectSharedBytes) {
-    removed_ws = ctx.workspace<Word>(tiles64);
-    shared = 0;
-  }
+  Word* removed_ws = removed_in_shared ? nullptr : reinterpret_cast<Word*>(ws + at_removed);
+  const size_t shared = removed_in_shared ? tiles64 * sizeof(Word) : 0;
   SelectKernel<<<1, kSelectThreads, shared, stream>>>(
       n, tiles, mask, nan_bits, order, removed_ws, keep, num_kept);
   Check(cudaGetLastError(), "NMS select kernel launch");

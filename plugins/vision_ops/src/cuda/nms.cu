@@ -16,10 +16,12 @@
 //     are never read, so never written);
 //  4. select: one thread block walks the 64-box tiles in order. Thread 0
 //     resolves a tile from its diagonal words (a register loop over the
-//     boxes not yet removed), the warps then OR the kept boxes' rows into
-//     the removed words of the later tiles (one kept row per warp, lanes
-//     over the words, shared-memory atomicOr), and warp 0 writes the kept
-//     indices. Finally keep is padded with -1 and num_kept written.
+//     boxes not yet removed whose diagonal word is non-zero), the warps
+//     then OR the kept boxes' rows into the removed words of the later
+//     tiles (one kept row per warp, lanes over the words, shared-memory
+//     atomicOr) while the next tile's diagonal words load, and warp 0
+//     writes the kept indices. Finally keep is padded with -1 and num_kept
+//     written.
 //
 // IoUs use the CPU kernel's expression with every product and sum rounded
 // on its own (no contraction into fused multiply-adds) and std::min/max's
@@ -134,12 +136,17 @@ __global__ void MaskKernel(int n, int tiles, const T* sboxes, const T* sarea,
 
 // The greedy walk (see the file comment). `removed_ws` holds the removed
 // words when they do not fit in shared memory (null otherwise).
-__global__ void __launch_bounds__(kSelectThreads) SelectKernel(int n, int tiles, const Word* mask,
-                             const unsigned* nan_bits, const int64_t* order,
-                             Word* removed_ws, int64_t* keep,
-                             int64_t* num_kept) {
+//
+// Per tile: thread 0 resolves the tile (only boxes whose diagonal word is
+// non-zero can remove a later box of the tile, so it visits just those in
+// order); the warps OR the kept boxes' rows into the later words while
+// warps 0-1 fetch the next tile's diagonal words.
+__global__ void __launch_bounds__(kSelectThreads)
+SelectKernel(int n, int tiles, const Word* mask, const unsigned* nan_bits,
+             const int64_t* order, Word* removed_ws, int64_t* keep, int64_t* num_kept) {
   extern __shared__ Word removed_sh[];
   __shared__ Word diag[kBlockBits];
+  __shared__ unsigned nonzero[2];  // bit b % 32 of [b / 32]: diag[b] != 0
   __shared__ Word kept_sh;
   Word* removed = removed_ws ? removed_ws : removed_sh;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -147,28 +154,39 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(int n, int tiles,
   for (int c = t; c < tiles; c += blockDim.x) {
     removed[c] = Word{nan_bits[2 * c]} | (Word{nan_bits[2 * c + 1]} << 32);
   }
+  // Tile `tile`'s diagonal word of box t (threads 0-63, whole warps).
+  auto diag_word = [&](int tile) -> Word {
+    const int row = tile * kBlockBits + t;
+    return row < n ? mask[static_cast<int64_t>(row) * tiles + tile] : Word{0};
+  };
+  auto store_diag = [&](Word d) {
+    diag[t] = d;
+    const unsigned nz = __ballot_sync(0xffffffffu, d != 0);
+    if (lane == 0) nonzero[warp] = nz;
+  };
+  if (t < kBlockBits) store_diag(diag_word(0));
   int count = 0;  // kept so far; every thread keeps the same count
   __syncthreads();
   for (int tile = 0; tile < tiles; ++tile) {
     const int base = tile * kBlockBits;
     const int cols = min(kBlockBits, n - base);
-    if (t < cols) diag[t] = mask[static_cast<int64_t>(base + t) * tiles + tile];
-    __syncthreads();
     if (t == 0) {
       const Word valid = cols == kBlockBits ? ~Word{0} : (Word{1} << cols) - 1;
+      const Word nz = Word{nonzero[0]} | (Word{nonzero[1]} << 32);
       Word gone = removed[tile];
-      Word kept = 0;
-      Word avail = ~gone & valid;
-      while (avail) {
-        const int b = __ffsll(static_cast<long long>(avail)) - 1;
-        kept |= Word{1} << b;
-        gone |= diag[b];  // bits above b only
-        avail = ~gone & valid & ((~Word{0} << b) << 1);
+      Word todo = ~gone & valid & nz;
+      while (todo) {  // b is kept: it removes its diagonal bits (all above b)
+        const int b = __ffsll(static_cast<long long>(todo)) - 1;
+        gone |= diag[b];
+        todo = ~gone & valid & nz & ((~Word{0} << b) << 1);
       }
-      kept_sh = kept;
+      kept_sh = ~gone & valid;
     }
     __syncthreads();
     const Word kept = kept_sh;
+    const bool more = tile + 1 < tiles;
+    Word next = 0;  // the next tile's diagonal word, in flight meanwhile
+    if (more && t < kBlockBits) next = diag_word(tile + 1);
     if (warp == 0) {
       for (int b = lane; b < cols; b += 32) {
         if ((kept >> b) & 1) {
@@ -177,7 +195,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(int n, int tiles,
         }
       }
     }
-    if (tile + 1 < tiles) {
+    if (more) {
       Word rest = kept;
       for (int r = 0; rest; ++r) {
         const int b = __ffsll(static_cast<long long>(rest)) - 1;
@@ -189,6 +207,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(int n, int tiles,
           if (m) atomicOr(removed + c, m);
         }
       }
+      if (t < kBlockBits) store_diag(next);
     }
     count += __popcll(kept);
     __syncthreads();

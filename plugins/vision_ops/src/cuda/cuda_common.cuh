@@ -41,6 +41,9 @@ __device__ inline float Sub(float a, float b) { return __fsub_rn(a, b); }
 __device__ inline double Sub(double a, double b) { return __dsub_rn(a, b); }
 __device__ inline float Div(float a, float b) { return __fdiv_rn(a, b); }
 __device__ inline double Div(double a, double b) { return __ddiv_rn(a, b); }
+// a * b + c rounded once (std::fma on the CPU).
+__device__ inline float Fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ inline double Fma(double a, double b, double c) { return __fma_rn(a, b, c); }
 
 // std::max / std::min: the first argument unless the comparison says
 // otherwise, so a NaN first argument is returned (unlike fmax / fmin).

@@ -16,8 +16,9 @@
 // outputs (channel, bin), bins fastest, so the writes (and dy's reads) are
 // coalesced and the bilinear taps of neighbouring threads are neighbouring
 // cells. Coordinates, weights and sums follow the CPU's formulas operation
-// by operation, each rounded on its own (no fused multiply-adds: the CPU
-// kernels are compiled without them), in the CPU's order. A roi whose grid
+// by operation, rounded as the CPU rounds them (the fused multiply-adds
+// of the coordinates are explicit on both devices; nothing else is
+// contracted), in the CPU's order. A roi whose grid
 // has more than kAxisCap samples on an axis computes its taps inline.
 // Indices are 32-bit when the tensors allow it.
 //
@@ -204,10 +205,10 @@ __device__ Geom<T> GeomOf(const T* roi, const Dims& d, T scale, int64_t sampling
                           bool aligned, bool max_mode) {
   Geom<T> g;
   const T off = aligned ? T(0.5) : T(0);
-  g.x0 = Sub(Mul(roi[1], scale), off);
-  g.y0 = Sub(Mul(roi[2], scale), off);
-  T rw = Sub(Sub(Mul(roi[3], scale), off), g.x0);
-  T rh = Sub(Sub(Mul(roi[4], scale), off), g.y0);
+  g.x0 = Fma(roi[1], scale, -off);
+  g.y0 = Fma(roi[2], scale, -off);
+  T rw = Sub(Fma(roi[3], scale, -off), g.x0);
+  T rh = Sub(Fma(roi[4], scale, -off), g.y0);
   if (!aligned) rw = StdMax(rw, T(1)), rh = StdMax(rh, T(1));
   g.bw = Div(rw, T(d.ow));
   g.bh = Div(rh, T(d.oh));
@@ -234,12 +235,12 @@ struct Axis {
 };
 
 // Sample s of bin i along an axis of `len` cells: the CPU's coordinate
-// start + i * bin + (s + 0.5) * bin / g and Bilinear's border rule.
+// fma(i, bin, start) + (s + 0.5) * bin / g and Bilinear's border rule.
 template <typename T, typename I>
 __device__ inline Axis<T, I> AxisOf(T start, T bin, int64_t g, int64_t i, int64_t s,
                                     int64_t len, I stride) {
   Axis<T, I> a;
-  T p = Add(Add(start, Mul(T(i), bin)), Div(Mul(Add(T(s), T(0.5)), bin), T(g)));
+  T p = Add(Fma(T(i), bin, start), Div(Mul(Add(T(s), T(0.5)), bin), T(g)));
   if (!(p >= T(-1) && p <= T(len))) {
     a.lo = a.hi = I(-1);
     a.wlo = a.whi = T(0);

@@ -18,8 +18,8 @@
 //     resolves a tile from its diagonal words (a register loop over the
 //     boxes not yet removed whose diagonal word is non-zero), the warps
 //     then OR the kept boxes' rows into the removed words of the later
-//     tiles (one kept row per warp, lanes over the words, shared-memory
-//     atomicOr) while the next tile's diagonal words load, and warp 0
+//     tiles (warp w takes the kept boxes at bits w, w + 32 of the tile,
+//     lanes over the words, shared-memory atomicOr) while the next tile's diagonal words load, and warp 0
 //     writes the kept indices. Finally keep is padded with -1 and num_kept
 //     written.
 //
@@ -196,11 +196,11 @@ SelectKernel(int n, int tiles, const Word* mask, const unsigned* nan_bits,
       }
     }
     if (more) {
-      Word rest = kept;
-      for (int r = 0; rest; ++r) {
-        const int b = __ffsll(static_cast<long long>(rest)) - 1;
-        rest &= rest - 1;
-        if (r % warps != warp) continue;
+      // Warp w takes the kept boxes at bits w, w + warps, ... of the tile
+      // (two bits per warp with 32 warps: a few checks, no scan of the
+      // whole word per thread).
+      for (int b = warp; b < cols; b += warps) {
+        if (!((kept >> b) & 1)) continue;
         const Word* row = mask + static_cast<int64_t>(base + b) * tiles;
         for (int c = tile + 1 + lane; c < tiles; c += 32) {
           const Word m = row[c];

@@ -129,8 +129,13 @@ void BuildAlignTable(const T* roi, const RoiCall& call, AlignTable<T>* t) {
   const RoiAttrs& a = call.a;
   const T offset = a.aligned ? T(0.5) : T(0);
   const T scale = static_cast<T>(a.scale);
-  const T x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
-  T rw = roi[3] * scale - offset - x0, rh = roi[4] * scale - offset - y0;
+  // The coordinates round as torchvision's CUDA kernel (whose compiler
+  // fuses roi * scale - offset and i * bin + start into fused multiply-adds):
+  // in float32 a coordinate near 64 is only good to ~4e-6 pixel, and
+  // results that round their coordinates differently can differ by 1e-5
+  // after interpolation. The cuda kernels use the same fmas.
+  const T x0 = std::fma(roi[1], scale, -offset), y0 = std::fma(roi[2], scale, -offset);
+  T rw = std::fma(roi[3], scale, -offset) - x0, rh = std::fma(roi[4], scale, -offset) - y0;
   if (!a.aligned) rw = std::max(rw, T(1)), rh = std::max(rh, T(1));
   const T bw = rw / T(a.ow), bh = rh / T(a.oh);
   const int64_t gh = GridSize(rh, a.oh, a.sampling);
@@ -144,9 +149,9 @@ void BuildAlignTable(const T* roi, const RoiCall& call, AlignTable<T>* t) {
   for (int64_t i = 0; i < a.oh; ++i) {
     for (int64_t j = 0; j < a.ow; ++j) {
       for (int64_t iy = 0; iy < gh; ++iy) {
-        const T y = y0 + T(i) * bh + (T(iy) + T(0.5)) * bh / T(gh);
+        const T y = std::fma(T(i), bh, y0) + (T(iy) + T(0.5)) * bh / T(gh);
         for (int64_t ix = 0; ix < gw; ++ix) {
-          const T x = x0 + T(j) * bw + (T(ix) + T(0.5)) * bw / T(gw);
+          const T x = std::fma(T(j), bw, x0) + (T(ix) + T(0.5)) * bw / T(gw);
           *s++ = Bilinear(y, x, call.h, call.w, inv);
         }
       }

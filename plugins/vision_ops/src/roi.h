@@ -18,6 +18,11 @@
 
 namespace vision {
 
+// Limit on the bilinear samples of one RoiAlign roi, all bins together (an
+// adaptive grid on a huge roi would otherwise run for hours and its
+// sampling table would not fit in memory). CheckRois enforces it.
+constexpr int64_t kMaxSamplesPerRoi = int64_t{1} << 22;
+
 // The attributes of a RoI op, read once per call.
 struct RoiAttrs {
   int64_t oh = 1, ow = 1;     // output bins per roi

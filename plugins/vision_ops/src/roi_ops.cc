@@ -20,11 +20,6 @@
 
 namespace vision {
 
-// Limit on the bilinear samples of one RoiAlign roi, all bins together (an
-// adaptive grid on a huge roi would otherwise run for hours and its
-// sampling table would not fit in memory).
-constexpr int64_t kMaxSamplesPerRoi = int64_t{1} << 22;
-
 namespace {
 
 constexpr const char* kX = "Feature map, [N, C, H, W].";

@@ -276,3 +276,57 @@ def test_cuda_matches_cpu(dtype, n):
                                       for a in (boxes, scores, idxs)), thr)
         for a, b in zip(cpu, gpu):
             np.testing.assert_array_equal(b.cpu().numpy(), a.cpu().numpy())
+
+
+def _dense_boxes(rng, n, dt, span):
+    """n boxes 10-60 wide in a span x span square: dense enough that most
+    are suppressed at low thresholds (the select kernel's removed words
+    then change in every 64-box tile)."""
+    xy = rng.uniform(0, span, (n, 2))
+    wh = rng.uniform(10, 60, (n, 2))
+    return np.concatenate([xy, xy + wh], 1).astype(dt)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n,span", [(1000, 150), (5000, 1000), (4097, 300)])
+def test_cuda_matches_cpu_many_boxes(dtype, n, span):
+    """Thousands of boxes (the benchmark's 5,000 among them), sparse and
+    dense, with tied scores, NaN and infinite scores and a NaN coordinate:
+    the cuda kernels keep the CPU's indices in the CPU's order, bit for bit,
+    and twice the same."""
+    rng = np.random.default_rng(n)
+    boxes = _dense_boxes(rng, n, dtype, span)
+    scores = (np.round(rng.uniform(0, 1, n) * 64) / 64).astype(dtype)  # many ties
+    scores[:4] = [np.nan, -0.0, -np.inf, np.inf]
+    boxes[7, 2] = np.nan
+    idxs = rng.integers(0, 4, n).astype(np.int64)
+    for thr in (0.1, 0.5):
+        cpu = vo.nms_padded(dg.tensor(boxes), dg.tensor(scores), thr)
+        for _ in range(2):
+            gpu = vo.nms_padded(dg.tensor(boxes, device="cuda"), dg.tensor(scores, device="cuda"),
+                                thr)
+            for a, b in zip(cpu, gpu):
+                np.testing.assert_array_equal(b.cpu().numpy(), a.cpu().numpy())
+        assert 0 < int(cpu[1].numpy()) < n
+        cpu = vo.batched_nms_padded(*(dg.tensor(a) for a in (boxes, scores, idxs)), thr)
+        gpu = vo.batched_nms_padded(*(dg.tensor(a, device="cuda") for a in (boxes, scores, idxs)),
+                                    thr)
+        for a, b in zip(cpu, gpu):
+            np.testing.assert_array_equal(b.cpu().numpy(), a.cpu().numpy())
+    keep = vo.nms(dg.tensor(boxes, device="cuda"), dg.tensor(scores, device="cuda"), 0.5)
+    np.testing.assert_array_equal(keep.cpu().numpy(),
+                                  vo.nms(dg.tensor(boxes), dg.tensor(scores), 0.5).numpy())
+
+
+@requires_cuda
+def test_cuda_identical_boxes_keep_one():
+    """200 copies of one box: the first by score (ties: lowest index) is
+    kept, every other one suppressed, on cuda as on the CPU."""
+    boxes = np.tile(np.array([[1.0, 2.0, 30.0, 40.0]], np.float32), (200, 1))
+    scores = np.full(200, 0.5, np.float32)
+    scores[150] = 0.9
+    keep, num = vo.nms_padded(dg.tensor(boxes, device="cuda"), dg.tensor(scores, device="cuda"),
+                              0.5)
+    assert int(num.cpu().numpy()) == 1
+    np.testing.assert_array_equal(keep.cpu().numpy(), [150] + [-1] * 199)

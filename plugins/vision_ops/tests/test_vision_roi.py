@@ -554,3 +554,166 @@ def test_cuda_bad_batch_index_is_a_clear_error():
     for fn in (dg.ops.roi_align, dg.ops.roi_pool):
         with pytest.raises(dg.errors.InvalidArgumentError, match="roi 0 has batch index 4"):
             fn(x, rois, [2, 2])
+
+
+def _bench_like(rng, dtype, c=256, k=512):
+    """The benchmark's roi_align inputs: a [2, c, 64, 64] map, k rois of
+    8-56 pixels (scale 0.25), one of them reversed."""
+    x = rng.standard_normal((2, c, 64, 64)).astype(dtype)
+    xy = rng.uniform(-10, 250, (k, 2))
+    wh = rng.uniform(8, 56, (k, 2))
+    rois = np.concatenate([rng.integers(0, 2, (k, 1)), xy, xy + wh], 1).astype(dtype)
+    rois[0, 3:] = rois[0, 1:3] - 4.0
+    return x, rois
+
+
+def _cuda_vs_cpu(x, rois, size, tol, **attrs):
+    """RoiAlign (bit for bit: the kernels follow the CPU's formulas
+    operation by operation) and RoiAlignGrad (atomic adds: `tol`) on cuda
+    against the CPU kernels."""
+    g = np.random.default_rng(1).standard_normal((len(rois), x.shape[1]) + tuple(size))
+    g = g.astype(x.dtype)
+    cpu = dg.ops.roi_align(dg.tensor(x), dg.tensor(rois), list(size), **attrs).numpy()
+    gpu = dg.ops.roi_align(dg.tensor(x, device="cuda"), dg.tensor(rois, device="cuda"),
+                           list(size), **attrs).cpu().numpy()
+    np.testing.assert_array_equal(gpu, cpu)
+    cpu = dg.ops.roi_align_grad(dg.tensor(x), dg.tensor(rois), dg.tensor(g), list(size),
+                                **attrs).numpy()
+    gpu = dg.ops.roi_align_grad(*(dg.tensor(a, device="cuda") for a in (x, rois, g)),
+                                list(size), **attrs).cpu().numpy()
+    np.testing.assert_allclose(gpu, cpu, **tol)
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_cuda_roi_align_benchmark_shape(mode):
+    """The benchmark's shape (512 rois, 7x7, sampling 2, float32): several
+    channel blocks per roi, rois inside, across and outside the map."""
+    x, rois = _bench_like(np.random.default_rng(2), "float32")
+    _cuda_vs_cpu(x, rois, (7, 7), dict(rtol=1e-4, atol=1e-5), spatial_scale=0.25,
+                 sampling_ratio=2, aligned=True, mode=mode)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_cuda_roi_align_adaptive_large_rois(dtype, mode):
+    """Adaptive sampling on rois up to 500 pixels: grids past the kernels'
+    shared axis tables (more than 256 samples along an axis), which then
+    compute their taps inline."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 40, 50)).astype(dtype)
+    xy = rng.uniform(-20, 30, (12, 2))
+    wh = rng.uniform(1, 500, (12, 2))
+    rois = np.concatenate([rng.integers(0, 2, (12, 1)), xy, xy + wh], 1).astype(dtype)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-12)
+    for aligned in (True, False):
+        _cuda_vs_cpu(x, rois, (7, 6), tol, spatial_scale=1.0, sampling_ratio=-1,
+                     aligned=aligned, mode=mode)
+
+
+@requires_cuda
+def test_cuda_bad_rois_raise_and_the_next_call_works():
+    """A NaN coordinate, an inf coordinate, a fractional or out-of-range
+    batch index raise the CPU's errors on cuda too, forward and gradient,
+    and a valid call right after each gets the right result (the rois'
+    pinned host buffer is reused)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 8, 8))
+    good = np.array([[1, 0.5, 1.0, 6.0, 7.0]])
+    want = dg.ops.roi_align(dg.tensor(x), dg.tensor(good), [2, 2]).numpy()
+    xc = dg.tensor(x, device="cuda")
+    g = dg.tensor(np.ones((2, 3, 2, 2)), device="cuda")
+    bad = [([0, np.nan, 0, 2, 2], "non-finite"), ([0, 0, 0, np.inf, 2], "non-finite"),
+           ([0.5, 0, 0, 2, 2], "batch index 0.5"), ([2, 0, 0, 2, 2], "batch index 2")]
+    for row, msg in bad:
+        rois = dg.tensor(np.array([good[0], row]), device="cuda")
+        with pytest.raises(dg.errors.InvalidArgumentError, match=msg):
+            dg.ops.roi_align(xc, rois, [2, 2])
+        with pytest.raises(dg.errors.InvalidArgumentError, match=msg):
+            dg.ops.roi_align_grad(xc, rois, g, [2, 2])
+        with pytest.raises(dg.errors.InvalidArgumentError, match=msg):
+            dg.ops.roi_pool(xc, rois, [2, 2])
+        got = dg.ops.roi_align(xc, dg.tensor(good, device="cuda"), [2, 2]).cpu().numpy()
+        np.testing.assert_array_equal(got, want)
+
+
+@requires_cuda
+def test_cuda_roi_align_too_many_samples_raises():
+    """A roi whose adaptive grid exceeds the sample limit raises (the
+    kernel skips it rather than running for hours)."""
+    x = dg.tensor(np.ones((1, 1, 4, 4), np.float32), device="cuda")
+    rois = dg.tensor(np.array([[0, 0, 0, 1e7, 1e7]], np.float32), device="cuda")
+    with pytest.raises(dg.errors.InvalidArgumentError, match="samples"):
+        dg.ops.roi_align(x, rois, [2, 2])
+
+
+def _benchmark_inputs():
+    """bench/bench_gpu.py's roi_align inputs, drawn the same way."""
+    rng = np.random.default_rng(6)
+    rng.uniform(0, 1000, (5000, 2)), rng.uniform(10, 120, (5000, 2)), rng.uniform(0, 1, 5000)
+    feat = rng.standard_normal((2, 256, 64, 64)).astype(np.float32)
+    xy = rng.uniform(0, 200, (512, 2))
+    wh = rng.uniform(8, 56, (512, 2))
+    rois = np.concatenate([rng.integers(0, 2, (512, 1)), xy, xy + wh], 1).astype(np.float32)
+    return feat, rois
+
+
+def _torchvision_f32(x, rois, size, scale, sampling):
+    """torchvision's CUDA roi_align (aligned=True, sampling_ratio > 0) in
+    float32 as its compiler rounds it: roi * scale - 0.5 and
+    bin * i + start fused into single-rounding multiply-adds."""
+    def fma(a, b, c):
+        return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+    f32, (oh, ow), (h, w) = np.float32, size, x.shape[2:]
+    out = np.zeros((len(rois), x.shape[1], oh, ow), np.float64)
+    for k, r in enumerate(rois):
+        xb = x[int(r[0])].astype(np.float64)
+        sx, sy = fma(r[1], f32(scale), f32(-0.5)), fma(r[2], f32(scale), f32(-0.5))
+        bw = f32(f32(fma(r[3], f32(scale), f32(-0.5)) - sx) / f32(ow))
+        bh = f32(f32(fma(r[4], f32(scale), f32(-0.5)) - sy) / f32(oh))
+        for i in range(oh):
+            for j in range(ow):
+                acc = 0.0
+                for iy in range(sampling):
+                    y = f32(fma(f32(i), bh, sy) + f32(f32(f32(iy + 0.5) * bh) / f32(sampling)))
+                    for ix in range(sampling):
+                        x_ = f32(fma(f32(j), bw, sx) + f32(f32(f32(ix + 0.5) * bw) / f32(sampling)))
+                        if y < -1 or y > h or x_ < -1 or x_ > w:
+                            continue
+                        yy, xx = max(y, f32(0)), max(x_, f32(0))
+                        y0, x0 = min(int(yy), h - 1), min(int(xx), w - 1)
+                        y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
+                        ly = f32(yy - y0) if y0 < h - 1 else f32(0)
+                        lx = f32(xx - x0) if x0 < w - 1 else f32(0)
+                        hy, hx = 1 - ly, 1 - lx
+                        acc = acc + (hy * hx * xb[:, y0, x0] + hy * lx * xb[:, y0, x1]
+                                     + ly * hx * xb[:, y1, x0] + ly * lx * xb[:, y1, x1])
+                out[k, :, i, j] = acc / (sampling * sampling)
+    return out
+
+
+def test_roi_align_rounds_like_torchvision():
+    """The benchmark's case (float32 map 64x64, scale 0.25, sampling 2): in
+    float32 a coordinate near 64 is good to ~4e-6 pixel, so two kernels
+    that round their coordinates differently differ by up to ~2e-5 after
+    interpolation, more than the benchmark's check allows (rtol 1e-4,
+    atol 1e-5). The kernels round the coordinates as torchvision's CUDA
+    kernel does (fused multiply-adds), so they agree with it to the
+    summation's rounding; the cuda kernels give the CPU's bits (below)."""
+    feat, rois = _benchmark_inputs()
+    feat, rois = feat[:, :32], rois[:64]
+    got = vo.roi_align(dg.tensor(feat), dg.tensor(rois), (7, 7), spatial_scale=0.25,
+                       sampling_ratio=2, aligned=True).numpy()
+    want = _torchvision_f32(feat, rois, (7, 7), 0.25, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@requires_cuda
+def test_cuda_roi_align_benchmark_inputs():
+    """bench/bench_gpu.py's exact roi_align inputs: cuda gives the CPU's
+    bits, forward, and the CPU's gradient within the atomic adds' order."""
+    feat, rois = _benchmark_inputs()
+    _cuda_vs_cpu(feat, rois, (7, 7), dict(rtol=1e-4, atol=1e-5), spatial_scale=0.25,
+                 sampling_ratio=2, aligned=True)

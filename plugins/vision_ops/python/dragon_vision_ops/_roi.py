@@ -90,7 +90,7 @@ def roi_align(input, boxes, output_size, spatial_scale: float = 1.0,
         ``"avg"`` (default): the mean of the bin's samples. ``"max"``
         (ONNX RoiAlign): the largest weighted corner term ``w_k * x[k]``
         of the bin's bilinear samples, as onnxruntime computes it (not the
-        largest interpolated sample). CPU only; its gradient goes, times
+        largest interpolated sample), on the CPU and CUDA; its gradient goes, times
         the weight, to the selected cell, and it has no second derivative.
 
     Returns

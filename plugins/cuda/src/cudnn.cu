@@ -211,32 +211,17 @@ const Cudnn& TheCudnn() {
   return *c;
 }
 
-// One handle per (device, stream), with a lock: calls on one handle from
-// several host threads (graph workers sharing a stream) do not overlap.
-struct Handle {
-  std::mutex mu;
-  cudnnHandle_t h = nullptr;
-};
-struct Handles {
-  std::mutex mu;
-  std::map<std::pair<int32_t, cudaStream_t>, std::unique_ptr<Handle>> map;
-};
+using Handle = StreamHandle<cudnnHandle_t>;
 
 Handle& GetHandle(const dg::KernelContext& ctx, const Cudnn& cd, cudaStream_t s) {
-  static Handles* hs = new Handles();  // never destroyed: handles live until exit
-  std::lock_guard<std::mutex> lock(hs->mu);
-  auto& slot = hs->map[{ctx.device().index, s}];
-  if (!slot) {
-    auto h = std::make_unique<Handle>();
-    cudnnStatus_t st = cd.create(&h->h);
+  return HandleFor<cudnnHandle_t>(ctx.device().index, s, [&](cudnnHandle_t* h) {
+    cudnnStatus_t st = cd.create(h);
     DG_CHECK(st == 0, DG_UNAVAILABLE, ctx.op_name(), " on cuda:", ctx.device().index,
              ": cudnnCreate failed: ", cd.Text(st), " (", LibName(), " version ",
              cd.get_version(), ")");
-    st = cd.set_stream(h->h, s);
+    st = cd.set_stream(*h, s);
     DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), ": cudnnSetStream failed: ", cd.Text(st));
-    slot = std::move(h);
-  }
-  return *slot;
+  });
 }
 
 bool AllowTf32() {

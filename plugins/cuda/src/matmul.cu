@@ -70,32 +70,17 @@ const Cublas& TheCublas() {
   return *c;
 }
 
-// One handle per (device, stream), with a lock: calls on one handle from
-// several host threads (graph workers sharing a stream) do not overlap.
-struct Handle {
-  std::mutex mu;
-  cublasHandle_t h = nullptr;
-};
-struct Handles {
-  std::mutex mu;
-  std::map<std::pair<int32_t, cudaStream_t>, std::unique_ptr<Handle>> map;
-};
+using Handle = StreamHandle<cublasHandle_t>;
 
 Handle& GetHandle(const dg::KernelContext& ctx, const Cublas& cb, cudaStream_t s) {
-  static Handles* hs = new Handles();  // never destroyed: handles live until exit
-  std::lock_guard<std::mutex> lock(hs->mu);
-  auto& slot = hs->map[{ctx.device().index, s}];
-  if (!slot) {
-    auto h = std::make_unique<Handle>();
-    cublasStatus_t st = cb.create(&h->h);
+  return HandleFor<cublasHandle_t>(ctx.device().index, s, [&](cublasHandle_t* h) {
+    cublasStatus_t st = cb.create(h);
     DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), " on cuda:", ctx.device().index,
              ": cublasCreate failed: ", cb.status_string(st));
-    st = cb.set_stream(h->h, s);
+    st = cb.set_stream(*h, s);
     DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), ": cublasSetStream failed: ",
              cb.status_string(st));
-    slot = std::move(h);
-  }
-  return *slot;
+  });
 }
 
 template <typename T>

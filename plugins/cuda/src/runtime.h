@@ -8,7 +8,11 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 namespace dragon_cuda {
 
@@ -62,6 +66,43 @@ enum CheckOp : int32_t { kCheckGather = 1, kCheckEmbedding, kCheckOneHot, kCheck
 // The record, mapped into every device's address space (allocated on first
 // use; NULL with an error message when that fails).
 DeviceCheck* DeviceCheckRecord(std::string* error);
+
+// A library handle (cuBLAS, cuDNN) of one (device, stream), with a lock:
+// calls on one handle from several host threads (graph workers sharing a
+// stream) do not overlap.
+template <typename H>
+struct StreamHandle {
+  std::mutex mu;
+  H h = nullptr;
+};
+
+// The table of handles of type H: one per handle type, never destroyed
+// (handles live until exit).
+template <typename H>
+struct HandleTable {
+  std::mutex mu;
+  std::map<std::pair<int32_t, cudaStream_t>, std::unique_ptr<StreamHandle<H>>> map;
+  static HandleTable& Get() {
+    static HandleTable* table = new HandleTable();
+    return *table;
+  }
+};
+
+// The handle of type H for (device, stream): made on first use by
+// `make(H*)`, which creates it and binds it to the stream (and throws on
+// failure, leaving no entry).
+template <typename H, typename Make>
+StreamHandle<H>& HandleFor(int32_t device, cudaStream_t stream, Make&& make) {
+  HandleTable<H>& table = HandleTable<H>::Get();
+  std::lock_guard<std::mutex> lock(table.mu);
+  auto& slot = table.map[{device, stream}];
+  if (!slot) {
+    auto h = std::make_unique<StreamHandle<H>>();
+    make(&h->h);
+    slot = std::move(h);
+  }
+  return *slot;
+}
 
 }  // namespace dragon_cuda
 

@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _host_cpp import run_program
+
 import dragon_core as dg
 
 ops = dg.ops
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 PROGRAM = r"""
 #include <cstdio>
@@ -174,23 +175,8 @@ int main() {
 """
 
 
-def _compiler():
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not cxx:
-        pytest.skip("no host C++ compiler (set CXX) to build the host-side test")
-    return cxx
-
-
 def test_cudnn_plan_rules_on_the_host(tmp_path):
-    cxx = _compiler()
-    src = tmp_path / "plan.cc"
-    src.write_text(PROGRAM)
-    exe = tmp_path / "plan"
-    build = subprocess.run([cxx, "-std=c++17", "-O1", "-pthread", "-Wall", "-Wextra", "-Werror",
-                            f"-I{SRC}", str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]
+    run_program(tmp_path, "plan", PROGRAM, flags=("-O1", "-pthread"))
 
 
 @pytest.mark.parametrize("op", ["Conv2d", "Conv2dBiasAct", "ConvTranspose2d",

@@ -9,14 +9,9 @@ parameter, thousands of parameters).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
+from _host_cpp import run_program
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 PROGRAM = r"""
 #include <cstdio>
@@ -94,20 +89,5 @@ int main() {
 """
 
 
-def _compiler():
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not cxx:
-        pytest.skip("no host C++ compiler (set CXX) to build the host-side test")
-    return cxx
-
-
 def test_multi_tensor_chunk_table(tmp_path):
-    cxx = _compiler()
-    src = tmp_path / "chunks.cc"
-    src.write_text(PROGRAM)
-    exe = tmp_path / "chunks"
-    build = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{SRC}",
-                            str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]
+    run_program(tmp_path, "chunks", PROGRAM)

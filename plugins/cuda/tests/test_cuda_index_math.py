@@ -8,14 +8,9 @@ the channel they belong to.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
+from _host_cpp import run_program
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 PROGRAM = r"""
 #include <cstdio>
@@ -96,17 +91,7 @@ int main() {
 
 
 def test_fastdiv_and_channel_cut(tmp_path):
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not cxx:
-        pytest.skip("no host C++ compiler (set CXX) to build the host-side test")
-    src = tmp_path / "index_math.cc"
-    src.write_text(PROGRAM)
-    exe = tmp_path / "index_math"
-    build = subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{SRC}",
-                            str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]
+    run_program(tmp_path, "index_math", PROGRAM, flags=("-O2",), timeout=300)
 
 
 MERGE_PROGRAM = r"""
@@ -178,14 +163,4 @@ def test_merge_axes(tmp_path):
     every element the offsets the original ones give (divisions on all axes
     but the outermost, as the kernel forms them), and operands dense over
     the output merge to one stride-1 axis (the kernel's dense path)."""
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not cxx:
-        pytest.skip("no host C++ compiler (set CXX) to build the host-side test")
-    src = tmp_path / "merge.cc"
-    src.write_text(MERGE_PROGRAM)
-    exe = tmp_path / "merge"
-    build = subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{SRC}",
-                            str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]
+    run_program(tmp_path, "merge", MERGE_PROGRAM, flags=("-O2",), timeout=300)

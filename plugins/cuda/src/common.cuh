@@ -46,19 +46,8 @@ inline cudaStream_t Prepare(const dg::KernelContext& ctx) {
 // earlier kernel's illegal address, trap or assert, which every later call
 // returns again) is DG_ABORTED, as the device table reports it.
 inline DgStatus LaunchStatus(cudaError_t e) {
-  switch (e) {
-    case cudaErrorMemoryAllocation: return DG_RESOURCE_EXHAUSTED;
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidPc:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorLaunchTimeout: return DG_ABORTED;
-    default: return DG_INTERNAL;
-  }
+  if (e == cudaErrorMemoryAllocation) return DG_RESOURCE_EXHAUSTED;
+  return ContextLost(e) ? DG_ABORTED : DG_INTERNAL;
 }
 
 // Checks the launch that was just issued.

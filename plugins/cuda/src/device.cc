@@ -208,16 +208,7 @@ DgStatus StatusOf(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return DG_INVALID_ARGUMENT;
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver: return DG_UNAVAILABLE;
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidPc:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorLaunchTimeout: return DG_ABORTED;  // the context is lost
-    default: return DG_INTERNAL;
+    default: return ContextLost(e) ? DG_ABORTED : DG_INTERNAL;
   }
 }
 

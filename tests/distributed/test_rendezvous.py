@@ -29,6 +29,7 @@ from dragon_core.distributed import _rendezvous
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_rdzv_worker.py")
 _CLEAN = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+          "DRAGON_STORE_PORT", "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_RANK",
           "RDZV_INIT_METHOD", "RDZV_RANK", "RDZV_WORLD", "RDZV_STORE", "RDZV_TIMEOUT",
           "RDZV_SLEEP", "DRAGON_DIST_TIMEOUT")
 
@@ -124,6 +125,53 @@ def test_two_plain_processes_form_an_nccl_world_through_the_store(method):
     again0 = re.findall(r"UID group=0 ranks=\[0, 1\] grank=0 ([0-9a-f]+)", outs[0][1])
     again1 = re.findall(r"UID group=0 ranks=\[0, 1\] grank=1 ([0-9a-f]+)", outs[1][1])
     assert len(again0) == 2 and again0 == again1 and again0[0] != again0[1]
+
+
+def _run_launcher(cmd: list, env: dict, timeout: float = 120.0) -> tuple[int, str]:
+    """Run a launcher command in its own session; on overrun kill the whole
+    session (launcher and ranks): no orphans."""
+    import signal
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True, cwd=HERE)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        raise AssertionError(f"{cmd} ran past {timeout} s:\n{out}") from None
+    return p.returncode, out
+
+
+def test_ranks_started_by_a_shell_loop():
+    """The docs' example: plain processes from a shell loop, env://."""
+    port = _free_port()
+    script = (f"for r in 1 0; do MASTER_ADDR=127.0.0.1 MASTER_PORT={port} RANK=$r "
+              f"WORLD_SIZE=2 RDZV_TIMEOUT=20 {sys.executable} {WORKER} join & done; wait")
+    rc, out = _run_launcher(["bash", "-c", script], _base_env())
+    assert rc == 0, out
+    assert out.count("JOIN OK") == 2 and "WORLD rank=0 size=2" in out and \
+        "WORLD rank=1 size=2" in out, out
+
+
+def test_ranks_started_by_torchrun():
+    """torchrun sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE and its agent
+    serves torch's own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE):
+    Dragon's store then listens on MASTER_PORT + 1, and the whole store
+    world (groups, barriers, a second initialisation) works."""
+    pytest.importorskip("torch.distributed.run")
+    port = _free_port()
+    rc, out = _run_launcher(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(port), WORKER, "recorded"],
+        dict(_base_env(), RDZV_TIMEOUT="30"))
+    assert rc == 0, out
+    for r in (0, 1):
+        assert f"WORLD rank={r} size=2 backend=nccl" in out, out
+        assert f"AGAIN rank={r} size=2" in out, out
+    assert out.count("BARRIERS True") == 2 and out.count("DONE") == 2, out
+    for gid in (0, 1):      # each group's id: one value, seen by both ranks
+        ids = set(re.findall(rf"UID group={gid} ranks=\[0, 1\] grank=\d ([0-9a-f]+)", out))
+        assert len(ids) == (2 if gid == 0 else 1), (gid, ids)   # world: two inits
 
 
 def test_nccl_unique_id_exchange_then_comm_init_needs_a_gpu():
@@ -292,5 +340,10 @@ def test_resolve_reads_arguments_env_and_slurm(monkeypatch):
     r = _rendezvous.resolve("tcp://10.0.0.2:1234", 1, 2, None)
     assert (r.method, r.host, r.port, r.rank, r.world_size) == \
         ("tcp://10.0.0.2:1234", "10.0.0.2", 1234, 1, 2)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")          # torchrun's store
+    r = _rendezvous.resolve("env://", None, None, None)
+    assert r.port == 29512 and "torchrun" in r.port_note
+    monkeypatch.setenv("DRAGON_STORE_PORT", "30001")                    # chosen port
+    assert _rendezvous.resolve("env://", None, None, None).port == 30001
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")                     # mpirun wins
     assert _rendezvous.resolve(None, None, None, None) is None

@@ -6,7 +6,10 @@ torchrun-style launcher, SLURM) meet through a :class:`~.store.TCPStore`.
 - ``init_method="env://"``: ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``,
   ``WORLD_SIZE`` from the environment (``rank=`` / ``world_size=``
   arguments take precedence; under SLURM ``SLURM_PROCID`` / ``SLURM_NTASKS``
-  stand in for ``RANK`` / ``WORLD_SIZE``);
+  stand in for ``RANK`` / ``WORLD_SIZE``). The store listens on
+  ``MASTER_PORT``, or ``DRAGON_STORE_PORT`` when set; under torchrun, whose
+  agent serves torch's own store on ``MASTER_PORT``
+  (``TORCHELASTIC_USE_AGENT_STORE=True``), on ``MASTER_PORT + 1``;
 - ``init_method="tcp://host:port"`` with the ``rank=`` and ``world_size=``
   arguments;
 - ``store=`` (a ``TCPStore`` the caller made) with ``rank=`` and
@@ -59,6 +62,7 @@ class Rendezvous:
     store: TCPStore | None = None
     owned: bool = True          # whether destroy_process_group closes the store
     prefix: str = ""            # key prefix of this initialisation (generation)
+    port_note: str = ""         # where the port came from, when not MASTER_PORT
     counters: dict = field(default_factory=dict)
 
     def where(self) -> str:
@@ -142,11 +146,21 @@ def resolve(init_method, rank, world_size, store) -> Rendezvous | None:
         n = _int("WORLD_SIZE", env["WORLD_SIZE"] if world_size is None else world_size,
                  "env://")
         port = _int("MASTER_PORT", env["MASTER_PORT"], "env://")
+        name, note = "MASTER_PORT", ""
+        if env.get("DRAGON_STORE_PORT"):
+            port = _int("DRAGON_STORE_PORT", env["DRAGON_STORE_PORT"], "env://")
+            name, note = "DRAGON_STORE_PORT", "DRAGON_STORE_PORT"
+        elif env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+            # torchrun: its agent serves torch's own store on MASTER_PORT.
+            port += 1
+            name = "MASTER_PORT + 1"
+            note = ("MASTER_PORT + 1: under torchrun its agent serves torch's store on "
+                    "MASTER_PORT; set DRAGON_STORE_PORT to choose another port")
         if not 1 <= port <= 65535:
-            raise ValueError(f"init_process_group(init_method='env://'): MASTER_PORT={port} "
+            raise ValueError(f"init_process_group(init_method='env://'): {name}={port} "
                              "is not a TCP port (1..65535)")
         _check_rank(r, n, "env://")
-        return Rendezvous("env://", r, n, host=env["MASTER_ADDR"], port=port)
+        return Rendezvous("env://", r, n, host=env["MASTER_ADDR"], port=port, port_note=note)
     if init_method.startswith("tcp://"):
         u = urlsplit(init_method)
         try:
@@ -210,12 +224,13 @@ def join(rdzv: Rendezvous, timeout: float) -> None:
             rdzv.store = TCPStore(rdzv.host, rdzv.port, n, is_master=(r == 0),
                                   timeout=timeout, rank=r)
         except StoreError as e:
+            note = f" (port {rdzv.port} = {rdzv.port_note})" if rdzv.port_note else ""
             if r == 0:
-                raise RendezvousError(f"{what}: {e}") from None
+                raise RendezvousError(f"{what}: {e}{note}") from None
             raise RendezvousError(
                 f"{what}: rank 0 did not arrive within {timeout:g} s: nobody serves the "
                 f"store at {rdzv.host}:{rdzv.port} (rank 0 serves it; check MASTER_ADDR/"
-                f"MASTER_PORT and that rank 0 started) [{e}]", timeout=True) from None
+                f"MASTER_PORT and that rank 0 started){note} [{e}]", timeout=True) from None
     store = rdzv.store
     # One key space per initialisation: a store this rendezvous opened is
     # fresh; a caller's store may serve several in turn, and every process

@@ -21,6 +21,7 @@ dist.init_process_group(backend="nccl", init_method="env://", timeout=120)
 assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "nccl")
 assert dist._G.lib is None, "MPI was opened: the world must not need it"
 assert dist._G.rdzv is not None and dist._G.rdzv.method == "env://"
+print("init: communicator created through the store", flush=True)
 
 rng = np.random.default_rng(0)
 checked = 0
@@ -41,6 +42,8 @@ for dt in ("float32", "float64", "float16", "int32", "int64"):
     np.testing.assert_array_equal(t.cpu().numpy(), x, err_msg=f"async all_reduce {dt}")
     checked += 2
 
+print(f"eager: {checked} collectives", flush=True)
+
 # Inside dg.function every collective is a graph op on cuda (NCCL kernels).
 x = rng.standard_normal((2, 5)).astype(np.float32)
 xc = dg.tensor(x).to("cuda")
@@ -51,6 +54,8 @@ np.testing.assert_allclose(reduce(xc).cpu().numpy(), x + 1.0, rtol=1e-7)
 types = [op.type for op in reduce.get_graph(xc).op]
 assert "CollectiveAllReduce" in types, types
 checked += 2
+
+print("traced: all_gather, all_reduce", flush=True)
 
 # A process group's id goes through the store under its own key.
 g = dist.new_group([0])
@@ -69,7 +74,10 @@ try:
 except RuntimeError as e:
     assert "cuda tensors only" in str(e), e
 
-# A store world can be initialised again (a new store, a new communicator).
+print("group and barriers", flush=True)
+
+# A store world can be initialised again (a new store, a new communicator
+# replacing group 0's: the plugin destroys the old one).
 dist.destroy_process_group()
 assert not dist.is_initialized()
 dist.init_process_group(backend="nccl", init_method="env://", timeout=120)

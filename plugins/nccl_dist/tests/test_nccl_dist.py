@@ -162,7 +162,7 @@ def test_env_rendezvous_nccl_world_of_one_on_gpu():
     collective on cuda against NumPy, a group, store barriers, destroy and
     a second initialisation -- no MPI opened."""
     p = subprocess.run([sys.executable, _ENV_WORKER], capture_output=True, text=True,
-                       timeout=300, env=_rendezvous_env())
+                       timeout=150, env=_rendezvous_env())
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     assert "ENV NCCL OK" in p.stdout, p.stdout[-4000:] + p.stderr[-4000:]
 

@@ -23,6 +23,9 @@ join
 barrier_hang
     rank 1 skips the second barrier and sleeps: rank 0's barrier must time
     out naming rank 1.
+group_mismatch
+    world of 3 (recorder): ranks 0 and 1 call ``new_group([0, 1, 2])``,
+    rank 2 ``new_group([0, 2])``: rank 2 must be told, rank 0 time out.
 mpi
     ``init_process_group("mpi", init_method="env://")``: the refusal.
 """
@@ -78,7 +81,7 @@ if mode == "nccl_id":
         fail(e)
     print("initialised", dist.is_initialized(), flush=True)
 
-elif mode in ("recorded", "join", "barrier_hang"):
+elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
     dist._nccl_comm_init = record
     try:
         dist.init_process_group("nccl", timeout=timeout, **kw)
@@ -113,6 +116,12 @@ elif mode in ("recorded", "join", "barrier_hang"):
         dist.barrier()
         print(f"AGAIN rank={dist.get_rank()} size={dist.get_world_size()}", flush=True)
         dist.destroy_process_group()
+    elif mode == "group_mismatch":
+        try:
+            g = dist.new_group([0, 2] if r == 2 else [0, 1, 2])
+            print(f"GROUP {g!r}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            fail(e)
     elif mode == "join":
         print("JOIN OK", flush=True)
         dist.destroy_process_group()

@@ -251,6 +251,16 @@ def test_barrier_timeout_names_the_rank_that_did_not_reach_it():
     assert outs[1][0] == 0 and "DONE" in outs[1][1], outs[1][1]
 
 
+def test_new_group_with_different_ranks_is_an_error():
+    outs = _run("group_mismatch", _env_ranks(3, _free_port(), RDZV_TIMEOUT="3"))
+    assert all(rc == 0 for rc, _ in outs), outs
+    assert "ERR DistributedError: rank 2: process group 1 is ranks [0, 1, 2] on rank 0 but " \
+           "[0, 2] here: every rank must call new_group in the same order with the same " \
+           "ranks" in outs[2][1], outs[2][1]
+    assert "ERR DistributedTimeoutError" in outs[0][1] and "did not complete within 3 s" \
+        in outs[0][1], outs[0][1]
+
+
 def test_mpi_backend_refuses_more_than_one_rank_without_mpirun():
     """Open MPI 5 singletons cannot be joined (docs/distributed.md): the MPI
     backend says why and what to do, at once; a world of one works."""

@@ -447,7 +447,10 @@ def _nccl_comm(g: "ProcessGroup") -> None:
     from .. import from_numpy, ops
     if _G.rdzv is not None:
         from . import _rendezvous
-        raw = bytes(ops.nccl_unique_id().numpy()) if g.rank() == 0 else None
+        # The value names the group's ranks, so members that called
+        # new_group with different lists are told so instead of pairing up.
+        members = ",".join(str(r) for r in g.ranks).encode()
+        raw = members + b"|" + bytes(ops.nccl_unique_id().numpy()) if g.rank() == 0 else None
         try:
             raw = _rendezvous.exchange(
                 _G.rdzv, f"nccl/{g.id}", g.rank(), g.size(), raw,
@@ -457,6 +460,13 @@ def _nccl_comm(g: "ProcessGroup") -> None:
             _G.failed = True
             raise (DistributedTimeoutError if e.timeout else DistributedError)(str(e)) \
                 from None
+        theirs, _, raw = raw.partition(b"|")
+        if theirs != members:
+            _G.failed = True
+            raise DistributedError(
+                f"rank {_G.world.rank()}: process group {g.id} is ranks "
+                f"[{theirs.decode().replace(',', ', ')}] on rank {g.ranks[0]} but {g.ranks} "
+                "here: every rank must call new_group in the same order with the same ranks")
         uid = from_numpy(np.frombuffer(raw, np.uint8).copy())
     else:
         uid = ops.nccl_unique_id().numpy().copy() if g.rank() == 0 else \

@@ -102,8 +102,11 @@ elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
         print("BARRIERS", w.is_completed(), flush=True)
         mine = g_one if r == 1 else g_zero
         print(f"MINE rank={mine.rank()} size={mine.size()}", flush=True)
+        import dragon_core.distributed.nn as dnn
         for f in (lambda: dist.all_reduce(dg.tensor([1.0, 2.0])),
-                  lambda: dist.broadcast(dg.tensor([1.0]), src=0)):
+                  lambda: dist.broadcast(dg.tensor([1.0]), src=0),
+                  lambda: dnn.all_reduce(dg.tensor([1.0])),
+                  lambda: dg.function(lambda t: dist.all_reduce(t) * 2.0)(dg.tensor([1.0]))):
             try:
                 f()
                 print("CPU COLLECTIVE RAN", flush=True)

@@ -584,18 +584,24 @@ def _call(name, g, fn):
         raise
 
 
-def _check_tensor(name, t, group=None):
-    from .. import Tensor
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name}: expected a dragon_core Tensor, got {type(t).__name__}")
-    dev = str(t.device)
-    if dev.startswith("cpu") and _G.rdzv is not None:
+def _check_store_world_device(name, t) -> None:
+    """Under environment rendezvous (no MPI) only cuda tensors have a
+    backend: a cpu tensor raises, eagerly and while tracing."""
+    if _G.rdzv is not None and str(t.device).startswith("cpu"):
         raise RuntimeError(
             f"{name}: got a cpu tensor ({t.dtype}, shape {tuple(t.shape)}), but this process "
             f"group was joined by environment rendezvous ({_G.rdzv.method}) with the "
             f"'{_G.backend}' backend, which runs collectives of cuda tensors only (there is "
             "no MPI communicator for cpu tensors): move the tensor to cuda, or launch with "
             "python -m dragon_core.distributed.run for the MPI backend on cpu")
+
+
+def _check_tensor(name, t, group=None):
+    from .. import Tensor
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a dragon_core Tensor, got {type(t).__name__}")
+    dev = str(t.device)
+    _check_store_world_device(name, t)
     if not dev.startswith("cpu"):
         if _G.backend == "nccl" and dev.startswith("cuda"):
             raise _OnDevice(

@@ -57,6 +57,8 @@ def define_schemas() -> None:
 def traced(kind, tensor, group, reduce_op="sum", src=0):
     """Emit the op for ``kind`` into the graph being traced."""
     from .. import ops
+    from . import _check_store_world_device
+    _check_store_world_device(kind, tensor)
     define_schemas()
     ops._refresh()
     fn = getattr(ops, "collective_" + kind)
@@ -71,6 +73,8 @@ def traced_p2p(kind, tensor, group, peer, tag=0):
     traced order against the other collectives). Returns the Wait's output:
     the received tensor for ``recv``, an empty one for ``send``."""
     from .. import ops
+    from . import _check_store_world_device
+    _check_store_world_device(kind, tensor)
     ops._refresh()
     h = ops.collective_start(tensor, kind=kind, group=group.id, group_size=group.size(),
                              peer=int(peer), tag_id=int(tag))

@@ -19,7 +19,7 @@ Every rank must run backward (it takes part in the collectives).
 
 from __future__ import annotations
 
-from . import _call, _graph_ops, _group, _group_rank, _tracing
+from . import _call, _check_store_world_device, _graph_ops, _group, _group_rank, _tracing
 
 __all__ = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"]
 
@@ -29,6 +29,7 @@ def _run(kind, x, g, reduce_op="sum", src=0):
     if not isinstance(x, Tensor):
         raise TypeError(f"dragon_core.distributed.nn.{kind}: expected a dragon_core Tensor, "
                         f"got {type(x).__name__}")
+    _check_store_world_device(f"dragon_core.distributed.nn.{kind}", x)
     if _tracing():
         return _graph_ops.traced(kind, x, g, reduce_op=reduce_op, src=src)
     return _call(kind, g, lambda: getattr(ops, "collective_" + kind)(

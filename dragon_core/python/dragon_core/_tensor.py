@@ -119,10 +119,11 @@ def _convert(data, dt=None, device=None, operand=False) -> Tensor:
                 out = _C.call(_C.op("Cast"), (out,), (dt,))
         else:
             arr = _exact_operand(data, dt) if operand and dt is not None else _numpy_of(data, dt)
-            if (operand and dt is not None and arr.ndim == 0 and device is not None
-                    and str(device).partition(":")[0] != "cpu" and not _C._is_tracing()):
+            if operand and device is not None and arr.ndim == 0 and dt is not None:
                 # A scalar operand of an op on a non-cpu device (ops.mul(x, 0.9)).
-                return _device_scalar(arr, dt, str(device))
+                name = device if type(device) is str else str(device)
+                if not name.startswith("cpu") and not _C._is_tracing():
+                    return _device_scalar(arr, dt, name)
             out = _C._from_numpy_copy(arr)
             if _C._is_tracing():
                 from ._graph.function import note_created

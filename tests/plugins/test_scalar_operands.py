@@ -70,14 +70,16 @@ def _run_steps(dg, steps):
     return {k: (after[k] - before[k]) / steps for k in before}
 
 
-def test_repeated_scalars_make_no_copy_per_step(ta, monkeypatch):
+def test_repeated_scalars_make_no_copy_per_step(ta):
     """Six scalar operands per step: six host-to-device copies and six
     extra allocation requests per step without the cache, none with it;
     the same bits either way."""
-    from dragon_core import _tensor
-    with monkeypatch.context() as m:  # the old behaviour: a fresh tensor per scalar
-        m.setattr(_tensor, "_device_scalar", lambda arr, dt, dev: _tensor._convert(arr, dt, dev))
+    old = ta._C._device_scalar_limit(0)  # the old behaviour: a new tensor per scalar
+    try:
         fresh = _run_steps(ta, 5)
+    finally:
+        ta._C._device_scalar_limit(old)
+    assert ta._C._device_scalar_count() == 0
     cached = _run_steps(ta, 5)
     assert fresh["h2d_copies"] == 6, fresh
     assert cached["h2d_copies"] == 0, cached
@@ -142,10 +144,11 @@ def test_values_dtypes_and_devices_stay_apart(ta):
         np.testing.assert_array_equal(got.cpu().numpy(), want)
         np.testing.assert_array_equal(np.signbit(got.cpu().numpy()), np.signbit(want))
     # cpu operands are not cached (the C++ fast path or a fresh tensor).
-    n = len(_tensor._scalar_cache)
+    n = ta._C._device_scalar_count()
     c = ta.tensor(np.float32([1.0, 2.0]))
     assert (ta.ops.add(c, 0.5)).tolist() == [1.5, 2.5] and (c * 0.25).tolist() == [0.25, 0.5]
-    assert len(_tensor._scalar_cache) == n
+    assert ta.ops.cast(c, dtype="float16") * 0.5 is not None
+    assert ta._C._device_scalar_count() == n
 
 
 def test_cache_is_bounded_and_empty_cache_drops_it(ta):
@@ -157,11 +160,12 @@ def test_cache_is_bounded_and_empty_cache_drops_it(ta):
         y = x * (1.0 + k / 1024)
     np.testing.assert_array_equal(y.cpu().numpy(),
                                   np.float32([1, 2]) * np.float32(1.0 + (n - 1) / 1024))
-    assert len(_tensor._scalar_cache) == _tensor._SCALAR_CACHE_SIZE
+    assert ta._C._device_scalar_count() == _tensor._SCALAR_CACHE_SIZE == \
+        ta._C._device_scalar_limit()
     del y
     assert ta.memory.stats(DEV)["allocated"] > base
     ta.memory.empty_cache(DEV)
-    assert not any(k[0].startswith(DEV) for k in _tensor._scalar_cache)
+    assert ta._C._device_scalar_count() == 0
     assert ta.memory.stats(DEV)["allocated"] == base
 
 
@@ -174,9 +178,9 @@ def test_traced_functions_keep_their_own_constants(ta):
     def f(x):
         return x * 0.75 + 0.5
 
-    n = len(_tensor._scalar_cache)
+    n = ta._C._device_scalar_count()
     got = f(x).cpu().numpy()
-    assert len(_tensor._scalar_cache) == n
+    assert ta._C._device_scalar_count() == n
     want = np.float32([1, 2, 4]) * np.float32(0.75) + np.float32(0.5)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(f(x).cpu().numpy(), want)

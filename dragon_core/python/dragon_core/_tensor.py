@@ -301,44 +301,32 @@ def _scalar_operand(value, target: dtype, device: Device) -> Tensor:
 # x on cuda): made once per (device, dtype, value) and reused, instead of a
 # new tensor and a pageable host-to-device copy at every call (about a
 # hundred per eager ResNet step, for the batch-norm running statistics and
-# the optimizer's constants). The value is the dtype's exact bits (so -0.0
-# and 0.0, and NaN payloads, stay apart), the conversion and therefore
-# every result are those of a fresh tensor, and dtype promotion happens
-# before (the key's dtype is the operand's final dtype). Each cached tensor
-# is marked read-only, and the cache never hands one to user code as a
-# result: it only feeds ops as an input. Ops never write their inputs in
-# eager mode, the dispatcher never writes an output over read-only memory,
-# in-place front-end writes on devices rebind rather than write, and graph
-# traces bypass the cache (their constants are their own). First in, first
-# out past _SCALAR_CACHE_SIZE entries: a value that changes every step (a
-# learning-rate schedule) costs what it cost before and evicts nothing hot
-# for long. memory.empty_cache(device) drops a device's entries.
-_SCALAR_CACHE_SIZE = 256
-_scalar_cache: dict = {}
+# the optimizer's constants). The cache lives in the core (bind_ops.cc,
+# DeviceScalar), shared with the C++ operator fast path. The value is the
+# dtype's exact bits (so -0.0 and 0.0, and NaN payloads, stay apart), the
+# conversion and therefore every result are those of a fresh tensor, and
+# dtype promotion happens before (the key's dtype is the operand's final
+# dtype). Each cached tensor is read-only, and the cache never hands one to
+# user code as a result: it only feeds ops as an input. Ops never write
+# their inputs in eager mode, the dispatcher never writes an output over
+# read-only memory, in-place front-end writes on devices rebind rather than
+# write, and graph traces bypass the cache (their constants are their own).
+# First in, first out past _SCALAR_CACHE_SIZE entries: a value that changes
+# every step (a learning-rate schedule) costs what it cost before and
+# evicts nothing hot for long. memory.empty_cache(device) drops a device's
+# entries.
+_SCALAR_CACHE_SIZE = 256  # kMaxDeviceScalars in dragon_core/src/python/bind_ops.cc
 
 
 def _device_scalar(arr: np.ndarray, dt: dtype, device: str) -> Tensor:
-    """The cached read-only 0-d ``dt`` tensor on ``device`` holding ``arr``
-    (a 0-d array of ``dt``)."""
-    key = (device, dt.code, arr.tobytes())
-    t = _scalar_cache.get(key)
-    if t is None:
-        t = _C._from_numpy_copy(arr)._to_device(str(Device.parse(device)))
-        t._mark_read_only()
-        if len(_scalar_cache) >= _SCALAR_CACHE_SIZE:
-            del _scalar_cache[next(iter(_scalar_cache))]
-        _scalar_cache[key] = t
-    return t
+    """The cached read-only 0-d ``dt`` tensor on ``device`` (not the cpu)
+    holding ``arr`` (a 0-d array of ``dt``)."""
+    return _C._device_scalar(arr.tobytes(), dt.code, device)
 
 
 def _drop_device_scalars(device=None) -> None:
     """Forget the cached scalar operands of ``device`` (all when None)."""
-    if device is None:
-        _scalar_cache.clear()
-        return
-    dev = Device.parse(device)
-    for key in [k for k in _scalar_cache if Device.parse(k[0]) == dev]:
-        del _scalar_cache[key]
+    _C._drop_device_scalars(None if device is None else str(Device.parse(device)))
 
 
 def _compare_out_of_range(py_name: str, a: Tensor, value: int, reflected: bool):

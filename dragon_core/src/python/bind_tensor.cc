@@ -482,10 +482,6 @@ void BindTensor(py::module_& m) {
       "tensor's memory (shared with its views) and of rebinds (assign, ``.data =``).");
   cls.def("_bump_version", [](const TensorImpl& t) { ++t.storage()->version; },
           "Record an in-place write to this tensor's memory (every view sees it).");
-  cls.def("_mark_read_only", [](const TensorImpl& t) { t.storage()->set_read_only(true); },
-          "Mark this tensor's memory read-only for good (the cached scalar operands of "
-          "_tensor._device_scalar): the dispatcher never writes an output over it, its "
-          "NumPy views and DLPack exports are read-only.");
   cls.def_property_readonly("_storage_refs", [](const TensorImpl& t) {
     return static_cast<int64_t>(t.storage().use_count());
   }, "How many tensors and NumPy views hold this tensor's storage (itself included).");

@@ -642,3 +642,44 @@ def test_device_namespace_of_a_plugin_device(ta):
     x = _t(ta, np.zeros(1 << 16))
     assert ns.memory_allocated() >= base + (1 << 18)
     del x
+
+
+@pytest.mark.parametrize("train_on_user_stream", (False, True))
+def test_steady_state_after_other_streams_filled_the_pool(ta, train_on_user_stream):
+    """The sequence of cuda's memcheck runtime run (test_cuda_runtime.py: two
+    user streams' work, a block freed on one stream and taken by another,
+    then the written-out training loop): blocks of the loop's own size
+    classes lie in the pool, freed on other streams while their work may
+    still be pending. Once warm the loop still makes no device allocation
+    (they are taken after a device-side wait) and no host wait, on the
+    default stream or on a user stream."""
+    rng = np.random.default_rng(15)
+    s1, s2 = ta.Stream(DEV), ta.Stream(DEV)
+    for s in (s1, s2):  # 64x48 and 32x48 floats: the step's 12288 / 6144 B classes
+        with ta.stream(s):
+            junk = [_t(ta, rng.standard_normal(n)) for n in (3072, 3072, 1536, 1536, 512, 384)]
+            junk = [j * j for j in junk]
+        del junk
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    t = rng.standard_normal((64, 8)).astype(np.float32)
+    w1 = (rng.standard_normal((32, 48)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((48, 8)) * 0.2).astype(np.float32)
+    lr = 0.002
+    train = ta.Stream(DEV) if train_on_user_stream else ta.default_stream(DEV)
+    with ta.stream(train):
+        X, T, W1, W2 = (_t(ta, v) for v in (x, t, w1, w2))
+        L1, L2 = _t(ta, np.full(w1.shape, lr)), _t(ta, np.full(w2.shape, lr))
+        for i in range(11):
+            if i == 3:
+                before = ta.memory.stats(DEV)
+            W1, W2, dy = _mlp_step(ta, X, T, W1, W2, L1, L2)
+            w1, w2, dy_ref = _mlp_step_np(x, t, w1, w2, lr)
+        after = ta.memory.stats(DEV)
+        d = {k: after[k] - before[k] for k in ("device_syncs", "num_allocs", "num_frees",
+                                                "stream_syncs", "h2d_copies")}
+        assert d == {"device_syncs": 0, "num_allocs": 0, "num_frees": 0, "stream_syncs": 0,
+                     "h2d_copies": 0}, d
+        assert after["allocated"] == before["allocated"], (before, after)
+        np.testing.assert_allclose(W1.cpu().numpy(), w1, rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(W2.cpu().numpy(), w2, rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(dy.cpu().numpy(), dy_ref, rtol=1e-3, atol=1e-3)

@@ -119,6 +119,11 @@ def _convert(data, dt=None, device=None, operand=False) -> Tensor:
                 out = _C.call(_C.op("Cast"), (out,), (dt,))
         else:
             arr = _exact_operand(data, dt) if operand and dt is not None else _numpy_of(data, dt)
+            if operand and device is not None and arr.ndim == 0 and dt is not None:
+                # A scalar operand of an op on a non-cpu device (ops.mul(x, 0.9)).
+                name = device if type(device) is str else str(device)
+                if not name.startswith("cpu") and not _C._is_tracing():
+                    return _device_scalar(arr, dt, name)
             out = _C._from_numpy_copy(arr)
             if _C._is_tracing():
                 from ._graph.function import note_created
@@ -277,14 +282,51 @@ def _is_py_int(value) -> bool:
             and not isinstance(value, (bool, np.bool_)))
 
 
-def _scalar_operand(value, target: dtype, device) -> Tensor:
+def _scalar_operand(value, target: dtype, device: Device) -> Tensor:
     """A Python scalar as a 0-d tensor of ``target`` (range already checked
     for integer targets; an int past a float dtype's range is +-inf, one
-    past float64's range raises OverflowError, as NumPy 2 gives)."""
+    past float64's range raises OverflowError, as NumPy 2 gives). On a
+    non-cpu device it is the cached immutable tensor of that value
+    (:func:`_device_scalar`)."""
     if target.is_floating_point and _is_py_int(value):
         value = float(value)  # OverflowError past float64, as NumPy 2 raises
     with np.errstate(over="ignore"):
-        return _convert(np.asarray(value, dtype=target.numpy), target, device)
+        arr = np.asarray(value, dtype=target.numpy)
+    if device.type != "cpu" and not _C._is_tracing():
+        return _device_scalar(arr, target, str(device))
+    return _convert(arr, target, device)
+
+
+# Scalar operands on non-cpu devices (``x * 0.9``, ``ops.add(x, 1.0)`` with
+# x on cuda): made once per (device, dtype, value) and reused, instead of a
+# new tensor and a pageable host-to-device copy at every call (about a
+# hundred per eager ResNet step, for the batch-norm running statistics and
+# the optimizer's constants). The cache lives in the core (bind_ops.cc,
+# DeviceScalar), shared with the C++ operator fast path. The value is the
+# dtype's exact bits (so -0.0 and 0.0, and NaN payloads, stay apart), the
+# conversion and therefore every result are those of a fresh tensor, and
+# dtype promotion happens before (the key's dtype is the operand's final
+# dtype). Each cached tensor is read-only, and the cache never hands one to
+# user code as a result: it only feeds ops as an input. Ops never write
+# their inputs in eager mode, the dispatcher never writes an output over
+# read-only memory, in-place front-end writes on devices rebind rather than
+# write, and graph traces bypass the cache (their constants are their own).
+# First in, first out past _SCALAR_CACHE_SIZE entries: a value that changes
+# every step (a learning-rate schedule) costs what it cost before and
+# evicts nothing hot for long. memory.empty_cache(device) drops a device's
+# entries.
+_SCALAR_CACHE_SIZE = 256  # kMaxDeviceScalars in dragon_core/src/python/bind_ops.cc
+
+
+def _device_scalar(arr: np.ndarray, dt: dtype, device: str) -> Tensor:
+    """The cached read-only 0-d ``dt`` tensor on ``device`` (not the cpu)
+    holding ``arr`` (a 0-d array of ``dt``)."""
+    return _C._device_scalar(arr.tobytes(), dt.code, device)
+
+
+def _drop_device_scalars(device=None) -> None:
+    """Forget the cached scalar operands of ``device`` (all when None)."""
+    _C._drop_device_scalars(None if device is None else str(Device.parse(device)))
 
 
 def _compare_out_of_range(py_name: str, a: Tensor, value: int, reflected: bool):

@@ -21,7 +21,10 @@ def stats(device: str = "cpu") -> dict:
         (device-wide synchronizations), ``stream_syncs`` (waits for one
         stream: host reads), ``event_syncs`` and ``stream_waits`` (device-side
         waits for events), ``events_created`` (event handles made; the core
-        pools them, so it stays flat in steady state).
+        pools them, so it stays flat in steady state), ``h2d_copies`` and
+        ``d2h_copies`` (host-to-device and device-to-host copies the core
+        issued; these two and the wait counters are 0 on synchronous
+        devices).
     """
     out = _C.memory_stats(str(device))
     out.update(_C._device_counters(str(device)))
@@ -34,7 +37,14 @@ def reset_peak(device: str = "cpu") -> None:
 
 
 def empty_cache(device: str = "cpu") -> None:
-    """Return every cached free block of ``device`` to the device."""
+    """Return every cached free block of ``device`` to the device.
+
+    The cached scalar operands of ``device`` (the 0-d tensors that Python
+    scalars in ``x * 0.9`` become on a non-cpu device, made once per value)
+    are dropped first, so their memory is returned too once no op uses it.
+    """
+    from ._tensor import _drop_device_scalars
+    _drop_device_scalars(str(device))
     _C.empty_cache(str(device))
 
 

@@ -25,7 +25,7 @@ struct DevState {
   size_t next = 0;
   std::vector<void*> events;  // idle event handles
   std::atomic<int64_t> device_syncs{0}, stream_syncs{0}, event_syncs{0},
-      stream_waits{0}, events_created{0};
+      stream_waits{0}, events_created{0}, h2d_copies{0}, d2h_copies{0};
 };
 
 constexpr size_t kPoolSize = 8;
@@ -316,6 +316,7 @@ void CopyOrdered(Storage& dst, void* dst_ptr, Storage& src, const void* src_ptr,
     const DgDeviceDef& def = Def(dd);
     void* stream = CurrentStream(dd);
     UseOnStream(dst, stream, true);
+    State(dd).h2d_copies.fetch_add(1, std::memory_order_relaxed);
     Check(dd, def.copy_h2d(def.user_data, dd.index, dst_ptr, src_ptr, bytes, stream),
           "copy to the device");
     return;
@@ -324,6 +325,7 @@ void CopyOrdered(Storage& dst, void* dst_ptr, Storage& src, const void* src_ptr,
     const DgDeviceDef& def = Def(sd);
     void* stream = CurrentStream(sd);
     UseOnStream(src, stream, false);
+    State(sd).d2h_copies.fetch_add(1, std::memory_order_relaxed);
     Check(sd, def.copy_d2h(def.user_data, sd.index, dst_ptr, src_ptr, bytes, stream),
           "copy to the host");
     SyncStream(sd, stream, "waiting for a copy to the host");
@@ -422,6 +424,7 @@ void CopyNonBlocking(Storage& dst, void* dst_ptr, Storage& src, const void* src_
   const DgDeviceDef& def = Def(dd);
   void* stream = CurrentStream(dd);
   UseOnStream(dst, stream, true);
+  State(dd).h2d_copies.fetch_add(1, std::memory_order_relaxed);
   Check(dd, def.copy_h2d(def.user_data, dd.index, dst_ptr, src_ptr, bytes, stream),
         "non-blocking copy to the device");
   void* e = AcquireEvent(dd);
@@ -461,6 +464,8 @@ StreamCounters GetStreamCounters(DgDevice d) {
   c.event_syncs = st.event_syncs.load();
   c.stream_waits = st.stream_waits.load();
   c.events_created = st.events_created.load();
+  c.h2d_copies = st.h2d_copies.load();
+  c.d2h_copies = st.d2h_copies.load();
   return c;
 }
 

@@ -103,6 +103,8 @@ struct StreamCounters {
   int64_t event_syncs = 0;   // event_synchronize calls
   int64_t stream_waits = 0;  // stream_wait_event calls (no host wait)
   int64_t events_created = 0;  // event_create calls (handles are pooled)
+  int64_t h2d_copies = 0;  // copy_h2d calls by the core (stream-ordered devices)
+  int64_t d2h_copies = 0;  // copy_d2h calls by the core (stream-ordered devices)
 };
 StreamCounters GetStreamCounters(DgDevice d);
 

@@ -1,5 +1,9 @@
 // Op bindings: the generic call used by the generated dragon_core.ops
 // functions, shape inference, schema introspection, tensor operators.
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
 #include "../core/allocator.h"
 #include "../core/device.h"
 #include "bindings.h"
@@ -377,6 +381,65 @@ OpSchema& RequireOp(const std::string& name) {
   return *op;
 }
 
+// Scalar operands on non-host devices (`x * 0.9`, `ops.add(x, 1.0)` with x
+// on cuda): one read-only 0-d tensor per (device, dtype, value bits), made
+// once and reused, instead of a new tensor and a pageable host-to-device
+// copy per call. Shared by the operator fast path below and the Python
+// paths (_tensor._device_scalar). The bits are the value in the dtype, so
+// -0.0 and 0.0, and NaN payloads, stay apart. First in, first out past
+// kMaxDeviceScalars. Never handed to user code as a result, only fed to
+// ops as an input; read-only storage besides (the dispatcher never writes
+// an output over it). Used under the GIL only. Never destroyed: at exit
+// the device plugins may be gone.
+constexpr size_t kMaxDeviceScalars = 256;
+size_t g_max_device_scalars = kMaxDeviceScalars;  // 0: every call makes a new one
+
+struct ScalarKey {
+  int32_t type, index, dtype;
+  uint64_t bits;
+  bool operator==(const ScalarKey& o) const {
+    return type == o.type && index == o.index && dtype == o.dtype && bits == o.bits;
+  }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    uint64_t h = k.bits * 0x9E3779B97F4A7C15ull;
+    h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.type)) << 40) ^
+         (static_cast<uint64_t>(static_cast<uint32_t>(k.index)) << 20) ^
+         static_cast<uint64_t>(static_cast<uint32_t>(k.dtype));
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+struct DeviceScalars {
+  std::unordered_map<ScalarKey, Tensor, ScalarKeyHash> map;
+  std::deque<ScalarKey> order;  // insertion order
+};
+DeviceScalars& Scalars() {
+  static auto* cache = new DeviceScalars();
+  return *cache;
+}
+
+// The cached 0-d `t` tensor on `d` holding the `size` bytes at `value`.
+Tensor DeviceScalar(DgDevice d, DgDType t, const void* value, size_t size) {
+  ScalarKey key{d.type, d.index, static_cast<int32_t>(t), 0};
+  std::memcpy(&key.bits, value, size < 8 ? size : 8);
+  DeviceScalars& c = Scalars();
+  auto it = c.map.find(key);
+  if (it != c.map.end()) return it->second;
+  Tensor host = TensorImpl::Empty(kHost, t, {});
+  std::memcpy(host->data(), value, size);
+  Tensor s = CopyTo(host, d);
+  s->storage()->set_read_only(true);
+  if (g_max_device_scalars == 0) return s;
+  while (c.map.size() >= g_max_device_scalars && !c.order.empty()) {
+    c.map.erase(c.order.front());
+    c.order.pop_front();
+  }
+  c.map.emplace(key, s);
+  c.order.push_back(key);
+  return s;
+}
+
 // Runs `a op b` (`b op a` when reflected) with the default attributes on a's
 // device, and records it.
 py::object DispatchBinary(OpSchema& op, const Tensor& a, const Tensor& b, bool reflected) {
@@ -416,18 +479,21 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
     }
   }
   // Python scalars: a 0-d tensor of a's dtype, made here, when that is what
-  // the promotion rules give (see _tensor._binary_slow for the full rules).
+  // the promotion rules give (see _tensor._binary_slow for the full rules);
+  // on a non-host device the cached one (DeviceScalar), except while
+  // tracing (a trace's constants are its own: Python makes them).
   DgDType t = a->dtype();
   bool is_float = DG_MASK_FLOAT & DG_DTYPE_BIT(t);
   bool is_int = DG_MASK_ANY_INT & DG_DTYPE_BIT(t);
   PyObject* o = b.ptr();
-  bool scalar_ok = t != DG_FLOAT16 && t != DG_BFLOAT16 && a->device().type == kHost.type &&
+  const bool host = a->device().type == kHost.type;
+  bool scalar_ok = t != DG_FLOAT16 && t != DG_BFLOAT16 && (host || Grad().tracing == 0) &&
                    (op->inputs[0].dtypes & DG_DTYPE_BIT(t)) &&
                    ((PyFloat_CheckExact(o) && is_float) ||
                     (PyLong_CheckExact(o) && (is_float || is_int)));
   if (scalar_ok) {
-    Tensor s = TensorImpl::Empty(kHost, t, {});
-    void* p = s->data();
+    alignas(8) unsigned char buf[8] = {};
+    void* p = buf;
     if (PyFloat_CheckExact(o)) {
       double v = PyFloat_AS_DOUBLE(o);
       if (t == DG_FLOAT32) *static_cast<float*>(p) = static_cast<float>(v);
@@ -451,6 +517,10 @@ py::object Binary(OpSchema* op, const Tensor& a, py::handle b, bool reflected) {
         default: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
       }
     }
+    if (!host) return DispatchBinary(*op, a, DeviceScalar(a->device(), t, buf, DTypeSize(t)),
+                                     reflected);
+    Tensor s = TensorImpl::Empty(kHost, t, {});
+    std::memcpy(s->data(), buf, DTypeSize(t));
     if (Grad().tracing > 0) {
       // A constant of the trace, exactly as _tensor._convert would record it.
       py::object st = py::cast(s);
@@ -637,6 +707,52 @@ void BindOps(py::module_& m) {
     return true;
   }, "Sets the autocast policy of op `name` (0 none, 1 lower, 2 float32, 3 promote); "
      "False when no such op is registered.");
+  m.def("_device_scalar", [](py::bytes value, int dtype, const std::string& device) {
+    const std::string v = value;
+    const DgDType t = static_cast<DgDType>(dtype);
+    if (dtype < 0 || dtype >= DG_NUM_DTYPES || v.size() != DTypeSize(t) || v.size() > 8)
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("_device_scalar: ", v.size(), " bytes for dtype code ", dtype));
+    const DgDevice d = DeviceRegistry::Get().Parse(device);
+    if (d.type == kHost.type)
+      throw CoreError(DG_INVALID_ARGUMENT, "_device_scalar: scalars on the host are not cached");
+    return DeviceScalar(d, t, v.data(), v.size());
+  }, "The cached read-only 0-d tensor of dtype code `dtype` on `device` (not the host) "
+     "whose value has the bytes `value` (made on first use).");
+  m.def("_drop_device_scalars", [](py::object device) {
+    DeviceScalars& c = Scalars();
+    if (device.is_none()) {
+      c.map.clear();
+      c.order.clear();
+      return;
+    }
+    const DgDevice d = DeviceRegistry::Get().Parse(py::str(device));
+    std::deque<ScalarKey> keep;
+    for (const ScalarKey& k : c.order) {
+      if (k.type == d.type && k.index == d.index) c.map.erase(k);
+      else keep.push_back(k);
+    }
+    c.order.swap(keep);
+  }, py::arg("device") = py::none(),
+     "Forget the cached scalar operands of `device` (every device when None).");
+  m.def("_device_scalar_count", [] { return Scalars().map.size(); },
+        "How many scalar operands are cached (all devices).");
+  m.def("_device_scalar_limit", [](py::object limit) {
+    const size_t old = g_max_device_scalars;
+    if (!limit.is_none()) {
+      const int64_t n = limit.cast<int64_t>();
+      if (n < 0) throw CoreError(DG_INVALID_ARGUMENT, "_device_scalar_limit: negative limit");
+      g_max_device_scalars = static_cast<size_t>(n);
+      DeviceScalars& c = Scalars();
+      while (c.map.size() > g_max_device_scalars && !c.order.empty()) {
+        c.map.erase(c.order.front());
+        c.order.pop_front();
+      }
+    }
+    return old;
+  }, py::arg("limit") = py::none(),
+     "The most scalar operands cached (256); with `limit`, sets it and returns the old one "
+     "(0: none, every scalar operand is a new tensor and copy, as before the cache).");
   m.def("list_ops", [] {
     py::list l;
     for (OpSchema* op : Registry::Get().Ops()) l.append(Describe(*op));

@@ -120,6 +120,8 @@ void BindStream(py::module_& m) {
     out["event_syncs"] = c.event_syncs;
     out["stream_waits"] = c.stream_waits;
     out["events_created"] = c.events_created;
+    out["h2d_copies"] = c.h2d_copies;
+    out["d2h_copies"] = c.d2h_copies;
     return out;
   });
 }

@@ -1,6 +1,7 @@
 // Element-wise binary kernels on cuda with NumPy broadcasting and strided
 // inputs, matching cpu_eigen (plugins/cpu_eigen/src/binary.cc, compare.cc):
-// Add, Sub, Mul, Maximum, Minimum (integers wrap), Div, Pow, and the
+// Add, Sub, Mul, Maximum, Minimum (integers wrap), Div, Pow, FloorDivide,
+// TruncDivide, Mod, Fmod (integers never trap), and the
 // comparisons and logical ops (bool output). 16-bit floats compute in float.
 #include <cmath>
 #include <cstdint>
@@ -43,6 +44,11 @@ DGC_BINARY(Maximum, MaximumF, DGC_NUMERIC);
 DGC_BINARY(Minimum, MinimumF, DGC_NUMERIC);
 DGC_BINARY(Div, DivF, DGC_FLOATS);
 DGC_BINARY(Pow, PowF, DGC_FLOATS);
+// Division and remainder (cpu_eigen's int_arith.cc): integers never trap.
+DGC_BINARY(FloorDivide, FloorDivideF, DGC_NUMERIC);
+DGC_BINARY(TruncDivide, TruncDivideF, DGC_NUMERIC);
+DGC_BINARY(Mod, ModF, DGC_NUMERIC);
+DGC_BINARY(Fmod, FmodF, DGC_NUMERIC);
 
 #undef DGC_BINARY
 

@@ -67,6 +67,19 @@ DGC_UNARY(Floor, FloorF, DGC_FLOATS);
 DGC_UNARY(Ceil, CeilF, DGC_FLOATS);
 DGC_UNARY(Round, RoundF, DGC_FLOATS);
 
+// The C library's functions (cpu_eigen's unary_math.cc).
+DGC_UNARY(Tan, TanF, DGC_FLOATS);
+DGC_UNARY(Asin, AsinF, DGC_FLOATS);
+DGC_UNARY(Acos, AcosF, DGC_FLOATS);
+DGC_UNARY(Atan, AtanF, DGC_FLOATS);
+DGC_UNARY(Sinh, SinhF, DGC_FLOATS);
+DGC_UNARY(Cosh, CoshF, DGC_FLOATS);
+DGC_UNARY(Asinh, AsinhF, DGC_FLOATS);
+DGC_UNARY(Acosh, AcoshF, DGC_FLOATS);
+DGC_UNARY(Atanh, AtanhF, DGC_FLOATS);
+DGC_UNARY(Erf, ErfF, DGC_FLOATS);
+DGC_UNARY(Expm1, Expm1F, DGC_FLOATS);
+
 #undef DGC_UNARY
 
 // ------------------------------------------------------------ with attributes

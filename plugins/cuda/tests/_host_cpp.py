@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+#: The SDK's C headers (dragon/elementwise.h, the op table) in this checkout.
+SDK_INCLUDE = Path(__file__).resolve().parents[3] / "sdk" / "include"
 
 
 def run_program(tmp_path: Path, name: str, program: str, flags=("-O1",),
-                timeout: float = 120) -> str:
+                timeout: float = 120, includes=()) -> str:
     """Compile ``program`` (warnings are errors) with the host compiler
     (``$CXX``, else ``c++``/``g++``; the test skips without one), run it, and
-    check that it exits 0 with a last line ``OK``; returns its stdout."""
+    check that it exits 0 with a last line ``OK``; returns its stdout.
+    ``includes``: more include directories (after ``src``)."""
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if not cxx:
         pytest.skip("no host C++ compiler (set CXX) to build the host-side test")
@@ -26,7 +29,7 @@ def run_program(tmp_path: Path, name: str, program: str, flags=("-O1",),
     src.write_text(program)
     exe = tmp_path / name
     build = subprocess.run([cxx, "-std=c++17", *flags, "-Wall", "-Wextra", "-Werror", f"-I{SRC}",
-                            str(src), "-o", str(exe)], capture_output=True, text=True)
+                            *(f"-I{d}" for d in includes), str(src), "-o", str(exe)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-2000:]

@@ -51,6 +51,10 @@ def _data(kind, shape, seed):
         return rng.uniform(0.2, 3.0, shape)
     if kind == "unit":
         return rng.uniform(-0.9, 0.9, shape)
+    if kind == "ge1":
+        return rng.uniform(1.1, 3.0, shape)
+    if kind == "nz":  # away from 0, both signs
+        return rng.uniform(0.25, 3.0, shape) * rng.choice([-1.0, 1.0], shape)
     if kind == "i":
         return rng.integers(-20, 20, shape)
     if kind == "u":
@@ -145,6 +149,14 @@ CASES = {
     "Maximum": _binary(ops.maximum, dtypes=NUM, grad=False),
     "Minimum": _binary(ops.minimum, dtypes=NUM, grad=False),
     "Div": _binary(ops.div, ("f", "pos")), "Pow": _binary(ops.pow, ("pos", "f")),
+    "Tan": _unary(ops.tan, "unit"), "Asin": _unary(ops.asin, "unit"),
+    "Acos": _unary(ops.acos, "unit"), "Atan": _unary(ops.atan), "Sinh": _unary(ops.sinh),
+    "Cosh": _unary(ops.cosh), "Asinh": _unary(ops.asinh), "Acosh": _unary(ops.acosh, "ge1"),
+    "Atanh": _unary(ops.atanh, "unit"), "Erf": _unary(ops.erf), "Expm1": _unary(ops.expm1),
+    "FloorDivide": _binary(ops.floor_divide, ("f", "nz"), dtypes=NUM, grad=False),
+    "TruncDivide": _binary(ops.trunc_divide, ("f", "nz"), dtypes=NUM, grad=False),
+    "Mod": _binary(ops.mod, ("f", "nz"), dtypes=NUM),
+    "Fmod": _binary(ops.fmod, ("f", "nz"), dtypes=NUM),
     **{name: _binary(getattr(ops, py), dtypes=ALL, grad=False) for name, py in (
         ("Equal", "equal"), ("NotEqual", "not_equal"), ("Less", "less"),
         ("LessEqual", "less_equal"), ("Greater", "greater"), ("GreaterEqual", "greater_equal"),
@@ -712,17 +724,35 @@ def test_batch_norm(dtype, shape, training):
         np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=rtol * 10, atol=atol * 10)
 
 
+# The fusable rows of the element-wise op table (dragon/elementwise.h).
+_EW_TABLE = [r for r in dg._C.elementwise_table() if r[2] >= 0]
+FUSED_UNARY = sorted(r[2] for r in _EW_TABLE if r[1] == "unary")
+FUSED_BINARY = sorted(r[2] for r in _EW_TABLE if r[1] == "binary")
+FUSED_ALPHA = {r[2] for r in _EW_TABLE if r[1] == "unary" and r[4] == "alpha"}
+_EW_NAME = {r[2]: r[0] for r in _EW_TABLE}
+
+
+def _fused_unary_input(code, shape, seed):
+    """Inputs inside the unary opcode's domain (NaN-free results)."""
+    name = _EW_NAME[code]
+    if name in ("Asin", "Acos", "Atanh"):
+        return _data("unit", shape, seed) * 0.5 + 0.45  # (0, 0.9)
+    if name == "Acosh":
+        return _data("ge1", shape, seed)
+    return _data("pos", shape, seed)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ("float32", "float64"))
-@pytest.mark.parametrize("unary", list(range(22)))
+@pytest.mark.parametrize("unary", FUSED_UNARY)
 def test_fused_elementwise(dtype, unary):
-    """Every opcode, inside a program over broadcast inputs, against the
-    CPU's FusedElementwise; then a compiled graph whose fusion pass emits it."""
-    a = _data("pos", (4, 5), 31)
-    b = _data("f", (5,), 32)
+    """Every unary opcode, followed by every binary opcode, inside a program
+    over broadcast inputs, against the CPU's FusedElementwise."""
+    a = _fused_unary_input(unary, (4, 5), 31)
+    b = _data("nz", (5,), 32)
     # r3 = unary(r0 [alpha r2]); r4 = r3 (binary) r1 for each binary opcode
-    for binary in range(32, 39):
-        prog = [unary, 3, 0, 2 if unary in (20, 21) else -1, binary, 4, 3, 1]
+    for binary in FUSED_BINARY:
+        prog = [unary, 3, 0, 2 if unary in FUSED_ALPHA else -1, binary, 4, 3, 1]
         outs = [_numpy(ops.fused_elementwise([_host(a, dtype).to(d), _host(b, dtype).to(d)],
                                              program=prog, constants=[0.3], result=-1))
                 for d in (DEV, "cpu")]
@@ -745,10 +775,10 @@ def _fused_rounded_reference(arrays, prog, consts, dtype):
         reg[n_in + k] = rnd(dg.tensor(np.float32(c)))
     for i in range(0, len(prog), 4):
         op, dst, a, b = prog[i:i + 4]
-        if op >= 32:  # binary
+        if op in FUSED_BINARY:
             r = ops.fused_elementwise([reg[a], reg[b]], program=[op, 2, 0, 1], constants=[],
                                       result=-1)
-        elif b >= 0:  # alpha: the unrounded constant
+        elif op in FUSED_ALPHA:  # alpha: the unrounded constant
             r = ops.fused_elementwise([reg[a]], program=[op, 2, 0, 1],
                                       constants=[consts[b - n_in]], result=-1)
         else:
@@ -759,16 +789,16 @@ def _fused_rounded_reference(arrays, prog, consts, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("unary", list(range(22)))
+@pytest.mark.parametrize("unary", FUSED_UNARY)
 def test_fused_elementwise_half(dtype, unary):
     """The 16-bit FusedElementwise: every opcode in a program that also adds
     a constant operand, equal to the per-instruction rounded float32
     computation (what the unfused 16-bit kernels store)."""
     _need_half_device(dtype)
-    a = _data("pos", (4, 5), 31)
-    b = _data("f", (5,), 32)
-    for binary in range(32, 39):
-        prog = [unary, 3, 0, 2 if unary in (20, 21) else -1, binary, 4, 3, 1, 32, 5, 4, 2]
+    a = _fused_unary_input(unary, (4, 5), 31)
+    b = _data("nz", (5,), 32)
+    for binary in FUSED_BINARY:
+        prog = [unary, 3, 0, 2 if unary in FUSED_ALPHA else -1, binary, 4, 3, 1, 32, 5, 4, 2]
         got = ops.fused_elementwise([_host(a, dtype).to(DEV), _host(b, dtype).to(DEV)],
                                     program=prog, constants=[0.3], result=-1)
         assert str(got.dtype) == dtype
@@ -777,6 +807,48 @@ def test_fused_elementwise_half(dtype, unary):
         rtol, atol = TOL[dtype]
         np.testing.assert_allclose(_numpy(got), want, rtol=rtol, atol=atol,
                                    err_msg=f"program {prog}")
+
+
+# The ops of opcodes 22..31, 39..42 in traced functions that the fusion pass
+# turns into one FusedElementwise (the unfused ops run on the device too).
+_FUSED_GRAPH_CASES = {
+    "Tan": lambda x, y: ops.tan(x * 0.5) + y, "Asin": lambda x, y: ops.asin(x * 0.4) * y,
+    "Acos": lambda x, y: ops.acos(x * 0.4) - y, "Atan": lambda x, y: ops.atan(x * y) + 1.0,
+    "Sinh": lambda x, y: ops.sinh(x) * y, "Cosh": lambda x, y: ops.cosh(x) - y,
+    "Asinh": lambda x, y: ops.asinh(x * 3.0) + y,
+    "Acosh": lambda x, y: ops.acosh(ops.abs(x) + 1.5) * y,
+    "Atanh": lambda x, y: ops.atanh(x * 0.4) + y, "Erf": lambda x, y: ops.erf(x) * y,
+    "Expm1": lambda x, y: ops.expm1(x) - y,
+    "FloorDivide": lambda x, y: ops.floor_divide(x * 3.0, y) + x,
+    "Mod": lambda x, y: ops.mod(x * 3.0, y) + x,
+    "Fmod": lambda x, y: ops.fmod(x * 3.0, y) - x,
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", sorted(_FUSED_GRAPH_CASES))
+def test_compiled_graph_fuses_each_new_opcode(dtype, name):
+    """A compiled function whose fusion pass emits a FusedElementwise
+    holding the opcode (checked on the graph), run on the device, against
+    the same function on the CPU (16-bit dtypes against the CPU's 16-bit
+    FusedElementwise, which rounds each instruction as the device does)."""
+    _need_half_device(dtype)
+    f = _FUSED_GRAPH_CASES[name]
+    code = {r[0]: r[2] for r in _EW_TABLE}[name]
+    x = _data("f", (33, 7), 51)
+    y = _data("nz", (7,), 52)
+    fn = dg.function(f)
+    xs, ys = _host(x, dtype), _host(y, dtype)
+    graph = fn.get_graph(xs.to(DEV), ys.to(DEV))
+    fused = [o for o in graph.op if o.type == "FusedElementwise"]
+    assert fused, [o.type for o in graph.op]
+    program = [list(o.attr["program"].ints.values) for o in fused]
+    assert any(p[k] == code for p in program for k in range(0, len(p), 4)), program
+    got = _numpy(fn(xs.to(DEV), ys.to(DEV)))
+    want = _numpy(dg.function(f)(xs, ys))
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(got, want, rtol=rtol * 4, atol=atol * 4, err_msg=name)
 
 
 @pytest.mark.gpu

@@ -451,22 +451,29 @@ def _nccl_comm(g: "ProcessGroup") -> None:
         # new_group with different lists are told so instead of pairing up.
         members = ",".join(str(r) for r in g.ranks).encode()
         raw = members + b"|" + bytes(ops.nccl_unique_id().numpy()) if g.rank() == 0 else None
+
+        def same_members(value: bytes) -> None:
+            # A member that called new_group with another list is told so
+            # here, and does not count as a reader: the group's rank 0 then
+            # times out instead of pairing up with it.
+            theirs = value.partition(b"|")[0]
+            if theirs != members:
+                _G.failed = True
+                raise DistributedError(
+                    f"rank {_G.world.rank()}: process group {g.id} is ranks "
+                    f"[{theirs.decode().replace(',', ', ')}] on rank {g.ranks[0]} but "
+                    f"{g.ranks} here: every rank must call new_group in the same order with "
+                    "the same ranks")
         try:
             raw = _rendezvous.exchange(
                 _G.rdzv, f"nccl/{g.id}", g.rank(), g.size(), raw,
                 f"the NCCL unique id of process group {g.id} (ranks {g.ranks}, published "
-                f"by rank {g.ranks[0]})")
+                f"by rank {g.ranks[0]})", check=same_members)
         except _rendezvous.RendezvousError as e:
             _G.failed = True
             raise (DistributedTimeoutError if e.timeout else DistributedError)(str(e)) \
                 from None
-        theirs, _, raw = raw.partition(b"|")
-        if theirs != members:
-            _G.failed = True
-            raise DistributedError(
-                f"rank {_G.world.rank()}: process group {g.id} is ranks "
-                f"[{theirs.decode().replace(',', ', ')}] on rank {g.ranks[0]} but {g.ranks} "
-                "here: every rank must call new_group in the same order with the same ranks")
+        raw = raw.partition(b"|")[2]
         uid = from_numpy(np.frombuffer(raw, np.uint8).copy())
     else:
         uid = ops.nccl_unique_id().numpy().copy() if g.rank() == 0 else \

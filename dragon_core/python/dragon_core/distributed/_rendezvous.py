@@ -307,12 +307,13 @@ def barrier(rdzv: Rendezvous, gid: int, me: int, members, timeout: float,
     _store_call(rdzv, what, body)
 
 
-def exchange(rdzv: Rendezvous, key: str, group_rank: int, size: int, value, what: str):
+def exchange(rdzv: Rendezvous, key: str, group_rank: int, size: int, value, what: str,
+             check=None):
     """Group rank 0 publishes ``value`` (bytes) under ``key``; every member
     returns it (:func:`.store.exchange_bytes`)."""
     from .store import exchange_bytes
     return _store_call(rdzv, what, lambda: exchange_bytes(
-        rdzv.store, f"{rdzv.prefix}/{key}", group_rank, value, size=size))
+        rdzv.store, f"{rdzv.prefix}/{key}", group_rank, value, size=size, check=check))
 
 
 def _leave(rdzv: Rendezvous, bound: float) -> None:

@@ -344,7 +344,7 @@ class TCPStore:
 
 
 def exchange_bytes(store: TCPStore, key: str, rank: int, value: bytes | None,
-                   size: int | None = None) -> bytes:
+                   size: int | None = None, check=None) -> bytes:
     """Rank 0 publishes ``value`` under ``key``; every rank returns it.
 
     ``rank`` and ``size`` (default ``store.world_size``) are this process's
@@ -352,7 +352,10 @@ def exchange_bytes(store: TCPStore, key: str, rank: int, value: bytes | None,
     group's NCCL id). Rank 0 also waits until every other rank has read it
     (so it may close the store afterwards without cutting a slow reader
     off). This is how the NCCL unique id reaches the ranks under environment
-    rendezvous.
+    rendezvous. ``check`` (optional) is called with the value a reader got
+    before it counts as having read it: a reader whose check raises is not
+    counted, so rank 0 keeps waiting for it (and times out) instead of going
+    on with a partner that will not join.
     """
     n = store.world_size if size is None else int(size)
     if rank == 0:
@@ -363,6 +366,8 @@ def exchange_bytes(store: TCPStore, key: str, rank: int, value: bytes | None,
             store.get(f"{key}/read/{n - 1}")
         return bytes(value)
     out = store.get(key)
+    if check is not None:
+        check(out)
     if store.add(f"{key}/readers", 1) == n - 1:
         store.set(f"{key}/read/{n - 1}", b"1")
     return out

@@ -452,3 +452,37 @@ def test_compiled_elementwise_on_channels_last_feed():
     ref = np.maximum(a.numpy().astype(np.float64) * b.numpy() + 1.0, 0)
     np.testing.assert_allclose(f(_cl(a), _cl(b)).numpy(), ref, rtol=1e-6)
     np.testing.assert_allclose(f(a, _cl(b)).numpy(), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
+def test_training_steps_channels_last_match_contiguous(opt_name):
+    """A small conv net trained a few steps (vm.torch: model and images
+    channels-last, as torch's recipe) ends with the parameters of the
+    contiguous run; the optimizer's updates of channels-last parameters are
+    right whatever layout their results take."""
+    def run(channels_last):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.BatchNorm2d(6),
+                                torch.nn.ReLU(), torch.nn.Conv2d(6, 4, 3, stride=2),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 3))
+        x = torch.from_numpy(np.random.default_rng(1).standard_normal((4, 3, 8, 8))
+                             .astype(np.float32))
+        y = torch.from_numpy(np.array([0, 1, 2, 1]))
+        if channels_last:
+            m = m.to(memory_format=torch.channels_last)
+            x = x.to(memory_format=torch.channels_last)
+        opt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) if opt_name == "SGD"
+               else torch.optim.Adam(m.parameters(), lr=0.01))
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+        return [p.detach().numpy().copy() for p in m.parameters()], float(loss)
+
+    ref, ref_loss = run(False)
+    got, loss = run(True)
+    assert abs(loss - ref_loss) < 1e-5
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

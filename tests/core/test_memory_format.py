@@ -486,3 +486,22 @@ def test_training_steps_channels_last_match_contiguous(opt_name):
     assert abs(loss - ref_loss) < 1e-5
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_strides_and_rules_match_real_torch():
+    """PyTorch itself (a test dependency) as the reference for the strides
+    of each format and for the layout element-wise results take."""
+    real = pytest.importorskip("torch")
+    for shape in [(2, 3, 4, 5), (1, 3, 1, 1), (2, 1, 4, 5), (0, 3, 2, 2)]:
+        a = real.zeros(shape).contiguous(memory_format=real.channels_last)
+        b = torch.zeros(*shape).contiguous(memory_format=torch.channels_last)
+        assert b.stride() == a.stride(), shape
+        assert b.is_contiguous() == a.is_contiguous(), shape
+    a5 = real.zeros(2, 3, 2, 4, 5).contiguous(memory_format=real.channels_last_3d)
+    b5 = torch.zeros(2, 3, 2, 4, 5).contiguous(memory_format=torch.channels_last_3d)
+    assert b5.stride() == a5.stride()
+    xa = real.zeros(2, 3, 4, 5).contiguous(memory_format=real.channels_last)
+    xb = torch.zeros(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    for fa, fb in [(lambda t, m: t + 1.0, None), (lambda t, m: m.relu(t), None),
+                   (lambda t, m: t * m.ones(1, 3, 1, 1), None)]:
+        assert fa(xb, torch).stride() == fa(xa, real).stride()

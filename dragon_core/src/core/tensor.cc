@@ -89,8 +89,9 @@ bool TensorImpl::is_channels_last() const {
     expected *= shape_[d];
     return true;
   };
-  for (int32_t d = 0; d < r; ++d)
-    if (shape_[d] == 0) return true;
+  // PyTorch's test exactly (no shortcut for empty tensors, unlike
+  // is_contiguous): an empty tensor is channels-last only with the strides
+  // ChannelsLastStrides gives it.
   if (!step(1)) return false;
   for (int32_t d = r - 1; d >= 2; --d)
     if (!step(d)) return false;
@@ -98,9 +99,11 @@ bool TensorImpl::is_channels_last() const {
 }
 
 bool TensorImpl::is_contiguous() const {
+  // An empty tensor is contiguous whatever its strides (PyTorch's rule).
+  for (int32_t i = 0; i < ndim(); ++i)
+    if (shape_[i] == 0) return true;
   int64_t expected = 1;
   for (int32_t i = ndim() - 1; i >= 0; --i) {
-    if (shape_[i] == 0) return true;
     if (shape_[i] != 1 && strides_[i] != expected) return false;
     expected *= shape_[i];
   }

@@ -96,7 +96,7 @@ class TensorImpl {
   // Memory format (docs/devices.md, "Memory format"): a 4-D (5-D) tensor
   // whose strides are those of the dense NHWC (NDHWC) layout over its
   // NCHW (NCDHW) shape. Axes of size 1 are ignored, as is_contiguous does,
-  // so a tensor may be both (C == 1, or H == W == 1).
+  // so a tensor may be both (C == 1, or H == W == 1). PyTorch's rule.
   bool is_channels_last() const;
   // Channels-last and not contiguous: the layouts really differ. The
   // dispatcher propagates channels-last only for these.

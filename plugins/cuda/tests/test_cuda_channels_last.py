@@ -143,8 +143,9 @@ def test_float64_conv_takes_dense_operands(gpu):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_pool_and_norm_on_channels_last(gpu, dtype):
-    """Kernels without the trait (pooling, batch norm) get a dense copy:
-    same values and gradients as on contiguous inputs."""
+    """MaxPool2d and BatchNorm (forward and gradient) read channels-last
+    natively on cuda; adaptive average pooling and the max-pool gradient get
+    dense copies: all give the values and gradients of contiguous inputs."""
     dg = gpu
     ops = dg.ops
     rng = np.random.default_rng(2)
@@ -168,8 +169,42 @@ def test_pool_and_norm_on_channels_last(gpu, dtype):
             s = ops.sum(m) + ops.sum(a) + ops.sum(bn * bn)
         return [m, a, bn, tape.gradient(s, xt)]
 
-    for got, want in zip(run("cl"), run("dense")):
-        _close(dg, got, want, dtype, "pool/norm")
+    got, want = run("cl"), run("dense")
+    for a, b in zip(got, want):
+        _close(dg, a, b, dtype, "pool/norm")
+    if DEV == "cuda":  # MaxPool2d and BatchNorm declare the trait on cuda
+        assert got[0].is_contiguous(dg.channels_last), got[0].strides
+        assert got[2].is_contiguous(dg.channels_last), got[2].strides
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layouts", ["cl_cl", "cl_dense", "dense_cl"])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_grad_mixed_layouts(gpu, dtype, layouts, training):
+    """BatchNormGrad with x and dy in any pair of layouts (the staging
+    paths) equals the all-contiguous call; BatchNorm in inference mode too."""
+    dg = gpu
+    ops = dg.ops
+    rng = np.random.default_rng(6)
+    shape = (3, 16, 7, 5)
+    arrays = [rng.uniform(-1, 1, shape), rng.uniform(0.5, 1.5, (16,)),
+              rng.uniform(-0.2, 0.2, (16,)), rng.uniform(0.5, 1.5, (16,)),
+              rng.uniform(-1, 1, shape), rng.uniform(-1, 1, (16,)), rng.uniform(-1, 1, (16,))]
+    x_fmt, dy_fmt = layouts.split("_")
+
+    def run(xf, df):
+        x, g, rm, rv, dy, dm, dv = (_t(dg, a, dtype) for a in arrays)
+        if xf == "cl":
+            x = _cl(dg, x)
+        if df == "cl":
+            dy = _cl(dg, dy)
+        grads = ops.batch_norm_grad(x, g, rm, rv, dy, dm, dv, eps=1e-5, training=training)
+        y = ops.batch_norm(x, g, dm, rm, rv, eps=1e-5, training=training)
+        return list(grads) + list(y)
+
+    for a, b in zip(run(x_fmt, dy_fmt), run("dense", "dense")):
+        _close(dg, a, b, dtype, f"batch norm ({layouts}, training={training})")
 
 
 def _basic_block(dg, x, p):

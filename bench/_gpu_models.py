@@ -1,7 +1,7 @@
 """The GPU training workloads, shared by ``bench_gpu.py`` (the timed rows of
 issue 15's table) and ``profile_gpu.py`` (their per-op profiles): the
 ResNet-18 step (``models/resnet.py``, SGD momentum 0.9, cross-entropy;
-bfloat16 autocast with torch in channels-last) and the MLP 784-512-512-10
+bfloat16 autocast in channels-last, Dragon and torch) and the MLP 784-512-512-10
 step (ReLU, SGD momentum 0.9, cross-entropy), each built for Dragon and for
 torch from the same seeds, so both sides start from the same weights and
 data.
@@ -34,12 +34,17 @@ def resnet_state(dg, torch=None) -> dict:
                                                    .state_dict()))
 
 
-def dragon_resnet(dg, state: dict, device: str, bf16: bool):
+def dragon_resnet(dg, state: dict, device: str, bf16: bool, channels_last: bool = False):
     """Dragon's training step ``step(x, y) -> loss`` (eager; compile it
-    with ``dg.function``) on a fresh model holding ``state``."""
+    with ``dg.function``) on a fresh model holding ``state``;
+    ``channels_last`` lays its 4-D parameters out channels-last (as torch's
+    ``model.to(memory_format=torch.channels_last)``; feed it channels-last
+    images, ``x.to(memory_format=dg.channels_last)``)."""
     model = resnet.resnet18(dg.nn, RES_CLASSES)
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
     model.to(device).train()
+    if channels_last:
+        model.to(memory_format=dg.channels_last)
     opt = dg.optim.SGD(list(model.parameters()), lr=0.01, momentum=0.9)
     loss_fn = dg.nn.CrossEntropyLoss()
 

@@ -26,8 +26,9 @@ synchronisation, so wall time covers the work.
 ``resnet18_train_b64_224_f32`` / ``resnet18_train_b64_224_bf16``
     One ResNet-18 training step (``bench/models/resnet.py``, SGD with
     momentum, cross-entropy) on a batch of 64 3x224x224 images, ms: float32,
-    and bfloat16 autocast (torch: channels-last; Dragon's cuda
-    convolutions are NCHW only). Goal: <= 1.1x torch. float32 has a second
+    and bfloat16 autocast, channels-last in both libraries (model and
+    images; Dragon's cuDNN convolutions read and write NHWC natively, see
+    docs/cuda.md). Goal: <= 1.1x torch. float32 has a second
     Dragon row with ``DRAGON_CUDNN_DETERMINISTIC=0`` (a model of its own).
 ``mlp_train_784_512_512_10``
     MLP 784-512-512-10 (ReLU, SGD, cross-entropy), batch 128, training
@@ -87,7 +88,7 @@ DRAGON_IMPLS = {
     "matmul_4096_f32": ["dg.ops.matmul"],
     "conv_fwdbwd_b8_64x56_f32": ["conv2d + dg.grad(x, w) eager",
                                  "conv2d + dg.grad(x, w) eager, DRAGON_CUDNN_DETERMINISTIC=0"],
-    "resnet18_train_b64_224_bf16": ["eager step, autocast bfloat16 (NCHW)"],
+    "resnet18_train_b64_224_bf16": ["eager step, autocast bfloat16, channels-last"],
     "resnet18_train_b64_224_f32": ["eager step", "eager step, DRAGON_CUDNN_DETERMINISTIC=0"],
     "mlp_train_784_512_512_10": ["eager step", "@dg.function step (compiled)",
                                  "@dg.function step (compiled, cuda_graph=False)"],
@@ -285,11 +286,13 @@ def _resnet(precision):
         state = gpu_models.resnet_state(dg, torch)
         bf16 = precision == "bfloat16"
         dx, dy = dg.tensor(x).to(DEVICE), dg.tensor(y).to(DEVICE)
+        if bf16:  # channels-last, as torch's row
+            dx = dx.to(memory_format=dg.channels_last)
 
         def dragon_step():  # a model of its own per row: each row's first loss is checked
-            step = gpu_models.dragon_resnet(dg, state, DEVICE, bf16)
+            step = gpu_models.dragon_resnet(dg, state, DEVICE, bf16, channels_last=bf16)
             return lambda: step(dx, dy)
-        impl = "eager step, autocast bfloat16 (NCHW)" if bf16 else "eager step"
+        impl = "eager step, autocast bfloat16, channels-last" if bf16 else "eager step"
         out = {"dragon": (impl, dragon_step(), None)}
         if not bf16:
             out["dragon:nondet"] = (impl + NONDET, _nondeterministic(dragon_step()), None)

@@ -31,6 +31,7 @@ FIXTURE_LIBS = {
     "ctor_marker_new_minor": "libctor_marker_new_minor.so",
     "ctor_marker_new_major": "libctor_marker_new_major.so",
     "toy_async": "libtoy_async.so",
+    "layout_probe": "liblayout_probe.so",
 }
 
 #: Fixtures built with dragon_add_plugin that must pass the export/import
@@ -38,7 +39,7 @@ FIXTURE_LIBS = {
 WELL_FORMED = ("toy", "custom_op", "pin_probe", "dup_claim_a", "dup_claim_b",
                "broken_init", "abi_major", "newer_minor", "abi_1_0", "call_site",
                "ctor_marker_ok", "ctor_marker_new_minor", "ctor_marker_new_major",
-               "toy_async")
+               "toy_async", "layout_probe")
 
 #: The init failure message of fixtures/broken_init.
 BROKEN_INIT_MESSAGE = ("broken_init: the frobnicator board did not answer "

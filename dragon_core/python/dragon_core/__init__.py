@@ -14,6 +14,8 @@ from ._device import Device
 from ._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                       int32, int64, uint8, uint16, uint32, uint64, as_dtype)
 from ._tensor import Tensor, from_dlpack, from_numpy, tensor
+from ._memory_format import (channels_last, channels_last_3d, contiguous_format,  # noqa: E402
+                             memory_format, preserve_format)
 from ._workspace import Workspace, default_workspace, get_workspace
 from ._stream import (Event, Stream, current_stream, default_stream, stream,
                       synchronize)

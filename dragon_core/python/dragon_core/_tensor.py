@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from . import _C
+from . import _memory_format as _mf
 from ._device import Device
 from ._dtypes import _DTYPES, as_dtype, dtype, dtype_arg
 
@@ -509,15 +510,52 @@ def _install():
                         "ops (e.g. ops.where) instead")
     T.__setitem__ = __setitem__
 
-    def to(self, target, dtype=None, non_blocking=False):
+    if not hasattr(T, "_is_contiguous_strides"):
+        T._is_contiguous_strides = T.is_contiguous
+
+    def is_contiguous(self, memory_format=_mf.contiguous_format):
+        """Whether the strides are those of the dense layout ``memory_format``
+        (:data:`dragon_core.contiguous_format`, the default: row-major;
+        :data:`dragon_core.channels_last`: a rank-4 ``[N, C, H, W]`` tensor laid
+        out as ``[N, H, W, C]``; :data:`dragon_core.channels_last_3d`: rank 5).
+        Size-1 axes are ignored, so a tensor may be both."""
+        return _mf.is_contiguous(self, memory_format)
+    T.is_contiguous = is_contiguous
+
+    def contiguous(self, memory_format=_mf.contiguous_format):
+        """``self`` if already dense in ``memory_format``, else a dense copy in
+        that layout (same shape and values; differentiable).
+
+        ``x.contiguous(dragon_core.channels_last)`` gives a channels-last
+        tensor: still ``[N, C, H, W]``, with the strides of ``[N, H, W, C]``.
+        ``preserve_format`` keeps a channels-last tensor channels-last.
+
+        Raises
+        ------
+        ValueError
+            ``channels_last`` for a tensor that is not rank 4
+            (``channels_last_3d``: rank 5).
+        """
+        return _mf.contiguous(self, memory_format)
+    T.contiguous = contiguous
+
+    def to(self, target=None, dtype=None, non_blocking=False, memory_format=None):
         """Return the tensor on another device and/or with another dtype.
 
-        ``x.to("toy")``, ``x.to(dragon_core.float64)``, ``x.to("cpu", "float32")``.
+        ``x.to("toy")``, ``x.to(dragon_core.float64)``, ``x.to("cpu", "float32")``,
+        ``x.to(memory_format=dragon_core.channels_last)`` (then as
+        :meth:`contiguous`, after the device and dtype conversions).
         A no-op returns ``self``. ``non_blocking=True`` with a pinned host
         tensor (``pin_memory()``) and a stream-ordered device returns before
         the copy ran (it is ordered on the current stream); otherwise it is
         the ordinary copy.
         """
+        if memory_format is not None:
+            fmt = _mf.as_memory_format(memory_format, "to")
+            if fmt is _mf.preserve_format:
+                fmt = _mf.suggest_memory_format(self)
+            _mf._check_rank(self, fmt, "to")
+            return _mf.contiguous(to(self, target, dtype, non_blocking), fmt)
         out = self
         dev = None
         if isinstance(target, (str, Device)):
@@ -636,7 +674,7 @@ def _install():
 
 _RESERVED: set[str] = set()
 #: methods written by hand in _install_methods (their op's function differs)
-_HAND_METHODS = frozenset({"transpose", "reshape"})
+_HAND_METHODS = frozenset({"transpose", "reshape", "contiguous", "is_contiguous"})
 
 
 def _install_methods():

@@ -185,6 +185,60 @@ static Tensor PermutedView(const OpSchema& op, const Tensor& x,
                                       std::move(strides));
 }
 
+// Input x with its axes permuted by `perm` (a view: shape and strides
+// permuted, no copy).
+static Tensor Permuted(const Tensor& x, const int64_t* perm) {
+  const size_t rank = x->shape().size();
+  Shape shape(rank), strides(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    shape[i] = x->shape()[perm[i]];
+    strides[i] = x->strides()[perm[i]];
+  }
+  return std::make_shared<TensorImpl>(x->storage(), x->byte_offset(), x->dtype(),
+                                      std::move(shape), std::move(strides));
+}
+
+// Torch's rule for element-wise ops (kOpFlagElementwise): when every input
+// of the output's full shape is channels-last (and not also contiguous),
+// the outputs are channels-last too. Broadcast operands of the same rank
+// (a bias [1, C, 1, 1]) and 0-d operands may join; an operand of another
+// rank (it would broadcast along the trailing, now permuted, axes) keeps
+// the default. The call then runs on the inputs viewed as NHWC (NDHWC),
+// which are dense, so every kernel sees contiguous tensors, and the
+// outputs are viewed back as NCHW. Returns false when the rule does not
+// apply.
+static bool ChannelsLastElementwise(OpSchema& op, const std::vector<Tensor>& inputs,
+                                    std::vector<AttrValue>& attrs, DgDevice device,
+                                    const std::vector<InferredOutput>& inferred, CallSite* site,
+                                    std::vector<Tensor>* result) {
+  if (inferred.empty() || inputs.empty()) return false;
+  const Shape& shape = inferred[0].shape;
+  const size_t rank = shape.size();
+  if (rank != 4 && rank != 5) return false;
+  for (const InferredOutput& o : inferred)
+    if (o.shape != shape) return false;
+  bool any = false;
+  for (const Tensor& t : inputs) {
+    if (t->ndim() == 0) continue;
+    if (static_cast<size_t>(t->ndim()) != rank) return false;
+    if (t->shape() != shape) continue;
+    if (!t->is_strictly_channels_last()) return false;
+    any = true;
+  }
+  if (!any) return false;
+  static const int64_t kToLast4[] = {0, 2, 3, 1}, kToFirst4[] = {0, 3, 1, 2};
+  static const int64_t kToLast5[] = {0, 2, 3, 4, 1}, kToFirst5[] = {0, 4, 1, 2, 3};
+  const int64_t* to_last = rank == 4 ? kToLast4 : kToLast5;
+  const int64_t* to_first = rank == 4 ? kToFirst4 : kToFirst5;
+  std::vector<Tensor> permuted;
+  permuted.reserve(inputs.size());
+  for (const Tensor& t : inputs) permuted.push_back(t->ndim() == 0 ? t : Permuted(t, to_last));
+  std::vector<Tensor> out = Dispatch(op, permuted, attrs, device, nullptr, site);
+  for (Tensor& o : out) o = Permuted(o, to_first);
+  *result = std::move(out);
+  return true;
+}
+
 Tensor MakeContiguous(const Tensor& t) {
   static OpSchema* op = Registry::Get().FindOp("Contiguous");
   if (!op) op = Registry::Get().FindOp("Contiguous");
@@ -247,6 +301,16 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   // strides, with the axes (shape and strides) permuted; no kernel.
   if ((op.flags & kOpFlagPermuteView) && n > 0 && inferred.size() == 1) {
     if (Tensor v = PermutedView(op, inputs[0], attrs, inferred[0])) return {v};
+  }
+
+  // Element-wise ops keep a shared channels-last layout (eager calls; a
+  // graph's planned outputs, `preset`, stay contiguous).
+  if ((op.flags & kOpFlagElementwise) && !preset) {
+    bool strided = false;
+    for (size_t i = 0; i < n && !strided; ++i) strided = !inputs[i]->is_contiguous();
+    std::vector<Tensor> result;
+    if (strided && ChannelsLastElementwise(op, inputs, attrs, device, inferred, site, &result))
+      return result;
   }
 
   // Kernel candidates for the dispatch dtype.
@@ -356,10 +420,20 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
     e.op = op.name;
     throw e;
   }
+  // A kernel with DG_KERNEL_CHANNELS_LAST reads a channels-last input 0 as
+  // is and writes output 0 channels-last too (eager; a preset output stays
+  // as planned); its other inputs may be channels-last as well.
+  const bool native_cl = (chosen->traits & DG_KERNEL_CHANNELS_LAST) != 0;
+  if (native_cl && n > 0 && !outputs.empty() && !inputs[0]->is_contiguous() &&
+      inputs[0]->is_channels_last() && outputs[0]->ndim() == inputs[0]->ndim() &&
+      !(preset && !preset->empty() && (*preset)[0])) {
+    outputs[0] = TensorImpl::EmptyChannelsLast(device, outputs[0]->dtype(), outputs[0]->shape());
+    out_views[0] = outputs[0]->View();
+  }
   std::vector<Tensor> dense;
   if (!(chosen->traits & DG_KERNEL_STRIDED_INPUTS)) {
     for (size_t i = 0; i < n; ++i) {
-      if (!inputs[i]->is_contiguous()) {
+      if (!inputs[i]->is_contiguous() && !(native_cl && inputs[i]->is_channels_last())) {
         dense.push_back(MakeContiguous(inputs[i]));
         views[i] = dense.back()->View();
       }

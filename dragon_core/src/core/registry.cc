@@ -123,7 +123,7 @@ std::unique_ptr<OpSchema> OpSchema::FromDef(const DgOpDef& def,
   }
   for (auto& a : op->attrs) op->attr_names.push_back(a.name.c_str());
   op->flags = def.flags;
-  if (plugin != "core") op->flags &= ~(kOpFlagView | kOpFlagPermuteView);  // core-reserved
+  if (plugin != "core") op->flags &= ~(kOpFlagView | kOpFlagPermuteView | kOpFlagElementwise);  // core-reserved
   // A collective (ABI 1.3) is never merged by CSE nor folded: the passes
   // treat it as stateful; prune keeps it even when its result is unused.
   if (op->flags & DG_OP_COLLECTIVE) op->flags |= DG_OP_STATEFUL;

@@ -91,6 +91,12 @@ constexpr uint32_t kOpFlagView = 1u << 5;
 // input's, permuted) and runs no kernel, so output 0 is in general not
 // contiguous; kernels without DG_KERNEL_STRIDED_INPUTS get a dense copy.
 constexpr uint32_t kOpFlagPermuteView = 1u << 6;
+// Core-reserved too: an element-wise op (unary, broadcasting binary, Where,
+// Cast): output element i depends only on the inputs' elements at the same
+// (broadcast) position, and no attribute names an axis. The eager
+// dispatcher keeps a shared memory format for it (docs/devices.md, "Memory
+// format"): inputs that are all channels-last give a channels-last output.
+constexpr uint32_t kOpFlagElementwise = 1u << 7;
 
 struct OpSchema {
   std::string name, py_name, doc, plugin;

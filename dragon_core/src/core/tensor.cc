@@ -1,5 +1,7 @@
 #include "tensor.h"
 
+#include <algorithm>
+
 #include "allocator.h"
 #include "device.h"
 #include "dispatch.h"
@@ -56,10 +58,52 @@ std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype, Sh
                                       std::move(strides));
 }
 
+Shape ChannelsLastStrides(const Shape& shape) {
+  const size_t r = shape.size();
+  if (r != 4 && r != 5) return ContiguousStrides(shape);
+  Shape strides(r);
+  int64_t step = 1;
+  strides[1] = step;
+  step *= std::max<int64_t>(shape[1], 1);
+  for (size_t d = r - 1; d >= 2; --d) {
+    strides[d] = step;
+    step *= std::max<int64_t>(shape[d], 1);
+  }
+  strides[0] = step;
+  return strides;
+}
+
+std::shared_ptr<TensorImpl> TensorImpl::EmptyChannelsLast(DgDevice device, DgDType dtype,
+                                                          Shape shape) {
+  std::shared_ptr<TensorImpl> t = Empty(device, dtype, shape);
+  t->strides_ = ChannelsLastStrides(t->shape_);
+  return t;
+}
+
+bool TensorImpl::is_channels_last() const {
+  const int32_t r = ndim();
+  if (r != 4 && r != 5) return false;
+  int64_t expected = 1;
+  auto step = [&](int32_t d) {
+    if (shape_[d] != 1 && strides_[d] != expected) return false;
+    expected *= shape_[d];
+    return true;
+  };
+  // PyTorch's test exactly (no shortcut for empty tensors, unlike
+  // is_contiguous): an empty tensor is channels-last only with the strides
+  // ChannelsLastStrides gives it.
+  if (!step(1)) return false;
+  for (int32_t d = r - 1; d >= 2; --d)
+    if (!step(d)) return false;
+  return step(0);
+}
+
 bool TensorImpl::is_contiguous() const {
+  // An empty tensor is contiguous whatever its strides (PyTorch's rule).
+  for (int32_t i = 0; i < ndim(); ++i)
+    if (shape_[i] == 0) return true;
   int64_t expected = 1;
   for (int32_t i = ndim() - 1; i >= 0; --i) {
-    if (shape_[i] == 0) return true;
     if (shape_[i] != 1 && strides_[i] != expected) return false;
     expected *= shape_[i];
   }
@@ -80,8 +124,12 @@ DgTensorView TensorImpl::View() const {
 }
 
 Tensor CopyTo(const Tensor& t, DgDevice device) {
-  Tensor src = t->is_contiguous() ? t : MakeContiguous(t);
-  Tensor out = TensorImpl::Empty(device, src->dtype(), src->shape());
+  // A channels-last tensor is dense too: its bytes copy as they are and the
+  // copy keeps the format (PyTorch's preserve_format).
+  const bool channels_last = !t->is_contiguous() && t->is_channels_last();
+  Tensor src = t->is_contiguous() || channels_last ? t : MakeContiguous(t);
+  Tensor out = channels_last ? TensorImpl::EmptyChannelsLast(device, src->dtype(), src->shape())
+                             : TensorImpl::Empty(device, src->dtype(), src->shape());
   CopyOrdered(*out->storage(), out->data(), *src->storage(), src->data(),
               static_cast<size_t>(src->numel()) * src->itemsize());
   return out;

@@ -75,6 +75,10 @@ class TensorImpl {
 
   // A new contiguous tensor on `device` (uninitialised memory).
   static std::shared_ptr<TensorImpl> Empty(DgDevice device, DgDType dtype, Shape shape);
+  // A new channels-last tensor (4-D or 5-D `shape`, logical NCHW / NCDHW,
+  // strides of the dense NHWC / NDHWC layout; uninitialised memory).
+  static std::shared_ptr<TensorImpl> EmptyChannelsLast(DgDevice device, DgDType dtype,
+                                                       Shape shape);
 
   DgDType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -89,6 +93,14 @@ class TensorImpl {
     return static_cast<char*>(storage_->data()) + byte_offset_;
   }
   bool is_contiguous() const;
+  // Memory format (docs/devices.md, "Memory format"): a 4-D (5-D) tensor
+  // whose strides are those of the dense NHWC (NDHWC) layout over its
+  // NCHW (NCDHW) shape. Axes of size 1 are ignored, as is_contiguous does,
+  // so a tensor may be both (C == 1, or H == W == 1). PyTorch's rule.
+  bool is_channels_last() const;
+  // Channels-last and not contiguous: the layouts really differ. The
+  // dispatcher propagates channels-last only for these.
+  bool is_strictly_channels_last() const { return !is_contiguous() && is_channels_last(); }
   // The ABI view; valid while this tensor lives and is not reshaped.
   DgTensorView View() const;
   // Identity for the front end (autograd and tracing key on it): unique for
@@ -126,8 +138,14 @@ class TensorImpl {
 
 using Tensor = std::shared_ptr<TensorImpl>;
 
+// The strides of the dense channels-last layout of a 4-D or 5-D shape
+// (axis 1 innermost, then the spatial axes, then axis 0); the contiguous
+// strides for any other rank.
+Shape ChannelsLastStrides(const Shape& shape);
+
 // A dense copy of `t` on `device` (bytes only; needs `t` contiguous or a
-// Contiguous kernel on t's device, which the dispatcher provides).
+// Contiguous kernel on t's device, which the dispatcher provides). A
+// channels-last `t` gives a channels-last copy (its bytes are dense).
 Tensor CopyTo(const Tensor& t, DgDevice device);
 
 }  // namespace dragon

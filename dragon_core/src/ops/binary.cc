@@ -1,5 +1,6 @@
 // Element-wise binary ops with NumPy broadcasting: arithmetic, comparisons,
 // logical and/or, and the ternary Where.
+#include "core/registry.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -50,6 +51,7 @@ static dg::OpSchema& Arithmetic(const char* name, const char* doc, DgDTypeMask d
       .Output("y", dtypes, 0, kY)
       .Flags(DG_OP_SAME_DTYPE)
       .Inplace(3)
+      .Flags(kOpFlagElementwise)
       .Shape(BroadcastSameDType);
 }
 
@@ -87,6 +89,7 @@ static dg::OpSchema& Predicate(const char* name, const char* doc) {
       .Input("b", dg::kAny, 0, kB)
       .Output("y", dg::Bit(DG_BOOL), 0, "Bool result, broadcast shape.")
       .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
+      .Flags(kOpFlagElementwise)
       .Shape(BroadcastBool);
 }
 
@@ -114,6 +117,7 @@ DG_OP(Where)
     .Output("out", dg::kAny, 0,
             "Result with x's dtype and the broadcast shape of all inputs.")
     .DispatchInput(1)
+    .Flags(kOpFlagElementwise)
     .Shape(WhereShape);
 
 }  // namespace ops

@@ -1,4 +1,5 @@
 // Cast: converts a tensor to another dtype.
+#include "core/registry.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -43,6 +44,7 @@ DG_OP(Cast)
     .Input("x", dg::kAny, 0, "Input tensor.")
     .Output("y", dg::kAny, 0, "x converted, same shape.")
     .RequiredAttr("dtype", DG_ATTR_DTYPE, "Target dtype.")
+    .Flags(kOpFlagElementwise)
     .Shape(CastShape);
 
 }  // namespace ops

@@ -2,6 +2,7 @@
 // dtype) as x. All may overwrite their input (Inplace(1)).
 #include <string>
 
+#include "core/registry.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -60,6 +61,7 @@ DG_OP(Neg)
     .Input("x", dg::kAnyNumeric, 0, kX)
     .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Abs)
@@ -67,6 +69,7 @@ DG_OP(Abs)
     .Input("x", dg::kAnyNumeric, 0, kX)
     .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Sign)
@@ -76,6 +79,7 @@ DG_OP(Sign)
     .Output("y", dg::kAnyNumeric, 0, kY)
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Square)
@@ -83,6 +87,7 @@ DG_OP(Square)
     .Input("x", dg::kAnyNumeric, 0, kX)
     .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Relu)
@@ -90,6 +95,7 @@ DG_OP(Relu)
     .Input("x", dg::kAnyNumeric, 0, kX)
     .Output("y", dg::kAnyNumeric, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(ReluGrad)
@@ -101,6 +107,7 @@ DG_OP(ReluGrad)
     .Output("dx", dg::kFloat, 0, "Gradient of Relu's input, x's shape.")
     .Flags(DG_OP_SAME_DTYPE)
     .Inplace(2)
+    .Flags(kOpFlagElementwise)
     .Shape(ReluGradShape);
 
 DG_OP(Clip)
@@ -111,6 +118,7 @@ DG_OP(Clip)
     .OptionalAttr("min", DG_ATTR_FLOAT, "Lower bound, or None for no bound.")
     .OptionalAttr("max", DG_ATTR_FLOAT, "Upper bound, or None for no bound.")
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 // ----------------------------------------------------------- float
@@ -120,6 +128,7 @@ DG_OP(Exp)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Log)
@@ -127,6 +136,7 @@ DG_OP(Log)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Log1p)
@@ -134,6 +144,7 @@ DG_OP(Log1p)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Sqrt)
@@ -141,6 +152,7 @@ DG_OP(Sqrt)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Rsqrt)
@@ -148,6 +160,7 @@ DG_OP(Rsqrt)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Reciprocal)
@@ -155,6 +168,7 @@ DG_OP(Reciprocal)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Sin)
@@ -162,6 +176,7 @@ DG_OP(Sin)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Cos)
@@ -169,6 +184,7 @@ DG_OP(Cos)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Tanh)
@@ -176,6 +192,7 @@ DG_OP(Tanh)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Sigmoid)
@@ -184,6 +201,7 @@ DG_OP(Sigmoid)
     .Input("x", dg::kFloat, 0, kX)
     .Output("y", dg::kFloat, 0, kY)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(LeakyRelu)
@@ -192,6 +210,7 @@ DG_OP(LeakyRelu)
     .Output("y", dg::kFloat, 0, kY)
     .Attr("alpha", 0.01, "Slope for negative inputs.")
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Elu)
@@ -201,6 +220,7 @@ DG_OP(Elu)
     .Output("y", dg::kFloat, 0, kY)
     .Attr("alpha", 1.0, "Scale of the negative branch.")
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Gelu)
@@ -211,6 +231,7 @@ DG_OP(Gelu)
     .Attr("approximate", "none",
           "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(GeluShape);
 
 DG_OP(GeluGrad)
@@ -223,6 +244,7 @@ DG_OP(GeluGrad)
     .Attr("approximate", "none",
           "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
     .Flags(DG_OP_SAME_DTYPE)
+    .Flags(kOpFlagElementwise)
     .Shape(GeluGradShape);
 
 DG_OP(Softplus)
@@ -233,6 +255,7 @@ DG_OP(Softplus)
     .Attr("beta", 1.0, "Sharpness; must be non-zero.")
     .Attr("threshold", 20.0, "Above this value of beta * x, y = x.")
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SoftplusShape);
 
 DG_OP(Floor)
@@ -241,6 +264,7 @@ DG_OP(Floor)
     .Output("y", dg::kFloat, 0, kY)
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Ceil)
@@ -249,6 +273,7 @@ DG_OP(Ceil)
     .Output("y", dg::kFloat, 0, kY)
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 DG_OP(Round)
@@ -257,6 +282,7 @@ DG_OP(Round)
     .Output("y", dg::kFloat, 0, kY)
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(SameAsInput);
 
 // ----------------------------------------------------------- logical
@@ -267,6 +293,7 @@ DG_OP(LogicalNot)
     .Output("y", dg::Bit(DG_BOOL), 0, "Bool tensor, same shape as x.")
     .Flags(DG_OP_NO_GRAD)
     .Inplace(1)
+    .Flags(kOpFlagElementwise)
     .Shape(LogicalNotShape);
 
 }  // namespace ops

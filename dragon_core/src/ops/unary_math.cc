@@ -3,6 +3,7 @@
 // classification predicates IsNan / IsInf / IsFinite (bool results).
 // Domain errors give NaN as in C and NumPy (asin(2), acosh(0.5)); poles
 // give +-inf (atanh(1)).
+#include "core/registry.h"
 #include "dragon/plugin.hpp"
 #include "infer_util.h"
 
@@ -19,6 +20,7 @@ dg::OpSchema& FloatUnary(const char* name, const char* doc) {
       .Input("x", dg::kFloat, 0, kX)
       .Output("y", dg::kFloat, 0, kY)
       .Inplace(1)
+      .Flags(kOpFlagElementwise)
       .Shape(SameAsInput);
 }
 
@@ -33,6 +35,7 @@ dg::OpSchema& Classify(const char* name, const char* py_name, const char* doc) {
       .Input("x", dg::kAnyNumeric, 0, kX)
       .Output("y", dg::Bit(DG_BOOL), 0, "Bool tensor, same shape as x.")
       .Flags(DG_OP_NO_GRAD)
+      .Flags(kOpFlagElementwise)
       .Shape(BoolLike);
 }
 

@@ -359,6 +359,7 @@ py::dict Describe(const OpSchema& op) {
   d["control"] = static_cast<bool>(op.flags & DG_OP_CONTROL);
   d["view"] = static_cast<bool>(op.flags & (kOpFlagView | kOpFlagPermuteView));
   d["strided_view"] = static_cast<bool>(op.flags & kOpFlagPermuteView);
+  d["elementwise"] = static_cast<bool>(op.flags & kOpFlagElementwise);
   d["dispatch_input"] = op.dispatch_input;
   d["inplace_inputs"] = op.inplace_inputs;
   return d;

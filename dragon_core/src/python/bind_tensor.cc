@@ -441,6 +441,8 @@ void BindTensor(py::module_& m) {
     return t.numel() * static_cast<int64_t>(t.itemsize());
   });
   cls.def("is_contiguous", &TensorImpl::is_contiguous);
+  cls.def("_is_channels_last", &TensorImpl::is_channels_last,
+          "Whether the strides are those of the dense channels-last layout (rank 4 or 5).");
   cls.def("data_ptr", [](const TensorImpl& t) { return reinterpret_cast<uintptr_t>(t.data()); });
   cls.def("numpy", [](const Tensor& t) { return ToNumpy(t); },
           "A NumPy view of a host tensor (zero-copy; writes are shared). It is read-only "

@@ -19,11 +19,21 @@
 // and sum(dy (x - mean)) follow, so x and dy are read twice in all (not
 // four times). float16/bfloat16: x, parameters and statistics all of x's
 // dtype, as the schema asks.
+//
+// Channels-last (docs/cuda.md): BatchNorm and BatchNormGrad declare
+// DG_KERNEL_CHANNELS_LAST. A channels-last x ([N, C, *] with channel
+// innermost) is, in memory, rows [M = N * prod(*), C]: its statistics run
+// over column tiles (a warp reads 32 neighbouring channels of one row) and
+// merge into the same per-channel partials, so StatsFinal and GradFinal
+// serve both layouts; the element-wise passes index the channel as i % C.
+// An operand in the other layout than x (dy, or a planned row-major
+// output) is staged through the workspace.
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 
+#include "cudnn_plan.h"
 #include "elementwise.cuh"
 #include "index_math.h"
 
@@ -202,6 +212,135 @@ unsigned WarpBlocks(int64_t c) {
   return static_cast<unsigned>((c * 32 + kThreads - 1) / kThreads);
 }
 
+// ------------------------------------------------------------ channels-last
+
+// Whether t ([N, C, *], rank 4 or 5) is channels-last and not also
+// row-major: its strides are those of the dense [N, *, C] layout.
+bool StrictlyChannelsLast(const dg::TensorRef& t) {
+  if (t.ndim() != 4 && t.ndim() != 5) return false;
+  if (t.is_contiguous()) return false;
+  int64_t expected = 1;
+  auto step = [&](int32_t d) {
+    if (t.dim(d) != 1 && t.stride(d) != expected) return false;
+    expected *= t.dim(d);
+    return true;
+  };
+  if (!step(1)) return false;
+  for (int32_t d = t.ndim() - 1; d >= 2; --d)
+    if (!step(d)) return false;
+  return step(0);
+}
+
+// Whether t is dense in the layout `nhwc` (channel innermost) or row-major.
+bool DenseIn(const dg::TensorRef& t, bool nhwc) {
+  return nhwc ? (StrictlyChannelsLast(t) || t.numel() == 0 ||
+                 (t.is_contiguous() && (t.dim(1) == 1 || t.numel() == t.dim(0) * t.dim(1))))
+              : t.is_contiguous();
+}
+
+// Rows [rows, c] cut into `parts` runs of `per` rows (one grid row each).
+struct RowCut {
+  int64_t rows = 0, c = 0, parts = 1, per = 0;
+};
+
+constexpr int kColTile = 32, kRowTile = kThreads / kColTile;
+
+RowCut MakeRowCut(int64_t rows, int64_t c) {
+  RowCut k;
+  k.rows = rows;
+  k.c = c;
+  const int64_t chunk = kRowTile * kCutUnitsPerThread;
+  const int64_t want = (rows + chunk - 1) / chunk;
+  k.parts = want < 1 ? 1 : (want > kCutMaxParts ? kCutMaxParts : want);
+  k.per = (rows + k.parts - 1) / k.parts;
+  return k;
+}
+
+dim3 RowGrid(const RowCut& k) {
+  return dim3(static_cast<unsigned>((k.c + kColTile - 1) / kColTile),
+              static_cast<unsigned>(k.parts));
+}
+
+// Block (kColTile, kRowTile) of grid (column tiles, parts): the moments of
+// its channels over its run of rows, in the partials layout of
+// PartialMoments (part[(ch * parts + j) * kMomentFields ...]).
+template <typename T, bool kGrad>
+__global__ void PartialMomentsRows(const T* x, const T* dy, RowCut k, double* part) {
+  using A = Acc<T>;
+  __shared__ Moments tile[kRowTile][kColTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const int64_t j = blockIdx.y;
+  const int64_t lo = j * k.per, hi = lo + k.per < k.rows ? lo + k.per : k.rows;
+  Running<A> r;
+  if (ch < k.c) {
+    for (int64_t row = lo + ty; row < hi; row += kRowTile) {
+      const int64_t off = row * k.c + ch;
+      if constexpr (kGrad) {
+        r.Add(Load(x[off]), Load(dy[off]));
+      } else {
+        r.Add(Load(x[off]));
+      }
+    }
+  }
+  tile[ty][tx] = Moments{static_cast<double>(r.n), static_cast<double>(r.mx),
+                         static_cast<double>(r.m2), static_cast<double>(r.my),
+                         static_cast<double>(r.cxy)};
+  __syncthreads();
+  if (ty != 0 || ch >= k.c) return;
+  Moments m = tile[0][tx];
+  for (int t = 1; t < kRowTile; ++t) m = Merge(m, tile[t][tx]);  // fixed order
+  double* p = part + (ch * k.parts + j) * kMomentFields;
+  p[0] = m.n;
+  p[1] = m.mx;
+  p[2] = m.m2;
+  p[3] = m.my;
+  p[4] = m.cxy;
+}
+
+template <typename T>
+__global__ void ApplyRows(const T* x, const Acc<T>* coef, T* y, int64_t total, int64_t c) {
+  using A = Acc<T>;
+  DGC_LOOP(i, total) {
+    const int64_t ch = i % c;
+    const A m = coef[3 * ch], a = coef[3 * ch + 1], b = coef[3 * ch + 2];
+    y[i] = Store<T>((Load(x[i]) - m) * a + b);
+  }
+}
+
+template <typename T>
+__global__ void GradApplyRows(const T* x, const T* dy, const Acc<T>* coef, T* dx, int64_t total,
+                              int64_t c) {
+  using A = Acc<T>;
+  DGC_LOOP(i, total) {
+    const int64_t ch = i % c;
+    const A mean = coef[4 * ch], a = coef[4 * ch + 1], b = coef[4 * ch + 2],
+            shift = coef[4 * ch + 3];
+    dx[i] = Store<T>(a * Load(dy[i]) + b * (Load(x[i]) - mean) + shift);
+  }
+}
+
+// dst = src ([N, C, S] dense) in the other layout: to_rows makes [N, S, C].
+template <typename T>
+__global__ void RelayoutNcs(const T* src, T* dst, int64_t total, int64_t c, int64_t s,
+                            bool to_rows) {
+  DGC_LOOP(i, total) { dst[i] = src[cudnn_plan::RelayoutSource(i, c, 1, s, to_rows)]; }
+}
+
+// A copy of t in the layout `rows` (channel innermost) or row-major, in
+// workspace memory `buf`; returns buf.
+template <typename T>
+T* Restage(dg::KernelContext& ctx, const dg::TensorRef& t, const T* from, T* buf, bool rows) {
+  const NCS v = View(t);
+  const int64_t total = t.numel();
+  if (total > 0) {
+    RelayoutNcs<T><<<Blocks(total), kThreads, 0, Prepare(ctx)>>>(from, buf, total, v.c, v.s,
+                                                                  rows);
+    CheckLaunch(ctx);
+  }
+  return buf;
+}
+
 // ------------------------------------------------------------ BatchNorm
 
 // The channel's statistics and the coefficients of y = (x - m) a + b.
@@ -271,6 +410,41 @@ void WithVec(const ChannelCut& k, F&& f) {
   }
 }
 
+// BatchNorm over a channels-last x ([M, C] rows in memory).
+template <typename T>
+void BatchNormRows(dg::KernelContext& ctx, const dg::TensorRef& xt, const T* x, T* y,
+                   bool training) {
+  using A = Acc<T>;
+  cudaStream_t s = Prepare(ctx);
+  const dg::TensorRef yt = ctx.output(0);
+  const int64_t c = xt.dim(1), total = xt.numel();
+  const RowCut k = MakeRowCut(c > 0 ? total / c : 0, c);
+  DG_CHECK((c + kColTile - 1) / kColTile <= 2147483647LL, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": ", c, " channels are too many for one launch");
+  double* part = nullptr;
+  if (training) {
+    part = ctx.workspace<double>(static_cast<size_t>(k.c * k.parts * kMomentFields));
+    PartialMomentsRows<T, false><<<RowGrid(k), dim3(kColTile, kRowTile), 0, s>>>(x, nullptr, k,
+                                                                                 part);
+    CheckLaunch(ctx);
+  }
+  A* coef = ctx.workspace<A>(static_cast<size_t>(3 * c));
+  auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
+  StatsFinal<T><<<WarpBlocks(c), kThreads, 0, s>>>(
+      part, in(1), in(2), in(3), in(4), c, k.parts, training, ctx.f("eps"),
+      static_cast<T*>(ctx.output(1).raw_data()), static_cast<T*>(ctx.output(2).raw_data()),
+      coef);
+  CheckLaunch(ctx);
+  if (total == 0) return;
+  // A row-major output (a compiled plan's buffer): computed in rows, then
+  // copied out.
+  const bool stage = !DenseIn(yt, true);
+  T* out = stage ? ctx.workspace<T>(static_cast<size_t>(total)) : y;
+  ApplyRows<T><<<Blocks(total), kThreads, 0, s>>>(x, coef, out, total, c);
+  CheckLaunch(ctx);
+  if (stage) Restage<T>(ctx, yt, out, y, false);
+}
+
 template <typename T>
 void BatchNorm(dg::KernelContext& ctx) {
   using A = Acc<T>;
@@ -283,6 +457,10 @@ void BatchNorm(dg::KernelContext& ctx) {
   const bool training = ctx.b("training");
   const T* x = static_cast<const T*>(xt.raw_data());
   T* y = static_cast<T*>(ctx.output(0).raw_data());
+  if (StrictlyChannelsLast(xt)) {
+    BatchNormRows<T>(ctx, xt, x, y, training);
+    return;
+  }
   const ChannelCut k = CutFor<T>(ctx, v, {x, y});
   const unsigned blocks = static_cast<unsigned>(k.c * k.parts);
   double* part = nullptr;
@@ -307,7 +485,8 @@ void BatchNorm(dg::KernelContext& ctx) {
   });
   CheckLaunch(ctx);
 }
-DG_KERNEL("BatchNorm", "cuda", BatchNorm, float, double, half, bf16);
+DG_KERNEL_EX("BatchNorm", "cuda", 0, DG_KERNEL_CHANNELS_LAST, BatchNorm, float, double, half,
+             bf16);
 
 // ------------------------------------------------------------ BatchNormGrad
 
@@ -369,6 +548,36 @@ __global__ void GradApply(const T* x, const T* dy, const Acc<T>* coef, T* dx, Ch
   }
 }
 
+// BatchNormGrad over a channels-last x ([M, C] rows in memory); dy and dx
+// are staged when they are row-major.
+template <typename T>
+void BatchNormGradRows(dg::KernelContext& ctx, const dg::TensorRef& xt, const T* x, const T* dy,
+                       T* dx) {
+  using A = Acc<T>;
+  cudaStream_t s = Prepare(ctx);
+  const dg::TensorRef dyt = ctx.input(4), dxt = ctx.output(0);
+  const int64_t c = xt.dim(1), total = xt.numel();
+  if (total > 0 && !DenseIn(dyt, true))
+    dy = Restage<T>(ctx, dyt, dy, ctx.workspace<T>(static_cast<size_t>(total)), true);
+  const RowCut k = MakeRowCut(c > 0 ? total / c : 0, c);
+  double* part = ctx.workspace<double>(static_cast<size_t>(k.c * k.parts * kMomentFields));
+  PartialMomentsRows<T, true><<<RowGrid(k), dim3(kColTile, kRowTile), 0, s>>>(x, dy, k, part);
+  CheckLaunch(ctx);
+  A* coef = ctx.workspace<A>(static_cast<size_t>(4 * c));
+  auto in = [&](int i) { return static_cast<const T*>(ctx.input(i).raw_data()); };
+  GradFinal<T><<<WarpBlocks(c), kThreads, 0, s>>>(
+      part, in(1), in(2), in(3), in(5), in(6), c, k.parts, ctx.b("training"), ctx.f("eps"),
+      static_cast<T*>(ctx.output(1).raw_data()), static_cast<T*>(ctx.output(2).raw_data()),
+      coef);
+  CheckLaunch(ctx);
+  if (total == 0) return;
+  const bool stage = !DenseIn(dxt, true);
+  T* out = stage ? ctx.workspace<T>(static_cast<size_t>(total)) : dx;
+  GradApplyRows<T><<<Blocks(total), kThreads, 0, s>>>(x, dy, coef, out, total, c);
+  CheckLaunch(ctx);
+  if (stage) Restage<T>(ctx, dxt, out, dx, false);
+}
+
 template <typename T>
 void BatchNormGrad(dg::KernelContext& ctx) {
   using A = Acc<T>;
@@ -379,6 +588,15 @@ void BatchNormGrad(dg::KernelContext& ctx) {
   const T* x = static_cast<const T*>(xt.raw_data());
   const T* dy = static_cast<const T*>(ctx.input(4).raw_data());
   T* dx = static_cast<T*>(ctx.output(0).raw_data());
+  if (StrictlyChannelsLast(xt)) {
+    BatchNormGradRows<T>(ctx, xt, x, dy, dx);
+    return;
+  }
+  // Row-major x: a channels-last dy (the trait lets it through) is made
+  // row-major first.
+  const dg::TensorRef dyt = ctx.input(4);
+  if (!DenseIn(dyt, false))
+    dy = Restage<T>(ctx, dyt, dy, ctx.workspace<T>(static_cast<size_t>(dyt.numel())), false);
   const ChannelCut k = CutFor<T>(ctx, v, {x, dy, dx});
   const unsigned blocks = static_cast<unsigned>(k.c * k.parts);
   double* part = ctx.workspace<double>(static_cast<size_t>(k.c * k.parts * kMomentFields));
@@ -399,7 +617,8 @@ void BatchNormGrad(dg::KernelContext& ctx) {
   });
   CheckLaunch(ctx);
 }
-DG_KERNEL("BatchNormGrad", "cuda", BatchNormGrad, float, double, half, bf16);
+DG_KERNEL_EX("BatchNormGrad", "cuda", 0, DG_KERNEL_CHANNELS_LAST, BatchNormGrad, float, double,
+             half, bf16);
 
 // ------------------------------------------------------------ GroupNorm
 // Per (sample, group) q, the contiguous run of cg * S values: statistics in

@@ -56,7 +56,7 @@ using cudnnFilterDescriptor_t = void*;
 using cudnnConvolutionDescriptor_t = void*;
 using cudnnStatus_t = int;
 
-constexpr int kTensorNchw = 0;                                    // cudnnTensorFormat_t
+constexpr int kTensorNchw = 0, kTensorNhwc = 1;                   // cudnnTensorFormat_t
 constexpr int kDataFloat = 0, kDataDouble = 1, kDataHalf = 2, kDataBfloat16 = 9;  // cudnnDataType_t
 constexpr int kCrossCorrelation = 1;                              // cudnnConvolutionMode_t
 
@@ -297,6 +297,14 @@ ConvGeometry GeometryOf(const dg::KernelContext& ctx, Direction dir) {
            ": operands must have rank 4");
   g.dtype = static_cast<int32_t>(a.dtype());
   g.tf32 = a.dtype() == DG_FLOAT32 && AllowTf32();
+  // The call's layout is input 0's (cudnn_plan.h): NHWC when it is
+  // channels-last and not also contiguous. float64 kernels do not declare
+  // the trait, so their operands always arrive contiguous.
+  {
+    const std::vector<int64_t> shape = a.shape(), strides = a.strides();
+    g.nhwc = !cudnn_plan::IsNchw(shape.data(), strides.data()) &&
+             cudnn_plan::IsNhwc(shape.data(), strides.data());
+  }
   g.deterministic = Deterministic();
   switch (dir) {
     case Direction::kForward:  // x [N, C, H, W], w [O, C/g, kh, kw] -> y [N, O, Ho, Wo]
@@ -324,7 +332,7 @@ std::string GeometryText(const ConvGeometry& g) {
                  ", ", g.k, ", ", g.ho, ", ", g.wo, "], strides [", g.sh, ", ", g.sw,
                  "], pads [", g.pad_top, ", ", g.pad_left, ", ", g.pad_bottom, ", ", g.pad_right,
                  "], dilations [", g.dh, ", ", g.dw, "], groups ", g.groups, ", ",
-                 dg::DTypeName(static_cast<DgDType>(g.dtype)));
+                 dg::DTypeName(static_cast<DgDType>(g.dtype)), g.nhwc ? ", NHWC" : ", NCHW");
 }
 
 // supports(): cuDNN runs every call its descriptors can describe.
@@ -377,16 +385,19 @@ std::shared_ptr<const Plan> MakePlan(const dg::KernelContext& ctx, const Cudnn& 
   };
   constexpr int dt = CudnnTypes<T>::kData;
   const int cg = static_cast<int>(g.c / g.groups);
+  // One format for the three descriptors (the filter's NHWC is [k, kh, kw,
+  // c / groups] in memory: a channels-last filter tensor).
+  const int format = g.nhwc ? kTensorNhwc : kTensorNchw;
   check(cd.create_tensor(&p->image), "cudnnCreateTensorDescriptor");
-  check(cd.set_tensor4d(p->image, kTensorNchw, dt, static_cast<int>(g.n), static_cast<int>(g.c),
+  check(cd.set_tensor4d(p->image, format, dt, static_cast<int>(g.n), static_cast<int>(g.c),
                         static_cast<int>(g.h), static_cast<int>(g.w)),
         "cudnnSetTensor4dDescriptor (image)");
   check(cd.create_tensor(&p->window), "cudnnCreateTensorDescriptor");
-  check(cd.set_tensor4d(p->window, kTensorNchw, dt, static_cast<int>(g.n), static_cast<int>(g.k),
+  check(cd.set_tensor4d(p->window, format, dt, static_cast<int>(g.n), static_cast<int>(g.k),
                         static_cast<int>(g.ho), static_cast<int>(g.wo)),
         "cudnnSetTensor4dDescriptor (window)");
   check(cd.create_filter(&p->filter), "cudnnCreateFilterDescriptor");
-  check(cd.set_filter4d(p->filter, dt, kTensorNchw, static_cast<int>(g.k), cg,
+  check(cd.set_filter4d(p->filter, dt, format, static_cast<int>(g.k), cg,
                         static_cast<int>(g.kh), static_cast<int>(g.kw)),
         "cudnnSetFilter4dDescriptor");
   check(cd.create_conv(&p->conv), "cudnnCreateConvolutionDescriptor");
@@ -483,16 +494,46 @@ std::shared_ptr<const Plan> MakePlan(const dg::KernelContext& ctx, const Cudnn& 
   return p;
 }
 
-// y[n, o, i, j] = act(y + bias[o]) in place; `relu` keeps NaN.
+// y[n, o, i, j] = act(y + bias[o]) in place (y dense, NCHW or NHWC);
+// `relu` keeps NaN.
 template <typename T>
 __global__ void ChannelBiasAct(T* y, const T* bias, int64_t total, int64_t hw, int64_t channels,
-                               bool relu) {
+                               bool relu, bool nhwc) {
   DGC_LOOP(i, total) {
     Acc<T> v = Load(y[i]);
-    if (bias) v += Load(bias[(i / hw) % channels]);
+    if (bias) v += Load(bias[cudnn_plan::ChannelOf(i, hw, channels, nhwc)]);
     if (relu) v = v > Acc<T>(0) || v != v ? v : Acc<T>(0);
     y[i] = Store<T>(v);
   }
+}
+
+// dst (dense [n, c, h, w] in one layout) = src (the same tensor in the
+// other layout): to_nhwc makes an NHWC copy of an NCHW tensor.
+template <typename T>
+__global__ void Relayout(const T* src, T* dst, int64_t total, int64_t c, int64_t h, int64_t w,
+                         bool to_nhwc) {
+  DGC_LOOP(i, total) { dst[i] = src[cudnn_plan::RelayoutSource(i, c, h, w, to_nhwc)]; }
+}
+
+// Whether operand t (4-D, contiguous or channels-last: the dispatcher
+// guarantees one of them) is already in the call's layout.
+bool InLayout(const dg::TensorRef& t, bool nhwc) {
+  const std::vector<int64_t> shape = t.shape(), strides = t.strides();
+  return nhwc ? cudnn_plan::IsNhwc(shape.data(), strides.data())
+              : cudnn_plan::IsNchw(shape.data(), strides.data());
+}
+
+// Copies n elements of t ([n, c, h, w]) between `from` and `to`, in the
+// direction that makes `to` hold the layout `to_nhwc`.
+template <typename T>
+void LaunchRelayout(dg::KernelContext& ctx, const dg::TensorRef& t, const void* from, void* to,
+                    bool to_nhwc) {
+  const int64_t total = t.numel();
+  if (total == 0) return;
+  Relayout<T><<<Blocks(total), kThreads, 0, Prepare(ctx)>>>(
+      static_cast<const T*>(from), static_cast<T*>(to), total, t.dim(1), t.dim(2), t.dim(3),
+      to_nhwc);
+  CheckLaunch(ctx);
 }
 
 // Runs the call's convolution through cuDNN; the output is overwritten.
@@ -509,12 +550,28 @@ void RunCudnn(dg::KernelContext& ctx, Direction dir) {
   std::lock_guard<std::mutex> lock(h.mu);
   const std::shared_ptr<const Plan> p =
       Plans().Get(g, [&] { return MakePlan<T>(ctx, cd, h.h, g); });
-  void* ws = p->workspace ? static_cast<void*>(ctx.workspace<char>(p->workspace)) : nullptr;
+  // Operands not in the call's layout (cudnn_plan.h) get a staging copy in
+  // the workspace, after cuDNN's own part (256-byte aligned).
+  const dg::TensorRef in0 = ctx.input(0), in1 = ctx.input(1), out0 = ctx.output(0);
+  const bool stage1 = !InLayout(in1, g.nhwc), stage_out = !InLayout(out0, g.nhwc);
+  auto round_up = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t cudnn_bytes = round_up(p->workspace);
+  const size_t in1_bytes = stage1 ? round_up(in1.numel() * sizeof(T)) : 0;
+  const size_t out_bytes = stage_out ? round_up(out0.numel() * sizeof(T)) : 0;
+  const size_t total_bytes = cudnn_bytes + in1_bytes + out_bytes;
+  char* base = total_bytes ? ctx.workspace<char>(total_bytes) : nullptr;
+  void* ws = p->workspace ? static_cast<void*>(base) : nullptr;
   using S = typename CudnnTypes<T>::Scale;
   const S one = S(1), zero = S(0);
-  const void* a = ctx.input(0).raw_data();
-  const void* b = ctx.input(1).raw_data();
-  void* out = ctx.output(0).raw_data();
+  const void* a = in0.raw_data();
+  const void* b = in1.raw_data();
+  void* out = out0.raw_data();
+  if (stage1) {
+    void* staged = base + cudnn_bytes;
+    LaunchRelayout<T>(ctx, in1, b, staged, g.nhwc);
+    b = staged;
+  }
+  if (stage_out) out = base + cudnn_bytes + in1_bytes;
   cudnnStatus_t st = 0;
   const char* what = "";
   switch (dir) {
@@ -537,6 +594,7 @@ void RunCudnn(dg::KernelContext& ctx, Direction dir) {
   DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), " on cuda:", g.device, ": ", what, " failed: ",
            cd.Text(st), " (algo ", p->algo, ", math ", p->math, ", workspace ", p->workspace,
            " bytes, ", GeometryText(g), ")");
+  if (stage_out) LaunchRelayout<T>(ctx, out0, out, out0.raw_data(), !g.nhwc);
 }
 
 // The bias (input 2, when given) and the activation over output 0 [N, C, H, W].
@@ -546,8 +604,10 @@ void BiasAct(dg::KernelContext& ctx, bool relu) {
   const bool has_bias = ctx.num_inputs() > 2;
   if (!has_bias && !relu) return;
   const T* b = has_bias ? static_cast<const T*>(ctx.input(2).raw_data()) : nullptr;
+  const std::vector<int64_t> shape = y.shape(), strides = y.strides();
+  const bool nhwc = !cudnn_plan::IsNchw(shape.data(), strides.data());
   ChannelBiasAct<T><<<Blocks(y.numel()), kThreads, 0, Prepare(ctx)>>>(
-      static_cast<T*>(y.raw_data()), b, y.numel(), y.dim(2) * y.dim(3), y.dim(1), relu);
+      static_cast<T*>(y.raw_data()), b, y.numel(), y.dim(2) * y.dim(3), y.dim(1), relu, nhwc);
   CheckLaunch(ctx);
 }
 
@@ -580,9 +640,16 @@ void CudnnConv2dBackpropFilter(dg::KernelContext& ctx) {
 // Above the direct kernels of conv.cu (priority 0).
 constexpr int32_t kCudnnPriority = 10;
 
+// float32, float16 and bfloat16 read channels-last operands natively (NHWC
+// descriptors); float64 takes contiguous ones (cuDNN's NHWC support for
+// doubles is narrow).
+template <typename T>
+constexpr uint32_t kConvTraits = std::is_same<T, double>::value ? 0u : DG_KERNEL_CHANNELS_LAST;
+
 template <typename T>
 int RegisterOne(const char* op, const char* name, dg::KernelFunc fn, DgSupportsFn supports) {
-  return dg::internal::AddKernel(op, "cuda", dg::Bit(dg::DTypeOf<T>::value), kCudnnPriority, 0,
+  return dg::internal::AddKernel(op, "cuda", dg::Bit(dg::DTypeOf<T>::value), kCudnnPriority,
+                                 kConvTraits<T>,
                                  dg::Str(name, "<", dg::DTypeName(dg::DTypeOf<T>::value), ">")
                                      .c_str(),
                                  fn, supports);

@@ -13,12 +13,21 @@
 // [k, c / groups, kh, kw] (ConvTranspose2d's filter [C, O / groups, kh, kw]
 // read as the filter of the forward convolution it is the adjoint of) and
 // the "window" tensor [n, k, ho, wo].
+//
+// Memory format (docs/cuda.md, "Channels-last"): the kernels declare
+// DG_KERNEL_CHANNELS_LAST (float32, float16, bfloat16), so each operand
+// arrives contiguous (NCHW) or channels-last (logical NCHW, NHWC strides).
+// A call runs in one layout, input 0's: with input 0 channels-last every
+// descriptor (image, window and filter) is NHWC, as PyTorch runs cuDNN;
+// an operand in the other layout is first copied into the call's workspace
+// in the call's layout (an output: computed there, then copied out).
 #ifndef DRAGON_CUDA_CUDNN_PLAN_H_
 #define DRAGON_CUDA_CUDNN_PLAN_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,8 +35,59 @@
 #include <tuple>
 #include <vector>
 
+#ifdef __CUDACC__
+#define DGC_PLAN_HD __host__ __device__
+#else
+#define DGC_PLAN_HD
+#endif
+
 namespace dragon_cuda {
 namespace cudnn_plan {
+
+// The dense layout of a 4-D operand [n, c, h, w] from its strides (size-1
+// axes ignored, as the core's contiguity test does): row-major (NCHW),
+// channels-last (NHWC), or neither. A tensor may be both (c == 1, or
+// h == w == 1): IsNhwc and IsNchw both hold.
+inline bool IsNchw(const int64_t* shape, const int64_t* strides) {
+  int64_t expected = 1;
+  for (int d = 3; d >= 0; --d) {
+    if (shape[d] == 0) return true;
+    if (shape[d] != 1 && strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+inline bool IsNhwc(const int64_t* shape, const int64_t* strides) {
+  for (int d = 0; d < 4; ++d)
+    if (shape[d] == 0) return true;
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (shape[d] != 1 && strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+// Relayout of a dense 4-D tensor [n, c, h, w] between NCHW and NHWC: the
+// source offset of destination element i (to_nhwc: the destination is
+// NHWC and the source NCHW; else the other way round).
+DGC_PLAN_HD inline int64_t RelayoutSource(int64_t i, int64_t c, int64_t h, int64_t w,
+                                          bool to_nhwc) {
+  if (to_nhwc) {  // i = ((n * h + y) * w + x) * c + ch
+    const int64_t ch = i % c, x = (i / c) % w, y = (i / (c * w)) % h, n = i / (c * w * h);
+    return ((n * c + ch) * h + y) * w + x;
+  }
+  // i = ((n * c + ch) * h + y) * w + x
+  const int64_t x = i % w, y = (i / w) % h, ch = (i / (w * h)) % c, n = i / (w * h * c);
+  return ((n * h + y) * w + x) * c + ch;
+}
+
+// The channel of element i of a dense 4-D tensor with `c` channels and
+// h * w = `hw` cells per plane, in either layout.
+DGC_PLAN_HD inline int64_t ChannelOf(int64_t i, int64_t hw, int64_t c, bool nhwc) {
+  return nhwc ? i % c : (i / hw) % c;
+}
 
 enum class Direction : int32_t { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 
@@ -42,11 +102,12 @@ struct ConvGeometry {
   int64_t ho = 0, wo = 0;                 // window [n, k, ho, wo]
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   int64_t sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
+  bool nhwc = false;  // every descriptor NHWC (input 0 channels-last)
 
   auto Tie() const {
     return std::make_tuple(static_cast<int32_t>(dir), dtype, device, tf32, deterministic, n, c, h, w, k, kh, kw,
                            ho, wo, pad_top, pad_left, pad_bottom, pad_right, sh, sw, dh, dw,
-                           groups);
+                           groups, nhwc);
   }
   bool operator<(const ConvGeometry& o) const { return Tie() < o.Tie(); }
   bool operator==(const ConvGeometry& o) const { return Tie() == o.Tie(); }

@@ -4,8 +4,11 @@
 // order. The gradient is gathered, not scattered: each input cell sums the
 // dy of the windows whose maximum it is, in the CPU's window order, so the
 // result is deterministic and matches the CPU's accumulation order.
+// MaxPool2d also reads a channels-last x natively (DG_KERNEL_CHANNELS_LAST,
+// docs/cuda.md); the other pooling kernels take dense NCHW copies.
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "elementwise.cuh"
@@ -138,11 +141,77 @@ void LaunchMaxPool(const Pool& p, int64_t n, cudaStream_t s, const T* x, T* y, I
   MaxPoolKernel<I, T, Idx, kIndices><<<blocks, kThreads, 0, s>>>(x, y, idx, GeoOf<I>(p));
 }
 
+// Channels-last MaxPool2d (docs/cuda.md): thread t takes output element t
+// in NHWC order (channel fastest, so a warp reads neighbouring channels of
+// one cell), reads x and writes y through their strides (y channels-last,
+// or row-major when a compiled plan gives a row-major buffer). Same window
+// order, tie and NaN rules as ArgMaxWindow.
+struct Strides4 {
+  int64_t s0, s1, s2, s3;
+};
+
+Strides4 StridesOf(const dg::TensorRef& t) {
+  return Strides4{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+}
+
+template <typename T>
+__global__ void MaxPoolChannelsLast(const T* x, T* y, Pool p, int64_t channels, Strides4 xs,
+                                    Strides4 ys, int64_t total) {
+  DGC_LOOP(t, total) {
+    const int64_t ch = t % channels;
+    int64_t rest = t / channels;
+    const int64_t oj = rest % p.ow;
+    rest /= p.ow;
+    const int64_t oi = rest % p.oh;
+    const int64_t n = rest / p.oh;
+    const T* xp = x + n * xs.s0 + ch * xs.s1;
+    bool found = false;
+    Acc<T> best = 0;
+    T best_raw = T();
+    for (int64_t a = 0; a < p.kh; ++a) {
+      const int64_t r = oi * p.sh - p.ph + a * p.dh;
+      if (r < 0 || r >= p.h) continue;
+      for (int64_t b = 0; b < p.kw; ++b) {
+        const int64_t c = oj * p.sw - p.pw + b * p.dw;
+        if (c < 0 || c >= p.w) continue;
+        const T raw = xp[r * xs.s2 + c * xs.s3];
+        const Acc<T> v = Load(raw);
+        if (!found || v > best || (v != v && best == best)) {
+          found = true;
+          best = v;
+          best_raw = raw;
+        }
+      }
+    }
+    y[n * ys.s0 + ch * ys.s1 + oi * ys.s2 + oj * ys.s3] =
+        found ? best_raw : Store<T>(static_cast<Acc<T>>(NAN));
+  }
+}
+
+// Whether t (4-D) is channels-last and not also row-major.
+bool StrictlyChannelsLast(const dg::TensorRef& t) {
+  if (t.ndim() != 4 || t.is_contiguous()) return false;
+  int64_t expected = 1;
+  for (int32_t d : {1, 3, 2, 0}) {
+    if (t.dim(d) != 1 && t.stride(d) != expected) return false;
+    expected *= t.dim(d);
+  }
+  return true;
+}
+
 template <typename T>
 void MaxPool2d(dg::KernelContext& ctx) {
   const Pool p = ReadPool(ctx, ctx.input(0), ctx.output(0));
   const int64_t n = ctx.output(0).numel();
   if (n == 0) return;
+  if (StrictlyChannelsLast(ctx.input(0))) {
+    const dg::TensorRef xt = ctx.input(0), yt = ctx.output(0);
+    MaxPoolChannelsLast<T><<<Blocks(n), kThreads, 0, Prepare(ctx)>>>(
+        static_cast<const T*>(xt.raw_data()), static_cast<T*>(yt.raw_data()), p, xt.dim(1),
+        StridesOf(xt), StridesOf(yt), n);
+    CheckLaunch(ctx);
+    return;
+  }
   const T* x = static_cast<const T*>(ctx.input(0).raw_data());
   T* y = static_cast<T*>(ctx.output(0).raw_data());
   if (Fits32(p)) {
@@ -152,7 +221,8 @@ void MaxPool2d(dg::KernelContext& ctx) {
   }
   CheckLaunch(ctx);
 }
-DG_KERNEL("MaxPool2d", "cuda", MaxPool2d, float, double, half, bf16);
+DG_KERNEL_EX("MaxPool2d", "cuda", 0, DG_KERNEL_CHANNELS_LAST, MaxPool2d, float, double, half,
+             bf16);
 
 template <typename T>
 void MaxPool2dIndices(dg::KernelContext& ctx) {

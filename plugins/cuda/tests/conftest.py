@@ -32,3 +32,10 @@ def gpu():
         pytest.skip(reason)
     import dragon_core as dg
     return dg
+
+
+@pytest.fixture
+def gpu_device(gpu):
+    """The ``gpu`` fixture under another name, for test files that define
+    their own ``gpu`` (a device-override harness)."""
+    return gpu

@@ -41,8 +41,9 @@ extern "C" {
  * DG_UINT32 and DG_UINT64 (codes 10-12) and the masks DG_MASK_UINT_WIDE,
  * DG_MASK_UINT, DG_MASK_ANY_INT, DG_MASK_ANY_NUMERIC and DG_MASK_ANY; 1.5
  * adds the optional graph-capture entries of DgDeviceDef
- * (stream_begin_capture, stream_end_capture, graph_launch, graph_destroy). */
-#define DG_ABI_MINOR 5
+ * (stream_begin_capture, stream_end_capture, graph_launch, graph_destroy);
+ * 1.6 adds the kernel trait DG_KERNEL_CHANNELS_LAST. */
+#define DG_ABI_MINOR 6
 
 #if defined(_WIN32)
 #define DG_EXPORT __declspec(dllexport)
@@ -334,7 +335,17 @@ enum {
    * core hands it contiguous inputs (copying when needed). */
   DG_KERNEL_STRIDED_INPUTS = 1u << 0,
   /* Output 0 may alias input 0. */
-  DG_KERNEL_INPLACE = 1u << 1
+  DG_KERNEL_INPLACE = 1u << 1,
+  /* (ABI 1.6) The kernel reads a channels-last input 0 natively: a 4-D
+   * input 0 whose strides are NHWC's over its logical NCHW shape (5-D:
+   * NDHWC over NCDHW) reaches it as is, and the core then allocates output
+   * 0 channels-last too (eager calls; a graph's planned buffers stay
+   * contiguous). Such a kernel must read the strides of input 0 and of
+   * output 0 (each is contiguous or channels-last) and of every other
+   * input (each contiguous or channels-last; anything else the core makes
+   * contiguous first). A core older than 1.6 ignores the bit and hands the
+   * kernel contiguous tensors, which it must accept too. */
+  DG_KERNEL_CHANNELS_LAST = 1u << 2
 };
 
 typedef struct DgKernelDef {

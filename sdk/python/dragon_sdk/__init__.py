@@ -10,7 +10,7 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 #: The C ABI version these headers describe (DG_ABI_MAJOR, DG_ABI_MINOR).
-ABI_VERSION = (1, 5)
+ABI_VERSION = (1, 6)
 
 _ROOT = Path(__file__).resolve().parent
 

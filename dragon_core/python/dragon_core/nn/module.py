@@ -254,14 +254,19 @@ class Module:
         return self
 
     # --------------------------------------------------------- conversion
-    def to(self, device=None, dtype=None) -> "Module":
+    def to(self, device=None, dtype=None, memory_format=None) -> "Module":
         """Move/cast every parameter and buffer, in place; returns ``self``.
 
         ``device`` may be a device string (``"cpu"``) or a dtype (then it is
         the dtype). Only floating-point tensors are cast to ``dtype``.
+        ``memory_format`` (``dragon_core.channels_last`` / ``channels_last_3d``)
+        lays out every floating-point parameter and buffer of rank 4 (5) in
+        that format (PyTorch's rule: convolution filters; others stay).
         Parameters are replaced by new ``Parameter`` objects when they move,
         so build optimisers after calling ``to``.
         """
+        from .._memory_format import as_memory_format
+        fmt = None if memory_format is None else as_memory_format(memory_format, "Module.to")
         from .._dtypes import dtype_arg
         if device is not None and dtype is None and not isinstance(device, int):
             try:
@@ -276,6 +281,9 @@ class Module:
                 out = out.to(target_dtype)
             if device is not None:
                 out = out.to(device)
+            if fmt is not None and out.dtype.is_floating_point and \
+                    (fmt.rank is None or out.ndim == fmt.rank):
+                out = out.contiguous(fmt)
             return out
 
         for m in self.modules():

@@ -55,7 +55,10 @@ inf = _math.inf
 nan = _math.nan
 __version__ = "2.13.0+dragon"
 strided = "strided"
-contiguous_format = preserve_format = channels_last = "contiguous"
+# Memory formats are dragon_core's (a channels-last tensor is a logical NCHW
+# tensor with NHWC strides; docs/devices.md, "Memory format").
+from dragon_core import (channels_last, channels_last_3d, contiguous_format,  # noqa: E402
+                         memory_format, preserve_format)
 
 from . import autograd, nn, optim, utils, jit, linalg, cuda, backends, testing  # noqa: E402
 from .serialization import load, save  # noqa: E402
@@ -141,7 +144,7 @@ def detach(input):  # noqa: D103
 
 
 def clone(input, *, memory_format=None):  # noqa: D103
-    return input.clone()
+    return input.clone(memory_format=memory_format)
 
 
 def conj(input):  # noqa: D103

@@ -12,6 +12,7 @@ import numpy as np
 
 import dragon_core as _dg
 from dragon_core import _C, ops as _ops
+from dragon_core import _memory_format as _mf
 
 from . import _dtype as D
 from ._tensor import Tensor, _shape_args, _w
@@ -189,7 +190,10 @@ def ones(*size, out=None, dtype=None, layout=None, device=None, requires_grad=Fa
 
 def empty(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
           pin_memory=False, memory_format=None):
-    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+    if memory_format is None or memory_format is _mf.preserve_format:
+        return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+    out = zeros(*size, dtype=dtype, device=device).contiguous(memory_format)
+    return out.requires_grad_(requires_grad) if requires_grad else out
 
 
 def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None,
@@ -207,9 +211,18 @@ def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None,
 def _like(fn):
     def like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
              memory_format=None):
-        return fn(*input.shape, dtype=dtype or input.dtype,
-                  device=device or (None if input._t._device_name == "cpu" else input.device),
-                  requires_grad=requires_grad)
+        # preserve_format (the default): a channels-last input gives a
+        # channels-last result, as in PyTorch.
+        fmt = (_mf.suggest_memory_format(input._t)
+               if memory_format is None or memory_format is _mf.preserve_format
+               else memory_format)
+        out = fn(*input.shape, dtype=dtype or input.dtype,
+                 device=device or (None if input._t._device_name == "cpu" else input.device),
+                 requires_grad=requires_grad and fmt is _mf.contiguous_format)
+        if fmt is _mf.contiguous_format:
+            return out
+        out = out.contiguous(fmt)
+        return out.requires_grad_(requires_grad) if requires_grad else out
     like.__name__ = fn.__name__ + "_like"
     return like
 

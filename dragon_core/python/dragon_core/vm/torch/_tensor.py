@@ -31,6 +31,7 @@ import numpy as np
 
 import dragon_core as _dg
 from dragon_core import _C, ops as _ops
+from dragon_core import _memory_format as _mf
 
 from . import _dtype as D
 
@@ -577,7 +578,7 @@ class Tensor:
         dev = kwargs.pop("device", None)
         copy = kwargs.pop("copy", False)
         kwargs.pop("non_blocking", None)
-        kwargs.pop("memory_format", None)
+        fmt = kwargs.pop("memory_format", None)
         for a in args:
             if isinstance(a, Tensor):
                 dt, dev = a.dtype, a.device
@@ -601,6 +602,8 @@ class Tensor:
                 t = t._to_device(str(d))
         if copy and t is self._t:
             t = t._clone()
+        if fmt is not None:
+            t = t.to(memory_format=fmt)
         return self if t is self._t else _w(t)
 
     def type(self, dtype=None):
@@ -652,23 +655,29 @@ class Tensor:
     def char(self):
         return self.to(D.DTYPES["int8"])
 
-    def contiguous(self, memory_format=None):
-        return self
+    def contiguous(self, memory_format=_mf.contiguous_format):
+        t = self._t.contiguous(memory_format)
+        return self if t is self._t else _w(t)
 
-    def is_contiguous(self, memory_format=None) -> bool:
-        return bool(self._t.is_contiguous())
+    def is_contiguous(self, memory_format=_mf.contiguous_format) -> bool:
+        return bool(self._t.is_contiguous(memory_format))
 
     def data_ptr(self) -> int:
         return self._t.data_ptr()
 
     def stride(self, dim=None):
-        s = tuple(st // self._t.itemsize for st in self._t.strides)
+        s = tuple(self._t.strides)  # in elements
         return s if dim is None else s[_dim(dim, len(s))]
 
-    def clone(self, memory_format=None):
+    def clone(self, memory_format=_mf.preserve_format):
+        # Mul by one and _clone keep a channels-last layout (preserve_format).
         if _records(self._t):
-            return _w(_ops.mul(self._t, _as_dg(1, self.dtype)))
-        return _w(self._t._clone())
+            out = _ops.mul(self._t, _as_dg(1, self.dtype))
+        else:
+            out = self._t._clone()
+        if memory_format is not None and memory_format is not _mf.preserve_format:
+            out = out.contiguous(memory_format)
+        return _w(out)
 
     def pin_memory(self):
         return _w(self._t.pin_memory())

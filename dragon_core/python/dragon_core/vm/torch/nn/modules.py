@@ -15,6 +15,7 @@ from .. import _dtype as D
 from .._creation import empty, ones, zeros
 from .._functions import _EXPORTS as _T
 from .._tensor import Tensor, _w
+from dragon_core import _memory_format as _mf
 from . import functional as F
 from . import init
 
@@ -296,7 +297,22 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
+        # memory_format (PyTorch's rule) lays out the 4-D floating-point
+        # parameters and buffers only (5-D too for channels_last_3d).
+        fmt = kwargs.pop("memory_format", None)
+        if fmt is not None:
+            fmt = _mf.as_memory_format(fmt, "Module.to")
+
         def convert(t):
+            t = convert_dtype_device(t)
+            if fmt is not None and t.dtype.is_floating_point and \
+                    (fmt.rank is None or t.dim() == fmt.rank):
+                t = t.contiguous(fmt)
+            return t
+
+        def convert_dtype_device(t):
+            if not args and not kwargs:
+                return t
             if not t.dtype.is_floating_point:
                 kw = {k: v for k, v in kwargs.items() if k != "dtype"}
                 a = [x for x in args if not isinstance(x, D.dtype)]

@@ -2,9 +2,9 @@
 cpu_eigen kernel against float64 NumPy on every axis, empty and odd shapes,
 both float dtypes and strided inputs; bit for bit the chain Mul, Sum, Sub,
 Mul that Softmax's gradient rule writes, along the last axis (including Sum's
-chunked split of few long rows); its own gradient rule (in y and dy) by finite
-differences, to second order; the ``softmax_grad`` fusion pattern in compiled
-graphs (fused, same bits as the unfused graph and as eager); shape errors."""
+chunked split of few long rows); the ``softmax_grad`` fusion pattern in
+compiled graphs (fused, same bits as the unfused graph and as eager); shape
+errors. Its gradient rule: tests/grad/test_grad_softmax_grad.py."""
 
 from __future__ import annotations
 
@@ -33,13 +33,6 @@ SHAPES = [(7,), (3, 5), (2, 3, 4), (0, 4), (4, 0), (2, 1, 33)]
          select=lambda c: -len(c.shape) <= c.attrs.get("axis", -1) < len(c.shape))
 def test_softmax_grad_forward(case):
     case.check_forward()
-
-
-@op_case("SoftmaxGrad", inputs=_inputs, reference=_reference, shapes=[(3, 4), (2, 3, 5)],
-         attrs=[{}, {"axis": 0}, {"axis": 1}], dtypes=["float64"], layouts=["contiguous"])
-def test_softmax_grad_gradient(case):
-    case.check_grad(wrt=[0, 1])
-    case.check_grad(wrt=[0, 1], order=2)
 
 
 def _composed(y, dy, axis=-1):

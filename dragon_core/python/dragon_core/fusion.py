@@ -329,3 +329,45 @@ MATMUL_RELU = _pattern("matmul_relu", ("MatMul", "Relu"), "MatMulBiasAct", _matm
 #: The patterns over the core's ops, for plugins with fused kernels to declare.
 STANDARD_PATTERNS = (CONV_BIAS_RELU, CONV_BIAS, CONV_RELU, CONV_BN_RELU, CONV_BN,
                      MATMUL_BIAS_RELU, MATMUL_BIAS, MATMUL_RELU)
+
+
+# ----------------------------------------------------------- gradient chains
+
+def _softmax_grad(match) -> Rewrite | None:
+    """Softmax's backward y * (dy - sum(dy * y, axis, keepdims)), as the
+    Softmax gradient rule writes it: Mul(dy, y) -> Sum -> Sub(dy, s) ->
+    Mul(y, d) (either operand order of the Muls), over the last axis only,
+    dy and y of the root's shape. The SoftmaxGrad kernels round and sum the
+    products as Mul and Sum do, so the fused op computes the same bits."""
+    mul, red, sub, root = match.ops
+    if len(mul.input) != 2 or mul.input[0] == mul.input[1]:
+        return None
+    if list(sub.input) != [sub.input[0], red.output[0]]:
+        return None
+    dy = sub.input[0]
+    if dy not in mul.input:
+        return None
+    y = mul.input[1] if mul.input[0] == dy else mul.input[0]
+    if match.other_inputs(3) != [y]:
+        return None
+    shape = match.info(root.output[0])[1]
+    if not shape or match.info(y)[1] != shape or match.info(dy)[1] != shape:
+        return None
+    axes = match.attr(1, "axes") if "axes" in red.attr else None
+    if axes is None or len(axes) != 1 or axes[0] not in (-1, len(shape) - 1):
+        return None
+    if not match.attr(1, "keepdims"):
+        return None
+    return Rewrite((y, dy), {"axis": -1})
+
+
+#: Softmax's backward along the last axis -> ``SoftmaxGrad``.
+SOFTMAX_GRAD = FusionPattern("softmax_grad", ("Mul", "Sum", "Sub", "Mul"), "SoftmaxGrad",
+                             _softmax_grad)
+
+#: Patterns over the chains the core's gradient rules write (cpu_eigen has the
+#: ``SoftmaxGrad`` kernel). They are standard patterns too: a plugin declaring
+#: STANDARD_PATTERNS declares them, and each applies only where its fused op
+#: has a kernel for the graph's device and dtype.
+GRADIENT_PATTERNS = (SOFTMAX_GRAD,)
+STANDARD_PATTERNS = STANDARD_PATTERNS + GRADIENT_PATTERNS

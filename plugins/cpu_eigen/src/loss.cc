@@ -1,6 +1,7 @@
 // Loss kernels. Element-wise losses compute each term in the input dtype;
 // the "sum" and "mean" reductions accumulate in double over fixed blocks
-// (block partials added in block order), so the result does not depend on
+// (eight interleaved partial sums per block, block partials added in block
+// order), so the result does not depend on
 // the thread count. A mean over nothing is NaN (0 / 0), as in PyTorch.
 //
 // The classification losses see the input as (outer, C, inner): [N, C, d...]
@@ -30,10 +31,11 @@ Reduction GetReduction(const dg::KernelContext& ctx) {
   return Reduction::kMean;
 }
 
-constexpr int64_t kSumBlock = 4096;
+constexpr int64_t kSumBlock = 4096, kLanes = 8;
 
 // Sum of term(i) for i in [0, n) in double, deterministic for any thread
-// count: fixed blocks in parallel, then the block sums in order.
+// count: fixed blocks in parallel (each summed in eight interleaved lanes),
+// then the block sums in order.
 template <typename Term>
 double BlockedSum(int64_t n, int64_t cost, const Term& term) {
   if (n <= 0) return 0.0;
@@ -44,9 +46,16 @@ double BlockedSum(int64_t n, int64_t cost, const Term& term) {
       [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t end = std::min(n, (b + 1) * kSumBlock);
-          double acc = 0.0;
-          for (int64_t i = b * kSumBlock; i < end; ++i) acc += term(i);
-          partial[b] = acc;
+          // Eight interleaved partial sums (term i goes to lane i % 8), added
+          // pairwise at the end: eight independent chains of additions
+          // instead of one (a double add waits ~4 cycles for the last).
+          double acc[kLanes] = {};
+          int64_t i = b * kSumBlock;
+          for (; i + kLanes <= end; i += kLanes)
+            for (int64_t k = 0; k < kLanes; ++k) acc[k] += term(i + k);
+          for (int64_t k = 0; i < end; ++i, ++k) acc[k] += term(i);
+          partial[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                       ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
       },
       kSumBlock * cost);

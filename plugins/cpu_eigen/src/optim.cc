@@ -6,7 +6,8 @@
 // blocks of kBlock elements. A block is computed with Eigen array
 // expressions (vectorised; sqrt and division included) into the outputs,
 // with the effective gradient and the denominator in stack scratch that
-// stays in L1. Every expression is coefficient-wise, so output 0 may be
+// stays in L1; Adam's block is one plain loop built per instruction set
+// (optim_isa.h: AVX-512 where the CPU has it, the same bits everywhere). Every expression is coefficient-wise, so output 0 may be
 // input 0's buffer (the schema's Inplace(1)): each element of param is read
 // before the same element of param_out is written. Scalar factors (bias
 // corrections, the decayed learning rate) are computed in double and cast
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "optim_isa.h"
 
 namespace cpu_eigen {
 namespace {
@@ -203,29 +205,17 @@ struct AdamStep {
     shrink = decoupled ? static_cast<T>(1.0 - lr * weight_decay) : T(1);
   }
 
+  // The element loop is optim_isa.cc's, built per instruction set.
   void operator()(const T* p, const T* g, const T* m, const T* v,
                   const T* vmax, T* p_out, T* m_out, T* v_out, T* vmax_out,
                   int64_t i, int64_t len) const {
-    alignas(64) T scratch[kBlock];
-    Out<T> d(scratch, len);
-    EffectiveGrad(g + i, p + i, len, maximize, l2, &d);
-    Out<T> mo(m_out + i, len), vo(v_out + i, len);
-    mo = b1 * In<T>(m + i, len) + one_minus_b1 * d;
-    vo = b2 * In<T>(v + i, len) + one_minus_b2 * d.square();
-    // d now holds the denominator.
-    if (amsgrad) {
-      Out<T> vmo(vmax_out + i, len);
-      vmo = In<T>(vmax + i, len).max(vo);
-      d = vmo.sqrt() / bc2_sqrt + eps;
-    } else {
-      d = vo.sqrt() / bc2_sqrt + eps;
-    }
-    const In<T> pv(p + i, len);
-    if (shrink != T(1)) {
-      Out<T>(p_out + i, len) = pv * shrink - step_size * (mo / d);
-    } else {
-      Out<T>(p_out + i, len) = pv - step_size * (mo / d);
-    }
+    const AdamParams<T> a{step_size, bc2_sqrt, eps,     b1,      one_minus_b1,
+                          b2,        one_minus_b2, l2, shrink, amsgrad,
+                          maximize};
+    OptimKernelsFor<T>().adam(a, p + i, g + i, m + i, v + i,
+                              amsgrad ? vmax + i : nullptr, p_out + i,
+                              m_out + i, v_out + i,
+                              amsgrad ? vmax_out + i : nullptr, len);
   }
 };
 

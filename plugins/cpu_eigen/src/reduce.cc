@@ -694,6 +694,84 @@ void LogSumExp(dg::KernelContext& ctx) {
   });
 }
 
+// ------------------------------------------------------------ SoftmaxGrad
+
+// dx = y * (dy - s) with s = sum(dy * y) along the axis, dense y, dy, dx of
+// one shape. Along the last axis each row's products dy * y are rounded to T
+// (written to dx first, as the Mul kernel writes them), folded exactly as
+// Sum folds a contiguous run (FoldRun, and Sum's chunks when there are few
+// long rows), s rounded to T, then dx = y * (dy - s) in T: bit for bit the
+// Mul, Sum(keepdims), Sub and Mul kernels run one by one. Along another axis
+// the sums accumulate in double, column by column.
+template <typename T>
+void SoftmaxGrad(dg::KernelContext& ctx) {
+  const dg::TensorRef yt = ctx.input(0), dyt = ctx.input(1);
+  const std::vector<int64_t> shape = yt.shape();
+  DG_CHECK(dyt.shape() == shape && ctx.output(0).numel() == yt.numel(),
+           DG_INTERNAL, ctx.op_name(), ": y ", ShapeStr(shape), ", dy ",
+           ShapeStr(dyt.shape()), " and dx must have one shape");
+  AxisSplit s;  // a 0-d input is a single slice of one element
+  if (!shape.empty()) {
+    s = SplitAt(shape, CheckedAxis(ctx.op_name(), ctx.i("axis"), shape));
+  }
+  if (yt.numel() == 0) return;
+  const T* y = yt.data<const T>();
+  const T* dy = dyt.data<const T>();
+  T* dx = ctx.output(0).data<T>();
+  if (s.inner == 1) {
+    const int64_t dim = s.dim;
+    // Sum's split of one output's range (Fold::RunInner, one reduced axis).
+    const int64_t chunks =
+        s.outer >= kTargetItems / 2
+            ? 1
+            : std::max<int64_t>(1, std::min(kTargetItems, dim / kMinChunk));
+    ParallelFor(
+        s.outer,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t o = begin; o < end; ++o) {
+            const T* yr = y + o * dim;
+            const T* dyr = dy + o * dim;
+            T* p = dx + o * dim;
+            for (int64_t i = 0; i < dim; ++i) p[i] = dyr[i] * yr[i];
+            double acc = 0;
+            for (int64_t c = 0; c < chunks; ++c) {
+              const int64_t lo = dim * c / chunks, hi = dim * (c + 1) / chunks;
+              const double part =
+                  0.0 + FoldRun<double, AddOp, Plain>(p + lo, hi - lo, 0.0);
+              acc = c == 0 ? part : acc + part;
+            }
+            const T sum = static_cast<T>(acc);
+            for (int64_t i = 0; i < dim; ++i) p[i] = yr[i] * (dyr[i] - sum);
+          }
+        },
+        dim * 4);
+    return;
+  }
+  const int64_t dim = s.dim, inner = s.inner;
+  double* sums = ctx.workspace<double>(s.outer * inner);
+  ParallelFor(
+      s.outer,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+          double* sum = sums + o * inner;
+          const int64_t base = o * dim * inner;
+          for (int64_t k = 0; k < inner; ++k) sum[k] = 0.0;
+          for (int64_t a = 0; a < dim; ++a) {
+            const T* yr = y + base + a * inner;
+            const T* dyr = dy + base + a * inner;
+            for (int64_t k = 0; k < inner; ++k)
+              sum[k] += static_cast<double>(dyr[k] * yr[k]);
+          }
+          for (int64_t a = 0; a < dim; ++a) {
+            const int64_t at = base + a * inner;
+            for (int64_t k = 0; k < inner; ++k)
+              dx[at + k] = y[at + k] * (dy[at + k] - static_cast<T>(sum[k]));
+          }
+        }
+      },
+      dim * inner * 4);
+}
+
 }  // namespace
 
 // Inputs are read through their strides (see Prepare).
@@ -710,5 +788,6 @@ DG_KERNEL_EX("Mean", "cpu", 0, kStrided, Mean, float, double);
 DG_KERNEL_EX("Var", "cpu", 0, kStrided, Var, float, double);
 DG_KERNEL_EX("Std", "cpu", 0, kStrided, Std, float, double);
 DG_KERNEL_EX("LogSumExp", "cpu", 0, kStrided, LogSumExp, float, double);
+DG_KERNEL("SoftmaxGrad", "cpu", SoftmaxGrad, float, double);
 
 }  // namespace cpu_eigen

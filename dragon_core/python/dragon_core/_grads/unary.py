@@ -316,6 +316,20 @@ def _softmax(node, dy):
     return [y * (dy - o.sum(dy * y, [axis], keepdims=True))]
 
 
+@gradient("SoftmaxGrad")
+def _softmax_grad(node, g):
+    # dx = y * dy - y * sum(dy * y) (bilinear in y and dy). With r = sum(g * y)
+    # and s = sum(dy * y) along the axis:
+    #   d/d(dy) = y * (g - r)                       (SoftmaxGrad(y, g) again)
+    #   d/dy    = g * (dy - s) - dy * r
+    o = ops()
+    y, dy = node.inputs
+    axis = node.attrs["axis"]
+    r = o.sum(g * y, [axis], keepdims=True)
+    s = o.sum(dy * y, [axis], keepdims=True)
+    return [g * (dy - s) - dy * r, y * (g - r)]
+
+
 @gradient("LogSoftmax")
 def _log_softmax(node, dy):
     # dx = dy - softmax(x) * sum(dy) along the axis.

@@ -3,8 +3,9 @@
 The kernels live in ``libdragon_cpu_eigen.so`` beside this file and reach the
 core only through the Dragon C ABI; this module tells the core where the
 library is and declares the fusion patterns its fused kernels
-(``Conv2dBiasAct``, ``MatMulBiasAct``) serve, so graphs fuse the same way
-with or without an accelerating plugin (docs/graph.md, "Pattern fusion").
+(``Conv2dBiasAct``, ``MatMulBiasAct``, ``SoftmaxGrad``) serve, so graphs
+fuse the same way with or without an accelerating plugin (docs/graph.md,
+"Pattern fusion").
 """
 
 from pathlib import Path
@@ -25,5 +26,6 @@ def plugin_library() -> str:
 
 @_hookimpl
 def dragon_fusion_patterns(core):
-    """The standard patterns of ``dragon_core.fusion`` (conv/matmul + bias + relu)."""
+    """The standard patterns of ``dragon_core.fusion`` (conv/matmul + bias + relu,
+    Softmax's backward -> ``SoftmaxGrad``)."""
     return core.fusion.STANDARD_PATTERNS

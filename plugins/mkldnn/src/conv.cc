@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common.h"
+#include "conv_gemm.h"
 
 namespace mkldnn_plugin {
 namespace {
@@ -71,6 +72,10 @@ struct ConvPlan {
   bool bias = false;
   bool relu = false;
   Layout layout = Layout::kNhwc;
+  // The im2col + GEMM path (conv_gemm.h) for tiny output maps, with its
+  // geometry; chosen by MakePlan, deterministically, from the shapes.
+  bool gemm = false;
+  GemmConvGeometry geo{};
   std::string key;
 };
 
@@ -176,6 +181,37 @@ memory::desc Requested(const ConvPlan& p, const memory::dims& dims,
   return memory::desc(dims, p.dt, tag::nhwc);
 }
 
+GemmConvKind GemmKind(ConvKind kind) {
+  switch (kind) {
+    case ConvKind::kForward: return GemmConvKind::kForward;
+    case ConvKind::kTranspose: return GemmConvKind::kBackwardData;
+    case ConvKind::kFilterGrad: break;
+  }
+  return GemmConvKind::kFilterGrad;
+}
+
+// Whether the call takes the GEMM path (conv_gemm.h): float32, one group,
+// no dilation, no bias or activation, the plain NCHW op, no layout
+// override (those measure oneDNN's direct kernels), an output map of at
+// most kGemmMaxPixels pixels, and an optimised oneDNN matmul for it.
+bool PlanGemm(const dg::KernelContext& ctx, ConvPlan* p) {
+  if (p->dt != memory::data_type::f32 || p->groups != 1 || p->bias ||
+      p->relu || p->dilates[0] != 0 || p->dilates[1] != 0 ||
+      LayoutOverride() != Layout::kAuto || std::string(ctx.op_name()) == "Conv2dNchw16c") {
+    return false;
+  }
+  const bool t = p->kind == ConvKind::kTranspose;
+  const memory::dims& image = t ? p->dst_dims : p->src_dims;
+  const memory::dims& window = t ? p->src_dims : p->dst_dims;
+  p->geo = GemmConvGeometry{image[0],  image[1],     image[2],
+                            image[3],  window[1],    p->wei_dims[2],
+                            p->wei_dims[3], window[2], window[3],
+                            p->strides[0], p->strides[1], p->pad_l[0],
+                            p->pad_l[1]};
+  return GemmConvServes(p->geo) &&
+         GemmConvPrimitive(ctx.frame(), p->geo, GemmKind(p->kind));
+}
+
 // Fills the plan of the call in ctx (kind from the op). False when oneDNN
 // cannot express it (an empty channel axis).
 bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
@@ -219,6 +255,7 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
   } else {
     p->layout = PickLayout(*p);
   }
+  p->gemm = x.numel() != 0 && ctx.output(0).numel() != 0 && PlanGemm(ctx, p);
   p->key = Key("conv", static_cast<int>(kind), static_cast<int>(p->layout),
                static_cast<int>(p->dt),
                p->src_dims, p->wei_dims, p->dst_dims, p->strides, p->dilates,
@@ -282,6 +319,7 @@ auto FilterGradPrim(const ConvPlan& p) {
 
 // Builds (or finds) the call's primitive; false when oneDNN has none.
 bool HasPrimitive(const ConvPlan& p) {
+  if (p.gemm) return true;  // PlanGemm built its matmul
   try {
     switch (p.kind) {
       case ConvKind::kForward: ForwardPrim(p); break;
@@ -398,12 +436,16 @@ ConvPlan PlanFor(const dg::KernelContext& ctx, ConvKind kind) {
 // Conv2d and Conv2dBiasAct.
 void ConvForwardK(dg::KernelContext& ctx) {
   const ConvPlan p = PlanFor(ctx, ConvKind::kForward);
-  if (!Trivial(ctx)) RunForward(ctx, p, ForwardPrim(p));
+  if (Trivial(ctx)) return;
+  if (p.gemm) return GemmConvForward(ctx, p.geo);
+  RunForward(ctx, p, ForwardPrim(p));
 }
 
 void ConvTransposeK(dg::KernelContext& ctx) {
   const ConvPlan p = PlanFor(ctx, ConvKind::kTranspose);
-  if (!Trivial(ctx)) RunForward(ctx, p, TransposePrim(p));
+  if (Trivial(ctx)) return;
+  if (p.gemm) return GemmConvBackwardData(ctx, p.geo);
+  RunForward(ctx, p, TransposePrim(p));
 }
 
 void FilterGradK(dg::KernelContext& ctx) {
@@ -414,6 +456,7 @@ void FilterGradK(dg::KernelContext& ctx) {
     std::memset(dw.raw_data(), 0, dw.numel() * memory::data_type_size(p.dt));
     return;
   }
+  if (p.gemm) return GemmConvFilterGrad(ctx, p.geo);
   const auto prim = FilterGradPrim(p);
   const auto& pd = *prim.pd;
   const memory::desc dw_desc = FilterDesc(dw, p);

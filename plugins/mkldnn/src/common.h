@@ -298,7 +298,8 @@ void CopyInto(const dg::KernelContext& ctx, const dnnl::memory& src,
               const dnnl::memory& dst);
 
 // Convolution weights between dense [O, I, kh, kw] float32 and oneDNN's
-// OIhw16i16o with AVX-512 transposes (weights.cc); false, having done
+// OIhw16i16o (and into the deconvolution's OIhw16o16i) with AVX-512
+// transposes (weights.cc); false, having done
 // nothing, for any other pair of layouts, another CPU, or with
 // DRAGON_MKLDNN_WEIGHT_REORDER=onednn.
 bool CopyWeights(const dg::KernelContext& ctx, const dnnl::memory& src,

@@ -1,6 +1,8 @@
 // Convolution weights between the core's dense [O, I, kh, kw] layout and
-// oneDNN's blocked OIhw16i16o (format_tag::ABcd16b16a), with AVX-512
-// 16 x 16 transposes instead of oneDNN's generic reorder (jit:uni).
+// oneDNN's blocked OIhw16i16o (format_tag::ABcd16b16a; both ways) and the
+// deconvolution's OIhw16o16i (BAcd16b16a of the swapped dims; one way),
+// with AVX-512 16 x 16 transposes instead of oneDNN's generic reorder
+// (jit:uni).
 //
 // A training step reorders every filter into the forward primitive's
 // layout and the filter gradient out of it, once each per step. On
@@ -20,9 +22,13 @@
 // contiguous 64-byte vector. The result is the same bits as oneDNN's
 // reorder (a pure permutation; tests/plugins/test_mkldnn_weights.py).
 //
+// The deconvolution's layout (rows (t, o) of 16 i) transposes each plain
+// row's 16 x T (i, tap) values in chunks of 16 taps, the last chunk with
+// masked loads (ToBlockedAbBlock).
+//
 // Served: float32, O and I multiples of 16 (no padded blocks), dense
-// inputs, a CPU with AVX-512F; the forward direction only for T > 1
-// (oneDNN's 1x1 reorder, jit:blk, is as fast). Anything else -- and every
+// inputs, a CPU with AVX-512F; the ways into a blocked layout only for
+// T > 1 (oneDNN's 1x1 reorder, jit:blk, is as fast). Anything else -- and every
 // call with DRAGON_MKLDNN_WEIGHT_REORDER=onednn, the switch for A/B
 // measurements -- goes to oneDNN's reorder as before.
 #include <immintrin.h>
@@ -123,6 +129,32 @@ MKLDNN_AVX512 void ToBlockedBlock(const float* w, float* out,
   }
 }
 
+// plain -> blocked with rows (t, a) of 16 floats (b) for block (ab, bb):
+// the deconvolution's layout. Per plain row a, its 16 x T (b, tap) values
+// are transposed in chunks of 16 taps (masked loads of the last chunk).
+MKLDNN_AVX512 void ToBlockedAbBlock(const float* w, float* out,
+                                    const Geometry& g, int64_t ab,
+                                    int64_t bb) {
+  const int64_t row = g.b * g.t;
+  const float* s = w + ab * 16 * row + bb * 16 * g.t;
+  float* d = out + (ab * (g.b / 16) + bb) * 256 * g.t;
+  for (int64_t a = 0; a < 16; ++a) {
+    const float* src = s + a * row;  // [16 b][T]
+    for (int64_t t0 = 0; t0 < g.t; t0 += 16) {
+      const int64_t nt = g.t - t0 < 16 ? g.t - t0 : 16;
+      const __mmask16 m = static_cast<__mmask16>((1u << nt) - 1u);
+      __m512 r[16];
+      for (int b = 0; b < 16; ++b) {
+        r[b] = _mm512_maskz_loadu_ps(m, src + b * g.t + t0);
+      }
+      Transpose16(r);
+      for (int64_t t = 0; t < nt; ++t) {
+        _mm512_storeu_ps(d + ((t0 + t) * 16 + a) * 16, r[t]);
+      }
+    }
+  }
+}
+
 // blocked -> plain for block (ab, bb).
 MKLDNN_AVX512 void ToPlainBlock(const float* in, float* w, const Geometry& g,
                                 int64_t ab, int64_t bb) {
@@ -148,10 +180,13 @@ void ForBlocks(const DgCallFrame* f, const Geometry& g, Fn fn) {
   for (int64_t q = 0; q < blocks; ++q) fn(q / nb, q % nb);
 }
 
+// The served conversions.
+enum class Way { kToBlocked, kToPlain, kToDeconv };
+
 // The channel geometry when src -> dst is one of the served conversions
-// (to_blocked says which way), else false.
+// (`way` says which), else false.
 bool Match(const memory::desc& src, const memory::desc& dst, Geometry* g,
-           bool* to_blocked) {
+           Way* way) {
   if (src.get_data_type() != memory::data_type::f32 ||
       dst.get_data_type() != memory::data_type::f32) {
     return false;
@@ -166,12 +201,22 @@ bool Match(const memory::desc& src, const memory::desc& dst, Geometry* g,
   const memory::desc plain(dims, memory::data_type::f32, tag::abcd);
   const memory::desc blocked(dims, memory::data_type::f32, tag::ABcd16b16a);
   if (src == plain && dst == blocked) {
-    *to_blocked = true;
+    *way = Way::kToBlocked;
     return g->t > 1;  // 1x1: oneDNN's jit:blk reorder is as fast
   }
   if (src == blocked && dst == plain) {
-    *to_blocked = false;
+    *way = Way::kToPlain;
     return true;
+  }
+  // The deconvolution (ConvTranspose2d) sees the core's filter [A, B, kh,
+  // kw] as dims [B, A, kh, kw] (strides `bacd`) and wants BAcd16b16a:
+  // blocks [A/16][B/16], rows (tap, a) of 16 b.
+  const memory::desc swapped(dims, memory::data_type::f32, tag::bacd);
+  const memory::desc deconv(dims, memory::data_type::f32, tag::BAcd16b16a);
+  if (src == swapped && dst == deconv) {
+    *way = Way::kToDeconv;
+    *g = Geometry{dims[1], dims[0], g->t};
+    return g->t > 1;  // 1x1 filters take ABcd16b16a, left to oneDNN
   }
   return false;
 }
@@ -182,18 +227,26 @@ bool CopyWeights(const dg::KernelContext& ctx, const dnnl::memory& src,
                  const dnnl::memory& dst) {
   if (!Enabled()) return false;
   Geometry g;
-  bool to_blocked = false;
-  if (!Match(src.get_desc(), dst.get_desc(), &g, &to_blocked)) return false;
+  Way way = Way::kToBlocked;
+  if (!Match(src.get_desc(), dst.get_desc(), &g, &way)) return false;
   const float* in = static_cast<const float*>(src.get_data_handle());
   float* out = static_cast<float*>(dst.get_data_handle());
-  if (to_blocked) {
-    ForBlocks(ctx.frame(), g, [&](int64_t ab, int64_t bb) {
-      ToBlockedBlock(in, out, g, ab, bb);
-    });
-  } else {
-    ForBlocks(ctx.frame(), g, [&](int64_t ab, int64_t bb) {
-      ToPlainBlock(in, out, g, ab, bb);
-    });
+  switch (way) {
+    case Way::kToBlocked:
+      ForBlocks(ctx.frame(), g, [&](int64_t ab, int64_t bb) {
+        ToBlockedBlock(in, out, g, ab, bb);
+      });
+      break;
+    case Way::kToPlain:
+      ForBlocks(ctx.frame(), g, [&](int64_t ab, int64_t bb) {
+        ToPlainBlock(in, out, g, ab, bb);
+      });
+      break;
+    case Way::kToDeconv:
+      ForBlocks(ctx.frame(), g, [&](int64_t ab, int64_t bb) {
+        ToBlockedAbBlock(in, out, g, ab, bb);
+      });
+      break;
   }
   return true;
 }

@@ -1,9 +1,10 @@
 """The AVX-512 weight transposes of the mkldnn plugin (src/weights.cc).
 
 Convolution weights go from the core's dense [O, I, kh, kw] float32 into
-oneDNN's OIhw16i16o for the forward convolution, and the filter gradient
-comes back from it, through the plugin's own transposes where O and I are
-multiples of 16 (else oneDNN's reorder). A transpose moves bits, so the
+oneDNN's OIhw16i16o for the forward convolution and into OIhw16o16i for the
+deconvolution (ConvTranspose2d), and the filter gradient comes back from
+OIhw16i16o, through the plugin's own transposes where O and I are multiples
+of 16 (else oneDNN's reorder). A transpose moves bits, so the
 results must be *bit for bit* those of oneDNN's reorder
 (``DRAGON_MKLDNN_WEIGHT_REORDER=onednn``, read once per process: each
 setting runs in a child) and match the float64 references of
@@ -131,3 +132,11 @@ def test_transposes_replace_the_reorders(both):
     assert all(",16x16x1x1," in e or "32x24x" in e for e in fwd), fwd
     assert all("32x24x" in e for e in back), back
     assert any("32x24x" in e for e in back), "the padded case must still reorder in oneDNN"
+    # The deconvolution's filter (bacd -> BAcd16b16a): only the padded case.
+    deconv = _reorders(execs, "bacd", "BAcd16b16a")
+    assert deconv and all("x32x3x3" in e and ",24x" in e for e in deconv), deconv
+
+
+def test_onednn_mode_reorders_deconvolution_filters(both):
+    _, (_, execs) = both
+    assert len(_reorders(execs, "bacd", "BAcd16b16a")) >= 4

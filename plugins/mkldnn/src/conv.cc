@@ -195,19 +195,29 @@ GemmConvKind GemmKind(ConvKind kind) {
 // override (those measure oneDNN's direct kernels), an output map of at
 // most kGemmMaxPixels pixels, and an optimised oneDNN matmul for it.
 bool PlanGemm(const dg::KernelContext& ctx, ConvPlan* p) {
+  const bool blocked_op = std::string(ctx.op_name()) == "Conv2dNchw16c";
   if (p->dt != memory::data_type::f32 || p->groups != 1 || p->bias ||
       p->relu || p->dilates[0] != 0 || p->dilates[1] != 0 ||
-      LayoutOverride() != Layout::kAuto || std::string(ctx.op_name()) == "Conv2dNchw16c") {
+      LayoutOverride() != Layout::kAuto || blocked_op) {
     return false;
   }
   const bool t = p->kind == ConvKind::kTranspose;
   const memory::dims& image = t ? p->dst_dims : p->src_dims;
   const memory::dims& window = t ? p->src_dims : p->dst_dims;
-  p->geo = GemmConvGeometry{image[0],  image[1],     image[2],
-                            image[3],  window[1],    p->wei_dims[2],
-                            p->wei_dims[3], window[2], window[3],
-                            p->strides[0], p->strides[1], p->pad_l[0],
-                            p->pad_l[1]};
+  GemmConvGeometry& g = p->geo;
+  g.n = image[0];
+  g.c = image[1];
+  g.h = image[2];
+  g.w = image[3];
+  g.o = window[1];
+  g.kh = p->wei_dims[2];
+  g.kw = p->wei_dims[3];
+  g.oh = window[2];
+  g.ow = window[3];
+  g.sh = p->strides[0];
+  g.sw = p->strides[1];
+  g.ph = p->pad_l[0];
+  g.pw = p->pad_l[1];
   return GemmConvServes(p->geo) &&
          GemmConvPrimitive(ctx.frame(), p->geo, GemmKind(p->kind));
 }

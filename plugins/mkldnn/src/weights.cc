@@ -79,8 +79,8 @@ MKLDNN_AVX512 inline void Transpose16(__m512 r[16]) {
   }
   // 128-bit lanes: rows k and k + 4 of each group of 8 exchange halves,
   // then rows j and j + 8 exchange 256-bit halves.
-  const __m512i a0 =
-      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i a0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10,
+                                       11, 24, 25, 26, 27);
   const __m512i a1 = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14,
                                        15, 28, 29, 30, 31);
   for (int k = 0; k < 2; ++k) {

@@ -13,6 +13,11 @@
 // back into the output (docs/conv.md has the measurements behind the
 // choice and the DRAGON_MKLDNN_CONV_LAYOUT override).
 //
+// A float32 call whose output map has at most 4 pixels (ResNet's last stage)
+// runs instead as im2col + one oneDNN matmul (conv_gemm.h, PlanGemm); the
+// weights' conversions to and from the blocked layouts go through the
+// plugin's AVX-512 transposes where they serve (weights.cc, CopyInto).
+//
 // supports() builds (and caches) the primitive descriptor of the call, so
 // a call oneDNN cannot express -- no implementation for a dtype on this
 // CPU, a zero channel count, an input with a negative stride -- is

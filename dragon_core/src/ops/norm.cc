@@ -1,7 +1,8 @@
 // Normalization: BatchNorm, LayerNorm, GroupNorm, and their backward ops
 // (BatchNormGrad, LayerNormGrad, GroupNormGrad), which compute every input
 // gradient in one kernel; their own gradients (second order) are written
-// with ops in Python.
+// with ops in Python. BatchNormStatsUpdate is BatchNorm's running-statistics
+// update (not differentiable).
 //
 // All of them normalise groups of elements by their mean and biased variance:
 //   y = (x - mean) / sqrt(var + eps) * gamma + beta.
@@ -221,6 +222,57 @@ DG_OP(GroupNormGrad)
     .Attr("eps", 1e-5, kEps)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(GroupNormGradShape);
+
+// ------------------------------------------- BatchNorm running statistics
+
+namespace {
+
+// running_mean, running_var, batch_mean, batch_var: one shape (usually
+// [C]); momentum in [0, 1]; count (values per channel) >= 2.
+void BatchNormStatsUpdateShape(dg::InferContext& ctx) {
+  const double momentum = ctx.f("momentum");
+  DG_CHECK(momentum >= 0.0 && momentum <= 1.0, DG_INVALID_ARGUMENT,
+           "momentum must be in [0, 1], got ", momentum);
+  const int64_t count = ctx.i("count");
+  DG_CHECK(count >= 2, DG_INVALID_ARGUMENT,
+           "count (values per channel) must be >= 2 for the unbiased "
+           "variance, got ", count);
+  const Shape c = ctx.input(0).shape();
+  static const char* kNames[] = {"running_mean", "running_var", "batch_mean",
+                                 "batch_var"};
+  for (int32_t i = 1; i < 4; ++i) {
+    const Shape got = ctx.input(i).shape();
+    DG_CHECK(got == c, DG_INVALID_ARGUMENT, kNames[i], " has shape ",
+             ShapeStr(got), ", expected running_mean's ", ShapeStr(c));
+  }
+  const DgDType t = ctx.input(0).dtype();
+  ctx.set_output(0, t, c);
+  ctx.set_output(1, t, c);
+}
+
+}  // namespace
+
+DG_OP(BatchNormStatsUpdate)
+    .Doc("The running-statistics update of a training-mode BatchNorm "
+         "(PyTorch semantics), in one op: running_mean = (1 - momentum) * "
+         "running_mean + momentum * batch_mean, running_var = (1 - momentum) "
+         "* running_var + momentum * batch_var * count / (count - 1) (the "
+         "batch variance made unbiased), computed in double and rounded "
+         "once. momentum and count are attributes, so no scalar operand "
+         "travels to the device.")
+    .Input("running_mean", dg::kFloat, DG_ARG_NO_GRAD, "Running mean, [C].")
+    .Input("running_var", dg::kFloat, DG_ARG_NO_GRAD, "Running variance, [C].")
+    .Input("batch_mean", dg::kFloat, DG_ARG_NO_GRAD,
+           "BatchNorm's batch_mean output, [C].")
+    .Input("batch_var", dg::kFloat, DG_ARG_NO_GRAD,
+           "BatchNorm's batch_var output (biased), [C].")
+    .Output("running_mean_out", dg::kFloat, 0, "Updated running mean.")
+    .Output("running_var_out", dg::kFloat, 0, "Updated running variance.")
+    .Attr("momentum", 0.1, "Weight of the batch statistics, in [0, 1].")
+    .Attr("count", int64_t{2},
+          "Values per channel in the batch (N * prod(spatial)), >= 2.")
+    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
+    .Shape(BatchNormStatsUpdateShape);
 
 }  // namespace ops
 }  // namespace dragon

@@ -285,6 +285,20 @@ CASES = {
 CASES["ReluGrad"] = [(ops.relu_grad, [("f", s), ("f", s)], FLOATS, False) for s in U_SHAPES]
 
 
+# BatchNormStatsUpdate (BatchNorm's running-statistics update; resnet
+# branch, src/bn_stats.cu written without a GPU): four [C] vectors, not
+# differentiable; also tests/test_cuda_bn_stats.py. The harness compares
+# one output: a case per output.
+def _bn_stats_update(which):
+    return lambda rm, rv, bm, bv: ops.batch_norm_stats_update(
+        rm, rv, bm, bv, momentum=0.3, count=9)[which]
+
+
+CASES["BatchNormStatsUpdate"] = [
+    (_bn_stats_update(k), [("f", s), ("pos", s), ("f", s), ("pos", s)], FLOATS, False)
+    for s in ((7,), (300,), (), (0,)) for k in (0, 1)]
+
+
 def _cases():
     for op, cases in sorted(CASES.items()):
         for i, (fn, specs, dtypes, grad) in enumerate(cases):

@@ -280,6 +280,7 @@ dnnl::memory Scratch(const dg::KernelContext& ctx,
 
 void CopyInto(const dg::KernelContext& ctx, const dnnl::memory& src,
               const dnnl::memory& dst) {
+  if (CopyWeights(ctx, src, dst)) return;
   const dnnl::memory::desc from = src.get_desc(), to = dst.get_desc();
   auto p = Cached<dnnl::reorder>(Key("reorder", DescKey(from), DescKey(to)),
                                  [&] {

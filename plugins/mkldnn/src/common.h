@@ -292,9 +292,18 @@ std::string DescKey(const dnnl::memory::desc& md);
 dnnl::memory Scratch(const dg::KernelContext& ctx,
                      const dnnl::memory::desc& md);
 
-// Copies src into dst (same dims, any layouts) with a cached oneDNN reorder.
+// Copies src into dst (same dims, any layouts) with a cached oneDNN reorder,
+// or CopyWeights() where it serves the pair.
 void CopyInto(const dg::KernelContext& ctx, const dnnl::memory& src,
               const dnnl::memory& dst);
+
+// Convolution weights between dense [O, I, kh, kw] float32 and oneDNN's
+// OIhw16i16o (and into the deconvolution's OIhw16o16i) with AVX-512
+// transposes (weights.cc); false, having done
+// nothing, for any other pair of layouts, another CPU, or with
+// DRAGON_MKLDNN_WEIGHT_REORDER=onednn.
+bool CopyWeights(const dg::KernelContext& ctx, const dnnl::memory& src,
+                 const dnnl::memory& dst);
 
 // Copies src into a buffer of layout `want` taken from ctx.workspace() when
 // the layouts differ; returns src itself otherwise. For inputs whose

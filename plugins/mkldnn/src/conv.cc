@@ -13,6 +13,11 @@
 // back into the output (docs/conv.md has the measurements behind the
 // choice and the DRAGON_MKLDNN_CONV_LAYOUT override).
 //
+// A float32 call whose output map has at most 4 pixels (ResNet's last stage)
+// runs instead as im2col + one oneDNN matmul (conv_gemm.h, PlanGemm); the
+// weights' conversions to and from the blocked layouts go through the
+// plugin's AVX-512 transposes where they serve (weights.cc, CopyInto).
+//
 // supports() builds (and caches) the primitive descriptor of the call, so
 // a call oneDNN cannot express -- no implementation for a dtype on this
 // CPU, a zero channel count, an input with a negative stride -- is
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "common.h"
+#include "conv_gemm.h"
 
 namespace mkldnn_plugin {
 namespace {
@@ -71,6 +77,10 @@ struct ConvPlan {
   bool bias = false;
   bool relu = false;
   Layout layout = Layout::kNhwc;
+  // The im2col + GEMM path (conv_gemm.h) for tiny output maps, with its
+  // geometry; chosen by MakePlan, deterministically, from the shapes.
+  bool gemm = false;
+  GemmConvGeometry geo{};
   std::string key;
 };
 
@@ -176,6 +186,47 @@ memory::desc Requested(const ConvPlan& p, const memory::dims& dims,
   return memory::desc(dims, p.dt, tag::nhwc);
 }
 
+GemmConvKind GemmKind(ConvKind kind) {
+  switch (kind) {
+    case ConvKind::kForward: return GemmConvKind::kForward;
+    case ConvKind::kTranspose: return GemmConvKind::kBackwardData;
+    case ConvKind::kFilterGrad: break;
+  }
+  return GemmConvKind::kFilterGrad;
+}
+
+// Whether the call takes the GEMM path (conv_gemm.h): float32, one group,
+// no dilation, no bias or activation, the plain NCHW op, no layout
+// override (those measure oneDNN's direct kernels), an output map of at
+// most kGemmMaxPixels pixels, and an optimised oneDNN matmul for it.
+bool PlanGemm(const dg::KernelContext& ctx, ConvPlan* p) {
+  const bool blocked_op = std::string(ctx.op_name()) == "Conv2dNchw16c";
+  if (p->dt != memory::data_type::f32 || p->groups != 1 || p->bias ||
+      p->relu || p->dilates[0] != 0 || p->dilates[1] != 0 ||
+      LayoutOverride() != Layout::kAuto || blocked_op) {
+    return false;
+  }
+  const bool t = p->kind == ConvKind::kTranspose;
+  const memory::dims& image = t ? p->dst_dims : p->src_dims;
+  const memory::dims& window = t ? p->src_dims : p->dst_dims;
+  GemmConvGeometry& g = p->geo;
+  g.n = image[0];
+  g.c = image[1];
+  g.h = image[2];
+  g.w = image[3];
+  g.o = window[1];
+  g.kh = p->wei_dims[2];
+  g.kw = p->wei_dims[3];
+  g.oh = window[2];
+  g.ow = window[3];
+  g.sh = p->strides[0];
+  g.sw = p->strides[1];
+  g.ph = p->pad_l[0];
+  g.pw = p->pad_l[1];
+  return GemmConvServes(p->geo) &&
+         GemmConvPrimitive(ctx.frame(), p->geo, GemmKind(p->kind));
+}
+
 // Fills the plan of the call in ctx (kind from the op). False when oneDNN
 // cannot express it (an empty channel axis).
 bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
@@ -219,6 +270,7 @@ bool MakePlan(const dg::KernelContext& ctx, ConvKind kind, ConvPlan* p) {
   } else {
     p->layout = PickLayout(*p);
   }
+  p->gemm = x.numel() != 0 && ctx.output(0).numel() != 0 && PlanGemm(ctx, p);
   p->key = Key("conv", static_cast<int>(kind), static_cast<int>(p->layout),
                static_cast<int>(p->dt),
                p->src_dims, p->wei_dims, p->dst_dims, p->strides, p->dilates,
@@ -282,6 +334,7 @@ auto FilterGradPrim(const ConvPlan& p) {
 
 // Builds (or finds) the call's primitive; false when oneDNN has none.
 bool HasPrimitive(const ConvPlan& p) {
+  if (p.gemm) return true;  // PlanGemm built its matmul
   try {
     switch (p.kind) {
       case ConvKind::kForward: ForwardPrim(p); break;
@@ -398,12 +451,16 @@ ConvPlan PlanFor(const dg::KernelContext& ctx, ConvKind kind) {
 // Conv2d and Conv2dBiasAct.
 void ConvForwardK(dg::KernelContext& ctx) {
   const ConvPlan p = PlanFor(ctx, ConvKind::kForward);
-  if (!Trivial(ctx)) RunForward(ctx, p, ForwardPrim(p));
+  if (Trivial(ctx)) return;
+  if (p.gemm) return GemmConvForward(ctx, p.geo);
+  RunForward(ctx, p, ForwardPrim(p));
 }
 
 void ConvTransposeK(dg::KernelContext& ctx) {
   const ConvPlan p = PlanFor(ctx, ConvKind::kTranspose);
-  if (!Trivial(ctx)) RunForward(ctx, p, TransposePrim(p));
+  if (Trivial(ctx)) return;
+  if (p.gemm) return GemmConvBackwardData(ctx, p.geo);
+  RunForward(ctx, p, TransposePrim(p));
 }
 
 void FilterGradK(dg::KernelContext& ctx) {
@@ -414,6 +471,7 @@ void FilterGradK(dg::KernelContext& ctx) {
     std::memset(dw.raw_data(), 0, dw.numel() * memory::data_type_size(p.dt));
     return;
   }
+  if (p.gemm) return GemmConvFilterGrad(ctx, p.geo);
   const auto prim = FilterGradPrim(p);
   const auto& pd = *prim.pd;
   const memory::desc dw_desc = FilterDesc(dw, p);

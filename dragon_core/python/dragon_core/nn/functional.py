@@ -163,8 +163,10 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
 
     In training mode the batch statistics normalise ``x`` and, when running
     statistics are given, update them in place (``running = (1 - momentum)
-    * running + momentum * batch``, the variance unbiased), which inside
-    ``@dragon_core.function`` becomes a state update of the graph.
+    * running + momentum * batch``, the variance unbiased) with one
+    ``BatchNormStatsUpdate`` op (momentum and the count are attributes, not
+    scalar operands), which inside ``@dragon_core.function`` becomes a state
+    update of the graph.
     """
     if x.ndim < 2:
         raise ValueError(f"batch_norm: expected input of rank >= 2 [N, C, ...], got shape "
@@ -184,10 +186,11 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
             raise ValueError(f"batch_norm: training needs more than one value per channel, "
                              f"got input of shape {tuple(x.shape)}")
         with no_grad():
-            m = float(momentum)
-            unbiased = var.detach() * (n / (n - 1))
-            running_mean.assign(running_mean * (1.0 - m) + mean.detach() * m)
-            running_var.assign(running_var * (1.0 - m) + unbiased * m)
+            new_mean, new_var = _op("BatchNormStatsUpdate")(
+                running_mean, running_var, mean.detach(), var.detach(),
+                momentum=float(momentum), count=int(n))
+            running_mean.assign(new_mean)
+            running_var.assign(new_var)
     return y
 
 

@@ -86,6 +86,20 @@ inline int DetectIsaLevel() {
 #endif
 }
 
+// Of the builds of one kernel table, the one for the best instruction set
+// this CPU runs among those linked in: v4, v3 and v2 are weak tables, null
+// when the plugin was not linked with them; base always exists. Call it only
+// from baseline code (the *_TABLE_ONLY guards keep it out of the other builds).
+template <typename Table>
+const Table* BestIsaBuild(const Table* v4, const Table* v3, const Table* v2,
+                          const Table* base) {
+  const int level = DetectIsaLevel();
+  if (level >= 4 && v4 != nullptr) return v4;
+  if (level >= 3 && v3 != nullptr) return v3;
+  if (level >= 2 && v2 != nullptr) return v2;
+  return base;
+}
+
 // Contiguous (row-major) strides in elements for a shape.
 inline std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size());

@@ -73,26 +73,12 @@ constexpr int64_t kCostHeavy = 16;          // pow, erfc
 template <typename T>
 const FloatKernels<T>& FloatKernelsFor() {
   static const FloatKernels<T>* const chosen = [] {
-    const int level = DetectIsaLevel();
-    const FloatKernels<T>* v4;
-    const FloatKernels<T>* v3;
-    const FloatKernels<T>* v2;
-    const FloatKernels<T>* base;
-    if constexpr (std::is_same_v<T, float>) {
-      v4 = &ew_v4::kFloatKernelsF32;
-      v3 = &ew_v3::kFloatKernelsF32;
-      v2 = &ew_v2::kFloatKernelsF32;
-      base = &ew_base::kFloatKernelsF32;
-    } else {
-      v4 = &ew_v4::kFloatKernelsF64;
-      v3 = &ew_v3::kFloatKernelsF64;
-      v2 = &ew_v2::kFloatKernelsF64;
-      base = &ew_base::kFloatKernelsF64;
-    }
-    if (level >= 4 && v4 != nullptr) return v4;
-    if (level >= 3 && v3 != nullptr) return v3;
-    if (level >= 2 && v2 != nullptr) return v2;
-    return base;
+    if constexpr (std::is_same_v<T, float>)
+      return BestIsaBuild(&ew_v4::kFloatKernelsF32, &ew_v3::kFloatKernelsF32,
+                          &ew_v2::kFloatKernelsF32, &ew_base::kFloatKernelsF32);
+    else
+      return BestIsaBuild(&ew_v4::kFloatKernelsF64, &ew_v3::kFloatKernelsF64,
+                          &ew_v2::kFloatKernelsF64, &ew_base::kFloatKernelsF64);
   }();
   return *chosen;
 }

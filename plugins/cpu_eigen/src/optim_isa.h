@@ -61,22 +61,14 @@ const OptimKernels<T>& OptimKernelsFor() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "optimizer kernels exist for float and double");
   static const OptimKernels<T>* const chosen = [] {
-    const int level = DetectIsaLevel();
-    const OptimKernels<T>* v4;
-    const OptimKernels<T>* v3;
-    const OptimKernels<T>* base;
-    if constexpr (std::is_same_v<T, float>) {
-      v4 = &optim_v4::kOptimKernelsF32;
-      v3 = &optim_v3::kOptimKernelsF32;
-      base = &optim_base::kOptimKernelsF32;
-    } else {
-      v4 = &optim_v4::kOptimKernelsF64;
-      v3 = &optim_v3::kOptimKernelsF64;
-      base = &optim_base::kOptimKernelsF64;
-    }
-    if (level >= 4 && v4 != nullptr) return v4;
-    if (level >= 3 && v3 != nullptr) return v3;
-    return base;
+    if constexpr (std::is_same_v<T, float>)
+      return BestIsaBuild(&optim_v4::kOptimKernelsF32, &optim_v3::kOptimKernelsF32,
+                          static_cast<const OptimKernels<T>*>(nullptr),
+                          &optim_base::kOptimKernelsF32);
+    else
+      return BestIsaBuild(&optim_v4::kOptimKernelsF64, &optim_v3::kOptimKernelsF64,
+                          static_cast<const OptimKernels<T>*>(nullptr),
+                          &optim_base::kOptimKernelsF64);
   }();
   return *chosen;
 }

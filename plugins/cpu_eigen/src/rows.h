@@ -68,22 +68,14 @@ const RowKernels<T>& RowKernelsFor() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "row kernels exist for float and double");
   static const RowKernels<T>* const chosen = [] {
-    const int level = DetectIsaLevel();
-    const RowKernels<T>* v4;
-    const RowKernels<T>* v3;
-    const RowKernels<T>* base;
-    if constexpr (std::is_same_v<T, float>) {
-      v4 = &rows_v4::kRowKernelsF32;
-      v3 = &rows_v3::kRowKernelsF32;
-      base = &rows_base::kRowKernelsF32;
-    } else {
-      v4 = &rows_v4::kRowKernelsF64;
-      v3 = &rows_v3::kRowKernelsF64;
-      base = &rows_base::kRowKernelsF64;
-    }
-    if (level >= 4 && v4 != nullptr) return v4;
-    if (level >= 3 && v3 != nullptr) return v3;
-    return base;
+    if constexpr (std::is_same_v<T, float>)
+      return BestIsaBuild(&rows_v4::kRowKernelsF32, &rows_v3::kRowKernelsF32,
+                          static_cast<const RowKernels<T>*>(nullptr),
+                          &rows_base::kRowKernelsF32);
+    else
+      return BestIsaBuild(&rows_v4::kRowKernelsF64, &rows_v3::kRowKernelsF64,
+                          static_cast<const RowKernels<T>*>(nullptr),
+                          &rows_base::kRowKernelsF64);
   }();
   return *chosen;
 }

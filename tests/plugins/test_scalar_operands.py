@@ -119,6 +119,12 @@ def test_cached_scalar_is_read_only_and_never_a_result(ta):
     v.assign(s)
     v.assign(_t(ta, 7.0))
     assert s.cpu().numpy() == np.float32(0.9) and v.cpu().numpy() == np.float32(7.0)
+    # Assigning a Python scalar gives the tensor its own writable copy, never
+    # the shared cached operand (tf.Variable.assign(0.01) takes this path).
+    v.assign(0.9)
+    assert not v.is_read_only and not v._same_storage(s)
+    assert v.cpu().numpy() == np.float32(0.9)
+    v.__dlpack__()  # a read-only tensor refuses an unversioned export
 
 
 def test_values_dtypes_and_devices_stay_apart(ta):

@@ -628,6 +628,10 @@ def _install():
         """
         if not isinstance(value, Tensor):
             value = _convert(value, self.dtype, self.device, operand=True)
+            if value.is_read_only:
+                # A scalar on a non-cpu device comes from the core's shared
+                # cache of read-only operands: this tensor gets its own copy.
+                value = value._clone()
         if _C._is_tracing():
             from ._graph.function import note_assign
             note_assign(self, value)

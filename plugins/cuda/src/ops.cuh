@@ -19,7 +19,7 @@
 
 #ifndef DGC_HD
 #ifdef __CUDACC__
-#define DGC_HD __host__ DGC_HD
+#define DGC_HD __host__ __device__
 #else
 #define DGC_HD
 #endif

@@ -60,11 +60,19 @@ def record(uid, g):
     """Stands in for NcclCommInit: prints the id this rank would use."""
     arr = uid.numpy()
     assert arr.dtype == np.uint8 and arr.shape == (128,)
-    print(f"UID group={g.id} ranks={g.ranks} grank={g.rank()} {bytes(arr).hex()}", flush=True)
+    say(f"UID group={g.id} ranks={g.ranks} grank={g.rank()} {bytes(arr).hex()}")
+
+
+def say(line: str) -> None:
+    """One write per line: under torchrun both ranks share one unbuffered
+    pipe, where print()'s separate writes (each argument, the newline)
+    interleave across ranks ('BARRIERS BARRIERSTrue')."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def fail(e):
-    print(f"ERR {type(e).__name__}: {e}", flush=True)
+    say(f"ERR {type(e).__name__}: {e}")
 
 
 if mode == "nccl_id":
@@ -76,10 +84,10 @@ if mode == "nccl_id":
     dist._nccl_comm_init = spy
     try:
         dist.init_process_group("nccl", timeout=timeout, **kw)
-        print("INIT OK", flush=True)           # only with a GPU
+        say("INIT OK")           # only with a GPU
     except Exception as e:  # noqa: BLE001 - reported to the test
         fail(e)
-    print("initialised", dist.is_initialized(), flush=True)
+    say(f"initialised {dist.is_initialized()}")
 
 elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
     dist._nccl_comm_init = record
@@ -87,21 +95,21 @@ elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
         dist.init_process_group("nccl", timeout=timeout, **kw)
     except Exception as e:  # noqa: BLE001
         fail(e)
-        print("initialised", dist.is_initialized(), flush=True)
+        say(f"initialised {dist.is_initialized()}")
         sys.exit(0)
     r, n = dist.get_rank(), dist.get_world_size()
-    print(f"WORLD rank={r} size={n} backend={dist.get_backend()}", flush=True)
+    say(f"WORLD rank={r} size={n} backend={dist.get_backend()}")
     if mode == "recorded":
         g_all = dist.new_group()
         g_one = dist.new_group([1])
         g_zero = dist.new_group([0])
-        print(f"GROUPS {g_all!r} {g_one!r} {g_zero!r}", flush=True)
+        say(f"GROUPS {g_all!r} {g_one!r} {g_zero!r}")
         dist.barrier()
         dist.barrier(group=g_all)
         w = dist.barrier(async_op=True)
-        print("BARRIERS", w.is_completed(), flush=True)
+        say(f"BARRIERS {w.is_completed()}")
         mine = g_one if r == 1 else g_zero
-        print(f"MINE rank={mine.rank()} size={mine.size()}", flush=True)
+        say(f"MINE rank={mine.rank()} size={mine.size()}")
         import dragon_core.distributed.nn as dnn
         for f in (lambda: dist.all_reduce(dg.tensor([1.0, 2.0])),
                   lambda: dist.broadcast(dg.tensor([1.0]), src=0),
@@ -109,24 +117,24 @@ elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
                   lambda: dg.function(lambda t: dist.all_reduce(t) * 2.0)(dg.tensor([1.0]))):
             try:
                 f()
-                print("CPU COLLECTIVE RAN", flush=True)
+                say("CPU COLLECTIVE RAN")
             except RuntimeError as e:
                 fail(e)
         dist.destroy_process_group()
-        print("destroyed", dist.is_initialized(), flush=True)
+        say(f"destroyed {dist.is_initialized()}")
         # A store world may be initialised again (MPI could not be).
         dist.init_process_group("nccl", timeout=timeout, **kw)
         dist.barrier()
-        print(f"AGAIN rank={dist.get_rank()} size={dist.get_world_size()}", flush=True)
+        say(f"AGAIN rank={dist.get_rank()} size={dist.get_world_size()}")
         dist.destroy_process_group()
     elif mode == "group_mismatch":
         try:
             g = dist.new_group([0, 2] if r == 2 else [0, 1, 2])
-            print(f"GROUP {g!r}", flush=True)
+            say(f"GROUP {g!r}")
         except Exception as e:  # noqa: BLE001
             fail(e)
     elif mode == "join":
-        print("JOIN OK", flush=True)
+        say("JOIN OK")
         dist.destroy_process_group()
     else:
         dist.barrier()
@@ -136,21 +144,21 @@ elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
             t0 = time.monotonic()
             try:
                 dist.barrier()
-                print("BARRIER PASSED", flush=True)
+                say("BARRIER PASSED")
             except Exception as e:  # noqa: BLE001
-                print(f"after {time.monotonic() - t0:.1f} s", flush=True)
+                say(f"after {time.monotonic() - t0:.1f} s")
                 fail(e)
-    print("DONE", flush=True)
+    say("DONE")
 
 elif mode == "mpi":
     try:
         dist.init_process_group("mpi", timeout=timeout, **kw)
         t = dg.tensor([float(dist.get_rank() + 1)])
         dist.all_reduce(t)
-        print("MPI OK", dist.get_rank(), dist.get_world_size(), t.numpy().tolist(), flush=True)
+        say(f"MPI OK {dist.get_rank()} {dist.get_world_size()} {t.numpy().tolist()}")
         dist.destroy_process_group()
     except Exception as e:  # noqa: BLE001
         fail(e)
-    print("initialised", dist.is_initialized(), flush=True)
+    say(f"initialised {dist.is_initialized()}")
 else:
     raise SystemExit(f"unknown mode {mode}")

@@ -165,13 +165,39 @@ class TensorRef {
     for (int32_t i = 0; i < v_->ndim; ++i) n *= v_->shape[i];
     return n;
   }
+  // Row-major dense: the core's rule exactly (and PyTorch's). A tensor
+  // with no elements is contiguous whatever its strides; the stride of an
+  // axis of size 1 never matters; a 0-d tensor is contiguous.
   bool is_contiguous() const {
+    for (int32_t i = 0; i < v_->ndim; ++i)
+      if (v_->shape[i] == 0) return true;
     int64_t expected = 1;
     for (int32_t i = v_->ndim - 1; i >= 0; --i) {
       if (v_->shape[i] != 1 && v_->strides[i] != expected) return false;
       expected *= v_->shape[i];
     }
     return true;
+  }
+  // Channels-last dense (DG_KERNEL_CHANNELS_LAST): a 4-D (5-D) tensor whose
+  // strides are those of the dense NHWC (NDHWC) layout over its NCHW
+  // (NCDHW) shape; axes of size 1 are ignored, so a tensor may be both
+  // this and contiguous (C == 1, or H == W == 1). The core's rule exactly
+  // (and PyTorch's): unlike is_contiguous there is no shortcut for an
+  // empty tensor (the expected stride is the product of the sizes walked,
+  // so 0 after an empty axis).
+  bool is_channels_last() const {
+    const int32_t r = v_->ndim;
+    if (r != 4 && r != 5) return false;
+    int64_t expected = 1;
+    auto step = [&](int32_t d) {
+      if (v_->shape[d] != 1 && v_->strides[d] != expected) return false;
+      expected *= v_->shape[d];
+      return true;
+    };
+    if (!step(1)) return false;
+    for (int32_t d = r - 1; d >= 2; --d)
+      if (!step(d)) return false;
+    return step(0);
   }
   void* raw_data() const {
     return static_cast<char*>(v_->data) + v_->byte_offset;

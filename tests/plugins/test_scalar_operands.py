@@ -10,6 +10,8 @@ the results must be exactly those of fresh scalar tensors (and NumPy's).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,103 @@ def test_traced_functions_keep_their_own_constants(ta):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(f(x).cpu().numpy(), want)
     np.testing.assert_array_equal((x * 0.75 + 0.5).cpu().numpy(), want)  # eager, cached
+
+
+def test_python_threads_hammering_the_cache(ta):
+    """Six Python threads (grad-mode on in half of them) multiply by scalars
+    from a pool larger than the cache while a seventh shrinks, grows and
+    drops it (``empty_cache``): every product is exact and the cache never
+    holds more than its limit."""
+    import threading
+    x_np = np.float32([1.0, -2.0, 0.5, 3.0])
+    x = _t(ta, x_np)
+    limit = 48
+    old = ta._C._device_scalar_limit(limit)
+    errors, sizes = [], []
+    stop = threading.Event()
+
+    def worker(k):
+        try:
+            rng = np.random.default_rng(k)
+            with ta.GradientTape() if k % 2 else contextlib.nullcontext():
+                for _ in range(300):
+                    v = float(rng.integers(0, 3 * limit)) / 8.0 - 2.0
+                    got = (x * v).cpu().numpy() if k % 3 else ta.ops.add(x, v).cpu().numpy()
+                    want = x_np * np.float32(v) if k % 3 else x_np + np.float32(v)
+                    if not np.array_equal(got, want):
+                        errors.append((k, v, got, want))
+                    sizes.append(ta._C._device_scalar_count())
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append((k, repr(e)))
+
+    def churn():
+        try:
+            while not stop.is_set():
+                ta._C._device_scalar_limit(limit // 2)
+                sizes.append(ta._C._device_scalar_count())
+                ta._C._device_scalar_limit(limit)
+                ta.memory.empty_cache(DEV)
+        except Exception as e:  # noqa: BLE001
+            errors.append(("churn", repr(e)))
+
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+        c = threading.Thread(target=churn)
+        c.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        stop.set()
+        c.join(timeout=60)
+        assert not any(t.is_alive() for t in threads + [c]), "a thread hung"
+    finally:
+        ta._C._device_scalar_limit(old)
+    assert not errors, errors[:5]
+    assert len(sizes) >= 6 * 300 and max(sizes) <= limit
+
+
+_STRESS = r"""
+import sys
+import dragon_core as dg
+dg.load_library(sys.argv[1])
+C = dg._C
+# many distinct values, a small cache: it evicts all the time; few
+# read-backs keep the threads in the cache (every read-back waits)
+C._device_scalar_limit(16)
+for _ in range(4):
+    r = C._device_scalar_stress("toy_async", threads=8, iterations=2000, distinct=40,
+                                check_every=64)
+    assert r["calls"] == 16000 and r["wrong"] == 0, r
+    assert 0 < r["max_size"] <= 16 and C._device_scalar_count() <= 16, r
+# every fetched value read back
+r = C._device_scalar_stress("toy_async", threads=4, iterations=200, distinct=40)
+assert r["calls"] == 800 and r["wrong"] == 0 and r["max_size"] <= 16, r
+# limit 0: nothing cached, every call makes its own tensor
+C._device_scalar_limit(0)
+r = C._device_scalar_stress("toy_async", threads=4, iterations=100, distinct=10)
+assert r["wrong"] == 0 and r["max_size"] == 0 and C._device_scalar_count() == 0, r
+# room for all: each value cached once
+C._device_scalar_limit(256)
+r = C._device_scalar_stress("toy_async", threads=8, iterations=500, distinct=10,
+                            check_every=8)
+assert r["wrong"] == 0 and C._device_scalar_count() == 10, r
+print("STRESS OK")
+"""
+
+
+def test_native_threads_without_the_gil(ta, fixture_plugins):
+    """The cache's own mutex, checked where the GIL cannot serialise the
+    callers: native threads with the GIL released fetch scalars (more
+    distinct values than the cache holds, so it evicts all the time) and
+    read them back. In a fresh process: without the mutex this crashes
+    (measured: a segmentation fault, and the cache past its bound, within
+    a few runs)."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", _STRESS, str(fixture_plugins["toy_async"])],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "STRESS OK" in p.stdout, \
+        f"exit code {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+    with pytest.raises(ValueError, match="_device_scalar_stress: needs a non-host device"):
+        ta._C._device_scalar_stress("cpu", threads=1, iterations=1, distinct=1)

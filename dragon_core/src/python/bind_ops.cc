@@ -1,8 +1,13 @@
 // Op bindings: the generic call used by the generated dragon_core.ops
 // functions, shape inference, schema introspection, tensor operators.
+#include <atomic>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "../core/allocator.h"
 #include "../core/device.h"
@@ -387,13 +392,24 @@ OpSchema& RequireOp(const std::string& name) {
 // once and reused, instead of a new tensor and a pageable host-to-device
 // copy per call. Shared by the operator fast path below and the Python
 // paths (_tensor._device_scalar). The bits are the value in the dtype, so
-// -0.0 and 0.0, and NaN payloads, stay apart. First in, first out past
-// kMaxDeviceScalars. Never handed to user code as a result, only fed to
-// ops as an input; read-only storage besides (the dispatcher never writes
-// an output over it). Used under the GIL only. Never destroyed: at exit
-// the device plugins may be gone.
+// -0.0 and 0.0, and NaN payloads, stay apart. First in, first out past the
+// limit (kMaxDeviceScalars unless _device_scalar_limit set another). Never
+// handed to user code as a result, only fed to ops as an input; read-only
+// storage besides (the dispatcher never writes an output over it). Never
+// destroyed: at exit the device plugins may be gone.
+//
+// Thread safety: every caller holds the GIL today (the operator fast path,
+// _device_scalar, _drop_device_scalars, _device_scalar_count/_limit;
+// executor workers and the GIL-free collective path never reach it), but
+// the cache does not rely on that: its own mutex guards the map, the
+// order and the limit, so it stays right when a caller releases the GIL or
+// under free-threaded Python. The mutex is never held across work that
+// may block or re-enter: the host-to-device copy of a new scalar runs
+// unlocked (two threads missing at once both copy; the first to insert
+// wins and the other's tensor is returned to its caller only), and
+// evicted tensors are destroyed after unlocking (a tensor's destructor
+// may run Python: its autograd state holds Python objects).
 constexpr size_t kMaxDeviceScalars = 256;
-size_t g_max_device_scalars = kMaxDeviceScalars;  // 0: every call makes a new one
 
 struct ScalarKey {
   int32_t type, index, dtype;
@@ -411,9 +427,75 @@ struct ScalarKeyHash {
     return static_cast<size_t>(h ^ (h >> 29));
   }
 };
-struct DeviceScalars {
-  std::unordered_map<ScalarKey, Tensor, ScalarKeyHash> map;
-  std::deque<ScalarKey> order;  // insertion order
+class DeviceScalars {
+ public:
+  // The cached tensor of `key`, or null.
+  Tensor Find(const ScalarKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    return it == map_.end() ? Tensor() : it->second;
+  }
+  // Caches `s` under `key` unless the limit is 0; returns the cached tensor
+  // (an earlier thread's when one inserted `key` meanwhile, else `s`).
+  Tensor Insert(const ScalarKey& key, Tensor s) {
+    std::vector<Tensor> evicted;  // destroyed after unlocking
+    std::lock_guard<std::mutex> lock(mu_);
+    if (limit_ == 0) return s;
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second;
+    EvictTo(limit_ - 1, &evicted);
+    map_.emplace(key, s);
+    order_.push_back(key);
+    return s;
+  }
+  // Forgets the tensors of device (type, index), or all with type < 0.
+  void Drop(int32_t type, int32_t index) {
+    std::vector<Tensor> evicted;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::deque<ScalarKey> keep;
+    for (const ScalarKey& k : order_) {
+      if (type < 0 || (k.type == type && k.index == index)) Take(k, &evicted);
+      else keep.push_back(k);
+    }
+    order_.swap(keep);
+  }
+  size_t Size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return map_.size();
+  }
+  // Sets the limit (and evicts past it); returns the old one.
+  size_t SetLimit(size_t limit) {
+    std::vector<Tensor> evicted;
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t old = limit_;
+    limit_ = limit;
+    EvictTo(limit_, &evicted);
+    return old;
+  }
+  size_t Limit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_;
+  }
+
+ private:
+  // Under mu_: drops the oldest entries until at most n remain.
+  void EvictTo(size_t n, std::vector<Tensor>* out) {
+    while (map_.size() > n && !order_.empty()) {
+      Take(order_.front(), out);
+      order_.pop_front();
+    }
+  }
+  void Take(const ScalarKey& k, std::vector<Tensor>* out) {
+    auto it = map_.find(k);
+    if (it == map_.end()) return;
+    out->push_back(std::move(it->second));
+    map_.erase(it);
+  }
+
+  std::mutex mu_;
+  std::unordered_map<ScalarKey, Tensor, ScalarKeyHash> map_;
+  std::deque<ScalarKey> order_;  // insertion order
+  size_t limit_ = kMaxDeviceScalars;  // 0: every call makes a new one
 };
 DeviceScalars& Scalars() {
   static auto* cache = new DeviceScalars();
@@ -425,20 +507,12 @@ Tensor DeviceScalar(DgDevice d, DgDType t, const void* value, size_t size) {
   ScalarKey key{d.type, d.index, static_cast<int32_t>(t), 0};
   std::memcpy(&key.bits, value, size < 8 ? size : 8);
   DeviceScalars& c = Scalars();
-  auto it = c.map.find(key);
-  if (it != c.map.end()) return it->second;
+  if (Tensor hit = c.Find(key)) return hit;
   Tensor host = TensorImpl::Empty(kHost, t, {});
   std::memcpy(host->data(), value, size);
   Tensor s = CopyTo(host, d);
   s->storage()->set_read_only(true);
-  if (g_max_device_scalars == 0) return s;
-  while (c.map.size() >= g_max_device_scalars && !c.order.empty()) {
-    c.map.erase(c.order.front());
-    c.order.pop_front();
-  }
-  c.map.emplace(key, s);
-  c.order.push_back(key);
-  return s;
+  return c.Insert(key, std::move(s));
 }
 
 // Runs `a op b` (`b op a` when reflected) with the default attributes on a's
@@ -720,37 +794,87 @@ void BindOps(py::module_& m) {
     return DeviceScalar(d, t, v.data(), v.size());
   }, "The cached read-only 0-d tensor of dtype code `dtype` on `device` (not the host) "
      "whose value has the bytes `value` (made on first use).");
+  m.def("_device_scalar_stress", [](const std::string& device, int threads, int iterations,
+                                    int distinct, int check_every) {
+    // A self-check of DeviceScalar's thread safety that Python threads
+    // cannot give under the GIL: `threads` native threads, the GIL
+    // released, each asking `iterations` times for a float32 scalar among
+    // `distinct` values, reading every `check_every`-th back (a read-back
+    // waits for the device: fewer of them keep the threads in the cache).
+    const DgDevice d = DeviceRegistry::Get().Parse(device);
+    if (d.type == kHost.type || threads < 1 || iterations < 0 || distinct < 1 ||
+        check_every < 1)
+      throw CoreError(DG_INVALID_ARGUMENT,
+                      dg::Str("_device_scalar_stress: needs a non-host device, threads >= 1, "
+                              "iterations >= 0, distinct >= 1 and check_every >= 1; got ",
+                              device, ", ", threads, ", ", iterations, ", ", distinct, ", ",
+                              check_every));
+    std::atomic<int64_t> wrong{0}, calls{0};
+    std::atomic<size_t> max_size{0};
+    std::mutex error_mu;
+    std::string error;
+    {
+      py::gil_scoped_release nogil;
+      std::vector<std::thread> pool;
+      for (int k = 0; k < threads; ++k) {
+        pool.emplace_back([&, k] {
+          try {
+            uint32_t state = 2654435761u * static_cast<uint32_t>(k + 1);
+            for (int i = 0; i < iterations; ++i) {
+              state = state * 1664525u + 1013904223u;
+              const float v = static_cast<float>((state >> 8) % static_cast<uint32_t>(distinct));
+              const Tensor s = DeviceScalar(d, DG_FLOAT32, &v, sizeof(v));
+              float got = v;
+              if (i % check_every == 0) {
+                const Tensor h = CopyTo(s, kHost);
+                std::memcpy(&got, h->data(), sizeof(got));
+              }
+              if (got != v || s->ndim() != 0 || s->dtype() != DG_FLOAT32 ||
+                  !s->storage()->read_only())
+                ++wrong;
+              const size_t n = Scalars().Size();
+              size_t seen = max_size.load();
+              while (n > seen && !max_size.compare_exchange_weak(seen, n)) {
+              }
+              ++calls;
+            }
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lock(error_mu);
+            if (error.empty()) error = e.what();
+          }
+        });
+      }
+      for (std::thread& t : pool) t.join();
+    }
+    if (!error.empty()) throw CoreError(DG_INTERNAL, "_device_scalar_stress: " + error);
+    py::dict r;
+    r["calls"] = calls.load();
+    r["wrong"] = wrong.load();
+    r["max_size"] = max_size.load();
+    return r;
+  }, py::arg("device"), py::arg("threads"), py::arg("iterations"), py::arg("distinct"),
+     py::arg("check_every") = 1,
+     "Test aid: `threads` native threads (the GIL released) each fetch `iterations` cached "
+     "float32 scalars among `distinct` values on `device`, reading every `check_every`-th "
+     "back; returns "
+     "{'calls', 'wrong' (values, dtype, shape or read-only flag not as asked), "
+     "'max_size' (the most entries the cache was seen to hold)}.");
   m.def("_drop_device_scalars", [](py::object device) {
-    DeviceScalars& c = Scalars();
     if (device.is_none()) {
-      c.map.clear();
-      c.order.clear();
+      Scalars().Drop(-1, 0);
       return;
     }
     const DgDevice d = DeviceRegistry::Get().Parse(py::str(device));
-    std::deque<ScalarKey> keep;
-    for (const ScalarKey& k : c.order) {
-      if (k.type == d.type && k.index == d.index) c.map.erase(k);
-      else keep.push_back(k);
-    }
-    c.order.swap(keep);
+    Scalars().Drop(d.type, d.index);
   }, py::arg("device") = py::none(),
      "Forget the cached scalar operands of `device` (every device when None).");
-  m.def("_device_scalar_count", [] { return Scalars().map.size(); },
+  m.def("_device_scalar_count", [] { return Scalars().Size(); },
         "How many scalar operands are cached (all devices).");
   m.def("_device_scalar_limit", [](py::object limit) {
-    const size_t old = g_max_device_scalars;
-    if (!limit.is_none()) {
-      const int64_t n = limit.cast<int64_t>();
-      if (n < 0) throw CoreError(DG_INVALID_ARGUMENT, "_device_scalar_limit: negative limit");
-      g_max_device_scalars = static_cast<size_t>(n);
-      DeviceScalars& c = Scalars();
-      while (c.map.size() > g_max_device_scalars && !c.order.empty()) {
-        c.map.erase(c.order.front());
-        c.order.pop_front();
-      }
-    }
-    return old;
+    if (limit.is_none()) return Scalars().Limit();
+    const int64_t n = limit.cast<int64_t>();
+    if (n < 0) throw CoreError(DG_INVALID_ARGUMENT, "_device_scalar_limit: negative limit");
+    return Scalars().SetLimit(static_cast<size_t>(n));
   }, py::arg("limit") = py::none(),
      "The most scalar operands cached (256); with `limit`, sets it and returns the old one "
      "(0: none, every scalar operand is a new tensor and copy, as before the cache).");

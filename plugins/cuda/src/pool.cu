@@ -8,11 +8,11 @@
 // docs/cuda.md); the other pooling kernels take dense NCHW copies.
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "elementwise.cuh"
 #include "index_math.h"
+#include "pool_window.h"
 
 namespace dragon_cuda {
 namespace {
@@ -87,25 +87,12 @@ bool Fits32(const Pool& p) {
          p.oh * p.sh + p.kh * p.dh < lim && p.ow * p.sw + p.kw * p.dw < lim;
 }
 
-// In-plane index of the maximum of window (i, j), -1 for an empty window.
+// In-plane index of the maximum of window (i, j), -1 for an empty window:
+// the shared walk (pool_window.h) over the dense NCHW plane.
 template <typename I, typename T>
 __device__ I ArgMaxWindow(const T* xp, const Geo<I>& p, I i, I j) {
-  I best = -1;
-  Acc<T> best_v = 0;
-  for (I a = 0; a < p.kh; ++a) {
-    const I r = i * p.sh - p.ph + a * p.dh;
-    if (r < 0 || r >= p.h) continue;
-    for (I b = 0; b < p.kw; ++b) {
-      const I c = j * p.sw - p.pw + b * p.dw;
-      if (c < 0 || c >= p.w) continue;
-      const Acc<T> v = Load(xp[r * p.w + c]);
-      if (best < 0 || v > best_v || (v != v && best_v == best_v)) {
-        best = r * p.w + c;
-        best_v = v;
-      }
-    }
-  }
-  return best;
+  I at = 0;
+  return MaxPoolWindowArgMax<Acc<T>>(xp, p, i, j, p.w, I(1), &at) ? at : I(-1);
 }
 
 // y (or, with kIndices, the in-plane index of each window's maximum).
@@ -144,8 +131,9 @@ void LaunchMaxPool(const Pool& p, int64_t n, cudaStream_t s, const T* x, T* y, I
 // Channels-last MaxPool2d (docs/cuda.md): thread t takes output element t
 // in NHWC order (channel fastest, so a warp reads neighbouring channels of
 // one cell), reads x and writes y through their strides (y channels-last,
-// or row-major when a compiled plan gives a row-major buffer). Same window
-// order, tie and NaN rules as ArgMaxWindow.
+// or row-major when a compiled plan gives a row-major buffer). The window
+// walk is ArgMaxWindow's (pool_window.h), over x's own row and column
+// strides.
 struct Strides4 {
   int64_t s0, s1, s2, s3;
 };
@@ -165,38 +153,17 @@ __global__ void MaxPoolChannelsLast(const T* x, T* y, Pool p, int64_t channels, 
     const int64_t oi = rest % p.oh;
     const int64_t n = rest / p.oh;
     const T* xp = x + n * xs.s0 + ch * xs.s1;
-    bool found = false;
-    Acc<T> best = 0;
-    T best_raw = T();
-    for (int64_t a = 0; a < p.kh; ++a) {
-      const int64_t r = oi * p.sh - p.ph + a * p.dh;
-      if (r < 0 || r >= p.h) continue;
-      for (int64_t b = 0; b < p.kw; ++b) {
-        const int64_t c = oj * p.sw - p.pw + b * p.dw;
-        if (c < 0 || c >= p.w) continue;
-        const T raw = xp[r * xs.s2 + c * xs.s3];
-        const Acc<T> v = Load(raw);
-        if (!found || v > best || (v != v && best == best)) {
-          found = true;
-          best = v;
-          best_raw = raw;
-        }
-      }
-    }
+    int64_t at = 0;
+    const bool found = MaxPoolWindowArgMax<Acc<T>>(xp, p, oi, oj, xs.s2, xs.s3, &at);
     y[n * ys.s0 + ch * ys.s1 + oi * ys.s2 + oj * ys.s3] =
-        found ? best_raw : Store<T>(static_cast<Acc<T>>(NAN));
+        found ? xp[at] : Store<T>(static_cast<Acc<T>>(NAN));
   }
 }
 
-// Whether t (4-D) is channels-last and not also row-major.
+// Whether t (4-D) is channels-last and not also row-major (the SDK's rules,
+// which are the core's).
 bool StrictlyChannelsLast(const dg::TensorRef& t) {
-  if (t.ndim() != 4 || t.is_contiguous()) return false;
-  int64_t expected = 1;
-  for (int32_t d : {1, 3, 2, 0}) {
-    if (t.dim(d) != 1 && t.stride(d) != expected) return false;
-    expected *= t.dim(d);
-  }
-  return true;
+  return t.ndim() == 4 && !t.is_contiguous() && t.is_channels_last();
 }
 
 template <typename T>

@@ -16,7 +16,8 @@ recorded
     by a recorder (NCCL cannot create a communicator without a GPU; the
     GPU check runs the real one): the whole store world -- id per group,
     new_group, barrier, errors for cpu tensors, destroy and a second
-    initialisation -- in plain processes.
+    initialisation -- in plain processes. Each ``NcclCommDestroy`` call
+    (destroy_process_group) is printed.
 join
     only the rendezvous (``init_process_group("nccl")`` with the recorder):
     prints OK or the exception (missing ranks, mismatches).
@@ -91,6 +92,15 @@ if mode == "nccl_id":
 
 elif mode in ("recorded", "join", "barrier_hang", "group_mismatch"):
     dist._nccl_comm_init = record
+    real_destroy = dist._nccl_comm_destroy
+
+    def record_destroy(g, abort=False):
+        """Prints each NcclCommDestroy call (the real op: with no
+        communicator made, it frees nothing and returns 0)."""
+        code = real_destroy(g, abort)
+        say(f"NCCL_DESTROY group={g.id} abort={abort} code={code}")
+        return code
+    dist._nccl_comm_destroy = record_destroy
     try:
         dist.init_process_group("nccl", timeout=timeout, **kw)
     except Exception as e:  # noqa: BLE001

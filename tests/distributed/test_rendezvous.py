@@ -123,6 +123,13 @@ def test_two_plain_processes_form_an_nccl_world_through_the_store(method):
         in outs[0][1]
     assert "GROUPS ProcessGroup(id=1, ranks=[0, 1]) ProcessGroup(id=2, ranks=[1]) None" \
         in outs[1][1]
+    # destroy_process_group freed the NCCL communicator of every group this
+    # rank belongs to (the world, new_group(), its one-rank group), once
+    # each, then the second world's
+    for r, mine in ((0, 3), (1, 2)):
+        destroyed = re.findall(r"NCCL_DESTROY group=(\d+) abort=(\w+) code=(\d+)", outs[r][1])
+        assert destroyed == [("0", "False", "0"), ("1", "False", "0"), (str(mine), "False", "0"),
+                             ("0", "False", "0")], outs[r][1]
     # the second initialisation drew a fresh world id, again the same on both ranks
     again0 = re.findall(r"UID group=0 ranks=\[0, 1\] grank=0 ([0-9a-f]+)", outs[0][1])
     again1 = re.findall(r"UID group=0 ranks=\[0, 1\] grank=1 ([0-9a-f]+)", outs[1][1])

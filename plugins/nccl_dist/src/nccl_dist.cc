@@ -5,6 +5,8 @@
 //   NcclUniqueId()                -> uint8[128] on cpu (a group's rank 0; sent to the
 //                                    others by MPI or through the rendezvous store)
 //   NcclCommInit(id uint8[128])   -> int64[] (attrs group, nranks, rank, timeout_s)
+//   NcclCommDestroy()             -> int64[] (attrs group, abort): frees the group's
+//                                    communicator (destroy_process_group, issue 16)
 // libnccl.so.2 is opened with dlopen at first use (never linked): the
 // nvidia-nccl-cu13 wheel beside this package, $DRAGON_NCCL_LIBRARY, or the
 // loader path. Communicators are non-blocking (config.blocking = 0) and every
@@ -38,6 +40,7 @@ struct Nccl {
   decltype(&ncclCommGetAsyncError) CommGetAsyncError = nullptr;
   decltype(&ncclCommAbort) CommAbort = nullptr;
   decltype(&ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&ncclCommFinalize) CommFinalize = nullptr;
   decltype(&ncclGetErrorString) GetErrorString = nullptr;
   decltype(&ncclGetLastError) GetLastError = nullptr;
   decltype(&ncclAllReduce) AllReduce = nullptr;
@@ -86,6 +89,7 @@ Nccl& Lib() {
               Sym(h, "ncclCommGetAsyncError", &lib.CommGetAsyncError, &err) &&
               Sym(h, "ncclCommAbort", &lib.CommAbort, &err) &&
               Sym(h, "ncclCommDestroy", &lib.CommDestroy, &err) &&
+              Sym(h, "ncclCommFinalize", &lib.CommFinalize, &err) &&
               Sym(h, "ncclGetErrorString", &lib.GetErrorString, &err) &&
               Sym(h, "ncclGetLastError", &lib.GetLastError, &err) &&
               Sym(h, "ncclAllReduce", &lib.AllReduce, &err) &&
@@ -317,6 +321,56 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
   *ctx.output(0).data<int64_t>() = c.nranks;
 }
 
+// Frees this rank's communicator of `group` (destroy_process_group, for the
+// world and every sub-group): ncclCommFinalize, polled against the group's
+// timeout, then ncclCommDestroy. With `abort` (the failure path: peers may
+// be gone and a finalize would wait for them), or when the finalize fails
+// or times out, ncclCommAbort instead. Idempotent: a group without a
+// communicator (never made, already freed, aborted by a timed-out
+// collective) gives 0 and calls no NCCL function, so it works where
+// libnccl cannot even be opened. Output: 0 nothing to free, 1 destroyed,
+// 2 aborted as asked, 3 aborted after a failed or timed-out finalize.
+void NcclCommDestroyShape(dg::InferContext& ctx) { ctx.set_output(0, DG_INT64, {}); }
+void NcclCommDestroyKernel(dg::KernelContext& ctx) {
+  const int64_t group = ctx.i("group");
+  const bool abort = ctx.b("abort");
+  Comm c;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_comms.find(group);
+    if (it != g_comms.end()) {
+      c = it->second;
+      g_comms.erase(it);
+    }
+  }
+  int64_t* out = ctx.output(0).data<int64_t>();
+  *out = 0;
+  if (!c.comm) return;
+  Nccl& lib = Require("NcclCommDestroy");  // opened: it made c.comm
+  if (abort) {
+    lib.CommAbort(c.comm);
+    *out = 2;
+    return;
+  }
+  ncclResult_t r = lib.CommFinalize(c.comm);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(c.timeout_s);
+  while (r == ncclInProgress && std::chrono::steady_clock::now() <= deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (lib.CommGetAsyncError(c.comm, &r) != ncclSuccess) break;
+  }
+  if (r != ncclSuccess) {
+    lib.CommAbort(c.comm);
+    *out = 3;
+    return;
+  }
+  r = lib.CommDestroy(c.comm);
+  DG_CHECK(r == ncclSuccess, DG_INTERNAL, "rank ", c.rank, ": NcclCommDestroy: ncclCommDestroy "
+           "of process group ", group, " failed: ", lib.GetErrorString(r), ": ",
+           lib.GetLastError(nullptr));
+  *out = 1;
+}
+
 }  // namespace
 
 DG_OP(NcclVersion)
@@ -345,9 +399,22 @@ DG_OP(NcclCommInit)
     .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
     .Shape(NcclCommInitShape);
 
+DG_OP(NcclCommDestroy)
+    .Doc("Frees this rank's NCCL communicator of a process group (ncclCommFinalize then "
+         "ncclCommDestroy; ncclCommAbort with abort, or when the finalize fails or times "
+         "out). Idempotent: 0 when the group has none.")
+    .Output("result", dg::Bit(DG_INT64), 0,
+            "0-d int64: 0 nothing to free, 1 destroyed, 2 aborted as asked, 3 aborted "
+            "after a failed or timed-out finalize.")
+    .RequiredAttr("group", DG_ATTR_INT, "Process-group id.")
+    .Attr("abort", false, "Abort (the failure path) instead of finalizing.")
+    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Shape(NcclCommDestroyShape);
+
 DG_KERNEL_MASK("NcclVersion", "cpu", dg::kAll, 0, 0, NcclVersionKernel);
 DG_KERNEL_MASK("NcclUniqueId", "cpu", dg::kAll, 0, 0, NcclUniqueIdKernel);
 DG_KERNEL_MASK("NcclCommInit", "cpu", dg::Bit(DG_UINT8), 0, 0, NcclCommInitKernel);
+DG_KERNEL_MASK("NcclCommDestroy", "cpu", dg::kAll, 0, 0, NcclCommDestroyKernel);
 
 DG_KERNEL_MASK("CollectiveAllReduce", "cuda", dg::kAll, 0, 0, AllReduceKernel);
 DG_KERNEL_MASK("CollectiveBroadcast", "cuda", dg::kAll, 0, 0, BroadcastKernel);

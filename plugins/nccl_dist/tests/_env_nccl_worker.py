@@ -76,8 +76,8 @@ except RuntimeError as e:
 
 print("group and barriers", flush=True)
 
-# A store world can be initialised again (a new store, a new communicator
-# replacing group 0's: the plugin destroys the old one).
+# A store world can be initialised again (a new store, a new communicator:
+# destroy_process_group destroyed the old ones, issue 16).
 dist.destroy_process_group()
 assert not dist.is_initialized()
 dist.init_process_group(backend="nccl", init_method="env://", timeout=120)

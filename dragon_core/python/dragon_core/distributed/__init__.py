@@ -290,52 +290,62 @@ def _mpi_env_refusal(rdzv) -> str:
 
 def destroy_process_group(group: "ProcessGroup | None" = None, *, _failed: bool = False
                           ) -> None:
-    """Free ``group``, or with no argument every group and MPI itself (the
-    process cannot initialise MPI again afterwards). A world joined by
-    environment rendezvous closes its store instead (rank 0 stops serving
-    it once the other ranks disconnected, at most 10 s later) and may be
-    initialised again."""
+    """Free ``group``, or with no argument the world and every group made
+    by :func:`new_group`; then :func:`init_process_group` may run again.
+
+    Each freed group's NCCL communicator (``nccl`` backend) is destroyed
+    (``ncclCommFinalize`` then ``ncclCommDestroy``; ``ncclCommAbort`` on the
+    failure path, or when the finalize fails or outlives the timeout), its
+    MPI communicator freed. MPI itself stays initialised until the process
+    exits (MPI cannot be initialised twice in one process), so an MPI world
+    can be joined again. A world joined by environment rendezvous closes
+    its store instead (rank 0 stops serving it once the other ranks
+    disconnected, at most 10 s later). Freeing a group twice does nothing.
+    """
     if group is not None and group is not _G.world:
-        group._free()
+        group._free(abort=_failed)
         return
     if _G.world is None:
         return
     with _G.lock:
         for g in _G.groups:
             if g is not None:
-                g._free()
+                g._free(abort=_failed)
         _G.world, _G.groups, _G.backend = None, [], None
         if _G.rdzv is not None:
             from . import _rendezvous
             rdzv, _G.rdzv = _G.rdzv, None
             _rendezvous.close(rdzv, failed=_failed)
-        else:
-            _G.lib.finalize()
 
 
 @atexit.register
 def _finalize_at_exit() -> None:
-    """A clean exit finalizes MPI. A rank ending with an unhandled exception
+    """A clean exit frees the groups and finalizes MPI (also after a
+    :func:`destroy_process_group`). A rank ending with an unhandled exception
     aborts the job instead (``MPI_Abort``): ``MPI_Finalize`` would wait for
     peers that may be blocked in a collective with it, and the job must end."""
-    if _G.world is None:
-        return
-    if _G.failed:
-        if _G.rdzv is not None:          # no MPI job to abort: close the store at once
-            destroy_process_group(_failed=True)
-            return
-        import sys
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        _G.lib.abort(1)
-        os._exit(1)
-    try:
-        destroy_process_group()
-    except Exception:  # noqa: BLE001 - interpreter shutdown
-        pass
+    if _G.world is not None:
+        if _G.failed:
+            if _G.rdzv is not None:      # no MPI job to abort: close the store at once
+                destroy_process_group(_failed=True)
+                return
+            import sys
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+            _G.lib.abort(1)
+            os._exit(1)
+        try:
+            destroy_process_group()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+    if _G.lib is not None:
+        try:
+            _G.lib.finalize()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def _install_excepthook() -> None:
@@ -393,7 +403,12 @@ class ProcessGroup:
     def size(self) -> int:
         return self._size
 
-    def _free(self) -> None:
+    def _free(self, abort: bool = False) -> None:
+        """Free this group's communicators (idempotent). ``abort``: the
+        failure path (NCCL communicators are aborted, not finalized)."""
+        if _G.backend == "nccl" and not (self._freed if self._store_world else
+                                         self._comm is None):
+            _nccl_comm_destroy(self, abort)
         if self._store_world:
             self._freed = True
             return
@@ -488,6 +503,21 @@ def _nccl_comm_init(uid, g: "ProcessGroup") -> None:
     from .. import ops
     ops.nccl_comm_init(uid, group=g.id, nranks=g.size(), rank=g.rank(),
                        timeout_s=float(_G.timeout))
+
+
+def _nccl_comm_destroy(g: "ProcessGroup", abort: bool = False) -> int:
+    """``NcclCommDestroy`` of ``g``: frees this rank's NCCL communicator of
+    the group (idempotent). Returns the op's code: 0 none, 1 destroyed,
+    2 aborted as asked, 3 aborted after a failed or timed-out finalize
+    (warned)."""
+    from .. import ops
+    code = int(ops.nccl_comm_destroy(group=g.id, abort=bool(abort)).numpy())
+    if code == 3:
+        import warnings
+        warnings.warn(f"destroy_process_group: the NCCL communicator of {g!r} could not be "
+                      f"finalized within {_G.timeout} s (a peer did not destroy it, or NCCL "
+                      "failed); it was aborted", RuntimeWarning, stacklevel=3)
+    return code
 
 
 def _group(group) -> ProcessGroup:

@@ -115,7 +115,8 @@ class Lib:
         self.lib.MPI_Finalized(ctypes.byref(flag))
         if flag.value:
             raise RuntimeError("dragon_core.distributed: MPI was finalized in this process "
-                               "(destroy_process_group); it cannot be initialised again")
+                               "(by other code: destroy_process_group leaves it initialised "
+                               "until exit); it cannot be initialised again")
         self.lib.MPI_Initialized(ctypes.byref(flag))
         if not flag.value:
             # A rank waiting inside a blocking MPI call yields its core

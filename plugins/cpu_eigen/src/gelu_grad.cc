@@ -12,18 +12,21 @@
 // result never depends on its position): the exact form's read in place, a
 // tail shorter than a packet and the tanh form on aligned blocks padded to
 // whole packets:
-//   * exact form: one branch-free float formula for every x (gelu_grad.h,
-//     ErfBlockF32): Phi(-|x|) = erfc(|x|/sqrt 2) / 2 from a degree-12 fit
-//     erfc(z) = e^(-z^2) t P(t), t = 1 / (1 + z/2), valid for all z >= 0,
-//     Phi(x) = that or 1 minus it (never 1 + erf(x/sqrt 2), which cancels
-//     for x < 0), e^(-x^2/2) with x^2 split so that its rounding is not
-//     amplified. Max error (tests/ops/test_gelu_grad.py, float64 reference
-//     over [-10, 10], every ISA build): 9 ulp for x < -1, 4 ulp on [0, 1],
+//   * exact form: one branch-free float formula for every x, shared with
+//     Gelu's forward (elementwise_ops.h, gelu::ErfPackets): Phi(-|x|) =
+//     erfc(|x|/sqrt 2) / 2 = e^(-x^2/2) t P(t), t = 1 / (1 + 0.38 |x| /
+//     sqrt 2), P a degree-8 fit (relative error 2.2e-8), Phi(x) = that or
+//     1 minus it (never 1 + erf(x/sqrt 2), which cancels for x < 0),
+//     e^(-x^2/2) with x^2 split exactly so that its rounding is not
+//     amplified, in a table-driven exp (AVX-512) or Cephes' polynomial.
+//     Max error (tests/ops/test_gelu_grad.py, float64 reference over
+//     [-10, 10], every ISA build): 9 ulp for x < -1, 4 ulp on [0, 1],
 //     1 ulp above; on [-1, 0), where gelu' falls through 0 (x ~ -0.75) and
 //     Phi(x) and x phi(x) cancel, 10 ulp or 1e-7 absolute. Issue 21: the
 //     former x < -1 tail, gathered into double packets, made the kernel
 //     2.2x slower than torch's gelu_backward on normal inputs (4.5x when
-//     every x < -1).
+//     every x < -1); the shared formula is ~1.5x faster than the first
+//     float version (docs/benchmarks.md).
 //   * tanh form: with e = exp(-|v|) <= 1, p = 1 / (1 + e), q = e p, the
 //     pair (s(v), s(-v)) is (p, q) for v >= 0 and (q, p) for v < 0: no
 //     exp overflows and neither sigmoid loses its small tail to 1 - s.

@@ -631,6 +631,33 @@ inline Packet ScaleByE(Packet m, Packet e) {
 #endif
 }
 
+// m + y where x >= 0, m elsewhere (H = [x >= 0]: the exact forms agree at
+// x = 0 either way; a NaN x compares false). AVX-512: one masked add;
+// otherwise m + H y with H a compare ANDed with 1.0f's bits (0 or 1).
+// NegateWhereNonNegative: -y where x >= 0, y elsewhere.
+#if defined(__AVX512F__)
+inline __m512 AddWhereNonNegative(__m512 x, __m512 m, __m512 y) {
+  const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mask_add_ps(m, k, m, y);
+}
+inline __m512 NegateWhereNonNegative(__m512 x, __m512 y) {
+  const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mask_sub_ps(y, k, _mm512_setzero_ps(), y);
+}
+#endif
+template <typename Packet>
+inline Packet AddWhereNonNegative(Packet x, Packet m, Packet y) {
+  namespace ei = Eigen::internal;
+  const Packet one = ei::pset1<Packet>(1.0f);
+  return ei::pmadd(y, ei::pand(ei::pcmp_le(ei::pzero(x), x), one), m);
+}
+template <typename Packet>
+inline Packet NegateWhereNonNegative(Packet x, Packet y) {
+  namespace ei = Eigen::internal;
+  const Packet h = ei::pand(ei::pcmp_le(ei::pzero(x), x), ei::pset1<Packet>(1.0f));
+  return ei::pmul(y, ei::pmadd(h, ei::pset1<Packet>(-2.0f), ei::pset1<Packet>(1.0f)));
+}
+
 // What ErfPackets writes: gelu(x), or dy gelu'(x).
 enum class ErfOut { kGelu, kSlope };
 
@@ -643,8 +670,11 @@ void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
   constexpr int kAlign = kAligned ? Eigen::Aligned64 : Eigen::Unaligned;
   using Packet = typename ei::packet_traits<float>::type;
   constexpr int64_t kP = kPacket<float>;
+  // gelu evaluates -P (negated coefficients: exactly -P), so that -a q
+  // needs no negation.
+  constexpr float kSign = kOut == ErfOut::kGelu ? -1.0f : 1.0f;
   const Packet lo = ei::pset1<Packet>(-40.0f), hi = ei::pset1<Packet>(40.0f);
-  const Packet one = ei::pset1<Packet>(1.0f), zero = ei::pset1<Packet>(0.0f);
+  const Packet one = ei::pset1<Packet>(1.0f);
   const Packet k_t = ei::pset1<Packet>(kErfcT);
   const Packet k_pdf = ei::pset1<Packet>(static_cast<float>(kInvSqrt2Pi));
 #if defined(__AVX512F__)
@@ -661,17 +691,35 @@ void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
   // execution alone does not look far enough ahead.
   auto run = [&](int64_t j, auto unroll) {
     constexpr int kU = decltype(unroll)::value;
-    Packet xv[kU], a[kU], t[kU], p[kU], s[kU], r[kU], e[kU];
+    Packet xv[kU], a[kU], t[kU], w[kU], p[kU], e[kU];
+#if !defined(__AVX512F__)
+    Packet s[kU], r[kU];
+#endif
     for (int u = 0; u < kU; ++u) {
       xv[u] = ei::ploadt<Packet, kAlign>(x + j + u * kP);
       a[u] = ei::pmin(ei::pabs(xv[u]), hi);
-      t[u] = ei::pdiv(one, ei::pmadd(a[u], k_t, one));
-      p[u] = ei::pset1<Packet>(kErfcP32[8]);
+      if constexpr (kOut == ErfOut::kGelu) {
+        // w = a t in the division, t = 1 - kErfcT w (1 - t = kErfcT a t).
+        w[u] = ei::pdiv(a[u], ei::pmadd(a[u], k_t, one));
+        t[u] = ei::pmadd(w[u], ei::pnegate(k_t), one);
+      } else {
+        t[u] = ei::pdiv(one, ei::pmadd(a[u], k_t, one));
+      }
+      p[u] = ei::pset1<Packet>(kSign * kErfcP32[8]);
     }
     for (int i = 7; i >= 0; --i) {
-      const Packet ci = ei::pset1<Packet>(kErfcP32[i]);
+      const Packet ci = ei::pset1<Packet>(kSign * kErfcP32[i]);
       for (int u = 0; u < kU; ++u) p[u] = ei::pmadd(p[u], t[u], ci);
     }
+#if defined(__AVX512F__)
+    // E = e^(hi + lo) in one factor (scalef rounds a subnormal E once),
+    // -a^2/2 = hi + lo exactly: hi = (-a/2) a rounded, lo its error (FMA).
+    for (int u = 0; u < kU; ++u) {
+      const Packet na = ei::pmul(a[u], k_exp);
+      const Packet h = ei::pmul(na, a[u]);
+      e[u] = ExpSplit16(h, ei::pmadd(na, a[u], ei::pnegate(h)));
+    }
+#else
     for (int u = 0; u < kU; ++u) {
       // a^2 = s + r exactly.
       s[u] = ei::pmul(a[u], a[u]);
@@ -688,30 +736,23 @@ void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
                       ei::pmul(al, al));
 #endif
     }
-#if defined(__AVX512F__)
-    // E = e^(-s/2 - r/2) in one factor (scalef rounds a subnormal E once).
-    for (int u = 0; u < kU; ++u) {
-      e[u] = ExpSplit16(ei::pmul(s[u], k_exp), ei::pmul(r[u], k_exp));
-    }
-#else
     ExpSplit<kU>(s, r, k_exp, e);
 #endif
     for (int u = 0; u < kU; ++u) {
-      const Packet step = ei::pand(ei::pcmp_lt(zero, xv[u]), one);  // H
-      const Packet tp = ei::pmul(t[u], p[u]);
       const Packet xc = ei::pmax(xv[u], lo);
       Packet res;
       if constexpr (kOut == ErfOut::kGelu) {
-        // x H - a q as one FMA: x H + (t P (-a)) E (x = -0: -0 * 0 + -0).
-        const Packet m = ei::pmul(tp, ei::pnegate(a[u]));
-        res = ei::pmadd(xc, step, ScaleByE(m, e[u]));
+        // x H - a q = (w (-P)) E + (x where x >= 0); at x = 0 both terms
+        // are 0 and the sum keeps x's sign (x = +0: -0 + 0; -0: -0 + -0).
+        const Packet m = ScaleByE(ei::pmul(w[u], p[u]), e[u]);
+        res = AddWhereNonNegative(xv[u], m, xc);
       } else {
+        const Packet tp = ei::pmul(t[u], p[u]);
+        // H + E (c / sqrt(2 pi) + t P (1 - 2H)).
         const Packet c = ei::pmin(xc, hi);
-        const Packet k = ei::pmadd(
-            c, k_pdf,
-            ei::pmul(tp, ei::pmadd(step, ei::pset1<Packet>(-2.0f), one)));
+        const Packet k = ei::pmadd(c, k_pdf, NegateWhereNonNegative(xv[u], tp));
         res = ei::pmul(ei::ploadt<Packet, kAlign>(dy + j + u * kP),
-                       ei::padd(step, ScaleByE(k, e[u])));
+                       AddWhereNonNegative(xv[u], ScaleByE(k, e[u]), one));
       }
       ei::pstoret<float, Packet, kAlign>(out + j + u * kP, res);
     }

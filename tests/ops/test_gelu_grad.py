@@ -260,3 +260,21 @@ def test_float32_exact_form_ulp_error(isa, monkeypatch):
     got, want, err = _ulp_errors(far)
     assert (np.abs(got - want) <= 11.0 * np.spacing(np.abs(want).astype(np.float32))
             + np.finfo(np.float32).tiny).all(), (got, want)
+
+
+def test_bfloat16_rounds_the_float_result_once():
+    """bfloat16 GeluGrad widens x and dy to float on the bits, runs the float
+    kernel and rounds once (ties to even, NaN kept): for every bfloat16 x
+    (inf and NaN included) and dy of every kind, bit for bit the float32
+    result cast to bfloat16."""
+    x = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+    rng = np.random.default_rng(0)
+    dy = rng.standard_normal(x.size).astype(np.float32)
+    dy[::7], dy[::11], dy[::13] = np.float32(3e38), np.nan, -np.inf
+    xb = dg.ops.cast(dg.tensor(x), "bfloat16")
+    db = dg.ops.cast(dg.tensor(dy), "bfloat16")
+    for mode in MODES:
+        got = dg.ops.gelu_grad(xb, db, mode).numpy().view(np.uint16)
+        want = dg.ops.cast(dg.ops.gelu_grad(dg.ops.cast(xb, "float32"), dg.ops.cast(db, "float32"),
+                                            mode), "bfloat16").numpy().view(np.uint16)
+        np.testing.assert_array_equal(got, want)

@@ -481,41 +481,297 @@ struct EluOp {
   }
 };
 
-// Vectorised gelu(x) = x·erfc(z)/2, z = -x/√2, of the n (a whole number
-// of double packets, 64-byte aligned) values at v, in place, for x <= -1
-// (z >= 0.707), in double: erfc(z) = e^(-z²)·t·P(t) with t = 1/(1 + z/2)
-// and P a degree-12 polynomial fitted here (Chebyshev least squares on
-// t in [0, 0.75] against mpmath's erfc, then converted to powers of t):
-// relative error below 1.3e-10 for z >= 0.667, so a float result is the
-// correctly rounded value or one of its neighbours. x below -40 (gelu
-// underflows to -0 long before) is evaluated at -40, so -inf gives -0 as
-// the scalar form does. Every value takes the packet path (n is a whole
-// number of packets), so a result never depends on its position.
-// The coefficients of P (also used by GeluGrad, gelu_grad.h).
-inline constexpr double kErfcTailP[13] = {
-    0.28209479174776214,  0.28209481037687162,  0.2468314256952443,
-    0.17635593470634556,  0.083010788122108575, 0.0024343747140340858,
-    -0.097130816550602739, 0.10351697859715883, -0.40831126028558606,
-    0.72071890884298218,  -0.59295817064472234, 0.240498745789063,
-    -0.039145644201980537};
+// ------------------------------------------------------------------- GELU
+//
+// gelu(x) = x Phi(x) (exact form; Phi the standard normal CDF) and its
+// slope gelu'(x) = Phi(x) + x phi(x) (GeluGrad, gelu_grad.h) share one
+// branch-free float packet formula, gelu::ErfPackets (issue 21: the
+// forward had a double tail for x < -1, 6x slower than torch's, and was
+// served by oneDNN instead):
+//
+//   a = min(|x|, 40), z = a / sqrt 2, t = 1 / (1 + p z), p = 0.38,
+//   E = e^(-a^2/2), q = Phi(-a) = erfc(z) / 2 = E t P(t),
+//   Phi(x) = q for x <= 0 and 1 - q for x > 0 (no cancellation either way);
+//   with H = [x > 0]:
+//   gelu(x)  = x H - a q      (x < 0: x q; x > 0: x - x q),
+//   gelu'(x) = H + E (t P(t) (1 - 2H) + c / sqrt(2 pi)),  c = x in [-40, 40].
+//
+// P (kErfcP32) has degree 8: erfc(z) e^(z^2) / (2 t) fitted by weighted
+// least squares in relative error on Chebyshev nodes of t over z in
+// [0, 13.3] (beyond, E underflows: t P(t) stays finite and q is 0) against
+// scipy's erfcx, then each coefficient rounded to float in turn with the
+// later ones refitted; p (among 0.22 to 0.5) minimised the error:
+// relative error below 2.2e-8 (0.4 float ulp).
+//
+// E carries the result's relative accuracy for x < 0, and e^(-a^2/2) with
+// a^2 rounded would lose a^2/2 ulp (50 at x = -10): so a^2 = s + r exactly
+// (s = a^2 rounded, r its rounding error, from one fused multiply-add, or
+// Dekker's split where the build has no FMA) and the exp takes its
+// argument as that unrounded sum (ExpSplit16, ExpSplit). AVX-512 builds
+// compute E = e^(-s/2 - r/2) in one factor (scalef rounds a subnormal E
+// once and gives 0 below); the others E = e^2, e = e^(-s/4 - r/4) clamped
+// at e^-86 (normal; E t P is then below every float), applied last so that
+// every intermediate stays normal as long as the result does.
+// H is a packet compare ANDed with 1.0f's bits (exactly 0 or 1; x = -0
+// gives -0 * 0 + -0 = -0). NaN propagates through every step (Eigen's
+// pmin / pmax return their first argument when either is NaN, like
+// std::min / std::max), so a NaN x gives NaN. x = inf gives inf / dy,
+// -inf gives -0 / 0.
+namespace gelu {
 
-inline void GeluErfNegativeTail(double* v, int64_t n) {
-  const double* kP = kErfcTailP;
-  alignas(64) double tb[kBlock + 16];
-  alignas(64) double pb[kBlock + 16];
-  AlignedMap<double> x(v, n), t(tb, n), p(pb, n);
-  x = x.max(-40.0);
-  t = 1.0 / (1.0 + x * -0.35355339059327376);  // 1 / (1 + z/2)
-  p = ArrayX<double>::Constant(n, kP[12]);
-  for (int i = 11; i >= 0; --i) p = p * t + kP[i];
-  // x·erfc(z)/2 with z² = x²/2.
-  x = x * 0.5 * (x * x * -0.5).exp() * t * p;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+inline constexpr float kErfcP32[9] = {
+    0.107205719f,  0.106956534f, 0.101969421f,  0.069284007f, 0.115062244f,
+    -0.0807409286f, 0.181892991f, -0.131101549f, 0.0294715706f};
+// p / sqrt 2: t = 1 / (1 + kErfcT a) (the fit used this float's value).
+inline constexpr float kErfcT = 0.26870057f;
+
+// y 2^k for k a whole number (as a float) with y 2^k normal: AVX-512's
+// scalef; SSE / AVX2 add k to the exponent bits (k sits in the low bits
+// of kbits, the float k + 1.5 * 2^23, whose upper bits the shift drops).
+#if defined(__AVX512F__)
+inline __m512 ScalePow2(__m512 y, __m512 k, __m512) {
+  return _mm512_scalef_ps(y, k);
+}
+#endif
+#if defined(__AVX2__)
+inline __m256 ScalePow2(__m256 y, __m256, __m256 kbits) {
+  return _mm256_castsi256_ps(_mm256_add_epi32(
+      _mm256_castps_si256(y),
+      _mm256_slli_epi32(_mm256_castps_si256(kbits), 23)));
+}
+#endif
+#if defined(__SSE2__)
+inline __m128 ScalePow2(__m128 y, __m128, __m128 kbits) {
+  return _mm_castsi128_ps(_mm_add_epi32(
+      _mm_castps_si128(y), _mm_slli_epi32(_mm_castps_si128(kbits), 23)));
+}
+#endif
+template <typename Packet>
+inline Packet ScalePow2(Packet y, Packet k, Packet) {
+  return Eigen::internal::pldexp(y, k);
 }
 
-// x·Φ(x) with Φ(x) = erfc(-x/√2)/2, which (unlike 1 + erf(x/√2)) keeps its
+// out[u] = e^(hi + lo), hi = scale s[u], lo = scale r[u], for kU packets,
+// hi <= 0 (clamped at -86, so the result is normal), |lo| <= 2^-24 |hi|
+// (scale a power of 2, so both products are exact): k = round(hi / ln 2),
+// x = hi - k ln 2 (two-part ln 2, exact first product) + lo, e^x by
+// Cephes' expf polynomial on |x| <= ln(2)/2 (about 1 ulp), times 2^k.
+template <int kU, typename Packet>
+inline void ExpSplit(const Packet* s, const Packet* r, Packet scale,
+                     Packet* out) {
+  namespace ei = Eigen::internal;
+  const Packet round = ei::pset1<Packet>(12582912.0f);  // 1.5 * 2^23
+  Packet k[kU], kbits[kU], x[kU], y[kU];
+  for (int u = 0; u < kU; ++u) {
+    const Packet h = ei::pmax(ei::pmul(s[u], scale), ei::pset1<Packet>(-86.0f));
+    kbits[u] = ei::pmadd(h, ei::pset1<Packet>(1.44269504088896341f), round);
+    k[u] = ei::psub(kbits[u], round);
+    x[u] = ei::pmadd(k[u], ei::pset1<Packet>(-0.693359375f), h);
+    x[u] = ei::pmadd(k[u], ei::pset1<Packet>(2.12194440e-4f), x[u]);
+    x[u] = ei::pmadd(r[u], scale, x[u]);
+    y[u] = ei::pset1<Packet>(1.9875691500e-4f);
+  }
+  constexpr float kC[5] = {1.3981999507e-3f, 8.3334519073e-3f,
+                           4.1665795894e-2f, 1.6666665459e-1f,
+                           5.0000001201e-1f};
+  for (float c : kC) {
+    const Packet cp = ei::pset1<Packet>(c);
+    for (int u = 0; u < kU; ++u) y[u] = ei::pmadd(y[u], x[u], cp);
+  }
+  for (int u = 0; u < kU; ++u) {
+    y[u] = ei::padd(ei::pmadd(y[u], ei::pmul(x[u], x[u]), x[u]),
+                    ei::pset1<Packet>(1.0f));
+    out[u] = ScalePow2(y[u], k[u], kbits[u]);
+  }
+}
+
+#if defined(__AVX512F__)
+// e^(hi + lo), |lo| <= 2^-24 |hi|, any hi <= 0, for AVX-512: k =
+// round(16 hi / ln 2), x = hi - (k/16) ln 2 (two-part ln 2: the first
+// product is exact wherever the result is not 0) + lo, |x| <= ln(2)/32,
+// e^x = 1 + x + x^2/2 + x^3/6 (truncation below 9.3e-9 relative), times
+// 2^(k mod 16 / 16) from a 16-entry table (one permute), scaled by
+// 2^floor(k/16) with scalef, which also rounds subnormal results once
+// and gives 0 below them.
+inline __m512 ExpSplit16(__m512 hi, __m512 lo) {
+  alignas(64) static constexpr float kPow2Sixteenths[16] = {
+      1.0f,         1.04427378f, 1.09050773f, 1.13878863f,
+      1.18920712f,  1.24185781f, 1.29683955f, 1.35425555f,
+      1.41421356f,  1.47682615f, 1.54221083f, 1.61049033f,
+      1.68179283f,  1.75625216f, 1.83400809f, 1.91520656f};
+  // kq = k / 16 = hi / ln 2 rounded to a sixteenth: added to 1.5 * 2^19,
+  // whose spacing is 1/16, so k mod 16 sits in the low 4 bits of kbits.
+  const __m512 round = _mm512_set1_ps(786432.0f);  // 1.5 * 2^19
+  const __m512 kbits =
+      _mm512_fmadd_ps(hi, _mm512_set1_ps(1.44269504088896341f), round);
+  const __m512 kq = _mm512_sub_ps(kbits, round);
+  __m512 x = _mm512_fmadd_ps(kq, _mm512_set1_ps(-0.693359375f), hi);
+  x = _mm512_fmadd_ps(kq, _mm512_set1_ps(2.12194440e-4f), x);
+  x = _mm512_add_ps(x, lo);
+  __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 6), x,
+                             _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.0f));
+  const __m512 table = _mm512_load_ps(kPow2Sixteenths);
+  y = _mm512_mul_ps(
+      y, _mm512_permutexvar_ps(_mm512_castps_si512(kbits), table));
+  return _mm512_scalef_ps(y, kq);  // 2^floor(k/16)
+}
+#endif
+
+// m E: E is e (AVX-512: E itself) or e^2 (the other builds: the two
+// factors keep each intermediate normal as long as the product is).
+template <typename Packet>
+inline Packet ScaleByE(Packet m, Packet e) {
+#if defined(__AVX512F__)
+  return Eigen::internal::pmul(m, e);
+#else
+  return Eigen::internal::pmul(Eigen::internal::pmul(m, e), e);
+#endif
+}
+
+// m + y where x >= 0, m elsewhere (H = [x >= 0]: the exact forms agree at
+// x = 0 either way; a NaN x compares false). AVX-512: one masked add;
+// otherwise m + H y with H a compare ANDed with 1.0f's bits (0 or 1).
+// NegateWhereNonNegative: -y where x >= 0, y elsewhere.
+#if defined(__AVX512F__)
+inline __m512 AddWhereNonNegative(__m512 x, __m512 m, __m512 y) {
+  const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mask_add_ps(m, k, m, y);
+}
+inline __m512 NegateWhereNonNegative(__m512 x, __m512 y) {
+  const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mask_sub_ps(y, k, _mm512_setzero_ps(), y);
+}
+#endif
+template <typename Packet>
+inline Packet AddWhereNonNegative(Packet x, Packet m, Packet y) {
+  namespace ei = Eigen::internal;
+  const Packet one = ei::pset1<Packet>(1.0f);
+  return ei::pmadd(y, ei::pand(ei::pcmp_le(ei::pzero(x), x), one), m);
+}
+template <typename Packet>
+inline Packet NegateWhereNonNegative(Packet x, Packet y) {
+  namespace ei = Eigen::internal;
+  const Packet h = ei::pand(ei::pcmp_le(ei::pzero(x), x), ei::pset1<Packet>(1.0f));
+  return ei::pmul(y, ei::pmadd(h, ei::pset1<Packet>(-2.0f), ei::pset1<Packet>(1.0f)));
+}
+
+// What ErfPackets writes: gelu(x), or dy gelu'(x).
+enum class ErfOut { kGelu, kSlope };
+
+// out[0, n) = gelu(x) (kGelu; dy unused) or dy gelu'(x) (kSlope) over n
+// elements, a whole number of packets; loads and stores aligned or not (the
+// values are the same either way).
+template <ErfOut kOut, bool kAligned>
+void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
+  namespace ei = Eigen::internal;
+  constexpr int kAlign = kAligned ? Eigen::Aligned64 : Eigen::Unaligned;
+  using Packet = typename ei::packet_traits<float>::type;
+  constexpr int64_t kP = kPacket<float>;
+  // gelu evaluates -P (negated coefficients: exactly -P), so that -a q
+  // needs no negation.
+  constexpr float kSign = kOut == ErfOut::kGelu ? -1.0f : 1.0f;
+  const Packet lo = ei::pset1<Packet>(-40.0f), hi = ei::pset1<Packet>(40.0f);
+  const Packet one = ei::pset1<Packet>(1.0f);
+  const Packet k_t = ei::pset1<Packet>(kErfcT);
+  const Packet k_pdf = ei::pset1<Packet>(static_cast<float>(kInvSqrt2Pi));
+#if defined(__AVX512F__)
+  const Packet k_exp = ei::pset1<Packet>(-0.5f);  // E = e^(-a^2/2)
+#else
+  const Packet k_exp = ei::pset1<Packet>(-0.25f);  // e = e^(-a^2/4)
+#endif
+#if !defined(__FMA__)
+  const Packet k_split = ei::pset1<Packet>(4097.0f);  // 2^12 + 1
+#endif
+  // One packet (the n % (kU kP) rest) or kU independent packets at a time:
+  // the formula is a long dependent chain (division, two polynomials), and
+  // interleaving packets keeps the FMA units busy where out-of-order
+  // execution alone does not look far enough ahead.
+  auto run = [&](int64_t j, auto unroll) {
+    constexpr int kU = decltype(unroll)::value;
+    Packet xv[kU], a[kU], t[kU], w[kU], p[kU], e[kU];
+#if !defined(__AVX512F__)
+    Packet s[kU], r[kU];
+#endif
+    for (int u = 0; u < kU; ++u) {
+      xv[u] = ei::ploadt<Packet, kAlign>(x + j + u * kP);
+      a[u] = ei::pmin(ei::pabs(xv[u]), hi);
+      if constexpr (kOut == ErfOut::kGelu) {
+        // w = a t in the division, t = 1 - kErfcT w (1 - t = kErfcT a t).
+        w[u] = ei::pdiv(a[u], ei::pmadd(a[u], k_t, one));
+        t[u] = ei::pmadd(w[u], ei::pnegate(k_t), one);
+      } else {
+        t[u] = ei::pdiv(one, ei::pmadd(a[u], k_t, one));
+      }
+      p[u] = ei::pset1<Packet>(kSign * kErfcP32[8]);
+    }
+    for (int i = 7; i >= 0; --i) {
+      const Packet ci = ei::pset1<Packet>(kSign * kErfcP32[i]);
+      for (int u = 0; u < kU; ++u) p[u] = ei::pmadd(p[u], t[u], ci);
+    }
+#if defined(__AVX512F__)
+    // E = e^(hi + lo) in one factor (scalef rounds a subnormal E once),
+    // -a^2/2 = hi + lo exactly: hi = (-a/2) a rounded, lo its error (FMA).
+    for (int u = 0; u < kU; ++u) {
+      const Packet na = ei::pmul(a[u], k_exp);
+      const Packet h = ei::pmul(na, a[u]);
+      e[u] = ExpSplit16(h, ei::pmadd(na, a[u], ei::pnegate(h)));
+    }
+#else
+    for (int u = 0; u < kU; ++u) {
+      // a^2 = s + r exactly.
+      s[u] = ei::pmul(a[u], a[u]);
+#if defined(__FMA__)
+      r[u] = ei::pmadd(a[u], a[u], ei::pnegate(s[u]));
+#else
+      // Dekker: a = ah + al with ah of 12 significant bits (a <= 40, so
+      // 4097 a cannot overflow), every product of the halves exact.
+      const Packet g = ei::pmul(a[u], k_split);
+      const Packet ah = ei::psub(g, ei::psub(g, a[u]));
+      const Packet al = ei::psub(a[u], ah);
+      r[u] = ei::padd(ei::padd(ei::psub(ei::pmul(ah, ah), s[u]),
+                               ei::pmul(ei::padd(ah, ah), al)),
+                      ei::pmul(al, al));
+#endif
+    }
+    ExpSplit<kU>(s, r, k_exp, e);
+#endif
+    for (int u = 0; u < kU; ++u) {
+      const Packet xc = ei::pmax(xv[u], lo);
+      Packet res;
+      if constexpr (kOut == ErfOut::kGelu) {
+        // x H - a q = (w (-P)) E + (x where x >= 0); at x = 0 both terms
+        // are 0 and the sum keeps x's sign (x = +0: -0 + 0; -0: -0 + -0).
+        const Packet m = ScaleByE(ei::pmul(w[u], p[u]), e[u]);
+        res = AddWhereNonNegative(xv[u], m, xc);
+      } else {
+        const Packet tp = ei::pmul(t[u], p[u]);
+        // H + E (c / sqrt(2 pi) + t P (1 - 2H)).
+        const Packet c = ei::pmin(xc, hi);
+        const Packet k = ei::pmadd(c, k_pdf, NegateWhereNonNegative(xv[u], tp));
+        res = ei::pmul(ei::ploadt<Packet, kAlign>(dy + j + u * kP),
+                       AddWhereNonNegative(xv[u], ScaleByE(k, e[u]), one));
+      }
+      ei::pstoret<float, Packet, kAlign>(out + j + u * kP, res);
+    }
+  };
+  constexpr int kUnroll = 2;
+  int64_t j = 0;
+  for (; j + kUnroll * kP <= n; j += kUnroll * kP) {
+    run(j, std::integral_constant<int, kUnroll>{});
+  }
+  for (; j < n; j += kP) run(j, std::integral_constant<int, 1>{});
+}
+
+}  // namespace gelu
+
+// x·Φ(x), Φ(x) = erfc(-x/√2)/2, which (unlike 1 + erf(x/√2)) keeps its
 // relative accuracy for negative x; gelu(-inf) is its limit, -0. The
-// argument's rounding error is amplified ~x² times in the result, so the
-// scalar form computes float in double.
+// scalar form (float in double, for float16 / bfloat16 and integers'
+// sake) is the reference; float runs take gelu::ErfPackets (above): whole
+// packets read and written in place, a tail shorter than a packet padded.
 template <typename T>
 struct GeluErfOp {
   using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
@@ -525,39 +781,19 @@ struct GeluErfOp {
     return static_cast<T>(Acc(0.5) * v *
                           std::erfc(Acc(-0.70710678118654752440) * v));
   }
-  // Floats: Eigen's vectorised erf where 1 + erf(x/√2) >= 0.3 (x >= -1)
-  // loses at most a few ulp to cancellation; below that the values are
-  // gathered into double packets for GeluErfNegativeTail (the scalar double
-  // erfc there cost ~30 ns a value: 16% of a normal input, most of the
-  // time of a fused GELU gradient, issue 21).
   void Run(const T* x, T* y, int64_t n) const {
     if constexpr (std::is_same_v<T, float>) {
-      ForEachPaddedBlock(x, y, n, [](const float* in, float* out, int64_t m,
-                                     int64_t padded) {
-        AlignedMap<float>(out, padded) =
-            0.5f * ConstAlignedMap<float>(in, padded) *
-            (1.0f +
-             (ConstAlignedMap<float>(in, padded) * 0.70710678118654752440f)
-                 .erf());
-        if (CountOutside(in, m, -1.0f,
-                         std::numeric_limits<float>::infinity()) == 0) {
-          return;
-        }
-        alignas(64) double v[kBlock + 16];
-        int32_t at[kBlock];
-        int64_t k = 0;
-        for (int64_t j = 0; j < m; ++j) {
-          if (in[j] < -1.0f) {
-            at[k] = static_cast<int32_t>(j);
-            v[k++] = in[j];
-          }
-        }
-        const int64_t kp =
-            (k + kPacket<double> - 1) / kPacket<double> * kPacket<double>;
-        for (int64_t j = k; j < kp; ++j) v[j] = -2.0;  // padding
-        GeluErfNegativeTail(v, kp);
-        for (int64_t j = 0; j < k; ++j) out[at[j]] = static_cast<float>(v[j]);
-      });
+      const int64_t full = n / kPacket<float> * kPacket<float>;
+      gelu::ErfPackets<gelu::ErfOut::kGelu, false>(x, nullptr, y, full);
+      if (full == n) return;
+      alignas(64) float in[kPacket<float>];
+      alignas(64) float out[kPacket<float>];
+      for (int64_t j = 0; j < kPacket<float>; ++j) {
+        in[j] = full + j < n ? x[full + j] : 0.0f;
+      }
+      gelu::ErfPackets<gelu::ErfOut::kGelu, true>(in, nullptr, out,
+                                                  kPacket<float>);
+      for (int64_t j = full; j < n; ++j) y[j] = out[j - full];
     } else {
       for (int64_t i = 0; i < n; ++i) y[i] = (*this)(x[i]);
     }

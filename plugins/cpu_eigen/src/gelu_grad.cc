@@ -12,18 +12,21 @@
 // result never depends on its position): the exact form's read in place, a
 // tail shorter than a packet and the tanh form on aligned blocks padded to
 // whole packets:
-//   * exact form: one branch-free float formula for every x (gelu_grad.h,
-//     ErfBlockF32): Phi(-|x|) = erfc(|x|/sqrt 2) / 2 from a degree-12 fit
-//     erfc(z) = e^(-z^2) t P(t), t = 1 / (1 + z/2), valid for all z >= 0,
-//     Phi(x) = that or 1 minus it (never 1 + erf(x/sqrt 2), which cancels
-//     for x < 0), e^(-x^2/2) with x^2 split so that its rounding is not
-//     amplified. Max error (tests/ops/test_gelu_grad.py, float64 reference
-//     over [-10, 10], every ISA build): 9 ulp for x < -1, 4 ulp on [0, 1],
+//   * exact form: one branch-free float formula for every x, shared with
+//     Gelu's forward (elementwise_ops.h, gelu::ErfPackets): Phi(-|x|) =
+//     erfc(|x|/sqrt 2) / 2 = e^(-x^2/2) t P(t), t = 1 / (1 + 0.38 |x| /
+//     sqrt 2), P a degree-8 fit (relative error 2.2e-8), Phi(x) = that or
+//     1 minus it (never 1 + erf(x/sqrt 2), which cancels for x < 0),
+//     e^(-x^2/2) with x^2 split exactly so that its rounding is not
+//     amplified, in a table-driven exp (AVX-512) or Cephes' polynomial.
+//     Max error (tests/ops/test_gelu_grad.py, float64 reference over
+//     [-10, 10], every ISA build): 9 ulp for x < -1, 4 ulp on [0, 1],
 //     1 ulp above; on [-1, 0), where gelu' falls through 0 (x ~ -0.75) and
 //     Phi(x) and x phi(x) cancel, 10 ulp or 1e-7 absolute. Issue 21: the
 //     former x < -1 tail, gathered into double packets, made the kernel
 //     2.2x slower than torch's gelu_backward on normal inputs (4.5x when
-//     every x < -1).
+//     every x < -1); the shared formula is ~1.5x faster than the first
+//     float version (docs/benchmarks.md).
 //   * tanh form: with e = exp(-|v|) <= 1, p = 1 / (1 + e), q = e p, the
 //     pair (s(v), s(-v)) is (p, q) for v >= 0 and (q, p) for v < 0: no
 //     exp overflows and neither sigmoid loses its small tail to 1 - s.
@@ -31,11 +34,13 @@
 // 1 to every dtype's precision, so x = +-inf gives 0 / 1 rather than
 // inf * 0; a NaN x gives NaN.
 // double: scalar erfc / exp per element. float16 / bfloat16: widened to
-// float per block, the float path, rounded once.
+// float per block, the float path, rounded once (bfloat16 on the bits, in
+// vectorised loops: bit for bit Eigen's conversions).
 // The float / double runs are in gelu_grad.h, built per instruction set
 // with the other element-wise runs (elementwise_isa.cc, FloatKernels).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -50,6 +55,30 @@ namespace {
 // Widening buffers: one block of 512 elements at a time.
 constexpr int64_t kBlock = 512;
 
+// bfloat16 <-> float on the bits, in loops the compiler vectorises
+// (Eigen's conversions are per element): widening is exact (a shift);
+// narrowing rounds to nearest, ties to even, and maps NaN to 0x7FC0 /
+// 0xFFC0 by sign: exactly Eigen's float_to_bfloat16_rtne.
+void WidenBf16(const Eigen::bfloat16* h, float* f, int64_t m) {
+  const uint16_t* u = reinterpret_cast<const uint16_t*>(h);
+  for (int64_t j = 0; j < m; ++j) {
+    const uint32_t bits = static_cast<uint32_t>(u[j]) << 16;
+    std::memcpy(f + j, &bits, sizeof(bits));
+  }
+}
+
+void NarrowBf16(const float* f, Eigen::bfloat16* h, int64_t m) {
+  uint16_t* u = reinterpret_cast<uint16_t*>(h);
+  for (int64_t j = 0; j < m; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, f + j, sizeof(bits));
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t qnan = ((bits >> 16) & 0x8000u) | 0x7fc0u;
+    u[j] = static_cast<uint16_t>(nan ? qnan : rounded);
+  }
+}
+
 // Same, 16-bit inputs widened to float per block, the result rounded once.
 template <typename H, typename Run>
 void RunHalfRange(const H* x, const H* dy, H* dx, int64_t begin, int64_t end,
@@ -59,10 +88,17 @@ void RunHalfRange(const H* x, const H* dy, H* dx, int64_t begin, int64_t end,
   alignas(64) float ob[kBlock];
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t m = end - b < kBlock ? end - b : kBlock;
-    for (int64_t j = 0; j < m; ++j) xb[j] = static_cast<float>(x[b + j]);
-    for (int64_t j = 0; j < m; ++j) db[j] = static_cast<float>(dy[b + j]);
-    run(xb, db, ob, m);
-    for (int64_t j = 0; j < m; ++j) dx[b + j] = static_cast<H>(ob[j]);
+    if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+      WidenBf16(x + b, xb, m);
+      WidenBf16(dy + b, db, m);
+      run(xb, db, ob, m);
+      NarrowBf16(ob, dx + b, m);
+    } else {
+      for (int64_t j = 0; j < m; ++j) xb[j] = static_cast<float>(x[b + j]);
+      for (int64_t j = 0; j < m; ++j) db[j] = static_cast<float>(dy[b + j]);
+      run(xb, db, ob, m);
+      for (int64_t j = 0; j < m; ++j) dx[b + j] = static_cast<H>(ob[j]);
+    }
   }
 }
 

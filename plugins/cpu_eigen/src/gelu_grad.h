@@ -46,100 +46,11 @@ inline double GeluTanhSlope(double x) {
 
 // ---------------------------------------------------------- float blocks
 
-// erfc(z) = e^(-z^2) t P(t), t = 1 / (1 + z/2), for every z >= 0 (t in
-// (0, 1]): P of degree 12, fitted here (weighted least squares in relative
-// error on Chebyshev nodes of t in [0, 1] against mpmath's erfc, then each
-// coefficient rounded to float in turn with the later ones refitted):
-// relative error below 5.2e-8 (0.9 float ulp, reached at t -> 0, z -> inf;
-// below 1.3e-9 before the rounding). Unlike kErfcTailP (t <= 0.75), it
-// covers z near 0, so one formula serves the whole line.
-inline constexpr float kErfcP32[13] = {
-    0.282094806f,  0.282093108f,  0.246889368f,  0.175449222f,
-    0.0908920467f, -0.0395751446f, 0.0479329191f, -0.230041146f,
-    0.1054601f,    0.199225247f,  -0.260344177f, 0.120813042f,
-    -0.0208893903f};
-
-// dx[0, m) = dy * gelu'(x) for one block; x, dy, dx 64-byte aligned with
-// room for `padded` elements (x padded with zeros). All in float packets,
-// one formula for every x (no branch, no gather, no double):
-//   c = x clamped to [-40, 40], a = |c| / sqrt 2, t = 1 / (1 + a/2),
-//   E = e^(-c^2/2), q = Phi(-|c|) = erfc(a) / 2 = E t P(t) / 2,
-//   Phi(c) = q for c < 0 and 1 - q for c >= 0 (no cancellation either way),
-//   gelu'(c) = Phi(c) + c E / sqrt(2 pi)
-//            = H + E (t P(t) / 2 (1 - 2H) + c / sqrt(2 pi)), H = [c > 0].
-// E carries the result's relative accuracy for x < 0, and e^(-c^2/2) with
-// c^2 rounded would lose c^2/2 ulp (50 at x = -10): so c = h + (c - h) with
-// h = c rounded to a multiple of 1/64 (h^2 exact, c - h exact),
-// E = e^(-h^2/4) e^(-(c - h)(c + h)/2) e^(-h^2/4), where every argument is
-// exact or small (the middle factor is a short Taylor series); the two
-// half factors keep E from the float exp's clamp (Eigen's exp(-1000) is
-// 2.9e-39, not 0) since their product underflows.
-// H = min(max(1e30 c, 0), 1) (select does not vectorise in Eigen; for
-// 0 < c < 1e-30, H is fractional but then q = 1/2 and Phi = 1/2 either way).
-// Written with Eigen's packet functions so that the whole formula stays in
-// registers (as array statements it was a dozen passes over the block).
-// Over n elements (a whole number of packets); loads and stores aligned or
-// not (the values are the same either way). A NaN x gives NaN (selected per
-// packet, so dx may be x or dy).
-template <bool kAligned>
-void ErfPackets(const float* x, const float* dy, float* dx, int64_t n) {
-  namespace ei = Eigen::internal;
-  constexpr int kAlign = kAligned ? Eigen::Aligned64 : Eigen::Unaligned;
-  using Packet = typename ei::packet_traits<float>::type;
-  const Packet lo = ei::pset1<Packet>(-40.0f), hi = ei::pset1<Packet>(40.0f);
-  const Packet one = ei::pset1<Packet>(1.0f), half = ei::pset1<Packet>(0.5f);
-  const Packet zero = ei::pset1<Packet>(0.0f);
-  const Packet k_half_a =
-      ei::pset1<Packet>(static_cast<float>(0.5 * kInvSqrt2));
-  const Packet k_pdf = ei::pset1<Packet>(static_cast<float>(kInvSqrt2Pi));
-  const Packet k64 = ei::pset1<Packet>(64.0f);
-  const Packet k64_inv = ei::pset1<Packet>(0.015625f);
-  const Packet k_round = ei::pset1<Packet>(12582912.0f);
-  const Packet k_quarter = ei::pset1<Packet>(-0.25f);
-  const Packet k_mhalf = ei::pset1<Packet>(-0.5f);
-  const Packet k_big = ei::pset1<Packet>(1e30f);
-  for (int64_t j = 0; j < n; j += kPacket<float>) {
-    const Packet xv = ei::ploadt<Packet, kAlign>(x + j);
-    const Packet c = ei::pmin(ei::pmax(xv, lo), hi);
-    const Packet t = ei::pdiv(one, ei::pmadd(ei::pabs(c), k_half_a, one));
-    Packet p = ei::pset1<Packet>(kErfcP32[12]);
-    for (int i = 11; i >= 0; --i) {
-      p = ei::pmadd(p, t, ei::pset1<Packet>(kErfcP32[i]));
-    }
-    // 64 c rounded to an integer by adding and removing 1.5 * 2^23 (exact
-    // steps: 64 c is exact and |64 c| <= 2560; pround needs SSE4.1).
-    const Packet h = ei::pmul(
-        ei::psub(ei::padd(ei::pmul(c, k64), k_round), k_round), k64_inv);
-    const Packet e1 = ei::pexp(ei::pmul(ei::pmul(h, h), k_quarter));
-    // e^s for |s| <= 0.3125 (|c - h| <= 1/128, |c + h| <= 80): Taylor to
-    // degree 7, truncation below 2.3e-9 relative (cheaper than pexp).
-    const Packet s =
-        ei::pmul(ei::pmul(ei::psub(c, h), ei::padd(c, h)), k_mhalf);
-    Packet e2 = ei::pset1<Packet>(1.0f / 5040.0f);
-    e2 = ei::pmadd(e2, s, ei::pset1<Packet>(1.0f / 720.0f));
-    e2 = ei::pmadd(e2, s, ei::pset1<Packet>(1.0f / 120.0f));
-    e2 = ei::pmadd(e2, s, ei::pset1<Packet>(1.0f / 24.0f));
-    e2 = ei::pmadd(e2, s, ei::pset1<Packet>(1.0f / 6.0f));
-    e2 = ei::pmadd(e2, s, half);
-    e2 = ei::pmadd(e2, s, one);
-    e2 = ei::pmadd(e2, s, one);
-    const Packet step = ei::pmin(ei::pmax(ei::pmul(c, k_big), zero), one);
-    // t P(t) / 2 (1 - 2H) + c / sqrt(2 pi)
-    const Packet k = ei::padd(
-        ei::pmul(ei::pmul(ei::pmul(half, t), p),
-                 ei::psub(one, ei::padd(step, step))),
-        ei::pmul(c, k_pdf));
-    const Packet g =
-        ei::padd(step, ei::pmul(ei::pmul(ei::pmul(e1, k), e2), e1));
-    const Packet out = ei::pmul(ei::ploadt<Packet, kAlign>(dy + j), g);
-    ei::pstoret<float, Packet, kAlign>(
-        dx + j, ei::pselect(ei::pcmp_eq(xv, xv), out, xv));
-  }
-}
-
+// The exact form: gelu::ErfPackets (elementwise_ops.h), the formula the
+// forward (GeluErfOp) shares (the math is described there).
 void ErfBlockF32(const float* x, const float* dy, float* dx, int64_t,
                  int64_t padded) {
-  ErfPackets<true>(x, dy, dx, padded);
+  gelu::ErfPackets<gelu::ErfOut::kSlope, true>(x, dy, dx, padded);
 }
 
 void TanhBlockF32(const float* x, const float* dy, float* dx, int64_t m,
@@ -205,7 +116,7 @@ void GeluGradRun(bool tanh, const T* x, const T* dy, T* dx, int64_t n) {
   } else {
     // Whole packets straight from the tensors (no copies), the rest padded.
     const int64_t full = n / kPacket<float> * kPacket<float>;
-    gelu_grad::ErfPackets<false>(x, dy, dx, full);
+    gelu::ErfPackets<gelu::ErfOut::kSlope, false>(x, dy, dx, full);
     gelu_grad::RunFloatRange(x + full, dy + full, dx + full, 0, n - full,
                              &gelu_grad::ErfBlockF32);
   }

@@ -83,6 +83,11 @@ def _reference(op):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_explain_names_mkldnn(op, dtype):
     line = explain_winner(op, dtype)
+    if (op, dtype) == ("Gelu", "float32"):
+        # Registered below cpu_eigen's float32 Gelu, which is faster (issue
+        # 21, eltwise.cc); served when pinned or alone (tests/ops/test_gelu.py).
+        assert "cpu_eigen" in line and "priority 0 beats -10" in line, line
+        return
     assert f"mkldnn::{op}" in line and "from mkldnn" in line, line
 
 

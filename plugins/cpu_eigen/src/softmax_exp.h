@@ -106,11 +106,15 @@ inline F MulAdd(F a, F b, F c) {
 }
 
 // exp(min(d, 0)) per lane; see the top of this file.
-template <typename F>
+// kNonPositive: the caller guarantees d <= 0 or -inf (no NaN, nothing
+// positive), and the upper clamp is left out.
+template <typename F, bool kNonPositive = false>
 inline F ExpNonPositive(F d) {
   using I = typename IntOf<F>::type;
-  const F zero = Splat<F>(0.0f);
-  d = d < zero ? d : zero;  // NaN and positive values -> 0
+  if constexpr (!kNonPositive) {
+    const F zero = Splat<F>(0.0f);
+    d = d < zero ? d : zero;  // NaN and positive values -> 0
+  }
   const F lo = Splat<F>(-88.0f);
   d = d > lo ? d : lo;  // -inf and below -> -88
   // n = round(d / ln2) through the shifter 1.5 * 2^23 (|d / ln2| < 2^22);

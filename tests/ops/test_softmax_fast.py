@@ -306,6 +306,22 @@ for shape, axis in [((32, 128, 128), -1), ((64, 1000), -1), ((2000, 333), -1),
 print(h.hexdigest())
 """
 
+# SoftmaxGrad's float32 rows (softmax_isa.cc's grad_rows): every build,
+# base included, gives the bits of the unfused Mul/Sum/Sub/Mul chain.
+_GRAD_HASH_SCRIPT = r"""
+import hashlib, numpy as np, dragon_core as dg
+rng = np.random.default_rng(8)
+h = hashlib.sha256()
+for shape in [(32, 128, 128), (3, 40000), (1, 70000), (17, 300), (5, 33)]:
+    y = dg.tensor(rng.random(shape).astype(np.float32))
+    dy = dg.tensor(rng.standard_normal(shape).astype(np.float32))
+    got = dg.ops.softmax_grad(y, dy).numpy()
+    want = (y * (dy - dg.ops.sum(dy * y, [-1], keepdims=True))).numpy()
+    assert got.tobytes() == want.tobytes(), shape
+    h.update(got.tobytes())
+print(h.hexdigest())
+"""
+
 
 def _hash(env_extra):
     env = dict(os.environ, **env_extra)
@@ -319,6 +335,21 @@ def test_same_bits_for_any_thread_count():
     hashes = {t: _hash({"OMP_NUM_THREADS": str(t), "DRAGON_NUM_THREADS": str(t)})
               for t in (1, 2, 3)}
     assert len(set(hashes.values())) == 1, hashes
+
+
+@pytest.mark.parametrize("isa", ["base", "v3", None])
+def test_softmax_grad_rows_equal_the_chain_in_every_build(isa):
+    """SoftmaxGrad along the last axis is bit for bit the unfused chain in
+    the baseline, v3 and best builds, and they agree with each other."""
+    env = {"DRAGON_CPU_EIGEN_ISA": isa} if isa else {}
+    out = subprocess.run([sys.executable, "-c", _GRAD_HASH_SCRIPT],
+                         env=dict(os.environ, **env), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    if isa is not None:
+        best = subprocess.run([sys.executable, "-c", _GRAD_HASH_SCRIPT],
+                              capture_output=True, text=True, timeout=300)
+        assert best.returncode == 0 and best.stdout == out.stdout
 
 
 def test_fma_builds_agree():

@@ -293,11 +293,60 @@ void Columns(const float* __restrict x, float* __restrict y, int64_t dim,
   }
 }
 
+// ------------------------------------------------------------ SoftmaxGrad
+
+typedef float G8 __attribute__((vector_size(32)));
+typedef double G8d __attribute__((vector_size(64)));
+
+inline G8 Load8(const float* p) {
+  G8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// sum(dy * y) over n values, products rounded to float, in reduce.cc's
+// SumFloatRun order: per block of 32, 8 float lanes (starting from +0)
+// add 4 products each, then widen into 8 double lanes; the tail of fewer
+// than 32 adds in double; ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+// + tail.
+double ProductSumRun(const float* y, const float* dy, int64_t n) {
+  G8d acc{};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    G8 lane = G8{} + Load8(dy + i) * Load8(y + i);
+    lane += Load8(dy + i + 8) * Load8(y + i + 8);
+    lane += Load8(dy + i + 16) * Load8(y + i + 16);
+    lane += Load8(dy + i + 24) * Load8(y + i + 24);
+    acc += __builtin_convertvector(lane, G8d);
+  }
+  double tail = 0;
+  for (; i < n; ++i) tail += static_cast<double>(dy[i] * y[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+         ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+void GradRows(const float* y, const float* dy, float* dx, int64_t rows,
+              int64_t n, int64_t chunks) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* yr = y + r * n;
+    const float* dyr = dy + r * n;
+    float* out = dx + r * n;
+    double acc = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t lo = n * c / chunks, hi = n * (c + 1) / chunks;
+      const double part = 0.0 + ProductSumRun(yr + lo, dyr + lo, hi - lo);
+      acc = c == 0 ? part : acc + part;
+    }
+    const float s = static_cast<float>(acc);
+    for (int64_t i = 0; i < n; ++i) out[i] = yr[i] * (dyr[i] - s);
+  }
+}
+
 }  // namespace
 
 extern const SoftmaxKernels kSoftmaxKernels;
 // Constant-initialised (no code runs at load, whatever the CPU).
-const SoftmaxKernels kSoftmaxKernels = {&Rows, &Columns,
+const SoftmaxKernels kSoftmaxKernels = {&Rows, &Columns, &GradRows,
                                         CPU_EIGEN_SOFTMAX_ISA_NAME};
 
 }  // namespace CPU_EIGEN_SOFTMAX_NS

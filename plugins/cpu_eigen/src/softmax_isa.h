@@ -35,6 +35,15 @@ struct SoftmaxKernels {
   // (doubles) are scratch of k1 - k0 elements.
   void (*columns)(const float* x, float* y, int64_t dim, int64_t inner,
                   int64_t k0, int64_t k1, int log, float* max, double* sum);
+  // SoftmaxGrad along the last axis for `rows` rows of n floats:
+  // dx = y * (dy - s), s = float(sum(dy * y)) with the products rounded to
+  // float and summed exactly as reduce.cc's Sum folds a float run
+  // (SumFloatRun: 8 float lanes over blocks of 32, widened to 8 double
+  // lanes, then a tail in double) over `chunks` equal pieces of the row,
+  // the pieces added in order: bit for bit the Mul, Sum(keepdims), Sub and
+  // Mul kernels one by one. dx may alias y or dy.
+  void (*grad_rows)(const float* y, const float* dy, float* dx, int64_t rows,
+                    int64_t n, int64_t chunks);
   const char* isa;
 };
 

@@ -165,10 +165,14 @@ for precision in ("float32", "bfloat16"):
 """
 
 
-def profile(rounds: int = 2, runs: int = 10) -> None:
-    """Encoder step shares of Softmax / SoftmaxGrad, mkldnn pinned vs not."""
+def profile(rounds: int = 4, runs: int = 10) -> None:
+    """Encoder step shares of Softmax / SoftmaxGrad, mkldnn pinned (before)
+    vs not (after), in alternating subprocesses; prints each round and the
+    smallest time (and its share) of each op over the rounds."""
+    import re
     here = os.path.dirname(os.path.abspath(__file__))
     script = _PROFILE_SCRIPT % (here, runs)
+    best = {}
     for r in range(rounds):
         for label, pin in (("before (Softmax pinned to mkldnn)",
                             "Softmax:cpu=mkldnn::Softmax"), ("after", "")):
@@ -177,9 +181,18 @@ def profile(rounds: int = 2, runs: int = 10) -> None:
             if pin:
                 env["DRAGON_KERNEL_PIN"] = pin
             out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True).stdout.strip()
             print(f"round {r + 1}, {label}:")
-            print("  " + out.stdout.strip().replace("\n", "\n  "))
+            print("  " + out.replace("\n", "\n  "))
+            for line in out.splitlines():
+                precision = line.split(":")[0]
+                for typ, us, share in re.findall(r"(\w+) (\d+) us \(([\d.]+)%\)", line):
+                    key = (label, precision, typ)
+                    if key not in best or float(us) < best[key][0]:
+                        best[key] = (float(us), float(share))
+    print("smallest over the rounds:")
+    for (label, precision, typ), (us, share) in sorted(best.items()):
+        print(f"  {label:<36} {precision:<9} {typ:<12} {us:7.0f} us ({share:.1f}%)")
 
 
 if __name__ == "__main__":

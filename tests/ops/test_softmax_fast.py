@@ -11,7 +11,6 @@ through a pin). test_misc.py holds the generic Softmax cases of every dtype.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess

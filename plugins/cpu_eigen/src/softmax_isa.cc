@@ -158,7 +158,8 @@ inline void ExpSum16(const float* __restrict x, float* __restrict y, VF mm,
   for (int b = 0; b < kLanes / kW; ++b) {
     const int64_t have = have16 - b * kW;
     if (have <= 0) return;  // -inf lanes add exactly 0
-    const VF v = have >= kW ? Load(x + b * kW) : LoadPart(x + b * kW, have, -kInf);
+    const VF v =
+        have >= kW ? Load(x + b * kW) : LoadPart(x + b * kW, have, -kInf);
     // x <= m (finite): x - m is <= 0 or -inf.
     const VF e = ExpNonPositive<VF, true>(v - mm);
     if (!log) {
@@ -210,7 +211,8 @@ void Row(const float* __restrict x, float* __restrict y, int64_t n,
   // elements in float, then adds that partial sum to its double.
   VD acc[kAcc] = {};
   for (int64_t i0 = 0; i0 < n; i0 += kSumBlock * kLanes) {
-    const int64_t i1 = n - i0 < kSumBlock * kLanes ? n : i0 + kSumBlock * kLanes;
+    const int64_t i1 =
+        n - i0 < kSumBlock * kLanes ? n : i0 + kSumBlock * kLanes;
     VF part[kLanes / kW] = {};
     int64_t i = i0;
     for (; i + kLanes <= i1; i += kLanes) {
@@ -269,7 +271,9 @@ void Columns(const float* __restrict x, float* __restrict y, int64_t dim,
       if (!log) StorePart(out + full, have, e);
       float ev[kW];
       Store(ev, e);
-      for (int64_t k = 0; k < have; ++k) sum[full + k] += static_cast<double>(ev[k]);
+      for (int64_t k = 0; k < have; ++k) {
+        sum[full + k] += static_cast<double>(ev[k]);
+      }
     }
   }
   // Per position the normaliser (in sum's place): 1 / sum or log(sum), NaN

@@ -87,7 +87,7 @@ inline void StorePart(float* p, int64_t n, VF v) {
 }
 
 // Lane-wise maximum that keeps a NaN once one is seen.
-inline VF NanMax(VF m, VF v) { return (v > m) | (v != v) ? v : m; }
+inline VF NanMax(VF m, VF v) { return ((v > m) | (v != v)) ? v : m; }
 inline float NanMax(float m, float v) {
   return (v > m || v != v) ? v : m;
 }

@@ -24,6 +24,7 @@
 
 #include "common.h"
 #include "reduce_util.h"
+#include "softmax_isa.h"
 #include "rows.h"
 
 namespace cpu_eigen {
@@ -725,6 +726,19 @@ void SoftmaxGrad(dg::KernelContext& ctx) {
         s.outer >= kTargetItems / 2
             ? 1
             : std::max<int64_t>(1, std::min(kTargetItems, dim / kMinChunk));
+    if constexpr (std::is_same_v<T, float>) {
+      // The same bits in one fused pass per row plus the output pass, on
+      // the per-instruction-set build (softmax_isa.h).
+      const SoftmaxKernels& k = SoftmaxKernelsForCpu();
+      ParallelFor(
+          s.outer,
+          [&](int64_t begin, int64_t end) {
+            k.grad_rows(y + begin * dim, dy + begin * dim, dx + begin * dim,
+                        end - begin, dim, chunks);
+          },
+          dim * 4);
+      return;
+    }
     ParallelFor(
         s.outer,
         [&](int64_t begin, int64_t end) {

@@ -2,7 +2,14 @@
 //   softmax(x)     = exp(x - m) / sum(exp(x - m))
 //   log_softmax(x) = x - m - log(sum(exp(x - m)))
 // with m the maximum along the axis (NaN propagates into the whole slice).
-// The exponentials use Eigen's vectorised exp; sums accumulate in double.
+//
+// float32 runs the kernels of softmax_isa.cc (per-instruction-set builds,
+// a branch-free exp within 0.94 ulp, sums in double lanes); it is registered at
+// priority 20, above mkldnn's oneDNN softmax (10), because it is faster
+// on every shape measured (docs/benchmarks.md, "Softmax"), serves any axis
+// (oneDNN declines an axis with inner > 1), and gives the same bits for any
+// thread count. `dragon_core.plugins.pin("Softmax", "cpu", "mkldnn::Softmax")`
+// still picks oneDNN's. float64 keeps Eigen's exp with double sums here.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -10,6 +17,7 @@
 
 #include "common.h"
 #include "reduce_util.h"
+#include "softmax_isa.h"
 
 namespace cpu_eigen {
 namespace {
@@ -145,6 +153,57 @@ void SoftmaxImpl(dg::KernelContext& ctx) {
       s.dim * s.inner / blocks * kCost);
 }
 
+// float32 on softmax_isa.h's kernels: rows (inner == 1) or column blocks
+// split over threads; each slice is computed alone, so the split (which
+// depends on the thread count) never changes a bit.
+template <bool kLog>
+void SoftmaxF32Impl(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const std::vector<int64_t> shape = xt.shape();
+  AxisSplit s;  // a 0-d input is a single slice of one element
+  if (!shape.empty()) {
+    s = SplitAt(shape, CheckedAxis(ctx.op_name(), ctx.i("axis"), shape));
+  }
+  DG_CHECK(ctx.output(0).numel() == xt.numel(), DG_INTERNAL, ctx.op_name(),
+           ": output has ", ctx.output(0).numel(), " elements, input ",
+           ShapeStr(shape), " has ", xt.numel());
+  if (xt.numel() == 0) return;
+  const float* x = xt.data<const float>();
+  float* y = ctx.output(0).data<float>();
+  const SoftmaxKernels& k = SoftmaxKernelsForCpu();
+  // An element costs about as much as four simple operations.
+  constexpr int64_t kCost = 4;
+  if (s.inner == 1) {
+    ParallelFor(
+        s.outer,
+        [&](int64_t begin, int64_t end) {
+          k.rows(x + begin * s.dim, y + begin * s.dim, end - begin, s.dim,
+                 kLog ? 1 : 0);
+        },
+        s.dim * kCost);
+    return;
+  }
+  const int64_t blocks = (s.inner + kBlock - 1) / kBlock;
+  ParallelFor(
+      s.outer * blocks,
+      [&](int64_t begin, int64_t end) {
+        const int64_t width = (s.inner + blocks - 1) / blocks + 1;
+        std::vector<float> max(width);
+        std::vector<double> sum(width);
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t o = item / blocks, b = item % blocks;
+          const int64_t offset = o * s.dim * s.inner;
+          k.columns(x + offset, y + offset, s.dim, s.inner,
+                    s.inner * b / blocks, s.inner * (b + 1) / blocks,
+                    kLog ? 1 : 0, max.data(), sum.data());
+        }
+      },
+      s.dim * s.inner / blocks * kCost);
+}
+
+void SoftmaxF32(dg::KernelContext& ctx) { SoftmaxF32Impl<false>(ctx); }
+void LogSoftmaxF32(dg::KernelContext& ctx) { SoftmaxF32Impl<true>(ctx); }
+
 template <typename T>
 void Softmax(dg::KernelContext& ctx) {
   SoftmaxImpl<false, T>(ctx);
@@ -155,9 +214,16 @@ void LogSoftmax(dg::KernelContext& ctx) {
   SoftmaxImpl<true, T>(ctx);
 }
 
+// Above mkldnn's oneDNN softmax (priority 10): see the top of this file.
+constexpr int32_t kSoftmaxF32Priority = 20;
+
 }  // namespace
 
-DG_KERNEL("Softmax", "cpu", Softmax, float, double);
-DG_KERNEL("LogSoftmax", "cpu", LogSoftmax, float, double);
+DG_KERNEL("Softmax", "cpu", Softmax, double);
+DG_KERNEL("LogSoftmax", "cpu", LogSoftmax, double);
+DG_KERNEL_MASK("Softmax", "cpu", dg::Bit(DG_FLOAT32), kSoftmaxF32Priority, 0,
+               SoftmaxF32);
+DG_KERNEL_MASK("LogSoftmax", "cpu", dg::Bit(DG_FLOAT32), kSoftmaxF32Priority,
+               0, LogSoftmaxF32);
 
 }  // namespace cpu_eigen

@@ -1,6 +1,9 @@
 // Softmax and LogSoftmax along any axis on oneDNN's softmax primitive
 // (schemas in dragon_core/src/ops/softmax.cc; their gradients are written
 // with ops, so there is no backward kernel here). float32 and bfloat16.
+// For float32 cpu_eigen's kernel (priority 20, issue 21) outranks this one:
+// dispatch picks oneDNN's for bfloat16, and for float32 only under a pin
+// (plugins.pin("Softmax", "cpu", "mkldnn::Softmax")); docs/nn_ops.md.
 //
 // x is viewed as [outer, n] with the softmax axis last, so the cached
 // primitive depends only on those two sizes. An axis followed by non-trivial

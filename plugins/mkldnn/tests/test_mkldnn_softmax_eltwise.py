@@ -79,8 +79,10 @@ def _reference(op):
 # ------------------------------------------------------------ selection
 
 
-@pytest.mark.parametrize("op", list(SOFTMAX_OPS) + list(ELTWISE_OPS))
-@pytest.mark.parametrize("dtype", DTYPES)
+# float32 softmax is cpu_eigen's (see the next test).
+@pytest.mark.parametrize("op, dtype", [(op, dt) for op in list(SOFTMAX_OPS) + list(ELTWISE_OPS)
+                                       for dt in DTYPES
+                                       if not (op in SOFTMAX_OPS and dt == "float32")])
 def test_explain_names_mkldnn(op, dtype):
     line = explain_winner(op, dtype)
     if (op, dtype) == ("Gelu", "float32"):
@@ -89,6 +91,20 @@ def test_explain_names_mkldnn(op, dtype):
         assert "cpu_eigen" in line and "priority 0 beats -10" in line, line
         return
     assert f"mkldnn::{op}" in line and "from mkldnn" in line, line
+
+
+@pytest.mark.parametrize("op", list(SOFTMAX_OPS))
+def test_float32_softmax_is_cpu_eigens_and_mkldnn_is_pinnable(op):
+    """cpu_eigen's float32 softmax (priority 20, issue 21) wins over oneDNN's
+    (10); oneDNN's stays a candidate that a pin selects."""
+    text = dg.plugins.explain(op, "cpu", "float32")
+    assert f"winner: {op}F32 from cpu_eigen" in text and f"mkldnn::{op}" in text, text
+    dg.plugins.pin(op, "cpu", f"mkldnn::{op}")
+    try:
+        line = explain_winner(op, "float32")
+    finally:
+        dg.plugins.unpin(op, "cpu")
+    assert f"mkldnn::{op}" in line and "pin" in line, line
 
 
 @pytest.mark.parametrize("op", LEFT_TO_CPU_EIGEN)

@@ -41,7 +41,8 @@ def _bits(a):
 
 def _same_bits(on, off, *args):
     a, b = on(*args), off(*args)
-    a, b = (a if isinstance(a, (list, tuple)) else [a]), (b if isinstance(b, (list, tuple)) else [b])
+    a = a if isinstance(a, (list, tuple)) else [a]
+    b = b if isinstance(b, (list, tuple)) else [b]
     for x, y in zip(a, b):
         np.testing.assert_array_equal(_bits(x.numpy()), _bits(y.numpy()))
     return [x.numpy() for x in a]
@@ -168,7 +169,8 @@ def test_empty_and_zero_d():
     s = dg.tensor(np.float32(2.5))
 
     def f(e, s):
-        return (dg.ops.transpose(dg.ops.reshape(e + 1.0, (3, 0, 4)), (2, 1, 0)).astype("bfloat16"),
+        t = dg.ops.transpose(dg.ops.reshape(e + 1.0, (3, 0, 4)), (2, 1, 0))
+        return (t.astype("bfloat16"),
                 dg.ops.reshape(s * 2.0, (1, 1)).astype("int64"))
 
     on, off = _both(f)
@@ -181,7 +183,8 @@ def test_pass_is_pure(x, bias):
     from dragon_core._graph.passes.cast_hoist import cast_hoist
 
     def f(x, b):
-        return dg.ops.transpose(dg.ops.reshape(x + b, (2, 6, 4, 4)), (0, 2, 1, 3)).astype("bfloat16")
+        t = dg.ops.transpose(dg.ops.reshape(x + b, (2, 6, 4, 4)), (0, 2, 1, 3))
+        return t.astype("bfloat16")
 
     g = dg.function(f, disable_passes=("cast_hoist",)).get_graph(x, bias)
     before = g.SerializeToString()
@@ -239,7 +242,8 @@ def test_autocast_attention_training_step_is_bit_identical():
         losses = [fn(x, t).numpy().copy() for _ in range(3)]
         results.append((losses, [p.numpy().copy() for p in w], _cast_sources(fn, x, t)))
     (l_on, w_on, src_on), (l_off, w_off, src_off) = results
-    assert src_off.count("Transpose") >= 3 and src_on.count("Transpose") < src_off.count("Transpose")
+    assert src_off.count("Transpose") >= 3
+    assert src_on.count("Transpose") < src_off.count("Transpose")
     for a, b in zip(l_on + w_on, l_off + w_off):
         np.testing.assert_array_equal(_bits(a), _bits(b))
     assert np.isfinite(l_on[-1]) and l_on[-1] < l_on[0]

@@ -109,10 +109,10 @@ def cast_hoist(graph):
     for first, (k, chain, root) in moves.items():
         cast = graph.op[k]
         code = as_dtype(cast.attr["dtype"].dtype).code
-        hoisted, n = f"{cast.output[0]}/hoisted", 0
-        while hoisted in producer or hoisted in info:  # a fresh name
+        hoisted, n = f"{cast.name}/hoisted:0", 0  # "<op>:<index>", fresh
+        while hoisted in producer or hoisted in info or hoisted in readers:
             n += 1
-            hoisted = f"{cast.output[0]}/hoisted_{n}"
+            hoisted = f"{cast.name}/hoisted_{n}:0"
         vi = new.value_info.add()
         vi.CopyFrom(info[root])
         vi.name, vi.dtype = hoisted, code

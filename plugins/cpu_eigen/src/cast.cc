@@ -17,14 +17,15 @@ void FloatToBfloat16Base(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = FloatToBfloat16Bits(x[i]);
 }
 
-// `rows` dense runs of `inner` values, run r at x + offsets[r], to the dense
-// y (run r at y + r * inner): the strided cast's common case (a head split
-// or merge) in one call, so the per-run cost is a few instructions.
-void FloatRowsToBfloat16Base(const float* x, const int64_t* offsets, int64_t rows,
-                             int64_t inner, uint16_t* y) {
+// `rows` dense runs of `inner` values, run r at x + offsets[r] (x +
+// r * x_step when offsets is null), to y + r * y_step: the strided cast's
+// dense runs (a head split or merge) and the rows of a transposed tile in
+// one call, so the per-run cost is a few instructions.
+void FloatRowsToBfloat16Base(const float* x, const int64_t* offsets, int64_t x_step,
+                             int64_t rows, int64_t inner, uint16_t* y, int64_t y_step) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* s = x + offsets[r];
-    uint16_t* d = y + r * inner;
+    const float* s = x + (offsets ? offsets[r] : r * x_step);
+    uint16_t* d = y + r * y_step;
     for (int64_t i = 0; i < inner; ++i) d[i] = FloatToBfloat16Bits(s[i]);
   }
 }
@@ -38,11 +39,11 @@ void FloatToBfloat16V4(const float* x, uint16_t* y, int64_t n) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx2,fma,bmi2")))
-void FloatRowsToBfloat16V4(const float* x, const int64_t* offsets, int64_t rows,
-                           int64_t inner, uint16_t* y) {
+void FloatRowsToBfloat16V4(const float* x, const int64_t* offsets, int64_t x_step,
+                           int64_t rows, int64_t inner, uint16_t* y, int64_t y_step) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* s = x + offsets[r];
-    uint16_t* d = y + r * inner;
+    const float* s = x + (offsets ? offsets[r] : r * x_step);
+    uint16_t* d = y + r * y_step;
     for (int64_t i = 0; i < inner; ++i) d[i] = FloatToBfloat16Bits(s[i]);
   }
 }
@@ -62,20 +63,20 @@ void FloatToBfloat16(const float* x, Eigen::bfloat16* y, int64_t n) {
   FloatToBfloat16Base(x, out, n);
 }
 
-void FloatRowsToBfloat16(const float* x, const int64_t* offsets, int64_t rows,
-                         int64_t inner, Eigen::bfloat16* y) {
+namespace {
+
+void FloatRowsToBfloat16(const float* x, const int64_t* offsets, int64_t x_step, int64_t rows,
+                         int64_t inner, Eigen::bfloat16* y, int64_t y_step) {
   uint16_t* out = reinterpret_cast<uint16_t*>(y);
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool v4 = DetectIsaLevel() >= 4;
   if (v4) {
-    FloatRowsToBfloat16V4(x, offsets, rows, inner, out);
+    FloatRowsToBfloat16V4(x, offsets, x_step, rows, inner, out, y_step);
     return;
   }
 #endif
-  FloatRowsToBfloat16Base(x, offsets, rows, inner, out);
+  FloatRowsToBfloat16Base(x, offsets, x_step, rows, inner, out, y_step);
 }
-
-namespace {
 
 // n contiguous values converted on the calling thread: the vectorised bit
 // arithmetic for the mixed-precision pair (float32 <-> bfloat16, the same
@@ -91,13 +92,16 @@ void ConvertRun(const In* x, Out* y, int64_t n) {
   }
 }
 
-// Dense runs of `inner` values (run r at x + offsets[r]) to the dense y.
+// Dense runs of `inner` values, run r at x + offsets[r] (x + r * x_step
+// when offsets is null), to y + r * y_step.
 template <typename In, typename Out>
-void ConvertRows(const In* x, const int64_t* offsets, int64_t rows, int64_t inner, Out* y) {
+void ConvertRows(const In* x, const int64_t* offsets, int64_t x_step, int64_t rows,
+                 int64_t inner, Out* y, int64_t y_step) {
   if constexpr (std::is_same_v<In, float> && std::is_same_v<Out, Eigen::bfloat16>) {
-    FloatRowsToBfloat16(x, offsets, rows, inner, y);
+    FloatRowsToBfloat16(x, offsets, x_step, rows, inner, y, y_step);
   } else {
-    for (int64_t r = 0; r < rows; ++r) ConvertRun(x + offsets[r], y + r * inner, inner);
+    for (int64_t r = 0; r < rows; ++r)
+      ConvertRun(x + (offsets ? offsets[r] : r * x_step), y + r * y_step, inner);
   }
 }
 
@@ -196,7 +200,7 @@ void CastRows(const internal::CopyLayout& l, const In* src, Out* dst) {
               offsets[m] = so;
               next();
             }
-            ConvertRows(src, offsets, m, inner, dst + r0 * inner);
+            ConvertRows(src, offsets, 0, m, inner, dst + r0 * inner, inner);
             continue;
           }
           int64_t m = 0;
@@ -254,8 +258,7 @@ void CastTiles(const internal::CopyLayout& l, int64_t j, const In* src, Out* dst
                 reinterpret_cast<char*>(stage), len * N,
                 reinterpret_cast<const char*>(src + so + j0 + l0 * sl), sl * N, 0,
                 j1 - j0, 0, len);
-            for (int64_t jj = j0; jj < j1; ++jj)
-              ConvertRun(stage + (jj - j0) * len, dst + dof + jj * dj + l0, len);
+            ConvertRows(stage, nullptr, len, j1 - j0, len, dst + dof + j0 * dj + l0, dj);
           }
         }
       },

@@ -136,16 +136,18 @@ void ConvertStridedRun(const In* x, int64_t step, Out* y, int64_t n) {
   }
 }
 
-// Elements staged in a thread's buffer (at most 16 KiB: stays in L1) before
-// one ConvertRun: the vectorised conversion then runs over many short input
-// runs at once, instead of paying a call per run.
+// Elements per block of work of a thread (a staging buffer of at most 16
+// KiB, which stays in L1): short rows are handled kStage elements at a
+// time, so the vectorised conversion is one call per block, not per row.
 constexpr int64_t kStage = 2048;
 
 // Rows path of the strided cast: one input row per innermost dimension of
 // the simplified layout, rows walked with an odometer (as CopyRows). The
-// output is dense, so consecutive rows are consecutive output: short rows
-// are gathered (memcpy for a dense run) into the staging buffer and
-// converted together.
+// output is dense, so consecutive rows are consecutive output. Dense rows
+// (a head split or merge) are converted where they are, a block of rows per
+// ConvertRows call; element-strided or broadcast rows are gathered into the
+// staging buffer and converted together; a row longer than half a block is
+// converted on its own.
 template <typename In, typename Out>
 void CastRows(const internal::CopyLayout& l, const In* src, Out* dst) {
   constexpr int64_t N = static_cast<int64_t>(sizeof(In));

@@ -2,8 +2,10 @@
 // switches on the output dtype. Conversion rules are in cast.h.
 #include "cast.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "common.h"
 #include "strided.h"
@@ -15,12 +17,35 @@ void FloatToBfloat16Base(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = FloatToBfloat16Bits(x[i]);
 }
 
+// `rows` dense runs of `inner` values, run r at x + offsets[r] (x +
+// r * x_step when offsets is null), to y + r * y_step: the strided cast's
+// dense runs (a head split or merge) and the rows of a transposed tile in
+// one call, so the per-run cost is a few instructions.
+void FloatRowsToBfloat16Base(const float* x, const int64_t* offsets, int64_t x_step,
+                             int64_t rows, int64_t inner, uint16_t* y, int64_t y_step) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = x + (offsets ? offsets[r] : r * x_step);
+    uint16_t* d = y + r * y_step;
+    for (int64_t i = 0; i < inner; ++i) d[i] = FloatToBfloat16Bits(s[i]);
+  }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // The same loop for AVX-512 (x86-64-v4): 16 lanes and vpmovdw, ~3x the
 // baseline's SSE2 rate on a 256K activation.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx2,fma,bmi2")))
 void FloatToBfloat16V4(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = FloatToBfloat16Bits(x[i]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx2,fma,bmi2")))
+void FloatRowsToBfloat16V4(const float* x, const int64_t* offsets, int64_t x_step,
+                           int64_t rows, int64_t inner, uint16_t* y, int64_t y_step) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = x + (offsets ? offsets[r] : r * x_step);
+    uint16_t* d = y + r * y_step;
+    for (int64_t i = 0; i < inner; ++i) d[i] = FloatToBfloat16Bits(s[i]);
+  }
 }
 #endif
 
@@ -40,25 +65,243 @@ void FloatToBfloat16(const float* x, Eigen::bfloat16* y, int64_t n) {
 
 namespace {
 
+void FloatRowsToBfloat16(const float* x, const int64_t* offsets, int64_t x_step, int64_t rows,
+                         int64_t inner, Eigen::bfloat16* y, int64_t y_step) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(y);
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool v4 = DetectIsaLevel() >= 4;
+  if (v4) {
+    FloatRowsToBfloat16V4(x, offsets, x_step, rows, inner, out, y_step);
+    return;
+  }
+#endif
+  FloatRowsToBfloat16Base(x, offsets, x_step, rows, inner, out, y_step);
+}
+
+// n contiguous values converted on the calling thread: the vectorised bit
+// arithmetic for the mixed-precision pair (float32 <-> bfloat16, the same
+// bits as Convert), Convert for every other pair.
 template <typename In, typename Out>
-void CastLoop(const In* x, Out* y, int64_t n) {
+void ConvertRun(const In* x, Out* y, int64_t n) {
   if constexpr (std::is_same_v<In, float> && std::is_same_v<Out, Eigen::bfloat16>) {
-    // The mixed-precision casts (autocast): vectorised bit arithmetic, the
-    // same bits as Convert.
-    ParallelFor(n, [&](int64_t begin, int64_t end) {
-      FloatToBfloat16(x + begin, y + begin, end - begin);
-    });
+    FloatToBfloat16(x, y, n);
   } else if constexpr (std::is_same_v<In, Eigen::bfloat16> && std::is_same_v<Out, float>) {
-    ParallelFor(n, [&](int64_t begin, int64_t end) {
-      Bfloat16ToFloat(x + begin, y + begin, end - begin);
-    });
+    Bfloat16ToFloat(x, y, n);
   } else {
-    ParallelFor(n, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = Convert<Out>(x[i]);
-    });
+    for (int64_t i = 0; i < n; ++i) y[i] = Convert<Out>(x[i]);
   }
 }
 
+// Dense runs of `inner` values, run r at x + offsets[r] (x + r * x_step
+// when offsets is null), to y + r * y_step.
+template <typename In, typename Out>
+void ConvertRows(const In* x, const int64_t* offsets, int64_t x_step, int64_t rows,
+                 int64_t inner, Out* y, int64_t y_step) {
+  if constexpr (std::is_same_v<In, float> && std::is_same_v<Out, Eigen::bfloat16>) {
+    FloatRowsToBfloat16(x, offsets, x_step, rows, inner, y, y_step);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      ConvertRun(x + (offsets ? offsets[r] : r * x_step), y + r * y_step, inner);
+  }
+}
+
+template <typename In, typename Out>
+void CastLoop(const In* x, Out* y, int64_t n) {
+  ParallelFor(n, [&](int64_t begin, int64_t end) {
+    ConvertRun(x + begin, y + begin, end - begin);
+  });
+}
+
+// Values gathered into a small buffer before ConvertRun, so a strided read
+// still converts with the vectorised loop.
+constexpr int64_t kGather = 256;
+
+// y[0..n) = x[0], x[step], ... converted (step in elements, any sign; 0
+// broadcasts one value).
+template <typename In, typename Out>
+void ConvertStridedRun(const In* x, int64_t step, Out* y, int64_t n) {
+  if (step == 1) {
+    ConvertRun(x, y, n);
+  } else if (step == 0) {
+    Out v{};
+    ConvertRun(x, &v, 1);
+    for (int64_t i = 0; i < n; ++i) y[i] = v;
+  } else {
+    In buf[kGather];
+    for (int64_t b = 0; b < n; b += kGather) {
+      const int64_t m = std::min(kGather, n - b);
+      for (int64_t i = 0; i < m; ++i) buf[i] = x[(b + i) * step];
+      ConvertRun(buf, y + b, m);
+    }
+  }
+}
+
+// Elements per block of work of a thread (a staging buffer of at most 16
+// KiB, which stays in L1): short rows are handled kStage elements at a
+// time, so the vectorised conversion is one call per block, not per row.
+constexpr int64_t kStage = 2048;
+
+// Rows path of the strided cast: one input row per innermost dimension of
+// the simplified layout, rows walked with an odometer (as CopyRows). The
+// output is dense, so consecutive rows are consecutive output. Dense rows
+// (a head split or merge) are converted where they are, a block of rows per
+// ConvertRows call; element-strided or broadcast rows are gathered into the
+// staging buffer and converted together; a row longer than half a block is
+// converted on its own.
+template <typename In, typename Out>
+void CastRows(const internal::CopyLayout& l, const In* src, Out* dst) {
+  constexpr int64_t N = static_cast<int64_t>(sizeof(In));
+  const int64_t nd = static_cast<int64_t>(l.shape.size());
+  const int64_t inner = l.shape[nd - 1], step = l.src[nd - 1];
+  std::vector<int64_t> outer_dims;
+  int64_t rows = 1;
+  for (int64_t k = 0; k + 1 < nd; ++k) {
+    outer_dims.push_back(k);
+    rows *= l.shape[k];
+  }
+  if (rows < 4) {
+    // Few long rows (e.g. a 1-D strided view): parallelise inside each row.
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t so = 0, dof = 0;
+      internal::Unravel(r, outer_dims, l.shape, l.src, l.dst, nullptr, &so, &dof);
+      ParallelFor(inner, [&](int64_t begin, int64_t end) {
+        ConvertStridedRun(src + so + begin * step, step, dst + r * inner + begin, end - begin);
+      });
+    }
+    return;
+  }
+  const int64_t no = nd - 1;
+  ParallelFor(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        In stage[kStage];
+        int64_t idx[kMaxDims];  // no allocation: nothing may throw here
+        int64_t so = 0, dof = 0;
+        internal::Unravel(begin, outer_dims, l.shape, l.src, l.dst, idx, &so, &dof);
+        auto next = [&]() {
+          for (int64_t k = no - 1; k >= 0; --k) {
+            so += l.src[k];
+            if (++idx[k] < l.shape[k]) return;
+            so -= l.src[k] * l.shape[k];
+            idx[k] = 0;
+          }
+        };
+        int64_t r = begin;
+        while (r < end) {
+          if (inner * 2 > kStage) {  // a long row: converted on its own
+            ConvertStridedRun(src + so, step, dst + r * inner, inner);
+            next();
+            ++r;
+            continue;
+          }
+          const int64_t r0 = r;
+          if (step == 1) {  // dense runs: converted where they are
+            int64_t offsets[kStage];
+            int64_t m = 0;
+            for (; r < end && (m + 1) * inner <= kStage; ++r, ++m) {
+              offsets[m] = so;
+              next();
+            }
+            ConvertRows(src, offsets, 0, m, inner, dst + r0 * inner, inner);
+            continue;
+          }
+          int64_t m = 0;
+          for (; r < end && m + inner <= kStage; ++r, m += inner) {
+            internal::CopyRow<sizeof(In)>(reinterpret_cast<char*>(stage + m), N,
+                                          reinterpret_cast<const char*>(src + so),
+                                          step * N, inner);
+            next();
+          }
+          ConvertRun(stage, dst + r0 * inner, m);
+        }
+      },
+      inner);
+}
+
+// Transposing path: the output is dense along the last dim, the input along
+// dim j. A tile of kTile values of j by kChunk of the last dim is transposed
+// into the staging buffer (CopyTile: 4x4 register blocks for 4-byte
+// elements), whose rows are then converted into the output. A work item is
+// one run of up to kTile values of j by kSpan values of the last dim.
+template <typename In, typename Out>
+void CastTiles(const internal::CopyLayout& l, int64_t j, const In* src, Out* dst) {
+  constexpr int64_t N = static_cast<int64_t>(sizeof(In));
+  constexpr int64_t kTile = 32, kChunk = kStage / kTile, kSpan = 32 * kChunk;
+  const int64_t nd = static_cast<int64_t>(l.shape.size());
+  const int64_t last = nd - 1;
+  const int64_t nj = l.shape[j], nl = l.shape[last];
+  const int64_t sl = l.src[last], dj = l.dst[j];
+  std::vector<int64_t> others;
+  int64_t outer = 1;
+  for (int64_t k = 0; k < nd; ++k) {
+    if (k != j && k != last) {
+      others.push_back(k);
+      outer *= l.shape[k];
+    }
+  }
+  const int64_t j_tiles = (nj + kTile - 1) / kTile;
+  const int64_t l_spans = (nl + kSpan - 1) / kSpan;
+  const int64_t per_outer = j_tiles * l_spans;
+  ParallelFor(
+      outer * per_outer,
+      [&](int64_t begin, int64_t end) {
+        In stage[kStage];
+        for (int64_t w = begin; w < end; ++w) {
+          int64_t so = 0, dof = 0;
+          internal::Unravel(w / per_outer, others, l.shape, l.src, l.dst, nullptr, &so, &dof);
+          const int64_t j0 = (w % per_outer) / l_spans * kTile;
+          const int64_t j1 = std::min(nj, j0 + kTile);
+          const int64_t span0 = (w % l_spans) * kSpan;
+          const int64_t span1 = std::min(nl, span0 + kSpan);
+          for (int64_t l0 = span0; l0 < span1; l0 += kChunk) {
+            const int64_t len = std::min(span1, l0 + kChunk) - l0;
+            // stage[jj][ll] = src[(j0 + jj) + (l0 + ll) * sl]
+            internal::CopyTile<sizeof(In)>(
+                reinterpret_cast<char*>(stage), len * N,
+                reinterpret_cast<const char*>(src + so + j0 + l0 * sl), sl * N, 0,
+                j1 - j0, 0, len);
+            ConvertRows(stage, nullptr, len, j1 - j0, len, dst + dof + j0 * dj + l0, dj);
+          }
+        }
+      },
+      kTile * std::min(nl, kSpan));
+}
+
+// Casts x, read through its strides (any: zero, negative, a byte offset),
+// into the dense y: one pass, no dense copy of x first.
+template <typename In, typename Out>
+void StridedCast(const dg::TensorRef& x, Out* y) {
+  const std::vector<int64_t> shape = x.shape();
+  const std::vector<int64_t> dense = ContiguousStrides(shape);
+  DG_CHECK(x.ndim() <= kMaxDims, DG_UNIMPLEMENTED, "Cast of rank ", x.ndim(),
+           " (at most ", kMaxDims, " dimensions are supported)");
+  const internal::CopyLayout l =
+      internal::Simplify(x.ndim(), shape.data(), x.raw()->strides, dense.data());
+  const In* s = static_cast<const In*>(x.raw_data());
+  const int64_t nd = static_cast<int64_t>(l.shape.size());
+  if (nd == 0) {  // one element
+    ConvertRun(s, y, 1);
+    return;
+  }
+  if (nd == 1 && l.src[0] == 1) {
+    CastLoop(s, y, l.shape[0]);
+    return;
+  }
+  // A transpose: tiles pay when the dim the input is dense along is long.
+  if (l.src[nd - 1] != 1 && l.src[nd - 1] != 0) {
+    for (int64_t j = nd - 2; j >= 0; --j) {
+      if (l.src[j] == 1 && l.shape[j] >= 8) {
+        CastTiles(l, j, s, y);
+        return;
+      }
+    }
+  }
+  CastRows(l, s, y);
+}
+
+// Reads x through its strides (DG_KERNEL_STRIDED_INPUTS): a transposed,
+// sliced or broadcast view is converted in one pass instead of being made
+// dense by the core first.
 template <typename In>
 void CastKernel(dg::KernelContext& ctx) {
   const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
@@ -66,18 +309,24 @@ void CastKernel(dg::KernelContext& ctx) {
            x.numel(), " elements, output ", y.numel());
   const int64_t n = x.numel();
   if (n == 0) return;
-  const In* px = x.data<const In>();
+  DG_CHECK(y.is_contiguous(), DG_INTERNAL, ctx.op_name(),
+           ": the output must be contiguous");
   if (y.dtype() == x.dtype()) {
-    ParallelMemcpy(y.raw_data(), px, static_cast<size_t>(n) * sizeof(In));
+    StridedToDense(sizeof(In), x.ndim(), x.raw()->shape, x.raw_data(),
+                   x.raw()->strides, y.raw_data());
     return;
   }
   DispatchDType(y.dtype(), [&](auto tag) {
     using Out = decltype(tag);
-    CastLoop(px, y.data<Out>(), n);
+    if (x.is_contiguous()) {
+      CastLoop(x.data<const In>(), y.data<Out>(), n);
+    } else {
+      StridedCast<In, Out>(x, y.data<Out>());
+    }
   });
 }
 
-DG_KERNEL("Cast", "cpu", CastKernel, bool, uint8_t, int8_t, int16_t, int32_t,
+DG_KERNEL_EX("Cast", "cpu", 0, DG_KERNEL_STRIDED_INPUTS, CastKernel, bool, uint8_t, int8_t, int16_t, int32_t,
           int64_t, Eigen::half, Eigen::bfloat16, float, double, uint16_t,
           uint32_t, uint64_t);
 

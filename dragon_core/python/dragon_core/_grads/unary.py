@@ -19,7 +19,10 @@ Conventions where a function has a kink (the one-sided derivative taken):
 * ``Softplus``: 1 where ``beta * x > threshold`` (where the op returns
   ``x``), ``sigmoid(beta * x)`` elsewhere.
 * ``Cast``: between floating dtypes the gradient is cast back to the input
-  dtype; a cast to or from an integer or bool dtype passes no gradient.
+  dtype (passed on as it is when it already has that dtype: a matmul's
+  rule writes the gradient of an autocast operand in float32, see
+  ``linalg.py``); a cast to or from an integer or bool dtype passes no
+  gradient.
 """
 
 import math
@@ -347,4 +350,6 @@ def _cast(node, dy):
     (x,) = node.inputs
     if not (x.dtype.is_floating_point and as_dtype(node.attrs["dtype"]).is_floating_point):
         return [None]
+    if dy.dtype == x.dtype:
+        return [dy]
     return [ops().cast(dy, x.dtype)]

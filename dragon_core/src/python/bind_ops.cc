@@ -570,23 +570,37 @@ void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs,
       }
       break;
     case AutocastPolicy::kLowerFloat32Out: {
+      // The two operands (inputs 0 and 1) run in the 16-bit dtype; a bias
+      // (MatMulBiasAct's input 2) is added to the product, so it takes the
+      // product's dtype, decided below.
+      const size_t n_operands = inputs.size() < 2 ? inputs.size() : 2;
       bool low_in = false;
-      for (Tensor& t : inputs) {
+      for (size_t k = 0; k < n_operands; ++k) {
+        Tensor& t = inputs[k];
         if (t && t->dtype() == DG_FLOAT32) t = AutocastCast(t, low);
         low_in = low_in || (t && t->dtype() == low);
       }
       // Runs in the 16-bit dtype: the product is written as float32 unless
       // the caller chose out_dtype.
-      if (attrs && low_in && !inputs.empty() && inputs[0] && inputs[0]->dtype() == low) {
-        for (size_t i = 0; i < op.attrs.size() && i < attrs->size(); ++i) {
-          AttrValue& v = (*attrs)[i];
-          if (op.attrs[i].name == "out_dtype" && op.attrs[i].type == DG_ATTR_DTYPE &&
-              !v.v.present) {
+      const bool runs_low = low_in && !inputs.empty() && inputs[0] && inputs[0]->dtype() == low;
+      int out = runs_low ? static_cast<int>(low) : -1;
+      for (size_t i = 0; runs_low && attrs && i < op.attrs.size() && i < attrs->size(); ++i) {
+        AttrValue& v = (*attrs)[i];
+        if (op.attrs[i].name == "out_dtype" && op.attrs[i].type == DG_ATTR_DTYPE) {
+          if (!v.v.present) {
             v.v.type = DG_ATTR_DTYPE;
             v.v.present = 1;
             v.v.i = DG_FLOAT32;
           }
+          out = static_cast<int>(v.v.i);
         }
+      }
+      // A float32 or 16-bit bias in the product's dtype (float32 for
+      // autocast's float32 product: added to the unrounded accumulator).
+      for (size_t k = n_operands; out >= 0 && k < inputs.size(); ++k) {
+        Tensor& t = inputs[k];
+        if (t && t->dtype() != out && (t->dtype() == DG_FLOAT32 || IsLowFloat(t->dtype())))
+          t = AutocastCast(t, static_cast<DgDType>(out));
       }
       break;
     }
@@ -700,6 +714,25 @@ void BindOps(py::module_& m) {
     return old;
   }, "Sets this thread's autocast dtype code (-1: off); returns the previous one.");
   m.def("_autocast_get", [] { return Grad().autocast; });
+  m.def("_op_profile_start", [] { StartOpProfile(); },
+        "Starts this thread's op profile (dragon_core.profiler), dropping any running one.");
+  m.def("_op_profile_active", [] { return CurrentOpProfile() != nullptr; });
+  m.def("_op_profile_stop", [] {
+    // (op, input dtype codes, input shapes, output dtype codes, us, depth)
+    py::list l;
+    for (const OpRecord& r : StopOpProfile()) {
+      py::list in_dtypes, in_shapes, out_dtypes;
+      for (DgDType t : r.in_dtypes) in_dtypes.append(py::int_(static_cast<int>(t)));
+      for (const Shape& sh : r.in_shapes) {
+        py::tuple t(sh.size());
+        for (size_t i = 0; i < sh.size(); ++i) t[i] = py::int_(sh[i]);
+        in_shapes.append(t);
+      }
+      for (DgDType t : r.out_dtypes) out_dtypes.append(py::int_(static_cast<int>(t)));
+      l.append(py::make_tuple(r.op->name, in_dtypes, in_shapes, out_dtypes, r.us, r.depth));
+    }
+    return l;
+  }, "Stops this thread's op profile; returns its records in call order.");
   m.def("_autocast_policy", [](const std::string& name, int policy) {
     OpSchema* op = Registry::Get().FindOp(name);
     if (!op) return false;

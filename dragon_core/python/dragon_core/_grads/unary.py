@@ -29,7 +29,7 @@ import math
 
 from .._autograd import gradient
 from .._dtypes import as_dtype
-from ._util import ops, relu_grad
+from ._util import eager_fused, ops, relu_grad
 
 
 def _mask(cond, like):
@@ -311,11 +311,15 @@ def _gelu_grad(node, ddx):
 
 @gradient("Softmax")
 def _softmax(node, dy):
-    # dx = y * (dy - sum(dy * y)) along the axis.
+    # dx = y * (dy - sum(dy * y)) along the axis. Eagerly one SoftmaxGrad
+    # where the device has the kernel (the same bits as the chain, which is
+    # what a trace records and the graph's fusion rewrites into SoftmaxGrad).
     o = ops()
     (x,) = node.inputs
     axis = node.attrs["axis"]
     y = o.softmax(x, axis)
+    if dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
+        return [o.softmax_grad(y, dy, axis=axis)]
     return [y * (dy - o.sum(dy * y, [axis], keepdims=True))]
 
 

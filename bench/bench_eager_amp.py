@@ -7,6 +7,11 @@ and torch eager timed round-robin in one process (``--rounds`` rounds of
 both alike. Run it under two builds in alternating processes for an A/B of
 Dragon versions: the torch row is the common yardstick.
 
+``--ab`` times, in one process, the step with this branch's eager changes
+switched off (the op sequence of main: no float32 gradient products, MatMul
++ Add for the linear bias, the Softmax rule's op chain, every operand's
+gradient computed) and on, alternating rounds, beside torch eager.
+
 ``--profile`` prints, instead, the per-op profile of one eager step of each
 library: Dragon's from ``dragon_core.profiler`` (op types, counts, host
 time; the Casts by dtype pair and shape) and torch's from
@@ -100,10 +105,79 @@ def profiles(steps: int = 10, precision: str = "bfloat16") -> str:
     return "\n\n".join(out)
 
 
+class _EagerChanges:
+    """Switch the eager-step changes of issue 21 off (``off()``) and back on,
+    for an A/B of one process: every switch is a module attribute the rules
+    read at call time."""
+
+    def __init__(self):
+        from dragon_core import _autograd
+        from dragon_core._grads import arithmetic, linalg, loss, unary
+        from dragon_core.nn import functional
+        self._saved = [(linalg, "_float32_grad", linalg._float32_grad),
+                       (functional, "eager_fused", functional.eager_fused),
+                       (unary, "eager_fused", unary.eager_fused),
+                       (arithmetic, "needs_grad", arithmetic.needs_grad),
+                       (loss, "needs_grad", loss.needs_grad)]
+        self._autograd = _autograd
+
+    def off(self):
+        for mod, name, _ in self._saved:
+            setattr(mod, name, {"_float32_grad": lambda t: None,
+                                "eager_fused": lambda *a, **k: False,
+                                "needs_grad": lambda node, i: True}[name])
+
+    def on(self):
+        for mod, name, fn in self._saved:
+            setattr(mod, name, fn)
+
+
+def ab(rounds: int = 7, steps: int = 10, precision: str = "bfloat16") -> dict:
+    """Best-round seconds per step: Dragon eager with the changes off
+    ("before") and on ("after"), torch eager, round-robin in one process;
+    also the op counts of one step of each Dragon variant."""
+    dg, torch, (dstep, dargs), (tstep, targs) = _setup(precision)
+    sw = _EagerChanges()
+    counts, losses = {}, {}
+    for name, switch in (("before", sw.off), ("after", sw.on)):
+        switch()
+        for _ in range(2):
+            dstep(*dargs)
+        with dg.profiler.profile() as prof:
+            losses[name] = float(dstep(*dargs).numpy())
+        counts[name] = (prof.count(), prof.count("Cast"))
+    best = {"before": float("inf"), "after": float("inf"), "torch": float("inf")}
+    for r in range(rounds):
+        order = (("before", sw.off), ("after", sw.on)) if r % 2 == 0 else \
+            (("after", sw.on), ("before", sw.off))
+        for name, switch in order + (("torch", None),):
+            if switch is not None:
+                switch()
+            fn, args = (tstep, targs) if name == "torch" else (dstep, dargs)
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn(*args)
+            best[name] = min(best[name], (time.perf_counter() - start) / steps)
+    sw.on()
+    best["counts"] = counts
+    best["losses"] = losses
+    return best
+
+
 if __name__ == "__main__":
     prec = "float32" if "--float32" in sys.argv else "bfloat16"
     if "--profile" in sys.argv:
         print(profiles(precision=prec))
+    elif "--ab" in sys.argv:
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7
+        steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 10
+        r = ab(rounds, steps, prec)
+        b, a, t = (1.0 / r[k] for k in ("before", "after", "torch"))
+        print(f"{prec} dragon eager before {b:.2f} steps/s ({r['counts']['before'][0]} ops, "
+              f"{r['counts']['before'][1]} Casts), after {a:.2f} steps/s "
+              f"({r['counts']['after'][0]} ops, {r['counts']['after'][1]} Casts): "
+              f"x{a / b:.3f}; torch eager {t:.2f} steps/s; ratio to torch before "
+              f"{b / t:.3f}, after {a / t:.3f}; losses {r['losses']}")
     else:
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7
         steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20

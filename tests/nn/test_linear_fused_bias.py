@@ -37,7 +37,8 @@ def _types(fn, *args):
 
 def _tol(x, w, b, eps):
     k = x.shape[-1]
-    return float(2 * k * eps * (np.abs(x).max(initial=0.0) * np.abs(w).max(initial=0.0) * k + np.abs(b).max(initial=0.0))) + 1e-12
+    mag = np.abs(x).max(initial=0.0) * np.abs(w).max(initial=0.0) * k
+    return float(2 * k * eps * (mag + np.abs(b).max(initial=0.0))) + 1e-12
 
 
 @pytest.mark.parametrize("dtype,eps", [("float32", U_F32), ("float64", 2.0 ** -53)])

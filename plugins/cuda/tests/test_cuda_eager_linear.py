@@ -1,13 +1,13 @@
 """Eager nn.functional.linear on cuda (issue 21, session eagerbf16): with a
 float32/float64 bias it runs MatMulBiasAct (cuBLAS product + bias); values
-and gradients against the cpu. Never run on a GPU when written."""
+and gradients against the cpu. Never run on a GPU when written. (This
+folder's conftest skips it without the dragon-cuda wheel; the ``gpu``
+fixture without a device.)"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from conftest import dragon_cuda  # noqa: F401 - skips the module without the wheel
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ Dragon versions: the torch row is the common yardstick.
 ``--ab`` times, in one process, the step with this branch's eager changes
 switched off (the op sequence of main: no float32 gradient products, MatMul
 + Add for the linear bias, the Softmax rule's op chain, every operand's
-gradient computed) and on, alternating rounds, beside torch eager.
+gradient computed, no autocast cast cache) and on, alternating rounds, beside torch eager.
 
 ``--profile`` prints, instead, the per-op profile of one eager step of each
 library: Dragon's from ``dragon_core.profiler`` (op types, counts, host
@@ -120,16 +120,21 @@ class _EagerChanges:
                        (arithmetic, "needs_grad", arithmetic.needs_grad),
                        (loss, "needs_grad", loss.needs_grad)]
         self._autograd = _autograd
+        from dragon_core import amp
+        self._init = amp.autocast.__init__
+        self._defaults = self._init.__defaults__   # (..., cache_enabled=True)
 
     def off(self):
         for mod, name, _ in self._saved:
             setattr(mod, name, {"_float32_grad": lambda t: None,
                                 "eager_fused": lambda *a, **k: False,
                                 "needs_grad": lambda node, i: True}[name])
+        self._init.__defaults__ = self._defaults[:-1] + (False,)
 
     def on(self):
         for mod, name, fn in self._saved:
             setattr(mod, name, fn)
+        self._init.__defaults__ = self._defaults
 
 
 def ab(rounds: int = 7, steps: int = 10, precision: str = "bfloat16") -> dict:

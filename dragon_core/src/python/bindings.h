@@ -37,6 +37,7 @@ struct GradState {
   int tapes = 0;         // active GradientTapes
   int tracing = 0;       // active graph traces (every op is reported)
   int autocast = -1;     // DgDType of dragon_core.autocast, -1 when off
+  bool autocast_cache = true;  // autocast(cache_enabled=...): reuse live casts
 };
 
 // Autocast policy of an op (dragon_core.amp sets the table).

@@ -311,14 +311,17 @@ def _gelu_grad(node, ddx):
 
 @gradient("Softmax")
 def _softmax(node, dy):
-    # dx = y * (dy - sum(dy * y)) along the axis. Eagerly one SoftmaxGrad
-    # where the device has the kernel (the same bits as the chain, which is
-    # what a trace records and the graph's fusion rewrites into SoftmaxGrad).
+    # dx = y * (dy - sum(dy * y)) along the axis. Eagerly, along the last
+    # axis, one SoftmaxGrad where the device has the kernel: bit for bit the
+    # chain, which is what a trace records and the graph's fusion rewrites
+    # into SoftmaxGrad (along other axes the kernel sums in double, so the
+    # chain stays there too).
     o = ops()
     (x,) = node.inputs
     axis = node.attrs["axis"]
     y = o.softmax(x, axis)
-    if dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
+    last = axis in (-1, x.ndim - 1)
+    if last and dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
         return [o.softmax_grad(y, dy, axis=axis)]
     return [y * (dy - o.sum(dy * y, [axis], keepdims=True))]
 

@@ -150,6 +150,7 @@ from .custom_op import custom_op  # noqa: E402
 from . import fusion  # noqa: E402
 from . import plugin_api  # noqa: E402
 from . import amp  # noqa: E402
+from . import profiler  # noqa: E402
 from .amp import GradScaler, autocast  # noqa: E402
 
 

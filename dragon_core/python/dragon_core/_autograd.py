@@ -280,6 +280,17 @@ def _accumulate(grads: dict, key, value):
     grads[key] = value if old is None else old + value
 
 
+def _as_source_dtype(g, source):
+    """``g`` in ``source``'s dtype. A gradient inside the backward pass may
+    be wider than its tensor (a matmul's rule writes the gradient of an
+    autocast operand in float32 for the Cast rule that reads it, see
+    ``_grads/linalg.py``); a gradient handed to the caller never is."""
+    if g is None or g.dtype == source.dtype:
+        return g
+    from . import ops
+    return ops.cast(g, source.dtype)
+
+
 def _check_grad_shape(node, i, inp, dx):
     if tuple(dx.shape) != tuple(inp.shape):
         raise InvalidArgumentError(
@@ -534,7 +545,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
     _run_backward(nodes, grads, create_graph)
     out = []
     for x in inputs:
-        g = grads.get(x._id)
+        g = _as_source_dtype(grads.get(x._id), x)
         if g is None and not allow_unused:
             raise InvalidArgumentError("grad(): an input was not used to compute the outputs "
                                        "(pass allow_unused=True to get None)")
@@ -681,7 +692,7 @@ class GradientTape:
             self._stop()
         out = []
         for s in srcs:
-            g = grads.get(s._id)
+            g = _as_source_dtype(grads.get(s._id), s)
             # A source that requires grad would have been watched had an op
             # read it (watch_accessed_variables): its None means unused, as
             # for an unused layer's parameters, not a forgotten watch.

@@ -20,8 +20,10 @@ lists:
 The casts are ordinary ``Cast`` ops, recorded by autograd and graph traces
 (so gradients flow back to float32 parameters in float32), and the choice is
 made in the core's dispatcher (``dragon_core._C``), so operators such as
-``a @ b`` are covered too. Backward passes run with autocast off: gradient
-rules see the dtypes the forward ops used. ``dragon_core.function(fn,
+``a @ b`` are covered too. Within a region a live cast is reused by the
+next op that needs the same one (the cast cache, ``cache_enabled``).
+Backward passes run with autocast off: gradient rules see the dtypes the
+forward ops used. ``dragon_core.function(fn,
 autocast="bfloat16")`` traces ``fn`` under the same policy.
 """
 
@@ -133,6 +135,14 @@ class autocast:  # noqa: N801 - the name users know from torch
         ``bfloat16`` or ``float16``: what :data:`LOWER_PRECISION_OPS` compute in.
     enabled : bool, default True
         False runs the block with autocast off (also inside an enabled one).
+    cache_enabled : bool, default True
+        Reuse, within the region, the cast of a tensor that an earlier op
+        already cast to the same dtype while that cast is alive and neither
+        tensor was written in place since (torch's autocast cache, which
+        keeps only float32 leaves that require grad; here any tensor, held
+        weakly: the cache keeps no memory alive). Not used while a
+        ``GradientTape`` records or a graph is traced. False casts at every
+        use. docs/mixed-precision.md.
 
     Examples
     --------
@@ -149,7 +159,8 @@ class autocast:  # noqa: N801 - the name users know from torch
     'float32'
     """
 
-    def __init__(self, device_type: str = "cpu", dtype=None, enabled: bool = True):
+    def __init__(self, device_type: str = "cpu", dtype=None, enabled: bool = True,
+                 cache_enabled: bool = True):
         if not isinstance(device_type, str) or device_type.split(":")[0] != "cpu":
             raise ValueError(f"autocast: device_type must be 'cpu', got {device_type!r} "
                              "(autocast policies exist for the cpu device only)")
@@ -160,18 +171,26 @@ class autocast:  # noqa: N801 - the name users know from torch
             raise ValueError(f"autocast: dtype must be bfloat16 or float16, got {dt.name}")
         if not isinstance(enabled, bool):
             raise TypeError(f"autocast: enabled must be a bool, got {enabled!r}")
+        if not isinstance(cache_enabled, bool):
+            raise TypeError(f"autocast: cache_enabled must be a bool, got {cache_enabled!r}")
         self.device_type = "cpu"
         self.dtype = dt
         self.enabled = enabled
+        self.cache_enabled = cache_enabled
         self._prev: list = []
 
     def __enter__(self):
         _apply_table()
-        self._prev.append(_C._autocast_set(self.dtype.code if self.enabled else -1))
+        # The cache flag first: setting the dtype clears the cache.
+        prev_cache = _C._autocast_cache(self.cache_enabled)
+        self._prev.append((_C._autocast_set(self.dtype.code if self.enabled else -1),
+                           prev_cache))
         return self
 
     def __exit__(self, *exc):
-        _C._autocast_set(self._prev.pop())
+        dtype, cache = self._prev.pop()
+        _C._autocast_set(dtype)
+        _C._autocast_cache(cache)
         return False
 
     def __call__(self, fn):
@@ -180,7 +199,7 @@ class autocast:  # noqa: N801 - the name users know from torch
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with autocast(self.device_type, self.dtype, self.enabled):
+            with autocast(self.device_type, self.dtype, self.enabled, self.cache_enabled):
                 return fn(*args, **kwargs)
         return wrapper
 

@@ -1,6 +1,8 @@
 #include "dispatch.h"
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <mutex>
 
 #include "device.h"
@@ -248,9 +250,77 @@ Tensor MakeContiguous(const Tensor& t) {
   return Dispatch(*op, {t}, attrs, t->device())[0];
 }
 
+namespace {
+
+std::vector<Tensor> DispatchImpl(OpSchema& op, const std::vector<Tensor>& inputs,
+                                 std::vector<AttrValue>& attrs, DgDevice device,
+                                 const std::vector<Tensor>* preset, CallSite* site);
+
+thread_local std::unique_ptr<OpProfile> t_op_profile;
+
+}  // namespace
+
+OpProfile* CurrentOpProfile() { return t_op_profile.get(); }
+
+void StartOpProfile() { t_op_profile = std::make_unique<OpProfile>(); }
+
+std::vector<OpRecord> StopOpProfile() {
+  std::vector<OpRecord> out;
+  if (t_op_profile) out.swap(t_op_profile->records);
+  t_op_profile.reset();
+  return out;
+}
+
 std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
                              std::vector<AttrValue>& attrs, DgDevice device,
                              const std::vector<Tensor>* preset, CallSite* site) {
+  OpProfile* prof = t_op_profile.get();
+  if (!prof) return DispatchImpl(op, inputs, attrs, device, preset, site);
+  // Profiled: the record is made first (nested dispatches follow it) and
+  // timed around the whole call; a failed call leaves no record.
+  const size_t slot = prof->records.size();
+  {
+    OpRecord r;
+    r.op = &op;
+    r.depth = prof->depth;
+    for (const Tensor& t : inputs) {
+      r.in_dtypes.push_back(t ? t->dtype() : DG_FLOAT32);
+      r.in_shapes.push_back(t ? t->shape() : Shape{});
+    }
+    prof->records.push_back(std::move(r));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ++prof->depth;
+  std::vector<Tensor> out;
+  try {
+    out = DispatchImpl(op, inputs, attrs, device, preset, site);
+  } catch (...) {
+    // The profile may have been stopped by a nested call's Python; only a
+    // live one is touched.
+    if (OpProfile* p = t_op_profile.get(); p == prof) {
+      --p->depth;
+      p->records.resize(slot);
+    }
+    throw;
+  }
+  const double us = std::chrono::duration<double, std::micro>(
+      std::chrono::steady_clock::now() - start).count();
+  if (OpProfile* p = t_op_profile.get(); p == prof) {
+    --p->depth;
+    if (slot < p->records.size()) {
+      OpRecord& r = p->records[slot];
+      r.us = us;
+      for (const Tensor& t : out) r.out_dtypes.push_back(t->dtype());
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<Tensor> DispatchImpl(OpSchema& op, const std::vector<Tensor>& inputs,
+                                 std::vector<AttrValue>& attrs, DgDevice device,
+                                 const std::vector<Tensor>* preset, CallSite* site) {
   const size_t n = inputs.size();
   CheckArity(op, n, &inputs);
   // Devices: every input on one device.
@@ -477,5 +547,7 @@ std::vector<Tensor> Dispatch(OpSchema& op, const std::vector<Tensor>& inputs,
   }
   return outputs;
 }
+
+}  // namespace
 
 }  // namespace dragon

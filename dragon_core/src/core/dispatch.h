@@ -49,6 +49,32 @@ struct CallSite {
   }
 };
 
+// The op profiler (dragon_core.profiler): while a thread has one started,
+// every Dispatch on that thread appends a record, in call order: the op,
+// its inputs' dtypes and shapes, its outputs' dtypes, the host time of the
+// call (shape inference, allocation, the kernel; on a stream-ordered
+// device the launch, not the kernel's run) and its nesting depth (a
+// Contiguous copy made inside another op's dispatch has depth 1; its time
+// is part of the outer record's too). Off, the cost is one thread-local
+// load per op.
+struct OpRecord {
+  const OpSchema* op = nullptr;
+  std::vector<DgDType> in_dtypes;
+  std::vector<Shape> in_shapes;
+  std::vector<DgDType> out_dtypes;
+  double us = 0.0;
+  int depth = 0;
+};
+struct OpProfile {
+  std::vector<OpRecord> records;
+  int depth = 0;
+};
+// This thread's profile (null when off); Start replaces it with an empty
+// one; Stop ends it and returns the records.
+OpProfile* CurrentOpProfile();
+void StartOpProfile();
+std::vector<OpRecord> StopOpProfile();
+
 // Shape/dtype inference alone, for metadata-only inputs.
 std::vector<InferredOutput> InferShapes(OpSchema& op,
                                         const std::vector<DgDType>& dtypes,

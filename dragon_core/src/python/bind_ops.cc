@@ -1,8 +1,10 @@
 // Op bindings: the generic call used by the generated dragon_core.ops
 // functions, shape inference, schema introspection, tensor operators.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -627,6 +629,95 @@ Tensor AutocastCast(const Tensor& x, DgDType to) {
   return out[0];
 }
 
+// The autocast cast cache: within one autocast state of a thread, the
+// cast of a tensor to a dtype is made once and handed to every later op that
+// needs it while it is alive (the layer input read by the query, key and
+// value projections; a weight read twice). Entries hold both tensors weakly,
+// so the cache keeps no memory alive: a cast that nothing else holds (no
+// autograd node, no caller) is gone and is made again. An entry is used only
+// while the source and the cast are at the versions they had (no in-place
+// write to either), the source's requires_grad and the grad mode are what
+// they were (so the cast was recorded for autograd exactly as a new one
+// would be), and no GradientTape is active nor a graph being traced (a
+// tape or trace must see each op it depends on). Cleared whenever the
+// thread's autocast state changes (entering or leaving a region, and the
+// backward pass, which runs autocast off).
+//
+// A source that does not require grad may also be another tensor viewing
+// the same bytes (same storage, offset, dtype, shape and strides, storage
+// not written since): `linear` reshapes its input before the product, so
+// the query, key and value projections each see a new view of one layer
+// input. Only values matter for such a source (no gradient is routed
+// through its cast); a source that requires grad must be the same tensor.
+struct CastCacheEntry {
+  const TensorImpl* key = nullptr;
+  std::weak_ptr<TensorImpl> src, out;
+  std::weak_ptr<Storage> storage;
+  int64_t src_version = 0, out_version = 0, storage_version = 0, byte_offset = 0;
+  Shape shape, strides;
+  DgDType src_dtype = DG_FLOAT32, to = DG_FLOAT32;
+  bool src_requires_grad = false, grad_enabled = false;
+};
+
+bool SameValuesView(const CastCacheEntry& e, const Tensor& x) {
+  if (x->requires_grad || e.src_requires_grad || e.src_dtype != x->dtype() ||
+      e.byte_offset != x->byte_offset() || e.shape != x->shape() || e.strides != x->strides())
+    return false;
+  std::shared_ptr<Storage> st = e.storage.lock();
+  return st && st == x->storage() && e.storage_version == st->version;
+}
+constexpr size_t kMaxCastCache = 256;
+thread_local std::vector<CastCacheEntry> t_cast_cache;
+
+bool CastCacheUsable() {
+  const GradState& g = Grad();
+  return g.autocast_cache && g.tracing == 0 && g.tapes == 0;
+}
+
+Tensor CachedAutocastCast(const Tensor& x, DgDType to) {
+  if (!CastCacheUsable()) return AutocastCast(x, to);
+  const bool grad_enabled = Grad().enabled;
+  for (CastCacheEntry& e : t_cast_cache) {
+    if (!e.key || e.to != to) continue;
+    if (e.key == x.get() && e.src.lock() == x) {
+      Tensor out = e.out.lock();
+      if (out && e.src_version == x->version() && e.out_version == out->version() &&
+          e.src_requires_grad == x->requires_grad && e.grad_enabled == grad_enabled)
+        return out;
+      e.key = nullptr;  // stale: replaced below
+    } else if (e.grad_enabled == grad_enabled && SameValuesView(e, x)) {
+      Tensor out = e.out.lock();
+      if (out && e.out_version == out->version()) return out;
+    }
+  }
+  Tensor out = AutocastCast(x, to);
+  // Drop stale and dead entries; past the limit, the oldest.
+  // (An entry whose source died still serves other views of its bytes.)
+  auto dead = [](const CastCacheEntry& e) {
+    return !e.key || e.out.expired() || e.storage.expired();
+  };
+  t_cast_cache.erase(std::remove_if(t_cast_cache.begin(), t_cast_cache.end(), dead),
+                     t_cast_cache.end());
+  if (t_cast_cache.size() >= kMaxCastCache) t_cast_cache.erase(t_cast_cache.begin());
+  CastCacheEntry e;
+  e.key = x.get();
+  e.src = x;
+  e.out = out;
+  e.src_version = x->version();
+  e.out_version = out->version();
+  e.to = to;
+  e.src_requires_grad = x->requires_grad;
+  e.grad_enabled = grad_enabled;
+  e.storage = x->storage();
+  e.storage_version = x->storage()->version;
+  e.byte_offset = x->byte_offset();
+  e.shape = x->shape();
+  e.strides = x->strides();
+  e.src_dtype = x->dtype();
+  t_cast_cache.push_back(std::move(e));
+  return out;
+}
+
 }  // namespace
 
 void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs,
@@ -640,33 +731,47 @@ void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs,
   switch (it->second) {
     case AutocastPolicy::kLower:
       for (Tensor& t : inputs) {
-        if (t && t->dtype() == DG_FLOAT32) t = AutocastCast(t, low);
+        if (t && t->dtype() == DG_FLOAT32) t = CachedAutocastCast(t, low);
       }
       break;
     case AutocastPolicy::kLowerFloat32Out: {
+      // The two operands (inputs 0 and 1) run in the 16-bit dtype; a bias
+      // (MatMulBiasAct's input 2) is added to the product, so it takes the
+      // product's dtype, decided below.
+      const size_t n_operands = inputs.size() < 2 ? inputs.size() : 2;
       bool low_in = false;
-      for (Tensor& t : inputs) {
-        if (t && t->dtype() == DG_FLOAT32) t = AutocastCast(t, low);
+      for (size_t k = 0; k < n_operands; ++k) {
+        Tensor& t = inputs[k];
+        if (t && t->dtype() == DG_FLOAT32) t = CachedAutocastCast(t, low);
         low_in = low_in || (t && t->dtype() == low);
       }
       // Runs in the 16-bit dtype: the product is written as float32 unless
       // the caller chose out_dtype.
-      if (attrs && low_in && !inputs.empty() && inputs[0] && inputs[0]->dtype() == low) {
-        for (size_t i = 0; i < op.attrs.size() && i < attrs->size(); ++i) {
-          AttrValue& v = (*attrs)[i];
-          if (op.attrs[i].name == "out_dtype" && op.attrs[i].type == DG_ATTR_DTYPE &&
-              !v.v.present) {
+      const bool runs_low = low_in && !inputs.empty() && inputs[0] && inputs[0]->dtype() == low;
+      int out = runs_low ? static_cast<int>(low) : -1;
+      for (size_t i = 0; runs_low && attrs && i < op.attrs.size() && i < attrs->size(); ++i) {
+        AttrValue& v = (*attrs)[i];
+        if (op.attrs[i].name == "out_dtype" && op.attrs[i].type == DG_ATTR_DTYPE) {
+          if (!v.v.present) {
             v.v.type = DG_ATTR_DTYPE;
             v.v.present = 1;
             v.v.i = DG_FLOAT32;
           }
+          out = static_cast<int>(v.v.i);
         }
+      }
+      // A float32 or 16-bit bias in the product's dtype (float32 for
+      // autocast's float32 product: added to the unrounded accumulator).
+      for (size_t k = n_operands; out >= 0 && k < inputs.size(); ++k) {
+        Tensor& t = inputs[k];
+        if (t && t->dtype() != out && (t->dtype() == DG_FLOAT32 || IsLowFloat(t->dtype())))
+          t = CachedAutocastCast(t, static_cast<DgDType>(out));
       }
       break;
     }
     case AutocastPolicy::kFloat32:
       for (Tensor& t : inputs) {
-        if (t && IsLowFloat(t->dtype())) t = AutocastCast(t, DG_FLOAT32);
+        if (t && IsLowFloat(t->dtype())) t = CachedAutocastCast(t, DG_FLOAT32);
       }
       break;
     case AutocastPolicy::kPromote: {
@@ -678,7 +783,7 @@ void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs,
       }
       if (has32 && has_low) {
         for (Tensor& t : inputs) {
-          if (t && IsLowFloat(t->dtype())) t = AutocastCast(t, DG_FLOAT32);
+          if (t && IsLowFloat(t->dtype())) t = CachedAutocastCast(t, DG_FLOAT32);
         }
       }
       break;
@@ -771,9 +876,45 @@ void BindOps(py::module_& m) {
   m.def("_autocast_set", [](int dtype) {
     int old = Grad().autocast;
     Grad().autocast = dtype;
+    if (dtype != old) t_cast_cache.clear();
     return old;
-  }, "Sets this thread's autocast dtype code (-1: off); returns the previous one.");
+  }, "Sets this thread's autocast dtype code (-1: off); returns the previous one. A "
+     "change clears the thread's autocast cast cache.");
+  m.def("_autocast_cache", [](py::object enabled) {
+    const bool old = Grad().autocast_cache;
+    if (!enabled.is_none()) {
+      Grad().autocast_cache = enabled.cast<bool>();
+      if (!Grad().autocast_cache) t_cast_cache.clear();
+    }
+    return old;
+  }, py::arg("enabled") = py::none(),
+     "Whether this thread's autocast reuses live casts (autocast(cache_enabled=...)); with "
+     "`enabled`, sets it and returns the old value.");
+  m.def("_autocast_cache_size", [] {
+    size_t n = 0;
+    for (const CastCacheEntry& e : t_cast_cache) n += (e.key && !e.out.expired()) ? 1 : 0;
+    return n;
+  }, "How many live casts this thread's autocast cast cache holds.");
   m.def("_autocast_get", [] { return Grad().autocast; });
+  m.def("_op_profile_start", [] { StartOpProfile(); },
+        "Starts this thread's op profile (dragon_core.profiler), dropping any running one.");
+  m.def("_op_profile_active", [] { return CurrentOpProfile() != nullptr; });
+  m.def("_op_profile_stop", [] {
+    // (op, input dtype codes, input shapes, output dtype codes, us, depth)
+    py::list l;
+    for (const OpRecord& r : StopOpProfile()) {
+      py::list in_dtypes, in_shapes, out_dtypes;
+      for (DgDType t : r.in_dtypes) in_dtypes.append(py::int_(static_cast<int>(t)));
+      for (const Shape& sh : r.in_shapes) {
+        py::tuple t(sh.size());
+        for (size_t i = 0; i < sh.size(); ++i) t[i] = py::int_(sh[i]);
+        in_shapes.append(t);
+      }
+      for (DgDType t : r.out_dtypes) out_dtypes.append(py::int_(static_cast<int>(t)));
+      l.append(py::make_tuple(r.op->name, in_dtypes, in_shapes, out_dtypes, r.us, r.depth));
+    }
+    return l;
+  }, "Stops this thread's op profile; returns its records in call order.");
   m.def("_autocast_policy", [](const std::string& name, int policy) {
     OpSchema* op = Registry::Get().FindOp(name);
     if (!op) return false;

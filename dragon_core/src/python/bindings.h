@@ -37,21 +37,25 @@ struct GradState {
   int tapes = 0;         // active GradientTapes
   int tracing = 0;       // active graph traces (every op is reported)
   int autocast = -1;     // DgDType of dragon_core.autocast, -1 when off
+  bool autocast_cache = true;  // autocast(cache_enabled=...): reuse live casts
 };
 
 // Autocast policy of an op (dragon_core.amp sets the table).
 enum class AutocastPolicy : int {
   kNone = 0, kLower = 1, kFloat32 = 2, kPromote = 3,
-  // kLower, and an unset `out_dtype` attribute becomes float32: the op runs
-  // on 16-bit operands and writes float32 (MatMul: no Cast back up).
+  // kLower on the two operands (inputs 0, 1), and an unset `out_dtype`
+  // attribute becomes float32: the op runs on 16-bit operands and writes
+  // float32 (MatMul: no Cast back up); further inputs (MatMulBiasAct's
+  // bias) are cast to the product's dtype.
   kLowerFloat32Out = 4,
 };
 // Applies the thread's autocast to the inputs of `op` (Cast ops dispatched
 // and recorded as any other op): kLower casts float32 inputs to the
 // autocast dtype, kFloat32 casts float16/bfloat16 inputs to float32,
 // kPromote casts float16/bfloat16 inputs to float32 when the inputs mix
-// them with float32, kLowerFloat32Out is kLower that also sets an unset
-// `out_dtype` attribute (in `attrs`, when given) to float32. Does nothing
+// them with float32, kLowerFloat32Out is kLower on inputs 0 and 1 that also
+// sets an unset `out_dtype` attribute (in `attrs`, when given) to float32
+// and casts the other inputs to the product's dtype. Does nothing
 // when autocast is off.
 void ApplyAutocast(const OpSchema& op, std::vector<Tensor>& inputs,
                    std::vector<AttrValue>* attrs = nullptr);

@@ -8,6 +8,25 @@ def ops():
     return _ops
 
 
+_KERNELS: dict = {}   # (op, device type, dtype code) -> a kernel is registered
+
+
+def eager_fused(op: str, t, dtype_code: int | None = None) -> bool:
+    """Whether an eager rule may call the fused op ``op`` on tensors like
+    ``t`` (its device, and its dtype or ``dtype_code``): not while tracing
+    (a trace records the unfused chain, which the graph's pattern fusion
+    rewrites together with its neighbours) and only where the device has a
+    kernel for ``op`` in that dtype (otherwise the rule runs the chain)."""
+    from .. import _C
+    if _C._is_tracing():
+        return False
+    key = (op, t._device_name, t._dtype_code if dtype_code is None else dtype_code)
+    ok = _KERNELS.get(key)
+    if ok is None:
+        ok = _KERNELS[key] = _C.selected_kernel(op, key[1], key[2]) is not None
+    return ok
+
+
 def py_pads(op: str, pads, n=None) -> tuple:
     """A node's ``pads`` attribute (the C++ layout of ``op``) -> the
     ``(before, after)`` pairs that ``dragon_core.ops`` functions take."""

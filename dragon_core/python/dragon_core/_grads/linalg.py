@@ -11,14 +11,38 @@ operands, as autocast writes it) ``dY`` is cast to the operands' dtype and
 the gradient products run in that dtype, so each gradient has its
 operand's dtype (a graph's fusion folds the Cast that brings a weight's
 gradient back to float32 into the product's ``out_dtype``).
+
+The same fold in eager mode: when a 16-bit operand is the output of a
+recorded ``Cast`` from float32 (autocast's cast of a float32 weight or
+activation), the only reader of its gradient is that Cast's rule, which
+casts it up to float32. Its gradient product is then written in float32
+directly (``out_dtype="float32"``: the float32 accumulator, unrounded, as
+the compiled step's ``cast_fold`` writes it) and the Cast rule passes it on
+without a second Cast. So eager and compiled steps compute the same
+gradients, and the eager step runs one Cast fewer per such operand.
 """
 
 from .._autograd import gradient, needs_grad
 from ._util import ops, relu_grad, unbroadcast
 
 
-def _mm(x, tx: bool, y, ty: bool):
-    return ops().matmul(x, y, transpose_a=tx, transpose_b=ty)
+_LOW = ("bfloat16", "float16")
+
+
+def _mm(x, tx: bool, y, ty: bool, out_dtype=None):
+    return ops().matmul(x, y, transpose_a=tx, transpose_b=ty, out_dtype=out_dtype)
+
+
+def _float32_grad(t) -> str | None:
+    """``"float32"`` when the gradient of operand ``t`` may be written in
+    float32: ``t`` is 16-bit and the output of a recorded Cast from float32
+    (whose rule casts the gradient to float32 anyway); else None."""
+    if t.dtype.name not in _LOW:
+        return None
+    fn = t._grad_fn
+    if fn is None or fn.op != "Cast" or fn.inputs[0].dtype.name != "float32":
+        return None
+    return "float32"
 
 
 @gradient("MatMul")
@@ -53,12 +77,14 @@ def _matmul_grads(node, dy):
     # dA = dY @ B^T, stored transposed when transpose_a is set; dB likewise.
     da = db = None
     if needs_grad(node, 0):
-        da = _mm(b2, tb, dy, True) if ta else _mm(dy, False, b2, not tb)
+        f32 = _float32_grad(a)
+        da = _mm(b2, tb, dy, True, f32) if ta else _mm(dy, False, b2, not tb, f32)
         da = unbroadcast(da, a2.shape)
         if a_vec:
             da = o.reshape(da, list(a.shape))
     if needs_grad(node, 1):
-        db = _mm(dy, True, a2, ta) if tb else _mm(a2, not ta, dy, False)
+        f32 = _float32_grad(b)
+        db = _mm(dy, True, a2, ta, f32) if tb else _mm(a2, not ta, dy, False, f32)
         db = unbroadcast(db, b2.shape)
         if b_vec:
             db = o.reshape(db, list(b.shape))

@@ -19,7 +19,7 @@ Conventions where the loss is not differentiable or the mean is empty:
 
 from __future__ import annotations
 
-from .._autograd import gradient
+from .._autograd import gradient, needs_grad
 from ._util import ops, scalar_like, unbroadcast
 
 
@@ -38,14 +38,14 @@ def _pair_scale(node, dy):
 def _mse(node, dy):
     x, t = node.inputs
     g = (x - t) * (_pair_scale(node, dy) * 2.0)
-    return [g, -g]
+    return [g, -g if needs_grad(node, 1) else None]   # a target is rarely trained
 
 
 @gradient("L1Loss")
 def _l1(node, dy):
     x, t = node.inputs
     g = ops().sign(x - t) * _pair_scale(node, dy)
-    return [g, -g]
+    return [g, -g if needs_grad(node, 1) else None]
 
 
 @gradient("SmoothL1Loss")
@@ -59,7 +59,7 @@ def _smooth_l1(node, dy):
     else:
         local = o.sign(d)
     g = local * _pair_scale(node, dy)
-    return [g, -g]
+    return [g, -g if needs_grad(node, 1) else None]
 
 
 @gradient("BceWithLogits")

@@ -19,14 +19,17 @@ Conventions where a function has a kink (the one-sided derivative taken):
 * ``Softplus``: 1 where ``beta * x > threshold`` (where the op returns
   ``x``), ``sigmoid(beta * x)`` elsewhere.
 * ``Cast``: between floating dtypes the gradient is cast back to the input
-  dtype; a cast to or from an integer or bool dtype passes no gradient.
+  dtype (passed on as it is when it already has that dtype: a matmul's
+  rule writes the gradient of an autocast operand in float32, see
+  ``linalg.py``); a cast to or from an integer or bool dtype passes no
+  gradient.
 """
 
 import math
 
 from .._autograd import gradient
 from .._dtypes import as_dtype
-from ._util import ops, relu_grad
+from ._util import eager_fused, ops, relu_grad
 
 
 def _mask(cond, like):
@@ -308,11 +311,18 @@ def _gelu_grad(node, ddx):
 
 @gradient("Softmax")
 def _softmax(node, dy):
-    # dx = y * (dy - sum(dy * y)) along the axis.
+    # dx = y * (dy - sum(dy * y)) along the axis. Eagerly, along the last
+    # axis, one SoftmaxGrad where the device has the kernel: bit for bit the
+    # chain, which is what a trace records and the graph's fusion rewrites
+    # into SoftmaxGrad (along other axes the kernel sums in double, so the
+    # chain stays there too).
     o = ops()
     (x,) = node.inputs
     axis = node.attrs["axis"]
     y = o.softmax(x, axis)
+    last = axis in (-1, x.ndim - 1)
+    if last and dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
+        return [o.softmax_grad(y, dy, axis=axis)]
     return [y * (dy - o.sum(dy * y, [axis], keepdims=True))]
 
 
@@ -347,4 +357,6 @@ def _cast(node, dy):
     (x,) = node.inputs
     if not (x.dtype.is_floating_point and as_dtype(node.attrs["dtype"]).is_floating_point):
         return [None]
+    if dy.dtype == x.dtype:
+        return [dy]
     return [ops().cast(dy, x.dtype)]

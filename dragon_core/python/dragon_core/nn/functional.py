@@ -13,6 +13,7 @@ from typing import Sequence
 
 from .. import _C, ops
 from .._autograd import no_grad
+from .._grads._util import eager_fused
 from .._tensor import Tensor
 
 _BY_NAME: dict = {}
@@ -51,20 +52,59 @@ def _reduction(reduction: str, op: str) -> str:
 
 
 # ------------------------------------------------------------------ linear
+def _fused_bias(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """Whether ``linear`` adds the bias inside the product (one
+    ``MatMulBiasAct``) instead of a ``MatMul`` and an ``Add``.
+
+    Only where the two give the same values: a product written in float32
+    or float64 (float32 operands, autocast's 16-bit operands with their
+    float32 product, float64), to which the kernel adds the bias as the
+    ``Add`` would; a 16-bit product keeps the separate ``Add`` (the fused
+    kernel would round once instead of twice). Eager calls only, and only
+    where the device has a ``MatMulBiasAct`` kernel for the operands' dtype
+    (``_grads._util.eager_fused``): a traced call records ``MatMul`` and
+    ``Add``, which the graph's pattern fusion rewrites together with what
+    follows (a ``Relu`` joins ``MatMulBiasAct`` there).
+    """
+    if bias is None or bias.ndim != 1:
+        return False
+    dt = x._dtype_code
+    if weight._dtype_code != dt or bias._dtype_code != dt:
+        return False
+    name = x.dtype.name
+    if name not in ("float32", "float64"):
+        return False
+    run = dt
+    if name == "float32":
+        low = _C._autocast_get()
+        if low >= 0:
+            run = low             # autocast: 16-bit operands, float32 product
+    return eager_fused("MatMulBiasAct", x, run)
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``y = x @ weight.T + bias``; ``weight`` is ``[out_features, in_features]``."""
+    """``y = x @ weight.T + bias``; ``weight`` is ``[out_features, in_features]``.
+
+    Eagerly, with a bias and a float32 or float64 product (autocast's
+    included), the bias is added by the product's kernel (``MatMulBiasAct``,
+    where the device has one): the values of ``MatMul`` followed by ``Add``
+    (up to the order of one float32 rounding), one pass over the output
+    fewer. Traced calls record ``MatMul`` and ``Add`` for the graph's fusion.
+    """
     if weight.ndim != 2:
         raise ValueError(f"linear: weight must be 2-D [out, in], got shape {tuple(weight.shape)}")
     if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {tuple(x.shape)} does not match weight "
                          f"{tuple(weight.shape)} (expected last dim {weight.shape[1]})")
-    if x.ndim > 2:
-        lead = list(x.shape[:-1])
-        y = ops.matmul(ops.reshape(x, [-1, x.shape[-1]]), weight, transpose_b=True)
-        y = ops.reshape(y, lead + [weight.shape[0]])
+    fused = _fused_bias(x, weight, bias)
+    x2 = ops.reshape(x, [-1, x.shape[-1]]) if x.ndim > 2 else x
+    if fused:
+        y = ops.matmul_bias_act(x2, weight, bias, transpose_b=True, activation="none")
     else:
-        y = ops.matmul(x, weight, transpose_b=True)
-    return y if bias is None else y + bias
+        y = ops.matmul(x2, weight, transpose_b=True)
+    if x.ndim > 2:
+        y = ops.reshape(y, list(x.shape[:-1]) + [weight.shape[0]])
+    return y if bias is None or fused else y + bias
 
 
 # ------------------------------------------------------------------- conv

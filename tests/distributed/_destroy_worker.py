@@ -94,5 +94,15 @@ def fake_nccl() -> None:
     say("DONE")
 
 
+def fake_nccl_exit() -> None:
+    """A clean exit with the world and a group still alive: the exit hook
+    aborts their communicators (a finalize would wait for peers)."""
+    timeout = float(os.environ.get("RDZV_TIMEOUT", "20"))
+    dist.init_process_group("nccl", timeout=timeout)
+    dist.new_group()
+    say(f"WORLD rank={dist.get_rank()} size={dist.get_world_size()}")
+    say("DONE")
+
+
 if __name__ == "__main__":
-    {"mpi": mpi, "fake_nccl": fake_nccl}[sys.argv[1]]()
+    {"mpi": mpi, "fake_nccl": fake_nccl, "fake_nccl_exit": fake_nccl_exit}[sys.argv[1]]()

@@ -147,13 +147,13 @@ def fake_nccl(tmp_path_factory):
     return lib
 
 
-def _run_ranks(env_list, timeout=90.0):
+def _run_ranks(env_list, timeout=90.0, mode="fake_nccl"):
     procs = []
     try:
         # rank 0 last: the others retry until it serves the store
         for env in sorted(env_list, key=lambda e: e["RANK"] == "0"):
             procs.append((int(env["RANK"]), subprocess.Popen(
-                [sys.executable, WORKER, "fake_nccl"], env=env, stdout=subprocess.PIPE,
+                [sys.executable, WORKER, mode], env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True)))
         outs = {}
         for r, p in procs:
@@ -206,6 +206,29 @@ def test_nccl_communicators_are_destroyed_with_their_groups(fake_nccl, tmp_path)
         assert ranks[w1] == (r, 2) and ranks[g_all] == (r, 2) and ranks[mine] == (0, 1)
         m = re.search(r"WARNED (\d+) (.*)", out)
         assert m and m.group(1) == "1" and "could not be finalized" in m.group(2), out
+
+
+def test_communicators_alive_at_exit_are_aborted_not_finalized(fake_nccl, tmp_path):
+    """Review finding: the exit hook used to finalize, which waits up to
+    the group's timeout for peers that may be gone. With a stand-in whose
+    finalize never completes, each rank still exits at once, its
+    communicators aborted."""
+    from .test_rendezvous import _base_env
+    envs = []
+    for e in _env_ranks(2, _free_port()):
+        r = e["RANK"]
+        envs.append(dict(_base_env(), **e, DRAGON_NCCL_LIBRARY=str(fake_nccl),
+                         FAKE_NCCL_LOG=str(tmp_path / f"rank{r}.log"),
+                         FAKE_NCCL_FINALIZE="ok", RDZV_TIMEOUT="120"))
+    outs = _run_ranks(envs, timeout=60.0, mode="fake_nccl_exit")
+    for r in (0, 1):
+        rc, out = outs[r]
+        assert rc == 0 and out.rstrip().endswith("DONE"), out
+        log = _log(tmp_path / f"rank{r}.log")
+        inits = [int(e[1]) for e in log if e[0] == "INIT"]
+        assert len(inits) == 2, log
+        for k in inits:
+            assert [e[0] for e in log if e[0] != "INIT" and int(e[1]) == k] == ["ABORT"], log
 
 
 def test_mpi_world_destroyed_and_initialised_again():

@@ -42,6 +42,11 @@ class Storage {
   // every tensor over this storage (a tensor and its views). Written and
   // read under the GIL.
   int64_t version = 0;
+  // A writable view of the memory was handed out (NumPy's numpy()/__array__,
+  // DLPack): writes through it bypass `version`, so nothing may assume the
+  // bytes are unchanged while `version` is (the autocast cast cache skips
+  // such storage). Never cleared. Written and read under the GIL.
+  bool exported = false;
 
   // Stream tracking on stream-ordered devices (stream.h); all NULL/empty
   // elsewhere. `home`: the stream the block was allocated on (the

@@ -674,8 +674,17 @@ bool CastCacheUsable() {
   return g.autocast_cache && g.tracing == 0 && g.tapes == 0;
 }
 
+// Memory the front end cannot see written: NumPy/DLPack-owned bytes
+// (from_numpy of a buffer the caller keeps filling) and memory a writable
+// NumPy/DLPack view was handed out for (x.numpy()[...] = v). Their version
+// counters say nothing, so their casts are never cached.
+bool WritableBehindOurBack(const Tensor& x) {
+  const Storage& st = *x->storage();
+  return !st.read_only() && (st.external() || st.exported);
+}
+
 Tensor CachedAutocastCast(const Tensor& x, DgDType to) {
-  if (!CastCacheUsable()) return AutocastCast(x, to);
+  if (!CastCacheUsable() || WritableBehindOurBack(x)) return AutocastCast(x, to);
   const bool grad_enabled = Grad().enabled;
   for (CastCacheEntry& e : t_cast_cache) {
     if (!e.key || e.to != to) continue;

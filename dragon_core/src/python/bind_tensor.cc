@@ -444,7 +444,13 @@ void BindTensor(py::module_& m) {
   cls.def("_is_channels_last", &TensorImpl::is_channels_last,
           "Whether the strides are those of the dense channels-last layout (rank 4 or 5).");
   cls.def("data_ptr", [](const TensorImpl& t) { return reinterpret_cast<uintptr_t>(t.data()); });
-  cls.def("numpy", [](const Tensor& t) { return ToNumpy(t); },
+  // A writable view handed to the caller: writes through it bypass the
+  // version counter (Storage::exported).
+  const auto export_view = [](const Tensor& t) {
+    if (!t->storage()->read_only()) t->storage()->exported = true;
+    return ToNumpy(t);
+  };
+  cls.def("numpy", export_view,
           "A NumPy view of a host tensor (zero-copy; writes are shared). It is read-only "
           "when the tensor views read-only memory (see ``Tensor.is_read_only``).");
   cls.def_property_readonly("is_read_only", [](const TensorImpl& t) {
@@ -455,6 +461,7 @@ void BindTensor(py::module_& m) {
             py::array a = ToNumpy(t);
             if (!dtype.is_none()) return py::array(a.attr("astype")(dtype));
             if (!copy.is_none() && copy.cast<bool>()) return py::array(a.attr("copy")());
+            if (!t->storage()->read_only()) t->storage()->exported = true;
             return a;
           },
           py::arg("dtype") = py::none(), py::arg("copy") = py::none());
@@ -467,6 +474,7 @@ void BindTensor(py::module_& m) {
     // ABI 1.3: order the consumer's stream after the producer (stream.h).
     bool has_stream = kw.contains("stream") && !kw["stream"].is_none();
     PrepareExport(*t->storage(), has_stream, has_stream ? kw["stream"].cast<intptr_t>() : 0);
+    if (!t->storage()->read_only()) t->storage()->exported = true;
     return ToDLPack(t, versioned);
   });
   cls.def("__dlpack_device__", [](const Tensor& t) {

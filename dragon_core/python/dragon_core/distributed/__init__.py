@@ -288,8 +288,8 @@ def _mpi_env_refusal(rdzv) -> str:
         "'Environment rendezvous'.")
 
 
-def destroy_process_group(group: "ProcessGroup | None" = None, *, _failed: bool = False
-                          ) -> None:
+def destroy_process_group(group: "ProcessGroup | None" = None, *, _failed: bool = False,
+                          _abort_comms: bool = False) -> None:
     """Free ``group``, or with no argument the world and every group made
     by :func:`new_group`; then :func:`init_process_group` may run again.
 
@@ -302,20 +302,30 @@ def destroy_process_group(group: "ProcessGroup | None" = None, *, _failed: bool 
     its store instead (rank 0 stops serving it once the other ranks
     disconnected, at most 10 s later). Freeing a group twice does nothing.
     """
+    abort = _failed or _abort_comms
     if group is not None and group is not _G.world:
-        group._free(abort=_failed)
+        group._free(abort=abort)
         return
     if _G.world is None:
         return
+    first_error = None
     with _G.lock:
+        # Every group is freed and the state reset even when one free
+        # fails, so init_process_group can run again; the first error is
+        # raised after.
         for g in _G.groups:
             if g is not None:
-                g._free(abort=_failed)
+                try:
+                    g._free(abort=abort)
+                except Exception as e:  # noqa: BLE001 - re-raised below
+                    first_error = first_error or e
         _G.world, _G.groups, _G.backend = None, [], None
         if _G.rdzv is not None:
             from . import _rendezvous
             rdzv, _G.rdzv = _G.rdzv, None
             _rendezvous.close(rdzv, failed=_failed)
+    if first_error is not None:
+        raise first_error
 
 
 @atexit.register
@@ -329,23 +339,35 @@ def _finalize_at_exit() -> None:
             if _G.rdzv is not None:      # no MPI job to abort: close the store at once
                 destroy_process_group(_failed=True)
                 return
-            import sys
-            for f in (sys.stdout, sys.stderr):
-                try:
-                    f.flush()
-                except Exception:  # noqa: BLE001
-                    pass
-            _G.lib.abort(1)
-            os._exit(1)
+            _abort_mpi_job()
         try:
-            destroy_process_group()
+            # At exit NCCL communicators are aborted, not finalized: a
+            # finalize waits (up to the group's timeout) for peers that may
+            # be gone or busy, and the process must end now.
+            destroy_process_group(_abort_comms=True)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
     if _G.lib is not None:
+        if _G.failed:
+            # The world was destroyed (say in a `finally`) and the exception
+            # went on: MPI_Finalize could wait for peers blocked in a
+            # collective with this rank, so the job is aborted as above.
+            _abort_mpi_job()
         try:
             _G.lib.finalize()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _abort_mpi_job() -> None:
+    import sys
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    _G.lib.abort(1)
+    os._exit(1)
 
 
 def _install_excepthook() -> None:

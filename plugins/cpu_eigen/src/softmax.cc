@@ -108,17 +108,25 @@ void SoftmaxBlock(const T* x, T* y, int64_t dim, int64_t inner, int64_t k0,
 // hardware prefetcher; wider ones spill the running max and sum from L1).
 constexpr int64_t kBlock = 1024;
 
-template <bool kLog, typename T>
-void SoftmaxImpl(dg::KernelContext& ctx) {
+// The (outer, dim, inner) split of input 0 around the op's axis (a 0-d
+// input is a single slice of one element), after checking the output's size.
+AxisSplit SoftmaxSplit(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
   const std::vector<int64_t> shape = xt.shape();
-  AxisSplit s;  // a 0-d input is a single slice of one element
+  AxisSplit s;
   if (!shape.empty()) {
     s = SplitAt(shape, CheckedAxis(ctx.op_name(), ctx.i("axis"), shape));
   }
   DG_CHECK(ctx.output(0).numel() == xt.numel(), DG_INTERNAL, ctx.op_name(),
            ": output has ", ctx.output(0).numel(), " elements, input ",
            ShapeStr(shape), " has ", xt.numel());
+  return s;
+}
+
+template <bool kLog, typename T>
+void SoftmaxImpl(dg::KernelContext& ctx) {
+  const dg::TensorRef xt = ctx.input(0);
+  const AxisSplit s = SoftmaxSplit(ctx);
   if (xt.numel() == 0) return;
   const T* x = xt.data<const T>();
   T* y = ctx.output(0).data<T>();
@@ -159,14 +167,7 @@ void SoftmaxImpl(dg::KernelContext& ctx) {
 template <bool kLog>
 void SoftmaxF32Impl(dg::KernelContext& ctx) {
   const dg::TensorRef xt = ctx.input(0);
-  const std::vector<int64_t> shape = xt.shape();
-  AxisSplit s;  // a 0-d input is a single slice of one element
-  if (!shape.empty()) {
-    s = SplitAt(shape, CheckedAxis(ctx.op_name(), ctx.i("axis"), shape));
-  }
-  DG_CHECK(ctx.output(0).numel() == xt.numel(), DG_INTERNAL, ctx.op_name(),
-           ": output has ", ctx.output(0).numel(), " elements, input ",
-           ShapeStr(shape), " has ", xt.numel());
+  const AxisSplit s = SoftmaxSplit(ctx);
   if (xt.numel() == 0) return;
   const float* x = xt.data<const float>();
   float* y = ctx.output(0).data<float>();

@@ -69,6 +69,20 @@ def view_roots(graph) -> dict:
     return roots
 
 
+def value_index(graph) -> tuple:
+    """``(pinned, producer, readers)`` of ``graph``: the values a pass may
+    not remove or rename (graph outputs, state updates and targets), the
+    index of the op writing each value, and how many op inputs read each."""
+    pinned = set(graph.output) | set(graph.state_update) | set(graph.state_target)
+    producer, readers = {}, {}
+    for k, op in enumerate(graph.op):
+        for name in op.output:
+            producer[name] = k
+        for name in op.input:
+            readers[name] = readers.get(name, 0) + 1
+    return pinned, producer, readers
+
+
 def device_type(graph) -> str:
     """The device type a graph runs on: ``metadata["device"]`` without its
     index (``"cpu:0"`` -> ``"cpu"``); the host (``"cpu"``) when absent."""

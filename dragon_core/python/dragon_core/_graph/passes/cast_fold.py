@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.passes import is_view_op, register_pass
+from dragon_core._graph.passes import is_view_op, register_pass, value_index
 from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
 
 #: Ops whose product may be written in float32 from 16-bit operands.
@@ -63,13 +63,7 @@ def cast_fold(graph):
     new = P.GraphDef()
     new.CopyFrom(graph)
     info = {v.name: v for v in new.value_info}
-    pinned = set(new.output) | set(new.state_update) | set(new.state_target)
-    producer, readers = {}, {}
-    for k, op in enumerate(new.op):
-        for name in op.output:
-            producer[name] = k
-        for name in op.input:
-            readers[name] = readers.get(name, 0) + 1
+    pinned, producer, readers = value_index(new)
     views: dict = {}
     drop_ops, drop_info = set(), set()
     for k, cast in enumerate(new.op):

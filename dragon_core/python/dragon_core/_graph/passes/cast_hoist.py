@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.passes import is_view_op, register_pass
+from dragon_core._graph.passes import is_view_op, register_pass, value_index
 from dragon_core._graph.passes.prune import _drop_value_info
 
 #: The view ops a Cast moves above (each moves elements, never changes one).
@@ -73,13 +73,7 @@ def cast_hoist(graph):
         chain (``graph`` itself when nothing moved).
     """
     info = {v.name: v for v in graph.value_info}
-    pinned = set(graph.output) | set(graph.state_update) | set(graph.state_target)
-    producer, readers = {}, {}
-    for k, op in enumerate(graph.op):
-        for name in op.output:
-            producer[name] = k
-        for name in op.input:
-            readers[name] = readers.get(name, 0) + 1
+    pinned, producer, readers = value_index(graph)
     views: dict = {}
     moves = {}     # index of the first view of a chain -> index of its Cast
     taken = set()  # ops already part of a moved chain

@@ -250,3 +250,16 @@ def test_structs_quoted_in_the_docs_match_the_header(path):
         assert name in header, f"{path.name} quotes struct {name}, which plugin.h lacks"
         assert fields == header[name], (f"{path.name} quotes {name} with fields {fields}; "
                                         f"plugin.h has {header[name]}")
+
+
+def test_every_bench_module_has_run():
+    """bench/run.py (``make bench``) imports every bench/bench_*.py and calls
+    its ``run()``; a script without one would be an ERROR row. Scripts that
+    are not benchmark modules are named otherwise (bench/README.md)."""
+    import ast
+    missing = []
+    for path in sorted((ROOT / "bench").glob("bench_*.py")):
+        tree = ast.parse(path.read_text())
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
+            missing.append(path.name)
+    assert not missing, missing

@@ -3,9 +3,9 @@ composed rule it replaced (one FusedElementwise in a compiled step) vs
 torch's gelu_backward, interleaved A/B/C in one process (the machine is
 shared: compare the columns of one run, not runs).
 
-    OMP_NUM_THREADS=1 DRAGON_NUM_THREADS=1 python bench/bench_gelu_grad.py
-    python bench/bench_gelu_grad.py --shape 1024 1024 --rounds 15 --mode tanh
-    python bench/bench_gelu_grad.py --against /path/to/old/.venv/bin/python
+    OMP_NUM_THREADS=1 DRAGON_NUM_THREADS=1 python bench/ab_gelu_grad.py
+    python bench/ab_gelu_grad.py --shape 1024 1024 --rounds 15 --mode tanh
+    python bench/ab_gelu_grad.py --against /path/to/old/.venv/bin/python
 
 ``--against PYTHON`` A/Bs this checkout's kernel with another install's (say
 main's, before a kernel change): rounds alternate between a process of each

@@ -14,7 +14,7 @@ the shared machine hits them alike; the first losses of both are checked
 against each other (bfloat16 tolerance). ``--profile`` prints the per-op
 profile of both compiled steps (Cast count and share).
 
-    python bench/bench_amp.py [--rounds 5] [--profile] [--cpu-time] [--casts]
+    python bench/ab_amp.py [--rounds 5] [--profile] [--cpu-time] [--casts]
 
 ``--casts`` first times the Cast kernel alone (float32 <-> bfloat16 of an
 encoder activation, 256K and 1M elements) beside torch's ``.to()``,

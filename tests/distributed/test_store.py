@@ -171,3 +171,31 @@ def test_values_already_set_are_still_served_while_closing():
     client.close()
     closer.join(10)
     assert not closer.is_alive()
+
+
+def test_a_set_is_answered_before_a_waiting_closer_can_see_it(monkeypatch):
+    """exchange_bytes' rank 0 closes the store as soon as it sees the last
+    reader's ack; the reader's set must still get its reply. The server's
+    replies are slowed down here (each b"K" waits 0.3 s before it is sent),
+    which used to let the close cut the setter off ("connection closed by
+    the peer": a CI failure of test_rendezvous under load)."""
+    real = socket.socket.sendall
+
+    def slow_ack(self, data, *args):
+        if bytes(data) == b"K":
+            time.sleep(0.3)
+        return real(self, data, *args)
+    monkeypatch.setattr(socket.socket, "sendall", slow_ack)
+    master = TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=10)
+    client = TCPStore("127.0.0.1", master.port, 2, is_master=False, timeout=10, rank=1)
+
+    def wait_then_close():
+        master.get("ack")
+        master.close(grace=0.0)
+    closer = threading.Thread(target=wait_then_close)
+    closer.start()
+    time.sleep(0.1)
+    client.set("ack", b"1")          # raised StoreError before the fix
+    closer.join(10)
+    assert not closer.is_alive()
+    client.close()

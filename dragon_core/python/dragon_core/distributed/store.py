@@ -113,10 +113,16 @@ class _Server:
                     return                              # a bad client: drop it
                 value = _recv_exact(conn, vlen)
                 if op == b"S":
+                    # Reply before the value becomes visible: a rank waiting
+                    # for this key may close the store as soon as it sees it
+                    # (exchange_bytes' rank 0 after the last reader's ack),
+                    # and the setter must not lose its reply to that close.
+                    # This connection's next request is served after the
+                    # store below, so the setter still reads its own write.
+                    conn.sendall(b"K")
                     with self.cond:
                         self.data[key] = value
                         self.cond.notify_all()
-                    conn.sendall(b"K")
                 elif op == b"A":
                     (inc,) = struct.unpack(">q", value)
                     with self.cond:

@@ -16,14 +16,17 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "dl_load.h"
 #include "dragon/plugin.hpp"
@@ -123,13 +126,23 @@ Nccl& Require(const char* op) {
   return lib;
 }
 
+// One rank's communicator of a process group. The table holds it by
+// shared_ptr and every user holds a CommLease, so destroying or replacing
+// the group's entry never frees a Comm another thread is using; `use`
+// orders the NCCL calls on it (NCCL wants one caller at a time per
+// communicator) and makes NcclCommDestroy wait for a collective in flight.
 struct Comm {
-  ncclComm_t comm = nullptr;
+  ncclComm_t comm = nullptr;  // null once destroyed or aborted
   int rank = 0, nranks = 1;
   double timeout_s = 300;
+  std::mutex use;
+  // Set by an aborting NcclCommDestroy: the collective settling on another
+  // thread aborts the communicator itself and fails, instead of making the
+  // destroy wait up to its timeout.
+  std::atomic<bool> abort_requested{false};
 };
-std::mutex g_mu;
-std::map<int64_t, Comm> g_comms;
+std::mutex g_mu;  // guards the table, not the Comms in it
+std::map<int64_t, std::shared_ptr<Comm>> g_comms;
 
 // Waits until the last NCCL call on `c` is no longer in progress; aborts the
 // communicator and fails naming the rank and collective after the timeout.
@@ -137,6 +150,13 @@ void Settle(Nccl& lib, Comm& c, ncclResult_t r, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(c.timeout_s);
   while (r == ncclInProgress) {
+    if (c.abort_requested.load(std::memory_order_acquire)) {
+      lib.CommAbort(c.comm);
+      c.comm = nullptr;
+      DG_CHECK(false, DG_ABORTED, "rank ", c.rank, ": ", what,
+               " (NCCL) was aborted: its process group is being destroyed after a "
+               "failure");
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       lib.CommAbort(c.comm);
       c.comm = nullptr;
@@ -152,15 +172,32 @@ void Settle(Nccl& lib, Comm& c, ncclResult_t r, const char* what) {
            lib.GetLastError(c.comm));
 }
 
-Comm& GetComm(int64_t group, const char* op) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = g_comms.find(group);
-  DG_CHECK(it != g_comms.end() && it->second.comm, DG_FAILED_PRECONDITION, op,
-           ": no NCCL communicator for process group ", group,
-           " on this rank; call dragon_core.distributed.init_process_group("
-           "backend='nccl') (and new_group) first");
-  return it->second;
-}
+// The group's communicator, owned and locked for one collective.
+class CommLease {
+ public:
+  CommLease(int64_t group, const char* op) {
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = g_comms.find(group);
+      if (it != g_comms.end()) comm_ = it->second;
+    }
+    DG_CHECK(comm_ != nullptr, DG_FAILED_PRECONDITION, op,
+             ": no NCCL communicator for process group ", group,
+             " on this rank; call dragon_core.distributed.init_process_group("
+             "backend='nccl') (and new_group) first");
+    lock_ = std::unique_lock<std::mutex>(comm_->use);
+    DG_CHECK(comm_->comm != nullptr, DG_FAILED_PRECONDITION, op,
+             ": the NCCL communicator of process group ", group, " on rank ",
+             comm_->rank, " was destroyed or aborted (a timed-out collective aborts it); "
+             "call dragon_core.distributed.init_process_group() again");
+  }
+  Comm& operator*() const { return *comm_; }
+  Comm* operator->() const { return comm_.get(); }
+
+ private:
+  std::shared_ptr<Comm> comm_;
+  std::unique_lock<std::mutex> lock_;
+};
 
 bool NcclType(DgDType d, ncclDataType_t* t) {
   switch (d) {
@@ -216,7 +253,8 @@ cudaStream_t Stream(dg::KernelContext& ctx) {
 
 void AllReduceKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveAllReduce");
-  Comm& c = GetComm(ctx.i("group"), "CollectiveAllReduce");
+  const CommLease lease(ctx.i("group"), "CollectiveAllReduce");
+  Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   const ncclDataType_t t = ReduceType(x.dtype(), "CollectiveAllReduce");
   const ncclRedOp_t op = RedOp(ctx.s("reduce_op"), x.dtype(), "CollectiveAllReduce");
@@ -226,7 +264,8 @@ void AllReduceKernel(dg::KernelContext& ctx) {
 
 void BroadcastKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveBroadcast");
-  Comm& c = GetComm(ctx.i("group"), "CollectiveBroadcast");
+  const CommLease lease(ctx.i("group"), "CollectiveBroadcast");
+  Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   Settle(lib, c, lib.Broadcast(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8,
                                static_cast<int>(ctx.i("src")), c.comm, Stream(ctx)),
@@ -235,7 +274,8 @@ void BroadcastKernel(dg::KernelContext& ctx) {
 
 void AllGatherKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveAllGather");
-  Comm& c = GetComm(ctx.i("group"), "CollectiveAllGather");
+  const CommLease lease(ctx.i("group"), "CollectiveAllGather");
+  Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   Settle(lib, c, lib.AllGather(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8, c.comm,
                                Stream(ctx)), "all_gather");
@@ -243,7 +283,8 @@ void AllGatherKernel(dg::KernelContext& ctx) {
 
 void ReduceScatterKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveReduceScatter");
-  Comm& c = GetComm(ctx.i("group"), "CollectiveReduceScatter");
+  const CommLease lease(ctx.i("group"), "CollectiveReduceScatter");
+  Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   const ncclDataType_t t = ReduceType(x.dtype(), "CollectiveReduceScatter");
   const ncclRedOp_t op = RedOp(ctx.s("reduce_op"), x.dtype(), "CollectiveReduceScatter");
@@ -253,7 +294,8 @@ void ReduceScatterKernel(dg::KernelContext& ctx) {
 
 void AllToAllKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveAllToAll");
-  Comm& c = GetComm(ctx.i("group"), "CollectiveAllToAll");
+  const CommLease lease(ctx.i("group"), "CollectiveAllToAll");
+  Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   const size_t block = Bytes(x) / static_cast<size_t>(c.nranks);
   const char* in = static_cast<const char*>(x.raw_data());
@@ -298,7 +340,8 @@ void NcclCommInitShape(dg::InferContext& ctx) {
 void NcclCommInitKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("NcclCommInit");
   const int64_t group = ctx.i("group");
-  Comm c;
+  auto made = std::make_shared<Comm>();
+  Comm& c = *made;
   c.nranks = static_cast<int>(ctx.i("nranks"));
   c.rank = static_cast<int>(ctx.i("rank"));
   c.timeout_s = ctx.f("timeout_s");
@@ -314,10 +357,15 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
            lib.GetLastError(nullptr));
   if (r == ncclInProgress) lib.CommGetAsyncError(c.comm, &r);
   Settle(lib, c, r, "communicator creation");
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto& slot = g_comms[group];
-  if (slot.comm) lib.CommDestroy(slot.comm);
-  slot = c;
+  std::shared_ptr<Comm> old;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    old = std::exchange(g_comms[group], made);
+  }
+  if (old) {  // re-initialised: free the previous one once nobody uses it
+    std::lock_guard<std::mutex> use(old->use);
+    if (old->comm) lib.CommDestroy(std::exchange(old->comm, nullptr));
+  }
   *ctx.output(0).data<int64_t>() = c.nranks;
 }
 
@@ -334,17 +382,27 @@ void NcclCommDestroyShape(dg::InferContext& ctx) { ctx.set_output(0, DG_INT64, {
 void NcclCommDestroyKernel(dg::KernelContext& ctx) {
   const int64_t group = ctx.i("group");
   const bool abort = ctx.b("abort");
-  Comm c;
+  std::shared_ptr<Comm> held;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_comms.find(group);
     if (it != g_comms.end()) {
-      c = it->second;
+      held = std::move(it->second);
       g_comms.erase(it);
     }
   }
   int64_t* out = ctx.output(0).data<int64_t>();
   *out = 0;
+  if (!held) return;
+  // Waits for a collective in flight on another thread (bounded by its
+  // timeout; with abort, by one poll: it aborts itself), then takes the
+  // handle so nobody can use it again.
+  if (abort) held->abort_requested.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> use(held->use);
+  Comm c;
+  c.rank = held->rank;
+  c.timeout_s = held->timeout_s;
+  c.comm = std::exchange(held->comm, nullptr);
   if (!c.comm) return;
   Nccl& lib = Require("NcclCommDestroy");  // opened: it made c.comm
   if (abort) {

@@ -61,13 +61,16 @@ std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype, Sh
 Shape ChannelsLastStrides(const Shape& shape) {
   const size_t r = shape.size();
   if (r != 4 && r != 5) return ContiguousStrides(shape);
+  // PyTorch's strides exactly, sizes of 0 included (a zero size makes the
+  // strides after it in the walk 0), so an empty channels-last tensor passes
+  // is_channels_last() as it does in torch.
   Shape strides(r);
   int64_t step = 1;
   strides[1] = step;
-  step *= std::max<int64_t>(shape[1], 1);
+  step *= shape[1];
   for (size_t d = r - 1; d >= 2; --d) {
     strides[d] = step;
-    step *= std::max<int64_t>(shape[d], 1);
+    step *= shape[d];
   }
   strides[0] = step;
   return strides;
@@ -90,8 +93,8 @@ bool TensorImpl::is_channels_last() const {
     return true;
   };
   // PyTorch's test exactly (no shortcut for empty tensors, unlike
-  // is_contiguous): an empty tensor is channels-last only with the strides
-  // ChannelsLastStrides gives it.
+  // is_contiguous): an empty tensor is channels-last with the strides
+  // ChannelsLastStrides gives it (torch's), not with any strides.
   if (!step(1)) return false;
   for (int32_t d = r - 1; d >= 2; --d)
     if (!step(d)) return false;

@@ -61,16 +61,13 @@ std::shared_ptr<TensorImpl> TensorImpl::Empty(DgDevice device, DgDType dtype, Sh
 Shape ChannelsLastStrides(const Shape& shape) {
   const size_t r = shape.size();
   if (r != 4 && r != 5) return ContiguousStrides(shape);
-  // PyTorch's strides exactly, sizes of 0 included (a zero size makes the
-  // strides after it in the walk 0), so an empty channels-last tensor passes
-  // is_channels_last() as it does in torch.
   Shape strides(r);
   int64_t step = 1;
   strides[1] = step;
-  step *= shape[1];
+  step *= std::max<int64_t>(shape[1], 1);
   for (size_t d = r - 1; d >= 2; --d) {
     strides[d] = step;
-    step *= shape[d];
+    step *= std::max<int64_t>(shape[d], 1);
   }
   strides[0] = step;
   return strides;
@@ -93,8 +90,8 @@ bool TensorImpl::is_channels_last() const {
     return true;
   };
   // PyTorch's test exactly (no shortcut for empty tensors, unlike
-  // is_contiguous): an empty tensor is channels-last with the strides
-  // ChannelsLastStrides gives it (torch's), not with any strides.
+  // is_contiguous): an empty tensor is channels-last only with the strides
+  // ChannelsLastStrides gives it.
   if (!step(1)) return false;
   for (int32_t d = r - 1; d >= 2; --d)
     if (!step(d)) return false;

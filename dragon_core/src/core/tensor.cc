@@ -90,8 +90,10 @@ bool TensorImpl::is_channels_last() const {
     return true;
   };
   // PyTorch's test exactly (no shortcut for empty tensors, unlike
-  // is_contiguous): an empty tensor is channels-last only with the strides
-  // ChannelsLastStrides gives it.
+  // is_contiguous). Known difference: an empty tensor with a zero C, H or W
+  // made channels-last here keeps nonzero strides after the zero size, where
+  // torch's get 0, so it answers False where torch answers True (layout
+  // metadata only: it has no elements, and is_contiguous() is True).
   if (!step(1)) return false;
   for (int32_t d = r - 1; d >= 2; --d)
     if (!step(d)) return false;

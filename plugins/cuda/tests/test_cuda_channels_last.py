@@ -295,7 +295,9 @@ using namespace dragon_cuda::cudnn_plan;
 
 int main() {
   int fails = 0;
-  const int64_t dims[][4] = {{2, 3, 4, 5}, {1, 1, 1, 1}, {3, 1, 2, 2}, {2, 5, 1, 1}, {1, 7, 3, 1}};
+  // h == 1: batchnorm.cu's RelayoutNcs views [N, C, S] as [N, C, 1, S].
+  const int64_t dims[][4] = {{2, 3, 4, 5}, {1, 1, 1, 1}, {3, 1, 2, 2}, {2, 5, 1, 1}, {1, 7, 3, 1},
+                            {2, 3, 1, 7}, {3, 6, 1, 5}};
   for (auto& d : dims) {
     const int64_t n = d[0], c = d[1], h = d[2], w = d[3];
     const int64_t nchw[4] = {c * h * w, h * w, w, 1};

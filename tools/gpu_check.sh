@@ -187,7 +187,10 @@ t1=$(date +%s)
 # --continue-on-collection-errors: a test file that fails to import is
 # reported as an error and the other files run (xdist does so anyway;
 # with GPU_CHECK_WORKERS=0 pytest would otherwise run no test at all).
-timeout -k 5 "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n "${GPU_CHECK_WORKERS:-16}" -rfE \
+# Out of time, pytest gets SIGINT (then SIGKILL 20 s later): interrupted,
+# it still prints the failures so far, its counts and junit.xml, where
+# timeout's SIGTERM left a log without any summary.
+timeout -s INT -k 20 "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n "${GPU_CHECK_WORKERS:-16}" -rfE \
   --continue-on-collection-errors --tb=short --durations=20 --junitxml="$LOG/junit.xml" \
   $TEST_DIRS "$@" > "$LOG/pytest.log" 2>&1
 rc=$?

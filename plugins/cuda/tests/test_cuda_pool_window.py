@@ -246,13 +246,11 @@ struct Pool {
 // loop never wrote.
 int main() {
   int ylayout;
-  long long n, c;
-  Pool p;
+  long long n, c, v[12];
   while (std::scanf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld",
-                    &ylayout, &n, &c, (long long*)&p.h, (long long*)&p.w, (long long*)&p.oh,
-                    (long long*)&p.ow, (long long*)&p.kh, (long long*)&p.kw, (long long*)&p.sh,
-                    (long long*)&p.sw, (long long*)&p.ph, (long long*)&p.pw, (long long*)&p.dh,
-                    (long long*)&p.dw) == 15) {
+                    &ylayout, &n, &c, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+                    &v[8], &v[9], &v[10], &v[11]) == 15) {
+    const Pool p{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
     std::vector<double> x(static_cast<size_t>(n * c * p.h * p.w));
     for (double& v : x)
       if (std::scanf("%la", &v) != 1) return 2;

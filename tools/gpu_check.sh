@@ -70,17 +70,32 @@ build() {
   say "build $p rc=$rc $(( $(date +%s) - s ))s"
   return $rc
 }
+# sdk, core, cpu_eigen and cuda are needed by every check: a failed build of
+# one of them ends the run. vision_ops and nccl_dist are not: a failed build
+# of either is reported and its tests are left out, so that one run still
+# gives the cuda plugin's whole picture.
 fail=0
+TEST_DIRS="plugins/cuda/tests"
 build sdk || fail=1
 build dragon_core || fail=1
 build plugins/cpu_eigen || fail=1
-build plugins/vision_ops -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 || fail=1
 build plugins/cuda || fail=1   # its own default: 80-real;90 (sm_80, sm_90 SASS + PTX)
-build plugins/nccl_dist || fail=1
 if [ $fail -ne 0 ]; then
   say "a build failed: see $LOG/build_*.log"; tail -n 30 "$LOG"/build_*.log > "$LOG/build_tails.txt"
   tail -n 40 "$LOG/build_tails.txt" | tee -a "$LOG/summary.txt"
   exit 1
+fi
+if build plugins/vision_ops -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90; then
+  TEST_DIRS="$TEST_DIRS plugins/vision_ops/tests"
+else
+  say "vision_ops did not build (tail below): its tests are left out"
+  tail -n 15 "$LOG/build_vision_ops.log" | tee -a "$LOG/summary.txt"
+fi
+if build plugins/nccl_dist; then
+  TEST_DIRS="$TEST_DIRS plugins/nccl_dist/tests"
+else
+  say "nccl_dist did not build (tail below): its tests are left out"
+  tail -n 15 "$LOG/build_nccl_dist.log" | tee -a "$LOG/summary.txt"
 fi
 
 # GPU_CHECK_WERROR=1: every package is built again with that machine's
@@ -169,9 +184,15 @@ PYTEST_S=$(clamp $(( L - BENCH_S - 60 )) 60 330)
 say "time left ${L}s: pytest ${PYTEST_S}s, benchmark ${BENCH_S}s"
 
 t1=$(date +%s)
-timeout -k 5 "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n "${GPU_CHECK_WORKERS:-16}" -rfE \
-  --tb=short --durations=20 --junitxml="$LOG/junit.xml" \
-  plugins/cuda/tests plugins/vision_ops/tests plugins/nccl_dist/tests "$@" > "$LOG/pytest.log" 2>&1
+# --continue-on-collection-errors: a test file that fails to import is
+# reported as an error and the other files run (xdist does so anyway;
+# with GPU_CHECK_WORKERS=0 pytest would otherwise run no test at all).
+# Out of time, pytest gets SIGINT (then SIGKILL 20 s later): interrupted,
+# it still prints the failures so far, its counts and junit.xml, where
+# timeout's SIGTERM left a log without any summary.
+timeout -s INT -k 20 "$PYTEST_S" $PY -m pytest -q -p no:cacheprovider -n "${GPU_CHECK_WORKERS:-16}" -rfE \
+  --continue-on-collection-errors --tb=short --durations=20 --junitxml="$LOG/junit.xml" \
+  $TEST_DIRS "$@" > "$LOG/pytest.log" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | cut -c1-200 | head -n 60
 say "pytest rc=$rc $(( $(date +%s) - t1 ))s: $(tail -n 1 "$LOG/pytest.log")"

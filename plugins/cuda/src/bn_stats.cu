@@ -10,6 +10,7 @@
 // 1's (each element is read before it is written).
 #include <cstdint>
 
+#include "bn_stats.h"
 #include "elementwise.cuh"
 
 namespace dragon_cuda {
@@ -21,13 +22,15 @@ struct StatsArgs {
   T *rm_out, *rv_out;
 };
 
+// The rule is bn_stats.h's (explicit roundings: no FMA contraction, so the
+// CPU kernel's bits).
 template <typename T>
 __global__ void BatchNormStatsKernel(StatsArgs<T> a, double m, double unbias, int64_t n) {
   DGC_LOOP(i, n) {
-    const double mean = (1.0 - m) * ToDouble(a.rm[i]) + m * ToDouble(a.bm[i]);
-    const double var = (1.0 - m) * ToDouble(a.rv[i]) + m * ToDouble(a.bv[i]) * unbias;
-    a.rm_out[i] = FromDouble<T>(mean);
-    a.rv_out[i] = FromDouble<T>(var);
+    const BnStatsValue v = BatchNormStatsStep(ToDouble(a.rm[i]), ToDouble(a.rv[i]),
+                                              ToDouble(a.bm[i]), ToDouble(a.bv[i]), m, unbias);
+    a.rm_out[i] = FromDouble<T>(v.mean);
+    a.rv_out[i] = FromDouble<T>(v.var);
   }
 }
 

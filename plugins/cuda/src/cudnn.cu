@@ -212,9 +212,11 @@ const Cudnn& TheCudnn() {
 }
 
 using Handle = StreamHandle<cudnnHandle_t>;
+// This library's handle table (runtime.h: HandleFor).
+struct CudnnLib {};
 
 Handle& GetHandle(const dg::KernelContext& ctx, const Cudnn& cd, cudaStream_t s) {
-  return HandleFor<cudnnHandle_t>(ctx.device().index, s, [&](cudnnHandle_t* h) {
+  return HandleFor<CudnnLib, cudnnHandle_t>(ctx.device().index, s, [&](cudnnHandle_t* h) {
     cudnnStatus_t st = cd.create(h);
     DG_CHECK(st == 0, DG_UNAVAILABLE, ctx.op_name(), " on cuda:", ctx.device().index,
              ": cudnnCreate failed: ", cd.Text(st), " (", LibName(), " version ",

@@ -71,9 +71,11 @@ const Cublas& TheCublas() {
 }
 
 using Handle = StreamHandle<cublasHandle_t>;
+// This library's handle table (runtime.h: HandleFor).
+struct CublasLib {};
 
 Handle& GetHandle(const dg::KernelContext& ctx, const Cublas& cb, cudaStream_t s) {
-  return HandleFor<cublasHandle_t>(ctx.device().index, s, [&](cublasHandle_t* h) {
+  return HandleFor<CublasLib, cublasHandle_t>(ctx.device().index, s, [&](cublasHandle_t* h) {
     cublasStatus_t st = cb.create(h);
     DG_CHECK(st == 0, DG_INTERNAL, ctx.op_name(), " on cuda:", ctx.device().index,
              ": cublasCreate failed: ", cb.status_string(st));

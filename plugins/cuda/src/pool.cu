@@ -129,15 +129,10 @@ void LaunchMaxPool(const Pool& p, int64_t n, cudaStream_t s, const T* x, T* y, I
 }
 
 // Channels-last MaxPool2d (docs/cuda.md): thread t takes output element t
-// in NHWC order (channel fastest, so a warp reads neighbouring channels of
-// one cell), reads x and writes y through their strides (y channels-last,
-// or row-major when a compiled plan gives a row-major buffer). The window
-// walk is ArgMaxWindow's (pool_window.h), over x's own row and column
-// strides.
-struct Strides4 {
-  int64_t s0, s1, s2, s3;
-};
-
+// in NHWC order and reads x and writes y through their strides; the element
+// (index split, window walk over x's own row and column strides, store) is
+// pool_window.h's MaxPoolChannelsLastAt, which
+// tests/test_cuda_pool_window.py runs on the host against NumPy.
 Strides4 StridesOf(const dg::TensorRef& t) {
   return Strides4{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
@@ -145,19 +140,8 @@ Strides4 StridesOf(const dg::TensorRef& t) {
 template <typename T>
 __global__ void MaxPoolChannelsLast(const T* x, T* y, Pool p, int64_t channels, Strides4 xs,
                                     Strides4 ys, int64_t total) {
-  DGC_LOOP(t, total) {
-    const int64_t ch = t % channels;
-    int64_t rest = t / channels;
-    const int64_t oj = rest % p.ow;
-    rest /= p.ow;
-    const int64_t oi = rest % p.oh;
-    const int64_t n = rest / p.oh;
-    const T* xp = x + n * xs.s0 + ch * xs.s1;
-    int64_t at = 0;
-    const bool found = MaxPoolWindowArgMax<Acc<T>>(xp, p, oi, oj, xs.s2, xs.s3, &at);
-    y[n * ys.s0 + ch * ys.s1 + oi * ys.s2 + oj * ys.s3] =
-        found ? xp[at] : Store<T>(static_cast<Acc<T>>(NAN));
-  }
+  const T empty = Store<T>(static_cast<Acc<T>>(NAN));
+  DGC_LOOP(t, total) MaxPoolChannelsLastAt<Acc<T>>(x, y, p, channels, xs, ys, t, empty);
 }
 
 // Whether t (4-D) is channels-last and not also row-major (the SDK's rules,

@@ -62,6 +62,34 @@ DGC_POOL_HD inline bool MaxPoolWindowArgMax(const T* xp, const G& p, I i, I j, I
   return found;
 }
 
+// The element strides of a 4-D tensor over its logical NCHW axes.
+struct Strides4 {
+  int64_t s0, s1, s2, s3;
+};
+
+// Output element t of the channels-last MaxPool2d kernel (pool.cu), which
+// takes the output in NHWC order (channel fastest, so a warp reads
+// neighbouring channels of one cell): t's logical indices (n, ch, oi, oj)
+// for `channels` channels and an oh x ow output, then y[n, ch, oi, oj] =
+// the window's maximum, reading x and writing y through their strides (y
+// channels-last, or row-major when a compiled plan gives a row-major
+// buffer); `empty` for a window with no cell (the shape rules exclude it).
+template <typename V, typename T, typename G>
+DGC_POOL_HD inline void MaxPoolChannelsLastAt(const T* x, T* y, const G& p, int64_t channels,
+                                              const Strides4& xs, const Strides4& ys, int64_t t,
+                                              T empty) {
+  const int64_t ch = t % channels;
+  int64_t rest = t / channels;
+  const int64_t oj = rest % p.ow;
+  rest /= p.ow;
+  const int64_t oi = rest % p.oh;
+  const int64_t n = rest / p.oh;
+  const T* xp = x + n * xs.s0 + ch * xs.s1;
+  int64_t at = 0;
+  const bool found = MaxPoolWindowArgMax<V>(xp, p, oi, oj, xs.s2, xs.s3, &at);
+  y[n * ys.s0 + ch * ys.s1 + oi * ys.s2 + oj * ys.s3] = found ? xp[at] : empty;
+}
+
 }  // namespace dragon_cuda
 
 #endif  // DRAGON_CUDA_POOL_WINDOW_H_

@@ -94,9 +94,14 @@ struct StreamHandle {
   H h = nullptr;
 };
 
-// The table of handles of type H: one per handle type, never destroyed
-// (handles live until exit).
-template <typename H>
+// The table of handles of library `Lib` (a tag type: CublasLib in
+// matmul.cu, CudnnLib in cudnn.cu), never destroyed (handles live until
+// exit). One table per library, not per handle type: the plugin declares
+// cuBLAS's and cuDNN's handles itself, both as void*, and a table keyed by
+// the handle type alone was one table for both (one static per template
+// instance across the plugin's objects), so whichever library came second
+// on a (device, stream) was handed the other library's handle.
+template <typename Lib, typename H>
 struct HandleTable {
   std::mutex mu;
   std::map<std::pair<int32_t, cudaStream_t>, std::unique_ptr<StreamHandle<H>>> map;
@@ -106,12 +111,12 @@ struct HandleTable {
   }
 };
 
-// The handle of type H for (device, stream): made on first use by
-// `make(H*)`, which creates it and binds it to the stream (and throws on
+// Library Lib's handle (of type H) for (device, stream): made on first use
+// by `make(H*)`, which creates it and binds it to the stream (and throws on
 // failure, leaving no entry).
-template <typename H, typename Make>
+template <typename Lib, typename H, typename Make>
 StreamHandle<H>& HandleFor(int32_t device, cudaStream_t stream, Make&& make) {
-  HandleTable<H>& table = HandleTable<H>::Get();
+  HandleTable<Lib, H>& table = HandleTable<Lib, H>::Get();
   std::lock_guard<std::mutex> lock(table.mu);
   auto& slot = table.map[{device, stream}];
   if (!slot) {

@@ -82,7 +82,15 @@ def test_conv2d_layouts_match_contiguous(gpu, dtype, geom, layouts):
     """Conv2d forward and its three gradients (ConvTranspose2d for dx,
     Conv2dBackpropFilter for dw), Conv2dBiasAct and ConvTranspose2d on
     channels-last x and/or w equal the all-contiguous run; a channels-last x
-    gives channels-last y, dx and dw."""
+    gives channels-last y and dw, and with a channels-last dy (as an NHWC
+    backward pass hands it on) a channels-last dx.
+
+    dy is given explicitly, in x's layout: the gradient of a reduction such
+    as ``sum(y * r)`` is a row-major tensor whatever y's layout (the core's
+    element-wise layout rule needs every full-shape operand channels-last,
+    and the broadcast gradient of the sum is not), and ConvTranspose2d's
+    output follows its input 0, dy; asserting a channels-last dx after such a
+    dy (as this test once did) fails on a correct implementation."""
     dg = gpu
     ops = dg.ops
     g = dict(CONV_GEOMS[geom])
@@ -104,9 +112,10 @@ def test_conv2d_layouts_match_contiguous(gpu, dtype, geom, layouts):
             for t in (xt, wt, bt):
                 tape.watch(t)
             y = ops.conv2d(xt, wt, bt, **g)
-            r = _t(dg, np.random.default_rng(5).uniform(-1, 1, tuple(y.shape)), dtype)
-            s = ops.sum(y * r)
-        dx, dw, db = tape.gradient(s, [xt, wt, bt])
+        r = _t(dg, np.random.default_rng(5).uniform(-1, 1, tuple(y.shape)), dtype)
+        if x_fmt == "cl":
+            r = _cl(dg, r)
+        dx, dw, db = tape.gradient(y, [xt, wt, bt], output_gradients=r)
         z = ops.conv2d_bias_act(xt, wt, bt, activation="relu", **g)
         tr = ops.conv_transpose2d(xt, twt, bt,
                                   strides=g["strides"], pads=g["pads"], groups=g["groups"])
@@ -286,7 +295,9 @@ using namespace dragon_cuda::cudnn_plan;
 
 int main() {
   int fails = 0;
-  const int64_t dims[][4] = {{2, 3, 4, 5}, {1, 1, 1, 1}, {3, 1, 2, 2}, {2, 5, 1, 1}, {1, 7, 3, 1}};
+  // h == 1: batchnorm.cu's RelayoutNcs views [N, C, S] as [N, C, 1, S].
+  const int64_t dims[][4] = {{2, 3, 4, 5}, {1, 1, 1, 1}, {3, 1, 2, 2}, {2, 5, 1, 1}, {1, 7, 3, 1},
+                            {2, 3, 1, 7}, {3, 6, 1, 5}};
   for (auto& d : dims) {
     const int64_t n = d[0], c = d[1], h = d[2], w = d[3];
     const int64_t nchw[4] = {c * h * w, h * w, w, 1};

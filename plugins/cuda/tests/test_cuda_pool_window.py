@@ -223,3 +223,87 @@ def test_empty_window_has_no_maximum(tmp_path):
                 assert float.fromhex(v) == x[0, 0, i - 1, j - 1]
             else:
                 assert line == "E"
+
+
+# ------------------------------------------------------ the channels-last kernel
+
+CL_PROGRAM = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+#include "pool_window.h"
+
+using namespace dragon_cuda;
+
+struct Pool {
+  int64_t h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+// The channels-last MaxPool2d kernel's loop (pool.cu: one thread per t) run
+// on the host over x in NHWC memory; y channels-last (ylayout 1) or
+// row-major (0). Prints y in logical NCHW order, "U" for an element the
+// loop never wrote.
+int main() {
+  int ylayout;
+  long long n, c, v[12];
+  while (std::scanf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld",
+                    &ylayout, &n, &c, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+                    &v[8], &v[9], &v[10], &v[11]) == 15) {
+    const Pool p{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
+    std::vector<double> x(static_cast<size_t>(n * c * p.h * p.w));
+    for (double& v : x)
+      if (std::scanf("%la", &v) != 1) return 2;
+    const Strides4 xs{p.h * p.w * c, 1, p.w * c, c};
+    const Strides4 ys = ylayout ? Strides4{p.oh * p.ow * c, 1, p.ow * c, c}
+                                : Strides4{c * p.oh * p.ow, p.oh * p.ow, p.ow, 1};
+    const int64_t total = n * c * p.oh * p.ow;
+    const double unwritten = -12345.0;
+    std::vector<double> y(static_cast<size_t>(total), unwritten);
+    for (int64_t t = 0; t < total; ++t)
+      MaxPoolChannelsLastAt<double>(x.data(), y.data(), p, c, xs, ys, t, std::nan(""));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t i = 0; i < p.oh; ++i)
+          for (int64_t j = 0; j < p.ow; ++j) {
+            const double v = y[static_cast<size_t>(b * ys.s0 + ch * ys.s1 + i * ys.s2 +
+                                                   j * ys.s3)];
+            if (v == unwritten) std::printf("U\n");
+            else std::printf("%a\n", v);
+          }
+    std::printf("END\n");
+  }
+  std::printf("OK\n");
+  return 0;
+}
+"""
+
+
+def test_channels_last_kernel_loop_matches_numpy(tmp_path):
+    """The channels-last MaxPool2d kernel's element (pool_window.h:
+    MaxPoolChannelsLastAt: the split of t into (n, ch, oi, oj) in NHWC
+    order, the window walk over x's strides, the store through y's strides)
+    run for every t over x in NHWC memory, into a channels-last and into a
+    row-major y: every output written once, each the NumPy max-pool value."""
+    lines, refs = [], []
+    for g, oh, ow, x in _cases():
+        n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw = g
+        want = np.array([np.nan if r is None else r[2] for r in
+                         _reference(x, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)])
+        mem = x.transpose(0, 2, 3, 1)
+        for ylayout in (1, 0):
+            lines.append(f"{ylayout} {n} {c} {h} {w} {oh} {ow} {kh} {kw} {sh} {sw} {ph} {pw} "
+                         f"{dh} {dw}\n")
+            lines.append(" ".join(float(v).hex() for v in mem.ravel()) + "\n")
+            refs.append(want)
+    src = CL_PROGRAM.replace("int main() {", "int main() {\n  if (!std::freopen(\"" +
+                             str(tmp_path / "input.txt") + "\", \"r\", stdin)) return 3;")
+    (tmp_path / "input.txt").write_text("".join(lines))
+    out = run_program(tmp_path, "pool_channels_last_loop", src)
+    blocks = out.strip().split("END\n")
+    assert blocks[-1].strip() == "OK" and len(blocks) == len(refs) + 1
+    for k, (block, want) in enumerate(zip(blocks, refs)):
+        got = block.strip().splitlines()
+        assert "U" not in got, f"case {k}: an output element was never written"
+        got = np.array([float.fromhex(v) if v not in ("nan", "-nan") else np.nan for v in got])
+        np.testing.assert_array_equal(got, want, err_msg=f"case {k}")

@@ -219,5 +219,61 @@ DG_OP(FusedElementwise)
     .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
     .Shape(FusedElementwiseShape);
 
+// FusedElementwiseCast (issue 21, written by the `cast_fuse` graph pass):
+// a FusedElementwise program over float32 (or float64) inputs whose result
+// is stored narrowed to float16 / bfloat16, as Cast(FusedElementwise(...))
+// gives it (the bfloat16-autocast training step casts a bias add, a GELU,
+// a scaled softmax gradient down for the next matmul). The program runs in
+// the inputs' dtype; only the result is rounded.
+namespace {
+
+void FusedElementwiseCastShape(dg::InferContext& ctx) {
+  const int32_t n = ctx.num_inputs();
+  DG_CHECK(n >= 1, DG_INVALID_ARGUMENT, "needs at least one input tensor");
+  const DgDType in = ctx.input(0).dtype();
+  for (int32_t i = 1; i < n; ++i) {
+    DG_CHECK(ctx.input(i).dtype() == in, DG_INVALID_ARGUMENT, "input ", i,
+             " is ", dg::DTypeName(ctx.input(i).dtype()), " but input 0 is ",
+             dg::DTypeName(in), "; every input has one dtype");
+  }
+  DG_CHECK(in == DG_FLOAT32 || in == DG_FLOAT64, DG_INVALID_ARGUMENT,
+           "the inputs are ", dg::DTypeName(in),
+           "; the program runs in float32 or float64");
+  const DgDType to = CheckDTypeAttr(
+      ctx, "dtype", dg::Bit(DG_FLOAT16) | dg::Bit(DG_BFLOAT16));
+  CheckProgram(ctx, n);
+  std::vector<Shape> shapes;
+  for (int32_t i = 0; i < n; ++i) shapes.push_back(ctx.input(i).shape());
+  ctx.set_output(0, to, BroadcastShapes(shapes));
+}
+
+}  // namespace
+
+DG_OP(FusedElementwiseCast)
+    .Doc("FusedElementwise whose result is converted to `dtype` (float16 or "
+         "bfloat16) as Cast converts it: the program runs in the inputs' "
+         "dtype (float32 or float64) and only y is rounded (nearest, ties to "
+         "even), so y equals Cast(FusedElementwise(inputs), dtype) bit for "
+         "bit on a kernel that runs the same code. Written by the "
+         "`cast_fuse` graph pass.")
+    .Input("inputs", dg::Bit(DG_FLOAT32) | dg::Bit(DG_FLOAT64),
+           DG_ARG_VARIADIC,
+           "One or more float32 (or float64) tensors that broadcast "
+           "together.")
+    .Output("y", dg::Bit(DG_FLOAT16) | dg::Bit(DG_BFLOAT16), 0,
+            "The result register converted to dtype, at the broadcast "
+            "shape of the inputs.")
+    .RequiredAttr("program", DG_ATTR_INTS,
+                  "Instructions, 4 ints each: opcode, dst, a, b "
+                  "(FusedElementwise's encoding).")
+    .RequiredAttr("dtype", DG_ATTR_DTYPE, "float16 or bfloat16.")
+    .Attr("constants", std::vector<double>{},
+          "Values of the constant registers n..n+c-1, cast to the inputs' "
+          "dtype.")
+    .Attr("result", int64_t{-1},
+          "The register y is read from; -1 = the last instruction's dst.")
+    .Flags(DG_OP_NO_GRAD)
+    .Shape(FusedElementwiseCastShape);
+
 }  // namespace ops
 }  // namespace dragon

@@ -27,7 +27,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "cast.h"
 #include "common.h"
 #include "dragon/elementwise.h"
 #include "dragon/plugin.hpp"
@@ -182,9 +181,6 @@ struct Plan {
   // the dtype, and the result goes through slot `out_slot`.
   bool half = false;
   int32_t out_slot = -1;
-  // FusedElementwiseCast: the result is computed in slot `out_slot` too and
-  // converted to the output dtype as Cast converts it.
-  bool narrow = false;
 };
 
 // Copies input elements [begin, begin + len) at the output's shape (through
@@ -491,7 +487,7 @@ void Allocate(Plan<T>* plan) {
     if (!used[k]) in.data = nullptr;
     if (in.data != nullptr && (!in.flat || p.half)) in.slot = p.slots++;
   }
-  if (p.half || p.narrow) p.out_slot = p.slots++;
+  if (p.half) p.out_slot = p.slots++;
   // slot_of[k]: the slot of step k's value; -1 = the output (or none yet),
   // -2 = freed.
   std::vector<int32_t> slot_of(count, -1), free_slots;
@@ -536,31 +532,14 @@ void Allocate(Plan<T>* plan) {
   }
 }
 
-// m values of the plan's type to the output dtype O of FusedElementwiseCast,
-// as the Cast kernel converts them (cast.h: the vectorised float32 ->
-// bfloat16 loop, Convert for the other pairs).
-template <typename T, typename O>
-void NarrowStore(const T* x, O* y, int64_t m) {
-  if constexpr (std::is_same_v<T, float> &&
-                std::is_same_v<O, Eigen::bfloat16>) {
-    FloatToBfloat16(x, y, m);
-  } else {
-    for (int64_t j = 0; j < m; ++j) y[j] = Convert<O>(x[j]);
-  }
-}
-
 // Runs the plan over output elements [begin, end), block by block, with
 // `scratch` holding p.slots blocks. For 16-bit H (T float) every input is
 // widened into its slot and the result, computed in slot p.out_slot, is
-// stored to y (exactly: each value is already representable in H). With an
-// output dtype O other than H (FusedElementwiseCast, T == H) the result is
-// computed in slot p.out_slot and converted to O (NarrowStore).
-template <typename T, typename H, typename O = H>
-void RunBlocks(const Plan<T>& p, const StepRunner<T, H>& run, O* y,
+// stored to y (exactly: each value is already representable in H).
+template <typename T, typename H>
+void RunBlocks(const Plan<T>& p, const StepRunner<T, H>& run, H* y,
                int64_t begin, int64_t end, T* scratch) {
   constexpr bool kHalf = !std::is_same_v<T, H>;
-  constexpr bool kNarrow = !std::is_same_v<H, O>;
-  static_assert(!(kHalf && kNarrow), "a 16-bit program is not narrowed");
   const T* in_ptr[64];
   std::vector<const T*> in_heap;
   const T** inputs = in_ptr;
@@ -571,7 +550,7 @@ void RunBlocks(const Plan<T>& p, const StepRunner<T, H>& run, O* y,
   for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
     const int64_t m = std::min(kBlock, end - i0);
     T* out;
-    if constexpr (kHalf || kNarrow) {
+    if constexpr (kHalf) {
       out = scratch + p.out_slot * kBlock;
     } else {
       out = y + i0;
@@ -631,26 +610,22 @@ void RunBlocks(const Plan<T>& p, const StepRunner<T, H>& run, O* y,
     }
     if constexpr (kHalf) {
       for (int64_t j = 0; j < m; ++j) y[i0 + j] = static_cast<H>(out[j]);
-    } else if constexpr (kNarrow) {
-      NarrowStore(out, y + i0, m);
     }
   }
 }
 
-// H is the inputs' dtype, O the output's (H, except for
-// FusedElementwiseCast); the plan computes in H, or in float for 16-bit H.
-template <typename H, typename O = H>
-void RunFused(dg::KernelContext& ctx) {
+// H is the tensors' dtype; the plan computes in H, or in float for 16-bit H.
+template <typename H>
+void FusedElementwise(dg::KernelContext& ctx) {
   using T = std::conditional_t<widen::kIsHalf<H>, float, H>;
   const dg::TensorRef y = ctx.output(0);
   Plan<T> plan;
-  plan.narrow = !std::is_same_v<H, O>;
   Compile<T, H>(ctx, &plan);  // validates even when y is empty
   const int64_t n = y.numel();
   if (n == 0) return;
   Allocate<T>(&plan);
   const StepRunner<T, H> run{&FloatKernelsFor<T>()};
-  O* py = y.data<O>();
+  H* py = y.data<H>();
 
   // Chunks of whole blocks, one per thread, when the work is large (as
   // ParallelFor decides) and each chunk has kMinChunkBlocks blocks: a long
@@ -668,8 +643,8 @@ void RunFused(dg::KernelContext& ctx) {
   T* scratch = ctx.workspace<T>(static_cast<size_t>(chunks * per_chunk));
   auto run_chunk = [&](int64_t c) {
     const int64_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;
-    RunBlocks<T, H, O>(plan, run, py, b0 * kBlock, std::min(n, b1 * kBlock),
-                       scratch + c * per_chunk);
+    RunBlocks<T, H>(plan, run, py, b0 * kBlock, std::min(n, b1 * kBlock),
+                    scratch + c * per_chunk);
   };
   if (chunks == 1) {
     run_chunk(0);
@@ -684,34 +659,8 @@ void RunFused(dg::KernelContext& ctx) {
   }
 }
 
-template <typename H>
-void FusedElementwise(dg::KernelContext& ctx) {
-  RunFused<H>(ctx);
-}
-
-// FusedElementwiseCast: the float32 / float64 program of FusedElementwise,
-// its result converted to the output dtype (float16 or bfloat16) as Cast
-// converts it, so y is Cast(FusedElementwise(...)) bit for bit.
-template <typename H>
-void FusedElementwiseCast(dg::KernelContext& ctx) {
-  switch (ctx.output(0).dtype()) {
-    case DG_BFLOAT16:
-      RunFused<H, Eigen::bfloat16>(ctx);
-      return;
-    case DG_FLOAT16:
-      RunFused<H, Eigen::half>(ctx);
-      return;
-    default:
-      throw dg::Error(DG_INVALID_ARGUMENT,
-                      dg::Str(ctx.op_name(), ": output dtype ",
-                              dg::DTypeName(ctx.output(0).dtype()),
-                              " is not float16 or bfloat16"));
-  }
-}
-
 DG_KERNEL("FusedElementwise", "cpu", FusedElementwise, float, double,
           CPU_EIGEN_HALF_TYPES);
-DG_KERNEL("FusedElementwiseCast", "cpu", FusedElementwiseCast, float, double);
 
 }  // namespace
 }  // namespace cpu_eigen

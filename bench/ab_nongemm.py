@@ -11,13 +11,15 @@ non-MatMul ops by type, their total, the MatMuls' total and the best wall
 time of a step.
 
 Configurations: ``old`` (float32 -> bfloat16 Casts through the AVX-512 bit
-arithmetic, ``DRAGON_CPU_EIGEN_CVT_BF16=0``) and ``new`` (as shipped: through
-AVX512-BF16's vcvtneps2bf16 where the CPU has it). A configuration may also
+arithmetic, ``DRAGON_CPU_EIGEN_CVT_BF16=0``), ``new`` (as shipped: through
+AVX512-BF16's vcvtneps2bf16 where the CPU has it) and ``stream`` (as shipped
+plus MultiAdamUpdate's opt-in non-temporal moment stores,
+``DRAGON_CPU_EIGEN_ADAM_STREAM=1``). A configuration may also
 name graph passes to disable (``disable``), as the evaluation of the
 reverted ``cast_fuse`` pass did (docs/benchmarks.md, "nongemm").
 
 ``python bench/ab_nongemm.py [--cycles N] [--rounds N] [--precision float32|bfloat16]
-[--configs old,new]``
+[--configs old,new,stream]``
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {
     "old": {"disable": (), "env": {"DRAGON_CPU_EIGEN_CVT_BF16": "0"}},
     "new": {"disable": (), "env": {}},
+    # MultiAdamUpdate's non-temporal moment stores (opt-in)
+    "stream": {"disable": (), "env": {"DRAGON_CPU_EIGEN_ADAM_STREAM": "1"}},
 }
 
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -187,6 +188,7 @@ template <typename T>
 struct AdamStep {
   T step_size, bc2_sqrt, eps, b1, one_minus_b1, b2, one_minus_b2, l2, shrink;
   bool amsgrad, maximize;
+  bool stream = false;  // AdamParams::stream
 
   AdamStep(const dg::KernelContext& ctx, double lr, double step) {
     const double beta1 = ctx.f("beta1"), beta2 = ctx.f("beta2");
@@ -211,7 +213,7 @@ struct AdamStep {
                   int64_t i, int64_t len) const {
     const AdamParams<T> a{step_size, bc2_sqrt, eps,     b1,      one_minus_b1,
                           b2,        one_minus_b2, l2, shrink, amsgrad,
-                          maximize};
+                          maximize,  stream};
     OptimKernelsFor<T>().adam(a, p + i, g + i, m + i, v + i,
                               amsgrad ? vmax + i : nullptr, p_out + i,
                               m_out + i, v_out + i,
@@ -340,6 +342,21 @@ void MultiSgdUpdate(dg::KernelContext& ctx) {
       4 * kBlock);
 }
 
+// Whether MultiAdamUpdate writes the new moments with non-temporal stores
+// (AdamParams::stream): only with DRAGON_CPU_EIGEN_ADAM_STREAM=1 (read at
+// each call, so bench/ab_nongemm.py can compare both in separate runs).
+// Meant for a state much larger than the caches, whose moments are evicted
+// before the next step reads them, so reading their lines for ownership
+// first is wasted traffic: a standalone loop over 790 K cold parameters ran
+// 4-18% faster with it, but on the compiled encoder steps of issue 21 two
+// separate-process A/B runs on the shared machine disagreed (-8%/-13% and
+// +2%/+10% Adam time; docs/benchmarks.md, "nongemm"), so it stays off until
+// a quiet machine decides. The values are the same either way.
+bool StreamAdamState() {
+  const char* env = std::getenv("DRAGON_CPU_EIGEN_ADAM_STREAM");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+}
+
 template <typename T>
 void MultiAdamUpdate(dg::KernelContext& ctx) {
   const int32_t n = MultiN(ctx, 1, 6, 4);
@@ -356,6 +373,8 @@ void MultiAdamUpdate(dg::KernelContext& ctx) {
   const std::vector<Block> blocks =
       amsgrad ? MultiBlocks(ctx, 1, n, {1, 2, 3, 4}, {0, 1, 2, 3})
               : MultiBlocks(ctx, 1, n, {1, 2, 3}, {0, 1, 2});
+  const bool stream = StreamAdamState();
+  for (AdamStep<T>& s : steps) s.stream = stream;
   const int32_t a = amsgrad ? 1 : -1;
   const std::vector<const T*> in = InPtrs<T>(ctx, 1, n, {0, 1, 2, 3, 4 * a});
   const std::vector<T*> out = OutPtrs<T>(ctx, n, {0, 1, 2, 3 * a});

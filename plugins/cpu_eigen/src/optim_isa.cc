@@ -22,6 +22,9 @@
 #endif
 
 #include <cstdint>
+#if defined(__AVX__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#endif
 
 #define CPU_EIGEN_OPTIM_TABLE_ONLY
 #include "optim_isa.h"
@@ -61,11 +64,88 @@ void AdamLoop(const AdamParams<T>& a, const T* p, const T* g, const T* m,
   }
 }
 
+// Non-temporal copies of n values to dst (whole vectors from the first
+// vector-aligned element; the rest with normal stores), in builds with
+// AVX (v3) or AVX-512 (v4); elsewhere normal stores. The caller fences.
+#if defined(__AVX512F__)
+constexpr int kStreamBytes = 64;
+inline void StreamVec(float* d, const float* s) {
+  _mm512_stream_ps(d, _mm512_loadu_ps(s));
+}
+inline void StreamVec(double* d, const double* s) {
+  _mm512_stream_pd(d, _mm512_loadu_pd(s));
+}
+inline void StreamFence() { _mm_sfence(); }
+#elif defined(__AVX__)
+constexpr int kStreamBytes = 32;
+inline void StreamVec(float* d, const float* s) {
+  _mm256_stream_ps(d, _mm256_loadu_ps(s));
+}
+inline void StreamVec(double* d, const double* s) {
+  _mm256_stream_pd(d, _mm256_loadu_pd(s));
+}
+inline void StreamFence() { _mm_sfence(); }
+#else
+constexpr int kStreamBytes = 0;
+template <typename T>
+inline void StreamVec(T*, const T*) {}
+inline void StreamFence() {}
+#endif
+
+template <typename T>
+void StreamCopy(const T* src, T* dst, int64_t n) {
+  int64_t i = 0;
+  if constexpr (kStreamBytes > 0) {
+    constexpr uintptr_t kAlign = kStreamBytes > 0 ? kStreamBytes : 1;
+    constexpr int64_t kLanes = static_cast<int64_t>(kAlign / sizeof(T));
+    const auto addr = reinterpret_cast<uintptr_t>(dst);
+    if (addr % sizeof(T) == 0) {
+      const int64_t head =
+          static_cast<int64_t>(((kAlign - addr % kAlign) % kAlign) / sizeof(T));
+      for (; i < head && i < n; ++i) dst[i] = src[i];
+      for (; i + kLanes <= n; i += kLanes) StreamVec(dst + i, src + i);
+    }
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// The same loop with m', v' (vmax') computed into chunks on the stack and
+// written with StreamCopy: the same operations on each element, so the same
+// bits. Chunk by chunk, every element is read before it is written, so the
+// outputs may still be their inputs' buffers.
+template <typename T, bool kAms, bool kMax, bool kL2, bool kShrink>
+void AdamLoopStream(const AdamParams<T>& a, const T* p, const T* g,
+                    const T* m, const T* v, const T* vmax, T* p_out, T* m_out,
+                    T* v_out, T* vmax_out, int64_t len) {
+  constexpr int64_t kChunk = 512;
+  alignas(64) T mc[kChunk];
+  alignas(64) T vc[kChunk];
+  alignas(64) T sc[kChunk];
+  for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
+    const int64_t n = len - i0 < kChunk ? len - i0 : kChunk;
+    AdamLoop<T, kAms, kMax, kL2, kShrink>(
+        a, p + i0, g + i0, m + i0, v + i0, kAms ? vmax + i0 : nullptr,
+        p_out + i0, mc, vc, kAms ? sc : nullptr, n);
+    StreamCopy(mc, m_out + i0, n);
+    StreamCopy(vc, v_out + i0, n);
+    if (kAms) StreamCopy(sc, vmax_out + i0, n);
+  }
+  StreamFence();
+}
+
 template <typename T, bool kAms, bool kMax, bool kL2>
 void AdamShrink(const AdamParams<T>& a, const T* p, const T* g, const T* m,
                 const T* v, const T* vmax, T* p_out, T* m_out, T* v_out,
                 T* vmax_out, int64_t len) {
-  if (a.shrink != T(1)) {
+  if (a.stream && kStreamBytes > 0) {
+    if (a.shrink != T(1)) {
+      AdamLoopStream<T, kAms, kMax, kL2, true>(a, p, g, m, v, vmax, p_out,
+                                               m_out, v_out, vmax_out, len);
+    } else {
+      AdamLoopStream<T, kAms, kMax, kL2, false>(a, p, g, m, v, vmax, p_out,
+                                                m_out, v_out, vmax_out, len);
+    }
+  } else if (a.shrink != T(1)) {
     AdamLoop<T, kAms, kMax, kL2, true>(a, p, g, m, v, vmax, p_out, m_out,
                                        v_out, vmax_out, len);
   } else {

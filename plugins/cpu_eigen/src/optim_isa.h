@@ -24,6 +24,11 @@ template <typename T>
 struct AdamParams {
   T step_size, bc2_sqrt, eps, b1, one_minus_b1, b2, one_minus_b2, l2, shrink;
   bool amsgrad, maximize;
+  // Write m', v' (and vmax') with non-temporal stores (the x86-64-v3 and -v4
+  // builds; the baseline stores normally): for a state larger than the
+  // caches, whose next reader is the next step's update, so the lines need
+  // not be read for ownership first. The same values either way.
+  bool stream = false;
 };
 
 template <typename T>

@@ -54,6 +54,10 @@ def _tensor_of(x, like=None):
     return tensor(x)
 
 
+def _DT_FLOAT(t):
+    return D.BY_CODE[t._dtype_code].is_floating_point
+
+
 def _float_t(t):
     """``t`` (dragon) cast to the default float if it is not floating."""
     if not D.BY_CODE[t._dtype_code].is_floating_point:
@@ -62,9 +66,14 @@ def _float_t(t):
 
 
 # ------------------------------------------------------------ element-wise
-def _unary(name, op, float_only=True, zero_grad=False):
+def _unary(name, op, float_only=True, zero_grad=False, int_identity=False):
     def fn(input):
         t = input._t
+        if int_identity and not _DT_FLOAT(t):
+            # torch: floor/ceil/round/trunc of an integer tensor is a copy
+            if t.dtype.name == "bool":
+                raise RuntimeError(f"\"{name}\" is not implemented for 'Bool'")
+            return _w(_ops.add(t, 0))
         if float_only:
             t = _float_t(t)
         if zero_grad and _records(t):
@@ -110,10 +119,10 @@ _unary("neg", _ops.neg, float_only=False)
 _unary("sign", _ops.sign, float_only=False, zero_grad=True)
 _unary("square", _ops.square, float_only=False)
 _unary("relu", _ops.relu, float_only=False)
-_unary("floor", _ops.floor, float_only=False, zero_grad=True)
-_unary("ceil", _ops.ceil, float_only=False, zero_grad=True)
+_unary("floor", _ops.floor, float_only=False, zero_grad=True, int_identity=True)
+_unary("ceil", _ops.ceil, float_only=False, zero_grad=True, int_identity=True)
 _unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False,
-       zero_grad=True)
+       zero_grad=True, int_identity=True)
 _unary("frac", lambda t: _ops.sub(t, _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t)))))
 _unary("logical_not_", lambda t: _ops.logical_not(t), float_only=False)
 del _EXPORTS["logical_not_"]
@@ -131,6 +140,8 @@ exp, log, log1p, sqrt, sigmoid, neg, square, trunc, abs = (  # noqa: A001
 @_both
 def round(input, decimals: int = 0):
     t = input._t
+    if not _DT_FLOAT(t) and t.dtype.name != "bool":
+        return _w(_ops.add(t, 0))   # torch: rounding an integer tensor is a copy
     if decimals:
         s = 10.0 ** decimals
         out = _ops.div(_ops.round(_ops.mul(t, s)), s)
@@ -339,18 +350,51 @@ _EXPORTS["float_power"] = lambda input, exponent: pow(
     _tensor_of(input).double(), exponent.double() if isinstance(exponent, Tensor) else exponent)
 
 
+def _tensor_pair(name, input, other):
+    # torch.maximum/minimum/fmax/fmin take two tensors; a Python number raises
+    for pos, v in ((1, input), (2, other)):
+        if not isinstance(v, Tensor):
+            raise TypeError(f"{name}(): argument '{'input' if pos == 1 else 'other'}' "
+                            f"(position {pos}) must be Tensor, not {type(v).__name__}")
+
+
 @_both
 def maximum(input, other):
+    _tensor_pair("maximum", input, other)
     return _binary("maximum", input, other)
 
 
 @_both
 def minimum(input, other):
+    _tensor_pair("minimum", input, other)
     return _binary("minimum", input, other)
 
 
-_EXPORTS["fmax"] = maximum
-_EXPORTS["fmin"] = minimum
+def _fminmax(kind, input, other):
+    """``torch.fmax``/``fmin``: maximum/minimum that ignores a NaN operand
+    (NaN only where both are NaN)."""
+    if not isinstance(other, Tensor) or not isinstance(input, Tensor):
+        raise TypeError(f"{kind}(): argument 'other' (position 2) must be Tensor, not "
+                        f"{type(other if isinstance(input, Tensor) else input).__name__}")
+    out = (maximum if kind == "fmax" else minimum)(input, other)
+    if not out.dtype.is_floating_point:
+        return out
+    a, b = _cast(input._t, out.dtype), _cast(other._t, out.dtype)
+    # a NaN operand is replaced by the other one before the comparison, so
+    # no NaN reaches Maximum's gradient (0 * NaN would leak into it)
+    a = _ops.where(_ops.isnan(a), b, a)
+    b = _ops.where(_ops.isnan(b), a, b)
+    return _w((_ops.maximum if kind == "fmax" else _ops.minimum)(a, b))
+
+
+@_both
+def fmax(input, other):
+    return _fminmax("fmax", input, other)
+
+
+@_both
+def fmin(input, other):
+    return _fminmax("fmin", input, other)
 
 
 @_both
@@ -358,6 +402,7 @@ def atan2(input, other):
     """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], from the
     native Atan with the quadrant fixed by where; differentiable (the
     gradient is that of atan(y/x) plus a constant per quadrant)."""
+    _tensor_pair("atan2", input, other)
     dt = _float_dt(input, other)
     ref = input if isinstance(input, Tensor) else other
     dev = ref._t.device if isinstance(ref, Tensor) else None
@@ -387,7 +432,18 @@ def clamp(input, min=None, max=None):
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     dt = D.result_type(input, *(v for v in (min, max) if v is not None))
     t = _cast(t, dt)
-    return _w(_ops.clip(t, min, max))
+    out = _ops.clip(t, min, max)
+    if _records(t):
+        # torch passes the gradient where min <= x <= max (bounds included);
+        # Clip's own rule is strict, so the kept elements come from x itself
+        keep = None
+        if min is not None:
+            keep = _ops.greater_equal(t, min)
+        if max is not None:
+            below = _ops.less_equal(t, max)
+            keep = below if keep is None else _ops.logical_and(keep, below)
+        out = _ops.where(keep, t, out)
+    return _w(out)
 
 
 _EXPORTS["clip"] = clamp
@@ -487,9 +543,20 @@ def isfinite(input):
 
 @_both
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
-    a = input.detach().numpy()
-    from ._creation import _from_numpy_owned
-    return _from_numpy_owned(np.nan_to_num(a, nan=nan, posinf=posinf, neginf=neginf))
+    """``torch.nan_to_num``: NaN, +inf and -inf replaced (by default with 0
+    and the dtype's largest and lowest finite values); every dtype,
+    differentiable (gradient 1 where the element is kept, 0 where
+    replaced)."""
+    t = input._t
+    if not input.dtype.is_floating_point:
+        return _w(_ops.add(t, 0) if t.dtype.name != "bool" else _ops.logical_or(t, False))
+    import ml_dtypes
+    fi = ml_dtypes.finfo(input.dtype._dg.numpy)
+    hi = fi.max if posinf is None else posinf
+    lo = fi.min if neginf is None else neginf
+    out = _ops.where(_ops.isnan(t), float(nan), t)
+    out = _ops.where(_ops.equal(t, math.inf), float(hi), out)
+    return _w(_ops.where(_ops.equal(t, -math.inf), float(lo), out))
 
 
 # -------------------------------------------------------------- reductions
@@ -572,6 +639,9 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 @_both
 def logsumexp(input, dim, keepdim=False):
     t = _float_t(input._t)
+    if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element itself
+        _dims(dim, 1)
+        return _w(_ops.add(t, 0.0))
     return _w(_ops.logsumexp(t, _axes(dim, t.ndim), keepdim))
 
 
@@ -598,8 +668,17 @@ def _minmax(kind, input, dim, keepdim, other):
     if dim is None:
         return _w((_ops.max if kind == "max" else _ops.min)(t))
     d = _dim(int(dim), t.ndim)
-    values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
+    if _records(t) and t.ndim:
+        # torch's gradient goes to the returned index only (not shared among
+        # ties, as amax's is): the values are gathered at the indices
+        at = idx.numpy() if t._device_name == "cpu" else idx.cpu().numpy()
+        at = at.astype(np.int64) if keepdim else np.expand_dims(at, d).astype(np.int64)
+        values = _take_along(t, at, d)
+        if not keepdim:
+            values = _ops.squeeze(values, [d])
+    else:
+        values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
     return values_indices(_w(values), _w(_cast(idx, D.DTYPES["int64"])))
 
 
@@ -629,25 +708,33 @@ def argmin(input, dim=None, keepdim=False):
     return _w(_cast(_ops.argmin(t, _dim(dim, t.ndim), keepdim), D.DTYPES["int64"]))
 
 
+def _truth_count(input, dim, keepdim, want):
+    """How many elements along ``dim`` are ``want`` (true: != 0, NaN
+    included; false: == 0), as int64, over every dtype and empty axes."""
+    t = input._t
+    hit = _ops.not_equal(t, 0) if want else _ops.equal(t, 0)
+    return _ops.sum(_cast(hit, D.DTYPES["int64"]), _axes(dim, t.ndim), keepdim)
+
+
+def _truth_dtype(input):
+    # torch keeps uint8 for uint8 inputs (its legacy mask dtype); bool otherwise
+    return D.DTYPES["uint8"] if input.dtype == D.DTYPES["uint8"] else D.DTYPES["bool"]
+
+
 @_both
 def all(input, dim=None, keepdim=False):
-    t = _cast(input._t, D.DTYPES["int64"])
-    out = _ops.min(t, _axes(dim, t.ndim), keepdim) if t.size else None
-    if out is None:
-        from ._creation import ones
-        shape = [s for i, s in enumerate(t.shape) if dim is not None and i not in _axes(dim, t.ndim)]
-        return ones(shape, dtype=D.DTYPES["bool"])
-    return _w(_cast(out, D.DTYPES["bool"]))
+    """``torch.all``: whether no element along ``dim`` is zero (True over
+    an empty axis)."""
+    return _w(_cast(_ops.equal(_truth_count(input, dim, keepdim, False), 0),
+                    _truth_dtype(input)))
 
 
 @_both
 def any(input, dim=None, keepdim=False):
-    t = _cast(input._t, D.DTYPES["int64"])
-    if not t.size:
-        from ._creation import zeros
-        shape = [s for i, s in enumerate(t.shape) if dim is not None and i not in _axes(dim, t.ndim)]
-        return zeros(shape, dtype=D.DTYPES["bool"])
-    return _w(_cast(_ops.max(t, _axes(dim, t.ndim), keepdim), D.DTYPES["bool"]))
+    """``torch.any``: whether some element along ``dim`` is non-zero (NaN
+    counts as non-zero; False over an empty axis)."""
+    return _w(_cast(_ops.greater(_truth_count(input, dim, keepdim, True), 0),
+                    _truth_dtype(input)))
 
 
 @_both
@@ -729,7 +816,8 @@ def cumprod(input, dim, *, dtype=None):
     arr = t.numpy()
     dt = D.to_dtype(dtype) if dtype is not None else (
         D.BY_CODE[t._dtype_code] if D.BY_CODE[t._dtype_code].is_floating_point else D.DTYPES["int64"])
-    return _from_numpy_owned(np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy))
+    out = np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy)
+    return _from_numpy_owned(out.reshape(arr.shape))   # a 0-d input stays 0-d
 
 
 def _take_along(t, idx: np.ndarray, d: int):
@@ -927,6 +1015,8 @@ def reshape_as(self, other):
 @_both
 def permute(input, *dims):
     n = input._t.ndim
+    if not dims:
+        raise TypeError('permute() missing 1 required positional arguments: "dims"')
     perm = [_dim(d, n) for d in _shape_args(dims)]
     if sorted_(perm) != list(range(n)):
         raise RuntimeError("permute(): dims must be a permutation of the input's dimensions")
@@ -942,9 +1032,9 @@ def transpose(input, dim0, dim1):
     n = input._t.ndim
     perm = list(range(n))
     a, b = _dim(dim0, n), _dim(dim1, n)
-    perm[a], perm[b] = perm[b], perm[a]
-    if n < 2:
+    if n < 2:   # 0-d and 1-d: dims 0/-1 only, nothing moves
         return _view_or_op(input, lambda a: a, lambda t: _ops.reshape(t, list(t.shape)))
+    perm[a], perm[b] = perm[b], perm[a]
     return _view_or_op(input, lambda x: x.transpose(perm), lambda t: _ops.transpose(t, perm))
 
 
@@ -975,6 +1065,8 @@ def movedim(input, source, destination):
     order = [i for i in range(n) if i not in src]
     for d, s in builtins.sorted(zip(dst, src)):
         order.insert(d, s)
+    if n == 0:   # dims 0/-1 of a 0-d tensor: nothing moves
+        return _view_or_op(input, lambda a: a, lambda t: _ops.reshape(t, []))
     return permute(input, order)
 
 
@@ -1113,7 +1205,8 @@ def repeat(self, *sizes):
     for d, r in enumerate(sizes):
         if r != 1:
             out = cat([out] * r, d) if r > 0 else narrow(out, d, 0, 0)
-    return out if out is not x or not _records(x._t) else x.clone()
+    # torch.repeat always copies (even all-ones repeats): never the input's memory
+    return out if out is not x else x.clone()
 
 
 @_export
@@ -1131,8 +1224,12 @@ Tensor.tile = lambda self, *dims: tile(self, _shape_args(dims))
 def flip(input, dims):
     t = input._t
     ds = _dims(dims, t.ndim)
+    if len(set(ds)) != len(ds):
+        raise RuntimeError(f"flip(): dim {builtins.max(ds, key=ds.count)} appears multiple "
+                           f"times in the list of dims")
     if _host_view_ok(t):
-        return _w(_from_np_view(np.flip(t.numpy(), ds)))
+        # torch.flip returns a copy: a write to the result never reaches input
+        return _w(_C._from_numpy_copy(_np_c(np.flip(t.numpy(), ds))))
     out = t
     for d in ds:
         n = out.shape[d]
@@ -1171,14 +1268,19 @@ def cat(tensors, dim=0):
     tensors = [t for t in tensors]
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    # torch's legacy rule: a 1-d empty tensor is skipped for the shapes but
+    # takes part in the dtype promotion (and receives an empty gradient)
+    legacy = [t for t in tensors if t.ndim == 1 and t.shape[0] == 0]
     nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
-    dt = D.result_type(*[t for t in nonempty if isinstance(t, Tensor)][:1], *nonempty[1:]) \
-        if len(nonempty) > 1 else nonempty[0].dtype
-    dt = nonempty[0].dtype
-    for t in nonempty[1:]:
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
         dt = D.promote_types(dt, t.dtype)
     d = _dim(dim, nonempty[0].ndim)
-    return _w(_ops.concat([_cast(t._t, dt) for t in nonempty], d))
+    out = _ops.concat([_cast(t._t, dt) for t in nonempty], d)
+    for t in legacy:
+        if t is not nonempty[0] and _records(t._t):
+            out = _ops.add(out, _ops.sum(_cast(t._t, dt)))   # adds 0, links the gradient
+    return _w(out)
 
 
 _EXPORTS["concat"] = cat
@@ -1280,10 +1382,45 @@ def select(input, dim, index):
     return squeeze(narrow(input, d, i, 1), d)
 
 
+def _index_np(index):
+    """An index tensor's values on the host (torch wants an integer dtype)."""
+    if isinstance(index, Tensor):
+        if index.dtype.is_floating_point or index.dtype.name == "bool":
+            raise RuntimeError(f"expected an integer index tensor (int64), got {index.dtype}")
+        return index._t.numpy() if index._t._device_name == "cpu" else index._t.cpu().numpy()
+    return np.asarray(index, np.int64)
+
+
+def _check_range(name, idx, n, d, exc=RuntimeError):
+    """torch's bounds check of gather/scatter/index_* indices: 0 <= i < n
+    (no negative indices)."""
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+        if exc is IndexError:
+            raise IndexError(f"{name}(): index out of range in self (index {bad}, dimension "
+                             f"{d} with size {n})")
+        raise RuntimeError(f"{name}(): index {bad} is out of bounds for dimension {d} with "
+                           f"size {n}")
+
+
+def _check_scatter_shapes(name, t_shape, d, idx_shape, src_shape=None):
+    # torch: index.size(k) <= src.size(k) for every k and <= self.size(k) for k != dim
+    if len(idx_shape) != len(t_shape):
+        raise RuntimeError(f"{name}(): index tensor must have the same number of dimensions "
+                           f"as self tensor ({len(idx_shape)} vs {len(t_shape)})")
+    for k, m in enumerate(idx_shape):
+        if (k != d and m > t_shape[k]) or (src_shape is not None and (
+                len(src_shape) != len(idx_shape) or m > src_shape[k])):
+            raise RuntimeError(f"{name}(): expected index {list(idx_shape)} to be smaller than "
+                               f"self {list(t_shape)} apart from dimension {d} and to be "
+                               f"smaller size than src {list(src_shape or [])}")
+
+
 @_both
 def index_select(input, dim, index):
     t = input._t
     d = _dim(dim, t.ndim)
+    _check_range("index_select", _index_np(index), t.shape[d] if t.ndim else 1, d, IndexError)
     idx = _u(index) if isinstance(index, Tensor) else _as_dg(np.asarray(index, np.int64),
                                                               D.DTYPES["int64"])
     if idx.ndim != 1:
@@ -1299,19 +1436,44 @@ def gather(input, dim, index, *, sparse_grad=False):
     if idx.ndim != t.ndim:
         raise RuntimeError("Index tensor must have the same number of dimensions as input "
                            "tensor")
-    if idx.size and (idx.min() < -t.shape[d] or idx.max() >= t.shape[d]):
-        raise RuntimeError(f"index {int(idx.max())} is out of bounds for dimension {d} with "
-                           f"size {t.shape[d]}")
-    return _w(_take_along(t, np.where(idx < 0, idx + t.shape[d], idx), d))
+    _check_range("gather", idx, t.shape[d], d)
+    for k, m in enumerate(idx.shape):
+        if k != d and m > t.shape[k]:
+            raise RuntimeError(f"gather(): size of index {list(idx.shape)} must not exceed "
+                               f"the input's {list(t.shape)} apart from dimension {d}")
+    return _w(_take_along(t, idx, d))
 
 
 @_export
 def take_along_dim(input, indices, dim=None):
+    """``torch.take_along_dim``: input and indices broadcast against each
+    other on every axis but ``dim``; the result has the indices' size on
+    ``dim``."""
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
-    return gather(input, dim, indices.expand(*[builtins.max(a, b) for a, b in
-                                                zip(input.shape, indices.shape)])
-                  if indices.ndim == input.ndim else indices)
+    if indices.ndim != input.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {input.ndim} dimensions for input, "
+                           f"and {indices.ndim} dimensions for indices")
+    d = _dim(int(dim), input.ndim)
+    n = input.shape[d]
+    idx = _index_np(indices)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise RuntimeError(f"take_along_dim(): index out of bounds for dimension {d} with "
+                           f"size {n}")
+    if idx.size and idx.min() < 0:   # take_along_dim wraps negative indices (gather does not)
+        from ._creation import tensor as _tensor
+        indices = _tensor(np.where(idx < 0, idx + n, idx).astype(np.int64))
+    shape = []
+    for k, (a, b) in enumerate(zip(input.shape, indices.shape)):
+        if k != d and a != b and 1 not in (a, b):
+            raise RuntimeError(f"torch.take_along_dim(): shapes {tuple(input.shape)} (input) "
+                               f"and {tuple(indices.shape)} (indices) do not broadcast "
+                               f"outside dim {d}")
+        shape.append(builtins.max(a, b) if 1 in (a, b) else a)
+    x_shape = [input.shape[k] if k == d else s for k, s in enumerate(shape)]
+    i_shape = [indices.shape[k] if k == d else s for k, s in enumerate(shape)]
+    return gather(input.expand(*x_shape), d, indices.expand(*i_shape))
 
 
 @_both
@@ -1331,7 +1493,11 @@ def _flat_positions(shape, dim, index: np.ndarray):
 def _scatter(input, dim, index, src, reduce_add):
     t = input._t
     d = _dim(dim, t.ndim)
-    idx = index._t.numpy()
+    idx = _index_np(index)
+    name = "scatter_add" if reduce_add else "scatter"
+    _check_scatter_shapes(name, tuple(t.shape), d, idx.shape,
+                          tuple(src.shape) if isinstance(src, Tensor) else None)
+    _check_range(name, idx, t.shape[d] if t.ndim else 1, d)
     pos = _flat_positions(t.shape, d, idx)
     if isinstance(src, Tensor):
         key = tuple(slice(0, s) for s in idx.shape)
@@ -1345,7 +1511,14 @@ def _scatter(input, dim, index, src, reduce_add):
     if reduce_add:
         out = _ops.scatter_add(flat, p, s, 0)
     else:
-        # last write wins as in torch's CPU scatter for unique positions
+        # last write wins for a repeated position (torch's CPU scatter), so
+        # only the last source element of each position is added
+        uniq, last = np.unique(pos[::-1], return_index=True)
+        if len(uniq) != len(pos):
+            src_at = (len(pos) - 1 - last).astype(np.int64)
+            s = _ops.gather(s, _as_dg(src_at, D.DTYPES["int64"], t.device), 0)
+            pos = uniq
+            p = _as_dg(pos, D.DTYPES["int64"], t.device)
         keep = np.ones(flat.shape[0], bool)
         keep[pos] = False
         mask = _as_dg(keep.astype(D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
@@ -1375,6 +1548,7 @@ def scatter_add(input, dim, index, src):
 def index_add(input, dim, index, source, *, alpha=1):
     t = input._t
     d = _dim(dim, t.ndim)
+    _check_range("index_add", _index_np(index), t.shape[d] if t.ndim else 1, d)
     src = source if alpha == 1 else mul(source, alpha)
     moved = transpose(input, 0, d) if d else input
     srcm = transpose(src, 0, d) if d else src
@@ -1391,7 +1565,8 @@ def index_fill(input, dim, index, value):
     shape = [1] * input.ndim
     shape[d] = -1
     from ._creation import _from_numpy_owned
-    return where(_from_numpy_owned(mask.reshape(shape)), value, input)
+    # the input's dtype is kept (torch casts the value, never promotes)
+    return masked_fill(input, _from_numpy_owned(mask.reshape(shape)), value)
 
 
 @_both
@@ -1399,6 +1574,9 @@ def masked_fill(input, mask, value):
     if isinstance(value, Tensor):
         value = value.to(input.dtype)
         return _w(_ops.where(_bool(mask), value._t, input._t))
+    if isinstance(value, float) and not input.dtype.is_floating_point:
+        # torch casts the value to the input's dtype (truncation toward zero)
+        value = bool(value) if input.dtype.name == "bool" else int(value)
     return _w(_ops.where(_bool(mask), _as_dg(value, input.dtype, input._t.device), input._t))
 
 
@@ -1456,7 +1634,22 @@ def triu(input, diagonal=0):
 
 @_both
 def diagonal(input, offset=0, dim1=0, dim2=1):
+    """``torch.diagonal``: a view of the diagonal on the host outside
+    autograd (a write to it reaches ``input``, as in torch), a gather
+    otherwise."""
     x = movedim(input, (dim1, dim2), (-2, -1))
+    t = x._t
+    if _host_view_ok(t) and not t.is_read_only:
+        a = t.numpy()
+        n, m = a.shape[-2:]
+        k = builtins.max(0, builtins.min(n + builtins.min(offset, 0), m - builtins.max(offset, 0)))
+        start = (-offset if offset < 0 else 0, offset if offset > 0 else 0)
+        base = a[..., start[0]:, start[1]:] if k else a[..., :0, :0]
+        st = a.strides
+        view = np.lib.stride_tricks.as_strided(
+            base, shape=a.shape[:-2] + (k,), strides=st[:-2] + (st[-2] + st[-1],),
+            writeable=True)
+        return _note_alias(input, _w(_from_np_view(view)))
     n, m = x.shape[-2:]
     rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
     if rows.size == 0:
@@ -1654,7 +1847,7 @@ def copy_(self, src, non_blocking=False):
     if _records(self._t) and self._t._grad_fn is not None:
         # the overwritten value stays in the graph with zero gradient (torch)
         r = _ops.add(r, _ops.mul(self._t, 0.0))
-    return _inplace(self, _w(r))
+    return _inplace(self, _w(r), srcs=(src,))
 
 
 @_method_only
@@ -1736,7 +1929,8 @@ def _make_inplace(name):
     fn = getattr(Tensor, name)
 
     def method(self, *args, **kwargs):
-        return _inplace(self, fn(self, *args, **kwargs))
+        return _inplace(self, fn(self, *args, **kwargs),
+                        srcs=[*args, *kwargs.values()])
     method.__name__ = name + "_"
     method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
     if not hasattr(Tensor, name + "_"):

@@ -822,28 +822,28 @@ class Tensor:
         return self.div_(o)
 
     def __ifloordiv__(self, o):
-        return _inplace(self, _F.floor_divide(self, o))
+        return _inplace(self, _F.floor_divide(self, o), srcs=(o,))
 
     def __imod__(self, o):
-        return _inplace(self, _F.remainder(self, o))
+        return _inplace(self, _F.remainder(self, o), srcs=(o,))
 
     def __ipow__(self, o):
         return self.pow_(o)
 
     def __iand__(self, o):
-        return _inplace(self, _F.bitwise_and(self, o))
+        return _inplace(self, _F.bitwise_and(self, o), srcs=(o,))
 
     def __ior__(self, o):
-        return _inplace(self, _F.bitwise_or(self, o))
+        return _inplace(self, _F.bitwise_or(self, o), srcs=(o,))
 
     def __ixor__(self, o):
-        return _inplace(self, _F.bitwise_xor(self, o))
+        return _inplace(self, _F.bitwise_xor(self, o), srcs=(o,))
 
     def __ilshift__(self, o):
-        return _inplace(self, _F.bitwise_left_shift(self, o))
+        return _inplace(self, _F.bitwise_left_shift(self, o), srcs=(o,))
 
     def __irshift__(self, o):
-        return _inplace(self, _F.bitwise_right_shift(self, o))
+        return _inplace(self, _F.bitwise_right_shift(self, o), srcs=(o,))
 
     # -------------------------------------------------------------- indexing
     def __getitem__(self, key):
@@ -856,7 +856,8 @@ class Tensor:
 
 
 def _no_bool_sub(a, b):
-    if a._t._dtype_code == _BOOL or (isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
+    if a._t._dtype_code == _BOOL or isinstance(b, (bool, np.bool_)) or (
+            isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
                            "supported. If you are trying to invert a mask, use the `~` or "
                            "`logical_not()` operator instead.")
@@ -877,7 +878,36 @@ def _compare(name, a, b):
     return _binary(name, a, b)
 
 
-def _inplace(self: Tensor, result: Tensor) -> Tensor:
+def _check_overlap(t, srcs) -> None:
+    """PyTorch's memory-overlap checks of an in-place write into host
+    tensor ``t`` reading ``srcs``: a written-to tensor whose elements share
+    memory (an expanded view), or an input that partly overlaps it
+    (``x.add_(x.T)``, ``x[1:].copy_(x[:-1])``), raise instead of computing
+    a result that depends on the order of the writes. An input that is
+    exactly the written-to tensor (``x.mul_(x)``) is fine."""
+    if t._device_name != "cpu" or not t.size:
+        return
+    a = t.numpy()
+    if any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to "
+                           "tensor refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
+    for src in srcs:
+        if not isinstance(src, Tensor) or src._t is t or src._t._device_name != "cpu" \
+                or not src._t.size:
+            continue
+        b = src._t.numpy()
+        if not np.may_share_memory(a, b):
+            continue
+        same = (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                and a.strides == b.strides and a.shape == b.shape and a.dtype == b.dtype)
+        if not same and np.shares_memory(a, b, max_work=10**6):
+            raise RuntimeError("unsupported operation: some elements of the input tensor and "
+                               "the written-to tensor refer to a single memory location. "
+                               "Please clone() the tensor before performing the operation.")
+
+
+def _inplace(self: Tensor, result: Tensor, srcs=()) -> Tensor:
     """Make ``self`` hold ``result`` (PyTorch's in-place ``_`` methods).
 
     Outside autograd recording the result is written into ``self``'s memory
@@ -899,6 +929,8 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         raise RuntimeError("a leaf Variable that requires grad is being used in an "
                            "in-place operation.")
     _check_inplace_target(self, "in-place operation", recording)
+    if not _tracing():
+        _check_overlap(t, srcs)
     if r._dtype_code != t._dtype_code:
         if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
             raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "

@@ -360,14 +360,27 @@ def _softmax_dim(input, dim):
     return dim
 
 
+def _over_dim(op, x, dim):
+    """``op(x, dim)``; a 0-d ``x`` (dim 0 or -1, as torch allows) as one
+    element along a dimension of its own."""
+    t = _float_t(x._t)
+    dim = _softmax_dim(x, dim)
+    if t.ndim == 0:
+        if dim not in (0, -1):
+            raise IndexError(f"Dimension out of range (expected to be in range of [-1, 0], "
+                             f"but got {dim})")
+        return _w(_ops.reshape(op(_ops.reshape(t, [1]), 0), []))
+    return _w(op(t, dim))
+
+
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     x = input if dtype is None else input.to(dtype)
-    return _w(_ops.softmax(_float_t(x._t), _softmax_dim(x, dim)))
+    return _over_dim(_ops.softmax, x, dim)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     x = input if dtype is None else input.to(dtype)
-    return _w(_ops.log_softmax(_float_t(x._t), _softmax_dim(x, dim)))
+    return _over_dim(_ops.log_softmax, x, dim)
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):

@@ -967,13 +967,64 @@ def gen_double(rng):
                 specs=[_spec(rng, s, dt) for s in shapes], double=True, scale=5)
 
 
+ALIAS_OPS = {  # results that are views in torch and results that are copies
+    "view(-1)": lambda T, x: x.view(-1), "reshape(-1)": lambda T, x: x.reshape(-1),
+    "flatten": lambda T, x: x.flatten(), "ravel": lambda T, x: x.ravel(),
+    "t/T": lambda T, x: x.mT, "transpose": lambda T, x: x.transpose(0, -1),
+    "permute": lambda T, x: x.permute(*reversed(range(x.ndim))),
+    "unsqueeze": lambda T, x: x.unsqueeze(1), "squeeze": lambda T, x: x[None].squeeze(0),
+    "narrow": lambda T, x: x.narrow(-1, 1, 1), "select": lambda T, x: x.select(0, 1),
+    "slice": lambda T, x: x[1:], "step": lambda T, x: x[:, ::2], "ellipsis": lambda T, x: x[..., 0],
+    "none": lambda T, x: x[None], "diagonal": lambda T, x: x.diagonal(),
+    "diagonal-off": lambda T, x: T.diagonal(x, 1), "unflatten": lambda T, x: x.unflatten(0, (1, -1)),
+    "movedim": lambda T, x: T.movedim(x, 0, -1), "split0": lambda T, x: x.split(1, 0)[0],
+    "chunk1": lambda T, x: x.chunk(2, -1)[-1], "unbind1": lambda T, x: x.unbind(0)[1],
+    "view_as": lambda T, x: x.view_as(x), "detach": lambda T, x: x.detach(),
+    "data": lambda T, x: x.data, "to-same": lambda T, x: x.to(x.dtype),
+    "contiguous": lambda T, x: x.contiguous(), "flip": lambda T, x: x.flip(0),
+    "fliplr": lambda T, x: T.fliplr(x), "roll": lambda T, x: x.roll(1, 0),
+    "repeat1": lambda T, x: x.repeat(*([1] * x.ndim)), "tile1": lambda T, x: x.tile((1,)),
+    "clone": lambda T, x: x.clone(), "adv": lambda T, x: x[[0, 1]],
+    "mask": lambda T, x: x[x > 0], "index_select": lambda T, x: x.index_select(0, T.tensor([1])),
+    "cat1": lambda T, x: T.cat([x]), "stack1": lambda T, x: T.stack([x])[0],
+    "to-other": lambda T, x: x.to(T.float64), "tril": lambda T, x: x.tril(),
+    "plus0": lambda T, x: x + 0, "expand": lambda T, x: x[:1].expand(3, *x.shape[1:]),
+    "view_as_2d": lambda T, x: x.view(x.shape[0], -1), "T-contig": lambda T, x: x.T.contiguous(),
+    "swapaxes": lambda T, x: x.swapaxes(0, 1), "float": lambda T, x: x.float(),
+}
+
+
+def gen_alias(rng):
+    """Which results share memory with the input: write one of them after
+    taking the result and compare both (torch's views see the write, its
+    copies do not; a write torch refuses must be refused)."""
+    name = _pick(rng, sorted(ALIAS_OPS))
+    shape = (3, 4) if rng.random() < 0.7 else (3, 4, 2)
+    write = _pick(rng, ["result", "input", "result-item"])
+    op = ALIAS_OPS[name]
+
+    def fn(T, x):
+        x = x.detach().clone() if rng_layout == "c" else x.detach()
+        y = op(T, x)
+        if write == "result":
+            y.add_(1)
+        elif write == "input":
+            x.mul_(-2)
+        else:
+            y[(0,) * y.ndim] = 100.0 if y.ndim else 100.0
+        return x, y
+    spec = _spec(rng, shape, "float32")
+    rng_layout = spec.layout
+    return dict(desc=f"y = {name}(x); write {write}", fn=fn, specs=[spec], grad=False)
+
+
 GENERATORS = {
     "binary": (gen_binary, 160), "unary": (gen_unary, 100), "reduce": (gen_reduce, 120),
     "getitem": (gen_getitem, 100), "setitem": (gen_setitem, 80),
     "gather_scatter": (gen_gather_scatter, 80), "join_split": (gen_join_split, 60),
     "view": (gen_view, 100), "select_sort": (gen_select_sort, 80),
     "matmul": (gen_matmul, 50), "nn": (gen_nn, 60), "inplace": (gen_inplace, 60),
-    "double": (gen_double, 20),
+    "double": (gen_double, 20), "alias": (gen_alias, 120),
 }
 
 

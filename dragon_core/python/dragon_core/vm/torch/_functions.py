@@ -54,6 +54,9 @@ def _tensor_of(x, like=None):
     return tensor(x)
 
 
+_BF16_CODE = D.DTYPES["bfloat16"]._dg.code
+
+
 def _DT_FLOAT(t):
     return D.BY_CODE[t._dtype_code].is_floating_point
 
@@ -993,6 +996,14 @@ def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype) (copies)")
     shape = _infer_shape(_shape_args(shape), int(self._t.size))
+    if self._t._device_name == "cpu" and self._t._dtype_code != _BF16_CODE:
+        probe = self._t.numpy().view()
+        try:
+            probe.shape = shape   # NumPy refuses exactly when a copy would be needed
+        except AttributeError:
+            raise RuntimeError("view size is not compatible with input tensor's size and "
+                               "stride (at least one dimension spans across two contiguous "
+                               "subspaces). Use .reshape(...) instead.") from None
     return _view_or_op(self, lambda a: a.reshape(shape), lambda t: _ops.reshape(t, shape))
 
 
@@ -1137,8 +1148,18 @@ def expand(self, *sizes):
                                f"the existing size ({t.shape[i]}) at non-singleton dimension "
                                f"{i + lead}.  Target sizes: {sizes}.  Tensor sizes: "
                                f"{list(t.shape)}")
-    return _view_or_op(self, lambda a: np.broadcast_to(a, shape),
+    return _view_or_op(self, lambda a: _broadcast_view(a, shape),
                        lambda t: _ops.broadcast_to(t, shape))
+
+
+def _broadcast_view(a, shape):
+    """A stride-0 view of ``a`` with ``shape``, writable when ``a`` is (a
+    write through an expanded tensor reaches its one element, as in torch;
+    in-place ops on it raise torch's overlap error, see _check_overlap)."""
+    b = np.broadcast_to(a, shape)
+    if not a.flags.writeable:
+        return b
+    return np.lib.stride_tricks.as_strided(a, shape=b.shape, strides=b.strides, writeable=True)
 
 
 @_method_only

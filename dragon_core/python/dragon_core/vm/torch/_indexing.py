@@ -209,6 +209,12 @@ def setitem(x: Tensor, key, value) -> None:
                 and dt.name != "bool"):
             v = np.trunc(v)
         split = _split(nk, arr.ndim)
+        target = arr if split is not None else arr[nk]
+        if isinstance(target, np.ndarray) and any(
+                st == 0 and n > 1 for st, n in zip(target.strides, target.shape)):
+            raise RuntimeError("unsupported operation: more than one element of the written-to "
+                               "tensor refers to a single memory location. Please clone() the "
+                               "tensor before performing the operation.")
         if split is None:
             arr[nk] = v
         else:

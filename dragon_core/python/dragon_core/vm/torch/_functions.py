@@ -571,6 +571,11 @@ def _red_input(input, dtype, name):
 
 
 def _axes(dim, n):
+    """The axes of a reduction's ``dim``: torch reduces every axis for
+    ``None`` and for an empty ``()``/``[]`` too (NumPy's empty axis tuple
+    reduces nothing)."""
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return None
     d = _dims(dim, n)
     return d
 
@@ -642,6 +647,9 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 @_both
 def logsumexp(input, dim, keepdim=False):
     t = _float_t(input._t)
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        raise RuntimeError("logsumexp(): dim=() is not supported (torch refuses it too); "
+                           "name the dims to reduce")
     if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element itself
         _dims(dim, 1)
         return _w(_ops.add(t, 0.0))
@@ -716,6 +724,8 @@ def _truth_count(input, dim, keepdim, want):
     included; false: == 0), as int64, over every dtype and empty axes."""
     t = input._t
     hit = _ops.not_equal(t, 0) if want else _ops.equal(t, 0)
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:   # torch: dim=() reduces nothing
+        return _cast(hit, D.DTYPES["int64"])
     return _ops.sum(_cast(hit, D.DTYPES["int64"]), _axes(dim, t.ndim), keepdim)
 
 

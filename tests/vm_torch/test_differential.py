@@ -24,6 +24,8 @@ The seeds are fixed, so a failure names a reproducible case: rerun one with
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -166,6 +168,8 @@ def run_case(T, fn, arrays, specs, grad, double=False):
                 second = sum((g.double() * g.double()).sum() for g in live)
                 gs = T.autograd.grad(second, wants, allow_unused=True)
         grads = [None if g is None else _np(g) for g in gs]
+    elif wants:
+        grads = [None] * len(wants)   # nothing connected: no gradient reaches any input
     vals = []
     for o in outs:
         if isinstance(o, T.Tensor):
@@ -265,7 +269,7 @@ BINARY = {  # name: (input kind of a, of b, differentiable, dtypes allowed)
     "mul": ("", "", True, DTYPES), "div": ("", "pos", True, DTYPES),
     "maximum": ("", "", True, DTYPES), "minimum": ("", "", True, DTYPES),
     "pow": ("exp", "exp", True, DTYPES[1:]), "remainder": ("", "pos", True, DTYPES[1:]),
-    "fmod": ("", "pos", True, DTYPES[1:]), "atan2": ("", "pos", True, DTYPES),
+    "fmod": ("", "pos", True, DTYPES[1:]), "atan2": ("", "pos", True, DTYPES[2:]),
     "eq": ("ties", "ties", False, DTYPES), "ne": ("ties", "ties", False, DTYPES),
     "lt": ("ties", "ties", False, DTYPES), "le": ("ties", "ties", False, DTYPES),
     "gt": ("", "", False, DTYPES), "ge": ("", "", False, DTYPES),
@@ -278,6 +282,8 @@ BINARY = {  # name: (input kind of a, of b, differentiable, dtypes allowed)
     "true_divide": ("", "pos", True, DTYPES),
 }
 SCALARS = [2, -1, 0.5, 2.5, True, 3]
+# (atan2 skips uint8: torch 2.13 negates the unsigned y in its gradient,
+# d/dx atan2(uint8(3), 0.5) comes out 27.4 instead of -0.32)
 
 
 def gen_binary(rng):
@@ -296,6 +302,8 @@ def gen_binary(rng):
             s = 2
         if name == "pow" and s not in (2, 0.5, 3):
             s = 2
+        if da == "uint8" and s == -1:
+            s = 2   # a negative int with uint8 raises OverflowError (documented)
         reflect = rng.random() < 0.5 and name in ("add", "sub", "mul", "div", "pow")
         fn = ((lambda T, a: getattr(T, name)(s, a)) if reflect and name != "pow"
               else (lambda T, a: T.pow(s, a)) if reflect
@@ -331,7 +339,7 @@ UNARY = {  # name: (kind, differentiable, dtypes)
     "trunc": ("", True, DTYPES[1:]), "erf": ("", True, DTYPES),
     "expm1": ("", True, DTYPES), "log1p": ("pos", True, DTYPES),
     "logical_not": ("", False, DTYPES), "bitwise_not": ("", False, ["bool"] + INTS[1:]),
-    "isnan": ("nan", False, DTYPES), "isinf": ("", False, DTYPES[1:]),
+    "isnan": ("nan", False, DTYPES), "isinf": ("", False, DTYPES),
     "isfinite": ("nan", False, DTYPES), "nan_to_num": ("nan", True, FLOATS),
     "asin": ("unit", True, FLOATS), "atan": ("", True, FLOATS),
     "frac": ("", True, FLOATS), "log2": ("pos", True, FLOATS),
@@ -516,6 +524,8 @@ def gen_gather_scatter(rng):
                        "masked_select", "take"])
     ishape = tuple(int(rng.integers(1, s + 1)) for s in shape)
     idx = rng.integers(-n if rng.random() < 0.2 else 0, n + (rng.random() < 0.05), ishape)
+    if kind == "take_along_dim":   # (torch 2.13 reads past the end for an index >= n)
+        idx = np.minimum(idx, n - 1)
     if kind in ("gather", "take_along_dim"):
         fn = lambda T, x: getattr(T, kind)(x, T.tensor(idx), dim)  # noqa: E731
         return dict(desc=f"{kind}(dim={dim}, idx={idx.tolist()})", fn=fn,
@@ -633,7 +643,10 @@ def gen_view(rng):
         if kind == "contiguous-view":
             return dict(desc=f"contiguous().view{new}",
                         fn=lambda T, x: x.contiguous().view(*new), specs=[spec])
-        return dict(desc=f"{kind}{new}", fn=lambda T, x: getattr(x, kind)(*new), specs=[spec])
+        # view() while autograd records: the "view" is a copy (documented), so
+        # a non-viewable layout is only refused outside recording
+        return dict(desc=f"{kind}{new}", fn=lambda T, x: getattr(x, kind)(*new), specs=[spec],
+                    grad=kind != "view")
     if kind == "permute":
         p = [int(v) - (nd if rng.random() < 0.3 else 0) for v in rng.permutation(nd)]
         return dict(desc=f"permute{p}", fn=lambda T, x: x.permute(*p), specs=[spec])
@@ -760,12 +773,16 @@ def gen_select_sort(rng):
         if not nd or shape[d] == 0:
             return None
         k = int(rng.integers(1, shape[d] + 1))
+        # distinct values, never expanded: torch 2.13's kthvalue/median of a
+        # stride-0 input return garbage (values like 3e-320)
         return dict(desc=f"kthvalue({k}, {d})", fn=lambda T, x: tuple(T.kthvalue(x, k, d)),
-                    specs=[_spec(rng, shape, _pick(rng, ["float32", "float64"]))])
+                    specs=[Spec(shape, _pick(rng, ["float32", "float64"]), "uniq",
+                                _pick(rng, ["c", "t", "step", "off"]))])
     if not nd:
         return None   # median(0) of a 0-d tensor: an IndexError here (reported)
     return dict(desc=f"median({d})", fn=lambda T, x: tuple(T.median(x, d)),
-                specs=[_spec(rng, shape, _pick(rng, ["float32", "float64"]), "uniq")])
+                specs=[Spec(shape, _pick(rng, ["float32", "float64"]), "uniq",
+                            _pick(rng, ["c", "t", "step", "off"]))])
 
 
 def gen_matmul(rng):
@@ -1033,7 +1050,7 @@ GENERATORS = {
 
 def _case(cat, i):
     gen, _ = GENERATORS[cat]
-    seed = 7919 * (i + 1) + sum(map(ord, cat))
+    seed = 7919 * (i + 1 + OFFSET) + sum(map(ord, cat))
     rng = np.random.default_rng(seed)
     for _ in range(20):
         case = gen(rng)
@@ -1043,6 +1060,9 @@ def _case(cat, i):
     raise AssertionError("generator keeps declining")
 
 
+#: DRAGON_FUZZ_OFFSET=k draws a different (still reproducible) set of cases
+#: for a deeper run by hand; the suite runs offset 0.
+OFFSET = int(os.environ.get("DRAGON_FUZZ_OFFSET", "0"))
 CASES = [(cat, i) for cat, (_, n) in GENERATORS.items() for i in range(n)]
 
 
@@ -1125,8 +1145,38 @@ REGRESSIONS = {
         # (values only for var/std: torch 2.13's own var/std(dim=()) gradient is inf)
         lambda T, a: (a.sum(()), T.mean(a, dim=[]), a.detach().var(dim=()), a.detach().std(()),
                       a.all(dim=()), a.any(()), T.amax(a, ())), [Spec((2, 3), "float64")]),
+    "cross_entropy with weights and label smoothing": (
+        lambda T, x: [T.nn.functional.cross_entropy(
+            x, T.tensor([1, 0, 2, 1]), T.tensor([0.5, 2.0, 1.0], dtype=x.dtype),
+            label_smoothing=0.2, reduction=r, ignore_index=2) for r in ("mean", "sum", "none")],
+        [Spec((4, 3), "float64")]),
+    "clamp with tensor bounds, ties and lo > hi": (
+        lambda T, x, lo, hi: (T.clamp(x, lo, hi), T.clamp(x, lo), T.clamp(x, max=hi)),
+        [Spec((4, 5), "float32", "ties"), Spec((5,), "float32", "ties"),
+         Spec((4, 1), "float32", "ties")]),
+    "norm with p=0": (lambda T, x: (x.norm(0), T.norm(x, 0, dim=1)),
+                      [Spec((3, 4), "float32", "ties")]),
+    "max/amax of an empty axis raise": (lambda T, x: (x.amax(0), x.max()),
+                                        [Spec((0, 3), "float32")]),
+    "logical ops with a Python number raise": (lambda T, x: T.logical_or(x, 0.5),
+                                               [Spec((3,), "float32")]),
+    "bool + bool, bool * bool": (lambda T, a, b: (a + b, a * b, T.add(a, True), T.mul(a, b)),
+                                 [Spec((3,), "bool"), Spec((3,), "bool")]),
+    "True - x raises": (lambda T, a: T.sub(True, a), [Spec((3,), "float32")]),
+    "fmax tie goes to input": (lambda T, a, b: (T.fmax(a, b), T.fmin(b, a)),
+                               [Spec((3, 4), "float32", "ties"), Spec((4,), "float32", "ties")]),
+    "hypot in the promoted dtype": (lambda T, a, b: T.hypot(a, b),
+                                    [Spec((3,), "float32"), Spec((3,), "float64")]),
+    "x[mask] = one-element tensor casts": (
+        lambda T, x: _setmask(T, x.detach().clone()), [Spec((2, 3), "float16")]),
     "cumprod of 0-d": (lambda T, a: T.cumprod(a, 0), [Spec((), "float64", grad=False)]),
 }
+
+
+def _setmask(T, x):
+    x[x > 0] = T.tensor(2.5, dtype=T.float64)
+    x[0, x[0] < 0] = T.tensor([7.0])
+    return x
 
 
 def _write_after(T, x, make):

@@ -69,9 +69,11 @@ def _float_t(t):
 
 
 # ------------------------------------------------------------ element-wise
-def _unary(name, op, float_only=True, zero_grad=False, int_identity=False):
+def _unary(name, op, float_only=True, zero_grad=False, int_identity=False, bool_copy=False):
     def fn(input):
         t = input._t
+        if bool_copy and t.dtype.name == "bool":
+            return _w(_ops.logical_and(t, True))   # torch: sign/abs of bool is a copy
         if int_identity and not _DT_FLOAT(t):
             # torch: floor/ceil/round/trunc of an integer tensor is a copy
             if t.dtype.name == "bool":
@@ -119,7 +121,7 @@ for _alias, _n in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
 _unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
-_unary("sign", _ops.sign, float_only=False, zero_grad=True)
+_unary("sign", _ops.sign, float_only=False, zero_grad=True, bool_copy=True)
 _unary("square", _ops.square, float_only=False)
 _unary("relu", _ops.relu, float_only=False)
 _unary("floor", _ops.floor, float_only=False, zero_grad=True, int_identity=True)
@@ -170,16 +172,19 @@ def _bool(x):
 
 @_both
 def logical_and(input, other):
+    _tensor_pair("logical_and", input, other)
     return _w(_ops.logical_and(_bool(input), _bool(other)))
 
 
 @_both
 def logical_or(input, other):
+    _tensor_pair("logical_or", input, other)
     return _w(_ops.logical_or(_bool(input), _bool(other)))
 
 
 @_both
 def logical_xor(input, other):
+    _tensor_pair("logical_xor", input, other)
     return _w(_ops.not_equal(_bool(input), _bool(other)))
 
 
@@ -236,6 +241,9 @@ def bitwise_not(input):
 def add(input, other, *, alpha=1):
     if alpha != 1:
         other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+    if isinstance(input, Tensor) and isinstance(other, Tensor) and \
+            input.dtype.name == "bool" and other.dtype.name == "bool":
+        return _w(_ops.logical_or(input._t, other._t))   # torch: bool + bool is or
     return _binary("add", input, other)
 
 
@@ -243,6 +251,7 @@ def add(input, other, *, alpha=1):
 def sub(input, other, *, alpha=1):
     from ._tensor import _no_bool_sub
     _no_bool_sub(input if isinstance(input, Tensor) else other, other)
+    _no_bool_sub(other if isinstance(other, Tensor) else input, input)
     if alpha != 1:
         other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
     return _binary("sub", input, other)
@@ -383,11 +392,10 @@ def _fminmax(kind, input, other):
     if not out.dtype.is_floating_point:
         return out
     a, b = _cast(input._t, out.dtype), _cast(other._t, out.dtype)
-    # a NaN operand is replaced by the other one before the comparison, so
-    # no NaN reaches Maximum's gradient (0 * NaN would leak into it)
-    a = _ops.where(_ops.isnan(a), b, a)
-    b = _ops.where(_ops.isnan(b), a, b)
-    return _w((_ops.maximum if kind == "fmax" else _ops.minimum)(a, b))
+    # torch's selection: input where it wins or ties or other is NaN (a tie
+    # gives input the whole gradient, unlike maximum's half-and-half)
+    wins = _ops.greater_equal(a, b) if kind == "fmax" else _ops.less_equal(a, b)
+    return _w(_ops.where(_ops.logical_or(wins, _ops.isnan(b)), a, b))
 
 
 @_both
@@ -425,12 +433,38 @@ def atan2(input, other):
 def clamp(input, min=None, max=None):
     t = input._t
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        out = input
-        if min is not None:
-            out = maximum(out, min)
-        if max is not None:
-            out = minimum(out, max)
-        return out
+        # torch's rule: min(max(x, lo), hi), a tie going to x (its gradient
+        # passes where lo <= x <= hi), not Maximum's half-and-half
+        # torch's gradients (derivatives.yaml, clamp.Tensor): x where lo <= x <= hi,
+        # lo where x < lo < hi, hi where x > hi or hi < lo; none at all where
+        # x < lo == hi (the value there is a constant)
+        dt = D.result_type(input, *(v for v in (min, max) if v is not None))
+        dev = input._t.device
+        x = _cast(input._t, dt)
+        lo = None if min is None else _as_dg(min, dt, dev)
+        hi = None if max is None else _as_dg(max, dt, dev)
+        value = x.detach()
+        if lo is not None:
+            value = _ops.maximum(value, lo.detach())
+        if hi is not None:
+            value = _ops.minimum(value, hi.detach())
+        keep_x = take_lo = take_hi = None
+        if lo is not None:
+            keep_x = _ops.greater_equal(x, lo)
+            take_lo = _ops.less(x, lo)
+        if hi is not None:
+            below = _ops.less_equal(x, hi)
+            keep_x = below if keep_x is None else _ops.logical_and(keep_x, below)
+            take_hi = _ops.greater(x, hi)
+            if lo is not None:
+                take_lo = _ops.logical_and(take_lo, _ops.less(lo, hi))
+                take_hi = _ops.logical_or(take_hi, _ops.less(hi, lo))
+        out = _ops.where(keep_x, x, value)
+        if take_lo is not None:
+            out = _ops.where(take_lo, lo, out)
+        if take_hi is not None:
+            out = _ops.where(take_hi, hi, out)
+        return _w(out)
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     dt = D.result_type(input, *(v for v in (min, max) if v is not None))
@@ -490,7 +524,10 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
 
 @_both
 def hypot(input, other):
-    return sqrt(add(square(input), square(other)))
+    _tensor_pair("hypot", input, other)
+    dt = _float_dt(input, other)   # computed in the promoted dtype (f32 with f64: f64)
+    a, b = _tensor_of(input).to(dt), _tensor_of(other).to(dt)
+    return sqrt(add(square(a), square(b)))
 
 
 # ------------------------------------------------------------ comparisons
@@ -531,16 +568,22 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 
 @_both
 def isnan(input):
+    if input.dtype.name == "bool":
+        return _w(_ops.logical_and(input._t, False))
     return _w(_ops.isnan(input._t))
 
 
 @_both
 def isinf(input):
+    if input.dtype.name == "bool":
+        return _w(_ops.logical_and(input._t, False))
     return _w(_ops.isinf(input._t))
 
 
 @_both
 def isfinite(input):
+    if input.dtype.name == "bool":
+        return _w(_ops.logical_or(input._t, True))
     return _w(_ops.isfinite(input._t))
 
 
@@ -652,14 +695,21 @@ def logsumexp(input, dim, keepdim=False):
                            "name the dims to reduce")
     if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element itself
         _dims(dim, 1)
-        return _w(_ops.add(t, 0.0))
+        return _w(_ops.reshape(_ops.logsumexp(_ops.reshape(t, [1]), [0]), []))
     return _w(_ops.logsumexp(t, _axes(dim, t.ndim), keepdim))
+
+
+def _no_empty_reduction(name, t, axes):
+    for a in (range(t.ndim) if axes is None else axes):
+        if t.shape[a] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {a} to have non-zero size.")
 
 
 @_both
 def amax(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    _no_empty_reduction("amax", t, axes)
     return _w(_ops.max(t, axes, keepdim))
 
 
@@ -667,6 +717,7 @@ def amax(input, dim=(), keepdim=False):
 def amin(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    _no_empty_reduction("amin", t, axes)
     return _w(_ops.min(t, axes, keepdim))
 
 
@@ -677,6 +728,10 @@ def _minmax(kind, input, dim, keepdim, other):
         return (maximum if kind == "max" else minimum)(input, other)
     t = input._t
     if dim is None:
+        if not t.size:   # dragon's Max gives -inf here (ONNX's rule); torch refuses
+            raise RuntimeError(f"{kind}(): Expected reduction dim to be specified for "
+                               f"input.numel() == 0. Specify the reduction dim with the "
+                               f"'dim' argument.")
         return _w((_ops.max if kind == "max" else _ops.min)(t))
     d = _dim(int(dim), t.ndim)
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
@@ -767,6 +822,8 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         return _w(_ops.max(_ops.abs(t), axes, keepdim))
     if p == -float("inf"):
         return _w(_ops.min(_ops.abs(t), axes, keepdim))
+    if p == 0:   # the number of non-zero elements (no gradient reaches x, as in torch)
+        return _w(_ops.sum(_ops.cast(_ops.not_equal(t, 0), t.dtype), axes, keepdim))
     if isinstance(p, numbers.Real):
         s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, D.BY_CODE[t._dtype_code])), axes, keepdim)
         return _w(_ops.pow(s, _as_dg(1.0 / p, D.BY_CODE[t._dtype_code])))
@@ -1145,6 +1202,8 @@ def ravel(input):
 
 @_method_only
 def expand(self, *sizes):
+    if not sizes:
+        raise TypeError('expand() missing 1 required positional arguments: "size"')
     sizes = list(_shape_args(sizes))
     t = self._t
     lead = len(sizes) - t.ndim

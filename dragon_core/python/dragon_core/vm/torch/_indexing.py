@@ -186,9 +186,12 @@ def setitem(x: Tensor, key, value) -> None:
     nk = _np_key(key)
     _check_bounds(t, nk)
     dt = D.BY_CODE[t._dtype_code]
-    if isinstance(value, Tensor) and value._t._dtype_code != t._dtype_code and any(
-            _is_advanced(k) for k in key):
-        # torch's index_put_ never casts the value (basic-index writes do)
+    int_arrays = any(_is_advanced(k) and not isinstance(k, bool) and not (
+        isinstance(k, Tensor) and k.dtype.name in ("bool", "uint8")) and not (
+        isinstance(k, np.ndarray) and k.dtype == bool) for k in key)
+    if isinstance(value, Tensor) and value._t._dtype_code != t._dtype_code and int_arrays:
+        # torch's index_put_ with integer index tensors never casts the value
+        # (bool masks and basic indices do)
         raise RuntimeError(f"Index put requires the source and destination dtypes match, "
                            f"got {D.BY_CODE[t._dtype_code].name.title()} for the destination "
                            f"and {value.dtype.name.title()} for the source.")

@@ -312,6 +312,11 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
     computation dtype). Same-dtype tensors and weak Python scalars (which
     promote alike in both frameworks) take dragon's C++ operator path."""
     ta, tb = type(a), type(b)
+    if name in ("add", "mul") and _bool_operand(a) and _bool_operand(b):
+        # torch: bool + bool is a logical or, bool * bool a logical and
+        dev = (a if isinstance(a, Tensor) else b)._t.device
+        bools = [_as_dg(v, D.DTYPES["bool"], dev) for v in (a, b)]
+        return _w((_ops.logical_or if name == "add" else _ops.logical_and)(*bools))
     fn = _FAST.get(name) or getattr(_ops, name)
     if ta is Tensor or isinstance(a, Tensor):
         if tb is Tensor or isinstance(b, Tensor):
@@ -329,6 +334,10 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
     ref = a if isinstance(a, Tensor) else b
     dev = ref._t.device
     return _w(getattr(_ops, name)(_as_dg(a, dt, dev), _as_dg(b, dt, dev)))
+
+
+def _bool_operand(v) -> bool:
+    return isinstance(v, bool) or (isinstance(v, Tensor) and v._t._dtype_code == _BOOL)
 
 
 def _float_dt(*xs) -> "D.dtype":
@@ -689,7 +698,8 @@ class Tensor:
     def __add__(self, o):
         if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
             out = _new(Tensor)
-            out._t = self._t + o._t
+            out._t = self._t + o._t if self._t._dtype_code != _BOOL else \
+                _ops.logical_or(self._t, o._t)   # torch: bool + bool is or
             return out
         return _binary("add", self, o)
 
@@ -705,7 +715,7 @@ class Tensor:
         return _binary("sub", o, self)
 
     def __mul__(self, o):
-        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
+        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code != _BOOL:
             out = _new(Tensor)
             out._t = self._t * o._t
             return out

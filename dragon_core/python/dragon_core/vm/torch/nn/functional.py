@@ -430,16 +430,27 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _smoothed(logp, target, weight, ignore_index, reduction, eps):
+    """torch's label smoothing: (1 - eps) * nll + eps / C * sum_c w_c *
+    (-log p_c), the class weights inside the smoothing term too, and the
+    mean over the weights of the kept targets (as nll_loss's)."""
     nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     c = logp.shape[1]
-    smooth = -_T["mean"](logp, 1)
-    valid = (target != ignore_index).to(logp.dtype)
+    wl = logp if weight is None else logp * weight.to(logp.dtype).reshape(
+        -1, *[1] * (logp.ndim - 2))
+    smooth = -_T["sum"](wl, 1) / c
+    valid_b = target != ignore_index
+    valid = valid_b.to(logp.dtype)
     smooth = smooth * valid
     if reduction == "mean":
-        smooth = _T["sum"](smooth) / _T["sum"](valid)
+        if weight is None:
+            denom = _T["sum"](valid)
+        else:
+            safe = _T["where"](valid_b, target.long(), 0)
+            denom = _T["sum"](_T["index_select"](weight.to(logp.dtype), 0, safe.reshape(-1))
+                              * valid.reshape(-1))
+        smooth = _T["sum"](smooth) / denom
     elif reduction == "sum":
         smooth = _T["sum"](smooth)
-    del c
     return nll * (1 - eps) + smooth * eps
 
 

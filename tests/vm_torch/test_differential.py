@@ -1169,6 +1169,8 @@ REGRESSIONS = {
                                     [Spec((3,), "float32"), Spec((3,), "float64")]),
     "x[mask] = one-element tensor casts": (
         lambda T, x: _setmask(T, x.detach().clone()), [Spec((2, 3), "float16")]),
+    "repeat with a negative count raises": (lambda T, x: x.repeat(-1, 1),
+                                            [Spec((2, 3), "float32")]),
     "cumprod of 0-d": (lambda T, a: T.cumprod(a, 0), [Spec((), "float64", grad=False)]),
 }
 

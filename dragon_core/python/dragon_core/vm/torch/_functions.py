@@ -1288,6 +1288,11 @@ def repeat_interleave(input, repeats, dim=None):
 @_method_only
 def repeat(self, *sizes):
     sizes = list(_shape_args(sizes))
+    if builtins.any(r < 0 for r in sizes):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: repeat{tuple(sizes)}")
+    if len(sizes) < self.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
     x = self
     if len(sizes) > x.ndim:
         x = x.reshape([1] * (len(sizes) - x.ndim) + list(x.shape))

@@ -266,6 +266,8 @@ def gen_binary(rng):
             s = 3
         if name == "pow":
             s = 2
+        if da == "bool":
+            s = True   # ops.*: a scalar must fit the tensor's dtype (an error otherwise)
         if da in INTS and isinstance(s, float) and name in ("mod", "floor_divide"):
             s = 3
         out = "bool" if cmp else ("float32" if da in INTS and (
@@ -585,6 +587,8 @@ def _ln_ref(x, g, b, axis, eps):
 
 
 def _sm(x, ax):
+    if not x.size:
+        return x
     e = np.exp(x - x.max(ax, keepdims=True))
     return e / e.sum(ax, keepdims=True)
 

@@ -979,6 +979,16 @@ def gen_double(rng):
         "pow": (lambda T, a, b: a.abs() ** b, [(n, 3), (3,)]),
         "tanh-sum": (lambda T, a: T.tanh(a).sum(-1) ** 2, [(n, 3)]),
         "div": (lambda T, a, b: a / (b * b + 1), [(n, 3), (n, 3)]),
+        "sigmoid-std": (lambda T, a: T.sigmoid(a).std(0) * a.sum(), [(n + 1, 3)]),
+        "cross_entropy": (lambda T, a: T.nn.functional.cross_entropy(
+            a * a, T.tensor([0, 2, 1, 0][:n]), label_smoothing=0.1), [(n, 3)]),
+        "gelu-norm": (lambda T, a: T.nn.functional.gelu(a).norm(dim=-1) ** 2, [(n, 4)]),
+        "where-clamp": (lambda T, a, b: T.where(a > 0, a * b, T.clamp(b, -0.5, 0.5) * a),
+                        [(n, 3), (3,)]),
+        "logsumexp-var": (lambda T, a: T.logsumexp(a * a, 1) * a.var(), [(n, 3)]),
+        "max-dim": (lambda T, a: a.max(1)[0] * a.sum(1), [(n, 4)]),
+        "silu-mean": (lambda T, a, b: T.nn.functional.silu(a @ b).mean(), [(n, 3), (3, 2)]),
+        "rsqrt-log": (lambda T, a: T.rsqrt(a * a + 1) * T.log1p(a * a), [(n, 3)]),
     }
     fn, shapes = fns[kind]
     dt = _pick(rng, ["float32", "float64"])
@@ -1044,7 +1054,7 @@ GENERATORS = {
     "gather_scatter": (gen_gather_scatter, 80), "join_split": (gen_join_split, 60),
     "view": (gen_view, 100), "select_sort": (gen_select_sort, 80),
     "matmul": (gen_matmul, 50), "nn": (gen_nn, 60), "inplace": (gen_inplace, 60),
-    "double": (gen_double, 20), "alias": (gen_alias, 120),
+    "double": (gen_double, 40), "alias": (gen_alias, 120),
 }
 
 

@@ -1043,7 +1043,7 @@ def gen_alias(rng):
         else:
             y[(0,) * y.ndim] = 100.0 if y.ndim else 100.0
         return x, y
-    spec = _spec(rng, shape, "float32")
+    spec = _spec(rng, shape, _pick(rng, ["float32", "float32", "bfloat16", "int64"]))
     rng_layout = spec.layout
     return dict(desc=f"y = {name}(x); write {write}", fn=fn, specs=[spec], grad=False)
 
@@ -1177,6 +1177,9 @@ REGRESSIONS = {
                                [Spec((3, 4), "float32", "ties"), Spec((4,), "float32", "ties")]),
     "hypot in the promoted dtype": (lambda T, a, b: T.hypot(a, b),
                                     [Spec((3,), "float32"), Spec((3,), "float64")]),
+    "bfloat16 views see in-place writes": (
+        lambda T, x: _write_after(T, x, lambda y: (y[1:], y.view(6), y.T, y[:, ::2])),
+        [Spec((2, 3), "bfloat16")]),
     "x[mask] = one-element tensor casts": (
         lambda T, x: _setmask(T, x.detach().clone()), [Spec((2, 3), "float16")]),
     "repeat with a negative count raises": (lambda T, x: x.repeat(-1, 1),

@@ -54,9 +54,6 @@ def _tensor_of(x, like=None):
     return tensor(x)
 
 
-_BF16_CODE = D.DTYPES["bfloat16"]._dg.code
-
-
 def _DT_FLOAT(t):
     return D.BY_CODE[t._dtype_code].is_floating_point
 
@@ -1063,7 +1060,7 @@ def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype) (copies)")
     shape = _infer_shape(_shape_args(shape), int(self._t.size))
-    if self._t._device_name == "cpu" and self._t._dtype_code != _BF16_CODE:
+    if self._t._device_name == "cpu":
         probe = self._t.numpy().view()
         try:
             probe.shape = shape   # NumPy refuses exactly when a copy would be needed

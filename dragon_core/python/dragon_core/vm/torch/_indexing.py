@@ -189,11 +189,11 @@ def setitem(x: Tensor, key, value) -> None:
     int_arrays = any(_is_advanced(k) and not isinstance(k, bool) and not (
         isinstance(k, Tensor) and k.dtype.name in ("bool", "uint8")) and not (
         isinstance(k, np.ndarray) and k.dtype == bool) for k in key)
-    masks_only = not int_arrays and any(_is_advanced(k) for k in key)
+    n_adv = sum(1 for k in key if _is_advanced(k) and not isinstance(k, bool))
     if isinstance(value, Tensor) and value._t._dtype_code != t._dtype_code and (
-            int_arrays or masks_only and value.numel() != 1):
-        # torch's index_put_ never casts the value (basic indices do, and bool
-        # masks with a one-element value, torch's masked_fill_ path)
+            int_arrays or n_adv > 1 or n_adv == 1 and value.numel() != 1):
+        # torch's index_put_ never casts the value (basic indices do, and one
+        # bool mask with a one-element value, torch's masked_fill_ path)
         raise RuntimeError(f"Index put requires the source and destination dtypes match, "
                            f"got {D.BY_CODE[t._dtype_code].name.title()} for the destination "
                            f"and {value.dtype.name.title()} for the source.")

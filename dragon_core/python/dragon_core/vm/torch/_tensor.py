@@ -88,7 +88,7 @@ def _host_view_ok(t) -> bool:
     """Whether a NumPy view of ``t`` may stand for an op result: host,
     not recorded by autograd, not traced."""
     return (t._device_name == "cpu" and not (t.requires_grad and _grad_on())
-            and not _tracing() and t._dtype_code != _BF16)
+            and not _tracing())
 
 
 _BF16 = _dg.as_dtype("bfloat16").code
@@ -968,7 +968,9 @@ def _inplace(self: Tensor, result: Tensor, srcs=()) -> Tensor:
         else:
             t.assign(r)
         return self
-    if t._device_name == "cpu" and not t.is_read_only and t._dtype_code != _BF16:
+    if t._device_name == "cpu" and not t.is_read_only:
+        # (bfloat16 too: NumPy holds it through ml_dtypes, so a view of a
+        # bfloat16 tensor sees the write as for every other dtype)
         np.copyto(t.numpy(), r.numpy())
         t._bump_version()   # autograd's check of the tensors it saved
     else:

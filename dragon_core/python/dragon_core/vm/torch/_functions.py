@@ -238,9 +238,6 @@ def bitwise_not(input):
 def add(input, other, *, alpha=1):
     if alpha != 1:
         other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
-    if isinstance(input, Tensor) and isinstance(other, Tensor) and \
-            input.dtype.name == "bool" and other.dtype.name == "bool":
-        return _w(_ops.logical_or(input._t, other._t))   # torch: bool + bool is or
     return _binary("add", input, other)
 
 

@@ -312,15 +312,10 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
     computation dtype). Same-dtype tensors and weak Python scalars (which
     promote alike in both frameworks) take dragon's C++ operator path."""
     ta, tb = type(a), type(b)
-    if name in ("add", "mul") and _bool_operand(a) and _bool_operand(b):
-        # torch: bool + bool is a logical or, bool * bool a logical and
-        dev = (a if isinstance(a, Tensor) else b)._t.device
-        bools = [_as_dg(v, D.DTYPES["bool"], dev) for v in (a, b)]
-        return _w((_ops.logical_or if name == "add" else _ops.logical_and)(*bools))
     fn = _FAST.get(name) or getattr(_ops, name)
     if ta is Tensor or isinstance(a, Tensor):
         if tb is Tensor or isinstance(b, Tensor):
-            if dt is None and a._t._dtype_code == b._t._dtype_code:
+            if dt is None and a._t._dtype_code == b._t._dtype_code != _BOOL:
                 return _w(fn(a._t, b._t))
         elif (tb is float or tb is int) and (dt is None or dt._dg.code == a._t._dtype_code) \
                 and (_DTF[a._t._dtype_code] or (tb is int and a._t._dtype_code != _BOOL)):
@@ -333,11 +328,10 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
         dt = D.result_type(a, b)
     ref = a if isinstance(a, Tensor) else b
     dev = ref._t.device
+    if dt._dg.code == _BOOL and name in ("add", "mul"):
+        # torch: bool + bool is a logical or, bool * bool a logical and
+        name = "logical_or" if name == "add" else "logical_and"
     return _w(getattr(_ops, name)(_as_dg(a, dt, dev), _as_dg(b, dt, dev)))
-
-
-def _bool_operand(v) -> bool:
-    return isinstance(v, bool) or (isinstance(v, Tensor) and v._t._dtype_code == _BOOL)
 
 
 def _float_dt(*xs) -> "D.dtype":
@@ -895,23 +889,29 @@ def _check_overlap(t, srcs) -> None:
     (``x.add_(x.T)``, ``x[1:].copy_(x[:-1])``), raise instead of computing
     a result that depends on the order of the writes. An input that is
     exactly the written-to tensor (``x.mul_(x)``) is fine."""
-    if t._device_name != "cpu" or not t.size:
+    if t._device_name != "cpu":
         return
-    a = t.numpy()
-    if any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+    strides = t.strides
+    if 0 in strides and any(st == 0 and n > 1 for st, n in zip(strides, t.shape)):
         raise RuntimeError("unsupported operation: more than one element of the written-to "
                            "tensor refers to a single memory location. Please clone() the "
                            "tensor before performing the operation.")
+    a = None
     for src in srcs:
-        if not isinstance(src, Tensor) or src._t is t or src._t._device_name != "cpu" \
-                or not src._t.size:
+        if type(src) is not Tensor and not isinstance(src, Tensor):
             continue
-        b = src._t.numpy()
-        if not np.may_share_memory(a, b):
+        s = src._t
+        if s is t or s._device_name != "cpu":
             continue
-        same = (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-                and a.strides == b.strides and a.shape == b.shape and a.dtype == b.dtype)
-        if not same and np.shares_memory(a, b, max_work=10**6):
+        if a is None:
+            a = t.numpy()
+        b = s.numpy()
+        if not np.may_share_memory(a, b):   # bounds only: the common, cheap case
+            continue
+        if (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                and a.strides == b.strides and a.shape == b.shape and a.dtype == b.dtype):
+            continue   # the same elements (x.mul_(x))
+        if np.shares_memory(a, b, max_work=10**6):
             raise RuntimeError("unsupported operation: some elements of the input tensor and "
                                "the written-to tensor refer to a single memory location. "
                                "Please clone() the tensor before performing the operation.")

@@ -759,7 +759,7 @@ def gen_select_sort(rng):
         # distinct values: torch leaves the order of ties unspecified
         return dict(desc=f"topk({k}, {d}, largest={largest})",
                     fn=lambda T, x: tuple(T.topk(x, k, d, largest=largest)),
-                    specs=[_spec(rng, shape, dt, "uniq")])
+                    specs=[Spec(shape, dt, "uniq", _pick(rng, ["c", "t", "step", "off"]))])
     if kind in ("cumsum", "cumprod"):
         # cumprod has no gradient here (it raises NotImplementedError, named)
         return dict(desc=f"{kind}({d})", fn=lambda T, x: getattr(T, kind)(x, d),
@@ -799,7 +799,8 @@ def gen_matmul(rng):
     if rng.random() < 0.05:  # mismatched inner size: torch raises
         sb = sb[:-2] + (k + 1, n) if len(sb) >= 2 else (k + 1,)
     dt = _pick(rng, ["float32", "float32", "float64", "float16", "bfloat16", "int64"])
-    db = dt if rng.random() < 0.9 else "float64"
+    # (torch multiplies mixed dtypes when k == 0 and refuses them otherwise)
+    db = dt if rng.random() < 0.9 or k == 0 else "float64"
     op = _pick(rng, ["matmul", "@", "method"])
     fn = {"matmul": lambda T, a, b: T.matmul(a, b), "@": lambda T, a, b: a @ b,
           "method": lambda T, a, b: a.matmul(b)}[op]
@@ -847,6 +848,8 @@ def gen_nn(rng):
         tgt.flat[0] = ign = _pick(rng, [-100, 1])
         if ign == 1:
             tgt.flat[0] = 1
+            if tgt.size > 1:   # (a mean over no kept target: NaN, both NaN gradients or 0)
+                tgt.flat[-1] = 0
     w = np.abs(rng.standard_normal(c)) + 0.25 if rng.random() < 0.4 else None
     ls = _pick(rng, [0.0, 0.0, 0.1])
     dt = _pick(rng, ["float32", "float64"])

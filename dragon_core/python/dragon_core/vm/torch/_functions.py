@@ -806,6 +806,9 @@ def count_nonzero(input, dim=None):
 
 @_both
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    if p == "fro" and isinstance(dim, (tuple, list)) and len(dim) > 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {tuple(dim)} "
+                           f"(use torch.linalg.vector_norm over more dims)")
     t = _float_t(input._t)
     axes = _axes(dim, t.ndim)
     if p in ("fro", 2, 2.0) or p is None:

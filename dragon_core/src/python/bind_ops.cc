@@ -265,8 +265,23 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
   // tensor (Where(cond, x, 0.0): 0.0 becomes x's dtype, not bool).
   size_t d = static_cast<size_t>(op.dispatch_input);
   if (d < out.size() && out[d]) like = &out[d];
+  // A scalar in the dispatch input's own place (Where(cond, 0.0, y)) takes
+  // the dtype of a tensor input under the same dtype constraint (y), never
+  // that of an input with another role (the bool condition).
+  const Tensor* peer = nullptr;
+  if (d < out.size() && !out[d] && d < op.inputs.size()) {
+    for (size_t j = 0; j < out.size() && j < op.inputs.size(); ++j) {
+      if (out[j] && op.inputs[j].dtypes == op.inputs[d].dtypes) {
+        peer = &out[j];
+        break;
+      }
+    }
+  }
   for (size_t i = 0; i < flat.size(); ++i) {
     if (out[i]) continue;
+    const Tensor* like_i = like;
+    if (peer && i < op.inputs.size() && op.inputs[i].dtypes == op.inputs[d].dtypes)
+      like_i = peer;
     // An input past the schema's last (the op is not variadic) has no name:
     // the call has too many inputs, whatever this one holds.
     if (!op.variadic_input() && i >= op.inputs.size())
@@ -284,7 +299,7 @@ std::vector<Tensor> ConvertInputs(const OpSchema& op, py::handle inputs) {
                : "is None, but the op requires a tensor");
     }
     try {
-      out[i] = ToTensor(flat[i], like);
+      out[i] = ToTensor(flat[i], like_i);
     } catch (py::error_already_set& err) {
       if (err.matches(PyExc_OverflowError)) {
         // A Python int out of the tensor's dtype range (NumPy 2 raises too).

@@ -90,7 +90,10 @@ def _extremum_grad(node, dy, reduce):
     x, axes, keepdims = _params(node)
     # The extremum is recomputed (rules never read outputs); it only feeds a
     # comparison, so nothing is differentiated through it.
-    hit = x == reduce(x, axes, keepdims=True)
+    m = reduce(x, axes, keepdims=True)
+    # A NaN extremum comes from the NaN elements: they share the gradient
+    # (x == NaN is false everywhere, which would drop it).
+    hit = (x == m) | (o.isnan(x) & o.isnan(m))
     count = o.sum(o.cast(hit, x.dtype), axes, keepdims=True)
     share = keep_dims(dy, x.shape, axes, keepdims) / count
     return [o.where(hit, share, scalar_like(x, 0.0))]

@@ -54,6 +54,10 @@ def _tensor_of(x, like=None):
     return tensor(x)
 
 
+def _DT_FLOAT(t):
+    return D.BY_CODE[t._dtype_code].is_floating_point
+
+
 def _float_t(t):
     """``t`` (dragon) cast to the default float if it is not floating."""
     if not D.BY_CODE[t._dtype_code].is_floating_point:
@@ -62,9 +66,16 @@ def _float_t(t):
 
 
 # ------------------------------------------------------------ element-wise
-def _unary(name, op, float_only=True, zero_grad=False):
+def _unary(name, op, float_only=True, zero_grad=False, int_identity=False, bool_copy=False):
     def fn(input):
         t = input._t
+        if bool_copy and t.dtype.name == "bool":
+            return _w(_ops.logical_and(t, True))   # torch: sign/abs of bool is a copy
+        if int_identity and not _DT_FLOAT(t):
+            # torch: floor/ceil/round/trunc of an integer tensor is a copy
+            if t.dtype.name == "bool":
+                raise RuntimeError(f"\"{name}\" is not implemented for 'Bool'")
+            return _w(_ops.add(t, 0))
         if float_only:
             t = _float_t(t)
         if zero_grad and _records(t):
@@ -107,13 +118,13 @@ for _alias, _n in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
 _unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
-_unary("sign", _ops.sign, float_only=False, zero_grad=True)
+_unary("sign", _ops.sign, float_only=False, zero_grad=True, bool_copy=True)
 _unary("square", _ops.square, float_only=False)
 _unary("relu", _ops.relu, float_only=False)
-_unary("floor", _ops.floor, float_only=False, zero_grad=True)
-_unary("ceil", _ops.ceil, float_only=False, zero_grad=True)
+_unary("floor", _ops.floor, float_only=False, zero_grad=True, int_identity=True)
+_unary("ceil", _ops.ceil, float_only=False, zero_grad=True, int_identity=True)
 _unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False,
-       zero_grad=True)
+       zero_grad=True, int_identity=True)
 _unary("frac", lambda t: _ops.sub(t, _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t)))))
 _unary("logical_not_", lambda t: _ops.logical_not(t), float_only=False)
 del _EXPORTS["logical_not_"]
@@ -131,6 +142,8 @@ exp, log, log1p, sqrt, sigmoid, neg, square, trunc, abs = (  # noqa: A001
 @_both
 def round(input, decimals: int = 0):
     t = input._t
+    if not _DT_FLOAT(t) and t.dtype.name != "bool":
+        return _w(_ops.add(t, 0))   # torch: rounding an integer tensor is a copy
     if decimals:
         s = 10.0 ** decimals
         out = _ops.div(_ops.round(_ops.mul(t, s)), s)
@@ -156,16 +169,19 @@ def _bool(x):
 
 @_both
 def logical_and(input, other):
+    _tensor_pair("logical_and", input, other)
     return _w(_ops.logical_and(_bool(input), _bool(other)))
 
 
 @_both
 def logical_or(input, other):
+    _tensor_pair("logical_or", input, other)
     return _w(_ops.logical_or(_bool(input), _bool(other)))
 
 
 @_both
 def logical_xor(input, other):
+    _tensor_pair("logical_xor", input, other)
     return _w(_ops.not_equal(_bool(input), _bool(other)))
 
 
@@ -229,6 +245,7 @@ def add(input, other, *, alpha=1):
 def sub(input, other, *, alpha=1):
     from ._tensor import _no_bool_sub
     _no_bool_sub(input if isinstance(input, Tensor) else other, other)
+    _no_bool_sub(other if isinstance(other, Tensor) else input, input)
     if alpha != 1:
         other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
     return _binary("sub", input, other)
@@ -339,18 +356,50 @@ _EXPORTS["float_power"] = lambda input, exponent: pow(
     _tensor_of(input).double(), exponent.double() if isinstance(exponent, Tensor) else exponent)
 
 
+def _tensor_pair(name, input, other):
+    # torch.maximum/minimum/fmax/fmin take two tensors; a Python number raises
+    for pos, v in ((1, input), (2, other)):
+        if not isinstance(v, Tensor):
+            raise TypeError(f"{name}(): argument '{'input' if pos == 1 else 'other'}' "
+                            f"(position {pos}) must be Tensor, not {type(v).__name__}")
+
+
 @_both
 def maximum(input, other):
+    _tensor_pair("maximum", input, other)
     return _binary("maximum", input, other)
 
 
 @_both
 def minimum(input, other):
+    _tensor_pair("minimum", input, other)
     return _binary("minimum", input, other)
 
 
-_EXPORTS["fmax"] = maximum
-_EXPORTS["fmin"] = minimum
+def _fminmax(kind, input, other):
+    """``torch.fmax``/``fmin``: maximum/minimum that ignores a NaN operand
+    (NaN only where both are NaN)."""
+    if not isinstance(other, Tensor) or not isinstance(input, Tensor):
+        raise TypeError(f"{kind}(): argument 'other' (position 2) must be Tensor, not "
+                        f"{type(other if isinstance(input, Tensor) else input).__name__}")
+    out = (maximum if kind == "fmax" else minimum)(input, other)
+    if not out.dtype.is_floating_point:
+        return out
+    a, b = _cast(input._t, out.dtype), _cast(other._t, out.dtype)
+    # torch's selection: input where it wins or ties or other is NaN (a tie
+    # gives input the whole gradient, unlike maximum's half-and-half)
+    wins = _ops.greater_equal(a, b) if kind == "fmax" else _ops.less_equal(a, b)
+    return _w(_ops.where(_ops.logical_or(wins, _ops.isnan(b)), a, b))
+
+
+@_both
+def fmax(input, other):
+    return _fminmax("fmax", input, other)
+
+
+@_both
+def fmin(input, other):
+    return _fminmax("fmin", input, other)
 
 
 @_both
@@ -358,6 +407,7 @@ def atan2(input, other):
     """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], from the
     native Atan with the quadrant fixed by where; differentiable (the
     gradient is that of atan(y/x) plus a constant per quadrant)."""
+    _tensor_pair("atan2", input, other)
     dt = _float_dt(input, other)
     ref = input if isinstance(input, Tensor) else other
     dev = ref._t.device if isinstance(ref, Tensor) else None
@@ -377,17 +427,54 @@ def atan2(input, other):
 def clamp(input, min=None, max=None):
     t = input._t
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        out = input
-        if min is not None:
-            out = maximum(out, min)
-        if max is not None:
-            out = minimum(out, max)
-        return out
+        # torch's rule: min(max(x, lo), hi), a tie going to x (its gradient
+        # passes where lo <= x <= hi), not Maximum's half-and-half
+        # torch's gradients (derivatives.yaml, clamp.Tensor): x where lo <= x <= hi,
+        # lo where x < lo < hi, hi where x > hi or hi < lo; none at all where
+        # x < lo == hi (the value there is a constant)
+        dt = D.result_type(input, *(v for v in (min, max) if v is not None))
+        dev = input._t.device
+        x = _cast(input._t, dt)
+        lo = None if min is None else _as_dg(min, dt, dev)
+        hi = None if max is None else _as_dg(max, dt, dev)
+        value = x.detach()
+        if lo is not None:
+            value = _ops.maximum(value, lo.detach())
+        if hi is not None:
+            value = _ops.minimum(value, hi.detach())
+        keep_x = take_lo = take_hi = None
+        if lo is not None:
+            keep_x = _ops.greater_equal(x, lo)
+            take_lo = _ops.less(x, lo)
+        if hi is not None:
+            below = _ops.less_equal(x, hi)
+            keep_x = below if keep_x is None else _ops.logical_and(keep_x, below)
+            take_hi = _ops.greater(x, hi)
+            if lo is not None:
+                take_lo = _ops.logical_and(take_lo, _ops.less(lo, hi))
+                take_hi = _ops.logical_or(take_hi, _ops.less(hi, lo))
+        out = _ops.where(keep_x, x, value)
+        if take_lo is not None:
+            out = _ops.where(take_lo, lo, out)
+        if take_hi is not None:
+            out = _ops.where(take_hi, hi, out)
+        return _w(out)
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     dt = D.result_type(input, *(v for v in (min, max) if v is not None))
     t = _cast(t, dt)
-    return _w(_ops.clip(t, min, max))
+    out = _ops.clip(t, min, max)
+    if _records(t):
+        # torch passes the gradient where min <= x <= max (bounds included);
+        # Clip's own rule is strict, so the kept elements come from x itself
+        keep = None
+        if min is not None:
+            keep = _ops.greater_equal(t, min)
+        if max is not None:
+            below = _ops.less_equal(t, max)
+            keep = below if keep is None else _ops.logical_and(keep, below)
+        out = _ops.where(keep, t, out)
+    return _w(out)
 
 
 _EXPORTS["clip"] = clamp
@@ -431,7 +518,10 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
 
 @_both
 def hypot(input, other):
-    return sqrt(add(square(input), square(other)))
+    _tensor_pair("hypot", input, other)
+    dt = _float_dt(input, other)   # computed in the promoted dtype (f32 with f64: f64)
+    a, b = _tensor_of(input).to(dt), _tensor_of(other).to(dt)
+    return sqrt(add(square(a), square(b)))
 
 
 # ------------------------------------------------------------ comparisons
@@ -472,24 +562,41 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 
 @_both
 def isnan(input):
+    if input.dtype.name == "bool":
+        return _w(_ops.logical_and(input._t, False))
     return _w(_ops.isnan(input._t))
 
 
 @_both
 def isinf(input):
+    if input.dtype.name == "bool":
+        return _w(_ops.logical_and(input._t, False))
     return _w(_ops.isinf(input._t))
 
 
 @_both
 def isfinite(input):
+    if input.dtype.name == "bool":
+        return _w(_ops.logical_or(input._t, True))
     return _w(_ops.isfinite(input._t))
 
 
 @_both
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
-    a = input.detach().numpy()
-    from ._creation import _from_numpy_owned
-    return _from_numpy_owned(np.nan_to_num(a, nan=nan, posinf=posinf, neginf=neginf))
+    """``torch.nan_to_num``: NaN, +inf and -inf replaced (by default with 0
+    and the dtype's largest and lowest finite values); every dtype,
+    differentiable (gradient 1 where the element is kept, 0 where
+    replaced)."""
+    t = input._t
+    if not input.dtype.is_floating_point:
+        return _w(_ops.add(t, 0) if t.dtype.name != "bool" else _ops.logical_or(t, False))
+    import ml_dtypes
+    fi = ml_dtypes.finfo(input.dtype._dg.numpy)
+    hi = fi.max if posinf is None else posinf
+    lo = fi.min if neginf is None else neginf
+    out = _ops.where(_ops.isnan(t), float(nan), t)
+    out = _ops.where(_ops.equal(t, math.inf), float(hi), out)
+    return _w(_ops.where(_ops.equal(t, -math.inf), float(lo), out))
 
 
 # -------------------------------------------------------------- reductions
@@ -501,6 +608,11 @@ def _red_input(input, dtype, name):
 
 
 def _axes(dim, n):
+    """The axes of a reduction's ``dim``: torch reduces every axis for
+    ``None`` and for an empty ``()``/``[]`` too (NumPy's empty axis tuple
+    reduces nothing)."""
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return None
     d = _dims(dim, n)
     return d
 
@@ -572,13 +684,26 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 @_both
 def logsumexp(input, dim, keepdim=False):
     t = _float_t(input._t)
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        raise RuntimeError("logsumexp(): dim=() is not supported (torch refuses it too); "
+                           "name the dims to reduce")
+    if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element itself
+        _dims(dim, 1)
+        return _w(_ops.reshape(_ops.logsumexp(_ops.reshape(t, [1]), [0]), []))
     return _w(_ops.logsumexp(t, _axes(dim, t.ndim), keepdim))
+
+
+def _no_empty_reduction(name, t, axes):
+    for a in (range(t.ndim) if axes is None else axes):
+        if t.shape[a] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {a} to have non-zero size.")
 
 
 @_both
 def amax(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    _no_empty_reduction("amax", t, axes)
     return _w(_ops.max(t, axes, keepdim))
 
 
@@ -586,6 +711,7 @@ def amax(input, dim=(), keepdim=False):
 def amin(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    _no_empty_reduction("amin", t, axes)
     return _w(_ops.min(t, axes, keepdim))
 
 
@@ -596,10 +722,23 @@ def _minmax(kind, input, dim, keepdim, other):
         return (maximum if kind == "max" else minimum)(input, other)
     t = input._t
     if dim is None:
+        if not t.size:   # dragon's Max gives -inf here (ONNX's rule); torch refuses
+            raise RuntimeError(f"{kind}(): Expected reduction dim to be specified for "
+                               f"input.numel() == 0. Specify the reduction dim with the "
+                               f"'dim' argument.")
         return _w((_ops.max if kind == "max" else _ops.min)(t))
     d = _dim(int(dim), t.ndim)
-    values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
+    if _records(t) and t.ndim:
+        # torch's gradient goes to the returned index only (not shared among
+        # ties, as amax's is): the values are gathered at the indices
+        at = idx.numpy() if t._device_name == "cpu" else idx.cpu().numpy()
+        at = at.astype(np.int64) if keepdim else np.expand_dims(at, d).astype(np.int64)
+        values = _take_along(t, at, d)
+        if not keepdim:
+            values = _ops.squeeze(values, [d])
+    else:
+        values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
     return values_indices(_w(values), _w(_cast(idx, D.DTYPES["int64"])))
 
 
@@ -629,25 +768,35 @@ def argmin(input, dim=None, keepdim=False):
     return _w(_cast(_ops.argmin(t, _dim(dim, t.ndim), keepdim), D.DTYPES["int64"]))
 
 
+def _truth_count(input, dim, keepdim, want):
+    """How many elements along ``dim`` are ``want`` (true: != 0, NaN
+    included; false: == 0), as int64, over every dtype and empty axes."""
+    t = input._t
+    hit = _ops.not_equal(t, 0) if want else _ops.equal(t, 0)
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:   # torch: dim=() reduces nothing
+        return _cast(hit, D.DTYPES["int64"])
+    return _ops.sum(_cast(hit, D.DTYPES["int64"]), _axes(dim, t.ndim), keepdim)
+
+
+def _truth_dtype(input):
+    # torch keeps uint8 for uint8 inputs (its legacy mask dtype); bool otherwise
+    return D.DTYPES["uint8"] if input.dtype == D.DTYPES["uint8"] else D.DTYPES["bool"]
+
+
 @_both
 def all(input, dim=None, keepdim=False):
-    t = _cast(input._t, D.DTYPES["int64"])
-    out = _ops.min(t, _axes(dim, t.ndim), keepdim) if t.size else None
-    if out is None:
-        from ._creation import ones
-        shape = [s for i, s in enumerate(t.shape) if dim is not None and i not in _axes(dim, t.ndim)]
-        return ones(shape, dtype=D.DTYPES["bool"])
-    return _w(_cast(out, D.DTYPES["bool"]))
+    """``torch.all``: whether no element along ``dim`` is zero (True over
+    an empty axis)."""
+    return _w(_cast(_ops.equal(_truth_count(input, dim, keepdim, False), 0),
+                    _truth_dtype(input)))
 
 
 @_both
 def any(input, dim=None, keepdim=False):
-    t = _cast(input._t, D.DTYPES["int64"])
-    if not t.size:
-        from ._creation import zeros
-        shape = [s for i, s in enumerate(t.shape) if dim is not None and i not in _axes(dim, t.ndim)]
-        return zeros(shape, dtype=D.DTYPES["bool"])
-    return _w(_cast(_ops.max(t, _axes(dim, t.ndim), keepdim), D.DTYPES["bool"]))
+    """``torch.any``: whether some element along ``dim`` is non-zero (NaN
+    counts as non-zero; False over an empty axis)."""
+    return _w(_cast(_ops.greater(_truth_count(input, dim, keepdim, True), 0),
+                    _truth_dtype(input)))
 
 
 @_both
@@ -657,6 +806,9 @@ def count_nonzero(input, dim=None):
 
 @_both
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    if p == "fro" and isinstance(dim, (tuple, list)) and len(dim) > 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {tuple(dim)} "
+                           f"(use torch.linalg.vector_norm over more dims)")
     t = _float_t(input._t)
     axes = _axes(dim, t.ndim)
     if p in ("fro", 2, 2.0) or p is None:
@@ -667,6 +819,8 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         return _w(_ops.max(_ops.abs(t), axes, keepdim))
     if p == -float("inf"):
         return _w(_ops.min(_ops.abs(t), axes, keepdim))
+    if p == 0:   # the number of non-zero elements (no gradient reaches x, as in torch)
+        return _w(_ops.sum(_ops.cast(_ops.not_equal(t, 0), t.dtype), axes, keepdim))
     if isinstance(p, numbers.Real):
         s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, D.BY_CODE[t._dtype_code])), axes, keepdim)
         return _w(_ops.pow(s, _as_dg(1.0 / p, D.BY_CODE[t._dtype_code])))
@@ -729,7 +883,8 @@ def cumprod(input, dim, *, dtype=None):
     arr = t.numpy()
     dt = D.to_dtype(dtype) if dtype is not None else (
         D.BY_CODE[t._dtype_code] if D.BY_CODE[t._dtype_code].is_floating_point else D.DTYPES["int64"])
-    return _from_numpy_owned(np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy))
+    out = np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy)
+    return _from_numpy_owned(out.reshape(arr.shape))   # a 0-d input stays 0-d
 
 
 def _take_along(t, idx: np.ndarray, d: int):
@@ -905,6 +1060,14 @@ def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype) (copies)")
     shape = _infer_shape(_shape_args(shape), int(self._t.size))
+    if self._t._device_name == "cpu":
+        probe = self._t.numpy().view()
+        try:
+            probe.shape = shape   # NumPy refuses exactly when a copy would be needed
+        except AttributeError:
+            raise RuntimeError("view size is not compatible with input tensor's size and "
+                               "stride (at least one dimension spans across two contiguous "
+                               "subspaces). Use .reshape(...) instead.") from None
     return _view_or_op(self, lambda a: a.reshape(shape), lambda t: _ops.reshape(t, shape))
 
 
@@ -927,6 +1090,8 @@ def reshape_as(self, other):
 @_both
 def permute(input, *dims):
     n = input._t.ndim
+    if not dims:
+        raise TypeError('permute() missing 1 required positional arguments: "dims"')
     perm = [_dim(d, n) for d in _shape_args(dims)]
     if sorted_(perm) != list(range(n)):
         raise RuntimeError("permute(): dims must be a permutation of the input's dimensions")
@@ -942,9 +1107,9 @@ def transpose(input, dim0, dim1):
     n = input._t.ndim
     perm = list(range(n))
     a, b = _dim(dim0, n), _dim(dim1, n)
-    perm[a], perm[b] = perm[b], perm[a]
-    if n < 2:
+    if n < 2:   # 0-d and 1-d: dims 0/-1 only, nothing moves
         return _view_or_op(input, lambda a: a, lambda t: _ops.reshape(t, list(t.shape)))
+    perm[a], perm[b] = perm[b], perm[a]
     return _view_or_op(input, lambda x: x.transpose(perm), lambda t: _ops.transpose(t, perm))
 
 
@@ -975,6 +1140,8 @@ def movedim(input, source, destination):
     order = [i for i in range(n) if i not in src]
     for d, s in builtins.sorted(zip(dst, src)):
         order.insert(d, s)
+    if n == 0:   # dims 0/-1 of a 0-d tensor: nothing moves
+        return _view_or_op(input, lambda a: a, lambda t: _ops.reshape(t, []))
     return permute(input, order)
 
 
@@ -1032,6 +1199,8 @@ def ravel(input):
 
 @_method_only
 def expand(self, *sizes):
+    if not sizes:
+        raise TypeError('expand() missing 1 required positional arguments: "size"')
     sizes = list(_shape_args(sizes))
     t = self._t
     lead = len(sizes) - t.ndim
@@ -1045,8 +1214,18 @@ def expand(self, *sizes):
                                f"the existing size ({t.shape[i]}) at non-singleton dimension "
                                f"{i + lead}.  Target sizes: {sizes}.  Tensor sizes: "
                                f"{list(t.shape)}")
-    return _view_or_op(self, lambda a: np.broadcast_to(a, shape),
+    return _view_or_op(self, lambda a: _broadcast_view(a, shape),
                        lambda t: _ops.broadcast_to(t, shape))
+
+
+def _broadcast_view(a, shape):
+    """A stride-0 view of ``a`` with ``shape``, writable when ``a`` is (a
+    write through an expanded tensor reaches its one element, as in torch;
+    in-place ops on it raise torch's overlap error, see _check_overlap)."""
+    b = np.broadcast_to(a, shape)
+    if not a.flags.writeable:
+        return b
+    return np.lib.stride_tricks.as_strided(a, shape=b.shape, strides=b.strides, writeable=True)
 
 
 @_method_only
@@ -1106,6 +1285,11 @@ def repeat_interleave(input, repeats, dim=None):
 @_method_only
 def repeat(self, *sizes):
     sizes = list(_shape_args(sizes))
+    if builtins.any(r < 0 for r in sizes):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: repeat{tuple(sizes)}")
+    if len(sizes) < self.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
     x = self
     if len(sizes) > x.ndim:
         x = x.reshape([1] * (len(sizes) - x.ndim) + list(x.shape))
@@ -1113,7 +1297,8 @@ def repeat(self, *sizes):
     for d, r in enumerate(sizes):
         if r != 1:
             out = cat([out] * r, d) if r > 0 else narrow(out, d, 0, 0)
-    return out if out is not x or not _records(x._t) else x.clone()
+    # torch.repeat always copies (even all-ones repeats): never the input's memory
+    return out if out is not x else x.clone()
 
 
 @_export
@@ -1131,8 +1316,12 @@ Tensor.tile = lambda self, *dims: tile(self, _shape_args(dims))
 def flip(input, dims):
     t = input._t
     ds = _dims(dims, t.ndim)
+    if len(set(ds)) != len(ds):
+        raise RuntimeError(f"flip(): dim {builtins.max(ds, key=ds.count)} appears multiple "
+                           f"times in the list of dims")
     if _host_view_ok(t):
-        return _w(_from_np_view(np.flip(t.numpy(), ds)))
+        # torch.flip returns a copy: a write to the result never reaches input
+        return _w(_C._from_numpy_copy(_np_c(np.flip(t.numpy(), ds))))
     out = t
     for d in ds:
         n = out.shape[d]
@@ -1171,14 +1360,19 @@ def cat(tensors, dim=0):
     tensors = [t for t in tensors]
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    # torch's legacy rule: a 1-d empty tensor is skipped for the shapes but
+    # takes part in the dtype promotion (and receives an empty gradient)
+    legacy = [t for t in tensors if t.ndim == 1 and t.shape[0] == 0]
     nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
-    dt = D.result_type(*[t for t in nonempty if isinstance(t, Tensor)][:1], *nonempty[1:]) \
-        if len(nonempty) > 1 else nonempty[0].dtype
-    dt = nonempty[0].dtype
-    for t in nonempty[1:]:
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
         dt = D.promote_types(dt, t.dtype)
     d = _dim(dim, nonempty[0].ndim)
-    return _w(_ops.concat([_cast(t._t, dt) for t in nonempty], d))
+    out = _ops.concat([_cast(t._t, dt) for t in nonempty], d)
+    for t in legacy:
+        if t is not nonempty[0] and _records(t._t):
+            out = _ops.add(out, _ops.sum(_cast(t._t, dt)))   # adds 0, links the gradient
+    return _w(out)
 
 
 _EXPORTS["concat"] = cat
@@ -1280,10 +1474,45 @@ def select(input, dim, index):
     return squeeze(narrow(input, d, i, 1), d)
 
 
+def _index_np(index):
+    """An index tensor's values on the host (torch wants an integer dtype)."""
+    if isinstance(index, Tensor):
+        if index.dtype.is_floating_point or index.dtype.name == "bool":
+            raise RuntimeError(f"expected an integer index tensor (int64), got {index.dtype}")
+        return index._t.numpy() if index._t._device_name == "cpu" else index._t.cpu().numpy()
+    return np.asarray(index, np.int64)
+
+
+def _check_range(name, idx, n, d, exc=RuntimeError):
+    """torch's bounds check of gather/scatter/index_* indices: 0 <= i < n
+    (no negative indices)."""
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+        if exc is IndexError:
+            raise IndexError(f"{name}(): index out of range in self (index {bad}, dimension "
+                             f"{d} with size {n})")
+        raise RuntimeError(f"{name}(): index {bad} is out of bounds for dimension {d} with "
+                           f"size {n}")
+
+
+def _check_scatter_shapes(name, t_shape, d, idx_shape, src_shape=None):
+    # torch: index.size(k) <= src.size(k) for every k and <= self.size(k) for k != dim
+    if len(idx_shape) != len(t_shape):
+        raise RuntimeError(f"{name}(): index tensor must have the same number of dimensions "
+                           f"as self tensor ({len(idx_shape)} vs {len(t_shape)})")
+    for k, m in enumerate(idx_shape):
+        if (k != d and m > t_shape[k]) or (src_shape is not None and (
+                len(src_shape) != len(idx_shape) or m > src_shape[k])):
+            raise RuntimeError(f"{name}(): expected index {list(idx_shape)} to be smaller than "
+                               f"self {list(t_shape)} apart from dimension {d} and to be "
+                               f"smaller size than src {list(src_shape or [])}")
+
+
 @_both
 def index_select(input, dim, index):
     t = input._t
     d = _dim(dim, t.ndim)
+    _check_range("index_select", _index_np(index), t.shape[d] if t.ndim else 1, d, IndexError)
     idx = _u(index) if isinstance(index, Tensor) else _as_dg(np.asarray(index, np.int64),
                                                               D.DTYPES["int64"])
     if idx.ndim != 1:
@@ -1299,19 +1528,44 @@ def gather(input, dim, index, *, sparse_grad=False):
     if idx.ndim != t.ndim:
         raise RuntimeError("Index tensor must have the same number of dimensions as input "
                            "tensor")
-    if idx.size and (idx.min() < -t.shape[d] or idx.max() >= t.shape[d]):
-        raise RuntimeError(f"index {int(idx.max())} is out of bounds for dimension {d} with "
-                           f"size {t.shape[d]}")
-    return _w(_take_along(t, np.where(idx < 0, idx + t.shape[d], idx), d))
+    _check_range("gather", idx, t.shape[d], d)
+    for k, m in enumerate(idx.shape):
+        if k != d and m > t.shape[k]:
+            raise RuntimeError(f"gather(): size of index {list(idx.shape)} must not exceed "
+                               f"the input's {list(t.shape)} apart from dimension {d}")
+    return _w(_take_along(t, idx, d))
 
 
 @_export
 def take_along_dim(input, indices, dim=None):
+    """``torch.take_along_dim``: input and indices broadcast against each
+    other on every axis but ``dim``; the result has the indices' size on
+    ``dim``."""
     if dim is None:
         return gather(input.reshape(-1), 0, indices.reshape(-1))
-    return gather(input, dim, indices.expand(*[builtins.max(a, b) for a, b in
-                                                zip(input.shape, indices.shape)])
-                  if indices.ndim == input.ndim else indices)
+    if indices.ndim != input.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {input.ndim} dimensions for input, "
+                           f"and {indices.ndim} dimensions for indices")
+    d = _dim(int(dim), input.ndim)
+    n = input.shape[d]
+    idx = _index_np(indices)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise RuntimeError(f"take_along_dim(): index out of bounds for dimension {d} with "
+                           f"size {n}")
+    if idx.size and idx.min() < 0:   # take_along_dim wraps negative indices (gather does not)
+        from ._creation import tensor as _tensor
+        indices = _tensor(np.where(idx < 0, idx + n, idx).astype(np.int64))
+    shape = []
+    for k, (a, b) in enumerate(zip(input.shape, indices.shape)):
+        if k != d and a != b and 1 not in (a, b):
+            raise RuntimeError(f"torch.take_along_dim(): shapes {tuple(input.shape)} (input) "
+                               f"and {tuple(indices.shape)} (indices) do not broadcast "
+                               f"outside dim {d}")
+        shape.append(builtins.max(a, b) if 1 in (a, b) else a)
+    x_shape = [input.shape[k] if k == d else s for k, s in enumerate(shape)]
+    i_shape = [indices.shape[k] if k == d else s for k, s in enumerate(shape)]
+    return gather(input.expand(*x_shape), d, indices.expand(*i_shape))
 
 
 @_both
@@ -1331,7 +1585,11 @@ def _flat_positions(shape, dim, index: np.ndarray):
 def _scatter(input, dim, index, src, reduce_add):
     t = input._t
     d = _dim(dim, t.ndim)
-    idx = index._t.numpy()
+    idx = _index_np(index)
+    name = "scatter_add" if reduce_add else "scatter"
+    _check_scatter_shapes(name, tuple(t.shape), d, idx.shape,
+                          tuple(src.shape) if isinstance(src, Tensor) else None)
+    _check_range(name, idx, t.shape[d] if t.ndim else 1, d)
     pos = _flat_positions(t.shape, d, idx)
     if isinstance(src, Tensor):
         key = tuple(slice(0, s) for s in idx.shape)
@@ -1345,7 +1603,14 @@ def _scatter(input, dim, index, src, reduce_add):
     if reduce_add:
         out = _ops.scatter_add(flat, p, s, 0)
     else:
-        # last write wins as in torch's CPU scatter for unique positions
+        # last write wins for a repeated position (torch's CPU scatter), so
+        # only the last source element of each position is added
+        uniq, last = np.unique(pos[::-1], return_index=True)
+        if len(uniq) != len(pos):
+            src_at = (len(pos) - 1 - last).astype(np.int64)
+            s = _ops.gather(s, _as_dg(src_at, D.DTYPES["int64"], t.device), 0)
+            pos = uniq
+            p = _as_dg(pos, D.DTYPES["int64"], t.device)
         keep = np.ones(flat.shape[0], bool)
         keep[pos] = False
         mask = _as_dg(keep.astype(D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
@@ -1375,6 +1640,7 @@ def scatter_add(input, dim, index, src):
 def index_add(input, dim, index, source, *, alpha=1):
     t = input._t
     d = _dim(dim, t.ndim)
+    _check_range("index_add", _index_np(index), t.shape[d] if t.ndim else 1, d)
     src = source if alpha == 1 else mul(source, alpha)
     moved = transpose(input, 0, d) if d else input
     srcm = transpose(src, 0, d) if d else src
@@ -1391,7 +1657,8 @@ def index_fill(input, dim, index, value):
     shape = [1] * input.ndim
     shape[d] = -1
     from ._creation import _from_numpy_owned
-    return where(_from_numpy_owned(mask.reshape(shape)), value, input)
+    # the input's dtype is kept (torch casts the value, never promotes)
+    return masked_fill(input, _from_numpy_owned(mask.reshape(shape)), value)
 
 
 @_both
@@ -1399,6 +1666,9 @@ def masked_fill(input, mask, value):
     if isinstance(value, Tensor):
         value = value.to(input.dtype)
         return _w(_ops.where(_bool(mask), value._t, input._t))
+    if isinstance(value, float) and not input.dtype.is_floating_point:
+        # torch casts the value to the input's dtype (truncation toward zero)
+        value = bool(value) if input.dtype.name == "bool" else int(value)
     return _w(_ops.where(_bool(mask), _as_dg(value, input.dtype, input._t.device), input._t))
 
 
@@ -1456,7 +1726,22 @@ def triu(input, diagonal=0):
 
 @_both
 def diagonal(input, offset=0, dim1=0, dim2=1):
+    """``torch.diagonal``: a view of the diagonal on the host outside
+    autograd (a write to it reaches ``input``, as in torch), a gather
+    otherwise."""
     x = movedim(input, (dim1, dim2), (-2, -1))
+    t = x._t
+    if _host_view_ok(t) and not t.is_read_only:
+        a = t.numpy()
+        n, m = a.shape[-2:]
+        k = builtins.max(0, builtins.min(n + builtins.min(offset, 0), m - builtins.max(offset, 0)))
+        start = (-offset if offset < 0 else 0, offset if offset > 0 else 0)
+        base = a[..., start[0]:, start[1]:] if k else a[..., :0, :0]
+        st = a.strides
+        view = np.lib.stride_tricks.as_strided(
+            base, shape=a.shape[:-2] + (k,), strides=st[:-2] + (st[-2] + st[-1],),
+            writeable=True)
+        return _note_alias(input, _w(_from_np_view(view)))
     n, m = x.shape[-2:]
     rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
     if rows.size == 0:
@@ -1654,7 +1939,7 @@ def copy_(self, src, non_blocking=False):
     if _records(self._t) and self._t._grad_fn is not None:
         # the overwritten value stays in the graph with zero gradient (torch)
         r = _ops.add(r, _ops.mul(self._t, 0.0))
-    return _inplace(self, _w(r))
+    return _inplace(self, _w(r), srcs=(src,))
 
 
 @_method_only
@@ -1736,7 +2021,8 @@ def _make_inplace(name):
     fn = getattr(Tensor, name)
 
     def method(self, *args, **kwargs):
-        return _inplace(self, fn(self, *args, **kwargs))
+        return _inplace(self, fn(self, *args, **kwargs),
+                        srcs=[*args, *kwargs.values()])
     method.__name__ = name + "_"
     method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
     if not hasattr(Tensor, name + "_"):

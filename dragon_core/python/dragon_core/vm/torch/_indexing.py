@@ -62,6 +62,67 @@ def _np_key(key):
     return tuple(out)
 
 
+def _torch_order(nk):
+    """Splits a NumPy key with advanced indices into (ints, rest) so that
+    ``arr[ints][rest]`` follows torch's rule: integer indices are selects
+    applied first (they never count as advanced indices, so they do not
+    decide where the advanced result axes go, as NumPy's do:
+    ``x[0, :, [0, 1]]`` has shape (n, 2) in torch and (2, n) in NumPy).
+    Returns None when the key needs no split."""
+    def is_int(k):
+        return isinstance(k, int) and not isinstance(k, bool)
+    if not any(is_int(k) for k in nk) or not any(
+            isinstance(k, np.ndarray) or isinstance(k, bool) for k in nk):
+        return None
+    first, rest = [], []
+    for k in nk:
+        if is_int(k):
+            first.append(k)
+        elif k is None or isinstance(k, bool):
+            rest.append(k)
+        elif k is Ellipsis:
+            first.append(k)
+            rest.append(k)
+        elif isinstance(k, np.ndarray) and k.dtype == bool:
+            first.extend([slice(None)] * k.ndim)
+            rest.append(k)
+        else:
+            first.append(slice(None))
+            rest.append(k)
+    return tuple(first), tuple(rest)
+
+
+def _expand_ellipsis(nk, ndim):
+    """``...`` replaced by the full slices it stands for: torch expands it
+    before it places advanced-index axes, so an ``...`` that covers no axis
+    does not separate two advanced indices (NumPy's does)."""
+    if not any(k is Ellipsis for k in nk):
+        return nk
+    used = sum(k.ndim if isinstance(k, np.ndarray) and k.dtype == bool else
+               0 if (k is None or k is Ellipsis or isinstance(k, bool)) else 1 for k in nk)
+    out = []
+    for k in nk:
+        if k is Ellipsis:
+            out.extend([slice(None)] * max(ndim - used, 0))
+        else:
+            out.append(k)
+    return tuple(out)
+
+
+def _split(nk, ndim):
+    """(ints, rest) of :func:`_torch_order` with ``...`` expanded, or None."""
+    if not any(isinstance(k, (np.ndarray, bool)) for k in nk):
+        return None
+    nk = _expand_ellipsis(nk, ndim)
+    return _torch_order(nk) or ((), nk)
+
+
+def _index(arr, nk):
+    """``arr[nk]`` with torch's order of integer and advanced indices."""
+    split = _split(nk, arr.ndim)
+    return arr[nk] if split is None else arr[split[0]][split[1]]
+
+
 def _normalize(key):
     if not isinstance(key, tuple):
         key = (key,)
@@ -110,8 +171,8 @@ def getitem(x: Tensor, key):
         return out
     # advanced: flat positions of the selected elements, then one gather
     if _host_view_ok(t):
-        return _w(_C._from_numpy_copy(_np_c(t.numpy()[nk])))
-    pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
+        return _w(_C._from_numpy_copy(_np_c(_index(t.numpy(), nk))))
+    pos = _index(np.arange(int(t.size), dtype=np.int64).reshape(t.shape), nk)
     idx = _C._from_numpy_copy(_np_c(pos.reshape(-1)))
     if t._device_name != "cpu":
         idx = idx._to_device(str(t.device))
@@ -125,6 +186,17 @@ def setitem(x: Tensor, key, value) -> None:
     nk = _np_key(key)
     _check_bounds(t, nk)
     dt = D.BY_CODE[t._dtype_code]
+    int_arrays = any(_is_advanced(k) and not isinstance(k, bool) and not (
+        isinstance(k, Tensor) and k.dtype.name in ("bool", "uint8")) and not (
+        isinstance(k, np.ndarray) and k.dtype == bool) for k in key)
+    n_adv = sum(1 for k in key if _is_advanced(k) and not isinstance(k, bool))
+    if isinstance(value, Tensor) and value._t._dtype_code != t._dtype_code and (
+            int_arrays or n_adv > 1 or n_adv == 1 and value.numel() != 1):
+        # torch's index_put_ never casts the value (basic indices do, and one
+        # bool mask with a one-element value, torch's masked_fill_ path)
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, "
+                           f"got {D.BY_CODE[t._dtype_code].name.title()} for the destination "
+                           f"and {value.dtype.name.title()} for the source.")
     recording = _grad_on() and (t.requires_grad or (isinstance(value, Tensor)
                                                     and value._t.requires_grad))
     if recording and t.requires_grad and t._grad_fn is None:
@@ -141,13 +213,23 @@ def setitem(x: Tensor, key, value) -> None:
                 isinstance(v, np.ndarray) and v.dtype.kind == "f" and not dt.is_floating_point
                 and dt.name != "bool"):
             v = np.trunc(v)
-        arr[nk] = v
+        split = _split(nk, arr.ndim)
+        target = arr if split is not None else arr[nk]
+        if isinstance(target, np.ndarray) and any(
+                st == 0 and n > 1 for st, n in zip(target.strides, target.shape)):
+            raise RuntimeError("unsupported operation: more than one element of the written-to "
+                               "tensor refers to a single memory location. Please clone() the "
+                               "tensor before performing the operation.")
+        if split is None:
+            arr[nk] = v
+        else:
+            arr[split[0]][split[1]] = v   # arr[ints] is a view: writes arr
         t._bump_version()   # autograd's check of the tensors it saved
         return
     if recording:
         _shared_memory_check(t, "item assignment")
     # functional: out = where(mask, scattered value, x)
-    pos = np.arange(int(t.size), dtype=np.int64).reshape(t.shape)[nk]
+    pos = _index(np.arange(int(t.size), dtype=np.int64).reshape(t.shape), nk)
     flat_pos = pos.reshape(-1)
     if isinstance(value, Tensor):
         v = _cast(value._t, dt)

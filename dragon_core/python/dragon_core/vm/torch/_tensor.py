@@ -88,7 +88,7 @@ def _host_view_ok(t) -> bool:
     """Whether a NumPy view of ``t`` may stand for an op result: host,
     not recorded by autograd, not traced."""
     return (t._device_name == "cpu" and not (t.requires_grad and _grad_on())
-            and not _tracing() and t._dtype_code != _BF16)
+            and not _tracing())
 
 
 _BF16 = _dg.as_dtype("bfloat16").code
@@ -315,7 +315,7 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
     fn = _FAST.get(name) or getattr(_ops, name)
     if ta is Tensor or isinstance(a, Tensor):
         if tb is Tensor or isinstance(b, Tensor):
-            if dt is None and a._t._dtype_code == b._t._dtype_code:
+            if dt is None and a._t._dtype_code == b._t._dtype_code != _BOOL:
                 return _w(fn(a._t, b._t))
         elif (tb is float or tb is int) and (dt is None or dt._dg.code == a._t._dtype_code) \
                 and (_DTF[a._t._dtype_code] or (tb is int and a._t._dtype_code != _BOOL)):
@@ -328,6 +328,9 @@ def _binary(name: str, a, b, dt=None, out_dt=None):
         dt = D.result_type(a, b)
     ref = a if isinstance(a, Tensor) else b
     dev = ref._t.device
+    if dt._dg.code == _BOOL and name in ("add", "mul"):
+        # torch: bool + bool is a logical or, bool * bool a logical and
+        name = "logical_or" if name == "add" else "logical_and"
     return _w(getattr(_ops, name)(_as_dg(a, dt, dev), _as_dg(b, dt, dev)))
 
 
@@ -689,7 +692,8 @@ class Tensor:
     def __add__(self, o):
         if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
             out = _new(Tensor)
-            out._t = self._t + o._t
+            out._t = self._t + o._t if self._t._dtype_code != _BOOL else \
+                _ops.logical_or(self._t, o._t)   # torch: bool + bool is or
             return out
         return _binary("add", self, o)
 
@@ -705,7 +709,7 @@ class Tensor:
         return _binary("sub", o, self)
 
     def __mul__(self, o):
-        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code:
+        if type(o) is Tensor and o._t._dtype_code == self._t._dtype_code != _BOOL:
             out = _new(Tensor)
             out._t = self._t * o._t
             return out
@@ -822,28 +826,28 @@ class Tensor:
         return self.div_(o)
 
     def __ifloordiv__(self, o):
-        return _inplace(self, _F.floor_divide(self, o))
+        return _inplace(self, _F.floor_divide(self, o), srcs=(o,))
 
     def __imod__(self, o):
-        return _inplace(self, _F.remainder(self, o))
+        return _inplace(self, _F.remainder(self, o), srcs=(o,))
 
     def __ipow__(self, o):
         return self.pow_(o)
 
     def __iand__(self, o):
-        return _inplace(self, _F.bitwise_and(self, o))
+        return _inplace(self, _F.bitwise_and(self, o), srcs=(o,))
 
     def __ior__(self, o):
-        return _inplace(self, _F.bitwise_or(self, o))
+        return _inplace(self, _F.bitwise_or(self, o), srcs=(o,))
 
     def __ixor__(self, o):
-        return _inplace(self, _F.bitwise_xor(self, o))
+        return _inplace(self, _F.bitwise_xor(self, o), srcs=(o,))
 
     def __ilshift__(self, o):
-        return _inplace(self, _F.bitwise_left_shift(self, o))
+        return _inplace(self, _F.bitwise_left_shift(self, o), srcs=(o,))
 
     def __irshift__(self, o):
-        return _inplace(self, _F.bitwise_right_shift(self, o))
+        return _inplace(self, _F.bitwise_right_shift(self, o), srcs=(o,))
 
     # -------------------------------------------------------------- indexing
     def __getitem__(self, key):
@@ -856,7 +860,8 @@ class Tensor:
 
 
 def _no_bool_sub(a, b):
-    if a._t._dtype_code == _BOOL or (isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
+    if a._t._dtype_code == _BOOL or isinstance(b, (bool, np.bool_)) or (
+            isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
                            "supported. If you are trying to invert a mask, use the `~` or "
                            "`logical_not()` operator instead.")
@@ -877,7 +882,42 @@ def _compare(name, a, b):
     return _binary(name, a, b)
 
 
-def _inplace(self: Tensor, result: Tensor) -> Tensor:
+def _check_overlap(t, srcs) -> None:
+    """PyTorch's memory-overlap checks of an in-place write into host
+    tensor ``t`` reading ``srcs``: a written-to tensor whose elements share
+    memory (an expanded view), or an input that partly overlaps it
+    (``x.add_(x.T)``, ``x[1:].copy_(x[:-1])``), raise instead of computing
+    a result that depends on the order of the writes. An input that is
+    exactly the written-to tensor (``x.mul_(x)``) is fine."""
+    if t._device_name != "cpu":
+        return
+    strides = t.strides
+    if 0 in strides and any(st == 0 and n > 1 for st, n in zip(strides, t.shape)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to "
+                           "tensor refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
+    a = None
+    for src in srcs:
+        if type(src) is not Tensor and not isinstance(src, Tensor):
+            continue
+        s = src._t
+        if s is t or s._device_name != "cpu":
+            continue
+        if a is None:
+            a = t.numpy()
+        b = s.numpy()
+        if not np.may_share_memory(a, b):   # bounds only: the common, cheap case
+            continue
+        if (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                and a.strides == b.strides and a.shape == b.shape and a.dtype == b.dtype):
+            continue   # the same elements (x.mul_(x))
+        if np.shares_memory(a, b, max_work=10**6):
+            raise RuntimeError("unsupported operation: some elements of the input tensor and "
+                               "the written-to tensor refer to a single memory location. "
+                               "Please clone() the tensor before performing the operation.")
+
+
+def _inplace(self: Tensor, result: Tensor, srcs=()) -> Tensor:
     """Make ``self`` hold ``result`` (PyTorch's in-place ``_`` methods).
 
     Outside autograd recording the result is written into ``self``'s memory
@@ -899,6 +939,8 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         raise RuntimeError("a leaf Variable that requires grad is being used in an "
                            "in-place operation.")
     _check_inplace_target(self, "in-place operation", recording)
+    if not _tracing():
+        _check_overlap(t, srcs)
     if r._dtype_code != t._dtype_code:
         if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
             raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "
@@ -926,7 +968,9 @@ def _inplace(self: Tensor, result: Tensor) -> Tensor:
         else:
             t.assign(r)
         return self
-    if t._device_name == "cpu" and not t.is_read_only and t._dtype_code != _BF16:
+    if t._device_name == "cpu" and not t.is_read_only:
+        # (bfloat16 too: NumPy holds it through ml_dtypes, so a view of a
+        # bfloat16 tensor sees the write as for every other dtype)
         np.copyto(t.numpy(), r.numpy())
         t._bump_version()   # autograd's check of the tensors it saved
     else:

@@ -360,14 +360,27 @@ def _softmax_dim(input, dim):
     return dim
 
 
+def _over_dim(op, x, dim):
+    """``op(x, dim)``; a 0-d ``x`` (dim 0 or -1, as torch allows) as one
+    element along a dimension of its own."""
+    t = _float_t(x._t)
+    dim = _softmax_dim(x, dim)
+    if t.ndim == 0:
+        if dim not in (0, -1):
+            raise IndexError(f"Dimension out of range (expected to be in range of [-1, 0], "
+                             f"but got {dim})")
+        return _w(_ops.reshape(op(_ops.reshape(t, [1]), 0), []))
+    return _w(op(t, dim))
+
+
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     x = input if dtype is None else input.to(dtype)
-    return _w(_ops.softmax(_float_t(x._t), _softmax_dim(x, dim)))
+    return _over_dim(_ops.softmax, x, dim)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     x = input if dtype is None else input.to(dtype)
-    return _w(_ops.log_softmax(_float_t(x._t), _softmax_dim(x, dim)))
+    return _over_dim(_ops.log_softmax, x, dim)
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
@@ -417,16 +430,27 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _smoothed(logp, target, weight, ignore_index, reduction, eps):
+    """torch's label smoothing: (1 - eps) * nll + eps / C * sum_c w_c *
+    (-log p_c), the class weights inside the smoothing term too, and the
+    mean over the weights of the kept targets (as nll_loss's)."""
     nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     c = logp.shape[1]
-    smooth = -_T["mean"](logp, 1)
-    valid = (target != ignore_index).to(logp.dtype)
+    wl = logp if weight is None else logp * weight.to(logp.dtype).reshape(
+        -1, *[1] * (logp.ndim - 2))
+    smooth = -_T["sum"](wl, 1) / c
+    valid_b = target != ignore_index
+    valid = valid_b.to(logp.dtype)
     smooth = smooth * valid
     if reduction == "mean":
-        smooth = _T["sum"](smooth) / _T["sum"](valid)
+        if weight is None:
+            denom = _T["sum"](valid)
+        else:
+            safe = _T["where"](valid_b, target.long(), 0)
+            denom = _T["sum"](_T["index_select"](weight.to(logp.dtype), 0, safe.reshape(-1))
+                              * valid.reshape(-1))
+        smooth = _T["sum"](smooth) / denom
     elif reduction == "sum":
         smooth = _T["sum"](smooth)
-    del c
     return nll * (1 - eps) + smooth * eps
 
 

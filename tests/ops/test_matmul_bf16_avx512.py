@@ -49,6 +49,10 @@ def _cpu_has_avx512_bf16() -> bool:
 
 HAS = "MatMulBf16Avx512" in KERNELS and _cpu_has_avx512_bf16()
 needs_kernel = pytest.mark.skipif(not HAS, reason="no AVX512_BF16 on this CPU")
+# DRAGON_CPU_EIGEN_BF16_GEMM=all: the kernel takes every call it can
+# compute, not only the classes it is faster on; test_every_layout_on_the_kernel
+# reruns this file so.
+ALL = os.environ.get("DRAGON_CPU_EIGEN_BF16_GEMM") == "all"
 
 
 @pytest.fixture
@@ -277,7 +281,8 @@ print(h.hexdigest())
 def test_same_bits_for_any_thread_count():
     hashes = {}
     for t in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(t), DRAGON_NUM_THREADS=str(t))
+        env = dict(os.environ, OMP_NUM_THREADS=str(t), DRAGON_NUM_THREADS=str(t),
+                   DRAGON_CPU_EIGEN_BF16_GEMM="all")
         out = subprocess.run([sys.executable, "-c", _HASH_SCRIPT], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
@@ -337,3 +342,79 @@ print("OK")
     out = subprocess.run([sys.executable, "-c", script], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr
+
+
+@needs_kernel
+def test_every_layout_on_the_kernel():
+    """This file again with DRAGON_CPU_EIGEN_BF16_GEMM=all, so the plain
+    row-major products (left to oneDNN by default) run on the kernel too."""
+    if ALL:
+        pytest.skip("already running with DRAGON_CPU_EIGEN_BF16_GEMM=all")
+    env = dict(os.environ, DRAGON_CPU_EIGEN_BF16_GEMM="all")
+    out = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p",
+                          "no:cacheprovider", "-x", "-k",
+                          "not every_layout and not thread_count and not isa_cap"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and " failed" not in out.stdout, out.stdout[-2000:]
+
+
+_ROUTE_SCRIPT = r"""
+import sys, numpy as np, dragon_core as dg
+rng = np.random.default_rng(0)
+def bf(*s):
+    return dg.tensor(rng.standard_normal(s).astype(np.float32)).astype("bfloat16")
+cases = {
+    "plain": lambda: dg.ops.matmul(bf(64, 96), bf(96, 80)),
+    "trans_b": lambda: dg.ops.matmul(bf(64, 96), bf(80, 96), transpose_b=True),
+    "linear": lambda: dg.ops.matmul_bias_act(bf(64, 96), bf(80, 96), bf(80), activation="relu",
+                                             transpose_b=True),
+    "batched_trans_a": lambda: dg.ops.matmul(bf(4, 96, 64), bf(4, 96, 80), transpose_a=True),
+    "single_trans_a": lambda: dg.ops.matmul(bf(96, 64), bf(96, 80), transpose_a=True),
+    "vector": lambda: dg.ops.matmul(bf(96), bf(96, 80)),
+    "thin": lambda: dg.ops.matmul(bf(64, 96), bf(96, 8)),
+}
+for name, fn in cases.items():
+    print("CASE", name, flush=True)
+    fn()
+    print("END", flush=True)
+"""
+
+
+def _onednn_ran(policy):
+    """{case: whether oneDNN executed a matmul for it} in a child process."""
+    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    env.pop("DRAGON_CPU_EIGEN_BF16_GEMM", None)
+    if policy:
+        env["DRAGON_CPU_EIGEN_BF16_GEMM"] = policy
+    out = subprocess.run([sys.executable, "-c", _ROUTE_SCRIPT], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ran, case = {}, None
+    for line in out.stdout.splitlines():
+        if line.startswith("CASE "):
+            case = line.split()[1]
+            ran[case] = False
+        elif line.startswith("onednn_verbose,") and ",exec," in line and ",matmul," in line:
+            ran[case] = True
+    return ran
+
+
+@needs_kernel
+def test_measured_classes_route_as_documented():
+    """Which calls the kernel takes (a oneDNN matmul execution shows in
+    ONEDNN_VERBOSE otherwise): transposed-B products and batches of
+    transposed-A products here, plain products, single transposed-A
+    products and matrix-vector shapes on oneDNN; =all takes every matrix
+    product, =off none."""
+    if "MatMulOneDNN" not in KERNELS:
+        pytest.skip("mkldnn is not installed")
+    auto = _onednn_ran(None)
+    assert auto == {"plain": True, "trans_b": False, "linear": False,
+                    "batched_trans_a": False, "single_trans_a": True,
+                    "vector": True, "thin": True}, auto
+    every = _onednn_ran("all")
+    assert every == {"plain": False, "trans_b": False, "linear": False,
+                     "batched_trans_a": False, "single_trans_a": False,
+                     "vector": True, "thin": True}, every
+    assert all(_onednn_ran("off").values())

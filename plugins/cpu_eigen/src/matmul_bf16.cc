@@ -16,10 +16,16 @@
 //     activation "none" or "relu";
 //   * the product is not matrix-vector shaped (fewer than kMinRows rows or
 //     kMinCols columns per matrix): the 6 x 64 register tile would mostly
-//     multiply padding there, and oneDNN's kernel is faster.
+//     multiply padding there;
+//   * the product is of a class where it measured faster than oneDNN's
+//     (Worthwhile(): a transposed-stored B, a batch of transposed-stored A,
+//     or at least 2048^3 multiply-adds). Plain row-major products below
+//     that size are oneDNN's best case (93-97% of the vdpbf16ps peak on two
+//     Zen 4 cores) and stay there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes
+//     every call the kernel can compute (tests, benchmarks), =off none.
 // Anything else goes to oneDNN (or cpu_eigen's widening kernel without
-// mkldnn); `dragon_core.plugins.pin("MatMul", "cpu", "mkldnn::MatMulOneDNN")`
-// still picks oneDNN's. Operands are read in place through any strides
+// mkldnn); `dragon_core.plugins.pin("MatMul", "cpu", "mkldnn")` puts
+// oneDNN's first for every call. Operands are read in place through any strides
 // (transposed and permuted views included) while they are packed; the
 // output is dense, as the core allocates it.
 //
@@ -31,6 +37,8 @@
 // same bits for any thread count.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -172,10 +180,52 @@ bool Describe(const DgCallFrame* f, Problem* p) {
   return true;
 }
 
-// Whether the product is one this kernel is faster on (see the top).
+// DRAGON_CPU_EIGEN_BF16_GEMM, read once: "all" takes every call the
+// kernel can compute (tests, benchmarks), "off" none; unset or "auto" the
+// measured choice of Worthwhile().
+enum class Policy { kAuto, kAll, kOff };
+
+Policy PolicyFromEnv() {
+  static const Policy policy = [] {
+    const char* v = std::getenv("DRAGON_CPU_EIGEN_BF16_GEMM");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+      return Policy::kAuto;
+    }
+    if (std::strcmp(v, "all") == 0) return Policy::kAll;
+    if (std::strcmp(v, "off") == 0) return Policy::kOff;
+    std::fprintf(stderr,
+                 "[dragon warning] DRAGON_CPU_EIGEN_BF16_GEMM=%s is not auto, "
+                 "all or off; using auto\n",
+                 v);
+    return Policy::kAuto;
+  }();
+  return policy;
+}
+
+// Products at least this large (n m k) run here whatever their layout.
+constexpr double kLargeWork = 2048.0 * 2048.0 * 2048.0;
+
+// Whether the product is one this kernel is faster on than oneDNN's (see
+// the top of the file and docs/benchmarks.md, "bfloat16 GEMM"):
+//   * op(B) stored transposed (k contiguous: a Linear layer's [out, in]
+//     weight, attention's K^T), where oneDNN transforms B first;
+//   * op(A) stored transposed in a batch of products (attention's P^T dO
+//     and dS^T Q);
+//   * products of at least 2048^3 multiply-adds;
+// and never a matrix-vector shape. Plain row-major products below 2048^3
+// (oneDNN's best case, 93-97% of the vdpbf16ps peak on 2 cores) and single
+// transposed-A products (weight gradients) stay with oneDNN.
 bool Worthwhile(const Problem& p) {
-  const int64_t rows = p.call.n, cols = p.call.m;
-  return rows >= kMinRows && cols >= kMinCols;
+  const Bf16GemmCall& c = p.call;
+  const Policy policy = PolicyFromEnv();
+  if (policy == Policy::kOff) return false;
+  if (c.n < kMinRows || c.m < kMinCols) return false;
+  if (policy == Policy::kAll) return true;
+  const bool b_trans = c.b_rs == 1 && c.b_cs != 1 && c.k > 1;
+  const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1 && c.n > 1;
+  const double work = static_cast<double>(c.n) * static_cast<double>(c.m) *
+                      static_cast<double>(c.k);
+  return b_trans || (a_trans && c.batch > 1) || work >= kLargeWork;
 }
 
 // Element offsets of every output batch item into an operand.

@@ -30,6 +30,14 @@
 // treats bfloat16 denormal inputs as zero and flushes denormal results to
 // zero; the float32 result is rounded once to bfloat16 (vcvtneps2bf16:
 // nearest even, NaN stays a quiet NaN) when C is bfloat16.
+// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics
+// (the `__Y = __Y` idiom of _mm512_undefined_epi32) when the unpack and
+// shuffle intrinsics inline: a false positive in compiler headers (as in
+// gemm.cc).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include "bf16_gemm.h"
 
 #include <immintrin.h>
@@ -76,6 +84,22 @@ uint32_t Load32(const uint16_t* p) {
 void PackA(const uint16_t* a, int64_t rs, int64_t cs, int64_t i0,
            int64_t rows, int64_t k, uint32_t* out) {
   const int64_t kp = CeilDiv(k, 2), full = k / 2;
+  if (rs == 1) {
+    // op(A) is a transposed row-major matrix: the panel's rows are
+    // contiguous for each k. Interleave the rows of k = 2p and 2p + 1.
+    const __mmask8 m = static_cast<__mmask8>((1u << rows) - 1);
+    for (int64_t p = 0; p < kp; ++p) {
+      const uint16_t* r0 = a + i0 + 2 * p * cs;
+      const __m128i x = _mm_maskz_loadu_epi16(m, r0);
+      const __m128i y = 2 * p + 1 < k ? _mm_maskz_loadu_epi16(m, r0 + cs)
+                                      : _mm_setzero_si128();
+      uint32_t* o = out + p * kMr;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi16(x, y));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 4),
+                       _mm_unpackhi_epi16(x, y));
+    }
+    return;
+  }
   int64_t p0 = 0;  // pairs [0, p0) done by the vector loop
   if (cs == 1 && rows == kMr) {
     // Six rows of 16 pairs each: interleave rows two by two (32-bit
@@ -171,15 +195,54 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
     }
     return;
   }
+  int64_t p0 = 0;  // pairs [0, p0) of full 16-column groups done below
+  if (rs == 1) {
+    // op(B) is a transposed row-major matrix: each column's pairs are
+    // contiguous 32-bit words. Transpose 16 x 16 blocks of them.
+    const int64_t groups = cols / 16;
+    for (; p0 + 16 <= full; p0 += 16) {
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        __m512i r[16], t[16];
+        for (int64_t j = 0; j < 16; ++j) {
+          r[j] = _mm512_loadu_si512(b + (j0 + gi * 16 + j) * cs + 2 * p0);
+        }
+        for (int j = 0; j < 16; j += 2) {
+          t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+          t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+        }
+        for (int j = 0; j < 16; j += 4) {
+          r[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+          r[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+          r[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+          r[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+        }
+        for (int h = 0; h < 16; h += 8) {
+          for (int j = 0; j < 4; ++j) {
+            t[h + j] = _mm512_shuffle_i32x4(r[h + j], r[h + j + 4], 0x88);
+            t[h + j + 4] = _mm512_shuffle_i32x4(r[h + j], r[h + j + 4], 0xdd);
+          }
+        }
+        for (int j = 0; j < 8; ++j) {
+          r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+          r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+        }
+        for (int i = 0; i < 16; ++i) {
+          _mm512_storeu_si512(out + (p0 + i) * kNr + gi * 16, r[i]);
+        }
+      }
+    }
+    // Columns past the full groups take the loop below from pair 0.
+  }
   for (int64_t j = 0; j < kNr; ++j) {
     uint32_t* o = out + j;
+    const int64_t pstart = (rs == 1 && j < cols / 16 * 16) ? p0 : 0;
     if (j >= cols) {
       for (int64_t p = 0; p < kp; ++p) o[p * kNr] = 0;
       continue;
     }
     const uint16_t* col = b + (j0 + j) * cs;
     if (rs == 1) {
-      for (int64_t p = 0; p < full; ++p) o[p * kNr] = Load32(col + 2 * p);
+      for (int64_t p = pstart; p < full; ++p) o[p * kNr] = Load32(col + 2 * p);
     } else {
       for (int64_t p = 0; p < full; ++p) {
         o[p * kNr] = col[2 * p * rs] |

@@ -371,6 +371,7 @@ cases = {
                                              transpose_b=True),
     "batched_trans_a": lambda: dg.ops.matmul(bf(4, 96, 64), bf(4, 96, 80), transpose_a=True),
     "single_trans_a": lambda: dg.ops.matmul(bf(96, 64), bf(96, 80), transpose_a=True),
+    "large": lambda: dg.ops.matmul(bf(512, 16384), bf(16384, 1024)),
     "vector": lambda: dg.ops.matmul(bf(96), bf(96, 80)),
     "thin": lambda: dg.ops.matmul(bf(64, 96), bf(96, 8)),
 }
@@ -403,18 +404,18 @@ def _onednn_ran(policy):
 @needs_kernel
 def test_measured_classes_route_as_documented():
     """Which calls the kernel takes (a oneDNN matmul execution shows in
-    ONEDNN_VERBOSE otherwise): transposed-B products and batches of
-    transposed-A products here, plain products, single transposed-A
-    products and matrix-vector shapes on oneDNN; =all takes every matrix
-    product, =off none."""
+    ONEDNN_VERBOSE otherwise): batches of transposed-A products and
+    products of at least 2048^3 here; plain products, transposed-B ones,
+    single transposed-A products and matrix-vector shapes on oneDNN; =all
+    takes every matrix product, =off none."""
     if "MatMulOneDNN" not in KERNELS:
         pytest.skip("mkldnn is not installed")
     auto = _onednn_ran(None)
-    assert auto == {"plain": True, "trans_b": False, "linear": False,
-                    "batched_trans_a": False, "single_trans_a": True,
+    assert auto == {"plain": True, "trans_b": True, "linear": True,
+                    "batched_trans_a": False, "single_trans_a": True, "large": False,
                     "vector": True, "thin": True}, auto
     every = _onednn_ran("all")
     assert every == {"plain": False, "trans_b": False, "linear": False,
-                     "batched_trans_a": False, "single_trans_a": False,
+                     "batched_trans_a": False, "single_trans_a": False, "large": False,
                      "vector": True, "thin": True}, every
     assert all(_onednn_ran("off").values())

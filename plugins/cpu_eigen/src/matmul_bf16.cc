@@ -2,12 +2,12 @@
 // (src/gemm/bf16_gemm.cc): NumPy matmul semantics as matmul.cc, a bfloat16
 // or (out_dtype=float32, autocast's gradient products) float32 output.
 //
-// Registered at priority 20, above mkldnn's oneDNN matmul (10), because it
-// is faster on this kind of CPU (docs/benchmarks.md, "bfloat16 GEMM"):
-// oneDNN's AVX512-BF16 kernel and this one run the same instruction, but
-// this one keeps a 6 x 64 float32 tile in registers over long k chunks and
-// splits the two cores' work by whole tiles. supports() accepts a call
-// only when
+// Registered at priority 20, above mkldnn's oneDNN matmul (10), for the
+// classes of products where it is faster on this kind of CPU
+// (docs/benchmarks.md, "bfloat16 GEMM"): oneDNN's AVX512-BF16 kernel and
+// this one run the same instruction; this one keeps a 6 x 64 float32 tile
+// in registers over k chunks of up to 2048 and splits the cores' work by
+// whole tiles. supports() accepts a call only when
 //   * the CPU has AVX512_BF16 (CPUID leaf 7 subleaf 1 EAX bit 5) and the
 //     OS saves the zmm state (XCR0), and x86-64-v4 is not capped away by
 //     DRAGON_CPU_EIGEN_ISA=base|v2|v3 (the plugin's ISA switch);
@@ -18,11 +18,12 @@
 //     kMinCols columns per matrix): the 6 x 64 register tile would mostly
 //     multiply padding there;
 //   * the product is of a class where it measured faster than oneDNN's
-//     (Worthwhile(): a transposed-stored B, a batch of transposed-stored A,
-//     or at least 2048^3 multiply-adds). Plain row-major products below
-//     that size are oneDNN's best case (93-97% of the vdpbf16ps peak on two
-//     Zen 4 cores) and stay there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes
-//     every call the kernel can compute (tests, benchmarks), =off none.
+//     (Worthwhile(): at least 2048^3 multiply-adds, or a batch of products
+//     whose A is stored transposed). Plain row-major products below that
+//     size are oneDNN's best case (93-97% of the vdpbf16ps peak on two
+//     Zen 4 cores) and other layouts measured a tie or a loss, so they stay
+//     there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes every call the kernel can
+//     compute (tests, benchmarks), =off none.
 // Anything else goes to oneDNN (or cpu_eigen's widening kernel without
 // mkldnn); `dragon_core.plugins.pin("MatMul", "cpu", "mkldnn")` puts
 // oneDNN's first for every call. Operands are read in place through any strides
@@ -205,27 +206,29 @@ Policy PolicyFromEnv() {
 // Products at least this large (n m k) run here whatever their layout.
 constexpr double kLargeWork = 2048.0 * 2048.0 * 2048.0;
 
-// Whether the product is one this kernel is faster on than oneDNN's (see
-// the top of the file and docs/benchmarks.md, "bfloat16 GEMM"):
-//   * op(B) stored transposed (k contiguous: a Linear layer's [out, in]
-//     weight, attention's K^T), where oneDNN transforms B first;
-//   * op(A) stored transposed in a batch of products (attention's P^T dO
-//     and dS^T Q);
-//   * products of at least 2048^3 multiply-adds;
-// and never a matrix-vector shape. Plain row-major products below 2048^3
-// (oneDNN's best case, 93-97% of the vdpbf16ps peak on 2 cores) and single
-// transposed-A products (weight gradients) stay with oneDNN.
+// Whether the product is one this kernel is faster on than oneDNN's
+// (docs/benchmarks.md, "bfloat16 GEMM"; interleaved A/B runs on 2 Zen 4
+// cores):
+//   * products of at least 2048^3 multiply-adds (1.04-1.11x: oneDNN's
+//     kernel falls to 88% of the vdpbf16ps peak there, this one stays at
+//     94%);
+//   * batches of products whose A is stored transposed (attention's
+//     P^T dO and dS^T Q: 1.03-1.06x, more under load);
+// and never a matrix-vector shape. Everything else measured a tie or a
+// loss and stays with oneDNN: plain row-major products (oneDNN's best
+// case, 93-97% of the peak), a transposed-stored B (Linear layers: a tie;
+// attention's K^T: 0.95x), single transposed-A products (weight gradients:
+// 0.91-0.95x).
 bool Worthwhile(const Problem& p) {
   const Bf16GemmCall& c = p.call;
   const Policy policy = PolicyFromEnv();
   if (policy == Policy::kOff) return false;
   if (c.n < kMinRows || c.m < kMinCols) return false;
   if (policy == Policy::kAll) return true;
-  const bool b_trans = c.b_rs == 1 && c.b_cs != 1 && c.k > 1;
-  const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1 && c.n > 1;
+  const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1;
   const double work = static_cast<double>(c.n) * static_cast<double>(c.m) *
                       static_cast<double>(c.k);
-  return b_trans || (a_trans && c.batch > 1) || work >= kLargeWork;
+  return (a_trans && c.batch > 1) || work >= kLargeWork;
 }
 
 // Element offsets of every output batch item into an operand.

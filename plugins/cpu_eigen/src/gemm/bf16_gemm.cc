@@ -9,7 +9,9 @@
 //
 // Method (BLIS-like):
 //   * both operands are packed once per product into k-pair-interleaved
-//     panels, the layout vdpbf16ps reads: a panel of A holds kMr rows, a
+//     panels, the layout vdpbf16ps reads (except an A with contiguous k, an
+//     even k and at most 8 B panels, whose pairs already are 32-bit words:
+//     the microkernel broadcasts them from A's rows in place): a panel of A holds kMr rows, a
 //     32-bit word per (k pair, row) with element 2p in the low half and
 //     2p + 1 in the high half; a panel of B holds kNr columns likewise. An
 //     odd k gets a zero second half in its last pair, and rows / columns
@@ -71,7 +73,7 @@ constexpr double kSerialFlops = 128.0 * 1024;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t Align64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
-uint32_t Load32(const uint16_t* p) {
+uint32_t Load32(const void* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
@@ -304,7 +306,7 @@ inline void StoreRow16(const Epilogue& e, int64_t r, int64_t q, __m512 v) {
 #define DG_BF16_ROW_FMA(r)                                              \
   {                                                                     \
     const __m512bh ar = reinterpret_cast<__m512bh>(                     \
-        _mm512_set1_epi32(static_cast<int>(pa[r])));                    \
+        _mm512_set1_epi32(static_cast<int>(Load32(pa + (r) * a_rs))));  \
     c##r##0 = _mm512_dpbf16_ps(c##r##0, ar, b0);                        \
     c##r##1 = _mm512_dpbf16_ps(c##r##1, ar, b1);                        \
     c##r##2 = _mm512_dpbf16_ps(c##r##2, ar, b2);                        \
@@ -319,12 +321,16 @@ inline void StoreRow16(const Epilogue& e, int64_t r, int64_t q, __m512 v) {
   }
 #define DG_BF16_ALL_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-// One kMr x kNr tile over `np` k pairs of the panels pa / pb. The
-// accumulators start at zero (`resume` false) or at the partial sums in
-// `scratch` (64-byte aligned, kTile floats); at the end they go to C
-// through the epilogue (`finish`) or back to scratch.
-void Kernel(int64_t np, const uint32_t* pa, const uint32_t* pb,
-            float* scratch, bool resume, bool finish, const Epilogue& e) {
+// One kMr x kNr tile over `np` k pairs of A and the B panel pb. A's word
+// (pair p, row r) is at pa + r * a_rs + p * a_ps bytes: a packed panel
+// (a_rs 4, a_ps 4 kMr) or, read in place, rows of a row-major A with
+// contiguous k (a_rs its row stride in bytes, a_ps 4). The accumulators
+// start at zero (`resume` false) or at the partial sums in `scratch`
+// (64-byte aligned, kTile floats); at the end they go to C through the
+// epilogue (`finish`) or back to scratch.
+void Kernel(int64_t np, const char* pa, int64_t a_rs, int64_t a_ps,
+            const uint32_t* pb, float* scratch, bool resume, bool finish,
+            const Epilogue& e) {
   DG_BF16_ALL_ROWS(DG_BF16_ROW_DECL)
   if (resume) {
     DG_BF16_ALL_ROWS(DG_BF16_ROW_LOAD)
@@ -340,7 +346,7 @@ void Kernel(int64_t np, const uint32_t* pa, const uint32_t* pb,
     const __m512bh b3 =
         reinterpret_cast<__m512bh>(_mm512_loadu_si512(pb + 48));
     DG_BF16_ALL_ROWS(DG_BF16_ROW_FMA)
-    pa += kMr;
+    pa += a_ps;
     pb += kNr;
   }
   if (finish) {
@@ -364,6 +370,9 @@ void Kernel(int64_t np, const uint32_t* pa, const uint32_t* pb,
 struct Sizes {
   int64_t kp, npa, npb;
   int64_t a_bytes, b_bytes, scratch_bytes;
+  // A is read in place (rows with contiguous k, even k, few B panels):
+  // only a ragged last panel (n not a multiple of kMr) is packed.
+  bool direct_a;
 };
 
 Sizes SizesOf(const Bf16GemmCall& g) {
@@ -375,6 +384,10 @@ Sizes SizesOf(const Bf16GemmCall& g) {
   s.b_bytes = Align64(s.npb * s.kp * kNr * 4);
   // Partial sums are kept only when k spans more than one chunk.
   s.scratch_bytes = s.kp > kKcPairs ? kMcPanels * kNcPanels * kTile * 4 : 0;
+  // Measured: reading A in place beats packing it when a panel of A meets
+  // few B panels (up to 8, m <= 512), where its packing is paid for by
+  // little work; with more, the packed panel's single stream is faster.
+  s.direct_a = g.a_cs == 1 && g.k > 0 && g.k % 2 == 0 && s.npb <= 8;
   return s;
 }
 
@@ -404,9 +417,10 @@ Plan PlanOf(const Bf16GemmCall& g) {
 
 // C panels [ip0, ip1) x [jp0, jp1) of one product from its packed panels,
 // on the calling thread.
-void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint32_t* ap,
-                   const uint32_t* bp, char* c, float* scratch, int64_t ip0,
-                   int64_t ip1, int64_t jp0, int64_t jp1) {
+void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
+                   const uint32_t* ap, const uint32_t* bp, char* c,
+                   float* scratch, int64_t ip0, int64_t ip1, int64_t jp0,
+                   int64_t jp1) {
   const int64_t esize = g.c_f32 ? 4 : 2;
   for (int64_t jc = jp0; jc < jp1; jc += kNcPanels) {
     const int64_t jce = jc + kNcPanels < jp1 ? jc + kNcPanels : jp1;
@@ -432,8 +446,15 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint32_t* ap,
             float* tile =
                 scratch ? scratch + ((ip - ic) * kNcPanels + (jp - jc)) * kTile
                         : nullptr;
-            Kernel(pe - pc, ap + (ip * s.kp + pc) * kMr, pb, tile, resume,
-                   finish, e);
+            if (s.direct_a && i0 + kMr <= g.n) {
+              Kernel(pe - pc,
+                     reinterpret_cast<const char*>(a + i0 * g.a_rs + 2 * pc),
+                     g.a_rs * 2, 4, pb, tile, resume, finish, e);
+            } else {
+              Kernel(pe - pc,
+                     reinterpret_cast<const char*>(ap + (ip * s.kp + pc) * kMr),
+                     4, 4 * kMr, pb, tile, resume, finish, e);
+            }
           }
         }
         if (finish) break;
@@ -448,6 +469,7 @@ void PackARange(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                 uint32_t* ap, int64_t lo, int64_t hi) {
   for (int64_t ip = lo; ip < hi; ++ip) {
     const int64_t i0 = ip * kMr;
+    if (s.direct_a && i0 + kMr <= g.n) continue;  // read in place
     PackA(a, g.a_rs, g.a_cs, i0, g.n - i0 < kMr ? g.n - i0 : kMr, g.k,
           ap + ip * s.kp * kMr);
   }
@@ -472,7 +494,7 @@ void SerialProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                        : nullptr;
   PackARange(g, s, a, ap, 0, s.npa);
   PackBRange(g, s, b, bp, 0, s.npb);
-  ComputeRegion(g, s, ap, bp, c, scratch, 0, s.npa, 0, s.npb);
+  ComputeRegion(g, s, a, ap, bp, c, scratch, 0, s.npa, 0, s.npb);
 }
 
 // One product on `team` threads: both operands packed once, in parallel,
@@ -494,10 +516,10 @@ void ParallelProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
             ? reinterpret_cast<float*>(scratch_base + t * s.scratch_bytes)
             : nullptr;
     if (by_rows) {
-      ComputeRegion(g, s, ap, bp, c, scratch, s.npa * t / nt,
+      ComputeRegion(g, s, a, ap, bp, c, scratch, s.npa * t / nt,
                     s.npa * (t + 1) / nt, 0, s.npb);
     } else {
-      ComputeRegion(g, s, ap, bp, c, scratch, 0, s.npa, s.npb * t / nt,
+      ComputeRegion(g, s, a, ap, bp, c, scratch, 0, s.npa, s.npb * t / nt,
                     s.npb * (t + 1) / nt);
     }
   }

@@ -1,8 +1,9 @@
 // bfloat16 GEMM on AVX512-BF16 (vdpbf16ps), float32 accumulation.
 //
-// Compiled once, on x86-64 only, with -march=x86-64-v4 -mavx512bf16 (see
-// CMakeLists.txt); called only after matmul_bf16.cc checked the CPU (CPUID
-// leaf 7 subleaf 1 EAX bit 5) and the OS (zmm state enabled in XCR0). Like
+// Compiled once, on x86-64 only, with -march=x86-64-v4 and (pragma below)
+// AVX512_BF16 (see CMakeLists.txt); called only after matmul_bf16.cc
+// checked the CPU (CPUID leaf 7 subleaf 1 EAX bit 5) and the OS (zmm state
+// enabled in XCR0). Like
 // gemm.cc, it shares no inline function or template instance with other
 // translation units: its own code sits in cpu_eigen::gemm_bf16, helpers in
 // an anonymous namespace, and it uses only compiler intrinsics and OpenMP.
@@ -38,6 +39,12 @@
 // gemm.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// AVX512_BF16 on top of the build's -march=x86-64-v4 (CMakeLists.txt puts
+// no CPU flag beyond its per-ISA -march: tests/core/test_build_flags.py).
+#if defined(__GNUC__) && !defined(__AVX512BF16__)
+#pragma GCC target("avx512bf16")
 #endif
 
 #include "bf16_gemm.h"

@@ -1,11 +1,12 @@
 // The interface between matmul_bf16.cc and the AVX512-BF16 GEMM
 // (bf16_gemm.cc).
 //
-// bf16_gemm.cc is compiled only on x86-64, once, with -march=x86-64-v4
-// -mavx512bf16 (CMakeLists.txt defines CPU_EIGEN_BF16_GEMM when it is
-// built). Its functions must only be called after HaveAvx512Bf16()
-// (matmul_bf16.cc, baseline code) said the CPU and the OS support it. Like
-// gemm.h, this header holds plain data and declarations only, so it
+// bf16_gemm.cc is compiled only on x86-64, once, for -march=x86-64-v4 plus
+// AVX512_BF16 (a target pragma in the file; CMakeLists.txt defines
+// CPU_EIGEN_BF16_GEMM when it is built). Its functions must only be called
+// after CpuHasAvx512Bf16() (matmul_bf16.cc, baseline code) said the CPU and
+// the OS support it. Like gemm.h, this header holds plain data and
+// declarations only, so it
 // generates no code the builds could share by accident.
 #ifndef DRAGON_CPU_EIGEN_GEMM_BF16_GEMM_H_
 #define DRAGON_CPU_EIGEN_GEMM_BF16_GEMM_H_

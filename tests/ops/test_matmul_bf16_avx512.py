@@ -370,6 +370,9 @@ cases = {
     "linear": lambda: dg.ops.matmul_bias_act(bf(64, 96), bf(80, 96), bf(80), activation="relu",
                                              transpose_b=True),
     "batched_trans_a": lambda: dg.ops.matmul(bf(4, 96, 64), bf(4, 96, 80), transpose_a=True),
+    "trans_a_f32_bias": lambda: dg.ops.matmul_bias_act(
+        bf(4, 96, 64), bf(4, 96, 80), dg.tensor(np.ones(80, np.float32)), activation="relu",
+        transpose_a=True, out_dtype="float32"),
     "single_trans_a": lambda: dg.ops.matmul(bf(96, 64), bf(96, 80), transpose_a=True),
     "large": lambda: dg.ops.matmul(bf(512, 16384), bf(16384, 1024)),
     "vector": lambda: dg.ops.matmul(bf(96), bf(96, 80)),
@@ -412,10 +415,12 @@ def test_measured_classes_route_as_documented():
         pytest.skip("mkldnn is not installed")
     auto = _onednn_ran(None)
     assert auto == {"plain": True, "trans_b": True, "linear": True,
-                    "batched_trans_a": False, "single_trans_a": True, "large": False,
+                    "batched_trans_a": False, "trans_a_f32_bias": False,
+                    "single_trans_a": True, "large": False,
                     "vector": True, "thin": True}, auto
     every = _onednn_ran("all")
     assert every == {"plain": False, "trans_b": False, "linear": False,
-                     "batched_trans_a": False, "single_trans_a": False, "large": False,
+                     "batched_trans_a": False, "trans_a_f32_bias": False,
+                     "single_trans_a": False, "large": False,
                      "vector": True, "thin": True}, every
     assert all(_onednn_ran("off").values())

@@ -326,6 +326,30 @@ inline void StoreRow16(const Epilogue& e, int64_t r, int64_t q, __m512 v) {
     StoreRow16(e, r, 2, c##r##2);      \
     StoreRow16(e, r, 3, c##r##3);      \
   }
+// A whole tile without bias or relu: plain stores, no masks.
+#define DG_BF16_ROW_STORE_F32(r)                               \
+  {                                                            \
+    float* row = static_cast<float*>(e.c) + (r) * e.ldc;      \
+    _mm512_storeu_ps(row, c##r##0);                            \
+    _mm512_storeu_ps(row + 16, c##r##1);                       \
+    _mm512_storeu_ps(row + 32, c##r##2);                       \
+    _mm512_storeu_ps(row + 48, c##r##3);                       \
+  }
+#define DG_BF16_ROW_STORE_BF16(r)                                          \
+  {                                                                        \
+    uint16_t* row = static_cast<uint16_t*>(e.c) + (r) * e.ldc;            \
+    _mm512_storeu_si512(                                                   \
+        row, _mm512_inserti64x4(                                           \
+                 _mm512_castsi256_si512(reinterpret_cast<__m256i>(          \
+                     _mm512_cvtneps_pbh(c##r##0))),                        \
+                 reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(c##r##1)), 1)); \
+    _mm512_storeu_si512(                                                   \
+        row + 32,                                                          \
+        _mm512_inserti64x4(                                                \
+            _mm512_castsi256_si512(                                        \
+                reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(c##r##2))),   \
+            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(c##r##3)), 1));   \
+  }
 #define DG_BF16_ALL_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
 // One kMr x kNr tile over `np` k pairs of A and the B panel pb. A's word
@@ -356,7 +380,13 @@ void Kernel(int64_t np, const char* pa, int64_t a_rs, int64_t a_ps,
     pa += a_ps;
     pb += kNr;
   }
-  if (finish) {
+  if (finish && e.rows == kMr && e.cols == kNr && !e.bias && !e.relu) {
+    if (e.f32) {
+      DG_BF16_ALL_ROWS(DG_BF16_ROW_STORE_F32)
+    } else {
+      DG_BF16_ALL_ROWS(DG_BF16_ROW_STORE_BF16)
+    }
+  } else if (finish) {
     DG_BF16_ALL_ROWS(DG_BF16_ROW_STORE)
   } else {
     DG_BF16_ALL_ROWS(DG_BF16_ROW_SAVE)
@@ -369,6 +399,8 @@ void Kernel(int64_t np, const char* pa, int64_t a_rs, int64_t a_ps,
 #undef DG_BF16_ROW_SAVE
 #undef DG_BF16_ROW_FMA
 #undef DG_BF16_ROW_STORE
+#undef DG_BF16_ROW_STORE_F32
+#undef DG_BF16_ROW_STORE_BF16
 #undef DG_BF16_ALL_ROWS
 
 // ------------------------------------------------------------ products

@@ -6,7 +6,10 @@ operands, after each result is checked against a float64 NumPy reference
 (tolerance from the dtype's precision: sqrt(k) * eps * |a| |b|). Rows give
 GFLOP/s, the float32 rows also the fraction of the machine's measured FMA
 peak (bench_peak.py), and one ``ratio`` row per size: torch time / Dragon
-time (above 1: Dragon faster). Targets (issue 21): float32 >= 85% of peak
+time (above 1: Dragon faster). bfloat16 sizes also time oneDNN's kernel
+pinned (mkldnn plugin) beside the default kernel (cpu_eigen's AVX512-BF16
+GEMM on CPUs with AVX512_BF16) in the same run, alternately, with a
+``ratio oneDNN/dragon time`` row. Targets (issue 21): float32 >= 85% of peak
 and >= torch; bfloat16 2048 >= torch.
 """
 
@@ -121,6 +124,34 @@ def run(quick: bool = False) -> list[dict]:
                                    "GFLOP/s", None if problem else flops / t_eg / 1e9, "higher",
                                    status="WRONG" if problem else None, note=problem,
                                    ms_per_run=[t * 1e3 for t in runs_eg]))
+            if dtype == "bfloat16" and "mkldnn" in _matmul_plugins(dg):
+                # oneDNN's AVX512-BF16 kernel beside the default (cpu_eigen's
+                # AVX512-BF16 GEMM where the CPU has it), timed alternately:
+                # oneDNN pinned, the default again, oneDNN again.
+                t_on, runs_on, problem = None, [], ""
+                for rnd in range(2):
+                    dg.plugins.pin("MatMul", "cpu", "mkldnn")
+                    try:
+                        if rnd == 0:
+                            problem = _check(fn().astype("float32").numpy(), ref, xr, yr,
+                                             dtype, n)
+                        if problem:
+                            break
+                        t1, r1 = _time(fn)
+                    finally:
+                        dg.plugins.unpin("MatMul", "cpu")
+                    t_on = t1 if t_on is None else min(t_on, t1)
+                    runs_on += r1
+                    if rnd == 0:
+                        t2, r2 = _time(fn)
+                        t_dg, runs_dg = min(t_dg, t2), runs_dg + r2
+                rows.append(result(bench, "dg.ops.matmul (oneDNN pinned)", "dragon", "GFLOP/s",
+                                   None if problem else flops / t_on / 1e9, "higher",
+                                   status="WRONG" if problem else None, note=problem,
+                                   ms_per_run=[t * 1e3 for t in runs_on]))
+                if not problem:
+                    rows.append(result(bench, "ratio oneDNN/dragon time", "dragon", "x",
+                                       t_on / t_dg, "higher"))
             if t_th is not None:
                 need = 1.0 if dtype == "float32" or n == 2048 else None
                 rows.append(result(bench, "ratio torch/dragon time", "dragon", "x",

@@ -1,0 +1,59 @@
+// The interface between matmul_bf16.cc and the AVX512-BF16 GEMM
+// (bf16_gemm.cc).
+//
+// bf16_gemm.cc is compiled only on x86-64, once, for -march=x86-64-v4 plus
+// AVX512_BF16 (a target pragma in the file; CMakeLists.txt defines
+// CPU_EIGEN_BF16_GEMM when it is built). Its functions must only be called
+// after CpuHasAvx512Bf16() (matmul_bf16.cc, baseline code) said the CPU and
+// the OS support it. Like gemm.h, this header holds plain data and
+// declarations only, so it
+// generates no code the builds could share by accident.
+#ifndef DRAGON_CPU_EIGEN_GEMM_BF16_GEMM_H_
+#define DRAGON_CPU_EIGEN_GEMM_BF16_GEMM_H_
+
+#include <cstdint>
+
+namespace cpu_eigen {
+
+// C[i] = act(op(A[i]) * op(B[i]) + bias) for i in [0, batch): op(A) is
+// n x k, op(B) k x m, both bfloat16 (raw bits), and C (n x m, row-major,
+// leading dimension ldc, c_stride elements between items) float32 or
+// bfloat16. Element (r, c) of A[i] lies at a[a_offsets[i] + r * a_rs +
+// c * a_cs] (any strides; a_offsets null = all 0), and likewise for B.
+// Products accumulate in float32 over k in order, and a bfloat16 C is
+// rounded once, to nearest even. bias (m floats, null = none) is added in
+// float32 before that rounding, then relu (NaN kept) when asked.
+// A plain aggregate: value-initialise it with `Bf16GemmCall call{};`.
+struct Bf16GemmCall {
+  int64_t batch;
+  int64_t n, m, k;
+  const uint16_t* a;
+  int64_t a_rs, a_cs;
+  const int64_t* a_offsets;
+  const uint16_t* b;
+  int64_t b_rs, b_cs;
+  const int64_t* b_offsets;
+  void* c;
+  bool c_f32;
+  int64_t ldc;
+  int64_t c_stride;
+  const float* bias;
+  bool relu;
+  // OpenMP threads to use (>= 1); the result is the same for any count.
+  int threads;
+  // Scratch of Bf16GemmWorkspaceBytes(call) bytes, 64-byte aligned.
+  void* workspace;
+};
+
+#ifdef CPU_EIGEN_BF16_GEMM
+namespace gemm_bf16 {
+// Bytes of scratch the call needs (packed operands, partial sums).
+int64_t WorkspaceBytes(const Bf16GemmCall& call);
+// Runs the call (batch, n, m > 0; k >= 0).
+void Gemm(const Bf16GemmCall& call);
+}  // namespace gemm_bf16
+#endif
+
+}  // namespace cpu_eigen
+
+#endif  // DRAGON_CPU_EIGEN_GEMM_BF16_GEMM_H_

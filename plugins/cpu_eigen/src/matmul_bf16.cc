@@ -1,0 +1,339 @@
+// MatMul and MatMulBiasAct of bfloat16 operands on the AVX512-BF16 GEMM
+// (src/gemm/bf16_gemm.cc): NumPy matmul semantics as matmul.cc, a bfloat16
+// or (out_dtype=float32, autocast's gradient products) float32 output.
+//
+// Registered at priority 20, above mkldnn's oneDNN matmul (10), for the
+// classes of products where it is faster on this kind of CPU
+// (docs/benchmarks.md, "bfloat16 GEMM"): oneDNN's AVX512-BF16 kernel and
+// this one run the same instruction; this one keeps a 6 x 64 float32 tile
+// in registers over k chunks of up to 2048 and splits the cores' work by
+// whole tiles. supports() accepts a call only when
+//   * the CPU has AVX512_BF16 (CPUID leaf 7 subleaf 1 EAX bit 5) and the
+//     OS saves the zmm state (XCR0), and x86-64-v4 is not capped away by
+//     DRAGON_CPU_EIGEN_ISA=base|v2|v3 (the plugin's ISA switch);
+//   * both operands are bfloat16, the output bfloat16 or float32, a bias
+//     (MatMulBiasAct) of the output's dtype and 1-D along the last axis,
+//     activation "none" or "relu";
+//   * the product is not matrix-vector shaped (fewer than kMinRows rows or
+//     kMinCols columns per matrix): the 6 x 64 register tile would mostly
+//     multiply padding there;
+//   * the product is of a class where it measured faster than oneDNN's
+//     (Worthwhile(): at least 2048^3 multiply-adds, or a batch of products
+//     whose A is stored transposed). Plain row-major products below that
+//     size are oneDNN's best case (93-97% of the vdpbf16ps peak on two
+//     Zen 4 cores) and other layouts measured a tie or a loss, so they stay
+//     there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes every call the kernel can
+//     compute (tests, benchmarks), =off none.
+// Anything else goes to oneDNN (or cpu_eigen's widening kernel without
+// mkldnn); `dragon_core.plugins.pin("MatMul", "cpu", "mkldnn")` puts
+// oneDNN's first for every call. Operands are read in place through any strides
+// (transposed and permuted views included) while they are packed; the
+// output is dense, as the core allocates it.
+//
+// Numerics: products of pairs of k are added to float32 accumulators in k
+// order (vdpbf16ps, round to nearest even); bfloat16 denormal inputs count
+// as zero and denormal sums flush to zero (as in oneDNN's kernel); the bias
+// is added in float32, relu keeps NaN (the core's Relu), and a bfloat16
+// output is rounded once, to nearest even. Threads split C, never k: the
+// same bits for any thread count.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "gemm/bf16_gemm.h"
+
+#ifdef CPU_EIGEN_BF16_GEMM
+#include <cpuid.h>
+#endif
+
+namespace cpu_eigen {
+namespace {
+
+#ifdef CPU_EIGEN_BF16_GEMM
+
+// Products with fewer rows or columns (per batch item) are declined.
+constexpr int64_t kMinRows = 4;
+constexpr int64_t kMinCols = 16;
+
+// Whether this CPU runs AVX512-BF16 and the OS saves the zmm registers.
+bool CpuHasAvx512Bf16() {
+  static const bool ok = [] {
+    if (DetectIsaLevel() < 4) return false;  // no AVX-512, or capped
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {
+      return false;  // no OSXSAVE: XCR0 cannot be read
+    }
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    // XMM, YMM, opmask, ZMM_Hi256 and Hi16_ZMM state enabled.
+    if ((lo & 0xE6u) != 0xE6u) return false;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    return (eax & (1u << 5)) != 0;  // AVX512_BF16
+  }();
+  return ok;
+}
+
+// One operand as a stack of logical matrices: element (r, c) of item i at
+// data + offset_i + r * rs + c * cs.
+struct Matrix {
+  const uint16_t* data = nullptr;
+  int64_t rows = 0, cols = 0, rs = 0, cs = 0;
+  std::vector<int64_t> batch_shape, batch_strides;
+};
+
+Matrix AsMatrix(const DgTensorView* t, bool is_a, bool transpose) {
+  Matrix m;
+  m.data = reinterpret_cast<const uint16_t*>(static_cast<const char*>(t->data) +
+                                             t->byte_offset);
+  const int nd = t->ndim;
+  if (nd == 1) {  // a: the row [1, k]; b: the column [k, 1]
+    const int64_t len = t->shape[0], s = t->strides[0];
+    if (is_a) {
+      m.rows = 1, m.cols = len, m.rs = len * s, m.cs = s;
+    } else {
+      m.rows = len, m.cols = 1, m.rs = s, m.cs = 1;
+    }
+    return m;
+  }
+  m.rows = t->shape[nd - 2], m.cols = t->shape[nd - 1];
+  m.rs = t->strides[nd - 2], m.cs = t->strides[nd - 1];
+  if (transpose) std::swap(m.rows, m.cols), std::swap(m.rs, m.cs);
+  m.batch_shape.assign(t->shape, t->shape + nd - 2);
+  m.batch_strides.assign(t->strides, t->strides + nd - 2);
+  return m;
+}
+
+// One call, described; `call` lacks offsets, bias and workspace.
+struct Problem {
+  Bf16GemmCall call{};
+  Matrix a, b;
+  std::vector<int64_t> batch_shape;  // the output's batch axes
+  bool has_bias = false;
+};
+
+// Builds the problem; false when this kernel does not take the call (see
+// the top of the file). Never throws on a well-formed frame.
+bool Describe(const DgCallFrame* f, Problem* p) {
+  if (f->num_inputs < 2 || f->num_outputs != 1) return false;
+  const DgTensorView *at = f->inputs[0], *bt = f->inputs[1];
+  const DgTensorView* yt = f->outputs[0];
+  if (!at || !bt || !yt || at->ndim < 1 || bt->ndim < 1) return false;
+  if (at->dtype != DG_BFLOAT16 || bt->dtype != DG_BFLOAT16) return false;
+  if (yt->dtype != DG_BFLOAT16 && yt->dtype != DG_FLOAT32) return false;
+  const dg::AttrReader attrs(f->num_attrs, f->attrs, f->attr_names,
+                             f->op_name);
+  const bool ta = attrs.b("transpose_a"), tb = attrs.b("transpose_b");
+  p->a = AsMatrix(at, true, ta);
+  p->b = AsMatrix(bt, false, tb);
+  if (p->a.cols != p->b.rows) return false;
+  // Batch axes, right-aligned and broadcast.
+  const size_t na = p->a.batch_shape.size(), nbb = p->b.batch_shape.size();
+  const size_t nb = std::max(na, nbb);
+  p->batch_shape.assign(nb, 1);
+  int64_t batch = 1;
+  for (size_t i = 0; i < nb; ++i) {
+    const int64_t da = i + na >= nb ? p->a.batch_shape[i + na - nb] : 1;
+    const int64_t db = i + nbb >= nb ? p->b.batch_shape[i + nbb - nb] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    p->batch_shape[i] = (da == 0 || db == 0) ? 0 : std::max(da, db);
+    batch *= p->batch_shape[i];
+  }
+  const int64_t n = p->a.rows, m = p->b.cols, k = p->a.cols;
+  // The output: dense, batch x n x m elements.
+  int64_t count = 1, expect = 1;
+  for (int i = yt->ndim - 1; i >= 0; --i) {
+    if (yt->shape[i] != 1 && yt->strides[i] != expect) return false;
+    expect *= yt->shape[i];
+    count *= yt->shape[i];
+  }
+  if (count != batch * n * m) return false;
+  p->has_bias = f->num_inputs > 2 && f->inputs[2] != nullptr;
+  bool relu = false;
+  if (std::strcmp(f->op_name, "MatMulBiasAct") == 0) {
+    const std::string act = attrs.s("activation");
+    if (act != "none" && act != "relu") return false;
+    relu = act == "relu";
+  } else if (std::strcmp(f->op_name, "MatMul") != 0) {
+    return false;
+  }
+  if (p->has_bias) {
+    const DgTensorView* bias = f->inputs[2];
+    if (bias->dtype != yt->dtype || bias->ndim != 1 || bias->shape[0] != m) {
+      return false;
+    }
+  }
+  Bf16GemmCall& c = p->call;
+  c.batch = batch;
+  c.n = n, c.m = m, c.k = k;
+  c.a = p->a.data, c.a_rs = p->a.rs, c.a_cs = p->a.cs;
+  c.b = p->b.data, c.b_rs = p->b.rs, c.b_cs = p->b.cs;
+  c.c_f32 = yt->dtype == DG_FLOAT32;
+  c.ldc = m;
+  c.c_stride = n * m;
+  c.relu = relu;
+  return true;
+}
+
+// DRAGON_CPU_EIGEN_BF16_GEMM, read once: "all" takes every call the
+// kernel can compute (tests, benchmarks), "off" none; unset or "auto" the
+// measured choice of Worthwhile().
+enum class Policy { kAuto, kAll, kOff };
+
+Policy PolicyFromEnv() {
+  static const Policy policy = [] {
+    const char* v = std::getenv("DRAGON_CPU_EIGEN_BF16_GEMM");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+      return Policy::kAuto;
+    }
+    if (std::strcmp(v, "all") == 0) return Policy::kAll;
+    if (std::strcmp(v, "off") == 0) return Policy::kOff;
+    std::fprintf(stderr,
+                 "[dragon warning] DRAGON_CPU_EIGEN_BF16_GEMM=%s is not auto, "
+                 "all or off; using auto\n",
+                 v);
+    return Policy::kAuto;
+  }();
+  return policy;
+}
+
+// Products at least this large (n m k) run here whatever their layout.
+constexpr double kLargeWork = 2048.0 * 2048.0 * 2048.0;
+
+// Whether the product is one this kernel is faster on than oneDNN's
+// (docs/benchmarks.md, "bfloat16 GEMM"; interleaved A/B runs on 2 Zen 4
+// cores):
+//   * products of at least 2048^3 multiply-adds (1.04-1.11x: oneDNN's
+//     kernel falls to 88% of the vdpbf16ps peak there, this one stays at
+//     94%);
+//   * batches of products whose A is stored transposed (attention's
+//     P^T dO and dS^T Q: 1.03-1.06x, more under load);
+// and never a matrix-vector shape. Everything else measured a tie or a
+// loss and stays with oneDNN: plain row-major products (oneDNN's best
+// case, 93-97% of the peak), a transposed-stored B (Linear layers: a tie;
+// attention's K^T: 0.95x), single transposed-A products (weight gradients:
+// 0.91-0.95x).
+bool Worthwhile(const Problem& p) {
+  const Bf16GemmCall& c = p.call;
+  const Policy policy = PolicyFromEnv();
+  if (policy == Policy::kOff) return false;
+  if (c.n < kMinRows || c.m < kMinCols) return false;
+  if (policy == Policy::kAll) return true;
+  const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1;
+  const double work = static_cast<double>(c.n) * static_cast<double>(c.m) *
+                      static_cast<double>(c.k);
+  return (a_trans && c.batch > 1) || work >= kLargeWork;
+}
+
+// Element offsets of every output batch item into an operand.
+void BatchOffsets(const Matrix& mtx, const std::vector<int64_t>& out_shape,
+                  int64_t* offsets) {
+  const size_t nb = out_shape.size(), nm = mtx.batch_shape.size();
+  std::vector<int64_t> stride(nb, 0), idx(nb, 0);
+  for (size_t i = 0; i < nm; ++i) {
+    if (mtx.batch_shape[i] != 1) stride[nb - nm + i] = mtx.batch_strides[i];
+  }
+  int64_t total = 1;
+  for (int64_t v : out_shape) total *= v;
+  int64_t off = 0;
+  for (int64_t t = 0; t < total; ++t) {
+    offsets[t] = off;
+    for (size_t d = nb; d-- > 0;) {
+      if (++idx[d] < out_shape[d]) {
+        off += stride[d];
+        break;
+      }
+      off -= stride[d] * (out_shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+void MatMulBf16(dg::KernelContext& ctx) {
+  Problem p;
+  DG_CHECK(Describe(ctx.frame(), &p) && CpuHasAvx512Bf16(), DG_INTERNAL,
+           ctx.op_name(),
+           ": the AVX512-BF16 kernel was chosen for a call its supports() "
+           "declines");
+  Bf16GemmCall& call = p.call;
+  if (call.batch * call.n * call.m == 0) return;
+  if (call.batch > 1) {
+    int64_t* offsets = ctx.workspace<int64_t>(2 * call.batch);
+    BatchOffsets(p.a, p.batch_shape, offsets);
+    BatchOffsets(p.b, p.batch_shape, offsets + call.batch);
+    bool a_stacks_rows = true, b_shared = true;
+    for (int64_t i = 0; i < call.batch; ++i) {
+      a_stacks_rows = a_stacks_rows && offsets[i] == i * call.n * call.a_rs;
+      b_shared = b_shared && offsets[call.batch + i] == offsets[call.batch];
+    }
+    if (a_stacks_rows && b_shared) {
+      // One B for every item and the A matrices stacked row after row: a
+      // single (batch * n) x k product.
+      call.b += offsets[call.batch];
+      call.n *= call.batch;
+      call.batch = 1;
+    } else {
+      call.a_offsets = offsets;
+      call.b_offsets = offsets + call.batch;
+    }
+  }
+  if (p.has_bias) {
+    const dg::TensorRef bias = ctx.input(2);
+    const int64_t len = bias.dim(0), stride = bias.stride(0);
+    float* wide = ctx.workspace<float>(len);
+    if (bias.dtype() == DG_FLOAT32) {
+      const float* src = bias.data<const float>();
+      for (int64_t i = 0; i < len; ++i) wide[i] = src[i * stride];
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(bias.raw_data());
+      for (int64_t i = 0; i < len; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(src[i * stride]) << 16;
+        std::memcpy(&wide[i], &bits, sizeof(float));
+      }
+    }
+    call.bias = wide;
+  }
+  call.c = ctx.output(0).raw_data();
+  call.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t bytes = gemm_bf16::WorkspaceBytes(call);
+  if (bytes > 0) {
+    char* raw = ctx.workspace<char>(static_cast<size_t>(bytes) + 64);
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(raw);
+    call.workspace = raw + ((64 - addr % 64) % 64);
+  }
+  gemm_bf16::Gemm(call);
+}
+
+int32_t SupportsBf16(const DgCallFrame* f) {
+  try {
+    if (!CpuHasAvx512Bf16()) return 0;
+    Problem p;
+    return Describe(f, &p) && Worthwhile(p) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// Above mkldnn's oneDNN matmul (priority 10): see the top of this file.
+constexpr int32_t kMatMulBf16Priority = 20;
+
+[[maybe_unused]] const int kRegistered[] = {
+    dg::internal::AddKernel("MatMul", "cpu", dg::Bit(DG_BFLOAT16),
+                            kMatMulBf16Priority, DG_KERNEL_STRIDED_INPUTS,
+                            "MatMulBf16Avx512", &MatMulBf16, &SupportsBf16),
+    dg::internal::AddKernel("MatMulBiasAct", "cpu", dg::Bit(DG_BFLOAT16),
+                            kMatMulBf16Priority, DG_KERNEL_STRIDED_INPUTS,
+                            "MatMulBiasActBf16Avx512", &MatMulBf16,
+                            &SupportsBf16),
+};
+
+#endif  // CPU_EIGEN_BF16_GEMM
+
+}  // namespace
+}  // namespace cpu_eigen

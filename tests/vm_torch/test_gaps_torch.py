@@ -269,6 +269,16 @@ def test_cumprod_autograd(k):
                     double=True))
 
 
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_cumprod_half_without_grad(dt):
+    """Without autograd (the host path) 16-bit cumprod is also computed in
+    float32 and rounded once, as torch's."""
+    x = np.random.default_rng(0).uniform(0.9, 1.1, (3, 70)).astype(np.float32)
+    want = torch.cumprod(torch.tensor(x).to(getattr(torch, dt)), 1).float().numpy()
+    got = vt.cumprod(vt.tensor(x).to(getattr(vt, dt)), 1).float().numpy()
+    np.testing.assert_array_equal(got, want)
+
+
 def test_cumprod_dtype_argument_with_grad():
     check(_case("cumprod(dtype=float64)", lambda T, x: T.cumprod(x, 1, dtype=T.float64),
                 [Spec((3, 4), "float32")]))

@@ -901,7 +901,10 @@ def cumprod(input, dim, *, dtype=None):
     arr = t.numpy()
     dt = D.to_dtype(dtype) if dtype is not None else (
         D.BY_CODE[t._dtype_code] if D.BY_CODE[t._dtype_code].is_floating_point else D.DTYPES["int64"])
-    out = np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy)
+    if dt.name in ("float16", "bfloat16"):   # as torch: in float32, rounded once
+        out = np.cumprod(arr.astype(np.float32), axis=_dim(dim, t.ndim)).astype(dt._dg.numpy)
+    else:
+        out = np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy)
     return _from_numpy_owned(out.reshape(arr.shape))   # a 0-d input stays 0-d
 
 

@@ -166,6 +166,15 @@ def test_scatter_reduce_half_and_inplace():
             T.scatter_reduce(T.zeros(3), 0, T.tensor([3]), T.ones(1), "sum")
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_bool(reduce, include_self):
+    idx = np.array([[0, 1, 2], [2, 2, 0], [3, 0, 0]])
+    check(_case(f"scatter_reduce(bool, {reduce})", lambda T, x, s: T.scatter_reduce(
+        x, 1, T.tensor(idx), s, reduce, include_self=include_self),
+        [Spec((3, 4), "bool"), Spec((3, 3), "bool")]))
+
+
 def test_scatter_reduce_integer_mean_floors():
     for T in (torch, vt):
         out = T.scatter_reduce(T.tensor([0, -7, 5]), 0, T.tensor([1, 1, 2]),

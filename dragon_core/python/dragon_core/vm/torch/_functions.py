@@ -2299,6 +2299,16 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
         if _records(src._t):   # keep src in the graph (its gradient is 0); x - 0 keeps -0.0
             out = _ops.sub(out, _ops.mul(_ops.sum(src._t), 0))
         return _w(_ops.reshape(out, list(t.shape)))
+    if dt.name == "bool":
+        # as torch: sum/amax are a logical or, prod/amin an and (on uint8)
+        if reduce == "mean":
+            raise RuntimeError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented "
+                               "for 'Bool'")
+        u8 = D.DTYPES["uint8"]
+        wide = scatter_reduce(input.to(u8), dim, index, src.to(u8),
+                              "amax" if reduce in ("sum", "amax") else "amin",
+                              include_self=include_self)
+        return wide.to(dt)
     if dt.name in ("float16", "bfloat16"):
         # no 16-bit ScatterReduce kernel: computed in float32, rounded once
         wide = scatter_reduce(input.float(), dim, index, src.float(), reduce,

@@ -182,6 +182,10 @@ class _Entry:
         n = num_outputs + num_grad_outputs
         self.constant_outputs = [i for i, nm in enumerate(compiled.graph.output[:n])
                                  if nm in consts]
+        # Outputs that are an assigned variable itself (``w.assign(...);
+        # return w``): eagerly the caller gets the variable object, which
+        # later assigns rebind; so does a compiled call (set by _trace).
+        self.variable_outputs: list = []
 
     def guards_hold(self) -> bool:
         return all((leaf.grad is None) == was_none for leaf, was_none in self.guards)
@@ -498,9 +502,13 @@ class Function:
             raise ValueError(f"{self.name}: freeze=True is for inference, but the function "
                              "reads or writes .grad (backward(), an optimizer step); "
                              "compile it without freeze")
-        return _Entry(compiled, const_feeds, captured_feeds, out_spec, num_outputs,
-                      state_targets, len(out_leaves) - num_outputs, grad_feeds, grad_writes,
-                      guards)
+        entry = _Entry(compiled, const_feeds, captured_feeds, out_spec, num_outputs,
+                       state_targets, len(out_leaves) - num_outputs, grad_feeds, grad_writes,
+                       guards)
+        by_id = {t._id: t for t in state_targets}
+        entry.variable_outputs = [(i, by_id[t._id]) for i, t in enumerate(out_leaves[:num_outputs])
+                                  if t._id in by_id and by_id[t._id] is t]
+        return entry
 
     @staticmethod
     def _grad_writes(trace, finals: dict, out_leaves: list) -> list:
@@ -609,6 +617,8 @@ class Function:
             leaf.grad = None if i is None else outs[i]
         for var, value in states:
             var._rebind(value)
+        for i, var in entry.variable_outputs:
+            outs[i] = var
         return outs
 
 

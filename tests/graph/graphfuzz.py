@@ -124,6 +124,15 @@ def _apply(op, args, vals):
         z = o.matmul(x, w)
         z = o.add(z, b) if args[3] else z
         return [o.relu(z), z] if args[4] else [z, z]
+    if op == "cond":            # control flow: a branch may return its operand or a view of it
+        x, y = v(args[0]), v(args[1])
+        branches = {
+            "id": lambda a, b: a,
+            "view": lambda a, b: o.reshape(o.reshape(a, [-1]), list(a.shape)),
+            "mul": lambda a, b: o.mul(a, 2.0),
+            "mix": lambda a, b: o.add(o.tanh(a), b),
+        }
+        return dg.cond(o.greater(o.sum(y), 0.0), branches[args[2]], branches[args[3]], [x, y])
     if op in ("topk", "sort"):
         x = v(args[0])
         if op == "topk":
@@ -187,7 +196,7 @@ def _bcast_ok(a, b):
 
 def _more_op(rng, i, s, shapes):
     """The rarer ops (drawn with probability 1/4 when ``extra`` is drawn)."""
-    k = str(rng.choice(["linear", "linear", "red2", "broadcast_to", "cumsum", "log_softmax", "stack", "flatten",
+    k = str(rng.choice(["linear", "linear", "cond", "cond", "red2", "broadcast_to", "cumsum", "log_softmax", "stack", "flatten",
                         "pad", "index_select", "topk", "sort"]))
     n = len(s)
     if k == "red2" and n >= 1:
@@ -204,6 +213,12 @@ def _more_op(rng, i, s, shapes):
         o = (s[0], m)
         return "linear", [i, int(rng.integers(1 << 30)), m, bool(rng.random() < 0.7),
                           bool(rng.random() < 0.7)], [o, o]
+    if k == "cond":
+        cands = [j for j, t in enumerate(shapes) if _bcast_ok(s, t) and
+                 tuple(np.broadcast_shapes(s, t)) == s]
+        j = cands[int(rng.integers(len(cands)))]
+        kinds = ["id", "view", "mul", "mix"]
+        return "cond", [i, j, kinds[int(rng.integers(4))], kinds[int(rng.integers(4))]], [s]
     if k == "broadcast_to":
         big = [t for t in shapes if _bcast_ok(s, t) and tuple(np.broadcast_shapes(s, t)) == t]
         t = big[int(rng.integers(len(big)))]

@@ -133,3 +133,81 @@ def test_bfloat16_matmul_bias_fusion_rounds_once(relu):
     bound = (np.abs(xf @ wf) / 2 + np.abs(eager)) * 2.0 ** -7
     assert np.all(np.abs(fused - eager) <= bound)
     assert np.abs(fused - ref).sum() <= np.abs(eager - ref).sum()
+
+
+_C4 = np.arange(4, dtype=np.float32)
+_CONST_VIEWS = {
+    "reshape": lambda: dg.ops.reshape(dg.tensor(_C4), [2, 2]),
+    "transpose": lambda: dg.ops.transpose(dg.ops.reshape(dg.tensor(_C4), [2, 2])),
+    "unsqueeze": lambda: dg.ops.unsqueeze(dg.tensor(_C4), 0),
+    "flatten_of_reshape": lambda: dg.ops.flatten(dg.ops.reshape(dg.tensor(_C4), [2, 2])),
+}
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+@pytest.mark.parametrize("view", sorted(_CONST_VIEWS))
+def test_a_returned_view_of_a_constant_is_the_callers_own(view, level):
+    """Finding 3: a result that is a view of one of the graph's constants
+    (``reshape(dg.tensor(...))``: a view, no kernel) shared the constant's
+    storage, so writing into the result (``.numpy()[...] = v``, a vm.torch
+    in-place op) changed what every later call returned. Eagerly each call
+    makes a new tensor; a compiled call now returns a copy, as it does for a
+    constant returned directly."""
+    make = _CONST_VIEWS[view]
+
+    def f(x):
+        return make(), x + 1.0
+
+    g = dg.function(f, opt_level=level)
+    x = dg.tensor(np.zeros(4, np.float32))
+    want = make().numpy().copy()
+    first, _ = g(x)
+    np.testing.assert_array_equal(first.numpy(), want)
+    first.numpy()[...] = 99.0
+    again, _ = g(x)
+    np.testing.assert_array_equal(again.numpy(), want)
+    np.testing.assert_array_equal(first.numpy(), np.full_like(want, 99.0))
+
+
+@pytest.mark.parametrize("level", [0, 3])
+@pytest.mark.parametrize("as_view", [False, True])
+def test_a_variable_assigned_a_constant_does_not_share_it(as_view, level):
+    """Finding 3, state side: ``w.assign(dg.tensor(...))`` (or a view of it)
+    rebound ``w`` to the constant's storage, so a write into ``w`` between
+    calls changed the constant the next call assigns."""
+    w = dg.tensor(np.zeros((2, 2) if as_view else 4, np.float32))
+
+    def f(x):
+        c = dg.tensor(_C4)
+        w.assign(dg.ops.reshape(c, [2, 2]) if as_view else c)
+        return x + 1.0
+
+    g = dg.function(f, opt_level=level)
+    x = dg.tensor(np.zeros(4, np.float32))
+    g(x)
+    w.numpy()[...] = 99.0
+    g(x)
+    np.testing.assert_array_equal(w.numpy().ravel(), _C4)
+
+
+def test_host_data_made_by_a_front_end_in_a_trace_is_a_constant():
+    """Finding 4: vm.torch's creation functions (``torch.arange``, ...) make
+    their tensor from host data without ``dg.tensor``; in a trace it was
+    taken for a captured tensor (state from before the call, fed as is at
+    every run), so ``torch.arange(4.).view(2, 2)`` returned from a compiled
+    function aliased that one tensor and an in-place op on a result changed
+    every later result. The core now reports every tensor made from host
+    data while tracing (``_C._set_created_hook``): it is a constant."""
+    torch = pytest.importorskip("dragon_core.vm.torch")
+
+    def h(x):
+        return torch.arange(4.0).view(2, 2), x * 2
+
+    c = torch.compile(h)
+    x = torch.zeros(3)
+    a, _ = c(x)
+    a.add_(100.0)
+    b, _ = c(x)
+    np.testing.assert_array_equal(b.numpy(), np.arange(4.0).reshape(2, 2))
+    graph = c._graph.get_graph(x._t)
+    assert len(graph.captured) == 0 and len(graph.constant) >= 1

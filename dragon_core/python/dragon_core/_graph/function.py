@@ -34,7 +34,7 @@ from ..errors import InvalidArgumentError
 from .._tensor import Tensor
 from .build import Trace, borrowed_constants, build_graph, constant_feed, fill_borrowed
 from .compile import compile_graph
-from .passes import run_passes
+from .passes import run_passes, view_roots
 from .state import StateGuard
 from .._workspace import get_workspace
 
@@ -83,6 +83,11 @@ def note_created(t: Tensor) -> None:
     stack = _traces()
     if stack:
         stack[-1].created[t._id] = t
+
+
+# Tensors made from host data inside a trace by any code path (a front end's
+# creation functions call the core directly) are constants of the trace.
+_C._set_created_hook(note_created)
 
 
 def note_alias(source: Tensor, alias: Tensor) -> None:
@@ -176,12 +181,17 @@ class _Entry:
         self.alternatives: list = []
         # Runs touching variables some graph assigns serialize (state.py).
         self.guard = StateGuard(captured, state_targets)
-        # Outputs that are the graph's own constants: the caller gets a copy,
-        # so nothing it does to the result can change the graph.
-        consts = {c.name for c in compiled.graph.constant}
-        n = num_outputs + num_grad_outputs
-        self.constant_outputs = [i for i, nm in enumerate(compiled.graph.output[:n])
-                                 if nm in consts]
+        # Outputs (results, .grad values, assigned values) that are the
+        # graph's own constants, or views sharing a constant's storage
+        # (``reshape(dg.tensor(...))`` is a view at every level): the caller
+        # gets a copy, so nothing it does to the result (an in-place write,
+        # ``.numpy()[...] = v``) can change the graph's later runs.
+        graph = compiled.graph
+        consts = {c.name for c in graph.constant}
+        roots = view_roots(graph)
+        names = list(graph.output) + list(graph.state_update)
+        self.constant_outputs = [i for i, nm in enumerate(names)
+                                 if nm in consts or roots.get(nm) in consts]
         # Outputs that are an assigned variable itself (``w.assign(...);
         # return w``): eagerly the caller gets the variable object, which
         # later assigns rebind; so does a compiled call (set by _trace).

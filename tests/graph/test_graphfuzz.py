@@ -211,3 +211,53 @@ def test_host_data_made_by_a_front_end_in_a_trace_is_a_constant():
     np.testing.assert_array_equal(b.numpy(), np.arange(4.0).reshape(2, 2))
     graph = c._graph.get_graph(x._t)
     assert len(graph.captured) == 0 and len(graph.constant) >= 1
+
+
+def test_non_tensor_arguments_key_the_cache_by_type_and_exact_value():
+    """Finding 5: the plan cache keyed a non-tensor argument by equality
+    (``2 == 2.0 == True``, ``0.0 == -0.0``) or, unhashable, by ``repr``
+    (NumPy elides long arrays): a call reused a plan traced for another
+    value and returned the wrong dtype or values."""
+    def f(x, s):
+        return x * s
+
+    g = dg.function(f)
+    xi = dg.tensor(np.arange(3, dtype=np.int32))
+    assert str(g(xi, 2).dtype) == "int32"
+    assert str(g(xi, 2.0).dtype) == str(f(xi, 2.0).dtype) == "float32"
+    xf = dg.tensor(np.ones(2, np.float32))
+    g(xf, 0.0)
+    assert np.all(np.signbit(g(xf, -0.0).numpy()))
+    g(xf, float("nan"))
+    n = g.trace_count
+    assert np.all(np.isnan(g(xf, float("nan")).numpy())) and g.trace_count == n   # NaN: one trace
+
+    def h(x, flag):
+        return x + (0.5 if flag is True else 0.0)
+
+    gh = dg.function(h)
+    gh(xf, 1)
+    np.testing.assert_array_equal(gh(xf, True).numpy(), h(xf, True).numpy())
+
+    def c(x, a):
+        return x + dg.tensor(a)
+
+    gc = dg.function(c)
+    x = dg.tensor(np.zeros(2000, np.float32))
+    a = np.zeros(2000, np.float32)
+    b = a.copy()
+    b[1000] = 5.0                      # same (elided) repr as a
+    assert repr(a) == repr(b)
+    gc(x, a)
+    np.testing.assert_array_equal(gc(x, b).numpy(), c(x, b).numpy())
+    gc(x, a.copy())
+    assert gc.trace_count == 2         # equal arrays share the trace
+
+    class Opaque:
+        __hash__ = None
+
+        def __reduce__(self):
+            raise TypeError("not picklable")
+
+    with pytest.raises(TypeError, match="cannot key the plan cache"):
+        dg.function(lambda x, o: x + 1.0)(xf, Opaque())

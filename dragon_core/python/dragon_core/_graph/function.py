@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
+import struct
 import threading
 import time
 import weakref
+
+import numpy as np
 
 from .. import _C
 from .. import _autograd
@@ -148,11 +152,34 @@ def _key_of(spec):
         return (kind, tuple(_key_of(s) for s in payload))
     if kind == "dict":
         return ("dict", tuple((k, _key_of(s)) for k, s in payload))
+    return ("const",) + _const_key(payload)
+
+
+def _const_key(v) -> tuple:
+    """Cache key of a non-tensor argument the trace baked in: its type and
+    exact value. Equal-but-different values must not share a trace: ``1``,
+    ``1.0`` and ``True`` (equal, same hash) promote differently, ``0.0`` and
+    ``-0.0`` differ in sign, and two arrays whose ``repr`` is the same (NumPy
+    elides long ones) may hold different values."""
+    t = type(v)
+    if isinstance(v, np.ndarray):
+        return (t, "ndarray", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, np.generic):
+        return (t, "scalar", v.dtype.str, v.tobytes())
+    if isinstance(v, (float, complex)):
+        return (t, "bits", struct.pack("<dd", v.real, v.imag))
     try:
-        hash(payload)
-        return ("const", payload)
+        hash(v)
+        return (t, v)
     except TypeError:
-        return ("const", repr(payload))
+        pass
+    try:
+        return (t, "pickle", pickle.dumps(v))
+    except Exception as exc:
+        raise TypeError(
+            f"compiled function: cannot key the plan cache on an argument of type "
+            f"{t.__name__} (unhashable and not picklable), whose value the trace would bake "
+            f"in; pass tensors, NumPy arrays, or hashable values") from exc
 
 
 class _Entry:

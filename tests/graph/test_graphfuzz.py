@@ -261,3 +261,59 @@ def test_non_tensor_arguments_key_the_cache_by_type_and_exact_value():
 
     with pytest.raises(TypeError, match="cannot key the plan cache"):
         dg.function(lambda x, o: x + 1.0)(xf, Opaque())
+
+
+@pytest.mark.parametrize("level", [0, 3])
+def test_the_same_tensor_passed_twice_does_not_fix_the_plan(level):
+    """Finding 6: traced as ``f(x, x)``, both arguments became one graph
+    input (the trace names tensors by identity), so a later ``f(a, b)`` of
+    the same shapes computed ``f(a, a)``."""
+    def f(a, b):
+        return a - b, dg.ops.sqrt(dg.ops.abs(b) + 1.0), a, b
+
+    g = dg.function(f, opt_level=level)
+    x = dg.tensor(np.ones((2, 3), np.float32))
+    a = dg.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    b = dg.tensor(-np.arange(6, dtype=np.float32).reshape(2, 3))
+    for args in ((x, x), (a, b), (b, b), (b, a)):
+        got, want = g(*args), f(*args)
+        for u, v in zip(got[:2], want[:2]):
+            np.testing.assert_array_equal(u.numpy(), v.numpy())
+        assert got[2] is args[0] and got[3] is args[1]     # returned arguments: the caller's
+    assert g.trace_count == 1
+
+
+@pytest.mark.parametrize("level", [0, 3])
+def test_an_argument_that_is_also_read_from_outside(level):
+    """Finding 6, closure side: traced as ``f(w)`` for a function that also
+    reads ``w`` itself, ``x + w`` became ``input + input``, so ``f(y)``
+    computed ``y + y`` instead of ``y + w``."""
+    w = dg.tensor(np.ones(2, np.float32))
+
+    def f(x):
+        return x + w, x * 1.0
+
+    g = dg.function(f, opt_level=level)
+    g(w)
+    y = dg.tensor(np.array([0.0, 5.0], np.float32))
+    np.testing.assert_array_equal(g(y)[0].numpy(), f(y)[0].numpy())
+    w.assign(dg.tensor(np.array([2.0, 3.0], np.float32)))   # w is captured: read at every run
+    np.testing.assert_array_equal(g(y)[0].numpy(), [2.0, 8.0])
+
+
+def test_an_assigned_argument_is_still_the_callers_variable():
+    """The fix above traces on stand-ins for the arguments; one the function
+    assigns keeps its identity (the caller's tensor is rebound)."""
+    v = dg.tensor(np.zeros(3, np.float32))
+
+    @dg.function
+    def bump(var, d):
+        var.assign(var + d)
+        return var * 2.0
+
+    d = dg.tensor(np.ones(3, np.float32))
+    bump(v, d)
+    out = bump(v, d)
+    np.testing.assert_array_equal(v.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(out.numpy(), [4.0, 4.0, 4.0])
+    assert bump.trace_count == 1

@@ -182,6 +182,24 @@ def _const_key(v) -> tuple:
             f"in; pass tensors, NumPy arrays, or hashable values") from exc
 
 
+def _distinct_arguments(args, kwargs, leaves, keep=frozenset()):
+    """The arguments a trace runs the function on: each tensor argument that
+    does not require grad is replaced by a new tensor over the same storage
+    (``_alias``: a fresh identity), so the graph tells an argument from
+    another argument that is the same tensor (``f(x, x)``) and from the same
+    tensor read from outside (``f(w)`` for a function reading ``w``): each
+    becomes its own graph input, or the captured tensor, and a later call
+    with different tensors computes what eager mode does. (A tensor that
+    requires grad keeps its identity: its ``.grad`` is state of the step; so
+    does one the function ``assign``s, positions ``keep``.)"""
+    new = [t if t.requires_grad or i in keep else t._alias() for i, t in enumerate(leaves)]
+    if all(a is b for a, b in zip(new, leaves)):
+        return args, kwargs, leaves
+    spec = _flatten((args, kwargs), [])
+    args, kwargs = _unflatten(spec, new)
+    return args, kwargs, new
+
+
 class _Entry:
     """One compiled signature: the plan and what each run feeds and writes.
 
@@ -487,8 +505,10 @@ class Function:
                     entry = cache[key] = self._trace(args, kwargs, leaves)
         return entry, leaves
 
-    def _trace(self, args, kwargs, leaves) -> _Entry:
-        self.trace_count += 1
+    def _trace(self, args, kwargs, leaves, keep=frozenset()) -> _Entry:
+        if not keep:
+            self.trace_count += 1
+        given = (args, kwargs, leaves)
         trace = Trace()
         _traces().append(trace)
         _C._trace_enter()
@@ -498,6 +518,7 @@ class Function:
             _apply_table()
             autocast_prev = _C._autocast_set(self.autocast.code)
         try:
+            args, kwargs, leaves = _distinct_arguments(args, kwargs, leaves, keep)
             result = self._fn(*args, **kwargs)
         finally:
             if autocast_prev is not None:
@@ -506,6 +527,13 @@ class Function:
             _traces().pop()
             trace.restore()
             grad_finals = trace.restore_grads()
+        # An argument the function assigns is a variable the caller passes:
+        # it keeps its identity (its state_target is the caller's tensor);
+        # trace again without its stand-in.
+        assigned = {i for i, (a, b) in enumerate(zip(leaves, given[2]))
+                    if a is not b and a._id in trace.assigned}
+        if assigned:
+            return self._trace(*given, keep=frozenset(keep | assigned))
         out_leaves: list = []
         out_spec = _flatten(result, out_leaves)
         num_outputs = len(out_leaves)

@@ -456,13 +456,15 @@ def _compare(tag, prog, got, want, exact):
                                  f"exact={exact})\n{prog}\ngot {gn}\nwant {wn}")
 
 
-def bit_exact(level, disabled, dtype) -> bool:
+def bit_exact(level, disabled, dtype, autocast=None) -> bool:
     """Whether docs/graph.md promises eager mode's bits for this config:
     every level, except that at O3 a bfloat16 MatMul+bias[+Relu] chain fused
     by pattern_fusion rounds once (docs/graph.md, "Rounding of 16-bit
     chains"); the parallel executor runs the same kernels."""
     if level == 3 and dtype == "bfloat16" and "pattern_fusion" not in disabled:
         return False
+    if level == 3 and autocast and "cast_fold" not in disabled:
+        return False   # cast_fold's widening fold: at least as accurate, not the bits
     return True
 
 
@@ -497,7 +499,7 @@ def check_program(prog: Program, calls: int = 3, configs=CONFIGS, exact_levels=(
             for k, (t, b) in enumerate(zip(xs, before)):
                 assert np.array_equal(_np(t)[0], b[0], equal_nan=True), (
                     f"{tag} call {c}: input {k} modified\n{prog}")
-            exact = level in exact_levels and bit_exact(level, disabled, prog.dtype)
+            exact = level in exact_levels and bit_exact(level, disabled, prog.dtype, autocast)
             _compare(f"{tag} call {c}", prog, got, eager[c], exact=exact)
             kept.append((c, got))
         for c, got in kept:         # results of earlier calls must not have changed

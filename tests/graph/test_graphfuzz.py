@@ -364,3 +364,25 @@ def test_random_programs_under_autocast_compiled_equal_eager(chunk):
         ran += G.check_program(prog, autocast="bfloat16",
                                exact_levels=(0, 1, 2, 3, "parallel"))
     assert ran > 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_an_empty_16bit_product_written_in_float32(dtype):
+    """Finding 8 (eager too, reached through cast_fold under float16
+    autocast): a 16-bit MatMul with ``out_dtype=float32`` and an empty
+    product raised "MakeWide: a float32 alias must be a dense float32
+    tensor": cpu_eigen's density check refused an empty output's strides."""
+    a = dg.tensor(np.zeros((2, 0, 2), np.float32)).cast(dtype)
+    b = dg.tensor(np.zeros((2, 2, 3), np.float32)).cast(dtype)
+    r = dg.ops.matmul(a, b, out_dtype="float32")
+    assert r.shape == (2, 0, 3) and str(r.dtype) == "float32"
+    r = dg.ops.matmul(a, a, transpose_b=True, out_dtype="float32")
+    assert r.shape == (2, 0, 0)
+
+    def f(a, b):
+        return dg.ops.matmul(a, b).cast("float32")     # cast_fold: out_dtype=float32
+
+    g = dg.function(f)
+    assert g(a, b).shape == (2, 0, 3)
+    assert any(op.type == "MatMul" and op.attr["out_dtype"].WhichOneof("value") == "dtype"
+               for op in g.get_graph(a, b).op)

@@ -571,7 +571,15 @@ void BindTensor(py::module_& m) {
 
   m.def("from_numpy", [](py::array arr) { return FromNumpy(arr, false); },
         "A zero-copy tensor over a host NumPy array (any strides).");
-  m.def("_from_numpy_copy", [](py::array arr) { return FromNumpy(arr, true); });
+  // A tensor made from host data while a function is traced is one of the
+  // trace's constants (docs/graph.md), whoever makes it: dragon_core.tensor,
+  // a front end's creation function (vm.torch's arange, ...).
+  m.def("_from_numpy_copy", [](py::array arr) {
+    auto t = FromNumpy(arr, true);
+    if (Grad().tracing > 0 && Hooks().created) Hooks().created(t);
+    return t;
+  });
+  m.def("_set_created_hook", [](py::object f) { Hooks().created = f; });
   m.def("_from_dlpack_capsule", [](py::capsule c) { return FromDLPackCapsule(c); });
 }
 

@@ -29,6 +29,7 @@ struct PyHooks {
   py::object no_kernel_hint;// (op, device) -> str
   py::object record;        // (op_name, inputs, attrs_dict, outputs) -> None
   py::object trace;         // same signature: graph-mode tracing
+  py::object created;       // (tensor) -> None: made from host data while tracing
 };
 
 // Autograd recording state of this thread.

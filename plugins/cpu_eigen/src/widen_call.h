@@ -57,6 +57,11 @@ void ForEachOffset(const DgTensorView& v, Fn&& fn) {
 }
 
 inline bool IsContiguous(const DgTensorView& v) {
+  // An empty tensor has no element to place: dense whatever its strides
+  // (a float16 MatMul with out_dtype=float32 and an empty product failed).
+  for (int32_t d = 0; d < v.ndim; ++d) {
+    if (v.shape[d] == 0) return true;
+  }
   int64_t expected = 1;
   for (int32_t d = v.ndim - 1; d >= 0; --d) {
     if (v.shape[d] != 1 && v.strides[d] != expected) return false;

@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
+import struct
 import threading
 import time
 import weakref
+
+import numpy as np
 
 from .. import _C
 from .. import _autograd
@@ -34,7 +38,7 @@ from ..errors import InvalidArgumentError
 from .._tensor import Tensor
 from .build import Trace, borrowed_constants, build_graph, constant_feed, fill_borrowed
 from .compile import compile_graph
-from .passes import run_passes
+from .passes import run_passes, view_roots
 from .state import StateGuard
 from .._workspace import get_workspace
 
@@ -83,6 +87,11 @@ def note_created(t: Tensor) -> None:
     stack = _traces()
     if stack:
         stack[-1].created[t._id] = t
+
+
+# Tensors made from host data inside a trace by any code path (a front end's
+# creation functions call the core directly) are constants of the trace.
+_C._set_created_hook(note_created)
 
 
 def note_alias(source: Tensor, alias: Tensor) -> None:
@@ -143,11 +152,52 @@ def _key_of(spec):
         return (kind, tuple(_key_of(s) for s in payload))
     if kind == "dict":
         return ("dict", tuple((k, _key_of(s)) for k, s in payload))
+    return ("const",) + _const_key(payload)
+
+
+def _const_key(v) -> tuple:
+    """Cache key of a non-tensor argument the trace baked in: its type and
+    exact value. Equal-but-different values must not share a trace: ``1``,
+    ``1.0`` and ``True`` (equal, same hash) promote differently, ``0.0`` and
+    ``-0.0`` differ in sign, and two arrays whose ``repr`` is the same (NumPy
+    elides long ones) may hold different values."""
+    t = type(v)
+    if isinstance(v, np.ndarray):
+        return (t, "ndarray", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, np.generic):
+        return (t, "scalar", v.dtype.str, v.tobytes())
+    if isinstance(v, (float, complex)):
+        return (t, "bits", struct.pack("<dd", v.real, v.imag))
     try:
-        hash(payload)
-        return ("const", payload)
+        hash(v)
+        return (t, v)
     except TypeError:
-        return ("const", repr(payload))
+        pass
+    try:
+        return (t, "pickle", pickle.dumps(v))
+    except Exception as exc:
+        raise TypeError(
+            f"compiled function: cannot key the plan cache on an argument of type "
+            f"{t.__name__} (unhashable and not picklable), whose value the trace would bake "
+            f"in; pass tensors, NumPy arrays, or hashable values") from exc
+
+
+def _distinct_arguments(args, kwargs, leaves, keep=frozenset()):
+    """The arguments a trace runs the function on: each tensor argument that
+    does not require grad is replaced by a new tensor over the same storage
+    (``_alias``: a fresh identity), so the graph tells an argument from
+    another argument that is the same tensor (``f(x, x)``) and from the same
+    tensor read from outside (``f(w)`` for a function reading ``w``): each
+    becomes its own graph input, or the captured tensor, and a later call
+    with different tensors computes what eager mode does. (A tensor that
+    requires grad keeps its identity: its ``.grad`` is state of the step; so
+    does one the function ``assign``s, positions ``keep``.)"""
+    new = [t if t.requires_grad or i in keep else t._alias() for i, t in enumerate(leaves)]
+    if all(a is b for a, b in zip(new, leaves)):
+        return args, kwargs, leaves
+    spec = _flatten((args, kwargs), [])
+    args, kwargs = _unflatten(spec, new)
+    return args, kwargs, new
 
 
 class _Entry:
@@ -176,12 +226,21 @@ class _Entry:
         self.alternatives: list = []
         # Runs touching variables some graph assigns serialize (state.py).
         self.guard = StateGuard(captured, state_targets)
-        # Outputs that are the graph's own constants: the caller gets a copy,
-        # so nothing it does to the result can change the graph.
-        consts = {c.name for c in compiled.graph.constant}
-        n = num_outputs + num_grad_outputs
-        self.constant_outputs = [i for i, nm in enumerate(compiled.graph.output[:n])
-                                 if nm in consts]
+        # Outputs (results, .grad values, assigned values) that are the
+        # graph's own constants, or views sharing a constant's storage
+        # (``reshape(dg.tensor(...))`` is a view at every level): the caller
+        # gets a copy, so nothing it does to the result (an in-place write,
+        # ``.numpy()[...] = v``) can change the graph's later runs.
+        graph = compiled.graph
+        consts = {c.name for c in graph.constant}
+        roots = view_roots(graph)
+        names = list(graph.output) + list(graph.state_update)
+        self.constant_outputs = [i for i, nm in enumerate(names)
+                                 if nm in consts or roots.get(nm) in consts]
+        # Outputs that are an assigned variable itself (``w.assign(...);
+        # return w``): eagerly the caller gets the variable object, which
+        # later assigns rebind; so does a compiled call (set by _trace).
+        self.variable_outputs: list = []
 
     def guards_hold(self) -> bool:
         return all((leaf.grad is None) == was_none for leaf, was_none in self.guards)
@@ -446,8 +505,10 @@ class Function:
                     entry = cache[key] = self._trace(args, kwargs, leaves)
         return entry, leaves
 
-    def _trace(self, args, kwargs, leaves) -> _Entry:
-        self.trace_count += 1
+    def _trace(self, args, kwargs, leaves, keep=frozenset()) -> _Entry:
+        if not keep:
+            self.trace_count += 1
+        given = (args, kwargs, leaves)
         trace = Trace()
         _traces().append(trace)
         _C._trace_enter()
@@ -457,6 +518,7 @@ class Function:
             _apply_table()
             autocast_prev = _C._autocast_set(self.autocast.code)
         try:
+            args, kwargs, leaves = _distinct_arguments(args, kwargs, leaves, keep)
             result = self._fn(*args, **kwargs)
         finally:
             if autocast_prev is not None:
@@ -465,6 +527,13 @@ class Function:
             _traces().pop()
             trace.restore()
             grad_finals = trace.restore_grads()
+        # An argument the function assigns is a variable the caller passes:
+        # it keeps its identity (its state_target is the caller's tensor);
+        # trace again without its stand-in.
+        assigned = {i for i, (a, b) in enumerate(zip(leaves, given[2]))
+                    if a is not b and a._id in trace.assigned}
+        if assigned:
+            return self._trace(*given, keep=frozenset(keep | assigned))
         out_leaves: list = []
         out_spec = _flatten(result, out_leaves)
         num_outputs = len(out_leaves)
@@ -498,9 +567,13 @@ class Function:
             raise ValueError(f"{self.name}: freeze=True is for inference, but the function "
                              "reads or writes .grad (backward(), an optimizer step); "
                              "compile it without freeze")
-        return _Entry(compiled, const_feeds, captured_feeds, out_spec, num_outputs,
-                      state_targets, len(out_leaves) - num_outputs, grad_feeds, grad_writes,
-                      guards)
+        entry = _Entry(compiled, const_feeds, captured_feeds, out_spec, num_outputs,
+                       state_targets, len(out_leaves) - num_outputs, grad_feeds, grad_writes,
+                       guards)
+        by_id = {t._id: t for t in state_targets}
+        entry.variable_outputs = [(i, by_id[t._id]) for i, t in enumerate(out_leaves[:num_outputs])
+                                  if t._id in by_id and by_id[t._id] is t]
+        return entry
 
     @staticmethod
     def _grad_writes(trace, finals: dict, out_leaves: list) -> list:
@@ -609,6 +682,8 @@ class Function:
             leaf.grad = None if i is None else outs[i]
         for var, value in states:
             var._rebind(value)
+        for i, var in entry.variable_outputs:
+            outs[i] = var
         return outs
 
 

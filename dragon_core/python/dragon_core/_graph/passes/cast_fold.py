@@ -15,6 +15,8 @@ folds such a ``Cast`` into the product:
 - **down**: ``Cast(to=the operands' dtype)`` of a product with
   ``out_dtype=float32`` drops the ``out_dtype``: the kernel rounds the
   float32 accumulator once, to nearest even, as the Cast did (bit-identical).
+  A Cast back up to float32 of such a product is then not folded up: that
+  would undo the rounding the graph asked for (``y.to(bfloat16).float()``).
 
 The Cast may read the product through a chain of view ops (``Reshape``,
 ``Squeeze``, ...: dtype-agnostic, schema flag ``view``). Invariants: the
@@ -66,6 +68,10 @@ def cast_fold(graph):
     pinned, producer, readers = value_index(new)
     views: dict = {}
     drop_ops, drop_info = set(), set()
+    # Products whose float32 out_dtype a down fold dropped: a Cast back up
+    # (x.to(bfloat16).to(float32), a deliberate rounding) must not then fold
+    # up as well, which would remove the rounding altogether.
+    rounded: set = set()
     for k, cast in enumerate(new.op):
         if cast.type != "Cast" or len(cast.input) != 1 or "dtype" not in cast.attr:
             continue
@@ -99,9 +105,12 @@ def cast_fold(graph):
         operand_dtype = as_dtype(operand.dtype).name
         out = _out_dtype(mm)
         if out is None and operand_dtype in _LOW and to == "float32":
+            if mm_index in rounded:
+                continue   # its 16-bit output is a rounding the graph asked for
             mm.attr["out_dtype"].CopyFrom(P.AttrValue(dtype=as_dtype("float32").code))
         elif out == "float32" and operand_dtype in _LOW and to == operand_dtype:
             mm.attr["out_dtype"].CopyFrom(P.AttrValue(none=True))
+            rounded.add(mm_index)
         else:
             continue
         # The product and the views now hold `to`; the last of them writes

@@ -139,7 +139,7 @@ struct Comm {
   std::atomic<ncclComm_t> comm{nullptr};  // null once destroyed or aborted
   int rank = 0, nranks = 1;
   double timeout_s = 300;
-  std::timed_mutex use;
+  std::mutex use;
   // Set by an aborting NcclCommDestroy: the collective settling on another
   // thread aborts the communicator itself and fails, instead of making the
   // destroy wait up to its timeout; it then sets aborted_on_request.
@@ -208,7 +208,7 @@ class CommLease {
              ": no NCCL communicator for process group ", group,
              " on this rank; call dragon_core.distributed.init_process_group("
              "backend='nccl') (and new_group) first");
-    lock_ = std::unique_lock<std::timed_mutex>(comm_->use);
+    lock_ = std::unique_lock<std::mutex>(comm_->use);
     DG_CHECK(comm_->comm.load() != nullptr, DG_FAILED_PRECONDITION, op,
              ": the NCCL communicator of process group ", group, " on rank ",
              comm_->rank, " was aborted (after a timeout, an NCCL error or an aborting "
@@ -220,7 +220,7 @@ class CommLease {
 
  private:
   std::shared_ptr<Comm> comm_;
-  std::unique_lock<std::timed_mutex> lock_;
+  std::unique_lock<std::mutex> lock_;
 };
 
 bool NcclType(DgDType d, ncclDataType_t* t) {
@@ -389,7 +389,7 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
     old = std::exchange(g_comms[group], made);
   }
   if (old) {  // re-initialised: free the previous one once nobody uses it
-    std::lock_guard<std::timed_mutex> use(old->use);
+    std::lock_guard<std::mutex> use(old->use);
     // Its result is not checked: after a failed ncclCommDestroy the handle
     // may be half freed, so nothing may call NCCL on it again.
     if (ncclComm_t h = old->comm.exchange(nullptr)) lib.CommDestroy(h);
@@ -427,11 +427,15 @@ void NcclCommDestroyKernel(dg::KernelContext& ctx) {
   // timeout; with abort, by one poll (it sees abort_requested and aborts
   // itself) or, when it is stuck inside an NCCL call, by kAbortWait, after
   // which the handle is taken and aborted without the lock, cutting it off.
-  std::unique_lock<std::timed_mutex> use(held->use, std::defer_lock);
+  std::unique_lock<std::mutex> use(held->use, std::defer_lock);
   if (abort) {
+    // Polled with try_lock, not a timed lock: std::timed_mutex needs
+    // pthread_mutex_clocklock (glibc 2.30), newer than the wheel's
+    // manylinux_2_28 allows.
     held->abort_requested.store(true, std::memory_order_release);
-    constexpr auto kAbortWait = std::chrono::seconds(2);
-    (void)use.try_lock_for(kAbortWait);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!use.try_lock() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
   } else {
     use.lock();
   }

@@ -140,9 +140,19 @@ exp, log, log1p, sqrt, sigmoid, neg, square, trunc, abs = (  # noqa: A001
 
 
 @_both
-def round(input, decimals: int = 0):
+def round(input, decimals=None):
+    """``torch.round``: half to even; ``decimals`` rounds to that many
+    decimal places (negative: to tens, hundreds, ...). An integer tensor
+    is copied when ``decimals`` is not given and raises when it is (and a
+    bool tensor always raises), as in torch."""
     t = input._t
-    if not _DT_FLOAT(t) and t.dtype.name != "bool":
+    if not _DT_FLOAT(t):
+        name = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+                "uint8": "Byte", "bool": "Bool"}.get(t.dtype.name, t.dtype.name.title())
+        if decimals is not None or t.dtype.name == "bool":
+            raise NotImplementedError(f"\"round_cpu\" not implemented for '{name}' "
+                                      f"(round(decimals={decimals}) of a {t.dtype.name} "
+                                      f"tensor of shape {list(t.shape)} on {input.device})")
         return _w(_ops.add(t, 0))   # torch: rounding an integer tensor is a copy
     if decimals:
         s = 10.0 ** decimals
@@ -731,12 +741,18 @@ def _minmax(kind, input, dim, keepdim, other):
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
     if _records(t) and t.ndim:
         # torch's gradient goes to the returned index only (not shared among
-        # ties, as amax's is): the values are gathered at the indices
-        at = idx.numpy() if t._device_name == "cpu" else idx.cpu().numpy()
-        at = at.astype(np.int64) if keepdim else np.expand_dims(at, d).astype(np.int64)
-        values = _take_along(t, at, d)
-        if not keepdim:
-            values = _ops.squeeze(values, [d])
+        # ties, as amax's is). The values are picked on the device (no host
+        # copy of the indices, so a compiled step stays input-dependent):
+        # a one-hot mask (position == index) keeps the picked element and
+        # -0.0 elsewhere, and the sum along ``d`` is then exactly that
+        # element (x + -0.0 == x for every x, -0.0 and NaN included).
+        at = idx if keepdim else _ops.unsqueeze(idx, [d])
+        shape = [1] * t.ndim
+        shape[d] = t.shape[d]
+        pos = _ops.reshape(_ops.arange(t.shape[d], dtype=D.DTYPES["int64"]._dg,
+                                       device=t._device_name), shape)
+        mask = _ops.equal(pos, _cast(at, D.DTYPES["int64"]))
+        values = _ops.sum(_ops.where(mask, t, -0.0), [d], keepdim)
     else:
         values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
     return values_indices(_w(values), _w(_cast(idx, D.DTYPES["int64"])))
@@ -1223,9 +1239,12 @@ def _broadcast_view(a, shape):
     write through an expanded tensor reaches its one element, as in torch;
     in-place ops on it raise torch's overlap error, see _check_overlap)."""
     b = np.broadcast_to(a, shape)
-    if not a.flags.writeable:
-        return b
-    return np.lib.stride_tricks.as_strided(a, shape=b.shape, strides=b.strides, writeable=True)
+    if a.flags.writeable:
+        # made writable in place rather than rebuilt with as_strided, whose
+        # non-ndarray base would cut the view off from a's storage (its
+        # own version counter: autograd would miss writes through it)
+        b.flags.writeable = True
+    return b
 
 
 @_method_only
@@ -1587,6 +1606,11 @@ def _scatter(input, dim, index, src, reduce_add):
     d = _dim(dim, t.ndim)
     idx = _index_np(index)
     name = "scatter_add" if reduce_add else "scatter"
+    if isinstance(src, Tensor) and src.dtype != input.dtype:
+        raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype "
+                           f"({name} of a {input.dtype.name} tensor of shape "
+                           f"{list(input.shape)} with a {src.dtype.name} src on "
+                           f"{input.device})")
     _check_scatter_shapes(name, tuple(t.shape), d, idx.shape,
                           tuple(src.shape) if isinstance(src, Tensor) else None)
     _check_range(name, idx, t.shape[d] if t.ndim else 1, d)
@@ -1606,16 +1630,37 @@ def _scatter(input, dim, index, src, reduce_add):
         # last write wins for a repeated position (torch's CPU scatter), so
         # only the last source element of each position is added
         uniq, last = np.unique(pos[::-1], return_index=True)
+        # -0.0 (not flat * 0, NaN where flat is infinite): adding it to a
+        # scattered value keeps that value exactly, -0.0 included
+        zeros = _as_dg(np.full(flat.shape[0], -0.0 if _DT_FLOAT(t) else 0,
+                               D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
+        route = None
         if len(uniq) != len(pos):
+            if _records(s):
+                # torch's gradient of src is grad.gather(dim, index): every
+                # source element, overwritten or not, gets the gradient of
+                # its position. The surviving elements get it through the
+                # gather below; ``route`` gives it to the overwritten ones,
+                # -0.0 in value (so adding it changes nothing, -0.0
+                # included). An overwritten infinite or NaN source element
+                # routes nothing (its s - s is not 0; see docs/from-pytorch.md).
+                lost = np.ones(len(pos), bool)
+                lost[len(pos) - 1 - last] = False
+                sd = s.detach()
+                r = _ops.where(_ops.logical_and(_ops.isfinite(sd),
+                                                _as_dg(lost, D.DTYPES["bool"], t.device)),
+                               _ops.neg(_ops.sub(sd, s)), -0.0)
+                route = _ops.scatter_add(zeros, p, r, 0)
             src_at = (len(pos) - 1 - last).astype(np.int64)
             s = _ops.gather(s, _as_dg(src_at, D.DTYPES["int64"], t.device), 0)
             pos = uniq
             p = _as_dg(pos, D.DTYPES["int64"], t.device)
         keep = np.ones(flat.shape[0], bool)
         keep[pos] = False
-        mask = _as_dg(keep.astype(D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
-        zeros = _ops.mul(flat, _as_dg(0, input.dtype))
-        out = _ops.add(_ops.mul(flat, mask), _ops.scatter_add(zeros, p, s, 0))
+        out = _ops.where(_as_dg(keep, D.DTYPES["bool"], t.device), flat,
+                         _ops.scatter_add(zeros, p, s, 0))
+        if route is not None:
+            out = _ops.add(out, route)
     return _w(_ops.reshape(out, list(t.shape)))
 
 
@@ -1732,15 +1777,11 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     x = movedim(input, (dim1, dim2), (-2, -1))
     t = x._t
     if _host_view_ok(t) and not t.is_read_only:
-        a = t.numpy()
-        n, m = a.shape[-2:]
-        k = builtins.max(0, builtins.min(n + builtins.min(offset, 0), m - builtins.max(offset, 0)))
-        start = (-offset if offset < 0 else 0, offset if offset > 0 else 0)
-        base = a[..., start[0]:, start[1]:] if k else a[..., :0, :0]
-        st = a.strides
-        view = np.lib.stride_tricks.as_strided(
-            base, shape=a.shape[:-2] + (k,), strides=st[:-2] + (st[-2] + st[-1],),
-            writeable=True)
+        # NumPy's diagonal is a view whose base chain stays ndarrays (so it
+        # shares a's storage and version counter); it is read-only only by
+        # NumPy's convention
+        view = np.diagonal(t.numpy(), offset, -2, -1)
+        view.flags.writeable = True
         return _note_alias(input, _w(_from_np_view(view)))
     n, m = x.shape[-2:]
     rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
@@ -1919,7 +1960,7 @@ def cross(input, other, dim=-1):
 def fill_(self, value):
     from ._creation import full
     return _inplace(self, full(self.shape, float(value) if self.dtype.is_floating_point
-                               else value, dtype=self.dtype))
+                               else value, dtype=self.dtype), internal_overlap=False)
 
 
 @_method_only
@@ -1995,12 +2036,12 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
 
 @_method_only
 def masked_fill_(self, mask, value):
-    return _inplace(self, masked_fill(self, mask, value))
+    return _inplace(self, masked_fill(self, mask, value), internal_overlap=False)
 
 
 @_method_only
 def index_fill_(self, dim, index, value):
-    return _inplace(self, index_fill(self, dim, index, value))
+    return _inplace(self, index_fill(self, dim, index, value), internal_overlap=False)
 
 
 @_method_only

@@ -1340,13 +1340,30 @@ def flip(input, dims):
                            f"times in the list of dims")
     if _host_view_ok(t):
         # torch.flip returns a copy: a write to the result never reaches input
-        return _w(_C._from_numpy_copy(_np_c(np.flip(t.numpy(), ds))))
-    out = t
-    for d in ds:
+        return _w(_C._from_numpy_copy(_np_c(np.flip(t.numpy(), ds) if t.ndim else t.numpy())))
+    out = t if t.ndim else _ops.add(t, 0)   # a 0-d tensor flips to a copy of itself
+    for d in (ds if t.ndim else ()):
         n = out.shape[d]
         if n > 1:
             out = _ops.gather(out, _as_dg(np.arange(n - 1, -1, -1), D.DTYPES["int64"]), d)
     return _w(out)
+
+
+def _flip_method(self, *dims, **kwargs):
+    """``Tensor.flip``: the dims as one sequence or as separate ints
+    (``x.flip(0, 1)``), as in torch."""
+    if "dims" in kwargs:
+        if dims:
+            raise TypeError("flip() got multiple values for argument 'dims'")
+        return flip(self, kwargs.pop("dims"), **kwargs)
+    if not dims:
+        raise TypeError('flip() missing 1 required positional arguments: "dims"')
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple, Size)):
+        dims = dims[0]
+    return flip(self, list(dims), **kwargs)
+
+
+Tensor.flip = _flip_method
 
 
 @_both
@@ -1514,6 +1531,26 @@ def _check_range(name, idx, n, d, exc=RuntimeError):
                            f"size {n}")
 
 
+def _check_index_range(name, index, n, d, exc=RuntimeError, on_device=None):
+    """:func:`_check_range` of an index tensor (or array-like) without
+    copying a device tensor's indices to the host: the check runs on its
+    device and reads back one count; only a bad index copies them (for the
+    message). ``on_device`` forces either path (default: the tensor's
+    device is not the host, whose indices NumPy reads without a copy)."""
+    if on_device is None:
+        on_device = isinstance(index, Tensor) and index._t._device_name != "cpu"
+    if on_device and isinstance(index, Tensor):
+        if index.dtype.is_floating_point or index.dtype.name == "bool":
+            raise RuntimeError(f"expected an integer index tensor (int64), got {index.dtype}")
+        i = _cast(index._t, D.DTYPES["int64"])
+        if not i.size:
+            return
+        bad = _ops.logical_or(_ops.less(i, 0), _ops.greater_equal(i, n))
+        if not int(_ops.sum(_cast(bad, D.DTYPES["int64"])).numpy()):
+            return
+    _check_range(name, _index_np(index), n, d, exc)
+
+
 def _check_scatter_shapes(name, t_shape, d, idx_shape, src_shape=None):
     # torch: index.size(k) <= src.size(k) for every k and <= self.size(k) for k != dim
     if len(idx_shape) != len(t_shape):
@@ -1531,7 +1568,15 @@ def _check_scatter_shapes(name, t_shape, d, idx_shape, src_shape=None):
 def index_select(input, dim, index):
     t = input._t
     d = _dim(dim, t.ndim)
-    _check_range("index_select", _index_np(index), t.shape[d] if t.ndim else 1, d, IndexError)
+    _check_index_range("index_select", index, t.shape[d] if t.ndim else 1, d, IndexError)
+    return _index_select_in_range(input, d, index)
+
+
+def _index_select_in_range(input, d, index):
+    """``index_select`` of indices the caller knows to be in range (no
+    check, so no read of device indices; nn.functional's class weights)."""
+    t = input._t
+    d = _dim(d, t.ndim)
     idx = _u(index) if isinstance(index, Tensor) else _as_dg(np.asarray(index, np.int64),
                                                               D.DTYPES["int64"])
     if idx.ndim != 1:
@@ -1685,7 +1730,7 @@ def scatter_add(input, dim, index, src):
 def index_add(input, dim, index, source, *, alpha=1):
     t = input._t
     d = _dim(dim, t.ndim)
-    _check_range("index_add", _index_np(index), t.shape[d] if t.ndim else 1, d)
+    _check_index_range("index_add", index, t.shape[d] if t.ndim else 1, d)
     src = source if alpha == 1 else mul(source, alpha)
     moved = transpose(input, 0, d) if d else input
     srcm = transpose(src, 0, d) if d else src

@@ -1076,7 +1076,8 @@ def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype) (copies)")
     shape = _infer_shape(_shape_args(shape), int(self._t.size))
-    if self._t._device_name == "cpu":
+    if self._t._device_name == "cpu" and not self._t.is_contiguous():
+        # (a contiguous tensor views as any shape of its size: no probe)
         probe = self._t.numpy().view()
         try:
             probe.shape = shape   # NumPy refuses exactly when a copy would be needed
@@ -1407,7 +1408,9 @@ def cat(tensors, dim=0):
     out = _ops.concat([_cast(t._t, dt) for t in nonempty], d)
     for t in legacy:
         if t is not nonempty[0] and _records(t._t):
-            out = _ops.add(out, _ops.sum(_cast(t._t, dt)))   # adds 0, links the gradient
+            # subtracts the empty sum (+0.0: x - 0.0 is x for every x, -0.0
+            # included, where + 0.0 would flip it), linking the gradient
+            out = _ops.sub(out, _ops.sum(_cast(t._t, dt)))
     return _w(out)
 
 

@@ -1381,6 +1381,26 @@ def test_max_dim_compiled_picks_on_device():
     assert float(cs(vt.tensor([[9., 0., 1.], [0., 1., 8.]]))) == 17.0
 
 
+def test_diagonal_and_expand_views_share_storage_and_version():
+    """diagonal() and expand() views share their base's storage, so one
+    version counter: a write through either side is seen by autograd's
+    check of the other (they once got a storage of their own)."""
+    for make in (lambda x: x.diagonal(), lambda x: x.diagonal(-1),
+                 lambda x: x[:1].expand(3, 3), lambda x: x[:, 1:].diagonal(1)):
+        x = vt.ones(3, 3)
+        v = make(x)
+        assert x._t._same_storage(v._t)
+        v0, x0 = v._t._version, x._t._version
+        v.fill_(2.0)   # (fill_ writes into an expanded view, as in torch)
+        assert v._t._version == x._t._version == x0 + 1 == v0 + 1
+        x.add_(1)
+        assert v._t._version == x._t._version == x0 + 2
+    x = vt.ones(3)
+    e = x.expand(2, 3)
+    e[0, 1] = 7.0
+    assert x.tolist() == [1.0, 7.0, 1.0] and e._t._version == x._t._version == 1
+
+
 def test_order_dependent_overlap_raises():
     """Non-dense in-place writes whose input shares elements with the
     output: torch's answer depends on its element order (x.sub_(x[:, :1])

@@ -1259,6 +1259,10 @@ REGRESSIONS = {
         lambda T, a: _overlap_ok(T, a.detach().clone()), [Spec((4, 4), "float32")]),
     "in-place with a dense partly overlapping input raises": (
         lambda T, a: _shift(T, a.detach().clone()), [Spec((6,), "float32")]),
+    "x[1:] = x[:-1] raises as copy_": (
+        lambda T, a: _setshift(T, a.detach().clone()), [Spec((6,), "float32")]),
+    "x[a:b] = disjoint, same or broadcast part of x computes": (
+        lambda T, a: _setparts(T, a.detach().clone()), [Spec((6,), "float32")]),
     "fills into an expanded view compute": (
         lambda T, a: _fill_expanded(T, a.detach().clone()), [Spec((3,), "float32")]),
     "round(int, decimals) raises": (lambda T, a: T.round(a, decimals=-1),
@@ -1304,6 +1308,19 @@ def _set0d(T, x):
 
 def _setboollist(T, x):
     x[[True, False, True]] = T.tensor(5)
+    return x
+
+
+def _setshift(T, x):
+    x[1:] = x[:-1]
+    return x
+
+
+def _setparts(T, x):
+    x[0:2] = x[0:2]
+    x[0:4:2] = x[1:5:2]
+    x[0:3] = x[1]
+    x[...] = x
     return x
 
 

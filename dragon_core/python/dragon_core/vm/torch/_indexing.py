@@ -226,6 +226,12 @@ def setitem(x: Tensor, key, value) -> None:
                                "tensor refers to a single memory location. Please clone() the "
                                "tensor before performing the operation.")
         if split is None:
+            if isinstance(value, Tensor) and isinstance(target, np.ndarray) and \
+                    isinstance(v, np.ndarray) and v.shape == target.shape:
+                # torch's copy_ overlap check (a broadcast value is never dense:
+                # torch computes, as NumPy does here)
+                from ._tensor import _check_pair_overlap
+                _check_pair_overlap(target, v)
             arr[nk] = v
         else:
             arr[split[0]][split[1]] = v   # arr[ints] is a view: writes arr

@@ -944,29 +944,34 @@ def _check_overlap(t, srcs, internal=True) -> None:
             if not a.size:
                 return
             a_dense = _dense(a)
-        b = s.numpy()
-        if not b.size or not np.may_share_memory(a, b):   # bounds only: cheap
-            continue
-        a_lo, a_hi = _byte_range(a)
-        b_lo, b_hi = _byte_range(b)
-        if a_lo == b_lo and a_hi == b_hi and a.strides == b.strides and a.shape == b.shape:
-            continue   # the same elements (x.mul_(x))
-        if a_dense and _dense(b):
-            # torch's rule: two dense blocks that overlap at all overlap partly
-            raise RuntimeError("unsupported operation: some elements of the input tensor and "
-                               "the written-to tensor refer to a single memory location. "
-                               "Please clone() the tensor before performing the operation.")
-        try:
-            shared = np.shares_memory(a, b, max_work=10**6)
-        except np.exceptions.TooHardError:
-            shared = False   # cannot tell: compute, as torch does
-        if shared:
-            raise RuntimeError(
-                f"in-place operation on a {list(t.shape)} tensor whose input of shape "
-                f"{list(s.shape)} shares some of its memory: torch computes a result that "
-                f"depends on the order in which it writes the elements here, which "
-                f"vm.torch does not reproduce (docs/from-pytorch.md). Please clone() the "
-                f"input before performing the operation.")
+        _check_pair_overlap(a, s.numpy(), a_dense)
+
+
+def _check_pair_overlap(a, b, a_dense=None) -> None:
+    """The input-overlap half of :func:`_check_overlap` for host arrays:
+    ``a`` written, ``b`` read (``a_dense``: ``_dense(a)`` if known)."""
+    if not a.size or not b.size or not np.may_share_memory(a, b):   # bounds only: cheap
+        return
+    a_lo, a_hi = _byte_range(a)
+    b_lo, b_hi = _byte_range(b)
+    if a_lo == b_lo and a_hi == b_hi and a.strides == b.strides and a.shape == b.shape:
+        return   # the same elements (x.mul_(x))
+    if (_dense(a) if a_dense is None else a_dense) and _dense(b):
+        # torch's rule: two dense blocks that overlap at all overlap partly
+        raise RuntimeError("unsupported operation: some elements of the input tensor and "
+                           "the written-to tensor refer to a single memory location. "
+                           "Please clone() the tensor before performing the operation.")
+    try:
+        shared = np.shares_memory(a, b, max_work=10**6)
+    except np.exceptions.TooHardError:
+        shared = False   # cannot tell: compute, as torch does
+    if shared:
+        raise RuntimeError(
+            f"in-place operation on a {list(a.shape)} tensor whose input of shape "
+            f"{list(b.shape)} shares some of its memory: torch computes a result that "
+            f"depends on the order in which it writes the elements here, which "
+            f"vm.torch does not reproduce (docs/from-pytorch.md). Please clone() the "
+            f"input before performing the operation.")
 
 
 def _inplace(self: Tensor, result: Tensor, srcs=(), internal_overlap=True) -> Tensor:

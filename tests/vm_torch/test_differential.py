@@ -1263,6 +1263,14 @@ REGRESSIONS = {
         lambda T, a: _setshift(T, a.detach().clone()), [Spec((6,), "float32")]),
     "x[a:b] = disjoint, same or broadcast part of x computes": (
         lambda T, a: _setparts(T, a.detach().clone()), [Spec((6,), "float32")]),
+    "scatter_ with itself as src raises": (lambda T, a: _scatter_self(T, a),
+                                           [Spec((4,), "float32")]),
+    "scatter_add_ with a same-layout view of itself raises": (
+        lambda T, a: _scatter_add_view(T, a), [Spec((4,), "float32")]),
+    "index_add_ with a part of itself raises": (
+        lambda T, a: _index_add_part(T, a), [Spec((4,), "float32")]),
+    "scatter_ with a disjoint part of itself computes": (
+        lambda T, a: _scatter_part(T, a), [Spec((4,), "float32")]),
     "fills into an expanded view compute": (
         lambda T, a: _fill_expanded(T, a.detach().clone()), [Spec((3,), "float32")]),
     "round(int, decimals) raises": (lambda T, a: T.round(a, decimals=-1),
@@ -1308,6 +1316,28 @@ def _set0d(T, x):
 
 def _setboollist(T, x):
     x[[True, False, True]] = T.tensor(5)
+    return x
+
+
+def _scatter_self(T, a):
+    x = a.detach().clone()
+    return x.scatter_(0, T.tensor([1, 0, 3, 2]), x)
+
+
+def _scatter_add_view(T, a):
+    x = a.detach().clone()
+    return x.view(4).scatter_add_(0, T.tensor([1, 0, 3, 2]), x)
+
+
+def _index_add_part(T, a):
+    x = a.detach().clone()
+    return x.index_add_(0, T.tensor([1, 0]), x[:2])
+
+
+def _scatter_part(T, a):
+    x = a.detach().clone()
+    y = x[:2]
+    y.scatter_(0, T.tensor([1, 0]), x[2:])
     return x
 
 

@@ -2106,12 +2106,32 @@ def apply_(self, fn):
                               "supported; use vectorised ops")
 
 
+#: In-place ops whose inputs may not even be the written-to tensor itself
+#: (torch's assert_no_overlap: full overlap raises too, x.scatter_(0, i, x)).
+_NO_FULL_OVERLAP = ("scatter", "scatter_add", "index_add")
+
+
 def _make_inplace(name):
     fn = getattr(Tensor, name)
 
     def method(self, *args, **kwargs):
-        return _inplace(self, fn(self, *args, **kwargs),
-                        srcs=[*args, *kwargs.values()])
+        srcs = [*args, *kwargs.values()]
+        if name in _NO_FULL_OVERLAP:
+            for src in srcs:
+                if isinstance(src, Tensor) and (src._t is self._t or (
+                        self._t._device_name == "cpu" and src._t._device_name == "cpu"
+                        and src._t.size and np.may_share_memory(src._t.numpy(),
+                                                                self._t.numpy()))):
+                    a, b = self._t.numpy(), src._t.numpy()
+                    if src._t is self._t or (
+                            a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                            and a.strides == b.strides and a.shape == b.shape):
+                        raise RuntimeError(
+                            "unsupported operation: some elements of the input tensor and "
+                            "the written-to tensor refer to a single memory location. "
+                            f"Please clone() the tensor before performing the operation. "
+                            f"({name}_ of a {list(self.shape)} tensor with itself as input)")
+        return _inplace(self, fn(self, *args, **kwargs), srcs=srcs)
     method.__name__ = name + "_"
     method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
     if not hasattr(Tensor, name + "_"):

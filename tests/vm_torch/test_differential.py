@@ -1220,6 +1220,12 @@ REGRESSIONS = {
     "amax of an empty axis raises": (lambda T, x: x.amax(0), [Spec((0, 3), "float32")]),
     "max() of an empty tensor raises": (lambda T, x: x.max(), [Spec((0, 3), "float32")]),
     "max(dim) of an empty axis raises": (lambda T, x: x.max(0), [Spec((0, 3), "float32")]),
+    "min(dim) over a non-empty axis of an empty tensor": (lambda T, x: tuple(x.min(1)),
+                                                         [Spec((0, 3), "float32")]),
+    "max/min(dim) of 0-d": (
+        lambda T, x: (tuple(x.max(0)), tuple(T.min(x, -1, keepdim=True)), tuple(x.max(dim=0))),
+        [Spec((), "float64")]),
+    "max(dim) of 0-d int": (lambda T, x: tuple(x.max(0)), [Spec((), "int32")]),
     "logical ops with a Python number raise": (lambda T, x: T.logical_or(x, 0.5),
                                                [Spec((3,), "float32")]),
     "bool + bool, bool * bool": (lambda T, a, b: (a + b, a * b, T.add(a, True), T.mul(a, b)),

@@ -737,7 +737,13 @@ def _minmax(kind, input, dim, keepdim, other):
                                f"input.numel() == 0. Specify the reduction dim with the "
                                f"'dim' argument.")
         return _w((_ops.max if kind == "max" else _ops.min)(t))
+    if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element, index 0
+        _dims(dim, 1)
+        from ._creation import zeros
+        return values_indices(_w(_ops.add(t, 0) if not _DT_FLOAT(t) else
+                                 _ops.mul(t, 1.0)), zeros([], dtype=D.DTYPES["int64"]))
     d = _dim(int(dim), t.ndim)
+    _no_empty_reduction(kind, t, [d])
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
     if _records(t) and t.ndim:
         # torch's gradient goes to the returned index only (not shared among

@@ -69,3 +69,25 @@ def test_range_check_reads_one_value():
     before = _d2h()
     vt.index_select(xd, 0, idd)
     assert _d2h() - before <= 1
+
+
+def test_max_dim_under_autograd_reads_nothing_back():
+    """max(dim)/min(dim) under autograd pick their values on the device (a
+    one-hot mask of the argmax): no device-to-host copy, values and
+    gradients as on the host."""
+    import dragon_core.vm.torch as vt
+    x = np.array([[1.0, 5.0, 2.0], [7.0, 0.0, 7.0], [-1.0, float("nan"), 3.0]], np.float32)
+    outs = []
+    for dev in ("cpu", DEV0):
+        t = vt.tensor(x).to(dev).requires_grad_(True) if dev != "cpu" else \
+            vt.tensor(x, requires_grad=True)
+        before = _d2h() if dev != "cpu" else 0
+        v, i = t.max(1)
+        m, j = t.min(0, keepdim=True)
+        if dev != "cpu":
+            assert _d2h() == before
+        (v.sum() + m.sum()).backward()
+        outs.append((v.detach().cpu().numpy(), i.cpu().numpy(), m.detach().cpu().numpy(),
+                     j.cpu().numpy(), t.grad.cpu().numpy()))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)

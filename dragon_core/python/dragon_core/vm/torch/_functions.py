@@ -756,7 +756,7 @@ def _minmax(kind, input, dim, keepdim, other):
         shape = [1] * t.ndim
         shape[d] = t.shape[d]
         pos = _ops.reshape(_ops.arange(t.shape[d], dtype=D.DTYPES["int64"]._dg,
-                                       device=t._device_name), shape)
+                                       device=str(t.device)), shape)
         mask = _ops.equal(pos, _cast(at, D.DTYPES["int64"]))
         values = _ops.sum(_ops.where(mask, t, -0.0), [d], keepdim)
     else:

@@ -32,6 +32,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+_SWITCHES = ("DRAGON_CPU_EIGEN_CVT_BF16", "DRAGON_CPU_EIGEN_ADAM_STREAM")
+
 CONFIGS = {
     "old": {"disable": (), "env": {"DRAGON_CPU_EIGEN_CVT_BF16": "0"}},
     "new": {"disable": (), "env": {}},
@@ -87,7 +89,9 @@ def main(cycles: int, rounds: int, precisions: list, names: list) -> None:
         types, wall = {}, {k: float("inf") for k in configs}
         for _ in range(cycles):
             for k, c in configs.items():
-                env = dict(os.environ, **c["env"])
+                # Inherited switches would turn the A/B into an A/A.
+                env = {k: v for k, v in os.environ.items() if k not in _SWITCHES}
+                env.update(c["env"])
                 out = subprocess.run([sys.executable, __file__, "--child", k, precision,
                                       str(rounds)], env=env, capture_output=True, text=True,
                                      check=True)

@@ -264,16 +264,15 @@ def check(case):
     for i, (g, r) in enumerate(zip(got_grads, ref_grads)):
         assert (g is None) == (r is None), f"{desc}: grad {i} presence differs"
         if g is not None:
-            # the gradient of leaf i has leaf i's dtype: its own tolerance
-            # (not the loosest input's, which let a float64 gradient pass
-            # with float16's)
+            # the gradient of leaf i has leaf i's dtype and its tolerance,
+            # loosened to a less precise float input's: torch's own
+            # mixed-dtype gradients are only that precise (pow(float64,
+            # float32): 3e-8 relative, float32's b - 1; xlogy(bfloat16,
+            # float32): 1e-2 relative on the float32 leaf)
             dt = wants[i].dtype if i < len(wants) else "float32"
-            # mixed with lower-precision float inputs, torch works partly in
-            # float32 (a float32 exponent's b - 1 in pow(float64, float32))
             for other in specs:
-                cap = other.dtype if other.dtype in ("float32", "float64") else "float32"
-                if other.dtype in FLOATS and TOL[cap][0] > TOL[dt][0]:
-                    dt = cap
+                if other.dtype in FLOATS and TOL[other.dtype][0] > TOL[dt][0]:
+                    dt = other.dtype
             _close(g, r, dt, f"{desc}: grad {i}", 10 * scale)
 
 
@@ -805,10 +804,9 @@ def gen_select_sort(rng):
                     fn=lambda T, x: tuple(T.topk(x, k, d, largest=largest)),
                     specs=[Spec(shape, dt, "uniq", _pick(rng, ["c", "t", "step", "off"]))])
     if kind in ("cumsum", "cumprod"):
-        # cumprod has no gradient here (it raises NotImplementedError, named)
+        # (cumprod is differentiable now: the same draws, with its gradient)
         return dict(desc=f"{kind}({d})", fn=lambda T, x: getattr(T, kind)(x, d),
-                    specs=[_spec(rng, shape, dt if kind == "cumsum" else "float64",
-                                 grad=kind == "cumsum")])
+                    specs=[_spec(rng, shape, dt if kind == "cumsum" else "float64")])
     if kind == "cumsum-dtype":
         return dict(desc=f"cumsum({d}, dtype=float64)",
                     fn=lambda T, x: T.cumsum(x, d, dtype=T.float64),
@@ -823,7 +821,7 @@ def gen_select_sort(rng):
                     specs=[Spec(shape, _pick(rng, ["float32", "float64"]), "uniq",
                                 _pick(rng, ["c", "t", "step", "off"]))])
     if not nd:
-        return None   # median(0) of a 0-d tensor: an IndexError here (reported)
+        return None   # (median of a 0-d tensor: drawn by gen_gaps, keeping these draws)
     return dict(desc=f"median({d})", fn=lambda T, x: tuple(T.median(x, d)),
                 specs=[Spec(shape, _pick(rng, ["float32", "float64"]), "uniq",
                             _pick(rng, ["c", "t", "step", "off"]))])
@@ -1094,6 +1092,91 @@ def gen_alias(rng):
     return dict(desc=f"y = {name}(x); write {write}", fn=fn, specs=[spec], grad=False)
 
 
+def gen_gaps(rng):
+    """The functions added after the first fuzzing round: cummax/cummin
+    (ties, NaN), index_copy (unique indices: torch's gradient of a repeated
+    one is documented as different), scatter_reduce (every reduction, with
+    and without the input; ties only with it, see docs/from-pytorch.md),
+    copysign, xlogy (and torch.special.xlogy), cumprod under autograd (with
+    exact zeros), max/min(dim) of bool, median of 0-d tensors, and
+    softmax/log_softmax of float16/bfloat16."""
+    kind = _pick(rng, ["cummax", "cummin", "index_copy", "scatter_reduce", "copysign",
+                       "xlogy", "special.xlogy", "cumprod", "minmax-bool", "median-0d",
+                       "softmax16", "log_softmax16"])
+    shape = _shape(rng, int(rng.integers(0, 4)))
+    nd = len(shape)
+    d = int(rng.integers(-nd, nd)) if nd else _pick(rng, [0, -1])
+    if kind in ("cummax", "cummin"):
+        dt = _pick(rng, DTYPES)
+        vk = "nan" if dt in FLOATS and rng.random() < 0.3 else "ties"
+        return dict(desc=f"{kind}({d})", fn=lambda T, x: tuple(getattr(T, kind)(x, d)),
+                    specs=[_spec(rng, shape, dt, vk)])
+    if kind == "median-0d":
+        dt = _pick(rng, ["float32", "float64", "int64", "float16", "bfloat16"])
+        if rng.random() < 0.3:
+            return dict(desc="median(0-d)", fn=lambda T, x: T.median(x),
+                        specs=[_spec(rng, (), dt)])
+        return dict(desc=f"median(0-d, {d})", fn=lambda T, x: tuple(T.median(x, d)),
+                    specs=[_spec(rng, (), dt)])
+    if kind == "minmax-bool":
+        name = _pick(rng, ["max", "min"])
+        keep = bool(rng.random() < 0.4)
+        return dict(desc=f"{name}(bool, {d}, keepdim={keep})",
+                    fn=lambda T, x: tuple(getattr(T, name)(x, d, keep)),
+                    specs=[_spec(rng, shape, "bool")])
+    if kind in ("softmax16", "log_softmax16"):
+        name = kind[:-2]
+        dt = _pick(rng, ["float16", "bfloat16"])
+        fn = (lambda T, x: getattr(T, name)(x, d)) if rng.random() < 0.5 else \
+            (lambda T, x: getattr(T.nn.functional, name)(x, dim=d))
+        return dict(desc=f"{name}({d}) 16-bit", fn=fn, specs=[_spec(rng, shape, dt)])
+    if kind == "cumprod":
+        dt = _pick(rng, FLOATS)
+        zeros = bool(rng.random() < 0.3)
+
+        def fn(T, x):
+            if zeros and x.ndim:   # exact zeros inside the products
+                x = x * (T.arange(x.shape[-1]) % 3 != 1).to(x.dtype)
+            return T.cumprod(x, d)
+        return dict(desc=f"cumprod({d}) zeros={zeros}", fn=fn,
+                    specs=[_spec(rng, shape, dt)], scale=4.0)
+    if kind in ("copysign", "xlogy", "special.xlogy"):
+        sa, sb = _bcast_pair(rng)
+        da, db = _pick(rng, DTYPES), _pick(rng, DTYPES)
+        kb = "pos" if kind != "copysign" else ""
+        if kind == "copysign":
+            f = lambda T, a, b: T.copysign(a, b)  # noqa: E731
+        elif kind == "xlogy":
+            f = lambda T, a, b: T.xlogy(a, b)  # noqa: E731
+        else:
+            f = lambda T, a, b: T.special.xlogy(a, b)  # noqa: E731
+        return dict(desc=kind, fn=f, specs=[_spec(rng, sa, da), _spec(rng, sb, db, kb)])
+    if not nd:
+        return None
+    shape = tuple(max(s, 1) for s in shape)
+    n = shape[d]
+    dt = _pick(rng, ["float32", "float64", "int64", "float16", "bfloat16"])
+    if kind == "index_copy":
+        vi = rng.permutation(n)[:int(rng.integers(0, n + 1))]
+        sshape = list(shape)
+        sshape[d] = len(vi)
+        return dict(desc=f"index_copy({d}, {vi.tolist()})",
+                    fn=lambda T, x, s: x.index_copy(d, T.tensor(vi, dtype=T.int64), s),
+                    specs=[_spec(rng, shape, dt), _spec(rng, tuple(sshape), dt)])
+    red = _pick(rng, ["sum", "prod", "mean", "amax", "amin"])
+    incl = bool(rng.random() < 0.5)
+    ishape = tuple(int(rng.integers(1, s + 1)) for s in shape)
+    ishape = tuple(s + (k == d % nd) for k, s in enumerate(ishape))   # repeats along d
+    idx = rng.integers(0, n, ishape)
+    vk = "ties" if incl and red in ("amax", "amin") else ""
+    if not incl and red in ("amax", "amin") and dt in ("float16", "bfloat16"):
+        dt = "float32"   # no accidental ties with the input's value (16-bit values repeat)
+    return dict(desc=f"scatter_reduce({d}, {red}, include_self={incl}, {idx.tolist()})",
+                fn=lambda T, x, s: T.scatter_reduce(x, d, T.tensor(idx), s, red,
+                                                    include_self=incl),
+                specs=[_spec(rng, shape, dt, vk), _spec(rng, ishape, dt, vk)])
+
+
 GENERATORS = {
     "binary": (gen_binary, 160), "unary": (gen_unary, 100), "reduce": (gen_reduce, 120),
     "getitem": (gen_getitem, 100), "setitem": (gen_setitem, 80),
@@ -1101,6 +1184,7 @@ GENERATORS = {
     "view": (gen_view, 100), "select_sort": (gen_select_sort, 80),
     "matmul": (gen_matmul, 50), "nn": (gen_nn, 60), "inplace": (gen_inplace, 60),
     "double": (gen_double, 40), "alias": (gen_alias, 120),
+    "gaps": (gen_gaps, 120),
 }
 
 

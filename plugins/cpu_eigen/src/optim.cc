@@ -343,8 +343,8 @@ void MultiSgdUpdate(dg::KernelContext& ctx) {
 }
 
 // Whether MultiAdamUpdate writes the new moments with non-temporal stores
-// (AdamParams::stream): only with DRAGON_CPU_EIGEN_ADAM_STREAM=1 (read at
-// each call, so bench/ab_nongemm.py can compare both in separate runs).
+// (AdamParams::stream): only with DRAGON_CPU_EIGEN_ADAM_STREAM=1 (read once,
+// at first use; bench/ab_nongemm.py compares both in separate processes).
 // Meant for a state much larger than the caches, whose moments are evicted
 // before the next step reads them, so reading their lines for ownership
 // first is wasted traffic: a standalone loop over 790 K cold parameters ran
@@ -353,8 +353,11 @@ void MultiSgdUpdate(dg::KernelContext& ctx) {
 // +2%/+10% Adam time; docs/benchmarks.md, "nongemm"), so it stays off until
 // a quiet machine decides. The values are the same either way.
 bool StreamAdamState() {
-  const char* env = std::getenv("DRAGON_CPU_EIGEN_ADAM_STREAM");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
+  static const bool on = [] {
+    const char* env = std::getenv("DRAGON_CPU_EIGEN_ADAM_STREAM");
+    return env != nullptr && env[0] == '1' && env[1] == '\0';
+  }();
+  return on;
 }
 
 template <typename T>

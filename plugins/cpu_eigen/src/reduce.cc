@@ -26,6 +26,7 @@
 #include "reduce_util.h"
 #include "softmax_isa.h"
 #include "rows.h"
+#include "widen_call.h"
 
 namespace cpu_eigen {
 namespace {
@@ -803,5 +804,8 @@ DG_KERNEL_EX("Var", "cpu", 0, kStrided, Var, float, double);
 DG_KERNEL_EX("Std", "cpu", 0, kStrided, Std, float, double);
 DG_KERNEL_EX("LogSumExp", "cpu", 0, kStrided, LogSumExp, float, double);
 DG_KERNEL("SoftmaxGrad", "cpu", SoftmaxGrad, float, double);
+// float16 / bfloat16: the float32 kernel on widened y and dy, dx rounded
+// once (widen_call.h), as torch's CPU softmax backward computes in float.
+CPU_EIGEN_WIDENED_KERNEL("SoftmaxGrad", SoftmaxGrad);
 
 }  // namespace cpu_eigen

@@ -10,6 +10,11 @@
 // (oneDNN declines an axis with inner > 1), and gives the same bits for any
 // thread count. `dragon_core.plugins.pin("Softmax", "cpu", "mkldnn::Softmax")`
 // still picks oneDNN's. float64 keeps Eigen's exp with double sums here.
+//
+// float16 and bfloat16 run the float32 kernel on widened copies
+// (widen_call.h): every slice is widened to float, computed exactly as a
+// float32 input is, and each output rounded once (nearest, ties to even),
+// as torch's CPU kernels compute 16-bit softmax in float.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -18,6 +23,7 @@
 #include "common.h"
 #include "reduce_util.h"
 #include "softmax_isa.h"
+#include "widen_call.h"
 
 namespace cpu_eigen {
 namespace {
@@ -205,6 +211,15 @@ void SoftmaxF32Impl(dg::KernelContext& ctx) {
 void SoftmaxF32(dg::KernelContext& ctx) { SoftmaxF32Impl<false>(ctx); }
 void LogSoftmaxF32(dg::KernelContext& ctx) { SoftmaxF32Impl<true>(ctx); }
 
+// float16 / bfloat16 through the float32 kernels (see the top of the file).
+void SoftmaxHalf(dg::KernelContext& ctx) {
+  widen_call::RunInFloat(ctx, &SoftmaxF32);
+}
+void LogSoftmaxHalf(dg::KernelContext& ctx) {
+  widen_call::RunInFloat(ctx, &LogSoftmaxF32);
+}
+constexpr DgDTypeMask kHalfMask = dg::Bit(DG_FLOAT16) | dg::Bit(DG_BFLOAT16);
+
 template <typename T>
 void Softmax(dg::KernelContext& ctx) {
   SoftmaxImpl<false, T>(ctx);
@@ -226,5 +241,7 @@ DG_KERNEL_MASK("Softmax", "cpu", dg::Bit(DG_FLOAT32), kSoftmaxF32Priority, 0,
                SoftmaxF32);
 DG_KERNEL_MASK("LogSoftmax", "cpu", dg::Bit(DG_FLOAT32), kSoftmaxF32Priority,
                0, LogSoftmaxF32);
+DG_KERNEL_MASK("Softmax", "cpu", kHalfMask, 0, 0, SoftmaxHalf);
+DG_KERNEL_MASK("LogSoftmax", "cpu", kHalfMask, 0, 0, LogSoftmaxHalf);
 
 }  // namespace cpu_eigen

@@ -131,45 +131,68 @@ Nccl& Require(const char* op) {
 // the group's entry never frees a Comm another thread is using; `use`
 // orders the NCCL calls on it (NCCL wants one caller at a time per
 // communicator) and makes NcclCommDestroy wait for a collective in flight.
+// `comm` is atomic because one path touches it without `use`: an aborting
+// destroy that finds a collective stuck inside an NCCL call cuts it off
+// with ncclCommAbort (what that function is for); whoever exchanges the
+// handle out aborts or destroys it, exactly once.
 struct Comm {
-  ncclComm_t comm = nullptr;  // null once destroyed or aborted
+  std::atomic<ncclComm_t> comm{nullptr};  // null once destroyed or aborted
   int rank = 0, nranks = 1;
   double timeout_s = 300;
-  std::mutex use;
+  std::timed_mutex use;
   // Set by an aborting NcclCommDestroy: the collective settling on another
   // thread aborts the communicator itself and fails, instead of making the
-  // destroy wait up to its timeout.
+  // destroy wait up to its timeout; it then sets aborted_on_request.
   std::atomic<bool> abort_requested{false};
+  std::atomic<bool> aborted_on_request{false};
 };
 std::mutex g_mu;  // guards the table, not the Comms in it
 std::map<int64_t, std::shared_ptr<Comm>> g_comms;
 
-// Waits until the last NCCL call on `c` is no longer in progress; aborts the
-// communicator and fails naming the rank and collective after the timeout.
+// Aborts `c`'s communicator unless another path already took it.
+void AbortComm(Nccl& lib, Comm& c) {
+  if (ncclComm_t h = c.comm.exchange(nullptr)) lib.CommAbort(h);
+}
+
+// Waits until the last NCCL call on `c` is no longer in progress. Fails
+// naming the rank and collective when it does not complete within the
+// timeout, when a destroy asks to abort, or when NCCL reports an error
+// while it ran (a peer died, a network error): the communicator is then
+// aborted, as NCCL requires after an asynchronous error, so later calls
+// say so instead of queueing on a broken communicator. An error the call
+// returned at once (a bad argument) leaves the communicator as it was.
 void Settle(Nccl& lib, Comm& c, ncclResult_t r, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(c.timeout_s);
+  const bool waited = r == ncclInProgress;
   while (r == ncclInProgress) {
     if (c.abort_requested.load(std::memory_order_acquire)) {
-      lib.CommAbort(c.comm);
-      c.comm = nullptr;
+      AbortComm(lib, c);
+      c.aborted_on_request.store(true, std::memory_order_release);
       DG_CHECK(false, DG_ABORTED, "rank ", c.rank, ": ", what,
-               " (NCCL) was aborted: its process group is being destroyed after a "
-               "failure");
+               " (NCCL) was aborted: destroy_process_group() aborted the process "
+               "group's communicator");
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      lib.CommAbort(c.comm);
-      c.comm = nullptr;
+      AbortComm(lib, c);
       DG_CHECK(false, DG_DEADLINE_EXCEEDED, "rank ", c.rank, ": ", what,
                " (NCCL) did not complete within ", c.timeout_s,
                " s; the communicator was aborted");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
-    if (lib.CommGetAsyncError(c.comm, &r) != ncclSuccess) break;
+    const ncclComm_t h = c.comm.load();
+    DG_CHECK(h != nullptr, DG_ABORTED, "rank ", c.rank, ": ", what,
+             " (NCCL) was aborted while in progress: destroy_process_group() aborted "
+             "the process group's communicator");
+    const ncclResult_t q = lib.CommGetAsyncError(h, &r);
+    if (q != ncclSuccess) r = q;
   }
-  DG_CHECK(r == ncclSuccess, DG_INTERNAL, "rank ", c.rank, ": ", what,
-           " (NCCL) failed: ", lib.GetErrorString(r), ": ",
-           lib.GetLastError(c.comm));
+  if (r == ncclSuccess) return;
+  const std::string last = lib.GetLastError(c.comm.load());
+  if (waited) AbortComm(lib, c);
+  DG_CHECK(false, DG_INTERNAL, "rank ", c.rank, ": ", what, " (NCCL) failed: ",
+           lib.GetErrorString(r), ": ", last,
+           waited ? "; the communicator was aborted" : "");
 }
 
 // The group's communicator, owned and locked for one collective.
@@ -185,18 +208,19 @@ class CommLease {
              ": no NCCL communicator for process group ", group,
              " on this rank; call dragon_core.distributed.init_process_group("
              "backend='nccl') (and new_group) first");
-    lock_ = std::unique_lock<std::mutex>(comm_->use);
-    DG_CHECK(comm_->comm != nullptr, DG_FAILED_PRECONDITION, op,
+    lock_ = std::unique_lock<std::timed_mutex>(comm_->use);
+    DG_CHECK(comm_->comm.load() != nullptr, DG_FAILED_PRECONDITION, op,
              ": the NCCL communicator of process group ", group, " on rank ",
-             comm_->rank, " was destroyed or aborted (a timed-out collective aborts it); "
-             "call dragon_core.distributed.init_process_group() again");
+             comm_->rank, " was aborted (after a timeout, an NCCL error or an aborting "
+             "destroy_process_group()); call dragon_core.distributed.init_process_group() "
+             "again");
   }
   Comm& operator*() const { return *comm_; }
   Comm* operator->() const { return comm_.get(); }
 
  private:
   std::shared_ptr<Comm> comm_;
-  std::unique_lock<std::mutex> lock_;
+  std::unique_lock<std::timed_mutex> lock_;
 };
 
 bool NcclType(DgDType d, ncclDataType_t* t) {
@@ -351,20 +375,24 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
   std::memcpy(&id, ctx.input(0).raw_data(), sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclResult_t r = lib.CommInitRankConfig(&c.comm, c.nranks, id, c.rank, &config);
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = lib.CommInitRankConfig(&raw, c.nranks, id, c.rank, &config);
   DG_CHECK(r == ncclSuccess || r == ncclInProgress, DG_UNAVAILABLE, "rank ", c.rank,
            ": NcclCommInit: ncclCommInitRankConfig failed: ", lib.GetErrorString(r), ": ",
            lib.GetLastError(nullptr));
-  if (r == ncclInProgress) lib.CommGetAsyncError(c.comm, &r);
-  Settle(lib, c, r, "communicator creation");
+  c.comm.store(raw);
+  if (r == ncclInProgress) lib.CommGetAsyncError(raw, &r);
+  Settle(lib, c, r, "communicator creation");  // a failure aborts (frees) it
   std::shared_ptr<Comm> old;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     old = std::exchange(g_comms[group], made);
   }
   if (old) {  // re-initialised: free the previous one once nobody uses it
-    std::lock_guard<std::mutex> use(old->use);
-    if (old->comm) lib.CommDestroy(std::exchange(old->comm, nullptr));
+    std::lock_guard<std::timed_mutex> use(old->use);
+    // Its result is not checked: after a failed ncclCommDestroy the handle
+    // may be half freed, so nothing may call NCCL on it again.
+    if (ncclComm_t h = old->comm.exchange(nullptr)) lib.CommDestroy(h);
   }
   *ctx.output(0).data<int64_t>() = c.nranks;
 }
@@ -375,9 +403,10 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
 // be gone and a finalize would wait for them), or when the finalize fails
 // or times out, ncclCommAbort instead. Idempotent: a group without a
 // communicator (never made, already freed, aborted by a timed-out
-// collective) gives 0 and calls no NCCL function, so it works where
-// libnccl cannot even be opened. Output: 0 nothing to free, 1 destroyed,
-// 2 aborted as asked, 3 aborted after a failed or timed-out finalize.
+// collective or an NCCL error) gives 0 and calls no NCCL function, so it
+// works where libnccl cannot even be opened. Output: 0 nothing to free,
+// 1 destroyed, 2 aborted as asked (by this call or by the collective it
+// stopped), 3 aborted after a failed or timed-out finalize.
 void NcclCommDestroyShape(dg::InferContext& ctx) { ctx.set_output(0, DG_INT64, {}); }
 void NcclCommDestroyKernel(dg::KernelContext& ctx) {
   const int64_t group = ctx.i("group");
@@ -394,16 +423,26 @@ void NcclCommDestroyKernel(dg::KernelContext& ctx) {
   int64_t* out = ctx.output(0).data<int64_t>();
   *out = 0;
   if (!held) return;
-  // Waits for a collective in flight on another thread (bounded by its
-  // timeout; with abort, by one poll: it aborts itself), then takes the
-  // handle so nobody can use it again.
-  if (abort) held->abort_requested.store(true, std::memory_order_release);
-  std::lock_guard<std::mutex> use(held->use);
+  // Waits for a collective in flight on another thread: bounded by its
+  // timeout; with abort, by one poll (it sees abort_requested and aborts
+  // itself) or, when it is stuck inside an NCCL call, by kAbortWait, after
+  // which the handle is taken and aborted without the lock, cutting it off.
+  std::unique_lock<std::timed_mutex> use(held->use, std::defer_lock);
+  if (abort) {
+    held->abort_requested.store(true, std::memory_order_release);
+    constexpr auto kAbortWait = std::chrono::seconds(2);
+    (void)use.try_lock_for(kAbortWait);
+  } else {
+    use.lock();
+  }
   Comm c;
   c.rank = held->rank;
   c.timeout_s = held->timeout_s;
-  c.comm = std::exchange(held->comm, nullptr);
-  if (!c.comm) return;
+  c.comm.store(held->comm.exchange(nullptr));
+  if (!c.comm.load()) {
+    if (held->aborted_on_request.load(std::memory_order_acquire)) *out = 2;
+    return;
+  }
   Nccl& lib = Require("NcclCommDestroy");  // opened: it made c.comm
   if (abort) {
     lib.CommAbort(c.comm);
@@ -454,7 +493,7 @@ DG_OP(NcclCommInit)
     .RequiredAttr("nranks", DG_ATTR_INT, "Number of ranks.")
     .RequiredAttr("rank", DG_ATTR_INT, "This rank in the group.")
     .Attr("timeout_s", 300.0, "Seconds any NCCL call may stay in progress.")
-    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)  // every rank calls it; runs without the GIL
     .Shape(NcclCommInitShape);
 
 DG_OP(NcclCommDestroy)
@@ -466,7 +505,7 @@ DG_OP(NcclCommDestroy)
             "after a failed or timed-out finalize.")
     .RequiredAttr("group", DG_ATTR_INT, "Process-group id.")
     .Attr("abort", false, "Abort (the failure path) instead of finalizing.")
-    .Flags(DG_OP_STATEFUL | DG_OP_NO_GRAD)
+    .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)  // may wait up to the timeout: no GIL
     .Shape(NcclCommDestroyShape);
 
 DG_KERNEL_MASK("NcclVersion", "cpu", dg::kAll, 0, 0, NcclVersionKernel);

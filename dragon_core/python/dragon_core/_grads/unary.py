@@ -307,6 +307,7 @@ def _gelu_grad(node, ddx):
 
 
 # --------------------------------------------------------------- softmax
+_HALF = ("float16", "bfloat16")
 
 
 @gradient("Softmax")
@@ -321,8 +322,14 @@ def _softmax(node, dy):
     axis = node.attrs["axis"]
     y = o.softmax(x, axis)
     last = axis in (-1, x.ndim - 1)
-    if last and dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
+    half = y.dtype.name in _HALF
+    if (last or half) and dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
+        # float16/bfloat16 on every axis: the kernel computes in float and
+        # rounds dx once (the chain would round each step to 16 bits)
         return [o.softmax_grad(y, dy, axis=axis)]
+    if half:   # the chain in float32, rounded once
+        yf, dyf = o.cast(y, "float32"), o.cast(dy, "float32")
+        return [o.cast(yf * (dyf - o.sum(dyf * yf, [axis], keepdims=True)), y.dtype)]
     return [y * (dy - o.sum(dy * y, [axis], keepdims=True))]
 
 
@@ -346,6 +353,12 @@ def _log_softmax(node, dy):
     o = ops()
     (x,) = node.inputs
     axis = node.attrs["axis"]
+    if x.dtype.name in _HALF:
+        # float16/bfloat16: computed in float32 and rounded once, as torch's
+        # CPU backward (a 16-bit chain would round the sum and each step)
+        xf, dyf = o.cast(x, "float32"), o.cast(dy, "float32")
+        dx = dyf - o.softmax(xf, axis) * o.sum(dyf, [axis], keepdims=True)
+        return [o.cast(dx, x.dtype)]
     return [dy - o.softmax(x, axis) * o.sum(dy, [axis], keepdims=True)]
 
 

@@ -62,6 +62,10 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+# How long close() waits, at most, for the replies owed to sets and adds.
+_OWED_REPLY_S = 5.0
+
+
 class _Server:
     """The store's server: a listening socket and a thread per client."""
 
@@ -69,6 +73,7 @@ class _Server:
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
         self.closed = False
+        self.owed = 0          # visible sets/adds whose reply is not sent yet
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
@@ -113,24 +118,25 @@ class _Server:
                     return                              # a bad client: drop it
                 value = _recv_exact(conn, vlen)
                 if op == b"S":
-                    # Reply before the value becomes visible: a rank waiting
-                    # for this key may close the store as soon as it sees it
+                    # Visible to every client before the reply (a set that
+                    # returned is seen by all), and the reply is owed: a
+                    # rank that sees the key may close the store at once
                     # (exchange_bytes' rank 0 after the last reader's ack),
-                    # and the setter must not lose its reply to that close.
-                    # This connection's next request is served after the
-                    # store below, so the setter still reads its own write.
-                    conn.sendall(b"K")
+                    # and close() sends owed replies before it shuts sockets.
                     with self.cond:
                         self.data[key] = value
+                        self.owed += 1
                         self.cond.notify_all()
+                    self._reply(conn, b"K")
                 elif op == b"A":
                     (inc,) = struct.unpack(">q", value)
                     with self.cond:
                         old = struct.unpack(">q", self.data.get(key, b"\0" * 8))[0]
                         self.data[key] = struct.pack(">q", old + inc)
+                        self.owed += 1
                         self.cond.notify_all()
                         new = old + inc
-                    conn.sendall(struct.pack(">q", new))
+                    self._reply(conn, struct.pack(">q", new))
                 elif op == b"C":
                     with self.cond:
                         present = key in self.data
@@ -151,6 +157,15 @@ class _Server:
             return
         finally:
             conn.close()
+
+    def _reply(self, conn: socket.socket, data: bytes) -> None:
+        """Send the reply a mutation owes (its effect is already visible)."""
+        try:
+            conn.sendall(data)
+        finally:
+            with self.cond:
+                self.owed -= 1
+                self.cond.notify_all()
 
     def stop_listening(self) -> None:
         """Accept no new client (the connected ones are still served). On
@@ -175,6 +190,13 @@ class _Server:
             self.closed = True
             self.cond.notify_all()
         self.stop_listening()
+        # Replies owed for sets and adds that are already visible go out
+        # whatever the grace (a closer that saw a key must not cut its
+        # setter off); bounded, in case a client stopped reading.
+        owed_deadline = time.monotonic() + max(grace, _OWED_REPLY_S)
+        with self.cond:
+            while self.owed > 0 and time.monotonic() < owed_deadline:
+                self.cond.wait(owed_deadline - time.monotonic())
         deadline = time.monotonic() + grace
         for t in list(self.threads):
             t.join(max(0.0, deadline - time.monotonic()))
@@ -237,6 +259,10 @@ class TCPStore:
             port = self._server.port
         self.port = port
         self._sock = self._connect()
+        # One round trip: the server has accepted this connection and serves
+        # it, so a close() that begins later (it stops accepting at once)
+        # still answers this client during its grace.
+        self._request(b"C", "\0connected", b"", "connect")
 
     def _who(self) -> str:
         r = "" if self.rank is None else f"rank {self.rank}"

@@ -61,6 +61,7 @@ from dragon_core import (channels_last, channels_last_3d, contiguous_format,  # 
                          memory_format, preserve_format)
 
 from . import autograd, nn, optim, utils, jit, linalg, cuda, backends, testing  # noqa: E402
+from . import special  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .jit import compile  # noqa: E402,A004
 

@@ -737,13 +737,14 @@ def _minmax(kind, input, dim, keepdim, other):
                                f"input.numel() == 0. Specify the reduction dim with the "
                                f"'dim' argument.")
         return _w((_ops.max if kind == "max" else _ops.min)(t))
-    if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element, index 0
-        _dims(dim, 1)
-        from ._creation import zeros
-        return values_indices(_w(_ops.add(t, 0) if not _DT_FLOAT(t) else
-                                 _ops.mul(t, 1.0)), zeros([], dtype=D.DTYPES["int64"]))
+    if t.ndim == 0:   # torch: a 0-d input is its own extremum, at index 0
+        _dim(int(dim), 1)
+        return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"], t.device)))
     d = _dim(int(dim), t.ndim)
     _no_empty_reduction(kind, t, [d])
+    if t.dtype.name == "bool":   # ArgMax/Max take no bool: on uint8 (same order, same ties)
+        v, i = _minmax(kind, _w(_cast(t, D.DTYPES["uint8"])), d, keepdim, None)
+        return values_indices(_w(_cast(v._t, D.DTYPES["bool"])), i)
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
     if _records(t) and t.ndim:
         # torch's gradient goes to the returned index only (not shared among
@@ -751,7 +752,8 @@ def _minmax(kind, input, dim, keepdim, other):
         # copy of the indices, so a compiled step stays input-dependent):
         # a one-hot mask (position == index) keeps the picked element and
         # -0.0 elsewhere, and the sum along ``d`` is then exactly that
-        # element (x + -0.0 == x for every x, -0.0 and NaN included).
+        # element (NaN and inf included; a picked -0.0 comes back +0.0, as
+        # the sum starts at +0.0: see docs/from-pytorch.md).
         at = idx if keepdim else _ops.unsqueeze(idx, [d])
         shape = [1] * t.ndim
         shape[d] = t.shape[d]
@@ -897,15 +899,30 @@ def cumsum(input, dim, *, dtype=None):
 
 @_both
 def cumprod(input, dim, *, dtype=None):
+    """``torch.cumprod``: on the host (NumPy) when nothing records; under
+    autograd a log-depth scan of Mul (``_cumprod_scan``), differentiable to
+    any order and exact where elements are 0 (float16/bfloat16 computed in
+    float32 and rounded once). Integer and bool inputs give int64."""
     t = input._t
     if _records(t):
-        raise NotImplementedError("cumprod with autograd is not supported yet; use "
-                                  "torch.exp(torch.cumsum(torch.log(x), dim)) for x > 0")
+        dt = D.to_dtype(dtype) if dtype is not None else D.BY_CODE[t._dtype_code]
+        t = _cast(t, dt)
+        if t.ndim == 0:
+            _dim(dim, 1)
+            return _w(_ops.mul(t, 1))
+        d = _dim(dim, t.ndim)
+        if dt.name in ("float16", "bfloat16"):
+            wide = _cumprod_scan(_ops.cast(t, D.DTYPES["float32"]._dg), d)
+            return _w(_ops.cast(wide, dt._dg))
+        return _w(_cumprod_scan(t, d))
     from ._creation import _from_numpy_owned
     arr = t.numpy()
     dt = D.to_dtype(dtype) if dtype is not None else (
         D.BY_CODE[t._dtype_code] if D.BY_CODE[t._dtype_code].is_floating_point else D.DTYPES["int64"])
-    out = np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy)
+    if dt.name in ("float16", "bfloat16"):   # as torch: in float32, rounded once
+        out = np.cumprod(arr.astype(np.float32), axis=_dim(dim, t.ndim)).astype(dt._dg.numpy)
+    else:
+        out = np.cumprod(arr, axis=_dim(dim, t.ndim), dtype=dt._dg.numpy)
     return _from_numpy_owned(out.reshape(arr.shape))   # a 0-d input stays 0-d
 
 
@@ -999,6 +1016,11 @@ def kthvalue(input, k, dim=-1, keepdim=False):
 
 @_both
 def median(input, dim=None, keepdim=False):
+    if input.dtype.name == "bool":
+        raise NotImplementedError("\"median_cpu\" not implemented for 'Bool'")
+    if input.ndim == 0 and dim is not None:   # torch: the value itself, at index 0
+        _dim(dim, 1)
+        return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"], input._t.device)))
     if dim is None:
         flat = input.reshape(-1)
         v, _ = sort(flat)
@@ -2210,3 +2232,283 @@ def _new_factory(kind):
 
 for _k in ("zeros", "ones", "empty", "full"):
     _new_factory(_k)
+
+
+# ------------------------------------------- cummax/cummin, index_copy,
+# scatter_reduce, copysign, xlogy (torch's semantics on existing core ops)
+_SIGN_INT = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
+
+
+def _signbit(t):
+    """Whether each element of the float dragon tensor ``t`` has its sign
+    bit set (-0.0 and a negative NaN included), as a bool tensor."""
+    as_int = D.DTYPES[_SIGN_INT[D.BY_CODE[t._dtype_code].name]]._dg
+    return _ops.less(_ops.bitcast(t, as_int), 0)
+
+
+def _cum_extreme(kind, input, dim):
+    """cummax / cummin: the indices on the host (NumPy's running extremum,
+    then the last position that holds it), the values gathered at them
+    (so the gradient of each output goes to the element it came from, as
+    torch's scatter-add backward)."""
+    t = input._t
+    if t.ndim == 0:
+        _dim(dim, 1)
+        return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"], t.device)))
+    d = _dim(dim, t.ndim)
+    arr = t.detach().numpy() if t._device_name == "cpu" else t.cpu().numpy()
+    if D.BY_CODE[t._dtype_code].name in ("float16", "bfloat16"):
+        arr = arr.astype(np.float32)   # exact; the comparisons are the same
+    a = np.moveaxis(arr, d, -1)
+    run = (np.maximum if kind == "max" else np.minimum).accumulate(a, axis=-1) \
+        if a.size else a
+    hit = a == run
+    if a.dtype.kind == "f":
+        hit = hit | (np.isnan(a) & np.isnan(run))   # NaN propagates; its index is the latest NaN
+    pos = np.where(hit, np.arange(a.shape[-1], dtype=np.int64), -1)
+    # torch takes the later of equal extrema (and of NaNs): the last hit so far
+    idx = np.maximum.accumulate(pos, axis=-1) if a.size else pos
+    idx = _np_c(np.moveaxis(idx.astype(np.int64), -1, d))
+    if not idx.size:
+        values = _ops.mul(t, 1) if _records(t) else t._clone()
+    else:
+        values = _take_along(t, idx, d)
+    i = _C._from_numpy_copy(idx)
+    if t._device_name != "cpu":
+        i = i._to_device(str(t.device))
+    return values_indices(_w(values), _w(i))
+
+
+@_both
+def cummax(input, dim):
+    """``torch.cummax``: the running maximum along ``dim`` and the index it
+    came from (the latest of equal maxima; NaN propagates, and its index is
+    the latest NaN). Differentiable w.r.t. the values: each output's
+    gradient goes to the element at its index. Every dtype (bool too)."""
+    return _cum_extreme("max", input, dim)
+
+
+@_both
+def cummin(input, dim):
+    """``torch.cummin``: the running minimum along ``dim`` and its index
+    (see ``cummax``)."""
+    return _cum_extreme("min", input, dim)
+
+
+@_both
+def index_copy(input, dim, index, source):
+    """``torch.index_copy``: ``input`` with the slices ``index[i]`` along
+    ``dim`` replaced by ``source``'s slice ``i`` (a repeated index takes the
+    last of its slices, torch's CPU order). ``index`` is int64, 1-d or 0-d;
+    ``source`` has ``input``'s dtype and shape with ``dim`` of size
+    ``len(index)``. Differentiable w.r.t. ``input`` (zero at the copied
+    slices) and ``source``."""
+    if not isinstance(source, Tensor):
+        raise TypeError(f"index_copy(): argument 'source' must be Tensor, not "
+                        f"{type(source).__name__}")
+    t = input._t
+    if isinstance(index, Tensor) and index.dtype != D.DTYPES["int64"]:
+        raise RuntimeError(f"index_copy(): Expected a long tensor for index, but got "
+                           f"{index.dtype}")
+    idx = _index_np(index)
+    if idx.ndim > 1:
+        raise IndexError(f"index_copy(): Index should have dimension 1 or 0 (got {idx.ndim})")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"index_copy(): self and source expected to have the same dtype, "
+                           f"but got (self) {input.dtype} and (source) {source.dtype}")
+    idx = idx.reshape(-1).astype(np.int64)
+    nd = t.ndim
+    d = _dim(dim, nd if nd else 1)
+    shape = list(t.shape) if nd else [1]
+    want = list(shape)
+    want[d] = idx.size
+    s_shape = list(source.shape) if source.ndim else [1]
+    if s_shape != want and not (nd == 0 and source.numel() == idx.size):
+        raise RuntimeError(f"index_copy(): source {list(source.shape)} must have self's shape "
+                           f"{list(t.shape)} with dimension {d} of size {idx.size} (the "
+                           f"number of indices)")
+    n = shape[d]
+    _check_range("index_copy", idx, n, d, IndexError)
+    x = _ops.reshape(t, [1]) if not nd else t
+    src = _ops.reshape(source._t, want)
+    if not idx.size or not t.size:
+        out = _ops.mul(x, 1) if _records(x) else x._clone()
+        if _records(src):   # empty: keep source in the graph (its gradient is empty);
+            # x - 0 keeps signed zeros
+            out = _ops.sub(out, _ops.mul(_ops.sum(src), 0))
+    else:
+        uniq, last = np.unique(idx[::-1], return_index=True)
+        rows = np.zeros(n, np.int64)
+        rows[uniq] = idx.size - 1 - last        # the source slice each copied slice takes
+        copied = np.zeros(n, bool)
+        copied[uniq] = True
+        mshape = [1] * len(shape)
+        mshape[d] = n
+        mask = _as_dg(copied.reshape(mshape), D.DTYPES["bool"], t.device)
+        taken = _ops.gather(src, _as_dg(rows, D.DTYPES["int64"], t.device), d)
+        out = _ops.where(mask, taken, x)
+    return _w(_ops.reshape(out, list(t.shape)))
+
+
+_SCATTER_REDUCE = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def _reduce_identity(reduce, dt):
+    """The value that leaves ``reduce`` unchanged in dtype ``dt``."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    big = reduce == "amin"
+    if dt.is_floating_point:
+        return float("inf") if big else -float("inf")
+    if dt.name == "bool":
+        return big
+    info = np.iinfo(dt._dg.numpy)
+    return int(info.max if big else info.min)
+
+
+@_both
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """``torch.scatter_reduce``: reduces ``src[i][j]...`` into
+    ``input[index[i][j]...]`` along ``dim`` with ``reduce`` (``"sum"``,
+    ``"prod"``, ``"mean"``, ``"amax"``, ``"amin"``), on the core's
+    ScatterReduce. With ``include_self=False`` the positions some index
+    names start from the reduction's identity (so ``input``'s value there
+    takes no part and gets no gradient); positions no index names keep
+    ``input``. ``"mean"`` divides by the number of values reduced (floor
+    division for integers, as torch). Differentiable: ``amax``/``amin``
+    split the gradient evenly among tied values, ``prod`` is exact with
+    zeros."""
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)   # torch takes these too
+    if reduce not in _SCATTER_REDUCE:
+        raise RuntimeError(f"scatter_reduce(): reduce argument must be either sum, prod, "
+                           f"mean, amax or amin, got {reduce!r}")
+    if not isinstance(src, Tensor):
+        raise TypeError(f"scatter_reduce(): argument 'src' must be Tensor, not "
+                        f"{type(src).__name__}")
+    if isinstance(index, Tensor) and index.dtype != D.DTYPES["int64"]:
+        raise RuntimeError(f"scatter_reduce(): Expected dtype int64 for index, got "
+                           f"{index.dtype}")
+    if src.dtype != input.dtype:
+        raise RuntimeError(f"scatter_reduce(): Expected self.dtype to be equal to src.dtype "
+                           f"({input.dtype} vs {src.dtype})")
+    t = input._t
+    dt = input.dtype
+    nd = t.ndim
+    d = _dim(dim, nd if nd else 1)
+    idx = _index_np(index)
+    shape = tuple(t.shape) if nd else (1,)
+    if nd == 0:
+        idx = idx.reshape(-1)[:1] if idx.ndim == 0 else idx
+    _check_scatter_shapes("scatter_reduce", shape, d, idx.shape,
+                          tuple(src.shape) if src.ndim else (1,))
+    _check_range("scatter_reduce", idx, shape[d], d)
+    flat = _ops.reshape(t, [-1])
+    if not idx.size:
+        out = _ops.mul(flat, 1) if _records(t) else flat._clone()
+        if _records(src._t):   # keep src in the graph (its gradient is 0); x - 0 keeps -0.0
+            out = _ops.sub(out, _ops.mul(_ops.sum(src._t), 0))
+        return _w(_ops.reshape(out, list(t.shape)))
+    if dt.name == "bool":
+        # as torch: sum/amax are a logical or, prod/amin an and (on uint8)
+        if reduce == "mean":
+            raise RuntimeError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented "
+                               "for 'Bool'")
+        u8 = D.DTYPES["uint8"]
+        wide = scatter_reduce(input.to(u8), dim, index, src.to(u8),
+                              "amax" if reduce in ("sum", "amax") else "amin",
+                              include_self=include_self)
+        return wide.to(dt)
+    if dt.name in ("float16", "bfloat16"):
+        # no 16-bit ScatterReduce kernel: computed in float32, rounded once
+        wide = scatter_reduce(input.float(), dim, index, src.float(), reduce,
+                              include_self=include_self)
+        return wide.to(dt)
+    pos = _flat_positions(shape, d, idx)
+    s = src if src.ndim else src.reshape(1)
+    if tuple(s.shape) != tuple(idx.shape):
+        s = s[tuple(slice(0, k) for k in idx.shape)]
+    s = _ops.reshape(s._t, [-1])
+    size = int(np.prod(shape))
+    touched = np.zeros(size, bool)
+    touched[pos] = True
+    base = flat
+    if not include_self:
+        mask = _as_dg(touched, D.DTYPES["bool"], t.device)
+        base = _ops.where(mask, _as_dg(_reduce_identity(reduce, dt), dt, t.device), flat)
+    p = _as_dg(pos, D.DTYPES["int64"], t.device)
+    out = _ops.scatter_reduce(base, p, s, 0, _SCATTER_REDUCE[reduce])
+    if reduce == "mean":
+        count = np.bincount(pos, minlength=size) + (1 if include_self else 0)
+        count = _as_dg(np.maximum(count, 1), dt, t.device)
+        out = _ops.div(out, count) if dt.is_floating_point else _ops.floor_divide(out, count)
+    return _w(_ops.reshape(out, list(t.shape)))
+
+
+@_both
+def copysign(input, other):
+    """``torch.copysign``: ``|input|`` with the sign bit of ``other``
+    (``-0.0`` and a negative NaN count as negative); broadcasts, integer
+    and bool operands give the default float dtype. The gradient w.r.t.
+    ``input`` is ``sign(input) * sign(result)`` (0 where ``input`` is 0),
+    w.r.t. ``other`` zero, as torch's."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"copysign(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
+    dt = _float_dt(input, other)
+    dev = input._t.device
+    x, o = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
+    a = _ops.abs(x)
+    out = _ops.where(_signbit(o), _ops.neg(a), a)
+    if _records(o):   # torch's gradient w.r.t. other: zeros (not None)
+        out = _ops.where(_as_dg(False, D.DTYPES["bool"], dev), o, out)
+    return _w(out)
+
+
+@_both
+def xlogy(input, other):
+    """``torch.xlogy``: ``input * log(other)``, 0 where ``input`` is 0 and
+    ``other`` is not NaN (NaN where ``other`` is). Either argument may be a
+    Python number; integer and bool operands give the default float dtype.
+    Differentiable as torch: w.r.t. ``input`` ``log(other)`` (0 where
+    ``input`` is 0 and ``other <= 0``), w.r.t. ``other`` ``input / other``
+    (0 where ``input`` is 0: torch gives NaN at ``input == other == 0``, and
+    ``inf`` w.r.t. ``input`` at ``input == 0, other == inf``, where we give
+    0)."""
+    if not isinstance(input, Tensor) and not isinstance(other, Tensor):
+        raise TypeError("xlogy(): one of the arguments must be a Tensor")
+    dt = _float_dt(input, other)
+    ref = input if isinstance(input, Tensor) else other
+    dev = ref._t.device
+    x, y = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
+    # x * L with L = log(y), except 0 where x == 0 and y <= 0 or y == inf
+    # (there x * log(y) would be NaN; xlogy is 0). So the gradient w.r.t. x
+    # is log(y), 0 where x == 0 and y <= 0 (torch's rule), and w.r.t. y
+    # x / y (0 where x == 0; torch gives NaN for x == y == 0).
+    off = _ops.logical_and(_ops.equal(x, 0.0), _ops.logical_or(
+        _ops.less_equal(y, 0.0), _ops.equal(y, float("inf"))))
+    log_y = _ops.where(off, _as_dg(0.0, dt, dev),
+                       _ops.log(_ops.where(off, _as_dg(1.0, dt, dev), y)))
+    return _w(_ops.mul(x, log_y))
+
+
+def _cumprod_scan(t, d):
+    """The cumulative product of dragon tensor ``t`` along ``d`` as a
+    log-depth scan of Mul (each step multiplies by the tensor shifted by 2^k
+    along ``d``, padded with ones): differentiable to any order and exact
+    where elements are 0."""
+    n = t.shape[d]
+    y = _ops.mul(t, 1)
+    step = 1
+    pads = [(0, 0)] * t.ndim
+    while step < n:
+        shifted = _ops.slice(y, [0], [n - step], None, [d])
+        pads[d] = (step, 0)
+        y = _ops.mul(y, _ops.pad(shifted, list(pads), value=1.0))
+        step *= 2
+    return y
+
+
+for _n in ("index_copy", "scatter_reduce", "copysign", "xlogy"):
+    _make_inplace(_n)

@@ -140,9 +140,19 @@ exp, log, log1p, sqrt, sigmoid, neg, square, trunc, abs = (  # noqa: A001
 
 
 @_both
-def round(input, decimals: int = 0):
+def round(input, decimals=None):
+    """``torch.round``: half to even; ``decimals`` rounds to that many
+    decimal places (negative: to tens, hundreds, ...). An integer tensor
+    is copied when ``decimals`` is not given and raises when it is (and a
+    bool tensor always raises), as in torch."""
     t = input._t
-    if not _DT_FLOAT(t) and t.dtype.name != "bool":
+    if not _DT_FLOAT(t):
+        name = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+                "uint8": "Byte", "bool": "Bool"}.get(t.dtype.name, t.dtype.name.title())
+        if decimals is not None or t.dtype.name == "bool":
+            raise NotImplementedError(f"\"round_cpu\" not implemented for '{name}' "
+                                      f"(round(decimals={decimals}) of a {t.dtype.name} "
+                                      f"tensor of shape {list(t.shape)} on {input.device})")
         return _w(_ops.add(t, 0))   # torch: rounding an integer tensor is a copy
     if decimals:
         s = 10.0 ** decimals
@@ -731,18 +741,26 @@ def _minmax(kind, input, dim, keepdim, other):
         _dim(int(dim), 1)
         return values_indices(input.clone(), _w(_as_dg(0, D.DTYPES["int64"], t.device)))
     d = _dim(int(dim), t.ndim)
+    _no_empty_reduction(kind, t, [d])
     if t.dtype.name == "bool":   # ArgMax/Max take no bool: on uint8 (same order, same ties)
         v, i = _minmax(kind, _w(_cast(t, D.DTYPES["uint8"])), d, keepdim, None)
         return values_indices(_w(_cast(v._t, D.DTYPES["bool"])), i)
     idx = (_ops.argmax if kind == "max" else _ops.argmin)(t, d, keepdim)
     if _records(t) and t.ndim:
         # torch's gradient goes to the returned index only (not shared among
-        # ties, as amax's is): the values are gathered at the indices
-        at = idx.numpy() if t._device_name == "cpu" else idx.cpu().numpy()
-        at = at.astype(np.int64) if keepdim else np.expand_dims(at, d).astype(np.int64)
-        values = _take_along(t, at, d)
-        if not keepdim:
-            values = _ops.squeeze(values, [d])
+        # ties, as amax's is). The values are picked on the device (no host
+        # copy of the indices, so a compiled step stays input-dependent):
+        # a one-hot mask (position == index) keeps the picked element and
+        # -0.0 elsewhere, and the sum along ``d`` is then exactly that
+        # element (NaN and inf included; a picked -0.0 comes back +0.0, as
+        # the sum starts at +0.0: see docs/from-pytorch.md).
+        at = idx if keepdim else _ops.unsqueeze(idx, [d])
+        shape = [1] * t.ndim
+        shape[d] = t.shape[d]
+        pos = _ops.reshape(_ops.arange(t.shape[d], dtype=D.DTYPES["int64"]._dg,
+                                       device=str(t.device)), shape)
+        mask = _ops.equal(pos, _cast(at, D.DTYPES["int64"]))
+        values = _ops.sum(_ops.where(mask, t, -0.0), [d], keepdim)
     else:
         values = (_ops.max if kind == "max" else _ops.min)(t, [d], keepdim)
     return values_indices(_w(values), _w(_cast(idx, D.DTYPES["int64"])))
@@ -1086,7 +1104,8 @@ def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], D.dtype):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype) (copies)")
     shape = _infer_shape(_shape_args(shape), int(self._t.size))
-    if self._t._device_name == "cpu":
+    if self._t._device_name == "cpu" and not self._t.is_contiguous():
+        # (a contiguous tensor views as any shape of its size: no probe)
         probe = self._t.numpy().view()
         try:
             probe.shape = shape   # NumPy refuses exactly when a copy would be needed
@@ -1249,9 +1268,12 @@ def _broadcast_view(a, shape):
     write through an expanded tensor reaches its one element, as in torch;
     in-place ops on it raise torch's overlap error, see _check_overlap)."""
     b = np.broadcast_to(a, shape)
-    if not a.flags.writeable:
-        return b
-    return np.lib.stride_tricks.as_strided(a, shape=b.shape, strides=b.strides, writeable=True)
+    if a.flags.writeable:
+        # made writable in place rather than rebuilt with as_strided, whose
+        # non-ndarray base would cut the view off from a's storage (its
+        # own version counter: autograd would miss writes through it)
+        b.flags.writeable = True
+    return b
 
 
 @_method_only
@@ -1347,13 +1369,30 @@ def flip(input, dims):
                            f"times in the list of dims")
     if _host_view_ok(t):
         # torch.flip returns a copy: a write to the result never reaches input
-        return _w(_C._from_numpy_copy(_np_c(np.flip(t.numpy(), ds))))
-    out = t
-    for d in ds:
+        return _w(_C._from_numpy_copy(_np_c(np.flip(t.numpy(), ds) if t.ndim else t.numpy())))
+    out = t if t.ndim else _ops.add(t, 0)   # a 0-d tensor flips to a copy of itself
+    for d in (ds if t.ndim else ()):
         n = out.shape[d]
         if n > 1:
             out = _ops.gather(out, _as_dg(np.arange(n - 1, -1, -1), D.DTYPES["int64"]), d)
     return _w(out)
+
+
+def _flip_method(self, *dims, **kwargs):
+    """``Tensor.flip``: the dims as one sequence or as separate ints
+    (``x.flip(0, 1)``), as in torch."""
+    if "dims" in kwargs:
+        if dims:
+            raise TypeError("flip() got multiple values for argument 'dims'")
+        return flip(self, kwargs.pop("dims"), **kwargs)
+    if not dims:
+        raise TypeError('flip() missing 1 required positional arguments: "dims"')
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple, Size)):
+        dims = dims[0]
+    return flip(self, list(dims), **kwargs)
+
+
+Tensor.flip = _flip_method
 
 
 @_both
@@ -1397,7 +1436,9 @@ def cat(tensors, dim=0):
     out = _ops.concat([_cast(t._t, dt) for t in nonempty], d)
     for t in legacy:
         if t is not nonempty[0] and _records(t._t):
-            out = _ops.add(out, _ops.sum(_cast(t._t, dt)))   # adds 0, links the gradient
+            # subtracts the empty sum (+0.0: x - 0.0 is x for every x, -0.0
+            # included, where + 0.0 would flip it), linking the gradient
+            out = _ops.sub(out, _ops.sum(_cast(t._t, dt)))
     return _w(out)
 
 
@@ -1521,6 +1562,26 @@ def _check_range(name, idx, n, d, exc=RuntimeError):
                            f"size {n}")
 
 
+def _check_index_range(name, index, n, d, exc=RuntimeError, on_device=None):
+    """:func:`_check_range` of an index tensor (or array-like) without
+    copying a device tensor's indices to the host: the check runs on its
+    device and reads back one count; only a bad index copies them (for the
+    message). ``on_device`` forces either path (default: the tensor's
+    device is not the host, whose indices NumPy reads without a copy)."""
+    if on_device is None:
+        on_device = isinstance(index, Tensor) and index._t._device_name != "cpu"
+    if on_device and isinstance(index, Tensor):
+        if index.dtype.is_floating_point or index.dtype.name == "bool":
+            raise RuntimeError(f"expected an integer index tensor (int64), got {index.dtype}")
+        i = _cast(index._t, D.DTYPES["int64"])
+        if not i.size:
+            return
+        bad = _ops.logical_or(_ops.less(i, 0), _ops.greater_equal(i, n))
+        if not int(_ops.sum(_cast(bad, D.DTYPES["int64"])).numpy()):
+            return
+    _check_range(name, _index_np(index), n, d, exc)
+
+
 def _check_scatter_shapes(name, t_shape, d, idx_shape, src_shape=None):
     # torch: index.size(k) <= src.size(k) for every k and <= self.size(k) for k != dim
     if len(idx_shape) != len(t_shape):
@@ -1538,7 +1599,15 @@ def _check_scatter_shapes(name, t_shape, d, idx_shape, src_shape=None):
 def index_select(input, dim, index):
     t = input._t
     d = _dim(dim, t.ndim)
-    _check_range("index_select", _index_np(index), t.shape[d] if t.ndim else 1, d, IndexError)
+    _check_index_range("index_select", index, t.shape[d] if t.ndim else 1, d, IndexError)
+    return _index_select_in_range(input, d, index)
+
+
+def _index_select_in_range(input, d, index):
+    """``index_select`` of indices the caller knows to be in range (no
+    check, so no read of device indices; nn.functional's class weights)."""
+    t = input._t
+    d = _dim(d, t.ndim)
     idx = _u(index) if isinstance(index, Tensor) else _as_dg(np.asarray(index, np.int64),
                                                               D.DTYPES["int64"])
     if idx.ndim != 1:
@@ -1613,6 +1682,11 @@ def _scatter(input, dim, index, src, reduce_add):
     d = _dim(dim, t.ndim)
     idx = _index_np(index)
     name = "scatter_add" if reduce_add else "scatter"
+    if isinstance(src, Tensor) and src.dtype != input.dtype:
+        raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype "
+                           f"({name} of a {input.dtype.name} tensor of shape "
+                           f"{list(input.shape)} with a {src.dtype.name} src on "
+                           f"{input.device})")
     _check_scatter_shapes(name, tuple(t.shape), d, idx.shape,
                           tuple(src.shape) if isinstance(src, Tensor) else None)
     _check_range(name, idx, t.shape[d] if t.ndim else 1, d)
@@ -1632,16 +1706,37 @@ def _scatter(input, dim, index, src, reduce_add):
         # last write wins for a repeated position (torch's CPU scatter), so
         # only the last source element of each position is added
         uniq, last = np.unique(pos[::-1], return_index=True)
+        # -0.0 (not flat * 0, NaN where flat is infinite): adding it to a
+        # scattered value keeps that value exactly, -0.0 included
+        zeros = _as_dg(np.full(flat.shape[0], -0.0 if _DT_FLOAT(t) else 0,
+                               D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
+        route = None
         if len(uniq) != len(pos):
+            if _records(s):
+                # torch's gradient of src is grad.gather(dim, index): every
+                # source element, overwritten or not, gets the gradient of
+                # its position. The surviving elements get it through the
+                # gather below; ``route`` gives it to the overwritten ones,
+                # -0.0 in value (so adding it changes nothing, -0.0
+                # included). An overwritten infinite or NaN source element
+                # routes nothing (its s - s is not 0; see docs/from-pytorch.md).
+                lost = np.ones(len(pos), bool)
+                lost[len(pos) - 1 - last] = False
+                sd = s.detach()
+                r = _ops.where(_ops.logical_and(_ops.isfinite(sd),
+                                                _as_dg(lost, D.DTYPES["bool"], t.device)),
+                               _ops.neg(_ops.sub(sd, s)), -0.0)
+                route = _ops.scatter_add(zeros, p, r, 0)
             src_at = (len(pos) - 1 - last).astype(np.int64)
             s = _ops.gather(s, _as_dg(src_at, D.DTYPES["int64"], t.device), 0)
             pos = uniq
             p = _as_dg(pos, D.DTYPES["int64"], t.device)
         keep = np.ones(flat.shape[0], bool)
         keep[pos] = False
-        mask = _as_dg(keep.astype(D.BY_CODE[t._dtype_code]._dg.numpy), input.dtype, t.device)
-        zeros = _ops.mul(flat, _as_dg(0, input.dtype))
-        out = _ops.add(_ops.mul(flat, mask), _ops.scatter_add(zeros, p, s, 0))
+        out = _ops.where(_as_dg(keep, D.DTYPES["bool"], t.device), flat,
+                         _ops.scatter_add(zeros, p, s, 0))
+        if route is not None:
+            out = _ops.add(out, route)
     return _w(_ops.reshape(out, list(t.shape)))
 
 
@@ -1666,7 +1761,7 @@ def scatter_add(input, dim, index, src):
 def index_add(input, dim, index, source, *, alpha=1):
     t = input._t
     d = _dim(dim, t.ndim)
-    _check_range("index_add", _index_np(index), t.shape[d] if t.ndim else 1, d)
+    _check_index_range("index_add", index, t.shape[d] if t.ndim else 1, d)
     src = source if alpha == 1 else mul(source, alpha)
     moved = transpose(input, 0, d) if d else input
     srcm = transpose(src, 0, d) if d else src
@@ -1758,15 +1853,11 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     x = movedim(input, (dim1, dim2), (-2, -1))
     t = x._t
     if _host_view_ok(t) and not t.is_read_only:
-        a = t.numpy()
-        n, m = a.shape[-2:]
-        k = builtins.max(0, builtins.min(n + builtins.min(offset, 0), m - builtins.max(offset, 0)))
-        start = (-offset if offset < 0 else 0, offset if offset > 0 else 0)
-        base = a[..., start[0]:, start[1]:] if k else a[..., :0, :0]
-        st = a.strides
-        view = np.lib.stride_tricks.as_strided(
-            base, shape=a.shape[:-2] + (k,), strides=st[:-2] + (st[-2] + st[-1],),
-            writeable=True)
+        # NumPy's diagonal is a view whose base chain stays ndarrays (so it
+        # shares a's storage and version counter); it is read-only only by
+        # NumPy's convention
+        view = np.diagonal(t.numpy(), offset, -2, -1)
+        view.flags.writeable = True
         return _note_alias(input, _w(_from_np_view(view)))
     n, m = x.shape[-2:]
     rows = np.arange(builtins.max(0, -offset), builtins.min(n, m - offset))
@@ -1945,7 +2036,7 @@ def cross(input, other, dim=-1):
 def fill_(self, value):
     from ._creation import full
     return _inplace(self, full(self.shape, float(value) if self.dtype.is_floating_point
-                               else value, dtype=self.dtype))
+                               else value, dtype=self.dtype), internal_overlap=False)
 
 
 @_method_only
@@ -2021,12 +2112,12 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
 
 @_method_only
 def masked_fill_(self, mask, value):
-    return _inplace(self, masked_fill(self, mask, value))
+    return _inplace(self, masked_fill(self, mask, value), internal_overlap=False)
 
 
 @_method_only
 def index_fill_(self, dim, index, value):
-    return _inplace(self, index_fill(self, dim, index, value))
+    return _inplace(self, index_fill(self, dim, index, value), internal_overlap=False)
 
 
 @_method_only
@@ -2043,12 +2134,32 @@ def apply_(self, fn):
                               "supported; use vectorised ops")
 
 
+#: In-place ops whose inputs may not even be the written-to tensor itself
+#: (torch's assert_no_overlap: full overlap raises too, x.scatter_(0, i, x)).
+_NO_FULL_OVERLAP = ("scatter", "scatter_add", "index_add")
+
+
 def _make_inplace(name):
     fn = getattr(Tensor, name)
 
     def method(self, *args, **kwargs):
-        return _inplace(self, fn(self, *args, **kwargs),
-                        srcs=[*args, *kwargs.values()])
+        srcs = [*args, *kwargs.values()]
+        if name in _NO_FULL_OVERLAP:
+            for src in srcs:
+                if isinstance(src, Tensor) and (src._t is self._t or (
+                        self._t._device_name == "cpu" and src._t._device_name == "cpu"
+                        and src._t.size and np.may_share_memory(src._t.numpy(),
+                                                                self._t.numpy()))):
+                    a, b = self._t.numpy(), src._t.numpy()
+                    if src._t is self._t or (
+                            a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                            and a.strides == b.strides and a.shape == b.shape):
+                        raise RuntimeError(
+                            "unsupported operation: some elements of the input tensor and "
+                            "the written-to tensor refer to a single memory location. "
+                            f"Please clone() the tensor before performing the operation. "
+                            f"({name}_ of a {list(self.shape)} tensor with itself as input)")
+        return _inplace(self, fn(self, *args, **kwargs), srcs=srcs)
     method.__name__ = name + "_"
     method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
     if not hasattr(Tensor, name + "_"):

@@ -183,12 +183,17 @@ def getitem(x: Tensor, key):
 def setitem(x: Tensor, key, value) -> None:
     t = x._t
     key = _normalize(key)
+    # a 0-d integer tensor indexes as the int it holds (as in getitem)
+    key = tuple(int(k) if isinstance(k, Tensor) and k.ndim == 0 and not k.dtype.is_floating_point
+                and k.dtype.name != "bool" else k for k in key)
     nk = _np_key(key)
     _check_bounds(t, nk)
     dt = D.BY_CODE[t._dtype_code]
     int_arrays = any(_is_advanced(k) and not isinstance(k, bool) and not (
         isinstance(k, Tensor) and k.dtype.name in ("bool", "uint8")) and not (
-        isinstance(k, np.ndarray) and k.dtype == bool) for k in key)
+        isinstance(k, np.ndarray) and k.dtype == bool) and not (
+        isinstance(k, list) and k and all(isinstance(e, (bool, np.bool_)) for e in k))
+        for k in key)
     n_adv = sum(1 for k in key if _is_advanced(k) and not isinstance(k, bool))
     if isinstance(value, Tensor) and value._t._dtype_code != t._dtype_code and (
             int_arrays or n_adv > 1 or n_adv == 1 and value.numel() != 1):
@@ -221,6 +226,12 @@ def setitem(x: Tensor, key, value) -> None:
                                "tensor refers to a single memory location. Please clone() the "
                                "tensor before performing the operation.")
         if split is None:
+            if isinstance(value, Tensor) and isinstance(target, np.ndarray) and \
+                    isinstance(v, np.ndarray) and v.shape == target.shape:
+                # torch's copy_ overlap check (a broadcast value is never dense:
+                # torch computes, as NumPy does here)
+                from ._tensor import _check_pair_overlap
+                _check_pair_overlap(target, v)
             arr[nk] = v
         else:
             arr[split[0]][split[1]] = v   # arr[ints] is a view: writes arr

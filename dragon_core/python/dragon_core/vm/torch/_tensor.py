@@ -860,7 +860,7 @@ class Tensor:
 
 
 def _no_bool_sub(a, b):
-    if a._t._dtype_code == _BOOL or isinstance(b, (bool, np.bool_)) or (
+    if a._t._dtype_code == _BOOL or isinstance(b, bool) or (
             isinstance(b, Tensor) and b._t._dtype_code == _BOOL):
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
                            "supported. If you are trying to invert a mask, use the `~` or "
@@ -882,21 +882,57 @@ def _compare(name, a, b):
     return _binary(name, a, b)
 
 
-def _check_overlap(t, srcs) -> None:
+def _dense(a) -> bool:
+    """Whether NumPy array ``a``'s elements fill one gap-free block of
+    memory, each once (torch's ``is_non_overlapping_and_dense``)."""
+    if a.flags.c_contiguous or a.flags.f_contiguous:
+        return True
+    dims = sorted((abs(st), n) for st, n in zip(a.strides, a.shape) if n != 1)
+    expect = a.itemsize
+    for st, n in dims:
+        if st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _byte_range(a):
+    """[first, last) byte addresses that non-empty array ``a`` touches."""
+    lo = hi = a.__array_interface__["data"][0]
+    for st, n in zip(a.strides, a.shape):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi + a.itemsize
+
+
+def _check_overlap(t, srcs, internal=True) -> None:
     """PyTorch's memory-overlap checks of an in-place write into host
-    tensor ``t`` reading ``srcs``: a written-to tensor whose elements share
-    memory (an expanded view), or an input that partly overlaps it
-    (``x.add_(x.T)``, ``x[1:].copy_(x[:-1])``), raise instead of computing
-    a result that depends on the order of the writes. An input that is
-    exactly the written-to tensor (``x.mul_(x)``) is fine."""
+    tensor ``t`` reading ``srcs``.
+
+    The written-to tensor raises when several of its elements share memory
+    (an expanded view; ``internal=False`` skips this, as torch's fill_,
+    zero_, masked_fill_ and index_fill_ do). An input raises, as in torch,
+    when both it and ``t`` are non-overlapping and dense and their memory
+    ranges partly overlap (``x.add_(x.T)``, ``x[1:].copy_(x[:-1])``); an
+    input that is exactly the written-to tensor (``x.mul_(x)``) is fine.
+    Other layouts compute when their elements are disjoint
+    (``x[::2].mul_(x[1::2])``). Where they do share elements
+    (``x.sub_(x[:, :1])``) torch computes a result that depends on the
+    order of its element loop (later elements read values written by
+    earlier ones); vm.torch computes every input before it writes, so it
+    refuses these instead of giving a different answer (see
+    docs/from-pytorch.md). When NumPy cannot tell (``TooHardError``) it
+    computes, as torch does."""
     if t._device_name != "cpu":
         return
     strides = t.strides
-    if 0 in strides and any(st == 0 and n > 1 for st, n in zip(strides, t.shape)):
+    if internal and 0 in strides and any(st == 0 and n > 1 for st, n in zip(strides, t.shape)):
         raise RuntimeError("unsupported operation: more than one element of the written-to "
                            "tensor refers to a single memory location. Please clone() the "
                            "tensor before performing the operation.")
-    a = None
+    a = a_dense = None
     for src in srcs:
         if type(src) is not Tensor and not isinstance(src, Tensor):
             continue
@@ -905,19 +941,40 @@ def _check_overlap(t, srcs) -> None:
             continue
         if a is None:
             a = t.numpy()
-        b = s.numpy()
-        if not np.may_share_memory(a, b):   # bounds only: the common, cheap case
-            continue
-        if (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-                and a.strides == b.strides and a.shape == b.shape and a.dtype == b.dtype):
-            continue   # the same elements (x.mul_(x))
-        if np.shares_memory(a, b, max_work=10**6):
-            raise RuntimeError("unsupported operation: some elements of the input tensor and "
-                               "the written-to tensor refer to a single memory location. "
-                               "Please clone() the tensor before performing the operation.")
+            if not a.size:
+                return
+            a_dense = _dense(a)
+        _check_pair_overlap(a, s.numpy(), a_dense)
 
 
-def _inplace(self: Tensor, result: Tensor, srcs=()) -> Tensor:
+def _check_pair_overlap(a, b, a_dense=None) -> None:
+    """The input-overlap half of :func:`_check_overlap` for host arrays:
+    ``a`` written, ``b`` read (``a_dense``: ``_dense(a)`` if known)."""
+    if not a.size or not b.size or not np.may_share_memory(a, b):   # bounds only: cheap
+        return
+    a_lo, a_hi = _byte_range(a)
+    b_lo, b_hi = _byte_range(b)
+    if a_lo == b_lo and a_hi == b_hi and a.strides == b.strides and a.shape == b.shape:
+        return   # the same elements (x.mul_(x))
+    if (_dense(a) if a_dense is None else a_dense) and _dense(b):
+        # torch's rule: two dense blocks that overlap at all overlap partly
+        raise RuntimeError("unsupported operation: some elements of the input tensor and "
+                           "the written-to tensor refer to a single memory location. "
+                           "Please clone() the tensor before performing the operation.")
+    try:
+        shared = np.shares_memory(a, b, max_work=10**6)
+    except np.exceptions.TooHardError:
+        shared = False   # cannot tell: compute, as torch does
+    if shared:
+        raise RuntimeError(
+            f"in-place operation on a {list(a.shape)} tensor whose input of shape "
+            f"{list(b.shape)} shares some of its memory: torch computes a result that "
+            f"depends on the order in which it writes the elements here, which "
+            f"vm.torch does not reproduce (docs/from-pytorch.md). Please clone() the "
+            f"input before performing the operation.")
+
+
+def _inplace(self: Tensor, result: Tensor, srcs=(), internal_overlap=True) -> Tensor:
     """Make ``self`` hold ``result`` (PyTorch's in-place ``_`` methods).
 
     Outside autograd recording the result is written into ``self``'s memory
@@ -940,7 +997,7 @@ def _inplace(self: Tensor, result: Tensor, srcs=()) -> Tensor:
                            "in-place operation.")
     _check_inplace_target(self, "in-place operation", recording)
     if not _tracing():
-        _check_overlap(t, srcs)
+        _check_overlap(t, srcs, internal_overlap)
     if r._dtype_code != t._dtype_code:
         if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
             raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "

@@ -12,6 +12,7 @@ from dragon_core.nn import functional as _F
 from .. import _dtype as D
 from .._functions import _EXPORTS as _T
 from .._functions import _float_t
+from .._functions import _index_select_in_range
 from .._tensor import Tensor, _as_dg, _cast, _inplace, _u, _w  # noqa: F401
 
 
@@ -446,7 +447,8 @@ def _smoothed(logp, target, weight, ignore_index, reduction, eps):
             denom = _T["sum"](valid)
         else:
             safe = _T["where"](valid_b, target.long(), 0)
-            denom = _T["sum"](_T["index_select"](weight.to(logp.dtype), 0, safe.reshape(-1))
+            # (safe is in [0, C): nll_loss above checked the targets and weight)
+            denom = _T["sum"](_index_select_in_range(weight.to(logp.dtype), 0, safe.reshape(-1))
                               * valid.reshape(-1))
         smooth = _T["sum"](smooth) / denom
     elif reduction == "sum":
@@ -464,13 +466,18 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if x.ndim > 2:  # (N, C, d1, ...) -> (N * d1 * ..., C)
         x = _T["movedim"](x, 1, -1).reshape(-1, x.shape[1])
         target = target.reshape(-1)
+    if weight is not None and tuple(weight.shape) != (x.shape[1],):
+        raise RuntimeError(f"weight tensor should be defined either for all {x.shape[1]} "
+                           f"classes or no classes but got weight tensor of shape: "
+                           f"{list(weight.shape)}")
     t = target.long()
     valid = (t != ignore_index)
     safe = _T["where"](valid, t, 0)
     picked = -_T["gather"](x, 1, safe.unsqueeze(1)).squeeze(1)
     w = valid.to(x.dtype)
     if weight is not None:
-        w = w * _T["index_select"](weight, 0, safe)
+        # gather checked safe against the C classes, the weight's length
+        w = w * _index_select_in_range(weight, 0, safe)
     loss = picked * w
     if reduction == "none":
         return loss.reshape(input.shape[:1] + input.shape[2:]) if input.ndim > 2 else loss

@@ -30,6 +30,14 @@ def _np_rng() -> np.random.Generator:
     return _RNG[0]
 
 
+def _tracing() -> bool:
+    """Inside ``torch.compile`` / ``dg.function``: a number drawn on the host
+    would become a constant of the trace (the same at every call), so the
+    random creation functions draw with graph ops there."""
+    from dragon_core.plugin_api import is_tracing
+    return is_tracing()
+
+
 def manual_seed(seed: int):
     """Seed dragon_core's generator (dropout, ``rand``, ``randn``) and the
     host generator behind ``randint``/``randperm``/``multinomial``."""
@@ -263,6 +271,17 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
     if high is None:
         low, high = 0, low
     dt = _dt(dtype, D.DTYPES["int64"])
+    if _tracing():
+        # Drawn by the graph at every call: floor(low + u * (high - low)),
+        # u uniform in [0, 1) in float64, clipped for a u that rounds up.
+        low, high = int(low), int(high)
+        if high <= low:
+            raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
+        u = _ops.random_uniform(tuple(int(n) for n in size), 0.0, float(high - low),
+                                _dg.float64)
+        v = _ops.clip(_ops.floor(u), 0.0, float(high - low - 1))
+        t = _ops.cast(_ops.add(v, float(low)), dt._dg)
+        return _finish(t, None, device, requires_grad)
     arr = _np_rng().integers(low, high, size=tuple(size)).astype(dt._dg.numpy)
     return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
 
@@ -274,6 +293,10 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None):
 def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None,
              requires_grad=False, pin_memory=False):
     dt = _dt(dtype, D.DTYPES["int64"])
+    if _tracing():
+        # Drawn by the graph at every call: the order of n float64 uniforms.
+        u = _ops.random_uniform((int(n),), 0.0, 1.0, _dg.float64)
+        return _finish(_ops.cast(_ops.argsort(u, stable=True), dt._dg), None, device)
     return _finish(_C._from_numpy_copy(_np_rng().permutation(int(n)).astype(dt._dg.numpy)),
                    None, device)
 

@@ -2100,7 +2100,15 @@ def bernoulli(input, p=None, *, generator=None):
 
 @_export
 def multinomial(input, num_samples, replacement=False, *, generator=None):
-    from ._creation import _from_numpy_owned, _np_rng
+    from ._creation import _from_numpy_owned, _np_rng, _tracing
+    if _tracing():
+        # It samples on the host: inside a trace the sample would become a
+        # constant of the plan, the same at every call.
+        raise RuntimeError(
+            f"torch.multinomial (input {tuple(input.shape)}, {input.dtype}) inside "
+            "torch.compile / dg.function is not supported: it samples on the host, so the "
+            "compiled function would repeat one sample at every call; call it outside the "
+            "compiled function and pass the indices in")
     probs = input.detach().cpu().numpy().astype(np.float64)
     rows = probs.reshape(-1, probs.shape[-1])
     out = []

@@ -24,6 +24,17 @@ def _call(name):
 
     def init(tensor, *args, **kwargs):
         kwargs.pop("generator", None)
+        if tensor._t._storage_refs > 1:
+            # A view (or a tensor whose memory another one shares): the
+            # dragon initialiser rebinds the handle to new memory, which
+            # would leave the base unchanged; fill a copy and write it
+            # through, in place, as torch does.
+            from ..autograd import no_grad
+            fresh = tensor.detach().clone()
+            fn(fresh._t, *args, **kwargs)
+            with no_grad():
+                tensor.copy_(fresh)
+            return tensor
         fn(tensor._t, *args, **kwargs)
         return tensor
     init.__name__ = name

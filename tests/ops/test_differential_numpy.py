@@ -19,10 +19,11 @@ front end against real torch).
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
+
+import _fuzzcases
 
 import dragon_core as dg
 
@@ -671,21 +672,11 @@ GENERATORS = {
 
 
 def _case(cat, i):
-    gen, _ = GENERATORS[cat]
-    seed = 104729 * (i + 1 + OFFSET) + sum(map(ord, cat))
-    rng = np.random.default_rng(seed)
-    for _ in range(20):
-        case = gen(rng)
-        if case is not None:
-            case["seed"] = seed
-            return case
-    raise AssertionError("generator keeps declining")
+    return _fuzzcases.draw(GENERATORS, cat, i, 104729)
 
 
-#: DRAGON_FUZZ_OFFSET=k draws a different (still reproducible) set of cases
-#: for a deeper run by hand; the suite runs offset 0.
-OFFSET = int(os.environ.get("DRAGON_FUZZ_OFFSET", "0"))
-CASES = [(cat, i) for cat, (_, n) in GENERATORS.items() for i in range(n)]
+OFFSET = _fuzzcases.OFFSET  # DRAGON_FUZZ_OFFSET (tests/_fuzzcases.py)
+CASES = _fuzzcases.cases(GENERATORS)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

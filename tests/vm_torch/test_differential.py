@@ -25,10 +25,11 @@ The seeds are fixed, so a failure names a reproducible case: rerun one with
 from __future__ import annotations
 
 import linecache
-import os
 
 import numpy as np
 import pytest
+
+import _fuzzcases
 
 torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU wheel)")
 import dragon_core.vm.torch as vt  # noqa: E402
@@ -1189,21 +1190,11 @@ GENERATORS = {
 
 
 def _case(cat, i):
-    gen, _ = GENERATORS[cat]
-    seed = 7919 * (i + 1 + OFFSET) + sum(map(ord, cat))
-    rng = np.random.default_rng(seed)
-    for _ in range(20):
-        case = gen(rng)
-        if case is not None:
-            case["seed"] = seed
-            return case
-    raise AssertionError("generator keeps declining")
+    return _fuzzcases.draw(GENERATORS, cat, i, 7919)
 
 
-#: DRAGON_FUZZ_OFFSET=k draws a different (still reproducible) set of cases
-#: for a deeper run by hand; the suite runs offset 0.
-OFFSET = int(os.environ.get("DRAGON_FUZZ_OFFSET", "0"))
-CASES = [(cat, i) for cat, (_, n) in GENERATORS.items() for i in range(n)]
+OFFSET = _fuzzcases.OFFSET  # DRAGON_FUZZ_OFFSET (tests/_fuzzcases.py)
+CASES = _fuzzcases.cases(GENERATORS)
 
 
 @pytest.mark.filterwarnings("ignore:.*degrees of freedom:UserWarning")

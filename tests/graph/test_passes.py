@@ -52,12 +52,13 @@ def test_registry_levels_and_order():
     assert at(0) == []
     # ddp_buckets (a no-op on graphs without DDP all-reduce ops) runs from O1.
     assert at(1) == ["prune", "cse", "constant_fold", "ddp_buckets"]
-    assert at(2) == ["prune", "cse", "constant_fold", "relu_mask", "inplace", "ddp_buckets"]
+    assert at(2) == ["prune", "cse", "constant_fold", "relu_mask", "inplace", "ddp_buckets",
+                     "state_inplace"]
     assert at(3) == ["prune", "cse", "constant_fold", "relu_mask", "inplace", "ddp_buckets",
-                     "memory"]
+                     "state_inplace", "memory"]
     assert [n for n, _ in passes.passes_for(3) if n not in plugin] == [
         "prune", "cse", "cast_hoist", "cast_fold", "constant_fold", "relu_mask", "pattern_fusion",
-        "inplace", "fusion", "ddp_buckets", "memory"]
+        "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]
     # A plugin pass runs right after the built-in pass it names.
     order = [n for n, _ in passes.passes_for(3)]
     for gp in passes.plugin_passes():

@@ -103,6 +103,33 @@ bool Truth(const Tensor& t, const std::string& where) {
   return false;
 }
 
+// Whether an optimizer update may write its output over `var`, a captured
+// variable the graph rebinds to that output (PlanOp::StateSlot): only when
+// nobody but the variable can see the bytes, so that a caller observes what
+// a fresh buffer would give. The variable's own TensorImpl is shared by
+// whoever holds the variable (and rebinding it shows them the new value
+// anyway); any other view of the storage (a slice, a detach(), a returned
+// tensor), a NumPy array or DLPack capsule handed out over it, memory the
+// caller owns (external) or read-only memory keeps the old bytes: the op
+// then writes a fresh buffer. The tensor must be dense from the storage's
+// first byte, appear among the op's inputs once, and not already be the
+// preset of another output.
+bool StateWritable(const Tensor& var, const std::vector<Tensor>& in,
+                   const std::vector<Tensor>& preset) {
+  if (!var || !var->is_contiguous() || var->byte_offset() != 0) return false;
+  const std::shared_ptr<Storage>& st = var->storage();
+  if (!st || st.use_count() != 1 || st->exported || st->external() || st->read_only())
+    return false;
+  if (static_cast<size_t>(var->numel()) * var->itemsize() > st->bytes()) return false;
+  int seen = 0;
+  for (const Tensor& t : in)
+    if (t && t->storage() == st) ++seen;
+  if (seen != 1) return false;
+  for (const Tensor& t : preset)
+    if (t && t->storage() == st) return false;
+  return true;
+}
+
 }  // namespace
 
 std::vector<Tensor> Plan::RunControl(PlanOp& p, const std::vector<Tensor>& in) {
@@ -338,8 +365,15 @@ std::vector<Tensor> Plan::RunSequential(std::vector<Tensor>& slots, DgDevice dev
     const std::vector<Tensor>* pre = nullptr;
     if (p.inplace_input >= 0 || !p.out_buffers.empty()) {
       preset.assign(p.outputs.size(), nullptr);
-      for (size_t i = 0; i < p.out_buffers.size() && i < preset.size(); ++i)
-        if (p.out_buffers[i] >= 0) preset[i] = buffers_[p.out_buffers[i]];
+      for (size_t i = 0; i < p.out_buffers.size() && i < preset.size(); ++i) {
+        const int32_t b = p.out_buffers[i];
+        if (b >= 0) {
+          preset[i] = buffers_[b];
+        } else if (b <= PlanOp::StateSlot(0)) {
+          const Tensor& var = slots[PlanOp::StateSlot(0) - b];
+          if (StateWritable(var, in, preset)) preset[i] = var;
+        }
+      }
       // In place only when the slot holds the last reference to the input
       // (its storage is then owned by this plan alone) and the input is
       // dense: a kernel reading a strided view (a Transpose) while writing

@@ -26,7 +26,12 @@ struct PlanOp {
   std::vector<AttrValue> attrs;     // schema order, complete
   std::vector<int32_t> release;     // slots dead after this op
   int32_t inplace_input = -1;       // slot whose buffer output 0 may reuse
-  std::vector<int32_t> out_buffers; // per output: planned buffer id or -1
+  // Per output: a planned buffer id (>= 0), -1 (a fresh buffer), or
+  // StateSlot(s) (<= -2): the storage of captured slot s, the variable the
+  // graph rebinds to this output (passes/state_inplace.py), when nobody
+  // else can see it at run time (see Plan::RunSequential); else fresh.
+  std::vector<int32_t> out_buffers;
+  static constexpr int32_t StateSlot(int32_t slot) { return -2 - slot; }
   // The kernel's state across runs (DgCallSiteState); constant_inputs
   // marks the inputs fed from the plan's constants.
   std::unique_ptr<CallSite> site = std::make_unique<CallSite>();

@@ -7,6 +7,9 @@ import json
 from .. import _C
 from .build import RAISES, attrs_tuple
 
+# The annotation of passes/state_inplace.py (an int list of output, input pairs).
+STATE_INPLACE = "_state_inplace"
+
 
 class CompiledGraph:
     """A GraphDef compiled for the C++ executor.
@@ -95,7 +98,15 @@ def compile_graph(graph, level: int, sub: bool = False) -> CompiledGraph:
         if "_inplace_input" in op.attr:
             inplace = slot[op.input[op.attr["_inplace_input"].i]]
         buffers = [int(assign.get(nm, -1)) for nm in op.output]
-        if all(b < 0 for b in buffers):
+        if STATE_INPLACE in op.attr:
+            # Output j may be written over captured input i (passes/
+            # state_inplace.py): the executor reads -2 - slot as "the storage
+            # of this slot, if nobody else can see it" (executor.h).
+            pairs = list(op.attr[STATE_INPLACE].ints.values)
+            for j, i in zip(pairs[0::2], pairs[1::2]):
+                if buffers[j] < 0:
+                    buffers[j] = -2 - slot[op.input[i]]
+        if all(b == -1 for b in buffers):
             buffers = []
         constant_inputs = sum(1 << i for i, nm in enumerate(op.input[:64])
                               if nm in constant_names)

@@ -10,7 +10,8 @@ inflates means) and prints, per precision, the summed minima of the
 non-MatMul ops by type, their total, the MatMuls' total and the best wall
 time of a step.
 
-Configurations: ``old`` (float32 -> bfloat16 Casts through the AVX-512 bit
+Configurations: ``pingpong`` (the ``state_inplace`` pass off: the optimizer
+update writes fresh buffers, as before session perf21), ``old`` (float32 -> bfloat16 Casts through the AVX-512 bit
 arithmetic, ``DRAGON_CPU_EIGEN_CVT_BF16=0``), ``new`` (as shipped: through
 AVX512-BF16's vcvtneps2bf16 where the CPU has it) and ``stream`` (as shipped
 plus MultiAdamUpdate's opt-in non-temporal moment stores,
@@ -39,6 +40,9 @@ CONFIGS = {
     "new": {"disable": (), "env": {}},
     # MultiAdamUpdate's non-temporal moment stores (opt-in)
     "stream": {"disable": (), "env": {"DRAGON_CPU_EIGEN_ADAM_STREAM": "1"}},
+    # the optimizer update writing fresh buffers (ping-pong), as before the
+    # state_inplace pass (perf21)
+    "pingpong": {"disable": ("state_inplace",), "env": {}},
 }
 
 

@@ -71,13 +71,49 @@ int ncclGetUniqueId(ncclUniqueId* id) {
   snprintf(id->internal, sizeof(id->internal), "fake-%d-%d", (int)getpid(), next_comm);
   return OK;
 }
+/* The CUDA driver calls dragon-nccl-dist makes to choose a communicator's
+ * GPU ($DRAGON_CUDA_DRIVER_LIBRARY may name this same file): the thread's
+ * current context is device d's "primary context" (d + 1), and
+ * $FAKE_CUDA_DEVICES devices are visible. A communicator is created on the
+ * current device (0 when none is current), as NCCL does. */
+static __thread intptr_t current_ctx;  /* 0: none */
+static int comm_dev[1024];
+int cuInit(unsigned flags) { (void)flags; return 0; }
+int cuDeviceGetCount(int* n) {
+  const char* v = getenv("FAKE_CUDA_DEVICES");
+  *n = v ? atoi(v) : 0;
+  return 0;
+}
+int cuDeviceGet(int* dev, int index) {
+  int n = 0;
+  cuDeviceGetCount(&n);
+  if (index < 0 || index >= n) return 101;  /* CUDA_ERROR_INVALID_DEVICE */
+  *dev = index;
+  return 0;
+}
+int cuDevicePrimaryCtxRetain(void** ctx, int dev) { *ctx = (void*)(intptr_t)(dev + 1); return 0; }
+int cuCtxGetCurrent(void** ctx) { *ctx = (void*)current_ctx; return 0; }
+int cuCtxSetCurrent(void* ctx) {
+  current_ctx = (intptr_t)ctx;
+  say("SETDEV", (long)current_ctx - 1, 0, 0);
+  return 0;
+}
+int cuGetErrorString(int r, const char** s) { (void)r; *s = "fake CUDA error"; return 0; }
+
 int ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                            void* config) {
   (void)id; (void)config;
   if (next_comm >= 1024) return INTERNAL;
   *comm = (ncclComm_t)(intptr_t)next_comm;
+  comm_dev[next_comm] = current_ctx ? (int)(current_ctx - 1) : 0;
   say("INIT", next_comm, rank, nranks);
+  say("ONDEV", next_comm, comm_dev[next_comm], 0);
   ++next_comm;
+  return OK;
+}
+int ncclCommCuDevice(ncclComm_t comm, int* dev) {
+  if (bad(comm)) return USAGE;
+  *dev = comm_dev[id_of(comm)];
   return OK;
 }
 int ncclCommGetAsyncError(ncclComm_t comm, int* r) {
@@ -147,13 +183,13 @@ def fake_nccl(tmp_path_factory):
     return lib
 
 
-def _run_ranks(env_list, timeout=90.0, mode="fake_nccl"):
+def _run_ranks(env_list, timeout=90.0, mode="fake_nccl", worker=WORKER):
     procs = []
     try:
         # rank 0 last: the others retry until it serves the store
         for env in sorted(env_list, key=lambda e: e["RANK"] == "0"):
             procs.append((int(env["RANK"]), subprocess.Popen(
-                [sys.executable, WORKER, mode], env=env, stdout=subprocess.PIPE,
+                [sys.executable, worker, mode], env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True)))
         outs = {}
         for r, p in procs:
@@ -192,7 +228,8 @@ def test_nccl_communicators_are_destroyed_with_their_groups(fake_nccl, tmp_path)
         # round 1: world, new_group(), this rank's one-rank group; round 2:
         # world; round 3: world, new_group()
         assert len(inits) == 6 and inits == sorted(inits), log
-        by = {k: [e[0] for e in log if e[0] != "INIT" and int(e[1]) == k] for k in inits}
+        by = {k: [e[0] for e in log if e[0] not in ("INIT", "ONDEV", "SETDEV") and int(e[1]) == k]
+              for k in inits}
         w1, g_all, mine, w2, w3, g3 = inits
         for k in (w1, g_all, mine):
             assert by[k] == ["FINALIZE", "DESTROY"], (k, log)          # once each
@@ -228,7 +265,8 @@ def test_communicators_alive_at_exit_are_aborted_not_finalized(fake_nccl, tmp_pa
         inits = [int(e[1]) for e in log if e[0] == "INIT"]
         assert len(inits) == 2, log
         for k in inits:
-            assert [e[0] for e in log if e[0] != "INIT" and int(e[1]) == k] == ["ABORT"], log
+            assert [e[0] for e in log if e[0] not in ("INIT", "ONDEV", "SETDEV") and int(e[1]) == k] == \
+                ["ABORT"], log
 
 
 def test_mpi_world_destroyed_and_initialised_again():

@@ -4,7 +4,9 @@
 //   NcclVersion()                 -> int64[]  (opens libnccl; clear error if absent)
 //   NcclUniqueId()                -> uint8[128] on cpu (a group's rank 0; sent to the
 //                                    others by MPI or through the rendezvous store)
-//   NcclCommInit(id uint8[128])   -> int64[] (attrs group, nranks, rank, timeout_s)
+//   NcclCommInit(id uint8[128])   -> int64[2] {nranks, device} (attrs group, nranks,
+//                                    rank, timeout_s, device, local_rank): the
+//                                    communicator lives on the rank's GPU
 //   NcclCommDestroy()             -> int64[] (attrs group, abort): frees the group's
 //                                    communicator (destroy_process_group, issue 16)
 // libnccl.so.2 is opened with dlopen at first use (never linked): the
@@ -13,6 +15,13 @@
 // NCCL call is polled with ncclCommGetAsyncError against the group's timeout;
 // on timeout the communicator is aborted and the op fails naming the rank and
 // the collective.
+//
+// The GPU of a communicator (issue 16, several GPUs per node): NcclCommInit
+// makes the chosen device current on its thread (CUDA driver API, libcuda
+// opened with dlopen: $DRAGON_CUDA_DRIVER_LIBRARY or libcuda.so.1) before
+// ncclCommInitRankConfig, which takes the current device, and restores the
+// thread's previous context afterwards. The collectives check that their
+// tensor lives on that device.
 #include <dlfcn.h>
 #include <nccl.h>
 
@@ -46,6 +55,7 @@ struct Nccl {
   decltype(&ncclCommFinalize) CommFinalize = nullptr;
   decltype(&ncclGetErrorString) GetErrorString = nullptr;
   decltype(&ncclGetLastError) GetLastError = nullptr;
+  decltype(&ncclCommCuDevice) CommCuDevice = nullptr;
   decltype(&ncclAllReduce) AllReduce = nullptr;
   decltype(&ncclBroadcast) Broadcast = nullptr;
   decltype(&ncclAllGather) AllGather = nullptr;
@@ -95,6 +105,7 @@ Nccl& Lib() {
               Sym(h, "ncclCommFinalize", &lib.CommFinalize, &err) &&
               Sym(h, "ncclGetErrorString", &lib.GetErrorString, &err) &&
               Sym(h, "ncclGetLastError", &lib.GetLastError, &err) &&
+              Sym(h, "ncclCommCuDevice", &lib.CommCuDevice, &err) &&
               Sym(h, "ncclAllReduce", &lib.AllReduce, &err) &&
               Sym(h, "ncclBroadcast", &lib.Broadcast, &err) &&
               Sym(h, "ncclAllGather", &lib.AllGather, &err) &&
@@ -120,6 +131,134 @@ Nccl& Lib() {
   return lib;
 }
 
+// The few CUDA driver entry points that choose the GPU a communicator is
+// created on (cudaSetDevice's effect: the device's primary context made
+// current). Declared here with the driver's C types (CUresult is an int,
+// 0 success; CUdevice an int; CUcontext a pointer), so no cuda.h and no
+// link against libcuda: it is opened only when a device is chosen.
+struct Driver {
+  void* handle = nullptr;
+  std::string error;
+  using CUctx = void*;
+  int (*Init)(unsigned) = nullptr;
+  int (*DeviceGetCount)(int*) = nullptr;
+  int (*DeviceGet)(int*, int) = nullptr;
+  int (*DevicePrimaryCtxRetain)(CUctx*, int) = nullptr;
+  int (*CtxGetCurrent)(CUctx*) = nullptr;
+  int (*CtxSetCurrent)(CUctx) = nullptr;
+  int (*GetErrorString)(int, const char**) = nullptr;
+  int init_result = 0;
+
+  std::string Describe(int r) const {
+    const char* s = nullptr;
+    if (GetErrorString && GetErrorString(r, &s) == 0 && s) return s;
+    return "CUDA driver error " + std::to_string(r);
+  }
+};
+
+Driver& CudaDriver() {
+  static Driver drv;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("DRAGON_CUDA_DRIVER_LIBRARY");
+    const std::string path = env && *env ? env : "libcuda.so.1";
+    drv.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!drv.handle) {
+      const char* e = dlerror();
+      drv.error = "cannot open the CUDA driver " + path + ": " + (e ? e : "?");
+      return;
+    }
+    void* h = drv.handle;
+    std::string& err = drv.error;
+    const bool ok =
+        dgdist::LoadSymbol(h, "libcuda", "cuInit", &drv.Init, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuDeviceGetCount", &drv.DeviceGetCount, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuDeviceGet", &drv.DeviceGet, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuDevicePrimaryCtxRetain",
+                           &drv.DevicePrimaryCtxRetain, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuCtxGetCurrent", &drv.CtxGetCurrent, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuCtxSetCurrent", &drv.CtxSetCurrent, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuGetErrorString", &drv.GetErrorString, &err);
+    if (!ok) {
+      dlclose(h);
+      drv.handle = nullptr;
+      return;
+    }
+    drv.init_result = drv.Init(0);
+    if (drv.init_result != 0) drv.error = "cuInit failed: " + drv.Describe(drv.init_result);
+  });
+  return drv;
+}
+
+// CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies); 0 when
+// the driver cannot be opened or initialised (no GPU, no driver).
+int VisibleDevices() {
+  Driver& d = CudaDriver();
+  if (!d.handle || d.init_result != 0) return 0;
+  int n = 0;
+  return d.DeviceGetCount(&n) == 0 ? n : 0;
+}
+
+// Makes device `index`'s primary context current on this thread for the
+// lifetime of the object (what cudaSetDevice does), and puts the thread's
+// previous context back afterwards. The primary context stays retained:
+// the CUDA runtime of the cuda plugin and of NCCL use the same one.
+class DeviceScope {
+ public:
+  DeviceScope(int index, int rank) {
+    Driver& d = CudaDriver();
+    DG_CHECK(d.handle && d.init_result == 0, DG_UNAVAILABLE, "rank ", rank,
+             ": NcclCommInit: cannot make cuda:", index, " current: ", d.error);
+    int dev = 0;
+    void* ctx = nullptr;
+    int r = d.DeviceGet(&dev, index);
+    if (r == 0) r = d.DevicePrimaryCtxRetain(&ctx, dev);
+    if (r == 0 && d.CtxGetCurrent(&prev_) != 0) prev_ = nullptr;
+    if (r == 0) r = d.CtxSetCurrent(ctx);
+    DG_CHECK(r == 0, DG_UNAVAILABLE, "rank ", rank, ": NcclCommInit: cannot make cuda:",
+             index, " current: ", d.Describe(r));
+    set_ = true;
+  }
+  ~DeviceScope() {
+    if (set_) CudaDriver().CtxSetCurrent(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  void* prev_ = nullptr;
+  bool set_ = false;
+};
+
+// Why a process sees the devices it sees, for messages.
+std::string VisibleNote(int n) {
+  std::string note;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    note += std::string(" (CUDA_VISIBLE_DEVICES=") + v + ")";
+  }
+  if (n == 0 && !CudaDriver().error.empty()) note += " (" + CudaDriver().error + ")";
+  return note;
+}
+
+// The GPU a rank's communicator is created on: `device` when given (>= 0,
+// it must be visible), else `local_rank` modulo the visible devices (the
+// rank's GPU on its node), else -1 (NCCL takes the thread's current device,
+// as before; also where no GPU can be seen, so NCCL gives its own reason).
+int ChooseDevice(int64_t device, int64_t local_rank, int rank) {
+  if (device >= 0) {
+    const int n = VisibleDevices();
+    DG_CHECK(device < n, DG_INVALID_ARGUMENT, "rank ", rank, ": NcclCommInit: device_id cuda:",
+             device, " is not visible to this process: it sees ", n, " CUDA device",
+             n == 1 ? "" : "s", VisibleNote(n));
+    return static_cast<int>(device);
+  }
+  if (local_rank >= 0) {
+    const int n = VisibleDevices();
+    if (n > 0) return static_cast<int>(local_rank % n);
+  }
+  return -1;
+}
+
 Nccl& Require(const char* op) {
   Nccl& lib = Lib();
   DG_CHECK(lib.handle, DG_UNAVAILABLE, op, ": ", lib.error);
@@ -138,6 +277,7 @@ Nccl& Require(const char* op) {
 struct Comm {
   std::atomic<ncclComm_t> comm{nullptr};  // null once destroyed or aborted
   int rank = 0, nranks = 1;
+  int device = -1;  // the CUDA device the communicator lives on
   double timeout_s = 300;
   std::mutex use;
   // Set by an aborting NcclCommDestroy: the collective settling on another
@@ -215,6 +355,16 @@ class CommLease {
              "destroy_process_group()); call dragon_core.distributed.init_process_group() "
              "again");
   }
+  // A collective's tensor must live on the communicator's GPU: NCCL would
+  // otherwise read another device's memory (or fail with an unclear error).
+  void CheckDevice(const dg::KernelContext& ctx, int64_t group, const char* op) const {
+    const int dev = ctx.device().index;
+    DG_CHECK(comm_->device < 0 || dev == comm_->device, DG_INVALID_ARGUMENT, op,
+             ": the tensor is on cuda:", dev, " but rank ", comm_->rank,
+             "'s NCCL communicator of process group ", group, " is on cuda:", comm_->device,
+             "; move the tensor to cuda:", comm_->device, " (or pass device_id=cuda:", dev,
+             " to init_process_group)");
+  }
   Comm& operator*() const { return *comm_; }
   Comm* operator->() const { return comm_.get(); }
 
@@ -278,6 +428,7 @@ cudaStream_t Stream(dg::KernelContext& ctx) {
 void AllReduceKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveAllReduce");
   const CommLease lease(ctx.i("group"), "CollectiveAllReduce");
+  lease.CheckDevice(ctx, ctx.i("group"), "CollectiveAllReduce");
   Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   const ncclDataType_t t = ReduceType(x.dtype(), "CollectiveAllReduce");
@@ -289,6 +440,7 @@ void AllReduceKernel(dg::KernelContext& ctx) {
 void BroadcastKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveBroadcast");
   const CommLease lease(ctx.i("group"), "CollectiveBroadcast");
+  lease.CheckDevice(ctx, ctx.i("group"), "CollectiveBroadcast");
   Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   Settle(lib, c, lib.Broadcast(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8,
@@ -299,6 +451,7 @@ void BroadcastKernel(dg::KernelContext& ctx) {
 void AllGatherKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveAllGather");
   const CommLease lease(ctx.i("group"), "CollectiveAllGather");
+  lease.CheckDevice(ctx, ctx.i("group"), "CollectiveAllGather");
   Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   Settle(lib, c, lib.AllGather(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8, c.comm,
@@ -308,6 +461,7 @@ void AllGatherKernel(dg::KernelContext& ctx) {
 void ReduceScatterKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveReduceScatter");
   const CommLease lease(ctx.i("group"), "CollectiveReduceScatter");
+  lease.CheckDevice(ctx, ctx.i("group"), "CollectiveReduceScatter");
   Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   const ncclDataType_t t = ReduceType(x.dtype(), "CollectiveReduceScatter");
@@ -319,6 +473,7 @@ void ReduceScatterKernel(dg::KernelContext& ctx) {
 void AllToAllKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("CollectiveAllToAll");
   const CommLease lease(ctx.i("group"), "CollectiveAllToAll");
+  lease.CheckDevice(ctx, ctx.i("group"), "CollectiveAllToAll");
   Comm& c = *lease;
   const auto x = ctx.input(0), y = ctx.output(0);
   const size_t block = Bytes(x) / static_cast<size_t>(c.nranks);
@@ -359,7 +514,7 @@ void NcclCommInitShape(dg::InferContext& ctx) {
                s[0] == static_cast<int64_t>(sizeof(ncclUniqueId)),
            DG_INVALID_ARGUMENT, "NcclCommInit: unique_id must be uint8[",
            sizeof(ncclUniqueId), "]");
-  ctx.set_output(0, DG_INT64, {});
+  ctx.set_output(0, DG_INT64, {2});
 }
 void NcclCommInitKernel(dg::KernelContext& ctx) {
   Nccl& lib = Require("NcclCommInit");
@@ -373,16 +528,37 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
            "NcclCommInit: rank ", c.rank, " of ", c.nranks);
   ncclUniqueId id;
   std::memcpy(&id, ctx.input(0).raw_data(), sizeof(id));
+  const int device = ChooseDevice(ctx.i("device"), ctx.i("local_rank"), c.rank);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t raw = nullptr;
-  ncclResult_t r = lib.CommInitRankConfig(&raw, c.nranks, id, c.rank, &config);
+  ncclResult_t r;
+  {
+    // ncclCommInitRankConfig creates the communicator on the calling
+    // thread's current device (its own init thread inherits it).
+    std::unique_ptr<DeviceScope> scope;
+    if (device >= 0) scope = std::make_unique<DeviceScope>(device, c.rank);
+    r = lib.CommInitRankConfig(&raw, c.nranks, id, c.rank, &config);
+  }
   DG_CHECK(r == ncclSuccess || r == ncclInProgress, DG_UNAVAILABLE, "rank ", c.rank,
-           ": NcclCommInit: ncclCommInitRankConfig failed: ", lib.GetErrorString(r), ": ",
-           lib.GetLastError(nullptr));
+           ": NcclCommInit: ncclCommInitRankConfig failed", device >= 0 ? " on cuda:" : "",
+           device >= 0 ? std::to_string(device) : std::string(), ": ",
+           lib.GetErrorString(r), ": ", lib.GetLastError(nullptr));
   c.comm.store(raw);
   if (r == ncclInProgress) lib.CommGetAsyncError(raw, &r);
   Settle(lib, c, r, "communicator creation");  // a failure aborts (frees) it
+  // The device NCCL bound the communicator to (the chosen one, or the
+  // thread's current device when none was chosen).
+  int bound = -1;
+  r = lib.CommCuDevice(raw, &bound);
+  if (r != ncclSuccess || (device >= 0 && bound != device)) {
+    AbortComm(lib, c);
+    DG_CHECK(false, DG_INTERNAL, "rank ", c.rank, ": NcclCommInit: the communicator ",
+             r != ncclSuccess ? std::string("has no device: ") + lib.GetErrorString(r)
+                              : "is on cuda:" + std::to_string(bound) + ", not the chosen cuda:" +
+                                    std::to_string(device));
+  }
+  c.device = bound;
   std::shared_ptr<Comm> old;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -394,7 +570,9 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
     // may be half freed, so nothing may call NCCL on it again.
     if (ncclComm_t h = old->comm.exchange(nullptr)) lib.CommDestroy(h);
   }
-  *ctx.output(0).data<int64_t>() = c.nranks;
+  int64_t* out = ctx.output(0).data<int64_t>();
+  out[0] = c.nranks;
+  out[1] = c.device;
 }
 
 // Frees this rank's communicator of `group` (destroy_process_group, for the
@@ -492,11 +670,17 @@ DG_OP(NcclUniqueId)
 DG_OP(NcclCommInit)
     .Doc("Creates this rank's non-blocking NCCL communicator for a process group.")
     .Input("unique_id", dg::Bit(DG_UINT8), DG_ARG_NO_GRAD, "uint8[128] from NcclUniqueId.")
-    .Output("nranks", dg::Bit(DG_INT64), 0, "0-d int64: the communicator's size.")
+    .Output("info", dg::Bit(DG_INT64), 0,
+            "int64[2]: the communicator's size and the CUDA device index it lives on.")
     .RequiredAttr("group", DG_ATTR_INT, "Process-group id.")
     .RequiredAttr("nranks", DG_ATTR_INT, "Number of ranks.")
     .RequiredAttr("rank", DG_ATTR_INT, "This rank in the group.")
     .Attr("timeout_s", 300.0, "Seconds any NCCL call may stay in progress.")
+    .Attr("device", int64_t{-1},
+          "The CUDA device index to create the communicator on (-1: from local_rank).")
+    .Attr("local_rank", int64_t{-1},
+          "The rank's index on its node: device = local_rank modulo the visible CUDA "
+          "devices when `device` is -1 (-1 too: the thread's current device).")
     .Flags(DG_OP_COLLECTIVE | DG_OP_NO_GRAD)  // every rank calls it; runs without the GIL
     .Shape(NcclCommInitShape);
 

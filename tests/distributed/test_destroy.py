@@ -99,6 +99,32 @@ int cuCtxSetCurrent(void* ctx) {
   return 0;
 }
 int cuGetErrorString(int r, const char** s) { (void)r; *s = "fake CUDA error"; return 0; }
+/* The watchdog's events: each logged when created and destroyed; one
+ * "completes" at once unless $FAKE_CUDA_HANG was set when it was recorded
+ * (after a kernel that never ends: CUDA_ERROR_NOT_READY, 600, forever). */
+static int next_event = 1;
+typedef struct { int id, hang; } FakeEvent;
+int cuEventCreate(void** ev, unsigned flags) {
+  (void)flags;
+  FakeEvent* e = (FakeEvent*)calloc(1, sizeof(FakeEvent));
+  if (!e) return 2;
+  e->id = next_event++;
+  *ev = e;
+  say("EVENT_CREATE", e->id, 0, 0);
+  return 0;
+}
+int cuEventRecord(void* ev, void* stream) {
+  (void)stream;
+  ((FakeEvent*)ev)->hang = getenv("FAKE_CUDA_HANG") != NULL;
+  return 0;
+}
+int cuEventQuery(void* ev) { return ((FakeEvent*)ev)->hang ? 600 : 0; }
+int cuEventDestroy_v2(void* ev) {
+  say("EVENT_DESTROY", ((FakeEvent*)ev)->id, 0, 0);
+  free(ev);
+  return 0;
+}
+int cuStreamIsCapturing(void* stream, int* status) { (void)stream; *status = 0; return 0; }
 
 int ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                            void* config) {
@@ -157,8 +183,19 @@ int ncclCommAbort(ncclComm_t comm) {
 }
 const char* ncclGetErrorString(int r) { return r == OK ? "no error" : "fake NCCL error"; }
 const char* ncclGetLastError(ncclComm_t comm) { (void)comm; return ""; }
+/* A world of one: every reduction is the identity (ncclDataType_t sizes by
+ * enum value: int8, uint8, int32, uint32, int64, uint64, half, float,
+ * double, bfloat16). */
+int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op,
+                  ncclComm_t comm, void* stream) {
+  static const size_t size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  (void)op; (void)stream;
+  if (bad(comm) || dtype < 0 || dtype > 9) return USAGE;
+  memmove(recv, send, count * size[dtype]);
+  say("ALLREDUCE", id_of(comm), (int)count, dtype);
+  return OK;
+}
 #define UNUSED(name) int name(void) { say("UNEXPECTED " #name, 0, 0, 0); return USAGE; }
-UNUSED(ncclAllReduce)
 UNUSED(ncclBroadcast)
 UNUSED(ncclAllGather)
 UNUSED(ncclReduceScatter)

@@ -14,7 +14,8 @@
 // loader path. Communicators are non-blocking (config.blocking = 0) and every
 // NCCL call is polled with ncclCommGetAsyncError against the group's timeout;
 // on timeout the communicator is aborted and the op fails naming the rank and
-// the collective.
+// the collective. A kernel enqueued but never completed is the watchdog's
+// (below): an event after each collective, polled against the timeout.
 //
 // The GPU of a communicator (issue 16, several GPUs per node): NcclCommInit
 // makes the chosen device current on its thread (CUDA driver API, libcuda
@@ -30,12 +31,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "dl_load.h"
 #include "dragon/plugin.hpp"
@@ -147,6 +151,14 @@ struct Driver {
   int (*CtxGetCurrent)(CUctx*) = nullptr;
   int (*CtxSetCurrent)(CUctx) = nullptr;
   int (*GetErrorString)(int, const char**) = nullptr;
+  // The watchdog's completion probes: an event recorded on the
+  // collective's stream after it (CUevent/CUstream are pointers; a
+  // cudaStream_t is a CUstream).
+  int (*EventCreate)(void**, unsigned) = nullptr;
+  int (*EventRecord)(void*, void*) = nullptr;
+  int (*EventQuery)(void*) = nullptr;
+  int (*EventDestroy)(void*) = nullptr;
+  int (*StreamIsCapturing)(void*, int*) = nullptr;
   int init_result = 0;
 
   std::string Describe(int r) const {
@@ -178,7 +190,12 @@ Driver& CudaDriver() {
                            &drv.DevicePrimaryCtxRetain, &err) &&
         dgdist::LoadSymbol(h, "libcuda", "cuCtxGetCurrent", &drv.CtxGetCurrent, &err) &&
         dgdist::LoadSymbol(h, "libcuda", "cuCtxSetCurrent", &drv.CtxSetCurrent, &err) &&
-        dgdist::LoadSymbol(h, "libcuda", "cuGetErrorString", &drv.GetErrorString, &err);
+        dgdist::LoadSymbol(h, "libcuda", "cuGetErrorString", &drv.GetErrorString, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuEventCreate", &drv.EventCreate, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuEventRecord", &drv.EventRecord, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuEventQuery", &drv.EventQuery, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuEventDestroy_v2", &drv.EventDestroy, &err) &&
+        dgdist::LoadSymbol(h, "libcuda", "cuStreamIsCapturing", &drv.StreamIsCapturing, &err);
     if (!ok) {
       dlclose(h);
       drv.handle = nullptr;
@@ -278,7 +295,13 @@ struct Comm {
   std::atomic<ncclComm_t> comm{nullptr};  // null once destroyed or aborted
   int rank = 0, nranks = 1;
   int device = -1;  // the CUDA device the communicator lives on
+  int64_t group = 0;
   double timeout_s = 300;
+  int64_t seq = 0;  // collectives issued (under `use`), for messages
+  // Why the watchdog aborted the communicator (under note_mu); later
+  // collectives on it raise this.
+  std::mutex note_mu;
+  std::string note;
   std::mutex use;
   // Set by an aborting NcclCommDestroy: the collective settling on another
   // thread aborts the communicator itself and fails, instead of making the
@@ -288,6 +311,12 @@ struct Comm {
 };
 std::mutex g_mu;  // guards the table, not the Comms in it
 std::map<int64_t, std::shared_ptr<Comm>> g_comms;
+
+// What the watchdog said when it aborted `c` ("" when it did not).
+std::string Note(Comm& c) {
+  std::lock_guard<std::mutex> lock(c.note_mu);
+  return c.note;
+}
 
 // Aborts `c`'s communicator unless another path already took it.
 void AbortComm(Nccl& lib, Comm& c) {
@@ -308,6 +337,8 @@ void Settle(Nccl& lib, Comm& c, ncclResult_t r, const char* what) {
   while (r == ncclInProgress) {
     if (c.abort_requested.load(std::memory_order_acquire)) {
       AbortComm(lib, c);
+      const std::string note = Note(c);
+      DG_CHECK(note.empty(), DG_DEADLINE_EXCEEDED, what, " (NCCL) was aborted: ", note);
       c.aborted_on_request.store(true, std::memory_order_release);
       DG_CHECK(false, DG_ABORTED, "rank ", c.rank, ": ", what,
                " (NCCL) was aborted: destroy_process_group() aborted the process "
@@ -321,6 +352,8 @@ void Settle(Nccl& lib, Comm& c, ncclResult_t r, const char* what) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     const ncclComm_t h = c.comm.load();
+    DG_CHECK(h != nullptr || Note(c).empty(), DG_DEADLINE_EXCEEDED, what,
+             " (NCCL) was aborted: ", Note(c));
     DG_CHECK(h != nullptr, DG_ABORTED, "rank ", c.rank, ": ", what,
              " (NCCL) was aborted while in progress: destroy_process_group() aborted "
              "the process group's communicator");
@@ -349,6 +382,9 @@ class CommLease {
              " on this rank; call dragon_core.distributed.init_process_group("
              "backend='nccl') (and new_group) first");
     lock_ = std::unique_lock<std::mutex>(comm_->use);
+    const std::string note = Note(*comm_);
+    DG_CHECK(note.empty(), DG_DEADLINE_EXCEEDED, op, ": ", note,
+             "; call dragon_core.distributed.init_process_group() again");
     DG_CHECK(comm_->comm.load() != nullptr, DG_FAILED_PRECONDITION, op,
              ": the NCCL communicator of process group ", group, " on rank ",
              comm_->rank, " was aborted (after a timeout, an NCCL error or an aborting "
@@ -358,6 +394,7 @@ class CommLease {
   // A collective's tensor must live on the communicator's GPU: NCCL would
   // otherwise read another device's memory (or fail with an unclear error).
   void CheckDevice(const dg::KernelContext& ctx, int64_t group, const char* op) const {
+    ++comm_->seq;
     const int dev = ctx.device().index;
     DG_CHECK(comm_->device < 0 || dev == comm_->device, DG_INVALID_ARGUMENT, op,
              ": the tensor is on cuda:", dev, " but rank ", comm_->rank,
@@ -366,12 +403,178 @@ class CommLease {
              " to init_process_group)");
   }
   Comm& operator*() const { return *comm_; }
+  const std::shared_ptr<Comm>& shared() const { return comm_; }
   Comm* operator->() const { return comm_.get(); }
 
  private:
   std::shared_ptr<Comm> comm_;
   std::unique_lock<std::mutex> lock_;
 };
+
+// ------------------------------------------------------------ watchdog
+//
+// Settle covers an NCCL call until it has enqueued its kernel; a kernel
+// that then never completes (a peer died or stopped answering after the
+// enqueue) would hang whoever waits on the stream. After each collective
+// the kernels record a CUDA event on its stream (driver API) and hand it
+// here; one thread per process polls the events and the communicators'
+// asynchronous errors. An event still pending past the group's timeout, or
+// an error NCCL reports meanwhile, aborts the communicator (its kernels
+// return, so the stream moves again), is printed to stderr, makes later
+// collectives on the group raise it, and ends the process after
+// $DRAGON_DIST_ABORT_GRACE seconds (default 10; negative: never), as the
+// MPI half does: the data of the aborted collective is not valid.
+class Watchdog {
+ public:
+  static Watchdog& Get() {
+    static Watchdog* w = new Watchdog();  // never destroyed: its thread may outlive main
+    return *w;
+  }
+
+  // Tracks the collective just enqueued on `stream` (nothing when the
+  // driver's events are not available or the stream is being captured
+  // into a CUDA graph: a replay is not tracked).
+  void Track(const std::shared_ptr<Comm>& c, void* stream, const char* what) {
+    Driver& d = CudaDriver();
+    if (!d.handle || d.init_result != 0) return;
+    int capturing = 0;
+    if (d.StreamIsCapturing(stream, &capturing) != 0 || capturing != 0) return;
+    void* ev = nullptr;
+    if (d.EventCreate(&ev, 2 /* CU_EVENT_DISABLE_TIMING */) != 0) return;
+    if (d.EventRecord(ev, stream) != 0) {
+      d.EventDestroy(ev);
+      return;
+    }
+    Pending p;
+    p.comm = c;
+    p.event = ev;
+    if (d.CtxGetCurrent(&p.ctx) != 0) p.ctx = nullptr;
+    p.what = std::string(what) + " #" + std::to_string(c->seq);
+    p.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<
+        std::chrono::steady_clock::duration>(std::chrono::duration<double>(c->timeout_s));
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(p));
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Loop(); }).detach();
+    }
+  }
+
+ private:
+  struct Pending {
+    std::shared_ptr<Comm> comm;
+    void* event = nullptr;
+    void* ctx = nullptr;  // the context the event belongs to (current at record)
+    std::string what;
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  void Loop() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::vector<Pending> work;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        work.swap(items_);
+      }
+      std::vector<Pending> keep;
+      for (Pending& p : work) {
+        if (!Check(p)) keep.push_back(std::move(p));
+      }
+      if (keep.empty()) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      // Items tracked meanwhile go after the ones kept, in issue order.
+      keep.insert(keep.end(), std::make_move_iterator(items_.begin()),
+                  std::make_move_iterator(items_.end()));
+      items_.swap(keep);
+    }
+  }
+
+  // True when `p` is settled (completed, or its communicator is gone or
+  // aborted here); its event is then destroyed.
+  bool Check(Pending& p) {
+    Driver& d = CudaDriver();
+    Comm& c = *p.comm;
+    const ncclComm_t h = c.comm.load();
+    // Queries and destroys run in the event's context, as on the thread
+    // that recorded it.
+    if (p.ctx) d.CtxSetCurrent(p.ctx);
+    std::string failure;
+    if (h == nullptr) {
+      // destroyed or aborted by another path, which reported it
+    } else {
+      const int q = d.EventQuery(p.event);
+      if (q == 0) {
+        // completed
+      } else if (q != 600 /* CUDA_ERROR_NOT_READY */) {
+        failure = p.what + " (NCCL) failed on the GPU: " + d.Describe(q);
+      } else {
+        // (NCCL's asynchronous errors are not polled here: the handle could
+        // be freed by a destroy on another thread meanwhile. A peer's
+        // failure that NCCL reports also leaves the kernel pending.)
+        if (std::chrono::steady_clock::now() > p.deadline) {
+          std::ostringstream t;
+          t << c.timeout_s;
+          failure = p.what + " (NCCL) was enqueued on cuda:" + std::to_string(c.device) +
+                    " but did not complete on the GPU within " + t.str() +
+                    " s (a peer died or stopped answering)";
+        } else {
+          return false;
+        }
+      }
+    }
+    if (!failure.empty()) Fail(c, failure);
+    d.EventDestroy(p.event);
+    return true;
+  }
+
+  void Fail(Comm& c, const std::string& failure) {
+    const std::string msg = "rank " + std::to_string(c.rank) + ": " + failure +
+                            " on process group " + std::to_string(c.group) +
+                            "; the watchdog aborted the communicator";
+    {
+      std::lock_guard<std::mutex> lock(c.note_mu);
+      if (c.note.empty()) c.note = msg;
+    }
+    // As an aborting destroy does: a collective settling on another thread
+    // sees the request and aborts itself (raising this message); one stuck
+    // inside an NCCL call is cut off after 2 s.
+    c.abort_requested.store(true, std::memory_order_release);
+    {
+      std::unique_lock<std::mutex> use(c.use, std::defer_lock);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!use.try_lock() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      AbortComm(Lib(), c);
+    }
+    const char* env = std::getenv("DRAGON_DIST_ABORT_GRACE");
+    const double grace = env && *env ? std::atof(env) : 10.0;
+    std::fprintf(stderr, "dragon-nccl-dist: %s%s\n", msg.c_str(),
+                 grace >= 0 ? "; the process ends after the grace period" : "");
+    std::fflush(stderr);
+    if (grace < 0) return;
+    static std::once_flag once;
+    std::call_once(once, [grace, msg] {
+      std::thread([grace, msg] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+        std::fprintf(stderr, "dragon-nccl-dist: ending the process %.3g s after: %s\n", grace,
+                     msg.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }).detach();
+    });
+  }
+
+  std::mutex mu_;
+  std::vector<Pending> items_;
+  bool started_ = false;
+};
+
+// After a collective's NCCL call was enqueued: count it and let the
+// watchdog follow its kernel.
+void Enqueued(const CommLease& lease, dg::KernelContext& ctx, const char* what) {
+  Watchdog::Get().Track(lease.shared(), ctx.stream(), what);
+}
 
 bool NcclType(DgDType d, ncclDataType_t* t) {
   switch (d) {
@@ -435,6 +638,7 @@ void AllReduceKernel(dg::KernelContext& ctx) {
   const ncclRedOp_t op = RedOp(ctx.s("reduce_op"), x.dtype(), "CollectiveAllReduce");
   Settle(lib, c, lib.AllReduce(x.raw_data(), y.raw_data(), x.numel(), t, op, c.comm,
                                Stream(ctx)), "all_reduce");
+  Enqueued(lease, ctx, "all_reduce");
 }
 
 void BroadcastKernel(dg::KernelContext& ctx) {
@@ -446,6 +650,7 @@ void BroadcastKernel(dg::KernelContext& ctx) {
   Settle(lib, c, lib.Broadcast(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8,
                                static_cast<int>(ctx.i("src")), c.comm, Stream(ctx)),
          "broadcast");
+  Enqueued(lease, ctx, "broadcast");
 }
 
 void AllGatherKernel(dg::KernelContext& ctx) {
@@ -456,6 +661,7 @@ void AllGatherKernel(dg::KernelContext& ctx) {
   const auto x = ctx.input(0), y = ctx.output(0);
   Settle(lib, c, lib.AllGather(x.raw_data(), y.raw_data(), Bytes(x), ncclUint8, c.comm,
                                Stream(ctx)), "all_gather");
+  Enqueued(lease, ctx, "all_gather");
 }
 
 void ReduceScatterKernel(dg::KernelContext& ctx) {
@@ -468,6 +674,7 @@ void ReduceScatterKernel(dg::KernelContext& ctx) {
   const ncclRedOp_t op = RedOp(ctx.s("reduce_op"), x.dtype(), "CollectiveReduceScatter");
   Settle(lib, c, lib.ReduceScatter(x.raw_data(), y.raw_data(), y.numel(), t, op, c.comm,
                                    Stream(ctx)), "reduce_scatter");
+  Enqueued(lease, ctx, "reduce_scatter");
 }
 
 void AllToAllKernel(dg::KernelContext& ctx) {
@@ -487,6 +694,7 @@ void AllToAllKernel(dg::KernelContext& ctx) {
            "all_to_all");
   }
   Settle(lib, c, lib.GroupEnd(), "all_to_all");
+  Enqueued(lease, ctx, "all_to_all");
 }
 
 // ------------------------------------------------------------ host ops
@@ -524,6 +732,7 @@ void NcclCommInitKernel(dg::KernelContext& ctx) {
   c.nranks = static_cast<int>(ctx.i("nranks"));
   c.rank = static_cast<int>(ctx.i("rank"));
   c.timeout_s = ctx.f("timeout_s");
+  c.group = group;
   DG_CHECK(c.nranks >= 1 && c.rank >= 0 && c.rank < c.nranks, DG_INVALID_ARGUMENT,
            "NcclCommInit: rank ", c.rank, " of ", c.nranks);
   ncclUniqueId id;

@@ -12,6 +12,11 @@ ok
     a communicator on cuda:1, three all_reduces there (the stand-in's world
     of one: the identity), one of a tensor on cuda:0 (refused), then waits
     until the watchdog destroyed the three collectives' events.
+dist
+    the same through ``dragon_core.distributed`` (an ``env://`` world of
+    one, MASTER_ADDR/... set by the test): ``init_process_group("nccl",
+    device_id=1)``, eager ``all_reduce`` of cuda:1 tensors; then a kernel
+    that never completes, as in ``hang``: DistributedTimeoutError.
 hang
     after one completed all_reduce the stand-in's events stop completing
     ($FAKE_CUDA_HANG): the next all_reduce is enqueued and returns; later
@@ -40,7 +45,35 @@ def log_count(word: str) -> int:
         return sum(1 for line in f if line.split()[0] == word)
 
 
+def dist_mode() -> None:
+    import dragon_core.distributed as dist
+    dg.load_library(os.environ["FAKE_CUDA_PLUGIN"])
+    dist.init_process_group("nccl", timeout=float(os.environ["WD_TIMEOUT"]), device_id=1)
+    say(f"BOUND {dist.new_group([0]).bound_device_id}")
+    x = np.arange(6, dtype=np.float32)
+    t = dg.tensor(x).to("cuda:1")
+    dist.all_reduce(t)
+    assert str(t.device) == "cuda:1" and np.array_equal(t.to("cpu").numpy(), x), t
+    say("EAGER OK")
+    os.environ["FAKE_CUDA_HANG"] = "1"
+    dist.all_reduce(t)
+    say("ENQUEUED")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            dist.all_reduce(dg.tensor(x).to("cuda:1"))
+        except Exception as e:  # noqa: BLE001 - printed for the test
+            say(f"RAISED {type(e).__name__}: {e}")
+            break
+    time.sleep(60)              # the watchdog ends the process before this returns
+    say("NOT ENDED")
+
+
 def main(mode: str) -> None:
+    if mode == "dist":
+        dist_mode()
+        return
     dg.load_library(os.environ["FAKE_CUDA_PLUGIN"])
     ops = dg.ops
     timeout = float(os.environ.get("WD_TIMEOUT", "30"))

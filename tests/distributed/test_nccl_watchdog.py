@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from .test_destroy import _log, fake_nccl  # noqa: F401 - the fixture
-from .test_rendezvous import _base_env
+from .test_rendezvous import _base_env, _env_ranks, _free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_watchdog_worker.py")
@@ -89,3 +89,21 @@ def test_a_kernel_that_never_completes_is_aborted_and_ends_the_process(fake_nccl
     assert f"dragon-nccl-dist: ending the process 2 s after: {what}" in p.stderr, out
     log = _log(tmp_path / "hang.log")
     assert [e[0] for e in log if e[0] == "ABORT"] == ["ABORT"], log       # once
+
+
+def test_through_init_process_group_device_id_and_eager_all_reduce(fake_nccl, fake_cuda,
+                                                                  tmp_path):
+    """The same path from dragon_core.distributed: device_id=1 binds the
+    world (and a new group) to cuda:1, eager all_reduce runs there, and the
+    watchdog's abort becomes DistributedTimeoutError."""
+    env = _env_ranks(1, _free_port())[0]
+    p = _run("dist", fake_nccl, fake_cuda, tmp_path / "dist.log", WD_TIMEOUT="1",
+             DRAGON_DIST_ABORT_GRACE="2", **env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out
+    assert "BOUND cuda:1" in out and "EAGER OK" in out and "ENQUEUED" in out, out
+    assert "RAISED DistributedTimeoutError: all_reduce: rank 0: all_reduce #2 (NCCL) was " \
+           "enqueued on cuda:1 but did not complete on the GPU within 1 s" in out, out
+    assert "process group 0; the watchdog aborted the communicator" in out, out
+    assert "dragon-nccl-dist: ending the process 2 s after" in p.stderr and \
+        "NOT ENDED" not in out, out

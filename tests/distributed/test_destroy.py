@@ -71,13 +71,75 @@ int ncclGetUniqueId(ncclUniqueId* id) {
   snprintf(id->internal, sizeof(id->internal), "fake-%d-%d", (int)getpid(), next_comm);
   return OK;
 }
+/* The CUDA driver calls dragon-nccl-dist makes to choose a communicator's
+ * GPU ($DRAGON_CUDA_DRIVER_LIBRARY may name this same file): the thread's
+ * current context is device d's "primary context" (d + 1), and
+ * $FAKE_CUDA_DEVICES devices are visible. A communicator is created on the
+ * current device (0 when none is current), as NCCL does. */
+static __thread intptr_t current_ctx;  /* 0: none */
+static int comm_dev[1024];
+int cuInit(unsigned flags) { (void)flags; return 0; }
+int cuDeviceGetCount(int* n) {
+  const char* v = getenv("FAKE_CUDA_DEVICES");
+  *n = v ? atoi(v) : 0;
+  return 0;
+}
+int cuDeviceGet(int* dev, int index) {
+  int n = 0;
+  cuDeviceGetCount(&n);
+  if (index < 0 || index >= n) return 101;  /* CUDA_ERROR_INVALID_DEVICE */
+  *dev = index;
+  return 0;
+}
+int cuDevicePrimaryCtxRetain(void** ctx, int dev) { *ctx = (void*)(intptr_t)(dev + 1); return 0; }
+int cuCtxGetCurrent(void** ctx) { *ctx = (void*)current_ctx; return 0; }
+int cuCtxSetCurrent(void* ctx) {
+  current_ctx = (intptr_t)ctx;
+  say("SETDEV", (long)current_ctx - 1, 0, 0);
+  return 0;
+}
+int cuGetErrorString(int r, const char** s) { (void)r; *s = "fake CUDA error"; return 0; }
+/* The watchdog's events: each logged when created and destroyed; one
+ * "completes" at once unless $FAKE_CUDA_HANG was set when it was recorded
+ * (after a kernel that never ends: CUDA_ERROR_NOT_READY, 600, forever). */
+static int next_event = 1;
+typedef struct { int id, hang; } FakeEvent;
+int cuEventCreate(void** ev, unsigned flags) {
+  (void)flags;
+  FakeEvent* e = (FakeEvent*)calloc(1, sizeof(FakeEvent));
+  if (!e) return 2;
+  e->id = next_event++;
+  *ev = e;
+  say("EVENT_CREATE", e->id, 0, 0);
+  return 0;
+}
+int cuEventRecord(void* ev, void* stream) {
+  (void)stream;
+  ((FakeEvent*)ev)->hang = getenv("FAKE_CUDA_HANG") != NULL;
+  return 0;
+}
+int cuEventQuery(void* ev) { return ((FakeEvent*)ev)->hang ? 600 : 0; }
+int cuEventDestroy_v2(void* ev) {
+  say("EVENT_DESTROY", ((FakeEvent*)ev)->id, 0, 0);
+  free(ev);
+  return 0;
+}
+int cuStreamIsCapturing(void* stream, int* status) { (void)stream; *status = 0; return 0; }
+
 int ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                            void* config) {
   (void)id; (void)config;
   if (next_comm >= 1024) return INTERNAL;
   *comm = (ncclComm_t)(intptr_t)next_comm;
+  comm_dev[next_comm] = current_ctx ? (int)(current_ctx - 1) : 0;
   say("INIT", next_comm, rank, nranks);
+  say("ONDEV", next_comm, comm_dev[next_comm], 0);
   ++next_comm;
+  return OK;
+}
+int ncclCommCuDevice(ncclComm_t comm, int* dev) {
+  if (bad(comm)) return USAGE;
+  *dev = comm_dev[id_of(comm)];
   return OK;
 }
 int ncclCommGetAsyncError(ncclComm_t comm, int* r) {
@@ -121,8 +183,19 @@ int ncclCommAbort(ncclComm_t comm) {
 }
 const char* ncclGetErrorString(int r) { return r == OK ? "no error" : "fake NCCL error"; }
 const char* ncclGetLastError(ncclComm_t comm) { (void)comm; return ""; }
+/* A world of one: every reduction is the identity (ncclDataType_t sizes by
+ * enum value: int8, uint8, int32, uint32, int64, uint64, half, float,
+ * double, bfloat16). */
+int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op,
+                  ncclComm_t comm, void* stream) {
+  static const size_t size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  (void)op; (void)stream;
+  if (bad(comm) || dtype < 0 || dtype > 9) return USAGE;
+  memmove(recv, send, count * size[dtype]);
+  say("ALLREDUCE", id_of(comm), (int)count, dtype);
+  return OK;
+}
 #define UNUSED(name) int name(void) { say("UNEXPECTED " #name, 0, 0, 0); return USAGE; }
-UNUSED(ncclAllReduce)
 UNUSED(ncclBroadcast)
 UNUSED(ncclAllGather)
 UNUSED(ncclReduceScatter)
@@ -147,13 +220,13 @@ def fake_nccl(tmp_path_factory):
     return lib
 
 
-def _run_ranks(env_list, timeout=90.0, mode="fake_nccl"):
+def _run_ranks(env_list, timeout=90.0, mode="fake_nccl", worker=WORKER):
     procs = []
     try:
         # rank 0 last: the others retry until it serves the store
         for env in sorted(env_list, key=lambda e: e["RANK"] == "0"):
             procs.append((int(env["RANK"]), subprocess.Popen(
-                [sys.executable, WORKER, mode], env=env, stdout=subprocess.PIPE,
+                [sys.executable, worker, mode], env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True)))
         outs = {}
         for r, p in procs:
@@ -192,7 +265,8 @@ def test_nccl_communicators_are_destroyed_with_their_groups(fake_nccl, tmp_path)
         # round 1: world, new_group(), this rank's one-rank group; round 2:
         # world; round 3: world, new_group()
         assert len(inits) == 6 and inits == sorted(inits), log
-        by = {k: [e[0] for e in log if e[0] != "INIT" and int(e[1]) == k] for k in inits}
+        by = {k: [e[0] for e in log if e[0] not in ("INIT", "ONDEV", "SETDEV") and int(e[1]) == k]
+              for k in inits}
         w1, g_all, mine, w2, w3, g3 = inits
         for k in (w1, g_all, mine):
             assert by[k] == ["FINALIZE", "DESTROY"], (k, log)          # once each
@@ -228,7 +302,8 @@ def test_communicators_alive_at_exit_are_aborted_not_finalized(fake_nccl, tmp_pa
         inits = [int(e[1]) for e in log if e[0] == "INIT"]
         assert len(inits) == 2, log
         for k in inits:
-            assert [e[0] for e in log if e[0] != "INIT" and int(e[1]) == k] == ["ABORT"], log
+            assert [e[0] for e in log if e[0] not in ("INIT", "ONDEV", "SETDEV") and int(e[1]) == k] == \
+                ["ABORT"], log
 
 
 def test_mpi_world_destroyed_and_initialised_again():

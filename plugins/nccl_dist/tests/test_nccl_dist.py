@@ -218,3 +218,72 @@ def test_ddp_on_one_gpu_through_env_rendezvous():
     env = _rendezvous_env()
     _run_ddp_worker("cuda", **{k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK",
                                                    "WORLD_SIZE")})
+
+
+# ------------------------------------------------- rank -> GPU (issue 16)
+
+def test_comm_init_on_an_invisible_gpu_is_refused_before_nccl():
+    """device= beyond the visible devices names both (here: none visible,
+    and why), before any NCCL call."""
+    n = dg.cuda.device_count()
+    with pytest.raises(Exception, match=rf"rank 0: NcclCommInit: device_id cuda:{n} is not "
+                                        rf"visible to this process: it sees {n} CUDA device"):
+        dg.ops.nccl_comm_init(dg.ops.nccl_unique_id(), group=4343, nranks=1, rank=0,
+                              timeout_s=10.0, device=n)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(dg.cuda.device_count() == 0, reason="needs a GPU (world size 1)")
+def test_comm_init_on_the_chosen_gpu():
+    """NcclCommInit creates the communicator on `device`, or on local_rank
+    modulo the visible devices, reports it (ncclCommCuDevice), and its
+    collectives run there."""
+    n = dg.cuda.device_count()
+    x = np.arange(6, dtype=np.float32)
+    gid = 4344
+    for kw, want in ((dict(device=n - 1), n - 1), (dict(local_rank=2 * n + n - 1), n - 1),
+                     (dict(), None)):
+        info = dg.ops.nccl_comm_init(dg.ops.nccl_unique_id(), group=gid, nranks=1, rank=0,
+                                     timeout_s=60.0, **kw).numpy()
+        if want is None:             # neither: the thread's current device, reported
+            want = int(info[1])
+            assert 0 <= want < n, info
+        assert info.tolist() == [1, want], (kw, info)
+        y = dg.ops.collective_all_reduce(dg.tensor(x).to(f"cuda:{want}"), group=gid,
+                                         group_size=1)
+        np.testing.assert_array_equal(y.to("cpu").numpy(), x)
+        assert int(dg.ops.nccl_comm_destroy(group=gid).numpy()) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(dg.cuda.device_count() == 0, reason="needs a GPU (world size 1)")
+def test_init_process_group_binds_the_local_ranks_gpu():
+    """init_process_group (env://, world of one): LOCAL_RANK modulo the
+    visible devices, device_id= over it, and an invisible device_id refused
+    with nothing left initialised."""
+    n = dg.cuda.device_count()
+    code = (
+        "import numpy as np, dragon_core as dg, dragon_core.distributed as dist\n"
+        "dist.init_process_group('nccl', timeout=60)\n"
+        "w = dist._G.world; g = dist.new_group([0])\n"
+        f"assert w.bound_device_id == g.bound_device_id == 'cuda:{(2 * n + n - 1) % n}', "
+        "(w.bound_device_id, g.bound_device_id)\n"
+        "t = dg.tensor(np.ones(3, np.float32)).to(w.bound_device_id)\n"
+        "dist.all_reduce(t); assert t.to('cpu').numpy().tolist() == [1.0, 1.0, 1.0]\n"
+        "dist.destroy_process_group()\n"
+        "dist.init_process_group('nccl', timeout=60, device_id=0)\n"
+        "assert dist._G.world.bound_device_id == 'cuda:0'\n"
+        "dist.destroy_process_group()\n"
+        "try:\n"
+        f"    dist.init_process_group('nccl', timeout=60, device_id={n})\n"
+        "except Exception as e:\n"
+        f"    assert 'device_id cuda:{n} is not visible' in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('an invisible device_id was accepted')\n"
+        "assert not dist.is_initialized()\n"
+        "print('BOUND OK')\n")
+    env = dict(_rendezvous_env(), LOCAL_RANK=str(2 * n + n - 1))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=150, env=env)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert "BOUND OK" in p.stdout, p.stdout[-4000:] + p.stderr[-4000:]

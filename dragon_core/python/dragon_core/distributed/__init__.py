@@ -77,6 +77,8 @@ class _Global:
     groups: list = []
     failed = False
     rdzv = None          # the environment rendezvous (store world), else None
+    device_id = -1       # nccl: the GPU chosen by init_process_group (-1: by local_rank)
+    local_rank = -1      # nccl: this rank's index on its node (-1: unknown)
     lock = threading.Lock()
 
 
@@ -135,7 +137,7 @@ def _timeout_seconds(timeout) -> float:
 
 def init_process_group(backend: str | None = None, *, device: str = "cpu", timeout=None,
                        init_method: str | None = None, rank: int | None = None,
-                       world_size: int | None = None, store=None) -> None:
+                       world_size: int | None = None, store=None, device_id=None) -> None:
     """Join the job's ranks into the default (world) process group.
 
     Parameters
@@ -144,7 +146,8 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         Default: chosen from ``device`` (``mpi`` for ``cpu``, ``nccl`` for
         ``cuda``).
     device : str
-        The device the collectives will run on.
+        The device the collectives will run on (``"cuda:1"`` also names
+        this rank's GPU, as ``device_id`` does).
     timeout : float or datetime.timedelta, optional
         How long the rendezvous and one collective may wait for their peers
         before they raise :class:`DistributedTimeoutError` (default
@@ -179,6 +182,16 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         A store the caller made (with ``rank`` and ``world_size``) instead
         of ``init_method``; it stays open after
         :func:`destroy_process_group`.
+    device_id : int or str, optional
+        ``nccl`` backend: this rank's GPU (``2``, ``"cuda:2"``, a
+        ``dragon_core`` or ``torch`` device), as in ``torch.distributed``.
+        Every NCCL communicator of this process is created on it, and
+        collectives of tensors on another GPU raise. Default: ``LOCAL_RANK``
+        (set by torchrun and most launchers; else ``OMPI_COMM_WORLD_LOCAL_RANK``,
+        set by ``mpirun`` and so by ``python -m dragon_core.distributed.run``)
+        modulo the number of visible CUDA devices; without either, the
+        current device (cuda:0). :attr:`ProcessGroup.bound_device_id` says
+        which GPU was taken.
 
     Raises
     ------
@@ -213,6 +226,7 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"init_process_group: unknown backend {backend!r}; "
                          "backends: 'mpi' (cpu), 'nccl' (cuda)")
+    dev_id, local_rank = _choose_device(backend, device, device_id)
     from . import _rendezvous
     rdzv = _rendezvous.resolve(init_method, rank, world_size, store)
     tmo = _timeout_seconds(timeout)
@@ -224,13 +238,14 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
         else:
             rdzv = None                  # a world of one: an MPI singleton
     if rdzv is not None:
-        _init_store_world(backend, rdzv, tmo)
+        _init_store_world(backend, rdzv, tmo, dev_id, local_rank)
         return
     mpi = _plugin_mpi()
     with _G.lock:
         lib = _G.lib or mpi.Lib()
         lib.init()
         _G.lib, _G.backend, _G.timeout = lib, backend, tmo
+        _G.device_id, _G.local_rank = dev_id, local_rank
         rank, size = lib.rank_size(lib.COMM_WORLD)
         _G.run_dir = os.environ.get("DRAGON_DIST_RUN_DIR") or None
         _G.world = ProcessGroup(lib.COMM_WORLD, list(range(size)), 0, owned=False)
@@ -244,7 +259,79 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
             raise
 
 
-def _init_store_world(backend: str, rdzv, tmo: float) -> None:
+def _device_index(value, where: str) -> int:
+    """The CUDA device index of ``device_id`` / ``device``: an int,
+    ``"cuda:2"``, or a device object with ``type`` and ``index``
+    (dragon_core's and torch's)."""
+    if isinstance(value, bool):
+        raise TypeError(f"init_process_group: {where} must be a CUDA device index or "
+                        f"'cuda:N', got {value!r}")
+    if isinstance(value, int):
+        index = value
+    else:
+        kind = getattr(value, "type", None)
+        index = getattr(value, "index", None)
+        if not isinstance(kind, str):
+            text = str(value)
+            kind, _, rest = text.partition(":")
+            try:
+                index = int(rest) if rest else None
+            except ValueError:
+                raise ValueError(f"init_process_group: {where}={value!r} is not a CUDA "
+                                 "device ('cuda:N' or an index)") from None
+        if kind != "cuda":
+            raise ValueError(f"init_process_group: {where}={value!r} is not a CUDA device; "
+                             "the nccl backend runs on cuda")
+        if index is None:
+            raise ValueError(f"init_process_group: {where}={value!r} names no GPU: give "
+                             "its index ('cuda:0', 'cuda:1', ...)")
+    if int(index) < 0:
+        raise ValueError(f"init_process_group: {where} must be >= 0, got {index}")
+    return int(index)
+
+
+def _local_rank() -> int:
+    """This process's index on its node: ``LOCAL_RANK`` (torchrun, most
+    launchers), else ``OMPI_COMM_WORLD_LOCAL_RANK`` (mpirun, and so our
+    launcher); -1 when neither is set."""
+    for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        text = os.environ.get(var)
+        if text is None or text == "":
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"init_process_group: {var}={text!r} must be an integer "
+                             "(this process's index on its node)") from None
+        if value < 0:
+            raise ValueError(f"init_process_group: {var}={value} must be >= 0")
+        return value
+    return -1
+
+
+def _choose_device(backend: str, device, device_id) -> tuple[int, int]:
+    """``(device index or -1, local rank or -1)`` for the NCCL communicators
+    (NcclCommInit picks ``local_rank`` modulo the visible devices when no
+    index is given)."""
+    explicit = None
+    if str(device).startswith("cuda:"):
+        explicit = _device_index(device, "device")
+    if device_id is not None:
+        if backend != "nccl":
+            raise ValueError(f"init_process_group: device_id={device_id!r} chooses a GPU for "
+                             f"the nccl backend; the '{backend}' backend runs on cpu")
+        chosen = _device_index(device_id, "device_id")
+        if explicit is not None and chosen != explicit:
+            raise ValueError(f"init_process_group: device={device!r} and "
+                             f"device_id={device_id!r} name different GPUs")
+        explicit = chosen
+    if backend != "nccl":
+        return -1, -1
+    return (-1 if explicit is None else explicit), _local_rank()
+
+
+def _init_store_world(backend: str, rdzv, tmo: float, dev_id: int = -1,
+                      local_rank: int = -1) -> None:
     """The world of an environment rendezvous (``nccl`` backend): join
     through the store, then create the NCCL communicator with an id rank 0
     publishes there. No MPI is involved."""
@@ -260,6 +347,7 @@ def _init_store_world(backend: str, rdzv, tmo: float) -> None:
             f"init_process_group: {e}") from None
     with _G.lock:
         _G.lib, _G.backend, _G.timeout, _G.rdzv, _G.run_dir = None, backend, tmo, rdzv, None
+        _G.device_id, _G.local_rank = dev_id, local_rank
         _G.world = ProcessGroup(None, list(range(rdzv.world_size)), 0, owned=False,
                                 rank=rdzv.rank)
         _G.groups = [_G.world]
@@ -320,6 +408,7 @@ def destroy_process_group(group: "ProcessGroup | None" = None, *, _failed: bool 
                 except Exception as e:  # noqa: BLE001 - re-raised below
                     first_error = first_error or e
         _G.world, _G.groups, _G.backend = None, [], None
+        _G.device_id, _G.local_rank = -1, -1
         if _G.rdzv is not None:
             from . import _rendezvous
             rdzv, _G.rdzv = _G.rdzv, None
@@ -395,6 +484,7 @@ class ProcessGroup:
         self._comm, self.ranks, self.id, self._owned = comm, list(ranks), gid, owned
         self._store_world = comm is None
         self._freed = False
+        self._device = None          # nccl: the GPU index of this group's communicator
         if self._store_world:
             self._rank, self._size = int(rank), len(self.ranks)
             return
@@ -422,6 +512,13 @@ class ProcessGroup:
     def rank(self) -> int:
         return self._rank
 
+    @property
+    def bound_device_id(self):
+        """The GPU this rank's NCCL communicator of the group lives on
+        (``"cuda:N"``; torch's name), or None (the ``mpi`` backend, or no
+        communicator)."""
+        return None if self._device is None or self._device < 0 else f"cuda:{self._device}"
+
     def size(self) -> int:
         return self._size
 
@@ -431,6 +528,7 @@ class ProcessGroup:
         if _G.backend == "nccl" and not (self._freed if self._store_world else
                                          self._comm is None):
             _nccl_comm_destroy(self, abort)
+        self._device = None
         if self._store_world:
             self._freed = True
             return
@@ -521,10 +619,14 @@ def _nccl_comm(g: "ProcessGroup") -> None:
 
 
 def _nccl_comm_init(uid, g: "ProcessGroup") -> None:
-    """``NcclCommInit`` of ``g`` with the unique id ``uid`` (uint8[128])."""
+    """``NcclCommInit`` of ``g`` with the unique id ``uid`` (uint8[128]), on
+    the GPU init_process_group chose (``device_id``, else ``local_rank``
+    modulo the visible devices: the op picks)."""
     from .. import ops
-    ops.nccl_comm_init(uid, group=g.id, nranks=g.size(), rank=g.rank(),
-                       timeout_s=float(_G.timeout))
+    info = ops.nccl_comm_init(uid, group=g.id, nranks=g.size(), rank=g.rank(),
+                              timeout_s=float(_G.timeout), device=int(_G.device_id),
+                              local_rank=int(_G.local_rank))
+    g._device = int(info.numpy()[1])
 
 
 def _nccl_comm_destroy(g: "ProcessGroup", abort: bool = False) -> int:
@@ -684,10 +786,20 @@ class _OnDevice(RuntimeError):
 
 def _device_op(kind, tensor, g, reduce_op="sum", src=0):
     """Run the collective op on the tensor's device (NCCL kernels of
-    dragon-nccl-dist, stream-ordered) and return the result tensor."""
+    dragon-nccl-dist, stream-ordered) and return the result tensor. A
+    communicator the NCCL watchdog aborted (a kernel that never completed)
+    raises :class:`DistributedTimeoutError` with its message."""
     from .. import ops
-    return getattr(ops, "collective_" + kind)(tensor, group=g.id, group_size=g.size(),
-                                               reduce_op=reduce_op, src=int(src))
+    try:
+        return getattr(ops, "collective_" + kind)(tensor, group=g.id, group_size=g.size(),
+                                                   reduce_op=reduce_op, src=int(src))
+    except Exception as e:  # noqa: BLE001 - a kernel error of dragon-nccl-dist
+        msg = str(e)
+        if "the watchdog aborted the communicator" not in msg:
+            raise
+        _G.failed = True
+        core = msg[msg.index(": rank ") + 2:] if ": rank " in msg else msg
+        raise DistributedTimeoutError(f"{kind}: {core}") from None
 
 
 def _done(name, g, result, async_op):

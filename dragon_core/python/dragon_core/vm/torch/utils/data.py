@@ -4,11 +4,17 @@ come out as vm.torch tensors (sharing the collated dragon tensors)."""
 
 from __future__ import annotations
 
+import copy
+import re
+import sys
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 import dragon_core as _dg
 from dragon_core import data as _data
 
+from ... import torch as _torch
 from .._tensor import Tensor, _w
 
 def _np_c(arr):
@@ -31,30 +37,6 @@ class Dataset:
 class IterableDataset(Dataset):
     def __iter__(self):
         raise NotImplementedError
-
-
-def _to_np(x):
-    if isinstance(x, Tensor):
-        return x._t.numpy()
-    if isinstance(x, (tuple, list)):
-        return type(x)(_to_np(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _to_np(v) for k, v in x.items()}
-    return x
-
-
-def _to_torch(x):
-    if isinstance(x, _dg.Tensor):
-        return _w(x)
-    if isinstance(x, np.ndarray):
-        return _w(_dg.from_numpy(_np_c(x)))
-    if isinstance(x, tuple):
-        return tuple(_to_torch(v) for v in x)
-    if isinstance(x, list):
-        return [_to_torch(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _to_torch(v) for k, v in x.items()}
-    return x
 
 
 class TensorDataset(Dataset):
@@ -80,23 +62,6 @@ class TensorDataset(Dataset):
         return self._arrays[0].shape[0]
 
 
-class _NumpyView:
-    """The dataset as dragon's loader sees it: examples as NumPy arrays
-    (collated into dragon tensors by ``dragon_core.data.default_collate``)."""
-
-    def __init__(self, ds):
-        self.ds = ds
-
-    def __len__(self):
-        return len(self.ds)
-
-    def __getitem__(self, i):
-        ds = self.ds
-        if isinstance(ds, TensorDataset):
-            return tuple(a[i] for a in ds._arrays)
-        return _to_np(ds[i])
-
-
 class Subset(Dataset):
     def __init__(self, dataset, indices):
         self.dataset, self.indices = dataset, list(indices)
@@ -117,8 +82,11 @@ class ConcatDataset(Dataset):
         return int(self.cumulative_sizes[-1]) if self.cumulative_sizes else 0
 
     def __getitem__(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"ConcatDataset index {i} is out of range for {n} examples")
         if i < 0:
-            i += len(self)
+            i += n
         k = int(np.searchsorted(self.cumulative_sizes, i, side="right"))
         start = 0 if k == 0 else int(self.cumulative_sizes[k - 1])
         return self.datasets[k][i - start]
@@ -142,8 +110,223 @@ def random_split(dataset, lengths, generator=None):
     return out
 
 
+# ------------------------------------------------------------------ collation
+#
+# torch's rules, on vm.torch tensors: tensors are stacked, NumPy arrays and
+# scalars become tensors of their dtype, Python floats float64, ints (and
+# bools) int64 (bool), strings and bytes stay lists; mappings keep their
+# type, named tuples too, other sequences are transposed into lists.
+
+_NP_NOT_NUMERIC = re.compile(r"[SaUO]")
+_COLLATE_TYPES = ("tensors, numpy arrays, numbers, dicts or lists")
+
+
+def _np_to_tensor(arr) -> Tensor:
+    """A tensor of a NumPy array or scalar, its dtype kept (copied if it is
+    not native-endian and C-contiguous)."""
+    arr = np.asarray(arr)
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return _w(_dg.from_numpy(_np_c(arr)))
+
+
+def _is_numpy(x) -> bool:
+    return isinstance(x, (np.ndarray, np.generic)) and not isinstance(x, (np.str_, np.bytes_))
+
+
+def _is_namedtuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def _same_mapping(elem, values: dict):
+    """A mapping of ``elem``'s type holding ``values`` (a plain dict if that
+    type cannot be rebuilt this way)."""
+    try:
+        out = copy.copy(elem)
+        out.update(values)
+        return out
+    except Exception:
+        return values
+
+
+def default_convert(data):
+    """``torch.utils.data.default_convert``: NumPy arrays and scalars become
+    tensors (their dtype kept), containers are walked, anything else is
+    returned as is. The collation of ``DataLoader(batch_size=None)``."""
+    if isinstance(data, Tensor):
+        return data
+    if _is_numpy(data):
+        if isinstance(data, np.ndarray) and _NP_NOT_NUMERIC.search(data.dtype.str):
+            return data
+        return _np_to_tensor(data)
+    if isinstance(data, Mapping):
+        return _same_mapping(data, {k: default_convert(v) for k, v in data.items()})
+    if _is_namedtuple(data):
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        return [default_convert(d) for d in data]
+    return data
+
+
 def default_collate(batch):
-    return _to_torch(_data.default_collate([_to_np(b) for b in batch]))
+    """``torch.utils.data.default_collate``: a list of examples -> a batch.
+
+    Tensors are stacked along a new first axis (equal shapes required);
+    NumPy arrays and scalars become tensors of their dtype and are stacked;
+    Python floats give a float64 tensor, ints int64, bools bool; strings
+    and bytes stay a list. Mappings are collated key by key (their type
+    kept), named tuples field by field, other sequences position by
+    position, giving lists (as torch: a batch of tuples is a list of
+    batches). Any other element raises ``TypeError``.
+    """
+    if not isinstance(batch, Sequence) or isinstance(batch, (str, bytes)):
+        raise TypeError(f"default_collate expects a list of examples, got "
+                        f"{type(batch).__name__}")
+    if len(batch) == 0:
+        raise ValueError("default_collate: the batch is empty")
+    elem = batch[0]
+    if isinstance(elem, Tensor):
+        shapes = [tuple(b.shape) if isinstance(b, Tensor) else None for b in batch]
+        for i, shape in enumerate(shapes):
+            if shape != shapes[0]:
+                raise RuntimeError(f"default_collate: stack expects each tensor to be equal "
+                                   f"size, but got {list(shapes[0])} at entry 0 and "
+                                   f"{list(shape) if shape is not None else type(batch[i])} "
+                                   f"at entry {i}")
+        return _torch.stack(list(batch), 0)
+    if _is_numpy(elem):
+        if isinstance(elem, np.ndarray) and _NP_NOT_NUMERIC.search(elem.dtype.str):
+            raise TypeError(f"default_collate: batch must contain {_COLLATE_TYPES}; found "
+                            f"a NumPy array of dtype {elem.dtype}")
+        if isinstance(elem, np.ndarray):
+            return default_collate([_np_to_tensor(b) for b in batch])
+        return _np_to_tensor(np.array(batch))
+    if isinstance(elem, float):
+        return _torch.tensor(list(batch), dtype=_torch.float64)
+    if isinstance(elem, int):
+        return _torch.tensor(list(batch))
+    if isinstance(elem, (str, bytes)):
+        return batch
+    if isinstance(elem, Mapping):
+        return _same_mapping(elem, {k: default_collate([d[k] for d in batch]) for k in elem})
+    if _is_namedtuple(elem):
+        return type(elem)(*(default_collate(s) for s in zip(*batch)))
+    if isinstance(elem, Sequence):
+        size = len(elem)
+        if any(len(e) != size for e in batch):
+            raise RuntimeError("default_collate: each element in list of batch should be of "
+                               "equal size")
+        # Fields go on as tuples: a field of strings stays a tuple, as in torch.
+        return [default_collate(s) for s in zip(*batch)]
+    raise TypeError(f"default_collate: batch must contain {_COLLATE_TYPES}; found "
+                    f"{type(elem)}")
+
+
+# ------------------------------------------------------------------ workers
+#
+# vm.torch tensors do not pickle: in a worker process each one in an
+# example is packed as its NumPy array and unpacked in the main process.
+
+class _Packed:
+    __slots__ = ("array", "requires_grad")
+
+    def __init__(self, array, requires_grad):
+        self.array, self.requires_grad = array, requires_grad
+
+    def __reduce__(self):
+        return _Packed, (self.array, self.requires_grad)
+
+
+def _walk(x, leaf):
+    """``x`` with ``leaf`` applied to every non-container, containers rebuilt
+    with their own types."""
+    if isinstance(x, Mapping):
+        return _same_mapping(x, {k: _walk(v, leaf) for k, v in x.items()})
+    if _is_namedtuple(x):
+        return type(x)(*(_walk(v, leaf) for v in x))
+    if isinstance(x, tuple):
+        items = [_walk(v, leaf) for v in x]
+        return tuple(items) if type(x) is tuple else type(x)(items)
+    if isinstance(x, list):
+        items = [_walk(v, leaf) for v in x]
+        if type(x) is list:
+            return items
+        out = copy.copy(x)
+        out[:] = items
+        return out
+    return leaf(x)
+
+
+def _pack_leaf(x):
+    if isinstance(x, Tensor):
+        return _Packed(x.detach().cpu()._t.numpy().copy(), bool(x.requires_grad))
+    return x
+
+
+def _unpack_leaf(x):
+    if isinstance(x, _Packed):
+        t = _np_to_tensor(x.array)
+        if x.requires_grad:
+            t.requires_grad_(True)
+        return t
+    return x
+
+
+class WorkerInfo:
+    """``torch.utils.data.get_worker_info()`` in a worker process.
+
+    ``id`` (0 .. ``num_workers`` - 1), ``num_workers``, ``seed`` (the
+    loader's seed plus ``id``) and ``dataset`` (this worker's copy).
+    """
+
+    def __init__(self, id, num_workers, seed, dataset):
+        self.id, self.num_workers, self.seed, self.dataset = id, num_workers, seed, dataset
+
+    def __repr__(self):
+        return (f"WorkerInfo(id={self.id}, num_workers={self.num_workers}, seed={self.seed}, "
+                f"dataset={self.dataset!r})")
+
+
+_WORKER_INFO = [None]
+
+
+def get_worker_info():
+    """This worker's :class:`WorkerInfo` in a DataLoader worker process, else None."""
+    return _WORKER_INFO[0]
+
+
+class _DatasetView:
+    """The dataset as ``dragon_core.data.DataLoader`` reads it.
+
+    In a worker process it sets up :func:`get_worker_info`, runs
+    ``worker_init_fn``, seeds vm.torch's generators for each example from
+    the one ``dragon_core.data`` derived from (seed, epoch, index) (so no
+    two workers repeat each other's random numbers, and results do not
+    depend on the number of workers), and packs tensors for pickling.
+    """
+
+    def __init__(self, ds, worker_init_fn, seed):
+        self.ds, self.worker_init_fn, self.seed = ds, worker_init_fn, seed
+
+    def __len__(self):
+        return len(self.ds)
+
+    def setup(self, worker_id):
+        info = _data.get_worker_info()
+        _WORKER_INFO[0] = WorkerInfo(worker_id, info.num_workers if info else 1,
+                                     self.seed + worker_id, self.ds)
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
+
+    def __getitem__(self, i):
+        info = _data.get_worker_info()
+        if info is None:                  # num_workers=0: this process, as it is
+            return self.ds[i]
+        if info.item_seed is not None:
+            _torch.manual_seed(info.item_seed)
+        return _walk(self.ds[i], _pack_leaf)
 
 
 def _start_method(context):
@@ -152,18 +335,22 @@ def _start_method(context):
     ``import torch`` would not be mapped to vm.torch."""
     if context is not None:
         return context if isinstance(context, str) else context.get_start_method()
-    import sys
     if sys.modules.get("torch") is sys.modules.get("dragon_core.vm.torch"):
         return "fork"
     return None
 
 
 class DataLoader:
-    """Batches of a dataset, through ``dragon_core.data.DataLoader``.
+    """Batches of a map-style dataset, through ``dragon_core.data.DataLoader``.
 
-    ``shuffle=True`` reshuffles every epoch (the seed advances per epoch
-    from the vm.torch generator); ``num_workers`` uses dragon's worker
-    processes. ``sampler``/``batch_sampler`` are not supported.
+    ``batch_size``, ``shuffle``, ``drop_last``, ``collate_fn`` (default
+    :func:`default_collate`; with ``batch_size=None``, :func:`default_convert`
+    applied to each example), ``num_workers``, ``worker_init_fn``,
+    ``generator`` (its seed seeds the shuffle), ``timeout`` and
+    ``multiprocessing_context`` act as in torch. The shuffle order is
+    dragon's: seeded by (seed, epoch), a new permutation every epoch, not
+    torch's sequence. ``sampler``, ``batch_sampler`` and IterableDataset are
+    not supported (they raise).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
@@ -176,29 +363,45 @@ class DataLoader:
         if isinstance(dataset, IterableDataset):
             raise NotImplementedError("IterableDataset is not supported by DataLoader here; "
                                       "iterate the dataset directly")
+        if batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                             "exclusive with drop_last")
+        if int(num_workers) < 0:
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 "
+                             "to disable multiprocessing.")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
-        self.num_workers, self.shuffle = num_workers, bool(shuffle)
+        self.num_workers, self.shuffle = int(num_workers), bool(shuffle)
+        self.worker_init_fn, self.generator, self.timeout = worker_init_fn, generator, timeout
+        if collate_fn is None:
+            collate_fn = default_collate if batch_size is not None else default_convert
         self.collate_fn = collate_fn
-        self._epoch_seed = None
+        # The seed of the shuffle and of the workers' generators, drawn from
+        # vm.torch's generator (which ``generator.manual_seed`` seeds: a
+        # vm.torch Generator is a handle on the global one).
         from .._creation import _np_rng
         self._seed = int(_np_rng().integers(0, 2**31 - 1))
+        workers = self.num_workers > 0
+
+        def collate(items, fn=collate_fn):
+            return fn([_walk(i, _unpack_leaf) for i in items] if workers else items)
         self._loader = _data.DataLoader(
-            _NumpyView(dataset), batch_size=batch_size, shuffle=bool(shuffle),
-            drop_last=drop_last, num_workers=num_workers,
-            collate_fn=None if collate_fn is None else
-            (lambda items, fn=collate_fn: _to_np(fn([_to_torch(i) for i in items]))),
-            seed=self._seed, start_method=_start_method(multiprocessing_context))
+            _DatasetView(dataset, worker_init_fn, self._seed), batch_size=batch_size,
+            shuffle=bool(shuffle), drop_last=drop_last, num_workers=self.num_workers,
+            collate_fn=collate, seed=self._seed, rank=0, world_size=1,
+            timeout=float(timeout) if timeout else 300.0,
+            start_method=_start_method(multiprocessing_context))
 
     def __iter__(self):
-        for batch in self._loader:
-            yield _to_torch(batch)
+        if self.batch_size is not None:
+            yield from self._loader
+            return
+        for item in self._loader:
+            yield self.collate_fn(_walk(item, _unpack_leaf) if self.num_workers else item)
 
     def __len__(self):
         return len(self._loader)
-
-
-def get_worker_info():
-    return None
 
 
 def __getattr__(name):

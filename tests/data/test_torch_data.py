@@ -1,0 +1,263 @@
+"""``dragon_core.vm.torch.utils.data`` against real ``torch.utils.data`` 2.13:
+collation, DataLoader batching, shuffling, workers (seeding, worker_init_fn,
+get_worker_info, errors), lengths and datasets."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from dragon_core.data import WorkerError
+from dragon_core.vm import torch as vt
+from dragon_core.vm.torch.utils import data as vdata
+from _torch_data_helpers import FailsAt, Mixed, Pair, RandomDraws, VtMixed, WhoAmI, \
+    record_init
+
+torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU wheel)")
+tdata = torch.utils.data
+
+
+def assert_same(ours, ref, where="batch"):
+    """``ours`` (vm.torch) has the structure, types, dtypes and values of
+    ``ref`` (real torch)."""
+    if isinstance(ref, torch.Tensor):
+        assert isinstance(ours, vt.Tensor), f"{where}: {type(ours)} instead of a tensor"
+        assert str(ours.dtype) == str(ref.dtype), f"{where}: {ours.dtype} vs {ref.dtype}"
+        assert tuple(ours.shape) == tuple(ref.shape), f"{where}: {ours.shape} vs {ref.shape}"
+        np.testing.assert_array_equal(ours.numpy(), ref.numpy(), err_msg=where)
+        return
+    assert type(ours).__name__ == type(ref).__name__, f"{where}: {type(ours)} vs {type(ref)}"
+    if isinstance(ref, dict):
+        assert list(ours) == list(ref), where
+        for k in ref:
+            assert_same(ours[k], ref[k], f"{where}[{k!r}]")
+    elif isinstance(ref, (list, tuple)):
+        assert len(ours) == len(ref), where
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(ref, np.ndarray):
+        np.testing.assert_array_equal(ours, ref, err_msg=where)
+    else:
+        assert ours == ref, f"{where}: {ours!r} vs {ref!r}"
+
+
+def _batch_cases():
+    P = collections.namedtuple("P", "a b")
+    return {
+        "floats": [1.5, -2.25, 3.0],
+        "ints": [1, 2, 3],
+        "bools": [True, False],
+        "np_scalars": [np.float32(1.5), np.float32(2)],
+        "np_int8": [np.int8(-3), np.int8(4)],
+        "np_bool": [np.bool_(True), np.bool_(False)],
+        "np_arrays": [np.arange(4, dtype=np.float64).reshape(2, 2), np.ones((2, 2))],
+        "np_0d": [np.array(3, np.int32), np.array(4, np.int32)],
+        "np_strided": [np.arange(12.0)[::3], np.arange(12.0)[1::3]],
+        "strings": ["a", "bb"],
+        "bytes": [b"a", b"bb"],
+        "tuples": [(1, 2.5, "x"), (3, 4.5, "y")],
+        "lists": [[1, [2.0, 3]], [4, [5.0, 6]]],
+        "dicts": [{"a": 1, "b": {"c": 2.5, "d": "s"}}, {"a": 3, "b": {"c": 4.5, "d": "t"}}],
+        "ordered": [collections.OrderedDict(z=1, a=2.0), collections.OrderedDict(z=3, a=4.0)],
+        "namedtuples": [P(1, 2.0), P(3, 4.0)],
+        "namedtuple_of_arrays": [P(np.zeros(2, np.float32), "u"), P(np.ones(2, np.float32), "v")],
+    }
+
+
+@pytest.mark.parametrize("name", list(_batch_cases()))
+def test_default_collate_matches_torch(name):
+    batch = _batch_cases()[name]
+    assert_same(vdata.default_collate(batch), tdata.default_collate(batch), name)
+
+
+@pytest.mark.parametrize("name", list(_batch_cases()))
+def test_default_convert_matches_torch(name):
+    for example in _batch_cases()[name]:
+        assert_same(vdata.default_convert(example), tdata.default_convert(example), name)
+
+
+def test_default_collate_of_tensors_and_mixed_examples():
+    ours = [Mixed(vt)[i] for i in range(4)]
+    ref = [Mixed(torch)[i] for i in range(4)]
+    assert_same(vdata.default_collate(ours), tdata.default_collate(ref))
+
+
+@pytest.mark.parametrize("batch, error", [
+    ([None, None], TypeError),
+    ([object(), object()], TypeError),
+    ([np.array(["a"]), np.array(["b"])], TypeError),
+    ([(1, 2), (3,)], RuntimeError),
+])
+def test_default_collate_refuses_what_torch_refuses(batch, error):
+    with pytest.raises(error):
+        tdata.default_collate(batch)
+    with pytest.raises(error, match="default_collate"):
+        vdata.default_collate(batch)
+
+
+def test_default_collate_unequal_tensor_shapes_name_them():
+    with pytest.raises(RuntimeError, match=r"\[2\] at entry 0 and \[3\] at entry 1"):
+        vdata.default_collate([vt.zeros(2), vt.zeros(3)])
+
+
+@pytest.mark.parametrize("batch_size, drop_last", [(1, False), (3, False), (3, True),
+                                                   (4, True), (None, False), (20, False)])
+def test_loader_batches_match_torch(batch_size, drop_last):
+    ours = list(vdata.DataLoader(VtMixed(), batch_size=batch_size, drop_last=drop_last))
+    ref = list(tdata.DataLoader(Mixed(torch), batch_size=batch_size, drop_last=drop_last))
+    assert len(ours) == len(ref)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        assert_same(a, b, f"batch {i}")
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 12])
+@pytest.mark.parametrize("batch_size", [1, 5, None])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_matches_torch(n, batch_size, drop_last):
+    if batch_size is None and drop_last:
+        with pytest.raises(ValueError, match="mutually exclusive"):
+            tdata.DataLoader(list(range(n)), batch_size=None, drop_last=True)
+        with pytest.raises(ValueError, match="mutually exclusive"):
+            vdata.DataLoader(list(range(n)), batch_size=None, drop_last=True)
+        return
+    ours = vdata.DataLoader(list(range(n)), batch_size=batch_size, drop_last=drop_last)
+    ref = tdata.DataLoader(list(range(n)), batch_size=batch_size, drop_last=drop_last)
+    assert len(ours) == len(ref) == len(list(ours)) == len(list(ref))
+
+
+def test_user_collate_fn_receives_the_dataset_examples():
+    ds = vdata.TensorDataset(vt.arange(6.0).reshape(3, 2), vt.arange(3))
+    seen = []
+    loader = vdata.DataLoader(ds, batch_size=2, collate_fn=lambda b: seen.append(b) or len(b))
+    assert list(loader) == [2, 1]
+    assert all(isinstance(x, vt.Tensor) and isinstance(y, vt.Tensor) for x, y in seen[0])
+    assert str(seen[0][0][0].dtype) == "torch.float32" and seen[0][1][1].tolist() == 1
+
+
+def test_shuffle_permutes_every_epoch_and_follows_the_generator():
+    def epochs(seed, n=3):
+        loader = vdata.DataLoader(list(range(30)), batch_size=7, shuffle=True,
+                                  generator=vt.Generator().manual_seed(seed))
+        return [[i for b in loader for i in b.tolist()] for _ in range(n)]
+    a = epochs(5)
+    vt.manual_seed(123)                        # the global generator does not matter
+    vt.rand(7)
+    b = epochs(5)
+    assert a == b
+    assert all(sorted(e) == list(range(30)) for e in a)      # each epoch a permutation
+    assert a[0] != a[1] != a[2]                               # reshuffled every epoch
+    assert epochs(6)[0] != a[0]
+
+
+def test_shuffle_without_generator_follows_manual_seed():
+    def first_epoch():
+        return [i for b in vdata.DataLoader(list(range(30)), batch_size=4, shuffle=True)
+                for i in b.tolist()]
+    vt.manual_seed(1)
+    a = first_epoch()
+    vt.manual_seed(1)
+    assert first_epoch() == a and sorted(a) == list(range(30)) and a != list(range(30))
+
+
+def test_loader_does_not_shard_by_the_launcher_environment(monkeypatch):
+    # torch's DataLoader reads the whole dataset on every rank (sharding is
+    # DistributedSampler's job); it must not silently read 1/world_size of it.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    loader = vdata.DataLoader(list(range(10)), batch_size=4)
+    assert len(loader) == 3 and [i for b in loader for i in b.tolist()] == list(range(10))
+
+
+def _draws(num_workers, seed=7, n=40):
+    loader = vdata.DataLoader(RandomDraws(n), batch_size=5, num_workers=num_workers,
+                              generator=vt.Generator().manual_seed(seed))
+    try:
+        epoch0 = [tuple(map(float, row)) for b in loader for row in zip(*b)]
+        epoch1 = [tuple(map(float, row)) for b in loader for row in zip(*b)]
+    finally:
+        loader._loader.close()
+    return epoch0, epoch1
+
+
+def test_worker_random_numbers_are_distinct_and_reproducible():
+    two, two_again, three = _draws(2), _draws(2), _draws(3)
+    for epoch in two:
+        assert [r[0] for r in epoch] == list(range(40))
+        for k in range(1, 5):                       # vm.torch rand/randint, numpy, random
+            values = [r[k] for r in epoch]
+            assert len(set(values)) == len(values), f"generator {k}: workers repeat numbers"
+    assert two == two_again                         # the same seed, the same numbers
+    assert two[0] == three[0]                       # whatever the number of workers
+    assert two[0] != two[1]                         # and new ones every epoch
+    assert _draws(2, seed=8)[0] != two[0]
+
+
+def test_worker_init_fn_and_get_worker_info():
+    assert vdata.get_worker_info() is None
+    loader = vdata.DataLoader(WhoAmI(), batch_size=None, num_workers=2,
+                              worker_init_fn=record_init)
+    try:
+        rows = list(loader)
+    finally:
+        loader._loader.close()
+    assert [int(r[0]) for r in rows] == list(range(12))
+    assert {int(r[1]) for r in rows} <= {0, 1} and {int(r[2]) for r in rows} == {2}
+    for r in rows:                                  # each worker ran the init once, first
+        assert [int(x) for x in r[3]] == [int(r[1])]
+    # in-process: no worker info and no worker_init_fn, as torch
+    rows = list(vdata.DataLoader(WhoAmI(), batch_size=None, worker_init_fn=record_init))
+    assert {(int(r[1]), int(r[2]), int(r[3])) for r in rows} == {(-1, -1, 0)}
+
+
+def test_worker_error_surfaces_with_its_traceback():
+    loader = vdata.DataLoader(FailsAt(6), batch_size=2, num_workers=2)
+    try:
+        with pytest.raises(WorkerError, match="no example 6 here") as info:
+            list(loader)
+        assert "KeyError" in info.value.worker_traceback and info.value.index == 6
+    finally:
+        loader._loader.close()
+
+
+def test_worker_batches_equal_in_process_batches():
+    ours = list(vdata.DataLoader(VtMixed(), batch_size=3, num_workers=2))
+    ref = list(tdata.DataLoader(Mixed(torch), batch_size=3))
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        assert_same(a, b, f"batch {i}")
+    assert len(ours) == len(ref)
+
+
+def test_concat_dataset_indexing_matches_torch():
+    parts = [list(range(3)), [], list(range(10, 14))]
+    ours, ref = vdata.ConcatDataset(parts), tdata.ConcatDataset(parts)
+    assert len(ours) == len(ref) == 7
+    for i in range(-7, 7):
+        assert ours[i] == ref[i]
+    for i in (7, -8):
+        with pytest.raises((IndexError, ValueError)):
+            ref[i]
+        with pytest.raises((IndexError, ValueError)):
+            ours[i]
+
+
+def test_random_split_follows_the_generator():
+    def split(seed):
+        parts = vdata.random_split(list(range(20)), [5, 15],
+                                   generator=vt.Generator().manual_seed(seed))
+        return [list(p.indices) for p in parts]
+    a = split(3)
+    vt.manual_seed(99)
+    assert split(3) == a and sorted(a[0] + a[1]) == list(range(20)) and split(4) != a
+
+
+def test_tensor_dataset_examples_match_torch():
+    x = np.arange(12, dtype=np.float64).reshape(6, 2)
+    y = np.arange(6, dtype=np.int16)
+    ours = vdata.TensorDataset(vt.tensor(x), vt.tensor(y))
+    ref = tdata.TensorDataset(torch.tensor(x), torch.tensor(y))
+    for i in (0, 5, -1):
+        assert_same(ours[i], ref[i], f"example {i}")
+    assert_same(next(iter(vdata.DataLoader(ours, batch_size=4))),
+                next(iter(tdata.DataLoader(ref, batch_size=4))))

@@ -144,11 +144,21 @@ def get_worker_info() -> WorkerInfo | None:
     return _INFO
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijection of 64-bit ints that scatters bits."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def item_seed(seed: int, epoch: int, index: int) -> int:
     """The 63-bit seed of record ``index`` in ``epoch`` for a loader seeded ``seed``."""
-    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(epoch), int(index),
-                                    0xDA7A]).generate_state(1, np.uint64)
-    return int(state[0]) >> 1
+    return _mix64(_mix64(_mix64(int(seed) & _M64) ^ (int(epoch) & _M64))
+                  ^ (int(index) & _M64)) >> 1
 
 
 def seed_item(seed: int, epoch: int, index: int) -> None:

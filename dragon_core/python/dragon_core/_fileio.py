@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
+
 def _umask() -> int:
     """The process umask, read without changing it where the OS allows."""
     try:
@@ -49,7 +50,7 @@ def fsync_dir(folder: str) -> None:
 
 def temp_prefix(path: str | os.PathLike) -> str:
     """The name prefix of the temporary files a write to ``path`` creates."""
-    return ".tmp-" + os.path.basename(os.fspath(path)) + "."
+    return ".tmp-" + os.path.basename(os.fsdecode(path)) + "."
 
 
 @contextlib.contextmanager
@@ -58,8 +59,9 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The destination. Its folder must exist.
+    path : str, bytes or os.PathLike
+        The destination. Its folder must exist. If it is a symbolic link,
+        the file it points to is replaced and the link kept.
 
     Yields
     ------
@@ -68,7 +70,11 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
         file is flushed, fsync'ed and renamed to ``path``; if the block raises,
         the temporary file is removed and ``path`` is left as it was.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
+    if os.path.islink(path):
+        # Write through a symbolic link, as open(path, "wb") would: replace
+        # the file it points to (in that file's folder), keep the link.
+        path = os.path.realpath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), dir=folder)
     # mkstemp creates the file with mode 0600; give the result the mode the

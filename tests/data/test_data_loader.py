@@ -152,3 +152,36 @@ def test_other_start_methods(method):
 def test_bad_start_method():
     with pytest.raises(ValueError, match="start_method 'thread'"):
         list(DataLoader(SquaresDataset(3), num_workers=1, start_method="thread"))
+
+
+def test_sampler_gives_the_indices_of_every_epoch():
+    ds = TensorDataset(np.arange(10))
+
+    class Twice:
+        def __init__(self):
+            self.calls = 0
+
+        def __iter__(self):
+            self.calls += 1
+            return iter([3, 3, 9, 0] if self.calls == 1 else [1, 2])
+
+        def __len__(self):
+            return 4 if self.calls == 0 else 2
+    loader = DataLoader(ds, batch_size=3, sampler=Twice())
+    assert len(loader) == 2
+    assert [b[0].tolist() for b in loader] == [[3, 3, 9], [0]]
+    assert [b[0].tolist() for b in loader] == [[1, 2]]
+    assert [b[0].tolist() for b in DataLoader(ds, batch_size=2, sampler=[5, 4, 7],
+                                              num_workers=2)] == [[5, 4], [7]]
+    with pytest.raises(ValueError, match="sampler= gives the indices"):
+        DataLoader(ds, sampler=[0], shuffle=True)
+    with pytest.raises(IndexError, match="index -11"):
+        list(DataLoader(ds, sampler=[-11]))
+
+
+def test_iterating_a_temporary_loader_with_workers():
+    # ``for b in DataLoader(...)``: nothing else holds the loader; it must
+    # live until the iteration ends (its __del__ closes the worker pool).
+    ds = TensorDataset(np.arange(10))
+    assert [b[0].tolist() for b in DataLoader(ds, batch_size=4, num_workers=2)] == \
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

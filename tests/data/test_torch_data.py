@@ -261,3 +261,140 @@ def test_tensor_dataset_examples_match_torch():
         assert_same(ours[i], ref[i], f"example {i}")
     assert_same(next(iter(vdata.DataLoader(ours, batch_size=4))),
                 next(iter(tdata.DataLoader(ref, batch_size=4))))
+
+
+# ---------------------------------------------------------------- samplers
+
+def _flat(batches):
+    return [int(i) for b in batches for i in b.tolist()]
+
+
+def test_sequential_and_batch_samplers_match_torch():
+    data = list(range(11))
+    for bs, drop in ((1, False), (3, False), (3, True), (11, True), (12, True)):
+        ours = vdata.BatchSampler(vdata.SequentialSampler(data), bs, drop)
+        ref = tdata.BatchSampler(tdata.SequentialSampler(data), bs, drop)
+        assert list(ours) == list(ref) and len(ours) == len(ref)
+        a = list(vdata.DataLoader(data, batch_sampler=ours))
+        b = list(tdata.DataLoader(data, batch_sampler=ref))
+        assert len(a) == len(b) == len(vdata.DataLoader(data, batch_sampler=ours))
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    uneven = [[0, 5], [2], [9, 1, 3]]          # any iterable of index lists
+    for x, y in zip(vdata.DataLoader(data, batch_sampler=uneven),
+                    tdata.DataLoader(data, batch_sampler=uneven)):
+        assert_same(x, y)
+
+
+def test_sampler_argument_checks_match_torch():
+    for mod in (vdata, tdata):
+        with pytest.raises(ValueError, match="mutually exclusive with shuffle"):
+            mod.DataLoader([1, 2], sampler=[0, 1], shuffle=True)
+        with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive"):
+            mod.DataLoader([1, 2], batch_sampler=[[0]], batch_size=2)
+        for bad in (0, -1, True, 2.0):
+            with pytest.raises(ValueError, match="batch_size should be a positive integer"):
+                mod.BatchSampler([0, 1], bad, False)
+        with pytest.raises(ValueError, match="num_samples should be a positive integer"):
+            mod.RandomSampler([1, 2], num_samples=0)
+        with pytest.raises(TypeError, match="replacement should be a boolean"):
+            mod.RandomSampler([1, 2], replacement=1)
+        with pytest.raises(ValueError, match="Invalid rank"):
+            mod.DistributedSampler(list(range(4)), num_replicas=2, rank=2)
+
+
+@pytest.mark.parametrize("n, replicas, drop_last", [(10, 3, False), (10, 3, True), (9, 3, False),
+                                                    (2, 4, False), (5, 4, True), (0, 2, False)])
+def test_distributed_sampler_without_shuffle_matches_torch(n, replicas, drop_last):
+    data = list(range(n))
+    for rank in range(replicas):
+        ours = vdata.DistributedSampler(data, replicas, rank, shuffle=False, drop_last=drop_last)
+        ref = tdata.DistributedSampler(data, replicas, rank, shuffle=False, drop_last=drop_last)
+        assert list(ours) == list(ref) and len(ours) == len(ref)
+
+
+@pytest.mark.parametrize("n, replicas, drop_last", [(10, 3, False), (10, 3, True), (2, 4, False),
+                                                    (12, 4, False)])
+def test_distributed_sampler_covers_each_sample_once_per_epoch(n, replicas, drop_last):
+    data = list(range(n))
+    for epoch in range(3):
+        shards = []
+        for rank in range(replicas):
+            s = vdata.DistributedSampler(data, replicas, rank, shuffle=True, seed=5,
+                                         drop_last=drop_last)
+            s.set_epoch(epoch)
+            shards.append(list(s))
+            assert len(shards[-1]) == len(s)
+        ref_sizes = [len(tdata.DistributedSampler(data, replicas, r, drop_last=drop_last))
+                     for r in range(replicas)]
+        assert [len(x) for x in shards] == ref_sizes            # equal shards, as torch
+        everything = [i for x in shards for i in x]
+        if drop_last:                                           # distinct, the tail dropped
+            assert len(set(everything)) == len(everything) == replicas * (n // replicas)
+        else:                                                   # all, padded by repeats
+            assert set(everything) == set(data)
+            assert len(everything) - n == -n % replicas
+        if epoch == 0:
+            first = shards
+    if n >= 10:
+        assert shards != first                                  # set_epoch reshuffles
+
+
+def test_random_samplers_are_permutations_seeded_by_manual_seed():
+    data = list(range(20))
+    vt.manual_seed(3)
+    a = [list(vdata.RandomSampler(data)) for _ in range(2)]
+    vt.manual_seed(3)
+    b = [list(vdata.RandomSampler(data)) for _ in range(2)]
+    assert a == b and a[0] != a[1] and all(sorted(x) == data for x in a)
+    chained = list(vdata.RandomSampler(data, num_samples=45))
+    assert len(chained) == 45 and sorted(chained[:20]) == sorted(chained[20:40]) == data
+    assert len(set(chained[40:])) == 5
+    drawn = list(vdata.RandomSampler(data, replacement=True, num_samples=500))
+    assert len(drawn) == 500 and set(drawn) <= set(data) and len(set(drawn)) > 15
+    assert len(tdata.RandomSampler(data, num_samples=45)) == \
+        len(vdata.RandomSampler(data, num_samples=45)) == 45
+    sub = [3, 7, 11, 19]
+    assert sorted(vdata.SubsetRandomSampler(sub)) == sub
+
+
+def test_weighted_random_sampler():
+    vt.manual_seed(0)
+    weights = [0.0, 1.0, 3.0, 0.0, 6.0]
+    drawn = list(vdata.WeightedRandomSampler(weights, 20000))
+    counts = np.bincount(drawn, minlength=5) / 20000
+    assert counts[0] == counts[3] == 0
+    np.testing.assert_allclose(counts[[1, 2, 4]], [0.1, 0.3, 0.6], atol=0.02)
+    once = list(vdata.WeightedRandomSampler(weights, 3, replacement=False))
+    assert sorted(once) == [1, 2, 4]
+    # torch draws zero-weight indices once the others are used up; we refuse
+    assert 0 in list(tdata.WeightedRandomSampler(weights, 5, replacement=False)) or \
+        3 in list(tdata.WeightedRandomSampler(weights, 5, replacement=False))
+    with pytest.raises(RuntimeError, match="without replacement from 3 non-zero"):
+        vdata.WeightedRandomSampler(weights, 4, replacement=False)
+    for mod in (vdata, tdata):
+        with pytest.raises(RuntimeError):
+            list(mod.WeightedRandomSampler([-1.0, 2.0], 1))
+
+
+def test_loader_with_a_sampler_reads_its_indices_every_epoch():
+    data = [float(i) for i in range(10)]
+    sampler = vdata.RandomSampler(data, replacement=True, num_samples=7)
+    loader = vdata.DataLoader(data, batch_size=3, sampler=sampler)
+    assert len(loader) == 3
+    epochs = [_flat(loader) for _ in range(2)]
+    assert [len(e) for e in epochs] == [7, 7] and epochs[0] != epochs[1]
+    loader = vdata.DataLoader(data, batch_size=3, sampler=[9, 9, 0, 4], drop_last=True)
+    assert _flat(loader) == [9, 9, 0] and len(loader) == 1
+    with pytest.raises(IndexError, match="sampler gave index 10"):
+        list(vdata.DataLoader(data, sampler=[10]))
+
+
+def test_loader_with_samplers_and_workers_matches_in_process():
+    sampler = vdata.DistributedSampler(list(range(11)), 2, 1, shuffle=True, seed=1)
+    batches = vdata.BatchSampler(sampler, 4, False)
+    ours = [b for b in vdata.DataLoader(VtMixed(), batch_sampler=batches, num_workers=2)]
+    ref = [b for b in tdata.DataLoader(Mixed(torch), batch_sampler=list(batches))]
+    assert len(ours) == len(ref) == 2
+    for a, b in zip(ours, ref):
+        assert_same(a, b)

@@ -224,6 +224,195 @@ def default_collate(batch):
                     f"{type(elem)}")
 
 
+# ------------------------------------------------------------------ samplers
+#
+# torch's samplers with torch's arguments, checks and lengths. The random
+# ones draw from vm.torch's generator (``torch.manual_seed``; a vm.torch
+# Generator is a handle on it), so their sequences are not torch's:
+# the same seed gives the same sequence, and each pass is a new draw.
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} should be a positive integer value, but got {name}={value}")
+
+
+class Sampler:
+    """Base of the samplers: ``__iter__`` yields dataset indices."""
+
+    def __init__(self, data_source=None):
+        pass
+
+    def __iter__(self):
+        raise NotImplementedError
+
+
+class SequentialSampler(Sampler):
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A new permutation every pass (``replacement=False``; ``num_samples``
+    beyond the dataset's size chains permutations), or ``num_samples``
+    uniform draws with replacement."""
+
+    def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got "
+                            f"replacement={replacement}")
+        self.data_source, self.replacement = data_source, replacement
+        self._num_samples, self.generator = num_samples, generator
+        _check_positive_int("num_samples", self.num_samples)
+
+    @property
+    def num_samples(self):
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self):
+        from .._creation import _np_rng
+        n, k, rng = len(self.data_source), self.num_samples, _np_rng()
+        if self.replacement:
+            yield from rng.integers(0, n, size=k).tolist()
+            return
+        for _ in range(k // n):
+            yield from rng.permutation(n).tolist()
+        yield from rng.permutation(n)[:k % n].tolist()
+
+    def __len__(self):
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a new random order every pass."""
+
+    def __init__(self, indices, generator=None):
+        self.indices, self.generator = indices, generator
+
+    def __iter__(self):
+        from .._creation import _np_rng
+        for i in _np_rng().permutation(len(self.indices)).tolist():
+            yield self.indices[i]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices drawn with probabilities proportional to
+    ``weights`` (without replacement: distinct indices)."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        _check_positive_int("num_samples", num_samples)
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got "
+                             f"replacement={replacement}")
+        w = np.asarray(weights.detach().numpy() if isinstance(weights, Tensor) else weights,
+                       dtype=np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have "
+                             f"shape {tuple(w.shape)}")
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+            raise RuntimeError("WeightedRandomSampler: weights must be finite, non-negative "
+                               "and not all zero")
+        if not replacement and num_samples > np.count_nonzero(w):
+            raise RuntimeError(f"WeightedRandomSampler: cannot draw {num_samples} samples "
+                               f"without replacement from {np.count_nonzero(w)} non-zero "
+                               f"weights")
+        self.weights = _w(_dg.from_numpy(w))
+        self._p = w / w.sum()
+        self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
+
+    def __iter__(self):
+        from .._creation import _np_rng
+        yield from _np_rng().choice(len(self._p), self.num_samples, replace=self.replacement,
+                                    p=self._p).tolist()
+
+    def __len__(self):
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Lists of ``batch_size`` indices from ``sampler`` (the last one shorter
+    unless ``drop_last``)."""
+
+    def __init__(self, sampler, batch_size, drop_last):
+        _check_positive_int("batch_size", batch_size)
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got "
+                             f"drop_last={drop_last}")
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self):
+        batch = []
+        for i in self.sampler:
+            batch.append(i)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self):
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class DistributedSampler(Sampler):
+    """This rank's share of the dataset, as torch's: every rank computes the
+    same order from ``(seed, epoch)`` (a permutation if ``shuffle``), pads it
+    by repeating its start to a multiple of ``num_replicas`` (or, with
+    ``drop_last``, cuts the tail), and takes every ``num_replicas``-th index
+    from ``rank``. Call :meth:`set_epoch` each epoch to reshuffle."""
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False):
+        if num_replicas is None or rank is None:
+            from dragon_core import distributed as _dist
+            if not _dist.is_initialized():
+                raise RuntimeError("DistributedSampler: num_replicas/rank not given and the "
+                                   "default process group is not initialized")
+            num_replicas = _dist.get_world_size() if num_replicas is None else num_replicas
+            rank = _dist.get_rank() if rank is None else rank
+        if rank >= num_replicas or rank < 0:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
+                             f"[0, {num_replicas - 1}]")
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
+        n = len(dataset)
+        if drop_last and n % num_replicas:
+            self.num_samples = -(-(n - num_replicas) // num_replicas)
+        else:
+            self.num_samples = -(-n // num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self):
+        n = len(self.dataset)
+        if self.shuffle:   # the same on every rank: from (seed, epoch) only
+            indices = np.random.default_rng([self.seed & 0xFFFFFFFFFFFFFFFF,
+                                             self.epoch]).permutation(n).tolist()
+        else:
+            indices = list(range(n))
+        if not self.drop_last:
+            pad = self.total_size - len(indices)
+            if pad > 0 and indices:
+                indices += (indices * -(-pad // len(indices)))[:pad]
+        else:
+            indices = indices[:self.total_size]
+        return iter(indices[self.rank:self.total_size:self.num_replicas])
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+
 # ------------------------------------------------------------------ workers
 #
 # vm.torch tensors do not pickle: in a worker process each one in an
@@ -349,17 +538,15 @@ class DataLoader:
     ``generator`` (its seed seeds the shuffle), ``timeout`` and
     ``multiprocessing_context`` act as in torch. The shuffle order is
     dragon's: seeded by (seed, epoch), a new permutation every epoch, not
-    torch's sequence. ``sampler``, ``batch_sampler`` and IterableDataset are
-    not supported (they raise).
+    torch's sequence. ``sampler`` and ``batch_sampler`` take torch's samplers
+    (or any iterables of indices / of lists of indices). IterableDataset is
+    not supported (it raises).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None, persistent_workers=False, pin_memory_device=""):
-        if sampler is not None or batch_sampler is not None:
-            raise NotImplementedError("DataLoader(sampler=/batch_sampler=) is not supported; "
-                                      "use shuffle=True, or index the dataset yourself")
         if isinstance(dataset, IterableDataset):
             raise NotImplementedError("IterableDataset is not supported by DataLoader here; "
                                       "iterate the dataset directly")
@@ -371,11 +558,20 @@ class DataLoader:
                              "to disable multiprocessing.")
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with "
+                                 "batch_size, shuffle, sampler, and drop_last")
+            batch_size, drop_last = None, False
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.num_workers, self.shuffle = int(num_workers), bool(shuffle)
         self.worker_init_fn, self.generator, self.timeout = worker_init_fn, generator, timeout
         if collate_fn is None:
-            collate_fn = default_collate if batch_size is not None else default_convert
+            collate_fn = default_collate if batch_size is not None or \
+                batch_sampler is not None else default_convert
         self.collate_fn = collate_fn
         # The seed of the shuffle and of the workers' generators, drawn from
         # vm.torch's generator (which ``generator.manual_seed`` seeds: a
@@ -386,26 +582,65 @@ class DataLoader:
 
         def collate(items, fn=collate_fn):
             return fn([_walk(i, _unpack_leaf) for i in items] if workers else items)
+        # A sampler's indices reach dragon's loader through _EpochIndices,
+        # filled by __iter__ with this pass's indices.
+        self._indices = _EpochIndices() if sampler is not None or \
+            batch_sampler is not None else None
+        shard = {} if self._indices is not None else {"rank": 0, "world_size": 1}
         self._loader = _data.DataLoader(
-            _DatasetView(dataset, worker_init_fn, self._seed), batch_size=batch_size,
+            _DatasetView(dataset, worker_init_fn, self._seed),
+            batch_size=None if batch_sampler is not None else batch_size,
             shuffle=bool(shuffle), drop_last=drop_last, num_workers=self.num_workers,
-            collate_fn=collate, seed=self._seed, rank=0, world_size=1,
+            collate_fn=collate, seed=self._seed, **shard,
             timeout=float(timeout) if timeout else 300.0,
-            start_method=_start_method(multiprocessing_context))
+            start_method=_start_method(multiprocessing_context), sampler=self._indices)
 
     def __iter__(self):
+        unpack = (lambda x: _walk(x, _unpack_leaf)) if self.num_workers else (lambda x: x)
+        if self.batch_sampler is not None:
+            batches = [list(b) for b in self.batch_sampler]
+            self._indices.indices = [i for b in batches for i in b]
+            examples = iter(self._loader)
+            for b in batches:
+                yield self.collate_fn([unpack(next(examples)) for _ in b])
+            return
+        if self.sampler is not None:
+            self._indices.indices = list(self.sampler)
         if self.batch_size is not None:
             yield from self._loader
             return
         for item in self._loader:
-            yield self.collate_fn(_walk(item, _unpack_leaf) if self.num_workers else item)
+            yield self.collate_fn(unpack(item))
 
     def __len__(self):
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        if self.sampler is not None:
+            n = len(self.sampler)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         return len(self._loader)
+
+
+class _EpochIndices:
+    """The indices of the current pass, as dragon's loader reads a sampler."""
+
+    def __init__(self):
+        self.indices = []
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
 
 
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
     raise NotImplementedError(f"torch.utils.data.{name} is not supported; supported: Dataset, "
-                              "TensorDataset, DataLoader, Subset, ConcatDataset, random_split")
+                              "TensorDataset, DataLoader, Subset, ConcatDataset, random_split, "
+                              "default_collate, default_convert, get_worker_info, Sampler, "
+                              "SequentialSampler, RandomSampler, SubsetRandomSampler, "
+                              "WeightedRandomSampler, BatchSampler, DistributedSampler")

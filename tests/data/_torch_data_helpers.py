@@ -85,3 +85,19 @@ class FailsAt(vdata.Dataset):
         if i == self.bad:
             raise KeyError(f"no example {i} here")
         return vt.tensor([float(i)])
+
+
+def make_stream(torch_module, base):
+    """An IterableDataset class of ``base`` (vm.torch's or torch's) yielding
+    ``n`` mixed examples, with a ``len``."""
+
+    class Stream(base):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return (Mixed(torch_module, self.n)[i] for i in range(self.n))
+
+        def __len__(self):
+            return self.n
+    return Stream

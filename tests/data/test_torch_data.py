@@ -398,3 +398,33 @@ def test_loader_with_samplers_and_workers_matches_in_process():
     assert len(ours) == len(ref) == 2
     for a, b in zip(ours, ref):
         assert_same(a, b)
+
+
+# ---------------------------------------------------------------- IterableDataset
+
+@pytest.mark.parametrize("batch_size, drop_last", [(1, False), (4, False), (4, True),
+                                                   (None, False)])
+def test_iterable_dataset_batches_match_torch(batch_size, drop_last):
+    from _torch_data_helpers import make_stream
+    ours_ds = make_stream(vt, vdata.IterableDataset)(10)
+    ref_ds = make_stream(torch, tdata.IterableDataset)(10)
+    ours = vdata.DataLoader(ours_ds, batch_size=batch_size, drop_last=drop_last)
+    ref = tdata.DataLoader(ref_ds, batch_size=batch_size, drop_last=drop_last)
+    assert len(ours) == len(ref)
+    for _ in range(2):                                  # every pass restarts the stream
+        a, b = list(ours), list(ref)
+        assert len(a) == len(b)
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"batch {i}")
+
+
+def test_iterable_dataset_refusals():
+    class Stream(vdata.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+    with pytest.raises(ValueError, match="expected unspecified shuffle option"):
+        vdata.DataLoader(Stream(), shuffle=True)
+    with pytest.raises(ValueError, match="expected unspecified sampler option"):
+        vdata.DataLoader(Stream(), sampler=[0])
+    with pytest.raises(NotImplementedError, match="num_workers>0"):
+        vdata.DataLoader(Stream(), num_workers=2)

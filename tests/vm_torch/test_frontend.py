@@ -93,7 +93,7 @@ def test_unsupported_features_raise_not_implemented():
     with pytest.raises(NotImplementedError):
         torch.zeros(2, dtype="complex64")
     with pytest.raises(NotImplementedError, match="IterableDataset"):
-        torch.utils.data.DataLoader(torch.utils.data.IterableDataset())
+        torch.utils.data.DataLoader(torch.utils.data.IterableDataset(), num_workers=2)
 
 
 def test_unsupported_tensor_method_raises_not_implemented():

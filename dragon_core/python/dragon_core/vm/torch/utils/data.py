@@ -539,17 +539,30 @@ class DataLoader:
     ``multiprocessing_context`` act as in torch. The shuffle order is
     dragon's: seeded by (seed, epoch), a new permutation every epoch, not
     torch's sequence. ``sampler`` and ``batch_sampler`` take torch's samplers
-    (or any iterables of indices / of lists of indices). IterableDataset is
-    not supported (it raises).
+    (or any iterables of indices / of lists of indices). An IterableDataset
+    is read in this process (``num_workers > 0`` raises rather than risk
+    every worker repeating the stream).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None, persistent_workers=False, pin_memory_device=""):
-        if isinstance(dataset, IterableDataset):
-            raise NotImplementedError("IterableDataset is not supported by DataLoader here; "
-                                      "iterate the dataset directly")
+        self._iterable = isinstance(dataset, IterableDataset)
+        if self._iterable:
+            for name, value in (("shuffle", shuffle), ("sampler", sampler),
+                                ("batch_sampler", batch_sampler)):
+                if value:
+                    raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
+                                     f"{name} option, but got {name}={value!r}")
+            if int(num_workers) > 0:
+                # Every worker would iterate its own copy of the stream: without
+                # sharding by get_worker_info() each example would come
+                # num_workers times. Refused rather than risk it.
+                raise NotImplementedError(
+                    "DataLoader(IterableDataset, num_workers>0) is not supported: Dragon's "
+                    "workers read map-style datasets by index; use num_workers=0, or a "
+                    "map-style Dataset (__len__/__getitem__) to read in workers")
         if batch_size is None and drop_last:
             raise ValueError("batch_size=None option disables auto-batching and is mutually "
                              "exclusive with drop_last")
@@ -587,6 +600,9 @@ class DataLoader:
         self._indices = _EpochIndices() if sampler is not None or \
             batch_sampler is not None else None
         shard = {} if self._indices is not None else {"rank": 0, "world_size": 1}
+        if self._iterable:
+            self._loader = None
+            return
         self._loader = _data.DataLoader(
             _DatasetView(dataset, worker_init_fn, self._seed),
             batch_size=None if batch_sampler is not None else batch_size,
@@ -595,7 +611,25 @@ class DataLoader:
             timeout=float(timeout) if timeout else 300.0,
             start_method=_start_method(multiprocessing_context), sampler=self._indices)
 
+    def _iterate_stream(self):
+        """An IterableDataset, in this process: torch's batching of its stream."""
+        if self.batch_size is None:
+            for item in self.dataset:
+                yield self.collate_fn(item)
+            return
+        batch = []
+        for item in self.dataset:
+            batch.append(item)
+            if len(batch) == self.batch_size:
+                yield self.collate_fn(batch)
+                batch = []
+        if batch and not self.drop_last:
+            yield self.collate_fn(batch)
+
     def __iter__(self):
+        if self._iterable:
+            yield from self._iterate_stream()
+            return
         unpack = (lambda x: _walk(x, _unpack_leaf)) if self.num_workers else (lambda x: x)
         if self.batch_sampler is not None:
             batches = [list(b) for b in self.batch_sampler]
@@ -613,6 +647,11 @@ class DataLoader:
             yield self.collate_fn(unpack(item))
 
     def __len__(self):
+        if self._iterable:
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
         if self.sampler is not None:

@@ -185,3 +185,23 @@ def test_iterating_a_temporary_loader_with_workers():
     ds = TensorDataset(np.arange(10))
     assert [b[0].tolist() for b in DataLoader(ds, batch_size=4, num_workers=2)] == \
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_equal_shards_give_every_rank_the_same_batches(shuffle):
+    # 10 examples on 3 ranks: without equal_shards one rank gets 4 and runs
+    # one batch more (its all_reduce would wait for ever); with it, 3 each.
+    ds = TensorDataset(np.arange(10))
+    for epoch in range(2):
+        seen = []
+        for rank in range(3):
+            loader = DataLoader(ds, batch_size=2, shuffle=shuffle, drop_last=True, rank=rank,
+                                world_size=3, equal_shards=True)
+            loader.set_epoch(epoch)
+            batches = [b[0].tolist() for b in loader]
+            assert len(batches) == len(loader) == 1
+            seen += [i for b in batches for i in b]
+        assert len(set(seen)) == len(seen) == 6
+    sizes = [len(DataLoader(ds, batch_size=2, drop_last=True, rank=r, world_size=3))
+             for r in range(3)]
+    assert sorted(sizes) == [1, 1, 2]        # the default: shards differ by one

@@ -110,6 +110,11 @@ class DataLoader(_WorkerBatches):
         Copy every host tensor of each batch into pinned memory (of the
         named device's type; ``True``: the first device offering it), so that
         ``batch.to(device, non_blocking=True)`` does not wait for the host.
+    equal_shards : bool
+        Give every rank exactly ``len(dataset) // world_size`` examples
+        (dropping up to ``world_size - 1`` per epoch, different ones each
+        epoch when shuffled), so every rank runs the same number of batches
+        and no collective waits for a rank that ran out.
     sampler : iterable of int, optional
         The dataset indices to read, in order, iterated anew every epoch
         (repeats allowed); replaces ``shuffle`` and the rank sharding, which
@@ -128,7 +133,7 @@ class DataLoader(_WorkerBatches):
                  world_size: int | None = None, transform: Callable | None = None,
                  prefetch: int | None = None, start_method: str | None = None,
                  timeout: float | None = 300.0, pin_memory: bool | str = False,
-                 sampler: Any = None):
+                 sampler: Any = None, equal_shards: bool = False):
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"dataset must define __len__ and __getitem__, got "
                             f"{type(dataset).__name__}")
@@ -158,6 +163,7 @@ class DataLoader(_WorkerBatches):
         self.timeout = timeout
         self.pin_memory = pin_memory
         self.sampler = sampler
+        self.equal_shards = bool(equal_shards)
         self._epoch = 0
         self._pool: WorkerPool | None = None
 
@@ -170,7 +176,7 @@ class DataLoader(_WorkerBatches):
         if self.sampler is not None:
             n = len(self.sampler)
         else:
-            n = shard_size(len(self.dataset), self.rank, self.world_size, False)
+            n = shard_size(len(self.dataset), self.rank, self.world_size, self.equal_shards)
         return n if self.batch_size is None else num_batches(n, self.batch_size,
                                                             self.drop_last)
 
@@ -187,7 +193,8 @@ class DataLoader(_WorkerBatches):
     def _order(self, epoch: int) -> np.ndarray:
         if self.sampler is None:
             return epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed,
-                               epoch=epoch, rank=self.rank, world_size=self.world_size)
+                               epoch=epoch, rank=self.rank, world_size=self.world_size,
+                               equal_shards=self.equal_shards)
         n = len(self.dataset)
         indices = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
         bad = indices[(indices < -n) | (indices >= n)]

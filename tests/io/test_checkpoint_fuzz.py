@@ -341,3 +341,20 @@ def test_foreign_files_say_what_they_are(tmp_path):
     save({"w": dg.tensor(np.ones(2, np.float32))}, tmp_path / "ours.ckpt")
     with pytest.raises(Exception):                    # real torch refuses ours, loudly
         torch.load(tmp_path / "ours.ckpt", weights_only=True)
+
+
+@pytest.mark.parametrize("obj", [np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+                                 np.matrix([[1, 2]])])
+def test_array_subclasses_are_refused_not_stripped(tmp_path, obj):
+    save({"ok": 1}, tmp_path / "s.ckpt")
+    with pytest.raises(TypeError, match="NumPy array subclass.*obj\\['x'\\].*left as it was"):
+        save({"x": obj}, tmp_path / "s.ckpt")
+    assert load(tmp_path / "s.ckpt") == {"ok": 1}
+
+
+def test_memmaps_are_stored_as_arrays(tmp_path):
+    mm = np.memmap(tmp_path / "raw.bin", dtype=np.float32, mode="w+", shape=(4,))
+    mm[:] = [1, 2, 3, 4]
+    save({"x": mm}, tmp_path / "m.ckpt")
+    got = load(tmp_path / "m.ckpt")["x"]
+    assert type(got) is np.ndarray and got.tolist() == [1, 2, 3, 4]

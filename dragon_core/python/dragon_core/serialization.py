@@ -242,6 +242,13 @@ class _Encoder:
             return self.blob(obj, "tensor", dt.name, obj.shape, dt.itemsize,
                              {"device": str(obj.device),
                               "requires_grad": bool(obj.requires_grad)})
+        if isinstance(obj, np.ndarray) and type(obj) not in (np.ndarray, np.memmap):
+            # A masked array would lose its mask, a matrix its 2-d semantics.
+            raise TypeError(f"save: cannot store a {type(obj).__module__}."
+                            f"{type(obj).__qualname__} (a NumPy array subclass) at "
+                            f"{_path_str(where)}: only its data would be stored; save plain "
+                            f"arrays (for a masked array: .data and .mask)"
+                            f"{self.untouched()}")
         if isinstance(obj, (np.ndarray, np.generic)):
             dt = np.asarray(obj).dtype if isinstance(obj, np.generic) else obj.dtype
             name = "bool" if dt.kind == "b" else dt.name

@@ -205,3 +205,23 @@ def test_equal_shards_give_every_rank_the_same_batches(shuffle):
     sizes = [len(DataLoader(ds, batch_size=2, drop_last=True, rank=r, world_size=3))
              for r in range(3)]
     assert sorted(sizes) == [1, 1, 2]        # the default: shards differ by one
+
+
+@pytest.mark.parametrize("items, dtype, values", [
+    ([1, 2.5], "float32", [1.0, 2.5]),
+    ([True, 2], "int64", [1, 2]),
+    ([2.5, True], "float32", [2.5, 1.0]),
+    ([True, False], "bool", [True, False]),
+    ([3, -4], "int64", [3, -4]),
+])
+def test_default_collate_of_mixed_python_numbers_never_truncates(items, dtype, values):
+    out = default_collate(items)
+    assert out.dtype == getattr(dg, dtype if dtype != "bool" else "bool_") and \
+        out.tolist() == values
+
+
+@pytest.mark.parametrize("items, message", [([1, None], "mix int with NoneType"),
+                                            ([1, 2**70], "does not fit in int64")])
+def test_default_collate_refuses_what_it_cannot_stack(items, message):
+    with pytest.raises(ValueError, match=message):
+        default_collate(items)

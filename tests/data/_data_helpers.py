@@ -134,3 +134,25 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return [p for p in out if is_running(p)]
+
+
+class RandomOps(Dataset):
+    """Each example: its index, a draw of a dragon random op, of NumPy's
+    global generator and of Python's, and what ``get_worker_info`` says."""
+
+    def __init__(self, n: int = 40):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import random
+
+        import dragon_core as dg
+        from dragon_core.data import get_worker_info
+        info = get_worker_info()
+        where = (-1, -1) if info is None else (info.id, info.num_workers)
+        return (np.int64(i), np.float64(dg.ops.random_uniform([1]).numpy()[0]),
+                np.float64(np.random.rand()), np.float64(random.random()),
+                np.array(where, np.int64))

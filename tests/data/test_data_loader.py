@@ -152,3 +152,76 @@ def test_other_start_methods(method):
 def test_bad_start_method():
     with pytest.raises(ValueError, match="start_method 'thread'"):
         list(DataLoader(SquaresDataset(3), num_workers=1, start_method="thread"))
+
+
+def test_sampler_gives_the_indices_of_every_epoch():
+    ds = TensorDataset(np.arange(10))
+
+    class Twice:
+        def __init__(self):
+            self.calls = 0
+
+        def __iter__(self):
+            self.calls += 1
+            return iter([3, 3, 9, 0] if self.calls == 1 else [1, 2])
+
+        def __len__(self):
+            return 4 if self.calls == 0 else 2
+    loader = DataLoader(ds, batch_size=3, sampler=Twice())
+    assert len(loader) == 2
+    assert [b[0].tolist() for b in loader] == [[3, 3, 9], [0]]
+    assert [b[0].tolist() for b in loader] == [[1, 2]]
+    assert [b[0].tolist() for b in DataLoader(ds, batch_size=2, sampler=[5, 4, 7],
+                                              num_workers=2)] == [[5, 4], [7]]
+    with pytest.raises(ValueError, match="sampler= gives the indices"):
+        DataLoader(ds, sampler=[0], shuffle=True)
+    with pytest.raises(IndexError, match="index -11"):
+        list(DataLoader(ds, sampler=[-11]))
+
+
+def test_iterating_a_temporary_loader_with_workers():
+    # ``for b in DataLoader(...)``: nothing else holds the loader; it must
+    # live until the iteration ends (its __del__ closes the worker pool).
+    ds = TensorDataset(np.arange(10))
+    assert [b[0].tolist() for b in DataLoader(ds, batch_size=4, num_workers=2)] == \
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_equal_shards_give_every_rank_the_same_batches(shuffle):
+    # 10 examples on 3 ranks: without equal_shards one rank gets 4 and runs
+    # one batch more (its all_reduce would wait for ever); with it, 3 each.
+    ds = TensorDataset(np.arange(10))
+    for epoch in range(2):
+        seen = []
+        for rank in range(3):
+            loader = DataLoader(ds, batch_size=2, shuffle=shuffle, drop_last=True, rank=rank,
+                                world_size=3, equal_shards=True)
+            loader.set_epoch(epoch)
+            batches = [b[0].tolist() for b in loader]
+            assert len(batches) == len(loader) == 1
+            seen += [i for b in batches for i in b]
+        assert len(set(seen)) == len(seen) == 6
+    sizes = [len(DataLoader(ds, batch_size=2, drop_last=True, rank=r, world_size=3))
+             for r in range(3)]
+    assert sorted(sizes) == [1, 1, 2]        # the default: shards differ by one
+
+
+@pytest.mark.parametrize("items, dtype, values", [
+    ([1, 2.5], "float32", [1.0, 2.5]),
+    ([True, 2], "int64", [1, 2]),
+    ([2.5, True], "float32", [2.5, 1.0]),
+    ([True, False], "bool", [True, False]),
+    ([3, -4], "int64", [3, -4]),
+])
+def test_default_collate_of_mixed_python_numbers_never_truncates(items, dtype, values):
+    out = default_collate(items)
+    assert out.dtype == getattr(dg, dtype if dtype != "bool" else "bool_") and \
+        out.tolist() == values
+
+
+@pytest.mark.parametrize("items, message", [([1, None], "mix int with NoneType"),
+                                            ([1, 2**70], "does not fit in int64")])
+def test_default_collate_refuses_what_it_cannot_stack(items, message):
+    with pytest.raises(ValueError, match=message):
+        default_collate(items)

@@ -323,3 +323,24 @@ def test_other_extension_dtypes_are_refused_not_stored_as_void():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     with pytest.raises(TypeError, match="cannot be encoded"):
         dg.data.encode_example({"x": np.zeros(2, ml_dtypes.float8_e4m3fn)})
+
+
+def test_writer_gives_the_file_an_ordinary_mode_and_writes_through_symlinks(tmp_path):
+    from dragon_core.data import RecordReader, RecordWriter
+    old = os.umask(0o022)
+    try:
+        with RecordWriter(tmp_path / "new.dgr") as w:
+            w.write(b"a")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "new.dgr").st_mode & 0o777 == 0o644     # not mkstemp's 0600
+    os.chmod(tmp_path / "new.dgr", 0o640)
+    link = tmp_path / "latest.dgr"
+    link.symlink_to(tmp_path / "new.dgr")
+    with RecordWriter(link) as w:
+        w.write(b"b")
+        w.write(b"c")
+    assert link.is_symlink() and os.stat(tmp_path / "new.dgr").st_mode & 0o777 == 0o640
+    with RecordReader(tmp_path / "new.dgr") as r:
+        assert [bytes(r[i]) for i in range(len(r))] == [b"b", b"c"]
+    assert sorted(os.listdir(tmp_path)) == ["latest.dgr", "new.dgr"]

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
+
 def _umask() -> int:
     """The process umask, read without changing it where the OS allows."""
     try:
@@ -49,7 +50,42 @@ def fsync_dir(folder: str) -> None:
 
 def temp_prefix(path: str | os.PathLike) -> str:
     """The name prefix of the temporary files a write to ``path`` creates."""
-    return ".tmp-" + os.path.basename(os.fspath(path)) + "."
+    return ".tmp-" + os.path.basename(os.fsdecode(path)) + "."
+
+
+def open_temp(path: str | os.PathLike, prefix: str | None = None,
+              suffix: str = "") -> tuple[int, str, str]:
+    """Create the temporary file of an atomic write to ``path``.
+
+    Returns ``(fd, temp_path, destination)``: an open descriptor, the
+    temporary file (in the destination's folder, named ``prefix`` +
+    random + ``suffix``; ``prefix`` defaults to ``.tmp-<name>.``) and the
+    path to rename it to. A destination that is a symbolic link is resolved
+    (the file it points to is replaced, the link kept, as ``open(path,
+    "wb")`` would write through it). The temporary file gets the mode of
+    the file it will replace, or the one an ordinary ``open()`` would give
+    (``mkstemp`` alone would leave 0600).
+    """
+    path = os.fsdecode(path)
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if prefix is None:
+        prefix = temp_prefix(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return fd, tmp, path
 
 
 @contextlib.contextmanager
@@ -58,8 +94,9 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The destination. Its folder must exist.
+    path : str, bytes or os.PathLike
+        The destination. Its folder must exist. If it is a symbolic link,
+        the file it points to is replaced and the link kept.
 
     Yields
     ------
@@ -68,19 +105,10 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
         file is flushed, fsync'ed and renamed to ``path``; if the block raises,
         the temporary file is removed and ``path`` is left as it was.
     """
-    path = os.fspath(path)
+    fd, tmp, path = open_temp(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), dir=folder)
-    # mkstemp creates the file with mode 0600; give the result the mode the
-    # destination has, or the one an ordinary open() would give.
-    try:
-        mode = os.stat(path).st_mode & 0o7777
-    except OSError:
-        mode = 0o666 & ~_umask()
     try:
         with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), mode)
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -15,6 +15,7 @@ Writes are atomic: a failed or killed save leaves the previous file intact.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import os
@@ -77,6 +78,15 @@ def _align(n: int) -> int:
 def _tensor_type():
     from ._tensor import Tensor
     return Tensor
+
+
+def _dtype_type():
+    from ._dtypes import dtype
+    return dtype
+
+
+_CANONICAL_NAN = 0x7FF8000000000000      # float("nan"): stored as "nan" alone
+_NAN_BITS = re.compile(r"[0-9a-f]{16}")
 
 
 # ---------------------------------------------------------------- encoding
@@ -176,7 +186,13 @@ class _Encoder:
             return _int_node(int(obj))
         if isinstance(obj, float):
             v = float(obj)
-            return {"t": "float", "v": v if math.isfinite(v) else repr(v)}
+            if math.isfinite(v):
+                return {"t": "float", "v": v}
+            node = {"t": "float", "v": repr(v)}
+            bits = struct.unpack("<Q", struct.pack("<d", v))[0]
+            if v != v and bits != _CANONICAL_NAN:
+                node["x"] = format(bits, "016x")   # sign and payload of this NaN
+            return node
         if isinstance(obj, str):
             return {"t": "str", "v": str.__str__(obj)}
         if isinstance(obj, (bytes, bytearray)):
@@ -219,11 +235,20 @@ class _Encoder:
         node = None if isinstance(obj, np.generic) else self.scalar(obj, where)
         if node is not None:
             return node
+        if isinstance(obj, _dtype_type()):
+            return {"t": "dtype", "v": obj.name}
         if isinstance(obj, self.Tensor):
             dt = obj.dtype
             return self.blob(obj, "tensor", dt.name, obj.shape, dt.itemsize,
                              {"device": str(obj.device),
                               "requires_grad": bool(obj.requires_grad)})
+        if isinstance(obj, np.ndarray) and type(obj) not in (np.ndarray, np.memmap):
+            # A masked array would lose its mask, a matrix its 2-d semantics.
+            raise TypeError(f"save: cannot store a {type(obj).__module__}."
+                            f"{type(obj).__qualname__} (a NumPy array subclass) at "
+                            f"{_path_str(where)}: only its data would be stored; save plain "
+                            f"arrays (for a masked array: .data and .mask)"
+                            f"{self.untouched()}")
         if isinstance(obj, (np.ndarray, np.generic)):
             dt = np.asarray(obj).dtype if isinstance(obj, np.generic) else obj.dtype
             name = "bool" if dt.kind == "b" else dt.name
@@ -288,7 +313,13 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     ValueError
         If the tree contains itself.
     """
-    enc = _Encoder(os.fspath(path))
+    is_path = isinstance(path, (str, bytes, os.PathLike))
+    if not is_path and not callable(getattr(path, "write", None)):
+        raise TypeError(f"save: the destination must be a path (str, bytes or "
+                        f"os.PathLike) or a binary file object with write(), got "
+                        f"{type(path).__name__}")
+    name = os.fspath(path) if is_path else str(getattr(path, "name", "<file object>"))
+    enc = _Encoder(name)
     root = enc.encode(obj, [])
     offset = 0
     for b in enc.blobs:
@@ -305,13 +336,19 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     head_wo_crc = struct.pack("<QQQI", *header_fields)
     meta_crc = zlib.crc32(meta, zlib.crc32(head_wo_crc))
     header = head_wo_crc + struct.pack("<I", meta_crc)
-    with atomic_write(path) as f:
+
+    def write(f: BinaryIO) -> None:
         f.write(prefix)
         f.write(header)
         f.write(meta)
         f.write(bytes(data_offset - _HEADER_END - len(meta)))
         crc = _write_data(f, enc.blobs, data_len)
         f.write(_TRAILER.pack(crc, 0, END_MAGIC))
+    if not is_path:
+        write(path)          # the caller's stream: it decides what a failure leaves
+        return
+    with atomic_write(path) as f:
+        write(f)
 
 
 def _write_data(f: BinaryIO, blobs: list[_Blob], data_len: int) -> int:
@@ -335,13 +372,27 @@ def _write_data(f: BinaryIO, blobs: list[_Blob], data_len: int) -> int:
 
 # ---------------------------------------------------------------- decoding
 
+def _foreign_hint(head: bytes) -> str:
+    """What a file that is not a checkpoint seems to be, and what to do."""
+    if head.startswith(b"PK\x03\x04") or (len(head) >= 2 and head[0] == 0x80
+                                           and 2 <= head[1] <= 5):
+        return ("; it is a zip archive or a pickle, as PyTorch's torch.save (or NumPy's "
+                ".npz) writes. Dragon never unpickles: unpickling runs code from the file. "
+                "Convert a PyTorch file where torch is installed: torch.load(path, "
+                "weights_only=True), tensors to NumPy arrays (t.numpy()), then "
+                "dragon_core.save; read a .npz with numpy.load")
+    if head.startswith(b"\x93NUMPY"):
+        return "; it is a NumPy .npy file: read it with numpy.load"
+    return ""
+
+
 class _Reader:
     """Reads and checks one checkpoint file."""
 
-    def __init__(self, f: BinaryIO, path: str):
+    def __init__(self, f: BinaryIO, path: str, size: int | None = None):
         self.f = f
         self.path = path
-        self.size = os.fstat(f.fileno()).st_size
+        self.size = os.fstat(f.fileno()).st_size if size is None else size
 
     def error(self, what: str) -> CheckpointError:
         return CheckpointError(f"{self.path}: {what}", path=self.path)
@@ -361,7 +412,7 @@ class _Reader:
             if MAGIC.startswith(head) and len(head) < len(MAGIC):
                 raise self.error(f"truncated: only {self.size} bytes, not even a header")
             raise self.error("not a Dragon checkpoint (the file does not start with the "
-                             "checkpoint magic bytes)")
+                             "checkpoint magic bytes)" + _foreign_hint(head))
         if len(head) < _PREFIX.size:
             raise self.error(f"truncated: only {self.size} bytes, the header is incomplete")
         _, version, crc = _PREFIX.unpack(head)
@@ -541,9 +592,24 @@ def load(path: str | os.PathLike, map_location: MapLocation = None) -> Any:
     FileNotFoundError
         If ``path`` does not exist.
     """
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        reader = _Reader(f, path)
+    if isinstance(path, (str, bytes, os.PathLike)):
+        path = os.fspath(path)
+        with open(path, "rb") as f:
+            return _load(_Reader(f, path), map_location)
+    if not callable(getattr(path, "read", None)):
+        raise TypeError(f"load: the source must be a path (str, bytes or os.PathLike) or a "
+                        f"binary file object with read(), got {type(path).__name__}")
+    name = str(getattr(path, "name", "<file object>"))
+    data = path.read()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"load: {name}: read() returned {type(data).__name__}, not bytes; "
+                        f"open the file in binary mode ('rb')")
+    data = bytes(data)
+    return _load(_Reader(io.BytesIO(data), name, len(data)), map_location)
+
+
+def _load(reader: "_Reader", map_location: MapLocation) -> Any:
+    with reader.f:
         desc, _, data_len = reader.header()
         specs = desc["buffers"]
 
@@ -632,8 +698,19 @@ class _Decoder:
         if t == "float":
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 return float(v)
-            if v in ("nan", "inf", "-inf"):
+            if v in ("inf", "-inf"):
                 return float(v)
+            if v == "nan":
+                x = node.get("x")
+                if x is None:
+                    return float(v)
+                if isinstance(x, str) and _NAN_BITS.fullmatch(x):
+                    f = struct.unpack("<d", struct.pack("<Q", int(x, 16)))[0]
+                    if f != f:
+                        return f
+                raise self.bad(f"invalid NaN bits {_key_repr(x)} at {_path_str(where)}")
+        elif t == "dtype" and isinstance(v, str) and v in _TENSOR_DTYPES:
+            return as_dtype(v)
         elif t == "str" and isinstance(v, str):
             return v
         elif t == "bytes" and isinstance(v, str):

@@ -17,3 +17,12 @@ from ._loader import DataLoader, Dataset, TensorDataset
 from ._pipeline import RecordPipeline, RecordSource, Transformer
 from ._records import RecordReader, RecordWriter
 from ._sampling import SHUFFLE_MODES, epoch_order, resolve_shard
+
+
+def get_worker_info():
+    """In a worker process of a :class:`DataLoader` or :class:`RecordPipeline`:
+    its ``WorkerInfo`` (``id``, ``num_workers``, ``stage``, ``seed``,
+    ``item_seed``); in any other process: None."""
+    import sys
+    workers = sys.modules.get(__name__ + "._workers")
+    return None if workers is None else workers.get_worker_info()

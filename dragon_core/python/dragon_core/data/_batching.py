@@ -62,7 +62,14 @@ class _WorkerBatches:
         return self._pool.run(epoch, indices)
 
     def _batched(self, examples: Iterator[tuple[int, Any]]) -> Iterator[Any]:
-        return _batches(examples, self.batch_size, self.drop_last, self.collate_fn)
+        return self._alive(_batches(examples, self.batch_size, self.drop_last,
+                                    self.collate_fn))
+
+    def _alive(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches``, holding a reference to ``self`` while they are read:
+        ``for b in DataLoader(...)`` must not let the loader (and with it the
+        worker pool, closed by ``__del__``) be collected mid-iteration."""
+        yield from batches
 
     def close(self) -> None:
         raise NotImplementedError

@@ -55,8 +55,25 @@ def _collate(items: list, where: str) -> Any:
     if isinstance(first, (np.ndarray, np.generic)):
         return _stack(items, where)
     if type(first) in _SCALAR_DTYPES:
-        return from_numpy(np.asarray(items, dtype=_SCALAR_DTYPES[type(first)]))
+        return _scalars(items, where)
     return items
+
+
+def _scalars(items: list, where: str) -> Tensor:
+    """Python bools/ints/floats as one tensor: bool if all are bools, else
+    int64 if none is a float, else float32 (never an int64 tensor that
+    truncates 2.5 to 2, nor a bool one that turns 2 into True)."""
+    kinds = {type(x) for x in items}
+    if not kinds <= set(_SCALAR_DTYPES):
+        other = next(type(x).__name__ for x in items if type(x) not in _SCALAR_DTYPES)
+        raise ValueError(f"{where}: examples mix {type(items[0]).__name__} with {other}; "
+                         f"pass a collate_fn for such fields")
+    dtype = np.bool_ if kinds == {bool} else np.float32 if float in kinds else np.int64
+    try:
+        return from_numpy(np.asarray(items, dtype=dtype))
+    except OverflowError:
+        raise ValueError(f"{where}: an int does not fit in int64 "
+                         f"({min(items)} .. {max(items)})") from None
 
 
 def _stack(arrays: list, where: str) -> Tensor:

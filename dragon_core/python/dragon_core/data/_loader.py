@@ -110,6 +110,15 @@ class DataLoader(_WorkerBatches):
         Copy every host tensor of each batch into pinned memory (of the
         named device's type; ``True``: the first device offering it), so that
         ``batch.to(device, non_blocking=True)`` does not wait for the host.
+    equal_shards : bool
+        Give every rank exactly ``len(dataset) // world_size`` examples
+        (dropping up to ``world_size - 1`` per epoch, different ones each
+        epoch when shuffled), so every rank runs the same number of batches
+        and no collective waits for a rank that ran out.
+    sampler : iterable of int, optional
+        The dataset indices to read, in order, iterated anew every epoch
+        (repeats allowed); replaces ``shuffle`` and the rank sharding, which
+        are then left at their defaults. ``len(sampler)`` gives ``len()``.
 
     Notes
     -----
@@ -123,7 +132,8 @@ class DataLoader(_WorkerBatches):
                  collate_fn: Callable | None = None, seed: int = 0, *, rank: int | None = None,
                  world_size: int | None = None, transform: Callable | None = None,
                  prefetch: int | None = None, start_method: str | None = None,
-                 timeout: float | None = 300.0, pin_memory: bool | str = False):
+                 timeout: float | None = 300.0, pin_memory: bool | str = False,
+                 sampler: Any = None, equal_shards: bool = False):
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"dataset must define __len__ and __getitem__, got "
                             f"{type(dataset).__name__}")
@@ -131,6 +141,12 @@ class DataLoader(_WorkerBatches):
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
         if int(num_workers) < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if sampler is not None:
+            if normalize_shuffle(shuffle) != "none" or rank is not None or \
+                    world_size is not None:
+                raise ValueError("DataLoader: sampler= gives the indices itself; leave "
+                                 "shuffle, rank and world_size at their defaults")
+            rank, world_size = 0, 1
         rank, world_size = resolve_shard(rank, world_size)
         check_shard(rank, world_size)
         self.dataset = dataset
@@ -146,6 +162,8 @@ class DataLoader(_WorkerBatches):
         self.start_method = start_method
         self.timeout = timeout
         self.pin_memory = pin_memory
+        self.sampler = sampler
+        self.equal_shards = bool(equal_shards)
         self._epoch = 0
         self._pool: WorkerPool | None = None
 
@@ -155,14 +173,15 @@ class DataLoader(_WorkerBatches):
 
     def __len__(self) -> int:
         """Batches per epoch."""
-        n = shard_size(len(self.dataset), self.rank, self.world_size, False)
+        if self.sampler is not None:
+            n = len(self.sampler)
+        else:
+            n = shard_size(len(self.dataset), self.rank, self.world_size, self.equal_shards)
         return n if self.batch_size is None else num_batches(n, self.batch_size,
                                                             self.drop_last)
 
     def __iter__(self) -> Iterator[Any]:
-        epoch, indices = self._next_epoch(lambda epoch: epoch_order(
-            len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=epoch,
-            rank=self.rank, world_size=self.world_size))
+        epoch, indices = self._next_epoch(self._order)
         batches = self._batched(self._read(
             self.dataset, self.transform, epoch, indices, num_readers=self.num_workers,
             num_transformers=0, queue_size=1))
@@ -170,6 +189,19 @@ class DataLoader(_WorkerBatches):
             return batches
         device = None if self.pin_memory is True else str(self.pin_memory)
         return (_pin(b, device) for b in batches)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if self.sampler is None:
+            return epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed,
+                               epoch=epoch, rank=self.rank, world_size=self.world_size,
+                               equal_shards=self.equal_shards)
+        n = len(self.dataset)
+        indices = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
+        bad = indices[(indices < -n) | (indices >= n)]
+        if bad.size:
+            raise IndexError(f"DataLoader: the sampler gave index {int(bad[0])}, out of "
+                             f"range for a dataset of {n} examples")
+        return indices
 
     def close(self) -> None:
         """Stop the worker processes (idempotent; a later iteration restarts them)."""

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import zlib
 from typing import Any, Iterator
 
 import numpy as np
 
-from .._fileio import fsync_dir
+from .._fileio import fsync_dir, open_temp
 from ._errors import RecordError
 from ._example import encode_example
 
@@ -71,9 +70,10 @@ class RecordWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(self.path))
-        fd, self._tmp_path = tempfile.mkstemp(
-            prefix=os.path.basename(self.path) + ".", suffix=".tmp", dir=directory)
+        # In the destination's folder, with the mode the file will have; a
+        # symbolic link is written through (its target replaced).
+        fd, self._tmp_path, self._dest = open_temp(
+            self.path, prefix=os.path.basename(os.fsdecode(self.path)) + ".", suffix=".tmp")
         self._file = os.fdopen(fd, "wb")
         self._offsets: list[int] = []
         self._pos = 0
@@ -134,8 +134,8 @@ class RecordWriter:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
-            os.replace(self._tmp_path, self.path)
-            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            os.replace(self._tmp_path, self._dest)
+            fsync_dir(os.path.dirname(os.path.abspath(self._dest)))
         except BaseException:
             self.abort()
             raise

@@ -50,6 +50,7 @@ import multiprocessing.connection
 import os
 import pickle
 import queue
+import random
 import signal
 import threading
 import time
@@ -105,6 +106,82 @@ def apply_transform(transform: Callable | None, item: Any, seed: int, epoch: int
 
 # ----------------------------------------------------------------------- worker side
 
+class WorkerInfo:
+    """What a worker process knows about itself (:func:`get_worker_info`).
+
+    Attributes
+    ----------
+    id : int
+        This worker's number within its stage, ``0 .. num_workers - 1``.
+    num_workers : int
+        Processes in this stage (readers, or transformers).
+    stage : str
+        ``"reader"`` or ``"transformer"``.
+    seed : int
+        The loader's or pipeline's seed.
+    item_seed : int or None
+        The seed of the example being processed (see :func:`seed_item`);
+        None before the first one.
+    """
+
+    __slots__ = ("id", "item_seed", "num_workers", "seed", "stage")
+
+    def __init__(self, id: int, num_workers: int, stage: str, seed: int):
+        self.id, self.num_workers, self.stage, self.seed = id, num_workers, stage, seed
+        self.item_seed: int | None = None
+
+    def __repr__(self) -> str:
+        return (f"WorkerInfo(id={self.id}, num_workers={self.num_workers}, "
+                f"stage={self.stage!r}, seed={self.seed}, item_seed={self.item_seed})")
+
+
+_INFO: WorkerInfo | None = None     # set in worker processes only
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """In a worker process of a :class:`DataLoader` or :class:`RecordPipeline`:
+    its :class:`WorkerInfo`; in any other process: None."""
+    return _INFO
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijection of 64-bit ints that scatters bits."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def item_seed(seed: int, epoch: int, index: int) -> int:
+    """The 63-bit seed of record ``index`` in ``epoch`` for a loader seeded ``seed``."""
+    return _mix64(_mix64(_mix64(int(seed) & _M64) ^ (int(epoch) & _M64))
+                  ^ (int(index) & _M64)) >> 1
+
+
+def seed_item(seed: int, epoch: int, index: int) -> None:
+    """Seed this worker's global generators for one example.
+
+    Before each ``source[index]`` (and each transform) a worker seeds
+    dragon_core's generator (``dg.manual_seed``: random ops), Python's
+    ``random`` and NumPy's legacy global generator (``np.random.*``) from
+    ``(seed, epoch, index)``. Random choices made in ``__getitem__`` are
+    then different for every example, reproducible, different every epoch,
+    and independent of the number of workers and of which worker reads
+    what. Without it, workers forked from one process would start from the
+    same generator state and repeat each other's random numbers.
+    """
+    s = item_seed(seed, epoch, index)
+    from .. import manual_seed
+    manual_seed(s)
+    random.seed(s)
+    np.random.seed(s & 0xFFFFFFFF)
+    if _INFO is not None:
+        _INFO.item_seed = s
+
+
 def _watchdog(ppid: int) -> None:
     """Exit this process as soon as the process that started it is gone."""
     parent = mp.parent_process()
@@ -122,8 +199,11 @@ def _watchdog(ppid: int) -> None:
             os._exit(0)
 
 
-def _worker_main(stage: str, worker_id: int, source: Any, transform: Callable | None,
-                 seed: int, in_q: Any, out_q: Any, stop: Any, generation: Any) -> None:
+def _worker_main(stage: str, worker_id: int, num_workers: int, source: Any,
+                 transform: Callable | None, seed: int, in_q: Any, out_q: Any, stop: Any,
+                 generation: Any) -> None:
+    global _INFO
+    _INFO = WorkerInfo(worker_id, num_workers, stage, seed)
     # Ignore first, then unblock: a Ctrl-C that arrived while the start
     # blocked it (see _start_blocking_sigint) is discarded, not raised here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -175,6 +255,7 @@ def _worker_main(stage: str, worker_id: int, source: Any, transform: Callable | 
                 if generation.value != gen or stop.is_set():
                     break
                 try:
+                    seed_item(seed, epoch, int(index))
                     item = source[int(index)]
                     if transform is not None:
                         item = apply_transform(transform, item, seed, epoch, int(index))
@@ -190,6 +271,7 @@ def _worker_main(stage: str, worker_id: int, source: Any, transform: Callable | 
             if generation.value != gen:
                 continue
             try:
+                seed_item(seed, epoch, index)
                 example = apply_transform(transform, item, seed, epoch, index)
             except Exception:
                 reply = _error_message(gen, pos, index, stage, worker_id,
@@ -320,27 +402,27 @@ class WorkerPool:
         self._task_q = ctx.Queue(task_slots)
         self._out_q = ctx.Queue(max(2, self._prefetch))
         queues = [self._task_q, self._out_q]
-        stages: list[tuple[str, int, Any, Any, Any, Any]] = []
+        stages: list[tuple[str, int, int, Any, Any, Any, Any]] = []
         if num_transformers:
             mid_q = ctx.Queue(max(1, int(queue_size)))
             queues.append(mid_q)
-            stages += [("reader", i, source, None, self._task_q, mid_q)
+            stages += [("reader", i, num_readers, source, None, self._task_q, mid_q)
                        for i in range(num_readers)]
-            stages += [("transformer", i, None, transform, mid_q, self._out_q)
-                       for i in range(num_transformers)]
+            stages += [("transformer", i, num_transformers, None, transform, mid_q,
+                        self._out_q) for i in range(num_transformers)]
         else:
-            stages += [("reader", i, source, transform, self._task_q, self._out_q)
-                       for i in range(num_readers)]
+            stages += [("reader", i, num_readers, source, transform, self._task_q,
+                        self._out_q) for i in range(num_readers)]
         self._procs: list = []
         self._stages: list[tuple[str, int]] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, queues,
                                            self._stop, 2.0)
         try:
-            for stage, wid, src, fn, in_q, out_q in stages:
+            for stage, wid, count, src, fn, in_q, out_q in stages:
                 p = ctx.Process(target=_worker_main, daemon=True,
                                 name=f"dragon-data-{stage}-{wid}",
-                                args=(stage, wid, src, fn, seed, in_q, out_q, self._stop,
-                                      self._generation))
+                                args=(stage, wid, count, src, fn, seed, in_q, out_q,
+                                      self._stop, self._generation))
                 self._procs.append(p)
                 self._stages.append((stage, wid))
                 _start_blocking_sigint(p)

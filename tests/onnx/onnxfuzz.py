@@ -773,8 +773,12 @@ def gen_pool(rng):
     if attrs.get("auto_pad", "").startswith("SAME"):
         # SAME pads with dilations: the specification (and onnx's shape
         # inference, and Dragon) count the dilated window; onnxruntime and
-        # the reference evaluator the undilated one
+        # the reference evaluator the undilated one. A stride past the
+        # kernel makes the total padding negative: onnxruntime refuses it
+        # in float32 and uses it in float64, Dragon pads nothing.
         attrs.pop("dilations", None)
+        attrs["strides"] = [min(s, k) for s, k in zip(attrs.get("strides", [1] * rank),
+                                                      kernel)]
     attrs["kernel_shape"] = kernel
     if op == "AveragePool" and opset < 19:
         attrs.pop("dilations", None)

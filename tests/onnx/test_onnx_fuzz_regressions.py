@@ -215,3 +215,20 @@ def test_export_cond_reading_a_same_dtype_cast():
     x = np.random.default_rng(7).standard_normal((3, 4)).astype(np.float32)
     assert F.check_export(f, [x], 21, "cond")
     assert F.check_export(f, [-np.abs(x)], 21, "cond")
+
+
+@pytest.mark.parametrize("size", [(1, 3), (4, 1), (1, 1)])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_export_interpolate_to_an_axis_of_length_one_reads_the_centre(size, mode):
+    # pytorch_half_pixel reads source 0 for an output axis of length 1;
+    # Dragon (as PyTorch, checked here) reads the centre: half_pixel.
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(9).standard_normal((2, 3, 5, 4)).astype(np.float32)
+
+    def f(t):
+        return dg.ops.interpolate(t, size=list(size), mode=mode, align_corners=False)
+
+    ref = torch.nn.functional.interpolate(torch.from_numpy(x), size=size, mode=mode,
+                                          align_corners=False).numpy()
+    np.testing.assert_allclose(f(dg.tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert F.check_export(f, [x], 21, "interpolate")

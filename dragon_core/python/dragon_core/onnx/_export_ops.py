@@ -463,9 +463,12 @@ def _interpolate(e, ins, outs, a):
         attrs = dict(mode="nearest", coordinate_transformation_mode="half_pixel",
                      nearest_mode="round_prefer_ceil")
     else:
+        # half_pixel, not pytorch_half_pixel: the latter reads source 0 for
+        # an output axis of length 1, where Dragon (as PyTorch) reads the
+        # centre; the two agree for every longer axis.
         attrs = dict(mode="cubic" if mode == "bicubic" else "linear",
                      coordinate_transformation_mode="align_corners" if align else
-                     "pytorch_half_pixel")
+                     "half_pixel")
         if mode == "bicubic":
             attrs["cubic_coeff_a"] = -0.75
     x = ins[0]

@@ -311,6 +311,9 @@ def gen_binary(rng):
         a = np.abs(a) + np.asarray(0.5, dtype)
         if rng.random() < 0.4:
             b = _f(rng, t, _pick(rng, ["int32", "int64", "float32"]))
+        if rng.random() < 0.3:       # an integer base, a float or integer power
+            a = np.abs(_f(rng, s, _pick(rng, ["int32", "int64"])))
+            b = np.abs(_f(rng, t, _pick(rng, ["float32", "float64", "int64"]), "ties"))
     if op == "Where":
         c = _f(rng, _bshape(rng, s), "bool")
         return make_case(op, [(c, "in"), (a, "in"), (b, _how(rng, 0.8))], {}, 1, opset)

@@ -147,6 +147,19 @@ def test_an_op_error_names_the_onnx_node():
     assert "ONNX node 'maxpool_node' (MaxPool, opset 22)" in " ".join(info.value.__notes__)
 
 
+@pytest.mark.parametrize("ftype", ["float32", "float64"])
+@pytest.mark.parametrize("itype", ["int32", "int64"])
+def test_pow_of_an_integer_base_to_a_float_power_truncates_the_power(itype, ftype):
+    # ONNX computes 3 ** 1.5 = 5.196 and truncates to 5; the exponent cast
+    # to the base's dtype first gave 3 ** 1 = 3.
+    x = np.array([2, 3, 4, 7, 5, 1], itype)
+    y = np.array([0.5, 1.5, 2.5, 0.9, 2.0, 3.7], ftype)
+    case = F.make_case("Pow", [(x, "in"), (y, "in")], {}, 1, 15)
+    got, want = _both(case)
+    np.testing.assert_array_equal(want[0], np.trunc(x.astype(np.float64) ** y).astype(itype))
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 # ------------------------------------------------------------- export
 
 def test_export_slice_negative_step_from_before_the_first_element_is_empty():

@@ -119,6 +119,11 @@ def _identity(n):
 @op("Pow")
 def _pow(n):
     a, b = n.x(0), n.x(1)
+    if dt(a) in _INT and dt(b) in ("float16", "bfloat16", "float32", "float64"):
+        # An integer base to a float power: the power in float64, then
+        # truncated to the base's dtype (3 ** 1.5 is 5), not the power
+        # truncated first (3 ** 1 = 3).
+        return ops.cast(ops.pow(ops.cast(a, "float64"), ops.cast(b, "float64")), dt(a))
     if dt(b) != dt(a):
         b = ops.cast(b, dt(a))
     return ops.pow(a, b)

@@ -916,7 +916,11 @@ def gen_resize(rng):
             roi[a], roi[r + a] = sorted(rng.uniform(-0.2, 1.2, size=2))
         if rng.random() < 0.5:
             attrs["extrapolation_value"] = 7.0
-    use_sizes = rng.random() < 0.5
+    # align_corners with a scale whose output length is fractional: the
+    # specification divides by the output length, onnx's reference (and its
+    # backend test data, and Dragon) by the fractional length, onnxruntime by
+    # the integer one. Such cases get sizes.
+    use_sizes = rng.random() < 0.5 or attrs["coordinate_transformation_mode"] == "align_corners"
     if use_sizes:
         sizes = [s[a] if a < 2 else int(rng.integers(1, 10)) for a in range(r)]
         if opset >= 18 and rng.random() < 0.3:
@@ -1310,3 +1314,76 @@ def random_seqmodel(seed: int):
     toks = rng.integers(0, vocab, size=(b, seq)).astype(np.int64)
     x = rng.standard_normal((b, seq, d)).astype(np.float32)
     return model, [toks, x], None
+
+
+# ------------------------------------------- integer and bool programs
+
+_INT_BINARY = ["add", "sub", "mul", "floor_divide", "trunc_divide", "mod", "fmod", "maximum",
+               "minimum", "bitwise_and", "bitwise_or", "bitwise_xor"]
+_INT_UNARY = ["abs", "neg", "sign", "square", "clip", "cumsum", "sum_k", "prod_k", "max_k",
+              "argmax", "argmin", "sort", "argsort", "topk", "isfinite", "cast_f", "where",
+              "cmp", "one_hot", "pad"]
+
+
+def int_program(seed: int):
+    """A random straight-line program over int8..int64/uint8 tensors with
+    negative values (truncating vs flooring division and modulo, bitwise
+    ops, sorts with ties, argmax ties, casts), its inputs and an opset."""
+    rng = np.random.default_rng(seed)
+    dtype = _pick(rng, ["int32", "int64", "int64", "int8", "int16", "uint8"])
+    shape = _shape(rng, int(rng.integers(1, 4)), lo=1, hi=6)
+    xs = [_f(rng, shape, dtype), _f(rng, _bshape(rng, shape), dtype)]
+    xs[1] = np.where(xs[1] == 0, 3, xs[1]).astype(dtype)      # divisors
+    steps = [(_pick(rng, _INT_BINARY + _INT_UNARY), int(rng.integers(1 << 30)))
+             for _ in range(int(rng.integers(2, 7)))]
+
+    def prog(a, b):
+        o = dg.ops
+        vals = [a, b]
+        for op, s in steps:
+            r = np.random.default_rng(s)
+            x = vals[-1] if r.random() < 0.6 else vals[0]
+            y = b
+            if str(x.dtype) != dtype:
+                x = o.cast(x, dtype)
+            if x.ndim == 0:
+                x = o.reshape(x, [1])
+            if op in _INT_BINARY:
+                z = getattr(o, op)(x, y)
+            elif op in ("abs", "neg", "sign", "square"):
+                z = getattr(o, op)(x)
+            elif op == "clip":
+                z = o.clip(x, -3 if dtype != "uint8" else 2, 5)
+            elif op == "cumsum":
+                z = o.cumsum(x, int(r.integers(x.ndim)), exclusive=bool(r.integers(2)),
+                             reverse=bool(r.integers(2)))
+            elif op in ("sum_k", "prod_k", "max_k"):
+                fn = {"sum_k": o.sum, "prod_k": o.prod, "max_k": o.max}[op]
+                z = fn(x, axis=[int(r.integers(x.ndim))], keepdims=bool(r.integers(2)))
+            elif op in ("argmax", "argmin"):
+                z = getattr(o, op)(x, axis=int(r.integers(x.ndim)), keepdims=bool(r.integers(2)))
+            elif op == "sort":
+                z = o.sort(x, axis=-1, descending=bool(r.integers(2)))[0]
+            elif op == "argsort":
+                z = o.argsort(x, axis=-1, descending=bool(r.integers(2)))
+            elif op == "topk":
+                z = o.topk(x, int(r.integers(1, x.shape[-1] + 1)), axis=-1,
+                           largest=bool(r.integers(2)))[1]
+            elif op == "isfinite":
+                z = o.isfinite(x)
+            elif op == "cast_f":
+                z = o.cast(o.div(o.cast(x, "float32"), 2.0), dtype)
+            elif op == "where":
+                z = o.where(o.greater(x, y), x, y)
+            elif op == "cmp":
+                z = o.logical_xor(o.less_equal(x, y), o.equal(x, 0)) \
+                    if hasattr(o, "logical_xor") else o.less_equal(x, y)
+            elif op == "one_hot":
+                z = o.one_hot(o.clip(o.abs(x), 0, 3), 4, dtype=dtype)
+            else:
+                z = o.pad(x, [(int(r.integers(0, 2)), int(r.integers(0, 2)))] * x.ndim,
+                          value=7)
+            vals.append(z)
+        return tuple(vals[2:])
+    prog.__name__ = f"int_program_{seed}"
+    return prog, xs, int(rng.choice(OPSETS)), steps

@@ -2,6 +2,7 @@
 (``tests/onnx/onnxfuzz.py``).
 
 - export: random graphfuzz programs (float32 / float64, opsets 17-23),
+  random integer programs (int8..int64, uint8, with negative values),
   random conv nets (exported with a dynamic batch axis and run at another
   batch size) and random attention/sequence models with int64 and bool
   tensors; each model passes ``onnx.checker`` (full check) and strict
@@ -49,6 +50,17 @@ def test_random_programs_export_and_round_trip(chunk):
         prog, xs, opset = F.export_program(seed)
         ran += F.check_export(prog, xs, opset, f"program seed {seed}\n{prog}")
     assert ran > CHUNK // 2
+
+
+@pytest.mark.parametrize("chunk", _chunks(64))
+def test_random_integer_programs_export(chunk):
+    # truncating vs flooring division and modulo, narrow integer
+    # reductions, sorts and argmax with ties, bool results
+    ran = 0
+    for seed in range(OFFSET + chunk * CHUNK, OFFSET + (chunk + 1) * CHUNK):
+        prog, xs, opset, steps = F.int_program(seed)
+        ran += F.check_export(prog, xs, opset, f"integer program seed {seed}: {steps}")
+    assert ran > CHUNK // 3
 
 
 @pytest.mark.parametrize("chunk", _chunks(48))

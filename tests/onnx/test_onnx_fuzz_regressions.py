@@ -245,3 +245,28 @@ def test_export_interpolate_to_an_axis_of_length_one_reads_the_centre(size, mode
                                           align_corners=False).numpy()
     np.testing.assert_allclose(f(dg.tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-6)
     assert F.check_export(f, [x], 21, "interpolate")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "uint8"])
+@pytest.mark.parametrize("fn", ["sum", "prod", "max", "min"])
+def test_export_reductions_of_narrow_integers(dtype, fn):
+    # ReduceSum/Prod take 32- and 64-bit integers only, ReduceMax/Min no
+    # 16-bit ones: reduced in int32 and cast back (wrapping as Dragon's).
+    x = np.array([[100, 100, 3], [7, 2, 5]], dtype)
+
+    def f(t):
+        return getattr(dg.ops, fn)(t, axis=[1], keepdims=False)
+
+    assert F.check_export(f, [x], 18, f"{fn} {dtype}")
+
+
+def test_export_neg_of_unsigned_integers():
+    x = np.array([0, 1, 200, 255], np.uint8)
+    assert F.check_export(lambda t: dg.ops.neg(t), [x], 18, "neg")
+
+
+def test_export_bitwise_ops_below_opset_18_are_refused():
+    x = np.array([3, 5, -2], np.int32)
+    with pytest.raises(dgx.UnsupportedModelError, match=r"BitwiseAnd.*needs opset 18"):
+        dgx.export(lambda a: dg.ops.bitwise_and(a, a), [x], None, opset=17)
+    assert F.check_export(lambda a: dg.ops.bitwise_and(a, a), [x], 18, "bitwise")

@@ -36,7 +36,7 @@ def _simple(onnx_type):
 
 
 for _dg, _ox in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": "Pow",
-                 "Neg": "Neg", "Abs": "Abs", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
+                 "Abs": "Abs", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
                  "Reciprocal": "Reciprocal", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
                  "Relu": "Relu", "Floor": "Floor", "Ceil": "Ceil", "Round": "Round",
                  "Sign": "Sign", "Sin": "Sin", "Cos": "Cos", "Equal": "Equal",
@@ -45,6 +45,14 @@ for _dg, _ox in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": 
                  "LogicalNot": "Not", "Maximum": "Max", "Minimum": "Min", "Where": "Where",
                  "Contiguous": "Identity"}.items():
     export_op(_dg)(_simple(_ox))
+
+
+@export_op("Neg")
+def _neg(e, ins, outs, a):
+    if e.dtype(ins[0]).startswith("uint"):        # ONNX Neg takes signed types
+        e.node("Sub", [e.scalar(0, ins[0]), ins[0]], outs)
+    else:
+        e.node("Neg", ins, outs)
 
 
 @export_op("NotEqual")
@@ -399,14 +407,29 @@ def _fill(e, ins, outs, a):
 
 # ----------------------------------------------------------- reductions
 
+# Integer dtypes ONNX's Reduce* do not take (ReduceSum/Prod: 32- and 64-bit
+# only; ReduceMax/Min add 8-bit): reduced in int32 and cast back, which
+# wraps as Dragon's reduction in the narrow dtype does.
+_REDUCE_NARROW = {"ReduceSum": ("int8", "int16", "uint8", "uint16"),
+                  "ReduceProd": ("int8", "int16", "uint8", "uint16"),
+                  "ReduceMax": ("int16", "uint16"), "ReduceMin": ("int16", "uint16")}
+
+
 def _reduction(onnx_type):
     def run(e, ins, outs, a):
         axes = a.get("axes")
         if axes is not None and len(axes) == 0:
             e.node("Identity", ins, outs)
             return
-        e.reduce(onnx_type, ins[0], None if axes is None else list(axes),
-                 keepdims=bool(a.get("keepdims", False)), out=outs[0])
+        axes = None if axes is None else list(axes)
+        keep = bool(a.get("keepdims", False))
+        dtype = e.dtype(ins[0])
+        if dtype in _REDUCE_NARROW.get(onnx_type, ()):
+            wide = e.reduce(onnx_type, e.node("Cast", ins, to=e.onnx_dtype("int32")), axes,
+                            keepdims=keep)
+            e.node("Cast", [wide], outs, to=e.onnx_dtype(dtype))
+            return
+        e.reduce(onnx_type, ins[0], axes, keepdims=keep, out=outs[0])
     return run
 
 
@@ -703,7 +726,13 @@ def _fmod(e, ins, outs, a):
 
 def _bitwise(onnx_type, logical):
     def run(e, ins, outs, a):
-        e.node(logical if e.dtype(ins[0]) == "bool" else onnx_type, ins, outs)
+        if e.dtype(ins[0]) == "bool":
+            e.node(logical, ins, outs)
+            return
+        if e.opset < 18:
+            raise NotImplementedError(f"{onnx_type} of {e.dtype(ins[0])} needs opset 18, "
+                                      f"exporting opset {e.opset}")
+        e.node(onnx_type, ins, outs)
     return run
 
 

@@ -1387,3 +1387,98 @@ def int_program(seed: int):
         return tuple(vals[2:])
     prog.__name__ = f"int_program_{seed}"
     return prog, xs, int(rng.choice(OPSETS)), steps
+
+
+def gen_legacy(rng):
+    """Opsets 7-10: attributes that later became inputs (Slice, Split,
+    Squeeze, Upsample/Resize scales, Clip min/max, Reduce axes, Pad)."""
+    op = _pick(rng, ["Slice", "Split", "Squeeze", "Unsqueeze", "Upsample", "Resize", "Clip",
+                     "ReduceMean", "ReduceMax", "Pad", "Softmax", "TopK", "MaxPool",
+                     "AveragePool", "Flatten", "Gemm", "ArgMax"])
+    opset = int(_pick(rng, [7, 8, 9, 10]))
+    s = _shape(rng, int(rng.integers(2, 5)), lo=1, hi=6)
+    r = len(s)
+    x = _f(rng, s, "float32", "ties")
+    if op == "Slice":
+        k = int(rng.integers(1, r + 1))
+        axes = [int(a) for a in rng.permutation(r)[:k]]
+        st = [int(rng.integers(-s[a] - 2, s[a] + 2)) for a in axes]
+        en = [int(_pick(rng, [int(rng.integers(-s[a] - 2, s[a] + 2)), 2 ** 31 - 1])) for a in axes]
+        if opset >= 10:
+            return make_case(op, [(x, "in"), (_i64(st), "init"), (_i64(en), "init"),
+                                  (_i64(axes), "init")], {}, 1, opset)
+        return make_case(op, [(x, "in")], {"starts": st, "ends": en, "axes": axes}, 1, opset)
+    if op == "Split":
+        ax = int(rng.integers(0, r))
+        cuts = sorted(int(c) for c in rng.integers(0, s[ax] + 1, size=int(rng.integers(0, 3))))
+        sizes = np.diff([0] + cuts + [s[ax]]).tolist()
+        return make_case(op, [(x, "in")], {"axis": ax, "split": sizes}, len(sizes), opset)
+    if op == "Squeeze":
+        x = _f(rng, [1] + s, "float32")
+        return make_case(op, [(x, "in")], {"axes": [0]}, 1, opset)
+    if op == "Unsqueeze":
+        return make_case(op, [(x, "in")], {"axes": sorted({0, int(rng.integers(0, r + 2))})},
+                         1, opset)
+    if op in ("Upsample", "Resize"):
+        x = _f(rng, [1, 2, int(rng.integers(1, 5)), int(rng.integers(1, 5))], "float32")
+        scales = np.array([1, 1, float(_pick(rng, [1, 2, 3])), float(_pick(rng, [1, 2, 2.5]))],
+                          np.float32)
+        mode = _pick(rng, ["nearest", "linear"])
+        if op == "Upsample" and opset < 9:
+            return make_case(op, [(x, "in")], {"mode": mode, "scales": scales.tolist()}, 1,
+                             opset)
+        if op == "Resize" and opset < 10:
+            return None
+        if op == "Upsample" and opset == 10:
+            return None
+        return make_case(op, [(x, "in"), (scales, "init")], {"mode": mode}, 1, opset)
+    if op == "Clip":
+        attrs = {}
+        if rng.random() < 0.7:
+            attrs["min"] = float(_pick(rng, [-1.0, 0.0, 0.5]))
+        if rng.random() < 0.7:
+            attrs["max"] = float(_pick(rng, [1.0, 0.25, -2.0]))
+        return make_case(op, [(x, "in")], attrs, 1, opset)
+    if op in ("ReduceMean", "ReduceMax"):
+        attrs = {"keepdims": int(rng.integers(2))}
+        if rng.random() < 0.7:
+            attrs["axes"] = sorted({int(a) - (r if rng.random() < 0.5 else 0)
+                                    for a in rng.integers(0, r, size=2)})
+        return make_case(op, [(x, "in")], attrs, 1, opset)
+    if op == "Pad":
+        pads = [int(v) for v in rng.integers(0, 3, size=2 * r)]
+        mode = _pick(rng, ["constant", "edge", "reflect"])
+        if mode == "reflect":
+            pads = [min(p, s[i % r] - 1) for i, p in enumerate(pads)]
+        return make_case(op, [(x, "in")], {"pads": pads, "mode": mode, "value": 1.5}, 1, opset)
+    if op == "Softmax":
+        return make_case(op, [(x, "in")], {"axis": int(rng.integers(0, r))}, 1, opset)
+    if op == "TopK":
+        ax = int(rng.integers(-r, r))
+        k = int(rng.integers(1, s[ax] + 1))
+        if opset >= 10:
+            return make_case(op, [(x, "in"), (_i64([k]), "init")], {"axis": ax}, 2, opset)
+        return make_case(op, [(x, "in")], {"axis": ax, "k": k}, 2, opset)
+    if op in ("MaxPool", "AveragePool"):
+        x = _f(rng, [1, 2, int(rng.integers(3, 8)), int(rng.integers(3, 8))], "float32", "ties")
+        k = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+        attrs = {"kernel_shape": k, "strides": [int(v) for v in rng.integers(1, 3, size=2)],
+                 "pads": [int(rng.integers(0, kk // 2 + 1)) for kk in k + k]}
+        if opset >= 10 and rng.random() < 0.5:
+            attrs["ceil_mode"] = 1
+        if op == "AveragePool" and rng.random() < 0.5:
+            attrs["count_include_pad"] = 1
+        return make_case(op, [(x, "in")], attrs, 1, opset)
+    if op == "Flatten":
+        return make_case(op, [(x, "in")], {"axis": int(rng.integers(0, r + 1))}, 1, opset)
+    if op == "ArgMax":
+        return make_case(op, [(x, "in")], {"axis": int(rng.integers(0, r)),
+                                           "keepdims": int(rng.integers(2))}, 1, opset)
+    m, k, n = (int(v) for v in rng.integers(1, 5, size=3))
+    return make_case("Gemm", [(_f(rng, [m, k], "float32"), "in"),
+                              (_f(rng, [n, k], "float32"), "init"),
+                              (_f(rng, [n], "float32"), "init")],
+                     {"transB": 1, "alpha": 0.5, "beta": 2.0}, 1, opset)
+
+
+IMPORT_GENERATORS["legacy"] = (gen_legacy, 60)

@@ -92,14 +92,12 @@ def check_export(fn, xs: list, opset: int, tag: str, roundtrip: bool = True,
     ``dragon_core.onnx.load`` when ``roundtrip``). Returns False when the
     export refuses (UnsupportedModelError) or eager mode cannot run it."""
     import dragon_core.onnx as dgx
-    if isinstance(fn, dg.nn.Module):
+    if hasattr(fn, "eval") and hasattr(fn, "training"):
         fn.eval()                     # export traces the module in eval mode
     try:
-        want = fn(*[dg.tensor(x) for x in xs])
+        want = eager(fn, xs)
     except (dg.errors.NoKernelError, dg.errors.InvalidArgumentError, NotImplementedError):
         return False
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
-    want = [w.numpy().copy() for w in want]
     try:
         model = dgx.export(fn, xs, None, opset=opset, dynamic_axes=dynamic_axes)
     except dgx.UnsupportedModelError:
@@ -136,11 +134,22 @@ def check_export(fn, xs: list, opset: int, tag: str, roundtrip: bool = True,
         for k, (g, w) in enumerate(zip(back, want)):
             assert_same(f"{tag} opset {opset} output {k} (load(export))", g.numpy(), w)
     if other_xs is not None:
-        want2 = fn(*[dg.tensor(x) for x in other_xs])
-        want2 = list(want2) if isinstance(want2, (tuple, list)) else [want2]
+        want2 = eager(fn, other_xs)
         for k, (g, w) in enumerate(zip(ort_run(model, other_xs), want2)):
-            assert_same(f"{tag} opset {opset} output {k} (other shapes)", g, w.numpy())
+            assert_same(f"{tag} opset {opset} output {k} (other shapes)", g, w)
     return True
+
+
+def eager(fn, xs: list) -> list:
+    """``fn``'s outputs for NumPy inputs, as NumPy arrays (a vm.torch
+    Module gets vm.torch tensors)."""
+    if type(fn).__module__.startswith("dragon_core.vm.torch"):
+        from dragon_core.vm import torch as vt
+        out = fn(*[vt.from_numpy(np.ascontiguousarray(x)) for x in xs])
+    else:
+        out = fn(*[dg.tensor(x) for x in xs])
+    out = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [np.array((o.detach() if hasattr(o, "detach") else o).numpy()) for o in out]
 
 
 # ------------------------------------------------------------- import
@@ -1482,3 +1491,79 @@ def gen_legacy(rng):
 
 
 IMPORT_GENERATORS["legacy"] = (gen_legacy, 60)
+
+
+# ------------------------------------------------ random vm.torch models
+
+def random_torchnet(seed: int):
+    """A random ``dragon_core.vm.torch`` model (torch's names and
+    signatures): conv layers, norms, pooling with ceil_mode and
+    count_include_pad, activations, then a head (flatten + linear,
+    attention over the flattened positions, or a softmax); an example
+    batch and another batch size for the dynamic batch axis."""
+    from dragon_core.vm import torch as vt
+    nn = vt.nn
+    rng = np.random.default_rng(seed)
+    c, h, w = int(rng.integers(1, 4)), int(rng.integers(4, 10)), int(rng.integers(4, 10))
+    c0, h0, w0 = c, h, w
+    layers = []
+    while len(layers) < int(rng.integers(2, 6)):
+        kind = _pick(rng, ["conv", "bn", "gn", "act", "maxpool", "avgpool", "convT"])
+        if kind == "conv":
+            k, s, p = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(0, 2))
+            d = int(_pick(rng, [1, 1, 2]))
+            eff = d * (k - 1) + 1
+            if min(h, w) + 2 * p < eff:
+                continue
+            co = int(rng.integers(1, 6))
+            layers.append(nn.Conv2d(c, co, k, stride=s, padding=p, dilation=d))
+            c, h, w = co, (h + 2 * p - eff) // s + 1, (w + 2 * p - eff) // s + 1
+        elif kind == "convT":
+            k, s = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+            co = int(rng.integers(1, 5))
+            layers.append(nn.ConvTranspose2d(c, co, k, stride=s))
+            c, h, w = co, (h - 1) * s + k, (w - 1) * s + k
+        elif kind == "bn":
+            layers.append(nn.BatchNorm2d(c))
+        elif kind == "gn":
+            layers.append(nn.GroupNorm(1, c))
+        elif kind == "act":
+            layers.append(_pick(rng, [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Hardswish(),
+                                      nn.Hardsigmoid(), nn.Mish(), nn.ELU(0.5),
+                                      nn.LeakyReLU(0.1), nn.ReLU6(), nn.PReLU()]))
+        else:
+            k, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+            p = int(rng.integers(0, k // 2 + 1))
+            ceil = bool(rng.random() < 0.5)
+            if min(h, w) + 2 * p < k:
+                continue
+
+            def size(n):
+                span = n + 2 * p - k
+                o_ = (-(-span // s) if ceil else span // s) + 1
+                return o_ - 1 if ceil and (o_ - 1) * s >= n + p else o_
+            if kind == "maxpool":
+                layers.append(nn.MaxPool2d(k, s, p, ceil_mode=ceil))
+            else:
+                layers.append(nn.AvgPool2d(k, s, p, ceil_mode=ceil,
+                                           count_include_pad=bool(rng.random() < 0.5)))
+            h, w = size(h), size(w)
+        if h * w * c > 2048 or min(h, w) < 1:
+            return None
+    layers += [nn.Flatten(), nn.Linear(c * h * w, int(rng.integers(1, 6)))]
+    if rng.random() < 0.5:
+        layers.append(_pick(rng, [nn.Softmax(-1), nn.LogSoftmax(-1), nn.Tanh()]))
+    model = nn.Sequential(*layers)
+    state = {}
+    for k_, v in model.state_dict().items():
+        shape = tuple(v.shape)
+        if "float" not in str(v.dtype):
+            continue
+        state[k_] = vt.from_numpy(np.asarray(
+            rng.uniform(0.5, 2.0, shape) if k_.endswith("running_var")
+            else rng.standard_normal(shape) * 0.5, np.float32))
+    model.load_state_dict(state, strict=False)
+    b = int(rng.integers(1, 4))
+    x = rng.standard_normal((b, c0, h0, w0)).astype(np.float32)
+    x2 = rng.standard_normal((b + 1, c0, h0, w0)).astype(np.float32)
+    return model, [x], [x2]

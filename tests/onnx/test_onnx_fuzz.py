@@ -3,8 +3,8 @@
 
 - export: random graphfuzz programs (float32 / float64, opsets 17-23),
   random integer programs (int8..int64, uint8, with negative values),
-  random conv nets (exported with a dynamic batch axis and run at another
-  batch size) and random attention/sequence models with int64 and bool
+  random conv nets of ``dragon_core.nn`` and of ``dragon_core.vm.torch``
+  (exported with a dynamic batch axis and run at another batch size) and random attention/sequence models with int64 and bool
   tensors; each model passes ``onnx.checker`` (full check) and strict
   shape inference, computes Dragon's eager result in onnxruntime, and
   ``load(export(model))`` computes it again (round trip);
@@ -71,6 +71,21 @@ def test_random_convnets_export_with_a_dynamic_batch(chunk):
         dyn = {"input_0": {0: "batch"}, "output_0": {0: "batch"}}
         assert F.check_export(model, xs, opset, f"convnet seed {seed}\n{model}",
                               dynamic_axes=dyn, other_xs=xs2)
+
+
+@pytest.mark.parametrize("chunk", _chunks(32))
+def test_random_vm_torch_models_export_with_a_dynamic_batch(chunk):
+    ran = 0
+    for seed in range(OFFSET + chunk * CHUNK, OFFSET + (chunk + 1) * CHUNK):
+        got = F.random_torchnet(seed)
+        if got is None:
+            continue
+        model, xs, xs2 = got
+        opset = int(np.random.default_rng(seed).choice(F.OPSETS))
+        dyn = {"input_0": {0: "batch"}, "output_0": {0: "batch"}}
+        ran += F.check_export(model, xs, opset, f"vm.torch model seed {seed}\n{model}",
+                              dynamic_axes=dyn, other_xs=xs2)
+    assert ran > CHUNK // 2
 
 
 @pytest.mark.parametrize("chunk", _chunks(32))

@@ -270,3 +270,19 @@ def test_export_bitwise_ops_below_opset_18_are_refused():
     with pytest.raises(dgx.UnsupportedModelError, match=r"BitwiseAnd.*needs opset 18"):
         dgx.export(lambda a: dg.ops.bitwise_and(a, a), [x], None, opset=17)
     assert F.check_export(lambda a: dg.ops.bitwise_and(a, a), [x], 18, "bitwise")
+
+
+def test_export_a_vm_torch_module():
+    # vm.torch points at dragon_core.onnx for ONNX; export took only
+    # dragon_core.nn Modules (a vm.torch one failed on its first layer).
+    from dragon_core.vm import torch as vt
+    m = vt.nn.Sequential(vt.nn.Conv2d(2, 3, 3, padding=1), vt.nn.BatchNorm2d(3),
+                         vt.nn.ReLU(), vt.nn.AvgPool2d(2, ceil_mode=True), vt.nn.Flatten(),
+                         vt.nn.Linear(3 * 3 * 3, 4))
+    x = np.random.default_rng(10).standard_normal((2, 2, 5, 5)).astype(np.float32)
+    x4 = np.random.default_rng(11).standard_normal((4, 2, 5, 5)).astype(np.float32)
+    model = dgx.export(m, [x], None)
+    assert {"0.weight", "1.running_mean", "5.bias"} <= {i.name for i in model.graph.initializer}
+    assert m.training                        # the mode is restored
+    assert F.check_export(m, [x], 21, "vm.torch", other_xs=[x4],
+                          dynamic_axes={"input_0": {0: "b"}, "output_0": {0: "b"}})

@@ -1567,3 +1567,105 @@ def random_torchnet(seed: int):
     x = rng.standard_normal((b, c0, h0, w0)).astype(np.float32)
     x2 = rng.standard_normal((b + 1, c0, h0, w0)).astype(np.float32)
     return model, [x], [x2]
+
+
+def gen_attention(rng):
+    """Attention-23/24: 3-D or 4-D inputs, grouped-query heads, a past
+    key/value cache, boolean or additive masks shorter than the keys,
+    causal, scale, softcap, every qk_matmul_output_mode."""
+    b, hk = int(rng.integers(1, 3)), int(_pick(rng, [1, 2]))
+    hq = hk * int(_pick(rng, [1, 2]))
+    d, dv = int(_pick(rng, [2, 4])), int(_pick(rng, [2, 3]))
+    L, S = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    past = int(rng.integers(0, 3)) if rng.random() < 0.4 else 0
+    dtype = _pick(rng, ["float32", "float32", "float64"])
+    three = rng.random() < 0.4
+    if three:
+        q = _f(rng, [b, L, hq * d], dtype)
+        k = _f(rng, [b, S, hk * d], dtype)
+        v = _f(rng, [b, S, hk * dv], dtype)
+    else:
+        q, k, v = (_f(rng, [b, hq, L, d], dtype), _f(rng, [b, hk, S, d], dtype),
+                   _f(rng, [b, hk, S, dv], dtype))
+    ins = [(q, "in"), (k, "in"), (v, "in")]
+    total = S + past
+    r = rng.random()
+    if r < 0.3:
+        m = rng.random([L, int(rng.integers(1, total + 1))]) < 0.7
+        ins.append((m, _how(rng, 0.5)))
+    elif r < 0.5:
+        m = np.where(rng.random([1, hq, L, total]) < 0.7, 0.0, -1e4).astype(dtype)
+        ins.append((m, _how(rng, 0.5)))
+    elif past:
+        ins.append((None, "omit"))
+    if past:
+        ins += [(_f(rng, [b, hk, past, d], dtype), "in"), (_f(rng, [b, hk, past, dv], dtype), "in")]
+    attrs = {}
+    if three:
+        attrs.update(q_num_heads=hq, kv_num_heads=hk)
+    if rng.random() < 0.4:
+        attrs["is_causal"] = 1
+    if rng.random() < 0.3:
+        attrs["scale"] = float(_pick(rng, [0.1, 1.0, 2.0]))
+    if rng.random() < 0.3:
+        attrs["softcap"] = float(_pick(rng, [1.0, 5.0]))
+    n_out = 1
+    if rng.random() < 0.4:
+        attrs["qk_matmul_output_mode"] = int(rng.integers(0, 4))
+        n_out = 4
+    elif past:
+        n_out = 3
+    return make_case("Attention", ins, attrs, n_out, int(_pick(rng, [23, 24])))
+
+
+def gen_new_ops(rng):
+    """RMSNormalization, RotaryEmbedding (23), Swish (24), TopK with
+    ties, GridSample."""
+    op = _pick(rng, ["RMSNormalization", "RotaryEmbedding", "GridSample", "LayerNormStash"])
+    dtype = _pick(rng, FLOATS)
+    if op == "RMSNormalization":
+        s = _shape(rng, int(rng.integers(2, 4)))
+        r = len(s)
+        ax = int(rng.integers(-r, r))
+        x = _f(rng, s, dtype)
+        tail = s[ax % r:]
+        attrs = {"axis": ax} if rng.random() < 0.7 else {}
+        if rng.random() < 0.4:
+            attrs["epsilon"] = 0.1
+        return make_case(op, [(x, "in"), (_f(rng, tail, dtype), "init")], attrs, 1, 23)
+    if op == "RotaryEmbedding":
+        b, S, H, D = 1, int(rng.integers(1, 4)), int(_pick(rng, [1, 2])), int(_pick(rng, [4, 8]))
+        rot = int(_pick(rng, [0, D // 2])) if rng.random() < 0.5 else 0
+        half = (rot or D) // 2
+        pos_n = 6
+        cos = _f(rng, [pos_n, half], dtype)
+        sin = _f(rng, [pos_n, half], dtype)
+        x = _f(rng, [b, H, S, D], dtype)
+        pos = rng.integers(0, pos_n, size=[b, S]).astype(np.int64)
+        attrs = {}
+        if rng.random() < 0.5:
+            attrs["interleaved"] = 1
+        if rot:
+            attrs["rotary_embedding_dim"] = rot
+        return make_case(op, [(x, "in"), (cos, "init"), (sin, "init"), (pos, "in")], attrs, 1,
+                         23)
+    if op == "GridSample":
+        x = _f(rng, [1, 2, int(rng.integers(2, 6)), int(rng.integers(2, 6))], "float32")
+        grid = rng.uniform(-1.3, 1.3, [1, 3, 4, 2]).astype(np.float32)
+        opset = int(_pick(rng, [16, 20, 22]))
+        mode = _pick(rng, ["bilinear", "nearest", "bicubic"] if opset < 20 else
+                     ["linear", "nearest", "cubic"])
+        attrs = {"mode": mode, "padding_mode": _pick(rng, ["zeros", "border", "reflection"]),
+                 "align_corners": int(rng.integers(2))}
+        return make_case(op, [(x, "in"), (grid, "in")], attrs, 1, opset)
+    s = _shape(rng, int(rng.integers(2, 4)))
+    r = len(s)
+    ax = int(rng.integers(-r, r))
+    x = _f(rng, s, "float32")
+    return make_case("LayerNormalization", [(x, "in"), (_f(rng, s[ax % r:], "float32"), "init"),
+                                            (_f(rng, s[ax % r:], "float32"), "init")],
+                     {"axis": ax}, 3, 17)
+
+
+IMPORT_GENERATORS["attention"] = (gen_attention, 40)
+IMPORT_GENERATORS["newops"] = (gen_new_ops, 40)

@@ -95,25 +95,47 @@ class Emitter:
 
 
 def _module_names(module) -> dict:
-    """id(tensor) -> state-dict name, for a Module."""
+    """id(tensor) -> state-dict name, for a Module (a vm.torch Module's
+    tensors by the Dragon tensors they wrap)."""
     names = {}
     for nm, t in list(module.named_parameters()) + list(module.named_buffers()):
-        names.setdefault(id(t), nm)
+        names.setdefault(id(getattr(t, "_t", t)), nm)
     return names
+
+
+def _torch_module(obj) -> bool:
+    """Whether ``obj`` is a ``dragon_core.vm.torch`` Module (without
+    importing vm.torch when it is not loaded)."""
+    import sys
+    mod = sys.modules.get("dragon_core.vm.torch.nn.modules")
+    return mod is not None and isinstance(obj, mod.Module)
+
+
+def _torch_forward(module):
+    """A vm.torch Module's forward over Dragon tensors: the arguments
+    wrapped as vm.torch tensors (no copy), the results unwrapped."""
+    from ..vm.torch._tensor import _w
+
+    def unwrap(out):
+        if isinstance(out, (tuple, list)):
+            return type(out)(unwrap(o) for o in out)
+        return getattr(out, "_t", out)
+    return lambda *xs: unwrap(module(*[_w(x) for x in xs]))
 
 
 def _trace(fn_or_module, example_args):
     from ..nn.module import Module
     args = tuple(a if isinstance(a, Tensor) else tensor(np.asarray(a)) for a in example_args)
     names: dict = {}
-    if isinstance(fn_or_module, Module):
+    if isinstance(fn_or_module, Module) or _torch_module(fn_or_module):
         module = fn_or_module
         names = _module_names(module)
         was_training = module.training
         module.eval()
+        forward = _torch_forward(module) if _torch_module(module) else \
+            (lambda *xs: module(*xs))
         try:
-            f = Function(lambda *xs: module(*xs), opt_level=1,
-                         name=type(module).__name__)
+            f = Function(forward, opt_level=1, name=type(module).__name__)
             entry, _ = f._entry(*args)
         finally:
             module.train(was_training)
@@ -133,9 +155,10 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
 
     Parameters
     ----------
-    fn_or_module : dragon_core.nn.Module, dragon_core.function or callable
+    fn_or_module : dragon_core.nn.Module, dragon_core.vm.torch.nn.Module, dragon_core.function or callable
         What to export; a Module's ``forward`` is traced in eval mode (its
-        mode is restored afterwards).
+        mode is restored afterwards); a vm.torch Module gets its arguments
+        as vm.torch tensors.
     example_args : sequence of Tensor or numpy.ndarray
         Arguments to trace with; they fix the shapes and dtypes.
     path : str or os.PathLike
@@ -249,6 +272,10 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
                               ir_version=helper.find_min_ir_version_for(opsets[:1]))
     model.ir_version = max(model.ir_version, 8)
     onnx.checker.check_model(model, full_check=True)
+    # Strict shape inference with type checks: a node given a dtype its
+    # schema does not take (ReduceProd of int8) fails here, not when a
+    # runtime loads the file.
+    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     if path is not None:
         atomic_write_bytes(os.fspath(path), model.SerializeToString())
     return model

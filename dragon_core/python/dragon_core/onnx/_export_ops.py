@@ -36,7 +36,7 @@ def _simple(onnx_type):
 
 
 for _dg, _ox in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": "Pow",
-                 "Neg": "Neg", "Abs": "Abs", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
+                 "Abs": "Abs", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
                  "Reciprocal": "Reciprocal", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
                  "Relu": "Relu", "Floor": "Floor", "Ceil": "Ceil", "Round": "Round",
                  "Sign": "Sign", "Sin": "Sin", "Cos": "Cos", "Equal": "Equal",
@@ -45,6 +45,14 @@ for _dg, _ox in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": 
                  "LogicalNot": "Not", "Maximum": "Max", "Minimum": "Min", "Where": "Where",
                  "Contiguous": "Identity"}.items():
     export_op(_dg)(_simple(_ox))
+
+
+@export_op("Neg")
+def _neg(e, ins, outs, a):
+    if e.dtype(ins[0]).startswith("uint"):        # ONNX Neg takes signed types
+        e.node("Sub", [e.scalar(0, ins[0]), ins[0]], outs)
+    else:
+        e.node("Neg", ins, outs)
 
 
 @export_op("NotEqual")
@@ -69,6 +77,9 @@ def _log1p(e, ins, outs, a):
 
 @export_op("Cast")
 def _cast(e, ins, outs, a):
+    if e.dtype(ins[0]) == e.dtype(outs[0]):
+        e.node("Identity", ins, outs)     # onnxruntime drops a no-op Cast an If reads
+        return
     e.node("Cast", ins, outs, to=e.onnx_dtype(e.dtype(outs[0])))
 
 
@@ -266,13 +277,15 @@ def _layer_norm(e, ins, outs, a):
 def _group_norm(e, ins, outs, a):
     x, g = ins[0], int(a["groups"])
     shape = e.shape(x)
-    n, c = shape[0], shape[1]
-    xg = e.node("Reshape", [x, e.const(np.array([n, g, -1], np.int64))])
+    c = shape[1]
+    # The batch axis is copied (0), the result reshaped to x's own shape:
+    # a dynamic batch axis stays dynamic.
+    xg = e.node("Reshape", [x, e.const(np.array([0, g, -1], np.int64))])
     m = e.reduce("ReduceMean", xg, [2])
     d = e.node("Sub", [xg, m])
     v = e.reduce("ReduceMean", e.node("Mul", [d, d]), [2])
     y = e.node("Div", [d, e.node("Sqrt", [e.node("Add", [v, e.scalar(float(a["eps"]), x)])])])
-    y = e.node("Reshape", [y, e.const(np.array(shape, np.int64))])
+    y = e.node("Reshape", [y, e.node("Shape", [x])])
     cshape = e.const(np.array([c] + [1] * (len(shape) - 2), np.int64))
     e.node("Add", [e.node("Mul", [y, e.node("Reshape", [ins[1], cshape])]),
                    e.node("Reshape", [ins[2], cshape])], outs)
@@ -306,7 +319,12 @@ def _reshape(e, ins, outs, a):
     # dynamic batch axis stays dynamic through flattening reshapes
     # ([b, s, h] -> [b * s, h] -> [b, s, h]).
     target = list(out_shape)
-    if target and int(np.prod(target[1:])) != 0:
+    if 0 in target:
+        # An empty result: ONNX reads a 0 in the target as "copy that
+        # input axis" unless allowzero=1, which writes it as a size.
+        e.node("Reshape", [ins[0], e.const(np.array(target, np.int64))], outs, allowzero=1)
+        return
+    if target:
         target[0] = 0 if (in_shape and target[0] == in_shape[0]) else -1
     e.node("Reshape", [ins[0], e.const(np.array(target, np.int64))], outs)
 
@@ -339,10 +357,17 @@ def _stack(e, ins, outs, a):
 
 @export_op("Slice")
 def _slice(e, ins, outs, a):
-    starts = list(a["starts"])
+    starts, ends = list(a["starts"]), list(a["ends"])
     axes = list(a["axes"]) if a.get("axes") is not None else list(range(len(starts)))
+    shape = e.shape(ins[0])
+    for i, (st, ax) in enumerate(zip(a["steps"], axes)):
+        if st < 0 and starts[i] < -shape[ax]:
+            # Dragon (as NumPy) reads nothing from a start before the first
+            # element with a negative step; ONNX clamps it to 0 and reads
+            # that element. Written as the empty range it is.
+            starts[i], ends[i] = 0, 0
     e.node("Slice", [ins[0], e.const(np.array(starts, np.int64)),
-                     e.const(np.array(a["ends"], np.int64)),
+                     e.const(np.array(ends, np.int64)),
                      e.const(np.array(axes, np.int64)),
                      e.const(np.array(a["steps"], np.int64))], outs)
 
@@ -382,14 +407,29 @@ def _fill(e, ins, outs, a):
 
 # ----------------------------------------------------------- reductions
 
+# Integer dtypes ONNX's Reduce* do not take (ReduceSum/Prod: 32- and 64-bit
+# only; ReduceMax/Min add 8-bit): reduced in int32 and cast back, which
+# wraps as Dragon's reduction in the narrow dtype does.
+_REDUCE_NARROW = {"ReduceSum": ("int8", "int16", "uint8", "uint16"),
+                  "ReduceProd": ("int8", "int16", "uint8", "uint16"),
+                  "ReduceMax": ("int16", "uint16"), "ReduceMin": ("int16", "uint16")}
+
+
 def _reduction(onnx_type):
     def run(e, ins, outs, a):
         axes = a.get("axes")
         if axes is not None and len(axes) == 0:
             e.node("Identity", ins, outs)
             return
-        e.reduce(onnx_type, ins[0], None if axes is None else list(axes),
-                 keepdims=bool(a.get("keepdims", False)), out=outs[0])
+        axes = None if axes is None else list(axes)
+        keep = bool(a.get("keepdims", False))
+        dtype = e.dtype(ins[0])
+        if dtype in _REDUCE_NARROW.get(onnx_type, ()):
+            wide = e.reduce(onnx_type, e.node("Cast", ins, to=e.onnx_dtype("int32")), axes,
+                            keepdims=keep)
+            e.node("Cast", [wide], outs, to=e.onnx_dtype(dtype))
+            return
+        e.reduce(onnx_type, ins[0], axes, keepdims=keep, out=outs[0])
     return run
 
 
@@ -446,9 +486,12 @@ def _interpolate(e, ins, outs, a):
         attrs = dict(mode="nearest", coordinate_transformation_mode="half_pixel",
                      nearest_mode="round_prefer_ceil")
     else:
+        # half_pixel, not pytorch_half_pixel: the latter reads source 0 for
+        # an output axis of length 1, where Dragon (as PyTorch) reads the
+        # centre; the two agree for every longer axis.
         attrs = dict(mode="cubic" if mode == "bicubic" else "linear",
                      coordinate_transformation_mode="align_corners" if align else
-                     "pytorch_half_pixel")
+                     "half_pixel")
         if mode == "bicubic":
             attrs["cubic_coeff_a"] = -0.75
     x = ins[0]
@@ -458,7 +501,12 @@ def _interpolate(e, ins, outs, a):
         scales = e.const(np.array([1.0, 1.0] + sf, np.float32))
         e.node("Resize", [x, "", scales], outs, **attrs)
     else:
-        sizes = e.const(np.array(e.shape(outs[0]), np.int64))
+        # Resize's sizes cover every axis: the batch and channel sizes are
+        # read from x (Shape), so a dynamic batch axis is kept, not resized
+        # to the traced batch.
+        lead = e.node("Shape", [x], start=0, end=2)
+        spatial = e.const(np.array(e.shape(outs[0])[2:], np.int64))
+        sizes = e.node("Concat", [lead, spatial], axis=0)
         e.node("Resize", [x, "", "", sizes], outs, **attrs)
 
 
@@ -678,7 +726,13 @@ def _fmod(e, ins, outs, a):
 
 def _bitwise(onnx_type, logical):
     def run(e, ins, outs, a):
-        e.node(logical if e.dtype(ins[0]) == "bool" else onnx_type, ins, outs)
+        if e.dtype(ins[0]) == "bool":
+            e.node(logical, ins, outs)
+            return
+        if e.opset < 18:
+            raise NotImplementedError(f"{onnx_type} of {e.dtype(ins[0])} needs opset 18, "
+                                      f"exporting opset {e.opset}")
+        e.node(onnx_type, ins, outs)
     return run
 
 
@@ -829,8 +883,8 @@ def _sdpa(e, ins, outs, a):
         scores = e.node("Add", [scores, bias])
     p = e.node("Softmax", [scores], axis=-1)
     if bias is not None:
-        dead = e.node("Equal", [e.node("ReduceMax", [scores, e.const(np.array([-1], np.int64))],
-                                       keepdims=1), e.scalar(-np.inf, q)])
+        # (axes an input from opset 18, an attribute before)
+        dead = e.node("Equal", [e.reduce("ReduceMax", scores, [-1]), e.scalar(-np.inf, q)])
         p = e.node("Where", [dead, e.scalar(0.0, q), p])
     e.node("MatMul", [p, v], outs)
 

@@ -119,6 +119,11 @@ def _identity(n):
 @op("Pow")
 def _pow(n):
     a, b = n.x(0), n.x(1)
+    if dt(a) in _INT and dt(b) in ("float16", "bfloat16", "float32", "float64"):
+        # An integer base to a float power: the power in float64, then
+        # truncated to the base's dtype (3 ** 1.5 is 5), not the power
+        # truncated first (3 ** 1 = 3).
+        return ops.cast(ops.pow(ops.cast(a, "float64"), ops.cast(b, "float64")), dt(a))
     if dt(b) != dt(a):
         b = ops.cast(b, dt(a))
     return ops.pow(a, b)
@@ -181,7 +186,12 @@ def _selu(n):
 @op("Celu")
 def _celu(n):
     x, alpha = n.x(0), n.a("alpha", 1.0)
-    return ops.mul(ops.elu(ops.div(x, like(x, alpha)), 1.0), like(x, alpha))
+    if alpha > 0:
+        return ops.mul(ops.elu(ops.div(x, like(x, alpha)), 1.0), like(x, alpha))
+    # max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): with alpha < 0 the
+    # second term is not elu's (it is 0 for x < 0 and below 0 for x > 0).
+    t = ops.mul(ops.expm1(ops.div(x, like(x, alpha))), like(x, alpha))
+    return ops.add(ops.relu(x), ops.minimum(t, like(x, 0)))
 
 
 @op("HardSigmoid")
@@ -390,7 +400,9 @@ def _unsqueeze(n):
 def _concat(n):
     xs = n.xs()
     axis = n.a("axis", 0)
-    xs = [x for x in xs if x.size or len(xs) == 1] or xs[:1]
+    # Empty pieces add nothing; when every piece is empty the result is
+    # still their concatenation (its size along axis is their sum).
+    xs = [x for x in xs if x.size] or xs
     return xs[0] if len(xs) == 1 else ops.concat(xs, axis)
 
 
@@ -432,6 +444,11 @@ def _slice(n):
     ends = [min(max(e, -big), big) for e in ends]
     starts = [min(max(s, -big), big) for s in starts]
     axes = [norm_axis(a, x.ndim) for a in axes]
+    # ONNX clamps a start before the first element to 0 for a negative
+    # step too (it reads that element); NumPy's rule, Dragon's Slice's,
+    # leaves nothing to read there.
+    starts = [0 if (st < 0 and s_ < -x.shape[a]) else s_
+              for s_, st, a in zip(starts, steps, axes)]
     return ops.slice(x, starts, ends, steps, axes)
 
 
@@ -687,7 +704,10 @@ def _reduce(kind):
         else:
             axes = n.a("axes", None)
         if axes is None and n.a("noop_with_empty_axes", 0):
-            return x
+            # A reduction over no axes: each element alone, so the
+            # element-wise part still applies (ReduceSumSquare squares,
+            # ReduceL1 takes |x|, ReduceLogSum the log).
+            return _REDUCE_NOOP.get(n.op_type, lambda v: v)(x)
         if axes is not None:
             axes = sorted({norm_axis(a, x.ndim) for a in axes})
         return kind(x, axes, keep)
@@ -709,6 +729,12 @@ _REDUCTIONS = {
     "ReduceSumSquare": _r_sumsq,
     "ReduceLogSum": lambda x, a, k: ops.log(ops.sum(x, a, k)),
     "ReduceLogSumExp": lambda x, a, k: ops.logsumexp(x, a, k),
+}
+_REDUCE_NOOP = {
+    "ReduceL1": ops.abs,
+    "ReduceL2": lambda x: ops.sqrt(ops.square(x)),
+    "ReduceSumSquare": ops.square,
+    "ReduceLogSum": ops.log,
 }
 for _name, _fn in _REDUCTIONS.items():
     op(_name)(_reduce(_fn))
@@ -808,6 +834,9 @@ def _spatial_check(attrs, opset, node):
         return f"{len(ks)}-D windows (Dragon's op library has 1-D and 2-D ones)"
     if attrs.get("storage_order", 0):
         return "storage_order=1"
+    if node.op_type == "AveragePool" and any(d != 1 for d in attrs.get("dilations", [])):
+        return (f"dilations={attrs['dilations']} (Dragon's average pooling has no "
+                "dilation)")
     return None
 
 
@@ -937,6 +966,9 @@ def _conv_transpose(n):
         target = list(out_shape[-rank:]) if out_shape is not None else \
             [ins[i] * strides[i] for i in range(rank)]
         begins, ends = [], []
+        # ONNX: SAME_UPPER puts an odd pad's extra cell at the end; every
+        # other case (SAME_LOWER, and an output_shape without auto_pad) at
+        # the start.
         for i in range(rank):
             total = strides[i] * (ins[i] - 1) + out_pad[i] + ((kernel[i] - 1) * dilations[i]
                                                               + 1) - target[i]
@@ -944,7 +976,7 @@ def _conv_transpose(n):
                 # An output_shape past the full result: the extra cells go
                 # at the end, as output_padding would (onnxruntime's rule).
                 begins.append(0), ends.append(total)
-            elif auto == "SAME_UPPER" or (auto != "SAME_LOWER" and out_shape is not None):
+            elif auto == "SAME_UPPER":
                 begins.append(total // 2), ends.append(total - total // 2)
             else:
                 begins.append(total - total // 2), ends.append(total // 2)
@@ -977,6 +1009,8 @@ def _pool(kind):
         if rank == 3:
             return _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil)
         x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
+        if kind == "avg" and any(d != 1 for d in d2):
+            n.fail(f"dilations {dilations} in average pooling")
         k2 = [1] + kernel if rank == 1 else kernel
         begin, end = [p[0] for p in p2], [p[1] for p in p2]
         half_ok = all(2 * p <= k for p, k in zip(begin + end, k2 + k2))
@@ -1021,14 +1055,14 @@ def _pool(kind):
                     idx = reshape(idx, list(y.shape))
                 return [y, idx]
         else:
-            if any(d != 1 for d in d2):
-                n.fail(f"dilations {dilations} in average pooling")
             y = ops.avg_pool2d(x2, k2, s2, begin, ceil, bool(n.a("count_include_pad", 0)))
         return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if rank == 1 else y
     return run
 
 
 def _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil):
+    if kind == "avg" and any(d != 1 for d in dilations):
+        n.fail(f"dilations {dilations} in average pooling")
     begins, ends = _split_pads(pads, 3)
     half_ok = all(2 * p <= k for p, k in zip(begins, kernel))
     include = bool(n.a("count_include_pad", 0))
@@ -1048,8 +1082,6 @@ def _pool3d(n, kind, x, kernel, strides, dilations, pads, ceil):
         if n.wants(1):
             n.fail("the Indices output is not supported")
         return y
-    if any(d != 1 for d in dilations):
-        n.fail(f"dilations {dilations} in average pooling")
     return ops.avg_pool3d(x, kernel, list(strides), begins, ceil, include)
 
 
@@ -1395,7 +1427,8 @@ def _resize(n):
         if policy != "stretch":
             s = min(scales) if policy == "not_larger" else max(scales)
             scales = [s] * len(axes)
-            sizes = [int(np.round(s * shape[a])) for a in axes]
+            # ONNX's round_int rounds halves up (np.round would to even)
+            sizes = [int(math.floor(s * shape[a] + 0.5)) for a in axes]
     else:
         sizes = [int(math.floor(shape[a] * scales[j])) for j, a in enumerate(axes)]
     y = x
@@ -1727,10 +1760,24 @@ def _lp_pool(n):
         n.fail(f"dilations {dilations}")
     x2, s2, d2, p2 = _spatial_2d(n, x, strides, dilations, pads)
     k2 = [1] + kernel if len(kernel) == 1 else kernel
+    ceil = bool(n.a("ceil_mode", 0))
+    # Output sizes by ONNX's rule (ceil mode drops a last window that
+    # starts in the end padding); the input is zero-padded far enough that
+    # every such window is whole, so the sums are exact.
+    outs, pads2 = [], []
+    for d, k, st, (b, e) in zip(x2.shape[2:], k2, s2, p2):
+        span = d + b + e - k
+        o = (-(-span // st) if ceil else span // st) + 1
+        if ceil and (o - 1) * st >= d + b:
+            o -= 1
+        pads2.append((b, e + max(0, (o - 1) * st + k - (d + b + e))))
+        outs.append(o)
     xp = ops.pow(ops.abs(x2), like(x2, p))
-    xp = ops.pad(xp, ((0, 0), (0, 0)) + tuple(p2)) if any(any(p) for p in p2) else xp
-    y = ops.mul(ops.avg_pool2d(xp, k2, s2, [0, 0], bool(n.a("ceil_mode", 0)), True),
+    xp = ops.pad(xp, ((0, 0), (0, 0)) + tuple(pads2)) if any(any(q) for q in pads2) else xp
+    y = ops.mul(ops.avg_pool2d(xp, k2, s2, [0, 0], False, True),
                 like(x2, float(np.prod(k2))))
+    if list(y.shape[2:]) != outs:
+        y = ops.slice(y, [0, 0], outs, [1, 1], [2, 3])
     y = ops.pow(y, like(y, 1.0 / p))
     return reshape(y, [y.shape[0], y.shape[1], y.shape[3]]) if len(kernel) == 1 else y
 

@@ -306,6 +306,15 @@ class _Run:
                 else:
                     spec = TABLE[proto.op_type]
                     outs, data_free = spec.fn(node), spec.data_free
+            except (ValueError, TypeError, IndexError, RuntimeError) as exc:
+                # A Dragon op refusing the node's shapes or attributes: the
+                # error says which ONNX node it was translating.
+                if not getattr(exc, "_onnx_node_noted", False):
+                    exc.add_note(f"while running ONNX node '{node.name}' ({proto.op_type}, "
+                                 f"opset {self.opset}) with inputs "
+                                 f"{[None if v is None else list(v.t.shape) for v in values]}")
+                    exc._onnx_node_noted = True
+                raise
             finally:
                 self.scope = outer
             if isinstance(outs, (Tensor, Value)):

@@ -55,6 +55,10 @@ def outside_trace():
 
 _KERNEL_CACHE: dict = {}
 
+#: Group entries that lr schedulers add (``initial_lr``; OneCycleLR's bounds).
+_SCHEDULER_KEYS = frozenset({"initial_lr", "max_lr", "min_lr", "max_momentum",
+                             "base_momentum"})
+
 
 def _has_kernel(op_type: str, device: str, dtype_name: str) -> bool:
     """Whether ``op_type`` has a kernel for ``dtype_name`` on ``device``'s
@@ -259,7 +263,7 @@ class Optimizer:
             raise ValueError(f"{name}: some parameters appear in more than one parameter group")
         values = dict(self.defaults)
         values.update((k, v) for k, v in param_group.items() if k != "params")
-        unknown = sorted(set(values) - set(self.defaults) - {"initial_lr"})
+        unknown = sorted(set(values) - set(self.defaults) - _SCHEDULER_KEYS)
         if unknown:
             raise ValueError(f"{name}: unknown hyper-parameter(s) {unknown}; it takes "
                              f"{sorted(self.defaults)}")
@@ -327,6 +331,9 @@ class Optimizer:
 
         if callable(grads) and closure is None:
             grads, closure = None, grads
+        # Schedulers warn when they step before the optimizer has (PyTorch's
+        # calling-order warning).
+        self._opt_called = True
         loss = None
         if closure is not None:
             with enable_grad():
@@ -490,7 +497,7 @@ class Optimizer:
                                      f"{list(p.shape)}")
         for i, saved in enumerate(groups):
             values = {k: v for k, v in saved.items() if k != "params"}
-            unknown = sorted(set(values) - set(self.defaults) - {"initial_lr"})
+            unknown = sorted(set(values) - set(self.defaults) - _SCHEDULER_KEYS)
             if unknown:
                 raise ValueError(f"{name}.load_state_dict: group {i} has unknown "
                                  f"hyper-parameter(s) {unknown}; {name} takes "

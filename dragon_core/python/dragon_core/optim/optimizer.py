@@ -22,6 +22,7 @@ import contextlib
 import copy
 import importlib
 import numbers
+import warnings
 
 import numpy as np
 
@@ -87,6 +88,19 @@ def _check_param(p, where: str) -> None:
     if not p.dtype.is_floating_point:
         raise TypeError(f"{where}: parameters must be floating point, got a {p.dtype.name} "
                         f"tensor of shape {list(p.shape)}")
+
+
+def _as_state_tensor(value):
+    """``value`` as a Tensor when it is an array (anything with
+    ``__array__`` but a Tensor or a plain number), else unchanged."""
+    if isinstance(value, (Tensor, numbers.Number, str, bytes)) or value is None:
+        return value
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        with warnings.catch_warnings():
+            # (torch.Tensor.__array__ takes no copy keyword yet)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return tensor(np.array(np.asarray(value)))
+    return value
 
 
 class ParamGroup(dict):
@@ -476,6 +490,12 @@ class Optimizer:
         if len(groups) != len(self.param_groups):
             raise ValueError(f"{name}.load_state_dict: the state dict has {len(groups)} "
                              f"parameter group(s), the optimizer {len(self.param_groups)}")
+        # Arrays from elsewhere (NumPy, or another framework's CPU tensors,
+        # as in a PyTorch checkpoint) become tensors: state must be tensors
+        # the update ops can read and ``assign`` can write.
+        state_dict = dict(state_dict, state={
+            idx: {k: _as_state_tensor(v) for k, v in st.items()}
+            for idx, st in state_dict["state"].items()})
         mapping = {}
         for i, (mine, saved) in enumerate(zip(self.param_groups, groups)):
             if len(mine["params"]) != len(saved["params"]):

@@ -61,30 +61,81 @@ class Optimizer:
 
     def load_state_dict(self, state_dict):
         from ..serialization import _to_dg
-        self._impl.load_state_dict(_to_dg(state_dict))
+        state_dict = _to_dg(state_dict)
+        if isinstance(state_dict, dict) and "param_groups" in state_dict:
+            # A state dict saved by PyTorch carries its implementation flags
+            # in every group: drop those that only choose how torch computes
+            # (ours computes the same values), refuse those that change what.
+            groups = []
+            for i, g in enumerate(state_dict["param_groups"]):
+                g = dict(g)
+                for k in _IMPL_FLAGS:
+                    if k in g and k not in self._impl.defaults:
+                        v = g.pop(k)
+                        if k == "differentiable" and v:
+                            raise NotImplementedError(
+                                f"{type(self).__name__}.load_state_dict: group {i} was saved "
+                                f"with differentiable=True, which is not supported")
+                if "decoupled_weight_decay" in g:
+                    v = bool(g.pop("decoupled_weight_decay"))
+                    if v != getattr(self._impl, "_decoupled", False):
+                        raise ValueError(
+                            f"{type(self).__name__}.load_state_dict: group {i} was saved with "
+                            f"decoupled_weight_decay={v}, this optimizer has "
+                            f"{getattr(self._impl, '_decoupled', False)}")
+                groups.append(g)
+            state_dict = dict(state_dict, param_groups=groups)
+        self._impl.load_state_dict(state_dict)
 
     def __repr__(self):
         return repr(self._impl).replace("dragon_core.optim.", "torch.optim.")
 
 
-def _make(name, impl, drop=()):
+#: torch's flags that choose how an optimizer computes, not what.
+_IMPL_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _make(name, impl, flags):
+    """A torch optimizer class over ``impl``, taking the implementation flags
+    ``flags`` (those torch's class takes): ``foreach`` goes to ``impl`` where
+    it has one, ``fused`` and ``capturable`` are accepted (the values are
+    torch's either way), ``differentiable=True`` raises; a flag torch's
+    class does not take is a TypeError, as in torch."""
     def __init__(self, params, *args, **kwargs):
-        for k in drop:
-            kwargs.pop(k, None)
-        for k in ("foreach", "fused", "capturable", "differentiable"):
-            if kwargs.pop(k, None):
-                if k == "differentiable":
-                    raise NotImplementedError(f"{name}(differentiable=True) is not supported")
-        self._impl = impl(_groups(params), *args, **kwargs)
+        cls = impl
+        for k in _IMPL_FLAGS:
+            if k not in kwargs:
+                continue
+            if k not in flags:
+                raise TypeError(f"{name}.__init__() got an unexpected keyword argument {k!r}")
+            v = kwargs.pop(k)
+            if k == "differentiable" and v:
+                raise NotImplementedError(f"{name}(differentiable=True) is not supported: the "
+                                          "update is not recorded by autograd")
+            if k == "foreach" and "foreach" in impl_params:
+                kwargs["foreach"] = v
+        if "decoupled_weight_decay" in kwargs:
+            if name != "Adam":
+                raise TypeError(f"{name}.__init__() got an unexpected keyword argument "
+                                "'decoupled_weight_decay'")
+            if kwargs.pop("decoupled_weight_decay"):
+                # torch's Adam(decoupled_weight_decay=True) is AdamW (with
+                # Adam's default weight_decay of 0).
+                cls = _dg.optim.AdamW
+                if len(args) < 4:
+                    kwargs.setdefault("weight_decay", 0.0)
+        self._impl = cls(_groups(params), *args, **kwargs)
         self.defaults = self._impl.defaults
+    import inspect
+    impl_params = set(inspect.signature(impl).parameters)
     return type(name, (Optimizer,), {"__init__": __init__, "__doc__": impl.__doc__})
 
 
-SGD = _make("SGD", _dg.optim.SGD)
-Adam = _make("Adam", _dg.optim.Adam)
-AdamW = _make("AdamW", _dg.optim.AdamW)
-RMSprop = _make("RMSprop", _dg.optim.RMSprop)
-Adagrad = _make("Adagrad", _dg.optim.Adagrad)
+SGD = _make("SGD", _dg.optim.SGD, ("foreach", "differentiable", "fused"))
+Adam = _make("Adam", _dg.optim.Adam, _IMPL_FLAGS)
+AdamW = _make("AdamW", _dg.optim.AdamW, _IMPL_FLAGS)
+RMSprop = _make("RMSprop", _dg.optim.RMSprop, ("capturable", "foreach", "differentiable"))
+Adagrad = _make("Adagrad", _dg.optim.Adagrad, ("foreach", "differentiable", "fused"))
 
 
 class _DgAdadelta(_opt.Optimizer):
@@ -119,7 +170,7 @@ class _DgAdadelta(_opt.Optimizer):
             state["acc_delta"].assign(u)
 
 
-Adadelta = _make("Adadelta", _DgAdadelta)
+Adadelta = _make("Adadelta", _DgAdadelta, ("foreach", "capturable", "differentiable"))
 
 
 def __getattr__(name):

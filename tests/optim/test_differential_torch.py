@@ -971,3 +971,39 @@ def test_grad_scaler_disabled_passes_through():
     t = torch.amp.GradScaler("cpu", enabled=False)
     assert s.get_scale() == t.get_scale() == 1.0
     assert s.state_dict() == t.state_dict() == {}
+
+
+# ------------------------------------------------------------------ never silent
+def test_changing_a_hyper_parameter_a_compiled_step_baked_in_warns():
+    """torch.compile guards on the options and recompiles; our compiled
+    graph keeps the values it was traced with (only lr is read at run
+    time), so changing one afterwards must not pass silently."""
+    w = dg.tensor(np.ones((2, 2), np.float32)).requires_grad_()
+    opt = dg.optim.SGD([w], lr=0.1, momentum=0.9)
+
+    @dg.function
+    def step(x):
+        with dg.GradientTape() as tape:
+            tape.watch([w])
+            loss = dg.ops.sum(x @ w)
+        opt.step(tape.gradient(loss, [w]))
+        return loss
+
+    step(dg.tensor(np.ones((2, 2), np.float32)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.param_groups[0]["lr"] = 0.05            # read at run time: fine
+        opt.param_groups[0]["momentum"] = 0.9       # unchanged: fine
+    with pytest.warns(RuntimeWarning, match="momentum.*compile the step again"):
+        opt.param_groups[0]["momentum"] = 0.5
+    with pytest.warns(RuntimeWarning, match="momentum"):
+        dg.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=10)
+
+
+def test_adadelta_refuses_a_gradient_of_another_shape():
+    p = vt.tensor(np.zeros((3, 1), np.float32), requires_grad=True)
+    opt = vt.optim.Adadelta([p])
+    p.grad = vt.tensor(np.ones((1, 3), np.float32))
+    with pytest.raises(ValueError, match=r"Adadelta.*\[1, 3\].*\[3, 1\]"):
+        opt.step()
+    assert tuple(p.shape) == (3, 1)

@@ -103,6 +103,15 @@ def _as_state_tensor(value):
     return value
 
 
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except Exception:   # noqa: BLE001 - incomparable values differ
+        return False
+
+
 class ParamGroup(dict):
     """One parameter group: a dict of hyper-parameters plus ``"params"``.
 
@@ -135,7 +144,20 @@ class ParamGroup(dict):
                 t = self._lr_on[key] = tensor(np.float64(self.get("lr", 0.0)), device=key)
         return t
 
+    def _note_traced(self) -> None:
+        """Record the hyper-parameters a compiled step just baked in."""
+        self._traced = {k: copy.deepcopy(v) for k, v in self.items()
+                        if k not in ("params", "lr") and k not in _SCHEDULER_KEYS}
+
     def __setitem__(self, key, value):
+        traced = getattr(self, "_traced", None)
+        if traced and key in traced and not _same(traced[key], value):
+            warnings.warn(
+                f"param group {key!r} changed from {traced[key]!r} to {value!r} after a "
+                f"training step over this group was compiled with @dragon_core.function: "
+                f"the compiled graph keeps {key}={traced[key]!r} (only lr is read when it "
+                f"runs); compile the step again (a new dragon_core.function) to use the new "
+                f"value", RuntimeWarning, stacklevel=2)
         if key == "lr":
             if isinstance(value, Tensor):
                 value = value.item()
@@ -374,6 +396,8 @@ class Optimizer:
                 k += n
                 if pairs:
                     self._update(group, [p for p, _ in pairs], [g for _, g in pairs])
+                    if _C._is_tracing():
+                        group._note_traced()
         return loss
 
     def _update(self, group: ParamGroup, params: list, grads: list) -> None:

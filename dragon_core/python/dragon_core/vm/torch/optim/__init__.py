@@ -153,6 +153,12 @@ class _DgAdadelta(_opt.Optimizer):
     def _update(self, group, params, grads):
         rho, eps, wd = group["rho"], group["eps"], group["weight_decay"]
         for p, g in zip(params, grads):
+            if tuple(g.shape) != tuple(p.shape) or g.dtype != p.dtype:
+                # The rule is composed of broadcasting ops: refuse what torch
+                # refuses instead of broadcasting the parameter to a new shape.
+                raise ValueError(f"Adadelta.step: a gradient is {g.dtype.name}{list(g.shape)} "
+                                 f"but its parameter is {p.dtype.name}{list(p.shape)}; "
+                                 f"gradients must have the parameter's shape and dtype")
             state = self.state[p]
             if "square_avg" not in state:
                 state["square_avg"] = self._zeros_like(p)

@@ -1007,3 +1007,31 @@ def test_adadelta_refuses_a_gradient_of_another_shape():
     with pytest.raises(ValueError, match=r"Adadelta.*\[1, 3\].*\[3, 1\]"):
         opt.step()
     assert tuple(p.shape) == (3, 1)
+
+
+def test_optimizer_state_is_keyed_by_torch_front_end_parameters():
+    """torch code reads and writes ``optimizer.state[p]`` with its own
+    parameters."""
+    params_np, grads_np = _data(13, "float32")
+    tp = [torch.tensor(a, requires_grad=True) for a in params_np[:2]]
+    op = [vt.tensor(a, requires_grad=True) for a in params_np[:2]]
+    topt = torch.optim.SGD(tp, lr=0.1, momentum=0.9)
+    oopt = vt.optim.SGD(op, lr=0.1, momentum=0.9)
+    for p, q, g in zip(tp, op, grads_np[0][:2]):
+        p.grad, q.grad = torch.tensor(g), vt.tensor(g)
+    topt.step()
+    oopt.step()
+    assert (op[0] in oopt.state) == (tp[0] in topt.state) is True
+    assert len(oopt.state) == len(topt.state)
+    buf = oopt.state[op[0]]["momentum_buffer"]
+    np.testing.assert_allclose(buf.numpy(), topt.state[tp[0]]["momentum_buffer"].numpy(),
+                               **TOL["float32"])
+    # A buffer written through the view is the one the next step uses.
+    topt.state[tp[1]]["momentum_buffer"] = torch.zeros(5)
+    oopt.state[op[1]]["momentum_buffer"] = vt.zeros(5)
+    for p, q, g in zip(tp, op, grads_np[1][:2]):
+        p.grad, q.grad = torch.tensor(g), vt.tensor(g)
+    topt.step()
+    oopt.step()
+    for p, q in zip(tp, op):
+        np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), **TOL["float32"])

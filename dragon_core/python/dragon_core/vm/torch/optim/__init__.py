@@ -4,6 +4,8 @@ parameter), plus Adadelta composed of ops."""
 
 from __future__ import annotations
 
+import collections.abc
+
 import dragon_core as _dg
 from dragon_core import ops as _ops
 from dragon_core.optim import optimizer as _opt
@@ -39,7 +41,10 @@ class Optimizer:
 
     @property
     def state(self):
-        return self._impl.state
+        """``state[param]`` (a torch-front-end tensor, or the dragon tensor
+        under it): that parameter's state entries as tensors sharing the
+        optimizer's."""
+        return _StateView(self._impl.state)
 
     def zero_grad(self, set_to_none=True):
         self._impl.zero_grad(set_to_none)
@@ -93,6 +98,62 @@ class Optimizer:
 
 #: torch's flags that choose how an optimizer computes, not what.
 _IMPL_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _unwrap(t):
+    return t._t if hasattr(t, "_t") else t
+
+
+def _wrap(v):
+    from .._tensor import _w
+    return _w(v) if isinstance(v, _dg.Tensor) else v
+
+
+class _ParamState(collections.abc.MutableMapping):
+    """One parameter's state: torch-front-end tensors over the optimizer's
+    dragon tensors (writes store the tensor under them)."""
+
+    def __init__(self, d):
+        self._d = d
+
+    def __getitem__(self, k):
+        return _wrap(self._d[k])
+
+    def __setitem__(self, k, v):
+        self._d[k] = _unwrap(v)
+
+    def __delitem__(self, k):
+        del self._d[k]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+
+class _StateView(collections.abc.Mapping):
+    """``optimizer.state`` keyed by torch-front-end parameters (torch code
+    reads ``optimizer.state[p]["exp_avg"]``)."""
+
+    def __init__(self, state):
+        self._s = state
+
+    def __getitem__(self, p):
+        return _ParamState(self._s[_unwrap(p)])
+
+    def __contains__(self, p):
+        return _unwrap(p) in self._s
+
+    def __iter__(self):
+        from .._tensor import _w
+        return (_w(self._s._params[k]) if k in self._s._params else k for k in dict.keys(self._s))
+
+    def __len__(self):
+        return len(self._s)
 
 
 def _make(name, impl, flags):

@@ -103,7 +103,7 @@ def test_sequential_state_dict_round_trip():
     for _ in range(3):
         sched.step()
     sd = sched.state_dict()
-    assert len(sd["schedulers"]) == 2
+    assert len(sd["_schedulers"]) == 2     # torch's key
     opt2 = _opt()
     opt2.load_state_dict(opt.state_dict())
     sched2 = make(opt2)
@@ -115,11 +115,20 @@ def test_sequential_state_dict_round_trip():
 
 
 def test_resume_with_last_epoch():
+    """Resuming continues from the lr of the loaded optimizer state (as in
+    torch: the schedulers are chainable)."""
     opt = _opt(lr=0.2)
-    lrs.StepLR(opt, step_size=2)
-    resumed = lrs.StepLR(opt, step_size=2, last_epoch=4)
+    sched = lrs.StepLR(opt, step_size=2)
+    for _ in range(4):
+        opt.step([None])
+        sched.step()
+    opt2 = _opt(lr=0.2)
+    opt2.load_state_dict(opt.state_dict())
+    resumed = lrs.StepLR(opt2, step_size=2, last_epoch=4)
     assert resumed.last_epoch == 5
     assert resumed.get_last_lr() == pytest.approx([0.2 * 0.1 ** 2])
+    resumed.step()
+    assert resumed.get_last_lr() == pytest.approx([0.2 * 0.1 ** 3])
 
 
 def test_step_to_an_explicit_epoch():

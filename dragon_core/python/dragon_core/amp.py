@@ -263,7 +263,9 @@ class GradScaler:
         if not (isinstance(growth_interval, int) and growth_interval > 0):
             raise ValueError(f"GradScaler: growth_interval must be a positive int, "
                              f"got {growth_interval!r}")
-        self._scale = float(init_scale)
+        # The scale is a float32 number, as torch's (a float32 tensor): every
+        # change rounds to float32, so the scales match torch's bit for bit.
+        self._scale = _f32(init_scale)
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
         self.growth_interval = growth_interval
@@ -302,7 +304,7 @@ class GradScaler:
         if id(optimizer) in self._unscaled:
             raise RuntimeError("GradScaler.unscale_: already called for this optimizer "
                                "since the last update()")
-        inv = 1.0 / self._scale
+        inv = _f32(1.0 / self._scale)
         found = False
         with _autograd.no_grad():
             for p in self._params(optimizer):
@@ -312,6 +314,9 @@ class GradScaler:
                     found = True
                 p.grad = (g32 * inv).astype(g.dtype)
         self._unscaled[id(optimizer)] = found
+        # update() backs off when any optimizer unscaled since the last
+        # update saw an inf/NaN, stepped or not (torch's rule).
+        self._found_inf = found or bool(self._found_inf)
 
     def step(self, optimizer, *args, **kwargs) -> bool:
         """Unscale (unless done) and run ``optimizer.step()`` unless a
@@ -322,42 +327,63 @@ class GradScaler:
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer)
         found = self._unscaled[id(optimizer)]
-        self._found_inf = bool(found) or bool(self._found_inf)
         if found:
             return False
         optimizer.step(*args, **kwargs)
         return True
 
     def update(self, new_scale: float | None = None) -> None:
-        """Adjust the scale after a step (or set it to ``new_scale``)."""
+        """Adjust the scale after a step (or set it to ``new_scale``).
+
+        Raises RuntimeError when no gradients were unscaled (``step`` or
+        ``unscale_``) since the last update (torch asserts the same)."""
         if not self.enabled:
             return
         if new_scale is not None:
             if not (new_scale > 0 and math.isfinite(new_scale)):
                 raise ValueError(f"GradScaler.update: new_scale must be a positive finite "
                                  f"float, got {new_scale!r}")
-            self._scale = float(new_scale)
-            self._good_steps = 0
+            self._scale = _f32(new_scale)
+        elif self._found_inf is None:
+            raise RuntimeError("GradScaler.update: no inf/NaN checks were recorded since the "
+                               "last update(); call scaler.step(optimizer) (or unscale_) first")
         elif self._found_inf:
-            self._scale *= self.backoff_factor
+            self._scale = _f32(self._scale * self.backoff_factor)
             self._good_steps = 0
-        elif self._found_inf is not None:
+        else:
             self._good_steps += 1
-            if self._good_steps >= self.growth_interval:
-                self._scale *= self.growth_factor
+            if self._good_steps == self.growth_interval:
+                grown = _f32(self._scale * self.growth_factor)
+                if math.isfinite(grown):   # a scale that would overflow stays
+                    self._scale = grown
                 self._good_steps = 0
         self._found_inf = None
         self._unscaled.clear()
 
     def state_dict(self) -> dict:
-        """The scaler's state (for checkpoints)."""
+        """The scaler's state (for checkpoints), with torch's keys; empty
+        when disabled, as torch's."""
+        if not self.enabled:
+            return {}
         return {"scale": self._scale, "growth_factor": self.growth_factor,
                 "backoff_factor": self.backoff_factor, "growth_interval": self.growth_interval,
-                "good_steps": self._good_steps}
+                "_growth_tracker": self._good_steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self._scale = float(state["scale"])
+        """Restore a :meth:`state_dict` (ours or torch's ``GradScaler``)."""
+        if not self.enabled:
+            return
+        if not state:
+            raise RuntimeError("GradScaler.load_state_dict: the state dict is empty (saved "
+                               "from a disabled GradScaler?)")
+        self._scale = _f32(state["scale"])
         self.growth_factor = float(state["growth_factor"])
         self.backoff_factor = float(state["backoff_factor"])
         self.growth_interval = int(state["growth_interval"])
-        self._good_steps = int(state["good_steps"])
+        self._good_steps = int(state["_growth_tracker"] if "_growth_tracker" in state
+                               else state["good_steps"])
+
+
+def _f32(x) -> float:
+    """``x`` rounded to float32 (as a Python float)."""
+    return float(np.float32(x))

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import importlib
 import numbers
+import warnings
 
 import numpy as np
 
@@ -55,6 +56,10 @@ def outside_trace():
 
 _KERNEL_CACHE: dict = {}
 
+#: Group entries that lr schedulers add (``initial_lr``; OneCycleLR's bounds).
+_SCHEDULER_KEYS = frozenset({"initial_lr", "max_lr", "min_lr", "max_momentum",
+                             "base_momentum"})
+
 
 def _has_kernel(op_type: str, device: str, dtype_name: str) -> bool:
     """Whether ``op_type`` has a kernel for ``dtype_name`` on ``device``'s
@@ -83,6 +88,28 @@ def _check_param(p, where: str) -> None:
     if not p.dtype.is_floating_point:
         raise TypeError(f"{where}: parameters must be floating point, got a {p.dtype.name} "
                         f"tensor of shape {list(p.shape)}")
+
+
+def _as_state_tensor(value):
+    """``value`` as a Tensor when it is an array (anything with
+    ``__array__`` but a Tensor or a plain number), else unchanged."""
+    if isinstance(value, (Tensor, numbers.Number, str, bytes)) or value is None:
+        return value
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        with warnings.catch_warnings():
+            # (torch.Tensor.__array__ takes no copy keyword yet)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return tensor(np.array(np.asarray(value)))
+    return value
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except Exception:   # noqa: BLE001 - incomparable values differ
+        return False
 
 
 class ParamGroup(dict):
@@ -117,7 +144,20 @@ class ParamGroup(dict):
                 t = self._lr_on[key] = tensor(np.float64(self.get("lr", 0.0)), device=key)
         return t
 
+    def _note_traced(self) -> None:
+        """Record the hyper-parameters a compiled step just baked in."""
+        self._traced = {k: copy.deepcopy(v) for k, v in self.items()
+                        if k not in ("params", "lr") and k not in _SCHEDULER_KEYS}
+
     def __setitem__(self, key, value):
+        traced = getattr(self, "_traced", None)
+        if traced and key in traced and not _same(traced[key], value):
+            warnings.warn(
+                f"param group {key!r} changed from {traced[key]!r} to {value!r} after a "
+                f"training step over this group was compiled with @dragon_core.function: "
+                f"the compiled graph keeps {key}={traced[key]!r} (only lr is read when it "
+                f"runs); compile the step again (a new dragon_core.function) to use the new "
+                f"value", RuntimeWarning, stacklevel=2)
         if key == "lr":
             if isinstance(value, Tensor):
                 value = value.item()
@@ -259,7 +299,7 @@ class Optimizer:
             raise ValueError(f"{name}: some parameters appear in more than one parameter group")
         values = dict(self.defaults)
         values.update((k, v) for k, v in param_group.items() if k != "params")
-        unknown = sorted(set(values) - set(self.defaults) - {"initial_lr"})
+        unknown = sorted(set(values) - set(self.defaults) - _SCHEDULER_KEYS)
         if unknown:
             raise ValueError(f"{name}: unknown hyper-parameter(s) {unknown}; it takes "
                              f"{sorted(self.defaults)}")
@@ -327,6 +367,9 @@ class Optimizer:
 
         if callable(grads) and closure is None:
             grads, closure = None, grads
+        # Schedulers warn when they step before the optimizer has (PyTorch's
+        # calling-order warning).
+        self._opt_called = True
         loss = None
         if closure is not None:
             with enable_grad():
@@ -353,6 +396,8 @@ class Optimizer:
                 k += n
                 if pairs:
                     self._update(group, [p for p, _ in pairs], [g for _, g in pairs])
+                    if _C._is_tracing():
+                        group._note_traced()
         return loss
 
     def _update(self, group: ParamGroup, params: list, grads: list) -> None:
@@ -469,6 +514,12 @@ class Optimizer:
         if len(groups) != len(self.param_groups):
             raise ValueError(f"{name}.load_state_dict: the state dict has {len(groups)} "
                              f"parameter group(s), the optimizer {len(self.param_groups)}")
+        # Arrays from elsewhere (NumPy, or another framework's CPU tensors,
+        # as in a PyTorch checkpoint) become tensors: state must be tensors
+        # the update ops can read and ``assign`` can write.
+        state_dict = dict(state_dict, state={
+            idx: {k: _as_state_tensor(v) for k, v in st.items()}
+            for idx, st in state_dict["state"].items()})
         mapping = {}
         for i, (mine, saved) in enumerate(zip(self.param_groups, groups)):
             if len(mine["params"]) != len(saved["params"]):
@@ -490,7 +541,7 @@ class Optimizer:
                                      f"{list(p.shape)}")
         for i, saved in enumerate(groups):
             values = {k: v for k, v in saved.items() if k != "params"}
-            unknown = sorted(set(values) - set(self.defaults) - {"initial_lr"})
+            unknown = sorted(set(values) - set(self.defaults) - _SCHEDULER_KEYS)
             if unknown:
                 raise ValueError(f"{name}.load_state_dict: group {i} has unknown "
                                  f"hyper-parameter(s) {unknown}; {name} takes "

@@ -4,6 +4,8 @@ parameter), plus Adadelta composed of ops."""
 
 from __future__ import annotations
 
+import collections.abc
+
 import dragon_core as _dg
 from dragon_core import ops as _ops
 from dragon_core.optim import optimizer as _opt
@@ -39,7 +41,10 @@ class Optimizer:
 
     @property
     def state(self):
-        return self._impl.state
+        """``state[param]`` (a torch-front-end tensor, or the dragon tensor
+        under it): that parameter's state entries as tensors sharing the
+        optimizer's."""
+        return _StateView(self._impl.state)
 
     def zero_grad(self, set_to_none=True):
         self._impl.zero_grad(set_to_none)
@@ -61,30 +66,137 @@ class Optimizer:
 
     def load_state_dict(self, state_dict):
         from ..serialization import _to_dg
-        self._impl.load_state_dict(_to_dg(state_dict))
+        state_dict = _to_dg(state_dict)
+        if isinstance(state_dict, dict) and "param_groups" in state_dict:
+            # A state dict saved by PyTorch carries its implementation flags
+            # in every group: drop those that only choose how torch computes
+            # (ours computes the same values), refuse those that change what.
+            groups = []
+            for i, g in enumerate(state_dict["param_groups"]):
+                g = dict(g)
+                for k in _IMPL_FLAGS:
+                    if k in g and k not in self._impl.defaults:
+                        v = g.pop(k)
+                        if k == "differentiable" and v:
+                            raise NotImplementedError(
+                                f"{type(self).__name__}.load_state_dict: group {i} was saved "
+                                f"with differentiable=True, which is not supported")
+                if "decoupled_weight_decay" in g:
+                    v = bool(g.pop("decoupled_weight_decay"))
+                    if v != getattr(self._impl, "_decoupled", False):
+                        raise ValueError(
+                            f"{type(self).__name__}.load_state_dict: group {i} was saved with "
+                            f"decoupled_weight_decay={v}, this optimizer has "
+                            f"{getattr(self._impl, '_decoupled', False)}")
+                groups.append(g)
+            state_dict = dict(state_dict, param_groups=groups)
+        self._impl.load_state_dict(state_dict)
 
     def __repr__(self):
         return repr(self._impl).replace("dragon_core.optim.", "torch.optim.")
 
 
-def _make(name, impl, drop=()):
+#: torch's flags that choose how an optimizer computes, not what.
+_IMPL_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _unwrap(t):
+    return t._t if hasattr(t, "_t") else t
+
+
+def _wrap(v):
+    from .._tensor import _w
+    return _w(v) if isinstance(v, _dg.Tensor) else v
+
+
+class _ParamState(collections.abc.MutableMapping):
+    """One parameter's state: torch-front-end tensors over the optimizer's
+    dragon tensors (writes store the tensor under them)."""
+
+    def __init__(self, d):
+        self._d = d
+
+    def __getitem__(self, k):
+        return _wrap(self._d[k])
+
+    def __setitem__(self, k, v):
+        self._d[k] = _unwrap(v)
+
+    def __delitem__(self, k):
+        del self._d[k]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+
+class _StateView(collections.abc.Mapping):
+    """``optimizer.state`` keyed by torch-front-end parameters (torch code
+    reads ``optimizer.state[p]["exp_avg"]``)."""
+
+    def __init__(self, state):
+        self._s = state
+
+    def __getitem__(self, p):
+        return _ParamState(self._s[_unwrap(p)])
+
+    def __contains__(self, p):
+        return _unwrap(p) in self._s
+
+    def __iter__(self):
+        from .._tensor import _w
+        return (_w(self._s._params[k]) if k in self._s._params else k for k in dict.keys(self._s))
+
+    def __len__(self):
+        return len(self._s)
+
+
+def _make(name, impl, flags):
+    """A torch optimizer class over ``impl``, taking the implementation flags
+    ``flags`` (those torch's class takes): ``foreach`` goes to ``impl`` where
+    it has one, ``fused`` and ``capturable`` are accepted (the values are
+    torch's either way), ``differentiable=True`` raises; a flag torch's
+    class does not take is a TypeError, as in torch."""
     def __init__(self, params, *args, **kwargs):
-        for k in drop:
-            kwargs.pop(k, None)
-        for k in ("foreach", "fused", "capturable", "differentiable"):
-            if kwargs.pop(k, None):
-                if k == "differentiable":
-                    raise NotImplementedError(f"{name}(differentiable=True) is not supported")
-        self._impl = impl(_groups(params), *args, **kwargs)
+        cls = impl
+        for k in _IMPL_FLAGS:
+            if k not in kwargs:
+                continue
+            if k not in flags:
+                raise TypeError(f"{name}.__init__() got an unexpected keyword argument {k!r}")
+            v = kwargs.pop(k)
+            if k == "differentiable" and v:
+                raise NotImplementedError(f"{name}(differentiable=True) is not supported: the "
+                                          "update is not recorded by autograd")
+            if k == "foreach" and "foreach" in impl_params:
+                kwargs["foreach"] = v
+        if "decoupled_weight_decay" in kwargs:
+            if name != "Adam":
+                raise TypeError(f"{name}.__init__() got an unexpected keyword argument "
+                                "'decoupled_weight_decay'")
+            if kwargs.pop("decoupled_weight_decay"):
+                # torch's Adam(decoupled_weight_decay=True) is AdamW (with
+                # Adam's default weight_decay of 0).
+                cls = _dg.optim.AdamW
+                if len(args) < 4:
+                    kwargs.setdefault("weight_decay", 0.0)
+        self._impl = cls(_groups(params), *args, **kwargs)
         self.defaults = self._impl.defaults
+    import inspect
+    impl_params = set(inspect.signature(impl).parameters)
     return type(name, (Optimizer,), {"__init__": __init__, "__doc__": impl.__doc__})
 
 
-SGD = _make("SGD", _dg.optim.SGD)
-Adam = _make("Adam", _dg.optim.Adam)
-AdamW = _make("AdamW", _dg.optim.AdamW)
-RMSprop = _make("RMSprop", _dg.optim.RMSprop)
-Adagrad = _make("Adagrad", _dg.optim.Adagrad)
+SGD = _make("SGD", _dg.optim.SGD, ("foreach", "differentiable", "fused"))
+Adam = _make("Adam", _dg.optim.Adam, _IMPL_FLAGS)
+AdamW = _make("AdamW", _dg.optim.AdamW, _IMPL_FLAGS)
+RMSprop = _make("RMSprop", _dg.optim.RMSprop, ("capturable", "foreach", "differentiable"))
+Adagrad = _make("Adagrad", _dg.optim.Adagrad, ("foreach", "differentiable", "fused"))
 
 
 class _DgAdadelta(_opt.Optimizer):
@@ -102,6 +214,12 @@ class _DgAdadelta(_opt.Optimizer):
     def _update(self, group, params, grads):
         rho, eps, wd = group["rho"], group["eps"], group["weight_decay"]
         for p, g in zip(params, grads):
+            if tuple(g.shape) != tuple(p.shape) or g.dtype != p.dtype:
+                # The rule is composed of broadcasting ops: refuse what torch
+                # refuses instead of broadcasting the parameter to a new shape.
+                raise ValueError(f"Adadelta.step: a gradient is {g.dtype.name}{list(g.shape)} "
+                                 f"but its parameter is {p.dtype.name}{list(p.shape)}; "
+                                 f"gradients must have the parameter's shape and dtype")
             state = self.state[p]
             if "square_avg" not in state:
                 state["square_avg"] = self._zeros_like(p)
@@ -119,7 +237,7 @@ class _DgAdadelta(_opt.Optimizer):
             state["acc_delta"].assign(u)
 
 
-Adadelta = _make("Adadelta", _DgAdadelta)
+Adadelta = _make("Adadelta", _DgAdadelta, ("foreach", "capturable", "differentiable"))
 
 
 def __getattr__(name):

@@ -1,100 +1,119 @@
-"""``torch.optim.lr_scheduler`` over ``dragon_core.optim.lr_scheduler``."""
+"""``torch.optim.lr_scheduler`` over ``dragon_core.optim.lr_scheduler``
+(PyTorch's chainable behaviour: see that module's docstring)."""
 
 from __future__ import annotations
 
 from dragon_core.optim import lr_scheduler as _S
 
+_SUPPORTED = ("LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
+              "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
+              "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler",
+              "ReduceLROnPlateau")
+
+
+def _impl_of(sched):
+    impl = getattr(sched, "_impl", None)
+    if impl is None:
+        raise TypeError(f"expected a torch.optim.lr_scheduler scheduler, got "
+                        f"{type(sched).__name__}")
+    return impl
+
+
+class LRScheduler:
+    """A PyTorch scheduler: a handle over a ``dragon_core.optim`` one."""
+
+    _impl_cls = _S.LRScheduler
+
+    def __init__(self, optimizer, *args, **kwargs):
+        if kwargs.pop("verbose", False):
+            raise NotImplementedError(f"{type(self).__name__}(verbose=True) is not supported "
+                                      "(removed in PyTorch too); print get_last_lr() instead")
+        self.optimizer = optimizer
+        self._impl = self._impl_cls(getattr(optimizer, "_impl", optimizer), *args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        self._impl.step(*args, **kwargs)
+
+    def get_last_lr(self):
+        return self._impl.get_last_lr()
+
+    def get_lr(self):
+        return self._impl.get_lr()
+
+    @property
+    def last_epoch(self):
+        return self._impl.last_epoch
+
+    @property
+    def base_lrs(self):
+        return self._impl.base_lrs
+
+    def state_dict(self):
+        return self._impl.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self._impl.load_state_dict(state_dict)
+
 
 def _make(name):
     impl = getattr(_S, name)
-
-    class Sched:
-        def __init__(self, optimizer, *args, **kwargs):
-            kwargs.pop("verbose", None)
-            self.optimizer = optimizer
-            if name == "SequentialLR":
-                kwargs["schedulers"] = [s._impl for s in kwargs.get("schedulers", args[0])]
-                args = args[1:] if args else args
-            self._impl = impl(optimizer._impl, *args, **kwargs)
-
-        def step(self, epoch=None):
-            self._impl.step(epoch) if epoch is not None else self._impl.step()
-
-        def get_last_lr(self):
-            return self._impl.get_last_lr()
-
-        def get_lr(self):
-            return self._impl.get_lr()
-
-        @property
-        def last_epoch(self):
-            return self._impl.last_epoch
-
-        def state_dict(self):
-            return self._impl.state_dict()
-
-        def load_state_dict(self, sd):
-            self._impl.load_state_dict(sd)
-    Sched.__name__ = Sched.__qualname__ = name
-    Sched.__doc__ = impl.__doc__
-    return Sched
+    cls = type(name, (LRScheduler,), {"_impl_cls": impl, "__doc__": impl.__doc__})
+    return cls
 
 
 LambdaLR = _make("LambdaLR")
+MultiplicativeLR = _make("MultiplicativeLR")
 StepLR = _make("StepLR")
 MultiStepLR = _make("MultiStepLR")
-ExponentialLR = _make("ExponentialLR")
-CosineAnnealingLR = _make("CosineAnnealingLR")
+ConstantLR = _make("ConstantLR")
 LinearLR = _make("LinearLR")
-SequentialLR = _make("SequentialLR")
-LRScheduler = _S.LRScheduler
+ExponentialLR = _make("ExponentialLR")
+PolynomialLR = _make("PolynomialLR")
+CosineAnnealingLR = _make("CosineAnnealingLR")
+CosineAnnealingWarmRestarts = _make("CosineAnnealingWarmRestarts")
+_LRScheduler = LRScheduler
 
 
-class ReduceLROnPlateau:
-    """Lower the learning rate when a metric stops improving."""
+class SequentialLR(LRScheduler):
+    __doc__ = _S.SequentialLR.__doc__
 
-    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4,
-                 threshold_mode="rel", cooldown=0, min_lr=0, eps=1e-8, verbose=False):
-        self.optimizer, self.mode, self.factor, self.patience = optimizer, mode, factor, patience
-        self.threshold, self.threshold_mode, self.cooldown = threshold, threshold_mode, cooldown
-        self.min_lrs = min_lr if isinstance(min_lr, list) else [min_lr] * len(
-            optimizer.param_groups)
-        self.eps, self.best, self.bad, self.cool = eps, None, 0, 0
-        self.last_epoch = 0
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1, verbose=False):
+        self.optimizer = optimizer
+        self._schedulers = list(schedulers)
+        self._impl = _S.SequentialLR(getattr(optimizer, "_impl", optimizer),
+                                     [_impl_of(s) for s in self._schedulers], milestones,
+                                     last_epoch)
 
-    def _better(self, a):
-        if self.best is None:
-            return True
-        if self.threshold_mode == "rel":
-            d = self.best * self.threshold
-        else:
-            d = self.threshold
-        return a < self.best - abs(d) if self.mode == "min" else a > self.best + abs(d)
+
+class ChainedScheduler(LRScheduler):
+    __doc__ = _S.ChainedScheduler.__doc__
+
+    def __init__(self, schedulers, optimizer=None):
+        self._schedulers = list(schedulers)
+        self.optimizer = optimizer or self._schedulers[0].optimizer
+        self._impl = _S.ChainedScheduler([_impl_of(s) for s in self._schedulers],
+                                         getattr(self.optimizer, "_impl", self.optimizer))
+
+    @property
+    def last_epoch(self):
+        raise AttributeError("ChainedScheduler has no last_epoch (as in PyTorch)")
+
+
+class ReduceLROnPlateau(LRScheduler):
+    __doc__ = _S.ReduceLROnPlateau.__doc__
+    _impl_cls = _S.ReduceLROnPlateau
 
     def step(self, metrics, epoch=None):
-        m = float(metrics)
-        self.last_epoch += 1
-        if self._better(m):
-            self.best, self.bad = m, 0
-        else:
-            self.bad += 1
-        if self.cool > 0:
-            self.cool -= 1
-            self.bad = 0
-        if self.bad > self.patience:
-            for g, lo in zip(self.optimizer.param_groups, self.min_lrs):
-                new = max(g["lr"] * self.factor, lo)
-                if g["lr"] - new > self.eps:
-                    g["lr"] = new
-            self.cool, self.bad = self.cooldown, 0
-
-    def get_last_lr(self):
-        return [g["lr"] for g in self.optimizer.param_groups]
+        self._impl.step(float(metrics), epoch)
 
 
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "OneCycleLR":
+        raise NotImplementedError(
+            "torch.optim.lr_scheduler.OneCycleLR is not supported by vm.torch yet; "
+            "dragon_core.optim.lr_scheduler.OneCycleLR (on dragon_core.optim optimizers) "
+            "follows torch's")
     raise NotImplementedError(f"torch.optim.lr_scheduler.{name} is not supported; supported: "
-                              "LambdaLR, StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, "
-                              "LinearLR, SequentialLR, ReduceLROnPlateau")
+                              + ", ".join(_SUPPORTED))

@@ -5,6 +5,7 @@ dragon_core's autograd engine (gradients are compositions of ops, so
 from __future__ import annotations
 
 import functools
+import inspect
 
 import dragon_core as _dg
 from dragon_core import _C
@@ -13,6 +14,11 @@ from ._tensor import Tensor, _u, _w
 
 
 class _GradMode:
+    """A grad-mode switch usable as a context manager and as a decorator
+    (with or without parentheses). A decorated generator function runs each
+    step of its body (between yields) in the mode, as torch's does, and the
+    caller's mode is back in force while it is suspended."""
+
     _value = False
 
     def __init__(self, mode=None):
@@ -38,6 +44,11 @@ class _GradMode:
 
     def __call__(self, fn):
         mode = self._value
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                return (yield from _in_mode(mode, fn(*args, **kwargs)))
+            return gen_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -47,6 +58,32 @@ class _GradMode:
             finally:
                 _C._set_grad_enabled(old)
         return wrapper
+
+
+def _in_mode(mode: bool, gen):
+    """Drive generator ``gen`` with grad mode ``mode`` set while its body
+    runs (each ``next``/``send``/``throw``/``close``), restoring the
+    caller's mode at every yield."""
+    def step(call, *arg):
+        old = _C._set_grad_enabled(mode)
+        try:
+            return call(*arg)
+        finally:
+            _C._set_grad_enabled(old)
+    try:
+        value = step(next, gen)
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                step(gen.close)
+                raise
+            except BaseException as e:   # thrown in by the caller: pass it on
+                value = step(gen.throw, e)
+            else:
+                value = step(gen.send, sent)
+    except StopIteration as stop:
+        return stop.value
 
 
 class no_grad(_GradMode):  # noqa: N801
@@ -62,7 +99,9 @@ class enable_grad(_GradMode):  # noqa: N801
 
 
 class inference_mode(_GradMode):  # noqa: N801
-    """As :class:`no_grad` (dragon has no separate inference mode)."""
+    """As :class:`no_grad` (dragon has no separate inference mode: tensors
+    made inside are ordinary tensors, which torch would refuse to use in a
+    later autograd graph)."""
 
     _value = False
 
@@ -72,7 +111,9 @@ class inference_mode(_GradMode):  # noqa: N801
 
 class set_grad_enabled(_GradMode):  # noqa: N801
     """``torch.set_grad_enabled(mode)``: takes effect at once, and as a
-    context manager restores the previous mode on exit."""
+    context manager restores the previous mode on exit. Used as a decorator
+    it restores the previous mode at once, and only the decorated function's
+    calls run in ``mode`` (as torch's)."""
 
     def __init__(self, mode):
         self._value = bool(mode)
@@ -80,6 +121,10 @@ class set_grad_enabled(_GradMode):  # noqa: N801
 
     def __enter__(self):
         return self
+
+    def __call__(self, fn):
+        _C._set_grad_enabled(self._old)
+        return super().__call__(fn)
 
     def __new__(cls, mode):
         return object.__new__(cls)
@@ -105,6 +150,15 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     ins = [_u(i) for i in _seq(inputs)]
     gos = None if grad_outputs is None else [None if g is None else _u(g)
                                              for g in _seq(grad_outputs)]
+    for k, o in enumerate(outs):
+        if not o.requires_grad:
+            # as torch: never a None or zero gradient for a forgotten
+            # requires_grad (allow_unused does not cover it)
+            raise RuntimeError(f"element {k} of tensors does not require grad and does not "
+                               "have a grad_fn")
+    for i in ins:
+        if not i.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
     for o, g in zip(outs, gos or [None] * len(outs)):
         if g is None and o.size != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -126,6 +180,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         raise NotImplementedError("backward(inputs=...) is not supported; use "
                                   "torch.autograd.grad")
     ts = [_u(t) for t in _seq(tensors)]
+    for k, t in enumerate(ts):
+        if not t.requires_grad:
+            raise RuntimeError(f"element {k} of tensors does not require grad and does not "
+                               "have a grad_fn")
     gs = None if grad_tensors is None else [None if g is None else _u(g)
                                             for g in _seq(grad_tensors)]
     _dg._autograd.backward(ts, gs, create_graph)

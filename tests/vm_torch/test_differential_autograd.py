@@ -757,6 +757,255 @@ def test_tensor_hooks_as_torch(case):
     _same(case)
 
 
+def _once_differentiable(T):
+    return T.autograd.function.once_differentiable
+
+
+def _fn_saved_and_higher_order(T):
+    class Exp(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            y = (x * k).exp()
+            ctx.save_for_backward(y)
+            ctx.k = k
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * y * ctx.k, None
+    x = _leaf(T, (0.5, 1.0, -0.25))
+    y = Exp.apply(x, 2.0)
+    flags = _flags(y)
+    y.sum().backward()
+    (g,) = T.autograd.grad(Exp.apply(x, 2.0).sum(), x, create_graph=True)
+    (gg,) = T.autograd.grad(g.sum(), x)
+    return [flags, _g(x.grad), _g(g), g.requires_grad, _g(gg)]
+
+
+def _fn_non_differentiable_and_needs(T):
+    seen = []
+
+    class Two(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            idx = a.argmax()
+            m = a * 3
+            ctx.mark_non_differentiable(idx, m)
+            seen.append(list(ctx.needs_input_grad))
+            return a * b, idx, m
+
+        @staticmethod
+        def backward(ctx, g, gidx, gm):
+            seen.append([_g(gidx), _g(gm)])
+            return g * 2, None
+    a = _leaf(T)
+    o, i, m = Two.apply(a, T.tensor([3.0, 4.0, 5.0]))
+    flags = [_flags(o), _flags(i), _flags(m)]
+    o.sum().backward()
+    return [flags, seen, _g(a.grad)]
+
+
+def _fn_materialize_grads_off(T):
+    seen = []
+
+    class Mat(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.set_materialize_grads(False)
+            return a * 1, a * 2
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            seen.append([g1 is None, g2 is None])
+            return g1
+    a = _leaf(T)
+    p, q = Mat.apply(a)
+    p.sum().backward()
+    return [seen, _g(a.grad)]
+
+
+def _fn_once_differentiable(T):
+    class Sq(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        @_once_differentiable(T)
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return 2 * a * g
+    a = _leaf(T)
+    (g,) = T.autograd.grad(Sq.apply(a).sum(), a, create_graph=True)
+    out = [_g(g), g.requires_grad]
+    g.sum().backward()
+    return out
+
+
+def _fn_no_grad_and_plain_inputs(T):
+    class Id(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    a = _leaf(T)
+    with T.no_grad():
+        r1 = Id.apply(a).requires_grad
+    return [Id.apply(T.ones(2)).requires_grad, r1]
+
+
+def _fn_wrong_count(T):
+    class Bad(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    a = _leaf(T)
+    Bad.apply(a, a).sum().backward()
+
+
+def _fn_wrong_shape(T):
+    class Bad(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.sum()
+    Bad.apply(_leaf(T)).sum().backward()
+
+
+def _fn_saved_modified(T):
+    class Saved(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * a
+    c = _leaf(T)
+    d = c * 1
+    o = Saved.apply(d)
+    with T.no_grad():
+        d.mul_(3)
+    o.sum().backward()
+
+
+def _fn_setup_context_and_returned_input(T):
+    class Scale(T.autograd.Function):
+        @staticmethod
+        def forward(a, k):
+            return a * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
+    class RetIn(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 5
+    a = _leaf(T)
+    Scale.apply(a, 3.0).sum().backward()
+    b = _leaf(T)
+    r = RetIn.apply(b)
+    same = r is b
+    r.sum().backward()
+    return [_g(a.grad), same, _flags(r), _g(b.grad)]
+
+
+def _fn_legacy_call(T):
+    class Inst(T.autograd.Function):
+        def forward(ctx, a):
+            return a
+    Inst()(_leaf(T))
+
+
+def _fn_mark_dirty(T):
+    class Dirty(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.mark_dirty(a)
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    Dirty.apply(_leaf(T) * 1).sum().backward()
+
+
+@pytest.mark.parametrize("case", [_fn_saved_and_higher_order, _fn_non_differentiable_and_needs,
+                                  _fn_materialize_grads_off, _fn_once_differentiable,
+                                  _fn_no_grad_and_plain_inputs, _fn_wrong_count,
+                                  _fn_wrong_shape, _fn_saved_modified,
+                                  _fn_setup_context_and_returned_input, _fn_legacy_call])
+def test_autograd_function_as_torch(case):
+    _same(case)
+
+
+def test_autograd_function_mark_dirty_raises():
+    assert _outcome(real, _fn_mark_dirty)[0] == "ok"
+    with pytest.raises(NotImplementedError, match="mark_dirty"):
+        _fn_mark_dirty(vt)
+
+
+def test_autograd_function_on_a_tape():
+    class Cube(vt.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return 3 * a * a * g
+    x = dg.tensor([1.0, 2.0])
+    with dg.GradientTape() as tape:
+        tape.watch(x)
+        y = Cube.apply(vt.from_dragon(x)).dragon()
+    assert _np(tape.gradient(y, x)) == [3.0, 12.0]
+
+
+def _checkpoint(T, reentrant):
+    from importlib import import_module
+    cp = import_module(T.__name__ + ".utils.checkpoint")
+    x = _leaf(T)
+    lin = T.nn.Linear(3, 2)
+    with T.no_grad():
+        lin.weight.copy_(T.tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]]))
+        lin.bias.fill_(0.1)
+    y = cp.checkpoint(lambda t: T.tanh(lin(t)) * t[:2], x, use_reentrant=reentrant)
+    y.sum().backward()
+    z = cp.checkpoint(lin, T.ones(3), use_reentrant=reentrant)
+    return [_g(y), _g(x.grad), _g(lin.weight.grad), _flags(z)]
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpoint_values_and_gradients_as_torch(reentrant):
+    _same(_checkpoint, reentrant, tol=1e-5)
+
+
 @pytest.mark.parametrize("case", [_retain_grad, _register_hook, _post_accumulate_hook,
                                   _function, _backward_inputs])
 def test_hooks_and_unsupported_surface_same_or_raise(case):
@@ -771,10 +1020,10 @@ def test_hooks_and_unsupported_surface_same_or_raise(case):
         _eq(_norm(got[1]), _norm(want[1]), 1e-6)
 
 
-def test_autograd_functional_and_checkpoint_raise():
+def test_autograd_functional_raises():
     with pytest.raises(NotImplementedError, match="functional.jacobian"):
         vt.autograd.functional.jacobian(lambda t: t, vt.ones(2))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="implement the forward"):
         vt.autograd.Function.apply(vt.ones(2))
 
 

@@ -37,6 +37,9 @@ _SAVED: dict = {}   # op name -> indices of the outputs its rule reads
 # is not checked, so writing them in place after the op ran is allowed (as
 # torch allows it where its node does not save the tensor).
 _UNREAD: dict = {}
+# ops whose rule takes None for an output nobody differentiated (instead of
+# zeros): a front end's custom function node that decides itself
+_NONE_DYS: set = set()
 _local = threading.local()
 
 
@@ -339,8 +342,9 @@ def _backward_nodes(nodes, grads: dict, wanted, after_node=None):
         if rule is None:
             raise NotImplementedError(
                 f"no gradient rule for op {node.op}; it cannot be differentiated yet")
-        dys = [d if d is not None else _zeros_like_meta(m)
-               for d, m in zip(dys, node.out_meta)]
+        if node.op not in _NONE_DYS:
+            dys = [d if d is not None else _zeros_like_meta(m)
+                   for d, m in zip(dys, node.out_meta)]
         if wanted is not None:
             node.needs = tuple(wanted(inp) for inp in node.inputs)
             if not any(node.needs):
@@ -473,14 +477,16 @@ def _accumulate_in_place(old, g) -> bool:
     if (old.dtype != g.dtype or tuple(old.shape) != tuple(g.shape)
             or old._storage_refs != 1 or old.is_read_only):
         return False
-    with no_grad():
-        total = old + g
-    if old._device_name == "cpu":
+    if old._device_name == "cpu" and g._device_name == "cpu":
+        # one pass, no temporary; NumPy's sum is bit-identical to the Add
+        # kernel's for the four floating dtypes (bfloat16 via ml_dtypes)
         import numpy as np
-        np.copyto(old.numpy(), total.numpy())
+        dst = old.numpy()
+        np.add(dst, g.numpy(), out=dst)
         old._bump_version()
     else:
-        old._rebind(total)
+        with no_grad():
+            old._rebind(old + g)
     return True
 
 

@@ -326,7 +326,35 @@ def _requires_grad_on_no_grad_result(T):
     return [_flags(y), _g(y.grad), x.grad]
 
 
+def _detach_inplace_after_use(T):
+    # ops recorded before detach_() keep passing gradients through it
+    x = _leaf(T)
+    y = x * 2
+    z = (y + 1).sum()
+    y.detach_()
+    z.backward()
+    return [_flags(y), _g(x.grad)]
+
+
+def _backward_on_leaf(T):
+    x = _leaf(T)
+    x.backward(T.tensor([1.0, 2.0, 3.0]))
+    x.sum().backward()
+    return _g(x.grad)
+
+
+def _create_graph_under_no_grad(T):
+    x = _leaf(T)
+    z = (x ** 3).sum()
+    with T.no_grad():
+        (g,) = T.autograd.grad(z, x, create_graph=True)
+    (gg,) = T.autograd.grad(g.sum(), x)
+    return [g.requires_grad, _g(g), _g(gg)]
+
+
 @pytest.mark.parametrize("case", [_propagation, _no_grad_propagation,
+                                  _detach_inplace_after_use, _backward_on_leaf,
+                                  _create_graph_under_no_grad,
                                   _requires_grad_false_on_nonleaf,
                                   _requires_grad_attr_false_on_nonleaf,
                                   _requires_grad_true_on_nonleaf,

@@ -316,7 +316,9 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_nod
     drops them. ``after_node(position)``, when given, runs after the node at
     that position of the backward order is done (or skipped).
     """
-    ctx = contextlib.nullcontext() if create_graph else no_grad()
+    # As torch: the rules record exactly when create_graph asks for it, also
+    # when the caller runs under no_grad.
+    ctx = enable_grad() if create_graph else no_grad()
     # Gradient rules run on the dtypes the forward ops used: autocast off.
     autocast_prev = _C._autocast_set(-1)
     try:
@@ -437,6 +439,9 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
                                        "set requires_grad=True on a leaf it depends on")
     nodes = _graph_nodes(targets)
     leaves = {}
+    for t in targets:
+        if t._grad_fn is None:      # a leaf target gets its own gradient (torch)
+            leaves[t._id] = t
     for node in nodes:
         for inp in node.inputs:
             if inp.requires_grad and inp._grad_fn is None:

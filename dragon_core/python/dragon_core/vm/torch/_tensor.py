@@ -518,9 +518,13 @@ class Tensor:
         return _note_alias(self, _w(self._t.detach()))
 
     def detach_(self):
-        # a leaf from now on, as torch's: its graph is cut, not only hidden
-        self._t.requires_grad = False
-        self._t._grad_fn = None
+        # A leaf from now on, as torch's, over the same memory; the graph
+        # already recorded keeps the old tensor, so ops that used it before
+        # still pass gradients through it (torch's recorded edges do).
+        if self._t._grad_fn is None:
+            self._t.requires_grad = False
+        else:
+            self._t = self._t.detach()
         return self
 
     def retain_grad(self):

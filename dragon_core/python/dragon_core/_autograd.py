@@ -37,6 +37,9 @@ _SAVED: dict = {}   # op name -> indices of the outputs its rule reads
 # is not checked, so writing them in place after the op ran is allowed (as
 # torch allows it where its node does not save the tensor).
 _UNREAD: dict = {}
+# ops whose rule takes None for an output nobody differentiated (instead of
+# zeros): a front end's custom function node that decides itself
+_NONE_DYS: set = set()
 _local = threading.local()
 
 
@@ -313,7 +316,9 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_nod
     drops them. ``after_node(position)``, when given, runs after the node at
     that position of the backward order is done (or skipped).
     """
-    ctx = contextlib.nullcontext() if create_graph else no_grad()
+    # As torch: the rules record exactly when create_graph asks for it, also
+    # when the caller runs under no_grad.
+    ctx = enable_grad() if create_graph else no_grad()
     # Gradient rules run on the dtypes the forward ops used: autocast off.
     autocast_prev = _C._autocast_set(-1)
     try:
@@ -331,12 +336,17 @@ def _backward_nodes(nodes, grads: dict, wanted, after_node=None):
         dys = [grads.get(k) for k in node.out_ids]
         if all(d is None for d in dys):
             continue
+        if _GRAD_HOOKS:
+            for j, k in enumerate(node.out_ids):
+                if k in _GRAD_HOOKS and dys[j] is not None:
+                    dys[j] = grads[k] = _run_grad_hooks(k, dys[j])
         rule = _RULES.get(node.op)
         if rule is None:
             raise NotImplementedError(
                 f"no gradient rule for op {node.op}; it cannot be differentiated yet")
-        dys = [d if d is not None else _zeros_like_meta(m)
-               for d, m in zip(dys, node.out_meta)]
+        if node.op not in _NONE_DYS:
+            dys = [d if d is not None else _zeros_like_meta(m)
+                   for d, m in zip(dys, node.out_meta)]
         if wanted is not None:
             node.needs = tuple(wanted(inp) for inp in node.inputs)
             if not any(node.needs):
@@ -379,9 +389,18 @@ def _initial_grads(targets, output_gradients):
     for t, g in zip(targets, output_gradients):
         if g is None:
             g = ops.fill(list(t.shape), 1.0, t.dtype, device=str(t.device))
-        elif tuple(g.shape) != tuple(t.shape):
-            raise InvalidArgumentError(f"output gradient of shape {tuple(g.shape)} for a "
-                                       f"target of shape {tuple(t.shape)}")
+        else:
+            if not isinstance(g, Tensor):
+                raise TypeError(f"output gradient: expected a Tensor or None, got "
+                                f"{type(g).__name__}")
+            if tuple(g.shape) != tuple(t.shape):
+                raise InvalidArgumentError(f"output gradient of shape {tuple(g.shape)} for a "
+                                           f"target of shape {tuple(t.shape)}")
+            if g.dtype != t.dtype and t.dtype.is_floating_point:
+                # As PyTorch: the gradient of a target has the target's dtype
+                # (a float64 or integer one would widen every rule's result
+                # and the leaves' .grad).
+                g = ops.cast(g, t.dtype)
         _accumulate(grads, t._id, g)
     return targets, grads
 
@@ -420,6 +439,9 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
                                        "set requires_grad=True on a leaf it depends on")
     nodes = _graph_nodes(targets)
     leaves = {}
+    for t in targets:
+        if t._grad_fn is None:      # a leaf target gets its own gradient (torch)
+            leaves[t._id] = t
     for node in nodes:
         for inp in node.inputs:
             if inp.requires_grad and inp._grad_fn is None:
@@ -434,12 +456,43 @@ def _accumulate_leaf(leaf, g, create_graph: bool) -> None:
     """Add ``g`` into ``leaf.grad``, then run its post-accumulate-grad hooks."""
     if g is None:
         return
+    if leaf._id in _GRAD_HOOKS:
+        with contextlib.nullcontext() if create_graph else no_grad():
+            g = _run_grad_hooks(leaf._id, g)
     grad_access(leaf, reads=True)
-    if not create_graph:
-        g = _store_alias(g)
-    leaf.grad = g if leaf.grad is None else leaf.grad + g
+    g = _as_source_dtype(g, leaf)
+    old = leaf.grad
+    if old is None:
+        leaf.grad = g if create_graph else _store_alias(g)
+    elif create_graph or _C._is_tracing() or not _accumulate_in_place(old, g):
+        leaf.grad = old + g
     for hook in list(_post_accumulate_hooks(leaf)):
         hook(leaf)
+
+
+def _accumulate_in_place(old, g) -> bool:
+    """``old += g`` where ``old`` is a leaf's ``.grad`` (PyTorch accumulates
+    into the existing gradient tensor when the backward pass does not build
+    a graph, so a reference to it taken earlier, or a buffer assigned to
+    ``.grad``, sees the sum). Host memory is written (its views see it too);
+    on other devices the tensor object is rebound. Returns False (the caller
+    stores a new tensor) where ``old``'s memory is shared with another
+    tensor: a gradient a rule handed to several inputs, or a caller's
+    tensor that passed through unchanged, must not be written."""
+    if (old.dtype != g.dtype or tuple(old.shape) != tuple(g.shape)
+            or old._storage_refs != 1 or old.is_read_only):
+        return False
+    if old._device_name == "cpu" and g._device_name == "cpu":
+        # one pass, no temporary; NumPy's sum is bit-identical to the Add
+        # kernel's for the four floating dtypes (bfloat16 via ml_dtypes)
+        import numpy as np
+        dst = old.numpy()
+        np.add(dst, g.numpy(), out=dst)
+        old._bump_version()
+    else:
+        with no_grad():
+            old._rebind(old + g)
+    return True
 
 
 # ------------------------------------------------ post-accumulate-grad hooks
@@ -455,17 +508,19 @@ _POST_HOOKS: dict = {}   # tensor _id -> (weakref to the tensor, [hooks])
 
 
 class _HookHandle:
-    """Returned by ``register_post_accumulate_grad_hook``; ``remove()`` it."""
+    """Returned by ``register_hook`` and ``register_post_accumulate_grad_hook``;
+    ``remove()`` unregisters the hook."""
 
-    def __init__(self, key, hook):
+    def __init__(self, key, hook, table=None):
         self._key, self._hook = key, hook
+        self._table = _POST_HOOKS if table is None else table
 
     def remove(self) -> None:
-        entry = _POST_HOOKS.get(self._key)
-        if entry is not None and self._hook in entry[1]:
-            entry[1].remove(self._hook)
-            if not entry[1]:
-                del _POST_HOOKS[self._key]
+        entry = self._table.get(self._key)
+        if entry is not None and any(h is self._hook for h in entry[1]):
+            entry[1][:] = [h for h in entry[1] if h is not self._hook]
+            if not entry[1] and not entry[2:]:
+                del self._table[self._key]
 
 
 def register_post_accumulate_grad_hook(tensor, hook) -> _HookHandle:
@@ -509,6 +564,91 @@ def _post_accumulate_hooks(leaf) -> list:
     return entry[1]
 
 
+# ------------------------------------------------------------ tensor hooks
+#
+# ``register_hook(tensor, fn)``: ``fn(grad)`` runs when the gradient of
+# ``tensor`` is complete in a backward pass (``backward()``, ``grad()``, a
+# tape's ``gradient``) and may return a replacement (None keeps it), as
+# PyTorch's ``Tensor.register_hook``. For a tensor an op produced that is when
+# the engine reaches its op (every use has contributed); for a leaf, before
+# the gradient is accumulated into ``.grad`` or returned. Hooks run in the
+# order they were registered. ``retain_grad(tensor)`` keeps the gradient of a
+# non-leaf in its ``.grad`` (accumulating), after its hooks ran.
+
+_GRAD_HOOKS: dict = {}   # tensor _id -> [weakref to the tensor, [hooks], retain]
+
+
+def _hook_entry(tensor, what: str) -> list:
+    import weakref
+    if not tensor.requires_grad:
+        raise RuntimeError(f"cannot {what} on a tensor that doesn't require gradient "
+                           f"(a {tensor.dtype.name} tensor of shape {tuple(tensor.shape)})")
+    key = tensor._id
+    entry = _GRAD_HOOKS.get(key)
+    if entry is None or entry[0]() is not tensor:
+        ref = weakref.ref(tensor, lambda _r, k=key, d=_GRAD_HOOKS: d.pop(k, None))
+        entry = _GRAD_HOOKS[key] = [ref, [], False]
+    return entry
+
+
+def register_hook(tensor, hook) -> _HookHandle:
+    """Run ``hook(grad)`` on the gradient of ``tensor`` in every backward
+    pass (see above); it may return a tensor of the same shape to use
+    instead. Returns a handle whose ``remove()`` unregisters it."""
+    if not callable(hook):
+        raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
+    entry = _hook_entry(tensor, "register a hook")
+    entry[1].append(hook)
+    return _HookHandle(tensor._id, hook, _GRAD_HOOKS)
+
+
+def retain_grad(tensor) -> None:
+    """Keep the gradient of non-leaf ``tensor`` in its ``.grad`` in later
+    backward passes (a no-op for a leaf, which accumulates anyway)."""
+    if tensor._grad_fn is None and tensor.requires_grad:
+        return
+    _hook_entry(tensor, "retain_grad")[2] = True
+
+
+def retains_grad(tensor) -> bool:
+    """Whether :func:`retain_grad` was called on this non-leaf tensor."""
+    entry = _GRAD_HOOKS.get(tensor._id)
+    return entry is not None and entry[0]() is tensor and entry[2]
+
+
+def _run_grad_hooks(key, g):
+    """``g``, the complete gradient of tensor ``key``, through its hooks
+    (and stored into ``.grad`` if it is retained)."""
+    entry = _GRAD_HOOKS.get(key)
+    if entry is None or g is None:
+        return g
+    tensor = entry[0]()
+    if tensor is None:
+        return g
+    for hook in list(entry[1]):
+        r = hook(g)
+        if r is None:
+            continue
+        if tuple(r.shape) != tuple(g.shape):
+            raise RuntimeError(
+                f"hook {getattr(hook, '__name__', hook)!r} has changed the size of value: "
+                f"it returned shape {tuple(r.shape)} for a gradient of shape "
+                f"{tuple(g.shape)}")
+        g = r if r.dtype == g.dtype else _cast_to(r, g.dtype)
+    if entry[2]:
+        old = tensor.grad
+        if old is None:
+            tensor.grad = g if _C._is_grad_enabled() else _store_alias(g)
+        else:
+            tensor.grad = old + g
+    return g
+
+
+def _cast_to(t, dt):
+    from . import ops
+    return ops.cast(t, dt)
+
+
 def _early_accumulation(nodes, leaves: dict, grads: dict, create_graph: bool):
     """An ``after_node(position)`` callback for :func:`_run_backward` that
     accumulates each hooked leaf right after the last node (in backward
@@ -544,8 +684,14 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
     nodes = _graph_nodes(targets)
     _run_backward(nodes, grads, create_graph)
     out = []
+    hooked = set()
     for x in inputs:
-        g = _as_source_dtype(grads.get(x._id), x)
+        g = grads.get(x._id)
+        if x._grad_fn is None and x._id in _GRAD_HOOKS and x._id not in hooked:
+            hooked.add(x._id)       # a leaf's hooks run once, on its final gradient
+            with contextlib.nullcontext() if create_graph else no_grad():
+                g = grads[x._id] = _run_grad_hooks(x._id, g)
+        g = _as_source_dtype(g, x)
         if g is None and not allow_unused:
             raise InvalidArgumentError("grad(): an input was not used to compute the outputs "
                                        "(pass allow_unused=True to get None)")
@@ -659,7 +805,8 @@ class GradientTape:
         Parameters
         ----------
         target : Tensor or list of Tensor
-        sources : Tensor or (nested) list of Tensor
+        sources : Tensor or (nested) list/tuple of Tensor
+            An iterable (``model.parameters()``) is taken as a list.
         output_gradients : Tensor or list of Tensor, optional
             Gradients of the targets (default: ones).
         unconnected_gradients : {"none", "zero"}
@@ -667,16 +814,22 @@ class GradientTape:
 
         Returns
         -------
-        Tensor or list of Tensor, matching ``sources``.
+        Tensor or list of Tensor, matching ``sources`` (nested lists and
+        tuples keep their structure).
         """
         from ._tensor import Tensor
         from . import ops
+        if unconnected_gradients not in ("none", "zero"):
+            raise ValueError(f"GradientTape.gradient: unconnected_gradients must be 'none' or "
+                             f"'zero', got {unconnected_gradients!r}")
         if self._used and not self.persistent:
             raise RuntimeError("a non-persistent GradientTape can only compute gradients once; "
                                "use GradientTape(persistent=True)")
-        self._used = True
         single = isinstance(sources, Tensor)
-        srcs = [sources] if single else list(sources)
+        if not single:
+            sources = list(sources)     # (an iterator: model.parameters())
+        srcs = [sources] if single else _flatten_sources(sources)
+        self._used = True
         targets, grads = _initial_grads(target, output_gradients)
         # Differentiating inside an active outer tape records the backward ops
         # there (higher order); ops are not recorded on this tape itself.
@@ -709,4 +862,30 @@ class GradientTape:
             if g is None and unconnected_gradients == "zero":
                 g = ops.fill(list(s.shape), 0.0, s.dtype, device=str(s.device))
             out.append(g)
-        return out[0] if single else out
+        return out[0] if single else _pack_like(sources, iter(out))   # a list
+
+
+def _flatten_sources(sources) -> list:
+    """The tensors of a (nested) list/tuple of tensors, depth first."""
+    from ._tensor import Tensor
+    out = []
+    for s in sources:
+        if isinstance(s, Tensor):
+            out.append(s)
+        elif isinstance(s, (list, tuple)):
+            out.extend(_flatten_sources(s))
+        else:
+            raise TypeError(f"GradientTape.gradient: sources must be Tensors or (nested) "
+                            f"lists/tuples of Tensors, got {type(s).__name__}")
+    return out
+
+
+def _pack_like(structure, flat):
+    """``flat``'s items in the nesting of ``structure`` (a nested list stays
+    a list, a nested tuple a tuple)."""
+    from ._tensor import Tensor
+    if isinstance(structure, Tensor):
+        return next(flat)
+    if isinstance(structure, tuple):
+        return tuple(_pack_like(s, flat) for s in structure)
+    return [_pack_like(s, flat) for s in structure]

@@ -617,6 +617,28 @@ def _install():
         "tensor view it, in place: the object, its identity and its autograd state "
         "stay, so optimizers holding it see the new value."))
 
+    # ``.grad`` takes None or a tensor of the tensor's shape, dtype and
+    # device, as in PyTorch: a gradient of another shape would broadcast in
+    # an optimizer's update, one of another dtype would widen it.
+    raw_grad = T.__dict__.get("_raw_grad") or T.__dict__["grad"]
+    T._raw_grad = raw_grad
+
+    def _grad_set(self, g):
+        if g is not None:
+            if not isinstance(g, Tensor):
+                raise TypeError(f"Tensor.grad: expected a Tensor or None, got "
+                                f"{type(g).__name__}")
+            if (tuple(g.shape) != tuple(self.shape) or g._dtype_code != self._dtype_code
+                    or (g._device_name, g._device_index)
+                    != (self._device_name, self._device_index)):
+                raise ValueError(
+                    f"Tensor.grad: assigned a gradient {g.dtype.name} of shape "
+                    f"{tuple(g.shape)} on {g.device} to a tensor {self.dtype.name} of shape "
+                    f"{tuple(self.shape)} on {self.device}; a gradient has the tensor's "
+                    "shape, dtype and device (reshape or cast it first)")
+        raw_grad.fset(self, g)
+    T.grad = property(raw_grad.fget, _grad_set, doc=raw_grad.__doc__)
+
     def assign(self, value):
         """Make this tensor hold ``value`` (same shape and dtype), in place.
 

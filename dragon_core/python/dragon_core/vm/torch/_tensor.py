@@ -26,6 +26,7 @@ import collections
 import math
 import operator
 import numbers
+import warnings
 
 import numpy as np
 
@@ -435,6 +436,12 @@ class Tensor:
     def requires_grad(self, value: bool):
         if value and not self.dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if not value and self._t._grad_fn is not None:
+            # as torch: turning it off here would silently cut the graph
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If "
+                               "you want to use a computed variable in a subgraph that "
+                               "doesn't require differentiation use var_no_grad = "
+                               "var.detach().")
         self._t.requires_grad = bool(value)
 
     def requires_grad_(self, requires_grad: bool = True):
@@ -444,11 +451,40 @@ class Tensor:
     @property
     def grad(self):
         g = self._t.grad
-        return None if g is None else _w(g)
+        if g is None:
+            if self._t._grad_fn is not None and not _dg._autograd.retains_grad(self._t):
+                warnings.warn(
+                    "The .grad attribute of a Tensor that is not a leaf Tensor is being "
+                    "accessed. Its .grad attribute won't be populated during "
+                    "autograd.backward(). To get the gradient of a non-leaf tensor, use "
+                    "torch.autograd.grad(loss, [tensor]).", UserWarning, stacklevel=2)
+            return None
+        return _w(g)
 
     @grad.setter
     def grad(self, value):
-        self._t.grad = None if value is None else _u(value)
+        if value is None:
+            self._t.grad = None
+            return
+        g = _u(value)
+        if not isinstance(g, _DgT):
+            raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of "
+                            f"type {type(value).__name__}")
+        t = self._t
+        if tuple(g.shape) != tuple(t.shape):
+            raise RuntimeError(f"attempting to assign a gradient of size '{list(g.shape)}' to "
+                               f"a tensor of size '{list(t.shape)}'. Please ensure that the "
+                               "gradient and the tensor are the same size")
+        if g._dtype_code != t._dtype_code:
+            raise RuntimeError(f"attempting to assign a gradient with dtype "
+                               f"'{D.BY_CODE[g._dtype_code].name}' to a tensor with dtype "
+                               f"'{D.BY_CODE[t._dtype_code].name}'. Please ensure that the "
+                               "gradient and the tensor have the same dtype")
+        if (g._device_name, g._device_index) != (t._device_name, t._device_index):
+            raise RuntimeError(f"attempting to assign a gradient on {g.device} to a tensor "
+                               f"on {t.device}. Please ensure that the gradient and the "
+                               "tensor are on the same device")
+        t.grad = g
 
     @property
     def is_leaf(self) -> bool:
@@ -471,6 +507,9 @@ class Tensor:
         if inputs is not None:
             raise NotImplementedError("backward(inputs=...) is not supported; use "
                                       "torch.autograd.grad(outputs, inputs)")
+        if not self._t.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have "
+                               "a grad_fn")
         if gradient is None and self._t.size != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
         self._t.backward(None if gradient is None else _u(gradient), create_graph=create_graph)
@@ -479,12 +518,48 @@ class Tensor:
         return _note_alias(self, _w(self._t.detach()))
 
     def detach_(self):
-        self._t.requires_grad = False
+        # A leaf from now on, as torch's, over the same memory; the graph
+        # already recorded keeps the old tensor, so ops that used it before
+        # still pass gradients through it (torch's recorded edges do).
+        if self._t._grad_fn is None:
+            self._t.requires_grad = False
+        else:
+            self._t = self._t.detach()
         return self
 
     def retain_grad(self):
-        raise NotImplementedError("retain_grad() is not supported: gradients of non-leaf "
-                                  "tensors come from torch.autograd.grad(loss, [tensor])")
+        if not self._t.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        _dg._autograd.retain_grad(self._t)
+
+    @property
+    def retains_grad(self) -> bool:
+        return _dg._autograd.retains_grad(self._t)
+
+    def register_hook(self, hook):
+        """``hook(grad)`` runs on this tensor's gradient in each backward pass
+        and may return a replacement; returns a handle with ``remove()``."""
+        if not self._t.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require "
+                               "gradient")
+
+        def native(g):
+            r = hook(_w(g))
+            return None if r is None else _u(r)
+        native.__name__ = getattr(hook, "__name__", "hook")
+        return _dg._autograd.register_hook(self._t, native)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(tensor)`` runs after ``backward()`` accumulated this leaf's
+        gradient into ``.grad``; returns a handle with ``remove()``."""
+        if self._t._grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        if not self._t.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require "
+                               "gradient")
+        return _dg._autograd.register_post_accumulate_grad_hook(
+            self._t, lambda t: hook(_w(t)))
 
     # ------------------------------------------------------------ conversion
     def numpy(self, force: bool = False):

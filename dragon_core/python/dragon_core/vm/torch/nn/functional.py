@@ -20,6 +20,39 @@ def _o(x):
     return None if x is None else x._t
 
 
+def _inplace_if(input, out, inplace):
+    """torch's ``inplace=True``: ``input`` takes the result (views of it see
+    it) and is returned; otherwise the new tensor."""
+    return _inplace(input, out) if inplace else out
+
+
+def _batched(fn, input, nd, *args, **kwargs):
+    """``fn`` (written for ``[N, C, *spatial]`` with ``nd`` spatial axes) on
+    an unbatched ``[C, *spatial]`` input too, as torch's layers allow."""
+    if input.ndim == nd + 1:
+        out = fn(input.unsqueeze(0), *args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(o.squeeze(0) for o in out)
+        return out.squeeze(0)
+    return fn(input, *args, **kwargs)
+
+
+def _ntuple(v, n, name, op):
+    """An int or a sequence of ``n`` ints (one int: every axis) as a list."""
+    v = list(v) if isinstance(v, (tuple, list)) else [v] * n
+    if len(v) == 1:
+        v = v * n
+    if len(v) != n or not all(isinstance(x, (int, np.integer)) for x in v):
+        raise ValueError(f"{op}: {name} must be an int or {n} ints, got {v}")
+    return [int(x) for x in v]
+
+
+def _no_strided_same(stride, nd, op):
+    if any(s != 1 for s in _ntuple(stride, nd, "stride", op)):
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions "
+                         f"(stride {stride})")
+
+
 def linear(input, weight, bias=None):
     return _w(_F.linear(input._t, weight._t, _o(bias)))
 
@@ -30,10 +63,13 @@ def bilinear(input1, input2, weight, bias=None):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if input.ndim == 3:
+        return _batched(conv2d, input, 2, weight, bias, stride, padding, dilation, groups)
     if isinstance(padding, str):
         if padding == "valid":
             padding = 0
         elif padding == "same":
+            _no_strided_same(stride, 2, "conv2d")
             k = weight.shape[2:]
             d = (dilation, dilation) if isinstance(dilation, int) else dilation
             tot = [dd * (kk - 1) for dd, kk in zip(d, k)]
@@ -56,6 +92,8 @@ def _triple(v, name):
 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv3d``: the native Conv3d (NCDHW)."""
+    if input.ndim == 4:
+        return _batched(conv3d, input, 3, weight, bias, stride, padding, dilation, groups)
     if input.ndim != 5 or weight.ndim != 5:
         raise RuntimeError(f"conv3d: expected a 5-D input and weight (N, C, D, H, W), got "
                            f"input {tuple(input.shape)} and weight {tuple(weight.shape)}")
@@ -64,6 +102,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         if padding == "valid":
             padding = 0
         elif padding == "same":
+            _no_strided_same(stride, 3, "conv3d")
             tot = [dd * (kk - 1) for dd, kk in zip(d, weight.shape[2:])]
             if any(t % 2 for t in tot):
                 x = pad(input, [tot[2] // 2, tot[2] - tot[2] // 2, tot[1] // 2,
@@ -80,6 +119,9 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups=1, dilation=1):
     """``torch.nn.functional.conv_transpose3d``: the native ConvTranspose3d."""
+    if input.ndim == 4:
+        return _batched(conv_transpose3d, input, 3, weight, bias, stride, padding,
+                        output_padding, groups, dilation)
     args = (input._t, weight._t) + ((bias._t,) if bias is not None else ())
     return _w(_ops.conv_transpose3d(*args, strides=_triple(stride, "stride"),
                                     pads=_triple(padding, "padding"),
@@ -87,12 +129,43 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
                                     output_padding=_triple(output_padding, "output_padding")))
 
 
+def _stride(stride, kernel_size):
+    return kernel_size if stride is None or stride == [] or stride == () else stride
+
+
+def _window_counts(input, out, k, s, p):
+    """How many input (not padding) cells each pooling window of ``out``
+    covers: a constant of ``out``'s shape (the spatial axes are the last
+    ``len(k)``)."""
+    from .._creation import _from_numpy_owned
+    nd = len(k)
+    counts = np.ones((), np.float64)
+    for L, n, kk, ss, pp in zip(input.shape[-nd:], out.shape[-nd:], k, s, p):
+        start = np.arange(n) * ss - pp
+        c = np.minimum(start + kk, L) - np.maximum(start, 0)
+        counts = np.multiply.outer(counts, c)
+    return _from_numpy_owned(counts.astype(input.dtype.name if input.dtype.name in (
+        "float32", "float64") else "float32")).to(input.device).to(input.dtype)
+
+
+def _divisor_override(pool, input, nd, k, s, p, ceil_mode, divisor):
+    """avg pooling with torch's ``divisor_override``: the window sums (the
+    mean over the input cells times their count) divided by ``divisor``."""
+    if int(divisor) == 0:
+        raise RuntimeError("divisor must be not zero")
+    avg = pool(input, k, s, p, ceil_mode, False)
+    return avg * _window_counts(input, avg, k, s, p) / float(divisor)
+
+
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """``torch.nn.functional.max_pool3d``: the native MaxPool3d (its indices
     are torch's ``return_indices``, flat inside each (n, c) volume)."""
+    if input.ndim == 4:
+        return _batched(max_pool3d, input, 3, kernel_size, stride, padding, dilation,
+                        ceil_mode, return_indices)
     k = _triple(kernel_size, "kernel_size")
-    s = k if stride is None or stride == [] or stride == () else _triple(stride, "stride")
+    s = _triple(_stride(stride, kernel_size), "stride")
     y, idx = _ops.max_pool3d(input._t, kernel_size=k, strides=s,
                              pads=_triple(padding, "padding"),
                              dilations=_triple(dilation, "dilation"), ceil_mode=bool(ceil_mode))
@@ -102,81 +175,140 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """``torch.nn.functional.avg_pool3d``: the native AvgPool3d."""
-    if divisor_override is not None:
-        raise NotImplementedError("avg_pool3d(divisor_override=...) is not supported")
+    if input.ndim == 4:
+        return _batched(avg_pool3d, input, 3, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override)
     k = _triple(kernel_size, "kernel_size")
-    s = k if stride is None or stride == [] or stride == () else _triple(stride, "stride")
-    return _w(_ops.avg_pool3d(input._t, kernel_size=k, strides=s,
-                              pads=_triple(padding, "padding"), ceil_mode=bool(ceil_mode),
+    s = _triple(_stride(stride, kernel_size), "stride")
+    p = _triple(padding, "padding")
+    if divisor_override is not None:
+        return _divisor_override(avg_pool3d, input, 3, k, s, p, ceil_mode, divisor_override)
+    return _w(_ops.avg_pool3d(input._t, kernel_size=k, strides=s, pads=p,
+                              ceil_mode=bool(ceil_mode),
                               count_include_pad=bool(count_include_pad)))
 
 
+def _single(v, name, op):
+    return _ntuple(v, 1, name, op)[0]
+
+
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    if isinstance(padding, str):
-        padding = 0 if padding == "valid" else (weight.shape[-1] - 1) * dilation // 2
-    s = stride[0] if isinstance(stride, (tuple, list)) else stride
-    p = padding[0] if isinstance(padding, (tuple, list)) else padding
-    dl = dilation[0] if isinstance(dilation, (tuple, list)) else dilation
-    out = conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (1, dl), groups)
-    return out.squeeze(2)
+    """``torch.nn.functional.conv1d``: conv2d over a height of 1."""
+    s, dl = _single(stride, "stride", "conv1d"), _single(dilation, "dilation", "conv1d")
+    p = padding if isinstance(padding, str) else (0, _single(padding, "padding", "conv1d"))
+    out = conv2d(input.unsqueeze(-2), weight.unsqueeze(2), bias, (1, s), p, (1, dl), groups)
+    return out.squeeze(-2)
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
+    if input.ndim == 3:
+        return _batched(conv_transpose2d, input, 2, weight, bias, stride, padding,
+                        output_padding, groups, dilation)
+    if isinstance(padding, str):
+        raise ValueError("conv_transpose2d: padding must be ints, not a string")
     return _w(_F.conv_transpose2d(input._t, weight._t, _o(bias), stride, padding,
                                   output_padding, groups, dilation))
 
 
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """``torch.nn.functional.conv_transpose1d``: conv_transpose2d over a
+    height of 1."""
+    op = "conv_transpose1d"
+    out = conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(2), bias,
+                           (1, _single(stride, "stride", op)),
+                           (0, _single(padding, "padding", op)),
+                           (0, _single(output_padding, "output_padding", op)), groups,
+                           (1, _single(dilation, "dilation", op)))
+    return out.squeeze(-2)
+
+
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
-    if return_indices:
-        raise NotImplementedError("max_pool2d(return_indices=True) is not supported; use "
-                                  "dragon_core.ops.max_pool2d_indices on x.dragon()")
-    if stride is None or stride == []:
-        stride = kernel_size
-    return _w(_F.max_pool2d(input._t, kernel_size, stride, padding, dilation, ceil_mode))
+    """``torch.nn.functional.max_pool2d``; ``return_indices`` gives torch's
+    indices (``h * W + w`` inside each (n, c) plane)."""
+    if input.ndim == 3:
+        return _batched(max_pool2d, input, 2, kernel_size, stride, padding, dilation,
+                        ceil_mode, return_indices)
+    op = "max_pool2d"
+    k = _ntuple(kernel_size, 2, "kernel_size", op)
+    s = _ntuple(_stride(stride, kernel_size), 2, "stride", op)
+    p = _ntuple(padding, 2, "padding", op)
+    d = _ntuple(dilation, 2, "dilation", op)
+    y = _w(_F.max_pool2d(input._t, k, s, p, d, ceil_mode))
+    if not return_indices:
+        return y
+    idx = _ops.max_pool2d_indices(input._t, kernel_size=k, strides=s, pads=p, dilations=d,
+                                  ceil_mode=bool(ceil_mode))
+    return y, _w(idx)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
-    stride = kernel_size if stride is None else stride
-    return max_pool2d(input.unsqueeze(2), (1, kernel_size), (1, stride), (0, padding),
-                      (1, dilation), ceil_mode).squeeze(2)
+    op = "max_pool1d"
+    k = _single(kernel_size, "kernel_size", op)
+    s = _single(_stride(stride, kernel_size), "stride", op)
+    out = max_pool2d(input.unsqueeze(-2), (1, k), (1, s), (0, _single(padding, "padding", op)),
+                     (1, _single(dilation, "dilation", op)), ceil_mode, return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
+    if input.ndim == 3:
+        return _batched(avg_pool2d, input, 2, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override)
+    op = "avg_pool2d"
+    k = _ntuple(kernel_size, 2, "kernel_size", op)
+    s = _ntuple(_stride(stride, kernel_size), 2, "stride", op)
+    p = _ntuple(padding, 2, "padding", op)
     if divisor_override is not None:
-        raise NotImplementedError("avg_pool2d(divisor_override=...) is not supported")
-    if stride is None or stride == []:
-        stride = kernel_size
-    return _w(_F.avg_pool2d(input._t, kernel_size, stride, padding, ceil_mode,
-                            count_include_pad))
+        return _divisor_override(avg_pool2d, input, 2, k, s, p, ceil_mode, divisor_override)
+    return _w(_F.avg_pool2d(input._t, k, s, p, ceil_mode, count_include_pad))
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True):
-    stride = kernel_size if stride is None else stride
-    return avg_pool2d(input.unsqueeze(2), (1, kernel_size), (1, stride), (0, padding),
-                      ceil_mode, count_include_pad).squeeze(2)
+    op = "avg_pool1d"
+    k = _single(kernel_size, "kernel_size", op)
+    s = _single(_stride(stride, kernel_size), "stride", op)
+    return avg_pool2d(input.unsqueeze(-2), (1, k), (1, s), (0, _single(padding, "padding", op)),
+                      ceil_mode, count_include_pad).squeeze(-2)
 
 
 def adaptive_avg_pool2d(input, output_size):
+    if input.ndim == 3:
+        return _batched(adaptive_avg_pool2d, input, 2, output_size)
     return _w(_F.adaptive_avg_pool2d(input._t, output_size))
 
 
 def adaptive_avg_pool1d(input, output_size):
-    return adaptive_avg_pool2d(input.unsqueeze(2), (1, output_size)).squeeze(2)
+    return adaptive_avg_pool2d(input.unsqueeze(-2),
+                               (1, _single(output_size, "output_size", "adaptive_avg_pool1d"))
+                               ).squeeze(-2)
 
 
 def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Adaptive max pooling where the input size is a multiple of the output
+    size (then one max_pool2d); other sizes raise."""
     h, w = input.shape[-2:]
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
     oh, ow = oh or h, ow or w
     if h % oh or w % ow:
         raise NotImplementedError("adaptive_max_pool2d with an input size that is not a "
                                   "multiple of the output size is not supported")
-    return max_pool2d(input, (h // oh, w // ow))
+    return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    out = adaptive_max_pool2d(input.unsqueeze(-2), (1, _single(
+        output_size, "output_size", "adaptive_max_pool1d")), return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -195,35 +327,111 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats=True, momentum=0.1, eps=1e-5):
-    return group_norm(input, input.shape[1], weight, bias, eps)
+    """torch's instance_norm: each (n, c) slice normalised by its own
+    statistics (``use_input_stats``), which also move the running statistics
+    when given (their mean over the batch, the variance unbiased), or by the
+    running statistics (``use_input_stats=False``)."""
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: use_input_stats=False needs running_mean and "
+                             "running_var")
+        return batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps)
+    if input.ndim < 3:
+        raise ValueError(f"instance_norm: expected input [N, C, *] with spatial axes, got "
+                         f"shape {tuple(input.shape)}")
+    n_sp = math.prod(input.shape[2:])
+    if n_sp <= 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size "
+                         f"{list(input.shape)}")
+    out = group_norm(input, input.shape[1], weight, bias, eps)
+    if running_mean is not None and running_var is not None and input.shape[0] > 0:
+        from ..autograd import no_grad
+        with no_grad():
+            axes = tuple(range(2, input.ndim))
+            x = input.detach().to(running_mean.dtype)
+            m = _T["mean"](x, axes, True)
+            v = _T["sum"]((x - m) ** 2, axes) / (n_sp - 1)
+            m = m.reshape(m.shape[:2])
+            mom = float(momentum)
+            running_mean._t.assign(((1 - mom) * running_mean + mom * _T["mean"](m, 0))._t)
+            running_var._t.assign(((1 - mom) * running_var + mom * _T["mean"](v, 0))._t)
+    return out
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    if out is not None:
+        raise NotImplementedError("normalize(out=...) is not supported")
     n = _T["norm"](input, p, dim, True)
     return input / _T["clamp"](n, min=eps)
 
 
-def dropout(input, p=0.5, training=True, inplace=False):
+def _check_p(p):
     if p < 0 or p > 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    _check_p(p)
     if not training or p == 0:
         return input
-    return _w(_F.dropout(input._t, p, training))
+    return _inplace_if(input, _w(_F.dropout(input._t, p, training)), inplace)
+
+
+def _channel_dropout(input, p, training, inplace, batched_rank):
+    """Whole channels zeroed with probability ``p`` (the rest scaled by
+    ``1 / (1 - p)``): dropout1d/2d/3d; an input of rank ``batched_rank - 1``
+    is one unbatched sample."""
+    _check_p(p)
+    if not training or p == 0:
+        return input
+    lead = 2 if input.ndim == batched_rank else 1
+    from .._creation import rand
+    shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
+    keep = (rand(*shape) >= p).to(input.dtype)
+    out = input * keep / (1 - p) if p < 1 else input * keep
+    return _inplace_if(input, out, inplace)
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    return _channel_dropout(input, p, training, inplace, 3)
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
+    return _channel_dropout(input, p, training, inplace, 4)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    return _channel_dropout(input, p, training, inplace, 5)
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_p(p)
     if not training or p == 0:
         return input
-    from .._creation import rand
-    keep = (rand(*input.shape[:2], 1, 1) >= p).to(input.dtype)
-    return input * keep / (1 - p)
+    raise NotImplementedError("alpha_dropout in training mode is not supported (it would "
+                              "need SELU's affine correction); use eval() or dropout")
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight``; ``scale_grad_by_freq`` divides each looked-up
+    row's gradient by how often its index occurs in ``input`` (the forward
+    values are unchanged)."""
     if max_norm is not None:
-        raise NotImplementedError("embedding(max_norm=...) is not supported")
-    return _w(_F.embedding(_cast(input._t, D.DTYPES["int64"]), weight._t, padding_idx))
+        raise NotImplementedError("embedding(max_norm=...) is not supported (torch renormalises "
+                                  "the weight rows in place)")
+    if sparse:
+        raise NotImplementedError("embedding(sparse=True) is not supported (sparse gradients)")
+    out = _w(_F.embedding(_cast(input._t, D.DTYPES["int64"]), weight._t, padding_idx))
+    if scale_grad_by_freq and out.requires_grad:
+        from .._creation import _from_numpy_owned
+        idx = np.asarray(input.detach().cpu().numpy(), np.int64)
+        _, inv, counts = np.unique(idx.reshape(-1), return_inverse=True, return_counts=True)
+        scale = (1.0 / counts[inv]).reshape(idx.shape + (1,))
+        s = _from_numpy_owned(scale.astype(np.float64)).to(out.device).to(out.dtype)
+        fixed = out.detach()
+        out = fixed + (out - fixed) * s   # the values of out; the gradient scaled by s
+    return out
 
 
 def one_hot(tensor, num_classes=-1):
@@ -248,8 +456,19 @@ def pad(input, pad, mode="constant", value=None):
         input = input[key]
         begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
     if mode == "circular":
-        raise NotImplementedError("pad(mode='circular') is not supported; use torch.cat of "
-                                  "slices")
+        for ax, (b, e) in enumerate(zip(begins, ends)):
+            if b == 0 and e == 0:
+                continue
+            size = input.shape[ax]
+            if b > size or e > size:
+                raise ValueError(f"Padding value causes wrapping around more than once: pad "
+                                 f"({b}, {e}) on dimension {ax} of size {size}")
+            parts = ([_T["narrow"](input, ax, size - b, b)] if b else []) + [input] + (
+                [_T["narrow"](input, ax, 0, e)] if e else [])
+            input = _T["cat"](parts, ax)
+        return input
+    if mode not in ("constant", "reflect", "replicate"):
+        raise NotImplementedError(f"pad(mode={mode!r}) is not supported")
     mode = {"replicate": "edge"}.get(mode, mode)
     pads = tuple(zip(begins, ends))
     return _w(_ops.pad(input._t, pads, mode, 0.0 if value is None else float(value)))
@@ -257,15 +476,41 @@ def pad(input, pad, mode="constant", value=None):
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
+    """torch's interpolate; ``recompute_scale_factor=True`` turns the scale
+    factors into the output size (``floor(in * scale)``) and interpolates to
+    that size, as torch does; ``mode="area"`` is adaptive average pooling
+    to the output size."""
     if antialias:
         raise NotImplementedError("interpolate(antialias=True) is not supported")
-    if recompute_scale_factor:
-        raise NotImplementedError("interpolate(recompute_scale_factor=True) is not "
-                                  "supported; pass size= instead")
+    nd = input.ndim - 2
+    if nd < 1:
+        raise ValueError(f"interpolate: expected input [N, C, *spatial], got shape "
+                         f"{tuple(input.shape)}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None and recompute_scale_factor:
+        raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
     if isinstance(size, int):
-        size = [size]
+        size = [size] * nd
     if isinstance(scale_factor, (int, float)):
-        scale_factor = [float(scale_factor)]
+        scale_factor = [float(scale_factor)] * nd
+    if mode in ("nearest", "area", "nearest-exact") and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    if scale_factor is not None and (recompute_scale_factor or mode == "area"):
+        size = [int(math.floor(float(n) * float(f)))
+                for n, f in zip(input.shape[2:], scale_factor)]
+        scale_factor = None
+    if mode == "area":
+        if nd == 1:
+            return adaptive_avg_pool1d(input, size[0])
+        if nd == 2:
+            return adaptive_avg_pool2d(input, size)
+        raise NotImplementedError("interpolate(mode='area') of a 3-D input is not supported")
+    if input.dtype.name in ("float16", "bfloat16"):
+        # computed in float32 (torch's CPU kernels accumulate in float32 too)
+        return interpolate(input.float(), size, scale_factor, mode, align_corners).to(
+            input.dtype)
     return _w(_ops.interpolate(input._t, None if size is None else list(size),
                                None if scale_factor is None else list(scale_factor), mode,
                                align_corners))
@@ -276,9 +521,10 @@ def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=
 
 
 # ------------------------------------------------------------- activations
+# ``inplace=True`` writes the result into ``input`` (torch's in-place
+# variants: a view of a larger tensor updates that tensor) and returns it.
 def relu(input, inplace=False):
-    out = _w(_ops.relu(input._t))
-    return _inplace(input, out) if inplace else out
+    return _inplace_if(input, _w(_ops.relu(input._t)), inplace)
 
 
 def relu_(input):
@@ -286,25 +532,34 @@ def relu_(input):
 
 
 def relu6(input, inplace=False):
-    return _w(_F.relu6(input._t))
+    return _inplace_if(input, _w(_F.relu6(input._t)), inplace)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return _w(_F.leaky_relu(input._t, negative_slope))
+    return _inplace_if(input, _w(_F.leaky_relu(input._t, negative_slope)), inplace)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, True)
 
 
 def elu(input, alpha=1.0, inplace=False):
-    return _w(_F.elu(input._t, alpha))
+    return _inplace_if(input, _w(_F.elu(input._t, alpha)), inplace)
+
+
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, True)
 
 
 def selu(input, inplace=False):
     a, s = 1.6732632423543772, 1.0507009873554805
-    return elu(input, a) * s
+    return _inplace_if(input, elu(input, a) * s, inplace)
 
 
 def celu(input, alpha=1.0, inplace=False):
-    return _w(_ops.maximum(input._t, 0.0)) + _T["clamp"](
-        alpha * _T["expm1"](input / alpha), max=0.0)
+    out = _w(_ops.maximum(input._t, 0.0)) + _T["clamp"](alpha * _T["expm1"](input / alpha),
+                                                         max=0.0)
+    return _inplace_if(input, out, inplace)
 
 
 def gelu(input, approximate="none"):
@@ -312,23 +567,45 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    return _w(_F.silu(input._t))
+    return _inplace_if(input, _w(_F.silu(input._t)), inplace)
 
 
 def mish(input, inplace=False):
-    return input * _T["tanh"](softplus(input))
+    return _inplace_if(input, input * _T["tanh"](softplus(input)), inplace)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _T["clamp"](input, min_val, max_val)
+    return _inplace_if(input, _T["clamp"](input, min_val, max_val), inplace)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, True)
 
 
 def hardsigmoid(input, inplace=False):
-    return _T["clamp"](input / 6 + 0.5, 0.0, 1.0)
+    return _inplace_if(input, _T["clamp"](input / 6 + 0.5, 0.0, 1.0), inplace)
 
 
 def hardswish(input, inplace=False):
-    return input * hardsigmoid(input)
+    return _inplace_if(input, input * hardsigmoid(input), inplace)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``value`` where ``input <= threshold``, else ``input``."""
+    return _inplace_if(input, _T["where"](input > threshold, input, value), inplace)
+
+
+def threshold_(input, threshold, value):
+    return globals()["threshold"](input, threshold, value, True)
+
+
+def hardshrink(input, lambd=0.5):
+    return _T["where"](_T["abs"](input) > lambd, input, 0.0)
+
+
+def softshrink(input, lambd=0.5):
+    return _T["where"](input > lambd, input - lambd,
+                       _T["where"](input < -lambd, input + lambd, 0.0))
 
 
 def sigmoid(input):
@@ -412,16 +689,35 @@ def _legacy(size_average, reduce, reduction):
     return "sum" if size_average is False else "mean"
 
 
+def _kept_mean(loss, w):
+    """``sum(loss) / sum(w)``, NaN when no weight is left (every target
+    ignored), as torch's; the gradient is then 0 as torch's (the
+    denominator is made safe, the NaN added as a constant)."""
+    total = _T["sum"](w)
+    empty = total == 0
+    safe = _T["where"](empty, total + 1, total)
+    nan = _T["where"](empty, total / total, total * 0).detach()
+    return _T["sum"](loss) / safe + nan
+
+
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
     reduction = _legacy(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     if weight is not None or target.dtype.is_floating_point or input.ndim > 2:
         logp = log_softmax(input, 1)
         if target.dtype.is_floating_point:
+            if ignore_index != -100:
+                raise RuntimeError("cross_entropy: ignore_index is not supported for floating "
+                                   "point target")
+            if tuple(target.shape) != tuple(input.shape):
+                raise RuntimeError(f"cross_entropy: probability targets must have the input's "
+                                   f"shape {tuple(input.shape)}, got {tuple(target.shape)}")
+            if label_smoothing:
+                target = target * (1 - label_smoothing) + label_smoothing / input.shape[1]
             loss = -_T["sum"](logp * target if weight is None else
                               logp * target * weight.reshape(-1, *[1] * (input.ndim - 2)), 1)
-            if label_smoothing:
-                raise NotImplementedError("label_smoothing with probability targets")
             return _reduce(loss, reduction)
         return nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction) \
             if not label_smoothing else _smoothed(logp, target, weight, ignore_index, reduction,
@@ -444,13 +740,13 @@ def _smoothed(logp, target, weight, ignore_index, reduction, eps):
     smooth = smooth * valid
     if reduction == "mean":
         if weight is None:
-            denom = _T["sum"](valid)
+            kept = valid
         else:
             safe = _T["where"](valid_b, target.long(), 0)
             # (safe is in [0, C): nll_loss above checked the targets and weight)
-            denom = _T["sum"](_index_select_in_range(weight.to(logp.dtype), 0, safe.reshape(-1))
-                              * valid.reshape(-1))
-        smooth = _T["sum"](smooth) / denom
+            kept = _index_select_in_range(weight.to(logp.dtype), 0, safe.reshape(-1)) * \
+                valid.reshape(-1)
+        smooth = _kept_mean(smooth, kept)
     elif reduction == "sum":
         smooth = _T["sum"](smooth)
     return nll * (1 - eps) + smooth * eps
@@ -483,7 +779,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
         return loss.reshape(input.shape[:1] + input.shape[2:]) if input.ndim > 2 else loss
     if reduction == "sum":
         return _T["sum"](loss)
-    return _T["sum"](loss) / _T["sum"](w)
+    return _kept_mean(loss, w)
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
@@ -543,8 +839,58 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8,
                      reduce=None, reduction="mean"):
+    """torch's Poisson NLL; ``full`` adds Stirling's approximation of
+    ``log(target!)`` where ``target > 1``."""
     loss = _T["exp"](input) - target * input if log_input else input - target * _T["log"](
         input + eps)
+    if full:
+        big = target > 1
+        t = _T["where"](big, target, 2.0)
+        stirling = t * _T["log"](t) - t + 0.5 * _T["log"](2 * math.pi * t)
+        loss = loss + _T["where"](big, stirling, 0.0)
+    return _reduce(loss, _legacy(size_average, reduce, reduction))
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """torch's Gaussian NLL: ``0.5 * (log(var) + (input - target)^2 / var)``
+    (+ ``0.5 * log(2 pi)`` when ``full``), ``var`` clamped to ``eps`` for the
+    value only (the gradient passes as if unclamped, as torch's)."""
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = var.unsqueeze(-1)
+        elif not (tuple(input.shape[:-1]) == tuple(var.shape[:-1]) and var.shape[-1] == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    if bool(_T["any"](var < 0)):
+        raise ValueError("var has negative entry/entries")
+    var = var + (_T["clamp"](var, min=eps) - var).detach()
+    loss = 0.5 * (_T["log"](var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    loss = _T["log1p"](_T["exp"](-target * input))
+    return _reduce(loss, _legacy(size_average, reduce, reduction))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
+                         reduction="mean"):
+    """``input`` where ``target == 1``, ``max(0, margin - input)`` where
+    ``target == -1`` (torch adds both terms for other targets)."""
+    margin_part = _T["where"](target != 1, _T["clamp"](margin - input, min=0.0), 0.0)
+    self_part = _T["where"](target != -1, input, 0.0)
+    return _reduce(margin_part + self_part, _legacy(size_average, reduce, reduction))
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction="mean"):
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    loss = _T["sum"](loss, input.ndim - 1) / input.shape[-1]
     return _reduce(loss, _legacy(size_average, reduce, reduction))
 
 
@@ -572,6 +918,8 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
                         reduction="mean"):
     dp = pairwise_distance(anchor, positive, p, eps)
     dn = pairwise_distance(anchor, negative, p, eps)
+    if swap:   # the harder negative distance: anchor's or positive's
+        dn = _T["minimum"](dn, pairwise_distance(positive, negative, p, eps))
     return _reduce(_T["clamp"](dp - dn + margin, min=0.0), reduction)
 
 

@@ -660,9 +660,19 @@ class _ConvNd(Module):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError("in_channels and out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode={padding_mode!r} is not supported; pad "
-                                      "with torch.nn.functional.pad first")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"padding_mode must be one of 'zeros', 'reflect', 'replicate' or "
+                             f"'circular', got {padding_mode!r}")
+        if padding_mode != "zeros" and transposed:
+            raise ValueError(f'Only "zeros" padding mode is supported for '
+                             f'{type(self).__name__}')
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                                 "{'valid', 'same'}")
+            if padding == "same" and any(v != 1 for v in ((stride,) * nd if isinstance(
+                    stride, int) else tuple(stride))):
+                raise ValueError("padding='same' is not supported for strided convolutions")
         ks = (kernel_size,) * nd if isinstance(kernel_size, int) else tuple(kernel_size)
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, ks
         self.stride = (stride,) * nd if isinstance(stride, int) else tuple(stride)
@@ -680,6 +690,24 @@ class _ConvNd(Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+
+    def _mode_padded(self, input):
+        """(input, padding): with a padding_mode other than zeros, the input
+        padded by F.pad in that mode and a padding of 0 for the conv."""
+        if self.padding_mode == "zeros":
+            return input, self.padding
+        nd = len(self.kernel_size)
+        if self.padding == "valid":
+            return input, 0
+        if self.padding == "same":
+            tot = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            pairs = [(t // 2, t - t // 2) for t in tot]
+        else:
+            pairs = [(p, p) for p in self.padding]
+        flat = []
+        for lo, hi in reversed(pairs):   # F.pad: last axis first
+            flat += [lo, hi]
+        return F.pad(input, flat, mode=self.padding_mode), (0,) * nd
 
     def reset_parameters(self):
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -706,13 +734,14 @@ class Conv2d(_ConvNd):
                          groups, bias, padding_mode, 2, dtype=dtype)
 
     def forward(self, input):
-        if isinstance(self.padding, str):
-            return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
+        input, padding = self._mode_padded(input)
+        if isinstance(padding, str) or input.ndim != 4:
+            return F.conv2d(input, self.weight, self.bias, self.stride, padding,
                             self.dilation, self.groups)
         b = self._parameters["bias"]
         return _w(_dg.nn.functional.conv2d(input._t, self._parameters["weight"]._t,
                                            None if b is None else b._t, self.stride,
-                                           self.padding, self.dilation, self.groups))
+                                           padding, self.dilation, self.groups))
 
 
 class Conv1d(_ConvNd):
@@ -723,7 +752,8 @@ class Conv1d(_ConvNd):
                          groups, bias, padding_mode, 1, dtype=dtype)
 
     def forward(self, input):
-        p = self.padding if isinstance(self.padding, str) else self.padding[0]
+        input, padding = self._mode_padded(input)
+        p = padding if isinstance(padding, str) else padding[0]
         return F.conv1d(input, self.weight, self.bias, self.stride[0], p, self.dilation[0],
                         self.groups)
 
@@ -750,6 +780,21 @@ class ConvTranspose2d(_ConvNd):
                                   self.output_padding, self.groups, self.dilation)
 
 
+class ConvTranspose1d(_ConvNd):
+    """``torch.nn.ConvTranspose1d`` over ConvTranspose2d with a height of 1."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, 1, True, output_padding, dtype=dtype)
+
+    def forward(self, input, output_size=None):
+        _no_output_size(self, output_size)
+        return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.groups, self.dilation)
+
+
 class Conv3d(_ConvNd):
     """``torch.nn.Conv3d`` over the native Conv3d."""
 
@@ -760,7 +805,8 @@ class Conv3d(_ConvNd):
                          groups, bias, padding_mode, 3, dtype=dtype)
 
     def forward(self, input):
-        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
+        input, padding = self._mode_padded(input)
+        return F.conv3d(input, self.weight, self.bias, self.stride, padding,
                         self.dilation, self.groups)
 
 
@@ -781,57 +827,75 @@ class ConvTranspose3d(_ConvNd):
 
 class _Pool(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
-                 ceil_mode=False, count_include_pad=True, divisor_override=None):
+                 ceil_mode=False):
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = kernel_size if stride is None else stride
         self.padding, self.dilation, self.ceil_mode = padding, dilation, ceil_mode
-        self.count_include_pad = count_include_pad
         self.return_indices = return_indices
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class MaxPool2d(_Pool):
-    def forward(self, input):
-        return _w(_dg.nn.functional.max_pool2d(input._t, self.kernel_size, self.stride,
-                                               self.padding, self.dilation, self.ceil_mode))
-
-
-class MaxPool1d(_Pool):
-    def forward(self, input):
-        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            self.ceil_mode)
-
-
-class AvgPool2d(_Pool):
-    def forward(self, input):
-        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad)
-
-
-class AvgPool1d(_Pool):
-    def forward(self, input):
-        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad)
-
-
-class MaxPool3d(_Pool):
-    """``torch.nn.MaxPool3d`` over the native MaxPool3d (``return_indices``
-    supported)."""
+class _MaxPool(_Pool):
+    _fn = None
 
     def forward(self, input):
-        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            self.ceil_mode, self.return_indices)
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding,
+                              self.dilation, self.ceil_mode, self.return_indices)
 
 
-class AvgPool3d(_Pool):
+class MaxPool1d(_MaxPool):
+    _fn = staticmethod(F.max_pool1d)
+
+
+class MaxPool2d(_MaxPool):
+    _fn = staticmethod(F.max_pool2d)
+
+
+class MaxPool3d(_MaxPool):
+    """``torch.nn.MaxPool3d`` over the native MaxPool3d."""
+
+    _fn = staticmethod(F.max_pool3d)
+
+
+class _AvgPool(Module):
+    _fn = None
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def forward(self, input):
+        extra = () if self.divisor_override is None else (self.divisor_override,)
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding,
+                              self.ceil_mode, self.count_include_pad, *extra)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool1d(_AvgPool):
+    _fn = staticmethod(F.avg_pool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+class AvgPool2d(_AvgPool):
+    _fn = staticmethod(F.avg_pool2d)
+
+
+class AvgPool3d(_AvgPool):
     """``torch.nn.AvgPool3d`` over the native AvgPool3d."""
 
-    def forward(self, input):
-        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad)
+    _fn = staticmethod(F.avg_pool3d)
 
 
 class AdaptiveAvgPool2d(Module):
@@ -848,9 +912,30 @@ class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
         return F.adaptive_avg_pool1d(input, self.output_size)
 
 
-class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
+class AdaptiveMaxPool2d(Module):
+    def __init__(self, output_size, return_indices=False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
     def forward(self, input):
-        return F.adaptive_max_pool2d(input, self.output_size)
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
+    def forward(self, input):
+        return F.adaptive_max_pool1d(input, self.output_size, self.return_indices)
+
+
+class Upsample(Module):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
 
 
 class _BatchNorm(Module):
@@ -922,6 +1007,51 @@ class BatchNorm2d(_BatchNorm):
             raise ValueError(f"expected 4D input (got {input.ndim}D input)")
 
 
+class BatchNorm3d(_BatchNorm):
+    def _check_input_dim(self, input):
+        if input.ndim != 5:
+            raise ValueError(f"expected 5D input (got {input.ndim}D input)")
+
+
+class _InstanceNorm(_BatchNorm):
+    """InstanceNorm1d/2d/3d: per-sample statistics; the running ones (with
+    ``track_running_stats``) move as torch's (``momentum=None`` keeps them)
+    and serve in eval mode. ``num_batches_tracked`` exists but stays 0, as
+    in torch."""
+
+    _rank = 0
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype)
+
+    def forward(self, input):
+        r = self._rank
+        if input.ndim not in (r - 1, r):
+            raise ValueError(f"expected {r - 1}D or {r}D input (got {input.ndim}D input)")
+        if input.ndim == r - 1:
+            return self.forward(input.unsqueeze(0)).squeeze(0)
+        if input.shape[1] != self.num_features and self.affine:
+            raise ValueError(f"expected input's size at dim=1 to match num_features "
+                             f"({self.num_features}), but got: {input.shape[1]}.")
+        return F.instance_norm(input, self.running_mean, self.running_var, self.weight,
+                               self.bias, self.training or not self.track_running_stats,
+                               self.momentum if self.momentum is not None else 0.0, self.eps)
+
+
+class InstanceNorm1d(_InstanceNorm):
+    _rank = 3
+
+
+class InstanceNorm2d(_InstanceNorm):
+    _rank = 4
+
+
+class InstanceNorm3d(_InstanceNorm):
+    _rank = 5
+
+
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
                  device=None, dtype=None):
@@ -965,6 +1095,8 @@ class GroupNorm(Module):
 
 
 class Dropout(Module):
+    _fn = staticmethod(F.dropout)
+
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
         if p < 0 or p > 1:
@@ -972,23 +1104,26 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, input):
-        return F.dropout(input, self.p, self.training)
+        return type(self)._fn(input, self.p, self.training, self.inplace)
 
     def extra_repr(self):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-class Dropout2d(Dropout):
-    def forward(self, input):
-        return F.dropout2d(input, self.p, self.training)
-
-
 class Dropout1d(Dropout):
-    pass
+    _fn = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    _fn = staticmethod(F.dropout2d)
+
+
+class Dropout3d(Dropout):
+    _fn = staticmethod(F.dropout3d)
 
 
 class AlphaDropout(Dropout):
-    pass
+    _fn = staticmethod(F.alpha_dropout)
 
 
 class Embedding(Module):
@@ -1000,7 +1135,8 @@ class Embedding(Module):
         if padding_idx is not None and padding_idx < 0:
             padding_idx += num_embeddings
         self.padding_idx = padding_idx
-        self.max_norm = max_norm
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         if _weight is None:
             self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
             init.normal_(self.weight)
@@ -1012,12 +1148,15 @@ class Embedding(Module):
             self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, **kwargs):
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
+                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
         n, d = embeddings.shape
-        return cls(n, d, padding_idx, _weight=embeddings, _freeze=freeze)
+        return cls(n, d, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                   _weight=embeddings, _freeze=freeze)
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx, self.max_norm)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self):
         return f"{self.num_embeddings}, {self.embedding_dim}"
@@ -1042,49 +1181,69 @@ class Unflatten(Module):
 
 
 # ------------------------------------------------------------- activations
-def _act(name, fn, params=(), inplace_ok=True):
+def _act(name, fn, params=None, inplace=False):
+    """An activation module over ``fn(input, **params)``: the constructor
+    takes ``params`` (by position or name) and, where torch's has it,
+    ``inplace`` after them (passed to ``fn``: the input takes the result)."""
+    params = params or {}
+
     def __init__(self, *args, **kwargs):
         Module.__init__(self)
-        kwargs.pop("inplace", None)
-        vals = dict(zip(params, args[:len(params)]))
-        for (k, default) in params.items() if isinstance(params, dict) else []:
-            setattr(self, k, kwargs.get(k, vals.get(k, default)))
+        names = list(params) + (["inplace"] if inplace else [])
+        if len(args) > len(names):
+            raise TypeError(f"{name}() takes at most {len(names)} arguments, got {len(args)}")
+        vals = dict(zip(names, args))
+        for k in kwargs:
+            if k not in names or k in vals:
+                raise TypeError(f"{name}() got an unexpected or repeated argument {k!r}")
+        vals.update(kwargs)
+        for k, default in params.items():
+            if k not in vals and default is _REQUIRED:
+                raise TypeError(f"{name}() missing required argument {k!r}")
+            setattr(self, k, vals.get(k, default))
+        if inplace:
+            self.inplace = bool(vals.get("inplace", False))
 
     def forward(self, input):
-        return fn(input, **{k: getattr(self, k) for k in (params or {})})
+        kw = {k: getattr(self, k) for k in params}
+        if inplace:
+            kw["inplace"] = self.inplace
+        return fn(input, **kw)
 
     def extra_repr(self):
-        return ", ".join(f"{k}={getattr(self, k)}" for k in (params or {}))
+        return ", ".join(f"{k}={getattr(self, k)}" for k in params)
     cls = type(name, (Module,), {"__init__": __init__, "forward": forward,
                                  "extra_repr": extra_repr})
     return cls
 
 
-ReLU = _act("ReLU", lambda x: F.relu(x))
-ReLU6 = _act("ReLU6", lambda x: F.relu6(x))
-Sigmoid = _act("Sigmoid", lambda x: F.sigmoid(x))
-Tanh = _act("Tanh", lambda x: F.tanh(x))
-SiLU = _act("SiLU", lambda x: F.silu(x))
-Mish = _act("Mish", lambda x: F.mish(x))
-SELU = _act("SELU", lambda x: F.selu(x))
-Softsign = _act("Softsign", lambda x: F.softsign(x))
-LogSigmoid = _act("LogSigmoid", lambda x: F.logsigmoid(x))
-Hardsigmoid = _act("Hardsigmoid", lambda x: F.hardsigmoid(x))
-Hardswish = _act("Hardswish", lambda x: F.hardswish(x))
-Tanhshrink = _act("Tanhshrink", lambda x: F.tanhshrink(x))
-LeakyReLU = _act("LeakyReLU", lambda x, negative_slope: F.leaky_relu(x, negative_slope),
-                 {"negative_slope": 0.01})
-ELU = _act("ELU", lambda x, alpha: F.elu(x, alpha), {"alpha": 1.0})
-CELU = _act("CELU", lambda x, alpha: F.celu(x, alpha), {"alpha": 1.0})
-GELU = _act("GELU", lambda x, approximate: F.gelu(x, approximate), {"approximate": "none"})
-Softplus = _act("Softplus", lambda x, beta, threshold: F.softplus(x, beta, threshold),
-                {"beta": 1.0, "threshold": 20.0})
-Hardtanh = _act("Hardtanh", lambda x, min_val, max_val: F.hardtanh(x, min_val, max_val),
-                {"min_val": -1.0, "max_val": 1.0})
-Softmax = _act("Softmax", lambda x, dim: F.softmax(x, dim), {"dim": None})
-LogSoftmax = _act("LogSoftmax", lambda x, dim: F.log_softmax(x, dim), {"dim": None})
-Softmin = _act("Softmin", lambda x, dim: F.softmin(x, dim), {"dim": None})
-GLU = _act("GLU", lambda x, dim: F.glu(x, dim), {"dim": -1})
+_REQUIRED = object()
+ReLU = _act("ReLU", F.relu, inplace=True)
+ReLU6 = _act("ReLU6", F.relu6, inplace=True)
+Sigmoid = _act("Sigmoid", F.sigmoid)
+Tanh = _act("Tanh", F.tanh)
+SiLU = _act("SiLU", F.silu, inplace=True)
+Mish = _act("Mish", F.mish, inplace=True)
+SELU = _act("SELU", F.selu, inplace=True)
+Softsign = _act("Softsign", F.softsign)
+LogSigmoid = _act("LogSigmoid", F.logsigmoid)
+Hardsigmoid = _act("Hardsigmoid", F.hardsigmoid, inplace=True)
+Hardswish = _act("Hardswish", F.hardswish, inplace=True)
+Tanhshrink = _act("Tanhshrink", F.tanhshrink)
+LeakyReLU = _act("LeakyReLU", F.leaky_relu, {"negative_slope": 0.01}, inplace=True)
+ELU = _act("ELU", F.elu, {"alpha": 1.0}, inplace=True)
+CELU = _act("CELU", F.celu, {"alpha": 1.0}, inplace=True)
+GELU = _act("GELU", F.gelu, {"approximate": "none"})
+Softplus = _act("Softplus", F.softplus, {"beta": 1.0, "threshold": 20.0})
+Hardtanh = _act("Hardtanh", F.hardtanh, {"min_val": -1.0, "max_val": 1.0}, inplace=True)
+Threshold = _act("Threshold", F.threshold, {"threshold": _REQUIRED, "value": _REQUIRED},
+                 inplace=True)
+Hardshrink = _act("Hardshrink", F.hardshrink, {"lambd": 0.5})
+Softshrink = _act("Softshrink", F.softshrink, {"lambd": 0.5})
+Softmax = _act("Softmax", F.softmax, {"dim": None})
+LogSoftmax = _act("LogSoftmax", F.log_softmax, {"dim": None})
+Softmin = _act("Softmin", F.softmin, {"dim": None})
+GLU = _act("GLU", F.glu, {"dim": -1})
 
 
 class PReLU(Module):
@@ -1181,6 +1340,7 @@ SmoothL1Loss = _simple_loss("SmoothL1Loss", F.smooth_l1_loss, {"beta": 1.0})
 HuberLoss = _simple_loss("HuberLoss", F.huber_loss, {"delta": 1.0})
 KLDivLoss = _simple_loss("KLDivLoss", F.kl_div, {"log_target": False})
 BCELoss = _simple_loss("BCELoss", F.binary_cross_entropy, {"weight": None})
+SoftMarginLoss = _simple_loss("SoftMarginLoss", F.soft_margin_loss)
 
 
 class BCEWithLogitsLoss(_Loss):
@@ -1218,8 +1378,47 @@ class TripletMarginLoss(_Loss):
     def __init__(self, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None,
                  reduce=None, reduction="mean"):
         super().__init__(size_average, reduce, reduction)
-        self.margin, self.p, self.eps = margin, p, eps
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
 
     def forward(self, a, p, n):
-        return F.triplet_margin_loss(a, p, n, self.margin, self.p, self.eps,
+        return F.triplet_margin_loss(a, p, n, self.margin, self.p, self.eps, self.swap,
                                      reduction=self.reduction)
+
+
+class PoissonNLLLoss(_Loss):
+    def __init__(self, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                 reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, input, target):
+        return F.poisson_nll_loss(input, target, self.log_input, self.full, eps=self.eps,
+                                  reduction=self.reduction)
+
+
+class GaussianNLLLoss(_Loss):
+    def __init__(self, *, full=False, eps=1e-6, reduction="mean"):
+        super().__init__(reduction=reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input, target, var):
+        return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class HingeEmbeddingLoss(_Loss):
+    def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input, target):
+        return F.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
+
+
+class MultiLabelSoftMarginLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+    def forward(self, input, target):
+        return F.multilabel_soft_margin_loss(input, target, self.weight,
+                                             reduction=self.reduction)

@@ -38,6 +38,13 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        if is_causal and attn_mask is None:
+            raise RuntimeError("MultiheadAttention: need attn_mask if specifying the is_causal "
+                               "hint (is_causal only says that attn_mask is the causal mask; "
+                               "pass the mask, e.g. torch.triu(ones(L, S, dtype=bool), 1))")
+        if is_causal and key_padding_mask is None and not need_weights:
+            # torch takes the hint as is: attn_mask stands for the causal mask
+            attn_mask = None
         batched = query.ndim == 3
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)

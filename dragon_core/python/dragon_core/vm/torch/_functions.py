@@ -374,7 +374,11 @@ def remainder(input, other):
 @_both
 def fmod(input, other):
     """``torch.fmod``: the native Fmod, C's sign rule (the sign of
-    ``input``). Differentiable."""
+    ``input``). Differentiable. ``input`` must be a Tensor (torch has no
+    fmod(Number, Tensor); ``remainder`` has)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"fmod(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
     return _int_division("fmod", input, other, "fmod", grad="native")
 
 
@@ -392,7 +396,26 @@ def pow(input, exponent):
         dt = D.result_type(input, exponent)
         return _w(_ops.pow(_cast(t, dt), _as_dg(exponent, dt)))
     dt = D.result_type(input, exponent)
+    if isinstance(exponent, Tensor) and not dt.is_floating_point and dt.name != "bool":
+        return _int_pow_tensor(input, exponent, dt)
     return _binary("pow", input, exponent, dt)
+
+
+def _int_pow_tensor(input, exponent, dt):
+    """Integer ``a ** b`` with a tensor exponent, torch's rule for b < 0
+    (dragon_core's Pow raises there, as NumPy): 1 ** b = 1,
+    (-1) ** b = +-1 by the parity of b, any other base (0 included) gives 0.
+    A Python-scalar negative exponent raises as torch does (above)."""
+    dev = exponent._t.device
+    a, b = _as_dg(input, dt, dev), _as_dg(exponent, dt, dev)
+    neg = _ops.less(b, 0)
+    pos = _ops.pow(a, _ops.where(neg, _ops.mul(b, 0), b))
+    one = _ops.add(_ops.mul(pos, 0), 1)
+    odd = _ops.not_equal(_ops.mod(b, 2), 0)
+    minus1 = _ops.where(odd, _ops.neg(one), one)
+    is_m1 = _ops.equal(a, -1) if dt.is_signed else _ops.logical_and(neg, False)
+    small = _ops.where(_ops.equal(a, 1), one, _ops.where(is_m1, minus1, _ops.mul(one, 0)))
+    return _w(_ops.where(neg, small, pos))
 
 
 _EXPORTS["float_power"] = lambda input, exponent: pow(
@@ -445,25 +468,48 @@ def fmin(input, other):
     return _fminmax("fmin", input, other)
 
 
+def _sign_bit(t, ones):
+    """Whether each element of float tensor ``t`` has its sign bit set:
+    below zero, or -0.0 (1 / -0.0 is -inf)."""
+    return _ops.logical_or(_ops.less(t, 0.0), _ops.less(_ops.div(ones, t), 0.0))
+
+
 @_both
 def atan2(input, other):
-    """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], from the
-    native Atan with the quadrant fixed by where; differentiable (the
-    gradient is that of atan(y/x) plus a constant per quadrant)."""
+    """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], as C's
+    atan2, from the native Atan of a ratio of at most 1 in magnitude:
+    atan(y / x) (+-pi where x < 0) when |x| >= |y|, else
+    +-pi/2 - atan(x / y). Infinities as C's (atan2(y, -inf) = +-pi for a
+    finite y, atan2(+-inf, +-inf) = +-pi/4 or +-3pi/4), signed zeros as C's
+    ((+-0, +0) -> +-0, (+-0, -0) -> +-pi); float16 / bfloat16 computed in
+    float32 and rounded once, as torch. Differentiable: the branch not taken
+    divides by a safe 1, so its gradient is never NaN."""
     _tensor_pair("atan2", input, other)
     dt = _float_dt(input, other)
-    ref = input if isinstance(input, Tensor) else other
-    dev = ref._t.device if isinstance(ref, Tensor) else None
-    y, x = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
-    base = _ops.atan(_ops.div(y, x))
-    # signed zeros as C's atan2: (+-0, +0) -> +-0, (+-0, -0) -> +-pi
+    work = D.DTYPES["float32"] if dt.itemsize == 2 else dt
+    dev = input._t.device
+    y, x = _as_dg(input, work, dev), _as_dg(other, work, dev)
+    ones = _ops.add(_ops.mul(_ops.add(y, x), 0.0), 1.0)   # broadcast shape (NaN where y+x is)
+    ones = _ops.where(_ops.isnan(ones), 1.0, ones)
+    both_inf = _ops.logical_and(_ops.isinf(y), _ops.isinf(x))
+    # two infinities: the angle of (+-1, +-1)
+    m1 = _ops.neg(ones)
+    y = _ops.where(both_inf, _ops.where(_sign_bit(y, ones), m1, ones), y)
+    x = _ops.where(both_inf, _ops.where(_sign_bit(x, ones), m1, ones), x)
+    ay, ax = _ops.abs(y), _ops.abs(x)
+    near_x = _ops.logical_not(_ops.greater(ay, ax))   # |x| >= |y| (NaN: the other branch)
     both0 = _ops.logical_and(_ops.equal(y, 0.0), _ops.equal(x, 0.0))
-    base = _ops.where(both0, y, base)
-    ones = _ops.add(_ops.mul(base, 0.0), 1.0)
-    y_neg = _ops.less(_ops.div(ones, y), 0.0)   # sign bit (1/-0 = -inf)
-    x_neg = _ops.less(_ops.div(ones, x), 0.0)
+    y_neg = _sign_bit(y, ones)
     pi = _ops.where(y_neg, _ops.mul(ones, -math.pi), _ops.mul(ones, math.pi))
-    return _w(_ops.where(x_neg, _ops.add(base, pi), base))
+    # |x| >= |y|: atan(y / x), y itself (+-0) for two zeros; +-pi where x < 0
+    x_safe = _ops.where(_ops.logical_and(near_x, _ops.logical_not(both0)), x, ones)
+    r = _ops.atan(_ops.div(y, x_safe))
+    r = _ops.where(both0, y, r)
+    r = _ops.where(_sign_bit(x, ones), _ops.add(r, pi), r)
+    # |y| > |x|: +-pi/2 - atan(x / y)
+    y_safe = _ops.where(near_x, ones, y)
+    s = _ops.sub(_ops.mul(pi, 0.5), _ops.atan(_ops.div(x, y_safe)))
+    return _w(_cast(_ops.where(near_x, r, s), dt))
 
 
 @_both
@@ -567,7 +613,10 @@ def hypot(input, other):
             f"hypot: not implemented for {input.dtype} and {other.dtype} inputs (torch has "
             "no integer hypot); convert one to a floating dtype")
     dt = _float_dt(input, other)   # computed in the promoted dtype (f32 with f64: f64)
-    a, b = _tensor_of(input).to(dt), _tensor_of(other).to(dt)
+    # float16 / bfloat16 in float32, rounded once at the end (as torch: the
+    # scaled 16-bit steps were up to an ulp off, hypot(3, 5) = 5.8125 in bf16)
+    work = D.DTYPES["float32"] if dt.itemsize == 2 else dt
+    a, b = _tensor_of(input).to(work), _tensor_of(other).to(work)
     # Scaled by s = max(|a|, |b|), held constant for autograd (the gradient
     # stays a / hypot, b / hypot): a plain sqrt(a^2 + b^2) overflows to inf
     # from ~1.8e19 in float32 and underflows to 0 below ~1e-23. An infinite
@@ -577,7 +626,7 @@ def hypot(input, other):
     s = maximum(ad, bd)
     s = where(logical_or(logical_or(isnan(s), isinf(s)), s == 0), ones_like(s), s)
     h = mul(sqrt(add(square(div(a, s)), square(div(b, s)))), s)
-    return where(logical_or(isinf(ad), isinf(bd)), full_like(h, math.inf), h)
+    return where(logical_or(isinf(ad), isinf(bd)), full_like(h, math.inf), h).to(dt)
 
 
 # ------------------------------------------------------------ comparisons

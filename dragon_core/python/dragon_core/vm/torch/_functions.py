@@ -384,6 +384,9 @@ def fmod(input, other):
 
 @_both
 def pow(input, exponent):
+    if isinstance(input, Tensor) and isinstance(exponent, bool) and input.dtype.name == "bool":
+        # torch: a bool tensor to a Python bool stays bool (x ** True is x, x ** False all True)
+        return _w(_ops.logical_or(input._t, not exponent))
     if isinstance(input, Tensor) and isinstance(exponent, numbers.Number) \
             and not isinstance(exponent, bool):
         t = _cast(input._t, D.result_type(input, exponent))
@@ -2354,6 +2357,17 @@ def apply_(self, fn):
 _NO_FULL_OVERLAP = ("scatter", "scatter_add", "index_add")
 
 
+def _check_cast_back(name, self, out):
+    """torch's in-place rule: the result's dtype must cast back to
+    ``self``'s by category (bool < integer < float): ``bool_x.add_(1)``,
+    ``int_x.mul_(0.5)`` raise instead of being cast (an integer result went
+    silently into a bool tensor)."""
+    if isinstance(out, Tensor) and out.dtype._cat > self.dtype._cat:
+        raise RuntimeError(f"{name}_: result type {out.dtype.name} can't be cast to the desired "
+                           f"output type {self.dtype.name} (self: {self.dtype} tensor of shape "
+                           f"{list(self.shape)})")
+
+
 def _make_inplace(name):
     fn = getattr(Tensor, name)
 
@@ -2374,7 +2388,9 @@ def _make_inplace(name):
                             "the written-to tensor refer to a single memory location. "
                             f"Please clone() the tensor before performing the operation. "
                             f"({name}_ of a {list(self.shape)} tensor with itself as input)")
-        return _inplace(self, fn(self, *args, **kwargs), srcs=srcs)
+        out = fn(self, *args, **kwargs)
+        _check_cast_back(name, self, out)
+        return _inplace(self, out, srcs=srcs)
     method.__name__ = name + "_"
     method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
     if not hasattr(Tensor, name + "_"):
@@ -2388,8 +2404,10 @@ for _n in ("add", "sub", "mul", "div", "pow", "exp", "log", "log1p", "sqrt", "rs
            "maximum", "minimum", "scatter", "scatter_add", "index_add", "tril", "triu",
            "floor_divide", "expm1", "log2", "log10", "tan", "where", "nan_to_num",
            "subtract", "multiply", "divide", "true_divide", "eq", "ne", "lt", "le", "gt", "ge",
-           "masked_scatter", "exp2", "hypot"):
-    _make_inplace(_n)
+           "masked_scatter", "exp2", "hypot", "atan2", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "copysign", "xlogy"):
+    if hasattr(Tensor, _n):
+        _make_inplace(_n)
 
 
 def _squeeze_(self, dim=None):

@@ -1,4 +1,5 @@
-// Reductions: Sum, Prod, Max, Min, Mean, Var, Std, LogSumExp.
+// Reductions: Sum, Prod, Max, Min (bool: any, all), Mean, Var, Std,
+// LogSumExp.
 //
 // Every op is one or two passes of a primitive fold (add, multiply, max or
 // min) of a per-element map (the value itself, its squared deviation from a
@@ -605,8 +606,10 @@ template <typename Op, typename T>
 void Extreme(dg::KernelContext& ctx) {
   const Input<T> in = Prepare<T>(ctx);
   const ReduceLayout& l = in.layout;
-  // Floats: an empty reduction is the fold's identity, -inf / +inf (ONNX).
-  DG_CHECK(l.num_red > 0 || l.num_out == 0 || std::is_floating_point_v<T>,
+  // Floats: an empty reduction is the fold's identity, -inf / +inf (ONNX);
+  // bool: false / true (any / all of nothing).
+  DG_CHECK(l.num_red > 0 || l.num_out == 0 || std::is_floating_point_v<T> ||
+               (std::is_same_v<T, bool>),
            DG_INVALID_ARGUMENT, ctx.op_name(),
            ": zero-size reduction of an input of shape ",
            ShapeStr(ctx.input(0).shape()), " has no identity");
@@ -795,10 +798,12 @@ DG_KERNEL_EX("Sum", "cpu", 0, kStrided, Sum, float, double, int8_t, int16_t,
              int32_t, int64_t, uint8_t, bool, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Prod", "cpu", 0, kStrided, Prod, float, double, int8_t, int16_t,
              int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
+// bool Max / Min are any / all: the same vectorised, threaded fold over
+// the bytes (0 or 1), read through their strides.
 DG_KERNEL_EX("Max", "cpu", 0, kStrided, Max, float, double, int8_t, int16_t,
-             int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
+             int32_t, int64_t, uint8_t, bool, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Min", "cpu", 0, kStrided, Min, float, double, int8_t, int16_t,
-             int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t);
+             int32_t, int64_t, uint8_t, bool, uint16_t, uint32_t, uint64_t);
 DG_KERNEL_EX("Mean", "cpu", 0, kStrided, Mean, float, double);
 DG_KERNEL_EX("Var", "cpu", 0, kStrided, Var, float, double);
 DG_KERNEL_EX("Std", "cpu", 0, kStrided, Std, float, double);

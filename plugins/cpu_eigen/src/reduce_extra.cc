@@ -1,7 +1,7 @@
 // Reductions (docs/ops.md, "Reductions") for the dtypes reduce.cc and
 // argreduce.cc do not serve: float16 / bfloat16 (Sum, Prod, Mean, Max, Min,
 // Var, Std, LogSumExp accumulated in double and rounded once to the output;
-// ArgMax, ArgMin); and bool Max / Min (any / all; empty: false / true).
+// ArgMax, ArgMin). (bool Max / Min, any / all, are reduce.cc's folds.)
 //
 // One plain walk: the input arrives contiguous, each element adds into its
 // output's accumulator, whose offset an odometer over the input's
@@ -223,32 +223,6 @@ void HalfArgMin(dg::KernelContext& ctx) { HalfArgExtreme<false, T>(ctx); }
 
 DG_KERNEL("ArgMax", "cpu", HalfArgMax, CPU_EIGEN_HALF_TYPES);
 DG_KERNEL("ArgMin", "cpu", HalfArgMin, CPU_EIGEN_HALF_TYPES);
-
-// ------------------------------------------------------------- bool Max/Min
-
-// Max is any(), Min all(); an empty reduction gives the identity.
-template <bool kMax>
-void BoolExtreme(dg::KernelContext& ctx) {
-  const Plan p = MakePlan(ctx);
-  const bool* x = ctx.input(0).data<const bool>();
-  bool* y = ctx.output(0).data<bool>();
-  for (int64_t o = 0; o < p.num_out; ++o) y[o] = !kMax;
-  Walk(p.shape, p.reduce, p.n, [&](int64_t i, int64_t o) {
-    if (kMax) {
-      y[o] = y[o] || x[i];
-    } else {
-      y[o] = y[o] && x[i];
-    }
-  });
-}
-
-template <typename T>
-void BoolMax(dg::KernelContext& ctx) { BoolExtreme<true>(ctx); }
-template <typename T>
-void BoolMin(dg::KernelContext& ctx) { BoolExtreme<false>(ctx); }
-
-DG_KERNEL("Max", "cpu", BoolMax, bool);
-DG_KERNEL("Min", "cpu", BoolMin, bool);
 
 }  // namespace
 }  // namespace cpu_eigen

@@ -31,6 +31,39 @@ def _np_c(arr):
 
 
 
+def _int_seq(op: str, name: str, value, pos=None, one_int: bool = False) -> list:
+    """A ``tuple of ints`` argument as torch's argument parser reads it: a
+    list, tuple or ``Size`` of ints (0-d integer tensors included). A bare
+    int is accepted only where torch's signature takes ``int[1]``
+    (``one_int``: ``roll``'s shifts and dims, a reduction's dim); floats,
+    bools, sets, arrays and tensors raise TypeError naming the op, as in
+    torch (``torch.flip(x, 0)`` raises; ``x.flip(0)`` is the method's
+    varargs form)."""
+    where = f"argument '{name}'" + (f" (position {pos})" if pos else "")
+    if isinstance(value, (numbers.Integral, np.integer)) \
+            and not isinstance(value, (bool, np.bool_, Tensor)):
+        if one_int:
+            return [int(value)]
+        raise TypeError(f"{op}(): {where} must be tuple of ints, not {type(value).__name__}")
+    if not isinstance(value, (list, tuple)):
+        kind = type(value).__name__
+        if isinstance(value, np.ndarray):
+            kind = "numpy.ndarray"
+        raise TypeError(f"{op}(): {where} must be tuple of ints, not {kind}")
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, Tensor) and v.ndim == 0 and not v.dtype.is_floating_point \
+                and v.dtype.name != "bool":
+            out.append(int(v))
+            continue
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)) \
+                or isinstance(v, Tensor):
+            raise TypeError(f"{op}(): {where} must be tuple of ints, but found element of type "
+                            f"{type(v).__name__} at pos {i}")
+        out.append(int(v))
+    return out
+
+
 def _export(fn):
     _EXPORTS[fn.__name__] = fn
     return fn
@@ -341,12 +374,19 @@ def remainder(input, other):
 @_both
 def fmod(input, other):
     """``torch.fmod``: the native Fmod, C's sign rule (the sign of
-    ``input``). Differentiable."""
+    ``input``). Differentiable. ``input`` must be a Tensor (torch has no
+    fmod(Number, Tensor); ``remainder`` has)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"fmod(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
     return _int_division("fmod", input, other, "fmod", grad="native")
 
 
 @_both
 def pow(input, exponent):
+    if isinstance(input, Tensor) and isinstance(exponent, bool) and input.dtype.name == "bool":
+        # torch: a bool tensor to a Python bool stays bool (x ** True is x, x ** False all True)
+        return _w(_ops.logical_or(input._t, not exponent))
     if isinstance(input, Tensor) and isinstance(exponent, numbers.Number) \
             and not isinstance(exponent, bool):
         t = _cast(input._t, D.result_type(input, exponent))
@@ -359,7 +399,26 @@ def pow(input, exponent):
         dt = D.result_type(input, exponent)
         return _w(_ops.pow(_cast(t, dt), _as_dg(exponent, dt)))
     dt = D.result_type(input, exponent)
+    if isinstance(exponent, Tensor) and not dt.is_floating_point and dt.name != "bool":
+        return _int_pow_tensor(input, exponent, dt)
     return _binary("pow", input, exponent, dt)
+
+
+def _int_pow_tensor(input, exponent, dt):
+    """Integer ``a ** b`` with a tensor exponent, torch's rule for b < 0
+    (dragon_core's Pow raises there, as NumPy): 1 ** b = 1,
+    (-1) ** b = +-1 by the parity of b, any other base (0 included) gives 0.
+    A Python-scalar negative exponent raises as torch does (above)."""
+    dev = exponent._t.device
+    a, b = _as_dg(input, dt, dev), _as_dg(exponent, dt, dev)
+    neg = _ops.less(b, 0)
+    pos = _ops.pow(a, _ops.where(neg, _ops.mul(b, 0), b))
+    one = _ops.add(_ops.mul(pos, 0), 1)
+    odd = _ops.not_equal(_ops.mod(b, 2), 0)
+    minus1 = _ops.where(odd, _ops.neg(one), one)
+    is_m1 = _ops.equal(a, -1) if dt.is_signed else _ops.logical_and(neg, False)
+    small = _ops.where(_ops.equal(a, 1), one, _ops.where(is_m1, minus1, _ops.mul(one, 0)))
+    return _w(_ops.where(neg, small, pos))
 
 
 _EXPORTS["float_power"] = lambda input, exponent: pow(
@@ -412,25 +471,48 @@ def fmin(input, other):
     return _fminmax("fmin", input, other)
 
 
+def _sign_bit(t, ones):
+    """Whether each element of float tensor ``t`` has its sign bit set:
+    below zero, or -0.0 (1 / -0.0 is -inf)."""
+    return _ops.logical_or(_ops.less(t, 0.0), _ops.less(_ops.div(ones, t), 0.0))
+
+
 @_both
 def atan2(input, other):
-    """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], from the
-    native Atan with the quadrant fixed by where; differentiable (the
-    gradient is that of atan(y/x) plus a constant per quadrant)."""
+    """``torch.atan2(y, x)``: the angle of (x, y) in [-pi, pi], as C's
+    atan2, from the native Atan of a ratio of at most 1 in magnitude:
+    atan(y / x) (+-pi where x < 0) when |x| >= |y|, else
+    +-pi/2 - atan(x / y). Infinities as C's (atan2(y, -inf) = +-pi for a
+    finite y, atan2(+-inf, +-inf) = +-pi/4 or +-3pi/4), signed zeros as C's
+    ((+-0, +0) -> +-0, (+-0, -0) -> +-pi); float16 / bfloat16 computed in
+    float32 and rounded once, as torch. Differentiable: the branch not taken
+    divides by a safe 1, so its gradient is never NaN."""
     _tensor_pair("atan2", input, other)
     dt = _float_dt(input, other)
-    ref = input if isinstance(input, Tensor) else other
-    dev = ref._t.device if isinstance(ref, Tensor) else None
-    y, x = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
-    base = _ops.atan(_ops.div(y, x))
-    # signed zeros as C's atan2: (+-0, +0) -> +-0, (+-0, -0) -> +-pi
+    work = D.DTYPES["float32"] if dt.itemsize == 2 else dt
+    dev = input._t.device
+    y, x = _as_dg(input, work, dev), _as_dg(other, work, dev)
+    ones = _ops.add(_ops.mul(_ops.add(y, x), 0.0), 1.0)   # broadcast shape (NaN where y+x is)
+    ones = _ops.where(_ops.isnan(ones), 1.0, ones)
+    both_inf = _ops.logical_and(_ops.isinf(y), _ops.isinf(x))
+    # two infinities: the angle of (+-1, +-1)
+    m1 = _ops.neg(ones)
+    y = _ops.where(both_inf, _ops.where(_sign_bit(y, ones), m1, ones), y)
+    x = _ops.where(both_inf, _ops.where(_sign_bit(x, ones), m1, ones), x)
+    ay, ax = _ops.abs(y), _ops.abs(x)
+    near_x = _ops.logical_not(_ops.greater(ay, ax))   # |x| >= |y| (NaN: the other branch)
     both0 = _ops.logical_and(_ops.equal(y, 0.0), _ops.equal(x, 0.0))
-    base = _ops.where(both0, y, base)
-    ones = _ops.add(_ops.mul(base, 0.0), 1.0)
-    y_neg = _ops.less(_ops.div(ones, y), 0.0)   # sign bit (1/-0 = -inf)
-    x_neg = _ops.less(_ops.div(ones, x), 0.0)
+    y_neg = _sign_bit(y, ones)
     pi = _ops.where(y_neg, _ops.mul(ones, -math.pi), _ops.mul(ones, math.pi))
-    return _w(_ops.where(x_neg, _ops.add(base, pi), base))
+    # |x| >= |y|: atan(y / x), y itself (+-0) for two zeros; +-pi where x < 0
+    x_safe = _ops.where(_ops.logical_and(near_x, _ops.logical_not(both0)), x, ones)
+    r = _ops.atan(_ops.div(y, x_safe))
+    r = _ops.where(both0, y, r)
+    r = _ops.where(_sign_bit(x, ones), _ops.add(r, pi), r)
+    # |y| > |x|: +-pi/2 - atan(x / y)
+    y_safe = _ops.where(near_x, ones, y)
+    s = _ops.sub(_ops.mul(pi, 0.5), _ops.atan(_ops.div(x, y_safe)))
+    return _w(_cast(_ops.where(near_x, r, s), dt))
 
 
 @_both
@@ -534,7 +616,10 @@ def hypot(input, other):
             f"hypot: not implemented for {input.dtype} and {other.dtype} inputs (torch has "
             "no integer hypot); convert one to a floating dtype")
     dt = _float_dt(input, other)   # computed in the promoted dtype (f32 with f64: f64)
-    a, b = _tensor_of(input).to(dt), _tensor_of(other).to(dt)
+    # float16 / bfloat16 in float32, rounded once at the end (as torch: the
+    # scaled 16-bit steps were up to an ulp off, hypot(3, 5) = 5.8125 in bf16)
+    work = D.DTYPES["float32"] if dt.itemsize == 2 else dt
+    a, b = _tensor_of(input).to(work), _tensor_of(other).to(work)
     # Scaled by s = max(|a|, |b|), held constant for autograd (the gradient
     # stays a / hypot, b / hypot): a plain sqrt(a^2 + b^2) overflows to inf
     # from ~1.8e19 in float32 and underflows to 0 below ~1e-23. An infinite
@@ -544,7 +629,7 @@ def hypot(input, other):
     s = maximum(ad, bd)
     s = where(logical_or(logical_or(isnan(s), isinf(s)), s == 0), ones_like(s), s)
     h = mul(sqrt(add(square(div(a, s)), square(div(b, s)))), s)
-    return where(logical_or(isinf(ad), isinf(bd)), full_like(h, math.inf), h)
+    return where(logical_or(isinf(ad), isinf(bd)), full_like(h, math.inf), h).to(dt)
 
 
 # ------------------------------------------------------------ comparisons
@@ -630,12 +715,14 @@ def _red_input(input, dtype, name):
     return t
 
 
-def _axes(dim, n):
+def _axes(dim, n, op: str = "reduction"):
     """The axes of a reduction's ``dim``: torch reduces every axis for
     ``None`` and for an empty ``()``/``[]`` too (NumPy's empty axis tuple
     reduces nothing)."""
     if isinstance(dim, (tuple, list)) and len(dim) == 0:
         return None
+    if dim is not None:   # a float or bool dim raises as in torch (int() would truncate it)
+        dim = _int_seq(op, "dim", dim, one_int=True)
     d = _dims(dim, n)
     return d
 
@@ -645,7 +732,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
     t = _red_input(input, dtype, "sum")
     if dtype is None and not D.BY_CODE[t._dtype_code].is_floating_point:
         t = _cast(t, D.DTYPES["int64"])
-    return _w(_ops.sum(t, _axes(dim, t.ndim), keepdim))
+    return _w(_ops.sum(t, _axes(dim, t.ndim, "sum"), keepdim))
 
 
 @_both
@@ -659,7 +746,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     if not D.BY_CODE[t._dtype_code].is_floating_point:
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
                            f"a floating point or complex dtype. Got: {input.dtype.name.title()}")
-    return _w(_ops.mean(t, _axes(dim, t.ndim), keepdim))
+    return _w(_ops.mean(t, _axes(dim, t.ndim, "mean"), keepdim))
 
 
 @_both
@@ -667,7 +754,7 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
     t = _red_input(input, dtype, "prod")
     if dtype is None and not D.BY_CODE[t._dtype_code].is_floating_point:
         t = _cast(t, D.DTYPES["int64"])
-    return _w(_ops.prod(t, _axes(dim, t.ndim), keepdim))
+    return _w(_ops.prod(t, _axes(dim, t.ndim, "prod"), keepdim))
 
 
 def _correction(unbiased, correction):
@@ -681,7 +768,7 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
     t = _float_t(input._t)
-    return _w(_ops.std(t, _axes(dim, t.ndim), keepdim, _correction(unbiased, correction)))
+    return _w(_ops.std(t, _axes(dim, t.ndim, "std"), keepdim, _correction(unbiased, correction)))
 
 
 @_both
@@ -689,7 +776,7 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
     t = _float_t(input._t)
-    return _w(_ops.var(t, _axes(dim, t.ndim), keepdim, _correction(unbiased, correction)))
+    return _w(_ops.var(t, _axes(dim, t.ndim, "var"), keepdim, _correction(unbiased, correction)))
 
 
 @_export
@@ -713,7 +800,7 @@ def logsumexp(input, dim, keepdim=False):
     if t.ndim == 0:   # torch: dim 0 / -1 of a 0-d tensor is the element itself
         _dims(dim, 1)
         return _w(_ops.reshape(_ops.logsumexp(_ops.reshape(t, [1]), [0]), []))
-    return _w(_ops.logsumexp(t, _axes(dim, t.ndim), keepdim))
+    return _w(_ops.logsumexp(t, _axes(dim, t.ndim, "logsumexp"), keepdim))
 
 
 def _no_empty_reduction(name, t, axes):
@@ -725,7 +812,7 @@ def _no_empty_reduction(name, t, axes):
 @_both
 def amax(input, dim=(), keepdim=False):
     t = input._t
-    axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    axes = None if dim in ((), None, []) else _axes(dim, t.ndim, "amax")
     _no_empty_reduction("amax", t, axes)
     return _w(_ops.max(t, axes, keepdim))
 
@@ -733,7 +820,7 @@ def amax(input, dim=(), keepdim=False):
 @_both
 def amin(input, dim=(), keepdim=False):
     t = input._t
-    axes = None if dim in ((), None, []) else _axes(dim, t.ndim)
+    axes = None if dim in ((), None, []) else _axes(dim, t.ndim, "amin")
     _no_empty_reduction("amin", t, axes)
     return _w(_ops.min(t, axes, keepdim))
 
@@ -805,35 +892,61 @@ def argmin(input, dim=None, keepdim=False):
     return _w(_cast(_ops.argmin(t, _dim(dim, t.ndim), keepdim), D.DTYPES["int64"]))
 
 
-def _truth_count(input, dim, keepdim, want):
-    """How many elements along ``dim`` are ``want`` (true: != 0, NaN
-    included; false: == 0), as int64, over every dtype and empty axes."""
+_BOOL_EXTREMA: dict = {}
+
+
+def _bool_extrema_on(device_type: str) -> bool:
+    """Whether ``device_type`` has bool Max and Min kernels (cpu_eigen's
+    any/all folds); read once per device type from the kernel registry."""
+    ok = _BOOL_EXTREMA.get(device_type)
+    if ok is None:
+        from dragon_core import plugins
+        ok = builtins.all(builtins.any(k["device"] == device_type and k["dtypes"] == "bool"
+                                       for k in plugins.kernels(op)) for op in ("Max", "Min"))
+        _BOOL_EXTREMA[device_type] = ok
+    return ok
+
+
+def _truth(input, dim, keepdim, want_all):
+    """``torch.any`` (``want_all`` False) / ``torch.all`` as bool: element
+    truth is a cast to bool (x != 0, NaN true; never a truncating cast to
+    an integer, which made any([0.5]) False), then a bool Max (any) or Min
+    (all) over ``dim``, whose empty fold is False / True. A device without
+    bool Max/Min kernels counts the true (or false) elements instead. A
+    comparison with a Python 0 would cost a scalar conversion per call:
+    the cast is both the cheapest and the exact truth test."""
     t = input._t
-    hit = _ops.not_equal(t, 0) if want else _ops.equal(t, 0)
+    hit = _cast(t, _BOOL_DT)
     if isinstance(dim, (tuple, list)) and len(dim) == 0:   # torch: dim=() reduces nothing
-        return _cast(hit, D.DTYPES["int64"])
-    return _ops.sum(_cast(hit, D.DTYPES["int64"]), _axes(dim, t.ndim), keepdim)
+        return _ops.logical_and(hit, True) if hit is t else hit   # (always a new tensor)
+    axes = _axes(dim, t.ndim, "all" if want_all else "any")
+    if _bool_extrema_on(t._device_name.split(":")[0]):
+        return (_ops.min if want_all else _ops.max)(hit, axes, keepdim)
+    if want_all:   # all: no element is false
+        return _ops.logical_not(_cast(_ops.sum(_ops.logical_not(hit), axes, keepdim), _BOOL_DT))
+    return _cast(_ops.sum(hit, axes, keepdim), _BOOL_DT)
+
+
+_BOOL_DT = D.DTYPES["bool"]
 
 
 def _truth_dtype(input):
     # torch keeps uint8 for uint8 inputs (its legacy mask dtype); bool otherwise
-    return D.DTYPES["uint8"] if input.dtype == D.DTYPES["uint8"] else D.DTYPES["bool"]
+    return D.DTYPES["uint8"] if input.dtype == D.DTYPES["uint8"] else _BOOL_DT
 
 
 @_both
 def all(input, dim=None, keepdim=False):
     """``torch.all``: whether no element along ``dim`` is zero (True over
     an empty axis)."""
-    return _w(_cast(_ops.equal(_truth_count(input, dim, keepdim, False), 0),
-                    _truth_dtype(input)))
+    return _w(_cast(_truth(input, dim, keepdim, True), _truth_dtype(input)))
 
 
 @_both
 def any(input, dim=None, keepdim=False):
     """``torch.any``: whether some element along ``dim`` is non-zero (NaN
     counts as non-zero; False over an empty axis)."""
-    return _w(_cast(_ops.greater(_truth_count(input, dim, keepdim, True), 0),
-                    _truth_dtype(input)))
+    return _w(_cast(_truth(input, dim, keepdim, False), _truth_dtype(input)))
 
 
 @_both
@@ -847,7 +960,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {tuple(dim)} "
                            f"(use torch.linalg.vector_norm over more dims)")
     t = _float_t(input._t)
-    axes = _axes(dim, t.ndim)
+    axes = _axes(dim, t.ndim, "norm")
     if p in ("fro", 2, 2.0) or p is None:
         return _w(_ops.sqrt(_ops.sum(_ops.square(t), axes, keepdim)))
     if p in (1, 1.0):
@@ -1129,10 +1242,21 @@ def view(self, *shape):
     return _view_or_op(self, lambda a: a.reshape(shape), lambda t: _ops.reshape(t, shape))
 
 
-@_both
+@_method_only
 def reshape(input, *shape):
+    """``Tensor.reshape``: the sizes as separate ints or one sequence (the
+    function ``torch.reshape(input, shape)`` takes one sequence only)."""
     shape = _infer_shape(_shape_args(shape), int(input._t.size))
     return _view_or_op(input, lambda a: a.reshape(shape), lambda t: _ops.reshape(t, shape))
+
+
+def _reshape_fn(input, shape):
+    """``torch.reshape(input, shape)``: ``shape`` one sequence of ints (a
+    bare int raises TypeError, as in torch)."""
+    return reshape(input, _int_seq("reshape", "shape", shape, 2))
+
+
+_EXPORTS["reshape"] = _reshape_fn
 
 
 @_method_only
@@ -1145,15 +1269,38 @@ def reshape_as(self, other):
     return self.reshape(other.shape)
 
 
-@_both
-def permute(input, *dims):
+@_export
+def permute(input, dims):
+    """``torch.permute(input, dims)``: ``dims`` one sequence of ints (a
+    bare int or separate ints raise TypeError, as in torch; the method
+    ``x.permute(1, 0)`` takes them separately)."""
     n = input._t.ndim
+    dims = _int_seq("permute", "dims", dims, 2)
+    if len(dims) != n:
+        raise RuntimeError(f"permute(): number of dims don't match in permute: the input of "
+                           f"shape {list(input.shape)} has {n} dimensions, dims {dims} has "
+                           f"{len(dims)}")
+    perm = [_dim(d, n) for d in dims]
+    if sorted_(perm) != list(range(n)):
+        raise RuntimeError(f"permute(): dims {dims} are not a permutation of the {n} dimensions "
+                           f"of the input of shape {list(input.shape)} (repeated dim)")
+    return _view_or_op(input, lambda a: a.transpose(perm), lambda t: _ops.transpose(t, perm))
+
+
+def _permute_method(self, *dims, **kwargs):
+    """``Tensor.permute``: the dims as separate ints or as one sequence."""
+    if "dims" in kwargs:
+        if dims:
+            raise TypeError("permute() got multiple values for argument 'dims'")
+        return permute(self, _int_seq("permute", "dims", kwargs.pop("dims")), **kwargs)
     if not dims:
         raise TypeError('permute() missing 1 required positional arguments: "dims"')
-    perm = [_dim(d, n) for d in _shape_args(dims)]
-    if sorted_(perm) != list(range(n)):
-        raise RuntimeError("permute(): dims must be a permutation of the input's dimensions")
-    return _view_or_op(input, lambda a: a.transpose(perm), lambda t: _ops.transpose(t, perm))
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        return permute(self, _int_seq("permute", "dims", dims[0], 1), **kwargs)
+    return permute(self, _int_seq("permute", "dims", list(dims), 1), **kwargs)
+
+
+Tensor.permute = _permute_method
 
 
 def sorted_(x):
@@ -1192,9 +1339,20 @@ Tensor.mT = property(lambda self: transpose(self, -2, -1))
 @_both
 def movedim(input, source, destination):
     n = input.ndim
-    src = [_dim(s, n) for s in (source if isinstance(source, (list, tuple)) else [source])]
-    dst = [_dim(s, n) for s in (destination if isinstance(destination, (list, tuple))
-                                else [destination])]
+    if isinstance(source, (list, tuple)) != isinstance(destination, (list, tuple)):
+        raise TypeError(f"movedim(): source and destination must both be ints or both "
+                        f"sequences of ints, got {type(source).__name__} and "
+                        f"{type(destination).__name__}")
+    src = [_dim(s, n) for s in _int_seq("movedim", "source", source, 2, one_int=True)]
+    dst = [_dim(s, n) for s in _int_seq("movedim", "destination", destination, 3, one_int=True)]
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({source} dims) "
+                           f"should contain the same number of dims as destination "
+                           f"({destination} dims)")
+    for what, ds, given in (("source", src, source), ("destination", dst, destination)):
+        if len(set(ds)) != len(ds):
+            raise RuntimeError(f"movedim: repeated dim in `{what}` ({given}) for the input of "
+                               f"shape {list(input.shape)}")
     order = [i for i in range(n) if i not in src]
     for d, s in builtins.sorted(zip(dst, src)):
         order.insert(d, s)
@@ -1243,7 +1401,7 @@ def flatten(input, start_dim=0, end_dim=-1):
 def unflatten(input, dim, sizes):
     d = _dim(dim, input.ndim)
     shape = list(input.shape)
-    sizes = list(sizes)
+    sizes = _int_seq("unflatten", "sizes", sizes, 2)
     if -1 in sizes:
         known = math.prod(s for s in sizes if s != -1)
         sizes[sizes.index(-1)] = shape[d] // known
@@ -1296,7 +1454,7 @@ def expand_as(self, other):
 
 @_export
 def broadcast_to(input, size):
-    return input.expand(*size)
+    return input.expand(*_int_seq("broadcast_to", "size", size, 2))
 
 
 @_export
@@ -1364,19 +1522,24 @@ def repeat(self, *sizes):
 
 @_export
 def tile(input, dims):
-    dims = list(dims)
+    dims = _int_seq("tile", "dims", dims, 2)
     if len(dims) < input.ndim:
         dims = [1] * (input.ndim - len(dims)) + dims
     return input.repeat(*dims)
 
 
-Tensor.tile = lambda self, *dims: tile(self, _shape_args(dims))
+Tensor.tile = lambda self, *dims: tile(
+    self, _int_seq("tile", "dims", dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple))
+                   else list(dims), 1))
 
 
 @_both
 def flip(input, dims):
+    """``torch.flip(input, dims)``: ``dims`` one sequence of ints (a bare
+    int raises TypeError, as in torch; ``x.flip(0)`` is the method's
+    varargs form)."""
     t = input._t
-    ds = _dims(dims, t.ndim)
+    ds = _dims(_int_seq("flip", "dims", dims, 2), t.ndim)
     if len(set(ds)) != len(ds):
         raise RuntimeError(f"flip(): dim {builtins.max(ds, key=ds.count)} appears multiple "
                            f"times in the list of dims")
@@ -1397,12 +1560,14 @@ def _flip_method(self, *dims, **kwargs):
     if "dims" in kwargs:
         if dims:
             raise TypeError("flip() got multiple values for argument 'dims'")
-        return flip(self, kwargs.pop("dims"), **kwargs)
+        return flip(self, _int_seq("flip", "dims", kwargs.pop("dims")), **kwargs)
     if not dims:
         raise TypeError('flip() missing 1 required positional arguments: "dims"')
     if len(dims) == 1 and isinstance(dims[0], (list, tuple, Size)):
-        dims = dims[0]
-    return flip(self, list(dims), **kwargs)
+        return flip(self, _int_seq("flip", "dims", dims[0], 1), **kwargs)
+    if len(dims) == 1:
+        return flip(self, _int_seq("flip", "dims", dims[0], 1, one_int=True), **kwargs)
+    return flip(self, _int_seq("flip", "dims", list(dims), 1), **kwargs)
 
 
 Tensor.flip = _flip_method
@@ -1421,9 +1586,17 @@ def flipud(input):
 @_both
 def roll(input, shifts, dims=None):
     if dims is None:
+        shifts = _int_seq("roll", "shifts", shifts, 2, one_int=True)
+        if len(shifts) != 1:
+            raise RuntimeError(f"roll(): shifts {shifts} without dims: one shift only (the "
+                               f"flattened input of shape {list(input.shape)} is rolled)")
         return roll(input.reshape(-1), shifts, 0).reshape(input.shape)
-    shifts = shifts if isinstance(shifts, (list, tuple)) else [shifts]
-    dims = dims if isinstance(dims, (list, tuple)) else [dims]
+    shifts = _int_seq("roll", "shifts", shifts, 2, one_int=True)
+    dims = _int_seq("roll", "dims", dims, 3, one_int=True)
+    if len(shifts) != len(dims):
+        # (zip would silently drop the extra shifts or dims)
+        raise RuntimeError(f"roll(): shifts and dimensions must align. shifts: {len(shifts)}, "
+                           f"dims: {len(dims)} (input of shape {list(input.shape)})")
     out = input
     for s, d in zip(shifts, dims):
         d = _dim(d, out.ndim)
@@ -2018,10 +2191,34 @@ def einsum(equation, *operands):
 
 @_export
 def tensordot(a, b, dims=2):
-    if isinstance(dims, int):
+    if isinstance(dims, Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, (numbers.Integral, np.integer)) and not isinstance(dims, bool):
+        dims = int(dims)
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > builtins.min(a.ndim, b.ndim):
+            raise RuntimeError(f"tensordot: dims={dims} is more than the dimensions of the "
+                               f"inputs of shapes {list(a.shape)} and {list(b.shape)}")
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
-        da, db = [list(d) if isinstance(d, (list, tuple)) else [d] for d in dims]
+        if not isinstance(dims, (list, tuple)) or len(dims) != 2:
+            raise TypeError(f"tensordot(): dims must be an int or a pair of sequences of ints, "
+                            f"got {dims!r}")
+        da = [_dim(d, a.ndim) for d in _int_seq("tensordot", "dims_self", dims[0], 3)]
+        db = [_dim(d, b.ndim) for d in _int_seq("tensordot", "dims_other", dims[1], 4)]
+        if len(da) != len(db):
+            raise RuntimeError(f"tensordot: both dimension lists should have the same length, "
+                               f"got {dims[0]} and {dims[1]}")
+        for ds, given in ((da, dims[0]), (db, dims[1])):
+            if len(set(ds)) != len(ds):
+                raise RuntimeError(f"tensordot: dim {builtins.max(ds, key=ds.count)} appears "
+                                   f"multiple times in the list of dims {list(given)}")
+        for i, j in zip(da, db):
+            if a.shape[i] != b.shape[j]:
+                raise RuntimeError(f"contracted dimensions need to match, but first has size "
+                                   f"{a.shape[i]} in dim {i} and second has size {b.shape[j]} "
+                                   f"in dim {j} (shapes {list(a.shape)} and {list(b.shape)})")
     fa = [i for i in range(a.ndim) if i not in da]
     fb = [i for i in range(b.ndim) if i not in db]
     am = permute(a, fa + da).reshape(int(math.prod([a.shape[i] for i in fa])), -1)
@@ -2160,6 +2357,17 @@ def apply_(self, fn):
 _NO_FULL_OVERLAP = ("scatter", "scatter_add", "index_add")
 
 
+def _check_cast_back(name, self, out):
+    """torch's in-place rule: the result's dtype must cast back to
+    ``self``'s by category (bool < integer < float): ``bool_x.add_(1)``,
+    ``int_x.mul_(0.5)`` raise instead of being cast (an integer result went
+    silently into a bool tensor)."""
+    if isinstance(out, Tensor) and out.dtype._cat > self.dtype._cat:
+        raise RuntimeError(f"{name}_: result type {out.dtype.name} can't be cast to the desired "
+                           f"output type {self.dtype.name} (self: {self.dtype} tensor of shape "
+                           f"{list(self.shape)})")
+
+
 def _make_inplace(name):
     fn = getattr(Tensor, name)
 
@@ -2180,7 +2388,9 @@ def _make_inplace(name):
                             "the written-to tensor refer to a single memory location. "
                             f"Please clone() the tensor before performing the operation. "
                             f"({name}_ of a {list(self.shape)} tensor with itself as input)")
-        return _inplace(self, fn(self, *args, **kwargs), srcs=srcs)
+        out = fn(self, *args, **kwargs)
+        _check_cast_back(name, self, out)
+        return _inplace(self, out, srcs=srcs)
     method.__name__ = name + "_"
     method.__doc__ = f"In-place ``{name}`` (see ``Tensor.{name}``)."
     if not hasattr(Tensor, name + "_"):
@@ -2194,8 +2404,10 @@ for _n in ("add", "sub", "mul", "div", "pow", "exp", "log", "log1p", "sqrt", "rs
            "maximum", "minimum", "scatter", "scatter_add", "index_add", "tril", "triu",
            "floor_divide", "expm1", "log2", "log10", "tan", "where", "nan_to_num",
            "subtract", "multiply", "divide", "true_divide", "eq", "ne", "lt", "le", "gt", "ge",
-           "masked_scatter", "exp2", "hypot"):
-    _make_inplace(_n)
+           "masked_scatter", "exp2", "hypot", "atan2", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "copysign", "xlogy"):
+    if hasattr(Tensor, _n):
+        _make_inplace(_n)
 
 
 def _squeeze_(self, dim=None):

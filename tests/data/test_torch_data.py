@@ -12,7 +12,7 @@ import pytest
 from dragon_core.data import WorkerError
 from dragon_core.vm import torch as vt
 from dragon_core.vm.torch.utils import data as vdata
-from _torch_data_helpers import FailsAt, Mixed, Pair, RandomDraws, VtMixed, WhoAmI, \
+from _torch_data_helpers import FailsAt, Mixed, RandomDraws, VtMixed, WhoAmI, \
     record_init
 
 torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU wheel)")

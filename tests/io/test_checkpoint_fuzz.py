@@ -36,8 +36,8 @@ def _float(bits: int) -> float:
 
 
 SPECIAL_FLOATS = [0.0, -0.0, math.inf, -math.inf, math.nan, _float(0xFFF8000000000000),
-                  _float(0x7FF0000000000001), _float(0xFFF4000000000abc), 5e-324, 1.7976931348623157e308,
-                  0.1]
+                  _float(0x7FF0000000000001), _float(0xFFF4000000000abc), 5e-324,
+                  1.7976931348623157e308, 0.1]
 SPECIAL_INTS = [0, -1, 2**63 - 1, -2**63, 2**63, -2**63 - 1, 2**64, 3**300, -(7**500)]
 
 

@@ -8,7 +8,6 @@ import io
 import math
 import struct
 
-import numpy as np
 import pytest
 
 from dragon_core.errors import CheckpointError

@@ -1035,3 +1035,24 @@ def test_optimizer_state_is_keyed_by_torch_front_end_parameters():
     oopt.step()
     for p, q in zip(tp, op):
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), **TOL["float32"])
+
+
+def test_user_subclass_of_lr_scheduler_matches_torch():
+    """A schedule written as torch users write one: subclass LRScheduler,
+    override get_lr."""
+    def make(m, o):
+        class Warmup(m.LRScheduler):
+            def __init__(self, optimizer, warmup, last_epoch=-1):
+                self.warmup = warmup
+                super().__init__(optimizer, last_epoch)
+
+            def get_lr(self):
+                f = min(1.0, (self.last_epoch + 1) / self.warmup)
+                return [base * f * 0.99 ** self.last_epoch for base in self.base_lrs]
+        return Warmup(o, 4)
+    ts, os_, _, _ = _sched_pair(make, epochs=8)
+    assert os_.state_dict()["last_epoch"] == ts.state_dict()["last_epoch"]
+    with pytest.raises(NotImplementedError, match="get_lr"):
+        class NoRule(vt.optim.lr_scheduler.LRScheduler):
+            pass
+        NoRule(vt.optim.SGD([vt.tensor(np.zeros(2, np.float32), requires_grad=True)], lr=0.1))

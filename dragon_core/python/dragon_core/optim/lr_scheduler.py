@@ -147,7 +147,8 @@ class LRScheduler:
         """The scheduler's counters and settings (no optimizer, no
         functions)."""
         return {k: v for k, v in self.__dict__.items()
-                if k != "optimizer" and not callable(v) and not k.startswith("_fn")}
+                if k not in ("optimizer", "_owner") and not callable(v)
+                and not k.startswith("_fn")}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore a :meth:`state_dict` and set the groups' lrs to the ones

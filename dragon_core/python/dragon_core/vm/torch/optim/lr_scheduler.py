@@ -19,17 +19,39 @@ def _impl_of(sched):
     return impl
 
 
-class LRScheduler:
-    """A PyTorch scheduler: a handle over a ``dragon_core.optim`` one."""
+class _UserScheduler(_S.LRScheduler):
+    """The native scheduler under a user's subclass of
+    ``torch.optim.lr_scheduler.LRScheduler``: its ``get_lr`` is the
+    subclass's (which reads ``last_epoch``, ``base_lrs`` and the groups
+    through the handle)."""
 
-    _impl_cls = _S.LRScheduler
+    def get_lr(self):
+        return self._owner.get_lr()
+
+
+class LRScheduler:
+    """A PyTorch scheduler: a handle over a ``dragon_core.optim`` one.
+
+    Subclass it as in torch (override ``get_lr``, reading
+    ``self.last_epoch``, ``self.base_lrs`` and
+    ``self.optimizer.param_groups``) to write your own schedule."""
+
+    _impl_cls = _UserScheduler
 
     def __init__(self, optimizer, *args, **kwargs):
         if kwargs.pop("verbose", False):
             raise NotImplementedError(f"{type(self).__name__}(verbose=True) is not supported "
                                       "(removed in PyTorch too); print get_last_lr() instead")
         self.optimizer = optimizer
-        self._impl = self._impl_cls(getattr(optimizer, "_impl", optimizer), *args, **kwargs)
+        if self._impl_cls is _UserScheduler and type(self).get_lr is LRScheduler.get_lr:
+            raise NotImplementedError(f"{type(self).__name__}: a subclass of LRScheduler must "
+                                      "implement get_lr()")
+        # The handle exists before the constructor's first step, which may
+        # call a subclass's get_lr.
+        impl = self._impl = self._impl_cls.__new__(self._impl_cls)
+        if self._impl_cls is _UserScheduler:
+            impl._owner = self
+        impl.__init__(getattr(optimizer, "_impl", optimizer), *args, **kwargs)
 
     def step(self, *args, **kwargs):
         self._impl.step(*args, **kwargs)
@@ -43,6 +65,10 @@ class LRScheduler:
     @property
     def last_epoch(self):
         return self._impl.last_epoch
+
+    @last_epoch.setter
+    def last_epoch(self, value):
+        self._impl.last_epoch = value
 
     @property
     def base_lrs(self):

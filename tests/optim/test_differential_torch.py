@@ -1056,3 +1056,28 @@ def test_user_subclass_of_lr_scheduler_matches_torch():
         class NoRule(vt.optim.lr_scheduler.LRScheduler):
             pass
         NoRule(vt.optim.SGD([vt.tensor(np.zeros(2, np.float32), requires_grad=True)], lr=0.1))
+
+
+@pytest.mark.parametrize("opt_name,kw", [("SGD", dict(lr=0.1, momentum=0.9)),
+                                         ("Adam", dict(lr=0.1))])
+@pytest.mark.parametrize("three_phase", [False, True])
+def test_vm_torch_one_cycle_lr_matches_torch(opt_name, kw, three_phase):
+    # vm.torch's OneCycleLR drives the native scheduler through the wrapped
+    # optimizer: lr, the cycled momentum / beta1 and the parameters follow
+    # torch's step for step.
+    seqs = []
+    for T in (torch, vt):
+        p = T.nn.Parameter(T.ones(3))
+        opt = getattr(T.optim, opt_name)([p], **kw)
+        sched = T.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10,
+                                                three_phase=three_phase)
+        seq = []
+        for _ in range(10):
+            p.grad = T.ones(3)
+            opt.step()
+            sched.step()
+            g = opt.param_groups[0]
+            mom = g["momentum"] if "momentum" in g else g["betas"][0]
+            seq.append([g["lr"], mom] + p.detach().numpy().tolist())
+        seqs.append(np.array(seq, dtype=np.float64))
+    np.testing.assert_allclose(seqs[1], seqs[0], rtol=1e-6)

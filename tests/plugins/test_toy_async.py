@@ -616,7 +616,7 @@ def test_sgd_reads_its_learning_rate_on_the_parameters_device(ta):
         W.grad = _t(ta, g)
         opt.step()
         d = g + 0.01 * ref
-        buf = 0.9 * buf + 0.75 * d
+        buf = d if i == 0 else 0.9 * buf + 0.75 * d
         ref = ref - lr * buf
     group = opt.param_groups[0]
     assert str(group.lr_tensor_for(W.device).device) == str(W.device)

@@ -72,7 +72,7 @@ def test_digits_cnn_in_plain_pytorch_trains_to_97_percent():
 # ------------------------------------------------------- unsupported names
 @pytest.mark.parametrize("path", ["fft", "sparse", "vmap", "nn.Transformer", "nn.Bogus",
                                   "nn.functional.grid_sample_3d", "optim.LBFGS",
-                                  "optim.lr_scheduler.OneCycleLR", "utils.tensorboard",
+                                  "optim.lr_scheduler.CyclicLR", "utils.tensorboard",
                                   "utils.data.ChainDataset", "linalg.eig",
                                   "autograd.forward_ad", "jit.freeze", "cuda.mem_get_info",
                                   "nn.init.sparse_", "nn.utils.prune"])

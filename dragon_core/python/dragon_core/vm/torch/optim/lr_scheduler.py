@@ -7,7 +7,7 @@ from dragon_core.optim import lr_scheduler as _S
 
 _SUPPORTED = ("LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
               "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
-              "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler",
+              "CosineAnnealingWarmRestarts", "OneCycleLR", "SequentialLR", "ChainedScheduler",
               "ReduceLROnPlateau")
 
 
@@ -97,6 +97,7 @@ ExponentialLR = _make("ExponentialLR")
 PolynomialLR = _make("PolynomialLR")
 CosineAnnealingLR = _make("CosineAnnealingLR")
 CosineAnnealingWarmRestarts = _make("CosineAnnealingWarmRestarts")
+OneCycleLR = _make("OneCycleLR")
 _LRScheduler = LRScheduler
 
 
@@ -136,10 +137,5 @@ class ReduceLROnPlateau(LRScheduler):
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    if name == "OneCycleLR":
-        raise NotImplementedError(
-            "torch.optim.lr_scheduler.OneCycleLR is not supported by vm.torch yet; "
-            "dragon_core.optim.lr_scheduler.OneCycleLR (on dragon_core.optim optimizers) "
-            "follows torch's")
     raise NotImplementedError(f"torch.optim.lr_scheduler.{name} is not supported; supported: "
                               + ", ".join(_SUPPORTED))

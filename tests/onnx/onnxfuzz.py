@@ -112,7 +112,8 @@ def check_export(fn, xs: list, opset: int, tag: str, roundtrip: bool = True,
         # a kernel onnxruntime lacks (float64 Elu, ...) or refuses for an
         # empty tensor (LayerNormalization over an axis of size 0)
         got = None
-    assert got is None or len(got) == len(want), f"{tag}: {len(got)} outputs in onnxruntime, {len(want)}"
+    assert got is None or len(got) == len(want), (
+        f"{tag}: {len(got)} outputs in onnxruntime, {len(want)}")
     try:
         for k, (g, w) in enumerate(zip(got or [], want)):
             assert_same(f"{tag} opset {opset} output {k} (onnxruntime)", g, w)
@@ -228,8 +229,12 @@ def make_case(op_type, inputs, attrs, n_out, opset, desc_extra="", domain=""):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8 if opset <= 17 else (9 if opset <= 20 else 10)
     _type_outputs(model)
-    shown = ", ".join(f"{how}:{None if a is None else (np.asarray(a).dtype, np.asarray(a).shape) if np.asarray(a).size > 8 else np.asarray(a).tolist()}"
-                      for a, how in inputs)
+    def show(a):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        return (a.dtype, a.shape) if a.size > 8 else a.tolist()
+    shown = ", ".join(f"{how}:{show(a)}" for a, how in inputs)
     desc = f"{op_type}-{opset} {attrs} inputs [{shown}] {desc_extra}"
     return Case(model, feeds, desc)
 
@@ -271,7 +276,8 @@ def gen_unary(rng):
     x = _f(rng, _shape(rng), dtype, kind)
     if op in ("IsNaN", "IsInf") and x.size:
         flat = x.reshape(-1)
-        flat[rng.integers(0, x.size, size=min(3, x.size))] = [np.inf, -np.inf, np.nan][:min(3, x.size)]
+        m = min(3, x.size)
+        flat[rng.integers(0, x.size, size=m)] = [np.inf, -np.inf, np.nan][:m]
     attrs, opset = {}, int(_pick(rng, [13, 17, 18, 21]))
     if op in ("Elu", "Celu", "LeakyRelu", "ThresholdedRelu") and rng.random() < 0.7:
         attrs["alpha"] = float(_pick(rng, [0.0, 0.3, 2.0, -0.5]))
@@ -519,7 +525,8 @@ def gen_shape_ops(rng):
             attrs["mode"] = _pick(rng, ["DCR", "CRD"])
         return make_case(op, [(x, "in")], attrs, 1, opset)
     if op == "Trilu":
-        x = _f(rng, [int(rng.integers(1, 3))] + _shape(rng, 2), dtype if dtype != "bool" else "float32")
+        x = _f(rng, [int(rng.integers(1, 3))] + _shape(rng, 2),
+               dtype if dtype != "bool" else "float32")
         attrs = {"upper": int(rng.integers(2))} if rng.random() < 0.7 else {}
         ins = [(x, "in")]
         if rng.random() < 0.7:
@@ -818,7 +825,8 @@ def gen_norm(rng):
     opset = int(_pick(rng, [13, 17, 18, 21]))
     if op == "BatchNormalization":
         var = _f(rng, [C], dtype, "pos")
-        ins = [(x, "in")] + [(_f(rng, [C], dtype), _how(rng)) for _ in range(3)] + [(var, _how(rng))]
+        ins = [(x, "in")] + [(_f(rng, [C], dtype), _how(rng)) for _ in range(3)]
+        ins.append((var, _how(rng)))
         attrs = {"epsilon": float(_pick(rng, [1e-5, 0.1]))} if rng.random() < 0.5 else {}
         return make_case(op, ins, attrs, 1, opset)
     if op == "InstanceNormalization":
@@ -956,7 +964,8 @@ def gen_misc(rng):
     if op == "Range":
         dtype = _pick(rng, ["float32", "int64", "int32", "float64"])
         st, lim, de = (np.array(v, dtype) for v in _pick(rng, [
-            (0, 5, 1), (5, 0, -2), (1, 7.5 if dtype.startswith("f") else 7, 1.5 if dtype.startswith("f") else 2),
+            (0, 5, 1), (5, 0, -2),
+            (1, 7.5, 1.5) if dtype.startswith("f") else (1, 7, 2),
             (3, 3, 1), (-2, 4, 3), (0, -4, 1)]))
         return make_case(op, [(st, _how(rng, 0)), (lim, _how(rng, 0)), (de, _how(rng, 0))], {},
                          1, opset)

@@ -4,13 +4,15 @@
 - export: random graphfuzz programs (float32 / float64, opsets 17-23),
   random integer programs (int8..int64, uint8, with negative values),
   random conv nets of ``dragon_core.nn`` and of ``dragon_core.vm.torch``
-  (exported with a dynamic batch axis and run at another batch size) and random attention/sequence models with int64 and bool
+  (exported with a dynamic batch axis and run at another batch size) and
+  random attention/sequence models with int64 and bool
   tensors; each model passes ``onnx.checker`` (full check) and strict
   shape inference, computes Dragon's eager result in onnxruntime, and
   ``load(export(model))`` computes it again (round trip);
 - import: random torch models (conv, norms, pooling, interpolate,
   attention, indexing) exported by ``torch.onnx`` with a dynamic batch axis
-  and compared with torch at two batch sizes; one random node per case over the ops ``load`` claims, attributes
+  and compared with torch at two batch sizes; one random node per case
+  over the ops ``load`` claims, attributes
   at their edge values, at an opset drawn per case; Dragon agrees with
   onnxruntime (with the same model in float32 where onnxruntime lacks a
   float64 kernel; onnx's reference evaluator decides where onnxruntime

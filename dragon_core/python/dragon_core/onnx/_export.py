@@ -155,7 +155,7 @@ def export(fn_or_module, example_args, path, opset: int = 21, dynamic_axes: dict
 
     Parameters
     ----------
-    fn_or_module : dragon_core.nn.Module, dragon_core.vm.torch.nn.Module, dragon_core.function or callable
+    fn_or_module : Module (dragon_core.nn or vm.torch), dragon_core.function or callable
         What to export; a Module's ``forward`` is traced in eval mode (its
         mode is restored afterwards); a vm.torch Module gets its arguments
         as vm.torch tensors.

@@ -112,7 +112,8 @@ def check_export(fn, xs: list, opset: int, tag: str, roundtrip: bool = True,
         # a kernel onnxruntime lacks (float64 Elu, ...) or refuses for an
         # empty tensor (LayerNormalization over an axis of size 0)
         got = None
-    assert got is None or len(got) == len(want), f"{tag}: {len(got)} outputs in onnxruntime, {len(want)}"
+    assert got is None or len(got) == len(want), (
+        f"{tag}: {len(got)} outputs in onnxruntime, {len(want)}")
     try:
         for k, (g, w) in enumerate(zip(got or [], want)):
             assert_same(f"{tag} opset {opset} output {k} (onnxruntime)", g, w)
@@ -228,8 +229,12 @@ def make_case(op_type, inputs, attrs, n_out, opset, desc_extra="", domain=""):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8 if opset <= 17 else (9 if opset <= 20 else 10)
     _type_outputs(model)
-    shown = ", ".join(f"{how}:{None if a is None else (np.asarray(a).dtype, np.asarray(a).shape) if np.asarray(a).size > 8 else np.asarray(a).tolist()}"
-                      for a, how in inputs)
+    def show(a):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        return (a.dtype, a.shape) if a.size > 8 else a.tolist()
+    shown = ", ".join(f"{how}:{show(a)}" for a, how in inputs)
     desc = f"{op_type}-{opset} {attrs} inputs [{shown}] {desc_extra}"
     return Case(model, feeds, desc)
 
@@ -271,7 +276,8 @@ def gen_unary(rng):
     x = _f(rng, _shape(rng), dtype, kind)
     if op in ("IsNaN", "IsInf") and x.size:
         flat = x.reshape(-1)
-        flat[rng.integers(0, x.size, size=min(3, x.size))] = [np.inf, -np.inf, np.nan][:min(3, x.size)]
+        m = min(3, x.size)
+        flat[rng.integers(0, x.size, size=m)] = [np.inf, -np.inf, np.nan][:m]
     attrs, opset = {}, int(_pick(rng, [13, 17, 18, 21]))
     if op in ("Elu", "Celu", "LeakyRelu", "ThresholdedRelu") and rng.random() < 0.7:
         attrs["alpha"] = float(_pick(rng, [0.0, 0.3, 2.0, -0.5]))
@@ -519,7 +525,8 @@ def gen_shape_ops(rng):
             attrs["mode"] = _pick(rng, ["DCR", "CRD"])
         return make_case(op, [(x, "in")], attrs, 1, opset)
     if op == "Trilu":
-        x = _f(rng, [int(rng.integers(1, 3))] + _shape(rng, 2), dtype if dtype != "bool" else "float32")
+        x = _f(rng, [int(rng.integers(1, 3))] + _shape(rng, 2),
+               dtype if dtype != "bool" else "float32")
         attrs = {"upper": int(rng.integers(2))} if rng.random() < 0.7 else {}
         ins = [(x, "in")]
         if rng.random() < 0.7:
@@ -818,7 +825,8 @@ def gen_norm(rng):
     opset = int(_pick(rng, [13, 17, 18, 21]))
     if op == "BatchNormalization":
         var = _f(rng, [C], dtype, "pos")
-        ins = [(x, "in")] + [(_f(rng, [C], dtype), _how(rng)) for _ in range(3)] + [(var, _how(rng))]
+        ins = [(x, "in")] + [(_f(rng, [C], dtype), _how(rng)) for _ in range(3)]
+        ins.append((var, _how(rng)))
         attrs = {"epsilon": float(_pick(rng, [1e-5, 0.1]))} if rng.random() < 0.5 else {}
         return make_case(op, ins, attrs, 1, opset)
     if op == "InstanceNormalization":
@@ -929,10 +937,16 @@ def gen_resize(rng):
     # specification divides by the output length, onnx's reference (and its
     # backend test data, and Dragon) by the fractional length, onnxruntime by
     # the integer one. Such cases get sizes.
-    use_sizes = rng.random() < 0.5 or attrs["coordinate_transformation_mode"] == "align_corners"
+    # tf_crop_and_resize likewise: onnx's reference tests a fractional
+    # length for 1, the specification (and Dragon) the integer one, and
+    # onnxruntime departs from both (it ignores roi at scale 1).
+    use_sizes = rng.random() < 0.5 or attrs["coordinate_transformation_mode"] in (
+        "align_corners", "tf_crop_and_resize")
     if use_sizes:
         sizes = [s[a] if a < 2 else int(rng.integers(1, 10)) for a in range(r)]
-        if opset >= 18 and rng.random() < 0.3:
+        if opset >= 18 and rng.random() < 0.3 and \
+                attrs["coordinate_transformation_mode"] != "tf_crop_and_resize":
+            # (with a roi the runtimes disagree; not judged here)
             attrs["keep_aspect_ratio_policy"] = _pick(rng, ["not_larger", "not_smaller"])
         tail = [(np.zeros(0, np.float32), "init"), (_i64(sizes), _how(rng))]
     else:
@@ -950,7 +964,8 @@ def gen_misc(rng):
     if op == "Range":
         dtype = _pick(rng, ["float32", "int64", "int32", "float64"])
         st, lim, de = (np.array(v, dtype) for v in _pick(rng, [
-            (0, 5, 1), (5, 0, -2), (1, 7.5 if dtype.startswith("f") else 7, 1.5 if dtype.startswith("f") else 2),
+            (0, 5, 1), (5, 0, -2),
+            (1, 7.5, 1.5) if dtype.startswith("f") else (1, 7, 2),
             (3, 3, 1), (-2, 4, 3), (0, -4, 1)]))
         return make_case(op, [(st, _how(rng, 0)), (lim, _how(rng, 0)), (de, _how(rng, 0))], {},
                          1, opset)
@@ -1044,7 +1059,8 @@ def check_import(case: Case) -> str:
         if ref is None:
             raise
         try:
-            _same_all(case, got, ref, "reference")
+            # the reference computes some coefficients in float32
+            _same_all(case, got, ref, "reference", loose=10.0)
         except AssertionError:
             raise exc from None
         return "ort-quirk"
@@ -1657,6 +1673,10 @@ def gen_new_ops(rng):
                      ["linear", "nearest", "cubic"])
         attrs = {"mode": mode, "padding_mode": _pick(rng, ["zeros", "border", "reflection"]),
                  "align_corners": int(rng.integers(2))}
+        if mode == "bicubic" and attrs["padding_mode"] == "border":
+            # onnxruntime departs from the specification there; onnx's
+            # reference (which judges) has no GridSample-16
+            opset, attrs["mode"] = 20, "cubic"
         return make_case(op, [(x, "in"), (grid, "in")], attrs, 1, opset)
     s = _shape(rng, int(rng.integers(2, 4)))
     r = len(s)
@@ -1669,3 +1689,129 @@ def gen_new_ops(rng):
 
 IMPORT_GENERATORS["attention"] = (gen_attention, 40)
 IMPORT_GENERATORS["newops"] = (gen_new_ops, 40)
+
+
+# -------------------------------------- random torch models, torch.onnx
+
+def random_torch_model(seed: int):
+    """A random real-torch model (conv, norms, pooling with ceil_mode and
+    count_include_pad, interpolate, attention, reductions, slicing,
+    indexing, flatten) with its example input and another batch; the
+    TorchScript exporter writes the Shape/Gather/Concat chains of real
+    exported models."""
+    import torch
+    nn = torch.nn
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    c, h, w = int(rng.integers(1, 4)), int(rng.integers(5, 10)), int(rng.integers(5, 10))
+    kinds = [_pick(rng, ["conv", "bn", "act", "maxpool", "avgpool", "interp", "gn", "convT",
+                         "slice", "pad"]) for _ in range(int(rng.integers(1, 5)))]
+    head = _pick(rng, ["linear", "attn", "reduce", "gather", "softmax"])
+    ceil = [bool(rng.random() < 0.5) for _ in kinds]
+    cip = [bool(rng.random() < 0.5) for _ in kinds]
+    sizes = [(int(rng.integers(1, 8)), int(rng.integers(1, 8))) for _ in kinds]
+    modes = [_pick(rng, ["nearest", "bilinear", "bicubic"]) for _ in kinds]
+    aligns = [bool(rng.random() < 0.5) for _ in kinds]
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers, cc = [], c
+            for k in kinds:
+                if k == "conv":
+                    layers.append(nn.Conv2d(cc, 4, 3, padding=1, stride=1))
+                    cc = 4
+                elif k == "convT":
+                    layers.append(nn.ConvTranspose2d(cc, 3, 2, stride=2))
+                    cc = 3
+                elif k == "bn":
+                    layers.append(nn.BatchNorm2d(cc))
+                elif k == "gn":
+                    layers.append(nn.GroupNorm(1, cc))
+                else:
+                    layers.append(nn.Identity())
+            self.layers = nn.ModuleList(layers)
+            self.cc = cc
+            self.lin = nn.LazyLinear(5) if False else None
+            self.attn = nn.MultiheadAttention(cc, 1, batch_first=True)
+
+        def forward(self, x):
+            for k, layer, cm, ci, sz, md, al in zip(kinds, self.layers, ceil, cip, sizes, modes,
+                                                    aligns):
+                if k in ("conv", "convT", "bn", "gn"):
+                    x = layer(x)
+                elif k == "act":
+                    x = torch.nn.functional.gelu(x) if cm else torch.relu(x)
+                elif k == "maxpool" and min(x.shape[2:]) >= 2:
+                    x = torch.nn.functional.max_pool2d(x, 2, 2, 1 if ci else 0, ceil_mode=cm)
+                elif k == "avgpool" and min(x.shape[2:]) >= 3:
+                    x = torch.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode=cm,
+                                                       count_include_pad=ci)
+                elif k == "interp":
+                    x = torch.nn.functional.interpolate(
+                        x, size=sz, mode=md, align_corners=al if md != "nearest" else None)
+                elif k == "slice":
+                    x = x[:, :, 1:, ::2] if x.shape[2] > 1 else x
+                elif k == "pad":
+                    x = torch.nn.functional.pad(x, (1, 0, 0, 2), mode="reflect"
+                                                if min(x.shape[2:]) > 2 else "constant")
+            if head == "linear":
+                return x.flatten(1).sum(-1, keepdim=True) * 0.5
+            if head == "attn":
+                s = x.flatten(2).transpose(1, 2)
+                return self.attn(s, s, s, need_weights=False)[0]
+            if head == "reduce":
+                return x.mean(dim=(2, 3), keepdim=True), x.amax(dim=1)
+            if head == "gather":
+                return x[:, -1], x[..., 0].argmax(-1)
+            return torch.softmax(x.flatten(2), -1)
+
+    m = M().eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(torch.from_numpy((rng.standard_normal(tuple(p.shape)) * 0.5)
+                                     .astype(np.float32)))
+        for name, b in m.named_buffers():
+            if name.endswith("running_var"):
+                b.copy_(torch.from_numpy(rng.uniform(0.5, 2.0, tuple(b.shape)).astype(np.float32)))
+            elif name.endswith("running_mean"):
+                b.copy_(torch.from_numpy(rng.standard_normal(tuple(b.shape)).astype(np.float32)))
+    b = int(rng.integers(1, 3))
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    x2 = rng.standard_normal((b + 2, c, h, w)).astype(np.float32)
+    return m, x, x2, (kinds, head)
+
+
+def check_torch_import(seed: int, opset: int) -> bool:
+    """torch.onnx.export (TorchScript) of ``random_torch_model(seed)`` with a
+    dynamic batch axis, loaded by Dragon and compared with torch at two
+    batch sizes."""
+    import io
+    import torch
+    import dragon_core.onnx as dgx
+    m, x, x2, desc = random_torch_model(seed)
+    with torch.no_grad():
+        outs = m(torch.from_numpy(x))
+    n_out = len(outs) if isinstance(outs, tuple) else 1
+    buf = io.BytesIO()
+    names = [f"y{k}" for k in range(n_out)]
+    try:
+        torch.onnx.export(m, (torch.from_numpy(x),), buf, dynamo=False, opset_version=opset,
+                          input_names=["x"], output_names=names,
+                          dynamic_axes={"x": {0: "b"}, **{nm: {0: "b"} for nm in names}})
+    except Exception:
+        return False
+    f = dgx.load(buf.getvalue())
+    for inp in (x, x2):
+        with torch.no_grad():
+            want = m(torch.from_numpy(inp))
+        want = list(want) if isinstance(want, tuple) else [want]
+        got = f(inp)
+        for k, (g, w) in enumerate(zip(got, want)):
+            w = w.numpy()
+            g = g.numpy()
+            if g.dtype != w.dtype and g.dtype.kind == w.dtype.kind == "i":
+                g = g.astype(w.dtype)
+            assert_same(f"torch model seed {seed} {desc} opset {opset} batch {inp.shape[0]} "
+                        f"output {k}", g, w, loose=5.0)
+    return True

@@ -4,11 +4,15 @@
 - export: random graphfuzz programs (float32 / float64, opsets 17-23),
   random integer programs (int8..int64, uint8, with negative values),
   random conv nets of ``dragon_core.nn`` and of ``dragon_core.vm.torch``
-  (exported with a dynamic batch axis and run at another batch size) and random attention/sequence models with int64 and bool
+  (exported with a dynamic batch axis and run at another batch size) and
+  random attention/sequence models with int64 and bool
   tensors; each model passes ``onnx.checker`` (full check) and strict
   shape inference, computes Dragon's eager result in onnxruntime, and
   ``load(export(model))`` computes it again (round trip);
-- import: one random node per case over the ops ``load`` claims, attributes
+- import: random torch models (conv, norms, pooling, interpolate,
+  attention, indexing) exported by ``torch.onnx`` with a dynamic batch axis
+  and compared with torch at two batch sizes; one random node per case
+  over the ops ``load`` claims, attributes
   at their edge values, at an opset drawn per case; Dragon agrees with
   onnxruntime (with the same model in float32 where onnxruntime lacks a
   float64 kernel; onnx's reference evaluator decides where onnxruntime
@@ -65,12 +69,14 @@ def test_random_integer_programs_export(chunk):
 
 @pytest.mark.parametrize("chunk", _chunks(48))
 def test_random_convnets_export_with_a_dynamic_batch(chunk):
+    ran = 0
     for seed in range(OFFSET + chunk * CHUNK, OFFSET + (chunk + 1) * CHUNK):
         model, xs, xs2 = F.random_convnet(seed)
         opset = int(np.random.default_rng(seed).choice(F.OPSETS))
         dyn = {"input_0": {0: "batch"}, "output_0": {0: "batch"}}
-        assert F.check_export(model, xs, opset, f"convnet seed {seed}\n{model}",
+        ran += F.check_export(model, xs, opset, f"convnet seed {seed}\n{model}",
                               dynamic_axes=dyn, other_xs=xs2)
+    assert ran > CHUNK // 2
 
 
 @pytest.mark.parametrize("chunk", _chunks(32))
@@ -109,3 +115,18 @@ def test_random_nodes_import(cat):
         outcomes[F.check_import(case)] += 1
     compared = sum(v for k, v in outcomes.items() if k.startswith("ran") or k == "ort-quirk")
     assert compared >= count // 2, f"{cat}: too few cases compared: {dict(outcomes)}"
+
+
+@pytest.mark.parametrize("chunk", _chunks(16))
+def test_random_torch_models_import(chunk):
+    # exported by torch.onnx (TorchScript, dynamic batch), loaded by Dragon,
+    # compared with torch at the traced batch and another one
+    pytest.importorskip("torch")
+    import warnings
+    ran = 0
+    for seed in range(OFFSET + chunk * CHUNK, OFFSET + (chunk + 1) * CHUNK):
+        opset = int(np.random.default_rng(seed).choice([13, 14, 16, 17, 18, 20]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ran += F.check_torch_import(seed, opset)
+    assert ran > CHUNK // 2

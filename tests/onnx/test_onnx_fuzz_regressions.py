@@ -286,3 +286,31 @@ def test_export_a_vm_torch_module():
     assert m.training                        # the mode is restored
     assert F.check_export(m, [x], 21, "vm.torch", other_xs=[x4],
                           dynamic_axes={"input_0": {0: "b"}, "output_0": {0: "b"}})
+
+
+@pytest.mark.parametrize("kind", ["max", "avg", "avg_include"])
+@pytest.mark.parametrize("size,k,s,p", [(5, 2, 2, 1), (9, 2, 2, 1), (9, 2, 3, 0), (7, 3, 2, 1),
+                                        (8, 3, 3, 1), (6, 2, 2, 0)])
+def test_export_ceil_mode_pooling_whose_last_window_starts_in_the_padding(kind, size, k, s, p):
+    # Dragon (as PyTorch and onnxruntime) drops that window; onnx's shape
+    # inference does not, so the checker refused the model (and a Slice
+    # after the pool would mislead onnxruntime's memory planner).
+    x = np.random.default_rng(12).standard_normal((2, 3, size, size + 1)).astype(np.float32)
+
+    def f(t):
+        if kind == "max":
+            y = dg.ops.max_pool2d(t, [k, k], [s, s], [p, p], [1, 1], True)
+        else:
+            y = dg.ops.avg_pool2d(t, [k, k], [s, s], [p, p], True, kind == "avg_include")
+        return dg.ops.pad(dg.ops.relu(y), ((0, 0), (0, 0), (0, 1), (1, 0)), mode="edge")
+
+    torch = pytest.importorskip("torch")
+    tx = torch.from_numpy(x)
+    ref = (torch.nn.functional.max_pool2d(tx, k, s, p, ceil_mode=True) if kind == "max" else
+           torch.nn.functional.avg_pool2d(tx, k, s, p, ceil_mode=True,
+                                          count_include_pad=kind == "avg_include"))
+    ref = torch.nn.functional.pad(torch.relu(ref), (1, 0, 0, 1), mode="replicate").numpy()
+    np.testing.assert_allclose(f(dg.tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-6)
+    x3 = np.random.default_rng(13).standard_normal((4, 3, size, size + 1)).astype(np.float32)
+    assert F.check_export(f, [x], 19, f"{kind} pool", other_xs=[x3],
+                          dynamic_axes={"input_0": {0: "b"}, "output_0": {0: "b"}})

@@ -214,20 +214,61 @@ def _pool_geometry(a):
     return k, s, _pads4(a["pads"])
 
 
+def _pool_node(e, op_type, ins, outs, k, s, d, pads, ceil, **attrs):
+    """An ONNX pooling node for a pooling of Dragon's. In ceil mode Dragon
+    (as PyTorch, onnxruntime and onnx's reference evaluator) drops a last
+    window that would start in the end padding; onnx's shape inference does
+    not (it infers one more cell, which the checker rejects against the
+    traced shapes, and onnxruntime's memory planner trusts). There the node
+    is written in floor mode with the end pads that give Dragon's windows:
+    the part of a window past the padded input is ignored by MaxPool and by
+    an AveragePool that excludes pads; one that counts pads gets the pads
+    as explicit zeros (a Pad), so it counts those and not the part past
+    them, as Dragon does."""
+    n = len(k)
+    d = list(d) if d is not None else None
+    if ceil:
+        ins_, got = e.shape(ins[0])[2:], list(e.shape(outs[0])[2:])
+        begins, ends = list(pads[:n]), list(pads[n:])
+        eff = [(kk - 1) * dd + 1 for kk, dd in zip(k, d or [1] * n)]
+        inferred = [-(-(i + b + en - ke) // ss) + 1
+                    for i, b, en, ke, ss in zip(ins_, begins, ends, eff, s)]
+        if inferred != got:
+            need = [max((o - 1) * ss + ke - i - b, 0)
+                    for i, b, ke, ss, o in zip(ins_, begins, eff, s, got)]
+            if any((i + b + nd - ke) // ss + 1 != o
+                   for i, b, nd, ke, ss, o in zip(ins_, begins, need, eff, s, got)):
+                raise NotImplementedError(f"ceil_mode pooling of {list(e.shape(ins[0]))} to "
+                                          f"{got} (kernel {k}, strides {s}, pads {pads})")
+            x = ins[0]
+            if attrs.get("count_include_pad") and any(nd > en for nd, en in zip(need, ends)):
+                full = [0, 0] + begins + [0, 0] + [min(en, nd) for en, nd in zip(ends, need)]
+                x = e.node("Pad", [x, e.const(np.array(full, np.int64)), e.scalar(0, x)],
+                           mode="constant")
+                begins, ends = [0] * n, [max(nd - en, 0) for nd, en in zip(need, ends)]
+                attrs["count_include_pad"] = 0
+            else:
+                ends = need
+            ins, pads, ceil = [x] + list(ins[1:]), begins + ends, False
+    if d is not None:
+        attrs["dilations"] = d
+    e.node(op_type, ins, outs, kernel_shape=list(k), strides=list(s), pads=list(pads),
+           ceil_mode=int(bool(ceil)), **attrs)
+
+
 @export_op("MaxPool2d")
 def _max_pool(e, ins, outs, a):
     k, s, p = _pool_geometry(a)
     d = list(a["dilations"])
-    e.node("MaxPool", ins, outs, kernel_shape=k, strides=s, pads=p,
-           dilations=d * 2 if len(d) == 1 else d, ceil_mode=int(bool(a["ceil_mode"])))
+    _pool_node(e, "MaxPool", ins, outs, k, s, d * 2 if len(d) == 1 else d, p,
+               bool(a["ceil_mode"]))
 
 
 @export_op("AvgPool2d")
 def _avg_pool(e, ins, outs, a):
     k, s, p = _pool_geometry(a)
-    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p,
-           ceil_mode=int(bool(a["ceil_mode"])),
-           count_include_pad=int(bool(a["count_include_pad"])))
+    _pool_node(e, "AveragePool", ins, outs, k, s, None, p, bool(a["ceil_mode"]),
+               count_include_pad=int(bool(a["count_include_pad"])))
 
 
 @export_op("AdaptiveAvgPool2d")
@@ -832,8 +873,10 @@ def _max_pool3d(e, ins, outs, a):
     if len(outs) > 1 and e.used(outs[1]):
         raise NotImplementedError("MaxPool3d's indices (per (n, c) volume; ONNX MaxPool's "
                                   "Indices count across the batch and channels)")
-    e.node("MaxPool", ins, outs[:1], kernel_shape=k, strides=s, pads=p, dilations=list(a["dilations"]),
-           ceil_mode=int(bool(a["ceil_mode"])))
+    s = s * 3 if len(s) == 1 else s
+    d = list(a["dilations"])
+    _pool_node(e, "MaxPool", ins, outs[:1], k, s, d * 3 if len(d) == 1 else d, p,
+               bool(a["ceil_mode"]))
 
 
 @export_op("AvgPool3d")
@@ -842,9 +885,9 @@ def _avg_pool3d(e, ins, outs, a):
     k = k * 3 if len(k) == 1 else k
     s = list(a["strides"]) or k
     p = _onnx_pads(a["pads"], 3)
-    e.node("AveragePool", ins, outs, kernel_shape=k, strides=s, pads=p,
-           ceil_mode=int(bool(a["ceil_mode"])),
-           count_include_pad=int(bool(a["count_include_pad"])))
+    s = s * 3 if len(s) == 1 else s
+    _pool_node(e, "AveragePool", ins, outs, k, s, None, p, bool(a["ceil_mode"]),
+               count_include_pad=int(bool(a["count_include_pad"])))
 
 
 @export_op("ScaledDotProductAttention")

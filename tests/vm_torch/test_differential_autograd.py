@@ -1258,3 +1258,19 @@ def test_seeded_autograd_scenario(cat, i):
     tol = max(_TOL[d] for d in case["dtypes"] + ["float32"])   # the chain runs in float32
     kind, out = _same(_scenario, case, tol=tol)
     assert kind == "ok", (case, out)
+
+
+def test_tape_warns_when_the_target_was_not_recorded():
+    x = dg.tensor([1.0, 2.0])
+    with dg.no_grad():
+        with dg.GradientTape() as tape:
+            tape.watch(x)
+            y = x * 3
+    with pytest.warns(UserWarning, match="target was not recorded"):
+        assert tape.gradient(y, x) is None
+    with dg.GradientTape() as tape:
+        tape.watch(x)
+        y = x * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _np(tape.gradient(y, x)) == [3.0, 3.0]

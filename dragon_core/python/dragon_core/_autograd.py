@@ -843,6 +843,18 @@ class GradientTape:
             _run_backward(nodes, grads, create_graph=outer, wanted=wanted)
         if not self.persistent:
             self._stop()
+        src_ids = {x._id for x in srcs}
+        if any(x._id in tracked for x in srcs) \
+                and not any(t._id in tracked or t._id in src_ids for t in targets) \
+                and any(t.dtype.is_floating_point for t in targets):
+            # Never a silent None for every watched source: the tape saw no
+            # op that made the target (an unwatched source warns below).
+            warnings.warn(
+                "GradientTape.gradient: the target was not recorded by this tape (computed "
+                "outside the `with` block, under no_grad() or stop_recording(), or only from "
+                "tensors the tape does not watch), so every gradient is "
+                f"{'zeros' if unconnected_gradients == 'zero' else 'None'}", UserWarning,
+                stacklevel=2)
         out = []
         for s in srcs:
             g = _as_source_dtype(grads.get(s._id), s)

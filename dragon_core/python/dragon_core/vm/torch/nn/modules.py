@@ -698,7 +698,7 @@ class _ConvNd(Module):
             return input, self.padding
         nd = len(self.kernel_size)
         if self.padding == "valid":
-            return input, 0
+            return input, (0,) * nd
         if self.padding == "same":
             tot = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
             pairs = [(t // 2, t - t // 2) for t in tot]
@@ -977,6 +977,8 @@ class _BatchNorm(Module):
     def forward(self, input):
         self._check_input_dim(input)
         use_batch = self.training or self.running_mean is None
+        if use_batch:
+            F._check_batch_values(input, type(self).__name__)
         momentum = self.momentum
         if self.training and self.track_running_stats:
             nbt = self._buffers["num_batches_tracked"]

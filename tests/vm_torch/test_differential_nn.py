@@ -320,8 +320,8 @@ def _layout(rng):
 
 
 def _fdt(rng, low=True):
-    return _pick(rng, ["float32", "float32", "float64"] + (["bfloat16", "float32"] if low
-                                                            else []))
+    return _pick(rng, ["float32", "float32", "float64"] + (["bfloat16", "float32", "float16"]
+                                                            if low else []))
 
 
 def _call(T, m, *xs):
@@ -1538,6 +1538,38 @@ def test_bad_input_raises_as_torch():
                lambda: dg.nn.GroupNorm(2, 2)(dg.ops.ones([1, 2, 1]))):
         with pytest.raises(ValueError, match="more than (1|one) value"):
             fn()
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("celu", {}), ("celu", {"alpha": 2.0}), ("hardtanh", {}),
+    ("hardtanh", {"min_val": -0.5, "max_val": 3.0}), ("hardsigmoid", {}), ("hardswish", {}),
+    ("relu6", {}), ("leaky_relu", {}), ("elu", {}), ("threshold", {"threshold": 0.5,
+                                                                    "value": 2.0})])
+def test_activation_gradient_at_kinks(name, kw):
+    """Gradients at the points where an activation's pieces meet, as
+    torch's (celu at 0 gave 1.5, hardtanh at its bounds 1, hardsigmoid at
+    +-3 1/6, hardswish at -3 and 3 -0.5 and 1.5). (hardsigmoid's 1/6 itself
+    is torch's float32 constant in every dtype: compared at 1e-7.)"""
+    x = np.array([-20.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 6.0, 20.0])
+
+    def fn(T):
+        t = T.tensor(x, requires_grad=True)
+        y = getattr(T.nn.functional, name)(t, **kw)
+        y.sum().backward()
+        return y, t.grad
+    _assert_same(fn, 1e-7, 1e-12)
+
+
+def test_prelu_gradient_at_zero():
+    """PReLU at x == 0: the gradient w.r.t. x is the weight and w.r.t. the
+    weight is 0, as torch's (it took the positive side: 1)."""
+    def fn(T):
+        m = T.nn.PReLU(2, init=0.3).double()
+        x = T.tensor(np.array([[0.0, -1.0], [2.0, 0.0]]), requires_grad=True)
+        y = m(x)
+        y.sum().backward()
+        return y, x.grad, m.weight.grad
+    _assert_same(fn, 1e-12, 1e-12)
 
 
 # ------------------------------------------------------------ module API

@@ -591,8 +591,8 @@ def selu(input, inplace=False):
 
 
 def celu(input, alpha=1.0, inplace=False):
-    out = _w(_ops.maximum(input._t, 0.0)) + _T["clamp"](alpha * _T["expm1"](input / alpha),
-                                                         max=0.0)
+    # (where, not max + clamp: at 0 the gradient is 1, as torch's, not 1.5)
+    out = _T["where"](input > 0, input, alpha * _T["expm1"](input / alpha))
     return _inplace_if(input, out, inplace)
 
 
@@ -609,7 +609,9 @@ def mish(input, inplace=False):
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _inplace_if(input, _T["clamp"](input, min_val, max_val), inplace)
+    # (where, not clamp: at the bounds the gradient is 0, as torch's)
+    out = _T["where"](input <= min_val, min_val, _T["where"](input >= max_val, max_val, input))
+    return _inplace_if(input, out, inplace)
 
 
 def hardtanh_(input, min_val=-1.0, max_val=1.0):
@@ -617,11 +619,15 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 
 def hardsigmoid(input, inplace=False):
-    return _inplace_if(input, _T["clamp"](input / 6 + 0.5, 0.0, 1.0), inplace)
+    # the gradient is 0 at -3 and 3 (torch's), 1/6 strictly between
+    out = _T["where"](input <= -3, 0.0, _T["where"](input >= 3, 1.0, input / 6 + 0.5))
+    return _inplace_if(input, out, inplace)
 
 
 def hardswish(input, inplace=False):
-    return _inplace_if(input, input * hardsigmoid(input), inplace)
+    # the gradient is 0 at -3 and 1 at 3 (torch's), (2x + 3) / 6 between
+    out = _T["where"](input <= -3, 0.0, _T["where"](input < 3, input * (input + 3) / 6, input))
+    return _inplace_if(input, out, inplace)
 
 
 def threshold(input, threshold, value, inplace=False):

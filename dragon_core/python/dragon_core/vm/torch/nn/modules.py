@@ -1259,7 +1259,8 @@ class PReLU(Module):
         w = self.weight
         if input.ndim >= 2 and self.num_parameters > 1:
             w = w.reshape(-1, *[1] * (input.ndim - 2))
-        return _T["where"](input >= 0, input, input * w)
+        # (x > 0: at 0 the gradient w.r.t. x is the weight, as torch's)
+        return _T["where"](input > 0, input, input * w)
 
 
 class CosineSimilarity(Module):

@@ -320,8 +320,8 @@ def _layout(rng):
 
 
 def _fdt(rng, low=True):
-    return _pick(rng, ["float32", "float32", "float64"] + (["bfloat16", "float32"] if low
-                                                            else []))
+    return _pick(rng, ["float32", "float32", "float64"] + (["bfloat16", "float32", "float16"]
+                                                            if low else []))
 
 
 def _call(T, m, *xs):
@@ -1429,6 +1429,10 @@ def test_channel_dropout_and_alpha_dropout():
     assert 0 < (per_channel[..., 0] == 0).mean() < 1
     y = vt.nn.functional.dropout3d(vt.ones(2, 6, 2, 2, 2), 0.5).numpy()
     assert ((y == 0).all((2, 3, 4)) | (y == 2).all((2, 3, 4))).all()
+    y = vt.nn.functional.dropout3d(vt.ones(16, 2, 2, 2), 0.5).numpy()   # unbatched
+    assert ((y == 0).all((1, 2, 3)) | (y == 2).all((1, 2, 3))).all()
+    y = vt.nn.functional.dropout2d(vt.ones(4, 16, 3), 0.5).numpy()   # torch: [N, C, L]
+    assert ((y == 0).all(2) | (y == 2).all(2)).all() and 0 < (y == 0).mean() < 1
     with pytest.raises(NotImplementedError, match="alpha_dropout"):
         vt.nn.AlphaDropout(0.2)(x)
     for m in (vt.nn.AlphaDropout(0.2), vt.nn.Dropout1d(0.5), vt.nn.Dropout3d(0.5)):
@@ -1449,6 +1453,21 @@ def test_embedding_scale_grad_by_freq():
             y = e(T.tensor(idx))
             (y * T.tensor(g)).sum().backward()
             return y, e.weight.grad
+        _assert_same(fn, 1e-12, 1e-12)
+
+
+def test_embedding_max_norm():
+    """max_norm renormalises the looked-up rows of the weight in place (it
+    raised NotImplementedError); the rows not looked up keep their values."""
+    wt = np.random.default_rng(13).standard_normal((5, 3)) * 2
+    idx = np.array([[0, 2, 2], [4, 2, 0]])
+    for norm_type in (2.0, 1.0):
+        def fn(T):
+            e = T.nn.Embedding(5, 3, max_norm=1.5, norm_type=norm_type).double()
+            e.load_state_dict({"weight": T.tensor(wt)})
+            y = e(T.tensor(idx))
+            (y * y).sum().backward()
+            return y, e.weight, e.weight.grad
         _assert_same(fn, 1e-12, 1e-12)
 
 
@@ -1499,6 +1518,58 @@ def test_activation_modules_check_their_arguments():
         with pytest.raises(TypeError):
             T.nn.Tanh(inplace=True)
     assert vt.nn.ELU(0.5, True).inplace and vt.nn.ELU(0.5, True).alpha == 0.5
+
+
+def test_bad_input_raises_as_torch():
+    """Inputs torch refuses that vm.torch used to compute with: batch
+    statistics of one value per channel or group (zeros), float embedding
+    indices (truncated), a broadcast BCE target, glu over an odd dimension;
+    the native layers refuse the one-value statistics too."""
+    for fn in (lambda T: T.nn.BatchNorm1d(3, track_running_stats=False)(T.ones(1, 3)),
+               lambda T: T.nn.functional.batch_norm(T.ones(1, 3), None, None, training=True),
+               lambda T: T.nn.functional.embedding(T.tensor([1.0]), T.ones(3, 2)),
+               lambda T: T.nn.functional.binary_cross_entropy(T.ones(2, 3) * 0.5, T.ones(3)),
+               lambda T: T.nn.functional.glu(T.ones(2, 3)),
+               lambda T: T.nn.GroupNorm(2, 2)(T.ones(1, 2, 1))):
+        for T in (torch, vt):
+            with pytest.raises((RuntimeError, ValueError)):
+                fn(T)
+    for fn in (lambda: dg.nn.BatchNorm1d(3, track_running_stats=False)(dg.ops.ones([1, 3])),
+               lambda: dg.nn.GroupNorm(2, 2)(dg.ops.ones([1, 2, 1]))):
+        with pytest.raises(ValueError, match="more than (1|one) value"):
+            fn()
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("celu", {}), ("celu", {"alpha": 2.0}), ("hardtanh", {}),
+    ("hardtanh", {"min_val": -0.5, "max_val": 3.0}), ("hardsigmoid", {}), ("hardswish", {}),
+    ("relu6", {}), ("leaky_relu", {}), ("elu", {}), ("threshold", {"threshold": 0.5,
+                                                                    "value": 2.0})])
+def test_activation_gradient_at_kinks(name, kw):
+    """Gradients at the points where an activation's pieces meet, as
+    torch's (celu at 0 gave 1.5, hardtanh at its bounds 1, hardsigmoid at
+    +-3 1/6, hardswish at -3 and 3 -0.5 and 1.5). (hardsigmoid's 1/6 itself
+    is torch's float32 constant in every dtype: compared at 1e-7.)"""
+    x = np.array([-20.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 6.0, 20.0])
+
+    def fn(T):
+        t = T.tensor(x, requires_grad=True)
+        y = getattr(T.nn.functional, name)(t, **kw)
+        y.sum().backward()
+        return y, t.grad
+    _assert_same(fn, 1e-7, 1e-12)
+
+
+def test_prelu_gradient_at_zero():
+    """PReLU at x == 0: the gradient w.r.t. x is the weight and w.r.t. the
+    weight is 0, as torch's (it took the positive side: 1)."""
+    def fn(T):
+        m = T.nn.PReLU(2, init=0.3).double()
+        x = T.tensor(np.array([[0.0, -1.0], [2.0, 0.0]]), requires_grad=True)
+        y = m(x)
+        y.sum().backward()
+        return y, x.grad, m.weight.grad
+    _assert_same(fn, 1e-12, 1e-12)
 
 
 # ------------------------------------------------------------ module API

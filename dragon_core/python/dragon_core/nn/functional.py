@@ -218,13 +218,14 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     beta = _zeros_like_channels(x, c) if bias is None else bias
     rm = _zeros_like_channels(x, c) if running_mean is None else running_mean
     rv = _ones_like_channels(x, c) if running_var is None else running_var
+    n = x.size // c if c else 0
+    if training and (n == 1 or (n == 0 and running_mean is not None)):
+        # (one value: the batch variance is 0 and the output 0, as torch refuses)
+        raise ValueError(f"batch_norm: training needs more than one value per channel, "
+                         f"got input of shape {tuple(x.shape)}")
     y, mean, var = _op("BatchNorm")(x, gamma, beta, rm, rv, eps=float(eps),
                                     training=bool(training))
     if training and running_mean is not None and running_var is not None:
-        n = x.size // c if c else 0
-        if n <= 1:
-            raise ValueError(f"batch_norm: training needs more than one value per channel, "
-                             f"got input of shape {tuple(x.shape)}")
         with no_grad():
             new_mean, new_var = _op("BatchNormStatsUpdate")(
                 running_mean, running_var, mean.detach(), var.detach(),
@@ -253,6 +254,11 @@ def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None,
     if x.ndim < 2:
         raise ValueError(f"group_norm: expected input [N, C, ...], got shape {tuple(x.shape)}")
     c = x.shape[1]
+    if num_groups > 0 and c % num_groups == 0 and \
+            x.shape[0] * (c // num_groups) * math.prod(x.shape[2:]) == 1:
+        # torch's check (one value per (sample, group) and a batch of one)
+        raise ValueError(f"group_norm: expected more than 1 value per group when training, "
+                         f"got input of shape {tuple(x.shape)} and {num_groups} groups")
     gamma = _ones_like_channels(x, c) if weight is None else weight
     beta = _zeros_like_channels(x, c) if bias is None else bias
     return _op("GroupNorm")(x, gamma, beta, groups=int(num_groups), eps=float(eps))

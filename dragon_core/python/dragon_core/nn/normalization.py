@@ -17,6 +17,10 @@ class _BatchNorm(Module):
                  dtype="float32"):
         super().__init__()
         check_positive(type(self).__name__, num_features=num_features)
+        if momentum is None:
+            raise ValueError(f"{type(self).__name__}: momentum=None (torch's cumulative "
+                             "average) is not supported by dragon_core.nn; use "
+                             "dragon_core.vm.torch.nn or a momentum in [0, 1]")
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1], got {momentum}")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum

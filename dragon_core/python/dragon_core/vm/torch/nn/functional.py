@@ -311,8 +311,17 @@ def adaptive_max_pool1d(input, output_size, return_indices=False):
     return out.squeeze(-2)
 
 
+def _check_batch_values(input, op):
+    """torch's check: batch statistics need more than one value per channel."""
+    if input.ndim >= 2 and math.prod(input.shape) // max(input.shape[1], 1) == 1:
+        raise ValueError(f"{op}: Expected more than 1 value per channel when training, got "
+                         f"input size {list(input.shape)}")
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
+    if training:
+        _check_batch_values(input, "batch_norm")
     return _w(_F.batch_norm(input._t, _o(running_mean), _o(running_var), _o(weight), _o(bias),
                             training, momentum, eps))
 
@@ -377,14 +386,12 @@ def dropout(input, p=0.5, training=True, inplace=False):
     return _inplace_if(input, _w(_F.dropout(input._t, p, training)), inplace)
 
 
-def _channel_dropout(input, p, training, inplace, batched_rank):
+def _channel_dropout(input, p, training, inplace, lead):
     """Whole channels zeroed with probability ``p`` (the rest scaled by
-    ``1 / (1 - p)``): dropout1d/2d/3d; an input of rank ``batched_rank - 1``
-    is one unbatched sample."""
+    ``1 / (1 - p)``): one draw per index of the ``lead`` leading axes."""
     _check_p(p)
     if not training or p == 0:
         return input
-    lead = 2 if input.ndim == batched_rank else 1
     from .._creation import rand
     shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
     keep = (rand(*shape) >= p).to(input.dtype)
@@ -393,15 +400,23 @@ def _channel_dropout(input, p, training, inplace, batched_rank):
 
 
 def dropout1d(input, p=0.5, training=True, inplace=False):
-    return _channel_dropout(input, p, training, inplace, 3)
+    """Channel dropout of ``[N, C, L]`` or unbatched ``[C, L]`` input."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a "
+                           f"{input.ndim}D input")
+    return _channel_dropout(input, p, training, inplace, input.ndim - 1)
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    return _channel_dropout(input, p, training, inplace, 4)
+    """Channel dropout over the two leading axes (torch reads a 3-D input
+    as ``[N, C, L]``, not as an unbatched ``[C, H, W]``)."""
+    return _channel_dropout(input, p, training, inplace, min(2, input.ndim))
 
 
 def dropout3d(input, p=0.5, training=True, inplace=False):
-    return _channel_dropout(input, p, training, inplace, 5)
+    """Channel dropout of ``[N, C, D, H, W]`` or unbatched ``[C, D, H, W]``."""
+    return _channel_dropout(input, p, training, inplace, 1 if input.ndim == 4 else
+                            min(2, input.ndim))
 
 
 def alpha_dropout(input, p=0.5, training=False, inplace=False):
@@ -416,12 +431,16 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
     """Rows of ``weight``; ``scale_grad_by_freq`` divides each looked-up
     row's gradient by how often its index occurs in ``input`` (the forward
-    values are unchanged)."""
-    if max_norm is not None:
-        raise NotImplementedError("embedding(max_norm=...) is not supported (torch renormalises "
-                                  "the weight rows in place)")
+    values are unchanged); ``max_norm`` first scales, in place and without
+    recording, each looked-up row of ``weight`` whose ``norm_type`` norm is
+    above ``max_norm`` down to it (torch's embedding_renorm_)."""
     if sparse:
         raise NotImplementedError("embedding(sparse=True) is not supported (sparse gradients)")
+    if input.dtype.is_floating_point or input.dtype.name == "bool":
+        raise RuntimeError(f"embedding: the indices must be an integer tensor (int64 or "
+                           f"int32), got {input.dtype.name}")
+    if max_norm is not None:
+        _renorm_rows(input, weight, float(max_norm), float(norm_type))
     out = _w(_F.embedding(_cast(input._t, D.DTYPES["int64"]), weight._t, padding_idx))
     if scale_grad_by_freq and out.requires_grad:
         from .._creation import _from_numpy_owned
@@ -432,6 +451,21 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         fixed = out.detach()
         out = fixed + (out - fixed) * s   # the values of out; the gradient scaled by s
     return out
+
+
+def _renorm_rows(input, weight, max_norm, norm_type):
+    from ..autograd import no_grad
+    from .._creation import _from_numpy_owned
+    rows = np.unique(np.asarray(input.detach().cpu().numpy(), np.int64).reshape(-1))
+    rows = rows[(rows >= 0) & (rows < weight.shape[0])]  # (the lookup checks the others)
+    if rows.size == 0:
+        return
+    idx = _from_numpy_owned(rows).to(weight.device)
+    with no_grad():
+        sel = _T["index_select"](weight, 0, idx)
+        norms = _T["norm"](sel, norm_type, 1, True)
+        scale = _T["where"](norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+        weight[idx] = sel * scale.to(sel.dtype)
 
 
 def one_hot(tensor, num_classes=-1):
@@ -557,8 +591,8 @@ def selu(input, inplace=False):
 
 
 def celu(input, alpha=1.0, inplace=False):
-    out = _w(_ops.maximum(input._t, 0.0)) + _T["clamp"](alpha * _T["expm1"](input / alpha),
-                                                         max=0.0)
+    # (where, not max + clamp: at 0 the gradient is 1, as torch's, not 1.5)
+    out = _T["where"](input > 0, input, alpha * _T["expm1"](input / alpha))
     return _inplace_if(input, out, inplace)
 
 
@@ -575,7 +609,9 @@ def mish(input, inplace=False):
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _inplace_if(input, _T["clamp"](input, min_val, max_val), inplace)
+    # (where, not clamp: at the bounds the gradient is 0, as torch's)
+    out = _T["where"](input <= min_val, min_val, _T["where"](input >= max_val, max_val, input))
+    return _inplace_if(input, out, inplace)
 
 
 def hardtanh_(input, min_val=-1.0, max_val=1.0):
@@ -583,11 +619,15 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 
 def hardsigmoid(input, inplace=False):
-    return _inplace_if(input, _T["clamp"](input / 6 + 0.5, 0.0, 1.0), inplace)
+    # the gradient is 0 at -3 and 3 (torch's), 1/6 strictly between
+    out = _T["where"](input <= -3, 0.0, _T["where"](input >= 3, 1.0, input / 6 + 0.5))
+    return _inplace_if(input, out, inplace)
 
 
 def hardswish(input, inplace=False):
-    return _inplace_if(input, input * hardsigmoid(input), inplace)
+    # the gradient is 0 at -3 and 1 at 3 (torch's), (2x + 3) / 6 between
+    out = _T["where"](input <= -3, 0.0, _T["where"](input < 3, input * (input + 3) / 6, input))
+    return _inplace_if(input, out, inplace)
 
 
 def threshold(input, threshold, value, inplace=False):
@@ -666,6 +706,9 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
 
 
 def glu(input, dim=-1):
+    if input.ndim == 0 or input.shape[dim] % 2:
+        raise RuntimeError(f"glu: halving dimension must be even, but dimension {dim} is size "
+                           f"{input.shape[dim] if input.ndim else 0}")
     a, b = _T["chunk"](input, 2, dim)
     return a * _T["sigmoid"](b)
 
@@ -817,6 +860,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     reduction = _legacy(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"binary_cross_entropy: using a target size ({tuple(target.shape)}) "
+                         f"that is different to the input size ({tuple(input.shape)}) is not "
+                         "supported")
     logx = _T["clamp"](_T["log"](input), min=-100.0)
     log1mx = _T["clamp"](_T["log"](1 - input), min=-100.0)
     loss = -(target * logx + (1 - target) * log1mx)

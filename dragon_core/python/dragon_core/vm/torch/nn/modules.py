@@ -698,7 +698,7 @@ class _ConvNd(Module):
             return input, self.padding
         nd = len(self.kernel_size)
         if self.padding == "valid":
-            return input, 0
+            return input, (0,) * nd
         if self.padding == "same":
             tot = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
             pairs = [(t // 2, t - t // 2) for t in tot]
@@ -977,6 +977,8 @@ class _BatchNorm(Module):
     def forward(self, input):
         self._check_input_dim(input)
         use_batch = self.training or self.running_mean is None
+        if use_batch:
+            F._check_batch_values(input, type(self).__name__)
         momentum = self.momentum
         if self.training and self.track_running_stats:
             nbt = self._buffers["num_batches_tracked"]
@@ -1257,7 +1259,8 @@ class PReLU(Module):
         w = self.weight
         if input.ndim >= 2 and self.num_parameters > 1:
             w = w.reshape(-1, *[1] * (input.ndim - 2))
-        return _T["where"](input >= 0, input, input * w)
+        # (x > 0: at 0 the gradient w.r.t. x is the weight, as torch's)
+        return _T["where"](input > 0, input, input * w)
 
 
 class CosineSimilarity(Module):

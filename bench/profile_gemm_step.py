@@ -141,15 +141,15 @@ def child(precision: str, runs: int, verbose_kernels: bool) -> None:
     for op, _ins, _attrs, _lay, fn in calls:
         for _ in range(5):
             fn()
-        b, calls = float("inf"), 0
+        b, count = float("inf"), 0
         end = time.perf_counter() + 0.3
         # At least 200 calls: on a loaded machine 0.3 s may hold only a few,
         # each with the process descheduled inside it.
-        while time.perf_counter() < end or calls < 200:
+        while time.perf_counter() < end or count < 200:
             t0 = time.perf_counter()
             fn()
             b = min(b, time.perf_counter() - t0)
-            calls += 1
+            count += 1
         alone[op.name] = b * 1e6
     from bench_peak import peak_gflops
     peak32 = peak_gflops()

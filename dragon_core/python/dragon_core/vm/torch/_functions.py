@@ -962,7 +962,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     t = _float_t(input._t)
     axes = _axes(dim, t.ndim, "norm")
     if p in ("fro", 2, 2.0) or p is None:
-        return _w(_ops.sqrt(_ops.sum(_ops.square(t), axes, keepdim)))
+        return _w(_root_of_sum(t, axes, keepdim, 2.0))
     if p in (1, 1.0):
         return _w(_ops.sum(_ops.abs(t), axes, keepdim))
     if p == float("inf"):
@@ -972,10 +972,43 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if p == 0:   # the number of non-zero elements (no gradient reaches x, as in torch)
         return _w(_ops.sum(_ops.cast(_ops.not_equal(t, 0), t.dtype), axes, keepdim))
     if isinstance(p, numbers.Real):
-        s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, D.BY_CODE[t._dtype_code])), axes, keepdim)
-        return _w(_ops.pow(s, _as_dg(1.0 / p, D.BY_CODE[t._dtype_code])))
+        return _w(_root_of_sum(t, axes, keepdim, float(p)))
     raise NotImplementedError(f"norm(p={p!r}) is not supported; use torch.linalg for "
                               "matrix norms")
+
+
+def _root_of_sum(t, axes, keepdim, p):
+    """(sum |t|^p)^(1/p) over ``axes`` as torch's vector norm: float16 /
+    bfloat16 in float32, rounded once (300^2 overflowed float16: norm of
+    [300, 400] was inf, of [1e-4, 1e-4] 0), and a zero gradient where the
+    norm or an element is 0 (the derivatives there are inf * 0 = NaN; torch
+    gives 0)."""
+    dt = D.BY_CODE[t._dtype_code]
+    if dt.itemsize == 2:
+        t = _ops.cast(t, D.DTYPES["float32"]._dg)
+    wdt = D.BY_CODE[t._dtype_code]
+    if p == 2.0:
+        s = _ops.sum(_ops.square(t), axes, keepdim)
+    elif not _records(t):
+        s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, wdt)), axes, keepdim)
+    else:
+        # |x|^p with a zero gradient at x = 0 (torch's masked backward; the
+        # derivative p |x|^(p-1) is 0 * inf = NaN there for p < 1)
+        a = _ops.abs(t)
+        at0 = _ops.equal(a, 0.0)
+        ones = _ops.add(_ops.mul(a.detach(), 0.0), 1.0)   # a constant (inf * 0 is NaN)
+        powed = _ops.pow(_ops.where(at0, ones, a), _as_dg(p, wdt))
+        s = _ops.sum(_ops.where(at0, _ops.mul(ones, 0.0 if p > 0 else math.inf), powed),
+                     axes, keepdim)
+    if _records(s):
+        zero = _ops.equal(s, 0.0)
+        root = _ops.sqrt(_ops.where(zero, _ops.add(_ops.mul(s, 0.0), 1.0), s)) if p == 2.0 \
+            else _ops.pow(_ops.where(zero, _ops.add(_ops.mul(s, 0.0), 1.0), s),
+                          _as_dg(1.0 / p, wdt))
+        out = _ops.where(zero, _ops.mul(s, 0.0), root)
+    else:
+        out = _ops.sqrt(s) if p == 2.0 else _ops.pow(s, _as_dg(1.0 / p, wdt))
+    return _cast(out, dt)
 
 
 @_both

@@ -1724,10 +1724,20 @@ def split(tensor, split_size_or_sections, dim=0):
 
 @_both
 def chunk(input, chunks, dim=0):
+    """``torch.chunk``: pieces of ceil(n / chunks) along ``dim`` (fewer
+    than ``chunks`` when they run out); an empty ``dim`` gives ``chunks``
+    empty pieces, as torch (it gave one)."""
+    if isinstance(chunks, bool) or not isinstance(chunks, (numbers.Integral, np.integer)):
+        raise TypeError(f"chunk(): argument 'chunks' (position 1) must be int, not "
+                        f"{type(chunks).__name__}")
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks} (input "
+                           f"of shape {list(input.shape)})")
     d = _dim(dim, input.ndim)
     n = input.shape[d]
-    size = -(-n // chunks) if n else 1
-    return split(input, builtins.max(size, 1), d)
+    if n == 0:
+        return tuple(narrow(input, d, 0, 0) for _ in range(int(chunks)))
+    return split(input, -(-n // int(chunks)), d)
 
 
 @_both

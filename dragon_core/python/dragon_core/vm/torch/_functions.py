@@ -595,17 +595,62 @@ def where(condition, input=None, other=None):
 
 @_both
 def lerp(input, end, weight):
-    return add(input, mul(sub(end, input), weight))
+    """``torch.lerp``: floating inputs of one dtype only, as torch (integer
+    inputs and mixed dtypes computed a promoted result where torch raises)."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"lerp: not implemented for {input.dtype} input (shape "
+                                  f"{list(input.shape)}); torch's lerp takes floating tensors")
+    if not isinstance(end, Tensor):
+        raise TypeError(f"lerp(): argument 'end' (position 2) must be Tensor, not "
+                        f"{type(end).__name__}")
+    for what, v in (("end", end), ("weight", weight)):
+        if isinstance(v, Tensor) and v.dtype != input.dtype:
+            raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{what}` but got dtype "
+                               f"{v.dtype} (input {list(input.shape)}, {what} {list(v.shape)})")
+    # torch's two forms: start + w (end - start) below |w| = 0.5, else
+    # end - (end - start)(1 - w) (exact at w = 1; lerp(inf, 3, 0.5) is inf, not NaN)
+    diff = sub(end, input)
+    if not isinstance(weight, Tensor):
+        if builtins.abs(weight) < 0.5:
+            return add(input, mul(diff, weight))
+        return sub(end, mul(diff, 1 - weight))
+    return where(abs(weight) < 0.5, add(input, mul(diff, weight)),
+                 sub(end, mul(diff, sub(1, weight))))
+
+
+def _addc_dtype(op, input, tensor1, tensor2, value):
+    """The dtype of ``addcmul`` / ``addcdiv``: the tensors' promotion, the
+    ``value`` scalar weak (it made bool and 8-bit results int64)."""
+    dt = D.result_type(input, tensor1, tensor2)
+    shapes = f"(input {list(input.shape)} {input.dtype}, tensor1 {list(tensor1.shape)} " \
+             f"{tensor1.dtype}, tensor2 {list(tensor2.shape)} {tensor2.dtype})"
+    if dt.name == "bool":
+        raise NotImplementedError(f"{op}: not implemented for bool tensors {shapes}")
+    if not dt.is_floating_point and isinstance(value, float):
+        # torch truncates the value to an int (value=0.5 adds nothing): refused here
+        raise RuntimeError(f"{op}: for integral input tensors, argument value must not be a "
+                           f"floating point number (value={value}; torch would truncate it to "
+                           f"{int(value)}) {shapes}")
+    return dt
 
 
 @_both
 def addcmul(input, tensor1, tensor2, *, value=1):
-    return add(input, mul(mul(tensor1, tensor2), value))
+    dt = _addc_dtype("addcmul", input, tensor1, tensor2, value)
+    prod = mul(tensor1.to(dt), tensor2.to(dt))
+    return add(input.to(dt), prod if value == 1 else mul(prod, value))
 
 
 @_both
 def addcdiv(input, tensor1, tensor2, *, value=1):
-    return add(input, mul(div(tensor1, tensor2), value))
+    dt = _addc_dtype("addcdiv", input, tensor1, tensor2, value)
+    if not (tensor1.dtype.is_floating_point or tensor2.dtype.is_floating_point):
+        raise RuntimeError(f"addcdiv: integer division with addcdiv is not supported, as in "
+                           f"torch (tensor1 {tensor1.dtype}, tensor2 {tensor2.dtype}); use "
+                           f"torch.addcmul(input, tensor1, 1 / tensor2) or torch.div")
+    work = D.DTYPES["float32"] if dt.itemsize == 2 else dt   # 16-bit: rounded once, as torch
+    out = add(input.to(work), mul(div(tensor1.to(work), tensor2.to(work)), value))
+    return out.to(dt)
 
 
 @_both

@@ -338,7 +338,8 @@ def _int_division(opname, input, other, what, grad="zero"):
     dev = ref._t.device if isinstance(ref, Tensor) else None
     a, b = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
     if not dt.is_floating_point and b.size and bool(_ops.equal(b, 0).numpy().any()):
-        raise RuntimeError("ZeroDivisionError")
+        raise RuntimeError(f"ZeroDivisionError: {what} of {dt} tensors by an integer zero "
+                           f"(shapes {list(a.shape)} and {list(b.shape)})")
     if grad == "none":
         a = a.detach() if _records(a) else a
         b = b.detach() if _records(b) else b
@@ -1198,7 +1199,8 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     t = input._t
     d = _dim(dim, t.ndim if t.ndim else 1)
     if not 0 <= k <= (t.shape[d] if t.ndim else 1):
-        raise RuntimeError("selected index k out of range")
+        raise RuntimeError(f"topk: selected index k out of range (k={k}, input of shape "
+                           f"{list(t.shape)}, dim {dim})")
     if t.ndim and _scan_native(t):
         v, i = _ops.topk(t, int(k), d, largest=bool(largest))
         return values_indices(_w(v), _w(i))
@@ -1585,8 +1587,9 @@ def repeat(self, *sizes):
     if builtins.any(r < 0 for r in sizes):
         raise RuntimeError(f"Trying to create tensor with negative dimension: repeat{tuple(sizes)}")
     if len(sizes) < self.ndim:
-        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
-                           "of dimensions of tensor")
+        raise RuntimeError(f"Number of dimensions of repeat dims can not be smaller than number "
+                           f"of dimensions of tensor (repeat{tuple(sizes)} of a tensor of shape "
+                           f"{list(self.shape)})")
     x = self
     if len(sizes) > x.ndim:
         x = x.reshape([1] * (len(sizes) - x.ndim) + list(x.shape))
@@ -1895,8 +1898,8 @@ def gather(input, dim, index, *, sparse_grad=False):
     d = _dim(dim, t.ndim)
     idx = index._t.numpy() if index._t._device_name == "cpu" else index._t.cpu().numpy()
     if idx.ndim != t.ndim:
-        raise RuntimeError("Index tensor must have the same number of dimensions as input "
-                           "tensor")
+        raise RuntimeError(f"gather: Index tensor must have the same number of dimensions as "
+                           f"input tensor (index {list(idx.shape)}, input {list(t.shape)})")
     _check_range("gather", idx, t.shape[d], d)
     for k, m in enumerate(idx.shape):
         if k != d and m > t.shape[k]:
@@ -2178,7 +2181,9 @@ def matmul(input, other):
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{input.dtype.name} != {other.dtype.name}")
     if a.ndim == 0 or b.ndim == 0:
-        raise RuntimeError("both arguments to matmul need to be at least 1D")
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
+                           f"{a.ndim}D and {b.ndim}D (shapes {list(a.shape)} and "
+                           f"{list(b.shape)})")
     if not _DTF_[a._dtype_code]:
         if a._dtype_code == _BOOL_:
             raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Bool\'')
@@ -2207,15 +2212,17 @@ def log_softmax(input, dim, dtype=None):
 @_both
 def mm(input, mat2):
     if input.ndim != 2 or mat2.ndim != 2:
-        raise RuntimeError("self must be a matrix" if input.ndim != 2 else
-                           "mat2 must be a matrix")
+        raise RuntimeError(("self must be a matrix" if input.ndim != 2 else
+                            "mat2 must be a matrix") + f" (mm of shapes {list(input.shape)} and "
+                           f"{list(mat2.shape)})")
     return matmul(input, mat2)
 
 
 @_both
 def bmm(input, mat2):
     if input.ndim != 3 or mat2.ndim != 3:
-        raise RuntimeError("batch1 must be a 3D tensor")
+        raise RuntimeError(f"batch1 must be a 3D tensor (bmm of shapes {list(input.shape)} "
+                           f"and {list(mat2.shape)})")
     return matmul(input, mat2)
 
 

@@ -623,6 +623,8 @@ def gen_nn(rng):
             tgt[0] = 1
     ls = _pick(rng, [0.0, 0.1])
     red = _pick(rng, ["mean", "sum", "none"])
+    if red == "mean" and (tgt == ign).all():
+        return None   # a mean over no kept target is NaN: finite differences say nothing
 
     def ref(x):
         lp = np.log(_sm(x, 1))

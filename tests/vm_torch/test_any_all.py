@@ -71,3 +71,19 @@ def test_bool_max_min_fold(op, npf):
             got = getattr(ops, op)(t, axes, False).numpy()
             want = npf(b, axis=None if axes is None else tuple(axes))
             np.testing.assert_array_equal(got, want, err_msg=f"{op} {shape} {axes} {transposed}")
+
+
+def test_counting_path_of_devices_without_bool_extrema(monkeypatch):
+    # the path a device without bool Max/Min kernels (cuda today) takes, run on the host
+    from dragon_core.vm.torch import _functions as F
+    monkeypatch.setitem(F._BOOL_EXTREMA, "cpu", False)
+    a = np.array([[0.0, 0.5, np.nan], [0.0, 0.0, 0.0]])
+    for dims in (None, 0, 1, (0, 1)):
+        for op in ("any", "all"):
+            r = getattr(torch, op)(torch.from_numpy(a)) if dims is None else \
+                getattr(torch, op)(torch.from_numpy(a), dims)
+            o = getattr(vt, op)(vt.from_numpy(a)) if dims is None else \
+                getattr(vt, op)(vt.from_numpy(a), dims)
+            np.testing.assert_array_equal(o.numpy(), r.numpy(), err_msg=f"{op} {dims}")
+    assert vt.zeros(0, 2).all(0).tolist() == [True, True]
+    assert vt.zeros(0, 2).any(0).tolist() == [False, False]

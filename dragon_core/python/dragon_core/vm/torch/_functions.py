@@ -338,7 +338,8 @@ def _int_division(opname, input, other, what, grad="zero"):
     dev = ref._t.device if isinstance(ref, Tensor) else None
     a, b = _as_dg(input, dt, dev), _as_dg(other, dt, dev)
     if not dt.is_floating_point and b.size and bool(_ops.equal(b, 0).numpy().any()):
-        raise RuntimeError("ZeroDivisionError")
+        raise RuntimeError(f"ZeroDivisionError: {what} of {dt} tensors by an integer zero "
+                           f"(shapes {list(a.shape)} and {list(b.shape)})")
     if grad == "none":
         a = a.detach() if _records(a) else a
         b = b.detach() if _records(b) else b
@@ -595,17 +596,62 @@ def where(condition, input=None, other=None):
 
 @_both
 def lerp(input, end, weight):
-    return add(input, mul(sub(end, input), weight))
+    """``torch.lerp``: floating inputs of one dtype only, as torch (integer
+    inputs and mixed dtypes computed a promoted result where torch raises)."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"lerp: not implemented for {input.dtype} input (shape "
+                                  f"{list(input.shape)}); torch's lerp takes floating tensors")
+    if not isinstance(end, Tensor):
+        raise TypeError(f"lerp(): argument 'end' (position 2) must be Tensor, not "
+                        f"{type(end).__name__}")
+    for what, v in (("end", end), ("weight", weight)):
+        if isinstance(v, Tensor) and v.dtype != input.dtype:
+            raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{what}` but got dtype "
+                               f"{v.dtype} (input {list(input.shape)}, {what} {list(v.shape)})")
+    # torch's two forms: start + w (end - start) below |w| = 0.5, else
+    # end - (end - start)(1 - w) (exact at w = 1; lerp(inf, 3, 0.5) is inf, not NaN)
+    diff = sub(end, input)
+    if not isinstance(weight, Tensor):
+        if builtins.abs(weight) < 0.5:
+            return add(input, mul(diff, weight))
+        return sub(end, mul(diff, 1 - weight))
+    return where(abs(weight) < 0.5, add(input, mul(diff, weight)),
+                 sub(end, mul(diff, sub(1, weight))))
+
+
+def _addc_dtype(op, input, tensor1, tensor2, value):
+    """The dtype of ``addcmul`` / ``addcdiv``: the tensors' promotion, the
+    ``value`` scalar weak (it made bool and 8-bit results int64)."""
+    dt = D.result_type(input, tensor1, tensor2)
+    shapes = f"(input {list(input.shape)} {input.dtype}, tensor1 {list(tensor1.shape)} " \
+             f"{tensor1.dtype}, tensor2 {list(tensor2.shape)} {tensor2.dtype})"
+    if dt.name == "bool":
+        raise NotImplementedError(f"{op}: not implemented for bool tensors {shapes}")
+    if not dt.is_floating_point and isinstance(value, float):
+        # torch truncates the value to an int (value=0.5 adds nothing): refused here
+        raise RuntimeError(f"{op}: for integral input tensors, argument value must not be a "
+                           f"floating point number (value={value}; torch would truncate it to "
+                           f"{int(value)}) {shapes}")
+    return dt
 
 
 @_both
 def addcmul(input, tensor1, tensor2, *, value=1):
-    return add(input, mul(mul(tensor1, tensor2), value))
+    dt = _addc_dtype("addcmul", input, tensor1, tensor2, value)
+    prod = mul(tensor1.to(dt), tensor2.to(dt))
+    return add(input.to(dt), prod if value == 1 else mul(prod, value))
 
 
 @_both
 def addcdiv(input, tensor1, tensor2, *, value=1):
-    return add(input, mul(div(tensor1, tensor2), value))
+    dt = _addc_dtype("addcdiv", input, tensor1, tensor2, value)
+    if not (tensor1.dtype.is_floating_point or tensor2.dtype.is_floating_point):
+        raise RuntimeError(f"addcdiv: integer division with addcdiv is not supported, as in "
+                           f"torch (tensor1 {tensor1.dtype}, tensor2 {tensor2.dtype}); use "
+                           f"torch.addcmul(input, tensor1, 1 / tensor2) or torch.div")
+    work = D.DTYPES["float32"] if dt.itemsize == 2 else dt   # 16-bit: rounded once, as torch
+    out = add(input.to(work), mul(div(tensor1.to(work), tensor2.to(work)), value))
+    return out.to(dt)
 
 
 @_both
@@ -962,7 +1008,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     t = _float_t(input._t)
     axes = _axes(dim, t.ndim, "norm")
     if p in ("fro", 2, 2.0) or p is None:
-        return _w(_ops.sqrt(_ops.sum(_ops.square(t), axes, keepdim)))
+        return _w(_root_of_sum(t, axes, keepdim, 2.0))
     if p in (1, 1.0):
         return _w(_ops.sum(_ops.abs(t), axes, keepdim))
     if p == float("inf"):
@@ -972,10 +1018,43 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if p == 0:   # the number of non-zero elements (no gradient reaches x, as in torch)
         return _w(_ops.sum(_ops.cast(_ops.not_equal(t, 0), t.dtype), axes, keepdim))
     if isinstance(p, numbers.Real):
-        s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, D.BY_CODE[t._dtype_code])), axes, keepdim)
-        return _w(_ops.pow(s, _as_dg(1.0 / p, D.BY_CODE[t._dtype_code])))
+        return _w(_root_of_sum(t, axes, keepdim, float(p)))
     raise NotImplementedError(f"norm(p={p!r}) is not supported; use torch.linalg for "
                               "matrix norms")
+
+
+def _root_of_sum(t, axes, keepdim, p):
+    """(sum |t|^p)^(1/p) over ``axes`` as torch's vector norm: float16 /
+    bfloat16 in float32, rounded once (300^2 overflowed float16: norm of
+    [300, 400] was inf, of [1e-4, 1e-4] 0), and a zero gradient where the
+    norm or an element is 0 (the derivatives there are inf * 0 = NaN; torch
+    gives 0)."""
+    dt = D.BY_CODE[t._dtype_code]
+    if dt.itemsize == 2:
+        t = _ops.cast(t, D.DTYPES["float32"]._dg)
+    wdt = D.BY_CODE[t._dtype_code]
+    if p == 2.0:
+        s = _ops.sum(_ops.square(t), axes, keepdim)
+    elif not _records(t):
+        s = _ops.sum(_ops.pow(_ops.abs(t), _as_dg(p, wdt)), axes, keepdim)
+    else:
+        # |x|^p with a zero gradient at x = 0 (torch's masked backward; the
+        # derivative p |x|^(p-1) is 0 * inf = NaN there for p < 1)
+        a = _ops.abs(t)
+        at0 = _ops.equal(a, 0.0)
+        ones = _ops.add(_ops.mul(a.detach(), 0.0), 1.0)   # a constant (inf * 0 is NaN)
+        powed = _ops.pow(_ops.where(at0, ones, a), _as_dg(p, wdt))
+        s = _ops.sum(_ops.where(at0, _ops.mul(ones, 0.0 if p > 0 else math.inf), powed),
+                     axes, keepdim)
+    if _records(s):
+        zero = _ops.equal(s, 0.0)
+        root = _ops.sqrt(_ops.where(zero, _ops.add(_ops.mul(s, 0.0), 1.0), s)) if p == 2.0 \
+            else _ops.pow(_ops.where(zero, _ops.add(_ops.mul(s, 0.0), 1.0), s),
+                          _as_dg(1.0 / p, wdt))
+        out = _ops.where(zero, _ops.mul(s, 0.0), root)
+    else:
+        out = _ops.sqrt(s) if p == 2.0 else _ops.pow(s, _as_dg(1.0 / p, wdt))
+    return _cast(out, dt)
 
 
 @_both
@@ -1120,7 +1199,8 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     t = input._t
     d = _dim(dim, t.ndim if t.ndim else 1)
     if not 0 <= k <= (t.shape[d] if t.ndim else 1):
-        raise RuntimeError("selected index k out of range")
+        raise RuntimeError(f"topk: selected index k out of range (k={k}, input of shape "
+                           f"{list(t.shape)}, dim {dim})")
     if t.ndim and _scan_native(t):
         v, i = _ops.topk(t, int(k), d, largest=bool(largest))
         return values_indices(_w(v), _w(i))
@@ -1507,8 +1587,9 @@ def repeat(self, *sizes):
     if builtins.any(r < 0 for r in sizes):
         raise RuntimeError(f"Trying to create tensor with negative dimension: repeat{tuple(sizes)}")
     if len(sizes) < self.ndim:
-        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
-                           "of dimensions of tensor")
+        raise RuntimeError(f"Number of dimensions of repeat dims can not be smaller than number "
+                           f"of dimensions of tensor (repeat{tuple(sizes)} of a tensor of shape "
+                           f"{list(self.shape)})")
     x = self
     if len(sizes) > x.ndim:
         x = x.reshape([1] * (len(sizes) - x.ndim) + list(x.shape))
@@ -1691,10 +1772,20 @@ def split(tensor, split_size_or_sections, dim=0):
 
 @_both
 def chunk(input, chunks, dim=0):
+    """``torch.chunk``: pieces of ceil(n / chunks) along ``dim`` (fewer
+    than ``chunks`` when they run out); an empty ``dim`` gives ``chunks``
+    empty pieces, as torch (it gave one)."""
+    if isinstance(chunks, bool) or not isinstance(chunks, (numbers.Integral, np.integer)):
+        raise TypeError(f"chunk(): argument 'chunks' (position 1) must be int, not "
+                        f"{type(chunks).__name__}")
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks} (input "
+                           f"of shape {list(input.shape)})")
     d = _dim(dim, input.ndim)
     n = input.shape[d]
-    size = -(-n // chunks) if n else 1
-    return split(input, builtins.max(size, 1), d)
+    if n == 0:
+        return tuple(narrow(input, d, 0, 0) for _ in range(int(chunks)))
+    return split(input, -(-n // int(chunks)), d)
 
 
 @_both
@@ -1807,8 +1898,8 @@ def gather(input, dim, index, *, sparse_grad=False):
     d = _dim(dim, t.ndim)
     idx = index._t.numpy() if index._t._device_name == "cpu" else index._t.cpu().numpy()
     if idx.ndim != t.ndim:
-        raise RuntimeError("Index tensor must have the same number of dimensions as input "
-                           "tensor")
+        raise RuntimeError(f"gather: Index tensor must have the same number of dimensions as "
+                           f"input tensor (index {list(idx.shape)}, input {list(t.shape)})")
     _check_range("gather", idx, t.shape[d], d)
     for k, m in enumerate(idx.shape):
         if k != d and m > t.shape[k]:
@@ -2090,7 +2181,9 @@ def matmul(input, other):
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{input.dtype.name} != {other.dtype.name}")
     if a.ndim == 0 or b.ndim == 0:
-        raise RuntimeError("both arguments to matmul need to be at least 1D")
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
+                           f"{a.ndim}D and {b.ndim}D (shapes {list(a.shape)} and "
+                           f"{list(b.shape)})")
     if not _DTF_[a._dtype_code]:
         if a._dtype_code == _BOOL_:
             raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Bool\'')
@@ -2119,15 +2212,17 @@ def log_softmax(input, dim, dtype=None):
 @_both
 def mm(input, mat2):
     if input.ndim != 2 or mat2.ndim != 2:
-        raise RuntimeError("self must be a matrix" if input.ndim != 2 else
-                           "mat2 must be a matrix")
+        raise RuntimeError(("self must be a matrix" if input.ndim != 2 else
+                            "mat2 must be a matrix") + f" (mm of shapes {list(input.shape)} and "
+                           f"{list(mat2.shape)})")
     return matmul(input, mat2)
 
 
 @_both
 def bmm(input, mat2):
     if input.ndim != 3 or mat2.ndim != 3:
-        raise RuntimeError("batch1 must be a 3D tensor")
+        raise RuntimeError(f"batch1 must be a 3D tensor (bmm of shapes {list(input.shape)} "
+                           f"and {list(mat2.shape)})")
     return matmul(input, mat2)
 
 

@@ -45,15 +45,16 @@ def _np_key(key):
         if isinstance(k, Tensor):
             a = k._t.cpu().numpy() if k._t._device_name != "cpu" else k._t.numpy()
             if a.dtype.kind == "f":
-                raise IndexError("tensors used as indices must be long, int, byte or bool "
-                                 "tensors")
+                raise IndexError(f"tensors used as indices must be long, int, byte or bool "
+                                 f"tensors (got a {k.dtype} index of shape {list(k.shape)})")
             out.append(a if a.dtype != np.uint8 else a.astype(bool))
         elif isinstance(k, list):
             a = np.asarray(k)
             out.append(a)
         elif isinstance(k, slice):
             if k.step is not None and int(k.step) <= 0:
-                raise ValueError("step must be greater than zero")
+                raise ValueError(f"step must be greater than zero (slice {k}; use "
+                                 f"torch.flip for a reversed order)")
             out.append(slice(*(None if v is None else int(v) for v in (k.start, k.stop, k.step))))
         elif isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, bool):
             out.append(int(k))

@@ -1329,6 +1329,21 @@ def test_max_pool_return_indices():
         T.tensor(x[:, :, :4])))
 
 
+def test_adaptive_max_pool_uneven_windows_with_ties():
+    """Adaptive max pooling to a size the input is not a multiple of (it
+    raised): torch's overlapping windows, the first maximum of a tie taking
+    the index and the gradient."""
+    x = np.zeros((1, 2, 5, 7))
+    x[0, 0, 1, 2] = 1.0
+    def fn(T):
+        t = T.tensor(x, requires_grad=True)
+        y, i = T.nn.functional.adaptive_max_pool2d(t, (3, 4), return_indices=True)
+        (y * T.tensor(np.arange(24.0).reshape(1, 2, 3, 4))).sum().backward()
+        return y, i, t.grad
+    _assert_same(fn, 1e-12, 1e-12)
+    _assert_same(lambda T: T.nn.AdaptiveMaxPool1d(3)(T.tensor(x[0, :, 1])), 1e-12, 1e-12)
+
+
 @pytest.mark.parametrize("nd", [2, 3])
 def test_avg_pool_divisor_override(nd):
     """AvgPool2d/3d(divisor_override=d) divided by the window size (the

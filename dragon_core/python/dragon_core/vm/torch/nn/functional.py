@@ -297,10 +297,30 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
     h, w = input.shape[-2:]
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
     oh, ow = oh or h, ow or w
-    if h % oh or w % ow:
-        raise NotImplementedError("adaptive_max_pool2d with an input size that is not a "
-                                  "multiple of the output size is not supported")
-    return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+    if not h % oh and not w % ow:
+        return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+    # windows of unequal sizes (torch's: [floor(i H / oh), ceil((i + 1) H / oh))):
+    # one max_pool2d per window, so ties and gradients pick as max_pool2d does
+    # (the first maximum in row-major order, as torch's kernel)
+    def bounds(n, o):
+        return [((i * n) // o, -((-(i + 1) * n) // o)) for i in range(o)]
+    rows, irows = [], []
+    for h0, h1 in bounds(h, oh):
+        cols, icols = [], []
+        for w0, w1 in bounds(w, ow):
+            win = input[..., h0:h1, w0:w1]
+            if return_indices:
+                v, i = max_pool2d(win, (h1 - h0, w1 - w0), return_indices=True)
+                i = (i // (w1 - w0) + h0) * w + i % (w1 - w0) + w0
+                icols.append(i.reshape(i.shape[:-2]))
+            else:
+                v = max_pool2d(win, (h1 - h0, w1 - w0))
+            cols.append(v.reshape(v.shape[:-2]))
+        rows.append(_T["stack"](cols, -1))
+        if return_indices:
+            irows.append(_T["stack"](icols, -1))
+    out = _T["stack"](rows, -2)
+    return (out, _T["stack"](irows, -2)) if return_indices else out
 
 
 def adaptive_max_pool1d(input, output_size, return_indices=False):

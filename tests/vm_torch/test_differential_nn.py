@@ -460,11 +460,17 @@ def gen_pool(rng):
             kw["divisor_override"] = int(rng.integers(1, 5))
         kind_in = ""
     else:
-        if nd == 3:
-            return None
+        nt = _pick(rng, [1.0, 2.0, 3.0, math.inf])
         kw = dict(stride=s, ceil_mode=ceil)
-        kw = {"norm_type": _pick(rng, [1.0, 2.0, 3.0]), **kw}
-        kind_in = "pos"
+        if nd == 1:
+            k = kk[0]   # (torch 2.13's lp_pool1d multiplies by kernel_size: a tuple fails)
+        spec = Spec(shape, dt, "pos", _layout(rng))
+        if rng.random() < 0.3:
+            fname = f"lp_pool{nd}d"
+            return dict(desc=f"F.{fname}({nt}, {k}, {kw})", dtype=dt, specs=[spec], scale=4,
+                        fn=lambda T, m, x: getattr(T.nn.functional, fname)(x, nt, k, **kw))
+        return dict(desc=f"{name}({nt}, {k}, {kw})", dtype=dt, specs=[spec], fn=_call,
+                    make=lambda T: getattr(T.nn, name)(nt, k, **kw), scale=4)
     spec = Spec(shape, dt, kind_in, _layout(rng))
     if rng.random() < 0.3:
         fname = f"{kind.lower()}_pool{nd}d"
@@ -765,11 +771,14 @@ def _gen_loss(rng):
                     fn=lambda T, m, x, y: T.nn.functional.multilabel_soft_margin_loss(
                         x, y, reduction=red))
     if kind == "multimargin":
-        return dict(desc=f"multi_margin_loss(red={red})",
+        p, mg = _pick(rng, [1, 2]), _pick(rng, [1.0, 0.5])
+        w = (np.abs(rng.standard_normal(c)) + 0.25) if rng.random() < 0.4 else None
+        return dict(desc=f"multi_margin_loss(p={p}, margin={mg}, w={w is not None}, red={red})",
                     specs=[Spec((n, c), dt, layout=lay), Spec((n,), "int64", f"int:{c}",
                                                               grad=False)],
-                    fn=lambda T, m, x, y: T.nn.functional.multi_margin_loss(x, y,
-                                                                            reduction=red))
+                    fn=lambda T, m, x, y: T.nn.functional.multi_margin_loss(
+                        x, y, p, mg, None if w is None else T.tensor(w, dtype=x.dtype),
+                        reduction=red))
     # ctc
     tlen, s = int(rng.integers(3, 6)), int(rng.integers(1, 3))
     return dict(desc=f"ctc_loss(red={red})",
@@ -1010,10 +1019,15 @@ def gen_misc(rng):
         return dict(desc=f"Flatten({s}, {e})", dtype=dt, specs=[spec], fn=_call,
                     make=lambda T: T.nn.Flatten(s, e))
     if kind == "pixel_shuffle":
-        r = int(_pick(rng, [1, 2]))
-        return dict(desc=f"pixel_shuffle({r})", dtype=dt,
-                    specs=[Spec((1, r * r * 2, 2, 3), dt, layout=_layout(rng))],
-                    fn=lambda T, m, x: T.nn.functional.pixel_shuffle(x, r))
+        r = int(_pick(rng, [1, 2, 3]))
+        lead = tuple(int(v) for v in rng.integers(1, 3, int(rng.integers(0, 3))))
+        if rng.random() < 0.5:
+            return dict(desc=f"pixel_shuffle({r})", dtype=dt,
+                        specs=[Spec(lead + (r * r * 2, 2, 3), dt, layout=_layout(rng))],
+                        fn=lambda T, m, x: T.nn.functional.pixel_shuffle(x, r))
+        return dict(desc=f"PixelUnshuffle({r})", dtype=dt, fn=_call,
+                    specs=[Spec(lead + (2, 2 * r, r), dt, layout=_layout(rng))],
+                    make=lambda T: T.nn.PixelUnshuffle(r))
     if kind == "unfold":
         return dict(desc="unfold(2)", dtype=dt, specs=[Spec((1, 2, 3, 3), dt)],
                     fn=lambda T, m, x: T.nn.functional.unfold(x, 2))
@@ -1313,6 +1327,21 @@ def test_max_pool_return_indices():
                                                                return_indices=True))
     _assert_same(lambda T: T.nn.AdaptiveMaxPool2d((2, 3), return_indices=True)(
         T.tensor(x[:, :, :4])))
+
+
+def test_adaptive_max_pool_uneven_windows_with_ties():
+    """Adaptive max pooling to a size the input is not a multiple of (it
+    raised): torch's overlapping windows, the first maximum of a tie taking
+    the index and the gradient."""
+    x = np.zeros((1, 2, 5, 7))
+    x[0, 0, 1, 2] = 1.0
+    def fn(T):
+        t = T.tensor(x, requires_grad=True)
+        y, i = T.nn.functional.adaptive_max_pool2d(t, (3, 4), return_indices=True)
+        (y * T.tensor(np.arange(24.0).reshape(1, 2, 3, 4))).sum().backward()
+        return y, i, t.grad
+    _assert_same(fn, 1e-12, 1e-12)
+    _assert_same(lambda T: T.nn.AdaptiveMaxPool1d(3)(T.tensor(x[0, :, 1])), 1e-12, 1e-12)
 
 
 @pytest.mark.parametrize("nd", [2, 3])

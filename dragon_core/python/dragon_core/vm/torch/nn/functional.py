@@ -297,10 +297,30 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
     h, w = input.shape[-2:]
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
     oh, ow = oh or h, ow or w
-    if h % oh or w % ow:
-        raise NotImplementedError("adaptive_max_pool2d with an input size that is not a "
-                                  "multiple of the output size is not supported")
-    return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+    if not h % oh and not w % ow:
+        return max_pool2d(input, (h // oh, w // ow), return_indices=return_indices)
+    # windows of unequal sizes (torch's: [floor(i H / oh), ceil((i + 1) H / oh))):
+    # one max_pool2d per window, so ties and gradients pick as max_pool2d does
+    # (the first maximum in row-major order, as torch's kernel)
+    def bounds(n, o):
+        return [((i * n) // o, -((-(i + 1) * n) // o)) for i in range(o)]
+    rows, irows = [], []
+    for h0, h1 in bounds(h, oh):
+        cols, icols = [], []
+        for w0, w1 in bounds(w, ow):
+            win = input[..., h0:h1, w0:w1]
+            if return_indices:
+                v, i = max_pool2d(win, (h1 - h0, w1 - w0), return_indices=True)
+                i = (i // (w1 - w0) + h0) * w + i % (w1 - w0) + w0
+                icols.append(i.reshape(i.shape[:-2]))
+            else:
+                v = max_pool2d(win, (h1 - h0, w1 - w0))
+            cols.append(v.reshape(v.shape[:-2]))
+        rows.append(_T["stack"](cols, -1))
+        if return_indices:
+            irows.append(_T["stack"](icols, -1))
+    out = _T["stack"](rows, -2)
+    return (out, _T["stack"](irows, -2)) if return_indices else out
 
 
 def adaptive_max_pool1d(input, output_size, return_indices=False):
@@ -316,6 +336,61 @@ def _check_batch_values(input, op):
     if input.ndim >= 2 and math.prod(input.shape) // max(input.shape[1], 1) == 1:
         raise ValueError(f"{op}: Expected more than 1 value per channel when training, got "
                          f"input size {list(input.shape)}")
+
+
+def _lp_pool(nd, input, norm_type, kernel_size, stride, ceil_mode):
+    """torch's lp_pool: ``(k * mean(x^p))^(1/p)`` over each window (the
+    mean of avg_pool, so a partial ceil_mode window counts as torch's
+    does); ``p = inf`` is the max of ``|x|``."""
+    maxp, avgp = {1: (max_pool1d, avg_pool1d), 2: (max_pool2d, avg_pool2d),
+                  3: (max_pool3d, avg_pool3d)}[nd]
+    norm_type = float(norm_type)
+    if norm_type == math.inf:
+        return maxp(_T["abs"](input), kernel_size, stride, 0, 1, ceil_mode)
+    if norm_type == -math.inf:
+        return -maxp(-_T["abs"](input), kernel_size, stride, 0, 1, ceil_mode)
+    k = math.prod(_ntuple(kernel_size, nd, "kernel_size", f"lp_pool{nd}d"))
+    out = avgp(input ** norm_type, kernel_size, stride, 0, ceil_mode)
+    return (_T["sign"](out) * relu(_T["abs"](out)) * k) ** (1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def pixel_shuffle(input, upscale_factor):
+    """``[*, C r^2, H, W]`` -> ``[*, C, H r, W r]``."""
+    r = int(upscale_factor)
+    *lead, c, h, w = input.shape
+    if input.ndim < 3 or c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)="
+                           f"{c if input.ndim >= 3 else None} is not divisible by {r * r}")
+    n = len(lead)
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """``[*, C, H r, W r]`` -> ``[*, C r^2, H, W]``."""
+    r = int(downscale_factor)
+    *lead, c, h, w = input.shape
+    if input.ndim < 3 or h % r or w % r:
+        raise RuntimeError(f"pixel_unshuffle expects height and width divisible by "
+                           f"downscale_factor {r}, got input of shape {tuple(input.shape)}")
+    n = len(lead)
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -484,6 +559,7 @@ def pad(input, pad, mode="constant", value=None):
     for i in range(len(pad) // 2):
         begins[n - 1 - i] = pad[2 * i]
         ends[n - 1 - i] = pad[2 * i + 1]
+    full = tuple(input.shape)
     if any(b < 0 or e < 0 for b, e in zip(begins, ends)):
         key = tuple(slice(max(-b, 0), s - max(-e, 0)) for b, e, s in zip(begins, ends,
                                                                         input.shape))
@@ -494,6 +570,11 @@ def pad(input, pad, mode="constant", value=None):
             if b == 0 and e == 0:
                 continue
             size = input.shape[ax]
+            if (b > size or e > size) and size < full[ax]:
+                raise NotImplementedError(
+                    f"pad(mode='circular'): padding ({b}, {e}) of dimension {ax} wraps more "
+                    f"than once around what its negative padding leaves ({size} of "
+                    f"{full[ax]}); this is not supported")
             if b > size or e > size:
                 raise ValueError(f"Padding value causes wrapping around more than once: pad "
                                  f"({b}, {e}) on dimension {ax} of size {size}")
@@ -938,6 +1019,28 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     if weight is not None:
         loss = loss * weight
     loss = _T["sum"](loss, input.ndim - 1) / input.shape[-1]
+    return _reduce(loss, _legacy(size_average, reduce, reduction))
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None,
+                      reduce=None, reduction="mean"):
+    """``sum_{j != y} max(0, margin - x[y] + x[j])^p (* weight[y]) / C`` per
+    sample (torch's multi-class hinge loss)."""
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    x = input if input.ndim == 2 else input.reshape(1, -1)
+    t = target.reshape(-1).long()
+    c = x.shape[1]
+    xy = _T["gather"](x, 1, t.unsqueeze(1))
+    h = _T["clamp"](margin - xy + x, min=0.0)
+    if p == 2:
+        h = h * h
+    if weight is not None:
+        h = h * _index_select_in_range(weight.to(x.dtype), 0, t).unsqueeze(1)
+    other = 1 - one_hot(t, c).to(x.dtype)
+    loss = _T["sum"](h * other, 1) / c
+    if input.ndim != 2:
+        loss = loss.reshape(())
     return _reduce(loss, _legacy(size_average, reduce, reduction))
 
 

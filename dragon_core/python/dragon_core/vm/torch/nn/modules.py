@@ -898,6 +898,49 @@ class AvgPool3d(_AvgPool):
     _fn = staticmethod(F.avg_pool3d)
 
 
+class _LPPool(Module):
+    _fn = None
+
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__()
+        self.norm_type, self.kernel_size = norm_type, kernel_size
+        self.stride, self.ceil_mode = stride, ceil_mode
+
+    def forward(self, input):
+        return type(self)._fn(input, float(self.norm_type), self.kernel_size, self.stride,
+                              self.ceil_mode)
+
+
+class LPPool1d(_LPPool):
+    _fn = staticmethod(F.lp_pool1d)
+
+
+class LPPool2d(_LPPool):
+    _fn = staticmethod(F.lp_pool2d)
+
+
+class LPPool3d(_LPPool):
+    _fn = staticmethod(F.lp_pool3d)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, input):
+        return F.pixel_shuffle(input, self.upscale_factor)
+
+
+class PixelUnshuffle(Module):
+    def __init__(self, downscale_factor):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, input):
+        return F.pixel_unshuffle(input, self.downscale_factor)
+
+
 class AdaptiveAvgPool2d(Module):
     def __init__(self, output_size):
         super().__init__()
@@ -1386,6 +1429,20 @@ class TripletMarginLoss(_Loss):
     def forward(self, a, p, n):
         return F.triplet_margin_loss(a, p, n, self.margin, self.p, self.eps, self.swap,
                                      reduction=self.reduction)
+
+
+class MultiMarginLoss(_Loss):
+    def __init__(self, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                 reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        if p not in (1, 2):
+            raise ValueError("only p == 1 and p == 2 supported")
+        self.p, self.margin = p, margin
+        self.register_buffer("weight", weight)
+
+    def forward(self, input, target):
+        return F.multi_margin_loss(input, target, self.p, self.margin, self.weight,
+                                   reduction=self.reduction)
 
 
 class PoissonNLLLoss(_Loss):

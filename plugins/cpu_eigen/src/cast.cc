@@ -319,44 +319,23 @@ template <typename In, typename Out>
 void CastTiles(const internal::CopyLayout& l, int64_t j, const In* src, Out* dst) {
   constexpr int64_t N = static_cast<int64_t>(sizeof(In));
   constexpr int64_t kTile = 32, kChunk = kStage / kTile, kSpan = 32 * kChunk;
-  const int64_t nd = static_cast<int64_t>(l.shape.size());
-  const int64_t last = nd - 1;
-  const int64_t nj = l.shape[j], nl = l.shape[last];
+  const int64_t last = static_cast<int64_t>(l.shape.size()) - 1;
+  const int64_t nl = l.shape[last];
   const int64_t sl = l.src[last], dj = l.dst[j];
-  std::vector<int64_t> others;
-  int64_t outer = 1;
-  for (int64_t k = 0; k < nd; ++k) {
-    if (k != j && k != last) {
-      others.push_back(k);
-      outer *= l.shape[k];
-    }
-  }
-  const int64_t j_tiles = (nj + kTile - 1) / kTile;
-  const int64_t l_spans = (nl + kSpan - 1) / kSpan;
-  const int64_t per_outer = j_tiles * l_spans;
-  ParallelFor(
-      outer * per_outer,
-      [&](int64_t begin, int64_t end) {
+  internal::ForEachTile(
+      l, j, kTile, kSpan, l.src, l.dst, kTile * std::min(nl, kSpan),
+      [&](int64_t so, int64_t dof, int64_t j0, int64_t j1, int64_t span0, int64_t span1) {
         In stage[kStage];
-        for (int64_t w = begin; w < end; ++w) {
-          int64_t so = 0, dof = 0;
-          internal::Unravel(w / per_outer, others, l.shape, l.src, l.dst, nullptr, &so, &dof);
-          const int64_t j0 = (w % per_outer) / l_spans * kTile;
-          const int64_t j1 = std::min(nj, j0 + kTile);
-          const int64_t span0 = (w % l_spans) * kSpan;
-          const int64_t span1 = std::min(nl, span0 + kSpan);
-          for (int64_t l0 = span0; l0 < span1; l0 += kChunk) {
-            const int64_t len = std::min(span1, l0 + kChunk) - l0;
-            // stage[jj][ll] = src[(j0 + jj) + (l0 + ll) * sl]
-            internal::CopyTile<sizeof(In)>(
-                reinterpret_cast<char*>(stage), len * N,
-                reinterpret_cast<const char*>(src + so + j0 + l0 * sl), sl * N, 0,
-                j1 - j0, 0, len);
-            ConvertRows(stage, nullptr, len, j1 - j0, len, dst + dof + j0 * dj + l0, dj);
-          }
+        for (int64_t l0 = span0; l0 < span1; l0 += kChunk) {
+          const int64_t len = std::min(span1, l0 + kChunk) - l0;
+          // stage[jj][ll] = src[(j0 + jj) + (l0 + ll) * sl]
+          internal::CopyTile<sizeof(In)>(
+              reinterpret_cast<char*>(stage), len * N,
+              reinterpret_cast<const char*>(src + so + j0 + l0 * sl), sl * N, 0,
+              j1 - j0, 0, len);
+          ConvertRows(stage, nullptr, len, j1 - j0, len, dst + dof + j0 * dj + l0, dj);
         }
-      },
-      kTile * std::min(nl, kSpan));
+      });
 }
 
 // Casts x, read through its strides (any: zero, negative, a byte offset),

@@ -259,49 +259,67 @@ inline void CopyTile(char* dst, int64_t dj, const char* src, int64_t sl,
   }
 }
 
-// Transposing path: the destination is dense along the last dim while the
-// source is dense along dim `j`. Copy square tiles of (j, last) so that both
-// the reads and the writes of a tile stay in L1. A work item is one run of
-// up to kTile values of j by kSpan values of the last dim.
-template <size_t N>
-void CopyTiles(const CopyLayout& l, int64_t j, const char* src, char* dst) {
-  constexpr int64_t kTile = 32, kSpan = 64 * kTile;
+// The work items of a transposing copy over (j, last): each is a run of up
+// to `tile` values of dim j by `span` values of the last dim, at source and
+// destination offsets `so` / `dof` (in the units of the strides `src` /
+// `dst` given) of the item's other dims. Calls
+// fn(so, dof, j0, j1, span0, span1) for every item, in ParallelFor chunks of
+// `grain` elements. Shared by CopyTiles and cpu_eigen's strided Cast.
+template <typename Fn>
+void ForEachTile(const CopyLayout& l, int64_t j, int64_t tile, int64_t span,
+                 const std::vector<int64_t>& src, const std::vector<int64_t>& dst,
+                 int64_t grain, Fn fn) {
   const int64_t nd = static_cast<int64_t>(l.shape.size());
   const int64_t last = nd - 1;
   const int64_t nj = l.shape[j], nl = l.shape[last];
-  const int64_t sl = l.src[last] * static_cast<int64_t>(N);
-  const int64_t dj = l.dst[j] * static_cast<int64_t>(N);
-  std::vector<int64_t> others, src_bytes(nd), dst_bytes(nd);
+  std::vector<int64_t> others;
   int64_t outer = 1;
   for (int64_t k = 0; k < nd; ++k) {
-    src_bytes[k] = l.src[k] * static_cast<int64_t>(N);
-    dst_bytes[k] = l.dst[k] * static_cast<int64_t>(N);
     if (k != j && k != last) {
       others.push_back(k);
       outer *= l.shape[k];
     }
   }
-  const int64_t j_tiles = (nj + kTile - 1) / kTile;
-  const int64_t l_spans = (nl + kSpan - 1) / kSpan;
+  const int64_t j_tiles = (nj + tile - 1) / tile;
+  const int64_t l_spans = (nl + span - 1) / span;
   const int64_t per_outer = j_tiles * l_spans;
   ParallelFor(
       outer * per_outer,
       [&](int64_t begin, int64_t end) {
         for (int64_t w = begin; w < end; ++w) {
           int64_t so = 0, dof = 0;
-          Unravel(w / per_outer, others, l.shape, src_bytes, dst_bytes, nullptr,
-                  &so, &dof);
-          const int64_t j0 = (w % per_outer) / l_spans * kTile;
-          const int64_t j1 = std::min(nj, j0 + kTile);
-          const int64_t span0 = (w % l_spans) * kSpan;
-          const int64_t span1 = std::min(nl, span0 + kSpan);
-          for (int64_t l0 = span0; l0 < span1; l0 += kTile) {
-            const int64_t l1 = std::min(span1, l0 + kTile);
-            CopyTile<N>(dst + dof, dj, src + so, sl, j0, j1, l0, l1);
-          }
+          Unravel(w / per_outer, others, l.shape, src, dst, nullptr, &so, &dof);
+          const int64_t j0 = (w % per_outer) / l_spans * tile;
+          const int64_t span0 = (w % l_spans) * span;
+          fn(so, dof, j0, std::min(nj, j0 + tile), span0, std::min(nl, span0 + span));
         }
       },
-      kTile * std::min(nl, kSpan));
+      grain);
+}
+
+// Transposing path: the destination is dense along the last dim while the
+// source is dense along dim `j`. Copy square tiles of (j, last) so that both
+// the reads and the writes of a tile stay in L1.
+template <size_t N>
+void CopyTiles(const CopyLayout& l, int64_t j, const char* src, char* dst) {
+  constexpr int64_t kTile = 32, kSpan = 64 * kTile;
+  const int64_t nd = static_cast<int64_t>(l.shape.size());
+  const int64_t nl = l.shape[nd - 1];
+  const int64_t sl = l.src[nd - 1] * static_cast<int64_t>(N);
+  const int64_t dj = l.dst[j] * static_cast<int64_t>(N);
+  std::vector<int64_t> src_bytes(nd), dst_bytes(nd);
+  for (int64_t k = 0; k < nd; ++k) {
+    src_bytes[k] = l.src[k] * static_cast<int64_t>(N);
+    dst_bytes[k] = l.dst[k] * static_cast<int64_t>(N);
+  }
+  ForEachTile(l, j, kTile, kSpan, src_bytes, dst_bytes, kTile * std::min(nl, kSpan),
+              [&](int64_t so, int64_t dof, int64_t j0, int64_t j1, int64_t span0,
+                  int64_t span1) {
+                for (int64_t l0 = span0; l0 < span1; l0 += kTile) {
+                  const int64_t l1 = std::min(span1, l0 + kTile);
+                  CopyTile<N>(dst + dof, dj, src + so, sl, j0, j1, l0, l1);
+                }
+              });
 }
 
 }  // namespace internal

@@ -1274,3 +1274,31 @@ def test_tape_warns_when_the_target_was_not_recorded():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _np(tape.gradient(y, x)) == [3.0, 3.0]
+
+
+def test_accumulate_into_expanded_grad_is_not_written_in_place():
+    # An expanded (stride-0) .grad maps several elements to one cell: adding
+    # into it would write several gradient elements over each other (torch
+    # raises there). The sum is stored as a new tensor instead.
+    x = vt.zeros(3, 2, requires_grad=True)
+    x.grad = vt.zeros(1, 2).expand(3, 2)
+    (x * vt.arange(6.).reshape(3, 2)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.arange(6.).reshape(3, 2))
+
+
+@pytest.mark.parametrize("segments", [1, 2, 3])
+def test_checkpoint_sequential_trains_like_torch_on_a_plain_input(segments):
+    # torch checkpoints the first segments - 1 segments and runs the last
+    # plainly: with an input that does not require grad, the last segment's
+    # parameters get gradients (and the checkpointed ones do not).
+    got = []
+    for T in (real, vt):
+        T.manual_seed(0)
+        layers = [T.nn.Linear(3, 3) for _ in range(4)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = T.utils.checkpoint.checkpoint_sequential(
+                T.nn.Sequential(*layers), segments, T.ones(2, 3), use_reentrant=True)
+            out.sum().backward()
+        got.append([layer.weight.grad is not None for layer in layers])
+    assert got[1] == got[0]

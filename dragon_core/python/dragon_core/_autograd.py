@@ -482,6 +482,11 @@ def _accumulate_in_place(old, g) -> bool:
     if (old.dtype != g.dtype or tuple(old.shape) != tuple(g.shape)
             or old._storage_refs != 1 or old.is_read_only):
         return False
+    if not old._is_contiguous_strides():
+        # an expanded (stride-0) or otherwise strided ``.grad`` may map
+        # several elements to one memory cell: adding into it would sum
+        # the wrong elements, so store a new tensor instead
+        return False
     if old._device_name == "cpu" and g._device_name == "cpu":
         # one pass, no temporary; NumPy's sum is bit-identical to the Add
         # kernel's for the four floating dtypes (bfloat16 via ml_dtypes)

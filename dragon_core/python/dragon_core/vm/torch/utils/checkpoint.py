@@ -59,8 +59,20 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwar
     if int(segments) < 1:
         raise ValueError(f"checkpoint_sequential: segments must be >= 1, got {segments}")
 
-    def run(x):
-        for f in fns:
-            x = f(x)
-        return x
-    return checkpoint(run, input, use_reentrant=use_reentrant, **kwargs)
+    segments = int(segments)
+
+    def run_range(start, end):
+        def run(x):
+            for f in fns[start:end]:
+                x = f(x)
+            return x
+        return run
+    # As torch: the first ``segments - 1`` segments run checkpointed, the
+    # last one runs plainly (so its parameters train even when ``input``
+    # does not require grad).
+    size = len(fns) // segments
+    end = 0
+    for start in range(0, size * (segments - 1), size):
+        end = start + size
+        input = checkpoint(run_range(start, end), input, use_reentrant=use_reentrant, **kwargs)
+    return run_range(end, len(fns))(input)

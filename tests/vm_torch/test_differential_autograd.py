@@ -1302,3 +1302,18 @@ def test_checkpoint_sequential_trains_like_torch_on_a_plain_input(segments):
             out.sum().backward()
         got.append([layer.weight.grad is not None for layer in layers])
     assert got[1] == got[0]
+
+
+def test_size_arguments_refuse_floats_and_bools_like_torch():
+    # int() truncated 4.5 to 4: view(3, 4.5) viewed as (3, 4), zeros(2.5, 2)
+    # made a (2, 2) tensor; torch raises TypeError for floats and bools.
+    calls = [lambda T, x: x.view(3, 4.5), lambda T, x: x.reshape(2.9, 6),
+             lambda T, x: T.zeros(2.5, 2), lambda T, x: x.view(True, 12)]
+    for call in calls:
+        for T in (real, vt):
+            with pytest.raises(TypeError):
+                call(T, T.arange(12.))
+    for T in (real, vt):
+        x = T.arange(12.)
+        assert tuple(x.view(T.tensor(3), 4).shape) == (3, 4)
+        assert tuple(T.zeros([2, 3]).shape) == (2, 3)

@@ -278,12 +278,28 @@ def _dims(dim, n: int):
     return [_dim(int(dim), n)]
 
 
+def _size_int(s) -> int:
+    """One size of a shape argument, as torch's parser reads it: an int or
+    a 0-d integer tensor; a float, a bool or anything else raises (``int()``
+    would truncate ``4.5`` to 4 and compute with the wrong shape)."""
+    if isinstance(s, (bool, np.bool_)):
+        raise TypeError(f"size must be a sequence of ints, got a bool ({s!r})")
+    if isinstance(s, (numbers.Integral, np.integer)):
+        return int(s)
+    if isinstance(s, Tensor) and s.ndim == 0 and not s.dtype.is_floating_point \
+            and s.dtype.name != "bool":
+        return int(s)
+    raise TypeError(f"size must be a sequence of ints, got {type(s).__name__} ({s!r})")
+
+
 def _shape_args(shape) -> tuple:
     if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
         if isinstance(shape[0], Tensor):
-            return (int(shape[0]),)
-        return tuple(int(s) for s in shape[0])
-    return tuple(int(s) for s in shape)
+            return (_size_int(shape[0]),)
+        if not isinstance(shape[0], (list, tuple)):
+            raise TypeError(f"size must be a sequence of ints, got {type(shape[0]).__name__}")
+        return tuple(_size_int(s) for s in shape[0])
+    return tuple(_size_int(s) for s in shape)
 
 
 def _cast(t, dt: "D.dtype"):

@@ -766,20 +766,12 @@ def _grads(seed, dtype="float32", scale=1.0):
     return [(rng.standard_normal(s) * scale).astype(dtype) for s in [(3, 4), (7,), (0,), (2, 5)]]
 
 
-#: vm.torch's clip_grad_norm_ (vm/torch/nn/utils.py, not this task's file)
-#: refuses norm_type="inf", which torch takes (float("inf")): it raises, so
-#: it is not silently wrong; reported for the owner of that file.
-_VT_INF_STRING = pytest.mark.xfail(
-    strict=True, raises=NotImplementedError,
-    reason="vm.torch.nn.utils.clip_grad_norm_ passes norm_type 'inf' (a str) to norm(); "
-           "fix: norm_type = float(norm_type) first, as torch does")
 CLIP_NORMS = [1.0, 2.0, math.inf, 3.0, 0.5, "inf"]
 CLIP_GRID = [(f, n) for f in ("vt", "native") for n in CLIP_NORMS]
 
 
-@pytest.mark.parametrize("front, norm_type", [
-    pytest.param(f, n, marks=_VT_INF_STRING) if (f, n) == ("vt", "inf") else (f, n)
-    for f, n in CLIP_GRID], ids=[f"{f}-{n}" for f, n in CLIP_GRID])
+@pytest.mark.parametrize("front, norm_type", CLIP_GRID,
+                         ids=[f"{f}-{n}" for f, n in CLIP_GRID])
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_clip_grad_norm_matches_torch(front, norm_type, max_norm, dtype):

@@ -26,6 +26,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from .._autograd import grad_access
 from .._graph.function import set_mode_key
 from .._tensor import Tensor
@@ -358,7 +360,7 @@ class Module:
             updates.append((target, value))
         # Every check passed: now copy (a failed load leaves the module as it was).
         for target, value in updates:
-            target._rebind(_fresh_copy(value))
+            _write_in_place(target, value)
         return missing, unexpected
 
     # ---------------------------------------------------------------- repr
@@ -380,6 +382,26 @@ class Module:
         if len(lines) == 1 and not self._modules:
             return head + lines[0] + ")"
         return head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _write_in_place(target: Tensor, value: Tensor) -> None:
+    """Write ``value`` (``target``'s shape, dtype and device) into ``target``.
+
+    A host tensor's memory is overwritten, so views and aliases taken
+    before (``w = m.weight[0]``), optimizers and compiled functions holding
+    it all see the loaded value; the version counter moves as for every
+    in-place write. Inside a traced function, and for a read-only host
+    tensor or one on another device, the tensor is rebound to a fresh copy
+    instead (the tensor object stays; earlier views keep the old value).
+    """
+    from .. import _C
+    if _C._is_tracing():
+        target.assign(_fresh_copy(value))
+    elif target.device.type == "cpu" and not target.is_read_only:
+        np.copyto(target.numpy(), value.numpy())
+        target._bump_version()
+    else:
+        target._rebind(_fresh_copy(value))
 
 
 def _fresh_copy(t: Tensor) -> Tensor:

@@ -361,27 +361,71 @@ class Module:
             if m is not None:
                 m._save_to(out, prefix + name + ".", keep_vars)
 
+    def _slots_to(self, out, prefix):
+        """``{key: (module, table, name)}`` for each state-dict entry."""
+        for name, p in self._parameters.items():
+            if p is not None:
+                out[prefix + name] = (self, "_parameters", name)
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                out[prefix + name] = (self, "_buffers", name)
+        for name, m in self._modules.items():
+            if m is not None:
+                m._slots_to(out, prefix + name + ".")
+
     def load_state_dict(self, state_dict, strict=True, assign=False):
-        own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
+        """Copy ``state_dict`` into the parameters and buffers, in place.
+
+        As PyTorch's: each value is cast to the tensor's dtype and device and
+        written into its memory (views and aliases taken before, optimizers
+        and compiled functions holding the tensor see the loaded value; the
+        version counter moves). Size mismatches and, with ``strict``, missing
+        or unexpected keys raise a RuntimeError listing them all, after the
+        keys that fit were loaded (PyTorch's order). ``assign=True`` instead
+        makes each state-dict tensor the module's (its dtype and device; a
+        parameter keeps its ``requires_grad``); earlier views keep the old
+        values. A view taken while autograd records is a copy here, so an
+        in-place load with one alive raises before anything is written.
+        """
+        from .._tensor import _check_inplace_target
+        from ..autograd import no_grad
+        slots = OrderedDict()
+        self._slots_to(slots, "")
+        missing = [k for k in slots if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in slots]
         errors = []
+        updates = []
         for k, v in state_dict.items():
-            if k not in own:
+            if k not in slots:
                 continue
-            mine = own[k]
-            src = v if isinstance(v, Tensor) else _w(_dg.tensor(v)) if not isinstance(
-                v, _dg.Tensor) else _w(v)
+            mod, table, name = slots[k]
+            mine = getattr(mod, table)[name]
+            if isinstance(v, Tensor):
+                src = v
+            elif isinstance(v, _dg.Tensor):
+                src = _w(v)
+            else:
+                src = _w(_dg.tensor(v))
             if tuple(src.shape) != tuple(mine.shape):
                 errors.append(f'size mismatch for {k}: copying a param with shape '
                               f'{src.shape} from checkpoint, the shape in current model is '
                               f'{mine.shape}.')
                 continue
-            from ..autograd import no_grad
-            with no_grad():
-                mine._t.assign(src._t.detach() if src.dtype == mine.dtype and
-                               src._t._device_name == mine._t._device_name
-                               else src.to(mine.dtype).to(mine.device)._t.detach())
+            updates.append((k, mod, table, name, mine, src))
+        if not assign:
+            for k, _, _, _, mine, _ in updates:
+                _check_inplace_target(mine, f"load_state_dict for {type(self).__name__} "
+                                      f"('{k}')", False)
+        with no_grad():
+            for k, mod, table, name, mine, src in updates:
+                if not assign:
+                    mine.copy_(src)
+                elif table == "_parameters":
+                    mod._parameters[name] = src if isinstance(src, Parameter) and \
+                        src.requires_grad == mine.requires_grad else \
+                        Parameter(src, requires_grad=mine.requires_grad)
+                else:
+                    mod._buffers[name] = src
         if strict and (missing or unexpected):
             if missing:
                 errors.insert(0, "Missing key(s) in state_dict: " +

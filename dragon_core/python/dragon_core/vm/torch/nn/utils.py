@@ -10,6 +10,7 @@ from ..autograd import no_grad
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
                     foreach=None):
+    norm_type = float(norm_type)     # torch takes 'inf' (a string) too
     params = [parameters] if hasattr(parameters, "_t") else list(parameters)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:

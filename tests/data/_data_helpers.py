@@ -156,3 +156,45 @@ class RandomOps(Dataset):
         return (np.int64(i), np.float64(dg.ops.random_uniform([1]).numpy()[0]),
                 np.float64(np.random.rand()), np.float64(random.random()),
                 np.array(where, np.int64))
+
+
+class DrawingSource:
+    """A RecordPipeline source whose read draws from NumPy's and Python's
+    global generators: ``(index, np.random draw, random draw)``."""
+
+    def __init__(self, n: int = 12):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import random
+        return (int(i), float(np.random.rand()), float(random.random()))
+
+
+def drawing_transform(item):
+    """A plain-callable transformer drawing from the same global generators:
+    ``(index, source's np draw, source's random draw, np draw, random draw)``."""
+    import random
+    return np.array(item + (float(np.random.rand()), float(random.random())))
+
+
+class IndexOf:
+    """``source[i]`` is ``i``."""
+
+    def __init__(self, n: int = 4):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return int(i)
+
+
+class RngNoise(Transformer):
+    """A Transformer on plain indices: (index, a draw of its rng)."""
+
+    def augment(self, example, rng):
+        return np.array([float(example), float(rng.random())])

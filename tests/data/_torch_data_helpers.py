@@ -101,3 +101,17 @@ def make_stream(torch_module, base):
         def __len__(self):
             return self.n
     return Stream
+
+
+class VtDraws(vdata.Dataset):
+    """(index, a vm.torch draw, a NumPy global draw, a Python ``random`` draw)."""
+
+    def __init__(self, n=4):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return vt.tensor([float(i), float(vt.rand(1).item()), float(np.random.rand()),
+                          random.random()], dtype=vt.float64)

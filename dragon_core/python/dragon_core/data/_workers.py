@@ -90,18 +90,44 @@ def _context(start_method: str | None) -> mp.context.BaseContext:
 
 
 def apply_transform(transform: Callable | None, item: Any, seed: int, epoch: int,
-                    index: int) -> Any:
+                    index: int, occ: int = 0) -> Any:
     """Run ``transform`` on one item.
 
     A :class:`~dragon_core.data.Transformer` gets a NumPy generator seeded by
-    ``(seed, epoch, index)``: augmentation is reproducible, differs across
-    epochs, and does not depend on which worker runs it.
+    ``(seed, epoch, index)`` (and ``occ``, the number of earlier visits of
+    ``index`` in this epoch, when it is not 0): augmentation is
+    reproducible, differs across epochs and across repeats of a record, and
+    does not depend on which worker runs it.
     """
     if transform is None:
         return item
     if getattr(transform, "_dg_wants_rng", False):
-        return transform(item, np.random.default_rng([seed & 0xFFFFFFFF, epoch, index]))
+        key = [seed & 0xFFFFFFFF, epoch, index] + ([int(occ)] if occ else [])
+        return transform(item, np.random.default_rng(key))
     return transform(item)
+
+
+def occurrences(indices: np.ndarray) -> np.ndarray:
+    """``occ[j]``: how many times ``indices[j]`` appears in ``indices[:j]``.
+
+    All zeros when the indices are unique (shuffled or sequential epochs);
+    a sampler that repeats records (with replacement, weighted, padded, or
+    a user's list) gets 0, 1, 2, ... for the successive visits of a record.
+    """
+    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+    n = len(indices)
+    occ = np.zeros(n, dtype=np.int64)
+    if n < 2:
+        return occ
+    order = np.argsort(indices, kind="stable")      # equal indices keep epoch order
+    ranked = indices[order]
+    pos = np.arange(n, dtype=np.int64)
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    first[1:] = ranked[1:] != ranked[:-1]
+    run_start = np.maximum.accumulate(np.where(first, pos, 0))
+    occ[order] = pos - run_start
+    return occ
 
 
 # ----------------------------------------------------------------------- worker side
@@ -155,31 +181,60 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def item_seed(seed: int, epoch: int, index: int) -> int:
-    """The 63-bit seed of record ``index`` in ``epoch`` for a loader seeded ``seed``."""
-    return _mix64(_mix64(_mix64(int(seed) & _M64) ^ (int(epoch) & _M64))
-                  ^ (int(index) & _M64)) >> 1
+# Mixed into the seed of the global generators before a transform runs, so a
+# transform's draws never repeat the stream that ``source[index]`` drew from.
+TRANSFORM_STREAM = 0x7472616E73666F72     # b"transfor"
 
 
-def seed_item(seed: int, epoch: int, index: int) -> None:
+def item_seed(seed: int, epoch: int, index: int, occ: int = 0, stream: int = 0) -> int:
+    """The 63-bit seed of record ``index`` in ``epoch`` for a loader seeded ``seed``.
+
+    ``occ`` counts the earlier visits of ``index`` in this epoch (a sampler
+    may repeat records); each visit gets its own seed. ``stream`` tells the
+    dataset read (0) from the transform (:data:`TRANSFORM_STREAM`). With
+    ``occ == 0`` and ``stream == 0`` the value is the one of
+    ``(seed, epoch, index)`` alone, as before repeats were counted.
+    """
+    h = _mix64(_mix64(_mix64(int(seed) & _M64) ^ (int(epoch) & _M64)) ^ (int(index) & _M64))
+    if occ:
+        h = _mix64(h ^ _mix64(int(occ) & _M64))
+    if stream:
+        h = _mix64(h ^ _mix64(int(stream) & _M64))
+    return h >> 1
+
+
+def seed_item(seed: int, epoch: int, index: int, occ: int = 0, stream: int = 0) -> None:
     """Seed this worker's global generators for one example.
 
-    Before each ``source[index]`` (and each transform) a worker seeds
-    dragon_core's generator (``dg.manual_seed``: random ops), Python's
-    ``random`` and NumPy's legacy global generator (``np.random.*``) from
-    ``(seed, epoch, index)``. Random choices made in ``__getitem__`` are
-    then different for every example, reproducible, different every epoch,
-    and independent of the number of workers and of which worker reads
-    what. Without it, workers forked from one process would start from the
-    same generator state and repeat each other's random numbers.
+    Before each ``source[index]`` a worker seeds dragon_core's generator
+    (``dg.manual_seed``: random ops), Python's ``random`` and NumPy's legacy
+    global generator (``np.random.*``) from ``(seed, epoch, index, occ)``
+    (:func:`item_seed`), and before each transform again, from the same
+    values and :data:`TRANSFORM_STREAM`. Random choices made in
+    ``__getitem__`` or a transform are then different for every example
+    and every repeat of a record, reproducible, different every epoch, and
+    independent of the number of workers and of which worker reads what.
+    Without it, workers forked from one process would start from the same
+    generator state and repeat each other's random numbers. Whatever a
+    ``worker_init_fn`` or ``setup()`` did to these global generators is
+    overwritten before every example.
     """
-    s = item_seed(seed, epoch, index)
+    s = item_seed(seed, epoch, index, occ, stream)
     from .. import manual_seed
     manual_seed(s)
     random.seed(s)
     np.random.seed(s & 0xFFFFFFFF)
     if _INFO is not None:
         _INFO.item_seed = s
+
+
+def _transform_seeded(transform: Callable | None, item: Any, seed: int, epoch: int,
+                      index: int, occ: int) -> Any:
+    """``apply_transform`` in a worker: the global generators reseeded first."""
+    if transform is None:
+        return item
+    seed_item(seed, epoch, index, occ, TRANSFORM_STREAM)
+    return apply_transform(transform, item, seed, epoch, index, occ)
 
 
 def _watchdog(ppid: int) -> None:
@@ -250,34 +305,33 @@ def _worker_main(stage: str, worker_id: int, num_workers: int, source: Any,
             break
         message = pickle.loads(raw) if isinstance(raw, bytes) else raw
         if message[0] == "task":                        # reader
-            _, gen, epoch, positions, indices = message
-            for pos, index in zip(positions, indices):
+            _, gen, epoch, positions, indices, occs = message
+            for pos, index, occ in zip(positions, indices, occs):
                 if generation.value != gen or stop.is_set():
                     break
+                index, occ = int(index), int(occ)
                 try:
-                    seed_item(seed, epoch, int(index))
-                    item = source[int(index)]
-                    if transform is not None:
-                        item = apply_transform(transform, item, seed, epoch, int(index))
+                    seed_item(seed, epoch, index, occ)
+                    item = source[index]
+                    item = _transform_seeded(transform, item, seed, epoch, index, occ)
                 except Exception:
-                    reply = _error_message(gen, int(pos), int(index), stage, worker_id,
+                    reply = _error_message(gen, int(pos), index, stage, worker_id,
                                            traceback.format_exc())
                 else:
-                    reply = ("ok", gen, epoch, int(pos), int(index), item)
+                    reply = ("ok", gen, epoch, int(pos), index, item, occ)
                 if not put(reply, gen):
                     break
         elif message[0] == "ok" and stage == "transformer":
-            _, gen, epoch, pos, index, item = message
+            _, gen, epoch, pos, index, item, occ = message
             if generation.value != gen:
                 continue
             try:
-                seed_item(seed, epoch, index)
-                example = apply_transform(transform, item, seed, epoch, index)
+                example = _transform_seeded(transform, item, seed, epoch, index, occ)
             except Exception:
                 reply = _error_message(gen, pos, index, stage, worker_id,
                                        traceback.format_exc())
             else:
-                reply = ("ok", gen, epoch, pos, index, example)
+                reply = ("ok", gen, epoch, pos, index, example, occ)
             put(reply, gen)
         else:                                           # errors travel on unchanged
             put(message, message[1] if message[0] == "err" else None)
@@ -466,7 +520,7 @@ class WorkerPool:
         gen = self._gen_counter
         self._generation.value = gen
         try:
-            yield from self._drive(gen, epoch, indices)
+            yield from self._drive(gen, epoch, indices, occurrences(indices))
         except (GeneratorExit, DataError):
             raise                                   # raised where the queues are consistent
         except BaseException as exc:
@@ -480,8 +534,8 @@ class WorkerPool:
             if self._generation.value == gen:
                 self._generation.value = -1         # workers drop the rest
 
-    def _issue(self, gen: int, epoch: int, indices: np.ndarray, issued: int,
-               next_pos: int) -> int:
+    def _issue(self, gen: int, epoch: int, indices: np.ndarray, occs: np.ndarray,
+               issued: int, next_pos: int) -> int:
         """Queue tasks up to ``prefetch`` positions ahead; return the new ``issued``.
 
         Ctrl-C is held meanwhile: interrupted inside ``Queue.put``, the main
@@ -492,7 +546,8 @@ class WorkerPool:
         with hold_sigint():
             while issued < n and issued < next_pos + self._prefetch:
                 stop = min(n, issued + _GROUP, next_pos + self._prefetch)
-                task = ("task", gen, epoch, np.arange(issued, stop), indices[issued:stop])
+                task = ("task", gen, epoch, np.arange(issued, stop), indices[issued:stop],
+                        occs[issued:stop])
                 try:
                     self._task_q.put_nowait(task)
                 except queue.Full:
@@ -500,7 +555,8 @@ class WorkerPool:
                 issued = stop
         return issued
 
-    def _drive(self, gen: int, epoch: int, indices: np.ndarray) -> Iterator[tuple[int, Any]]:
+    def _drive(self, gen: int, epoch: int, indices: np.ndarray,
+               occs: np.ndarray) -> Iterator[tuple[int, Any]]:
         n = len(indices)
         ready: dict[int, tuple[int, Any]] = {}
         issued = 0
@@ -508,7 +564,7 @@ class WorkerPool:
         last_progress = time.monotonic()
         while next_pos < n:
             if issued < n and issued < next_pos + self._prefetch:
-                issued = self._issue(gen, epoch, indices, issued, next_pos)
+                issued = self._issue(gen, epoch, indices, occs, issued, next_pos)
             if next_pos in ready:
                 yield ready.pop(next_pos)
                 next_pos += 1
@@ -539,7 +595,7 @@ class WorkerPool:
                     f"{self._name}: {stage} worker {wid} raised while processing record "
                     f"{index} (epoch {epoch}, position {pos}):\n{text}",
                     stage=stage, worker_id=wid, index=index, worker_traceback=text)
-            _, _, _, pos, index, example = message
+            pos, index, example = message[3], message[4], message[5]
             ready[pos] = (index, example)
 
 
@@ -568,10 +624,10 @@ def in_process(source: Any, transform: Callable | None, seed: int, epoch: int,
     Exceptions propagate unchanged (with a note naming the record), which is
     what one wants when debugging with no workers.
     """
-    for pos, index in enumerate(indices):
+    for pos, (index, occ) in enumerate(zip(indices, occurrences(indices))):
         index = int(index)
         try:
-            item = apply_transform(transform, source[index], seed, epoch, index)
+            item = apply_transform(transform, source[index], seed, epoch, index, int(occ))
         except Exception as exc:
             exc.add_note(f"{name}: while processing record {index} "
                          f"(epoch {epoch}, position {pos})")

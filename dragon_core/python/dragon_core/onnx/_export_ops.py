@@ -456,6 +456,17 @@ _REDUCE_NARROW = {"ReduceSum": ("int8", "int16", "uint8", "uint16"),
                   "ReduceMax": ("int16", "uint16"), "ReduceMin": ("int16", "uint16")}
 
 
+def _bool_any_all(e, x, out, axes, keep, is_any):
+    """any / all (bool Max / Min) without bool ReduceMax/Min, which ONNX
+    rejects before opset 20 and onnxruntime gets wrong on an empty axis:
+    any = ReduceSum(Cast(x, int64)) > 0, all = ReduceSum(Cast(Not(x), int64)) == 0.
+    An empty reduced axis sums to 0: any is False and all is True, as in Dragon."""
+    counted = x if is_any else e.node("Not", [x])
+    total = e.reduce("ReduceSum", e.node("Cast", [counted], to=e.onnx_dtype("int64")),
+                     axes, keepdims=keep)
+    e.node("Greater" if is_any else "Equal", [total, e.const(np.array(0, np.int64))], [out])
+
+
 def _reduction(onnx_type):
     def run(e, ins, outs, a):
         axes = a.get("axes")
@@ -465,6 +476,9 @@ def _reduction(onnx_type):
         axes = None if axes is None else list(axes)
         keep = bool(a.get("keepdims", False))
         dtype = e.dtype(ins[0])
+        if dtype == "bool" and onnx_type in ("ReduceMax", "ReduceMin"):
+            _bool_any_all(e, ins[0], outs[0], axes, keep, onnx_type == "ReduceMax")
+            return
         if dtype in _REDUCE_NARROW.get(onnx_type, ()):
             wide = e.reduce(onnx_type, e.node("Cast", ins, to=e.onnx_dtype("int32")), axes,
                             keepdims=keep)

@@ -13,17 +13,28 @@ from dragon_core.optim import optimizer as _opt
 from . import lr_scheduler  # noqa: F401
 
 
-def _groups(params):
+def _groups(params, keys=None):
+    """The groups with dragon tensors; ``keys`` (dragon tensor id -> the
+    caller's torch-front-end parameter) is filled on the way."""
     params = list(params)
     if params and isinstance(params[0], dict):
         out = []
         for g in params:
             g = dict(g)
-            g["params"] = [p._t for p in g["params"]] if not hasattr(g["params"], "_t") \
-                else [g["params"]._t]
+            ps = [g["params"]] if hasattr(g["params"], "_t") else list(g["params"])
+            _remember(keys, ps)
+            g["params"] = [p._t for p in ps]
             out.append(g)
         return out
+    _remember(keys, params)
     return [p._t for p in params]
+
+
+def _remember(keys, params):
+    if keys is not None:
+        for p in params:
+            if hasattr(p, "_t"):
+                keys[p._t._id] = p
 
 
 class Optimizer:
@@ -32,7 +43,8 @@ class Optimizer:
     _impl_cls = None
 
     def __init__(self, params, defaults=None, **kwargs):
-        self._impl = self._impl_cls(_groups(params), **kwargs)
+        self._keys = {}
+        self._impl = self._impl_cls(_groups(params, self._keys), **kwargs)
         self.defaults = self._impl.defaults
 
     @property
@@ -43,8 +55,10 @@ class Optimizer:
     def state(self):
         """``state[param]`` (a torch-front-end tensor, or the dragon tensor
         under it): that parameter's state entries as tensors sharing the
-        optimizer's."""
-        return _StateView(self._impl.state)
+        optimizer's. A mutable mapping, as torch's: ``del state[p]``,
+        ``state[p] = {...}``, ``clear()``; iterating yields the parameters
+        themselves (the objects given to the optimizer)."""
+        return _StateView(self._impl.state, self.__dict__.setdefault("_keys", {}))
 
     def zero_grad(self, set_to_none=True):
         self._impl.zero_grad(set_to_none)
@@ -59,7 +73,8 @@ class Optimizer:
         return loss
 
     def add_param_group(self, param_group):
-        self._impl.add_param_group(_groups([param_group])[0])
+        self._impl.add_param_group(
+            _groups([param_group], self.__dict__.setdefault("_keys", {}))[0])
 
     def state_dict(self):
         return self._impl.state_dict()
@@ -135,25 +150,67 @@ class _ParamState(collections.abc.MutableMapping):
         return repr(dict(self.items()))
 
 
-class _StateView(collections.abc.Mapping):
+class _StateView(collections.abc.MutableMapping):
     """``optimizer.state`` keyed by torch-front-end parameters (torch code
-    reads ``optimizer.state[p]["exp_avg"]``)."""
+    reads ``optimizer.state[p]["exp_avg"]``, deletes or replaces entries).
 
-    def __init__(self, state):
-        self._s = state
+    The state lives in the dragon optimizer, keyed by the dragon tensors
+    under the parameters; ``keys`` maps a dragon tensor's id to the
+    caller's parameter object, so iterating yields the very objects the
+    optimizer was given (or that were used as keys here).
+    """
+
+    def __init__(self, state, keys):
+        self._s, self._keys = state, keys
+
+    def _key(self, p):
+        if hasattr(p, "_t"):
+            self._keys.setdefault(p._t._id, p)
+        return _unwrap(p)
 
     def __getitem__(self, p):
-        return _ParamState(self._s[_unwrap(p)])
+        return _ParamState(self._s[self._key(p)])
+
+    def get(self, p, default=None):
+        d = self._s.get(_unwrap(p))      # a missing entry is not created (as torch's)
+        return default if d is None else _ParamState(d)
+
+    def __setitem__(self, p, value):
+        if not isinstance(value, collections.abc.Mapping):
+            raise TypeError(f"optimizer.state[param] = value: value must be a dict of state "
+                            f"entries, got {type(value).__name__}")
+        self._s[self._key(p)] = {k: _unwrap(v) for k, v in value.items()}
+
+    def __delitem__(self, p):
+        t = _unwrap(p)
+        if t not in self._s:
+            raise KeyError(p)
+        key = self._s._key(t)
+        dict.__delitem__(self._s, key)
+        self._s._params.pop(key, None)
+
+    def clear(self):
+        dict.clear(self._s)
+        self._s._params.clear()
 
     def __contains__(self, p):
         return _unwrap(p) in self._s
 
     def __iter__(self):
         from .._tensor import _w
-        return (_w(self._s._params[k]) if k in self._s._params else k for k in dict.keys(self._s))
+        for k in list(dict.keys(self._s)):
+            if k in self._keys:
+                yield self._keys[k]
+            elif k in self._s._params:
+                yield _w(self._s._params[k])
+            else:
+                yield k
 
     def __len__(self):
         return len(self._s)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
 
 
 def _make(name, impl, flags):
@@ -185,7 +242,8 @@ def _make(name, impl, flags):
                 cls = _dg.optim.AdamW
                 if len(args) < 4:
                     kwargs.setdefault("weight_decay", 0.0)
-        self._impl = cls(_groups(params), *args, **kwargs)
+        self._keys = {}
+        self._impl = cls(_groups(params, self._keys), *args, **kwargs)
         self.defaults = self._impl.defaults
     import inspect
     impl_params = set(inspect.signature(impl).parameters)

@@ -250,23 +250,116 @@ def test_returned_views_of_a_parameter_keep_their_values():
     assert 0 not in pairs[0::2] and 1 in pairs[0::2]   # params[0] is left out
 
 
-def test_parameters_sharing_one_storage():
-    """Two parameters that are slices of one buffer are never written in
-    place (neither is alone on its storage): same bits as eagerly."""
-    base = np.random.default_rng(5).standard_normal((12, 5)).astype(np.float32)
+@pytest.mark.parametrize("disable", [(), OFF], ids=["inplace", "out_of_place"])
+def test_parameters_sharing_one_storage(disable):
+    """Two parameters that are views of one live buffer (``reshape`` is a
+    view; a slice is a copy) are never written in place (neither is alone
+    on its storage): the buffer keeps its bytes, the parameters hold the
+    new values, and the bits equal eager mode's."""
+    base = np.random.default_rng(5).standard_normal(30).astype(np.float32)
 
     def make():
         buf = dg.tensor(base)
-        w1 = buf[0:6].requires_grad_()
-        rest = _params(1)
-        return [w1, rest[1], rest[2], rest[3]]
+        w1 = ops.reshape(buf, [6, 5]).requires_grad_()
+        w2 = ops.reshape(buf, [5, 6]).requires_grad_()
+        assert w1.data_ptr() == w2.data_ptr() == buf.data_ptr()
+        return buf, [w1, w2]
+
+    def trainer(params, compiled):
+        opt = optim.Adam(params, lr=0.01)
+
+        def step(x):
+            opt.zero_grad()
+            w1, w2 = params
+            loss = ops.sum(ops.square(ops.matmul(ops.tanh(ops.matmul(x, w1)), w2)))
+            loss.backward()
+            opt.step()
+            return loss
+        return (dg.function(step, disable_passes=disable) if compiled else step), opt
+
     x = _x()
-    fn, params, opt = _trainer(optim.Adam, dict(lr=0.01), params=make())
-    eager, eparams, eopt = _trainer(optim.Adam, dict(lr=0.01), compiled=False, params=make())
+    buf, params = make()
+    ebuf, eparams = make()
+    fn, opt = trainer(params, True)
+    eager, eopt = trainer(eparams, False)
     for _ in range(4):
+        before = [bits(p) for p in params]
         assert bits(fn(x)).tobytes() == bits(eager(x)).tobytes()
+        assert bits(buf).tobytes() == base.tobytes()
         for s, e in zip(_state(params, opt), _state(eparams, eopt)):
             assert s.tobytes() == e.tobytes()
+        for p, b in zip(params, before):   # the variables hold the new values
+            assert bits(p).tobytes() != b.tobytes()
+    assert bits(ebuf).tobytes() == base.tobytes()
+
+
+@pytest.mark.parametrize("disable", [(), OFF], ids=["inplace", "out_of_place"])
+def test_a_variable_changed_behind_the_graph_fails_before_any_write(disable):
+    """A step that also assigns a variable whose shape changed after
+    tracing (``buf.data = ...``) raises before the run: the parameters,
+    the moments and the step count are all as they were, as the error
+    says, and the same step then runs as before once buf is restored."""
+    x = _x()
+    buf = dg.tensor(np.zeros(3, np.float32))
+
+    def after(loss, params):
+        buf.assign(dg.tensor(np.ones(3, np.float32)))
+        return loss
+    fn, params, opt = _trainer(optim.Adam, dict(lr=0.01), disable=disable, after=after)
+    ref, rparams, ropt = _trainer(optim.Adam, dict(lr=0.01), compiled=False, after=after)
+    for _ in range(3):
+        fn(x), ref(x)
+    inplace = any("_state_inplace" in op.attr for op in fn.get_graph(x).op)
+    assert inplace == (not disable)
+    before = _state(params, opt)
+    steps = [opt.state[p]["step"] for p in params]
+    steps = [s if not isinstance(s, dg.Tensor) else bits(s).tobytes() for s in steps]
+    buf.data = dg.tensor(np.zeros(5, np.float32))
+    with pytest.raises(dg.errors.InvalidArgumentError,
+                       match=r"shape \(5,\).*traced for float32 of shape \(3,\)"
+                             r".*No state was updated"):
+        fn(x)
+    assert [b.tobytes() for b in _state(params, opt)] == [b.tobytes() for b in before]
+    now = [opt.state[p]["step"] for p in params]
+    assert [s if not isinstance(s, dg.Tensor) else bits(s).tobytes() for s in now] == steps
+    buf.data = dg.tensor(np.zeros(3, np.float32))
+    assert bits(fn(x)).tobytes() == bits(ref(x)).tobytes()
+    for s, r in zip(_state(params, opt), _state(rparams, ropt)):
+        assert s.tobytes() == r.tobytes()
+    assert buf.tolist() == [1.0] * 3
+
+
+def test_a_leaf_whose_grad_is_set_changed_behind_the_graph_fails_before_any_write():
+    """The same for a leaf whose ``.grad`` the step sets: after a change of
+    shape behind the graph (``.data = ...``) the call fails before the run,
+    with the parameters, the moments and that ``.grad`` as they were."""
+    x = _x()
+    other = dg.tensor(np.zeros(4, np.float32)).requires_grad_()
+    params = _params()
+    opt = optim.Adam(params, lr=0.01)
+    clear = optim.SGD([other], lr=0.0)
+
+    def step(x):
+        opt.zero_grad()
+        clear.zero_grad()
+        loss = _loss(params, x) + ops.sum(other)
+        loss.backward()
+        opt.step()
+        return loss
+    fn = dg.function(step)
+    for _ in range(3):
+        fn(x)
+    assert fn.trace_count == 1
+    np.testing.assert_array_equal(other.grad.numpy(), np.ones(4, np.float32))
+    before = _state(params, opt)
+    other.data = dg.tensor(np.zeros(5, np.float32))
+    with pytest.raises(dg.errors.InvalidArgumentError,
+                       match=r"\.grad.*shape \(5,\).*traced for float32 of shape \(4,\)"
+                             r".*No state was updated"):
+        fn(x)
+    assert fn.trace_count == 1
+    assert [b.tobytes() for b in _state(params, opt)] == [b.tobytes() for b in before]
+    np.testing.assert_array_equal(other.grad.numpy(), np.ones(4, np.float32))
 
 
 def test_a_failed_step_leaves_the_state_as_it_was():
@@ -376,3 +469,60 @@ def test_double_step_in_one_function():
     # update reads values, not variables: neither is written in place.
     g = fn.get_graph(x)
     assert not any("_state_inplace" in op.attr for op in g.op)
+
+
+VIEWS_BEFORE_THE_STEP = {
+    "detach": lambda p: p.detach(),
+    "detach_detach": lambda p: p.detach().detach(),
+    "detach_reshape": lambda p: ops.reshape(p.detach(), [-1]),
+    "reshape": lambda p: ops.reshape(p, [-1]),
+    "transpose": lambda p: ops.transpose(p, [1, 0]),
+    "squeeze": lambda p: ops.squeeze(p),
+    "parameter": lambda p: p,
+}
+
+
+@pytest.mark.parametrize("disable", [(), OFF], ids=["inplace", "out_of_place"])
+@pytest.mark.parametrize("view", list(VIEWS_BEFORE_THE_STEP), ids=list(VIEWS_BEFORE_THE_STEP))
+def test_a_view_taken_before_the_step_keeps_the_old_values(view, disable):
+    """A step returning ``p.detach()`` (or another view of a parameter)
+    taken before ``opt.step()``: eagerly it keeps the values from before the
+    update (``assign`` rebinds the parameter); the compiled step gives the
+    same bits, and a detached result is a new tensor, not the parameter
+    (which the trace sees as the same graph value)."""
+    f = VIEWS_BEFORE_THE_STEP[view]
+    x = _x()
+    results = {}
+    for compiled in (False, True):
+        params = _params()
+        opt = optim.Adam(params, lr=0.01)
+
+        def step(x):
+            r = f(params[0])
+            opt.zero_grad()
+            _loss(params, x).backward()
+            opt.step()
+            return r
+        fn = dg.function(step, disable_passes=disable) if compiled else step
+        out = []
+        for _ in range(4):
+            old = bits(f(params[0]._clone()))
+            r = fn(x)
+            out.append((bits(r).tobytes(), tuple(r.shape), r is params[0], r.requires_grad and
+                        r is params[0]))
+            if view != "parameter":
+                assert bits(r).tobytes() == old.tobytes()
+        results[compiled] = (out, [s.tobytes() for s in _state(params, opt)])
+    assert results[True] == results[False]
+
+
+def test_detach_of_a_captured_tensor_is_a_new_tensor():
+    """``return w.detach()`` gives a new tensor over w's storage (no
+    autograd state), as eagerly; ``return w`` gives w itself."""
+    w = dg.tensor(np.arange(6, dtype=np.float32)).requires_grad_()
+    f = dg.function(lambda: w.detach())
+    g = dg.function(lambda: w)
+    for _ in range(3):
+        r = f()
+        assert r is not w and not r.requires_grad and r.data_ptr() == w.data_ptr()
+        assert g() is w

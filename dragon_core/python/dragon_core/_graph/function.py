@@ -241,6 +241,23 @@ class _Entry:
         # return w``): eagerly the caller gets the variable object, which
         # later assigns rebind; so does a compiled call (set by _trace).
         self.variable_outputs: list = []
+        # Outputs that the executor hands back as a fed tensor object (an
+        # input or captured tensor) although the traced function returned
+        # another tensor over its storage (``w.detach()``, which the trace
+        # records as the same graph value): the caller gets a new tensor
+        # over the fed storage, taken before the state is rebound, as eager
+        # ``detach()`` gives (set by _trace).
+        self.alias_outputs: list = []
+        # Every check a run's write-back could fail is done before the run
+        # (state_inplace lets the update write the variables' storage): the
+        # variables it assigns and the leaves whose ``.grad`` it sets must
+        # still have the shape, dtype and device they had when traced
+        # (``_C.tensor_signature`` of ``write_targets``; set by _trace).
+        self.write_targets: tuple = tuple(state_targets) + tuple(
+            leaf for leaf, i in self.grad_writes if i is not None)
+        self.write_signature = _C.tensor_signature(self.write_targets)
+        self.traced_writes = [(tuple(t.shape), t.dtype.name, str(t.device))
+                              for t in self.write_targets]
 
     def guards_hold(self) -> bool:
         return all((leaf.grad is None) == was_none for leaf, was_none in self.guards)
@@ -573,6 +590,11 @@ class Function:
         by_id = {t._id: t for t in state_targets}
         entry.variable_outputs = [(i, by_id[t._id]) for i, t in enumerate(out_leaves[:num_outputs])
                                   if t._id in by_id and by_id[t._id] is t]
+        fed = {f"input:{i}": t for i, t in enumerate(leaves)}
+        fed.update(cap_by_name)
+        final = list(compiled.graph.output)
+        entry.alias_outputs = [i for i in range(num_outputs)
+                               if final[i] in fed and fed[final[i]] is not out_leaves[i]]
         return entry
 
     @staticmethod
@@ -662,22 +684,30 @@ class Function:
             captured = list(captured)
             for i, leaf in entry.grad_feeds:
                 captured[i] = leaf.grad
+        if entry.write_targets and (_C.tensor_signature(entry.write_targets)
+                                    != entry.write_signature):
+            Function._write_targets_changed(entry)
         feeds = list(leaves) + entry.constants + captured
         outs = entry.compiled.run(feeds)
         for i in entry.constant_outputs:
             outs[i] = outs[i]._clone()
+        for i in entry.alias_outputs:
+            outs[i] = outs[i]._alias()
         n = entry.num_outputs + entry.num_grad_outputs
         states = list(zip(entry.state_targets, outs[n:]))
-        # All or nothing: every write-back is checked before the first one,
-        # so a failed run leaves every variable and .grad as it was.
-        for var, value in states:
-            if var.shape != value.shape:
+        # All or nothing: the variables were checked before the run; the
+        # values it computed are checked again before the first write-back
+        # (an internal error if this ever fires: the graph computed another
+        # shape than it was traced with).
+        writes = states + [(leaf, outs[i]) for leaf, i in entry.grad_writes if i is not None]
+        for var, value in writes:
+            if var.shape != value.shape or var._dtype_code != value._dtype_code:
                 raise InvalidArgumentError(
-                    f"compiled function: a variable it assigns is now of shape "
-                    f"{tuple(var.shape)}, but the graph traced for it computes "
-                    f"{tuple(value.shape)}; its shape changed after tracing (e.g. through "
-                    f"`.data = ...`). No state was updated; compile a new function for the "
-                    f"new shape")
+                    f"compiled function: internal error: the graph computed a "
+                    f"{value.dtype.name} value of shape {tuple(value.shape)} for a tensor "
+                    f"{var.dtype.name} of shape {tuple(var.shape)} it assigns (or whose "
+                    f".grad it sets); nothing was rebound, but an update written in place "
+                    f"may have run")
         for leaf, i in entry.grad_writes:
             leaf.grad = None if i is None else outs[i]
         for var, value in states:
@@ -685,6 +715,29 @@ class Function:
         for i, var in entry.variable_outputs:
             outs[i] = var
         return outs
+
+    @staticmethod
+    def _write_targets_changed(entry: _Entry):
+        """Raise the error for a variable or ``.grad`` leaf whose shape,
+        dtype or device changed since tracing (checked before the run, so
+        nothing has been written)."""
+        n = len(entry.state_targets)
+        for k, t in enumerate(entry.write_targets):
+            traced = entry.traced_writes[k]
+            now = (tuple(t.shape), t.dtype.name, str(t.device))
+            if now != traced:
+                changed = ("shape" if now[0] != traced[0]
+                           else "dtype" if now[1] != traced[1] else "device")
+                what = ("a variable it assigns" if k < n
+                        else "a leaf whose .grad it sets")
+                raise InvalidArgumentError(
+                    f"compiled function: {what} is now {now[1]} of shape {now[0]} on "
+                    f"{now[2]}, but the graph was traced for {traced[1]} of shape "
+                    f"{traced[0]} on {traced[2]}; its {changed} changed after tracing (e.g. "
+                    f"through `.data = ...`). No state was updated; compile a new function "
+                    f"for the new {changed}")
+        raise InvalidArgumentError("compiled function: the variables it assigns changed "
+                                   "since tracing. No state was updated")
 
 
 def function(fn=None, *, input_signature=None, opt_level: int = 3, name: str | None = None,

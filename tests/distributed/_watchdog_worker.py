@@ -17,6 +17,9 @@ dist
     one, MASTER_ADDR/... set by the test): ``init_process_group("nccl",
     device_id=1)``, eager ``all_reduce`` of cuda:1 tensors; then a kernel
     that never completes, as in ``hang``: DistributedTimeoutError.
+hang_forever
+    as ``hang`` with an infinite or huge $WD_TIMEOUT: nothing is aborted;
+    prints how many collectives ran during $WD_WATCH seconds, then exits.
 hang
     after one completed all_reduce the stand-in's events stop completing
     ($FAKE_CUDA_HANG): the next all_reduce is enqueued and returns; later
@@ -101,6 +104,18 @@ def main(mode: str) -> None:
     os.environ["FAKE_CUDA_HANG"] = "1"
     ops.collective_all_reduce(dg.tensor(x).to("cuda:1"), group=7, group_size=1)
     say("ENQUEUED")
+    if mode == "hang_forever":
+        # an infinite (or huge) timeout: the pending kernel is followed but
+        # never aborted; collectives keep running for WD_WATCH seconds
+        deadline = time.monotonic() + float(os.environ.get("WD_WATCH", "3"))
+        n = 0
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            ops.collective_all_reduce(dg.tensor(x).to("cuda:1"), group=7, group_size=1)
+            n += 1
+        say(f"STILL RUNNING after {n} more, aborts={log_count('ABORT')}")
+        sys.stdout.flush()
+        os._exit(0)             # the hung events stay pending: no orderly exit
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         time.sleep(0.05)

@@ -91,6 +91,23 @@ def test_a_kernel_that_never_completes_is_aborted_and_ends_the_process(fake_nccl
     assert [e[0] for e in log if e[0] == "ABORT"] == ["ABORT"], log       # once
 
 
+@pytest.mark.parametrize("timeout", ["inf", "8.64e13", "1e10"])
+def test_an_infinite_or_huge_timeout_never_aborts(fake_nccl, fake_cuda, tmp_path, timeout):
+    """timeout=inf (or timedelta.max, 8.64e13 s) must not overflow the
+    steady clock's int64 nanoseconds into a deadline in the past: the
+    pending kernel is followed, not aborted, and the process keeps going."""
+    p = _run("hang_forever", fake_nccl, fake_cuda, tmp_path / "hang.log", WD_TIMEOUT=timeout,
+             WD_WATCH="3", DRAGON_DIST_ABORT_GRACE="0")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "ALLREDUCE OK 1" in out and "ENQUEUED" in out, out
+    m = re.search(r"STILL RUNNING after (\d+) more, aborts=(\d+)", p.stdout)
+    assert m and int(m.group(1)) > 0 and m.group(2) == "0", out
+    assert "watchdog" not in out and "RAISED" not in out, out
+    log = _log(tmp_path / "hang.log")
+    assert not [e for e in log if e[0] == "ABORT"], log
+
+
 def test_through_init_process_group_device_id_and_eager_all_reduce(fake_nccl, fake_cuda,
                                                                   tmp_path):
     """The same path from dragon_core.distributed: device_id=1 binds the

@@ -54,6 +54,7 @@ def test_each_rank_creates_its_communicators_on_its_gpu(fake_nccl, tmp_path):
             "local_rank": r,         # LOCAL_RANK
             "ompi_local_rank": 1 - r,  # OMPI_COMM_WORLD_LOCAL_RANK when no LOCAL_RANK
             "device_id": 1 - r,      # device_id= wins over LOCAL_RANK
+            "device_id_no_backend": 1 - r,  # device_id= without a backend: nccl
             "device_str": 1 - r,     # device="cuda:N" names it too
             "modulo": 0,             # LOCAL_RANK 2, 3 on a node with one GPU
             "modulo3": (3 + r) % 2,  # LOCAL_RANK 3, 4 with two

@@ -124,3 +124,18 @@ def test_through_init_process_group_device_id_and_eager_all_reduce(fake_nccl, fa
     assert "process group 0; the watchdog aborted the communicator" in out, out
     assert "dragon-nccl-dist: ending the process 2 s after" in p.stderr and \
         "NOT ENDED" not in out, out
+
+
+def test_local_rank_wins_over_the_device_of_earlier_tensors(fake_nccl, fake_cuda, tmp_path):
+    """docs/distributed.md, 'Which GPU a rank uses': unlike torch, a device
+    made current before init_process_group does not override LOCAL_RANK;
+    the first collective of a tensor elsewhere names device_id as the fix."""
+    env = dict(_env_ranks(1, _free_port())[0], LOCAL_RANK="0")
+    p = _run("local_rank", fake_nccl, fake_cuda, tmp_path / "lr.log", **env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "DONE" in p.stdout, out
+    assert "BOUND cuda:0" in out and "IS VALUEERROR True" in out, out
+    assert "RAISED KernelInvalidArgumentError: CollectiveAllReduce: " in out, out
+    assert "CollectiveAllReduce: the tensor is on cuda:1 but " \
+           "rank 0's NCCL communicator of process group 0 is on cuda:0; move the tensor " \
+           "to cuda:0 (or pass device_id=cuda:1 to init_process_group)" in out, out

@@ -134,3 +134,21 @@ def test_a_malformed_local_rank_is_named(no_launcher_env, var):
     with pytest.raises(ValueError, match=f"{var}=-2 must be >= 0"):
         dist.init_process_group("nccl")
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
+def test_a_malformed_dist_timeout_variable_is_named(no_launcher_env, value):
+    no_launcher_env.setenv("DRAGON_DIST_TIMEOUT", value)
+    with pytest.raises(ValueError, match=re.escape(
+            f"init_process_group: DRAGON_DIST_TIMEOUT={value!r} must be a number of "
+            "seconds > 0 (inf: no deadline)")):
+        dist.init_process_group("mpi")
+    assert not dist.is_initialized()
+
+
+def test_the_dist_timeout_variable_accepts_inf(no_launcher_env):
+    from dragon_core.distributed import _timeout_seconds
+    no_launcher_env.setenv("DRAGON_DIST_TIMEOUT", "inf")
+    assert _timeout_seconds(None) == float("inf")
+    no_launcher_env.setenv("DRAGON_DIST_TIMEOUT", "12.5")
+    assert _timeout_seconds(None) == 12.5

@@ -126,7 +126,16 @@ def _require() -> None:
 def _timeout_seconds(timeout) -> float:
     if timeout is None:
         env = os.environ.get("DRAGON_DIST_TIMEOUT")
-        return float(env) if env else DEFAULT_TIMEOUT
+        if not env:
+            return DEFAULT_TIMEOUT
+        try:
+            value = float(env)
+        except ValueError:
+            value = float("nan")
+        if not value > 0:           # also NaN
+            raise ValueError(f"init_process_group: DRAGON_DIST_TIMEOUT={env!r} must be a "
+                             "number of seconds > 0 (inf: no deadline)")
+        return value
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     timeout = float(timeout)

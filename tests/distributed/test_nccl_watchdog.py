@@ -91,6 +91,23 @@ def test_a_kernel_that_never_completes_is_aborted_and_ends_the_process(fake_nccl
     assert [e[0] for e in log if e[0] == "ABORT"] == ["ABORT"], log       # once
 
 
+@pytest.mark.parametrize("timeout", ["inf", "8.64e13", "1e10"])
+def test_an_infinite_or_huge_timeout_never_aborts(fake_nccl, fake_cuda, tmp_path, timeout):
+    """timeout=inf (or timedelta.max, 8.64e13 s) must not overflow the
+    steady clock's int64 nanoseconds into a deadline in the past: the
+    pending kernel is followed, not aborted, and the process keeps going."""
+    p = _run("hang_forever", fake_nccl, fake_cuda, tmp_path / "hang.log", WD_TIMEOUT=timeout,
+             WD_WATCH="3", DRAGON_DIST_ABORT_GRACE="0")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "ALLREDUCE OK 1" in out and "ENQUEUED" in out, out
+    m = re.search(r"STILL RUNNING after (\d+) more, aborts=(\d+)", p.stdout)
+    assert m and int(m.group(1)) > 0 and m.group(2) == "0", out
+    assert "watchdog" not in out and "RAISED" not in out, out
+    log = _log(tmp_path / "hang.log")
+    assert not [e for e in log if e[0] == "ABORT"], log
+
+
 def test_through_init_process_group_device_id_and_eager_all_reduce(fake_nccl, fake_cuda,
                                                                   tmp_path):
     """The same path from dragon_core.distributed: device_id=1 binds the
@@ -107,3 +124,18 @@ def test_through_init_process_group_device_id_and_eager_all_reduce(fake_nccl, fa
     assert "process group 0; the watchdog aborted the communicator" in out, out
     assert "dragon-nccl-dist: ending the process 2 s after" in p.stderr and \
         "NOT ENDED" not in out, out
+
+
+def test_local_rank_wins_over_the_device_of_earlier_tensors(fake_nccl, fake_cuda, tmp_path):
+    """docs/distributed.md, 'Which GPU a rank uses': unlike torch, a device
+    made current before init_process_group does not override LOCAL_RANK;
+    the first collective of a tensor elsewhere names device_id as the fix."""
+    env = dict(_env_ranks(1, _free_port())[0], LOCAL_RANK="0")
+    p = _run("local_rank", fake_nccl, fake_cuda, tmp_path / "lr.log", **env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "DONE" in p.stdout, out
+    assert "BOUND cuda:0" in out and "IS VALUEERROR True" in out, out
+    assert "RAISED KernelInvalidArgumentError: CollectiveAllReduce: " in out, out
+    assert "CollectiveAllReduce: the tensor is on cuda:1 but " \
+           "rank 0's NCCL communicator of process group 0 is on cuda:0; move the tensor " \
+           "to cuda:0 (or pass device_id=cuda:1 to init_process_group)" in out, out

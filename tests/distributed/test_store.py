@@ -83,6 +83,19 @@ def test_set_get_add_in_one_process():
             timer.join(10)
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), 8.64e13])
+def test_an_infinite_or_huge_timeout_means_no_deadline(timeout):
+    # init_process_group(timeout=inf) hands it to the store: a socket
+    # timeout past time_t used to raise OverflowError on the first request
+    with TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=timeout) as master:
+        with TCPStore("127.0.0.1", master.port, 2, is_master=False, timeout=timeout,
+                      rank=1) as client:
+            timer = threading.Timer(0.2, lambda: master.set("late", b"x"))
+            timer.start()
+            assert client.get("late") == b"x" and client.add("n", 3) == 3
+            timer.join(10)
+
+
 def test_get_of_a_key_nobody_sets_times_out_naming_it():
     with TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=0.5) as master:
         t0 = time.monotonic()

@@ -67,6 +67,26 @@
 
 namespace {
 
+// A point `seconds` after now on the steady clock. The clock counts int64
+// nanoseconds, so an infinite timeout (timeout=inf, DRAGON_DIST_TIMEOUT=inf)
+// or one of more than ~292 years would overflow a cast into a deadline in
+// the past; any timeout of 1e9 s (31 years) or more, and NaN, never expires.
+std::chrono::steady_clock::time_point DeadlineAfter(double seconds) {
+  if (!(seconds < 1e9)) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds > 0 ? seconds : 0));
+}
+
+// Sleeps `seconds` (forever for an infinite or huge value, see DeadlineAfter).
+void SleepSeconds(double seconds) {
+  if (!(seconds < 1e9)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
+  }
+  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(seconds > 0 ? seconds : 0)));
+}
+
 using Handle = void*;  // MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request
 
 struct Mpi {
@@ -545,7 +565,7 @@ void ArmAbort(Mpi& m, const std::string& what) {
     const double grace = env && *env ? std::atof(env) : 10.0;
     Mpi* mp = &m;
     std::thread([mp, what, grace] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(grace > 0 ? grace : 0));
+      SleepSeconds(grace);
       std::fprintf(stderr,
                    "dragon-nccl-dist: %s timed out %.3g s ago and cannot complete; "
                    "aborting the job (MPI_Abort)\n",
@@ -605,7 +625,7 @@ class CommWorker {
     stop_ = true;
     work_cv_.notify_one();
     if (!broken_.empty()) return;
-    done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] { return exited_; });
+    done_cv_.wait_until(lock, DeadlineAfter(timeout_s), [this] { return exited_; });
   }
 
  private:
@@ -755,9 +775,7 @@ void Start(const std::shared_ptr<Pending>& sp, Mpi& m, const void* x, void* dst,
     p.seq = ++g_state.seq;
     g_state.Write(1, KindName(p.kind));
   }
-  p.deadline = std::chrono::steady_clock::now() +
-               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                   std::chrono::duration<double>(c.timeout_s));
+  p.deadline = DeadlineAfter(c.timeout_s);
   p.threaded = c.worker && p.kind != kSend && p.kind != kRecv;
   if (p.threaded) {
     p.in_place = !out_of_place && p.kind == kAllReduce;

@@ -46,6 +46,26 @@
 
 namespace {
 
+// A point `seconds` after now on the steady clock. The clock counts int64
+// nanoseconds, so an infinite timeout (timeout=inf, DRAGON_DIST_TIMEOUT=inf)
+// or one of more than ~292 years would overflow a cast into a deadline in
+// the past; any timeout of 1e9 s (31 years) or more, and NaN, never expires.
+std::chrono::steady_clock::time_point DeadlineAfter(double seconds) {
+  if (!(seconds < 1e9)) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds > 0 ? seconds : 0));
+}
+
+// Sleeps `seconds` (forever for an infinite or huge value, see DeadlineAfter).
+void SleepSeconds(double seconds) {
+  if (!(seconds < 1e9)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
+  }
+  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(seconds > 0 ? seconds : 0)));
+}
+
 struct Nccl {
   void* handle = nullptr;
   std::string error;
@@ -449,8 +469,7 @@ class Watchdog {
     p.event = ev;
     if (d.CtxGetCurrent(&p.ctx) != 0) p.ctx = nullptr;
     p.what = std::string(what) + " #" + std::to_string(c->seq);
-    p.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<
-        std::chrono::steady_clock::duration>(std::chrono::duration<double>(c->timeout_s));
+    p.deadline = DeadlineAfter(c->timeout_s);
     std::lock_guard<std::mutex> lock(mu_);
     items_.push_back(std::move(p));
     if (!started_) {
@@ -564,7 +583,7 @@ class Watchdog {
     static std::once_flag once;
     std::call_once(once, [grace, msg] {
       std::thread([grace, msg] {
-        std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+        SleepSeconds(grace);
         std::fprintf(stderr, "dragon-nccl-dist: ending the process %.3g s after: %s\n", grace,
                      msg.c_str());
         std::fflush(stderr);

@@ -126,7 +126,16 @@ def _require() -> None:
 def _timeout_seconds(timeout) -> float:
     if timeout is None:
         env = os.environ.get("DRAGON_DIST_TIMEOUT")
-        return float(env) if env else DEFAULT_TIMEOUT
+        if not env:
+            return DEFAULT_TIMEOUT
+        try:
+            value = float(env)
+        except ValueError:
+            value = float("nan")
+        if not value > 0:           # also NaN
+            raise ValueError(f"init_process_group: DRAGON_DIST_TIMEOUT={env!r} must be a "
+                             "number of seconds > 0 (inf: no deadline)")
+        return value
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     timeout = float(timeout)
@@ -143,8 +152,9 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
     Parameters
     ----------
     backend : {"mpi", "nccl"}, optional
-        Default: chosen from ``device`` (``mpi`` for ``cpu``, ``nccl`` for
-        ``cuda``).
+        Default: ``nccl`` when ``device_id`` is given (as in
+        ``torch.distributed``), else chosen from ``device`` (``mpi`` for
+        ``cpu``, ``nccl`` for ``cuda``).
     device : str
         The device the collectives will run on (``"cuda:1"`` also names
         this rank's GPU, as ``device_id`` does).
@@ -211,7 +221,9 @@ def init_process_group(backend: str | None = None, *, device: str = "cpu", timeo
                            "initialised (call destroy_process_group() first)")
     dev_type = str(device).split(":")[0]
     if backend is None:
-        backend = {"cpu": "mpi", "cuda": "nccl"}.get(dev_type)
+        # device_id names a GPU: nccl, as torch.distributed picks it
+        backend = "nccl" if device_id is not None else \
+            {"cpu": "mpi", "cuda": "nccl"}.get(dev_type)
         if backend is None:
             raise ValueError(f"init_process_group: no collective backend for device "
                              f"{device!r}; backends: mpi (cpu), nccl (cuda)")

@@ -302,7 +302,8 @@ class TCPStore:
         k = key.encode()
         with self._lock:
             try:
-                sock.settimeout(self.timeout)
+                # an infinite (or huge: past time_t) timeout blocks without one
+                sock.settimeout(self.timeout if self.timeout < 1e9 else None)
                 sock.sendall(op + struct.pack(">I", len(k)) + k +
                                    struct.pack(">Q", len(value)) + value)
                 if op == b"S":

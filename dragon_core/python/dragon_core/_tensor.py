@@ -592,7 +592,13 @@ def _install():
     T.astype = lambda self, dt: self.to(None, dtype_arg(dt, "astype: dtype"))
 
     def _data_get(self):
-        return self._alias()
+        out = self._alias()
+        if _C._is_tracing():
+            # as detach(): the trace must know the alias reads this tensor,
+            # or it would capture the trace-time storage as a constant
+            from ._graph.function import note_alias
+            note_alias(self, out)
+        return out
 
     def _data_set(self, value):
         if not isinstance(value, Tensor):
@@ -636,6 +642,12 @@ def _install():
                     f"{tuple(g.shape)} on {g.device} to a tensor {self.dtype.name} of shape "
                     f"{tuple(self.shape)} on {self.device}; a gradient has the tensor's "
                     "shape, dtype and device (reshape or cast it first)")
+        if _C._is_tracing():
+            # an overwrite the compiled step must replay (``leaf.grad = None``
+            # inside a trace): announce it, so the trace is not retaken on
+            # every call
+            from . import _autograd
+            _autograd.grad_access(self, reads=False)
         raw_grad.fset(self, g)
     T.grad = property(raw_grad.fget, _grad_set, doc=raw_grad.__doc__)
 

@@ -59,9 +59,11 @@ install-cuda: install-sdk
 # dragon-nccl-dist (issue 16): the collective kernels. The MPI half (cpu) is
 # always built; the NCCL half is compiled with the host compiler against
 # nccl.h (nvidia-nccl-cu13, in requirements-dev.txt) and the CUDA headers
-# where they are (nvcc on PATH).
+# where they are (nvcc on PATH). With nvcc on PATH the NCCL half is required
+# (DRAGON_NCCL=ON, as in `make wheels`): a missing nccl.h fails the build
+# instead of installing a plugin without it.
 install-nccl-dist: install-sdk install-core
-	$(PIPI) -Cbuild-dir=build/nccl_dist ./plugins/nccl_dist
+	$(PIPI) -Cbuild-dir=build/nccl_dist $(NCCL_HALF) ./plugins/nccl_dist
 
 HAVE_NVCC := $(shell command -v nvcc 2>/dev/null)
 install: install-core install-cpu-eigen install-mkldnn install-vision-ops install-nccl-dist $(if $(HAVE_NVCC),install-cuda)

@@ -49,3 +49,21 @@ def test_no_hard_coded_march():
             if "-march" in code or "-mavx" in code or "-mcpu" in code:
                 assert "-march=${arg_MARCH}" in code, \
                     f"{cmake.relative_to(ROOT)}: hard-coded CPU flag: {line.strip()}"
+
+
+def test_installed_nccl_dist_has_its_nccl_half_where_nvcc_is():
+    """`make install` with nvcc on PATH requires the NCCL half (DRAGON_NCCL=ON,
+    as `make wheels`): the installed plugin registers NcclCommInit, instead of
+    quietly being the MPI-only build when nccl.h was not found."""
+    import shutil
+
+    import pytest
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc on PATH: the NCCL half is optional there")
+    mod = pytest.importorskip("dragon_nccl_dist")
+    libs = sorted(Path(mod.__file__).parent.glob("libdragon_nccl_dist*.so*"))
+    assert libs, f"no libdragon_nccl_dist in {Path(mod.__file__).parent}"
+    assert b"NcclCommInit" in libs[0].read_bytes()
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ninstall-nccl-dist:", 1)[1].split("\n\n", 1)[0]
+    assert "$(NCCL_HALF)" in recipe

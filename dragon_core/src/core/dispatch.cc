@@ -118,6 +118,10 @@ void SetNoKernelHint(std::string (*hint)(const std::string&, const std::string&)
 
 void ManualSeed(uint64_t seed) { g_seed_state.store(seed * 0x9E3779B97F4A7C15ULL + 1); }
 
+uint64_t SeedState() { return g_seed_state.load(); }
+
+void SetSeedState(uint64_t state) { g_seed_state.store(state); }
+
 uint64_t NextSeed() {
   // SplitMix64 over an atomic counter; the result is kept in [0, 2^62).
   uint64_t z = g_seed_state.fetch_add(0x9E3779B97F4A7C15ULL) + 0x9E3779B97F4A7C15ULL;

@@ -86,6 +86,10 @@ Tensor MakeContiguous(const Tensor& t);
 
 // The global generator that fills `seed = -1` of stateful ops.
 void ManualSeed(uint64_t seed);
+// The global generator's whole state (the counter NextSeed advances), to
+// save and restore it (torch.get_rng_state / set_rng_state).
+uint64_t SeedState();
+void SetSeedState(uint64_t state);
 uint64_t NextSeed();
 
 // Builds the context appended to errors: "inputs: x: float32[2, 3] on cpu:0".

@@ -1120,6 +1120,10 @@ void BindOps(py::module_& m) {
   m.def("manual_seed", [](uint64_t s) { ManualSeed(s); },
         "Seed the global generator used by random ops.");
   m.def("next_seed", [] { return NextSeed(); });
+  m.def("seed_state", [] { return SeedState(); },
+        "The global generator's state (restore it with set_seed_state).");
+  m.def("set_seed_state", [](uint64_t s) { SetSeedState(s); },
+        "Restore the global generator's state from seed_state().");
 
   m.def("memory_stats", [](const std::string& device) {
     auto s = DeviceRegistry::Get().Allocator(DeviceRegistry::Get().Parse(device)).Stats();

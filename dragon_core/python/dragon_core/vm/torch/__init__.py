@@ -29,6 +29,7 @@ from ._creation import (BoolTensor, ByteTensor, DoubleTensor, FloatTensor, Gener
                         rand_like, randint, randint_like, randn, randn_like, randperm, seed,
                         tensor, zeros, zeros_like)
 from ._creation import range_ as range  # noqa: A001
+from ._creation import default_generator, get_rng_state, initial_seed, set_rng_state
 from ._device import device
 from ._dtype import dtype, promote_types
 from ._functions import _EXPORTS
@@ -112,10 +113,6 @@ def get_num_interop_threads() -> int:  # noqa: D103
 
 def set_num_interop_threads(n) -> None:  # noqa: D103
     pass
-
-
-def initial_seed() -> int:  # noqa: D103
-    return 0
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,

@@ -17,7 +17,8 @@ from dragon_core import _memory_format as _mf
 from . import _dtype as D
 from ._tensor import Tensor, _shape_args, _w
 
-_RNG = [np.random.default_rng()]
+_INITIAL_SEED = int(np.random.SeedSequence().entropy % 2**63)
+_RNG = [np.random.default_rng(_INITIAL_SEED)]
 
 def _np_c(arr):
     """``arr`` C-contiguous (keeps 0-d arrays 0-d, unlike ascontiguousarray)."""
@@ -38,34 +39,202 @@ def _tracing() -> bool:
     return is_tracing()
 
 
+# torch's default seed of a new Generator (and of the process's default one).
+_DEFAULT_SEED = 67280421310721
+_SEED_STATE = [_INITIAL_SEED]  # initial_seed() of the global generator
+
+
+def _check_seed(seed, who: str) -> int:
+    """``seed`` as torch keeps it: an integer, negative ones wrapped to 64 bits."""
+    if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, Tensor)):
+        raise TypeError(f"{who}: seed must be an int, not {type(seed).__name__}")
+    seed = int(seed)
+    if not -2**63 <= seed < 2**64:
+        raise RuntimeError(f"{who}: Overflow when unpacking long (seed {seed} does not fit "
+                           f"in 64 bits)")
+    return seed % 2**64
+
+
 def manual_seed(seed: int):
     """Seed dragon_core's generator (dropout, ``rand``, ``randn``) and the
-    host generator behind ``randint``/``randperm``/``multinomial``."""
-    seed = int(seed)
-    _dg.manual_seed(seed)
+    host generator behind ``randint``/``randperm``/``multinomial``; returns
+    ``torch.default_generator``. A ``torch.Generator`` of the user's own is
+    not affected (it keeps its own state)."""
+    seed = _check_seed(seed, "manual_seed")
+    # Dragon's kernels take a signed 64-bit seed: the same bits.
+    _dg.manual_seed(seed - 2**64 if seed >= 2**63 else seed)
     _RNG[0] = np.random.default_rng(seed)
-    return _Generator(seed)
+    _SEED_STATE[0] = seed
+    return default_generator
 
 
-class _Generator:
-    def __init__(self, seed=0):
-        self._seed = seed
+def _state_tensor(state: dict) -> Tensor:
+    """A generator's state as a 1-d uint8 tensor (``get_state``)."""
+    import json
+    raw = json.dumps(state, sort_keys=True).encode()
+    return _finish(_C._from_numpy_copy(np.frombuffer(raw, np.uint8).copy()))
+
+
+def _state_from(state, who: str, keys) -> dict:
+    """The dict ``_state_tensor`` wrote, checked: a clear error for anything else."""
+    import json
+    if not isinstance(state, Tensor) or state.dtype is not D.DTYPES["uint8"] or \
+            state.dim() != 1:
+        what = type(state).__name__ + (f" of dtype {state.dtype} and shape "
+                                       f"{tuple(state.shape)}" if isinstance(state, Tensor)
+                                       else "")
+        raise TypeError(f"{who}: expected the 1-d torch.uint8 tensor get_state() returns, "
+                        f"got {what}")
+    try:
+        st = json.loads(state.numpy().tobytes().decode())
+        if not isinstance(st, dict) or set(st) != set(keys):
+            raise ValueError(f"fields {sorted(st) if isinstance(st, dict) else st!r}")
+        np.random.default_rng().bit_generator.state = st["host"]  # validates
+    except Exception as exc:
+        raise RuntimeError(f"{who}: not a state this generator's get_state() wrote "
+                           f"({type(exc).__name__}: {exc})") from None
+    return st
+
+
+class Generator:
+    """A random number generator with a state of its own, as ``torch.Generator``:
+    ``manual_seed`` / ``seed`` / ``initial_seed`` / ``get_state`` / ``set_state``.
+
+    Passed as ``generator=`` to ``rand``, ``randn``, ``randint``, ``randperm``,
+    ``normal``, the in-place ``*_`` samplers, ``multinomial``, ``random_split``,
+    the samplers and ``DataLoader``, it alone decides their numbers: seeding
+    it does not touch the global generator (``torch.manual_seed``) nor the
+    other way round. Its draws are made on the host (NumPy's PCG64), so the
+    numbers are not torch's bit for bit; the same seed gives the same numbers.
+    Inside ``torch.compile`` a call with ``generator=`` raises (a host draw
+    would become a constant of the trace).
+    """
+
+    def __init__(self, device="cpu"):
+        from ._device import device as _device
+        d = _device(device)
+        if d.type != "cpu":
+            raise RuntimeError(f"torch.Generator(device={str(d)!r}): only 'cpu' generators "
+                               f"are supported (their draws are made on the host)")
+        self.device = d
+        self._seed = _DEFAULT_SEED
+        self._rng = np.random.default_rng(_DEFAULT_SEED)
+
+    def _host(self) -> np.random.Generator:
+        return self._rng
+
+    def manual_seed(self, seed):
+        self._seed = _check_seed(seed, "Generator.manual_seed")
+        self._rng = np.random.default_rng(self._seed)
+        return self
+
+    def seed(self) -> int:
+        s = int(np.random.SeedSequence().entropy % 2**63)
+        self.manual_seed(s)
+        return s
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def get_state(self) -> Tensor:
+        return _state_tensor({"host": self._rng.bit_generator.state, "seed": self._seed})
+
+    def set_state(self, new_state):
+        st = _state_from(new_state, "Generator.set_state", ("host", "seed"))
+        self._rng.bit_generator.state = st["host"]
+        self._seed = int(st["seed"])
+        return self
+
+    def __repr__(self):
+        return f"<torch.Generator object (dragon_core.vm.torch), device={self.device}>"
+
+
+class _DefaultGenerator(Generator):
+    """``torch.default_generator``: the global state (``torch.manual_seed``)."""
+
+    def __init__(self):
+        super().__init__("cpu")
+
+    def _host(self):
+        return _RNG[0]
 
     def manual_seed(self, seed):
         manual_seed(seed)
         return self
 
-    def initial_seed(self):
-        return self._seed
+    def initial_seed(self) -> int:
+        return _SEED_STATE[0]
+
+    # The global state is Dragon's kernel generator (rand, randn, dropout:
+    # one 64-bit counter) and the host generator (randint, randperm, ...).
+    def get_state(self) -> Tensor:
+        return _state_tensor({"host": _RNG[0].bit_generator.state, "device": _C.seed_state(),
+                              "seed": _SEED_STATE[0]})
+
+    def set_state(self, new_state):
+        st = _state_from(new_state, "set_rng_state", ("host", "device", "seed"))
+        _RNG[0].bit_generator.state = st["host"]
+        _C.set_seed_state(int(st["device"]))
+        _SEED_STATE[0] = int(st["seed"])
+        return self
 
 
-Generator = _Generator
+default_generator = _DefaultGenerator()
+
+
+def _host_rng(generator, who: str):
+    """The NumPy generator a ``generator=`` argument names: None for the
+    default one (the caller's usual path), else the Generator's own."""
+    if generator is None or generator is default_generator:
+        return None
+    if not isinstance(generator, Generator):
+        raise TypeError(f"{who}(): argument 'generator' must be torch.Generator, not "
+                        f"{type(generator).__name__}")
+    if _tracing():
+        raise RuntimeError(f"{who}(generator=...) inside torch.compile / dragon_core.function: "
+                           f"a Generator draws on the host, so its numbers would be constants "
+                           f"of the trace; draw outside the compiled function, or leave "
+                           f"generator= out to draw with graph ops")
+    return generator._host()
+
+
+_MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _host_tensor(values: np.ndarray, dt) -> Tensor:
+    """float64 host values as a tensor of ``dt`` (a Dragon Cast rounds them)."""
+    t = _C._from_numpy_copy(np.ascontiguousarray(values, np.float64))
+    return _ops.cast(t, dt._dg) if dt._dg.name != "float64" else t
+
+
+def _host_uniform(rng: np.random.Generator, size, dt) -> Tensor:
+    """Uniform [0, 1) values on a grid exact in ``dt``: a float64 draw
+    rounded to float32/16 could round up to 1.0, which ``rand`` never gives."""
+    bits = _MANTISSA.get(dt._dg.name)
+    if bits is None:
+        raise RuntimeError(f"rand: expected a floating dtype, got {dt}")
+    return _host_tensor(np.floor(rng.random(size) * 2.0**bits) / 2.0**bits, dt)
 
 
 def seed() -> int:
     s = int(np.random.SeedSequence().entropy % (2**63))
     manual_seed(s)
     return s
+
+
+def initial_seed() -> int:
+    """The seed of the global generator (``torch.manual_seed``'s last one)."""
+    return _SEED_STATE[0]
+
+
+def get_rng_state() -> Tensor:
+    """The global generator's state, a uint8 tensor for :func:`set_rng_state`."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state) -> None:
+    """Restore the global generator's state from :func:`get_rng_state`."""
+    default_generator.set_state(new_state)
 
 
 def _dev(device, t):
@@ -249,6 +418,9 @@ def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requir
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None,
          requires_grad=False, pin_memory=False):
     dt = _dt(dtype)
+    rng = _host_rng(generator, "rand")
+    if rng is not None:
+        return _finish(_host_uniform(rng, _size(size), dt), None, device, requires_grad)
     return _finish(_ops.random_uniform(_size(size), 0.0, 1.0, dt._dg), None, device,
                    requires_grad)
 
@@ -256,6 +428,12 @@ def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None,
 def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
           requires_grad=False, pin_memory=False):
     dt = _dt(dtype)
+    rng = _host_rng(generator, "randn")
+    if rng is not None:
+        if dt._dg.name not in _MANTISSA:
+            raise RuntimeError(f"randn: expected a floating dtype, got {dt}")
+        return _finish(_host_tensor(rng.standard_normal(_size(size)), dt), None, device,
+                       requires_grad)
     return _finish(_ops.random_normal(_size(size), 0.0, 1.0, dt._dg), None, device,
                    requires_grad)
 
@@ -271,7 +449,8 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
     if high is None:
         low, high = 0, low
     dt = _dt(dtype, D.DTYPES["int64"])
-    if _tracing():
+    rng = _host_rng(generator, "randint")
+    if rng is None and _tracing():
         # Drawn by the graph at every call: floor(low + u * (high - low)),
         # u uniform in [0, 1) in float64, clipped for a u that rounds up.
         low, high = int(low), int(high)
@@ -282,7 +461,7 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
         v = _ops.clip(_ops.floor(u), 0.0, float(high - low - 1))
         t = _ops.cast(_ops.add(v, float(low)), dt._dg)
         return _finish(t, None, device, requires_grad)
-    arr = _np_rng().integers(low, high, size=tuple(size)).astype(dt._dg.numpy)
+    arr = (rng or _np_rng()).integers(low, high, size=tuple(size)).astype(dt._dg.numpy)
     return _finish(_C._from_numpy_copy(arr), None, device, requires_grad)
 
 
@@ -293,19 +472,21 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None):
 def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None,
              requires_grad=False, pin_memory=False):
     dt = _dt(dtype, D.DTYPES["int64"])
-    if _tracing():
+    rng = _host_rng(generator, "randperm")
+    if rng is None and _tracing():
         # Drawn by the graph at every call: the order of n float64 uniforms.
         u = _ops.random_uniform((int(n),), 0.0, 1.0, _dg.float64)
         return _finish(_ops.cast(_ops.argsort(u, stable=True), dt._dg), None, device)
-    return _finish(_C._from_numpy_copy(_np_rng().permutation(int(n)).astype(dt._dg.numpy)),
+    return _finish(_C._from_numpy_copy((rng or _np_rng()).permutation(int(n)).astype(
+        dt._dg.numpy)),
                    None, device)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None):
     if size is not None:
-        return randn(*size) * std + mean
+        return randn(*size, generator=generator) * std + mean
     ref = mean if isinstance(mean, Tensor) else std
-    return randn(*ref.shape, dtype=ref.dtype) * std + mean
+    return randn(*ref.shape, dtype=ref.dtype, generator=generator) * std + mean
 
 
 def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None,

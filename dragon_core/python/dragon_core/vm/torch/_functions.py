@@ -2367,19 +2367,21 @@ def copy_(self, src, non_blocking=False):
 @_method_only
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
     from ._creation import randn
-    return _inplace(self, add(mul(randn(*self.shape, dtype=self.dtype), std), mean))
+    return _inplace(self, add(mul(randn(*self.shape, dtype=self.dtype,
+                                                generator=generator), std), mean))
 
 
 @_method_only
 def uniform_(self, a=0.0, b=1.0, *, generator=None):
     from ._creation import rand
-    return _inplace(self, add(mul(rand(*self.shape, dtype=self.dtype), b - a), a))
+    return _inplace(self, add(mul(rand(*self.shape, dtype=self.dtype,
+                                               generator=generator), b - a), a))
 
 
 @_method_only
 def bernoulli_(self, p=0.5, *, generator=None):
     from ._creation import rand
-    return _inplace(self, lt(rand(*self.shape), p).to(self.dtype))
+    return _inplace(self, lt(rand(*self.shape, generator=generator), p).to(self.dtype))
 
 
 @_method_only
@@ -2387,25 +2389,30 @@ def random_(self, low=0, high=None, *, generator=None):
     from ._creation import randint
     if high is None:
         low, high = 0, low
-    return _inplace(self, randint(low, high, tuple(self.shape), dtype=self.dtype))
+    return _inplace(self, randint(low, high, tuple(self.shape), dtype=self.dtype,
+                                         generator=generator))
 
 
 @_method_only
 def exponential_(self, lambd=1.0, *, generator=None):
     from ._creation import rand
-    return _inplace(self, div(neg(log1p(neg(rand(*self.shape, dtype=self.dtype)))), lambd))
+    return _inplace(self, div(neg(log1p(neg(rand(*self.shape, dtype=self.dtype,
+                                                          generator=generator)))), lambd))
 
 
 @_both
 def bernoulli(input, p=None, *, generator=None):
-    from ._creation import rand_like
+    from ._creation import rand, rand_like
     prob = input if p is None else p
-    return lt(rand_like(input), prob).to(input.dtype)
+    u = rand_like(input) if generator is None else rand(
+        *input.shape, dtype=input.dtype, device=input.device, generator=generator)
+    return lt(u, prob).to(input.dtype)
 
 
 @_export
 def multinomial(input, num_samples, replacement=False, *, generator=None):
-    from ._creation import _from_numpy_owned, _np_rng, _tracing
+    from ._creation import _from_numpy_owned, _host_rng, _np_rng, _tracing
+    rng = _host_rng(generator, "multinomial") or _np_rng()
     if _tracing():
         # It samples on the host: inside a trace the sample would become a
         # constant of the plan, the same at every call.
@@ -2418,7 +2425,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     rows = probs.reshape(-1, probs.shape[-1])
     out = []
     for r in rows:
-        out.append(_np_rng().choice(r.size, num_samples, replace=replacement, p=r / r.sum()))
+        out.append(rng.choice(r.size, num_samples, replace=replacement, p=r / r.sum()))
     res = np.asarray(out, np.int64)
     return _from_numpy_owned(res.reshape(*probs.shape[:-1], num_samples))
 

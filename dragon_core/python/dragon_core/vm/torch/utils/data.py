@@ -92,8 +92,14 @@ class ConcatDataset(Dataset):
         return self.datasets[k][i - start]
 
 
+def _rng_of(generator, who):
+    """The host generator behind ``generator=`` (the global one for None)."""
+    from .._creation import _host_rng, _np_rng
+    return _host_rng(generator, who) or _np_rng()
+
+
 def random_split(dataset, lengths, generator=None):
-    from .._creation import _np_rng
+    rng = _rng_of(generator, "random_split")
     n = len(dataset)
     if all(isinstance(x, float) for x in lengths) and abs(sum(lengths) - 1) < 1e-6:
         counts = [int(np.floor(n * f)) for f in lengths]
@@ -102,7 +108,7 @@ def random_split(dataset, lengths, generator=None):
         lengths = counts
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
-    perm = _np_rng().permutation(n)
+    perm = rng.permutation(n)
     out, start = [], 0
     for ln in lengths:
         out.append(Subset(dataset, perm[start:start + ln].tolist()))
@@ -227,9 +233,9 @@ def default_collate(batch):
 # ------------------------------------------------------------------ samplers
 #
 # torch's samplers with torch's arguments, checks and lengths. The random
-# ones draw from vm.torch's generator (``torch.manual_seed``; a vm.torch
-# Generator is a handle on it), so their sequences are not torch's:
-# the same seed gives the same sequence, and each pass is a new draw.
+# ones draw from their ``generator`` (a torch.Generator's own state), else
+# from vm.torch's global generator (``torch.manual_seed``); the sequences are
+# not torch's: the same seed gives the same sequence, each pass a new draw.
 
 def _check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
@@ -275,8 +281,8 @@ class RandomSampler(Sampler):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self):
-        from .._creation import _np_rng
-        n, k, rng = len(self.data_source), self.num_samples, _np_rng()
+        n, k = len(self.data_source), self.num_samples
+        rng = _rng_of(self.generator, "RandomSampler")
         if self.replacement:
             yield from rng.integers(0, n, size=k).tolist()
             return
@@ -295,8 +301,8 @@ class SubsetRandomSampler(Sampler):
         self.indices, self.generator = indices, generator
 
     def __iter__(self):
-        from .._creation import _np_rng
-        for i in _np_rng().permutation(len(self.indices)).tolist():
+        rng = _rng_of(self.generator, "SubsetRandomSampler")
+        for i in rng.permutation(len(self.indices)).tolist():
             yield self.indices[i]
 
     def __len__(self):
@@ -329,8 +335,8 @@ class WeightedRandomSampler(Sampler):
         self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
 
     def __iter__(self):
-        from .._creation import _np_rng
-        yield from _np_rng().choice(len(self._p), self.num_samples, replace=self.replacement,
+        rng = _rng_of(self.generator, "WeightedRandomSampler")
+        yield from rng.choice(len(self._p), self.num_samples, replace=self.replacement,
                                     p=self._p).tolist()
 
     def __len__(self):
@@ -587,10 +593,8 @@ class DataLoader:
                 batch_sampler is not None else default_convert
         self.collate_fn = collate_fn
         # The seed of the shuffle and of the workers' generators, drawn from
-        # vm.torch's generator (which ``generator.manual_seed`` seeds: a
-        # vm.torch Generator is a handle on the global one).
-        from .._creation import _np_rng
-        self._seed = int(_np_rng().integers(0, 2**31 - 1))
+        # ``generator`` (a torch.Generator's own state) or the global one.
+        self._seed = int(_rng_of(generator, "DataLoader").integers(0, 2**31 - 1))
         workers = self.num_workers > 0
 
         def collate(items, fn=collate_fn):

@@ -52,12 +52,57 @@ def _from_dg(obj, memo=None):
     return obj
 
 
+def _tensors(obj, where, out):
+    """(path, tensor) of every distinct tensor in the tree."""
+    if isinstance(obj, Tensor):
+        out.setdefault(id(obj), (where, obj))
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _tensors(v, f"{where}[{k!r}]", out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _tensors(v, f"{where}[{i}]", out)
+    return out
+
+
+def _warn_shared_views(obj) -> None:
+    """Warn where two saved tensors overlap in memory (a view of another): the
+    file holds each one's values, so they load as independent tensors, where
+    torch's load keeps them views of one storage (a write to one would show
+    in the other)."""
+    spans = []
+    for where, t in _tensors(obj, "obj", {}).values():
+        if t.numel() == 0:
+            continue
+        extent = 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+        lo = t.data_ptr() - sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0) \
+            * t.element_size()
+        spans.append((lo, lo + extent * t.element_size(), where, t))
+    spans.sort(key=lambda s: s[0])
+    for i, (lo, hi, where, t) in enumerate(spans):
+        for lo2, _hi2, where2, t2 in spans[i + 1:]:
+            if lo2 >= hi:
+                break
+            if t._t._same_storage(t2._t):
+                import warnings
+                warnings.warn(
+                    f"torch.save: {where} and {where2} share memory (one is a view of the "
+                    f"other); they are saved as two tensors and load as two independent "
+                    f"tensors, not as views of one storage as torch's load gives. Save the "
+                    f"base tensor and take the view after loading to keep them linked",
+                    UserWarning, stacklevel=3)
+                return
+
+
 def save(obj, f, pickle_module=None, pickle_protocol=None, _use_new_zipfile_serialization=True):
     """Save tensors, state dicts and containers of them to ``f`` (a path,
-    written atomically, or a binary file object)."""
+    written atomically, or a binary file object). Tensors that are views of
+    one another are saved as independent tensors (a ``UserWarning`` says so;
+    torch keeps them views of one storage)."""
     if pickle_module is not None:
         raise NotImplementedError("torch.save(pickle_module=...) : dragon_core.vm.torch never "
                                   "pickles; save state_dicts of tensors")
+    _warn_shared_views(obj)
     try:
         _ser.save(_to_dg(obj), f)
     except TypeError as exc:

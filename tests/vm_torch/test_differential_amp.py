@@ -553,3 +553,85 @@ def test_dragon_function_autocast_matches_torch_front_end():
     fn = dg.function(native, autocast="bfloat16")
     comp = fn(*(a.dragon() for a in args))
     np.testing.assert_allclose(comp.numpy(), eager.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------- modules
+def _module(T, name):
+    T.manual_seed(0)
+    return {
+        "encoder": lambda: T.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
+                                                        batch_first=True),
+        "mha": lambda: T.nn.MultiheadAttention(8, 2, batch_first=True),
+        "lstm": lambda: T.nn.LSTM(8, 4, batch_first=True),
+        "gru": lambda: T.nn.GRU(8, 4, batch_first=True),
+        "mlp": lambda: T.nn.Sequential(T.nn.Linear(8, 16), T.nn.GELU(), T.nn.LayerNorm(16),
+                                       T.nn.Linear(16, 3)),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", ["encoder", "mha", "lstm", "gru", "mlp"])
+def test_modules_forward_backward_inside_region_match_torch(name):
+    """torch's weights, one input; forward and ``backward()`` inside the
+    region (torch allows it); output, input and parameter gradients within
+    a few bf16 roundings (on both sides) of torch's; gradients float32."""
+    x = np.random.default_rng(13).standard_normal((2, 5, 8)).astype(np.float32)
+    tm, om = _module(torch, name), _module(vt, name)
+    om.load_state_dict({k: vt.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    got = {}
+    for T, m in ((torch, tm), (vt, om)):
+        xx = T.tensor(x, requires_grad=True)
+        with T.autocast("cpu"):
+            y = m(xx, xx, xx)[0] if name == "mha" else m(xx)
+            y = y[0] if isinstance(y, tuple) else y
+            (y.float() ** 2).mean().backward()
+        got[T] = [y.detach().float().numpy(), xx.grad.numpy()] + [
+            p.grad.numpy() for p in m.parameters()]
+        assert all(p.grad.dtype == T.float32 for p in m.parameters())
+    for t, o in zip(got[torch], got[vt]):
+        assert np.abs(t - o).max() <= 2 ** -5 * max(1e-2, np.abs(t).max())
+
+
+# ------------------------------------------------- custom autograd, cache
+def test_custom_fwd_bwd_follow_torch():
+    a, b = _inputs(14)["a"], _inputs(14)["b"]
+    seen = {}
+    for T in (torch, vt):
+        class MM(T.autograd.Function):
+            @staticmethod
+            @T.amp.custom_fwd(device_type="cpu", cast_inputs=T.float32)
+            def forward(ctx, x, w):
+                ctx.save_for_backward(x, w)
+                seen[T, "fwd"] = (x.dtype, T.is_autocast_enabled("cpu"))
+                return x @ w
+
+            @staticmethod
+            @T.amp.custom_bwd(device_type="cpu")
+            def backward(ctx, g):
+                x, w = ctx.saved_tensors
+                seen[T, "bwd"] = T.is_autocast_enabled("cpu")
+                return g @ w.t(), x.t() @ g
+        x = T.tensor(a).to(T.bfloat16).requires_grad_()
+        w = T.tensor(b, requires_grad=True)
+        with T.autocast("cpu"):
+            y = MM.apply(x, w)
+            assert T.is_autocast_enabled("cpu")
+        y.sum().backward()
+        seen[T, "out"] = (y.dtype, x.grad.dtype, w.grad.dtype)
+    for k in ("fwd", "bwd", "out"):
+        assert repr(seen[torch, k]) == repr(seen[vt, k]), k
+
+
+def test_cache_disabled_gives_the_same_values():
+    arrs = _inputs(15)
+    out = []
+    for cache in (True, False):
+        w = vt.tensor(arrs["lw"], requires_grad=True)
+        with vt.autocast("cpu", cache_enabled=cache):
+            assert vt.is_autocast_cache_enabled() == cache
+            x = vt.tensor(arrs["a"])
+            y = vt.nn.functional.linear(x, w) + vt.nn.functional.linear(x * 2, w)
+        y.sum().backward()
+        out.append((y.detach().numpy(), w.grad.numpy()))
+    assert vt.is_autocast_cache_enabled()
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])

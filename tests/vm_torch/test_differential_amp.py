@@ -516,6 +516,20 @@ def test_grad_scaler_misuse_raises_as_torch():
             s.update()
 
 
+def test_grad_scaler_refuses_float16_gradients_as_torch():
+    """float16 parameters: torch raises; we skipped the step silently (the
+    scaled float16 gradient 2 * 2**16 overflows to inf)."""
+    for T in (torch, vt):
+        w = T.ones(3, dtype=T.float16, requires_grad=True)
+        opt = T.optim.SGD([w], lr=0.1)
+        s = T.amp.GradScaler("cpu")
+        s.scale((w * w).sum()).backward()
+        with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+            s.step(opt)
+        with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+            s.unscale_(opt)
+
+
 def test_grad_scaler_disabled_is_pass_through():
     w = vt.ones(3, requires_grad=True)
     opt = vt.optim.SGD([w], lr=0.1)

@@ -304,7 +304,8 @@ class GradScaler(_amp.GradScaler):
     pass-through; pass ``"cpu"``); ``step`` returns what
     ``optimizer.step()`` returned, or None when it skipped the step (inf or
     NaN gradients); a second ``step`` or ``unscale_`` of one optimizer
-    before ``update()`` raises; closures are not supported. A float16 loss
+    before ``update()`` raises; closures are not supported; float16
+    gradients (float16 parameters) raise ValueError. A float16 loss
     is scaled in float32 (torch keeps float16, where the default scale
     2**16 overflows a loss above 1).
     """
@@ -344,7 +345,16 @@ class GradScaler(_amp.GradScaler):
                                "the last update().")
         if self.enabled and id(optimizer) in self._stepped:
             raise RuntimeError("unscale_() is being called after step().")
-        super().unscale_(optimizer)
+        self._unscale(optimizer)
+
+    def _unscale(self, optimizer) -> None:
+        # torch refuses float16 gradients (float16 parameters): their scaled
+        # values overflow; keep the parameters float32 under autocast.
+        if self.enabled:
+            for p in self._params(optimizer):
+                if p.grad.dtype.name == "float16":
+                    raise ValueError("Attempting to unscale FP16 gradients.")
+        _amp.GradScaler.unscale_(self, optimizer)
 
     def step(self, optimizer, *args, **kwargs):
         """Unscale (unless done), then ``optimizer.step()`` unless a
@@ -358,7 +368,7 @@ class GradScaler(_amp.GradScaler):
         if id(optimizer) in self._stepped:
             raise RuntimeError("step() has already been called since the last update().")
         if id(optimizer) not in self._unscaled:
-            _amp.GradScaler.unscale_(self, optimizer)
+            self._unscale(optimizer)
         self._stepped.add(id(optimizer))
         if self._unscaled[id(optimizer)]:
             return None

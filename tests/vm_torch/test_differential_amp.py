@@ -222,6 +222,37 @@ def test_values_within_bf16_precision_of_float64(name, seed):
     assert np.abs(t - r).max() <= max(bound, 1e-12)
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_float16_values_within_precision_of_float64(name):
+    ref = _reference(name, 2)
+    ours = _ours(name, 2, dtype="float16")
+    if ref.dtype.is_floating_point:
+        r = ref.double().numpy()
+        bound = 1e-12 if ours.dtype.name == "float64" else BF16_TOL * max(1.0, np.abs(r).max())
+        assert np.abs(ours.double().numpy() - r).max() <= bound
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_matches_eager_bitwise(name):
+    """``torch.compile`` called inside the region, and
+    ``dragon_core.function(..., autocast="bfloat16")``, give the eager
+    region's dtype and bits."""
+    x = _make(vt, _inputs(0))
+    keys = sorted(x)
+
+    def f(*a):
+        return CASES[name](vt, vt.nn.functional, dict(zip(keys, a)))
+    args = [x[k] for k in keys]
+    with vt.autocast("cpu"):
+        eager = f(*args)
+        compiled = vt.compile(f)(*args)
+    native = vt.from_dragon(dg.function(lambda *a: f(*map(vt.from_dragon, a)).dragon(),
+                                        autocast="bfloat16")(*(t.dragon() for t in args)))
+    for got in (compiled, native):
+        assert got.dtype == eager.dtype
+        np.testing.assert_array_equal(got.double().numpy(), eager.double().numpy())
+
+
 def test_every_autocast_table_name_is_an_op():
     """A misspelt op name in the tables was silently skipped (the policy
     never applied): reductions were listed as ReduceSum ..., the logits

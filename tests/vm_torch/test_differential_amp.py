@@ -547,6 +547,34 @@ def test_grad_scaler_misuse_raises_as_torch():
             s.update()
 
 
+def test_grad_scaler_unscales_the_gradient_tensors_in_place():
+    """A gradient held before ``unscale_`` (a hook, a list kept for logging
+    or clipping) is unscaled too, as torch's (we replaced ``p.grad`` with a
+    new tensor: the held one kept the scaled values, 1024x too large)."""
+    held = {}
+    for T in (torch, vt):
+        w = T.tensor(np.array([3.0, 4.0], np.float32), requires_grad=True)
+        opt = T.optim.SGD([w], lr=0.1)
+        s = T.amp.GradScaler("cpu", init_scale=1024.0)
+        s.scale((w * w).sum()).backward()
+        grads = [w.grad]
+        s.unscale_(opt)
+        unscaled = grads[0].numpy().copy()
+        norm = T.nn.utils.clip_grad_norm_([w], 1.0)
+        s.step(opt)
+        s.update()
+        held[T] = (unscaled, float(norm), w.detach().numpy().copy())
+    np.testing.assert_allclose(held[vt][0], held[torch][0], rtol=1e-6)
+    assert held[vt][1] == held[torch][1] == 10.0
+    np.testing.assert_allclose(held[vt][2], held[torch][2], rtol=1e-6)
+    ow = dg.tensor(np.array([3.0, 4.0], np.float32)).requires_grad_()
+    s = dg.GradScaler(init_scale=1024.0)
+    s.scale((ow * ow).sum()).backward()
+    g = ow.grad
+    s.unscale_(dg.optim.SGD([ow], lr=0.1))
+    np.testing.assert_array_equal(g.numpy(), [6.0, 8.0])
+
+
 def test_grad_scaler_refuses_float16_gradients_as_torch():
     """float16 parameters: torch raises; we skipped the step silently (the
     scaled float16 gradient 2 * 2**16 overflows to inf)."""

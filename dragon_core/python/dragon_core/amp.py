@@ -301,7 +301,8 @@ class GradScaler:
 
     def unscale_(self, optimizer) -> None:
         """Divide the gradients of ``optimizer``'s parameters by the scale,
-        in place, once per step (e.g. before gradient clipping)."""
+        in place (the gradient tensors themselves, as torch's), once per step
+        (e.g. before gradient clipping)."""
         from . import _autograd
         if not self.enabled:
             return
@@ -316,7 +317,10 @@ class GradScaler:
                 g32 = g if g.dtype.name in ("float32", "float64") else g.astype("float32")
                 if not found and not bool(np.isfinite(g32.numpy()).all()):
                     found = True
-                p.grad = (g32 * inv).astype(g.dtype)
+                # In place, as torch's: a reference to the gradient taken
+                # before unscale_ (a hook, a list kept for logging or
+                # clipping) sees the unscaled values too.
+                g.assign((g32 * inv).astype(g.dtype))
         self._unscaled[id(optimizer)] = found
         # update() backs off when any optimizer unscaled since the last
         # update saw an inf/NaN, stepped or not (torch's rule).

@@ -716,3 +716,72 @@ def test_cache_disabled_gives_the_same_values():
     assert vt.is_autocast_cache_enabled()
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+def test_grad_scaler_two_optimizers_and_clipping_match_torch():
+    """float16 autocast, two optimizers, ``unscale_`` + ``clip_grad_norm_``
+    on one of them, inf inputs on two steps: the same scales, skips and
+    parameters (within float16 precision) as torch, step by step."""
+    r = np.random.default_rng(3)
+    w0 = r.standard_normal((5, 8)).astype(np.float32)
+    xs = [r.standard_normal((4, 8)).astype(np.float32) for _ in range(8)]
+
+    def run(T):
+        F = T.nn.functional
+        w = T.tensor(w0, requires_grad=True)
+        b = T.tensor(np.zeros(5, np.float32), requires_grad=True)
+        o1 = T.optim.SGD([w], lr=0.1, momentum=0.9)
+        o2 = T.optim.Adam([b], lr=0.01)
+        s = T.amp.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=3)
+        out = []
+        for t, x in enumerate(xs):
+            x = x.copy()
+            if t in (2, 5):
+                x[0, 0] = np.inf
+            o1.zero_grad()
+            o2.zero_grad()
+            with T.autocast("cpu", dtype=T.float16):
+                y = F.linear(T.tensor(x), w, b)
+                loss = F.cross_entropy(y, T.tensor(np.array([0, 1, 2, 3])))
+            s.scale(loss).backward()
+            s.unscale_(o1)
+            T.nn.utils.clip_grad_norm_([w], 0.5)
+            rets = (s.step(o1), s.step(o2))
+            s.update()
+            out.append((s.get_scale(), rets, w.detach().numpy().copy(),
+                        b.detach().numpy().copy()))
+        return out, s.state_dict()
+    theirs, sd_t = run(torch)
+    ours, sd_o = run(vt)
+    assert sd_o == sd_t
+    for t, o in zip(theirs, ours):
+        assert o[:2] == t[:2]
+        np.testing.assert_allclose(o[2], t[2], atol=2 ** -11 * 8)
+        np.testing.assert_allclose(o[3], t[3], atol=2 ** -11 * 8)
+
+
+def test_runner_maps_torch_amp_modules(tmp_path):
+    """``python -m dragon_core.vm.torch script.py``: ``import torch.amp``,
+    ``from torch.cpu.amp import autocast`` give the front end's modules (they
+    were loaded a second time as new ``torch.amp`` modules, with their own
+    classes and thread state)."""
+    import subprocess
+    import sys
+    script = tmp_path / "amp_script.py"
+    script.write_text(
+        "import warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "import torch\n"
+        "import torch.amp\n"
+        "from torch.cpu.amp import autocast\n"
+        "import torch.nn.functional as F\n"
+        "assert torch.amp.autocast is torch.autocast\n"
+        "assert torch.amp.GradScaler.__module__ == 'dragon_core.vm.torch.amp'\n"
+        "with autocast():\n"
+        "    torch.set_autocast_dtype('cpu', torch.float16)\n"
+        "    assert F.conv1d(torch.ones(1, 1, 4), torch.ones(1, 1, 2)).dtype == torch.float16\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-m", "dragon_core.vm.torch", str(script)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")

@@ -21,7 +21,6 @@ import functools
 import threading
 import warnings
 
-import dragon_core as _dg
 from dragon_core import _C
 from dragon_core import amp as _amp
 
@@ -412,5 +411,3 @@ def __getattr__(name):
     raise NotImplementedError(f"torch.amp.{name} is not supported by dragon_core.vm.torch; "
                               "see docs/mixed-precision.md")
 
-
-del _dg

@@ -22,6 +22,7 @@ autocast=...)``).
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -474,6 +475,27 @@ def test_cuda_without_gpu_warns_and_disables_as_torch():
         assert not vt.amp.GradScaler().is_enabled()
 
 
+def test_cuda_amp_spellings_as_torch():
+    """``torch.cuda.amp.autocast(enabled=use_amp)`` / ``GradScaler`` (the
+    legacy spelling many scripts use) raised NotImplementedError; torch
+    warns (FutureWarning) and, without a GPU, disables them."""
+    for T in (torch, vt):
+        with pytest.warns(FutureWarning):
+            with T.cuda.amp.autocast(enabled=False):
+                assert not T.is_autocast_enabled("cuda")
+        with pytest.warns(FutureWarning):
+            s = T.cuda.amp.GradScaler(enabled=False)
+        assert not s.is_enabled()
+        if not T.cuda.is_available():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with T.cuda.amp.autocast():
+                    assert not T.is_autocast_enabled("cuda")
+                    assert not T.is_autocast_enabled("cpu")
+                assert not T.cuda.amp.GradScaler().is_enabled()
+            assert {w.category for w in caught} >= {FutureWarning, UserWarning}
+
+
 def test_cpu_amp_spellings():
     x = _make(vt, _inputs(9))
     with pytest.warns(FutureWarning):
@@ -774,6 +796,8 @@ def test_runner_maps_torch_amp_modules(tmp_path):
         "import torch\n"
         "import torch.amp\n"
         "from torch.cpu.amp import autocast\n"
+        "from torch.cuda.amp import GradScaler as CudaScaler\n"
+        "assert not CudaScaler(enabled=False).is_enabled()\n"
         "import torch.nn.functional as F\n"
         "assert torch.amp.autocast is torch.autocast\n"
         "assert torch.amp.GradScaler.__module__ == 'dragon_core.vm.torch.amp'\n"

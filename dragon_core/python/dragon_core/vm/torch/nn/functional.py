@@ -555,6 +555,10 @@ def pad(input, pad, mode="constant", value=None):
     if len(pad) % 2 or len(pad) // 2 > n:
         raise RuntimeError("Padding length must be divisible by 2 and at most twice the "
                            "number of dimensions")
+    if mode == "replicate" or (mode == "reflect" and len(pad) <= 4):
+        # on torch's CPU autocast float32 list (reflection_pad1d/2d,
+        # replication_pad1d/2d/3d)
+        (input,) = _autocast_float32(input)
     begins, ends = [0] * n, [0] * n
     for i in range(len(pad) // 2):
         begins[n - 1 - i] = pad[2 * i]
@@ -1006,9 +1010,10 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
 
 def _autocast_float32(*tensors):
     """Inside an enabled autocast, 16-bit float tensors as float32 (recorded
-    casts), others as given: the losses below are on torch's CPU autocast
-    float32 list, but we compose them of element-wise ops that the
-    dispatcher's op table does not cast (docs/mixed-precision.md)."""
+    casts), others as given: the losses below (and reflect/replicate
+    ``pad``) are on torch's CPU autocast float32 list, but we compose them of
+    ops that the dispatcher's op table does not cast, or cannot tell apart
+    (``Pad``'s mode is an attribute; docs/mixed-precision.md)."""
     from dragon_core import amp as _amp
     if not _amp.is_autocast_enabled():
         return tensors

@@ -63,6 +63,12 @@ from dragon_core import (channels_last, channels_last_3d, contiguous_format,  # 
 
 from . import autograd, nn, optim, utils, jit, linalg, cuda, backends, testing  # noqa: E402
 from . import special  # noqa: E402
+from . import amp, cpu  # noqa: E402
+from .amp import STATE_EXPORTS as _AMP_STATE  # noqa: E402
+from .amp import autocast  # noqa: E402
+
+globals().update(_AMP_STATE)
+del _AMP_STATE
 from .serialization import load, save  # noqa: E402
 from .jit import compile  # noqa: E402,A004
 

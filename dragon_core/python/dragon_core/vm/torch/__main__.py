@@ -13,7 +13,8 @@ def _alias_table():
     table = {"torch": vt}
     for name in ("nn", "nn.functional", "nn.init", "nn.utils", "nn.modules", "optim",
                  "optim.lr_scheduler", "utils", "utils.data", "autograd", "jit", "linalg",
-                 "cuda", "backends", "testing", "serialization"):
+                 "cuda", "backends", "testing", "serialization", "amp", "cpu", "cpu.amp",
+                 "cuda.amp"):
         mod = sys.modules.get(f"dragon_core.vm.torch.{name}")
         if mod is None:
             __import__(f"dragon_core.vm.torch.{name}")

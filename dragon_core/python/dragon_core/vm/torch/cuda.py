@@ -35,6 +35,9 @@ def empty_cache() -> None:
     _dg.memory.empty_cache() if hasattr(_dg.memory, "empty_cache") else None
 
 
+from . import _cuda_amp as amp  # noqa: E402  (torch.cuda.amp: docs/mixed-precision.md)
+
+
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)

@@ -555,6 +555,10 @@ def pad(input, pad, mode="constant", value=None):
     if len(pad) % 2 or len(pad) // 2 > n:
         raise RuntimeError("Padding length must be divisible by 2 and at most twice the "
                            "number of dimensions")
+    if mode == "replicate" or (mode == "reflect" and len(pad) <= 4):
+        # on torch's CPU autocast float32 list (reflection_pad1d/2d,
+        # replication_pad1d/2d/3d)
+        (input,) = _autocast_float32(input)
     begins, ends = [0] * n, [0] * n
     for i in range(len(pad) // 2):
         begins[n - 1 - i] = pad[2 * i]
@@ -1004,10 +1008,24 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     return _reduce(loss, _legacy(size_average, reduce, reduction))
 
 
+def _autocast_float32(*tensors):
+    """Inside an enabled autocast, 16-bit float tensors as float32 (recorded
+    casts), others as given: the losses below (and reflect/replicate
+    ``pad``) are on torch's CPU autocast float32 list, but we compose them of
+    ops that the dispatcher's op table does not cast, or cannot tell apart
+    (``Pad``'s mode is an attribute; docs/mixed-precision.md)."""
+    from dragon_core import amp as _amp
+    if not _amp.is_autocast_enabled():
+        return tensors
+    return tuple(t.float() if isinstance(t, Tensor) and t.dtype.name in ("float16", "bfloat16")
+                 else t for t in tensors)
+
+
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
                          reduction="mean"):
     """``input`` where ``target == 1``, ``max(0, margin - input)`` where
     ``target == -1`` (torch adds both terms for other targets)."""
+    input, target = _autocast_float32(input, target)
     margin_part = _T["where"](target != 1, _T["clamp"](margin - input, min=0.0), 0.0)
     self_part = _T["where"](target != -1, input, 0.0)
     return _reduce(margin_part + self_part, _legacy(size_average, reduce, reduction))
@@ -1028,6 +1046,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     sample (torch's multi-class hinge loss)."""
     if p not in (1, 2):
         raise ValueError("only p == 1 and p == 2 supported")
+    input, weight = _autocast_float32(input, weight)
     x = input if input.ndim == 2 else input.reshape(1, -1)
     t = target.reshape(-1).long()
     c = x.shape[1]
@@ -1055,17 +1074,20 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 
 
 def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    input1, input2, target = _autocast_float32(input1, input2, target)
     cos = cosine_similarity(input1, input2, 1)
     loss = _T["where"](target > 0, 1 - cos, _T["clamp"](cos - margin, min=0.0))
     return _reduce(loss, reduction)
 
 
 def margin_ranking_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    input1, input2, target = _autocast_float32(input1, input2, target)
     return _reduce(_T["clamp"](-target * (input1 - input2) + margin, min=0.0), reduction)
 
 
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
                         reduction="mean"):
+    anchor, positive, negative = _autocast_float32(anchor, positive, negative)
     dp = pairwise_distance(anchor, positive, p, eps)
     dn = pairwise_distance(anchor, negative, p, eps)
     if swap:   # the harder negative distance: anchor's or positive's

@@ -7,9 +7,8 @@
 // translation units: its code sits in cpu_eigen::gemm_batched_f32, helpers
 // in an anonymous namespace, and it uses only intrinsics and OpenMP.
 //
-// Method: the threads split the batch into contiguous runs of whole items
-// (no barrier inside a product, one fork per call). Per item, on its
-// thread:
+// Method: the threads take whole items, one at a time (no barrier inside
+// a product, one fork per call). Per item, on its thread:
 //   * op(B) is read in place when its rows are contiguous (b_cs == 1) and m
 //     is a multiple of 16; otherwise it is copied once into a dense k x M
 //     scratch (M = m rounded up to 16, zero columns past m; a transposed B
@@ -237,13 +236,14 @@ void Gemm(const BatchedF32Call& g) {
     for (int64_t i = 0; i < g.batch; ++i) item(i, ws);
     return;
   }
+  // Items are handed out one at a time, so a thread the OS deschedules
+  // (a shared machine) holds up one item, not a fixed half of the batch;
+  // which thread computes an item does not change its bits.
 #pragma omp parallel num_threads(team)
   {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    float* pack = ws ? ws + t * per : nullptr;
-    for (int64_t i = g.batch * t / nt; i < g.batch * (t + 1) / nt; ++i) {
-      item(i, pack);
-    }
+    float* pack = ws ? ws + omp_get_thread_num() * per : nullptr;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < g.batch; ++i) item(i, pack);
   }
 }
 

@@ -656,12 +656,16 @@ void Gemm(const Bf16GemmCall& g) {
   };
   if (plan.over_batch) {
     const int64_t per = s.a_bytes + s.b_bytes + s.scratch_bytes;
+    // Items one at a time: a descheduled thread (a shared machine) holds
+    // up one item, not a fixed share; an item's bits do not depend on its
+    // thread.
 #pragma omp parallel num_threads(plan.team)
     {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      for (int64_t i = g.batch * t / nt; i < g.batch * (t + 1) / nt; ++i) {
+      char* mine = ws + omp_get_thread_num() * per;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < g.batch; ++i) {
         SerialProduct(g, s, a_of(i), b_of(i), c + i * g.c_stride * esize,
-                      ws + t * per);
+                      mine);
       }
     }
     return;

@@ -12,12 +12,30 @@
 // x86-64-v3 and -v4; the best one this CPU supports is picked at first use
 // (gemm_dispatch.cc). DRAGON_CPU_EIGEN_ISA=base|v2|v3 caps the choice (for
 // testing and benchmarking the other builds).
+//
+// Batches of small float32 products (attention's q k^T, p v and their
+// gradients) have a second kernel, MatMulBatchedF32Avx512 (priority 20,
+// above mkldnn's oneDNN matmul at 10; src/gemm/batched_f32.cc): each
+// thread takes whole batch items, so there is no barrier inside a product,
+// and the operands are read in place. Its supports() takes a call only
+// when
+//   * the CPU runs x86-64-v4 (AVX-512; DRAGON_CPU_EIGEN_ISA may cap it);
+//   * both operands and the output are float32, the op MatMul, the output
+//     dense;
+//   * the batch has at least as many items as there are threads (and at
+//     least 2), and every item is of the class where it measured faster
+//     than oneDNN's kernel (BatchedWorthwhile below).
+// DRAGON_CPU_EIGEN_BATCHED_GEMM=all takes every float32 MatMul of two
+// operands of rank >= 2 (tests, A/B runs), =off none.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common.h"
+#include "gemm/batched_f32.h"
 #include "gemm/gemm.h"
 #include "reduce_util.h"
 
@@ -220,6 +238,180 @@ void MatMulBiasAct(dg::KernelContext& ctx) {
     }
   }, cols);
 }
+
+#ifdef CPU_EIGEN_BATCHED_F32
+
+// ------------------------------------------------- batched small products
+
+// One operand as a stack of logical matrices: element (r, c) of item i at
+// data + offset_i + r * rs + c * cs.
+struct StridedMatrix {
+  const float* data = nullptr;
+  int64_t rows = 0, cols = 0, rs = 0, cs = 0;
+  std::vector<int64_t> batch_shape, batch_strides;
+};
+
+StridedMatrix AsStrided(const DgTensorView* t, bool transpose) {
+  StridedMatrix m;
+  m.data = reinterpret_cast<const float*>(static_cast<const char*>(t->data) +
+                                          t->byte_offset);
+  const int nd = t->ndim;
+  m.rows = t->shape[nd - 2], m.cols = t->shape[nd - 1];
+  m.rs = t->strides[nd - 2], m.cs = t->strides[nd - 1];
+  if (transpose) std::swap(m.rows, m.cols), std::swap(m.rs, m.cs);
+  m.batch_shape.assign(t->shape, t->shape + nd - 2);
+  m.batch_strides.assign(t->strides, t->strides + nd - 2);
+  return m;
+}
+
+struct BatchedProblem {
+  BatchedF32Call call{};
+  StridedMatrix a, b;
+  std::vector<int64_t> batch_shape;  // the output's batch axes
+};
+
+// Builds the problem; false when the kernel cannot compute the call.
+bool DescribeBatched(const DgCallFrame* f, BatchedProblem* p) {
+  if (std::strcmp(f->op_name, "MatMul") != 0) return false;
+  if (f->num_inputs != 2 || f->num_outputs != 1) return false;
+  const DgTensorView *at = f->inputs[0], *bt = f->inputs[1];
+  const DgTensorView* yt = f->outputs[0];
+  if (!at || !bt || !yt || at->ndim < 2 || bt->ndim < 2) return false;
+  if (at->dtype != DG_FLOAT32 || bt->dtype != DG_FLOAT32 ||
+      yt->dtype != DG_FLOAT32) {
+    return false;
+  }
+  const dg::AttrReader attrs(f->num_attrs, f->attrs, f->attr_names,
+                             f->op_name);
+  p->a = AsStrided(at, attrs.b("transpose_a"));
+  p->b = AsStrided(bt, attrs.b("transpose_b"));
+  if (p->a.cols != p->b.rows) return false;
+  const size_t na = p->a.batch_shape.size(), nbb = p->b.batch_shape.size();
+  const size_t nb = std::max(na, nbb);
+  p->batch_shape.assign(nb, 1);
+  int64_t batch = 1;
+  for (size_t i = 0; i < nb; ++i) {
+    const int64_t da = i + na >= nb ? p->a.batch_shape[i + na - nb] : 1;
+    const int64_t db = i + nbb >= nb ? p->b.batch_shape[i + nbb - nb] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    p->batch_shape[i] = (da == 0 || db == 0) ? 0 : std::max(da, db);
+    batch *= p->batch_shape[i];
+  }
+  const int64_t n = p->a.rows, m = p->b.cols, k = p->a.cols;
+  int64_t count = 1, expect = 1;
+  for (int i = yt->ndim - 1; i >= 0; --i) {
+    if (yt->shape[i] != 1 && yt->strides[i] != expect) return false;
+    expect *= yt->shape[i];
+    count *= yt->shape[i];
+  }
+  if (count != batch * n * m) return false;
+  BatchedF32Call& c = p->call;
+  c.batch = batch;
+  c.n = n, c.m = m, c.k = k;
+  c.a = p->a.data, c.a_rs = p->a.rs, c.a_cs = p->a.cs;
+  c.b = p->b.data, c.b_rs = p->b.rs, c.b_cs = p->b.cs;
+  c.ldc = m;
+  c.c_stride = n * m;
+  return true;
+}
+
+// DRAGON_CPU_EIGEN_BATCHED_GEMM, read once: "all" takes every batched call
+// the kernel can compute, "off" none; unset or "auto" the measured class.
+enum class BatchedPolicy { kAuto, kAll, kOff };
+
+BatchedPolicy BatchedPolicyFromEnv() {
+  static const BatchedPolicy policy = [] {
+    const char* v = std::getenv("DRAGON_CPU_EIGEN_BATCHED_GEMM");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+      return BatchedPolicy::kAuto;
+    }
+    if (std::strcmp(v, "all") == 0) return BatchedPolicy::kAll;
+    if (std::strcmp(v, "off") == 0) return BatchedPolicy::kOff;
+    std::fprintf(stderr,
+                 "[dragon warning] DRAGON_CPU_EIGEN_BATCHED_GEMM=%s is not "
+                 "auto, all or off; using auto\n",
+                 v);
+    return BatchedPolicy::kAuto;
+  }();
+  return policy;
+}
+
+// Items whose sides (n, m, k) are all within [kBatchedMinSide,
+// kBatchedMaxSide] are the measured class (docs/benchmarks.md, "attn":
+// 1.04-1.24x oneDNN on attention's six products, 1.0-1.4x on dense batched
+// squares of side 8-256, a tie from 96 up; not measured outside).
+constexpr int64_t kBatchedMinSide = 8;
+constexpr int64_t kBatchedMaxSide = 256;
+
+int BatchedThreads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+bool BatchedWorthwhile(const BatchedF32Call& c) {
+  const BatchedPolicy policy = BatchedPolicyFromEnv();
+  if (policy == BatchedPolicy::kOff) return false;
+  if (policy == BatchedPolicy::kAll) return true;
+  if (c.batch < 2 || c.batch < BatchedThreads()) return false;
+  const auto in = [](int64_t v) {
+    return v >= kBatchedMinSide && v <= kBatchedMaxSide;
+  };
+  return in(c.n) && in(c.m) && in(c.k);
+}
+
+void MatMulBatchedF32(dg::KernelContext& ctx) {
+  BatchedProblem p;
+  DG_CHECK(DescribeBatched(ctx.frame(), &p) && DetectIsaLevel() >= 4,
+           DG_INTERNAL,
+           "MatMul: the batched float32 kernel was chosen for a call its "
+           "supports() declines");
+  BatchedF32Call& call = p.call;
+  if (call.batch * call.n * call.m == 0) return;
+  int64_t* offsets = ctx.workspace<int64_t>(2 * call.batch);
+  for (int side = 0; side < 2; ++side) {
+    const StridedMatrix& mtx = side == 0 ? p.a : p.b;
+    int64_t* out = offsets + side * call.batch;
+    const size_t nb = p.batch_shape.size(), nm = mtx.batch_shape.size();
+    std::vector<Dim> dims;
+    for (size_t i = 0; i < nb; ++i) {
+      const int64_t j = static_cast<int64_t>(i + nm) - static_cast<int64_t>(nb);
+      const int64_t stride =
+          j >= 0 && mtx.batch_shape[j] != 1 ? mtx.batch_strides[j] : 0;
+      dims.push_back({p.batch_shape[i], stride});
+    }
+    Odometer it(dims, nb, 0);
+    for (int64_t i = 0; i < call.batch; ++i, it.Next()) out[i] = it.offset();
+  }
+  call.a_offsets = offsets;
+  call.b_offsets = offsets + call.batch;
+  call.c = ctx.output(0).data<float>();
+  call.threads = BatchedThreads();
+  const int64_t bytes = gemm_batched_f32::WorkspaceBytes(call);
+  if (bytes > 0) {
+    char* raw = ctx.workspace<char>(static_cast<size_t>(bytes) + 64);
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(raw);
+    call.workspace = raw + ((64 - addr % 64) % 64);
+  }
+  gemm_batched_f32::Gemm(call);
+}
+
+int32_t SupportsBatchedF32(const DgCallFrame* f) {
+  try {
+    if (DetectIsaLevel() < 4) return 0;
+    BatchedProblem p;
+    return DescribeBatched(f, &p) && BatchedWorthwhile(p.call) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// Above mkldnn's oneDNN matmul (priority 10): see the top of this file.
+constexpr int32_t kMatMulBatchedF32Priority = 20;
+
+[[maybe_unused]] const int kBatchedRegistered =
+    dg::internal::AddKernel("MatMul", "cpu", dg::Bit(DG_FLOAT32),
+                            kMatMulBatchedF32Priority, DG_KERNEL_STRIDED_INPUTS,
+                            "MatMulBatchedF32Avx512", &MatMulBatchedF32,
+                            &SupportsBatchedF32);
+
+#endif  // CPU_EIGEN_BATCHED_F32
 
 }  // namespace
 

@@ -12,7 +12,10 @@
 //   * both operands are packed once per product into k-pair-interleaved
 //     panels, the layout vdpbf16ps reads (except an A with contiguous k, an
 //     even k and at most 8 B panels, whose pairs already are 32-bit words:
-//     the microkernel broadcasts them from A's rows in place): a panel of A holds kMr rows, a
+//     the microkernel broadcasts them from A's rows in place; and an A
+//     stored transposed with n >= 32, packed as kp rows of n pair words,
+//     two contiguous stored rows interleaved per 32 words, which the
+//     microkernel reads with a pair step of n words): a panel of A holds kMr rows, a
 //     32-bit word per (k pair, row) with element 2p in the low half and
 //     2p + 1 in the high half; a panel of B holds kNr columns likewise. An
 //     odd k gets a zero second half in its last pair, and rows / columns
@@ -262,6 +265,43 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
   }
 }
 
+// Pairs [p0, p1) of a transposed-stored op(A) (element (r, c) at
+// a[r + c * cs]) as rows of n words: out[p * n + r] = A[r][2p] |
+// A[r][2p + 1] << 16 (a zero high half past k), the interleave of two
+// contiguous stored rows, 32 words per permute pair.
+void PackPairs(const uint16_t* a, int64_t cs, int64_t n, int64_t k, int64_t p0,
+               int64_t p1, uint32_t* out) {
+  const __m512i lo_idx = _mm512_set_epi16(
+      47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
+      38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi_idx = _mm512_set_epi16(
+      63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55,
+      23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* x = a + 2 * p * cs;
+    const bool has_hi = 2 * p + 1 < k;
+    uint32_t* o = out + p * n;
+    for (int64_t r = 0; r < n; r += 32) {
+      const int64_t left = n - r;
+      const __mmask32 m =
+          left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+      const __m512i u = _mm512_maskz_loadu_epi16(m, x + r);
+      const __m512i v = has_hi ? _mm512_maskz_loadu_epi16(m, x + cs + r) : zero;
+      const __m512i lo = _mm512_permutex2var_epi16(u, lo_idx, v);
+      const __m512i hi = _mm512_permutex2var_epi16(u, hi_idx, v);
+      const __mmask16 m0 =
+          left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 m1 =
+          left >= 32 ? __mmask16(0xFFFF)
+          : left <= 16 ? __mmask16(0)
+                       : static_cast<__mmask16>((1u << (left - 16)) - 1);
+      _mm512_mask_storeu_epi32(o + r, m0, lo);
+      _mm512_mask_storeu_epi32(o + r + 16, m1, hi);
+    }
+  }
+}
+
 // ------------------------------------------------------------ microkernel
 
 // Where a finished tile goes: rows x cols (<= kMr x kNr) of C at c.
@@ -412,6 +452,12 @@ struct Sizes {
   // A is read in place (rows with contiguous k, even k, few B panels):
   // only a ragged last panel (n not a multiple of kMr) is packed.
   bool direct_a;
+  // A is stored transposed (rows contiguous for each k: a_rs == 1): it is
+  // packed once into k-pair rows of all n rows (PackPairs), which the
+  // microkernel reads with a row step of one word and a pair step of n
+  // words, instead of into kMr-row panels (a 128-bit interleave per pair
+  // and panel).
+  bool pair_a;
 };
 
 Sizes SizesOf(const Bf16GemmCall& g) {
@@ -427,6 +473,13 @@ Sizes SizesOf(const Bf16GemmCall& g) {
   // few B panels (up to 8, m <= 512), where its packing is paid for by
   // little work; with more, the packed panel's single stream is faster.
   s.direct_a = g.a_cs == 1 && g.k > 0 && g.k % 2 == 0 && s.npb <= 8;
+  s.pair_a = !s.direct_a && g.a_rs == 1 && g.a_cs != 1 && g.k > 1 &&
+             g.n >= 32;
+  if (s.pair_a) {
+    // kp rows of n words, plus kMr words so that the ragged last panel's
+    // rows past n read (unused) words inside the buffer.
+    s.a_bytes = Align64((s.kp * g.n + kMr) * 4);
+  }
   return s;
 }
 
@@ -485,7 +538,11 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
             float* tile =
                 scratch ? scratch + ((ip - ic) * kNcPanels + (jp - jc)) * kTile
                         : nullptr;
-            if (s.direct_a && i0 + kMr <= g.n) {
+            if (s.pair_a) {
+              Kernel(pe - pc,
+                     reinterpret_cast<const char*>(ap + pc * g.n + i0), 4,
+                     4 * g.n, pb, tile, resume, finish, e);
+            } else if (s.direct_a && i0 + kMr <= g.n) {
               Kernel(pe - pc,
                      reinterpret_cast<const char*>(a + i0 * g.a_rs + 2 * pc),
                      g.a_rs * 2, 4, pb, tile, resume, finish, e);
@@ -504,8 +561,16 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
 }
 
 // Packs panels [lo, hi) of A (or B) of one product.
+// With pair_a, [lo, hi) are panels scaled to k pairs (a thread's share).
 void PackARange(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                 uint32_t* ap, int64_t lo, int64_t hi) {
+  if (s.pair_a) {
+    PackPairs(a, g.a_cs, g.n, g.k, s.kp * lo / s.npa, s.kp * hi / s.npa, ap);
+    if (hi == s.npa) {
+      for (int64_t i = 0; i < kMr; ++i) ap[s.kp * g.n + i] = 0;
+    }
+    return;
+  }
   for (int64_t ip = lo; ip < hi; ++ip) {
     const int64_t i0 = ip * kMr;
     if (s.direct_a && i0 + kMr <= g.n) continue;  // read in place
@@ -591,12 +656,16 @@ void Gemm(const Bf16GemmCall& g) {
   };
   if (plan.over_batch) {
     const int64_t per = s.a_bytes + s.b_bytes + s.scratch_bytes;
+    // Items one at a time: a descheduled thread (a shared machine) holds
+    // up one item, not a fixed share; an item's bits do not depend on its
+    // thread.
 #pragma omp parallel num_threads(plan.team)
     {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      for (int64_t i = g.batch * t / nt; i < g.batch * (t + 1) / nt; ++i) {
+      char* mine = ws + omp_get_thread_num() * per;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < g.batch; ++i) {
         SerialProduct(g, s, a_of(i), b_of(i), c + i * g.c_stride * esize,
-                      ws + t * per);
+                      mine);
       }
     }
     return;

@@ -159,6 +159,11 @@ def test_explain_names_the_mkldnn_kernel(op, dtype):
         # AVX512_BF16) comes first; its supports() leaves the rest to oneDNN.
         assert winner and f"{op}Bf16Avx512 from cpu_eigen" in winner[0], text
         assert f"2. {op}OneDNN [plugin mkldnn]" in text, text
+    elif dtype == "float32" and op == "MatMul" and "MatMulBatchedF32Avx512" in text:
+        # cpu_eigen's float32 batched kernel (priority 20, x86-64-v4) comes
+        # first; its supports() takes only batches of small items.
+        assert winner and "MatMulBatchedF32Avx512 from cpu_eigen" in winner[0], text
+        assert "2. MatMulOneDNN [plugin mkldnn]" in text, text
     else:
         assert winner and "mkldnn" in winner[0], text
     assert "has supports()" in text, text
@@ -616,7 +621,8 @@ def test_head_permuted_views_are_read_in_place(dtype):
     """
     # (DRAGON_CPU_EIGEN_BF16_GEMM=off: cpu_eigen's AVX512-BF16 kernel would
     # take the bfloat16 k^T products.)
-    full = dict(os.environ, ONEDNN_VERBOSE="1", DRAGON_CPU_EIGEN_BF16_GEMM="off")
+    full = dict(os.environ, ONEDNN_VERBOSE="1", DRAGON_CPU_EIGEN_BF16_GEMM="off",
+                DRAGON_CPU_EIGEN_BATCHED_GEMM="off")
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), dtype],
                          capture_output=True, text=True, env=full, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -47,12 +47,23 @@ FAMILY_OPS = {
     "softmax": ["Softmax"],
     "log_softmax": ["LogSoftmax"],
     "eltwise": [],  # the op itself, see _eltwise_op
+    # one kernel per dtype (still against float64): cpu_eigen / vision_ops
+    "conv3d": ["Conv3d", "ConvTranspose3d", "Conv3dBackpropFilter"],
+    "pool3d": ["MaxPool3d", "AvgPool3d", "AvgPool3dGrad"],
+    "gnorm": ["GroupNorm", "GroupNormGrad"],
+    "grid_sample": ["GridSample", "GridSampleGrad"],
+    "interpolate": ["Interpolate", "InterpolateGrad"],
+    "deform": ["DeformConv2d"],
 }
+SINGLE = {"conv3d": "cpu_eigen", "pool3d": "cpu_eigen", "gnorm": "cpu_eigen",
+          "grid_sample": "vision_ops", "interpolate": "vision_ops", "deform": "vision_ops"}
 
 PRIM_OF = {"matmul": "matmul", "matmul_bias_act": "matmul", "conv": "conv",
            "conv_bias_act": "conv", "maxpool": "pool", "avgpool": "pool",
            "adaptive": "pool", "bnorm": "bnorm", "lnorm": "lnorm",
-           "softmax": "softmax", "log_softmax": "softmax", "eltwise": "eltwise"}
+           "softmax": "softmax", "log_softmax": "softmax", "eltwise": "eltwise",
+           "conv3d": "conv", "pool3d": "pool", "gnorm": "bnorm", "grid_sample": "conv",
+           "interpolate": "pool", "deform": "conv"}
 
 ELTWISE = ["Sigmoid", "Tanh", "Elu", "Gelu"]
 
@@ -90,6 +101,26 @@ def _mkldnn_claims(spec):
     return True
 
 
+def conv_gemm_expected(spec, phase, worker):
+    """Whether mkldnn's conv-as-GEMM path (conv_gemm.cc) serves a phase:
+    float32, one group, no dilation, no bias (forward), a filter over 1 x 1,
+    an output map (of the product's window side) of at most 4 pixels, the
+    default layout, DRAGON_MKLDNN_CONV_GEMM not 0."""
+    if worker != "default" or spec["dtype"] != "float32" or spec["groups"] != 1:
+        return False
+    if spec["dilations"] != [1, 1] or spec["kh"] * spec["kw"] <= 1:
+        return False
+    if phase == "fwd" and (spec["bias"] or spec["family"] == "conv_bias_act"):
+        return False
+    if spec["transpose"]:
+        window = (spec["h"], spec["w"])  # a deconvolution's window is its input
+    else:
+        window = tuple(_conv_out(size, k, st, p, p, d) for size, k, st, p, d in zip(
+            (spec["h"], spec["w"]), (spec["kh"], spec["kw"]), spec["strides"],
+            spec["pads"], spec["dilations"]))
+    return window[0] * window[1] <= 4
+
+
 def _pool_out(size, k, s, p, d, ceil):
     """torch's pooled length (a last window must start inside the input)."""
     num = size + 2 * p - d * (k - 1) - 1
@@ -102,6 +133,8 @@ def _pool_out(size, k, s, p, d, ceil):
 def _configs(spec):
     """(name, pin target, expects oneDNN) for each kernel claiming the call."""
     family, dtype = spec["family"], spec["dtype"]
+    if family in SINGLE:
+        return [(SINGLE[family], SINGLE[family], False)]
     ops = FAMILY_OPS[family] or [spec["op"]]
     out = []
     if dtype in ("float32", "bfloat16") and _mkldnn_claims(spec):
@@ -123,8 +156,12 @@ def _dt(rng, dtypes):
 def _matmul_case(rng):
     dtype = _dt(rng, ["float32", "float32", "bfloat16", "bfloat16", "float16", "float64"])
     m, k, n = (int(rng.choice([1, 2, 3, 5, 8, 16, 17, 31, 33, 64])) for _ in range(3))
+    big = rng.random() < 0.12
+    if big:  # past the register tiles (6 x 64) and the k chunk (2048)
+        m, n = int(rng.choice([7, 13, 70])), int(rng.choice([65, 130, 200]))
+        k = int(rng.choice([300, 2049, 4100]))
     batch_a, batch_b = [], []
-    r = rng.random()
+    r = rng.random() if not big else 1.0
     if r < 0.35:
         b = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(1, 3)))]
         batch_a = list(b)
@@ -165,10 +202,14 @@ def _conv_case(rng):
             cin = cout = g = int(rng.integers(2, 9))
         n = int(rng.integers(1, 4))
         h, w = int(rng.integers(3, 13)), int(rng.integers(3, 13))
+        if rng.random() < 0.3:  # tiny output maps: mkldnn's conv-as-GEMM path
+            h, w = int(rng.integers(1, 5)), int(rng.integers(1, 5))
         kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
         s = [int(rng.integers(1, 3)), int(rng.integers(1, 4))]
         d = [int(rng.choice([1, 1, 2])), int(rng.choice([1, 1, 2]))]
         p = [int(rng.integers(0, 3)) for _ in range(2)]
+        if rng.random() < 0.1:  # wide channels: oneDNN's blocked kernels
+            cin, cout, g = int(rng.choice([16, 17, 33])), int(rng.choice([16, 32, 19])), 1
         oh = _conv_out(h, kh, s[0], p[0], p[0], d[0])
         ow = _conv_out(w, kw, s[1], p[1], p[1], d[1])
         if oh >= 1 and ow >= 1 and p[0] < d[0] * (kh - 1) + 1 and p[1] < d[1] * (kw - 1) + 1:
@@ -177,12 +218,23 @@ def _conv_case(rng):
                 kw=kw, strides=s, dilations=d, pads=p, groups=g,
                 bias=bool(rng.random() < 0.5), cl=bool(rng.random() < 0.3),
                 transpose=bool(rng.random() < 0.25), grad=bool(rng.random() < 0.7))
+    # Operands stored in another axis order, read through a permuted view
+    # (mkldnn's kernels read strides): x, w and the incoming gradient.
+    for key in ("x_perm", "w_perm", "g_perm"):
+        spec[key] = [int(a) for a in rng.permutation(4)] if rng.random() < 0.25 else None
+    if spec["cl"]:
+        spec["x_perm"] = None
     if spec["transpose"]:
         # ConvTranspose2d: weight [cin, cout/g, kh, kw]; output_padding < stride.
         spec["output_padding"] = [int(rng.integers(0, max(s[0], d[0]))) if s[0] > 1 else 0,
                                   int(rng.integers(0, max(s[1], d[1]))) if s[1] > 1 else 0]
         spec["output_padding"] = [min(op, max(s[i], d[i]) - 1) for i, op in
                                   enumerate(spec["output_padding"])]
+        outs = [(size - 1) * s[i] - 2 * p[i] + d[i] * (k - 1) + spec["output_padding"][i] + 1
+                for i, (size, k) in enumerate(((h, kh), (w, kw)))]
+        if min(outs) < 1:  # not a valid deconvolution: a plain one
+            spec["transpose"] = False
+            del spec["output_padding"]
     elif rng.random() < 0.2:
         spec["family"] = "conv_bias_act"
         spec["bias"] = True
@@ -233,7 +285,7 @@ def _norm_case(rng):
         return dict(family=fam, dtype=dtype, shape=shape, training=bool(rng.random() < 0.7),
                     grad=True, cl=len(shape) == 4 and bool(rng.random() < 0.3))
     shape = [int(rng.integers(1, 5)) for _ in range(int(rng.integers(1, 3)))] + \
-        [int(rng.choice([1, 3, 7, 16, 33, 64, 100]))]
+        [int(rng.choice([1, 3, 7, 16, 33, 64, 100, 1000, 4099]))]
     return dict(family=fam, dtype=dtype, shape=shape, axis=-1, grad=True)
 
 
@@ -263,9 +315,95 @@ def _eltwise_case(rng):
                 scale=float(rng.choice([1.0, 4.0, 12.0])), grad=bool(rng.random() < 0.6))
 
 
+def _conv3d_case(rng):
+    dtype = _dt(rng, ["float32", "float32", "bfloat16", "float16", "float64"])
+    while True:
+        g = int(rng.choice([1, 1, 2]))
+        cin, cout = g * int(rng.integers(1, 4)), g * int(rng.integers(1, 4))
+        size = [int(rng.integers(1, 7)) for _ in range(3)]
+        k = [int(rng.integers(1, 4)) for _ in range(3)]
+        st = [int(rng.integers(1, 3)) for _ in range(3)]
+        d = [int(rng.choice([1, 1, 2])) for _ in range(3)]
+        p = [int(rng.integers(0, 2)) for _ in range(3)]
+        tr = bool(rng.random() < 0.3)
+        # (ConvTranspose3d takes output_padding < stride only; torch allows
+        # < max(stride, dilation), as ConvTranspose2d does here)
+        op = [int(rng.integers(0, st[i])) for i in range(3)] if tr else [0, 0, 0]
+        if tr:
+            outs = [(size[i] - 1) * st[i] - 2 * p[i] + d[i] * (k[i] - 1) + op[i] + 1
+                    for i in range(3)]
+        else:
+            outs = [_conv_out(size[i], k[i], st[i], p[i], p[i], d[i]) for i in range(3)]
+        if min(outs) >= 1:
+            break
+    return dict(family="conv3d", dtype=dtype, n=int(rng.integers(1, 3)), cin=cin, cout=cout,
+                size=size, k=k, strides=st, dilations=d, pads=p, groups=g, transpose=tr,
+                output_padding=op, bias=bool(rng.random() < 0.5),
+                cl=bool(rng.random() < 0.3), grad=bool(rng.random() < 0.6))
+
+
+def _pool3d_case(rng):
+    dtype = _dt(rng, ["float32", "bfloat16", "float16", "float64"])
+    mx = bool(rng.random() < 0.5)
+    while True:
+        size = [int(rng.integers(2, 8)) for _ in range(3)]
+        k = [int(rng.integers(1, 4)) for _ in range(3)]
+        st = [int(rng.integers(1, 3)) for _ in range(3)]
+        d = [int(rng.choice([1, 1, 2])) for _ in range(3)] if mx else [1, 1, 1]
+        p = [int(rng.integers(0, k[i] // 2 + 1)) for i in range(3)]
+        if all(size[i] + 2 * p[i] >= d[i] * (k[i] - 1) + 1 and (mx or size[i] >= k[i])
+               for i in range(3)):  # (torch's avg_pool3d wants the kernel inside)
+            break
+    return dict(family="pool3d", dtype=dtype, max=mx, n=int(rng.integers(1, 3)),
+                c=int(rng.integers(1, 4)), size=size, kernel=k, strides=st, dilations=d,
+                pads=p, ceil_mode=bool(rng.random() < 0.4),
+                count_include_pad=bool(rng.random() < 0.5), cl=bool(rng.random() < 0.3),
+                grad=bool(rng.random() < 0.6))
+
+
+def _vision_case(rng):
+    fam = str(rng.choice(["gnorm", "grid_sample", "interpolate", "deform"]))
+    if fam == "gnorm":
+        g = int(rng.integers(1, 5))
+        shape = [int(rng.integers(1, 4)), g * int(rng.integers(1, 4))] + \
+            [int(rng.integers(2, 6)) for _ in range(int(rng.integers(1, 3)))]
+        return dict(family=fam, dtype=_dt(rng, ["float32", "bfloat16", "float16", "float64"]),
+                    shape=shape, groups=g, grad=True)
+    dtype = _dt(rng, ["float32", "float32", "float64"])
+    n, c, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 9)), \
+        int(rng.integers(1, 9))
+    if fam == "grid_sample":
+        return dict(family=fam, dtype=dtype, n=n, c=c, h=h, w=w, ho=int(rng.integers(1, 6)),
+                    wo=int(rng.integers(1, 6)),
+                    mode=str(rng.choice(["bilinear", "nearest", "bicubic"])),
+                    padding_mode=str(rng.choice(["zeros", "border", "reflection"])),
+                    align_corners=bool(rng.random() < 0.5), grad=bool(rng.random() < 0.6))
+    if fam == "interpolate":
+        mode = str(rng.choice(["nearest", "bilinear", "bicubic"]))
+        return dict(family=fam, dtype=dtype, n=n, c=c, h=h, w=w,
+                    size=[int(rng.integers(1, 13)), int(rng.integers(1, 13))], mode=mode,
+                    align_corners=bool(rng.random() < 0.5) if mode != "nearest" else None,
+                    grad=bool(rng.random() < 0.6))
+    g = int(rng.choice([1, 1, 2]))
+    while True:
+        kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        st = [int(rng.integers(1, 3)), int(rng.integers(1, 3))]
+        d = [int(rng.choice([1, 2])), int(rng.choice([1, 2]))]
+        p = [int(rng.integers(0, 2)), int(rng.integers(0, 2))]
+        if _conv_out(h, kh, st[0], p[0], p[0], d[0]) >= 1 and \
+                _conv_out(w, kw, st[1], p[1], p[1], d[1]) >= 1:
+            break
+    return dict(family=fam, dtype=dtype, n=n, cin=g * c, cout=g * int(rng.integers(1, 4)),
+                h=h, w=w, kh=kh, kw=kw, strides=st, dilations=d, pads=p, groups=g,
+                offsets=str(rng.choice(["zero", "integer"])), mask=bool(rng.random() < 0.5),
+                grad=False)
+
+
 GENERATORS = {"matmul": (_matmul_case, 70), "conv": (_conv_case, 70),
               "pool": (_pool_case, 60), "norm": (_norm_case, 30),
-              "softmax": (_softmax_case, 30), "eltwise": (_eltwise_case, 40)}
+              "softmax": (_softmax_case, 30), "eltwise": (_eltwise_case, 40),
+              "conv3d": (_conv3d_case, 25), "pool3d": (_pool3d_case, 20),
+              "vision": (_vision_case, 40)}
 
 
 def make_cases(offset: int = 0):
@@ -350,8 +488,9 @@ class Runner:
         out = {}
         fn = getattr(self, "_case_" + spec["family"])
         for name, target, _ in spec["configs"]:
-            pinned = self._pins(spec, target)
+            pinned = []
             try:
+                pinned = self._pins(spec, target)
                 phases = {}
                 rng = np.random.default_rng(spec["seed"])
                 fn(spec, rng, phases)
@@ -478,8 +617,8 @@ class Runner:
         x64, x = _rand(rng, dt, xs)
         w64, w = _rand(rng, dt, ws)
         b64, b = _rand(rng, dt, [spec["cout"]])
-        tx = self._t(x, cl=spec["cl"], requires_grad=spec["grad"])
-        tw = self._t(w, requires_grad=spec["grad"])
+        tx = self._t(x, spec.get("x_perm"), cl=spec["cl"], requires_grad=spec["grad"])
+        tw = self._t(w, spec.get("w_perm"), requires_grad=spec["grad"])
         tbias = self._t(b) if spec["bias"] else None
         kw = dict(stride=spec["strides"], padding=spec["pads"], dilation=spec["dilations"],
                   groups=g)
@@ -515,7 +654,7 @@ class Runner:
         G = torch.from_numpy(g64)
         gX, gW = torch.autograd.grad(ref, [X, W], G)
         bX, bW = torch.autograd.grad(absb, [X1, W1], G.abs())
-        tg = self._t(gy)
+        tg = self._t(gy, spec.get("g_perm"))
         out = fwd()
         ohw = int(np.prod(ref.shape[2:])) * spec["n"]
         self._phase(phases, "grad_x", lambda: dc.grad([out], [tx], [tg])[0], gX.numpy(),
@@ -742,3 +881,216 @@ class Runner:
         self._phase(phases, "grad_x", lambda: dc.grad([out], [tx], [tg])[0], rn,
                     4 * e * np.abs(rn) + 16 * e * np.abs(g64) * np.maximum(1.0, np.abs(x64))
                     + tiny)
+
+    # -- single-kernel families ---------------------------------------------
+    def _case_conv3d(self, spec, rng, phases):
+        torch, dc = self.torch, self.dc
+        F = torch.nn.functional
+        dt, g, tr = spec["dtype"], spec["groups"], spec["transpose"]
+        xs = [spec["n"], spec["cin"]] + spec["size"]
+        ws = ([spec["cin"], spec["cout"] // g] if tr else [spec["cout"], spec["cin"] // g]) + \
+            spec["k"]
+        x64, x = _rand(rng, dt, xs)
+        w64, w = _rand(rng, dt, ws)
+        b64, b = _rand(rng, dt, [spec["cout"]])
+        tx = self._t(x, cl=spec["cl"], requires_grad=spec["grad"])
+        tw = self._t(w, requires_grad=spec["grad"])
+        tb = self._t(b) if spec["bias"] else None
+        kw = dict(stride=spec["strides"], padding=spec["pads"], dilation=spec["dilations"],
+                  groups=g)
+        attrs = dict(strides=tuple(spec["strides"]), pads=tuple(spec["pads"]),
+                     dilations=tuple(spec["dilations"]), groups=g)
+        if tr:
+            kw["output_padding"] = spec["output_padding"]
+            attrs["output_padding"] = tuple(spec["output_padding"])
+        tf = F.conv_transpose3d if tr else F.conv3d
+        df = dc.ops.conv_transpose3d if tr else dc.ops.conv3d
+        X = torch.from_numpy(x64).requires_grad_(True)
+        W = torch.from_numpy(w64).requires_grad_(True)
+        Bt = torch.from_numpy(b64) if spec["bias"] else None
+        ref = tf(X, W, Bt, **kw)
+        X1 = X.detach().abs().requires_grad_(True)
+        W1 = W.detach().abs().requires_grad_(True)
+        absb = tf(X1, W1, Bt.abs() if Bt is not None else None, **kw)
+        ksum = (spec["cin"] // g) * int(np.prod(spec["k"]))
+        fwd = lambda: df(tx, tw, tb, **attrs)
+        refn = ref.detach().numpy()
+        self._phase(phases, "fwd", fwd, refn, self._tol_prod(refn, absb.detach().numpy(), ksum, dt))
+        if not spec["grad"]:
+            return
+        g64, gy = _rand(rng, dt, list(ref.shape))
+        G = torch.from_numpy(g64)
+        gX, gW = torch.autograd.grad(ref, [X, W], G)
+        bX, bW = torch.autograd.grad(absb, [X1, W1], G.abs())
+        tg = self._t(gy)
+        out = fwd()
+        self._phase(phases, "grad_x", lambda: dc.grad([out], [tx], [tg])[0], gX.numpy(),
+                    self._tol_prod(gX.numpy(), bX.numpy(), ksum * spec["cout"], dt))
+        out = fwd()
+        self._phase(phases, "grad_w", lambda: dc.grad([out], [tw], [tg])[0], gW.numpy(),
+                    self._tol_prod(gW.numpy(), bW.numpy(), int(np.prod(ref.shape[2:])) *
+                                   spec["n"], dt))
+
+    def _case_pool3d(self, spec, rng, phases):
+        torch, dc = self.torch, self.dc
+        F = torch.nn.functional
+        dt = spec["dtype"]
+        x64, x = _rand(rng, dt, [spec["n"], spec["c"]] + spec["size"])
+        tx = self._t(x, cl=spec["cl"], requires_grad=spec["grad"])
+        X = torch.from_numpy(x64).requires_grad_(True)
+        k, st, p = spec["kernel"], spec["strides"], spec["pads"]
+        if spec["max"]:
+            ref = F.max_pool3d(X, k, st, p, spec["dilations"], ceil_mode=spec["ceil_mode"])
+            fwd = lambda: dc.ops.max_pool3d(tx, tuple(k), tuple(st), tuple(p),
+                                            tuple(spec["dilations"]), spec["ceil_mode"])[0]
+        else:
+            ref = F.avg_pool3d(X, k, st, p, ceil_mode=spec["ceil_mode"],
+                               count_include_pad=spec["count_include_pad"])
+            fwd = lambda: dc.ops.avg_pool3d(tx, tuple(k), tuple(st), tuple(p), spec["ceil_mode"],
+                                            spec["count_include_pad"])
+        refn = ref.detach().numpy()
+        e = EPS[dt]
+        self._phase(phases, "fwd", fwd, refn, 2 * e * np.abs(refn) + 4 * e * np.abs(x64).max())
+        if not spec["grad"]:
+            return
+        g64, gy = _rand(rng, dt, list(ref.shape))
+        (gX,) = torch.autograd.grad(ref, [X], torch.from_numpy(g64))
+        tg = self._t(gy)
+        out = fwd()
+        rn = gX.numpy()
+        self._phase(phases, "grad_x", lambda: dc.grad([out], [tx], [tg])[0], rn,
+                    2 * e * np.abs(rn) + (4 + int(np.prod(k))) * e * np.abs(g64).max())
+
+    def _case_gnorm(self, spec, rng, phases):
+        torch, dc = self.torch, self.dc
+        F = torch.nn.functional
+        dt, shape, g = spec["dtype"], spec["shape"], spec["groups"]
+        c = shape[1]
+        x64, x = _rand(rng, dt, shape, 2.0)
+        gm64, gm = _rand(rng, dt, [c])
+        bt64, bt = _rand(rng, dt, [c])
+        tx = self._t(x, requires_grad=True)
+        tg, tb = self._t(gm, requires_grad=True), self._t(bt, requires_grad=True)
+        X = torch.from_numpy(x64).requires_grad_(True)
+        Gm = torch.from_numpy(gm64).requires_grad_(True)
+        Bt = torch.from_numpy(bt64).requires_grad_(True)
+        ref = F.group_norm(X, g, Gm, Bt, eps=1e-5)
+        fwd = lambda: dc.ops.group_norm(tx, tg, tb, g, eps=1e-5)
+        refn = ref.detach().numpy()
+        e = EPS[dt]
+        red = int(np.prod(shape)) // (shape[0] * g)
+        self._phase(phases, "fwd", fwd, refn,
+                    2 * e * np.abs(refn) + (8 + math.sqrt(red)) * e * (np.abs(refn).max() + 1))
+        g64, gy = _rand(rng, dt, shape)
+        gX, gG, gB = torch.autograd.grad(ref, [X, Gm, Bt], torch.from_numpy(g64))
+        tgy = self._t(gy)
+        xg = x64.reshape(shape[0], g, -1)
+        rstd = 1 / math.sqrt(xg.var(axis=-1).min() + 1e-5)
+        for name, tin, r in (("grad_x", tx, gX), ("grad_gamma", tg, gG), ("grad_beta", tb, gB)):
+            out = fwd()
+            rn = r.numpy()
+            sc = np.abs(rn).max() + np.abs(g64).max() * max(1.0, np.abs(gm64).max()) * rstd
+            self._phase(phases, name, lambda: dc.grad([out], [tin], [tgy])[0], rn,
+                        2 * e * np.abs(rn) + (16 + 2 * math.sqrt(int(np.prod(shape)))) * e * sc)
+
+    def _case_grid_sample(self, spec, rng, phases):
+        torch, dc = self.torch, self.dc
+        F = torch.nn.functional
+        dt = spec["dtype"]
+        x64, x = _rand(rng, dt, [spec["n"], spec["c"], spec["h"], spec["w"]])
+        gr64, gr = _rand(rng, dt, [spec["n"], spec["ho"], spec["wo"], 2], 0.8)
+        tx = self._t(x, requires_grad=spec["grad"])
+        tgr = self._t(gr)
+        X = torch.from_numpy(x64).requires_grad_(True)
+        a = dict(mode=spec["mode"], padding_mode=spec["padding_mode"],
+                 align_corners=spec["align_corners"])
+        ref = F.grid_sample(X, torch.from_numpy(gr64), **a)
+        fwd = lambda: dc.ops.grid_sample(tx, tgr, **a)
+        refn = ref.detach().numpy()
+        e = EPS[dt]
+        # a grid point's own rounding moves a nearest pick or a weight: the
+        # comparison is against the same (rounded) points, so only the
+        # interpolation's arithmetic differs
+        sc = np.abs(x64).max() * (4 if spec["mode"] == "bicubic" else 1)
+        self._phase(phases, "fwd", fwd, refn, 2 * e * np.abs(refn) + 64 * e * sc *
+                    max(spec["h"], spec["w"]))
+        if not spec["grad"]:
+            return
+        g64, gy = _rand(rng, dt, list(ref.shape))
+        (gX,) = torch.autograd.grad(ref, [X], torch.from_numpy(g64))
+        tg = self._t(gy)
+        out = fwd()
+        rn = gX.numpy()
+        self._phase(phases, "grad_x", lambda: dc.grad([out], [tx], [tg])[0], rn,
+                    2 * e * np.abs(rn) + 64 * e * np.abs(g64).max() * spec["ho"] * spec["wo"] *
+                    (4 if spec["mode"] == "bicubic" else 1))
+
+    def _case_interpolate(self, spec, rng, phases):
+        torch, dc = self.torch, self.dc
+        F = torch.nn.functional
+        dt = spec["dtype"]
+        x64, x = _rand(rng, dt, [spec["n"], spec["c"], spec["h"], spec["w"]])
+        tx = self._t(x, requires_grad=spec["grad"])
+        X = torch.from_numpy(x64).requires_grad_(True)
+        a = dict(size=tuple(spec["size"]), mode=spec["mode"], align_corners=spec["align_corners"])
+        ref = F.interpolate(X, **a)
+        fwd = lambda: dc.ops.interpolate(tx, **a)
+        refn = ref.detach().numpy()
+        e = EPS[dt]
+        sc = np.abs(x64).max() * (4 if spec["mode"] == "bicubic" else 1)
+        self._phase(phases, "fwd", fwd, refn, 2 * e * np.abs(refn) + 16 * e * sc)
+        if not spec["grad"]:
+            return
+        g64, gy = _rand(rng, dt, list(ref.shape))
+        (gX,) = torch.autograd.grad(ref, [X], torch.from_numpy(g64))
+        tg = self._t(gy)
+        out = fwd()
+        rn = gX.numpy()
+        self._phase(phases, "grad_x", lambda: dc.grad([out], [tx], [tg])[0], rn,
+                    2 * e * np.abs(rn) + 16 * e * np.abs(g64).max() * 4 *
+                    (spec["size"][0] * spec["size"][1]) / (spec["h"] * spec["w"]) * 4)
+
+    def _case_deform(self, spec, rng, phases):
+        """DeformConv2d with zero or integer offsets (and a mask) is a Conv2d
+        of shifted, scaled taps: the reference samples exactly."""
+        torch, dc = self.torch, self.dc
+        dt, g = spec["dtype"], spec["groups"]
+        n, c, o, h, w = spec["n"], spec["cin"], spec["cout"], spec["h"], spec["w"]
+        kh, kw = spec["kh"], spec["kw"]
+        (sh, sw), (dh, dw), (ph, pw) = spec["strides"], spec["dilations"], spec["pads"]
+        oh, ow = _conv_out(h, kh, sh, ph, ph, dh), _conv_out(w, kw, sw, pw, pw, dw)
+        x64, x = _rand(rng, dt, [n, c, h, w])
+        w64, wt = _rand(rng, dt, [o, c // g, kh, kw])
+        off = np.zeros([n, 2 * kh * kw, oh, ow])
+        if spec["offsets"] == "integer":
+            off = rng.integers(-2, 3, off.shape).astype(np.float64)
+        mask = rng.uniform(0, 1, [n, kh * kw, oh, ow]).astype(_np_dtype(dt)).astype(np.float64)
+        if not spec["mask"]:
+            mask = np.ones_like(mask)
+        # columns [n, c, kh*kw, oh, ow] sampled at the (integer) points
+        cols = np.zeros([n, c, kh * kw, oh, ow])
+        for p in range(kh):
+            for q in range(kw):
+                t = p * kw + q
+                for i in range(oh):
+                    for j in range(ow):
+                        yy = i * sh - ph + p * dh + off[:, 2 * t, i, j]
+                        xx = j * sw - pw + q * dw + off[:, 2 * t + 1, i, j]
+                        for b in range(n):
+                            y0, x0 = int(yy[b]), int(xx[b])
+                            if 0 <= y0 < h and 0 <= x0 < w:
+                                cols[b, :, t, i, j] = x64[b, :, y0, x0] * mask[b, t, i, j]
+        cg, og = c // g, o // g
+        ref = np.zeros([n, o, oh, ow])
+        absb = np.zeros_like(ref)
+        for gi in range(g):
+            cc = cols[:, gi * cg:(gi + 1) * cg].reshape(n, cg * kh * kw, oh, ow)
+            ww = w64[gi * og:(gi + 1) * og].reshape(og, cg * kh * kw)
+            ref[:, gi * og:(gi + 1) * og] = np.einsum("ok,nkij->noij", ww, cc)
+            absb[:, gi * og:(gi + 1) * og] = np.einsum("ok,nkij->noij", np.abs(ww), np.abs(cc))
+        tx, tw = self._t(x), self._t(wt)
+        toff = self._t(off.astype(_np_dtype(dt)))
+        tm = self._t(mask.astype(_np_dtype(dt))) if spec["mask"] else None
+        fwd = lambda: dc.ops.deform_conv2d(tx, tw, toff, tm, None, strides=(sh, sw),
+                                           pads=(ph, pw), dilations=(dh, dw), groups=g)
+        self._phase(phases, "fwd", fwd, ref, self._tol_prod(ref, absb, cg * kh * kw, dt))

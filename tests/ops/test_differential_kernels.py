@@ -37,7 +37,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _kernel_cases import PRIM_OF, PRIMS, make_cases  # noqa: E402
+from _kernel_cases import PRIM_OF, PRIMS, conv_gemm_expected, make_cases  # noqa: E402
 
 OFFSET = int(os.environ.get("DRAGON_FUZZ_OFFSET", "0"))
 CASES = make_cases(OFFSET)
@@ -143,6 +143,12 @@ def _check(spec, worker, res):
             if onednn and not ran:
                 problems.append(f"{tag}: the oneDNN kernel did not run (primitives: "
                                 f"{r['prims']}); the case no longer tests it")
+            if onednn and spec["family"] in ("conv", "conv_bias_act"):
+                gemm = conv_gemm_expected(spec, phase, worker)
+                want = "matmul" if gemm else ("convolution", "deconvolution")
+                if not any(p in want for p in ran):
+                    problems.append(f"{tag}: expected oneDNN {want} "
+                                    f"({'GEMM' if gemm else 'direct'} path), ran {ran}")
             if onednn is False and ran:
                 problems.append(f"{tag}: meant for {_target} but oneDNN ran {ran}")
             if r["ratio"] > 1.0:

@@ -31,6 +31,7 @@ PRIMS = {
     "lnorm": ("layer_normalization",),
     "softmax": ("softmax",),
     "eltwise": ("eltwise",),
+    "none": (),
 }
 
 # Ops of each family that a pin must cover (forward and gradient ops).
@@ -54,16 +55,18 @@ FAMILY_OPS = {
     "grid_sample": ["GridSample", "GridSampleGrad"],
     "interpolate": ["Interpolate", "InterpolateGrad"],
     "deform": ["DeformConv2d"],
+    "cast": ["Cast"],
 }
 SINGLE = {"conv3d": "cpu_eigen", "pool3d": "cpu_eigen", "gnorm": "cpu_eigen",
-          "grid_sample": "vision_ops", "interpolate": "vision_ops", "deform": "vision_ops"}
+          "grid_sample": "vision_ops", "interpolate": "vision_ops", "deform": "vision_ops",
+          "cast": "cpu_eigen"}
 
 PRIM_OF = {"matmul": "matmul", "matmul_bias_act": "matmul", "conv": "conv",
            "conv_bias_act": "conv", "maxpool": "pool", "avgpool": "pool",
            "adaptive": "pool", "bnorm": "bnorm", "lnorm": "lnorm",
            "softmax": "softmax", "log_softmax": "softmax", "eltwise": "eltwise",
            "conv3d": "conv", "pool3d": "pool", "gnorm": "bnorm", "grid_sample": "conv",
-           "interpolate": "pool", "deform": "conv"}
+           "interpolate": "pool", "deform": "conv", "cast": "none"}
 
 ELTWISE = ["Sigmoid", "Tanh", "Elu", "Gelu"]
 
@@ -182,7 +185,8 @@ def _matmul_case(rng):
         spec["act"] = str(rng.choice(["relu", "none"]))
         spec["bias"] = bool(rng.random() < 0.7)
         spec["grad"] = False
-        spec["out_dtype"] = None
+        # a float32 result (and bias) of bfloat16 operands: autocast's products
+        spec["out_dtype"] = "float32" if dtype == "bfloat16" and rng.random() < 0.3 else None
         spec["batch_a"] = spec["batch_a"][:1] if rng.random() < 0.5 else []
         spec["batch_b"] = []
     return spec
@@ -399,11 +403,21 @@ def _vision_case(rng):
                 grad=False)
 
 
+def _cast_case(rng):
+    src, dst = [("float32", "bfloat16"), ("bfloat16", "float32"), ("float32", "float16"),
+                ("float16", "float32"), ("float64", "bfloat16"), ("float64", "float16"),
+                ("bfloat16", "float16"), ("float16", "bfloat16"),
+                ("float64", "float32")][int(rng.integers(9))]
+    n = int(rng.choice([1, 7, 16, 33, 257, 4099, 70000]))
+    return dict(family="cast", dtype=src, dst=dst, n=n, view=bool(rng.random() < 0.25),
+                grad=False)
+
+
 GENERATORS = {"matmul": (_matmul_case, 70), "conv": (_conv_case, 70),
               "pool": (_pool_case, 60), "norm": (_norm_case, 30),
               "softmax": (_softmax_case, 30), "eltwise": (_eltwise_case, 40),
               "conv3d": (_conv3d_case, 25), "pool3d": (_pool3d_case, 20),
-              "vision": (_vision_case, 40)}
+              "vision": (_vision_case, 40), "cast": (_cast_case, 16)}
 
 
 def make_cases(offset: int = 0):
@@ -568,7 +582,7 @@ class Runner:
         if bias_act:
             bias64 = None
             if spec["bias"]:
-                bias64, bias = _rand(rng, dt, [n])
+                bias64, bias = _rand(rng, odt or dt, [n])
                 tbias = self._t(bias)
                 ref = ref + torch.from_numpy(bias64)
                 absb = absb + torch.from_numpy(np.abs(bias64))
@@ -1094,3 +1108,39 @@ class Runner:
         fwd = lambda: dc.ops.deform_conv2d(tx, tw, toff, tm, None, strides=(sh, sw),
                                            pads=(ph, pw), dilations=(dh, dw), groups=g)
         self._phase(phases, "fwd", fwd, ref, self._tol_prod(ref, absb, cg * kh * kw, dt))
+
+    def _case_cast(self, spec, rng, phases):
+        """Exact: every cast rounds once to nearest even (ml_dtypes / NumPy)."""
+        dc = self.dc
+        src, dst, n = spec["dtype"], spec["dst"], spec["n"]
+        # normal, subnormal, tie-breaking, overflowing and special values
+        scale = 2.0 ** rng.integers(-140, 130, n).astype(np.float64)
+        v = rng.standard_normal(n) * scale
+        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e-8, 6e-8,
+                            3.0e38, 3.4e38, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 2.0**-133,
+                            2.0**-126, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11])
+        v[: min(n, len(special))] = special[: min(n, len(special))]
+        with np.errstate(over="ignore"):
+            x = v.astype(_np_dtype(src))
+        # one rounding from the exact source value
+        with np.errstate(over="ignore"):
+            ref = x.astype(np.float64).astype(_np_dtype(dst)).astype(np.float64)
+        if spec["view"] and n > 1:  # a transposed [n/2.., 2] view, read through strides
+            m = n // 2 * 2
+            x, ref = x[:m], ref[:m]
+            tx = self._t(x.reshape(-1, 2), [1, 0] if False else None)
+            tx = dc.tensor(np.ascontiguousarray(x.reshape(-1, 2).T)).permute(1, 0)
+            ref = ref.reshape(-1, 2)
+        else:
+            tx = self._t(x)
+        same = lambda a, b: (a == b) | (np.isnan(a) & np.isnan(b))
+        self._phase(phases, "fwd", lambda: dc.ops.cast(tx, dst), ref, 0.0)
+        r = phases["fwd"]
+        if "error" not in r:
+            got = self._np(dc.ops.cast(tx, dst))
+            bad = ~same(got, ref)
+            r["ratio"] = 0.0
+            if bad.any():
+                i = np.unravel_index(int(np.argmax(bad)), bad.shape)
+                r["where"] = [list(map(int, i)), float(got[i]), float(ref[i]), 0.0]
+                r["ratio"] = 1.0 + float(bad.sum())

@@ -23,7 +23,8 @@ so the pinned AVX-512 GEMM takes every call it can compute; the oneDNN
 convolution paths ``DRAGON_MKLDNN_CONV_GEMM=0`` / ``DRAGON_MKLDNN_CONV_LAYOUT``)
 get one worker each.
 
-``DRAGON_FUZZ_OFFSET=n`` draws another set of seeds; the failure message of a
+``DRAGON_FUZZ_OFFSET=n`` draws another set of seeds, ``DRAGON_FUZZ_THREADS=n``
+runs the kernels on n threads (default 2: the parallel paths' splits); the failure message of a
 case gives its spec (shapes, attributes, seed) to reproduce it.
 """
 
@@ -51,7 +52,13 @@ WORKERS = {
                     "DRAGON_MKLDNN_WEIGHT_REORDER": "onednn"},
     # blocked (nChw16c) layouts
     "conv_blocked": {"DRAGON_MKLDNN_CONV_GEMM": "0", "DRAGON_MKLDNN_CONV_LAYOUT": "blocked"},
+    # cpu_eigen's per-ISA builds (softmax, rows, element-wise, norms, casts)
+    # capped at AVX2 (x86-64-v3) and at the baseline
+    "isa_v3": {"DRAGON_CPU_EIGEN_ISA": "v3"},
+    "isa_base": {"DRAGON_CPU_EIGEN_ISA": "base", "DRAGON_CPU_EIGEN_CVT_BF16": "0"},
 }
+ISA_FAMILIES = ("softmax", "log_softmax", "eltwise", "lnorm", "bnorm", "gnorm", "cast",
+                "maxpool", "avgpool")
 
 # Known bugs: case id prefix -> reason (xfail strict).
 KNOWN = {}
@@ -60,7 +67,8 @@ KNOWN = {}
 class _Worker:
     def __init__(self, extra):
         r, w = os.pipe()
-        env = dict(os.environ, ONEDNN_VERBOSE="1", DRAGON_NUM_THREADS="2", **extra)
+        threads = os.environ.get("DRAGON_FUZZ_THREADS", "2")
+        env = dict(os.environ, ONEDNN_VERBOSE="1", DRAGON_NUM_THREADS=threads, **extra)
         env.pop("DRAGON_KERNEL_PIN", None)
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(os.path.dirname(__file__), "_kernel_worker.py"),
@@ -87,7 +95,8 @@ class _Worker:
 
 @pytest.fixture(scope="module")
 def workers():
-    made = {}
+    # Start every worker at once: their imports overlap.
+    made = {name: _Worker(extra) for name, extra in WORKERS.items()}
 
     def get(name):
         if name not in made:
@@ -100,6 +109,12 @@ def workers():
 
 
 def _worker_of(spec):
+    if spec["family"] in ISA_FAMILIES:
+        i = int(spec["id"].split("-")[2])
+        if spec["family"] == "cast":
+            return ["default", "isa_v3", "isa_base"]
+        return ["default"] + (["isa_v3"] if i % 3 == 1 else []) + \
+            (["isa_base"] if i % 3 == 2 else [])
     if spec["family"] in ("conv", "conv_bias_act") and spec["dtype"] in ("float32", "bfloat16"):
         # every third conv case also on each direct-convolution path
         i = int(spec["id"].split("-")[2])

@@ -32,6 +32,7 @@ PRIMS = {
     "softmax": ("softmax",),
     "eltwise": ("eltwise",),
     "none": (),
+    "blocked": ("convolution", "pooling"),
 }
 
 # Ops of each family that a pin must cover (forward and gradient ops).
@@ -56,17 +57,19 @@ FAMILY_OPS = {
     "interpolate": ["Interpolate", "InterpolateGrad"],
     "deform": ["DeformConv2d"],
     "cast": ["Cast"],
+    "blocked": [],  # mkldnn-only ops (layout.cc), nothing to pin
 }
 SINGLE = {"conv3d": "cpu_eigen", "pool3d": "cpu_eigen", "gnorm": "cpu_eigen",
           "grid_sample": "vision_ops", "interpolate": "vision_ops", "deform": "vision_ops",
-          "cast": "cpu_eigen"}
+          "cast": "cpu_eigen", "blocked": "mkldnn"}
 
 PRIM_OF = {"matmul": "matmul", "matmul_bias_act": "matmul", "conv": "conv",
            "conv_bias_act": "conv", "maxpool": "pool", "avgpool": "pool",
            "adaptive": "pool", "bnorm": "bnorm", "lnorm": "lnorm",
            "softmax": "softmax", "log_softmax": "softmax", "eltwise": "eltwise",
            "conv3d": "conv", "pool3d": "pool", "gnorm": "bnorm", "grid_sample": "conv",
-           "interpolate": "pool", "deform": "conv", "cast": "none"}
+           "interpolate": "pool", "deform": "conv", "cast": "none",
+           "blocked": "blocked"}
 
 ELTWISE = ["Sigmoid", "Tanh", "Elu", "Gelu"]
 
@@ -137,7 +140,7 @@ def _configs(spec):
     """(name, pin target, expects oneDNN) for each kernel claiming the call."""
     family, dtype = spec["family"], spec["dtype"]
     if family in SINGLE:
-        return [(SINGLE[family], SINGLE[family], False)]
+        return [(SINGLE[family], SINGLE[family], SINGLE[family] == "mkldnn")]
     ops = FAMILY_OPS[family] or [spec["op"]]
     out = []
     if dtype in ("float32", "bfloat16") and _mkldnn_claims(spec):
@@ -413,11 +416,37 @@ def _cast_case(rng):
                 grad=False)
 
 
+def _blocked_case(rng):
+    """The mkldnn nchw16c chain: a plain first layer (C < 16) or a blocked
+    input, Conv2dNchw16c (+ bias, relu), MaxPool2dNchw16c, back to plain."""
+    first = bool(rng.random() < 0.4)
+    while True:
+        c = int(rng.integers(1, 16)) if first else 16 * int(rng.integers(1, 3))
+        o = 16 * int(rng.integers(1, 3))
+        h, w = int(rng.integers(3, 12)), int(rng.integers(3, 12))
+        k = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+        st = [int(rng.integers(1, 3)), int(rng.integers(1, 3))]
+        d = [int(rng.choice([1, 1, 2])), int(rng.choice([1, 1, 2]))]
+        p = [int(rng.integers(0, 2)), int(rng.integers(0, 2))]
+        oh = _conv_out(h, k[0], st[0], p[0], p[0], d[0])
+        ow = _conv_out(w, k[1], st[1], p[1], p[1], d[1])
+        pk = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+        pp = [int(rng.integers(0, pk[0] // 2 + 1)), int(rng.integers(0, pk[1] // 2 + 1))]
+        if min(oh, ow) >= 1 and oh + 2 * pp[0] >= pk[0] and ow + 2 * pp[1] >= pk[1]:
+            break
+    return dict(family="blocked", dtype="float32", first=first, n=int(rng.integers(1, 3)),
+                c=c, o=o, h=h, w=w, k=k, strides=st, dilations=d, pads=p,
+                bias=bool(rng.random() < 0.6), act=str(rng.choice(["none", "relu"])),
+                pool_k=pk, pool_s=[int(rng.integers(1, 3)), int(rng.integers(1, 3))],
+                pool_p=pp, ceil_mode=bool(rng.random() < 0.4), grad=False)
+
+
 GENERATORS = {"matmul": (_matmul_case, 70), "conv": (_conv_case, 70),
               "pool": (_pool_case, 60), "norm": (_norm_case, 30),
               "softmax": (_softmax_case, 30), "eltwise": (_eltwise_case, 40),
               "conv3d": (_conv3d_case, 25), "pool3d": (_pool3d_case, 20),
-              "vision": (_vision_case, 40), "cast": (_cast_case, 16)}
+              "vision": (_vision_case, 40), "cast": (_cast_case, 16),
+              "blocked": (_blocked_case, 12)}
 
 
 def make_cases(offset: int = 0):
@@ -480,8 +509,10 @@ class Runner:
 
     def _pins(self, spec, target):
         dc = self.dc
-        ops = FAMILY_OPS[spec["family"]] or [spec["op"]]
+        ops = FAMILY_OPS[spec["family"]] or [spec.get("op")]
         pinned = []
+        if ops == [None]:
+            return pinned
         for op in ops:
             dtypes = set()
             for k in dc.plugins.kernels(op):
@@ -1144,3 +1175,38 @@ class Runner:
                 i = np.unravel_index(int(np.argmax(bad)), bad.shape)
                 r["where"] = [list(map(int, i)), float(got[i]), float(ref[i]), 0.0]
                 r["ratio"] = 1.0 + float(bad.sum())
+
+    def _case_blocked(self, spec, rng, phases):
+        torch, dc = self.torch, self.dc
+        F = torch.nn.functional
+        n, c, o, h, w = spec["n"], spec["c"], spec["o"], spec["h"], spec["w"]
+        x64, x = _rand(rng, "float32", [n, c, h, w])
+        w64, wt = _rand(rng, "float32", [o, c] + spec["k"])
+        b64, b = _rand(rng, "float32", [o])
+        X, W = torch.from_numpy(x64), torch.from_numpy(w64)
+        Bt = torch.from_numpy(b64) if spec["bias"] else None
+        kw = dict(stride=spec["strides"], padding=spec["pads"], dilation=spec["dilations"])
+        ref = F.conv2d(X, W, Bt, **kw)
+        absb = F.conv2d(X.abs(), W.abs(), Bt.abs() if Bt is not None else None, **kw)
+        if spec["act"] == "relu":
+            ref = torch.relu(ref)
+        pref = F.max_pool2d(ref, spec["pool_k"], spec["pool_s"], spec["pool_p"],
+                            ceil_mode=spec["ceil_mode"])
+        tx = dc.tensor(x) if spec["first"] else dc.ops.nchw16c_from_nchw(dc.tensor(x))
+        tw, tb = dc.tensor(wt), (dc.tensor(b) if spec["bias"] else None)
+
+        def conv():
+            return dc.ops.conv2d_nchw16c(
+                tx, tw, tb, strides=tuple(spec["strides"]), pads=tuple(spec["pads"]),
+                dilations=tuple(spec["dilations"]), activation=spec["act"])
+
+        def pooled():
+            y = dc.ops.max_pool2d_nchw16c(conv(), tuple(spec["pool_k"]), tuple(spec["pool_s"]),
+                                          tuple(spec["pool_p"]), (1, 1), spec["ceil_mode"])
+            return dc.ops.nchw_from_nchw16c(y[0] if isinstance(y, (tuple, list)) else y)
+
+        refn = ref.numpy()
+        tol = self._tol_prod(refn, absb.numpy(), c * int(np.prod(spec["k"])), "float32")
+        self._phase(phases, "conv", lambda: dc.ops.nchw_from_nchw16c(conv()), refn, tol)
+        ptol = np.max(tol) * np.ones(pref.shape)
+        self._phase(phases, "pool", pooled, pref.numpy(), ptol)

@@ -203,3 +203,36 @@ def test_cases_cover_every_family_and_kernel():
     assert ("matmul", "avx512bf16") in seen
     assert ("matmul", "eigen_half") in seen
     assert ("matmul_bias_act", "avx512bf16") in seen
+
+
+# Found by this hunt (offset 41): oneDNN's bfloat16 backward-weights kernel
+# (jit_bf16:avx512_core_bf16, blocked Acdb16a filter, so mkldnn computes into a
+# workspace buffer and reorders out) never writes the filter entries of taps
+# that read only padding (kw 3, pad 2 on a 1-wide image); the workspace still
+# held cpu_eigen's float16 convolution's widened operands, which came out as
+# the gradient (-1.86e37 where the float64 gradient is 0). Fresh worker, the
+# two cases in the order that showed it.
+_STALE_WORKSPACE = [
+    {"family": "conv", "dtype": "float16", "n": 2, "cin": 16, "cout": 16, "h": 11, "w": 8,
+     "kh": 2, "kw": 1, "strides": [1, 2], "dilations": [1, 1], "pads": [0, 0], "groups": 1,
+     "bias": False, "cl": False, "transpose": False, "grad": True, "x_perm": None,
+     "w_perm": [2, 0, 1, 3], "g_perm": None, "seed": 41010152, "id": "stale-0"},
+    {"family": "conv", "dtype": "bfloat16", "n": 1, "cin": 4, "cout": 4, "h": 3, "w": 1,
+     "kh": 3, "kw": 3, "strides": [2, 3], "dilations": [1, 1], "pads": [1, 2], "groups": 1,
+     "bias": True, "cl": True, "transpose": False, "grad": True, "x_perm": None,
+     "w_perm": None, "g_perm": [2, 0, 1, 3], "seed": 41010160, "id": "stale-1"},
+]
+
+
+def test_filter_gradient_taps_in_padding_after_other_kernels():
+    from _kernel_cases import _configs
+
+    w = _Worker(WORKERS["default"])
+    try:
+        problems = []
+        for spec in _STALE_WORKSPACE:
+            spec = dict(spec, configs=_configs(spec))
+            problems += _check(spec, "default", w.ask(spec))
+    finally:
+        w.close()
+    assert not problems, "\n".join(problems)

@@ -127,6 +127,28 @@ def conv_gemm_expected(spec, phase, worker):
     return window[0] * window[1] <= 4
 
 
+def _round_once_bf16(x, approx):
+    """float64 -> bfloat16 rounded once (ml_dtypes and torch go through
+    float32 and round twice: -0x1.4effff17db30ap-98 gives 0x1.50p-98 there,
+    0x1.4ep-98 is the nearest). Picks the nearest of the bfloat16 neighbours
+    of ``approx`` (ties to the even one); x - candidate is exact in float64."""
+    import ml_dtypes
+
+    bits = approx.astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.int64)
+    best, best_d = approx.copy(), np.full(x.shape, np.inf)
+    for step in (0, -1, 1):
+        b = np.clip(bits + step, 0, 0xFFFF).astype(np.uint16)
+        with np.errstate(invalid="ignore"):
+            cand = b.view(ml_dtypes.bfloat16).astype(np.float64)
+            d = np.abs(x - cand)
+        even = (b & 1) == 0
+        take = (d < best_d) | ((d == best_d) & even)
+        take &= np.isfinite(cand) & (np.sign(cand) == np.sign(x)) | (cand == 0)
+        best = np.where(take, cand, best)
+        best_d = np.where(take, d, best_d)
+    return np.where(np.isfinite(x) & np.isfinite(approx), best, approx)
+
+
 def _pool_out(size, k, s, p, d, ceil):
     """torch's pooled length (a last window must start inside the input)."""
     num = size + 2 * p - d * (k - 1) - 1
@@ -1149,13 +1171,18 @@ class Runner:
         v = rng.standard_normal(n) * scale
         special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e-8, 6e-8,
                             3.0e38, 3.4e38, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 2.0**-133,
-                            2.0**-126, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11])
+                            2.0**-126, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11,
+                            # double rounding through float32 would move these
+                            1.0 + 2.0**-8 + 2.0**-30, -float.fromhex("0x1.4effff17db30ap-98"),
+                            1.0 + 2.0**-11 + 2.0**-40])
         v[: min(n, len(special))] = special[: min(n, len(special))]
         with np.errstate(over="ignore"):
             x = v.astype(_np_dtype(src))
         # one rounding from the exact source value
         with np.errstate(over="ignore"):
             ref = x.astype(np.float64).astype(_np_dtype(dst)).astype(np.float64)
+        if src == "float64" and dst == "bfloat16":
+            ref = _round_once_bf16(x, ref)
         if spec["view"] and n > 1:  # a transposed [n/2.., 2] view, read through strides
             m = n // 2 * 2
             x, ref = x[:m], ref[:m]

@@ -237,6 +237,8 @@ def _conv_case(rng):
         s = [int(rng.integers(1, 3)), int(rng.integers(1, 4))]
         d = [int(rng.choice([1, 1, 2])), int(rng.choice([1, 1, 2]))]
         p = [int(rng.integers(0, 3)) for _ in range(2)]
+        if rng.random() < 0.1:  # filter taps that read only padding
+            w, kw, p[1], d[1] = int(rng.integers(1, 3)), 3, 2, 1
         if rng.random() < 0.1:  # wide channels: oneDNN's blocked kernels
             cin, cout, g = int(rng.choice([16, 17, 33])), int(rng.choice([16, 32, 19])), 1
         oh = _conv_out(h, kh, s[0], p[0], p[0], d[0])
@@ -510,6 +512,8 @@ class Runner:
         self.dc = dc
         self.torch = torch
         self.log = verbose_log  # callable: () -> list of oneDNN prim kinds since last call
+        import os
+        self.poison = os.environ.get("DRAGON_FUZZ_POISON", "1") != "0"
 
     # -- helpers ------------------------------------------------------------
     def _t(self, x, view_perm=None, cl=False, requires_grad=False):
@@ -549,6 +553,19 @@ class Runner:
         for op in pinned:
             self.dc.plugins.unpin(op, "cpu")
 
+    def _poison(self):
+        """Leave huge values in the core's workspace and freed blocks, so a
+        kernel that reads memory it never wrote shows it (DRAGON_FUZZ_POISON=0
+        skips): cpu_eigen's float16 convolution widens its operands there."""
+        dc = self.dc
+        if not hasattr(self, "_junk"):
+            self._junk = (dc.tensor(np.full((1, 16, 24, 24), 6.0e4, np.float16)),
+                          dc.tensor(np.full((16, 16, 3, 3), 6.0e4, np.float16)))
+        x, w = self._junk
+        dc.ops.conv2d(x, w, None, pads=(1, 1))
+        for n in (64, 1024, 16384):
+            dc.tensor(np.full(n, -1.0e30, np.float32))
+
     # -- main ---------------------------------------------------------------
     def run(self, spec):
         """{config: {phase: {"ratio", "where", "prims", "error"}}}."""
@@ -556,6 +573,8 @@ class Runner:
         fn = getattr(self, "_case_" + spec["family"])
         for name, target, _ in spec["configs"]:
             pinned = []
+            if self.poison:
+                self._poison()
             try:
                 pinned = self._pins(spec, target)
                 phases = {}

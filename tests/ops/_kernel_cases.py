@@ -677,7 +677,8 @@ class Runner:
         # bounds: the same products on absolute values
         A1 = A.detach().abs().requires_grad_(True)
         B1 = B.detach().abs().requires_grad_(True)
-        o1 = (A1.transpose(-1, -2) if spec["ta"] else A1) @ (B1.transpose(-1, -2) if spec["tb"] else B1)
+        o1 = (A1.transpose(-1, -2) if spec["ta"] else A1) @ \
+            (B1.transpose(-1, -2) if spec["tb"] else B1)
         bgA, bgB = torch.autograd.grad(o1, [A1, B1], absg)
         tg = self._t(g)
         out = fwd()
@@ -910,8 +911,8 @@ class Runner:
         rel = 1 + 2 * np.abs(x64).max()
         tiny = 2.0**-14 if dt == "float16" else 2.0**-125
         self._phase(phases, "fwd", lambda: fn(tx, axis), refn,
-                    2 * e * np.abs(refn) + (slack + math.sqrt(n)) * e * (base if log else rel * np.abs(refn))
-                    + tiny)
+                    2 * e * np.abs(refn)
+                    + (slack + math.sqrt(n)) * e * (base if log else rel * np.abs(refn)) + tiny)
         if not spec["grad"]:
             return
         g64, gy = _rand(rng, dt, shape)
@@ -1205,7 +1206,6 @@ class Runner:
         if spec["view"] and n > 1:  # a transposed [n/2.., 2] view, read through strides
             m = n // 2 * 2
             x, ref = x[:m], ref[:m]
-            tx = self._t(x.reshape(-1, 2), [1, 0] if False else None)
             tx = dc.tensor(np.ascontiguousarray(x.reshape(-1, 2).T)).permute(1, 0)
             ref = ref.reshape(-1, 2)
         else:

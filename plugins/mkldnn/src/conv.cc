@@ -476,10 +476,25 @@ void FilterGradK(dg::KernelContext& ctx) {
   const auto& pd = *prim.pd;
   const memory::desc dw_desc = FilterDesc(dw, p);
   const memory dst = OutputBuffer(ctx, dw, dw_desc, pd.diff_weights_desc());
-  Execute(ctx, prim.prim, pd,
-          {{DNNL_ARG_SRC, Input(ctx, Desc(x), x, pd.src_desc())},
-           {DNNL_ARG_DIFF_DST, Input(ctx, Desc(dy), dy, pd.diff_dst_desc())},
-           {DNNL_ARG_DIFF_WEIGHTS, dst}});
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, Input(ctx, Desc(x), x, pd.src_desc())},
+      {DNNL_ARG_DIFF_DST, Input(ctx, Desc(dy), dy, pd.diff_dst_desc())},
+      {DNNL_ARG_DIFF_WEIGHTS, dst}};
+  // oneDNN's bfloat16 backward-weights kernel (jit_bf16:avx512_core_bf16)
+  // accumulates in float32 in its scratchpad and never writes the entries of
+  // taps that read only padding (kw 3, pad 2 on a 1-wide image): whatever
+  // the core's workspace held before (another kernel's data) came out as the
+  // gradient. The scratchpad and the destination start at zero here (a
+  // filter's size, per thread at most), so Execute() is not used.
+  std::memset(dst.get_data_handle(), 0, pd.diff_weights_desc().get_size());
+  const memory::desc sd = pd.scratchpad_desc();
+  if (sd.get_size() > 0) {
+    uint8_t* pad = ctx.workspace<uint8_t>(sd.get_size());
+    std::memset(pad, 0, sd.get_size());
+    args[DNNL_ARG_SCRATCHPAD] = memory(sd, Engine(), pad);
+  }
+  prim.prim.execute(Stream(), args);
+  Stream().wait();  // the outputs and the workspace are final on return
   CopyOut(ctx, dst, Memory(dw_desc, dw));
 }
 

@@ -15,7 +15,7 @@ differentiate a gradient once more).
 
 Where torch raises, vm.torch must raise too; where torch computes, vm.torch
 must compute the same thing. Documented differences (docs/from-pytorch.md:
-integer overflow raises, ``floor_divide`` does not record, names we do not
+integer overflow raises, names we do not
 provide) are kept out of the generator, never silenced after the fact.
 
 The seeds are fixed, so a failure names a reproducible case: rerun one with

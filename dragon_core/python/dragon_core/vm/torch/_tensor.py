@@ -85,6 +85,15 @@ def _records(t) -> bool:
     return t.requires_grad and _grad_on()
 
 
+def _zero_grad_zeros(t):
+    """Zeros shaped as ``t`` (dragon) whose gradient to ``t`` is exactly 0:
+    added to a piecewise-constant result it gives torch's ``zeros_like``
+    backward. A Where whose condition is never true (nothing is below
+    -inf, NaN included) selects 0 in the gradient too, where the older
+    ``t * 0.0`` made ``dy * 0`` NaN for an infinite or NaN ``dy``."""
+    return _ops.where(_ops.less(t, -math.inf), t, 0.0)
+
+
 def _host_view_ok(t) -> bool:
     """Whether a NumPy view of ``t`` may stand for an op result: host,
     not recorded by autograd, not traced."""
@@ -1107,7 +1116,7 @@ def _inplace(self: Tensor, result: Tensor, srcs=(), internal_overlap=True) -> Te
         if not r.requires_grad:
             # overwritten by a constant: torch's graph still reaches the old
             # value (with zero gradient)
-            r = _ops.add(r, _ops.mul(t, 0.0))
+            r = _ops.add(r, _zero_grad_zeros(t))
         self._t = r
         return self
     if _tracing():

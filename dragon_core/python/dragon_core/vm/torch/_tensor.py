@@ -85,6 +85,23 @@ def _records(t) -> bool:
     return t.requires_grad and _grad_on()
 
 
+#: torch's names of the scalar types, as its error messages spell them
+_SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half",
+                 "bfloat16": "BFloat16", "int64": "Long", "int32": "Int", "int16": "Short",
+                 "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def _check_can_cast(src, dst):
+    """torch's ``can_cast`` rule for an in-place result of dtype ``src``
+    written into a ``dst`` tensor: a float result never goes into an integer
+    or bool tensor, and a non-bool result never into a bool one (``bool_x
+    &= uint8_y`` raises in torch; a cast would compute something else)."""
+    if (src.is_floating_point and not dst.is_floating_point) or (
+            dst.name == "bool" and src.name != "bool"):
+        raise RuntimeError(f"result type {_SCALAR_NAMES.get(src.name, src.name)} can't be cast "
+                           f"to the desired output type {_SCALAR_NAMES.get(dst.name, dst.name)}")
+
+
 def _zero_grad_zeros(t):
     """Zeros shaped as ``t`` (dragon) whose gradient to ``t`` is exactly 0:
     added to a piecewise-constant result it gives torch's ``zeros_like``
@@ -1099,9 +1116,7 @@ def _inplace(self: Tensor, result: Tensor, srcs=(), internal_overlap=True) -> Te
     if not _tracing():
         _check_overlap(t, srcs, internal_overlap)
     if r._dtype_code != t._dtype_code:
-        if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
-            raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "
-                               f"the desired output type {D.BY_CODE[t._dtype_code].name}")
+        _check_can_cast(D.BY_CODE[r._dtype_code], D.BY_CODE[t._dtype_code])
         r = _ops.cast(r, D.BY_CODE[t._dtype_code]._dg)
     if tuple(r.shape) != tuple(t.shape):
         r = _ops.broadcast_to(r, t.shape) if r.ndim <= t.ndim else None

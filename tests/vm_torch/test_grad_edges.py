@@ -164,3 +164,41 @@ def test_floor_divide_unreached_is_fine():
     _check(lambda T, a: a * 2 + (a // 2).detach(), [[3.0, 5.0]])
     with vt.no_grad():
         assert not (vt.tensor([3.0], requires_grad=True) // 2).requires_grad
+
+
+# ------------------------------------- found by the edges generator (gen_edges)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_sign_of_nan_is_zero_and_abs_gradient_there(dtype):
+    # torch: sign(NaN) = 0, so |x|'s gradient at NaN is 0 (ours was NaN both)
+    vals = [[np.nan, -1.5, 0.0, -0.0, 2.0]]
+    _check(lambda T, x: T.sign(x) + x.sign(), vals, dtype=dtype)
+    _check(lambda T, x: x.abs(), vals, dtype=dtype)
+    _check(lambda T, x: x.norm(1) + x.norm(float("inf")), vals, dtype=dtype)
+
+
+def test_clamp_zero_grad_outside_under_inf_dy():
+    # torch selects (where), it does not multiply a 0/1 mask into dy
+    _check(lambda T, x: T.clamp(x, -0.5, 0.5), [[-1.0, 0.2, 0.5, 3.0]],
+           dy=[np.inf, -np.inf, np.nan, np.inf])
+    _check(lambda T, x: x.clamp(min=0.0), [[-1.0, 2.0]], dy=[np.nan, 1.0])
+
+
+def test_rounding_keeps_negative_zero_under_autograd():
+    for name in ("round", "ceil", "trunc"):
+        for lib in (real, vt):
+            x = lib.tensor([-0.3, -0.0, 0.2], requires_grad=True)
+            y = getattr(lib, name)(x)
+            assert np.signbit(np.asarray(y.detach().tolist())).tolist() == \
+                np.signbit(np.asarray(getattr(real, name)(real.tensor([-0.3, -0.0, 0.2]))
+                                      .tolist())).tolist(), name
+
+
+@pytest.mark.parametrize("fn", [lambda T, x: x.amax(1), lambda T, x: x.amin(),
+                                lambda T, x: x.amax((0, 1), keepdim=True),
+                                lambda T, x: x.amin(0, keepdim=True)],
+                         ids=["amax1", "amin-all", "amax-keep", "amin0"])
+def test_amax_amin_gradient_of_a_nan_group(fn):
+    # torch: dy / count(x == m) * (x == m) counts nothing equal to a NaN
+    # extremum, so every element of that group gets NaN
+    nan = np.nan
+    _check(fn, [[[nan, -1.0, 0.0], [1.0, 3.0, 3.0], [np.inf, 0.0, 1.0]]])

@@ -151,13 +151,14 @@ for _alias, _n in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
 _unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
-_unary("sign", _ops.sign, float_only=False, zero_grad=True, bool_copy=True)
+_unary("sign", lambda t: _ops.where(_ops.isnan(t), 0.0, _ops.sign(t)) if _DT_FLOAT(t)
+       else _ops.sign(t), float_only=False, zero_grad=True, bool_copy=True)   # torch: sign(NaN) = 0
 _unary("square", _ops.square, float_only=False)
 _unary("relu", _ops.relu, float_only=False)
 _unary("floor", _ops.floor, float_only=False, zero_grad=True, int_identity=True)
 _unary("ceil", _ops.ceil, float_only=False, zero_grad=True, int_identity=True)
-_unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False,
-       zero_grad=True, int_identity=True)
+_unary("trunc", lambda t: _ops.where(_ops.less(t, 0.0), _ops.ceil(t), _ops.floor(t)),
+       float_only=False, zero_grad=True, int_identity=True)   # (keeps -0.0, as torch)
 _unary("frac", lambda t: _ops.sub(t, _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t)))))
 _unary("logical_not_", lambda t: _ops.logical_not(t), float_only=False)
 del _EXPORTS["logical_not_"]
@@ -885,7 +886,7 @@ def amax(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim, "amax")
     _no_empty_reduction("amax", t, axes)
-    return _w(_ops.max(t, axes, keepdim))
+    return _w(_extremum_nan_grad(_ops.max, t, axes, keepdim))
 
 
 @_both
@@ -893,7 +894,24 @@ def amin(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim, "amin")
     _no_empty_reduction("amin", t, axes)
-    return _w(_ops.min(t, axes, keepdim))
+    return _w(_extremum_nan_grad(_ops.min, t, axes, keepdim))
+
+
+def _extremum_nan_grad(reduce, t, axes, keepdim):
+    """``reduce`` (Max/Min) over ``axes`` with torch's amax/amin gradient
+    where a reduced group holds a NaN: torch's ``dy / count * (x == m)``
+    counts no element equal to a NaN extremum, so every element of that
+    group gets NaN (Max's rule would hand the NaN elements dy)."""
+    m = reduce(t, axes, keepdim)
+    if not _records(t) or not _DT_FLOAT(t):
+        return m
+    mk = reduce(t.detach(), axes, True)
+    nan = _ops.isnan(mk)                                   # keepdim shape
+    # NaN * x in those groups only (0 elsewhere, and x kept out there)
+    c = _ops.where(nan, math.nan, _ops.mul(mk, 0.0))
+    c = _ops.where(_ops.isnan(c), c, 0.0)
+    extra = _ops.sum(_ops.mul(_ops.where(nan, t, 0.0), c), axes, keepdim)
+    return _ops.where(_ops.isnan(m), extra, m)
 
 
 def _minmax(kind, input, dim, keepdim, other):

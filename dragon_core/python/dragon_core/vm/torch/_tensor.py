@@ -107,8 +107,9 @@ def _zero_grad_zeros(t):
     added to a piecewise-constant result it gives torch's ``zeros_like``
     backward. A Where whose condition is never true (nothing is below
     -inf, NaN included) selects 0 in the gradient too, where the older
-    ``t * 0.0`` made ``dy * 0`` NaN for an infinite or NaN ``dy``."""
-    return _ops.where(_ops.less(t, -math.inf), t, 0.0)
+    ``t * 0.0`` made ``dy * 0`` NaN for an infinite or NaN ``dy``. The
+    zeros are -0.0, so adding them keeps a result's -0.0 (round(-0.3))."""
+    return _ops.where(_ops.less(t, -math.inf), t, -0.0)
 
 
 def _host_view_ok(t) -> bool:

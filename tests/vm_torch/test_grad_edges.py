@@ -202,3 +202,13 @@ def test_amax_amin_gradient_of_a_nan_group(fn):
     # extremum, so every element of that group gets NaN
     nan = np.nan
     _check(fn, [[[nan, -1.0, 0.0], [1.0, 3.0, 3.0], [np.inf, 0.0, 1.0]]])
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_minimum_nan_operand_and_inf_dy(name):
+    # torch: the unselected input gets exactly 0 (a select, not dy * 0),
+    # a tie dy / 2 each, and a NaN operand (neither selected) dy to both
+    a = [np.nan, 1.0, 2.0, 3.0, -1.0]
+    b = [1.0, np.nan, 2.0, 0.0, 4.0]
+    _check(lambda T, x, y: getattr(T, name)(x, y), [a, b], dy=[1.0, 1.0, 1.0, np.inf, np.nan])
+    _check(lambda T, x, y: getattr(T, name)(x, y[:1]), [a, b])   # broadcast

@@ -1148,9 +1148,13 @@ def test_unique_dim_bad_input():
         vt.unique(x, dim=1.0)
 
 
-def test_floor_divide_does_not_record():
+def test_floor_divide_has_no_derivative():
+    # as torch: the result requires grad, and a backward pass through it raises
     x = vt.tensor([1.5, -2.5], requires_grad=True)
-    assert not (x // 2).requires_grad and not (3.0 % x).requires_grad
+    assert (x // 2).requires_grad and (3.0 % x).requires_grad
+    for y in (x // 2, 3.0 % x):
+        with pytest.raises(RuntimeError, match="derivative for aten::"):
+            y.sum().backward()
     assert (x % 2).requires_grad and vt.fmod(x, 2).requires_grad
     (vt.div(x, 2, rounding_mode="floor") * 1.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])

@@ -19,7 +19,10 @@ VALS = [1, 0, 1, 3, 2]
 OPS = ["add_", "sub_", "mul_", "div_", "floor_divide_", "remainder_", "fmod_", "pow_",
        "atan2_", "bitwise_and_", "bitwise_or_", "bitwise_xor_", "bitwise_left_shift_",
        "bitwise_right_shift_", "copysign_", "xlogy_", "hypot_", "eq_", "lt_", "__iadd__",
-       "__imul__", "__isub__", "__itruediv__"]
+       "__imul__", "__isub__", "__itruediv__",
+       # the operators write through _inplace itself (bool_x &= uint8_y computed)
+       "__iand__", "__ior__", "__ixor__", "__ifloordiv__", "__imod__", "__ilshift__",
+       "__irshift__", "__ipow__"]
 
 
 def _t(lib, dt, zero_d=False):
@@ -57,3 +60,11 @@ def test_error_names_the_dtypes():
     with pytest.raises(RuntimeError, match="add_: result type int64 can't be cast to the desired "
                                            "output type bool"):
         x.add_(2)
+
+
+def test_operator_error_names_torch_scalar_types():
+    x = vt.tensor([True, False])
+    with pytest.raises(RuntimeError, match="result type Byte can't be cast to the desired "
+                                           "output type Bool"):
+        x &= vt.tensor([1, 0]).to(vt.uint8)
+    assert x.tolist() == [True, False]

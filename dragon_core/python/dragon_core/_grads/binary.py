@@ -13,7 +13,9 @@ Conventions at the points where these functions are not differentiable:
   wherever the first-order ones are.
 * ``Maximum`` / ``Minimum``: the output gradient goes to the selected
   input; where ``a == b`` it is split evenly (half to each), the average of
-  the two one-sided derivatives. A NaN operand gives a NaN gradient.
+  the two one-sided derivatives; the other input gets exactly 0 (even for
+  an infinite or NaN output gradient). Where an operand is NaN, neither is
+  selected nor tied and both get the output gradient (torch's rule).
 * ``Where``: the condition gets no gradient; ``x`` receives the output
   gradient where the condition is true and ``y`` where it is false (zeros
   elsewhere), each summed back to its own shape.
@@ -41,19 +43,19 @@ def _pow(node, dy):
     return [unbroadcast(da, a.shape), unbroadcast(db, b.shape)]
 
 
-def _selection_weight(a, b, sign: float):
-    """1 where ``a`` is selected, 0 where ``b`` is, 1/2 on ties.
-
-    ``sign`` is +1 for Maximum and -1 for Minimum. The weight is a constant:
-    ``Sign`` is not differentiable, so nothing behind it is recorded.
-    """
-    return (ops().sign(a - b) * sign + 1.0) * 0.5
-
-
 def _select_grad(node, dy, sign: float):
+    """dy to the selected input, dy / 2 to each on a tie, 0 to the other
+    one, chosen by selects (comparisons are not recorded), not by a 0/1
+    weight times dy: an infinite or NaN dy gives the unselected input 0,
+    and a NaN operand (neither selected nor tied) gives both dy, as
+    torch's maximum/minimum."""
+    o = ops()
     a, b = node.inputs
-    w = _selection_weight(a, b, sign)
-    return [unbroadcast(dy * w, a.shape), unbroadcast(dy * (1.0 - w), b.shape)]
+    zero = scalar_like(dy, 0.0)
+    a_loses, b_loses = (a < b, b < a) if sign > 0 else (a > b, b > a)
+    share = o.where(a == b, dy * 0.5, dy)
+    return [unbroadcast(o.where(a_loses, zero, share), a.shape),
+            unbroadcast(o.where(b_loses, zero, share), b.shape)]
 
 
 @gradient("Maximum")

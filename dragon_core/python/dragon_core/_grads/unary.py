@@ -11,11 +11,12 @@ inputs on which it is finite (e.g. ``exp(min(x, 0))`` for Elu).
 
 Conventions where a function has a kink (the one-sided derivative taken):
 
-* ``Abs``: ``sign(x)``, so 0 at ``x == 0``.
+* ``Abs``: ``sign(x)``, so 0 at ``x == 0``, and 0 at a NaN ``x`` (torch's).
 * ``Relu``: 0 at ``x == 0``; ``LeakyRelu`` and ``Elu``: the negative branch
   (``alpha``) at ``x == 0``.
 * ``Clip``: the gradient passes only where ``min < x < max`` (strictly); an
-  unset bound does not block anything.
+  unset bound does not block anything; elsewhere it is 0 even for an
+  infinite or NaN ``dy``.
 * ``Softplus``: 1 where ``beta * x > threshold`` (where the op returns
   ``x``), ``sigmoid(beta * x)`` elsewhere.
 * ``Cast``: between floating dtypes the gradient is cast back to the input
@@ -29,7 +30,7 @@ import math
 
 from .._autograd import gradient
 from .._dtypes import as_dtype
-from ._util import eager_fused, ops, relu_grad
+from ._util import eager_fused, ops, relu_grad, scalar_like
 
 
 def _mask(cond, like):
@@ -127,9 +128,14 @@ def _sigmoid(node, dy):
 
 @gradient("Abs")
 def _abs(node, dy):
-    # Sign is not differentiable (never recorded): a constant factor.
+    # Sign is not differentiable (never recorded): a constant factor, taken
+    # as 0 at a NaN x (torch's sgn(NaN) = 0; Sign gives NaN there, as NumPy).
+    o = ops()
     (x,) = node.inputs
-    return [dy * ops().sign(x)]
+    s = o.sign(x)
+    if x.dtype.is_floating_point:
+        s = o.where(o.isnan(x), scalar_like(s, 0.0), s)
+    return [dy * s]
 
 
 @gradient("Relu")
@@ -178,7 +184,8 @@ def _clip(node, dy):
         inside = below if inside is None else inside & below
     if inside is None:
         return [dy]
-    return [dy * _mask(inside, x)]
+    # a select, not dy * mask: an infinite or NaN dy outside stays 0 (torch)
+    return [ops().where(inside, dy, scalar_like(dy, 0.0))]
 
 
 @gradient("Softplus")

@@ -15,12 +15,12 @@ import numbers
 
 import numpy as np
 
-from dragon_core import _C, ops as _ops
+from dragon_core import _C, _autograd as _dg_autograd, ops as _ops
 
 from . import _dtype as D
 from ._tensor import (Size, Tensor, _as_dg, _binary, _cast, _dim, _dims, _float_dt,
                       _from_np_view, _host_view_ok, _inplace, _note_alias, _note_copy_view,
-                      _records, _shape_args, _tracing, _u, _w, values_indices)
+                      _records, _shape_args, _tracing, _u, _w, _zero_grad_zeros, values_indices)
 
 _EXPORTS: dict = {}
 
@@ -113,7 +113,7 @@ def _unary(name, op, float_only=True, zero_grad=False, int_identity=False, bool_
             t = _float_t(t)
         if zero_grad and _records(t):
             # piecewise-constant: torch gives a zero gradient, not none
-            return _w(_ops.add(op(t), _ops.mul(t, 0.0)))
+            return _w(_ops.add(op(t), _zero_grad_zeros(t)))
         return _w(op(t))
     fn.__name__ = name
     fn.__doc__ = f"``torch.{name}``: element-wise, over ``dragon_core.ops``."
@@ -151,13 +151,14 @@ for _alias, _n in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
 _unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
-_unary("sign", _ops.sign, float_only=False, zero_grad=True, bool_copy=True)
+_unary("sign", lambda t: _ops.where(_ops.isnan(t), 0.0, _ops.sign(t)) if _DT_FLOAT(t)
+       else _ops.sign(t), float_only=False, zero_grad=True, bool_copy=True)   # torch: sign(NaN) = 0
 _unary("square", _ops.square, float_only=False)
 _unary("relu", _ops.relu, float_only=False)
 _unary("floor", _ops.floor, float_only=False, zero_grad=True, int_identity=True)
 _unary("ceil", _ops.ceil, float_only=False, zero_grad=True, int_identity=True)
-_unary("trunc", lambda t: _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t))), float_only=False,
-       zero_grad=True, int_identity=True)
+_unary("trunc", lambda t: _ops.where(_ops.less(t, 0.0), _ops.ceil(t), _ops.floor(t)),
+       float_only=False, zero_grad=True, int_identity=True)   # (keeps -0.0, as torch)
 _unary("frac", lambda t: _ops.sub(t, _ops.mul(_ops.sign(t), _ops.floor(_ops.abs(t)))))
 _unary("logical_not_", lambda t: _ops.logical_not(t), float_only=False)
 del _EXPORTS["logical_not_"]
@@ -192,7 +193,7 @@ def round(input, decimals=None):
         out = _ops.div(_ops.round(_ops.mul(t, s)), s)
     else:
         out = _ops.round(t)
-    return _w(_ops.add(out, _ops.mul(t, 0.0)) if _records(t) else out)
+    return _w(_ops.add(out, _zero_grad_zeros(t)) if _records(t) else out)
 
 
 @_both
@@ -340,25 +341,41 @@ def _int_division(opname, input, other, what, grad="zero"):
     if not dt.is_floating_point and b.size and bool(_ops.equal(b, 0).numpy().any()):
         raise RuntimeError(f"ZeroDivisionError: {what} of {dt} tensors by an integer zero "
                            f"(shapes {list(a.shape)} and {list(b.shape)})")
+    undefined = [x for x in (a, b) if _records(x)] if grad == "none" else None
     if grad == "none":
         a = a.detach() if _records(a) else a
         b = b.detach() if _records(b) else b
     out = getattr(_ops, opname)(a, b)
+    if undefined and not _tracing():
+        # torch: the result requires grad, and a backward pass that reaches
+        # it raises (never a silent constant)
+        _dg_autograd._record(_NO_DERIVATIVE, undefined, {"name": f"aten::{what}"}, [out])
     if grad == "zero" and (_records(a) or _records(b)):
         # piecewise-constant: torch gives zero gradients, not none
-        zero = _ops.mul(a, 0.0) if _records(a) else None
+        zero = _zero_grad_zeros(a) if _records(a) else None
         if _records(b):
-            zb = _ops.mul(b, 0.0)
+            zb = _zero_grad_zeros(b)
             zero = zb if zero is None else _ops.add(zero, zb)
         out = _ops.add(out, zero)
     return _w(out)
 
 
+_NO_DERIVATIVE = "TorchNoDerivative"
+
+
+def _no_derivative(node, *dys):
+    raise RuntimeError(f"derivative for {node.attrs['name']} is not implemented")
+
+
+if not _dg_autograd.has_gradient(_NO_DERIVATIVE):
+    _dg_autograd.gradient(_NO_DERIVATIVE, unread_inputs=lambda attrs: (0, 1))(_no_derivative)
+
+
 @_both
 def floor_divide(input, other):
     """``torch.floor_divide`` / ``//``: the native FloorDivide (Python's
-    rounding toward -inf). torch defines no derivative for it, so the result
-    does not record (a constant for autograd)."""
+    rounding toward -inf). torch defines no derivative for it: the result
+    requires grad, and a backward pass that reaches it raises."""
     return _int_division("floor_divide", input, other, "floor_divide", grad="none")
 
 
@@ -366,8 +383,8 @@ def floor_divide(input, other):
 def remainder(input, other):
     """``torch.remainder`` / ``%``: the native Mod, Python's sign rule (the
     result has the sign of ``other``). Differentiable in ``input`` and a
-    Tensor ``other``; ``Number % Tensor`` has no derivative in torch and
-    does not record."""
+    Tensor ``other``; ``Number % Tensor`` has no derivative in torch (a
+    backward pass that reaches it raises)."""
     return _int_division("mod", input, other, "remainder",
                          grad="none" if not isinstance(input, Tensor) else "native")
 
@@ -493,7 +510,9 @@ def atan2(input, other):
     work = D.DTYPES["float32"] if dt.itemsize == 2 else dt
     dev = input._t.device
     y, x = _as_dg(input, work, dev), _as_dg(other, work, dev)
-    ones = _ops.add(_ops.mul(_ops.add(y, x), 0.0), 1.0)   # broadcast shape (NaN where y+x is)
+    y0, x0 = y, x
+    # broadcast shape (NaN where y+x is), a constant: no dy * 0 in the gradient
+    ones = _ops.add(_ops.mul(_ops.add(y.detach(), x.detach()), 0.0), 1.0)
     ones = _ops.where(_ops.isnan(ones), 1.0, ones)
     both_inf = _ops.logical_and(_ops.isinf(y), _ops.isinf(x))
     # two infinities: the angle of (+-1, +-1)
@@ -513,7 +532,14 @@ def atan2(input, other):
     # |y| > |x|: +-pi/2 - atan(x / y)
     y_safe = _ops.where(near_x, ones, y)
     s = _ops.sub(_ops.mul(pi, 0.5), _ops.atan(_ops.div(x, y_safe)))
-    return _w(_cast(_ops.where(near_x, r, s), dt))
+    out = _ops.where(near_x, r, s)
+    if _records(y0) or _records(x0):
+        # torch's gradient is (x, -y) / (x^2 + y^2), taken as 0 where that
+        # denominator is 0 (at the origin, or where the squares underflow)
+        yd, xd = y0.detach(), x0.detach()
+        den0 = _ops.equal(_ops.add(_ops.square(yd), _ops.square(xd)), 0.0)
+        out = _ops.where(den0, out.detach(), out)
+    return _w(_cast(out, dt))
 
 
 @_both
@@ -860,7 +886,7 @@ def amax(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim, "amax")
     _no_empty_reduction("amax", t, axes)
-    return _w(_ops.max(t, axes, keepdim))
+    return _w(_extremum_nan_grad(_ops.max, t, axes, keepdim))
 
 
 @_both
@@ -868,7 +894,24 @@ def amin(input, dim=(), keepdim=False):
     t = input._t
     axes = None if dim in ((), None, []) else _axes(dim, t.ndim, "amin")
     _no_empty_reduction("amin", t, axes)
-    return _w(_ops.min(t, axes, keepdim))
+    return _w(_extremum_nan_grad(_ops.min, t, axes, keepdim))
+
+
+def _extremum_nan_grad(reduce, t, axes, keepdim):
+    """``reduce`` (Max/Min) over ``axes`` with torch's amax/amin gradient
+    where a reduced group holds a NaN: torch's ``dy / count * (x == m)``
+    counts no element equal to a NaN extremum, so every element of that
+    group gets NaN (Max's rule would hand the NaN elements dy)."""
+    m = reduce(t, axes, keepdim)
+    if not _records(t) or not _DT_FLOAT(t):
+        return m
+    mk = reduce(t.detach(), axes, True)
+    nan = _ops.isnan(mk)                                   # keepdim shape
+    # NaN * x in those groups only (0 elsewhere, and x kept out there)
+    c = _ops.where(nan, math.nan, _ops.mul(mk, 0.0))
+    c = _ops.where(_ops.isnan(c), c, 0.0)
+    extra = _ops.sum(_ops.mul(_ops.where(nan, t, 0.0), c), axes, keepdim)
+    return _ops.where(_ops.isnan(m), extra, m)
 
 
 def _minmax(kind, input, dim, keepdim, other):
@@ -1230,9 +1273,36 @@ def median(input, dim=None, keepdim=False):
     if dim is None:
         flat = input.reshape(-1)
         v, _ = sort(flat)
-        return v[(flat.numel() - 1) // 2]
-    n = input.shape[_dim(dim, input.ndim)]
-    return kthvalue(input, (n - 1) // 2 + 1, dim, keepdim)
+        # a NaN anywhere makes the median NaN (torch); sort puts NaNs last
+        v = where(isnan(v[-1]), v[-1], v[(flat.numel() - 1) // 2]) \
+            if flat.numel() and input.dtype.is_floating_point else v[(flat.numel() - 1) // 2]
+        t = flat._t
+        if not _records(t):
+            return v
+        # torch's gradient of median() splits dy evenly among every element
+        # equal to the median (every NaN for a NaN median), not the one
+        # position sort picked: the Max (Min for a -inf median) of the
+        # input with every other element pushed to -inf (+inf) has that
+        # value and that gradient (Max/Min split ties evenly).
+        vc = v._t.detach()
+        hit = _ops.logical_or(_ops.equal(t, vc),
+                              _ops.logical_and(_ops.isnan(t), _ops.isnan(vc)))
+        hi = _ops.max(_ops.where(hit, t, -math.inf), None, False)
+        lo = _ops.min(_ops.where(hit, t, math.inf), None, False)
+        return _w(_ops.where(_ops.equal(vc, -math.inf), lo, hi))
+    d = _dim(dim, input.ndim)
+    n = input.shape[d]
+    r = kthvalue(input, (n - 1) // 2 + 1, d, True)
+    if n and input.dtype.is_floating_point:
+        # torch: a row holding a NaN has median NaN, at its first NaN (sort
+        # puts NaNs last, so kthvalue would pick a number)
+        nan = isnan(input)
+        i = where(nan.any(d, keepdim=True), argmax(nan.to(D.DTYPES["uint8"]), d, keepdim=True),
+                  r.indices)
+        r = values_indices(gather(input, d, i), i)
+    if not keepdim:
+        r = values_indices(r.values.squeeze(d), r.indices.squeeze(d))
+    return r
 
 
 @_both
@@ -2323,8 +2393,27 @@ def tensordot(a, b, dims=2):
 
 @_export
 def cdist(x1, x2, p=2.0):
+    """``torch.cdist``: the p-norm distance of each row of ``x1`` to each
+    row of ``x2``. Gradients as torch's cdist backward: 0 where a distance
+    is 0; ``p=0`` (a count) records a zero gradient; ``p=inf`` gives every
+    coordinate that ties for the maximum the full ``sign(diff) * dy`` (the
+    norm's even split is torch's ``dist``/``norm`` rule, not cdist's)."""
     diff = sub(x1.unsqueeze(-2), x2.unsqueeze(-3))
-    return norm(diff, p, dim=-1)
+    out = norm(diff, p, dim=-1)
+    t = diff._t
+    if not _records(t) or p not in (0, float("inf")):
+        return out
+    if p == 0:
+        return _w(_ops.add(out._t, _ops.sum(_zero_grad_zeros(t), [-1], False)))
+    # p = inf: m + sum over the tied coordinates of (|d| - const |d|): the
+    # value m exactly, a full gradient to each tie. An infinite m would make
+    # inf - inf; there the norm's own (even split) value and gradient stay.
+    a = _ops.abs(t)
+    m = out._t
+    ac, mc = a.detach(), m.detach()
+    hit = _ops.equal(ac, _ops.unsqueeze(mc, -1))
+    ties = _ops.sum(_ops.where(hit, _ops.sub(a, ac), 0.0), [-1], False)
+    return _w(_ops.where(_ops.isinf(mc), m, _ops.add(mc, ties)))
 
 
 @_export
@@ -2360,7 +2449,7 @@ def copy_(self, src, non_blocking=False):
         r = _ops.broadcast_to(r, list(self._t.shape))
     if _records(self._t) and self._t._grad_fn is not None:
         # the overwritten value stays in the graph with zero gradient (torch)
-        r = _ops.add(r, _ops.mul(self._t, 0.0))
+        r = _ops.add(r, _zero_grad_zeros(self._t))
     return _inplace(self, _w(r), srcs=(src,))
 
 

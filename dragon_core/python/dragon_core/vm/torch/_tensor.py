@@ -85,6 +85,33 @@ def _records(t) -> bool:
     return t.requires_grad and _grad_on()
 
 
+#: torch's names of the scalar types, as its error messages spell them
+_SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half",
+                 "bfloat16": "BFloat16", "int64": "Long", "int32": "Int", "int16": "Short",
+                 "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def _check_can_cast(src, dst):
+    """torch's ``can_cast`` rule for an in-place result of dtype ``src``
+    written into a ``dst`` tensor: a float result never goes into an integer
+    or bool tensor, and a non-bool result never into a bool one (``bool_x
+    &= uint8_y`` raises in torch; a cast would compute something else)."""
+    if (src.is_floating_point and not dst.is_floating_point) or (
+            dst.name == "bool" and src.name != "bool"):
+        raise RuntimeError(f"result type {_SCALAR_NAMES.get(src.name, src.name)} can't be cast "
+                           f"to the desired output type {_SCALAR_NAMES.get(dst.name, dst.name)}")
+
+
+def _zero_grad_zeros(t):
+    """Zeros shaped as ``t`` (dragon) whose gradient to ``t`` is exactly 0:
+    added to a piecewise-constant result it gives torch's ``zeros_like``
+    backward. A Where whose condition is never true (nothing is below
+    -inf, NaN included) selects 0 in the gradient too, where the older
+    ``t * 0.0`` made ``dy * 0`` NaN for an infinite or NaN ``dy``. The
+    zeros are -0.0, so adding them keeps a result's -0.0 (round(-0.3))."""
+    return _ops.where(_ops.less(t, -math.inf), t, -0.0)
+
+
 def _host_view_ok(t) -> bool:
     """Whether a NumPy view of ``t`` may stand for an op result: host,
     not recorded by autograd, not traced."""
@@ -1090,9 +1117,7 @@ def _inplace(self: Tensor, result: Tensor, srcs=(), internal_overlap=True) -> Te
     if not _tracing():
         _check_overlap(t, srcs, internal_overlap)
     if r._dtype_code != t._dtype_code:
-        if not D.BY_CODE[t._dtype_code].is_floating_point and D.BY_CODE[r._dtype_code].is_floating_point:
-            raise RuntimeError(f"result type {D.BY_CODE[r._dtype_code].name} can't be cast to "
-                               f"the desired output type {D.BY_CODE[t._dtype_code].name}")
+        _check_can_cast(D.BY_CODE[r._dtype_code], D.BY_CODE[t._dtype_code])
         r = _ops.cast(r, D.BY_CODE[t._dtype_code]._dg)
     if tuple(r.shape) != tuple(t.shape):
         r = _ops.broadcast_to(r, t.shape) if r.ndim <= t.ndim else None
@@ -1107,7 +1132,7 @@ def _inplace(self: Tensor, result: Tensor, srcs=(), internal_overlap=True) -> Te
         if not r.requires_grad:
             # overwritten by a constant: torch's graph still reaches the old
             # value (with zero gradient)
-            r = _ops.add(r, _ops.mul(t, 0.0))
+            r = _ops.add(r, _zero_grad_zeros(t))
         self._t = r
         return self
     if _tracing():

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import math
 
+import dragon_core as _dg
+
 from .._functions import _EXPORTS as _T
 from ..autograd import no_grad
 
 
+def _params(parameters):
+    """The parameters as vm tensors (a dragon tensor is wrapped), each
+    announced to a compiled step as about to have its ``.grad`` read."""
+    from .._tensor import _w
+    params = [parameters] if hasattr(parameters, "_t") or isinstance(parameters, _dg.Tensor) \
+        else list(parameters)
+    params = [_w(p) if isinstance(p, _dg.Tensor) else p for p in params]
+    for p in params:
+        _dg._autograd.grad_access(p._t, reads=True)
+    return params
+
+
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
                     foreach=None):
+    """``torch.nn.utils.clip_grad_norm_``: scales every ``.grad`` in place
+    (a reference ``g = p.grad`` sees the clipped values, as in torch)."""
     norm_type = float(norm_type)     # torch takes 'inf' (a string) too
-    params = [parameters] if hasattr(parameters, "_t") else list(parameters)
+    params = _params(parameters)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         from .._creation import tensor
@@ -25,18 +41,19 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise RuntimeError(f"The total norm of order {norm_type} for gradients is "
                                "non-finite, so it cannot be clipped.")
         coef = _T["clamp"](max_norm / (total + 1e-6), max=1.0)
-        for p in params:
-            if p._t.grad is not None:
-                p._t.grad = _T["mul"](p.grad, coef)._t
+        for g in grads:
+            g.mul_(coef)
     return total
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):
-    params = [parameters] if hasattr(parameters, "_t") else list(parameters)
+    """``torch.nn.utils.clip_grad_value_``: clamps every ``.grad`` in place."""
+    params = _params(parameters)
     with no_grad():
         for p in params:
-            if p._t.grad is not None:
-                p._t.grad = _T["clamp"](p.grad, -clip_value, clip_value)._t
+            g = p.grad
+            if g is not None:
+                g.clamp_(-clip_value, clip_value)
 
 
 def parameters_to_vector(parameters):

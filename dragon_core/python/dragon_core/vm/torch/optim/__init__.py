@@ -49,7 +49,12 @@ class Optimizer:
 
     @property
     def param_groups(self):
-        return self._impl.param_groups
+        """The optimizer's groups, read and written through (``group["lr"]
+        = x`` reaches it), with ``group["params"]`` the parameter objects
+        given to the optimizer (torch code compares them by identity and
+        hands them to ``clip_grad_norm_``)."""
+        keys = self.__dict__.setdefault("_keys", {})
+        return [_GroupView(g, keys) for g in self._impl.param_groups]
 
     @property
     def state(self):
@@ -61,7 +66,24 @@ class Optimizer:
         return _StateView(self._impl.state, self.__dict__.setdefault("_keys", {}))
 
     def zero_grad(self, set_to_none=True):
-        self._impl.zero_grad(set_to_none)
+        """``set_to_none=False`` zeroes each ``.grad`` in place, as torch's
+        (a reference ``g = p.grad`` held across the call sees the zeros and
+        keeps accumulating); a gradient with a graph (``create_graph=True``)
+        is detached first, as torch's."""
+        if set_to_none:
+            self._impl.zero_grad(True)
+            return
+        from .._tensor import _w
+        for group in self._impl.param_groups:
+            for p in group["params"]:
+                _dg._autograd.grad_access(p, reads=True)
+                g = p.grad
+                if g is None:
+                    continue
+                if g.requires_grad:
+                    g.requires_grad = False
+                    g._grad_fn = None
+                _w(g).zero_()
 
     def step(self, closure=None):
         loss = None
@@ -122,6 +144,48 @@ def _unwrap(t):
 def _wrap(v):
     from .._tensor import _w
     return _w(v) if isinstance(v, _dg.Tensor) else v
+
+
+class _GroupView(collections.abc.MutableMapping):
+    """One of ``optimizer.param_groups``: the optimizer's group dict, read
+    and written through, except that ``"params"`` reads as the caller's
+    parameter objects (``keys``: dragon tensor id -> parameter) and takes
+    them on assignment. The list read is a new one: append to it does not
+    add a parameter (``add_param_group`` does)."""
+
+    def __init__(self, group, keys):
+        self._g, self._keys = group, keys
+
+    def __getitem__(self, k):
+        v = self._g[k]
+        if k != "params":
+            return v
+        from .._tensor import _w
+        out = []
+        for t in v:
+            p = self._keys.get(t._id)
+            out.append(_w(t) if p is None else p)
+        return out
+
+    def __setitem__(self, k, v):
+        if k == "params":
+            v = [v] if hasattr(v, "_t") or isinstance(v, _dg.Tensor) else list(v)
+            _remember(self._keys, v)
+            v = [_unwrap(p) for p in v]
+        self._g[k] = v
+
+    def __delitem__(self, k):
+        del self._g[k]
+
+    def __iter__(self):
+        return iter(self._g)
+
+    def __len__(self):
+        return len(self._g)
+
+    def __repr__(self):
+        return repr({k: (f"<{len(v)} parameters>" if k == "params" else v)
+                     for k, v in self._g.items()})
 
 
 class _ParamState(collections.abc.MutableMapping):

@@ -346,6 +346,14 @@ class GradScaler(_amp.GradScaler):
             raise RuntimeError("unscale_() is being called after step().")
         self._unscale(optimizer)
 
+    @staticmethod
+    def _params(optimizer):
+        # The optimizer's groups hold the user's vm.torch Parameters: the
+        # native scaler works on the dragon tensors behind them (the same
+        # storage, so in-place unscaling shows through p.grad).
+        for p in _amp.GradScaler._params(optimizer):
+            yield getattr(p, "_t", p)
+
     def _unscale(self, optimizer) -> None:
         # torch refuses float16 gradients (float16 parameters): their scaled
         # values overflow; keep the parameters float32 under autocast.

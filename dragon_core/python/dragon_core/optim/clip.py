@@ -179,8 +179,22 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite: boo
                                f"gradients is {norm.item()}; set error_if_nonfinite=False "
                                f"to clip anyway")
     for p, g in zip(params, clipped):
-        p.grad = g
+        write_grad(p, g)
     return norm
+
+
+def write_grad(p, g) -> None:
+    """Make ``p.grad`` hold ``g``: in place where the gradient tensor can take
+    it (so a reference ``h = p.grad`` taken before sees the new values, as in
+    torch), else by rebinding ``.grad`` (inside a ``@function`` trace, or a
+    gradient that records a graph, of another shape or dtype)."""
+    from .. import _C
+    cur = p.grad
+    if (cur is None or _C._is_tracing() or cur.requires_grad
+            or tuple(cur.shape) != tuple(g.shape) or cur.dtype != g.dtype):
+        p.grad = g
+    else:
+        cur.assign(g)
 
 
 def clip_grads_by_value(grads, clip_value):
@@ -219,4 +233,4 @@ def clip_grad_value_(parameters, clip_value) -> None:
     """
     params = _with_grad(_as_list(parameters, "clip_grad_value_"))
     for p, g in zip(params, clip_grads_by_value([p.grad for p in params], clip_value)):
-        p.grad = g
+        write_grad(p, g)

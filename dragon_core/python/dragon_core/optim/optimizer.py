@@ -212,6 +212,20 @@ class _State(dict):
     def get(self, p, default=None):
         return dict.get(self, self._key(p), default)
 
+    def __delitem__(self, p):
+        key = self._key(p)
+        dict.__delitem__(self, key)
+        self._params.pop(key, None)
+
+    def pop(self, p, *default):
+        key = self._key(p)
+        self._params.pop(key, None)
+        return dict.pop(self, key, *default)
+
+    def clear(self):
+        dict.clear(self)
+        self._params.clear()
+
 
 class Optimizer:
     """Base class of the optimizers (PyTorch-like).
@@ -335,8 +349,10 @@ class Optimizer:
                 if set_to_none:
                     p.grad = None
                 else:
+                    # In place where possible: a held ``h = p.grad`` sees zeros.
+                    from .clip import write_grad
                     g = p.grad
-                    p.grad = ops.zeros(g.shape, g.dtype, device=str(g.device))
+                    write_grad(p, ops.zeros(g.shape, g.dtype, device=str(g.device)))
 
     def _flat_params(self) -> list:
         return [p for group in self.param_groups for p in group["params"]]

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common.h"
+#include "gemm/batch_axes.h"
 #include "gemm/batched_f32.h"
 #include "gemm/gemm.h"
 #include "reduce_util.h"
@@ -286,25 +287,11 @@ bool DescribeBatched(const DgCallFrame* f, BatchedProblem* p) {
   p->a = AsStrided(at, attrs.b("transpose_a"));
   p->b = AsStrided(bt, attrs.b("transpose_b"));
   if (p->a.cols != p->b.rows) return false;
-  const size_t na = p->a.batch_shape.size(), nbb = p->b.batch_shape.size();
-  const size_t nb = std::max(na, nbb);
-  p->batch_shape.assign(nb, 1);
   int64_t batch = 1;
-  for (size_t i = 0; i < nb; ++i) {
-    const int64_t da = i + na >= nb ? p->a.batch_shape[i + na - nb] : 1;
-    const int64_t db = i + nbb >= nb ? p->b.batch_shape[i + nbb - nb] : 1;
-    if (da != db && da != 1 && db != 1) return false;
-    p->batch_shape[i] = (da == 0 || db == 0) ? 0 : std::max(da, db);
-    batch *= p->batch_shape[i];
-  }
+  if (!BroadcastBatchAxes(p->a.batch_shape, p->b.batch_shape, &p->batch_shape, &batch))
+    return false;
   const int64_t n = p->a.rows, m = p->b.cols, k = p->a.cols;
-  int64_t count = 1, expect = 1;
-  for (int i = yt->ndim - 1; i >= 0; --i) {
-    if (yt->shape[i] != 1 && yt->strides[i] != expect) return false;
-    expect *= yt->shape[i];
-    count *= yt->shape[i];
-  }
-  if (count != batch * n * m) return false;
+  if (!DenseWithElements(yt, batch * n * m)) return false;
   BatchedF32Call& c = p->call;
   c.batch = batch;
   c.n = n, c.m = m, c.k = k;

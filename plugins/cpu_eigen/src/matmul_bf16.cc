@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "common.h"
+#include "gemm/batch_axes.h"
 #include "gemm/bf16_gemm.h"
 
 #ifdef CPU_EIGEN_BF16_GEMM
@@ -134,26 +135,12 @@ bool Describe(const DgCallFrame* f, Problem* p) {
   p->b = AsMatrix(bt, false, tb);
   if (p->a.cols != p->b.rows) return false;
   // Batch axes, right-aligned and broadcast.
-  const size_t na = p->a.batch_shape.size(), nbb = p->b.batch_shape.size();
-  const size_t nb = std::max(na, nbb);
-  p->batch_shape.assign(nb, 1);
   int64_t batch = 1;
-  for (size_t i = 0; i < nb; ++i) {
-    const int64_t da = i + na >= nb ? p->a.batch_shape[i + na - nb] : 1;
-    const int64_t db = i + nbb >= nb ? p->b.batch_shape[i + nbb - nb] : 1;
-    if (da != db && da != 1 && db != 1) return false;
-    p->batch_shape[i] = (da == 0 || db == 0) ? 0 : std::max(da, db);
-    batch *= p->batch_shape[i];
-  }
+  if (!BroadcastBatchAxes(p->a.batch_shape, p->b.batch_shape, &p->batch_shape, &batch))
+    return false;
   const int64_t n = p->a.rows, m = p->b.cols, k = p->a.cols;
   // The output: dense, batch x n x m elements.
-  int64_t count = 1, expect = 1;
-  for (int i = yt->ndim - 1; i >= 0; --i) {
-    if (yt->shape[i] != 1 && yt->strides[i] != expect) return false;
-    expect *= yt->shape[i];
-    count *= yt->shape[i];
-  }
-  if (count != batch * n * m) return false;
+  if (!DenseWithElements(yt, batch * n * m)) return false;
   p->has_bias = f->num_inputs > 2 && f->inputs[2] != nullptr;
   bool relu = false;
   if (std::strcmp(f->op_name, "MatMulBiasAct") == 0) {

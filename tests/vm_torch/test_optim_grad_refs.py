@@ -110,3 +110,49 @@ def test_param_groups_write_through_and_clip_by_group():
         return lin.weight.detach().reshape(-1).tolist() + lin.bias.detach().tolist() \
             + [o.param_groups[0]["lr"]]
     _both(case)
+
+
+# Gradients that share storage with other tensors (found in review): autograd
+# can hand two leaves one gradient buffer, or a leaf the user's own gradient=
+# tensor; writing the clipped / zeroed values into that storage changed the
+# other tensors too. Compared with real torch 2.13.
+
+def _shared_pair(T):
+    a = T.nn.Parameter(T.ones(3))
+    b = T.nn.Parameter(T.ones(3))
+    (a + b).sum().backward()
+    return a, b
+
+
+@pytest.mark.parametrize("clip", ["norm", "value"])
+def test_clipping_a_shared_gradient_matches_torch(clip):
+    import torch
+    out = {}
+    for name, T in (("torch", torch), ("vt", vt)):
+        a, b = _shared_pair(T)
+        if clip == "norm":
+            T.nn.utils.clip_grad_norm_([a, b], 1.0)
+        else:
+            T.nn.utils.clip_grad_value_([a, b], 0.5)
+        out[name] = (a.grad.numpy().copy(), b.grad.numpy().copy())
+    for x, y in zip(out["torch"], out["vt"]):
+        np.testing.assert_allclose(y, x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["zero_grad", "clip_value"])
+def test_the_users_gradient_argument_is_left_alone(how):
+    import torch
+    for T in (torch, vt):
+        q = T.nn.Parameter(T.ones(3))
+        v = T.tensor([3.0, 4.0, 0.0])
+        q.backward(v)
+        held = q.grad
+        if how == "zero_grad":
+            T.optim.SGD([q], lr=0.1).zero_grad(set_to_none=False)
+            expect = [0.0, 0.0, 0.0]
+        else:
+            T.nn.utils.clip_grad_value_([q], 1.0)
+            expect = [1.0, 1.0, 0.0]
+        np.testing.assert_array_equal(v.numpy(), [3.0, 4.0, 0.0])
+        np.testing.assert_array_equal(held.numpy(), expect)
+        np.testing.assert_array_equal(q.grad.numpy(), expect)

@@ -22,6 +22,17 @@ def _params(parameters):
     return params
 
 
+def _write_grad(p, value) -> None:
+    """``p.grad`` takes ``value``: the gradient tensor object itself is
+    rebound to the new values (``assign``), so ``h = p.grad`` held before sees
+    them as in torch, while a tensor that merely shares the old gradient's
+    storage (another leaf's grad, the ``gradient=`` of a backward call) is left
+    alone -- an in-place ``mul_`` would have written through to it. Inside a
+    trace, ``.grad`` is rebound (dragon_core.optim.clip.write_grad)."""
+    from dragon_core.optim.clip import write_grad
+    write_grad(p._t, value._t)
+
+
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
                     foreach=None):
     """``torch.nn.utils.clip_grad_norm_``: scales every ``.grad`` in place
@@ -41,8 +52,10 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise RuntimeError(f"The total norm of order {norm_type} for gradients is "
                                "non-finite, so it cannot be clipped.")
         coef = _T["clamp"](max_norm / (total + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(coef)
+        for p in params:
+            g = p.grad
+            if g is not None:
+                _write_grad(p, _T["mul"](g, coef).to(g.dtype))
     return total
 
 
@@ -53,7 +66,7 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
         for p in params:
             g = p.grad
             if g is not None:
-                g.clamp_(-clip_value, clip_value)
+                _write_grad(p, _T["clamp"](g, -clip_value, clip_value))
 
 
 def parameters_to_vector(parameters):

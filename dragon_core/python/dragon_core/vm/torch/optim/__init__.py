@@ -73,7 +73,7 @@ class Optimizer:
         if set_to_none:
             self._impl.zero_grad(True)
             return
-        from .._tensor import _w
+        from dragon_core.optim.clip import write_grad
         for group in self._impl.param_groups:
             for p in group["params"]:
                 _dg._autograd.grad_access(p, reads=True)
@@ -83,7 +83,10 @@ class Optimizer:
                 if g.requires_grad:
                     g.requires_grad = False
                     g._grad_fn = None
-                _w(g).zero_()
+                # assign, not zero_(): the gradient may share storage with a
+                # tensor the user holds (the gradient= of backward, another
+                # leaf's grad), which zero_() would overwrite too.
+                write_grad(p, _dg.ops.zeros(g.shape, g.dtype, device=str(g.device)))
 
     def step(self, closure=None):
         loss = None

@@ -401,6 +401,7 @@ def _initial_grads(targets, output_gradients):
                 # (a float64 or integer one would widen every rule's result
                 # and the leaves' .grad).
                 g = ops.cast(g, t.dtype)
+
         _accumulate(grads, t._id, g)
     return targets, grads
 
@@ -432,6 +433,10 @@ def _requires_grad(t) -> bool:
 def backward(targets, grad_tensors=None, create_graph: bool = False):
     """Accumulate gradients of ``targets`` into the ``.grad`` of the leaves
     that require grad (PyTorch's ``autograd.backward``)."""
+    # The caller's output gradients: no leaf's .grad may be stored in them.
+    from ._tensor import Tensor
+    given = [g for g in (grad_tensors if isinstance(grad_tensors, (list, tuple))
+                         else [grad_tensors]) if isinstance(g, Tensor)]
     targets, grads = _initial_grads(targets, grad_tensors)
     for t in targets:
         if not t.requires_grad:
@@ -446,13 +451,13 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
         for inp in node.inputs:
             if inp.requires_grad and inp._grad_fn is None:
                 leaves[inp._id] = inp
-    after_node = _early_accumulation(nodes, leaves, grads, create_graph)
+    after_node = _early_accumulation(nodes, leaves, grads, create_graph, given)
     _run_backward(nodes, grads, create_graph, _requires_grad, after_node)
     for key, leaf in leaves.items():
-        _accumulate_leaf(leaf, grads.get(key), create_graph)
+        _accumulate_leaf(leaf, grads.get(key), create_graph, given)
 
 
-def _accumulate_leaf(leaf, g, create_graph: bool) -> None:
+def _accumulate_leaf(leaf, g, create_graph: bool, given=()) -> None:
     """Add ``g`` into ``leaf.grad``, then run its post-accumulate-grad hooks."""
     if g is None:
         return
@@ -463,7 +468,18 @@ def _accumulate_leaf(leaf, g, create_graph: bool) -> None:
     g = _as_source_dtype(g, leaf)
     old = leaf.grad
     if old is None:
-        leaf.grad = g if create_graph else _store_alias(g)
+        if create_graph:
+            leaf.grad = g
+        elif not _C._is_tracing() and (g._storage_refs > 1
+                                       or any(g._same_storage(u) for u in given)):
+            # The gradient's memory is shared with another tensor (another
+            # leaf's .grad from the same rule, the caller's gradient= tensor,
+            # a retained non-leaf gradient): .grad gets its own copy, as
+            # torch's AccumulateGrad clones a gradient it does not own, so an
+            # in-place op on one (.grad.mul_(), zero_()) leaves the others.
+            leaf.grad = g._clone()
+        else:
+            leaf.grad = _store_alias(g)
     elif create_graph or _C._is_tracing() or not _accumulate_in_place(old, g):
         leaf.grad = old + g
     for hook in list(_post_accumulate_hooks(leaf)):
@@ -654,7 +670,7 @@ def _cast_to(t, dt):
     return ops.cast(t, dt)
 
 
-def _early_accumulation(nodes, leaves: dict, grads: dict, create_graph: bool):
+def _early_accumulation(nodes, leaves: dict, grads: dict, create_graph: bool, given=()):
     """An ``after_node(position)`` callback for :func:`_run_backward` that
     accumulates each hooked leaf right after the last node (in backward
     order) that reads it, and removes it from ``leaves``; None when no leaf
@@ -674,7 +690,7 @@ def _early_accumulation(nodes, leaves: dict, grads: dict, create_graph: bool):
 
     def after_node(pos):
         for leaf in by_pos.pop(pos, ()):
-            _accumulate_leaf(leaf, grads.get(leaf._id), create_graph)
+            _accumulate_leaf(leaf, grads.get(leaf._id), create_graph, given)
     return after_node
 
 

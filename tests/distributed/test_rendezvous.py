@@ -40,6 +40,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 free, below the kernel's ephemeral range: under
+    torchrun Dragon's store listens on MASTER_PORT + 1, and an ephemeral
+    MASTER_PORT's neighbour is often taken a moment later by an outgoing
+    connection (torchrun's own clients), which made the test flaky."""
+    import random
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports in 20000-32000")
+
+
 def _base_env() -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in _CLEAN and not k.startswith(("OMPI_", "PMIX_"))}
@@ -168,7 +187,7 @@ def test_ranks_started_by_torchrun():
     Dragon's store then listens on MASTER_PORT + 1, and the whole store
     world (groups, barriers, a second initialisation) works."""
     pytest.importorskip("torch.distributed.run")
-    port = _free_port()
+    port = _free_port_pair()
     rc, out = _run_launcher(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(port), WORKER, "recorded"],

@@ -302,24 +302,9 @@ bool DescribeBatched(const DgCallFrame* f, BatchedProblem* p) {
   return true;
 }
 
-// DRAGON_CPU_EIGEN_BATCHED_GEMM, read once: "all" takes every batched call
-// the kernel can compute, "off" none; unset or "auto" the measured class.
-enum class BatchedPolicy { kAuto, kAll, kOff };
-
-BatchedPolicy BatchedPolicyFromEnv() {
-  static const BatchedPolicy policy = [] {
-    const char* v = std::getenv("DRAGON_CPU_EIGEN_BATCHED_GEMM");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
-      return BatchedPolicy::kAuto;
-    }
-    if (std::strcmp(v, "all") == 0) return BatchedPolicy::kAll;
-    if (std::strcmp(v, "off") == 0) return BatchedPolicy::kOff;
-    std::fprintf(stderr,
-                 "[dragon warning] DRAGON_CPU_EIGEN_BATCHED_GEMM=%s is not "
-                 "auto, all or off; using auto\n",
-                 v);
-    return BatchedPolicy::kAuto;
-  }();
+// DRAGON_CPU_EIGEN_BATCHED_GEMM, read once (ParseGemmPolicy).
+GemmPolicy BatchedPolicyFromEnv() {
+  static const GemmPolicy policy = ParseGemmPolicy("DRAGON_CPU_EIGEN_BATCHED_GEMM");
   return policy;
 }
 
@@ -333,9 +318,9 @@ constexpr int64_t kBatchedMaxSide = 256;
 int BatchedThreads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 bool BatchedWorthwhile(const BatchedF32Call& c) {
-  const BatchedPolicy policy = BatchedPolicyFromEnv();
-  if (policy == BatchedPolicy::kOff) return false;
-  if (policy == BatchedPolicy::kAll) return true;
+  const GemmPolicy policy = BatchedPolicyFromEnv();
+  if (policy == GemmPolicy::kOff) return false;
+  if (policy == GemmPolicy::kAll) return true;
   if (c.batch < 2 || c.batch < BatchedThreads()) return false;
   const auto in = [](int64_t v) {
     return v >= kBatchedMinSide && v <= kBatchedMaxSide;

@@ -168,25 +168,10 @@ bool Describe(const DgCallFrame* f, Problem* p) {
   return true;
 }
 
-// DRAGON_CPU_EIGEN_BF16_GEMM, read once: "all" takes every call the
-// kernel can compute (tests, benchmarks), "off" none; unset or "auto" the
+// DRAGON_CPU_EIGEN_BF16_GEMM, read once (ParseGemmPolicy); auto is the
 // measured choice of Worthwhile().
-enum class Policy { kAuto, kAll, kOff };
-
-Policy PolicyFromEnv() {
-  static const Policy policy = [] {
-    const char* v = std::getenv("DRAGON_CPU_EIGEN_BF16_GEMM");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
-      return Policy::kAuto;
-    }
-    if (std::strcmp(v, "all") == 0) return Policy::kAll;
-    if (std::strcmp(v, "off") == 0) return Policy::kOff;
-    std::fprintf(stderr,
-                 "[dragon warning] DRAGON_CPU_EIGEN_BF16_GEMM=%s is not auto, "
-                 "all or off; using auto\n",
-                 v);
-    return Policy::kAuto;
-  }();
+GemmPolicy PolicyFromEnv() {
+  static const GemmPolicy policy = ParseGemmPolicy("DRAGON_CPU_EIGEN_BF16_GEMM");
   return policy;
 }
 
@@ -208,10 +193,10 @@ constexpr double kLargeWork = 2048.0 * 2048.0 * 2048.0;
 // 0.91-0.95x).
 bool Worthwhile(const Problem& p) {
   const Bf16GemmCall& c = p.call;
-  const Policy policy = PolicyFromEnv();
-  if (policy == Policy::kOff) return false;
+  const GemmPolicy policy = PolicyFromEnv();
+  if (policy == GemmPolicy::kOff) return false;
   if (c.n < kMinRows || c.m < kMinCols) return false;
-  if (policy == Policy::kAll) return true;
+  if (policy == GemmPolicy::kAll) return true;
   const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1;
   const double work = static_cast<double>(c.n) * static_cast<double>(c.m) *
                       static_cast<double>(c.k);

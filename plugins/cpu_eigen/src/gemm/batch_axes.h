@@ -1,10 +1,14 @@
-// Shape rules shared by cpu_eigen's batched GEMM front ends (matmul.cc's
-// float32 batched kernel, matmul_bf16.cc's AVX512-BF16 kernel): NumPy
-// matmul's broadcast of the batch axes, and the dense output they write.
+// Rules shared by cpu_eigen's batched GEMM front ends (matmul.cc's float32
+// batched kernel, matmul_bf16.cc's AVX512-BF16 kernel): NumPy matmul's
+// broadcast of the batch axes, the dense output they write, and the
+// auto/all/off switch each reads from its environment variable.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "dragon/plugin.hpp"
@@ -39,6 +43,21 @@ inline bool DenseWithElements(const DgTensorView* y, int64_t elements) {
     count *= y->shape[i];
   }
   return count == elements;
+}
+
+// A kernel's DRAGON_CPU_EIGEN_*_GEMM switch: "all" takes every call the
+// kernel can compute (tests, benchmarks), "off" none; unset or "auto" the
+// kernel's measured choice. Anything else warns and means auto.
+enum class GemmPolicy { kAuto, kAll, kOff };
+
+inline GemmPolicy ParseGemmPolicy(const char* env_name) {
+  const char* v = std::getenv(env_name);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return GemmPolicy::kAuto;
+  if (std::strcmp(v, "all") == 0) return GemmPolicy::kAll;
+  if (std::strcmp(v, "off") == 0) return GemmPolicy::kOff;
+  std::fprintf(stderr, "[dragon warning] %s=%s is not auto, all or off; using auto\n",
+               env_name, v);
+  return GemmPolicy::kAuto;
 }
 
 }  // namespace cpu_eigen

@@ -46,6 +46,7 @@ if __name__ == "__main__":
     x = dg.tensor(np.ones((256, 256), np.float32))
     float(dg.ops.sum(dg.ops.matmul(x, x)).numpy())           # dragon's OpenMP threads
     print("threads", len(os.listdir("/proc/self/task")), flush=True)
+    parent = os.getppid()
     for line in sys.stdin:
         method = line.strip()
         pipe = d.RecordPipeline({path!r}, 2, transformer=record_id, num_readers=2,
@@ -55,6 +56,9 @@ if __name__ == "__main__":
             while True:                                      # epochs, forever
                 for batch in pipe:
                     pass
+                if os.getppid() != parent:                   # the test runner died (killed
+                    pipe.close()                             # pytest): no orphan that spins
+                    os._exit(3)
         except KeyboardInterrupt:
             where = threading.current_thread() is threading.main_thread()
             print("ki", flush=True)

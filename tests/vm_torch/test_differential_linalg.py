@@ -151,7 +151,7 @@ def _batch(rng):
 
 _SQUARE = ["det", "slogdet", "inv", "solve", "cholesky", "eigh", "eigvalsh", "matrix_power",
            "matrix_rank", "pinv"]
-_ANY = ["qr", "svd", "svdvals", "matrix_norm", "norm", "pinv", "matrix_rank"]
+_ANY = ["qr", "svd", "svdvals", "matrix_norm", "norm", "pinv", "matrix_rank", "lstsq"]
 
 
 def _inv_q(T, out):
@@ -212,6 +212,17 @@ def gen_linalg(rng):
         desc += f" b{list(b.shape)} left={left}"
         return dict(desc=desc, fn=lambda T, x, y: T.linalg.solve(x, y, left=left),
                     arrays=[a, b], tol=_tol(dtype, cond), ref64=True)
+    elif op == "lstsq":
+        if kind == "nan" or (kind == "ill" and dtype == "float32") or m < n:
+            return None   # (a wide or ill-conditioned system: the solution is not a contract)
+        driver = [None, "gelsy", "gelsd", "gelss", "gels"][int(rng.integers(0, 5))]
+        if driver == "gels" and kind in ("singular", "ill"):
+            return None   # (gels assumes full rank)
+        vec = bool(rng.random() < 0.3)
+        b = rng.standard_normal(shape[:-1] if vec else shape[:-1] + (2,)).astype(dtype)
+        desc += f" driver={driver} b{list(b.shape)}"
+        return dict(desc=desc, fn=lambda T, x, y: list(T.linalg.lstsq(x, y, driver=driver)),
+                    arrays=[a, b], tol=_tol(dtype, cond * cond), ref64=False)
     elif op == "cholesky":
         upper = bool(rng.random() < 0.5)
         fn = lambda T, x: T.linalg.cholesky(x, upper=upper)   # noqa: E731
@@ -685,6 +696,19 @@ REGRESSIONS = {
     "pinv atol/rtol/hermitian": (
         lambda T, b: [T.linalg.pinv(b, atol=1.0), T.linalg.pinv(b, rtol=0.5),
                       T.linalg.pinv(b + b.mT, hermitian=True), T.linalg.pinv(b[:, :2])], [_B]),
+    "lstsq with each driver's fields": (
+        lambda T, b, a: [list(T.linalg.lstsq(b, a[:, :2], driver=d)) for d in
+                         (None, "gelsy", "gelsd", "gelss", "gels")]
+        + [list(T.linalg.lstsq(b, a[:2], driver="gelsd")),
+           list(T.linalg.lstsq(a, a[:, 0], driver="gelss")),
+           list(T.linalg.lstsq(b[:, :, :2], a, driver="gelsd")),
+           list(T.linalg.lstsq(T.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]], dtype=b.dtype),
+                               a[:, :1]))], [_B, _A]),
+    "lstsq of a batch with a 1-D B raises": (
+        lambda T, b, a: T.linalg.lstsq(b, a[:, 0]), [_B, _A]),
+    "lstsq of empty matrices": (
+        lambda T, b: [list(T.linalg.lstsq(b[:, :, :0], b, driver="gelsd")),
+                      list(T.linalg.lstsq(b[:, :0], b[:, :0, :2], driver="gelss"))], [_B]),
     "matrix_power, multi_dot, cross, vecdot, diagonal": (
         lambda T, b, a: [T.linalg.matrix_power(b, 3), T.linalg.matrix_power(b, 0),
                          T.linalg.matrix_power(b, -2), T.linalg.multi_dot([a[0], b[1], a, a[:, 1]]),

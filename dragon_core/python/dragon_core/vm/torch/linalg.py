@@ -33,6 +33,8 @@ SlogdetResult = collections.namedtuple("linalg_slogdet", ["sign", "logabsdet"])
 EighResult = collections.namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
 QRResult = collections.namedtuple("linalg_qr", ["Q", "R"])
 SVDResult = collections.namedtuple("linalg_svd", ["U", "S", "Vh"])
+LstsqResult = collections.namedtuple("linalg_lstsq",
+                                     ["solution", "residuals", "rank", "singular_values"])
 
 
 def _desc(a) -> str:
@@ -208,6 +210,66 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian=False, tol=None):
     s = np.abs(np.linalg.eigvalsh(arr)) if hermitian else np.linalg.svd(arr, compute_uv=False)
     tol_ = _tolerance(s.max(-1, keepdims=True), atol, rtol, arr.dtype, m, n)
     return _out((s > tol_).sum(-1), np.int64)
+
+
+def lstsq(A, B, rcond=None, *, driver=None):
+    """Least squares on the host (no gradient), the minimum-norm solution
+    (NumPy's SVD-based solver, LAPACK gelsd), with torch's fields per driver:
+    ``rank`` for gelsy (the CPU default), gelsd and gelss; the singular
+    values for gelsd and gelss; the squared residuals (per column) for the
+    drivers other than gelsy when m > n and every matrix has full rank."""
+    drivers = ("gelsy", "gelsd", "gelss", "gels")
+    if driver is None:
+        driver = "gelsy"
+    if driver not in drivers:
+        raise ValueError(f"torch.linalg.lstsq: driver must be one of {drivers} (got "
+                         f"{driver!r})")
+    a = _host_in("lstsq", A, square=False)
+    b = _host_in("lstsq", B, square=False, min_dim=1)
+    if a.dtype != b.dtype:
+        raise TypeError(f"torch.linalg.lstsq: A and B must have the same dtype (A: {_desc(A)}, "
+                        f"B: {_desc(B)})")
+    # torch's rule here (not solve's): B is a (batch of) vector(s) when it has
+    # one dim fewer than A, and may not have fewer than that
+    if not 0 <= a.ndim - b.ndim <= 1:
+        raise ValueError(f"torch.linalg.lstsq: B must have as many dims as A or one fewer "
+                         f"(A {list(A.shape)}, B {list(B.shape)})")
+    vector = b.ndim == a.ndim - 1
+    bm = b[..., None] if vector else b
+    m, n = a.shape[-2:]
+    if bm.shape[-2] != m:
+        raise ValueError(f"torch.linalg.lstsq: A {list(A.shape)} and B {list(B.shape)} need "
+                         "the same number of rows")
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], bm.shape[:-2])
+    except ValueError:
+        raise ValueError(f"torch.linalg.lstsq: the batch dims of A {list(A.shape)} and B "
+                         f"{list(B.shape)} do not broadcast") from None
+    _finite_or_raise("lstsq", A, a)
+    k = bm.shape[-1]
+    count = int(np.prod(batch, dtype=np.int64))
+    a = np.broadcast_to(a, batch + (m, n)).reshape((count, m, n))
+    bm = np.broadcast_to(bm, batch + (m, k)).reshape((count, m, k))
+    rc = np.finfo(a.dtype).eps * max(m, n) if rcond is None else float(rcond)
+    sol = np.zeros((len(a), n, k), a.dtype)
+    ranks = np.zeros(len(a), np.int64)
+    svals = np.zeros((len(a), min(m, n)), a.dtype)
+    for i in range(len(a)):
+        if a[i].size == 0:
+            continue
+        x, _, r, sv = np.linalg.lstsq(a[i], bm[i], rcond=rc)
+        sol[i], ranks[i], svals[i] = x, r, sv
+    full = bool((ranks == min(m, n)).all())
+    res = np.zeros((0,), a.dtype)
+    if driver != "gelsy" and m > n and full:
+        # (per column, also for a vector B: torch keeps its column axis)
+        res = (((a @ sol) - bm) ** 2).sum(-2).reshape(batch + (k,))
+    sol = sol.reshape(batch + (n, k))
+    return LstsqResult(
+        _out(sol[..., 0] if vector else sol, a.dtype), _out(res, a.dtype),
+        _out(ranks.reshape(batch) if driver != "gels" else np.zeros((0,)), np.int64),
+        _out(svals.reshape(batch + (min(m, n),)) if driver in ("gelsd", "gelss")
+             else np.zeros((0,)), a.dtype))
 
 
 # ------------------------------------------------------------ decompositions

@@ -809,3 +809,28 @@ def test_sinc_gradient_near_zero(dtype, tol):
     exact = (u * np.cos(u) - np.sin(u)) / (np.pi * (u / np.pi) ** 2)
     want = np.where(np.abs(u) < 0.05, series, exact)
     np.testing.assert_allclose(t.grad.double().numpy(), want, rtol=tol * 10, atol=tol)
+
+
+_X3 = np.arange(24.0).reshape(2, 3, 4)
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")
+@pytest.mark.parametrize("key", [
+    [[0, 1], [1, 0]],          # torch's legacy rule: a tuple (x[[0, 1], [1, 0]]), shape [2, 4]
+    [0, [1]], [[0, 1]], [None, 0], [0, slice(1, 3)], [Ellipsis, 1],
+    [[0, 1], slice(None), [2, 3]], [[]],
+    [], [(0, 1)], [range(2)],  # x[[]] has no rows; a tuple or range element is an index list
+    [0, 1], [True, False],     # plain lists of ints / bools stay one index
+], ids=str)
+def test_list_key_as_torch(key):
+    # x[[[0, 1], [1, 0]]] was read as one index array of shape [2, 2]
+    # (result [2, 2, 3, 4] where torch gives [2, 4]); x[[]] raised
+    def get(T, x):
+        return x[key]
+
+    def put(T, x):
+        y = x * 1.0
+        y[key] = -1.5
+        return y
+    _same(get, _X3, tol=1e-12, grad=True)
+    _same(put, _X3, tol=1e-12, grad=True)

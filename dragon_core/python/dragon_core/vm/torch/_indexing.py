@@ -14,6 +14,7 @@ in place outside autograd, and while recording builds the new value as
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def _np_c(arr):
 
 
 def _is_advanced(k) -> bool:
-    return isinstance(k, (Tensor, np.ndarray, list)) or (
+    return isinstance(k, (Tensor, np.ndarray, list, tuple, range)) or (
         isinstance(k, bool))
 
 
@@ -48,8 +49,10 @@ def _np_key(key):
                 raise IndexError(f"tensors used as indices must be long, int, byte or bool "
                                  f"tensors (got a {k.dtype} index of shape {list(k.shape)})")
             out.append(a if a.dtype != np.uint8 else a.astype(bool))
-        elif isinstance(k, list):
-            a = np.asarray(k)
+        elif isinstance(k, (list, tuple, range)):   # (a tuple inside the key: an index list)
+            a = np.asarray(list(k))
+            if a.size == 0 and a.dtype.kind == "f":   # x[[]]: no rows (NumPy's [] is float)
+                a = a.astype(np.int64)
             out.append(a)
         elif isinstance(k, slice):
             if k.step is not None and int(k.step) <= 0:
@@ -125,9 +128,21 @@ def _index(arr, nk):
 
 
 def _normalize(key):
-    if not isinstance(key, tuple):
-        key = (key,)
-    return key
+    """The key as a tuple. A list (not a tuple, tensor or array) shorter
+    than 32 that holds a sequence, slice, tensor, None or ``...`` is a tuple
+    of indices, torch's legacy rule (with its deprecation warning):
+    ``x[[[0, 1], [1, 0]]]`` is ``x[[0, 1], [1, 0]]`` (shape [2, 4] of a
+    [2, 3, 4] x), not an index array of shape [2, 2]."""
+    if isinstance(key, tuple):
+        return key
+    if isinstance(key, list) and len(key) < 32 and any(
+            k is None or k is Ellipsis or isinstance(k, (list, tuple, range, slice, Tensor,
+                                                          np.ndarray)) for k in key):
+        warnings.warn("Using a non-tuple sequence for multidimensional indexing is deprecated "
+                      "(torch still reads it as a tuple of indices, and so does vm.torch); use "
+                      "x[tuple(seq)] instead of x[seq]", UserWarning, stacklevel=3)
+        return tuple(key)
+    return (key,)
 
 
 def _check_bounds(x, key):

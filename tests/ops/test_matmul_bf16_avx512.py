@@ -377,6 +377,21 @@ cases = {
     "large": lambda: dg.ops.matmul(bf(512, 16384), bf(16384, 1024)),
     "vector": lambda: dg.ops.matmul(bf(96), bf(96, 80)),
     "thin": lambda: dg.ops.matmul(bf(64, 96), bf(96, 8)),
+    # The encoder step's single products (session bgemm).
+    "linear_step": lambda: dg.ops.matmul(bf(1024, 256), bf(256, 256), transpose_b=True,
+                                         out_dtype="float32"),
+    "linear_bias_step": lambda: dg.ops.matmul_bias_act(
+        bf(1024, 256), bf(1024, 256), dg.tensor(np.ones(1024, np.float32)),
+        activation="none", transpose_b=True, out_dtype="float32"),
+    "dx_step": lambda: dg.ops.matmul(bf(1024, 256), bf(256, 1024), out_dtype="float32"),
+    "dx_bf16_step": lambda: dg.ops.matmul(bf(1024, 256), bf(256, 256)),
+    "dw_step": lambda: dg.ops.matmul(bf(1024, 256), bf(1024, 1024), transpose_a=True,
+                                     out_dtype="float32"),
+    "narrow": lambda: dg.ops.matmul(bf(4096, 256), bf(256, 128), out_dtype="float32"),
+    "short_k": lambda: dg.ops.matmul(bf(2048, 128), bf(128, 512), out_dtype="float32"),
+    "few_rows": lambda: dg.ops.matmul(bf(512, 512), bf(512, 512), out_dtype="float32"),
+    "batched_plain": lambda: dg.ops.matmul(bf(4, 1024, 256), bf(4, 256, 256),
+                                           out_dtype="float32"),
 }
 for name, fn in cases.items():
     print("CASE", name, flush=True)
@@ -407,20 +422,31 @@ def _onednn_ran(policy):
 @needs_kernel
 def test_measured_classes_route_as_documented():
     """Which calls the kernel takes (a oneDNN matmul execution shows in
-    ONEDNN_VERBOSE otherwise): batches of transposed-A products and
-    products of at least 2048^3 here; plain products, transposed-B ones,
-    single transposed-A products and matrix-vector shapes on oneDNN; =all
-    takes every matrix product, =off none."""
+    ONEDNN_VERBOSE otherwise): batches of transposed-A products, products
+    of at least 2048^3, and single float32-output products whose A is not
+    stored transposed with n >= 1024 and m, k >= 256 (the encoder step's
+    Linear layers and input gradients) here; smaller plain and
+    transposed-B products, bfloat16 outputs of those shapes, single
+    transposed-A products, batches of plain products and matrix-vector
+    shapes on oneDNN; =all takes every matrix product, =off none."""
     if "MatMulOneDNN" not in KERNELS:
         pytest.skip("mkldnn is not installed")
     auto = _onednn_ran(None)
     assert auto == {"plain": True, "trans_b": True, "linear": True,
                     "batched_trans_a": False, "trans_a_f32_bias": False,
                     "single_trans_a": True, "large": False,
-                    "vector": True, "thin": True}, auto
+                    "vector": True, "thin": True,
+                    "linear_step": False, "linear_bias_step": False,
+                    "dx_step": False, "dx_bf16_step": True, "dw_step": True,
+                    "narrow": True, "short_k": True, "few_rows": True,
+                    "batched_plain": True}, auto
     every = _onednn_ran("all")
     assert every == {"plain": False, "trans_b": False, "linear": False,
                      "batched_trans_a": False, "trans_a_f32_bias": False,
                      "single_trans_a": False, "large": False,
-                     "vector": True, "thin": True}, every
+                     "vector": True, "thin": True,
+                     "linear_step": False, "linear_bias_step": False,
+                     "dx_step": False, "dx_bf16_step": False, "dw_step": False,
+                     "narrow": False, "short_k": False, "few_rows": False,
+                     "batched_plain": False}, every
     assert all(_onednn_ran("off").values())

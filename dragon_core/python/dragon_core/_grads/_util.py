@@ -131,8 +131,9 @@ def scalar_like(t, value: float):
 
 
 def relu_grad(x, dy):
-    """Relu's gradient: ``dy`` where ``x > 0``, else 0, as one ``ReluGrad``
-    op (one pass; a NaN in ``dy`` stays blocked where ``x <= 0``, as
-    PyTorch's threshold). ``ReluGrad`` reads x only through ``x > 0``,
-    which the pattern-fusion pass relies on (docs/graph.md)."""
+    """Relu's gradient: 0 where ``x <= 0``, else ``dy`` (a NaN ``x`` passes
+    ``dy``), as one ``ReluGrad`` op (one pass; a NaN in ``dy`` stays blocked
+    where ``x <= 0``, as PyTorch's threshold_backward). ``ReluGrad`` reads x
+    only through ``x <= 0``, which agrees with ``relu(x) <= 0`` for every x
+    (Relu keeps NaN): the pattern-fusion pass relies on it (docs/graph.md)."""
     return ops().relu_grad(x, dy)

@@ -2232,8 +2232,20 @@ def diagonal_(input, offset):
     return diagonal(input, offset)
 
 
+def _autocast_float32(*tensors):
+    """Inside an autocast region, float16/bfloat16 tensors cast to float32
+    (differentiably): for the functions torch's CPU autocast runs in float32
+    that we compose of several ops (cdist, trace), where the core's per-op
+    table (dragon_core.amp.FLOAT32_OPS) cannot see the function."""
+    if _C._autocast_get() < 0:
+        return tensors
+    return tuple(t.float() if isinstance(t, Tensor) and t.dtype.name in ("float16", "bfloat16")
+                 else t for t in tensors)
+
+
 @_both
 def trace(input):
+    (input,) = _autocast_float32(input)
     return sum(diagonal(input))
 
 
@@ -2455,6 +2467,7 @@ def cdist(x1, x2, p=2.0):
     is 0; ``p=0`` (a count) records a zero gradient; ``p=inf`` gives every
     coordinate that ties for the maximum the full ``sign(diff) * dy`` (the
     norm's even split is torch's ``dist``/``norm`` rule, not cdist's)."""
+    x1, x2 = _autocast_float32(x1, x2)   # torch's CPU autocast: float32
     diff = sub(x1.unsqueeze(-2), x2.unsqueeze(-3))
     out = norm(diff, p, dim=-1)
     t = diff._t

@@ -51,3 +51,22 @@ def test_conv_transpose_output_padding_not_below_either_raises(nd):
     with pytest.raises(ValueError, match=r"output_padding .* smaller than .*strides .* or "
                                          r".*dilations .* below either"):
         m(dt.ones((1, 2) + (4,) * nd))
+
+
+def test_conv_transpose_output_padding_below_dilation_second_order():
+    # the rule crops dy with a Slice, which is differentiable: dx's gradient
+    # with respect to w matches torch's
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 4, 4))
+    w = rng.standard_normal((2, 3, 3, 3))
+    res = {}
+    for T in (torch, dt):
+        X = T.tensor(x, requires_grad=True)
+        W = T.tensor(w, requires_grad=True)
+        y = T.nn.functional.conv_transpose2d(X, W, stride=2, dilation=3, padding=1,
+                                             output_padding=2)
+        (g,) = T.autograd.grad((y * y).sum(), X, create_graph=True)
+        (gw,) = T.autograd.grad((g * g).sum(), W)
+        res[T] = (y.detach().numpy(), g.detach().numpy(), gw.numpy())
+    for a, b in zip(res[dt], res[torch]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)

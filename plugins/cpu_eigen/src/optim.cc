@@ -527,8 +527,7 @@ DG_KERNEL_EX("SgdUpdate", "cpu", 0, DG_KERNEL_INPLACE, SgdUpdate, float,
              double, Eigen::bfloat16);
 DG_KERNEL_EX("AdamUpdate", "cpu", 0, DG_KERNEL_INPLACE, AdamUpdate, float,
              double);
-DG_KERNEL_EX("MultiSgdUpdate", "cpu", 0, 0, MultiSgdUpdate, float, double,
-             Eigen::bfloat16);
+DG_KERNEL_EX("MultiSgdUpdate", "cpu", 0, 0, MultiSgdUpdate, float, double);
 DG_KERNEL_EX("MultiAdamUpdate", "cpu", 0, 0, MultiAdamUpdate, float, double);
 DG_KERNEL_EX("RmspropUpdate", "cpu", 0, DG_KERNEL_INPLACE, RmspropUpdate,
              float, double);

@@ -8,6 +8,7 @@
 //              / stride_h) + 1
 // and likewise for the width. Each op's gradient is written with the other
 // two (see _grads/conv.py), so the set is closed under differentiation.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -121,10 +122,14 @@ void ConvTranspose2dShape(dg::InferContext& ctx) {
   Shape y = {x[0], out_channels, 0, 0};
   for (int i = 0; i < 2; ++i) {
     const char* axis = i == 0 ? "height" : "width";
-    DG_CHECK(op[i] >= 0 && op[i] < a.stride[i], DG_INVALID_ARGUMENT,
-             "output_padding ", ShapeStr(op),
+    // as PyTorch: below the stride or below the dilation (the extra rows
+    // then get no input tap, only the bias)
+    DG_CHECK(op[i] >= 0 &&
+                 op[i] < std::max<int64_t>(a.stride[i], a.dilation[i]),
+             DG_INVALID_ARGUMENT, "output_padding ", ShapeStr(op),
              " must be non-negative and smaller than strides [", a.stride[0],
-             ", ", a.stride[1], "]");
+             ", ", a.stride[1], "] or dilations [", a.dilation[0], ", ",
+             a.dilation[1], "] (on each axis, below either)");
     DG_CHECK(x[2 + i] >= 1, DG_INVALID_ARGUMENT, "input x ", ShapeStr(x),
              " has an empty ", axis);
     const int64_t size = (x[2 + i] - 1) * a.stride[i] - a.pad_begin[i] -

@@ -4,6 +4,7 @@
 // height, width):
 //   out_a = floor((in_a + pad_begin_a + pad_end_a - dilation_a * (k_a - 1)
 //                  - 1) / stride_a) + 1.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -94,9 +95,15 @@ void ConvTranspose3dShape(dg::InferContext& ctx) {
   CheckBias3(ctx, out_c);
   Shape y = {x[0], out_c, 0, 0, 0};
   for (int i = 0; i < 3; ++i) {
-    DG_CHECK(op[i] >= 0 && op[i] < a.stride[i], DG_INVALID_ARGUMENT,
-             "output_padding ", ShapeStr(op),
-             " must be non-negative and smaller than the strides");
+    // as PyTorch: below the stride or below the dilation (the extra planes
+    // then get no input tap, only the bias)
+    DG_CHECK(op[i] >= 0 &&
+                 op[i] < std::max<int64_t>(a.stride[i], a.dilation[i]),
+             DG_INVALID_ARGUMENT, "output_padding ", ShapeStr(op),
+             " must be non-negative and smaller than the strides [",
+             a.stride[0], ", ", a.stride[1], ", ", a.stride[2],
+             "] or the dilations [", a.dilation[0], ", ", a.dilation[1], ", ",
+             a.dilation[2], "] (on each axis, below either)");
     DG_CHECK(x[2 + i] >= 1, DG_INVALID_ARGUMENT, "input x ", ShapeStr(x),
              " has an empty ", kAxes[i]);
     int64_t grown = 0, taps = 0;

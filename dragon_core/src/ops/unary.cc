@@ -99,9 +99,10 @@ DG_OP(Relu)
     .Shape(SameAsInput);
 
 DG_OP(ReluGrad)
-    .Doc("Relu's backward in one pass: dx = dy where x > 0, else 0 (a NaN "
-         "x gives 0, and a NaN dy is blocked where x <= 0). x may be Relu's "
-         "input or its output: x > 0 and relu(x) > 0 agree for every x.")
+    .Doc("Relu's backward in one pass: dx = 0 where x <= 0, else dy (a NaN "
+         "x passes dy, as PyTorch's threshold_backward; a NaN dy is blocked "
+         "where x <= 0). x may be Relu's input or its output: x <= 0 and "
+         "relu(x) <= 0 agree for every x, Relu keeping NaN.")
     .Input("x", dg::kFloat, DG_ARG_NO_GRAD, "Relu's input (or output).")
     .Input("dy", dg::kFloat, 0, "Gradient of Relu's output, x's shape.")
     .Output("dx", dg::kFloat, 0, "Gradient of Relu's input, x's shape.")

@@ -163,6 +163,52 @@ struct SgdStep {
   }
 };
 
+// bfloat16: every value is widened to float32 and each intermediate is
+// rounded to bfloat16 where PyTorch's single-tensor SGD rounds it (the
+// weight-decayed gradient, the momentum buffer after mul_ and after add_,
+// the Nesterov gradient, the parameter), so a bfloat16 parameter takes the
+// same steps as under torch.optim.SGD on the CPU. The scalars are rounded
+// as torch's kernels round them: an add's alpha (weight_decay, 1 -
+// dampening, the Nesterov momentum, -lr) to bfloat16 first, mul_'s
+// momentum kept in float32.
+template <>
+struct SgdStep<Eigen::bfloat16> {
+  using B = Eigen::bfloat16;
+  float lr, momentum, momentum_alpha, keep, weight_decay;
+  bool use_momentum, nesterov, maximize;
+
+  static float Round(float v) {
+    return static_cast<float>(static_cast<B>(v));
+  }
+
+  SgdStep(const dg::KernelContext& ctx, double lr_value)
+      : lr(Round(static_cast<float>(lr_value))),
+        momentum(static_cast<float>(ctx.f("momentum"))),
+        momentum_alpha(Round(static_cast<float>(ctx.f("momentum")))),
+        keep(Round(static_cast<float>(1.0 - ctx.f("dampening")))),
+        weight_decay(Round(static_cast<float>(ctx.f("weight_decay")))),
+        use_momentum(ctx.f("momentum") != 0.0),
+        nesterov(ctx.b("nesterov")),
+        maximize(ctx.b("maximize")) {}
+
+  void operator()(const B* p, const B* g, const B* buf, B* p_out, B* buf_out,
+                  int64_t i, int64_t len) const {
+    for (int64_t k = i; k < i + len; ++k) {
+      const float pk = static_cast<float>(p[k]);
+      float d = static_cast<float>(g[k]);
+      if (maximize) d = -d;
+      if (weight_decay != 0.f) d = Round(d + weight_decay * pk);
+      if (use_momentum) {
+        const float b =
+            Round(Round(static_cast<float>(buf[k]) * momentum) + keep * d);
+        buf_out[k] = static_cast<B>(b);
+        d = nesterov ? Round(d + momentum_alpha * b) : b;
+      }
+      p_out[k] = static_cast<B>(pk - lr * d);
+    }
+  }
+};
+
 template <typename T>
 void SgdUpdate(dg::KernelContext& ctx) {
   const bool use_momentum = ctx.f("momentum") != 0.0;
@@ -478,7 +524,7 @@ void AdagradUpdate(dg::KernelContext& ctx) {
 }
 
 DG_KERNEL_EX("SgdUpdate", "cpu", 0, DG_KERNEL_INPLACE, SgdUpdate, float,
-             double);
+             double, Eigen::bfloat16);
 DG_KERNEL_EX("AdamUpdate", "cpu", 0, DG_KERNEL_INPLACE, AdamUpdate, float,
              double);
 DG_KERNEL_EX("MultiSgdUpdate", "cpu", 0, 0, MultiSgdUpdate, float, double);

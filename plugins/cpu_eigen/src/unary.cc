@@ -154,10 +154,12 @@ template <> struct MaskBits<2> { using type = uint16_t; };
 template <> struct MaskBits<4> { using type = uint32_t; };
 template <> struct MaskBits<8> { using type = uint64_t; };
 
-// dx[i] = x[i] > 0 ? dy[i] : 0 as dy's bits AND a mask of ones where
-// x[i] > 0 (a NaN x compares false): branch free, so it vectorises (a
-// branch mispredicts half the time on a relu mask), and dy's value passes
-// unchanged (NaN, -0) where x > 0. dx may be dy itself.
+// dx[i] = x[i] <= 0 ? 0 : dy[i] as dy's bits AND a mask of ones where
+// !(x[i] <= 0): a NaN x passes dy, as PyTorch's threshold_backward (the
+// mask is "not at or below the threshold", not "above it"). Branch free,
+// so it vectorises (a branch mispredicts half the time on a relu mask),
+// and dy's value passes unchanged (NaN, -0) where it passes. dx may be dy
+// itself.
 template <typename T>
 void ReluGradRange(const T* x, const T* dy, T* dx, int64_t n) {
   using U = typename MaskBits<sizeof(T)>::type;
@@ -166,9 +168,9 @@ void ReluGradRange(const T* x, const T* dy, T* dx, int64_t n) {
     std::memcpy(&g, dy + i, sizeof(U));
     bool pos;
     if constexpr (std::is_floating_point_v<T>) {
-      pos = x[i] > T(0);
+      pos = !(x[i] <= T(0));
     } else {  // float16 / bfloat16: compare in float
-      pos = static_cast<float>(x[i]) > 0.f;
+      pos = !(static_cast<float>(x[i]) <= 0.f);
     }
     const U r = g & (static_cast<U>(0) - static_cast<U>(pos));
     std::memcpy(static_cast<void*>(dx + i), &r, sizeof(U));

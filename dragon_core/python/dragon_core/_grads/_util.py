@@ -131,8 +131,41 @@ def scalar_like(t, value: float):
 
 
 def relu_grad(x, dy):
-    """Relu's gradient: ``dy`` where ``x > 0``, else 0, as one ``ReluGrad``
-    op (one pass; a NaN in ``dy`` stays blocked where ``x <= 0``, as
-    PyTorch's threshold). ``ReluGrad`` reads x only through ``x > 0``,
-    which the pattern-fusion pass relies on (docs/graph.md)."""
+    """Relu's gradient: 0 where ``x <= 0``, else ``dy`` (a NaN ``x`` passes
+    ``dy``), as one ``ReluGrad`` op (one pass; a NaN in ``dy`` stays blocked
+    where ``x <= 0``, as PyTorch's threshold_backward). ``ReluGrad`` reads x
+    only through ``x <= 0``, which agrees with ``relu(x) <= 0`` for every x
+    (Relu keeps NaN): the pattern-fusion pass relies on it (docs/graph.md)."""
     return ops().relu_grad(x, dy)
+
+def transpose_conv_adjoint_view(dy, geo: dict, output_padding, nd: int):
+    """``(dy, geo)`` for the convolutions in a ConvTranspose{nd}d's rule.
+
+    The rule convolves dy (the transpose's output gradient) with the op's
+    geometry, which gives the input's size while ``output_padding < stride``
+    on every axis. torch also allows ``stride <= output_padding < dilation``:
+    then the convolution would cover ``output_padding // stride`` rows too
+    many. The rows output_padding added (past the end padding) are read by
+    no tap of the forward op, so each such axis gets ``pad_end -
+    output_padding`` as its end padding, the rows beyond 0 cropped from dy
+    first: the convolution then has the input's size exactly.
+    """
+    strides = geo["strides"]
+    if all(int(output_padding[i]) < strides[i] for i in range(nd)):
+        return dy, geo
+    pads = [list(p) for p in geo["pads"]]
+    starts, ends, axes = [], [], []
+    for i in range(nd):
+        op = int(output_padding[i])
+        if op < strides[i]:
+            continue
+        end_pad = pads[i][1] - op
+        if end_pad < 0:
+            starts.append(0)
+            ends.append(int(dy.shape[2 + i]) + end_pad)
+            axes.append(2 + i)
+            end_pad = 0
+        pads[i][1] = end_pad
+    if axes:
+        dy = ops().slice(dy, starts, ends, axis=axes)
+    return dy, dict(geo, pads=[tuple(p) for p in pads])

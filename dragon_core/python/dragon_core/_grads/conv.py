@@ -27,7 +27,7 @@ batch and spatial axes.
 """
 
 from .._autograd import gradient, needs_grad
-from ._util import ops, py_pads, relu_grad
+from ._util import ops, py_pads, relu_grad, transpose_conv_adjoint_view
 
 
 def _geometry(node) -> dict:
@@ -82,11 +82,13 @@ def _conv2d_grads(node, dy, geo):
 @gradient("ConvTranspose2d")
 def _conv_transpose2d(node, dy):
     x, w = node.inputs[0], node.inputs[1]
-    geo = _geometry(node)
+    db = _bias_grad(node, dy)
+    dy, geo = transpose_conv_adjoint_view(dy, _geometry(node),
+                                          node.attrs["output_padding"], 2)
     dx = ops().conv2d(dy, w, **geo) if needs_grad(node, 0) else None
     dw = ops().conv2d_backprop_filter(dy, x, list(w.shape), **geo) \
         if needs_grad(node, 1) else None
-    return [dx, dw] + _bias_grad(node, dy)
+    return [dx, dw] + db
 
 
 @gradient("Conv2dBackpropFilter")

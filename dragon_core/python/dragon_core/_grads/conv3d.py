@@ -11,7 +11,7 @@ Conv3dBackpropFilter    ConvTranspose3d(dy, G)       Conv3d(x, G)
 """
 
 from .._autograd import gradient, needs_grad
-from ._util import ops, py_pads
+from ._util import ops, py_pads, transpose_conv_adjoint_view
 
 
 def _geometry(node) -> dict:
@@ -50,11 +50,13 @@ def _conv3d(node, dy):
 @gradient("ConvTranspose3d")
 def _conv_transpose3d(node, dy):
     x, w = node.inputs[0], node.inputs[1]
-    geo = _geometry(node)
+    db = _bias_grad(node, dy)
+    dy, geo = transpose_conv_adjoint_view(dy, _geometry(node),
+                                          node.attrs["output_padding"], 3)
     dx = ops().conv3d(dy, w, **geo) if needs_grad(node, 0) else None
     dw = ops().conv3d_backprop_filter(dy, x, list(w.shape), **geo) \
         if needs_grad(node, 1) else None
-    return [dx, dw] + _bias_grad(node, dy)
+    return [dx, dw] + db
 
 
 @gradient("Conv3dBackpropFilter")

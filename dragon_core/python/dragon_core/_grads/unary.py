@@ -13,7 +13,8 @@ Conventions where a function has a kink (the one-sided derivative taken):
 
 * ``Abs``: ``sign(x)``, so 0 at ``x == 0``, and 0 at a NaN ``x`` (torch's).
 * ``Relu``: 0 at ``x == 0``; ``LeakyRelu`` and ``Elu``: the negative branch
-  (``alpha``) at ``x == 0``.
+  (``alpha``) at ``x == 0``. At a NaN ``x``, Relu and Elu pass ``dy`` (slope
+  1), as torch's threshold_backward and elu_backward, which test ``x <= 0``.
 * ``Clip``: the gradient passes only where ``min < x < max`` (strictly); an
   unset bound does not block anything; elsewhere it is 0 even for an
   infinite or NaN ``dy``.
@@ -165,10 +166,12 @@ def _elu(node, dy):
     o = ops()
     (x,) = node.inputs
     alpha = node.attrs["alpha"]
-    m = _mask(x > 0, x)
-    # alpha * e^x on the negative side; min(x, 0) = -relu(-x) keeps exp
-    # finite where the branch is masked out (x large and positive).
-    neg_part = o.neg(o.relu(o.neg(x)))
+    neg = x <= 0
+    # alpha * e^x where x <= 0, else 1 (a NaN x too: torch's elu_backward
+    # tests x <= 0). The exp branch reads 0 where it is masked out, so it
+    # stays finite (x large and positive, or NaN) and 0 * it is 0.
+    m = 1.0 - _mask(neg, x)
+    neg_part = o.where(neg, x, scalar_like(x, 0.0))
     return [dy * (m + (1.0 - m) * alpha * o.exp(neg_part))]
 
 

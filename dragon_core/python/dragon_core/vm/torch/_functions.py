@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -2231,8 +2232,20 @@ def diagonal_(input, offset):
     return diagonal(input, offset)
 
 
+def _autocast_float32(*tensors):
+    """Inside an autocast region, float16/bfloat16 tensors cast to float32
+    (differentiably): for the functions torch's CPU autocast runs in float32
+    that we compose of several ops (cdist, trace), where the core's per-op
+    table (dragon_core.amp.FLOAT32_OPS) cannot see the function."""
+    if _C._autocast_get() < 0:
+        return tensors
+    return tuple(t.float() if isinstance(t, Tensor) and t.dtype.name in ("float16", "bfloat16")
+                 else t for t in tensors)
+
+
 @_both
 def trace(input):
+    (input,) = _autocast_float32(input)
     return sum(diagonal(input))
 
 
@@ -2244,8 +2257,55 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
 
 
 # ---------------------------------------------------------- linear algebra
+def _out_args_check(name, out, *inputs):
+    """torch's refusal of ``out=`` under autograd, before computing."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    from ._tensor import _records
+    if builtins.any(isinstance(t, Tensor) and _records(t._t) for t in inputs + (out,)):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires grad.")
+
+
+def _write_out(name, res, out):
+    """Write ``res`` into ``out`` (torch's ``out=``) and return ``out``.
+
+    dtype and device must match (torch's rule: no cast into out). An out of
+    another shape with as many elements is reshaped in place, with torch's
+    deprecation warning; one with another number of elements (torch would
+    resize its storage, also an empty one) raises: our tensors do not
+    resize their storage.
+    """
+    if out.dtype != res.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {res.dtype.name}, but got "
+                           f"{out.dtype.name} instead ({name} with out=)")
+    if out.device != res.device:
+        raise RuntimeError(f"Expected out tensor to be on {res.device}, but it is on "
+                           f"{out.device} ({name} with out=)")
+    shape = tuple(res.shape)
+    if tuple(out.shape) != shape:
+        if out.numel() != res.numel():
+            raise RuntimeError(
+                f"{name}(): out has shape {list(out.shape)} and the result has shape "
+                f"{list(shape)}; dragon_core.vm.torch does not resize an out= tensor to "
+                f"another number of elements (torch does): pass out of shape {list(shape)}, "
+                "or drop out= and use the returned tensor")
+        if out.numel():
+            warnings.warn(f"An output with one or more elements was resized since it had "
+                          f"shape {list(out.shape)}, which does not match the required output "
+                          f"shape {list(shape)}. This behavior is deprecated, and in a future "
+                          "PyTorch release outputs will not be resized unless they have zero "
+                          "elements.", UserWarning, stacklevel=3)
+        out.resize_(shape)
+    out.copy_(res)
+    return out
+
+
 @_both
-def matmul(input, other):
+def matmul(input, other, *, out=None):
+    if out is not None:
+        _out_args_check("matmul", out, input, other)
+        return _write_out("matmul", matmul(input, other), out)
     a, b = input._t, other._t
     if a._dtype_code != b._dtype_code:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
@@ -2280,7 +2340,10 @@ def log_softmax(input, dim, dtype=None):
 
 
 @_both
-def mm(input, mat2):
+def mm(input, mat2, *, out=None):
+    if out is not None:
+        _out_args_check("mm", out, input, mat2)
+        return _write_out("mm", mm(input, mat2), out)
     if input.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError(("self must be a matrix" if input.ndim != 2 else
                             "mat2 must be a matrix") + f" (mm of shapes {list(input.shape)} and "
@@ -2289,7 +2352,10 @@ def mm(input, mat2):
 
 
 @_both
-def bmm(input, mat2):
+def bmm(input, mat2, *, out=None):
+    if out is not None:
+        _out_args_check("bmm", out, input, mat2)
+        return _write_out("bmm", bmm(input, mat2), out)
     if input.ndim != 3 or mat2.ndim != 3:
         raise RuntimeError(f"batch1 must be a 3D tensor (bmm of shapes {list(input.shape)} "
                            f"and {list(mat2.shape)})")
@@ -2322,7 +2388,10 @@ _EXPORTS["ger"] = outer
 
 
 @_both
-def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    if out is not None:
+        _out_args_check("addmm", out, input, mat1, mat2)
+        return _write_out("addmm", addmm(input, mat1, mat2, beta=beta, alpha=alpha), out)
     prod = mm(mat1, mat2)
     if alpha != 1:
         prod = mul(prod, alpha)
@@ -2398,6 +2467,7 @@ def cdist(x1, x2, p=2.0):
     is 0; ``p=0`` (a count) records a zero gradient; ``p=inf`` gives every
     coordinate that ties for the maximum the full ``sign(diff) * dy`` (the
     norm's even split is torch's ``dist``/``norm`` rule, not cdist's)."""
+    x1, x2 = _autocast_float32(x1, x2)   # torch's CPU autocast: float32
     diff = sub(x1.unsqueeze(-2), x2.unsqueeze(-3))
     out = norm(diff, p, dim=-1)
     t = diff._t

@@ -398,7 +398,9 @@ _DTF = {c: d.is_floating_point for c, d in D.BY_CODE.items()}
 class Tensor:
     """A PyTorch-style tensor (see the module docstring)."""
 
-    __slots__ = ("_t", "__weakref__")
+    # _grad_ref: a weak reference to the wrapper .grad last returned (see
+    # the grad property); unset until then
+    __slots__ = ("_t", "_grad_ref", "__weakref__")
 
     # ---------------------------------------------------------- construction
     def __new__(cls, *args, **kwargs):
@@ -502,7 +504,16 @@ class Tensor:
                     "autograd.backward(). To get the gradient of a non-leaf tensor, use "
                     "torch.autograd.grad(loss, [tensor]).", UserWarning, stacklevel=2)
             return None
-        return _w(g)
+        # the same Python object while the gradient tensor is the same (torch
+        # users compare p.grad by identity); held weakly, so a dropped
+        # gradient is not kept alive by the cache
+        ref = getattr(self, "_grad_ref", None)
+        w = ref() if ref is not None else None
+        if w is not None and w._t is g:
+            return w
+        w = _w(g)
+        self._grad_ref = _weakref.ref(w)
+        return w
 
     @grad.setter
     def grad(self, value):
@@ -528,6 +539,8 @@ class Tensor:
                                f"on {t.device}. Please ensure that the gradient and the "
                                "tensor are on the same device")
         t.grad = g
+        if isinstance(value, Tensor):
+            self._grad_ref = _weakref.ref(value)   # p.grad is value, as torch's
 
     @property
     def is_leaf(self) -> bool:

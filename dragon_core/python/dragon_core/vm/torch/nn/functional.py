@@ -651,7 +651,9 @@ def relu_(input):
 
 
 def relu6(input, inplace=False):
-    return _inplace_if(input, _w(_F.relu6(input._t)), inplace)
+    # torch's relu6 is hardtanh(x, 0, 6): the gradient is 0 at 0 and 6 and
+    # passes at a NaN x (a Clip's gradient blocks NaN, as torch.clamp's)
+    return hardtanh(input, 0.0, 6.0, inplace)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
@@ -677,7 +679,11 @@ def selu(input, inplace=False):
 
 def celu(input, alpha=1.0, inplace=False):
     # (where, not max + clamp: at 0 the gradient is 1, as torch's, not 1.5)
-    out = _T["where"](input > 0, input, alpha * _T["expm1"](input / alpha))
+    # x where x > 0 or NaN (gradient 1 there, as torch's celu); the negative
+    # branch is Elu, whose gradient is finite at +inf and NaN, so the
+    # masked-out branch adds 0 (expm1's e^x would add 0 * inf = NaN)
+    out = _T["where"](input <= 0, _w(_ops.elu((input / alpha)._t, alpha=1.0)) * alpha,
+                      input)
     return _inplace_if(input, out, inplace)
 
 
@@ -705,19 +711,28 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 def hardsigmoid(input, inplace=False):
     # the gradient is 0 at -3 and 3 (torch's), 1/6 strictly between
-    out = _T["where"](input <= -3, 0.0, _T["where"](input >= 3, 1.0, input / 6 + 0.5))
+    # a NaN x gives NaN with gradient 0, as torch's hardsigmoid_backward
+    inside = (input > -3) & (input < 3)
+    out = _T["where"](inside, input / 6 + 0.5, _T["where"](
+        input <= -3, 0.0, _T["where"](input >= 3, 1.0, input.detach())))
     return _inplace_if(input, out, inplace)
 
 
 def hardswish(input, inplace=False):
     # the gradient is 0 at -3 and 1 at 3 (torch's), (2x + 3) / 6 between
-    out = _T["where"](input <= -3, 0.0, _T["where"](input < 3, input * (input + 3) / 6, input))
+    # the middle branch reads 0 outside (-3, 3), so it stays finite at
+    # +-inf and NaN and its masked-out gradient is 0; a NaN x takes the
+    # x branch (gradient 1, as torch's hardswish_backward)
+    inside = (input > -3) & (input < 3)
+    xm = _T["where"](inside, input, 0.0)
+    out = _T["where"](inside, xm * (xm + 3) / 6, _T["where"](input <= -3, 0.0, input))
     return _inplace_if(input, out, inplace)
 
 
 def threshold(input, threshold, value, inplace=False):
     """``value`` where ``input <= threshold``, else ``input``."""
-    return _inplace_if(input, _T["where"](input > threshold, input, value), inplace)
+    # a NaN input stays NaN and passes its gradient, as torch's
+    return _inplace_if(input, _T["where"](input <= threshold, value, input), inplace)
 
 
 def threshold_(input, threshold, value):
@@ -725,12 +740,14 @@ def threshold_(input, threshold, value):
 
 
 def hardshrink(input, lambd=0.5):
-    return _T["where"](_T["abs"](input) > lambd, input, 0.0)
+    # a NaN input stays NaN and passes its gradient, as torch's
+    return _T["where"](_T["abs"](input) <= lambd, 0.0, input)
 
 
 def softshrink(input, lambd=0.5):
-    return _T["where"](input > lambd, input - lambd,
-                       _T["where"](input < -lambd, input + lambd, 0.0))
+    # a NaN input stays NaN and passes its gradient, as torch's
+    return _T["where"](_T["abs"](input) <= lambd, 0.0,
+                       _T["where"](input > lambd, input - lambd, input + lambd))
 
 
 def sigmoid(input):
@@ -750,7 +767,8 @@ def softsign(input):
 
 
 def logsigmoid(input):
-    return -softplus(-input)
+    # 0 - softplus(-x): +0.0 at x = +inf, as torch's (a negation gives -0.0)
+    return 0.0 - softplus(-input)
 
 
 def tanhshrink(input):

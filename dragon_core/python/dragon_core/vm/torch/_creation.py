@@ -375,6 +375,11 @@ def empty(*size, out=None, dtype=None, layout=None, device=None, requires_grad=F
 
 def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None,
          requires_grad=False):
+    if isinstance(fill_value, complex) or (isinstance(fill_value, np.generic)
+                                           and np.iscomplexobj(fill_value)):
+        raise NotImplementedError(f"full(): complex fill_value {fill_value!r} is not supported "
+                                  "(vm.torch has no complex dtypes; NumPy would drop the "
+                                  "imaginary part)")
     if dtype is None:
         dtype = (D.DTYPES["bool"] if isinstance(fill_value, bool) else
                  D.DTYPES["int64"] if isinstance(fill_value, numbers.Integral) else

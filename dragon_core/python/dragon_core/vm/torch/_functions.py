@@ -149,7 +149,16 @@ for _alias, _n in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
                    ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctanh", "atanh")):
     _EXPORTS[_alias] = _EXPORTS[_n]
     setattr(Tensor, _alias, _EXPORTS[_n])
-_unary("exp2", lambda t: _ops.exp(_ops.mul(t, math.log(2.0))))
+def _exp2(t):
+    # exp(x ln 2) in float64, rounded once: in float32 the product's rounding
+    # grows with |x| (exp2(30.) was 16 ulp off); torch computes 2**x exactly.
+    f64 = D.DTYPES["float64"]._dg
+    if t.dtype.name == "float64":
+        return _ops.exp(_ops.mul(t, math.log(2.0)))
+    return _ops.cast(_ops.exp(_ops.mul(_ops.cast(t, f64), math.log(2.0))), t.dtype)
+
+
+_unary("exp2", _exp2)
 _unary("abs", _ops.abs, float_only=False)
 _unary("neg", _ops.neg, float_only=False)
 _unary("sign", lambda t: _ops.where(_ops.isnan(t), 0.0, _ops.sign(t)) if _DT_FLOAT(t)
@@ -2107,6 +2116,9 @@ def scatter_add(input, dim, index, src):
 
 @_both
 def index_add(input, dim, index, source, *, alpha=1):
+    if isinstance(source, Tensor) and source.dtype != input.dtype:
+        raise RuntimeError(f"index_add_(): self ({input.dtype}) and source ({source.dtype}) "
+                           "must have the same scalar type")
     t = input._t
     d = _dim(dim, t.ndim)
     _check_index_range("index_add", index, t.shape[d] if t.ndim else 1, d)
@@ -2245,6 +2257,9 @@ def _autocast_float32(*tensors):
 
 @_both
 def trace(input):
+    if input.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim} "
+                           f"(shape {list(input.shape)})")
     (input,) = _autocast_float32(input)
     return sum(diagonal(input))
 
@@ -2375,7 +2390,18 @@ def dot(input, other):
     return matmul(input, other)
 
 
-_EXPORTS["inner"] = lambda a, b: sum(mul(a, b), -1) if a.ndim else mul(a, b)
+def _inner(a, b):
+    """``torch.inner``: the last axes contracted, the others of ``a`` then
+    of ``b`` kept (``a.shape[:-1] + b.shape[:-1]``); a 0-d side multiplies."""
+    if a.ndim == 0 or b.ndim == 0:
+        return mul(a, b)
+    if a.shape[-1] != b.shape[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but "
+                           f"got shapes {list(a.shape)} and {list(b.shape)}")
+    return tensordot(a, b, dims=([-1], [-1]))
+
+
+_EXPORTS["inner"] = _inner
 _EXPORTS["vdot"] = dot
 
 
@@ -2487,8 +2513,29 @@ def cdist(x1, x2, p=2.0):
 
 
 @_export
-def cross(input, other, dim=-1):
+def cross(input, other, dim=None):
+    """``torch.cross``: without ``dim``, the first axis of size 3 of the
+    broadcast shape (torch's deprecated default, with its warning);
+    ``torch.linalg.cross`` takes the last axis."""
+    if dim is None:
+        shape = np.broadcast_shapes(tuple(input.shape), tuple(other.shape))
+        if tuple(input.shape) != shape:
+            input = input.expand(*shape)
+        if tuple(other.shape) != shape:
+            other = other.expand(*shape)
+        sizes3 = [i for i, n in enumerate(shape) if n == 3]
+        if not sizes3:
+            raise RuntimeError(f"no dimension of size 3 in input (shapes {list(input.shape)} "
+                               f"and {list(other.shape)})")
+        warnings.warn("Using torch.cross without specifying the dim arg is deprecated. "
+                      "Please either pass the dim explicitly or simply use torch.linalg.cross. "
+                      "The default value of dim will change to agree with that of "
+                      "linalg.cross in a future release.", UserWarning, stacklevel=2)
+        dim = sizes3[0]
     d = _dim(dim, input.ndim)
+    if input.shape[d] != 3 or other.shape[d] != 3:
+        raise RuntimeError(f"cross: inputs dimension {dim} must have length 3, got shapes "
+                           f"{list(input.shape)} and {list(other.shape)}")
     a = [select(input, d, i) for i in range(3)]
     b = [select(other, d, i) for i in range(3)]
     return stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2],

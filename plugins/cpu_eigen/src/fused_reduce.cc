@@ -8,7 +8,8 @@
 //  - width > 1 (Sum's RunOuter over a [rows, width] layout): the same split
 //    into column blocks and row chunks (fold_split, reduce_util.h), each
 //    chunk's rows added four at a time in float and widened into a double
-//    per column (as ColumnSum, rows.h), the chunks combined in order;
+//    per column by ColumnSum (rows.h, the build for this CPU, as Sum), the
+//    chunks combined in order;
 //  - width == 1 (Sum's RunInner over one contiguous run): SumFloatRun over
 //    the same chunks, combined in order.
 // The split depends on the shapes only, so the result does not depend on
@@ -27,6 +28,7 @@
 #include "cast.h"
 #include "common.h"
 #include "reduce_util.h"
+#include "rows.h"
 
 namespace cpu_eigen {
 namespace {
@@ -97,46 +99,74 @@ void CastRun(const float* x, Half* y, int64_t n) {
 }
 
 // width > 1: columns [k0, k1) of rows [r0, r1) folded into dst[k0, k1)
-// (zeroed first), the rows cast into y. Row r starts at x + row_off(r).
+// (zeroed first), the rows cast into y. Rows come in groups of four from
+// r0, as ColumnSum (rows.h) takes them: runs of whole groups at one stride
+// (within the innermost row dim) go through ColumnSum itself, the vector
+// build Sum uses, kSub rows at a time, then are cast while in cache; a
+// group straddling two lines of the innermost row dim is added here with
+// ColumnSum's arithmetic ((p0 + p1) + (p2 + p3) in float, widened), and the
+// last rows % 4 one by one, as ColumnSum's tail.
 template <typename Half>
 void FoldCastBlock(const float* x, const RowRuns& l, int64_t width,
                    int64_t k0, int64_t k1, int64_t r0, int64_t r1,
                    double* dst, Half* y) {
+  constexpr int64_t kSub = 16;
   for (int64_t k = k0; k < k1; ++k) dst[k] = 0.0;
+  const RowKernels<float>& kern = RowKernelsFor<float>();
   const int64_t run = l.run;
-  Odometer rows(l.rows, l.rows.size(), r0);
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    int64_t off[4];
-    for (int i = 0; i < 4; ++i, rows.Next()) off[i] = rows.offset();
+  const size_t nd = l.rows.size();
+  const int64_t line = nd ? l.rows.back().size : 1;
+  const int64_t step = nd ? l.rows.back().stride : 0;
+  // Calls fn(lo, hi, in): columns [lo, hi) of the block, at offset `in`
+  // from a row's start, one dense piece per segment.
+  auto pieces = [&](auto fn) {
     for (int64_t s = k0 / run; s * run < k1; ++s) {
       const int64_t lo = std::max(k0, s * run);
       const int64_t hi = std::min(k1, (s + 1) * run);
-      const int64_t in = l.seg[s] + (lo - s * run);
-      const float* __restrict p0 = x + off[0] + in;
-      const float* __restrict p1 = x + off[1] + in;
-      const float* __restrict p2 = x + off[2] + in;
-      const float* __restrict p3 = x + off[3] + in;
-      double* __restrict d = dst + lo;
-      const int64_t n = hi - lo;
-      for (int64_t j = 0; j < n; ++j) {
-        d[j] += static_cast<double>((p0[j] + p1[j]) + (p2[j] + p3[j]));
-      }
-      CastRun(p0, y + r * width + lo, n);
-      CastRun(p1, y + (r + 1) * width + lo, n);
-      CastRun(p2, y + (r + 2) * width + lo, n);
-      CastRun(p3, y + (r + 3) * width + lo, n);
+      fn(lo, hi, l.seg[s] + (lo - s * run));
     }
-  }
-  for (; r < r1; ++r, rows.Next()) {
-    const int64_t base = rows.offset();
-    for (int64_t s = k0 / run; s * run < k1; ++s) {
-      const int64_t lo = std::max(k0, s * run);
-      const int64_t hi = std::min(k1, (s + 1) * run);
-      const float* __restrict p = x + base + l.seg[s] + (lo - s * run);
-      double* __restrict d = dst + lo;
-      for (int64_t j = 0; j < hi - lo; ++j) d[j] += static_cast<double>(p[j]);
-      CastRun(p, y + r * width + lo, hi - lo);
+  };
+  int64_t r = r0;
+  while (r < r1) {
+    const int64_t base = OffsetOf(l.rows, nd, r);
+    int64_t n = std::min({kSub, r1 - r, line - r % line});
+    if (n >= 4) {
+      n -= n % 4;
+      pieces([&](int64_t lo, int64_t hi, int64_t in) {
+        kern.column_sum(x + base + in, step, n, hi - lo, dst + lo);
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        pieces([&](int64_t lo, int64_t hi, int64_t in) {
+          CastRun(x + base + i * step + in, y + (r + i) * width + lo, hi - lo);
+        });
+      }
+      r += n;
+    } else if (r + 4 <= r1) {
+      int64_t off[4];
+      for (int i = 0; i < 4; ++i) off[i] = OffsetOf(l.rows, nd, r + i);
+      pieces([&](int64_t lo, int64_t hi, int64_t in) {
+        const float* p0 = x + off[0] + in;
+        const float* p1 = x + off[1] + in;
+        const float* p2 = x + off[2] + in;
+        const float* p3 = x + off[3] + in;
+        for (int64_t j = 0; j < hi - lo; ++j) {
+          dst[lo + j] +=
+              static_cast<double>((p0[j] + p1[j]) + (p2[j] + p3[j]));
+        }
+        for (int i = 0; i < 4; ++i) {
+          CastRun(x + off[i] + in, y + (r + i) * width + lo, hi - lo);
+        }
+      });
+      r += 4;
+    } else {
+      pieces([&](int64_t lo, int64_t hi, int64_t in) {
+        const float* p = x + base + in;
+        for (int64_t j = 0; j < hi - lo; ++j) {
+          dst[lo + j] += static_cast<double>(p[j]);
+        }
+        CastRun(p, y + r * width + lo, hi - lo);
+      });
+      r += 1;
     }
   }
 }

@@ -152,28 +152,7 @@ struct ShiftedExp {
   }
 };
 
-// Sum of a float run accumulated in double, fast: eight float lanes add
-// blocks of 32 values (4 per lane), which then widen into eight double
-// accumulators. Each float partial holds at most 4 values, so the result
-// is within a few float roundings of the exact sum, relative to the sum of
-// magnitudes, however long the run. (Widening every element runs at about
-// half the speed.)
-inline double SumFloatRun(const float* p, int64_t n) {
-  constexpr int64_t kBlock = 32;
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int b = 0; b < kBlock; b += 8) {
-      for (int j = 0; j < 8; ++j) lane[j] += p[i + b + j];
-    }
-    for (int j = 0; j < 8; ++j) acc[j] += lane[j];
-  }
-  double tail = 0;
-  for (; i < n; ++i) tail += p[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-         ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
-}
+// SumFloatRun (reduce_util.h): a float run summed in double, fast.
 
 template <typename A, typename Op, typename Map, typename T>
 A FoldRun(const T* p, int64_t n, A aux);
@@ -235,14 +214,10 @@ A FoldRun(const T* p, int64_t n, A aux) {
 
 // ------------------------------------------------------------ the fold
 
-// Targets for splitting work (fixed, so the split depends on shapes only).
-constexpr int64_t kTargetItems = 32;
-constexpr int64_t kMinChunk = 16384;  // elements per reduced-range chunk
-// Width of an output block when the innermost axis is kept. Rows are read
-// in full up to this width: narrower strips down a tall matrix defeat the
-// hardware prefetcher, so parallelism comes from chunks of the reduced
-// range instead.
-constexpr int64_t kMaxBlock = 4096;
+// The work split (reduce_util.h, shared with SumCastGrad).
+using fold_split::kMaxBlock;
+using fold_split::kMinChunk;
+using fold_split::kTargetItems;
 
 // Folds x over the layout into out[num_out] (type A). `aux` holds one value
 // per output for maps that need it (else may be null).

@@ -221,6 +221,43 @@ class Odometer {
   int64_t offset_ = 0;
 };
 
+// Shared with SumCastGrad (fused_reduce.cc), whose float32 sums must be
+// bit for bit Sum's: the fold's work split and its float run sum.
+// Targets for splitting Sum's work (fixed, so the split depends on shapes
+// only).
+namespace fold_split {
+constexpr int64_t kTargetItems = 32;
+constexpr int64_t kMinChunk = 16384;  // elements per reduced-range chunk
+// Width of an output block when the innermost axis is kept. Rows are read
+// in full up to this width: narrower strips down a tall matrix defeat the
+// hardware prefetcher, so parallelism comes from chunks of the reduced
+// range instead.
+constexpr int64_t kMaxBlock = 4096;
+}  // namespace fold_split
+
+// Sum of a float run accumulated in double, fast: eight float lanes add
+// blocks of 32 values (4 per lane), which then widen into eight double
+// accumulators. Each float partial holds at most 4 values, so the result
+// is within a few float roundings of the exact sum, relative to the sum of
+// magnitudes, however long the run. (Widening every element runs at about
+// half the speed.)
+inline double SumFloatRun(const float* p, int64_t n) {
+  constexpr int64_t kBlock = 32;
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int b = 0; b < kBlock; b += 8) {
+      for (int j = 0; j < 8; ++j) lane[j] += p[i + b + j];
+    }
+    for (int j = 0; j < 8; ++j) acc[j] += lane[j];
+  }
+  double tail = 0;
+  for (; i < n; ++i) tail += p[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+         ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
 // Copies a strided tensor into a dense row-major buffer.
 template <typename T>
 void CopyDense(const dg::TensorRef& t, T* dst) {

@@ -13,7 +13,7 @@ import os
 
 _PASSES: list = []   # (order, name, level, fn)
 _OWNERS: dict = {}   # plugin pass name -> (plugin object, plugin name)
-_ORDER = ["prune", "cse", "cast_hoist", "cast_fold", "constant_fold", "relu_mask",
+_ORDER = ["prune", "cse", "cast_hoist", "cast_fold", "gelu_fusion", "constant_fold", "relu_mask",
           "pattern_fusion", "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]
 
 

@@ -1,0 +1,239 @@
+"""The ``gelu_fusion`` pass (docs/graph.md): ``Add(bias) -> Gelu -> [Cast]``
+becomes ``BiasGelu``, ``GeluGrad -> Sum & [Cast]`` becomes
+``BiasGeluGrad``. Unit tests on hand-built graphs (the hits, and each
+precondition's miss), run through the executor against the unfused graph
+(bit for bit); then a Linear -> GELU -> Linear training step, float32 and
+bfloat16 autocast, compiled with and without the pass (the kernels
+themselves: tests/ops/test_fused_act.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dragon_core as dg
+from dragon_core._graph.passes.gelu_fusion import gelu_fusion
+
+try:
+    from .fixtures import graph, op_summary
+    from .test_fusion import run_graph
+except ImportError:  # run as a script
+    from fixtures import graph, op_summary
+    from test_fusion import run_graph
+
+F32, BF16 = "float32", "bfloat16"
+S = (2, 3, 8)
+
+
+def _block(cast_fwd=BF16, cast_bwd=BF16, keepdims=True, axes=(0, 1), bias_shape=(8,),
+           mode="none", grad_mode=None, extra=(), outputs=None, swap=False, dtype=F32):
+    """u + b -> gelu -> [cast]; GeluGrad(a, dy) -> Sum(axes) & [cast]."""
+    ops = [("Add", ["b", "u"] if swap else ["u", "b"], ["a"], {}),
+           ("Gelu", ["a"], ["y"], {"approximate": mode})]
+    outs = []
+    if cast_fwd:
+        ops.append(("Cast", ["y"], ["yc"], {"dtype": cast_fwd}))
+        outs.append("yc")
+    else:
+        outs.append("y")
+    ops.append(("GeluGrad", ["a", "dy"], ["g"], {"approximate": grad_mode or mode}))
+    ops.append(("Sum", ["g"], ["db"], {"axes": list(axes), "keepdims": keepdims}))
+    outs.append("db")
+    if cast_bwd:
+        ops.append(("Cast", ["g"], ["gc"], {"dtype": cast_bwd}))
+        outs.append("gc")
+    else:
+        ops.append(("Neg", ["g"], ["gn"], {}))
+        outs.append("gn")
+    ops.extend(extra)
+    return graph(inputs=[("u", dtype, S), ("b", dtype, bias_shape), ("dy", dtype, S)],
+                 ops=ops, outputs=outputs if outputs is not None else outs)
+
+
+def _feeds(bias_shape=(8,), dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return {"u": (rng.standard_normal(S) * 2).astype(dtype),
+            "b": rng.standard_normal(bias_shape).astype(dtype),
+            "dy": rng.standard_normal(S).astype(dtype)}
+
+
+def _same_results(g, new, feeds):
+    for a, b in zip(run_graph(g, feeds), run_graph(new, feeds)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def _unchanged(g):
+    assert gelu_fusion(g).SerializeToString() == g.SerializeToString()
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("mode", ["none", "tanh"])
+def test_bf16_block_fuses_both_ways(mode, swap):
+    g = _block(mode=mode, swap=swap)
+    new = gelu_fusion(g)
+    assert op_summary(new) == [
+        ("BiasGelu", ["u", "b"], ["yc"]),
+        ("BiasGeluGrad", ["u", "b", "dy"], ["gc", "db"])]
+    fwd, bwd = new.op
+    assert fwd.attr["approximate"].s == mode and bwd.attr["approximate"].s == mode
+    assert dg.as_dtype(fwd.attr["dtype"].dtype).name == BF16
+    assert dg.as_dtype(bwd.attr["dtype"].dtype).name == BF16
+    assert bwd.attr["keepdims"].b
+    info = {v.name for v in new.value_info}
+    assert not info & {"a", "y", "g"} and {"yc", "gc", "db"} <= info
+    assert op_summary(g)[0][0] == "Add"           # the argument is untouched
+    _same_results(g, new, _feeds())
+
+
+def test_float32_block_fuses_without_casts():
+    g = _block(cast_fwd=None, cast_bwd=None, keepdims=False)
+    new = gelu_fusion(g)
+    assert op_summary(new) == [
+        ("BiasGelu", ["u", "b"], ["y"]),
+        ("BiasGeluGrad", ["u", "b", "dy"], ["g", "db"]),
+        ("Neg", ["g"], ["gn"])]
+    assert dg.as_dtype(new.op[0].attr["dtype"].dtype).name == F32
+    assert not new.op[1].attr["keepdims"].b
+    _same_results(g, new, _feeds())
+
+
+def test_negative_axes_and_float16():
+    g = _block(cast_fwd="float16", cast_bwd="float16", axes=(-3, -2))
+    new = gelu_fusion(g)
+    assert [op.type for op in new.op] == ["BiasGelu", "BiasGeluGrad"]
+    _same_results(g, new, _feeds())
+
+
+def test_inference_forward_alone():
+    g = graph(inputs=[("u", F32, S), ("b", F32, (8,))],
+              ops=[("Add", ["u", "b"], ["a"], {}), ("Gelu", ["a"], ["y"], {}),
+                   ("Cast", ["y"], ["yc"], {"dtype": BF16})],
+              outputs=["yc"])
+    new = gelu_fusion(g)
+    assert op_summary(new) == [("BiasGelu", ["u", "b"], ["yc"])]
+    _same_results(g, new, {k: v for k, v in _feeds().items() if k != "dy"})
+
+
+def test_cast_with_other_readers_of_y_is_kept():
+    """y read by the Cast and another op: written in float32, the Cast stays."""
+    g = _block(extra=[("Neg", ["y"], ["yn"], {})], outputs=["yc", "db", "gc", "yn"])
+    new = gelu_fusion(g)
+    assert op_summary(new)[:2] == [("BiasGelu", ["u", "b"], ["y"]),
+                                   ("Cast", ["y"], ["yc"])]
+    assert dg.as_dtype(new.op[0].attr["dtype"].dtype).name == F32
+    _same_results(g, new, _feeds())
+
+
+def test_pinned_gelu_output_keeps_float32():
+    g = _block(outputs=["y", "yc", "db", "gc"])
+    new = gelu_fusion(g)
+    assert op_summary(new)[0] == ("BiasGelu", ["u", "b"], ["y"])
+    _same_results(g, new, _feeds())
+
+
+@pytest.mark.parametrize("case", [
+    "pre_activation_is_output", "other_reader_of_pre", "grad_output_pinned",
+    "no_sum", "sum_keeps_rows", "sum_all_axes", "bias_2d", "bias_rows",
+    "float64", "modes_differ", "two_grads", "cast_up"])
+def test_misses_leave_the_graph_alone(case):
+    if case == "pre_activation_is_output":
+        g = _block(outputs=["yc", "db", "gc", "a"])
+    elif case == "other_reader_of_pre":
+        g = _block(extra=[("Neg", ["a"], ["an"], {})], outputs=["yc", "db", "gc", "an"])
+    elif case == "grad_output_pinned":
+        g = _block(outputs=["yc", "db", "gc", "g"])
+    elif case == "no_sum":
+        g = graph(inputs=[("u", F32, S), ("b", F32, (8,)), ("dy", F32, S)],
+                  ops=[("Add", ["u", "b"], ["a"], {}), ("Gelu", ["a"], ["y"], {}),
+                       ("GeluGrad", ["a", "dy"], ["g"], {})],
+                  outputs=["y", "g"])
+    elif case == "sum_keeps_rows":
+        g = _block(axes=(0,))
+    elif case == "sum_all_axes":
+        g = _block(axes=(0, 1, 2))
+    elif case == "bias_2d":
+        g = _block(bias_shape=(3, 8))
+    elif case == "bias_rows":          # a [1, 1, 8] bias: not the pattern
+        g = _block(bias_shape=(1, 1, 8))
+    elif case == "float64":
+        g = _block(cast_fwd=None, cast_bwd=None, dtype="float64")
+    elif case == "modes_differ":
+        g = _block(mode="none", grad_mode="tanh")
+    elif case == "two_grads":
+        g = _block(extra=[("GeluGrad", ["a", "u"], ["g2"], {})],
+                   outputs=["yc", "db", "gc", "g2"])
+    else:                              # Cast to float64: not a 16-bit rounding
+        g = _block(cast_fwd="float64", cast_bwd=None)
+        new = gelu_fusion(g)           # fuses, writing float32 y; the Cast stays
+        assert op_summary(new)[:2] == [("BiasGelu", ["u", "b"], ["y"]),
+                                       ("Cast", ["y"], ["yc"])]
+        _same_results(g, new, _feeds())
+        return
+    _unchanged(g)
+
+
+def test_add_of_two_tensors_is_not_a_bias():
+    g = graph(inputs=[("u", F32, S), ("v", F32, S), ("dy", F32, S)],
+              ops=[("Add", ["u", "v"], ["a"], {}), ("Gelu", ["a"], ["y"], {}),
+                   ("GeluGrad", ["a", "dy"], ["g"], {}),
+                   ("Sum", ["g"], ["db"], {"axes": [0, 1], "keepdims": False})],
+              outputs=["y", "g", "db"])
+    _unchanged(g)
+
+
+def test_disabled_by_name_and_below_o3():
+    from dragon_core._graph.passes import passes_for
+    assert "gelu_fusion" in [n for n, _ in passes_for(3)]
+    assert "gelu_fusion" not in [n for n, _ in passes_for(2)]
+    names = [n for n, _ in passes_for(3)]
+    assert names.index("cast_fold") < names.index("gelu_fusion")
+
+
+# ------------------------------------------------ an MLP step, compiled
+
+
+def _mlp_step(precision, disable):
+    rng = np.random.default_rng(5)
+    w1 = dg.tensor((rng.standard_normal((24, 40)) * 0.3).astype(np.float32))
+    b1 = dg.tensor((rng.standard_normal(40) * 0.3).astype(np.float32))
+    w2 = dg.tensor((rng.standard_normal((40, 24)) * 0.3).astype(np.float32))
+    b2 = dg.tensor((rng.standard_normal(24) * 0.3).astype(np.float32))
+    lin1, lin2 = dg.nn.Linear(24, 40), dg.nn.Linear(40, 24)
+    lin1.load_state_dict({"weight": dg.ops.transpose(w1, [1, 0]), "bias": b1})
+    lin2.load_state_dict({"weight": dg.ops.transpose(w2, [1, 0]), "bias": b2})
+    params = list(lin1.parameters()) + list(lin2.parameters())
+    opt = dg.optim.SGD(params, lr=0.1)
+
+    def step(x, t):
+        opt.zero_grad()
+        with dg.autocast("cpu", enabled=precision == BF16):
+            out = lin2(dg.nn.functional.gelu(lin1(x)))
+            loss = dg.nn.functional.mse_loss(out, t)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = dg.function(step, disable_passes=("gelu_fusion",) if disable else ())
+    return fn, params
+
+
+@pytest.mark.parametrize("precision", [F32, BF16])
+def test_compiled_step_equals_the_unfused_graph(precision):
+    rng = np.random.default_rng(6)
+    x = dg.tensor(rng.standard_normal((4, 7, 24)).astype(np.float32))
+    t = dg.tensor(rng.standard_normal((4, 7, 24)).astype(np.float32))
+    results = []
+    for disable in (True, False):
+        fn, params = _mlp_step(precision, disable)
+        losses = [float(fn(x, t).numpy()) for _ in range(3)]
+        types = [op.type for op in fn.get_graph(x, t).op]
+        results.append((losses, [p.numpy().copy() for p in params], types))
+    (l0, p0, t0), (l1, p1, t1) = results
+    assert "BiasGelu" not in t0 and "Gelu" in t0
+    assert "BiasGelu" in t1 and "BiasGeluGrad" in t1 and "Gelu" not in t1
+    assert "GeluGrad" not in t1
+    assert l0 == l1
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)

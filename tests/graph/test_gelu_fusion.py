@@ -74,15 +74,15 @@ def test_bf16_block_fuses_both_ways(mode, swap):
     g = _block(mode=mode, swap=swap)
     new = gelu_fusion(g)
     assert op_summary(new) == [
-        ("BiasGelu", ["u", "b"], ["yc"]),
-        ("BiasGeluGrad", ["u", "b", "dy"], ["gc", "db"])]
+        ("BiasGelu", ["u", "b"], ["yc", "a"]),
+        ("BiasGeluGrad", ["a", "dy"], ["gc", "db"])]
     fwd, bwd = new.op
     assert fwd.attr["approximate"].s == mode and bwd.attr["approximate"].s == mode
     assert dg.as_dtype(fwd.attr["dtype"].dtype).name == BF16
     assert dg.as_dtype(bwd.attr["dtype"].dtype).name == BF16
     assert bwd.attr["keepdims"].b
     info = {v.name for v in new.value_info}
-    assert not info & {"a", "y", "g"} and {"yc", "gc", "db"} <= info
+    assert not info & {"y", "g"} and {"a", "yc", "gc", "db"} <= info
     assert op_summary(g)[0][0] == "Add"           # the argument is untouched
     _same_results(g, new, _feeds())
 
@@ -91,8 +91,8 @@ def test_float32_block_fuses_without_casts():
     g = _block(cast_fwd=None, cast_bwd=None, keepdims=False)
     new = gelu_fusion(g)
     assert op_summary(new) == [
-        ("BiasGelu", ["u", "b"], ["y"]),
-        ("BiasGeluGrad", ["u", "b", "dy"], ["g", "db"]),
+        ("BiasGelu", ["u", "b"], ["y", "a"]),
+        ("BiasGeluGrad", ["a", "dy"], ["g", "db"]),
         ("Neg", ["g"], ["gn"])]
     assert dg.as_dtype(new.op[0].attr["dtype"].dtype).name == F32
     assert not new.op[1].attr["keepdims"].b
@@ -112,7 +112,7 @@ def test_inference_forward_alone():
                    ("Cast", ["y"], ["yc"], {"dtype": BF16})],
               outputs=["yc"])
     new = gelu_fusion(g)
-    assert op_summary(new) == [("BiasGelu", ["u", "b"], ["yc"])]
+    assert op_summary(new) == [("BiasGelu", ["u", "b"], ["yc", "a"])]
     _same_results(g, new, {k: v for k, v in _feeds().items() if k != "dy"})
 
 
@@ -120,7 +120,7 @@ def test_cast_with_other_readers_of_y_is_kept():
     """y read by the Cast and another op: written in float32, the Cast stays."""
     g = _block(extra=[("Neg", ["y"], ["yn"], {})], outputs=["yc", "db", "gc", "yn"])
     new = gelu_fusion(g)
-    assert op_summary(new)[:2] == [("BiasGelu", ["u", "b"], ["y"]),
+    assert op_summary(new)[:2] == [("BiasGelu", ["u", "b"], ["y", "a"]),
                                    ("Cast", ["y"], ["yc"])]
     assert dg.as_dtype(new.op[0].attr["dtype"].dtype).name == F32
     _same_results(g, new, _feeds())
@@ -129,49 +129,73 @@ def test_cast_with_other_readers_of_y_is_kept():
 def test_pinned_gelu_output_keeps_float32():
     g = _block(outputs=["y", "yc", "db", "gc"])
     new = gelu_fusion(g)
-    assert op_summary(new)[0] == ("BiasGelu", ["u", "b"], ["y"])
+    assert op_summary(new)[0] == ("BiasGelu", ["u", "b"], ["y", "a"])
     _same_results(g, new, _feeds())
 
 
-@pytest.mark.parametrize("case", [
-    "pre_activation_is_output", "other_reader_of_pre", "grad_output_pinned",
-    "no_sum", "sum_keeps_rows", "sum_all_axes", "bias_2d", "bias_rows",
-    "float64", "modes_differ", "two_grads", "cast_up"])
-def test_misses_leave_the_graph_alone(case):
-    if case == "pre_activation_is_output":
-        g = _block(outputs=["yc", "db", "gc", "a"])
-    elif case == "other_reader_of_pre":
-        g = _block(extra=[("Neg", ["a"], ["an"], {})], outputs=["yc", "db", "gc", "an"])
-    elif case == "grad_output_pinned":
-        g = _block(outputs=["yc", "db", "gc", "g"])
-    elif case == "no_sum":
-        g = graph(inputs=[("u", F32, S), ("b", F32, (8,)), ("dy", F32, S)],
-                  ops=[("Add", ["u", "b"], ["a"], {}), ("Gelu", ["a"], ["y"], {}),
-                       ("GeluGrad", ["a", "dy"], ["g"], {})],
-                  outputs=["y", "g"])
-    elif case == "sum_keeps_rows":
-        g = _block(axes=(0,))
-    elif case == "sum_all_axes":
-        g = _block(axes=(0, 1, 2))
-    elif case == "bias_2d":
-        g = _block(bias_shape=(3, 8))
-    elif case == "bias_rows":          # a [1, 1, 8] bias: not the pattern
-        g = _block(bias_shape=(1, 1, 8))
-    elif case == "float64":
-        g = _block(cast_fwd=None, cast_bwd=None, dtype="float64")
-    elif case == "modes_differ":
-        g = _block(mode="none", grad_mode="tanh")
-    elif case == "two_grads":
-        g = _block(extra=[("GeluGrad", ["a", "u"], ["g2"], {})],
-                   outputs=["yc", "db", "gc", "g2"])
-    else:                              # Cast to float64: not a 16-bit rounding
-        g = _block(cast_fwd="float64", cast_bwd=None)
-        new = gelu_fusion(g)           # fuses, writing float32 y; the Cast stays
-        assert op_summary(new)[:2] == [("BiasGelu", ["u", "b"], ["y"]),
-                                       ("Cast", ["y"], ["yc"])]
-        _same_results(g, new, _feeds())
-        return
-    _unchanged(g)
+# Each case: the graph, and the op types after the pass (each half of the
+# block fuses or not on its own preconditions).
+MISSES = {
+    # the pre-activation stays a value: its other readers keep it
+    "pre_activation_is_output": (dict(outputs=["yc", "db", "gc", "a"]),
+                                 ["BiasGelu", "BiasGeluGrad"]),
+    "other_reader_of_pre": (dict(extra=[("Neg", ["a"], ["an"], {})],
+                                 outputs=["yc", "db", "gc", "an"]),
+                            ["BiasGelu", "BiasGeluGrad", "Neg"]),
+    # backward misses
+    "grad_output_pinned": (dict(outputs=["yc", "db", "gc", "g"]),
+                           ["BiasGelu", "GeluGrad", "Sum", "Cast"]),
+    "sum_keeps_rows": (dict(axes=(0,)), ["BiasGelu", "GeluGrad", "Sum", "Cast"]),
+    "sum_all_axes": (dict(axes=(0, 1, 2)), ["BiasGelu", "GeluGrad", "Sum", "Cast"]),
+    "second_sum": (dict(extra=[("Sum", ["g"], ["db2"], {"axes": [0, 1]})],
+                        outputs=["yc", "db", "gc", "db2"]),
+                   ["BiasGelu", "GeluGrad", "Sum", "Cast", "Sum"]),
+    # forward misses
+    "bias_2d": (dict(bias_shape=(3, 8)), ["Add", "Gelu", "Cast", "BiasGeluGrad"]),
+    "bias_rows": (dict(bias_shape=(1, 1, 8)), ["Add", "Gelu", "Cast", "BiasGeluGrad"]),
+    "two_gelus": (dict(extra=[("Gelu", ["a"], ["y2"], {})],
+                       outputs=["yc", "db", "gc", "y2"]),
+                  ["Add", "Gelu", "Cast", "BiasGeluGrad", "Gelu"]),
+    # neither
+    "float64": (dict(cast_fwd=None, cast_bwd=None, dtype="float64"),
+                ["Add", "Gelu", "GeluGrad", "Sum", "Neg"]),
+    # both, each with its own mode
+    "modes_differ": (dict(mode="none", grad_mode="tanh"), ["BiasGelu", "BiasGeluGrad"]),
+    # a GeluGrad without a bias sum stays
+    "two_grads": (dict(extra=[("GeluGrad", ["a", "u"], ["g2"], {})],
+                       outputs=["yc", "db", "gc", "g2"]),
+                  ["BiasGelu", "BiasGeluGrad", "GeluGrad"]),
+    # a Cast to float64 is not a 16-bit rounding: float32 y, the Cast stays
+    "cast_up": (dict(cast_fwd="float64", cast_bwd=None),
+                ["BiasGelu", "Cast", "BiasGeluGrad", "Neg"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSES))
+def test_each_half_on_its_own_preconditions(case):
+    kwargs, types = MISSES[case]
+    g = _block(**kwargs)
+    new = gelu_fusion(g)
+    assert [op.type for op in new.op] == types
+    if types == [op.type for op in g.op]:
+        assert new.SerializeToString() == g.SerializeToString()
+    dtype = np.float64 if kwargs.get("dtype") == "float64" else np.float32
+    _same_results(g, new, _feeds(kwargs.get("bias_shape", (8,)), dtype))
+
+
+def test_modes_are_kept_per_half():
+    new = gelu_fusion(_block(mode="none", grad_mode="tanh"))
+    assert [op.attr["approximate"].s for op in new.op] == ["none", "tanh"]
+
+
+def test_no_sum_leaves_the_grad():
+    g = graph(inputs=[("u", F32, S), ("b", F32, (8,)), ("dy", F32, S)],
+              ops=[("Add", ["u", "b"], ["a"], {}), ("Gelu", ["a"], ["y"], {}),
+                   ("GeluGrad", ["a", "dy"], ["g"], {})],
+              outputs=["y", "g"])
+    new = gelu_fusion(g)
+    assert [op.type for op in new.op] == ["BiasGelu", "GeluGrad"]
+    _same_results(g, new, _feeds())
 
 
 def test_add_of_two_tensors_is_not_a_bias():
@@ -179,7 +203,27 @@ def test_add_of_two_tensors_is_not_a_bias():
               ops=[("Add", ["u", "v"], ["a"], {}), ("Gelu", ["a"], ["y"], {}),
                    ("GeluGrad", ["a", "dy"], ["g"], {}),
                    ("Sum", ["g"], ["db"], {"axes": [0, 1], "keepdims": False})],
-              outputs=["y", "g", "db"])
+              outputs=["y", "db"])
+    new = gelu_fusion(g)
+    assert [op.type for op in new.op] == ["Add", "Gelu", "BiasGeluGrad"]
+    feeds = _feeds()
+    feeds["v"] = feeds.pop("b").reshape(1, 1, 8).repeat(2, 0).repeat(3, 1)
+    _same_results(g, new, feeds)
+
+
+def test_rank1_grad_is_left_alone():
+    g = graph(inputs=[("a", F32, (8,)), ("dy", F32, (8,))],
+              ops=[("GeluGrad", ["a", "dy"], ["g"], {}),
+                   ("Sum", ["g"], ["db"], {"axes": [0], "keepdims": False})],
+              outputs=["db"])
+    _unchanged(g)
+
+
+def test_no_kernel_on_the_device_no_change():
+    g = _block()
+    g.metadata["device"] = "cuda:0"
+    from dragon_core._graph.passes import kernel_dtypes
+    assert "float32" not in kernel_dtypes("BiasGelu", "cuda")   # none written yet
     _unchanged(g)
 
 

@@ -66,11 +66,13 @@ def _unfused(x, b, dy, mode, dtype, keepdims=False):
 
 def _fused(x, b, dy, mode, dtype, keepdims=False):
     X, B, D = dg.tensor(x), dg.tensor(b), dg.tensor(dy)
-    y = dg.ops.bias_gelu(X, B, approximate=mode, dtype=dtype)
-    dx, db = dg.ops.bias_gelu_grad(X, B, D, approximate=mode, dtype=dtype,
+    y, pre = dg.ops.bias_gelu(X, B, approximate=mode, dtype=dtype)
+    # pre is the Add's float32 sum, bit for bit (NaN payloads aside).
+    np.testing.assert_array_equal(pre.numpy(), dg.ops.add(X, B).numpy())
+    dx, db = dg.ops.bias_gelu_grad(pre, D, approximate=mode, dtype=dtype,
                                    keepdims=keepdims)
     assert y.dtype.name == dtype and dx.dtype.name == dtype
-    assert db.dtype.name == "float32"
+    assert pre.dtype.name == "float32" and db.dtype.name == "float32"
     return _f64(y), _f64(dx), _f64(db)
 
 
@@ -157,8 +159,11 @@ def test_non_contiguous_inputs():
     xt = dg.ops.transpose(dg.tensor(np.ascontiguousarray(x.T)), [1, 0])
     dyt = dg.ops.transpose(dg.tensor(np.ascontiguousarray(dy.T)), [1, 0])
     bt = dg.tensor(np.repeat(b, 3))[::3]
-    y = _f64(dg.ops.bias_gelu(xt, bt, dtype="bfloat16"))
-    dx, db = dg.ops.bias_gelu_grad(xt, bt, dyt, dtype="bfloat16")
+    y, pre = dg.ops.bias_gelu(xt, bt, dtype="bfloat16")
+    y = _f64(y)
+    pret = dg.ops.transpose(dg.tensor(np.ascontiguousarray(pre.numpy().T)), [1, 0])
+    assert not pret.is_contiguous()
+    dx, db = dg.ops.bias_gelu_grad(pret, dyt, dtype="bfloat16")
     assert not xt.is_contiguous() and not dyt.is_contiguous()
     ry, rdx, rdb = _unfused(x, b, dy, "none", "bfloat16")
     np.testing.assert_array_equal(y, ry)
@@ -175,8 +180,9 @@ dy = rng.standard_normal((8, 128, 1024)).astype(np.float32)
 X, B, D = dg.tensor(x), dg.tensor(b), dg.tensor(dy)
 h = hashlib.sha256()
 for dt in ("float32", "bfloat16"):
-    h.update(dg.ops.cast(dg.ops.bias_gelu(X, B, dtype=dt), "float32").numpy().tobytes())
-    dx, db = dg.ops.bias_gelu_grad(X, B, D, dtype=dt)
+    y, pre = dg.ops.bias_gelu(X, B, dtype=dt)
+    h.update(dg.ops.cast(y, "float32").numpy().tobytes())
+    dx, db = dg.ops.bias_gelu_grad(pre, D, dtype=dt)
     h.update(dg.ops.cast(dx, "float32").numpy().tobytes())
     h.update(db.numpy().tobytes())
 print(h.hexdigest())
@@ -205,10 +211,15 @@ def test_same_bits_with_one_and_two_threads():
      ["dtype", "int32"]),
     (lambda X, B, D: dg.ops.bias_gelu(dg.tensor(np.float32(1.0)), B),
      ["0-d"]),
-    (lambda X, B, D: dg.ops.bias_gelu_grad(X, B, dg.tensor(np.zeros((5, 3), np.float32))),
+    (lambda X, B, D: dg.ops.bias_gelu_grad(X, dg.tensor(np.zeros((5, 3), np.float32))),
      ["dy", "[3, 5]", "[5, 3]"]),
-    (lambda X, B, D: dg.ops.bias_gelu_grad(X, B, D, dtype="float64"),
+    (lambda X, B, D: dg.ops.bias_gelu_grad(X, D, dtype="float64"),
      ["dtype", "float64"]),
+    (lambda X, B, D: dg.ops.bias_gelu_grad(X, D, approximate="fast"),
+     ["approximate", "fast"]),
+    (lambda X, B, D: dg.ops.bias_gelu_grad(dg.tensor(np.float32(1.0)),
+                                           dg.tensor(np.float32(1.0))),
+     ["0-d"]),
 ])
 def test_errors_name_the_problem(call, words):
     X = dg.tensor(np.zeros((3, 5), np.float32))

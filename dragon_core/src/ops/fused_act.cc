@@ -1,12 +1,11 @@
 // BiasGelu and BiasGeluGrad: the GELU block of a Linear + GELU layer as two
 // graph-only ops, written by the `gelu_fusion` graph pass
 // (dragon_core/_graph/passes/gelu_fusion.py, docs/graph.md) in place of
-//   forward:  Add(x, bias) -> Gelu -> [Cast to float16 / bfloat16]
-//   backward: GeluGrad(x + bias, dy) -> Sum over the leading axes (the
-//             bias gradient) and [Cast to float16 / bfloat16]
-// The pre-activation x + bias is never stored: the backward op recomputes
-// it from x and bias (one float32 add, the same bits as the Add). Both ops
-// are not differentiable (the pass runs on the differentiated graph).
+//   forward:  pre = Add(x, bias) -> Gelu -> [Cast to float16 / bfloat16]
+//   backward: GeluGrad(pre, dy) -> Sum over the leading axes (the bias
+//             gradient) and [Cast to float16 / bfloat16]
+// BiasGelu writes pre (float32) beside y for the backward, as the Add did.
+// Neither op is differentiable (the pass runs on the differentiated graph).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,33 +46,38 @@ void BiasGeluShape(dg::InferContext& ctx) {
   CheckBias(ctx);
   ctx.set_output(0, CheckDTypeAttr(ctx, "dtype", kOutDTypes),
                  ctx.input(0).shape());
+  ctx.set_output(1, DG_FLOAT32, ctx.input(0).shape());
 }
 
 void BiasGeluGradShape(dg::InferContext& ctx) {
   CheckApproximate(ctx);
-  const int64_t n = CheckBias(ctx);
-  const Shape x = ctx.input(0).shape();
-  const Shape dy = ctx.input(2).shape();
-  DG_CHECK(dy == x, DG_INVALID_ARGUMENT, "dy must have x's shape ",
-           ShapeStr(x), ", got ", ShapeStr(dy));
-  ctx.set_output(0, CheckDTypeAttr(ctx, "dtype", kOutDTypes), x);
-  Shape db(ctx.b("keepdims") ? x.size() : 1, 1);
-  db.back() = n;
+  const Shape pre = ctx.input(0).shape();
+  const Shape dy = ctx.input(1).shape();
+  DG_CHECK(!pre.empty(), DG_INVALID_ARGUMENT,
+           "pre must have at least one dimension (the bias runs along its "
+           "last), got a 0-d tensor");
+  DG_CHECK(dy == pre, DG_INVALID_ARGUMENT, "dy must have pre's shape ",
+           ShapeStr(pre), ", got ", ShapeStr(dy));
+  ctx.set_output(0, CheckDTypeAttr(ctx, "dtype", kOutDTypes), pre);
+  Shape db(ctx.b("keepdims") ? pre.size() : 1, 1);
+  db.back() = pre.back();
   ctx.set_output(1, DG_FLOAT32, db);
 }
 
 }  // namespace
 
 DG_OP(BiasGelu)
-    .Doc("y = gelu(x + bias) in dtype: the float32 sum and the float32 GELU "
-         "of Add and Gelu, rounded once to dtype (as a following Cast "
-         "rounds). Bit for bit Add -> Gelu -> [Cast] on a kernel that runs "
-         "their code. Written by the gelu_fusion graph pass; not "
-         "differentiable.")
+    .Doc("y = gelu(x + bias) in dtype, and pre = x + bias: the float32 sum "
+         "and the float32 GELU of Add and Gelu, y rounded once to dtype (as "
+         "a following Cast rounds). Bit for bit Add -> Gelu -> [Cast] on a "
+         "kernel that runs their code. Written by the gelu_fusion graph "
+         "pass; not differentiable.")
     .Input("x", kF32, DG_ARG_NO_GRAD, "float32 input, rank >= 1.")
     .Input("bias", kF32, DG_ARG_NO_GRAD,
            "float32, shape [x.shape[-1]]: added along x's last axis.")
     .Output("y", kOutDTypes, 0, "gelu(x + bias), x's shape, in dtype.")
+    .Output("pre", kF32, 0,
+            "x + bias, float32, x's shape (what the backward reads).")
     .Attr("approximate", "none",
           "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
     .DTypeAttr("dtype", DG_FLOAT32,
@@ -82,21 +86,22 @@ DG_OP(BiasGelu)
     .Shape(BiasGeluShape);
 
 DG_OP(BiasGeluGrad)
-    .Doc("GELU's backward with its bias gradient, from the forward's inputs: "
-         "g = dy * gelu'(x + bias) in float32 (GeluGrad of the float32 "
-         "pre-activation), dx = g rounded once to dtype, dbias = the float32 "
-         "sum of g over every axis but the last (the Sum of a bias "
-         "gradient: accumulated in double, in an order that depends on the "
-         "shape only). Written by the gelu_fusion graph pass; not "
-         "differentiable.")
-    .Input("x", kF32, DG_ARG_NO_GRAD, "float32 input of the forward add.")
-    .Input("bias", kF32, DG_ARG_NO_GRAD, "float32, shape [x.shape[-1]].")
+    .Doc("GELU's backward with its bias gradient: g = dy * gelu'(pre) in "
+         "float32 (GeluGrad), dx = g rounded once to dtype, dbias = the "
+         "float32 sum of g over every axis but the last (the Sum of a bias "
+         "gradient: accumulated in double, in the order of Sum's kernel, "
+         "which depends on the shape only). Written by the gelu_fusion graph "
+         "pass; not differentiable.")
+    .Input("pre", kF32, DG_ARG_NO_GRAD,
+           "float32 pre-activation (BiasGelu's pre, or any GeluGrad x), "
+           "rank >= 1.")
     .Input("dy", kF32, DG_ARG_NO_GRAD,
-           "float32 gradient of gelu(x + bias), x's shape.")
-    .Output("dx", kOutDTypes, 0, "Gradient of x (and of x + bias), in dtype.")
+           "float32 gradient of gelu(pre), pre's shape.")
+    .Output("dx", kOutDTypes, 0, "Gradient of pre, in dtype.")
     .Output("dbias", kF32, 0,
-            "Gradient of bias, float32: [x.shape[-1]], or x's rank with "
-            "ones before the last axis when keepdims.")
+            "Gradient of a bias added along pre's last axis, float32: "
+            "[pre.shape[-1]], or pre's rank with ones before the last axis "
+            "when keepdims.")
     .Attr("approximate", "none",
           "\"none\" for the exact erf form, \"tanh\" for the tanh form.")
     .DTypeAttr("dtype", DG_FLOAT32,

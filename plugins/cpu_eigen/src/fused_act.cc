@@ -5,12 +5,12 @@
 // tensors written and read again).
 //
 // Same bits as the unfused ops, by running their code on the same values:
-//   * x + bias: one float32 add per element, as Add;
+//   * pre = x + bias: one float32 add per element, as Add;
 //   * gelu / gelu': the float32 runs of Gelu and GeluGrad
 //     (elementwise::FloatKernelsFor<float>().unary / .gelu_grad, built per
-//     instruction set in elementwise_isa.cc, gelu_grad.h): every element
-//     takes their packet path, so a result does not depend on its position
-//     in the run;
+//     instruction set in elementwise_isa.cc, gelu_grad.h), on groups of rows
+//     while they are in the cache: every element takes their packet path,
+//     so a result does not depend on its position in the run;
 //   * the cast: FloatToBfloat16 (cast.h, Cast's conversion) or Eigen's
 //     float -> half, once per element;
 //   * dbias: Sum's fold of a bias gradient (reduce.cc, RunOuter): the rows
@@ -21,6 +21,11 @@
 //     chunking is copied from reduce.cc (kTargetItems, kMinChunk,
 //     kMaxBlock below); tests/ops/test_fused_act.py checks the bits against
 //     the unfused Sum, so a change there shows.
+// The pre-activation is written by the forward and read by the backward (as
+// the Add's output was): recomputing it in the backward from x and bias
+// saved that 4 MiB write but cost more than it (a separate, memory-bound
+// pass over x in front of the compute-bound gelu', measured ~+150 us a
+// 1024 x 1024 block on one core; docs/benchmarks.md).
 // Work runs over rows; results do not depend on the thread count.
 #include <algorithm>
 #include <cstdint>
@@ -116,32 +121,24 @@ void Store(const float* f, void* out, DgDType dtype, int64_t offset,
   }
 }
 
-void CheckShapes(const dg::KernelContext& ctx, int num_inputs) {
-  const dg::TensorRef x = ctx.input(0), b = ctx.input(1);
-  DG_CHECK(x.ndim() >= 1 && b.ndim() == 1 && b.dim(0) == x.dim(x.ndim() - 1),
-           DG_INTERNAL, ctx.op_name(), ": bias of ", b.numel(),
-           " elements does not run along x's last axis");
-  for (int i = 2; i < num_inputs; ++i) {
-    DG_CHECK(ctx.input(i).numel() == x.numel(), DG_INTERNAL, ctx.op_name(),
-             ": input ", i, " has ", ctx.input(i).numel(), " elements, x ",
-             x.numel());
-  }
-  DG_CHECK(ctx.output(0).numel() == x.numel(), DG_INTERNAL, ctx.op_name(),
-           ": output has ", ctx.output(0).numel(), " elements, x ", x.numel());
-}
-
-// y = gelu(x + bias) in y's dtype.
+// y = gelu(x + bias) in y's dtype, and pre = x + bias (float32, for the
+// backward: BiasGeluGrad reads it as GeluGrad read the Add's output).
 template <typename T>
 void BiasGelu(dg::KernelContext& ctx) {
   static_assert(std::is_same_v<T, float>, "float32 inputs only");
   const bool tanh = TanhMode(ctx);
-  CheckShapes(ctx, 2);
-  const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
+  const dg::TensorRef x = ctx.input(0), b = ctx.input(1);
+  const dg::TensorRef y = ctx.output(0), pre = ctx.output(1);
   const int64_t n = x.numel();
+  DG_CHECK(x.ndim() >= 1 && b.ndim() == 1 && b.dim(0) == x.dim(x.ndim() - 1) &&
+               y.numel() == n && pre.numel() == n,
+           DG_INTERNAL, ctx.op_name(), ": x of ", n, " elements, bias ",
+           b.numel(), ", y ", y.numel(), ", pre ", pre.numel());
   if (n == 0) return;
   const int64_t cols = x.dim(x.ndim() - 1), rows = n / cols;
   const float* px = static_cast<const float*>(x.raw_data());
-  const float* pb = static_cast<const float*>(ctx.input(1).raw_data());
+  const float* pb = static_cast<const float*>(b.raw_data());
+  float* ppre = static_cast<float*>(pre.raw_data());
   void* py = y.raw_data();
   const DgDType dtype = y.dtype();
   const auto unary = elementwise::FloatKernelsFor<float>().unary;
@@ -149,15 +146,17 @@ void BiasGelu(dg::KernelContext& ctx) {
   ParallelFor(
       rows,
       [&](int64_t begin, int64_t end) {
-        // Rows in groups of about kBlockFloats elements (one row at least).
+        // Rows in groups of about kBlockFloats elements (one row at least):
+        // pre is written, then read back from the cache by the gelu.
         const int64_t group = std::max<int64_t>(1, kBlockFloats / cols);
         std::vector<float> buf(dtype == DG_FLOAT32 ? 0 : group * cols);
         for (int64_t r = begin; r < end; r += group) {
           const int64_t m = std::min(group, end - r);
+          float* p = ppre + r * cols;
+          AddBias(px + r * cols, pb, p, m, cols);
           float* f = dtype == DG_FLOAT32 ? static_cast<float*>(py) + r * cols
                                          : buf.data();
-          AddBias(px + r * cols, pb, f, m, cols);
-          unary(kind, UnaryParams<float>{}, f, f, m * cols);  // in place
+          unary(kind, UnaryParams<float>{}, p, f, m * cols);
           if (dtype != DG_FLOAT32) Store(f, py, dtype, r * cols, m * cols);
         }
       },
@@ -165,17 +164,19 @@ void BiasGelu(dg::KernelContext& ctx) {
 }
 DG_KERNEL("BiasGelu", "cpu", BiasGelu, float);
 
-// g = dy * gelu'(x + bias); dx = g in dx's dtype; dbias = sum of g's rows.
+// g = dy * gelu'(pre); dx = g in dx's dtype; dbias = the sum of g's rows.
 template <typename T>
 void BiasGeluGrad(dg::KernelContext& ctx) {
   static_assert(std::is_same_v<T, float>, "float32 inputs only");
   const bool tanh = TanhMode(ctx);
-  CheckShapes(ctx, 3);
-  const dg::TensorRef x = ctx.input(0), dx = ctx.output(0), db = ctx.output(1);
-  const int64_t n = x.numel();
-  const int64_t cols = x.dim(x.ndim() - 1);
-  DG_CHECK(db.numel() == cols, DG_INTERNAL, ctx.op_name(), ": dbias has ",
-           db.numel(), " elements, not ", cols);
+  const dg::TensorRef pre = ctx.input(0), dy = ctx.input(1);
+  const dg::TensorRef dx = ctx.output(0), db = ctx.output(1);
+  const int64_t n = pre.numel();
+  const int64_t cols = pre.ndim() >= 1 ? pre.dim(pre.ndim() - 1) : 1;
+  DG_CHECK(pre.ndim() >= 1 && dy.numel() == n && dx.numel() == n &&
+               db.numel() == cols,
+           DG_INTERNAL, ctx.op_name(), ": pre of ", n, " elements, dy ",
+           dy.numel(), ", dx ", dx.numel(), ", dbias ", db.numel());
   float* pdb = static_cast<float*>(db.raw_data());
   if (cols == 0) return;
   if (n == 0) {  // no rows: the bias gradient is an empty sum
@@ -183,9 +184,8 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
     return;
   }
   const int64_t rows = n / cols;
-  const float* px = static_cast<const float*>(x.raw_data());
-  const float* pb = static_cast<const float*>(ctx.input(1).raw_data());
-  const float* pdy = static_cast<const float*>(ctx.input(2).raw_data());
+  const float* pp = static_cast<const float*>(pre.raw_data());
+  const float* pdy = static_cast<const float*>(dy.raw_data());
   void* pdx = dx.raw_data();
   const DgDType dtype = dx.dtype();
   const auto grad = elementwise::FloatKernelsFor<float>().gelu_grad;
@@ -198,7 +198,6 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
   ParallelFor(
       chunks,
       [&](int64_t begin, int64_t end) {
-        std::vector<float> pre(kGroup * cols);
         std::vector<float> buf(dtype == DG_FLOAT32 ? 0 : kGroup * cols);
         for (int64_t c = begin; c < end; ++c) {
           const int64_t r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
@@ -208,8 +207,7 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
             const int64_t m = std::min(kGroup, r1 - r);
             float* g = dtype == DG_FLOAT32 ? static_cast<float*>(pdx) + r * cols
                                            : buf.data();
-            AddBias(px + r * cols, pb, pre.data(), m, cols);
-            grad(tanh, pre.data(), pdy + r * cols, g, m * cols);
+            grad(tanh, pp + r * cols, pdy + r * cols, g, m * cols);
             if (dtype != DG_FLOAT32) Store(g, pdx, dtype, r * cols, m * cols);
             column_sum(g, cols, m, cols, acc);
           }

@@ -8,46 +8,50 @@ A Linear layer followed by GELU, differentiated, leaves this in the graph
     g  = GeluGrad(a, dy)  -> Sum(axes = every axis but the last)  (dbias)
                           -> [Cast(to=bfloat16 / float16)]  -> dx's matmuls
 
-Element-wise, these are memory-bound passes over 4-byte tensors written and
-read again (a 1024 x 1024 block: ~0.9 ms of the bfloat16 encoder step,
-issue 21). This pass rewrites them into::
+Element-wise, these are passes over 4-byte tensors written and read again
+(a 1024 x 1024 block: ~0.9 ms of the bfloat16 encoder step, issue 21).
+This pass rewrites them into::
 
-    y          = BiasGelu(x, bias; dtype)           # the Cast's dtype
-    g', dbias  = BiasGeluGrad(x, bias, dy; dtype)   # dbias: the Sum's output
+    y, a       = BiasGelu(x, bias; dtype)          # dtype: the Cast's
+    g', dbias  = BiasGeluGrad(a, dy; dtype)        # dbias: the Sum's output
 
-(dragon_core/src/ops/fused_act.cc): the pre-activation ``a`` is never
-stored, the backward recomputes it from ``x`` and ``bias`` (the same float32
-add), and each Cast is folded into the op that feeds it, so the float32
-``y`` and ``g`` are never written either. The fused kernels compute the same
-bits as the ops they replace (cpu_eigen: the same float32 add, gelu, gelu'
+(dragon_core/src/ops/fused_act.cc): each Cast is folded into the op that
+feeds it, so the float32 ``y`` and ``g`` are never written, nor read again
+by the Cast and the Sum. ``a`` (the pre-activation) is still written by the
+forward, for the backward to read (recomputing it there from x and bias
+was slower, docs/benchmarks.md). The fused kernels compute the same bits
+as the ops they replace (cpu_eigen: the same float32 add, gelu and gelu'
 code, one rounding to 16 bits, and Sum's summation order for dbias).
 
-Preconditions, all checked; otherwise the graph is left as it is:
+The two halves are matched independently, each only where all its
+preconditions hold (otherwise the graph is left as it is):
 
-- ``Add`` with float32 operands, one of them ``x`` of rank >= 1 (>= 2 with
-  a backward) and the other of shape ``[x.shape[-1]]``, writing x's shape;
-- ``a``'s readers are exactly one ``Gelu`` and at most one ``GeluGrad``
-  (reading it as its x, with the Gelu's ``approximate``);
-- the GeluGrad's output has exactly one ``Sum`` reader, over every axis but
-  the last (``keepdims`` either way), and its other readers are either a
-  single ``Cast`` to float16/bfloat16 (folded) or any ops (then the fused
-  op writes float32 under the GeluGrad's name);
-- the Gelu's output likewise: a single Cast reader folds;
-- ``a``, and every value that disappears, is not a graph output, state
-  update or state target; a forward without backward (inference) fuses
-  the forward alone. Sub-graphs of control-flow ops are not visited.
+- forward: an ``Add`` of float32 ``x`` (rank >= 1) and ``bias`` of shape
+  ``[x.shape[-1]]`` (either operand order) writing x's shape, read by
+  exactly one ``Gelu`` (other readers of ``a`` keep reading it); the Gelu's
+  output ``y``, if its only reader is a ``Cast`` to float16 / bfloat16 and
+  it is not a graph output, is written in that dtype under the Cast's name
+  (else in float32 under ``y``);
+- backward: a float32 ``GeluGrad(a, dy)`` of rank >= 2 whose output ``g``
+  is not a graph output and is read by exactly one ``Sum`` over every axis
+  but the last (``keepdims`` either way, axes possibly negative); its other
+  readers, if they are a single Cast to float16 / bfloat16, fold (else the
+  fused op writes float32 ``g`` under its own name).
 
-Both fused ops take the place of the op they start from (``BiasGelu`` the
-Add's, ``BiasGeluGrad`` the GeluGrad's): their inputs exist there and every
-reader of their outputs comes later. The kept names (the Cast outputs, the
-Sum output) keep their ``value_info``; the removed ones lose it.
+Each half runs only where its op has a float32 kernel on the graph's device
+(``metadata["device"]``; cpu_eigen's, on the host). Graph outputs, state
+updates and state targets are never removed or renamed. Each fused op takes the place of the op it starts from
+(``BiasGelu`` the Add's, ``BiasGeluGrad`` the GeluGrad's): its inputs exist
+there and every reader of its outputs comes later. Kept names keep their
+``value_info``; removed ones lose it. Sub-graphs of control-flow ops are not
+visited.
 """
 
 from __future__ import annotations
 
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.passes import register_pass, value_index
+from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass, value_index
 from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
 
 _F32 = "float32"
@@ -135,8 +139,13 @@ def gelu_fusion(graph):
         matching chain (see the module docs), or ``graph`` itself when none
         matches.
     """
+    device = device_type(graph)
+    fwd_ok = _F32 in kernel_dtypes("BiasGelu", device)
+    bwd_ok = _F32 in kernel_dtypes("BiasGeluGrad", device)
+    if not (fwd_ok or bwd_ok):
+        return graph            # no kernels on this device (cuda, say)
     info = {v.name: v for v in graph.value_info}
-    pinned, producer, _ = value_index(graph)
+    pinned, _, _ = value_index(graph)
     readers = _readers(graph)
     replace: dict = {}          # op index -> new OpDef
     drop_ops, drop_info = set(), set()
@@ -150,87 +159,96 @@ def gelu_fusion(graph):
         taken.add(name)
         return name
 
-    for k, add in enumerate(graph.op):
-        if add.type != "Add" or len(add.input) != 2 or len(add.output) != 1:
-            continue
-        a = add.output[0]
-        if a in pinned or _dtype(info, a) != _F32:
-            continue
-        shape = _shape(info, a)
-        x = bias = None
-        for i in (0, 1):
-            u, v = add.input[i], add.input[1 - i]
-            su, sv = _shape(info, u), _shape(info, v)
-            if (su is not None and len(su) >= 1 and su == shape and sv == (su[-1],)
-                    and _dtype(info, u) == _F32 and _dtype(info, v) == _F32):
-                x, bias = u, v
-                break
-        if x is None or x == bias:
-            continue
-        rs = readers.get(a, [])
-        gelus = [j for j, pos in rs if graph.op[j].type == "Gelu" and pos == 0]
-        grads = [j for j, pos in rs if graph.op[j].type == "GeluGrad" and pos == 0]
-        if len(gelus) != 1 or len(grads) > 1 or len(gelus) + len(grads) != len(rs):
-            continue
-        gelu = graph.op[gelus[0]]
-        mode = _approximate(gelu)
-        if len(gelu.output) != 1:
-            continue
-        plan = []
-        if grads:
-            gg = graph.op[grads[0]]
-            if (len(gg.input) != 2 or len(gg.output) != 1 or gg.input[1] == a
-                    or _approximate(gg) != mode or len(shape) < 2
-                    or _shape(info, gg.input[1]) != shape
-                    or _dtype(info, gg.input[1]) != _F32):
+    for k, op in enumerate(graph.op):
+        if op.type == "Add" and fwd_ok:
+            found = _match_forward(graph, info, readers, k)
+            if found is None:
                 continue
-            g = gg.output[0]
-            if g in pinned:
+            x, bias, j = found
+            gelu = graph.op[j]
+            y_dtype, y_name, y_cast = _sink(graph, info, readers, pinned, gelu.output[0])
+            new = _new_op(gelu, fresh(f"{gelu.name}/bias_gelu"), "BiasGelu", [x, bias],
+                          [y_name, op.output[0]])
+            new.attr["approximate"].CopyFrom(P.AttrValue(s=_approximate(gelu)))
+            new.attr["dtype"].CopyFrom(_attr_dtype(y_dtype))
+            replace[k] = new
+            drop_ops.add(j)
+            if y_cast is not None:
+                drop_ops.add(y_cast)
+                drop_info.add(gelu.output[0])
+        elif op.type == "GeluGrad" and bwd_ok:
+            found = _match_backward(graph, info, readers, pinned, k)
+            if found is None:
                 continue
-            g_readers = readers.get(g, [])
-            sums = [j for j, _ in g_readers if _match_sum(graph.op[j], len(shape))]
-            if len(sums) != 1:
-                continue
-            others = [(j, pos) for j, pos in g_readers if j != sums[0]]
-            if len(others) + 1 != len(g_readers):
-                continue            # the Sum reads g twice: not a bias gradient
-            dx_dtype, dx_name, dx_cast = _F32, g, None
+            s = found
+            sm = graph.op[s]
+            dx_dtype, dx_name, dx_cast = _F32, op.output[0], None
+            others = [j for j, _ in readers.get(op.output[0], []) if j != s]
             if len(others) == 1:
-                to = _low_cast(graph.op[others[0][0]], info)
+                to = _low_cast(graph.op[others[0]], info)
                 if to is not None:
-                    dx_dtype, dx_name, dx_cast = to, graph.op[others[0][0]].output[0], others[0][0]
-            plan.append((grads[0], sums[0], dx_dtype, dx_name, dx_cast))
-        y_dtype, y_name, y_cast = _sink(graph, info, readers, pinned, gelu.output[0])
-        # The forward.
-        op = _new_op(gelu, fresh(f"{gelu.name}/bias_gelu"), "BiasGelu", [x, bias], [y_name])
-        op.attr["approximate"].CopyFrom(P.AttrValue(s=mode))
-        op.attr["dtype"].CopyFrom(_attr_dtype(y_dtype))
-        replace[k] = op
-        drop_ops.update({gelus[0]} | ({y_cast} if y_cast is not None else set()))
-        drop_info.add(a)
-        if y_cast is not None:
-            drop_info.add(gelu.output[0])
-        # The backward.
-        for j, s, dx_dtype, dx_name, dx_cast in plan:
-            gg, sm = graph.op[j], graph.op[s]
+                    dx_dtype, dx_name, dx_cast = to, graph.op[others[0]].output[0], others[0]
             keep = bool(sm.attr["keepdims"].b) if "keepdims" in sm.attr else False
-            op = _new_op(gg, fresh(f"{gg.name}/bias_gelu_grad"), "BiasGeluGrad",
-                         [x, bias, gg.input[1]], [dx_name, sm.output[0]])
-            op.attr["approximate"].CopyFrom(P.AttrValue(s=mode))
-            op.attr["dtype"].CopyFrom(_attr_dtype(dx_dtype))
-            op.attr["keepdims"].CopyFrom(P.AttrValue(b=keep))
-            replace[j] = op
+            new = _new_op(op, fresh(f"{op.name}/bias_gelu_grad"), "BiasGeluGrad",
+                          [op.input[0], op.input[1]], [dx_name, sm.output[0]])
+            new.attr["approximate"].CopyFrom(P.AttrValue(s=_approximate(op)))
+            new.attr["dtype"].CopyFrom(_attr_dtype(dx_dtype))
+            new.attr["keepdims"].CopyFrom(P.AttrValue(b=keep))
+            replace[k] = new
             drop_ops.add(s)
             if dx_cast is not None:
                 drop_ops.add(dx_cast)
-                drop_info.add(gg.output[0])
+                drop_info.add(op.output[0])
     if not replace:
         return graph
-    new = P.GraphDef()
-    new.CopyFrom(graph)
+    new_graph = P.GraphDef()
+    new_graph.CopyFrom(graph)
     for k, op in replace.items():
-        new.op[k].CopyFrom(op)
-    flags = iter(range(len(new.op)))
-    _keep_only(new.op, lambda op: next(flags) not in drop_ops)
-    _drop_value_info(new, drop_info)
-    return new
+        new_graph.op[k].CopyFrom(op)
+    flags = iter(range(len(new_graph.op)))
+    _keep_only(new_graph.op, lambda op: next(flags) not in drop_ops)
+    _drop_value_info(new_graph, drop_info)
+    return new_graph
+
+
+def _match_forward(graph, info, readers, k):
+    """``(x, bias, gelu index)`` where op ``k`` is a bias Add read by one
+    Gelu (and possibly other ops), else None."""
+    add = graph.op[k]
+    if len(add.input) != 2 or len(add.output) != 1:
+        return None
+    a = add.output[0]
+    shape = _shape(info, a)
+    if _dtype(info, a) != _F32 or shape is None or len(shape) < 1:
+        return None
+    for i in (0, 1):
+        u, v = add.input[i], add.input[1 - i]
+        if (u != v and _shape(info, u) == shape and _shape(info, v) == (shape[-1],)
+                and _dtype(info, u) == _F32 and _dtype(info, v) == _F32):
+            break
+    else:
+        return None
+    gelus = [j for j, pos in readers.get(a, []) if graph.op[j].type == "Gelu"]
+    if len(gelus) != 1 or len(graph.op[gelus[0]].input) != 1 \
+            or len(graph.op[gelus[0]].output) != 1:
+        return None
+    return u, v, gelus[0]
+
+
+def _match_backward(graph, info, readers, pinned, k):
+    """The index of the bias-gradient Sum reading GeluGrad ``k``'s output,
+    where the backward half applies, else None."""
+    gg = graph.op[k]
+    if len(gg.input) != 2 or len(gg.output) != 1:
+        return None
+    x, dy, g = gg.input[0], gg.input[1], gg.output[0]
+    shape = _shape(info, x)
+    if (shape is None or len(shape) < 2 or g in pinned or _shape(info, dy) != shape
+            or _shape(info, g) != shape
+            or not _dtype(info, x) == _dtype(info, dy) == _dtype(info, g) == _F32):
+        return None
+    rs = readers.get(g, [])
+    sums = [j for j, _ in rs if _match_sum(graph.op[j], len(shape))]
+    if len(sums) != 1 or sum(j == sums[0] for j, _ in rs) != 1:
+        return None
+    return sums[0]

@@ -211,6 +211,14 @@ def test_add_of_two_tensors_is_not_a_bias():
     _same_results(g, new, feeds)
 
 
+def test_rank1_add_is_not_a_bias():
+    """Two vectors added then Gelu: left to the element-wise fusion."""
+    g = graph(inputs=[("u", F32, (8,)), ("b", F32, (8,))],
+              ops=[("Add", ["u", "b"], ["a"], {}), ("Gelu", ["a"], ["y"], {})],
+              outputs=["y"])
+    _unchanged(g)
+
+
 def test_rank1_grad_is_left_alone():
     g = graph(inputs=[("a", F32, (8,)), ("dy", F32, (8,))],
               ops=[("GeluGrad", ["a", "dy"], ["g"], {}),

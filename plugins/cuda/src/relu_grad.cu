@@ -14,7 +14,9 @@ namespace {
 template <typename T>
 struct ReluGradF {
   __device__ T operator()(T x, T dy) const {
-    return static_cast<Acc<T>>(x) > Acc<T>(0) ? dy : static_cast<T>(Acc<T>(0));
+    // Blocked where x <= 0 only: a NaN x passes dy (as the CPU kernel and
+    // torch's threshold_backward).
+    return static_cast<Acc<T>>(x) <= Acc<T>(0) ? static_cast<T>(Acc<T>(0)) : dy;
   }
 };
 

@@ -309,3 +309,12 @@ def test_compiled_step_equals_the_unfused_graph(precision):
     assert l0 == l1
     for a, b in zip(p0, p1):
         np.testing.assert_array_equal(a, b)
+
+
+def test_captured_tensors_on_a_device_without_a_kernel_no_change():
+    """metadata["devices"] (the fed tensors' device types, set when a trace
+    is built) is checked as well as metadata["device"]: a step without
+    arguments over captured cuda parameters has only the former."""
+    g = _block()
+    g.metadata["devices"] = "cpu,cuda"
+    _unchanged(g)

@@ -258,3 +258,35 @@ def test_pure_pass_and_devices_without_a_kernel(xw):
     assert [op.type for op in fused.op].count("SumCastGrad") == 1
     base.metadata["device"] = "cuda:0"
     assert sum_cast(base) is base
+
+
+def test_a_step_without_arguments_checks_its_captured_tensors_devices():
+    """A compiled function with no arguments has no metadata["device"]
+    (read as the host); its captured tensors' device types are recorded in
+    metadata["devices"], and a device there without a SumCastGrad kernel
+    keeps the pass out (a cuda training step over captured parameters)."""
+    from dragon_core._graph.passes import device_types
+    from dragon_core._graph.passes.sum_cast import sum_cast
+    rng = np.random.default_rng(9)
+    x = dg.tensor(rng.standard_normal((3, 10, 24)).astype(np.float32))
+
+    @dg.function
+    def f():
+        g = x * 2.0
+        return ops.sum(g, axis=(0, 1)), g.astype("bfloat16")
+
+    graph = f.get_graph()
+    assert "device" not in graph.metadata
+    assert graph.metadata["devices"] == "cpu"
+    assert [op.type for op in graph.op].count("SumCastGrad") == 1
+    assert device_types(graph) == ["cpu"]
+    def h():
+        g = x * 2.0
+        return ops.sum(g, axis=(0, 1)), g.astype("bfloat16")
+
+    unfused = dg.function(h, disable_passes=("sum_cast",)).get_graph()
+    assert [op.type for op in unfused.op].count("SumCastGrad") == 0
+    assert [op.type for op in sum_cast(unfused).op].count("SumCastGrad") == 1
+    unfused.metadata["devices"] = "cpu,cuda"           # captured cuda parameters, say
+    assert device_types(unfused) == ["cpu", "cuda"]
+    assert sum_cast(unfused) is unfused

@@ -404,4 +404,12 @@ def build_graph(name: str, trace: Trace, inputs: list, outputs: list, freeze: bo
         g.output.append(name_of(t))
     if borrowed:
         g.metadata[BORROWED] = json.dumps(borrowed)
+    # Every device type the graph's fed tensors live on (its inputs and the
+    # captured variables): "device" names the first input's only, and a
+    # function without arguments (a training step over captured parameters)
+    # has none, so a pass that inserts an op with kernels on some devices
+    # only checks them all (passes.device_types).
+    kinds = sorted({t._device_name.partition(":")[0] for t in list(inputs) + captured})
+    if kinds:
+        g.metadata["devices"] = ",".join(kinds)
     return g, constants, captured

@@ -90,6 +90,18 @@ def device_type(graph) -> str:
     return (graph.metadata.get("device", "") or "cpu").partition(":")[0]
 
 
+def device_types(graph) -> list:
+    """Every device type a graph's fed tensors live on
+    (``metadata["devices"]``, written when the graph is built from a trace)
+    and :func:`device_type`'s. A pass that inserts an op whose kernels
+    exist on some devices only must find one on each of these: a compiled
+    step without arguments over captured cuda parameters has no
+    ``metadata["device"]``, which :func:`device_type` reads as the host."""
+    kinds = [k for k in graph.metadata.get("devices", "").split(",") if k]
+    first = device_type(graph)
+    return kinds + [first] if first not in kinds else kinds
+
+
 class GraphPass:
     """A graph pass a plugin adds (the ``dragon_graph_passes`` hook).
 

@@ -46,7 +46,8 @@ kernel is not yet the win its memory traffic suggests. The backward half
 (542 against 577 µs) stays on. Set ``FUSE_FORWARD = True`` to measure it.
 
 Each half runs only where its op has a float32 kernel on the graph's device
-(``metadata["device"]``; cpu_eigen's, on the host). Graph outputs, state
+(every device type of the graph's fed tensors, ``passes.device_types``;
+cpu_eigen's, on the host). Graph outputs, state
 updates and state targets are never removed or renamed. Each fused op takes the place of the op it starts from
 (``BiasGelu`` the Add's, ``BiasGeluGrad`` the GeluGrad's): its inputs exist
 there and every reader of its outputs comes later. Kept names keep their
@@ -58,7 +59,7 @@ from __future__ import annotations
 
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass, value_index
+from dragon_core._graph.passes import device_types, kernel_dtypes, register_pass, value_index
 from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
 
 _F32 = "float32"
@@ -151,9 +152,9 @@ def gelu_fusion(graph):
         matching chain (see the module docs), or ``graph`` itself when none
         matches.
     """
-    device = device_type(graph)
-    fwd_ok = FUSE_FORWARD and _F32 in kernel_dtypes("BiasGelu", device)
-    bwd_ok = _F32 in kernel_dtypes("BiasGeluGrad", device)
+    devices = device_types(graph)
+    fwd_ok = FUSE_FORWARD and all(_F32 in kernel_dtypes("BiasGelu", d) for d in devices)
+    bwd_ok = all(_F32 in kernel_dtypes("BiasGeluGrad", d) for d in devices)
     if not (fwd_ok or bwd_ok):
         return graph            # no kernels on this device (cuda, say)
     info = {v.name: v for v in graph.value_info}

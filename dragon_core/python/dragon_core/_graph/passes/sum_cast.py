@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
-from dragon_core._graph.passes import device_type, kernel_dtypes, register_pass, value_index
+from dragon_core._graph.passes import device_types, kernel_dtypes, register_pass, value_index
 from dragon_core._graph.passes.prune import _drop_value_info
 
 PATTERN = "sum_cast"
@@ -111,7 +111,7 @@ def sum_cast(graph):
         A new graph with a ``SumCastGrad`` for every such pair (see the
         module docs), or ``graph`` itself when there is none.
     """
-    if "float32" not in kernel_dtypes("SumCastGrad", device_type(graph)):
+    if not all("float32" in kernel_dtypes("SumCastGrad", d) for d in device_types(graph)):
         return graph   # no kernel on this device (cpu_eigen's is the only one)
     info = {v.name: v for v in graph.value_info}
     pinned, producer, readers = value_index(graph)

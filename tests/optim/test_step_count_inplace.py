@@ -95,3 +95,36 @@ def test_compiled_step_counts_as_eager():
     assert res[0][0] == res[1][0] == [3, 3, 3]
     for a, b in zip(res[0][1], res[1][1]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name,op", [("Adam", "multi_adam_update"), ("Adam", "adam_update"),
+                                     ("AdamW", "multi_adam_update"),
+                                     ("Adagrad", "adagrad_update")])
+def test_a_failed_update_leaves_the_counts_as_they_were(name, op, monkeypatch):
+    """The in-place increment comes before the update kernel (which reads
+    it); an update that raises takes it back, so the retried step uses the
+    right bias correction and ends where an uninterrupted run does."""
+    def run(fail_once):
+        ps = [dg.tensor(v).requires_grad_() for v in _params()]
+        kw = {"foreach": op == "multi_adam_update"} if name != "Adagrad" else {}
+        opt = getattr(dg.optim, name)(ps, lr=0.1, **kw)
+        for k in range(3):
+            opt.zero_grad()
+            _loss_dg(ps).backward()
+            if fail_once and k == 1:
+                real = getattr(dg.ops, op)
+
+                def boom(*a, **kw):
+                    raise RuntimeError("injected failure")
+                monkeypatch.setattr(dg.ops, op, boom)
+                with pytest.raises(RuntimeError, match="injected"):
+                    opt.step()
+                monkeypatch.setattr(dg.ops, op, real)
+                assert [int(opt.state[p]["step"].numpy()) for p in ps] == [1, 1, 1]
+            opt.step()
+        return [p.numpy() for p in ps], [int(opt.state[p]["step"].numpy()) for p in ps]
+
+    (want, want_steps), (got, got_steps) = run(False), run(True)
+    assert got_steps == want_steps == [3, 3, 3]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

@@ -84,6 +84,13 @@ def test_exp2_is_exact_at_integers(dtype):
     np.testing.assert_array_equal(got, want)
 
 
+def test_exp2_float64_is_exact_and_overflows_as_torch():
+    x = np.array([30.0, 52.0, 1023.0, 1024.0, -1074.0, -1080.0, 0.5])
+    got = vt.exp2(vt.tensor(x)).numpy()
+    want = torch.exp2(torch.tensor(x)).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
 def test_exp2_gradient():
     x = np.array([-3.5, 0.0, 1.25, 10.0])
     v = vt.tensor(x.astype(np.float32), requires_grad=True)

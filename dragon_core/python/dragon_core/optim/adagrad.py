@@ -59,10 +59,14 @@ class Adagrad(Optimizer):
                 state["step"] = self._step_tensor(p)
                 state["sum"] = self._zeros_like(p, group["initial_accumulator_value"])
             step = self._next_step(state)
-            new_p, new_sum = ops.adagrad_update(
-                p, g, state["sum"], lr, step, lr_decay=group["lr_decay"],
-                weight_decay=group["weight_decay"], eps=group["eps"],
-                maximize=group["maximize"])
+            try:
+                new_p, new_sum = ops.adagrad_update(
+                    p, g, state["sum"], lr, step, lr_decay=group["lr_decay"],
+                    weight_decay=group["weight_decay"], eps=group["eps"],
+                    maximize=group["maximize"])
+            except BaseException:
+                self._undo_step(state, step)     # a failed step keeps its count
+                raise
             p.assign(new_p)
             state["sum"].assign(new_sum)
             state["step"].assign(step)

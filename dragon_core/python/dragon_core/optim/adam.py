@@ -84,7 +84,10 @@ class Adam(Optimizer):
                      weight_decay=group["weight_decay"], decoupled=self._decoupled,
                      amsgrad=amsgrad, maximize=group["maximize"])
 
+        stored = set()
+
         def store(i, new_p, new_m, new_v, new_vmax):
+            stored.add(i)
             state = self.state[params[i]]
             params[i].assign(new_p)
             state["exp_avg"].assign(new_m)
@@ -92,6 +95,20 @@ class Adam(Optimizer):
             if amsgrad:
                 vmaxs[i].assign(new_vmax)
             state["step"].assign(steps[i])
+
+        try:
+            self._run_updates(group, params, grads, vmaxs, steps, attrs, store)
+        except BaseException:
+            # The counts incremented in place for parameters not updated go
+            # back (the update kernels read them; torch's step_t += 1 comes
+            # first too): a failed step leaves them as they were.
+            for i, p in enumerate(params):
+                if i not in stored:
+                    self._undo_step(self.state[p], steps[i])
+            raise
+
+    def _run_updates(self, group, params, grads, vmaxs, steps, attrs, store):
+        from .. import ops
 
         batches, singles = self._foreach_batches(group, params, "MultiAdamUpdate")
         for idx in batches:

@@ -498,6 +498,15 @@ class Optimizer:
                 return step
         return step + 1
 
+    @staticmethod
+    def _undo_step(state: dict, step) -> None:
+        """Takes back :meth:`_next_step`'s in-place increment (``step`` is
+        ``state["step"]`` itself) when the update that follows it raised:
+        a failed step leaves the count as it was."""
+        if step is state.get("step") and not _C._is_tracing():
+            step.numpy()[...] -= 1
+            step._bump_version()
+
     def state_dict(self) -> dict:
         """A snapshot of the optimizer: state tensors and hyper-parameters.
 

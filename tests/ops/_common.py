@@ -55,3 +55,25 @@ def norm_axes(axes, ndim: int):
     if axes is None:
         return tuple(range(ndim))
     return tuple(a % ndim if ndim else a for a in axes)
+
+
+def cpu_has_avx512_bf16() -> bool:
+    """Whether this CPU reports AVX512_BF16 (/proc/cpuinfo; False elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512_bf16" in f.read()
+    except OSError:
+        return False
+
+
+def bf16_gemm_marker():
+    """A skipif marker for tests of cpu_eigen's AVX512-BF16 GEMM
+    (``MatMulBf16Avx512``): the kernel must be registered and the CPU have
+    AVX512_BF16."""
+    import pytest
+
+    from dragon_core import plugins
+    kernels = {k["name"] for k in plugins.kernels("MatMul") if k["device"] == "cpu"}
+    return pytest.mark.skipif(
+        not ("MatMulBf16Avx512" in kernels and cpu_has_avx512_bf16()),
+        reason="no AVX512_BF16 on this CPU")

@@ -33,21 +33,14 @@ import pytest
 
 import dragon_core as dg
 from dragon_core import plugins
+from ._common import cpu_has_avx512_bf16
 
 U32 = 2.0 ** -24
 U16 = 2.0 ** -8
 KERNELS = {k["name"] for k in plugins.kernels("MatMul") if k["device"] == "cpu"}
 
 
-def _cpu_has_avx512_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
-    except OSError:
-        return False
-
-
-HAS = "MatMulBf16Avx512" in KERNELS and _cpu_has_avx512_bf16()
+HAS = "MatMulBf16Avx512" in KERNELS and cpu_has_avx512_bf16()
 needs_kernel = pytest.mark.skipif(not HAS, reason="no AVX512_BF16 on this CPU")
 # DRAGON_CPU_EIGEN_BF16_GEMM=all: the kernel takes every call it can
 # compute, not only the classes it is faster on; test_every_layout_on_the_kernel

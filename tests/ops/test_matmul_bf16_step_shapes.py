@@ -26,22 +26,9 @@ import sys
 
 import pytest
 
-from dragon_core import plugins
+from ._common import bf16_gemm_marker
 
-KERNELS = {k["name"] for k in plugins.kernels("MatMul") if k["device"] == "cpu"}
-
-
-def _cpu_has_avx512_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
-    except OSError:
-        return False
-
-
-needs_kernel = pytest.mark.skipif(
-    not ("MatMulBf16Avx512" in KERNELS and _cpu_has_avx512_bf16()),
-    reason="no AVX512_BF16 on this CPU")
+needs_kernel = bf16_gemm_marker()
 
 _SCRIPT = r"""
 import hashlib, numpy as np, dragon_core as dg

@@ -77,3 +77,21 @@ def bf16_gemm_marker():
     return pytest.mark.skipif(
         not ("MatMulBf16Avx512" in kernels and cpu_has_avx512_bf16()),
         reason="no AVX512_BF16 on this CPU")
+
+
+def bf16_gemm_hashes_per_thread_count(script: str, timeout: int) -> dict:
+    """Run ``script`` (which prints a hash of its results) with 1, 2 and 3
+    threads and cpu_eigen's bf16 GEMM taking every call it can; return the
+    hash per thread count (the callers assert they are all equal)."""
+    import os
+    import subprocess
+    import sys
+    hashes = {}
+    for t in (1, 2, 3):
+        env = dict(os.environ, OMP_NUM_THREADS=str(t), DRAGON_NUM_THREADS=str(t),
+                   DRAGON_CPU_EIGEN_BF16_GEMM="all")
+        out = subprocess.run([sys.executable, "-c", script], env=env,
+                             capture_output=True, text=True, timeout=timeout)
+        assert out.returncode == 0, out.stderr[-3000:]
+        hashes[t] = out.stdout.strip()
+    return hashes

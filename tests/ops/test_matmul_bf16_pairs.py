@@ -14,13 +14,10 @@ parallel), bfloat16 and float32 outputs.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
-from ._common import bf16_gemm_marker
+from ._common import bf16_gemm_hashes_per_thread_count, bf16_gemm_marker
 
 needs_kernel = bf16_gemm_marker()
 
@@ -59,12 +56,5 @@ print(h.hexdigest())
 
 @needs_kernel
 def test_transposed_a_pairs_all_threads():
-    hashes = {}
-    for t in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(t), DRAGON_NUM_THREADS=str(t),
-                   DRAGON_CPU_EIGEN_BF16_GEMM="all")
-        out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        hashes[t] = out.stdout.strip()
+    hashes = bf16_gemm_hashes_per_thread_count(_SCRIPT, 300)
     assert len(set(hashes.values())) == 1, hashes

@@ -20,13 +20,10 @@ test_matmul_bf16_avx512.py's test_measured_classes_route_as_documented.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
-from ._common import bf16_gemm_marker
+from ._common import bf16_gemm_hashes_per_thread_count, bf16_gemm_marker
 
 needs_kernel = bf16_gemm_marker()
 
@@ -95,12 +92,5 @@ print(h.hexdigest())
 
 @needs_kernel
 def test_step_shapes_against_float64_and_same_bits_for_any_thread_count():
-    hashes = {}
-    for t in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(t), DRAGON_NUM_THREADS=str(t),
-                   DRAGON_CPU_EIGEN_BF16_GEMM="all")
-        out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        hashes[t] = out.stdout.strip()
+    hashes = bf16_gemm_hashes_per_thread_count(_SCRIPT, 600)
     assert len(set(hashes.values())) == 1, hashes

@@ -380,11 +380,19 @@ cases = {
     "dx_bf16_step": lambda: dg.ops.matmul(bf(1024, 256), bf(256, 256)),
     "dw_step": lambda: dg.ops.matmul(bf(1024, 256), bf(1024, 1024), transpose_a=True,
                                      out_dtype="float32"),
+    "dw_bf16_step": lambda: dg.ops.matmul(bf(1024, 256), bf(1024, 1024), transpose_a=True),
+    "dw_short_k": lambda: dg.ops.matmul(bf(512, 256), bf(512, 1024), transpose_a=True,
+                                        out_dtype="float32"),
+    "dw_narrow": lambda: dg.ops.matmul(bf(1024, 128), bf(1024, 1024), transpose_a=True,
+                                       out_dtype="float32"),
     "narrow": lambda: dg.ops.matmul(bf(4096, 256), bf(256, 128), out_dtype="float32"),
     "short_k": lambda: dg.ops.matmul(bf(2048, 128), bf(128, 512), out_dtype="float32"),
     "few_rows": lambda: dg.ops.matmul(bf(512, 512), bf(512, 512), out_dtype="float32"),
     "batched_plain": lambda: dg.ops.matmul(bf(4, 1024, 256), bf(4, 256, 256),
                                            out_dtype="float32"),
+    # Attention's q @ K^T: 32 heads' 128 x 64 by 64 x 128, bfloat16 out.
+    "batched_trans_b": lambda: dg.ops.matmul(bf(32, 128, 64), bf(32, 128, 64),
+                                             transpose_b=True),
 }
 for name, fn in cases.items():
     print("CASE", name, flush=True)
@@ -415,12 +423,13 @@ def _onednn_ran(policy):
 @needs_kernel
 def test_measured_classes_route_as_documented():
     """Which calls the kernel takes (a oneDNN matmul execution shows in
-    ONEDNN_VERBOSE otherwise): batches of transposed-A products, products
-    of at least 2048^3, and single float32-output products whose A is not
-    stored transposed with n >= 1024 and m, k >= 256 (the encoder step's
-    Linear layers and input gradients) here; smaller plain and
-    transposed-B products, bfloat16 outputs of those shapes, single
-    transposed-A products, batches of plain products and matrix-vector
+    ONEDNN_VERBOSE otherwise): every batch of products, products of at
+    least 2048^3, single products whose A is not stored transposed with n
+    >= 1024 and m, k >= 256 (the encoder step's Linear layers and input
+    gradients, either output dtype), and single float32-output
+    transposed-A products with k >= 1024 and n, m >= 256 (its weight
+    gradients) here; smaller plain and transposed-B products, transposed-A
+    ones over a short k or with a bfloat16 output, and matrix-vector
     shapes on oneDNN; =all takes every matrix product, =off none."""
     if "MatMulOneDNN" not in KERNELS:
         pytest.skip("mkldnn is not installed")
@@ -430,9 +439,10 @@ def test_measured_classes_route_as_documented():
                     "single_trans_a": True, "large": False,
                     "vector": True, "thin": True,
                     "linear_step": False, "linear_bias_step": False,
-                    "dx_step": False, "dx_bf16_step": True, "dw_step": True,
+                    "dx_step": False, "dx_bf16_step": False, "dw_step": False,
+                    "dw_bf16_step": True, "dw_short_k": True, "dw_narrow": True,
                     "narrow": True, "short_k": True, "few_rows": True,
-                    "batched_plain": True}, auto
+                    "batched_plain": False, "batched_trans_b": False}, auto
     every = _onednn_ran("all")
     assert every == {"plain": False, "trans_b": False, "linear": False,
                      "batched_trans_a": False, "trans_a_f32_bias": False,
@@ -440,6 +450,7 @@ def test_measured_classes_route_as_documented():
                      "vector": True, "thin": True,
                      "linear_step": False, "linear_bias_step": False,
                      "dx_step": False, "dx_bf16_step": False, "dw_step": False,
+                     "dw_bf16_step": False, "dw_short_k": False, "dw_narrow": False,
                      "narrow": False, "short_k": False, "few_rows": False,
-                     "batched_plain": False}, every
+                     "batched_plain": False, "batched_trans_b": False}, every
     assert all(_onednn_ran("off").values())

@@ -18,16 +18,15 @@
 //     kMinCols columns per matrix): the 6 x 64 register tile would mostly
 //     multiply padding there;
 //   * the product is of a class where it measured faster than oneDNN's
-//     (Worthwhile(): at least 2048^3 multiply-adds; a batch of products
-//     whose A is stored transposed; or a single product with a float32
-//     output whose A is not stored transposed, n >= 1024 and m, k >= 256:
-//     autocast's Linear layers and input gradients in the encoder step,
-//     where the microkernel's prefetch of C made it 1.03-1.13x oneDNN's).
-//     Other products measured a tie or a loss (single transposed-A
-//     products, smaller ones such as square 512, batches of plain
-//     products) or were not measured on two cores (bfloat16 outputs below
-//     2048^3), so they stay there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes
-//     every call the kernel can compute (tests, benchmarks), =off none.
+//     (Worthwhile(): at least 2048^3 multiply-adds; any batch of
+//     products; a single product whose A is not stored transposed with n
+//     >= 1024 and m, k >= 256, autocast's Linear layers and input
+//     gradients; a single float32-output product whose A is stored
+//     transposed with k >= 1024 and n, m >= 256, the weight gradients).
+//     Other products measured a tie or a loss (smaller ones such as square
+//     512) or were not measured (bfloat16 weight gradients), so they stay
+//     there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes every call the kernel
+//     can compute (tests, benchmarks), =off none.
 // Anything else goes to oneDNN (or cpu_eigen's widening kernel without
 // mkldnn); `dragon_core.plugins.pin("MatMul", "cpu", "mkldnn")` puts
 // oneDNN's first for every call. Operands are read in place through any strides
@@ -181,33 +180,41 @@ GemmPolicy PolicyFromEnv() {
 
 // Products at least this large (n m k) run here whatever their layout.
 constexpr double kLargeWork = 2048.0 * 2048.0 * 2048.0;
-// Single float32-output products with an A not stored transposed run here
-// from n >= kPlainMinRows and m, k >= kPlainMinSide (the encoder step's
-// 1024-token products; its smallest are 1024 x 256 x 256).
+// Single products whose A is not stored transposed run here from n >=
+// kPlainMinRows and m, k >= kPlainMinSide (the encoder step's 1024-token
+// products; its smallest are 1024 x 256 x 256).
 constexpr int64_t kPlainMinRows = 1024;
 constexpr int64_t kPlainMinSide = 256;
+// Single float32-output products whose A is stored transposed (weight
+// gradients dy^T @ x) run here from k >= kTransMinK and n, m >=
+// kPlainMinSide.
+constexpr int64_t kTransMinK = 1024;
 
 // Whether the product is one this kernel is faster on than oneDNN's
-// (docs/benchmarks.md, "bfloat16 GEMM" and "bgemm"; interleaved A/B runs
-// on Zen 4):
+// (docs/benchmarks.md, "bfloat16 GEMM", "bgemm" and "Session 17"; Zen 4,
+// two threads):
 //   * products of at least 2048^3 multiply-adds (1.04-1.11x: oneDNN's
 //     kernel falls to 88% of the vdpbf16ps peak there, this one stays at
 //     94%);
-//   * batches of products whose A is stored transposed (attention's
-//     P^T dO and dS^T Q: 1.03-1.06x, more under load);
-//   * single products with a float32 output (autocast's out_dtype) whose
-//     A is not stored transposed (row-major, or any strides but a unit row
-//     stride), n >= 1024, m >= 256, k >= 256: the encoder step's Linear
-//     layers (x @ W^T) and input gradients (dy @ W), whose outputs are
-//     written cold; with the microkernel's prefetch of C, 1.04-1.11x on
-//     one core (thread CPU time) and 1.03-1.13x on two (best calls);
+//   * batches of products, any layout (attention's q @ K^T, P @ V, their
+//     gradients): 1.00-1.14x inside the compiled encoder step, where the
+//     operands come from the ops before (per-op minima of 12 profiles);
+//     isolated and warm they measured 0.95-1.06x;
+//   * single products whose A is not stored transposed (row-major, or any
+//     strides but a unit row stride), n >= 1024, m >= 256, k >= 256: the
+//     encoder step's Linear layers (x @ W^T) and input gradients (dy @ W),
+//     whose outputs are written cold; with the microkernel's prefetch of
+//     C, 1.03-1.13x on two threads for float32 outputs, 1.04-1.05x in the
+//     step for bfloat16 ones;
+//   * single float32-output products whose A is stored transposed, k >=
+//     1024, n, m >= 256: the step's weight gradients (dy^T @ x over 1024
+//     tokens), 1.04-1.11x in the step for the 256 x 1024 and 1024 x 256
+//     ones, a tie for 256 x 256 (isolated and warm: a tie on one core,
+//     0.96x on two);
 // and never a matrix-vector shape. Everything else stays with oneDNN:
-// single transposed-A products (weight gradients dy^T @ x: a tie on one
-// core, 0.96x on two for 256 x 256 outputs), smaller products (square
-// 512: 1.03x on one core but 0.89x on two; 256^3: a tie), bfloat16
-// outputs below 2048^3 (1.01-1.03x at 1024 x 256 x 256, square 1024 not
-// measured reliably on two cores) and batches of plain products
-// (attention's q @ K^T and P @ V: 0.95-1.02x).
+// smaller single products (square 512: 1.03x on one core but 0.89x on
+// two; 256^3: a tie), transposed-A ones over a short k, and bfloat16
+// weight gradients (not measured).
 bool Worthwhile(const Problem& p) {
   const Bf16GemmCall& c = p.call;
   const GemmPolicy policy = PolicyFromEnv();
@@ -217,10 +224,14 @@ bool Worthwhile(const Problem& p) {
   const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1;
   const double work = static_cast<double>(c.n) * static_cast<double>(c.m) *
                       static_cast<double>(c.k);
-  if (a_trans && c.batch > 1) return true;
+  if (c.batch > 1) return true;
   if (work >= kLargeWork) return true;
-  return c.batch == 1 && c.c_f32 && !a_trans && c.n >= kPlainMinRows &&
-         c.m >= kPlainMinSide && c.k >= kPlainMinSide;
+  if (!a_trans) {
+    return c.n >= kPlainMinRows && c.m >= kPlainMinSide &&
+           c.k >= kPlainMinSide;
+  }
+  return c.c_f32 && c.k >= kTransMinK && c.n >= kPlainMinSide &&
+         c.m >= kPlainMinSide;
 }
 
 // Element offsets of every output batch item into an operand.

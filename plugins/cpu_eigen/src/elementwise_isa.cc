@@ -85,10 +85,11 @@ void Binary(BinaryKind kind, BinaryForm form, const T* a, const T* b, T* y,
 extern const FloatKernels<float> kFloatKernelsF32;
 extern const FloatKernels<double> kFloatKernelsF64;
 const FloatKernels<float> kFloatKernelsF32 = {
-    &Unary<float>, &Binary<float>, CPU_EIGEN_EW_ISA_NAME, &GeluGradRun<float>};
+    &Unary<float>, &Binary<float>, CPU_EIGEN_EW_ISA_NAME, &GeluGradRun<float>,
+    &BiasGeluRunF32, &GeluSlopeRowsF32};
 const FloatKernels<double> kFloatKernelsF64 = {
     &Unary<double>, &Binary<double>, CPU_EIGEN_EW_ISA_NAME,
-    &GeluGradRun<double>};
+    &GeluGradRun<double>, nullptr, nullptr};
 
 }  // namespace CPU_EIGEN_EW_NS
 }  // namespace cpu_eigen

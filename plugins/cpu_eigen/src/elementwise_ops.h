@@ -85,6 +85,14 @@ struct FloatKernels {
   const char* isa;  // e.g. "x86-64-v3"
   // dx = dy * gelu'(x), exact (tanh = false) or tanh form (gelu_grad.h).
   void (*gelu_grad)(bool tanh, const T* x, const T* dy, T* dx, int64_t n);
+  // BiasGelu's exact form in one pass (fused_act.cc, gelu_grad.h): pre =
+  // x + bias, y = gelu(pre) over n elements. Null for double.
+  void (*bias_gelu)(const T* x, const T* bias, T* pre, T* y, int64_t n);
+  // BiasGeluGrad's exact form in one pass over rows <= 4 rows of cols
+  // elements (row stride ld): g = dy gelu'(pre), and acc[k] += the rows'
+  // column sum as rows.h's ColumnSum adds it. Null for double.
+  void (*gelu_slope_rows)(const T* pre, const T* dy, T* g, int64_t ld,
+                          int64_t rows, int64_t cols, double* acc);
 };
 
 namespace CPU_EIGEN_EW_NS {
@@ -661,15 +669,14 @@ inline Packet NegateWhereNonNegative(Packet x, Packet y) {
 // What ErfPackets writes: gelu(x), or dy gelu'(x).
 enum class ErfOut { kGelu, kSlope };
 
-// out[0, n) = gelu(x) (kGelu; dy unused) or dy gelu'(x) (kSlope) over n
-// elements, a whole number of packets; loads and stores aligned or not (the
-// values are the same either way).
-template <ErfOut kOut, bool kAligned>
-void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
+// res[u] = gelu(xv[u]) (kGelu; dyv unused) or dyv[u] gelu'(xv[u]) (kSlope)
+// for kU independent packets: the formula is a long dependent chain
+// (division, two polynomials), and interleaving packets keeps the FMA units
+// busy where out-of-order execution alone does not look far enough ahead.
+// A result depends on its own element only (the same bits for any kU).
+template <ErfOut kOut, int kU, typename Packet>
+inline void ErfCore(const Packet* xv, const Packet* dyv, Packet* res) {
   namespace ei = Eigen::internal;
-  constexpr int kAlign = kAligned ? Eigen::Aligned64 : Eigen::Unaligned;
-  using Packet = typename ei::packet_traits<float>::type;
-  constexpr int64_t kP = kPacket<float>;
   // gelu evaluates -P (negated coefficients: exactly -P), so that -a q
   // needs no negation.
   constexpr float kSign = kOut == ErfOut::kGelu ? -1.0f : 1.0f;
@@ -685,76 +692,92 @@ void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
 #if !defined(__FMA__)
   const Packet k_split = ei::pset1<Packet>(4097.0f);  // 2^12 + 1
 #endif
-  // One packet (the n % (kU kP) rest) or kU independent packets at a time:
-  // the formula is a long dependent chain (division, two polynomials), and
-  // interleaving packets keeps the FMA units busy where out-of-order
-  // execution alone does not look far enough ahead.
+  Packet a[kU], t[kU], w[kU], p[kU], e[kU];
+#if !defined(__AVX512F__)
+  Packet s[kU], r[kU];
+#endif
+  for (int u = 0; u < kU; ++u) {
+    a[u] = ei::pmin(ei::pabs(xv[u]), hi);
+    if constexpr (kOut == ErfOut::kGelu) {
+      // w = a t in the division, t = 1 - kErfcT w (1 - t = kErfcT a t).
+      w[u] = ei::pdiv(a[u], ei::pmadd(a[u], k_t, one));
+      t[u] = ei::pmadd(w[u], ei::pnegate(k_t), one);
+    } else {
+      t[u] = ei::pdiv(one, ei::pmadd(a[u], k_t, one));
+    }
+    p[u] = ei::pset1<Packet>(kSign * kErfcP32[8]);
+  }
+  for (int i = 7; i >= 0; --i) {
+    const Packet ci = ei::pset1<Packet>(kSign * kErfcP32[i]);
+    for (int u = 0; u < kU; ++u) p[u] = ei::pmadd(p[u], t[u], ci);
+  }
+#if defined(__AVX512F__)
+  // E = e^(hi + lo) in one factor (scalef rounds a subnormal E once),
+  // -a^2/2 = hi + lo exactly: hi = (-a/2) a rounded, lo its error (FMA).
+  for (int u = 0; u < kU; ++u) {
+    const Packet na = ei::pmul(a[u], k_exp);
+    const Packet h = ei::pmul(na, a[u]);
+    e[u] = ExpSplit16(h, ei::pmadd(na, a[u], ei::pnegate(h)));
+  }
+#else
+  for (int u = 0; u < kU; ++u) {
+    // a^2 = s + r exactly.
+    s[u] = ei::pmul(a[u], a[u]);
+#if defined(__FMA__)
+    r[u] = ei::pmadd(a[u], a[u], ei::pnegate(s[u]));
+#else
+    // Dekker: a = ah + al with ah of 12 significant bits (a <= 40, so
+    // 4097 a cannot overflow), every product of the halves exact.
+    const Packet g = ei::pmul(a[u], k_split);
+    const Packet ah = ei::psub(g, ei::psub(g, a[u]));
+    const Packet al = ei::psub(a[u], ah);
+    r[u] = ei::padd(ei::padd(ei::psub(ei::pmul(ah, ah), s[u]),
+                             ei::pmul(ei::padd(ah, ah), al)),
+                    ei::pmul(al, al));
+#endif
+  }
+  ExpSplit<kU>(s, r, k_exp, e);
+#endif
+  for (int u = 0; u < kU; ++u) {
+    const Packet xc = ei::pmax(xv[u], lo);
+    if constexpr (kOut == ErfOut::kGelu) {
+      // x H - a q = (w (-P)) E + (x where x >= 0); at x = 0 both terms
+      // are 0 and the sum keeps x's sign (x = +0: -0 + 0; -0: -0 + -0).
+      const Packet m = ScaleByE(ei::pmul(w[u], p[u]), e[u]);
+      res[u] = AddWhereNonNegative(xv[u], m, xc);
+    } else {
+      const Packet tp = ei::pmul(t[u], p[u]);
+      // H + E (c / sqrt(2 pi) + t P (1 - 2H)).
+      const Packet c = ei::pmin(xc, hi);
+      const Packet k = ei::pmadd(c, k_pdf, NegateWhereNonNegative(xv[u], tp));
+      res[u] = ei::pmul(dyv[u],
+                        AddWhereNonNegative(xv[u], ScaleByE(k, e[u]), one));
+    }
+  }
+}
+
+// out[0, n) = gelu(x) (kGelu; dy unused) or dy gelu'(x) (kSlope) over n
+// elements, a whole number of packets; loads and stores aligned or not (the
+// values are the same either way).
+template <ErfOut kOut, bool kAligned>
+void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
+  namespace ei = Eigen::internal;
+  constexpr int kAlign = kAligned ? Eigen::Aligned64 : Eigen::Unaligned;
+  using Packet = typename ei::packet_traits<float>::type;
+  constexpr int64_t kP = kPacket<float>;
+  // One packet (the n % (kU kP) rest) or kU packets at a time.
   auto run = [&](int64_t j, auto unroll) {
     constexpr int kU = decltype(unroll)::value;
-    Packet xv[kU], a[kU], t[kU], w[kU], p[kU], e[kU];
-#if !defined(__AVX512F__)
-    Packet s[kU], r[kU];
-#endif
+    Packet xv[kU], dv[kU], res[kU];
     for (int u = 0; u < kU; ++u) {
       xv[u] = ei::ploadt<Packet, kAlign>(x + j + u * kP);
-      a[u] = ei::pmin(ei::pabs(xv[u]), hi);
-      if constexpr (kOut == ErfOut::kGelu) {
-        // w = a t in the division, t = 1 - kErfcT w (1 - t = kErfcT a t).
-        w[u] = ei::pdiv(a[u], ei::pmadd(a[u], k_t, one));
-        t[u] = ei::pmadd(w[u], ei::pnegate(k_t), one);
-      } else {
-        t[u] = ei::pdiv(one, ei::pmadd(a[u], k_t, one));
+      if constexpr (kOut == ErfOut::kSlope) {
+        dv[u] = ei::ploadt<Packet, kAlign>(dy + j + u * kP);
       }
-      p[u] = ei::pset1<Packet>(kSign * kErfcP32[8]);
     }
-    for (int i = 7; i >= 0; --i) {
-      const Packet ci = ei::pset1<Packet>(kSign * kErfcP32[i]);
-      for (int u = 0; u < kU; ++u) p[u] = ei::pmadd(p[u], t[u], ci);
-    }
-#if defined(__AVX512F__)
-    // E = e^(hi + lo) in one factor (scalef rounds a subnormal E once),
-    // -a^2/2 = hi + lo exactly: hi = (-a/2) a rounded, lo its error (FMA).
+    ErfCore<kOut, kU>(xv, dv, res);
     for (int u = 0; u < kU; ++u) {
-      const Packet na = ei::pmul(a[u], k_exp);
-      const Packet h = ei::pmul(na, a[u]);
-      e[u] = ExpSplit16(h, ei::pmadd(na, a[u], ei::pnegate(h)));
-    }
-#else
-    for (int u = 0; u < kU; ++u) {
-      // a^2 = s + r exactly.
-      s[u] = ei::pmul(a[u], a[u]);
-#if defined(__FMA__)
-      r[u] = ei::pmadd(a[u], a[u], ei::pnegate(s[u]));
-#else
-      // Dekker: a = ah + al with ah of 12 significant bits (a <= 40, so
-      // 4097 a cannot overflow), every product of the halves exact.
-      const Packet g = ei::pmul(a[u], k_split);
-      const Packet ah = ei::psub(g, ei::psub(g, a[u]));
-      const Packet al = ei::psub(a[u], ah);
-      r[u] = ei::padd(ei::padd(ei::psub(ei::pmul(ah, ah), s[u]),
-                               ei::pmul(ei::padd(ah, ah), al)),
-                      ei::pmul(al, al));
-#endif
-    }
-    ExpSplit<kU>(s, r, k_exp, e);
-#endif
-    for (int u = 0; u < kU; ++u) {
-      const Packet xc = ei::pmax(xv[u], lo);
-      Packet res;
-      if constexpr (kOut == ErfOut::kGelu) {
-        // x H - a q = (w (-P)) E + (x where x >= 0); at x = 0 both terms
-        // are 0 and the sum keeps x's sign (x = +0: -0 + 0; -0: -0 + -0).
-        const Packet m = ScaleByE(ei::pmul(w[u], p[u]), e[u]);
-        res = AddWhereNonNegative(xv[u], m, xc);
-      } else {
-        const Packet tp = ei::pmul(t[u], p[u]);
-        // H + E (c / sqrt(2 pi) + t P (1 - 2H)).
-        const Packet c = ei::pmin(xc, hi);
-        const Packet k = ei::pmadd(c, k_pdf, NegateWhereNonNegative(xv[u], tp));
-        res = ei::pmul(ei::ploadt<Packet, kAlign>(dy + j + u * kP),
-                       AddWhereNonNegative(xv[u], ScaleByE(k, e[u]), one));
-      }
-      ei::pstoret<float, Packet, kAlign>(out + j + u * kP, res);
+      ei::pstoret<float, Packet, kAlign>(out + j + u * kP, res[u]);
     }
   };
   constexpr int kUnroll = 2;
@@ -763,6 +786,61 @@ void ErfPackets(const float* x, const float* dy, float* out, int64_t n) {
     run(j, std::integral_constant<int, kUnroll>{});
   }
   for (; j < n; j += kP) run(j, std::integral_constant<int, 1>{});
+}
+
+// BiasGelu's one pass (fused_act.cc): pre[0, n) = x + bias (one float add
+// per element, as Add) and y[0, n) = gelu(pre), exact form, over n
+// elements, a whole number of packets, unaligned. The loads of x stream in
+// while the compute-bound gelu of the packets before runs, where a
+// separate add pass over a block waited on them.
+inline void BiasGeluPackets(const float* x, const float* bias, float* pre,
+                            float* y, int64_t n) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<float>::type;
+  constexpr int64_t kP = kPacket<float>;
+  auto run = [&](int64_t j, auto unroll) {
+    constexpr int kU = decltype(unroll)::value;
+    Packet xv[kU], res[kU];
+    for (int u = 0; u < kU; ++u) {
+      xv[u] = ei::padd(ei::ploadu<Packet>(x + j + u * kP),
+                       ei::ploadu<Packet>(bias + j + u * kP));
+      ei::pstoreu(pre + j + u * kP, xv[u]);
+    }
+    ErfCore<ErfOut::kGelu, kU>(xv, xv, res);
+    for (int u = 0; u < kU; ++u) ei::pstoreu(y + j + u * kP, res[u]);
+  };
+  constexpr int kUnroll = 2;
+  int64_t j = 0;
+  for (; j + kUnroll * kP <= n; j += kUnroll * kP) {
+    run(j, std::integral_constant<int, kUnroll>{});
+  }
+  for (; j < n; j += kP) run(j, std::integral_constant<int, 1>{});
+}
+
+// BiasGeluGrad's one pass over four rows (row stride ld, fused_act.cc):
+// g[r] = dy[r] gelu'(pre[r]), exact form, and sum[k] = (g0[k] + g1[k]) +
+// (g2[k] + g3[k]) in float (the first step of rows.h ColumnSum's fold), over
+// n columns, a whole number of packets, unaligned.
+inline void GeluSlopeRows4(const float* pre, const float* dy, float* g,
+                           int64_t ld, int64_t n, float* sum) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<float>::type;
+  constexpr int64_t kP = kPacket<float>;
+  for (int64_t j = 0; j < n; j += kP) {
+    // Two rows at a time (two packets in flight, as ErfPackets).
+    Packet half[2];
+    for (int h = 0; h < 2; ++h) {
+      Packet xv[2], dv[2], res[2];
+      for (int r = 0; r < 2; ++r) {
+        xv[r] = ei::ploadu<Packet>(pre + (2 * h + r) * ld + j);
+        dv[r] = ei::ploadu<Packet>(dy + (2 * h + r) * ld + j);
+      }
+      ErfCore<ErfOut::kSlope, 2>(xv, dv, res);
+      for (int r = 0; r < 2; ++r) ei::pstoreu(g + (2 * h + r) * ld + j, res[r]);
+      half[h] = ei::padd(res[0], res[1]);
+    }
+    ei::pstoreu(sum + j, ei::padd(half[0], half[1]));
+  }
 }
 
 }  // namespace gelu

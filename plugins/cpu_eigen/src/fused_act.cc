@@ -143,22 +143,31 @@ void BiasGelu(dg::KernelContext& ctx) {
   float* ppre = static_cast<float*>(pre.raw_data());
   void* py = y.raw_data();
   const DgDType dtype = y.dtype();
-  const auto unary = elementwise::FloatKernelsFor<float>().unary;
-  const UnaryKind kind = tanh ? UnaryKind::kGeluTanh : UnaryKind::kGeluErf;
+  const auto& kernels = elementwise::FloatKernelsFor<float>();
   ParallelFor(
       rows,
       [&](int64_t begin, int64_t end) {
-        // Rows in groups of about kBlockFloats elements (one row at least):
-        // pre is written, then read back from the cache by the gelu.
+        // Rows in groups of about kBlockFloats elements (one row at least).
+        // The exact form adds the bias inside the gelu's packet loop (one
+        // pass: the loads of x overlap the arithmetic); the tanh form
+        // writes pre, then reads it back from the cache.
         const int64_t group = std::max<int64_t>(1, kBlockFloats / cols);
         std::vector<float> buf(dtype == DG_FLOAT32 ? 0 : group * cols);
         for (int64_t r = begin; r < end; r += group) {
           const int64_t m = std::min(group, end - r);
           float* p = ppre + r * cols;
-          AddBias(px + r * cols, pb, p, m, cols);
           float* f = dtype == DG_FLOAT32 ? static_cast<float*>(py) + r * cols
                                          : buf.data();
-          unary(kind, UnaryParams<float>{}, p, f, m * cols);
+          if (tanh) {
+            AddBias(px + r * cols, pb, p, m, cols);
+            kernels.unary(UnaryKind::kGeluTanh, UnaryParams<float>{}, p, f,
+                          m * cols);
+          } else {
+            for (int64_t i = 0; i < m; ++i) {
+              kernels.bias_gelu(px + (r + i) * cols, pb, p + i * cols,
+                                f + i * cols, cols);
+            }
+          }
           if (dtype != DG_FLOAT32) Store(f, py, dtype, r * cols, m * cols);
         }
       },
@@ -190,7 +199,7 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
   const float* pdy = static_cast<const float*>(dy.raw_data());
   void* pdx = dx.raw_data();
   const DgDType dtype = dx.dtype();
-  const auto grad = elementwise::FloatKernelsFor<float>().gelu_grad;
+  const auto& kernels = elementwise::FloatKernelsFor<float>();
   const auto column_sum = RowKernelsFor<float>().column_sum;
   const int64_t chunks = SumChunks(rows, cols);
   double* partial = ctx.workspace<double>(static_cast<size_t>(chunks * cols));
@@ -209,9 +218,16 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
             const int64_t m = std::min(kGroup, r1 - r);
             float* g = dtype == DG_FLOAT32 ? static_cast<float*>(pdx) + r * cols
                                            : buf.data();
-            grad(tanh, pp + r * cols, pdy + r * cols, g, m * cols);
+            if (tanh) {
+              kernels.gelu_grad(true, pp + r * cols, pdy + r * cols, g,
+                                m * cols);
+              column_sum(g, cols, m, cols, acc);
+            } else {
+              // gelu' and the column sum in one pass over the rows.
+              kernels.gelu_slope_rows(pp + r * cols, pdy + r * cols, g, cols,
+                                      m, cols, acc);
+            }
             if (dtype != DG_FLOAT32) Store(g, pdx, dtype, r * cols, m * cols);
-            column_sum(g, cols, m, cols, acc);
           }
         }
       },

@@ -122,6 +122,53 @@ void GeluGradRun(bool tanh, const T* x, const T* dy, T* dx, int64_t n) {
   }
 }
 
+// pre[0, n) = x + bias, y[0, n) = gelu(pre) (exact form): BiasGelu's row
+// (fused_act.cc), the same bits as Add then Gelu (one float add; the
+// packet formula, a short tail through GeluErfOp's padded packet).
+inline void BiasGeluRunF32(const float* x, const float* bias, float* pre,
+                           float* y, int64_t n) {
+  const int64_t full = n / kPacket<float> * kPacket<float>;
+  gelu::BiasGeluPackets(x, bias, pre, y, full);
+  if (full == n) return;
+  for (int64_t j = full; j < n; ++j) pre[j] = x[j] + bias[j];
+  GeluErfOp<float>{}.Run(pre + full, y + full, n - full);
+}
+
+// g = dy gelu'(pre) (exact form) over `rows` (<= 4) rows of `cols`
+// elements, row stride ld, and acc[k] += their column sum in rows.h
+// ColumnSum's order: four rows as ((g0 + g1) + (g2 + g3)) in float then
+// widened, fewer one by one. BiasGeluGrad's group of rows (fused_act.cc).
+inline void GeluSlopeRowsF32(const float* pre, const float* dy, float* g,
+                             int64_t ld, int64_t rows, int64_t cols,
+                             double* acc) {
+  if (rows == 4) {
+    const int64_t full = cols / kPacket<float> * kPacket<float>;
+    constexpr int64_t kChunk = 1024;  // columns per pass (4 KiB of sums)
+    alignas(64) float sum[kChunk];
+    for (int64_t c0 = 0; c0 < full; c0 += kChunk) {
+      const int64_t w = full - c0 < kChunk ? full - c0 : kChunk;
+      gelu::GeluSlopeRows4(pre + c0, dy + c0, g + c0, ld, w, sum);
+      double* a = acc + c0;
+      for (int64_t k = 0; k < w; ++k) a[k] += static_cast<double>(sum[k]);
+    }
+    if (full == cols) return;
+    for (int64_t r = 0; r < 4; ++r) {
+      GeluGradRun<float>(false, pre + r * ld + full, dy + r * ld + full,
+                         g + r * ld + full, cols - full);
+    }
+    for (int64_t k = full; k < cols; ++k) {
+      acc[k] += static_cast<double>((g[k] + g[ld + k]) +
+                                    (g[2 * ld + k] + g[3 * ld + k]));
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * ld;
+    GeluGradRun<float>(false, pre + r * ld, dy + r * ld, g + r * ld, cols);
+    for (int64_t k = 0; k < cols; ++k) acc[k] += static_cast<double>(gr[k]);
+  }
+}
+
 }  // namespace CPU_EIGEN_EW_NS
 }  // namespace cpu_eigen
 

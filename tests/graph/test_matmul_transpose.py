@@ -118,6 +118,9 @@ def test_left_alone_where_the_identity_or_the_layout_does_not_hold():
         "rotate": lambda a, b: ops.transpose(ops.matmul(a, b), (2, 0, 1)),
         # A 1-D operand: its promoted axis leaves the output.
         "vector": lambda a, b: ops.transpose(ops.matmul(a, v), (1, 0)),
+        # Swapped and swapped back: a dense view of the product as it is.
+        "swap_back": lambda a, b: ops.transpose(ops.transpose(ops.matmul(a, b), (0, 2, 1)),
+                                                (0, 2, 1)) * 1.0,
     }
     for name, f in cases.items():
         on, off = _both(f)
@@ -128,6 +131,20 @@ def test_left_alone_where_the_identity_or_the_layout_does_not_hold():
         want = want if isinstance(want, tuple) else (want,)
         for x, y in zip(got, want):
             np.testing.assert_array_equal(_bits(x.numpy()), _bits(y.numpy()), err_msg=name)
+
+
+def test_a_transpose_without_perm_is_the_swap_for_rank_2():
+    rng = np.random.default_rng(4)
+    a = dg.tensor(rng.standard_normal((6, 4)).astype(np.float32))
+    b = dg.tensor(rng.standard_normal((4, 5)).astype(np.float32))
+
+    def f(a, b):
+        return ops.transpose(ops.matmul(a, b))
+
+    on, off = _both(f)
+    assert _types(on, a, b) == ["MatMul"] and "Transpose" in _types(off, a, b)
+    np.testing.assert_allclose(on(a, b).numpy(), (a.numpy() @ b.numpy()).T, rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_pure_pass_on_a_graphdef():

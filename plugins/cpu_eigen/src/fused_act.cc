@@ -6,17 +6,24 @@
 //
 // Same bits as the unfused ops, by running their code on the same values:
 //   * pre = x + bias: one float32 add per element, as Add;
-//   * gelu / gelu': the float32 runs of Gelu and GeluGrad
-//     (elementwise::FloatKernelsFor<float>().unary / .gelu_grad, built per
-//     instruction set in elementwise_isa.cc, gelu_grad.h), on groups of rows
-//     while they are in the cache: every element takes their packet path,
-//     so a result does not depend on its position in the run;
+//   * gelu / gelu': the float32 packet math of Gelu and GeluGrad
+//     (gelu::ErfCore, elementwise_ops.h; built per instruction set in
+//     elementwise_isa.cc and reached through
+//     elementwise::FloatKernelsFor<float>()). The exact form runs one pass
+//     per row: .bias_gelu adds the bias inside the gelu's packet loop and
+//     stores pre beside y; .gelu_slope_rows computes four rows' gelu' and
+//     their column sum's float fold together. Rows narrower than
+//     kOnePassCols, and the tanh form, take the two-pass route (AddBias then
+//     .unary; .gelu_grad then column_sum) over a group of rows. Every
+//     element takes the packet path either way, so a result does not depend
+//     on its position or route;
 //   * the cast: FloatToBfloat16 (cast.h, Cast's conversion) or Eigen's
 //     float -> half, once per element;
 //   * dbias: Sum's fold of a bias gradient (reduce.cc, RunOuter): the rows
 //     split into the same chunks (a function of the shape only), each chunk
-//     folded by the row kernels' column_sum (rows.h: four float rows added
-//     in float, then into double accumulators), the chunks' partial sums
+//     folded as the row kernels' column_sum folds it (rows.h: four float
+//     rows added in float, then into double accumulators; .gelu_slope_rows
+//     does the same for its four rows), the chunks' partial sums
 //     added in chunk order in double and rounded once to float. The
 //     chunking constants are Sum's own (reduce_util.h, fold_split);
 //     tests/ops/test_fused_act.py checks the bits against the unfused Sum.
@@ -62,13 +69,19 @@ int64_t SumChunks(int64_t rows, int64_t width) {
   return chunks;
 }
 
+// Rows at least this wide take the one-pass kernels of the exact form:
+// a row's last columns (cols not a multiple of the packet) go through a
+// padded packet of their own, which for narrow rows would be most of the
+// work; the two-pass route pads once per group of rows.
+constexpr int64_t kOnePassCols = 256;
+
 // out[r, :] = x[r, :] + bias for rows [0, rows) of [rows, cols] matrices:
 // one float32 add per element, as Add (no contraction is possible: the same
-// bits in every build). A loop over restrict pointers, also built for
-// AVX-512 and chosen at run time as cast.cc's conversions are
-// (DRAGON_CPU_EIGEN_ISA caps it): at the baseline's four lanes the add was
-// a measurable part of the fused op, beside the gelu that reads its rows
-// back from the cache.
+// bits in every build), for the two-pass route (the tanh form, narrow
+// rows). A loop over restrict pointers, also built for AVX-512 and chosen
+// at run time as cast.cc's conversions are (DRAGON_CPU_EIGEN_ISA caps it):
+// at the baseline's four lanes the add was a measurable part of the fused
+// op, beside the gelu that reads its rows back from the cache.
 void AddBiasBase(const float* __restrict x, const float* __restrict bias,
                  float* __restrict out, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -158,10 +171,10 @@ void BiasGelu(dg::KernelContext& ctx) {
           float* p = ppre + r * cols;
           float* f = dtype == DG_FLOAT32 ? static_cast<float*>(py) + r * cols
                                          : buf.data();
-          if (tanh) {
+          if (tanh || cols < kOnePassCols) {
             AddBias(px + r * cols, pb, p, m, cols);
-            kernels.unary(UnaryKind::kGeluTanh, UnaryParams<float>{}, p, f,
-                          m * cols);
+            kernels.unary(tanh ? UnaryKind::kGeluTanh : UnaryKind::kGeluErf,
+                          UnaryParams<float>{}, p, f, m * cols);
           } else {
             for (int64_t i = 0; i < m; ++i) {
               kernels.bias_gelu(px + (r + i) * cols, pb, p + i * cols,
@@ -204,8 +217,10 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
   const int64_t chunks = SumChunks(rows, cols);
   double* partial = ctx.workspace<double>(static_cast<size_t>(chunks * cols));
   // Rows go through the column sum four at a time (its float grouping), so
-  // a float32 copy of four rows is enough for 16-bit outputs.
+  // a float32 copy of four rows is enough for 16-bit outputs; and
+  // .gelu_slope_rows folds exactly ColumnSum's groups of four.
   constexpr int64_t kGroup = 4;
+  static_assert(kGroup == 4, "the column sum folds rows four at a time");
   ParallelFor(
       chunks,
       [&](int64_t begin, int64_t end) {
@@ -218,8 +233,8 @@ void BiasGeluGrad(dg::KernelContext& ctx) {
             const int64_t m = std::min(kGroup, r1 - r);
             float* g = dtype == DG_FLOAT32 ? static_cast<float*>(pdx) + r * cols
                                            : buf.data();
-            if (tanh) {
-              kernels.gelu_grad(true, pp + r * cols, pdy + r * cols, g,
+            if (tanh || cols < kOnePassCols) {
+              kernels.gelu_grad(tanh, pp + r * cols, pdy + r * cols, g,
                                 m * cols);
               column_sum(g, cols, m, cols, acc);
             } else {

@@ -18,7 +18,11 @@ in place.
 
 Invariants: the MatMul (not MatMulBiasAct: its bias runs along the last
 axis) has one output, read by the Transpose alone and not pinned (graph
-output, state update or target); both operands have rank >= 2 in the
+output, state update or target); the Transpose's own output is not swapped
+straight back by a second such Transpose (its only reader: the pair is a
+dense view of the product as it is, and the rewrite would leave one
+strided view); a Transpose without ``perm`` counts for rank 2 (it reverses
+the axes); both operands have rank >= 2 in the
 graph's value_info (a 1-D operand's promoted axis is removed from the
 output, so the identity does not hold) and the product's rank is the
 perm's. Every output element is the same sum of the same products over k
@@ -36,10 +40,16 @@ from dragon_core._graph.passes import register_pass, value_index
 from dragon_core._graph.passes.prune import _drop_value_info
 
 
-def _swaps_last_two(op) -> int:
+def _swaps_last_two(op, rank_of) -> int:
     """The rank of a Transpose whose perm swaps the last two axes and keeps
-    the others in place (negative entries allowed), else 0."""
-    perm = list(op.attr["perm"].ints.values) if "perm" in op.attr else []
+    the others in place (negative entries allowed; no perm reverses the
+    axes, a swap for rank 2), else 0. ``rank_of(name)`` is a value's rank
+    (-1 when unknown)."""
+    if op.type != "Transpose" or len(op.input) != 1 or len(op.output) != 1:
+        return 0
+    if "perm" not in op.attr or not op.attr["perm"].ints.values:
+        return 2 if rank_of(op.input[0]) == 2 else 0
+    perm = list(op.attr["perm"].ints.values)
     rank = len(perm)
     if rank < 2:
         return 0
@@ -75,14 +85,22 @@ def matmul_transpose(graph):
         v = info.get(name)
         return len(v.shape) if v is not None else -1
 
+    only_reader = {}   # value -> the index of the op reading it, when one op reads it once
+    for k, op in enumerate(graph.op):
+        for name in op.input:
+            if readers.get(name) == 1:
+                only_reader[name] = k
     rewrites = {}   # MatMul index -> Transpose index
     for k, op in enumerate(graph.op):
-        if op.type != "Transpose" or len(op.input) != 1 or len(op.output) != 1:
+        r = _swaps_last_two(op, rank)
+        if not r:
             continue
         y = op.input[0]
-        r = _swaps_last_two(op)
-        if not r or y not in producer or y in pinned or readers.get(y) != 1:
+        if y not in producer or y in pinned or readers.get(y) != 1:
             continue
+        nxt = only_reader.get(op.output[0])
+        if nxt is not None and _swaps_last_two(graph.op[nxt], rank):
+            continue   # swapped back right after: the product is dense as it is
         mm = graph.op[producer[y]]
         if (mm.type != "MatMul" or len(mm.input) != 2 or len(mm.output) != 1
                 or rank(mm.input[0]) < 2 or rank(mm.input[1]) < 2 or rank(y) != r):

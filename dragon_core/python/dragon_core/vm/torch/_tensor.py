@@ -701,8 +701,20 @@ class Tensor:
                         "safe format (no pickle)")
 
     def __deepcopy__(self, memo):
-        out = _w(self._t._clone() if not self._t.requires_grad else self._t.detach()._clone())
+        # torch's contract: only graph leaves deep-copy (a copy of an
+        # intermediate would silently drop its place in the graph), and the
+        # copy keeps requires_grad and a copy of .grad.
+        if id(self) in memo:
+            return memo[id(self)]
+        if self._t._grad_fn is not None:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the "
+                "deepcopy protocol at the moment: this tensor was computed by "
+                f"{self._t._grad_fn.op} (detach() it first)")
+        out = _w(self._t.detach()._clone())
         out._t.requires_grad = self._t.requires_grad
+        if self._t.grad is not None:
+            out._t.grad = self._t.grad.detach()._clone()
         memo[id(self)] = out
         return out
 

@@ -82,9 +82,17 @@ def test_transposed_product_is_the_product_of_the_transposes(dtype, ta, tb, batc
 @bf16_gemm_marker()
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_same_bits_on_the_avx512_bf16_gemm(ta, tb):
-    """cpu_eigen's AVX512-BF16 GEMM sums each output's products over k in
-    order: the swapped product has the same bits (float32 and bfloat16
+    """cpu_eigen's AVX512-BF16 GEMM (pinned) sums each output's products over
+    k in order: the swapped product has the same bits (float32 and bfloat16
     outputs), as the attention backward's batches of products run there."""
+    dg.plugins.pin("MatMul", "cpu", "MatMulBf16Avx512")
+    try:
+        _check_same_bits(ta, tb)
+    finally:
+        dg.plugins.unpin("MatMul", "cpu")
+
+
+def _check_same_bits(ta, tb):
     rng = np.random.default_rng(5)
     n, k, m = 37, 70, 45
     sa = (4,) + ((k, n) if ta else (n, k))
@@ -198,8 +206,17 @@ def test_bf16_encoder_step_key_gradient():
     """The bfloat16-autocast encoder step (bench/models/bert.py): the key
     gradient (q^T dS)^T becomes dS^T q, its double transpose and head-merge
     copy go (sum_cast reads the view), and three steps give bit for bit the
-    losses and parameters of the graph without the pass (the attention
-    products run on the AVX512-BF16 GEMM, which sums over k in order)."""
+    losses and parameters of the graph without the pass (the step's bf16
+    products pinned to the AVX512-BF16 GEMM, which sums over k in order;
+    its small attention items would otherwise run on oneDNN)."""
+    dg.plugins.pin("MatMul", "cpu", "MatMulBf16Avx512")
+    try:
+        _check_key_gradient()
+    finally:
+        dg.plugins.unpin("MatMul", "cpu")
+
+
+def _check_key_gradient():
     rng = np.random.default_rng(11)
     x = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
     t = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))

@@ -393,6 +393,10 @@ cases = {
     # Attention's q @ K^T: 32 heads' 128 x 64 by 64 x 128, bfloat16 out.
     "batched_trans_b": lambda: dg.ops.matmul(bf(32, 128, 64), bf(32, 128, 64),
                                              transpose_b=True),
+    # Items below 64^3 multiply-adds, plain and transposed-A.
+    "batched_small": lambda: dg.ops.matmul(bf(256, 32, 32), bf(256, 32, 32)),
+    "batched_small_trans_a": lambda: dg.ops.matmul(bf(128, 48, 48), bf(128, 48, 48),
+                                                   transpose_a=True, out_dtype="float32"),
 }
 for name, fn in cases.items():
     print("CASE", name, flush=True)
@@ -423,7 +427,8 @@ def _onednn_ran(policy):
 @needs_kernel
 def test_measured_classes_route_as_documented():
     """Which calls the kernel takes (a oneDNN matmul execution shows in
-    ONEDNN_VERBOSE otherwise): every batch of products, products of at
+    ONEDNN_VERBOSE otherwise): batches of products of at least 64^3
+    multiply-adds an item (smaller items stay on oneDNN), products of at
     least 2048^3, single products whose A is not stored transposed with n
     >= 1024 and m, k >= 256 (the encoder step's Linear layers and input
     gradients, either output dtype), and single float32-output
@@ -442,7 +447,8 @@ def test_measured_classes_route_as_documented():
                     "dx_step": False, "dx_bf16_step": False, "dw_step": False,
                     "dw_bf16_step": True, "dw_short_k": True, "dw_narrow": True,
                     "narrow": True, "short_k": True, "few_rows": True,
-                    "batched_plain": False, "batched_trans_b": False}, auto
+                    "batched_plain": False, "batched_trans_b": False,
+                    "batched_small": True, "batched_small_trans_a": True}, auto
     every = _onednn_ran("all")
     assert every == {"plain": False, "trans_b": False, "linear": False,
                      "batched_trans_a": False, "trans_a_f32_bias": False,
@@ -452,5 +458,6 @@ def test_measured_classes_route_as_documented():
                      "dx_step": False, "dx_bf16_step": False, "dw_step": False,
                      "dw_bf16_step": False, "dw_short_k": False, "dw_narrow": False,
                      "narrow": False, "short_k": False, "few_rows": False,
-                     "batched_plain": False, "batched_trans_b": False}, every
+                     "batched_plain": False, "batched_trans_b": False,
+                     "batched_small": False, "batched_small_trans_a": False}, every
     assert all(_onednn_ran("off").values())

@@ -18,8 +18,8 @@
 //     kMinCols columns per matrix): the 6 x 64 register tile would mostly
 //     multiply padding there;
 //   * the product is of a class where it measured faster than oneDNN's
-//     (Worthwhile(): at least 2048^3 multiply-adds; any batch of
-//     products; a single product whose A is not stored transposed with n
+//     (Worthwhile(): at least 2048^3 multiply-adds; a batch of products
+//     of at least 64^3 each; a single product whose A is not stored transposed with n
 //     >= 1024 and m, k >= 256, autocast's Linear layers and input
 //     gradients; a single float32-output product whose A is stored
 //     transposed with k >= 1024 and n, m >= 256, the weight gradients).
@@ -189,6 +189,9 @@ constexpr int64_t kPlainMinSide = 256;
 // gradients dy^T @ x) run here from k >= kTransMinK and n, m >=
 // kPlainMinSide.
 constexpr int64_t kTransMinK = 1024;
+// Batches run here when each item is at least this much work (n m k):
+// below it, this kernel's per-item packing outweighs the arithmetic.
+constexpr double kBatchItemMinWork = 64.0 * 64.0 * 64.0;
 
 // Whether the product is one this kernel is faster on than oneDNN's
 // (docs/benchmarks.md, "bfloat16 GEMM", "bgemm" and "Session 17"; Zen 4,
@@ -196,10 +199,13 @@ constexpr int64_t kTransMinK = 1024;
 //   * products of at least 2048^3 multiply-adds (1.04-1.11x: oneDNN's
 //     kernel falls to 88% of the vdpbf16ps peak there, this one stays at
 //     94%);
-//   * batches of products, any layout (attention's q @ K^T, P @ V, their
-//     gradients): 1.00-1.14x inside the compiled encoder step, where the
-//     operands come from the ops before (per-op minima of 12 profiles);
-//     isolated and warm they measured 0.95-1.06x;
+//   * batches of products, any layout, whose items are at least 64^3
+//     multiply-adds (attention's q @ K^T, P @ V, their gradients):
+//     1.00-1.14x inside the compiled encoder step, where the operands come
+//     from the ops before (per-op minima of 12 profiles); isolated, 64^3
+//     to 128 x 128 x 64 items 1.03-1.25x, 4 x 1024 x 256 x 256 a tie.
+//     Smaller items lose (each item's operands are packed: 48^3 0.77-0.83x,
+//     32^3 0.42-0.71x, 8 x 16 x 16 0.14-0.62x), so they stay on oneDNN;
 //   * single products whose A is not stored transposed (row-major, or any
 //     strides but a unit row stride), n >= 1024, m >= 256, k >= 256: the
 //     encoder step's Linear layers (x @ W^T) and input gradients (dy @ W),
@@ -224,7 +230,7 @@ bool Worthwhile(const Problem& p) {
   const bool a_trans = c.a_rs == 1 && c.a_cs != 1 && c.k > 1;
   const double work = static_cast<double>(c.n) * static_cast<double>(c.m) *
                       static_cast<double>(c.k);
-  if (c.batch > 1) return true;
+  if (c.batch > 1) return work >= kBatchItemMinWork;
   if (work >= kLargeWork) return true;
   if (!a_trans) {
     return c.n >= kPlainMinRows && c.m >= kPlainMinSide &&

@@ -8,6 +8,9 @@ op names ``<Type>_<index>``, and ``value_info`` for every tensor from
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 
 import dragon_core as dg
@@ -112,3 +115,53 @@ def constant_array(g, name: str) -> np.ndarray:
             dt = dg.as_dtype(c.dtype).numpy
             return np.frombuffer(c.data, dtype=dt).reshape(tuple(c.shape))
     raise KeyError(name)
+
+
+def encoder_step(hidden: int = 64, heads: int = 4, seed: int = 0):
+    """``(model, step)``: bench/models/bert.py's encoder layer with
+    deterministic weights and an Adam training step under bfloat16
+    autocast (``step(x, t)`` returns the loss), for the passes' end-to-end
+    tests."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from models import bert
+    finally:
+        sys.path.pop(0)
+    model = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, heads)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    state = bert.random_state(shapes, seed)
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    opt = dg.optim.Adam(list(model.parameters()), lr=1e-3)
+
+    def step(x, t):
+        opt.zero_grad()
+        with dg.autocast("cpu", enabled=True):
+            out = model(x)
+            loss = dg.nn.functional.mse_loss(out, t)
+        loss.backward()
+        opt.step()
+        return loss
+    return model, step
+
+
+def encoder_same_bits_without(pass_name: str, steps: int = 3):
+    """Train two copies of :func:`encoder_step`'s layer for ``steps`` steps,
+    compiled with and without the pass ``pass_name``; assert the losses
+    and the parameters are bit for bit equal. Returns ``(on, off, x, t)``
+    (the two compiled steps and their inputs) for checks of the graphs."""
+    rng = np.random.default_rng(11)
+    x = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
+    t = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
+    m_on, s_on = encoder_step()
+    m_off, s_off = encoder_step()
+    on = dg.function(s_on)
+    off = dg.function(s_off, disable_passes=(pass_name,))
+
+    def bits(a):
+        a = np.ascontiguousarray(np.asarray(a))
+        return a.view(f"u{a.dtype.itemsize}")
+    for _ in range(steps):
+        np.testing.assert_array_equal(bits(on(x, t).numpy()), bits(off(x, t).numpy()))
+    for (name, p), (_, q) in zip(m_on.state_dict().items(), m_off.state_dict().items()):
+        np.testing.assert_array_equal(bits(p.numpy()), bits(q.numpy()), err_msg=name)
+    return on, off, x, t

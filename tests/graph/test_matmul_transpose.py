@@ -7,18 +7,16 @@ pass; the compiled bfloat16 encoder step likewise."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import dragon_core as dg
 
+from .fixtures import encoder_same_bits_without
+
 from ops._common import bf16_gemm_marker  # tests/ is on sys.path (rootdir-relative packages)
 
 ops = dg.ops
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bits(a):
@@ -178,29 +176,6 @@ def test_pure_pass_on_a_graphdef():
     assert matmul_transpose(out) is out
 
 
-def _encoder(hidden=64, heads=4, seed=0):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from models import bert
-    finally:
-        sys.path.pop(0)
-    model = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, heads)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    state = bert.random_state(shapes, seed)
-    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-    opt = dg.optim.Adam(list(model.parameters()), lr=1e-3)
-
-    def step(x, t):
-        opt.zero_grad()
-        with dg.autocast("cpu", enabled=True):
-            out = model(x)
-            loss = dg.nn.functional.mse_loss(out, t)
-        loss.backward()
-        opt.step()
-        return loss
-    return model, step
-
-
 @bf16_gemm_marker()
 def test_bf16_encoder_step_key_gradient():
     """The bfloat16-autocast encoder step (bench/models/bert.py): the key
@@ -217,17 +192,7 @@ def test_bf16_encoder_step_key_gradient():
 
 
 def _check_key_gradient():
-    rng = np.random.default_rng(11)
-    x = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
-    t = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
-    m_on, s_on = _encoder()
-    m_off, s_off = _encoder()
-    on = dg.function(s_on)
-    off = dg.function(s_off, disable_passes=("matmul_transpose",))
-    for _ in range(3):
-        np.testing.assert_array_equal(_bits(on(x, t).numpy()), _bits(off(x, t).numpy()))
-    for (name, p), (_, q) in zip(m_on.state_dict().items(), m_off.state_dict().items()):
-        np.testing.assert_array_equal(_bits(p.numpy()), _bits(q.numpy()), err_msg=name)
+    on, off, x, t = encoder_same_bits_without("matmul_transpose")
     t_on, t_off = _types(on, x, t), _types(off, x, t)
     assert t_on.count("Transpose") == t_off.count("Transpose") - 1
     assert t_on.count("Reshape") == t_off.count("Reshape") - 1

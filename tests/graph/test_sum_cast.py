@@ -7,16 +7,14 @@ encoder training step likewise."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import dragon_core as dg
 
+from .fixtures import encoder_same_bits_without
+
 ops = dg.ops
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _types(fn, *args):
@@ -188,46 +186,13 @@ def test_misses(xw, case):
     _same_bits(on, off, *xw)
 
 
-def _encoder(hidden=64, heads=4, seed=0):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from models import bert
-    finally:
-        sys.path.pop(0)
-    model = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, heads)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    state = bert.random_state(shapes, seed)
-    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-    opt = dg.optim.Adam(list(model.parameters()), lr=1e-3)
-
-    def step(x, t):
-        opt.zero_grad()
-        with dg.autocast("cpu", enabled=True):
-            out = model(x)
-            loss = dg.nn.functional.mse_loss(out, t)
-        loss.backward()
-        opt.step()
-        return loss
-    return model, step
-
-
 def test_bf16_encoder_step_equals_the_unfused_graph():
     """The bfloat16-autocast encoder training step (bench/models/bert.py):
     the Linear layers' bias gradients fuse (three of them over head-merge
     copies, which disappear; the GeluGrad's is left to the GELU fusion), and
     three steps give bit for bit the losses and parameters of the graph
     without the pass."""
-    rng = np.random.default_rng(11)
-    x = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
-    t = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
-    m_on, s_on = _encoder()
-    m_off, s_off = _encoder()
-    on = dg.function(s_on)
-    off = dg.function(s_off, disable_passes=("sum_cast",))
-    for _ in range(3):
-        np.testing.assert_array_equal(_bits(on(x, t).numpy()), _bits(off(x, t).numpy()))
-    for (name, p), (_, q) in zip(m_on.state_dict().items(), m_off.state_dict().items()):
-        np.testing.assert_array_equal(_bits(p.numpy()), _bits(q.numpy()), err_msg=name)
+    on, off, x, t = encoder_same_bits_without("sum_cast")
     graph = on.get_graph(x, t)
     fused = [op for op in graph.op if op.type == "SumCastGrad"]
     producer = {o: op for op in graph.op for o in op.output}

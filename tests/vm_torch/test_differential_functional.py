@@ -771,6 +771,12 @@ def test_pooling_geometries_refused_by_name():
         vt.nn.functional.max_pool2d(vt.ones(1, 2, 1, 2), 2, stride=3, ceil_mode=True)
     with pytest.raises(NotImplementedError, match="max_pool2d: window 0 along spatial axis 1"):
         vt.nn.functional.max_pool2d(vt.ones(4, 1, 4, 1), 2, 2, (0, 1), 2)
+    # torch's message for a padding above half the effective kernel (ours
+    # was the kernels' InvalidArgumentError, or the refusal above)
+    for name in ("max_pool3d", "avg_pool3d", "max_pool2d", "avg_pool1d"):
+        _raises_both(lambda T, x: getattr(T.nn.functional, name)(x, 2, padding=2), RuntimeError,
+                     "at most half of effective kernel size", np.ones((1, 1, 4, 4, 4)[
+                         :2 + int(name[-2])]))
     # torch refuses an avg_pool3d input smaller than the kernel (padding aside)
     _raises_both(lambda T, x: T.nn.functional.avg_pool3d(x, 3, 1, 1), RuntimeError,
                  "smaller than kernel size", np.ones((2, 3, 1, 2, 7)))

@@ -242,6 +242,10 @@ def _check_windows(op, input, k, s, p, d, ceil_mode):
     for ax, (L, kk, ss, pp, dd) in enumerate(zip(input.shape[-nd:], k, s, p, d)):
         span = dd * (kk - 1) + 1
         room = L + 2 * pp
+        if pp > span // 2:
+            raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, "
+                               f"but got pad={pp}, kernel_size={kk} and dilation={dd} "
+                               f"(input {tuple(input.shape)} {input.dtype.name})")
         if span > room:
             if not ceil_mode:
                 return   # torch raises too: the kernel's error stands
@@ -254,6 +258,8 @@ def _check_windows(op, input, k, s, p, d, ceil_mode):
         n = (-(-steps // ss) if ceil_mode else steps // ss) + 1
         if ceil_mode and (n - 1) * ss >= L + pp:
             n -= 1
+        if dd == 1:
+            continue   # a window of adjacent cells starting at >= -k/2 touches the input
         for o in range(n):
             start = o * ss - pp
             if not any(0 <= start + j * dd < L for j in range(kk)):

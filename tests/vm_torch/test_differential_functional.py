@@ -650,12 +650,76 @@ def gen_cell(rng):
                 specs=specs)
 
 
+def gen_module(rng):
+    """The nn modules over the functions above, with their less common
+    constructor arguments."""
+    dt = _pick(rng, ["float64", "float32"])
+    n = _n(rng)
+    kind = _pick(rng, ["pad", "loss", "loss", "sim", "misc"])
+    if kind == "pad":
+        name, nd = _pick(rng, [("ZeroPad1d", 1), ("ZeroPad2d", 2), ("ZeroPad3d", 3),
+                               ("ConstantPad1d", 1), ("ConstantPad2d", 2), ("ConstantPad3d", 3),
+                               ("ReflectionPad1d", 1), ("ReflectionPad2d", 2),
+                               ("ReflectionPad3d", 3), ("ReplicationPad1d", 1),
+                               ("ReplicationPad2d", 2), ("ReplicationPad3d", 3),
+                               ("CircularPad1d", 1), ("CircularPad2d", 2), ("CircularPad3d", 3)])
+        size = tuple(int(v) for v in rng.integers(2, 5, nd))
+        pads = tuple(int(v) for v in rng.integers(0, 2, 2 * nd)) if rng.random() < 0.7 \
+            else int(rng.integers(0, 2))
+        args = (pads, 0.5) if name.startswith("Constant") else (pads,)
+        shape = ((max(n, 1),) if rng.random() < 0.8 else ()) + (2,) + size
+        return dict(desc=f"{name}{args}", dtype=dt, fn=lambda T, m, x: m(x),
+                    make=lambda T: getattr(T.nn, name)(*args),
+                    specs=[Spec(shape, dt, layout=_layout(rng))])
+    if kind == "loss":
+        red = _red(rng)
+        c = int(rng.integers(1, 4))
+        name, kw, tkind = _pick(rng, [
+            ("HuberLoss", {"delta": _pick(rng, [0.5, 2.0])}, ""),
+            ("SmoothL1Loss", {"beta": _pick(rng, [0.0, 0.5])}, ""),
+            ("L1Loss", {}, ""), ("MSELoss", {}, ""), ("SoftMarginLoss", {}, "sign"),
+            ("KLDivLoss", {"log_target": True}, ""),
+            ("PoissonNLLLoss", {"full": True, "log_input": True}, "int:5"),
+            ("BCEWithLogitsLoss", {}, "prob"), ("MultiLabelSoftMarginLoss", {}, "int:2"),
+            ("HingeEmbeddingLoss", {"margin": 0.5}, "sign")])
+        return dict(desc=f"{name}({kw}, reduction={red})", dtype=dt,
+                    fn=lambda T, m, x, y: m(x, y),
+                    make=lambda T: getattr(T.nn, name)(reduction=red, **kw),
+                    specs=[Spec((n, c), dt, layout=_layout(rng)),
+                           Spec((n, c), dt, tkind, grad=False)])
+    if kind == "sim":
+        name = _pick(rng, ["CosineSimilarity", "PairwiseDistance"])
+        if name == "CosineSimilarity":
+            kw = {"dim": int(rng.integers(-2, 2)), "eps": _pick(rng, [1e-8, 0.5])}
+        else:
+            kw = {"p": _pick(rng, [1.0, 2.0, 3.0]), "eps": _pick(rng, [1e-6, 0.5]),
+                  "keepdim": bool(rng.random() < 0.5)}
+        return dict(desc=f"{name}({kw})", dtype=dt, fn=lambda T, m, a, b: m(a, b),
+                    make=lambda T: getattr(T.nn, name)(**kw),
+                    specs=[Spec((n, 3), dt, layout=_layout(rng)), Spec((n, 3), dt)])
+    name, args, shape = _pick(rng, [
+        ("Upsample", {"scale_factor": 1.5, "mode": "nearest"}, (1, 2, 3, 3)),
+        ("Upsample", {"size": 5, "mode": "bilinear", "align_corners": True}, (1, 2, 3, 3)),
+        ("UpsamplingNearest2d", {"scale_factor": 2}, (1, 2, 3, 3)),
+        ("UpsamplingBilinear2d", {"size": (4, 5)}, (1, 2, 3, 3)),
+        ("PixelShuffle", {"upscale_factor": 2}, (1, 8, 2, 3)),
+        ("ChannelShuffle", {"groups": 2}, (1, 4, 2, 3)), ("Softmax2d", {}, (1, 3, 2, 2)),
+        ("GLU", {"dim": 1}, (2, 4, 3)), ("LocalResponseNorm", {"size": 3}, (1, 4, 3)),
+        ("LPPool2d", {"norm_type": 2, "kernel_size": 2, "ceil_mode": True}, (1, 2, 3, 5)),
+        ("Flatten", {"start_dim": 0}, (2, 3, 1)),
+        ("Unflatten", {"dim": 1, "unflattened_size": (2, 3)}, (2, 6))])
+    return dict(desc=f"{name}({args})", dtype=dt, fn=lambda T, m, x: m(x),
+                make=lambda T: getattr(T.nn, name)(**args),
+                specs=[Spec(shape, dt, "pos" if name == "LPPool2d" else "",
+                            layout=_layout(rng))])
+
+
 GENERATORS = {
     "loss_class": (gen_loss_class, 40), "loss_reg": (gen_loss_reg, 40),
     "loss_pair": (gen_loss_pair, 30), "pool": (gen_pool, 40), "adaptive": (gen_adaptive, 20),
     "unpool": (gen_unpool, 6), "interpolate": (gen_interpolate, 40), "grid": (gen_grid, 25),
     "pad": (gen_pad, 25), "fold": (gen_fold, 10), "conv": (gen_conv, 40), "misc": (gen_misc, 40),
-    "cell": (gen_cell, 15),
+    "cell": (gen_cell, 15), "module": (gen_module, 25),
 }
 GENERATORS = {k: (g, n * SCALE) for k, (g, n) in GENERATORS.items()}
 
@@ -868,3 +932,23 @@ def test_grid_sample_and_affine_grid():
     for mode, pm in (("bilinear", "zeros"), ("bicubic", "reflection"), ("bilinear", "border")):
         _same(lambda T, a, b: T.nn.functional.grid_sample(a, b, mode, pm, align_corners=False),
               x, g)
+
+
+def test_padding_layers_and_small_modules():
+    """ZeroPad/ConstantPad/ReflectionPad/ReplicationPad/CircularPad 1d-3d,
+    UpsamplingNearest2d/UpsamplingBilinear2d, Softmax2d, ChannelShuffle and
+    LocalResponseNorm (with F.local_response_norm) were refused
+    (NotImplementedError); now they are torch's, repr included."""
+    x3 = R.standard_normal((2, 3, 4, 5, 4))
+    for name, args, x in (
+            ("ZeroPad2d", ((1, 0, 2, 1),), x3[0]), ("ConstantPad3d", (1, -0.5), x3),
+            ("ReflectionPad1d", ((2, 1),), x3[0, 0]),
+            ("ReplicationPad3d", ((0, 1, 2, 0, 1, 1),), x3),
+            ("CircularPad2d", (1,), x3[0]), ("UpsamplingNearest2d", (None, 2), x3[0]),
+            ("UpsamplingBilinear2d", ((3, 7),), x3[0]), ("Softmax2d", (), x3[0]),
+            ("ChannelShuffle", (3,), x3), ("LocalResponseNorm", (3, 0.1, 0.6, 1.5), x3[0])):
+        _same(lambda T, a: getattr(T.nn, name)(*args)(a), x)
+        assert repr(getattr(vt.nn, name)(*args)) == repr(getattr(torch.nn, name)(*args))
+    for size in (1, 2, 4):
+        _same(lambda T, a: T.nn.functional.local_response_norm(a, size, 0.3, 0.75, 2.0),
+              R.standard_normal((2, 5, 3)))

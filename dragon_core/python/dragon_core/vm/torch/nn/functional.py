@@ -925,6 +925,22 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return softmax(-input, dim, dtype=dtype)
 
 
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """torch's: ``x / (k + alpha / size * sum of x^2 over the ``size``
+    channels around each one)^beta``, the window zero-padded (``size // 2``
+    before, ``(size - 1) // 2`` after)."""
+    if input.ndim < 3:
+        raise ValueError(f"local_response_norm: expected 3D or higher dimensionality input "
+                         f"(got {input.ndim} dimensions)")
+    if input.numel() == 0:
+        return input * 1
+    sq = (input * input).unsqueeze(1)                    # N, 1, C, *spatial
+    flat = sq.reshape(sq.shape[0], 1, sq.shape[2], -1)   # N, 1, C, S
+    flat = pad(flat, (0, 0, size // 2, (size - 1) // 2))
+    div = avg_pool2d(flat, (size, 1), stride=1).reshape(tuple(input.shape))
+    return input / (div * alpha + k) ** beta
+
+
 def glu(input, dim=-1):
     if input.ndim == 0 or input.shape[dim] % 2:
         raise RuntimeError(f"glu: halving dimension must be even, but dimension {dim} is size "

@@ -133,6 +133,7 @@ InterpPlan ReadInterpPlan(const dg::AttrReader& attrs,
   for (int64_t a = 2; a < rank; ++a) {
     plan.axis[first + a - 2].in = x[a];
     plan.axis[first + a - 2].align_corners = align;
+    plan.axis[first + a - 2].nearest_shortcuts = rank == 4;
   }
   ReadTargets(attrs, x, &plan);
   // Under align_corners the corner cells define the scale; a factor given
@@ -366,7 +367,8 @@ struct Resampler {
   std::vector<Pass> passes;
 
   explicit Resampler(const dg::KernelContext& ctx)
-      : plan(ReadInterpPlan(ctx, ctx.input(0).shape())) {
+      : plan(WithInputPrecision(ReadInterpPlan(ctx, ctx.input(0).shape()),
+                                ctx.input(0).dtype() == DG_FLOAT64)) {
     for (int a = 0; a < kAxes; ++a) {
       tabs[a] = MakeTable(plan.axis[a], plan.mode);
     }

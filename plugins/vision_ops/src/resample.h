@@ -32,6 +32,13 @@ struct Axis {
   int64_t in = 1, out = 1;
   double scale_factor = 0.0;  // > 0: the caller's factor; 0: size was given
   bool align_corners = false;
+  // PyTorch's CPU nearest kernel of 4-D inputs (2 spatial axes) copies an
+  // axis whose output size equals its input size and reads dst / 2 when the
+  // output size doubles; its 3-D and 5-D kernels have no such shortcuts.
+  bool nearest_shortcuts = false;
+  // Its nearest kernels compute a float64 input's source index in float64
+  // (floored after a rounding to float32), a float32 input's in float32.
+  bool nearest_float64 = false;
 };
 
 // Everything an Interpolate / InterpolateGrad kernel needs. Inputs of rank
@@ -44,6 +51,13 @@ struct InterpPlan {
     return axis[0].in * axis[1].in * axis[2].in;
   }
 };
+
+// `plan` for an input of dtype float64 (`float64`) or float32 (sets
+// Axis::nearest_float64).
+inline InterpPlan WithInputPrecision(InterpPlan plan, bool float64) {
+  for (Axis& a : plan.axis) a.nearest_float64 = float64;
+  return plan;
+}
 
 // Validates the attributes against x's shape and builds the plan; throws
 // DG_INVALID_ARGUMENT naming the offending values (shape rules call it, so
@@ -89,38 +103,56 @@ VISION_HD double SourceCoord(const Axis& a, int64_t dst, bool cubic) {
   return (!cubic && src < 0.0) ? 0.0 : src;
 }
 
-// Nearest source cell: floor(dst * scale) ("nearest", PyTorch's legacy
-// rule) or floor((dst + 0.5) * scale) ("nearest-exact"), clamped to the
-// last cell. With a size, scale = in / out is applied in exact integer
-// arithmetic. Legacy nearest doubling an axis reads dst / 2 whatever the
-// factor (PyTorch's CPU rule).
+// Nearest source cell as PyTorch's CPU kernels compute it. For a float32
+// input in float32: scale = float(1 / scale_factor) when a factor was
+// given, else float(in) / float(out); "nearest" (the legacy rule) reads
+// floorf(float(dst) * scale), "nearest-exact" floorf(float((dst + 0.5) *
+// scale)). For a float64 input (Axis::nearest_float64) the scale and the
+// product are float64, rounded to float32 before the floor. Clamped to the
+// last cell. The roundings are part of the contract (33 / 2.2 floors to 14
+// in float64, to 15 in torch). The legacy shortcuts of 4-D inputs are
+// Axis::nearest_shortcuts.
 VISION_HD int64_t NearestIndex(const Axis& a, int64_t dst, bool exact) {
-  int64_t i;
-  if (!exact && a.out == 2 * a.in) {
-    i = dst / 2;
-  } else if (a.scale_factor > 0.0) {
-    const double shifted = static_cast<double>(dst) + (exact ? 0.5 : 0.0);
-    i = static_cast<int64_t>(floor(shifted / a.scale_factor));
-  } else if (exact) {
-    i = (2 * dst + 1) * a.in / (2 * a.out);
-  } else {
-    i = dst * a.in / a.out;
+  if (!exact && a.nearest_shortcuts) {
+    if (a.out == a.in) return dst;
+    if (a.out == 2 * a.in) return dst / 2;
   }
+  if (a.nearest_float64) {  // float64 scale and product, floored in float32
+    const double s = a.scale_factor > 0.0 ? 1.0 / a.scale_factor
+                                          : static_cast<double>(a.in) /
+                                                static_cast<double>(a.out);
+    const double pos = (static_cast<double>(dst) + (exact ? 0.5 : 0.0)) * s;
+    const int64_t i = static_cast<int64_t>(floorf(static_cast<float>(pos)));
+    return i < a.in - 1 ? i : a.in - 1;
+  }
+  const float scale =
+      a.scale_factor > 0.0
+          ? static_cast<float>(1.0 / a.scale_factor)
+          : static_cast<float>(a.in) / static_cast<float>(a.out);
+  // (dst + 0.5) is a double in torch's code: the product is rounded to
+  // float32 only when floorf takes it
+  const float pos =
+      exact ? static_cast<float>((static_cast<double>(dst) + 0.5) *
+                                 static_cast<double>(scale))
+            : static_cast<float>(dst) * scale;
+  const int64_t i = static_cast<int64_t>(floorf(pos));
   return i < a.in - 1 ? i : a.in - 1;
 }
 
 // The source cells and weights output position `dst` reads along axis `a`.
 // Fills all kMaxTaps slots (unused ones: cell 0, weight 0) and returns how
-// many the mode uses. In the legacy nearest and the linear modes an axis
-// whose output size equals its input size is the identity (as PyTorch's CPU
-// kernels; its nearest-exact and bicubic kernels have no such rule).
+// many the mode uses. In the linear modes (and the legacy nearest mode of
+// 4-D inputs, Axis::nearest_shortcuts) an axis whose output size equals its
+// input size is the identity, as PyTorch's CPU kernels.
 VISION_HD int AxisTaps(const Axis& a, int mode, int64_t dst, int64_t* idx,
                        double* w) {
   for (int k = 0; k < kMaxTaps; ++k) {
     idx[k] = 0;
     w[k] = 0.0;
   }
-  const bool copy = a.in == a.out && (mode == kNearest || mode == kLinear);
+  const bool copy =
+      a.in == a.out &&
+      ((mode == kNearest && a.nearest_shortcuts) || mode == kLinear);
   if (copy || mode == kNearest || mode == kNearestExact) {
     idx[0] = copy ? dst : NearestIndex(a, dst, mode == kNearestExact);
     w[0] = 1.0;

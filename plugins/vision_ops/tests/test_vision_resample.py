@@ -311,15 +311,23 @@ def test_equal_size_axis_is_copied():
 
 
 def test_nearest_doubling_rule():
-    """3 cells with scale_factor 2.1 give 6: legacy nearest reads dst // 2
-    (PyTorch's CPU rule, not floor(dst / 2.1) = 0, 0, 0, 1, 1, 2), while
-    nearest-exact reads floor((dst + 0.5) / 2.1)."""
+    """3 cells with scale_factor 2.1 give 6: legacy nearest of a 4-D input
+    reads dst // 2 (PyTorch's CPU rule of its 2-D kernel, not
+    floor(dst / 2.1) = 0, 0, 0, 1, 1, 2), of a 3-D or 5-D input
+    floor(dst * float(1 / 2.1)) (torch 2.13's 1-D and 3-D kernels have no
+    such shortcut), while nearest-exact reads floor((dst + 0.5) / 2.1)."""
+    x = dg.tensor(np.arange(3.0).reshape(1, 1, 1, 3))
+    near = dg.ops.interpolate(x, scale_factor=[1.0, 2.1], mode="nearest").numpy()
+    np.testing.assert_array_equal(near[0, 0, 0], [0, 0, 1, 1, 2, 2])
     x = dg.tensor(np.arange(3.0).reshape(1, 1, 3))
     near = dg.ops.interpolate(x, scale_factor=[2.1], mode="nearest").numpy()
     exact = dg.ops.interpolate(x, scale_factor=[2.1],
                                mode="nearest-exact").numpy()
-    np.testing.assert_array_equal(near[0, 0], [0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(near[0, 0], [0, 0, 0, 1, 1, 2])
     np.testing.assert_array_equal(exact[0, 0], [0, 0, 1, 1, 2, 2])
+    near = dg.ops.interpolate(dg.tensor(np.arange(3.0).reshape(1, 1, 1, 1, 3)),
+                              scale_factor=[1.0, 1.0, 2.1], mode="nearest").numpy()
+    np.testing.assert_array_equal(near[0, 0, 0, 0], [0, 0, 0, 1, 1, 2])
     x = dg.tensor(np.arange(5.0).reshape(1, 1, 5))
     exact = dg.ops.interpolate(x, scale_factor=[2.1],
                                mode="nearest-exact").numpy()

@@ -5,6 +5,8 @@
 // devices sample the same points. Gradients scatter with atomicAdd into
 // outputs zeroed on the stream first (the summation order, hence the last
 // bits of float results, may vary between runs).
+#include <type_traits>
+
 #include "../resample.h"
 #include "cuda_common.cuh"
 
@@ -79,7 +81,9 @@ __global__ void InterpolateKernel(InterpPlan p, const T* src, T* dst,
 
 template <typename T>
 void InterpolateCuda(dg::KernelContext& ctx) {
-  const InterpPlan p = ReadInterpPlan(ctx, ctx.input(0).shape());
+  const InterpPlan p =
+      WithInputPrecision(ReadInterpPlan(ctx, ctx.input(0).shape()),
+                         std::is_same<T, double>::value);
   const int64_t total = ctx.output(0).numel();
   if (total == 0) return;
   InterpolateKernel<T, false><<<Blocks(total), kThreads, 0, Stream(ctx)>>>(
@@ -89,7 +93,9 @@ void InterpolateCuda(dg::KernelContext& ctx) {
 
 template <typename T>
 void InterpolateGradCuda(dg::KernelContext& ctx) {
-  const InterpPlan p = ReadInterpPlan(ctx, ctx.input(0).shape());
+  const InterpPlan p =
+      WithInputPrecision(ReadInterpPlan(ctx, ctx.input(0).shape()),
+                         std::is_same<T, double>::value);
   T* dx = ctx.output(0).data<T>();
   const int64_t n = ctx.output(0).numel(), total = ctx.input(1).numel();
   if (n == 0) return;

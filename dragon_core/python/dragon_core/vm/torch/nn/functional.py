@@ -166,9 +166,11 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                         ceil_mode, return_indices)
     k = _triple(kernel_size, "kernel_size")
     s = _triple(_stride(stride, kernel_size), "stride")
-    y, idx = _ops.max_pool3d(input._t, kernel_size=k, strides=s,
-                             pads=_triple(padding, "padding"),
-                             dilations=_triple(dilation, "dilation"), ceil_mode=bool(ceil_mode))
+    p, d = _triple(padding, "padding"), _triple(dilation, "dilation")
+    if input.ndim == 5:
+        _check_windows("max_pool3d", input, k, s, p, d, ceil_mode)
+    y, idx = _ops.max_pool3d(input._t, kernel_size=k, strides=s, pads=p, dilations=d,
+                             ceil_mode=bool(ceil_mode))
     return (_w(y), _w(idx)) if return_indices else _w(y)
 
 
@@ -181,6 +183,12 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     k = _triple(kernel_size, "kernel_size")
     s = _triple(_stride(stride, kernel_size), "stride")
     p = _triple(padding, "padding")
+    if input.ndim == 5 and any(L < kk for L, kk in zip(input.shape[2:], k)):
+        raise RuntimeError(f"avg_pool3d: input image (T: {input.shape[2]} H: {input.shape[3]} "
+                           f"W: {input.shape[4]}) smaller than kernel size (kT: {k[0]} kH: "
+                           f"{k[1]} kW: {k[2]})")
+    if input.ndim == 5:
+        _check_windows("avg_pool3d", input, k, s, p, [1, 1, 1], ceil_mode)
     if divisor_override is not None:
         return _divisor_override(avg_pool3d, input, 3, k, s, p, ceil_mode, divisor_override)
     return _w(_ops.avg_pool3d(input._t, kernel_size=k, strides=s, pads=p,
@@ -224,6 +232,44 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return out.squeeze(-2)
 
 
+def _check_windows(op, input, k, s, p, d, ceil_mode):
+    """Refuses the pooling geometries torch computes but our kernels do not:
+    a ``ceil_mode`` window longer than the padded input (torch clips it)
+    and a window that covers only padding (torch gives -inf there). Checked
+    before the kernels, which would refuse the first with an internal
+    message and compute 0 for the second (3-D)."""
+    nd = len(k)
+    for ax, (L, kk, ss, pp, dd) in enumerate(zip(input.shape[-nd:], k, s, p, d)):
+        span = dd * (kk - 1) + 1
+        room = L + 2 * pp
+        if pp > span // 2:
+            raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, "
+                               f"but got pad={pp}, kernel_size={kk} and dilation={dd} "
+                               f"(input {tuple(input.shape)} {input.dtype.name})")
+        if span > room:
+            if not ceil_mode:
+                return   # torch raises too: the kernel's error stands
+            raise NotImplementedError(
+                f"{op}: with ceil_mode=True a window of {span} cells (kernel_size {list(k)}, "
+                f"dilation {list(d)}) is longer than the padded input along spatial axis "
+                f"{ax} ({L} + 2 * {pp}) of input {tuple(input.shape)} {input.dtype.name}; "
+                "torch clips that window, vm.torch does not support it")
+        steps = room - span
+        n = (-(-steps // ss) if ceil_mode else steps // ss) + 1
+        if ceil_mode and (n - 1) * ss >= L + pp:
+            n -= 1
+        if dd == 1:
+            continue   # a window of adjacent cells starting at >= -k/2 touches the input
+        for o in range(n):
+            start = o * ss - pp
+            if not any(0 <= start + j * dd < L for j in range(kk)):
+                raise NotImplementedError(
+                    f"{op}: window {o} along spatial axis {ax} covers only padding (input "
+                    f"{tuple(input.shape)} {input.dtype.name}, kernel_size {list(k)}, stride "
+                    f"{list(s)}, padding {list(p)}, dilation {list(d)}); torch gives -inf "
+                    "there, vm.torch does not support it")
+
+
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """``torch.nn.functional.max_pool2d``; ``return_indices`` gives torch's
@@ -236,6 +282,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     s = _ntuple(_stride(stride, kernel_size), 2, "stride", op)
     p = _ntuple(padding, 2, "padding", op)
     d = _ntuple(dilation, 2, "dilation", op)
+    if input.ndim == 4:
+        _check_windows(op, input, k, s, p, d, ceil_mode)
     y = _w(_F.max_pool2d(input._t, k, s, p, d, ceil_mode))
     if not return_indices:
         return y
@@ -265,6 +313,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     k = _ntuple(kernel_size, 2, "kernel_size", op)
     s = _ntuple(_stride(stride, kernel_size), 2, "stride", op)
     p = _ntuple(padding, 2, "padding", op)
+    if input.ndim == 4:
+        _check_windows(op, input, k, s, p, [1, 1], ceil_mode)
     if divisor_override is not None:
         return _divisor_override(avg_pool2d, input, 2, k, s, p, ceil_mode, divisor_override)
     return _w(_F.avg_pool2d(input._t, k, s, p, ceil_mode, count_include_pad))
@@ -445,6 +495,10 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     if out is not None:
         raise NotImplementedError("normalize(out=...) is not supported")
+    if abs(float(p)) == math.inf and input.ndim and input.shape[dim] == 0:
+        raise RuntimeError(f"normalize: the inf norm of dimension {dim} of input "
+                           f"{tuple(input.shape)} ({input.dtype.name}) is undefined: the "
+                           "dimension is empty (torch's linalg.vector_norm raises too)")
     n = _T["norm"](input, p, dim, True)
     return input / _T["clamp"](n, min=eps)
 
@@ -564,6 +618,26 @@ def pad(input, pad, mode="constant", value=None):
         begins[n - 1 - i] = pad[2 * i]
         ends[n - 1 - i] = pad[2 * i + 1]
     full = tuple(input.shape)
+    for ax, (b, e, size) in enumerate(zip(begins, ends, full)):
+        if size + min(b, 0) + min(e, 0) < 0:
+            raise RuntimeError(f"pad: padding {tuple(pad)} crops dimension {ax} of input "
+                               f"{full} ({input.dtype.name}) below size 0 ({size} {b:+d} "
+                               f"{e:+d})")
+    if mode in ("reflect", "replicate"):
+        lead = n - len(pad) // 2   # 1: unbatched, 2: batched ([N, C, *spatial])
+        if lead not in (1, 2) or any(v == 0 for v in full[1 if lead == 2 else 0:]):
+            raise RuntimeError(f"pad(mode={mode!r}): expected a {len(pad) // 2 + 1}-D or "
+                               f"{len(pad) // 2 + 2}-D (batch mode) input with possibly 0 "
+                               f"batch size and other non-zero dimensions, got {full} "
+                               f"({input.dtype.name}) for padding {tuple(pad)}")
+    if mode in ("reflect", "replicate") and any(b < 0 or e < 0 for b, e in zip(begins, ends)):
+        # torch pads the whole input, then crops: a reflection reads the
+        # cells a negative pad on the other side removes
+        out = _w(_ops.pad(input._t, tuple((max(b, 0), max(e, 0)) for b, e in zip(begins, ends)),
+                          {"replicate": "edge"}.get(mode, mode), 0.0))
+        key = tuple(slice(max(-b, 0), s + max(b, 0) + max(e, 0) - max(-e, 0))
+                    for b, e, s in zip(begins, ends, input.shape))
+        return out[key]
     if any(b < 0 or e < 0 for b, e in zip(begins, ends)):
         key = tuple(slice(max(-b, 0), s - max(-e, 0)) for b, e, s in zip(begins, ends,
                                                                         input.shape))
@@ -633,6 +707,49 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     return _w(_ops.interpolate(input._t, None if size is None else list(size),
                                None if scale_factor is None else list(scale_factor), mode,
                                align_corners))
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """``torch.nn.functional.grid_sample`` over the GridSample op
+    (dragon-vision-ops): 4-D and 5-D inputs, modes bilinear/nearest/bicubic,
+    padding zeros/border/reflection; ``align_corners=None`` is False, as
+    torch's default."""
+    if input.ndim not in (4, 5) or grid.ndim != input.ndim or input.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"grid_sample: expected a 4-D or 5-D input and a grid of the same "
+                           f"rank and batch, got input {tuple(input.shape)} "
+                           f"{input.dtype.name} and grid {tuple(grid.shape)} {grid.dtype.name}")
+    if input.dtype != grid.dtype:
+        raise RuntimeError(f"grid_sample: expected grid to have the input's dtype "
+                           f"{input.dtype.name}, got {grid.dtype.name}")
+    return _w(_ops.grid_sample(input._t, grid._t, mode=mode, padding_mode=padding_mode,
+                               align_corners=bool(align_corners)))
+
+
+def affine_grid(theta, size, align_corners=None):
+    """``torch.nn.functional.affine_grid``: the normalised base grid
+    (``-1 .. 1`` over the cell centres, scaled by ``(n - 1) / n`` without
+    ``align_corners``) times ``theta^T``; differentiable in ``theta``."""
+    from .._creation import _from_numpy_owned
+    size = [int(v) for v in size]
+    nd = len(size) - 2
+    if nd not in (2, 3) or tuple(theta.shape) != (size[0], nd, nd + 1) or \
+            not theta.dtype.is_floating_point:
+        raise ValueError(f"affine_grid: expected a floating theta of shape (N, {nd}, {nd + 1}) "
+                         f"for size {size} (4-D or 5-D), got {tuple(theta.shape)} "
+                         f"{theta.dtype.name}")
+    if min(size[2:]) <= 0:
+        raise ValueError(f"affine_grid: expected non-zero, positive output size, got {size}")
+
+    def axis(n):
+        v = np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(1)
+        return v if align_corners else v * (n - 1) / n
+
+    coords = list(np.meshgrid(*[axis(n) for n in size[2:]], indexing="ij"))   # (D,) H, W
+    base = np.stack(coords[::-1] + [np.ones_like(coords[0])], -1)      # x, y(, z), 1
+    flat = _from_numpy_owned(base.reshape(-1, nd + 1).astype(theta.dtype.name)).to(
+        theta.device)
+    out = _T["matmul"](flat, theta.transpose(1, 2))                      # N, cells, nd
+    return out.reshape(size[0], *size[2:], nd)
 
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
@@ -808,6 +925,22 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return softmax(-input, dim, dtype=dtype)
 
 
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """torch's: ``x / (k + alpha / size * sum of x^2 over the ``size``
+    channels around each one)^beta``, the window zero-padded (``size // 2``
+    before, ``(size - 1) // 2`` after)."""
+    if input.ndim < 3:
+        raise ValueError(f"local_response_norm: expected 3D or higher dimensionality input "
+                         f"(got {input.ndim} dimensions)")
+    if input.numel() == 0:
+        return input * 1
+    sq = (input * input).unsqueeze(1)                    # N, 1, C, *spatial
+    flat = sq.reshape(sq.shape[0], 1, sq.shape[2], -1)   # N, 1, C, S
+    flat = pad(flat, (0, 0, size // 2, (size - 1) // 2))
+    div = avg_pool2d(flat, (size, 1), stride=1).reshape(tuple(input.shape))
+    return input / (div * alpha + k) ** beta
+
+
 def glu(input, dim=-1):
     if input.ndim == 0 or input.shape[dim] % 2:
         raise RuntimeError(f"glu: halving dimension must be even, but dimension {dim} is size "
@@ -851,10 +984,19 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     reduction = _legacy(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    if input.ndim == 1:   # unbatched: [C] with a 0-d class index or a [C] distribution
+        if target.ndim != (1 if target.dtype.is_floating_point else 0):
+            raise RuntimeError(f"cross_entropy: an unbatched input {tuple(input.shape)} takes a "
+                               f"0-d class index or a {tuple(input.shape)} probability target, "
+                               f"got {tuple(target.shape)} {target.dtype.name}")
+        out = cross_entropy(input.unsqueeze(0), target.unsqueeze(0), weight,
+                            ignore_index=ignore_index, reduction=reduction,
+                            label_smoothing=label_smoothing)
+        return out.squeeze(0) if reduction == "none" else out
     if weight is not None or target.dtype.is_floating_point or input.ndim > 2:
         logp = log_softmax(input, 1)
         if target.dtype.is_floating_point:
-            if ignore_index != -100:
+            if ignore_index >= 0:   # (torch accepts any negative ignore_index)
                 raise RuntimeError("cross_entropy: ignore_index is not supported for floating "
                                    "point target")
             if tuple(target.shape) != tuple(input.shape):
@@ -901,6 +1043,13 @@ def _smoothed(logp, target, weight, ignore_index, reduction, eps):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     reduction = _legacy(size_average, reduce, reduction)
+    if input.ndim == 1:   # unbatched: [C] log-probabilities, a 0-d class index
+        if target.ndim != 0:
+            raise RuntimeError(f"nll_loss: an unbatched input {tuple(input.shape)} takes a 0-d "
+                               f"target, got {tuple(target.shape)}")
+        out = nll_loss(input.unsqueeze(0), target.unsqueeze(0), weight,
+                       ignore_index=ignore_index, reduction=reduction)
+        return out.squeeze(0) if reduction == "none" else out
     if weight is None and input.ndim <= 2:
         return _w(_F.nll_loss(input._t, _cast(target._t, D.DTYPES["int64"]), ignore_index,
                               reduction))
@@ -937,11 +1086,15 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = _legacy(size_average, reduce, reduction)
+    if tuple(input.shape) != tuple(target.shape):   # torch warns and broadcasts
+        input, target = _T["broadcast_tensors"](input, target)
     return _w(_F.l1_loss(input._t, target._t, reduction))
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     reduction = _legacy(size_average, reduce, reduction)
+    if tuple(input.shape) != tuple(target.shape):   # torch warns and broadcasts
+        input, target = _T["broadcast_tensors"](input, target)
     return _w(_F.smooth_l1_loss(input._t, target._t, reduction, beta))
 
 
@@ -952,6 +1105,14 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction="mean", pos_weight=None):
     reduction = _legacy(size_average, reduce, reduction)
+    if pos_weight is not None and (input.ndim == 0 or pos_weight.ndim != 1 or
+                                   pos_weight.shape[0] not in (1, input.shape[-1])):
+        # a pos_weight that broadcasts otherwise than along the last axis:
+        # torch's formula, composed (the native op weighs the last axis only)
+        lw = (pos_weight - 1) * target + 1
+        loss = (1 - target) * input + lw * (_T["log1p"](_T["exp"](-_T["abs"](input))) +
+                                            relu(-input))
+        return _reduce(loss if weight is None else loss * weight, reduction)
     if weight is not None:
         loss = _w(_F.binary_cross_entropy_with_logits(input._t, target._t, "none",
                                                       _o(pos_weight)))
@@ -982,8 +1143,8 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     else:
         loss = _T["where"](target > 0, target * (_T["log"](_T["clamp"](target, min=1e-38)) - input),
                            0.0)
-    if reduction == "batchmean":
-        return _T["sum"](loss) / input.shape[0]
+    if reduction == "batchmean":   # (a 0-d input: the sum, as torch)
+        return _T["sum"](loss) / (input.shape[0] if input.ndim else 1)
     return _reduce(loss, reduction)
 
 
@@ -1082,9 +1243,18 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
-    num = _T["sum"](x1 * x2, dim)
-    den = _T["clamp"](_T["norm"](x1, 2, dim) * _T["norm"](x2, 2, dim), min=eps)
-    return num / den
+    """torch's: the inputs broadcast first, then each is divided by its own
+    norm clamped to ``eps`` (``x1 . x2 / (max(|x1|, eps) max(|x2|, eps))``),
+    not the product of the norms clamped once."""
+    if tuple(x1.shape) != tuple(x2.shape):
+        x1, x2 = _T["broadcast_tensors"](x1, x2)
+    # torch clamps the norms in place under no_grad: the clamped value,
+    # the gradient of the unclamped norm
+    n1 = _T["norm"](x1, 2, dim, True)
+    n2 = _T["norm"](x2, 2, dim, True)
+    n1 = n1 + (_T["clamp"](n1, min=eps) - n1).detach()
+    n2 = n2 + (_T["clamp"](n2, min=eps) - n2).detach()
+    return _T["sum"]((x1 / n1) * (x2 / n2), dim)
 
 
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
@@ -1092,9 +1262,23 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 
 
 def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    """torch's: ``cos = x1 . x2 / sqrt((|x1|^2 + 1e-12) (|x2|^2 + 1e-12))``,
+    ``1 - cos`` where ``target == 1``, ``max(0, cos - margin)`` where
+    ``target == -1``, 0 for any other target; a 1-D target with 2-D
+    inputs, a 0-d target with 1-D inputs."""
     input1, input2, target = _autocast_float32(input1, input2, target)
-    cos = cosine_similarity(input1, input2, 1)
-    loss = _T["where"](target > 0, 1 - cos, _T["clamp"](cos - margin, min=0.0))
+    td = target.ndim
+    if td not in (0, 1) or input1.ndim != td + 1 or input2.ndim != td + 1:
+        raise RuntimeError(f"cosine_embedding_loss: a {td}-D target needs {td + 1}-D inputs "
+                           f"(0-D or 1-D targets only), got inputs {tuple(input1.shape)}, "
+                           f"{tuple(input2.shape)} and target {tuple(target.shape)}")
+    prod = _T["sum"](input1 * input2, td)
+    m1 = _T["sum"](input1 * input1, td) + 1e-12
+    m2 = _T["sum"](input2 * input2, td) + 1e-12
+    cos = prod / _T["sqrt"](m1 * m2)
+    zero = cos * 0
+    loss = _T["where"](target == 1, 1 - cos, zero) + _T["where"](
+        target == -1, _T["clamp"](cos - margin, min=0.0), zero)
     return _reduce(loss, reduction)
 
 
@@ -1105,6 +1289,8 @@ def margin_ranking_loss(input1, input2, target, margin=0.0, reduction="mean"):
 
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
                         reduction="mean"):
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
     anchor, positive, negative = _autocast_float32(anchor, positive, negative)
     dp = pairwise_distance(anchor, positive, p, eps)
     dn = pairwise_distance(anchor, negative, p, eps)

@@ -1024,6 +1024,15 @@ class Upsample(Module):
         return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                              self.recompute_scale_factor)
 
+    def extra_repr(self):   # as torch's (a scale factor shown as floats)
+        sf = self.scale_factor
+        if sf is not None:
+            sf = tuple(float(v) for v in sf) if isinstance(sf, (tuple, list)) else float(sf)
+            info = f"scale_factor={sf!r}"
+        else:
+            info = f"size={self.size!r}"
+        return info + f", mode={self.mode!r}"
+
 
 class _BatchNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
@@ -1526,3 +1535,100 @@ class MultiLabelSoftMarginLoss(_Loss):
     def forward(self, input, target):
         return F.multilabel_soft_margin_loss(input, target, self.weight,
                                              reduction=self.reduction)
+
+
+# ---------------------------------------------------------------- padding
+class _PadNd(Module):
+    """torch's padding layers over ``F.pad``: an int pads every side, or one
+    (left, right) pair per spatial axis, last axis first."""
+    mode, nd = "constant", 1
+
+    def __init__(self, padding, value=0.0):
+        super().__init__()
+        if isinstance(padding, int):
+            padding = (padding,) * (2 * self.nd)
+        padding = tuple(int(p) for p in padding)
+        if len(padding) != 2 * self.nd:
+            raise ValueError(f"{type(self).__name__}: padding must be an int or "
+                             f"{2 * self.nd} ints, got {padding}")
+        self.padding, self.value = padding, value
+
+    def forward(self, input):
+        if self.mode == "constant":
+            return F.pad(input, self.padding, "constant", self.value)
+        return F.pad(input, self.padding, self.mode)
+
+    def extra_repr(self):   # as torch's: ConstantPad names both, the others the padding
+        if type(self).__name__.startswith("Constant"):
+            return f"padding={self.padding}, value={self.value}"
+        return f"{self.padding}"
+
+
+def _pad_layer(name, mode, nd, constant=False):
+    def __init__(self, padding, *value):
+        if constant and len(value) != 1:
+            raise TypeError(f"{name}.__init__() needs padding and value")
+        _PadNd.__init__(self, padding, *(value if constant else (0.0,)))
+    return type(name, (_PadNd,), {"mode": mode, "nd": nd, "__init__": __init__})
+
+
+for _nd in (1, 2, 3):
+    globals()[f"ZeroPad{_nd}d"] = _pad_layer(f"ZeroPad{_nd}d", "constant", _nd)
+    globals()[f"ConstantPad{_nd}d"] = _pad_layer(f"ConstantPad{_nd}d", "constant", _nd, True)
+    globals()[f"ReflectionPad{_nd}d"] = _pad_layer(f"ReflectionPad{_nd}d", "reflect", _nd)
+    globals()[f"ReplicationPad{_nd}d"] = _pad_layer(f"ReplicationPad{_nd}d", "replicate", _nd)
+    globals()[f"CircularPad{_nd}d"] = _pad_layer(f"CircularPad{_nd}d", "circular", _nd)
+del _nd
+
+
+class UpsamplingNearest2d(Upsample):
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, "nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """Bilinear with ``align_corners=True`` (torch's legacy layer)."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, "bilinear", True)
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of ``[N, C, H, W]`` or ``[C, H, W]``."""
+
+    def forward(self, input):
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected a 3-D or 4-D input, got shape "
+                             f"{tuple(input.shape)}")
+        return F.softmax(input, -3)
+
+
+class ChannelShuffle(Module):
+    def __init__(self, groups):
+        super().__init__()
+        self.groups = int(groups)
+
+    def extra_repr(self):
+        return f"groups={self.groups}"
+
+    def forward(self, input):
+        g = self.groups
+        if input.ndim < 3 or g <= 0 or input.shape[1] % g:
+            raise RuntimeError(f"ChannelShuffle: {input.shape[1] if input.ndim > 1 else '?'} "
+                               f"channels of input {tuple(input.shape)} do not split into "
+                               f"{g} groups (an input of rank >= 3 is needed)")
+        n, c = input.shape[0], input.shape[1]
+        rest = tuple(input.shape[2:])
+        return input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest)
+
+
+class LocalResponseNorm(Module):
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)

@@ -19,13 +19,14 @@
 //     multiply padding there;
 //   * the product is of a class where it measured faster than oneDNN's
 //     (Worthwhile(): at least 2048^3 multiply-adds; a batch of products
-//     of at least 64^3 each; a single product whose A is not stored transposed with n
-//     >= 1024 and m, k >= 256, autocast's Linear layers and input
-//     gradients; a single float32-output product whose A is stored
-//     transposed with k >= 1024 and n, m >= 256, the weight gradients).
-//     Other products measured a tie or a loss (smaller ones such as square
-//     512) or were not measured (bfloat16 weight gradients), so they stay
-//     there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes every call the kernel
+//     of at least 64^3 each; a single product whose A is not stored
+//     transposed with n >= 1024 and m, k >= 256 (m, k = 256 for a bfloat16
+//     output), autocast's Linear layers and input gradients; a single
+//     float32-output product whose A is stored transposed with k >= 1024
+//     and n, m >= 256, the weight gradients). Other products measured a tie
+//     or a loss (smaller ones such as square 512, larger bfloat16 outputs
+//     such as square 1024) or were not measured (bfloat16 weight
+//     gradients), so they stay there. DRAGON_CPU_EIGEN_BF16_GEMM=all takes every call the kernel
 //     can compute (tests, benchmarks), =off none.
 // Anything else goes to oneDNN (or cpu_eigen's widening kernel without
 // mkldnn); `dragon_core.plugins.pin("MatMul", "cpu", "mkldnn")` puts
@@ -207,11 +208,14 @@ constexpr double kBatchItemMinWork = 64.0 * 64.0 * 64.0;
 //     Smaller items lose (each item's operands are packed: 48^3 0.77-0.83x,
 //     32^3 0.42-0.71x, 8 x 16 x 16 0.14-0.62x), so they stay on oneDNN;
 //   * single products whose A is not stored transposed (row-major, or any
-//     strides but a unit row stride), n >= 1024, m >= 256, k >= 256: the
+//     strides but a unit row stride), n >= 1024, m >= 256, k >= 256, with
+//     a float32 output, or a bfloat16 one when m and k are at most 256: the
 //     encoder step's Linear layers (x @ W^T) and input gradients (dy @ W),
 //     whose outputs are written cold; with the microkernel's prefetch of
 //     C, 1.03-1.13x on two threads for float32 outputs, 1.04-1.05x in the
-//     step for bfloat16 ones;
+//     step for the bfloat16 1024 x 256 x 256 one (larger bfloat16 outputs
+//     measured a tie isolated, 0.98-1.01x, and square 1024 0.975x in the
+//     gemm benchmark, so they stay on oneDNN);
 //   * single float32-output products whose A is stored transposed, k >=
 //     1024, n, m >= 256: the step's weight gradients (dy^T @ x over 1024
 //     tokens), 1.04-1.11x in the step for the 256 x 1024 and 1024 x 256
@@ -234,7 +238,8 @@ bool Worthwhile(const Problem& p) {
   if (work >= kLargeWork) return true;
   if (!a_trans) {
     return c.n >= kPlainMinRows && c.m >= kPlainMinSide &&
-           c.k >= kPlainMinSide;
+           c.k >= kPlainMinSide &&
+           (c.c_f32 || (c.m <= kPlainMinSide && c.k <= kPlainMinSide));
   }
   return c.c_f32 && c.k >= kTransMinK && c.n >= kPlainMinSide &&
          c.m >= kPlainMinSide;

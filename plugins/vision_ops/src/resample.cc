@@ -366,9 +366,11 @@ struct Resampler {
   AxisTable tabs[kAxes];
   std::vector<Pass> passes;
 
-  explicit Resampler(const dg::KernelContext& ctx)
-      : plan(WithInputPrecision(ReadInterpPlan(ctx, ctx.input(0).shape()),
-                                ctx.input(0).dtype() == DG_FLOAT64)) {
+  // `grad`: the plan of InterpolateGrad (ForNearestGradient).
+  Resampler(const dg::KernelContext& ctx, bool grad)
+      : plan(grad ? ForNearestGradient(ReadInterpPlan(ctx, ctx.input(0).shape()))
+                  : WithInputPrecision(ReadInterpPlan(ctx, ctx.input(0).shape()),
+                                       ctx.input(0).dtype() == DG_FLOAT64)) {
     for (int a = 0; a < kAxes; ++a) {
       tabs[a] = MakeTable(plan.axis[a], plan.mode);
     }
@@ -379,7 +381,7 @@ struct Resampler {
 template <typename T>
 void InterpolateCpu(dg::KernelContext& ctx) {
   if (ctx.output(0).numel() == 0) return;
-  const Resampler r(ctx);
+  const Resampler r(ctx, false);
   const T* x = ctx.input(0).data<const T>();
   T* y = ctx.output(0).data<T>();
   const size_t n = r.passes.size();
@@ -398,7 +400,7 @@ void InterpolateCpu(dg::KernelContext& ctx) {
 template <typename T>
 void InterpolateGradCpu(dg::KernelContext& ctx) {
   if (ctx.output(0).numel() == 0) return;
-  const Resampler r(ctx);
+  const Resampler r(ctx, true);
   const T* dy = ctx.input(1).data<const T>();
   T* dx = ctx.output(0).data<T>();
   const size_t n = r.passes.size();

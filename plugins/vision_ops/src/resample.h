@@ -59,6 +59,19 @@ inline InterpPlan WithInputPrecision(InterpPlan plan, bool float64) {
   return plan;
 }
 
+// `plan` for InterpolateGrad. PyTorch's nearest backward kernels keep the
+// copy and dst / 2 shortcuts for every rank and compute the source index in
+// float32 for every dtype, so its 3-D / 5-D nearest gradient is not the
+// adjoint of its own forward; the gradient follows the backward kernels
+// (torch's values), the forward the forward kernels.
+inline InterpPlan ForNearestGradient(InterpPlan plan) {
+  for (Axis& a : plan.axis) {
+    a.nearest_shortcuts = true;
+    a.nearest_float64 = false;
+  }
+  return plan;
+}
+
 // Validates the attributes against x's shape and builds the plan; throws
 // DG_INVALID_ARGUMENT naming the offending values (shape rules call it, so
 // the kernels only ever see valid plans). Defined in resample.cc.

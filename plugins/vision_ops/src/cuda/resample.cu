@@ -93,9 +93,7 @@ void InterpolateCuda(dg::KernelContext& ctx) {
 
 template <typename T>
 void InterpolateGradCuda(dg::KernelContext& ctx) {
-  const InterpPlan p =
-      WithInputPrecision(ReadInterpPlan(ctx, ctx.input(0).shape()),
-                         std::is_same<T, double>::value);
+  const InterpPlan p = ForNearestGradient(ReadInterpPlan(ctx, ctx.input(0).shape()));
   T* dx = ctx.output(0).data<T>();
   const int64_t n = ctx.output(0).numel(), total = ctx.input(1).numel();
   if (n == 0) return;

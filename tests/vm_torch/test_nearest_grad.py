@@ -1,5 +1,5 @@
-"""The gradient of legacy ``nearest`` interpolation against torch 2.13.
-
+"""Nearest interpolation gradients, max_pool3d padding and cosine_similarity of
+infinite norms against torch 2.13 (from the review of the nn.functional hunt).
 torch's nearest backward kernels keep the "same size: copy" and "double
 size: dst // 2" shortcuts for every rank and compute the source index in
 float32 for every dtype, while its 3-D / 5-D forward kernels do not: its
@@ -35,3 +35,25 @@ def test_nearest_values_and_gradient_match_torch(shape, scale, dtype):
     yd, gd = _grad(dt, shape, scale, dtype)
     np.testing.assert_array_equal(yd, yt)
     np.testing.assert_array_equal(gd, gt)
+
+
+# Two more cases from the review of the functional hunt, side by side with torch.
+
+def test_max_pool3d_padding_above_half_the_kernel_raises():
+    for lib in (torch, dt):
+        x = lib.randn(1, 1, 7, 7, 7)
+        with pytest.raises(RuntimeError, match="half of"):
+            lib.nn.functional.max_pool3d(x, 3, 2, padding=2, dilation=2)
+
+
+def test_cosine_similarity_with_an_infinite_norm():
+    grads = []
+    for lib in (torch, dt):
+        x = lib.tensor([[1e20, 2e20, -1e20]])
+        np.testing.assert_array_equal(lib.nn.functional.cosine_similarity(x, x).numpy(), [0.0])
+        # the clamp still gives the gradient of the unclamped norm
+        y = lib.tensor([[3.0, 4.0], [1e-3, 0.0]], requires_grad=True)
+        lib.nn.functional.cosine_similarity(y, lib.tensor([[4.0, 3.0], [2.0, 1.0]]),
+                                            eps=0.5).sum().backward()
+        grads.append(y.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-7)

@@ -246,6 +246,10 @@ def _check_windows(op, input, k, s, p, d, ceil_mode):
             raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, "
                                f"but got pad={pp}, kernel_size={kk} and dilation={dd} "
                                f"(input {tuple(input.shape)} {input.dtype.name})")
+        if pp > kk // 2:   # torch checks the dilated span first, then the kernel
+            raise RuntimeError(f"{op}: pad should be at most half of kernel size, "
+                               f"but got pad={pp} and kernel_size={kk} "
+                               f"(input {tuple(input.shape)} {input.dtype.name})")
         if span > room:
             if not ceil_mode:
                 return   # torch raises too: the kernel's error stands
@@ -1252,8 +1256,10 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     # the gradient of the unclamped norm
     n1 = _T["norm"](x1, 2, dim, True)
     n2 = _T["norm"](x2, 2, dim, True)
-    n1 = n1 + (_T["clamp"](n1, min=eps) - n1).detach()
-    n2 = n2 + (_T["clamp"](n2, min=eps) - n2).detach()
+    # (the difference is taken only where the norm is below eps: an inf
+    # norm stays inf, where inf - inf would give NaN)
+    n1 = n1 + _T["where"](n1 < eps, eps - n1, 0.0).detach()
+    n2 = n2 + _T["where"](n2 < eps, eps - n2, 0.0).detach()
     return _T["sum"]((x1 / n1) * (x2 / n2), dim)
 
 

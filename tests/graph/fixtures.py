@@ -117,11 +117,11 @@ def constant_array(g, name: str) -> np.ndarray:
     raise KeyError(name)
 
 
-def encoder_step(hidden: int = 64, heads: int = 4, seed: int = 0):
+def encoder_step(hidden: int = 64, heads: int = 4, seed: int = 0, autocast: bool = True):
     """``(model, step)``: bench/models/bert.py's encoder layer with
     deterministic weights and an Adam training step under bfloat16
-    autocast (``step(x, t)`` returns the loss), for the passes' end-to-end
-    tests."""
+    autocast (float32 without ``autocast``; ``step(x, t)`` returns the
+    loss), for the passes' end-to-end tests."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     try:
         from models import bert
@@ -135,7 +135,7 @@ def encoder_step(hidden: int = 64, heads: int = 4, seed: int = 0):
 
     def step(x, t):
         opt.zero_grad()
-        with dg.autocast("cpu", enabled=True):
+        with dg.autocast("cpu", enabled=autocast):
             out = model(x)
             loss = dg.nn.functional.mse_loss(out, t)
         loss.backward()
@@ -144,7 +144,7 @@ def encoder_step(hidden: int = 64, heads: int = 4, seed: int = 0):
     return model, step
 
 
-def encoder_same_bits_without(pass_name: str, steps: int = 3):
+def encoder_same_bits_without(pass_name: str, steps: int = 3, autocast: bool = True):
     """Train two copies of :func:`encoder_step`'s layer for ``steps`` steps,
     compiled with and without the pass ``pass_name``; assert the losses
     and the parameters are bit for bit equal. Returns ``(on, off, x, t)``
@@ -152,8 +152,8 @@ def encoder_same_bits_without(pass_name: str, steps: int = 3):
     rng = np.random.default_rng(11)
     x = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
     t = dg.tensor(rng.standard_normal((2, 24, 64)).astype(np.float32))
-    m_on, s_on = encoder_step()
-    m_off, s_off = encoder_step()
+    m_on, s_on = encoder_step(autocast=autocast)
+    m_off, s_off = encoder_step(autocast=autocast)
     on = dg.function(s_on)
     off = dg.function(s_off, disable_passes=(pass_name,))
 

@@ -247,5 +247,176 @@ void Gemm(const BatchedF32Call& g) {
   }
 }
 
+// ------------------------------------------------------------ attention
+
+namespace {
+
+// The product C = op(A) op(B) of one item (n x m, k terms) as Product's
+// call: A and B given by their element strides, C dense with ldc = m.
+BatchedF32Call ItemProduct(int64_t n, int64_t m, int64_t k, int64_t a_rs,
+                           int64_t a_cs, int64_t b_rs, int64_t b_cs) {
+  BatchedF32Call g{};
+  g.batch = 1;
+  g.n = n, g.m = m, g.k = k;
+  g.a_rs = a_rs, g.a_cs = a_cs;
+  g.b_rs = b_rs, g.b_cs = b_cs;
+  g.ldc = m;
+  return g;
+}
+
+const float* At(const AttentionOperand& x, int64_t i) {
+  return x.data + (x.offsets ? x.offsets[i] : 0);
+}
+
+// Item i of output `o` (rows x cols) and its leading dimension.
+float* OutItem(const AttentionOut& o, int64_t i, int64_t rows, int64_t cols) {
+  if (o.heads <= 0) return o.data + i * rows * cols;
+  return o.data + (i / o.heads) * rows * o.heads * cols + (i % o.heads) * cols;
+}
+
+int64_t OutLd(const AttentionOut& o, int64_t cols) {
+  return o.heads > 0 ? o.heads * cols : cols;
+}
+
+void ZeroRows(float* x, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memset(x + r * ld, 0, static_cast<size_t>(cols) * 4);
+  }
+}
+
+// Every product of the forward (fwd) or backward, in the order they run.
+struct AttentionProducts {
+  BatchedF32Call g[4];
+  int count;
+};
+
+AttentionProducts Products(const AttentionF32Call& c, bool fwd) {
+  AttentionProducts p{};
+  if (fwd) {
+    // s = q kt; o = p v.
+    p.g[0] = ItemProduct(c.L, c.S, c.E, c.q.rs, c.q.cs, c.kt.rs, c.kt.cs);
+    p.g[1] = ItemProduct(c.L, c.Ev, c.S, c.S, 1, c.v.rs, c.v.cs);
+    p.g[1].ldc = OutLd(c.o_out, c.Ev);
+    p.count = 2;
+  } else {
+    // dp = do v^T; dv = p^T do; dq = ds kt^T; dk = ds^T q.
+    p.g[0] = ItemProduct(c.L, c.S, c.Ev, c.dout.rs, c.dout.cs, c.v.cs, c.v.rs);
+    p.g[1] = ItemProduct(c.S, c.Ev, c.L, 1, c.S, c.dout.rs, c.dout.cs);
+    p.g[2] = ItemProduct(c.L, c.E, c.S, c.S, 1, c.kt.cs, c.kt.rs);
+    p.g[3] = ItemProduct(c.S, c.E, c.L, 1, c.S, c.q.rs, c.q.cs);
+    p.g[1].ldc = OutLd(c.dv, c.Ev);
+    p.g[2].ldc = OutLd(c.dq, c.E);
+    p.g[3].ldc = OutLd(c.dk, c.E);
+    p.count = 4;
+  }
+  return p;
+}
+
+int64_t ScoreFloats(const AttentionF32Call& c) {
+  return (c.L * c.S + 15) / 16 * 16;
+}
+
+int64_t AttentionPackFloats(const AttentionF32Call& c) {
+  int64_t most = 0;
+  for (int fwd = 0; fwd < 2; ++fwd) {
+    const AttentionProducts p = Products(c, fwd != 0);
+    for (int j = 0; j < p.count; ++j) {
+      const int64_t f = PackFloats(p.g[j]);
+      most = f > most ? f : most;
+    }
+  }
+  return most;
+}
+
+int AttentionTeam(const AttentionF32Call& c) {
+  const int threads = c.threads > 1 ? c.threads : 1;
+  return static_cast<int>(c.batch < threads ? c.batch : threads);
+}
+
+// x[0, n) *= scale, as the Mul kernel rounds each product.
+void Scale(float* x, int64_t n, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), s));
+  }
+  for (; i < n; ++i) x[i] *= scale;
+}
+
+// Runs item(i, scores, pack) for every item over the team, items handed
+// out one at a time (as Gemm does).
+template <typename Item>
+void ForItems(const AttentionF32Call& c, const Item& item) {
+  const int team = AttentionTeam(c);
+  const int64_t per = ScoreFloats(c) + AttentionPackFloats(c);
+  float* ws = static_cast<float*>(c.workspace);
+  if (team <= 1) {
+    for (int64_t i = 0; i < c.batch; ++i) item(i, ws, ws + ScoreFloats(c));
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+    float* mine = ws + omp_get_thread_num() * per;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < c.batch; ++i) item(i, mine, mine + ScoreFloats(c));
+  }
+}
+
+}  // namespace
+
+int64_t AttentionWorkspaceBytes(const AttentionF32Call& c) {
+  if (c.batch <= 0) return 0;
+  return AttentionTeam(c) * (ScoreFloats(c) + AttentionPackFloats(c)) * 4;
+}
+
+void AttentionForward(const AttentionF32Call& c) {
+  if (c.batch <= 0 || c.L <= 0) return;
+  const AttentionProducts pr = Products(c, true);
+  const int64_t ls = c.L * c.S;
+  ForItems(c, [&](int64_t i, float* scores, float* pack) {
+    float* p = c.p_out + i * ls;
+    float* o = OutItem(c.o_out, i, c.L, c.Ev);
+    if (c.S == 0) {  // softmax over no keys: p is empty, o zeros
+      ZeroRows(o, c.L, c.Ev, pr.g[1].ldc);
+      return;
+    }
+    Product(pr.g[0], At(c.q, i), At(c.kt, i), scores, pack);
+    if (c.has_scale) Scale(scores, ls, c.scale);
+    c.softmax_rows(scores, p, c.L, c.S, 0);
+    if (c.Ev > 0) Product(pr.g[1], p, At(c.v, i), o, pack);
+  });
+}
+
+void AttentionBackward(const AttentionF32Call& c) {
+  if (c.batch <= 0) return;
+  const AttentionProducts pr = Products(c, false);
+  const int64_t ls = c.L * c.S;
+  ForItems(c, [&](int64_t i, float* ds, float* pack) {
+    float* dq = OutItem(c.dq, i, c.L, c.E);
+    float* dk = OutItem(c.dk, i, c.S, c.E);
+    float* dv = OutItem(c.dv, i, c.S, c.Ev);
+    const float* p = At(c.p, i);
+    if (c.L == 0 || c.S == 0) {  // no scores: every gradient is zeros
+      ZeroRows(dq, c.L, c.E, pr.g[2].ldc);
+      ZeroRows(dk, c.S, c.E, pr.g[3].ldc);
+      ZeroRows(dv, c.S, c.Ev, pr.g[1].ldc);
+      return;
+    }
+    if (c.Ev > 0) {
+      // dp = do v^T into ds, then ds = SoftmaxGrad(p, dp) [* scale].
+      Product(pr.g[0], At(c.dout, i), At(c.v, i), ds, pack);
+      Product(pr.g[1], p, At(c.dout, i), dv, pack);
+    } else {
+      std::memset(ds, 0, static_cast<size_t>(ls) * 4);
+    }
+    c.softmax_grad_rows(p, ds, ds, c.L, c.S, c.grad_chunks);
+    if (c.has_scale) Scale(ds, ls, c.scale);
+    if (c.E > 0) {
+      Product(pr.g[2], ds, At(c.kt, i), dq, pack);
+      Product(pr.g[3], ds, At(c.q, i), dk, pack);
+    }
+  });
+}
+
 }  // namespace gemm_batched_f32
 }  // namespace cpu_eigen

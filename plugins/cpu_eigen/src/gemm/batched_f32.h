@@ -37,8 +37,58 @@ struct BatchedF32Call {
   void* workspace;
 };
 
+// The attention block of one layer over a batch of items (the
+// SoftmaxAttention / SoftmaxAttentionGrad ops of src/attention_fused.cc):
+// each item's products and softmax run on one thread, while its operands
+// are in cache. Operand element (r, c) of item i lies at
+// data[offsets[i] + r * rs + c * cs]; the outputs are dense, item after
+// item. The products are Gemm's (same bits); the softmax rows are the
+// Softmax / SoftmaxGrad kernels' own entry points (softmax_isa.h), passed
+// in. A plain aggregate: value-initialise it.
+struct AttentionOperand {
+  const float* data;
+  int64_t rs, cs;
+  const int64_t* offsets;  // batch entries
+};
+
+// An output: item i's rows x cols matrix at data + i * rows * cols (dense,
+// heads == 0) or, with heads > 0 (a [B, H, rows, cols] result written as
+// [B, rows, H, cols]: the head merge's layout), at data + b * rows * heads *
+// cols + h * cols, rows heads * cols apart (i = b * heads + h).
+struct AttentionOut {
+  float* data;
+  int64_t heads;
+};
+
+struct AttentionF32Call {
+  int64_t batch;
+  int64_t L, S, E, Ev;
+  AttentionOperand q, kt, v;  // q L x E, kt E x S, v S x Ev
+  AttentionOperand p, dout;   // backward only: p L x S, dout L x Ev
+  float scale;
+  bool has_scale;
+  float* p_out;  // forward: L x S per item
+  AttentionOut o_out;  // forward: L x Ev per item
+  AttentionOut dq;     // backward: L x E per item
+  AttentionOut dk;     // backward: S x E per item
+  AttentionOut dv;     // backward: S x Ev per item
+  void (*softmax_rows)(const float* x, float* y, int64_t rows, int64_t n,
+                       int log);
+  void (*softmax_grad_rows)(const float* y, const float* dy, float* dx,
+                            int64_t rows, int64_t n, int64_t chunks);
+  int64_t grad_chunks;
+  int threads;
+  void* workspace;  // AttentionWorkspaceBytes(call) bytes, 64-byte aligned
+};
+
 #ifdef CPU_EIGEN_BATCHED_F32
 namespace gemm_batched_f32 {
+// Scratch bytes the forward / backward needs (per thread: one L x S score
+// block and the largest packed operand).
+int64_t AttentionWorkspaceBytes(const AttentionF32Call& call);
+// Runs the forward (p_out, o_out) or the backward (dq, dk, dv).
+void AttentionForward(const AttentionF32Call& call);
+void AttentionBackward(const AttentionF32Call& call);
 // Bytes of scratch the call needs (a packed copy of op(B) per thread).
 int64_t WorkspaceBytes(const BatchedF32Call& call);
 // Runs the call (batch, n, m > 0; k >= 0).

@@ -16,7 +16,7 @@ _OWNERS: dict = {}   # plugin pass name -> (plugin object, plugin name)
 _ORDER = ["prune", "cse", "cast_hoist", "cast_fold", "matmul_transpose", "gelu_fusion", "sum_cast",
           "constant_fold",
           "relu_mask",
-          "pattern_fusion", "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]
+          "pattern_fusion", "attention_fusion", "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]
 
 
 def register_pass(name: str, level: int):

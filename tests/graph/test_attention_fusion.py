@@ -242,3 +242,45 @@ def test_not_registered_below_avx512():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"], out.stdout
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed", range(12))
+def test_random_blocks_same_bits(seed):
+    """Random sides (in and out of the class), scales, head merges, which
+    gradients are asked for, and forward-only calls: the compiled graph
+    with the pass gives the bits of the graph without it."""
+    rng = np.random.default_rng(100 + seed)
+    B = int(rng.integers(1, 3))
+    H = HEADS * int(rng.integers(1, 3))
+    L, S, E, Ev = (int(rng.choice([4, 8, 9, 16, 23, 40])) for _ in range(4))
+    scale = [None, 0.125, float(rng.uniform(0.1, 2.0))][int(rng.integers(0, 3))]
+    merge = bool(rng.integers(0, 2))
+    wanted = [i for i in range(3) if rng.random() < 0.7]
+    train = bool(rng.integers(0, 4))
+    q, k, v, w = _qkv(B, H, L, S, E, Ev, seed=seed)
+
+    def f(q, k, v, w):
+        def block():
+            s = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+            if scale is not None:
+                s = s * np.float32(scale)
+            o = ops.matmul(ops.softmax(s, -1), v)
+            return ops.transpose(o, (0, 2, 1, 3)) if merge else o
+        if not train or not wanted:
+            return (block(),)
+        with dg.GradientTape() as tape:
+            tape.watch([q, k, v])
+            o = block()
+            loss = ops.sum(o * (ops.transpose(w, (0, 2, 1, 3)) if merge else w))
+        return (o,) + tuple(tape.gradient(loss, [[q, k, v][i] for i in wanted]))
+    on, off = dg.function(f), dg.function(f, disable_passes=("attention_fusion",))
+    types = _types(on, q, k, v, w)
+    in_class = all(8 <= d <= 256 for d in (L, S, E, Ev))
+    assert ("SoftmaxAttention" in types) == in_class, (types, L, S, E, Ev)
+    for g, r in zip(on(q, k, v, w), off(q, k, v, w)):
+        np.testing.assert_array_equal(_bits(g.numpy()), _bits(r.numpy()))
+    O = _ref(q, k, v, w, scale)[0]
+    got = on(q, k, v, w)[0].numpy()
+    np.testing.assert_allclose(np.swapaxes(got, 1, 2) if merge else got, O, rtol=2e-4,
+                               atol=2e-5)

@@ -402,15 +402,17 @@ void AttentionBackward(const AttentionF32Call& c) {
       ZeroRows(dv, c.S, c.Ev, pr.g[1].ldc);
       return;
     }
+    // dp = do v^T into ds, then ds = SoftmaxGrad(p, dp) [* scale]: its row
+    // pass reads p in order (the hardware prefetches it), so the column
+    // reads of dv = p^T do after it find p in cache.
     if (c.Ev > 0) {
-      // dp = do v^T into ds, then ds = SoftmaxGrad(p, dp) [* scale].
       Product(pr.g[0], At(c.dout, i), At(c.v, i), ds, pack);
-      Product(pr.g[1], p, At(c.dout, i), dv, pack);
     } else {
       std::memset(ds, 0, static_cast<size_t>(ls) * 4);
     }
     c.softmax_grad_rows(p, ds, ds, c.L, c.S, c.grad_chunks);
     if (c.has_scale) Scale(ds, ls, c.scale);
+    if (c.Ev > 0) Product(pr.g[1], p, At(c.dout, i), dv, pack);
     if (c.E > 0) {
       Product(pr.g[2], ds, At(c.kt, i), dq, pack);
       Product(pr.g[3], ds, At(c.q, i), dk, pack);

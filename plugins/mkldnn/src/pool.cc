@@ -20,10 +20,14 @@
 //     pooling with k = s = L / O when O divides L; declined otherwise.
 // Max pooling propagates NaN in the core (a NaN wins its window); oneDNN's
 // comparisons drop it, so calls whose x holds a NaN are declined (one scan
-// of x, measured in docs/nn_ops.md). MaxPool2dGrad recomputes the maxima
+// of x, measured in docs/nn_ops.md). A window of only -inf is -inf in the
+// core (and torch); oneDNN starts each window at -FLT_MAX and leaves that,
+// so calls whose x holds a -inf are declined by the same scan. MaxPool2dGrad recomputes the maxima
 // from x: it runs the forward in training mode into workspace buffers (the
 // pooled values and oneDNN's argmax workspace), then the backward.
+#include <cfloat>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -157,9 +161,19 @@ auto Backward(const PoolPlan& plan) {
   });
 }
 
-// Whether a float32 / bfloat16 tensor of rank 4 holds a NaN (any strides:
-// supports() sees the caller's view), tested on the bits (Bits = uint32_t /
-// uint16_t, see IsNanBits): an integer loop that vectorizes.
+// Whether bits are a NaN or -inf: oneDNN's max pooling starts each window
+// at the lowest finite value, so a window of -inf (and padding) comes out
+// as -FLT_MAX where the core's max gives -inf (as torch does).
+constexpr bool IsNanOrNegInfBits(uint32_t b) {
+  return IsNanBits(b) || b == 0xff800000u;
+}
+constexpr bool IsNanOrNegInfBits(uint16_t b) {
+  return IsNanBits(b) || b == 0xff80u;
+}
+
+// Whether a float32 / bfloat16 tensor of rank 4 holds a NaN or a -inf (any
+// strides: supports() sees the caller's view), tested on the bits (Bits =
+// uint32_t / uint16_t): an integer loop that vectorizes.
 template <typename Bits>
 bool AnyNan(const dg::TensorRef& t) {
   const Bits* base = static_cast<const Bits*>(t.raw_data());
@@ -170,7 +184,7 @@ bool AnyNan(const dg::TensorRef& t) {
     const int64_t n = t.numel();
     unsigned any = 0;
 #pragma omp parallel for schedule(static) reduction(| : any) if (n >= (1 << 18))
-    for (int64_t i = 0; i < n; ++i) any |= IsNanBits(base[i]) ? 1u : 0u;
+    for (int64_t i = 0; i < n; ++i) any |= IsNanOrNegInfBits(base[i]) ? 1u : 0u;
     return any != 0;
   }
   for (int64_t a = 0; a < t.dim(0); ++a) {
@@ -180,7 +194,7 @@ bool AnyNan(const dg::TensorRef& t) {
                           c * t.stride(2);
         bool any = false;
         for (int64_t e = 0; e < t.dim(3); ++e) {
-          any |= IsNanBits(row[e * t.stride(3)]);
+          any |= IsNanOrNegInfBits(row[e * t.stride(3)]);
         }
         if (any) return true;
       }
@@ -189,12 +203,13 @@ bool AnyNan(const dg::TensorRef& t) {
   return false;
 }
 
-bool HasNan(const dg::TensorRef& t) {
+bool HasNanOrNegInf(const dg::TensorRef& t) {
   return t.dtype() == DG_BFLOAT16 ? AnyNan<uint16_t>(t) : AnyNan<uint32_t>(t);
 }
 
 // supports(): the call maps onto oneDNN (PlanPool), oneDNN builds the
-// primitive for it, and a max pooling sees no NaN. Never throws.
+// primitive for it, and a max pooling sees no NaN and no -inf (cpu_eigen's
+// kernels take those). Never throws.
 template <Pool kKind, bool kGrad>
 int32_t Supports(const DgCallFrame* f) {
   try {
@@ -202,7 +217,7 @@ int32_t Supports(const DgCallFrame* f) {
     if (ctx.input(0).numel() == 0) return 1;  // nothing to compute
     PoolPlan plan;
     if (!PlanPool(ctx, kKind, kGrad, &plan)) return 0;
-    if (kKind == Pool::kMax && HasNan(ctx.input(0))) return 0;
+    if (kKind == Pool::kMax && HasNanOrNegInf(ctx.input(0))) return 0;
     if (kGrad) {
       Backward(plan);
     } else {
@@ -258,22 +273,29 @@ void PoolBackward(dg::KernelContext& ctx) {
 
 // MaxPool2dNchw16c (layout.cc): oneDNN's max pooling on nChw16c, then every
 // window holding a NaN gets that NaN (the core's max keeps NaN, oneDNN's
-// comparisons drop it). No other kernel serves the op, so a NaN is handled
+// comparisons drop it) and every window of only -inf gets -inf (oneDNN's
+// starts at -FLT_MAX). No other kernel serves the op, so these are handled
 // here rather than declined; the fix-up runs only when x holds one.
 void BlockedMaxPool(dg::KernelContext& ctx) {
   PoolForward<Pool::kMax>(ctx);
   const dg::TensorRef x = ctx.input(0), y = ctx.output(0);
-  if (x.numel() == 0 || y.numel() == 0 || !HasNan(x)) return;
+  if (x.numel() == 0 || y.numel() == 0 || !HasNanOrNegInf(x)) return;
   const PoolPlan plan = MustPlan(ctx, Pool::kMax, false);
   const float* px = x.data<const float>();
   float* py = y.data<float>();
   const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
   const int64_t oh = y.dim(2), ow = y.dim(3), lanes = x.dim(4);
+  DG_CHECK(lanes <= 64, DG_INTERNAL, ctx.op_name(), ": blocks of ", lanes,
+           " channels (at most 64 expected)");
   for (int64_t nc = 0; nc < planes; ++nc) {
     const float* plane = px + nc * h * w * lanes;
     for (int64_t i = 0; i < oh; ++i) {
       for (int64_t j = 0; j < ow; ++j) {
         float* out = py + ((nc * oh + i) * ow + j) * lanes;
+        // A lane oneDNN left at -FLT_MAX saw only -inf (or padding), unless a
+        // cell holds -FLT_MAX itself.
+        bool low[64];
+        for (int64_t l = 0; l < lanes; ++l) low[l] = out[l] == -FLT_MAX;
         for (int64_t a = 0; a < plan.kernel[0]; ++a) {
           const int64_t r = i * plan.strides[0] - plan.pad_l[0] +
                             a * (plan.dilation[0] + 1);
@@ -285,7 +307,13 @@ void BlockedMaxPool(dg::KernelContext& ctx) {
             const float* cell = plane + (r * w + c) * lanes;
             for (int64_t l = 0; l < lanes; ++l) {
               if (cell[l] != cell[l] && out[l] == out[l]) out[l] = cell[l];
+              if (cell[l] == -FLT_MAX) low[l] = false;
             }
+          }
+        }
+        for (int64_t l = 0; l < lanes; ++l) {
+          if (low[l] && out[l] == -FLT_MAX) {
+            out[l] = -std::numeric_limits<float>::infinity();
           }
         }
       }

@@ -317,3 +317,20 @@ def test_frozen_weights_written_after_tracing_do_not_go_stale():
     y1, s1 = f(x)
     np.testing.assert_array_equal(y1.numpy(), y0.numpy())
     assert float(s1.numpy()) == float(s0.numpy()) != 0.0
+
+
+@pytest.mark.parametrize("k, s, p", [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1))])
+def test_max_pool_window_of_negative_infinity(k, s, p):
+    """A window of only -inf gives -inf (oneDNN left -FLT_MAX there; the
+    blocked kernel fixes it up), also beside NaN windows; a window whose
+    maximum is -FLT_MAX itself keeps it."""
+    x = RNG.standard_normal((1, 16, 6, 6)).astype(np.float32)
+    x[:, :8, :4, :4] = -np.inf
+    x[0, 3, 1, 1] = np.nan
+    x[0, 5, 0, 0] = -np.finfo(np.float32).max
+    y = dg.ops.max_pool2d_nchw16c(dg.tensor(blocked(x)), kernel_size=list(k),
+                                  strides=list(s), pads=list(p)).numpy()
+    want = max_pool_ref(x.astype(float), k, s, p).astype(np.float32)
+    np.testing.assert_array_equal(plain(y), want)
+    assert np.isneginf(want).any() and np.isnan(want).any()
+    assert (want == -np.finfo(np.float32).max).any()

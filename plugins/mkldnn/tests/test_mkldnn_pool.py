@@ -459,3 +459,38 @@ def test_bad_inputs_never_crash(op, attrs):
     # The core's argument conversion rejects None with a TypeError that does
     # not name the op (known, tests/sdk_kit/test_bad_inputs.py).
     check_bad_inputs(op, [x], **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_window_of_negative_infinity_gives_negative_infinity(dtype):
+    """oneDNN's max pooling starts at -FLT_MAX, so a window holding only -inf
+    came out as -3.4e38 (torch: -inf). supports() now declines an x with a
+    -inf, as one with a NaN, to cpu_eigen; finite windows are unchanged."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) - 8
+    x[0, 0, :2, :2] = -np.inf
+    x[0, 0, 2, 3] = -np.inf
+    y = dg.ops.max_pool2d(dg.tensor(x).astype(dtype), kernel_size=[2, 2])
+    got = y.astype("float32").numpy()[0, 0]
+    np.testing.assert_array_equal(got, [[-np.inf, -1], [5, 7]])
+    # the gradient as torch routes it: a window of -inf sends it to its first cell
+    xt = dg.tensor(x)
+    with dg.GradientTape() as tape:
+        tape.watch(xt)
+        loss = dg.ops.sum(dg.ops.max_pool2d(xt, kernel_size=[2, 2]))
+    dx = tape.gradient(loss, xt).numpy()[0, 0]
+    want = np.zeros((4, 4), np.float32)
+    want[0, 0] = want[1, 3] = want[3, 1] = want[3, 3] = 1
+    np.testing.assert_array_equal(dx, want)
+
+
+def test_window_of_negative_infinity_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 6, 7)).astype(np.float32)
+    x[rng.random(x.shape) < 0.6] = -np.inf
+    for k, s, p in [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1)), ((3, 2), (1, 2), (1, 0))]:
+        want = torch.nn.functional.max_pool2d(torch.from_numpy(x), k, s, p).numpy()
+        got = dg.ops.max_pool2d(dg.tensor(x), kernel_size=list(k), strides=list(s),
+                                pads=list(p)).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert np.isneginf(want).any()

@@ -47,7 +47,9 @@ from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
 from dragon_core._graph.build import constant_array
 from dragon_core._graph.passes import device_types, kernel_dtypes, register_pass, value_index
-from dragon_core._graph.passes.prune import _drop_unused_constants, _drop_value_info, _keep_only
+from dragon_core._graph.passes._rewrite import fresh_namer, readers as _readers, rewrite
+from dragon_core._graph.passes._rewrite import value_dtype as _dtype, value_shape as _shape
+from dragon_core._graph.passes.prune import _drop_unused_constants
 
 _F32 = "float32"
 #: Every side of a batch item (L, S, E, Ev) must lie in this range: the
@@ -65,25 +67,6 @@ def _min_items() -> int:
 
 def _f32_bits(x: float) -> int:
     return int(np.float32(x).view(np.uint32))
-
-
-def _dtype(info, name):
-    v = info.get(name)
-    return as_dtype(v.dtype).name if v is not None else None
-
-
-def _shape(info, name):
-    v = info.get(name)
-    return tuple(v.shape) if v is not None else None
-
-
-def _readers(graph) -> dict:
-    """``{value: [(op index, input position), ...]}``."""
-    out: dict = {}
-    for k, op in enumerate(graph.op):
-        for i, name in enumerate(op.input):
-            out.setdefault(name, []).append((k, i))
-    return out
 
 
 def _attrs(op) -> dict:
@@ -321,15 +304,7 @@ def attention_fusion(graph):
     m = _Matcher(graph)
     replace: dict = {}          # op index -> new OpDef
     drop_ops, drop_info = set(), set()
-    taken = {op.name for op in graph.op}
-
-    def fresh(base):
-        name, n = base, 0
-        while name in taken:
-            n += 1
-            name = f"{base}_{n}"
-        taken.add(name)
-        return name
+    fresh = fresh_namer(graph)
 
     def outputs(names, keys, removed, new):
         """The names the fused op writes (a head-merge Transpose's output
@@ -384,12 +359,6 @@ def attention_fusion(graph):
         commit(at, new, removed, final)
     if not replace:
         return graph
-    new_graph = P.GraphDef()
-    new_graph.CopyFrom(graph)
-    for k, op in replace.items():
-        new_graph.op[k].CopyFrom(op)
-    flags = iter(range(len(new_graph.op)))
-    _keep_only(new_graph.op, lambda op: next(flags) not in drop_ops)
-    _drop_value_info(new_graph, drop_info)
+    new_graph = rewrite(graph, replace, drop_ops, drop_info)
     _drop_unused_constants(new_graph)     # the scale the Muls read
     return new_graph

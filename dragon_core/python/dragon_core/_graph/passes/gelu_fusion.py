@@ -63,33 +63,15 @@ from __future__ import annotations
 from dragon_core import proto as P
 from dragon_core._dtypes import as_dtype
 from dragon_core._graph.passes import device_types, kernel_dtypes, register_pass, value_index
-from dragon_core._graph.passes.prune import _drop_value_info, _keep_only
+from dragon_core._graph.passes._rewrite import fresh_namer, readers as _readers, rewrite
+from dragon_core._graph.passes._rewrite import value_dtype as _dtype, value_shape as _shape
 
 _F32 = "float32"
 _LOW = ("bfloat16", "float16")
 
 
-def _dtype(info, name):
-    v = info.get(name)
-    return as_dtype(v.dtype).name if v is not None else None
-
-
-def _shape(info, name):
-    v = info.get(name)
-    return tuple(v.shape) if v is not None else None
-
-
 def _approximate(op) -> str:
     return op.attr["approximate"].s if "approximate" in op.attr else "none"
-
-
-def _readers(graph) -> dict:
-    """``{value: [(op index, input position), ...]}``."""
-    out: dict = {}
-    for k, op in enumerate(graph.op):
-        for i, name in enumerate(op.input):
-            out.setdefault(name, []).append((k, i))
-    return out
 
 
 def _low_cast(op, info):
@@ -170,15 +152,7 @@ def gelu_fusion(graph):
     readers = _readers(graph)
     replace: dict = {}          # op index -> new OpDef
     drop_ops, drop_info = set(), set()
-    taken = {op.name for op in graph.op}
-
-    def fresh(base):
-        name, n = base, 0
-        while name in taken:
-            n += 1
-            name = f"{base}_{n}"
-        taken.add(name)
-        return name
+    fresh = fresh_namer(graph)
 
     for k, op in enumerate(graph.op):
         if op.type == "Add" and fwd_ok:
@@ -224,14 +198,7 @@ def gelu_fusion(graph):
                 drop_info.add(op.output[0])
     if not replace:
         return graph
-    new_graph = P.GraphDef()
-    new_graph.CopyFrom(graph)
-    for k, op in replace.items():
-        new_graph.op[k].CopyFrom(op)
-    flags = iter(range(len(new_graph.op)))
-    _keep_only(new_graph.op, lambda op: next(flags) not in drop_ops)
-    _drop_value_info(new_graph, drop_info)
-    return new_graph
+    return rewrite(graph, replace, drop_ops, drop_info)
 
 
 def _match_forward(graph, info, readers, k):

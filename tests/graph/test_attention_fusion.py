@@ -284,3 +284,54 @@ def test_random_blocks_same_bits(seed):
     got = on(q, k, v, w)[0].numpy()
     np.testing.assert_allclose(np.swapaxes(got, 1, 2) if merge else got, O, rtol=2e-4,
                                atol=2e-5)
+
+
+HAS_BF16 = "bfloat16" in "".join(k["dtypes"] for k in dg._C.kernels("SoftmaxAttention")
+                                 if k["device"] == "cpu")
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="the bfloat16 kernels need the AVX512-BF16 GEMM")
+def test_encoder_bfloat16_autocast_same_bits():
+    """The bfloat16 autocast encoder step (the products in bfloat16, softmax
+    in float32, p and ds cast to bfloat16): fused with the Casts, same bits
+    over three Adam steps. The fixture's heads (24 x 24 x 16) are below
+    the bfloat16 class (64^3 multiply-adds an item), so a wider layer
+    checks the fused graph too."""
+    on, off, x, t = encoder_same_bits_without("attention_fusion", autocast=True)
+    assert not FUSED & set(_types(on, x, t))       # items of 24 x 24 x 16: too small
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from models import bert
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(3)
+    B, T, hidden = 2, 64, 64 * HEADS
+    shapes = {k: tuple(v.shape) for k, v in
+              bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, HEADS).state_dict().items()}
+    state = bert.random_state(shapes, 1)
+    xs = dg.tensor(rng.standard_normal((B, T, hidden)).astype(np.float32))
+    ts = dg.tensor(rng.standard_normal((B, T, hidden)).astype(np.float32))
+    results = []
+    for disable in ((), ("attention_fusion",)):
+        model = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, HEADS)
+        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+        opt = dg.optim.Adam(list(model.parameters()), lr=1e-3)
+
+        def step(x, t, model=model, opt=opt):
+            opt.zero_grad()
+            with dg.autocast("cpu", enabled=True):
+                loss = dg.nn.functional.mse_loss(model(x), t)
+            loss.backward()
+            opt.step()
+            return loss
+        fn = dg.function(step, disable_passes=disable)
+        types = _types(fn, xs, ts)
+        losses = [_bits(fn(xs, ts).numpy()) for _ in range(3)]
+        results.append((types, losses, [_bits(p.numpy()) for p in model.parameters()]))
+    (types, l_on, p_on), (types_off, l_off, p_off) = results
+    assert types.count("SoftmaxAttention") == 1 and types.count("SoftmaxAttentionGrad") == 1
+    assert "Softmax" not in types and types.count("Cast") == types_off.count("Cast") - 2
+    for a, b in zip(l_on + p_on, l_off + p_off):
+        np.testing.assert_array_equal(a, b)

@@ -268,3 +268,93 @@ def test_not_registered_below_avx512(env):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ------------------------------------------------------------- bfloat16
+
+HAS_BF16 = "bfloat16" in "".join(k["dtypes"] for k in dg._C.kernels("SoftmaxAttention")
+                                 if k["device"] == "cpu")
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="the bfloat16 kernels need the "
+                                "AVX512-BF16 GEMM (a GCC build on a CPU with AVX512_BF16)")
+
+
+def _unfused_bf16(q, kt, v, do, scale):
+    """The mixed-precision graph's ops, eager: bfloat16 products with
+    float32 scores and gradients, p and ds cast to bfloat16."""
+    s = ops.matmul(q, kt, out_dtype="float32")
+    if scale is not None:
+        s = ops.mul(s, dg.tensor(np.float32(scale)))
+    p = ops.softmax(s, -1)
+    p16 = p.astype("bfloat16")
+    o = ops.matmul(p16, v)
+    dp = ops.matmul(do, v, transpose_b=True, out_dtype="float32")
+    g = ops.softmax_grad(p, dp, axis=-1)
+    ds = g if scale is None else ops.mul(g, dg.tensor(np.float32(scale)))
+    ds16 = ds.astype("bfloat16")
+    dq = ops.matmul(ds16, kt, transpose_b=True, out_dtype="float32")
+    dk = ops.matmul(ds16, q, transpose_a=True, out_dtype="float32")
+    dv = ops.matmul(p16, do, transpose_a=True, out_dtype="float32")
+    return p, o, dq, dk, dv
+
+
+def _bf16(ts):
+    return [t.astype("bfloat16") for t in ts]
+
+
+@needs_bf16
+@pytest.mark.parametrize("batch,L,E,S,Ev,strided", [
+    ((2, NT), 128, 64, 128, 64, True), ((2, NT), 64, 64, 72, 80, False),
+    ((NT + 1,), 96, 32, 100, 48, False)])
+@pytest.mark.parametrize("scale", [None, 0.125])
+def test_bf16_same_bits_as_the_unfused_ops(batch, L, E, S, Ev, strided, scale):
+    q, kt, v, do = _bf16(_inputs(batch, L, E, S, Ev, seed=7, strided=strided))
+    want = _unfused_bf16(q, kt, v, do, scale)
+    p, o = ops.softmax_attention(q, kt, v, scale=scale or 1.0, has_scale=scale is not None)
+    assert p.dtype == "float32" and o.dtype == "bfloat16"
+    got = (p, o) + tuple(ops.softmax_attention_grad(q, kt, v, p, do, scale=scale or 1.0,
+                                                    has_scale=scale is not None))
+    for name, g, w in zip(["p", "o", "dq", "dk", "dv"], got, want):
+        assert g.dtype == w.dtype, name
+        np.testing.assert_array_equal(_bits(g.numpy() if g.dtype != "bfloat16" else
+                                            g.astype("float32").numpy()),
+                                      _bits(w.numpy() if w.dtype != "bfloat16" else
+                                            w.astype("float32").numpy()), err_msg=name)
+
+
+@needs_bf16
+@pytest.mark.parametrize("heads_last", [False, True])
+def test_bf16_matches_float64(heads_last):
+    """Against float64 on the bfloat16 values: p to float32 rounding, o and
+    the gradients to bfloat16's (p and ds are rounded to 8 bits before the
+    products that read them, as the graph's Casts do)."""
+    q, kt, v, do = _bf16(_inputs((2, NT), 64, 32, 48, 32, seed=12, strided=True))
+    Q, KT, V, DO = _f64(q, kt, v, do)
+    p, o = ops.softmax_attention(q, kt, v, scale=0.5, has_scale=True, o_heads_last=heads_last)
+    P, O = _ref_forward(Q, KT, V, 0.5)
+    np.testing.assert_allclose(p.numpy(), P, rtol=1e-5, atol=1e-7)
+    got_o = o.astype("float32").numpy()
+    if heads_last:
+        got_o = np.swapaxes(got_o, 1, 2)
+    u = 2.0 ** -8
+    bound = 2 * u * (P @ np.abs(V)) + 1e-30
+    assert np.all(np.abs(got_o - O) <= bound), float(np.abs(got_o - O).max())
+    dq, dk, dv = ops.softmax_attention_grad(q, kt, v, p, do, scale=0.5, has_scale=True)
+    DQ, DK, DV = _ref_backward(Q, KT, V, P, DO, 0.5)
+    adp = np.abs(DO) @ np.abs(np.swapaxes(V, -1, -2))
+    ads = P * (adp + (adp * P).sum(-1, keepdims=True)) * 0.5
+    for g, w, mag in [(dq, DQ, ads @ np.abs(np.swapaxes(KT, -1, -2))),
+                      (dk, DK, np.swapaxes(ads, -1, -2) @ np.abs(Q)),
+                      (dv, DV, np.swapaxes(P, -1, -2) @ np.abs(DO))]:
+        err = np.abs(g.numpy() - w)
+        assert np.all(err <= 2 * u * mag + 1e-30), float(err.max())
+
+
+def test_mixed_dtypes_are_refused():
+    q, kt, v, do = _inputs((2,), 8, 8, 8, 8)
+    with pytest.raises(InvalidArgumentError, match="q, kt and v must have one dtype"):
+        ops.softmax_attention(q.astype("bfloat16"), kt, v)
+    if HAS_BF16:
+        q16, kt16, v16, do16 = _bf16((q, kt, v, do))
+        p, _ = ops.softmax_attention(q16, kt16, v16)
+        with pytest.raises(InvalidArgumentError, match="do must have q's dtype"):
+            ops.softmax_attention_grad(q16, kt16, v16, p, do)

@@ -24,6 +24,7 @@ namespace ops {
 namespace {
 
 constexpr DgDTypeMask kF32 = dg::Bit(DG_FLOAT32);
+constexpr DgDTypeMask kF32Bf16 = dg::Bit(DG_FLOAT32) | dg::Bit(DG_BFLOAT16);
 
 // Checks that `t` has rank >= 2, the batch axes `batch` and the matrix
 // shape [rows, cols] (-1: any); returns its last two dimensions.
@@ -57,6 +58,11 @@ Dims CheckQkv(const dg::InferContext& ctx) {
   d.L = q[q.size() - 2], d.E = q.back();
   d.S = Matrix("kt", ctx.input(1).shape(), d.batch, d.E, -1).second;
   d.Ev = Matrix("v", ctx.input(2).shape(), d.batch, d.S, -1).second;
+  const DgDType t = ctx.input(0).dtype();
+  DG_CHECK(ctx.input(1).dtype() == t && ctx.input(2).dtype() == t,
+           DG_INVALID_ARGUMENT, "q, kt and v must have one dtype, got ",
+           dg::DTypeName(t), ", ", dg::DTypeName(ctx.input(1).dtype()), ", ",
+           dg::DTypeName(ctx.input(2).dtype()));
   return d;
 }
 
@@ -83,13 +89,17 @@ void SoftmaxAttentionShape(dg::InferContext& ctx) {
   p.push_back(d.L);
   p.push_back(d.S);
   ctx.set_output(0, DG_FLOAT32, p);
-  ctx.set_output(1, DG_FLOAT32, With(ctx, "o_heads_last", d.batch, d.L, d.Ev));
+  ctx.set_output(1, ctx.input(0).dtype(),
+                 With(ctx, "o_heads_last", d.batch, d.L, d.Ev));
 }
 
 void SoftmaxAttentionGradShape(dg::InferContext& ctx) {
   const Dims d = CheckQkv(ctx);
   Matrix("p", ctx.input(3).shape(), d.batch, d.L, d.S);
   Matrix("do", ctx.input(4).shape(), d.batch, d.L, d.Ev);
+  DG_CHECK(ctx.input(4).dtype() == ctx.input(0).dtype(), DG_INVALID_ARGUMENT,
+           "do must have q's dtype ", dg::DTypeName(ctx.input(0).dtype()),
+           ", got ", dg::DTypeName(ctx.input(4).dtype()));
   ctx.set_output(0, DG_FLOAT32, With(ctx, "dq_heads_last", d.batch, d.L, d.E));
   ctx.set_output(1, DG_FLOAT32, With(ctx, "dk_heads_last", d.batch, d.S, d.E));
   ctx.set_output(2, DG_FLOAT32, With(ctx, "dv_heads_last", d.batch, d.S, d.Ev));
@@ -99,17 +109,23 @@ void SoftmaxAttentionGradShape(dg::InferContext& ctx) {
 
 DG_OP(SoftmaxAttention)
     .Doc("p = softmax(q @ kt * scale) along the last axis and o = p @ v, per "
-         "batch item, in float32: bit for bit MatMul -> Mul -> Softmax -> "
-         "MatMul on a kernel that runs their code (scale applied as the Mul "
-         "does, after the product; has_scale false: no Mul). Written by the "
+         "batch item, p in float32 and o in q's dtype (float32, or bfloat16 "
+         "with float32 scores and p rounded to bfloat16 for the second "
+         "product): bit for bit MatMul -> Mul -> Softmax -> [Cast] -> MatMul "
+         "on a kernel that runs their code (scale applied as the Mul does, "
+         "after the product; has_scale false: no Mul). Written by the "
          "attention_fusion graph pass; not differentiable.")
-    .Input("q", kF32, DG_ARG_NO_GRAD, "float32 [..., L, E] (any strides).")
-    .Input("kt", kF32, DG_ARG_NO_GRAD,
-           "float32 [..., E, S]: the keys, transposed (any strides).")
-    .Input("v", kF32, DG_ARG_NO_GRAD, "float32 [..., S, Ev] (any strides).")
-    .Output("p", kF32, 0, "softmax(q @ kt * scale), [..., L, S].")
-    .Output("o", kF32, 0,
-            "p @ v, [..., L, Ev] ([B, L, H, Ev] with o_heads_last).")
+    .Input("q", kF32Bf16, DG_ARG_NO_GRAD,
+           "float32 or bfloat16 [..., L, E] (any strides).")
+    .Input("kt", kF32Bf16, DG_ARG_NO_GRAD,
+           "[..., E, S], q's dtype: the keys, transposed (any strides).")
+    .Input("v", kF32Bf16, DG_ARG_NO_GRAD,
+           "[..., S, Ev], q's dtype (any strides).")
+    .Output("p", kF32, 0, "softmax(q @ kt * scale), [..., L, S], float32.")
+    .Output("o", kF32Bf16, 0,
+            "p @ v in q's dtype (bfloat16: p rounded to bfloat16 first, "
+            "the product accumulated in float32, rounded once), [..., L, Ev] "
+            "([B, L, H, Ev] with o_heads_last).")
     .Attr("scale", 1.0, "Multiplies the scores after the product.")
     .Attr("has_scale", false, "Whether the scores are multiplied at all.")
     .Attr("o_heads_last", false,
@@ -121,17 +137,20 @@ DG_OP(SoftmaxAttention)
 DG_OP(SoftmaxAttentionGrad)
     .Doc("SoftmaxAttention's backward from p and do (the gradient of o): "
          "dp = do @ v^T, ds = SoftmaxGrad(p, dp) * scale, dq = ds @ kt^T, "
-         "dk = ds^T @ q, dv = p^T @ do, in float32: bit for bit the MatMul, "
-         "SoftmaxGrad and Mul ops it replaces on a kernel that runs their "
-         "code. Written by the attention_fusion graph pass; not "
+         "dk = ds^T @ q, dv = p^T @ do, float32 results (bfloat16 inputs: "
+         "p and ds rounded to bfloat16 before the products that read them, "
+         "products accumulated in float32): bit for bit the MatMul, "
+         "SoftmaxGrad, Mul and Cast ops it replaces on a kernel that runs "
+         "their code. Written by the attention_fusion graph pass; not "
          "differentiable.")
-    .Input("q", kF32, DG_ARG_NO_GRAD, "float32 [..., L, E] (any strides).")
-    .Input("kt", kF32, DG_ARG_NO_GRAD, "float32 [..., E, S] (any strides).")
-    .Input("v", kF32, DG_ARG_NO_GRAD, "float32 [..., S, Ev] (any strides).")
+    .Input("q", kF32Bf16, DG_ARG_NO_GRAD,
+           "float32 or bfloat16 [..., L, E] (any strides).")
+    .Input("kt", kF32Bf16, DG_ARG_NO_GRAD, "[..., E, S], q's dtype (any strides).")
+    .Input("v", kF32Bf16, DG_ARG_NO_GRAD, "[..., S, Ev], q's dtype (any strides).")
     .Input("p", kF32, DG_ARG_NO_GRAD,
            "float32 [..., L, S]: SoftmaxAttention's p.")
-    .Input("do", kF32, DG_ARG_NO_GRAD,
-           "float32 [..., L, Ev]: the gradient of o (any strides).")
+    .Input("do", kF32Bf16, DG_ARG_NO_GRAD,
+           "[..., L, Ev], q's dtype: the gradient of o (any strides).")
     .Output("dq", kF32, 0,
             "Gradient of q, [..., L, E] ([B, L, H, E] with dq_heads_last).")
     .Output("dk", kF32, 0,

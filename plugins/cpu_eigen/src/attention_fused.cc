@@ -13,6 +13,12 @@
 // class, [8, 256] on every side and a batch of at least max(2, threads)
 // items, is BatchedWorthwhile's).
 //
+// bfloat16 calls (the mixed-precision graph) run each item's products on
+// the AVX512-BF16 GEMM (bf16_gemm.h, float32 accumulation) and round p and
+// ds to bfloat16 with the Cast kernel's conversion: the same bits as the
+// unfused bfloat16 products and Casts, which run on that GEMM in the pass's
+// class. That dtype is registered only where the GEMM runs (Bf16GemmRuns).
+//
 // Registered only where the batched kernel runs (x86-64-v4, and
 // DRAGON_CPU_EIGEN_ISA not capping below it, DRAGON_CPU_EIGEN_BATCHED_GEMM
 // not "off"): the pass asks for a kernel before it fuses, so elsewhere the
@@ -25,6 +31,7 @@
 
 #include "common.h"
 #include "gemm/batched_f32.h"
+#include "gemm/bf16_gemm.h"
 #include "reduce_util.h"
 #include "softmax_isa.h"
 
@@ -40,8 +47,7 @@ AttentionOperand Operand(const dg::KernelContext& ctx, int index,
                          int64_t batch, std::vector<int64_t>* offsets) {
   const DgTensorView* t = ctx.frame()->inputs[index];
   AttentionOperand x{};
-  x.data = reinterpret_cast<const float*>(static_cast<const char*>(t->data) +
-                                          t->byte_offset);
+  x.data = static_cast<const char*>(t->data) + t->byte_offset;
   const int nd = t->ndim;
   x.rs = t->strides[nd - 2];
   x.cs = t->strides[nd - 1];
@@ -77,6 +83,7 @@ AttentionF32Call Describe(const dg::KernelContext& ctx,
     c.kt = Operand(ctx, 1, c.batch, &offsets[1]);
     c.v = Operand(ctx, 2, c.batch, &offsets[2]);
   }
+  c.bf16 = ctx.input(0).dtype() == DG_BFLOAT16;
   c.scale = static_cast<float>(ctx.f("scale"));
   c.has_scale = ctx.b("has_scale");
   const SoftmaxKernels& k = SoftmaxKernelsForCpu();
@@ -104,7 +111,7 @@ void* Workspace(const dg::KernelContext& ctx, const AttentionF32Call& c) {
 // cols] (the schema's shape), written item (b, h) at a time.
 AttentionOut Out(const dg::KernelContext& ctx, int index, const char* heads_last) {
   AttentionOut o{};
-  o.data = ctx.output(index).data<float>();
+  o.data = ctx.output(index).raw_data();
   if (ctx.b(heads_last)) o.heads = ctx.output(index).shape()[2];
   return o;
 }
@@ -131,7 +138,7 @@ void SoftmaxAttentionGradF32(dg::KernelContext& ctx) {
   if (!dense) {
     float* copy = ctx.workspace<float>(static_cast<size_t>(c.batch * c.L * c.S));
     for (int64_t i = 0; i < c.batch; ++i) {
-      const float* src = c.p.data + offsets[3][i];
+      const float* src = static_cast<const float*>(c.p.data) + offsets[3][i];
       for (int64_t r = 0; r < c.L; ++r) {
         for (int64_t j = 0; j < c.S; ++j) {
           copy[(i * c.L + r) * c.S + j] = src[r * c.p.rs + j * c.p.cs];
@@ -156,10 +163,14 @@ int Register() {
   // another kernel: keep the graph unfused too.
   const char* batched = std::getenv("DRAGON_CPU_EIGEN_BATCHED_GEMM");
   if (batched && std::strcmp(batched, "off") == 0) return 0;
-  dg::internal::AddKernel("SoftmaxAttention", "cpu", dg::Bit(DG_FLOAT32), 0,
+  // bfloat16 where its products run on the AVX512-BF16 GEMM, as the
+  // unfused ones do.
+  const DgDTypeMask dtypes =
+      dg::Bit(DG_FLOAT32) | (Bf16GemmRuns() ? dg::Bit(DG_BFLOAT16) : 0);
+  dg::internal::AddKernel("SoftmaxAttention", "cpu", dtypes, 0,
                           DG_KERNEL_STRIDED_INPUTS, "SoftmaxAttentionAvx512",
                           &SoftmaxAttentionF32);
-  dg::internal::AddKernel("SoftmaxAttentionGrad", "cpu", dg::Bit(DG_FLOAT32), 0,
+  dg::internal::AddKernel("SoftmaxAttentionGrad", "cpu", dtypes, 0,
                           DG_KERNEL_STRIDED_INPUTS,
                           "SoftmaxAttentionGradAvx512",
                           &SoftmaxAttentionGradF32);

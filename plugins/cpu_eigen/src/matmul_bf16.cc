@@ -350,4 +350,13 @@ constexpr int32_t kMatMulBf16Priority = 20;
 #endif  // CPU_EIGEN_BF16_GEMM
 
 }  // namespace
+
+bool Bf16GemmRuns() {
+#ifdef CPU_EIGEN_BF16_GEMM
+  return CpuHasAvx512Bf16() && PolicyFromEnv() != GemmPolicy::kOff;
+#else
+  return false;
+#endif
+}
+
 }  // namespace cpu_eigen

@@ -30,6 +30,10 @@
 
 #include "batched_f32.h"
 
+#ifdef CPU_EIGEN_BF16_GEMM
+#include "bf16_gemm.h"
+#endif
+
 #include <immintrin.h>
 #include <omp.h>
 
@@ -265,13 +269,17 @@ BatchedF32Call ItemProduct(int64_t n, int64_t m, int64_t k, int64_t a_rs,
 }
 
 const float* At(const AttentionOperand& x, int64_t i) {
-  return x.data + (x.offsets ? x.offsets[i] : 0);
+  return static_cast<const float*>(x.data) + (x.offsets ? x.offsets[i] : 0);
 }
 
 // Item i of output `o` (rows x cols) and its leading dimension.
+int64_t OutOffset(const AttentionOut& o, int64_t i, int64_t rows, int64_t cols) {
+  if (o.heads <= 0) return i * rows * cols;
+  return (i / o.heads) * rows * o.heads * cols + (i % o.heads) * cols;
+}
+
 float* OutItem(const AttentionOut& o, int64_t i, int64_t rows, int64_t cols) {
-  if (o.heads <= 0) return o.data + i * rows * cols;
-  return o.data + (i / o.heads) * rows * o.heads * cols + (i % o.heads) * cols;
+  return static_cast<float*>(o.data) + OutOffset(o, i, rows, cols);
 }
 
 int64_t OutLd(const AttentionOut& o, int64_t cols) {
@@ -364,13 +372,176 @@ void ForItems(const AttentionF32Call& c, const Item& item) {
 
 }  // namespace
 
+#ifdef CPU_EIGEN_BF16_GEMM
+namespace {
+
+// float32 -> bfloat16 bits, nearest with ties to even, a NaN the quiet NaN
+// of its sign: the Cast kernel's conversion (cast.h FloatToBfloat16Bits;
+// restated here, as this file shares no inline code with others).
+void RoundToBf16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof(u));
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16 & 0x8000u) | 0x7FC0u;
+    const int32_t magnitude = static_cast<int32_t>(u & 0x7FFFFFFFu);
+    y[i] = static_cast<uint16_t>(magnitude > 0x7F800000 ? nan : rounded);
+  }
+}
+
+const uint16_t* AtH(const AttentionOperand& x, int64_t i) {
+  return static_cast<const uint16_t*>(x.data) + (x.offsets ? x.offsets[i] : 0);
+}
+
+// One bfloat16 product of an item on the calling thread: C (n x m, ldc) =
+// op(A) op(B), A and B given by their element strides.
+Bf16GemmCall Bf16Product(int64_t n, int64_t m, int64_t k, int64_t a_rs,
+                         int64_t a_cs, int64_t b_rs, int64_t b_cs, bool c_f32,
+                         int64_t ldc) {
+  Bf16GemmCall g{};
+  g.batch = 1;
+  g.n = n, g.m = m, g.k = k;
+  g.a_rs = a_rs, g.a_cs = a_cs;
+  g.b_rs = b_rs, g.b_cs = b_cs;
+  g.c_f32 = c_f32;
+  g.ldc = ldc;
+  g.c_stride = n * ldc;
+  g.threads = 1;
+  return g;
+}
+
+// The products of a bf16 call (forward: 0 scores, 1 o; backward: 2 dp,
+// 3 dv, 4 dq, 5 dk).
+void Bf16Products(const AttentionF32Call& c, Bf16GemmCall g[6]) {
+  g[0] = Bf16Product(c.L, c.S, c.E, c.q.rs, c.q.cs, c.kt.rs, c.kt.cs, true, c.S);
+  g[1] = Bf16Product(c.L, c.Ev, c.S, c.S, 1, c.v.rs, c.v.cs, false, OutLd(c.o_out, c.Ev));
+  g[2] = Bf16Product(c.L, c.S, c.Ev, c.dout.rs, c.dout.cs, c.v.cs, c.v.rs, true, c.S);
+  g[3] = Bf16Product(c.S, c.Ev, c.L, 1, c.S, c.dout.rs, c.dout.cs, true, OutLd(c.dv, c.Ev));
+  g[4] = Bf16Product(c.L, c.E, c.S, c.S, 1, c.kt.cs, c.kt.rs, true, OutLd(c.dq, c.E));
+  g[5] = Bf16Product(c.S, c.E, c.L, 1, c.S, c.q.rs, c.q.cs, true, OutLd(c.dk, c.E));
+}
+
+// Per thread: the float32 scores, p and ds rounded to bfloat16, and the
+// GEMM's scratch (64-byte multiples).
+int64_t Bf16PerThreadBytes(const AttentionF32Call& c) {
+  Bf16GemmCall g[6];
+  Bf16Products(c, g);
+  int64_t gemm = 0;
+  for (auto& x : g) {
+    if (x.n > 0 && x.m > 0) {
+      const int64_t b = gemm_bf16::WorkspaceBytes(x);
+      gemm = b > gemm ? b : gemm;
+    }
+  }
+  const auto up = [](int64_t b) { return (b + 63) / 64 * 64; };
+  return up(c.L * c.S * 4) + 2 * up(c.L * c.S * 2) + up(gemm);
+}
+
+void RunBf16(Bf16GemmCall g, const void* a, const void* b, void* out, void* ws) {
+  if (g.n <= 0 || g.m <= 0) return;
+  g.a = static_cast<const uint16_t*>(a);
+  g.b = static_cast<const uint16_t*>(b);
+  g.c = out;
+  g.workspace = ws;
+  gemm_bf16::Gemm(g);
+}
+
+// The bf16 calls' item loop: item(i, scores, p16, ds16, gemm scratch).
+template <typename Item>
+void ForItemsBf16(const AttentionF32Call& c, const Item& item) {
+  const int team = AttentionTeam(c);
+  const int64_t per = Bf16PerThreadBytes(c);
+  const auto up = [](int64_t b) { return (b + 63) / 64 * 64; };
+  const auto run = [&](int64_t i, char* mine) {
+    float* scores = reinterpret_cast<float*>(mine);
+    uint16_t* p16 = reinterpret_cast<uint16_t*>(mine + up(c.L * c.S * 4));
+    uint16_t* ds16 = reinterpret_cast<uint16_t*>(mine + up(c.L * c.S * 4) +
+                                                 up(c.L * c.S * 2));
+    void* gemm = mine + up(c.L * c.S * 4) + 2 * up(c.L * c.S * 2);
+    item(i, scores, p16, ds16, gemm);
+  };
+  char* ws = static_cast<char*>(c.workspace);
+  if (team <= 1) {
+    for (int64_t i = 0; i < c.batch; ++i) run(i, ws);
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+    char* mine = ws + omp_get_thread_num() * per;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < c.batch; ++i) run(i, mine);
+  }
+}
+
+void ForwardBf16(const AttentionF32Call& c) {
+  Bf16GemmCall g[6];
+  Bf16Products(c, g);
+  const int64_t ls = c.L * c.S;
+  ForItemsBf16(c, [&](int64_t i, float* scores, uint16_t* p16, uint16_t*, void* ws) {
+    float* p = c.p_out + i * ls;
+    uint16_t* o = static_cast<uint16_t*>(c.o_out.data) + OutOffset(c.o_out, i, c.L, c.Ev);
+    if (c.S == 0) {  // softmax over no keys: p is empty, o zeros
+      for (int64_t r = 0; r < c.L; ++r) {
+        std::memset(o + r * g[1].ldc, 0, static_cast<size_t>(c.Ev) * 2);
+      }
+      return;
+    }
+    RunBf16(g[0], AtH(c.q, i), AtH(c.kt, i), scores, ws);
+    if (c.has_scale) Scale(scores, ls, c.scale);
+    c.softmax_rows(scores, p, c.L, c.S, 0);
+    RoundToBf16(p, p16, ls);
+    RunBf16(g[1], p16, AtH(c.v, i), o, ws);
+  });
+}
+
+void BackwardBf16(const AttentionF32Call& c) {
+  Bf16GemmCall g[6];
+  Bf16Products(c, g);
+  const int64_t ls = c.L * c.S;
+  ForItemsBf16(c, [&](int64_t i, float* ds, uint16_t* p16, uint16_t* ds16, void* ws) {
+    float* dq = OutItem(c.dq, i, c.L, c.E);
+    float* dk = OutItem(c.dk, i, c.S, c.E);
+    float* dv = OutItem(c.dv, i, c.S, c.Ev);
+    const float* p = At(c.p, i);
+    if (c.L == 0 || c.S == 0) {  // no scores: every gradient is zeros
+      ZeroRows(dq, c.L, c.E, g[4].ldc);
+      ZeroRows(dk, c.S, c.E, g[5].ldc);
+      ZeroRows(dv, c.S, c.Ev, g[3].ldc);
+      return;
+    }
+    if (c.Ev > 0) {
+      RunBf16(g[2], AtH(c.dout, i), AtH(c.v, i), ds, ws);
+    } else {
+      std::memset(ds, 0, static_cast<size_t>(ls) * 4);
+    }
+    c.softmax_grad_rows(p, ds, ds, c.L, c.S, c.grad_chunks);
+    if (c.has_scale) Scale(ds, ls, c.scale);
+    RoundToBf16(p, p16, ls);
+    RoundToBf16(ds, ds16, ls);
+    RunBf16(g[3], p16, AtH(c.dout, i), dv, ws);
+    if (c.E > 0) {
+      RunBf16(g[4], ds16, AtH(c.kt, i), dq, ws);
+      RunBf16(g[5], ds16, AtH(c.q, i), dk, ws);
+    }
+  });
+}
+
+}  // namespace
+#endif  // CPU_EIGEN_BF16_GEMM
+
 int64_t AttentionWorkspaceBytes(const AttentionF32Call& c) {
   if (c.batch <= 0) return 0;
+#ifdef CPU_EIGEN_BF16_GEMM
+  if (c.bf16) return AttentionTeam(c) * Bf16PerThreadBytes(c);
+#endif
   return AttentionTeam(c) * (ScoreFloats(c) + AttentionPackFloats(c)) * 4;
 }
 
 void AttentionForward(const AttentionF32Call& c) {
   if (c.batch <= 0 || c.L <= 0) return;
+#ifdef CPU_EIGEN_BF16_GEMM
+  if (c.bf16) return ForwardBf16(c);
+#endif
   const AttentionProducts pr = Products(c, true);
   const int64_t ls = c.L * c.S;
   ForItems(c, [&](int64_t i, float* scores, float* pack) {
@@ -389,6 +560,9 @@ void AttentionForward(const AttentionF32Call& c) {
 
 void AttentionBackward(const AttentionF32Call& c) {
   if (c.batch <= 0) return;
+#ifdef CPU_EIGEN_BF16_GEMM
+  if (c.bf16) return BackwardBf16(c);
+#endif
   const AttentionProducts pr = Products(c, false);
   const int64_t ls = c.L * c.S;
   ForItems(c, [&](int64_t i, float* ds, float* pack) {

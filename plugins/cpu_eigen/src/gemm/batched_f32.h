@@ -46,7 +46,7 @@ struct BatchedF32Call {
 // Softmax / SoftmaxGrad kernels' own entry points (softmax_isa.h), passed
 // in. A plain aggregate: value-initialise it.
 struct AttentionOperand {
-  const float* data;
+  const void* data;  // float32, or bfloat16 bits (AttentionF32Call::bf16)
   int64_t rs, cs;
   const int64_t* offsets;  // batch entries
 };
@@ -56,7 +56,7 @@ struct AttentionOperand {
 // [B, rows, H, cols]: the head merge's layout), at data + b * rows * heads *
 // cols + h * cols, rows heads * cols apart (i = b * heads + h).
 struct AttentionOut {
-  float* data;
+  void* data;  // float32, or bfloat16 bits for a bf16 call's o
   int64_t heads;
 };
 
@@ -67,6 +67,12 @@ struct AttentionF32Call {
   AttentionOperand p, dout;   // backward only: p L x S, dout L x Ev
   float scale;
   bool has_scale;
+  // bfloat16 q, kt, v, do and o (the mixed-precision graph): the products
+  // run on the AVX512-BF16 GEMM (bf16_gemm.h) with float32 accumulation,
+  // p and the scores' gradient rounded to bfloat16 before the products
+  // that read them (as the graph's Casts do); p, dq, dk, dv stay float32.
+  // Only where CPU_EIGEN_BF16_GEMM is built and the CPU runs it.
+  bool bf16;
   float* p_out;  // forward: L x S per item
   AttentionOut o_out;  // forward: L x Ev per item
   AttentionOut dq;     // backward: L x E per item

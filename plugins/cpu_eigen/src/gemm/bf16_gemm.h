@@ -45,6 +45,11 @@ struct Bf16GemmCall {
   void* workspace;
 };
 
+// Whether bfloat16 products run on this GEMM here: the build has it, the
+// CPU runs AVX512-BF16, DRAGON_CPU_EIGEN_BF16_GEMM is not "off"
+// (matmul_bf16.cc; baseline code, callable anywhere).
+bool Bf16GemmRuns();
+
 #ifdef CPU_EIGEN_BF16_GEMM
 namespace gemm_bf16 {
 // Bytes of scratch the call needs (packed operands, partial sums).

@@ -22,7 +22,14 @@ its L x S block is in cache; the unfused ops wrote that block out and read
 it back: in the float32 encoder step the scores went to memory and back
 five times.
 
-Invariants: float32 throughout; the MatMuls have no ``out_dtype`` and the
+Under bfloat16 autocast the block has bfloat16 operands, ``out_dtype=
+float32`` on the score, dp, dv, dq and dk products, and ``Cast(p)`` /
+``Cast(ds)`` to bfloat16 before the products that read them; the pass takes
+that form as well (the Casts go with it, the one of p only when no reader of
+its output is left), fusing only blocks in the AVX512-BF16 GEMM's batch
+class (every product >= 64^3 multiply-adds an item, S, E, Ev >= 16).
+
+Invariants: float32 (or the bfloat16 form) throughout; the MatMuls have no ``out_dtype`` and the
 flags above; q, kt, v (and do) share one batch shape, with no broadcasting;
 L, S, E and Ev lie in [8, 256] and the batch has at least 2 items and as
 many as the threads (``_C.NUM_THREADS``): the class where the batched
@@ -52,6 +59,11 @@ from dragon_core._graph.passes._rewrite import value_dtype as _dtype, value_shap
 from dragon_core._graph.passes.prune import _drop_unused_constants
 
 _F32 = "float32"
+_BF16 = "bfloat16"
+#: bfloat16 blocks: each product's items must be at least this many
+#: multiply-adds, every row count >= 4 and column count >= 16 (the
+#: AVX512-BF16 GEMM's class for batches, plugins/cpu_eigen/src/matmul_bf16.cc).
+BF16_MIN_WORK = 64 * 64 * 64
 #: Every side of a batch item (L, S, E, Ev) must lie in this range: the
 #: batched float32 kernel's class (plugins/cpu_eigen/src/matmul.cc).
 MIN_SIDE, MAX_SIDE = 8, 256
@@ -74,23 +86,34 @@ def _attrs(op) -> dict:
     return {k: v for k, v in op.attr.items() if not k.startswith("_")}
 
 
-def _matmul(op, ta: bool, tb: bool) -> bool:
-    """Whether ``op`` is a plain two-operand MatMul with these flags."""
+def _matmul(op, ta: bool, tb: bool, out=None) -> bool:
+    """Whether ``op`` is a plain two-operand MatMul with these flags and
+    ``out_dtype`` (None: unset, the inputs' dtype)."""
     if op.type != "MatMul" or len(op.input) != 2 or len(op.output) != 1:
         return False
     for key, attr in _attrs(op).items():
         which = attr.WhichOneof("value")
         if key == "out_dtype":
-            if which != "none":
+            if out is None and which != "none":
+                return False
+            if out is not None and (which != "dtype" or as_dtype(attr.dtype).name != out):
                 return False
         elif key in ("transpose_a", "transpose_b"):
             if which != "b":
                 return False
         else:
             return False
+    if out is not None and "out_dtype" not in op.attr:
+        return False
     flags = (op.attr["transpose_a"].b if "transpose_a" in op.attr else False,
              op.attr["transpose_b"].b if "transpose_b" in op.attr else False)
     return flags == (ta, tb)
+
+
+def _bf16_cast(op) -> bool:
+    """Whether ``op`` is a Cast to bfloat16."""
+    return (op.type == "Cast" and len(op.input) == 1 and len(op.output) == 1
+            and set(_attrs(op)) == {"dtype"} and as_dtype(op.attr["dtype"].dtype).name == _BF16)
 
 
 def _last_axis(op, rank) -> bool:
@@ -163,11 +186,21 @@ class _Matcher:
                 return None
             removed.append(j)
             j, prod = self.op_of(s)
-        if not _matmul(prod, False, False):
+        low = _dtype(self.info, prod.input[0]) == _BF16
+        if not _matmul(prod, False, False, _F32 if low else None):
             return None
         removed.append(j)
         q, kt = prod.input
-        outs = [(r, pos) for r, pos in self.readers.get(p, [])
+        # bfloat16: p is read through one Cast to bfloat16 (p16) by the second
+        # product (and the backward's p^T do).
+        p16, cast = p, None
+        if low:
+            casts = [r for r, _ in self.readers.get(p, []) if _bf16_cast(self.g.op[r])]
+            if len(casts) != 1 or self.g.op[casts[0]].output[0] in self.pinned:
+                return None
+            cast = casts[0]
+            p16 = self.g.op[cast].output[0]
+        outs = [(r, pos) for r, pos in self.readers.get(p16, [])
                 if pos == 0 and _matmul(self.g.op[r], False, False)]
         if len(outs) != 1:
             return None
@@ -188,18 +221,23 @@ class _Matcher:
             return None
         if shape != batch + (L, S):
             return None
-        if not all(_dtype(self.info, n) == _F32 for n in (q, kt, v, p, o, x)):
+        t = _BF16 if low else _F32
+        if not (all(_dtype(self.info, n) == t for n in (q, kt, v, o))
+                and _dtype(self.info, p) == _dtype(self.info, x) == _F32):
+            return None
+        if low and (L * S * min(E, Ev) < BF16_MIN_WORK or min(S, E, Ev) < 16):
             return None
         return dict(q=q, kt=kt, v=v, p=p, o=o, scale=scale, removed=removed,
-                    shape=batch + (L, Ev))
+                    shape=batch + (L, Ev), low=low, p16=p16, cast=cast)
 
     def backward(self, f):
         """The backward block of forward ``f``: a dict, else None."""
-        p = f["p"]
+        p, low = f["p"], f["low"]
+        out = _F32 if low else None     # the bfloat16 products write float32
         grads = [(r, pos) for r, pos in self.readers.get(p, [])
                  if self.g.op[r].type == "SoftmaxGrad"]
-        dvs = [(r, pos) for r, pos in self.readers.get(p, [])
-               if pos == 0 and _matmul(self.g.op[r], True, False)]
+        dvs = [(r, pos) for r, pos in self.readers.get(f["p16"], [])
+               if pos == 0 and _matmul(self.g.op[r], True, False, out)]
         if len(grads) != 1 or len(dvs) != 1 or grads[0][1] != 0:
             return None
         kg, sg = grads[0][0], self.g.op[grads[0][0]]
@@ -209,10 +247,11 @@ class _Matcher:
         do = dv_op.input[1]
         dp = sg.input[1]
         kp, dp_op = self.op_of(dp)
-        if (dp_op is None or not _matmul(dp_op, False, True) or not self.private(dp)
+        if (dp_op is None or not _matmul(dp_op, False, True, out) or not self.private(dp)
                 or list(dp_op.input) != [do, f["v"]]):
             return None
-        if _shape(self.info, do) != f["shape"] or _dtype(self.info, do) != _F32:
+        if (_shape(self.info, do) != f["shape"]
+                or _dtype(self.info, do) != (_BF16 if low else _F32)):
             return None
         removed = [kp, kg, kv]
         ds = sg.output[0]
@@ -226,6 +265,12 @@ class _Matcher:
                 return None
             removed.append(km)
             ds = mul.output[0]
+        if low:     # ds reaches the products through one Cast to bfloat16
+            if not self.private(ds) or not _bf16_cast(self.g.op[self.readers[ds][0][0]]):
+                return None
+            kc = self.readers[ds][0][0]
+            removed.append(kc)
+            ds = self.g.op[kc].output[0]
         if not self.private(ds, 2):
             return None
         dq = dk = None
@@ -233,9 +278,9 @@ class _Matcher:
             op = self.g.op[r]
             if pos != 0:
                 return None
-            if _matmul(op, False, True) and op.input[1] == f["kt"]:
+            if _matmul(op, False, True, out) and op.input[1] == f["kt"]:
                 dq, kq = op.output[0], r
-            elif _matmul(op, True, False) and op.input[1] == f["q"]:
+            elif _matmul(op, True, False, out) and op.input[1] == f["q"]:
                 dk, kk = op.output[0], r
         if dq is None or dk is None:
             return None
@@ -298,8 +343,10 @@ def attention_fusion(graph):
         itself when none matches.
     """
     devices = device_types(graph)
-    if not all(_F32 in kernel_dtypes("SoftmaxAttention", d)
-               and _F32 in kernel_dtypes("SoftmaxAttentionGrad", d) for d in devices):
+    dtypes = {_F32, _BF16}
+    for d in devices:
+        dtypes &= kernel_dtypes("SoftmaxAttention", d) & kernel_dtypes("SoftmaxAttentionGrad", d)
+    if not dtypes:
         return graph            # no kernels here (not x86-64-v4, or cuda)
     m = _Matcher(graph)
     replace: dict = {}          # op index -> new OpDef
@@ -320,6 +367,14 @@ def attention_fusion(graph):
             new.attr[key].CopyFrom(P.AttrValue(b=True))
         return final
 
+    def drop_cast(f):
+        """The Cast of p to bfloat16 goes when every reader of its output
+        went (the second product, and the backward's p^T do when fused)."""
+        if f["cast"] is not None and all(r in drop_ops or r in replace
+                                         for r, _ in m.readers.get(f["p16"], [])):
+            drop_ops.add(f["cast"])
+            drop_info.add(f["p16"])
+
     def commit(at, new, removed, final):
         replace[at] = new
         drop_ops.update(set(removed) - {at})
@@ -333,6 +388,8 @@ def attention_fusion(graph):
         f = m.forward(k)
         if f is None or set(f["removed"]) & (drop_ops | set(replace)):
             continue
+        if (_BF16 if f["low"] else _F32) not in dtypes:
+            continue
         inputs = [f["q"], f["kt"], f["v"]]
         new = _new_op(op, fresh(f"{op.name}/attention"), "SoftmaxAttention", inputs, [],
                       f["scale"])
@@ -345,6 +402,7 @@ def attention_fusion(graph):
         commit(at, new, removed, final)
         b = m.backward(f)
         if b is None or set(b["removed"]) & (drop_ops | set(replace)):
+            drop_cast(f)
             continue
         inputs = [f["q"], f["kt"], f["v"], f["p"], b["do"]]
         new = _new_op(op, fresh(f"{op.name}/attention_grad"), "SoftmaxAttentionGrad",
@@ -354,9 +412,11 @@ def attention_fusion(graph):
                         ["dq_heads_last", "dk_heads_last", "dv_heads_last"], removed, new)
         at = m.place(removed, inputs, final)
         if at is None or set(removed) & (drop_ops | set(replace)):
+            drop_cast(f)
             continue
         new.output.extend(final)
         commit(at, new, removed, final)
+        drop_cast(f)
     if not replace:
         return graph
     new_graph = rewrite(graph, replace, drop_ops, drop_info)

@@ -18,7 +18,7 @@ import pytest
 
 import dragon_core as dg
 
-from .fixtures import encoder_same_bits_without
+from .fixtures import encoder_same_bits_without, encoder_step
 
 ops = dg.ops
 
@@ -299,33 +299,13 @@ def test_encoder_bfloat16_autocast_same_bits():
     checks the fused graph too."""
     on, off, x, t = encoder_same_bits_without("attention_fusion", autocast=True)
     assert not FUSED & set(_types(on, x, t))       # items of 24 x 24 x 16: too small
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from models import bert
-    finally:
-        sys.path.pop(0)
     rng = np.random.default_rng(3)
     B, T, hidden = 2, 64, 64 * HEADS
-    shapes = {k: tuple(v.shape) for k, v in
-              bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, HEADS).state_dict().items()}
-    state = bert.random_state(shapes, 1)
     xs = dg.tensor(rng.standard_normal((B, T, hidden)).astype(np.float32))
     ts = dg.tensor(rng.standard_normal((B, T, hidden)).astype(np.float32))
     results = []
     for disable in ((), ("attention_fusion",)):
-        model = bert.encoder_layer(dg.nn, bert.dragon_f(), hidden, HEADS)
-        model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-        opt = dg.optim.Adam(list(model.parameters()), lr=1e-3)
-
-        def step(x, t, model=model, opt=opt):
-            opt.zero_grad()
-            with dg.autocast("cpu", enabled=True):
-                loss = dg.nn.functional.mse_loss(model(x), t)
-            loss.backward()
-            opt.step()
-            return loss
+        model, step = encoder_step(hidden, HEADS, seed=1, autocast=True)
         fn = dg.function(step, disable_passes=disable)
         types = _types(fn, xs, ts)
         losses = [_bits(fn(xs, ts).numpy()) for _ in range(3)]

@@ -159,14 +159,13 @@ void SoftmaxAttentionGradF32(dg::KernelContext& ctx) {
 // Registered at load only where the kernel runs (see the top of the file).
 int Register() {
   if (DetectIsaLevel() < 4) return 0;
-  // With the batched kernel switched off the unfused products run on
-  // another kernel: keep the graph unfused too.
+  // float32 where the unfused products run on the batched kernel (not
+  // switched off), bfloat16 where they run on the AVX512-BF16 GEMM.
   const char* batched = std::getenv("DRAGON_CPU_EIGEN_BATCHED_GEMM");
-  if (batched && std::strcmp(batched, "off") == 0) return 0;
-  // bfloat16 where its products run on the AVX512-BF16 GEMM, as the
-  // unfused ones do.
-  const DgDTypeMask dtypes =
-      dg::Bit(DG_FLOAT32) | (Bf16GemmRuns() ? dg::Bit(DG_BFLOAT16) : 0);
+  const bool f32 = !(batched && std::strcmp(batched, "off") == 0);
+  const DgDTypeMask dtypes = (f32 ? dg::Bit(DG_FLOAT32) : 0) |
+                             (Bf16GemmRuns() ? dg::Bit(DG_BFLOAT16) : 0);
+  if (dtypes == 0) return 0;
   dg::internal::AddKernel("SoftmaxAttention", "cpu", dtypes, 0,
                           DG_KERNEL_STRIDED_INPUTS, "SoftmaxAttentionAvx512",
                           &SoftmaxAttentionF32);

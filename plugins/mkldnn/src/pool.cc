@@ -175,7 +175,7 @@ constexpr bool IsNanOrNegInfBits(uint16_t b) {
 // strides: supports() sees the caller's view), tested on the bits (Bits =
 // uint32_t / uint16_t): an integer loop that vectorizes.
 template <typename Bits>
-bool AnyNan(const dg::TensorRef& t) {
+bool AnyNanOrNegInf(const dg::TensorRef& t) {
   const Bits* base = static_cast<const Bits*>(t.raw_data());
   if (t.is_contiguous()) {
     // An OR of the tests (no early exit) vectorizes; split across the
@@ -204,7 +204,7 @@ bool AnyNan(const dg::TensorRef& t) {
 }
 
 bool HasNanOrNegInf(const dg::TensorRef& t) {
-  return t.dtype() == DG_BFLOAT16 ? AnyNan<uint16_t>(t) : AnyNan<uint32_t>(t);
+  return t.dtype() == DG_BFLOAT16 ? AnyNanOrNegInf<uint16_t>(t) : AnyNanOrNegInf<uint32_t>(t);
 }
 
 // supports(): the call maps onto oneDNN (PlanPool), oneDNN builds the
@@ -321,8 +321,9 @@ void BlockedMaxPool(dg::KernelContext& ctx) {
   }
 }
 
-// The blocked op's supports(): oneDNN builds the primitive (a NaN is the
-// kernel's to handle, see BlockedMaxPool). Never throws.
+// The blocked op's supports(): oneDNN builds the primitive (a NaN or a
+// window of -inf is the kernel's to handle, see BlockedMaxPool). Never
+// throws.
 int32_t BlockedSupports(const DgCallFrame* f) {
   try {
     const dg::KernelContext ctx(f);

@@ -272,7 +272,8 @@ const float* At(const AttentionOperand& x, int64_t i) {
   return static_cast<const float*>(x.data) + (x.offsets ? x.offsets[i] : 0);
 }
 
-// Item i of output `o` (rows x cols) and its leading dimension.
+// Item i of output `o` (rows x cols): its element offset, its address (a
+// float32 output) and the leading dimension of its rows.
 int64_t OutOffset(const AttentionOut& o, int64_t i, int64_t rows, int64_t cols) {
   if (o.heads <= 0) return i * rows * cols;
   return (i / o.heads) * rows * o.heads * cols + (i % o.heads) * cols;

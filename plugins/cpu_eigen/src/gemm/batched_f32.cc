@@ -354,21 +354,35 @@ void Scale(float* x, int64_t n, float scale) {
 
 // Runs item(i, scores, pack) for every item over the team, items handed
 // out one at a time (as Gemm does).
-template <typename Item>
-void ForItems(const AttentionF32Call& c, const Item& item) {
+// Runs run(i, scratch) for every item over the team, items handed out one
+// at a time (as Gemm does); each thread owns `per` bytes of the workspace.
+template <typename Run>
+void ForEachItem(const AttentionF32Call& c, int64_t per, const Run& run) {
   const int team = AttentionTeam(c);
-  const int64_t per = ScoreFloats(c) + AttentionPackFloats(c);
-  float* ws = static_cast<float*>(c.workspace);
+  char* ws = static_cast<char*>(c.workspace);
   if (team <= 1) {
-    for (int64_t i = 0; i < c.batch; ++i) item(i, ws, ws + ScoreFloats(c));
+    for (int64_t i = 0; i < c.batch; ++i) run(i, ws);
     return;
   }
 #pragma omp parallel num_threads(team)
   {
-    float* mine = ws + omp_get_thread_num() * per;
+    char* mine = ws + omp_get_thread_num() * per;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < c.batch; ++i) item(i, mine, mine + ScoreFloats(c));
+    for (int64_t i = 0; i < c.batch; ++i) run(i, mine);
   }
+}
+
+// Bytes rounded up to whole 64-byte lines.
+int64_t Lines(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// The float32 calls' item loop: item(i, scores, pack).
+template <typename Item>
+void ForItems(const AttentionF32Call& c, const Item& item) {
+  const int64_t scores = ScoreFloats(c);
+  ForEachItem(c, (scores + AttentionPackFloats(c)) * 4, [&](int64_t i, char* mine) {
+    float* f = reinterpret_cast<float*>(mine);
+    item(i, f, f + scores);
+  });
 }
 
 }  // namespace
@@ -434,8 +448,7 @@ int64_t Bf16PerThreadBytes(const AttentionF32Call& c) {
       gemm = b > gemm ? b : gemm;
     }
   }
-  const auto up = [](int64_t b) { return (b + 63) / 64 * 64; };
-  return up(c.L * c.S * 4) + 2 * up(c.L * c.S * 2) + up(gemm);
+  return Lines(c.L * c.S * 4) + 2 * Lines(c.L * c.S * 2) + Lines(gemm);
 }
 
 void RunBf16(Bf16GemmCall g, const void* a, const void* b, void* out, void* ws) {
@@ -450,28 +463,11 @@ void RunBf16(Bf16GemmCall g, const void* a, const void* b, void* out, void* ws) 
 // The bf16 calls' item loop: item(i, scores, p16, ds16, gemm scratch).
 template <typename Item>
 void ForItemsBf16(const AttentionF32Call& c, const Item& item) {
-  const int team = AttentionTeam(c);
-  const int64_t per = Bf16PerThreadBytes(c);
-  const auto up = [](int64_t b) { return (b + 63) / 64 * 64; };
-  const auto run = [&](int64_t i, char* mine) {
-    float* scores = reinterpret_cast<float*>(mine);
-    uint16_t* p16 = reinterpret_cast<uint16_t*>(mine + up(c.L * c.S * 4));
-    uint16_t* ds16 = reinterpret_cast<uint16_t*>(mine + up(c.L * c.S * 4) +
-                                                 up(c.L * c.S * 2));
-    void* gemm = mine + up(c.L * c.S * 4) + 2 * up(c.L * c.S * 2);
-    item(i, scores, p16, ds16, gemm);
-  };
-  char* ws = static_cast<char*>(c.workspace);
-  if (team <= 1) {
-    for (int64_t i = 0; i < c.batch; ++i) run(i, ws);
-    return;
-  }
-#pragma omp parallel num_threads(team)
-  {
-    char* mine = ws + omp_get_thread_num() * per;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < c.batch; ++i) run(i, mine);
-  }
+  const int64_t f32 = Lines(c.L * c.S * 4), bf16 = Lines(c.L * c.S * 2);
+  ForEachItem(c, Bf16PerThreadBytes(c), [&](int64_t i, char* mine) {
+    item(i, reinterpret_cast<float*>(mine), reinterpret_cast<uint16_t*>(mine + f32),
+         reinterpret_cast<uint16_t*>(mine + f32 + bf16), mine + f32 + 2 * bf16);
+  });
 }
 
 void ForwardBf16(const AttentionF32Call& c) {

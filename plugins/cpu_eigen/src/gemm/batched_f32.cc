@@ -372,9 +372,6 @@ void ForEachItem(const AttentionF32Call& c, int64_t per, const Run& run) {
   }
 }
 
-// Bytes rounded up to whole 64-byte lines.
-int64_t Lines(int64_t bytes) { return (bytes + 63) / 64 * 64; }
-
 // The float32 calls' item loop: item(i, scores, pack).
 template <typename Item>
 void ForItems(const AttentionF32Call& c, const Item& item) {
@@ -389,6 +386,10 @@ void ForItems(const AttentionF32Call& c, const Item& item) {
 
 #ifdef CPU_EIGEN_BF16_GEMM
 namespace {
+
+// Bytes rounded up to whole 64-byte lines.
+int64_t Lines(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
 
 // float32 -> bfloat16 bits, nearest with ties to even, a NaN the quiet NaN
 // of its sign: the Cast kernel's conversion (cast.h FloatToBfloat16Bits;

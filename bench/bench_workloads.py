@@ -16,10 +16,15 @@ Every configuration starts from the same weights; its losses over the first
 steps are checked against torch's in the same precision (float32: rtol
 1e-3; bfloat16: rtol 4e-2, bfloat16's 8-bit significand through a layer)
 before it is timed. The configurations of one workload are timed
-round-robin (5 rounds, each configuration once per round), each keeping
-its best round, so load changes on the shared machine hit them alike.
-Rows give steps/s; ``ratio`` rows give Dragon's
-steps/s over torch eager's (and torch.compile's) in the same run.
+round-robin (20 rounds of about 0.25 s, each configuration once per
+round), so a change of the shared machine's speed hits them alike. Rows
+give each configuration's median round in steps/s (its best round is
+stored as ``steps_per_s_best``). ``ratio`` rows give Dragon's speed over
+torch eager's (and torch.compile's) as the median over rounds of the
+per-round ratio: round i of two configurations ran at most a second apart,
+so each ratio compares them in the same state of the host, whose speed
+changes for seconds at a time (docs/benchmarks.md, sessions 18 and 19).
+The ratio of the best rounds is stored as ``best_of_rounds`` beside it.
 ``python bench/bench_workloads.py --profile`` prints the per-op profile of
 each compiled Dragon step (docs/benchmarks.md).
 """
@@ -142,8 +147,9 @@ def _check(bench, impl, library, step, args, to_float, ref, rtol):
 def _interleaved(bench, configs, timing) -> tuple[list, dict]:
     """Time ``configs`` [(impl, library, step, args, to_float, ref, rtol)]
     round-robin: every round runs each configuration once (``timing``'s
-    min_run_s long), so a change of the machine's load hits all of them
-    alike; each keeps its best round. Returns rows and impl -> steps/s."""
+    min_run_s long), so a change of the machine's speed hits all of them
+    alike. Returns rows (median round, in steps/s) and impl -> per-round
+    seconds per step."""
     rows, live = [], []
     for impl, library, step, args, to_float, ref, rtol in configs:
         bad = _check(bench, impl, library, step, args, to_float, ref, rtol)
@@ -157,26 +163,30 @@ def _interleaved(bench, configs, timing) -> tuple[list, dict]:
             best, _runs = best_seconds(lambda: step(*args), warmup=timing["warmup"], runs=1,
                                        min_run_s=timing["min_run_s"])
             per[impl].append(best)
-    speed = {}
     for impl, library, _, _ in live:
-        speed[impl] = 1.0 / min(per[impl])
-        rows.append(result(bench, impl, library, "steps/s", speed[impl], "higher",
-                           steps_per_s_runs=[1.0 / s for s in per[impl]],
-                           note=f"best of {timing['runs']} interleaved rounds"))
-    return rows, speed
+        rows.append(result(bench, impl, library, "steps/s", 1.0 / float(np.median(per[impl])),
+                           "higher", steps_per_s_runs=[1.0 / s for s in per[impl]],
+                           steps_per_s_best=1.0 / min(per[impl]),
+                           note=f"median of {timing['runs']} interleaved rounds"))
+    return rows, per
 
 
 def _ratio(bench, what, ours, theirs, target=None):
+    """Dragon's speed over another configuration's: the median over rounds
+    of the per-round ratio (their seconds per step / ours in round i)."""
     if ours is None or theirs is None:
         return None
-    return result(bench, f"ratio {what}", "dragon", "x", ours / theirs, "higher", target)
+    paired = [t / o for o, t in zip(ours, theirs)]
+    return result(bench, f"ratio {what}", "dragon", "x", float(np.median(paired)), "higher",
+                  target, per_round=paired, best_of_rounds=min(theirs) / min(ours),
+                  note="median over rounds of the per-round ratio")
 
 
-def run(quick: bool = False, rounds: int = 5) -> list[dict]:
+def run(quick: bool = False, rounds: int = 20) -> list[dict]:
     """The encoder-layer and ResNet-18 training rows (see module docs);
-    ``rounds`` interleaved rounds per configuration (5 by default)."""
+    ``rounds`` interleaved rounds of about 0.25 s per configuration."""
     timing = ({"warmup": 0, "runs": 1, "min_run_s": 0.0} if quick
-              else {"warmup": 1, "runs": rounds, "min_run_s": 0.5})
+              else {"warmup": 1, "runs": rounds, "min_run_s": 0.25})
     dg, torch = try_import("dragon_core"), try_import("torch")
     if dg is None or torch is None:
         missing = "dragon_core" if dg is None else "torch"
@@ -283,7 +293,7 @@ if __name__ == "__main__":
     if "--profile" in sys.argv:
         print(profiles())
     else:
-        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 20
         for r in run(quick="--quick" in sys.argv, rounds=rounds):
             v = r["value"]
             print(f"{r['bench']:<26} {r['impl']:<34} {'-' if v is None else f'{v:.3f}':>9} "

@@ -309,7 +309,12 @@ def _mlp_step(precision, disable):
 
 
 @pytest.mark.parametrize("precision", [F32, BF16])
-def test_compiled_step_equals_the_unfused_graph(precision):
+def test_compiled_step_equals_the_unfused_graph(precision, monkeypatch):
+    # A float32 Linear of a rank-3 input adds its bias to the 2-D product,
+    # which pattern fusion then takes into MatMulBiasAct (no Add is left for
+    # BiasGelu); keep the Add after the reshape here, as a model that writes
+    # matmul + bias itself has it, so the float32 forward half is exercised.
+    monkeypatch.setattr(dg.nn.functional, "_bias_before_reshape", lambda x, b: False)
     rng = np.random.default_rng(6)
     x = dg.tensor(rng.standard_normal((4, 7, 24)).astype(np.float32))
     t = dg.tensor(rng.standard_normal((4, 7, 24)).astype(np.float32))

@@ -156,3 +156,54 @@ def test_traced_linear_records_matmul_and_add(rng):
     types = [op.type for op in g.get_graph(x).op]
     assert "MatMulBiasAct" not in types and "Add" in types, types
     np.testing.assert_allclose(g(x).numpy(), F.linear(x, w, b).numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (2, 2, 3, 4), (0, 3, 4)])
+def test_traced_linear_rank3_fuses_bias_into_product(rng, shape):
+    """On an input of rank > 2 a traced float32 linear adds the bias to the
+    2-D product before the reshape back, so pattern fusion sees MatMul ->
+    Add and makes them one MatMulBiasAct (with the Reshape between them it
+    matched nothing); values and gradients are those of x @ w.T + b."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    b = rng.standard_normal((5,)).astype(np.float32)
+    c = rng.standard_normal(shape[:-1] + (5,)).astype(np.float32)
+    tx, tw, tb, tc = (dg.tensor(v) for v in (x, w, b, c))
+    for t in (tw, tb):
+        t.requires_grad = True
+
+    raw = [op.type for op in dg.function(lambda x: F.linear(x, tw, tb),
+                                         opt_level=0).get_graph(tx).op]
+    assert raw.index("Add") < max(i for i, t in enumerate(raw) if t == "Reshape"), raw
+
+    g = dg.function(lambda x: F.linear(x, tw, tb))
+    types = [op.type for op in g.get_graph(tx).op]
+    assert "MatMulBiasAct" in types and "Add" not in types and "MatMul" not in types, types
+    x64, w64, b64 = (v.astype(np.float64) for v in (x, w, b))
+    ref = x64 @ w64.T + b64
+    np.testing.assert_allclose(g(tx).numpy(), ref, rtol=0, atol=_tol(x, w, b, U_F32))
+
+    def loss(x):
+        return (F.linear(x, tw, tb) * tc).sum()
+
+    step = dg.function(lambda x: tuple(dg.grad(loss(x), [tw, tb])))
+    gw, gb = step(tx)
+    c64 = c.astype(np.float64).reshape(-1, 5)
+    np.testing.assert_allclose(gw.numpy(), c64.T @ x64.reshape(-1, 4), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gb.numpy(), c64.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_traced_linear_rank3_under_autocast_keeps_add_after_reshape(rng):
+    """Under autocast the Add stays after the reshape, beside what follows it
+    (gelu_fusion takes Add -> Gelu -> Cast), and no MatMulBiasAct forms."""
+    x = dg.tensor(rng.standard_normal((2, 3, 4)).astype(np.float32))
+    w = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    b = dg.tensor(rng.standard_normal((5,)).astype(np.float32))
+
+    def f(x):
+        with dg.autocast("cpu"):
+            return F.linear(x, w, b)
+    raw = [op.type for op in dg.function(f, opt_level=0).get_graph(x).op]
+    assert raw.index("Add") > raw.index("MatMul") + 1 and raw[raw.index("Add") - 1] == "Reshape", raw
+    types = [op.type for op in dg.function(f).get_graph(x).op]
+    assert "MatMulBiasAct" not in types, types

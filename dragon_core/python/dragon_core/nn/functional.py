@@ -102,9 +102,24 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         y = ops.matmul_bias_act(x2, weight, bias, transpose_b=True, activation="none")
     else:
         y = ops.matmul(x2, weight, transpose_b=True)
+        if bias is not None and _bias_before_reshape(x, bias):
+            y, bias = y + bias, None
     if x.ndim > 2:
         y = ops.reshape(y, list(x.shape[:-1]) + [weight.shape[0]])
     return y if bias is None or fused else y + bias
+
+
+def _bias_before_reshape(x: Tensor, bias: Tensor) -> bool:
+    """Whether a traced ``linear`` of an input of rank > 2 adds the bias to
+    the 2-D product, before the reshape back: then the graph reads
+    ``MatMul -> Add`` and pattern fusion can make them one ``MatMulBiasAct``
+    (with the ``Reshape`` between them, no pattern matched). Only for a
+    float32 product outside autocast: under autocast the ``Add`` stays next
+    to what follows it (``gelu_fusion`` takes ``Add -> Gelu -> Cast``), and
+    the fused kernel only serves operands of one dtype anyway. Same values
+    either way (an element-wise add, before or after a view)."""
+    return (x.ndim > 2 and bias.ndim == 1 and x.dtype.name == "float32"
+            and bias.dtype.name == "float32" and _C._autocast_get() < 0)
 
 
 # ------------------------------------------------------------------- conv

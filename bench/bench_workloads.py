@@ -55,6 +55,14 @@ def _encoder_data():
     return x, t
 
 
+def encoder_state(torch) -> dict:
+    """The encoder layer's starting weights (name -> float32 array), the
+    same for every configuration."""
+    shapes = {k: tuple(v.shape) for k, v in
+              bert.encoder_layer(torch.nn, bert.torch_f(), HIDDEN, HEADS).state_dict().items()}
+    return bert.random_state(shapes)
+
+
 def dragon_encoder_step(dg, state, precision: str, compiled: bool):
     model = bert.encoder_layer(dg.nn, bert.dragon_f(), HIDDEN, HEADS)
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
@@ -199,9 +207,7 @@ def run(quick: bool = False, rounds: int = 20) -> list[dict]:
 
     # -- encoder layer
     x, t = _encoder_data()
-    shapes = {k: tuple(v.shape) for k, v in
-              bert.encoder_layer(torch.nn, bert.torch_f(), HIDDEN, HEADS).state_dict().items()}
-    state = bert.random_state(shapes)
+    state = encoder_state(torch)
     tx, tt = torch.from_numpy(x), torch.from_numpy(t)
     dx, dt = dg.tensor(x), dg.tensor(t)
     for precision in ("float32", "bfloat16"):
@@ -264,9 +270,7 @@ def profiles(runs: int = 10) -> str:
     import torch
     out = []
     x, t = _encoder_data()
-    shapes = {k: tuple(v.shape) for k, v in
-              bert.encoder_layer(torch.nn, bert.torch_f(), HIDDEN, HEADS).state_dict().items()}
-    state = bert.random_state(shapes)
+    state = encoder_state(torch)
     for precision in ("float32", "bfloat16"):
         step, _ = dragon_encoder_step(dg, state, precision, True)
         p = step.profile(dg.tensor(x), dg.tensor(t), runs=runs)

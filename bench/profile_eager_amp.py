@@ -27,7 +27,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_workloads as bw  # noqa: E402
-from models import bert  # noqa: E402
 
 
 def _setup(precision="bfloat16"):
@@ -35,10 +34,7 @@ def _setup(precision="bfloat16"):
     import torch
     torch.set_num_threads(2)
     x, t = bw._encoder_data()
-    shapes = {k: tuple(v.shape) for k, v in
-              bert.encoder_layer(torch.nn, bert.torch_f(), bw.HIDDEN, bw.HEADS)
-              .state_dict().items()}
-    state = bert.random_state(shapes)
+    state = bw.encoder_state(torch)
     dstep, _ = bw.dragon_encoder_step(dg, state, precision, False)
     tstep = bw.torch_encoder_step(torch, state, precision, False)
     return dg, torch, (dstep, (dg.tensor(x), dg.tensor(t))), (tstep, (torch.from_numpy(x),

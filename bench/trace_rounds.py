@@ -29,7 +29,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_workloads as bw  # noqa: E402
-from models import bert  # noqa: E402
 
 CONFIGS = ("torch eager", "torch.compile", "dragon eager", "dragon compiled")
 
@@ -41,10 +40,7 @@ def trace(precision: str, seconds: float, round_s: float) -> dict:
     import torch
     torch.set_num_threads(2)
     x, t = bw._encoder_data()
-    shapes = {k: tuple(v.shape) for k, v in
-              bert.encoder_layer(torch.nn, bert.torch_f(), bw.HIDDEN, bw.HEADS)
-              .state_dict().items()}
-    state = bert.random_state(shapes)
+    state = bw.encoder_state(torch)
     tx, tt = torch.from_numpy(x), torch.from_numpy(t)
     dx, dt = dg.tensor(x), dg.tensor(t)
     steps = {

@@ -19,6 +19,7 @@ Timing rules used by every module:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib
@@ -217,6 +218,44 @@ def best_seconds(fn: Callable[[], Any], warmup: int = 3, runs: int = 7,
         if gc_was_enabled:
             gc.enable()
     return min(per_run), per_run
+
+
+# glibc's mallopt parameters and their defaults (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+
+
+@contextlib.contextmanager
+def steady_malloc(threshold: int = 32 * 1024 * 1024):
+    """Keep glibc's malloc in one state while timing libraries that allocate
+    through it (torch's CPU tensors do; Dragon's pool does not).
+
+    By default glibc serves blocks from 128 KiB up with mmap and returns
+    them with munmap, but raises that threshold each time it frees such a
+    block: a process starts by paying page faults for every large tensor and
+    may stop doing so later, depending on what ran before (torch eager's
+    bfloat16 encoder step: ~21-23 ms per step in a fresh process, ~19.6 in
+    one where the threshold had risen; docs/benchmarks.md, session 19).
+    Inside this block both the mmap and the trim thresholds are
+    ``threshold`` (32 MiB, the most glibc accepts for mmap on 64-bit), so
+    such blocks stay in the heap: every library runs in its fast state,
+    whatever ran before. Afterwards both are set back to glibc's initial
+    128 KiB (fixed from then on, not adjusted as glibc's own default is).
+    Yields whether the setting took (False off glibc).
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    except (OSError, AttributeError):
+        yield False
+        return
+    ok = (mallopt(_M_MMAP_THRESHOLD, threshold) == 1
+          and mallopt(_M_TRIM_THRESHOLD, threshold) == 1)
+    try:
+        yield ok
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+        mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
 
 
 def openblas_info() -> dict:

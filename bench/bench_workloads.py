@@ -25,6 +25,11 @@ per-round ratio: round i of two configurations ran at most a second apart,
 so each ratio compares them in the same state of the host, whose speed
 changes for seconds at a time (docs/benchmarks.md, sessions 18 and 19).
 The ratio of the best rounds is stored as ``best_of_rounds`` beside it.
+Everything runs inside ``_harness.steady_malloc``: torch's CPU tensors come
+from glibc's malloc, whose large blocks cost page faults or not depending on
+what the process did before (torch eager's bfloat16 step ran 21-23 or 19.6
+ms per step by that alone); held in its fast state, torch is timed at its
+best whatever ran before (Dragon's tensors come from its own pool).
 ``python bench/bench_workloads.py --profile`` prints the per-op profile of
 each compiled Dragon step (docs/benchmarks.md).
 """
@@ -38,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import best_seconds, result, skip_note, try_import  # noqa: E402
+from _harness import best_seconds, result, skip_note, steady_malloc, try_import  # noqa: E402
 from models import bert, resnet  # noqa: E402
 
 BATCH, SEQ, HIDDEN, HEADS = 8, 128, 256, 4
@@ -192,7 +197,13 @@ def _ratio(bench, what, ours, theirs, target=None):
 
 def run(quick: bool = False, rounds: int = 20) -> list[dict]:
     """The encoder-layer and ResNet-18 training rows (see module docs);
-    ``rounds`` interleaved rounds of about 0.25 s per configuration."""
+    ``rounds`` interleaved rounds of about 0.25 s per configuration, with
+    glibc's malloc held in its fast state (``_harness.steady_malloc``)."""
+    with steady_malloc():
+        return _rows(quick, rounds)
+
+
+def _rows(quick: bool, rounds: int) -> list[dict]:
     timing = ({"warmup": 0, "runs": 1, "min_run_s": 0.0} if quick
               else {"warmup": 1, "runs": rounds, "min_run_s": 0.25})
     dg, torch = try_import("dragon_core"), try_import("torch")

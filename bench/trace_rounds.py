@@ -11,8 +11,12 @@ compiled ÷ torch eager ratio (docs/benchmarks.md, "Session 19"):
 * the median over rounds of the per-round ratio (what bench_workloads
   reports: round i of the two configurations ran within a second).
 
-    python bench/trace_rounds.py [--precision float32|bfloat16]
+    python bench/trace_rounds.py [--precision float32|bfloat16] [--steady-malloc]
                                  [--seconds 150] [--round-s 0.25] [--json out.json]
+
+``--steady-malloc`` traces inside ``_harness.steady_malloc`` (as
+bench_workloads.py times), without it glibc's malloc starts in its default
+state.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_workloads as bw  # noqa: E402
+from _harness import steady_malloc  # noqa: E402
 
 CONFIGS = ("torch eager", "torch.compile", "dragon eager", "dragon compiled")
 
@@ -105,8 +110,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=150.0)
     ap.add_argument("--round-s", type=float, default=0.25)
     ap.add_argument("--json", help="also write the rounds here")
+    ap.add_argument("--steady-malloc", action="store_true",
+                    help="hold glibc's malloc in its fast state (_harness.steady_malloc)")
     args = ap.parse_args()
-    rounds = trace(args.precision, args.seconds, args.round_s)
+    if args.steady_malloc:
+        with steady_malloc():
+            rounds = trace(args.precision, args.seconds, args.round_s)
+    else:
+        rounds = trace(args.precision, args.seconds, args.round_s)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rounds, f)

@@ -21,7 +21,7 @@ round), so a change of the shared machine's speed hits them alike. Rows
 give each configuration's median round in steps/s (its best round is
 stored as ``steps_per_s_best``). ``ratio`` rows give Dragon's speed over
 torch eager's (and torch.compile's) as the median over rounds of the
-per-round ratio: round i of two configurations ran at most a second apart,
+per-round ratio: round i of two configurations ran about a second apart,
 so each ratio compares them in the same state of the host, whose speed
 changes for seconds at a time (docs/benchmarks.md, sessions 18 and 19).
 The ratio of the best rounds is stored as ``best_of_rounds`` beside it.
@@ -199,8 +199,11 @@ def run(quick: bool = False, rounds: int = 20) -> list[dict]:
     """The encoder-layer and ResNet-18 training rows (see module docs);
     ``rounds`` interleaved rounds of about 0.25 s per configuration, with
     glibc's malloc held in its fast state (``_harness.steady_malloc``)."""
-    with steady_malloc():
-        return _rows(quick, rounds)
+    with steady_malloc() as held:
+        rows = _rows(quick, rounds)
+    for row in rows:
+        row["steady_malloc"] = held  # False: glibc refused or absent
+    return rows
 
 
 def _rows(quick: bool, rounds: int) -> list[dict]:

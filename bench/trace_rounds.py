@@ -9,7 +9,7 @@ compiled ÷ torch eager ratio (docs/benchmarks.md, "Session 19"):
 
 * best of N rounds each, then the ratio of the two bests;
 * the median over rounds of the per-round ratio (what bench_workloads
-  reports: round i of the two configurations ran within a second).
+  reports: round i of the two configurations ran about a second apart).
 
     python bench/trace_rounds.py [--precision float32|bfloat16] [--steady-malloc]
                                  [--seconds 150] [--round-s 0.25] [--json out.json]

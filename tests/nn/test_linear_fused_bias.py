@@ -169,7 +169,7 @@ def test_traced_linear_rank3_fuses_bias_into_product(rng, shape):
     b = rng.standard_normal((5,)).astype(np.float32)
     c = rng.standard_normal(shape[:-1] + (5,)).astype(np.float32)
     tx, tw, tb, tc = (dg.tensor(v) for v in (x, w, b, c))
-    for t in (tw, tb):
+    for t in (tx, tw, tb):
         t.requires_grad = True
 
     raw = [op.type for op in dg.function(lambda x: F.linear(x, tw, tb),
@@ -186,9 +186,15 @@ def test_traced_linear_rank3_fuses_bias_into_product(rng, shape):
     def loss(x):
         return (F.linear(x, tw, tb) * tc).sum()
 
-    step = dg.function(lambda x: tuple(dg.grad(loss(x), [tw, tb])))
-    gw, gb = step(tx)
+    def value_and_grads(x):
+        out = loss(x)
+        return (out,) + tuple(dg.grad(out, [x, tw, tb]))
+    step = dg.function(value_and_grads)
+    assert "MatMulBiasAct" in [op.type for op in step.get_graph(tx).op]
+    out, gx, gw, gb = step(tx)
+    np.testing.assert_allclose(float(out.numpy()), float((ref * c).sum()), rtol=1e-5, atol=1e-5)
     c64 = c.astype(np.float64).reshape(-1, 5)
+    np.testing.assert_allclose(gx.numpy().reshape(-1, 4), c64 @ w64, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gw.numpy(), c64.T @ x64.reshape(-1, 4), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gb.numpy(), c64.sum(axis=0), rtol=1e-5, atol=1e-5)
 
@@ -205,5 +211,21 @@ def test_traced_linear_rank3_under_autocast_keeps_add_after_reshape(rng):
             return F.linear(x, w, b)
     raw = [op.type for op in dg.function(f, opt_level=0).get_graph(x).op]
     assert raw.index("Add") > raw.index("MatMul") + 1 and raw[raw.index("Add") - 1] == "Reshape", raw
-    types = [op.type for op in dg.function(f).get_graph(x).op]
+    g = dg.function(f)
+    types = [op.type for op in g.get_graph(x).op]
     assert "MatMulBiasAct" not in types, types
+    ref = bf16(x.numpy()).reshape(-1, 4) @ bf16(w.numpy()).T + b.numpy().astype(np.float64)
+    np.testing.assert_allclose(g(x).numpy().reshape(-1, 5), ref, rtol=0,
+                               atol=_tol(x.numpy(), w.numpy(), b.numpy(), U_F32))
+
+
+def test_eager_linear_rank3_keeps_the_add_after_the_reshape(rng, monkeypatch):
+    """Eagerly (no fused kernel for the dtype here) the bias is added after
+    the reshape, as before: the reorder is for traced graphs only."""
+    x = dg.tensor(rng.standard_normal((2, 3, 4)).astype(np.float32))
+    w = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    b = dg.tensor(rng.standard_normal((5,)).astype(np.float32))
+    from dragon_core._grads import _util
+    monkeypatch.setitem(_util._KERNELS, ("MatMulBiasAct", "cpu", dg.float32.code), False)
+    types = _types(lambda x: F.linear(x, w, b), x)
+    assert types[-2:] == ["Reshape", "Add"], types

@@ -114,12 +114,15 @@ def _bias_before_reshape(x: Tensor, bias: Tensor) -> bool:
     the 2-D product, before the reshape back: then the graph reads
     ``MatMul -> Add`` and pattern fusion can make them one ``MatMulBiasAct``
     (with the ``Reshape`` between them, no pattern matched). Only for a
-    float32 product outside autocast: under autocast the ``Add`` stays next
-    to what follows it (``gelu_fusion`` takes ``Add -> Gelu -> Cast``), and
-    the fused kernel only serves operands of one dtype anyway. Same values
-    either way (an element-wise add, before or after a view)."""
+    float32 input and bias outside autocast: under autocast the ``Add``
+    stays next to what follows it (``gelu_fusion`` takes ``Add -> Gelu ->
+    Cast``), and the fused kernel only serves operands of one dtype anyway.
+    Eager calls keep the order (they add the bias in the product where a
+    kernel allows). Same values either way (an element-wise add, before or
+    after a view)."""
     return (x.ndim > 2 and bias.ndim == 1 and x.dtype.name == "float32"
-            and bias.dtype.name == "float32" and _C._autocast_get() < 0)
+            and bias.dtype.name == "float32" and _C._autocast_get() < 0
+            and _C._is_tracing())
 
 
 # ------------------------------------------------------------------- conv

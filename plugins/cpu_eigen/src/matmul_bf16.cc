@@ -52,6 +52,7 @@
 #include "common.h"
 #include "gemm/batch_axes.h"
 #include "gemm/bf16_gemm.h"
+#include "reduce_util.h"
 
 #ifdef CPU_EIGEN_BF16_GEMM
 #include <cpuid.h>
@@ -269,6 +270,38 @@ void BatchOffsets(const Matrix& mtx, const std::vector<int64_t>& out_shape,
   }
 }
 
+// Input `index` (a 1-D bias, float32 or bfloat16, any stride) as dense
+// float32 in the workspace.
+float* WideBias(dg::KernelContext& ctx, int index) {
+  const dg::TensorRef bias = ctx.input(index);
+  const int64_t len = bias.dim(0), stride = bias.stride(0);
+  float* wide = ctx.workspace<float>(len);
+  if (bias.dtype() == DG_FLOAT32) {
+    const float* src = bias.data<const float>();
+    for (int64_t i = 0; i < len; ++i) wide[i] = src[i * stride];
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(bias.raw_data());
+    for (int64_t i = 0; i < len; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(src[i * stride]) << 16;
+      std::memcpy(&wide[i], &bits, sizeof(float));
+    }
+  }
+  return wide;
+}
+
+// Runs `call` (all but c, threads and workspace set) into output 0.
+void RunGemm(dg::KernelContext& ctx, Bf16GemmCall* call) {
+  call->c = ctx.output(0).raw_data();
+  call->threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t bytes = gemm_bf16::WorkspaceBytes(*call);
+  if (bytes > 0) {
+    char* raw = ctx.workspace<char>(static_cast<size_t>(bytes) + 64);
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(raw);
+    call->workspace = raw + ((64 - addr % 64) % 64);
+  }
+  gemm_bf16::Gemm(*call);
+}
+
 void MatMulBf16(dg::KernelContext& ctx) {
   Problem p;
   DG_CHECK(Describe(ctx.frame(), &p) && CpuHasAvx512Bf16(), DG_INTERNAL,
@@ -297,31 +330,56 @@ void MatMulBf16(dg::KernelContext& ctx) {
       call.b_offsets = offsets + call.batch;
     }
   }
-  if (p.has_bias) {
-    const dg::TensorRef bias = ctx.input(2);
-    const int64_t len = bias.dim(0), stride = bias.stride(0);
-    float* wide = ctx.workspace<float>(len);
-    if (bias.dtype() == DG_FLOAT32) {
-      const float* src = bias.data<const float>();
-      for (int64_t i = 0; i < len; ++i) wide[i] = src[i * stride];
-    } else {
-      const uint16_t* src = static_cast<const uint16_t*>(bias.raw_data());
-      for (int64_t i = 0; i < len; ++i) {
-        const uint32_t bits = static_cast<uint32_t>(src[i * stride]) << 16;
-        std::memcpy(&wide[i], &bits, sizeof(float));
-      }
+  if (p.has_bias) call.bias = WideBias(ctx, 2);
+  RunGemm(ctx, &call);
+}
+
+// MatMulBiasAdd (dragon_core/src/ops/matmul_bias_add.cc, written by the
+// linear_epilogue graph pass): one 2-D product with the float32 bias and
+// residual added in the GEMM's epilogue, in that order, and a bfloat16 y
+// rounded as the Cast kernel rounds: the bits of MatMul(out_dtype=float32)
+// -> Add(bias) -> [Add(residual)] -> [Cast] on this GEMM and cpu_eigen's
+// element-wise kernels. Takes every call of its schema (registered only
+// where the GEMM runs: Register below).
+void MatMulBiasAddBf16(dg::KernelContext& ctx) {
+  const DgCallFrame* f = ctx.frame();
+  const Matrix a = AsMatrix(f->inputs[0], true, ctx.b("transpose_a"));
+  const Matrix b = AsMatrix(f->inputs[1], false, ctx.b("transpose_b"));
+  Bf16GemmCall call{};
+  call.batch = 1;
+  call.n = a.rows, call.m = b.cols, call.k = a.cols;
+  if (call.n * call.m == 0) return;
+  call.a = a.data, call.a_rs = a.rs, call.a_cs = a.cs;
+  call.b = b.data, call.b_rs = b.rs, call.b_cs = b.cs;
+  call.c_f32 = ctx.output(0).dtype() == DG_FLOAT32;
+  call.ldc = call.m;
+  call.c_stride = call.n * call.m;
+  call.cast_round = true;
+  call.bias = WideBias(ctx, 2);
+  if (ctx.num_inputs() > 3 && f->inputs[3] != nullptr) {
+    const dg::TensorRef r = ctx.input(3);
+    if (r.is_contiguous()) {
+      call.residual = r.data<const float>();
+    } else {  // a strided view: gathered row-major first
+      std::vector<Dim> dims;
+      for (int d = 0; d < r.ndim(); ++d) dims.push_back({r.dim(d), r.stride(d)});
+      float* dense = ctx.workspace<float>(static_cast<size_t>(call.n * call.m));
+      const float* src = r.data<const float>();
+      Odometer it(dims, dims.size(), 0);
+      for (int64_t i = 0; i < call.n * call.m; ++i, it.Next()) dense[i] = src[it.offset()];
+      call.residual = dense;
     }
-    call.bias = wide;
+    call.ld_residual = call.m;
   }
-  call.c = ctx.output(0).raw_data();
-  call.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int64_t bytes = gemm_bf16::WorkspaceBytes(call);
-  if (bytes > 0) {
-    char* raw = ctx.workspace<char>(static_cast<size_t>(bytes) + 64);
-    const uintptr_t addr = reinterpret_cast<uintptr_t>(raw);
-    call.workspace = raw + ((64 - addr % 64) % 64);
-  }
-  gemm_bf16::Gemm(call);
+  RunGemm(ctx, &call);
+}
+
+int Register() {
+  if (!Bf16GemmRuns()) return 0;
+  dg::internal::AddKernel("MatMulBiasAdd", "cpu", dg::Bit(DG_BFLOAT16), 0,
+                          DG_KERNEL_STRIDED_INPUTS, "MatMulBiasAddBf16Avx512",
+                          &MatMulBiasAddBf16);
+  return 1;
 }
 
 int32_t SupportsBf16(const DgCallFrame* f) {
@@ -350,6 +408,14 @@ constexpr int32_t kMatMulBf16Priority = 20;
 #endif  // CPU_EIGEN_BF16_GEMM
 
 }  // namespace
+
+#ifdef CPU_EIGEN_BF16_GEMM
+namespace {
+// Registered at load only where the GEMM runs: the linear_epilogue pass
+// asks for this kernel before it fuses.
+[[maybe_unused]] const int kBiasAddRegistered = Register();
+}  // namespace
+#endif
 
 bool Bf16GemmRuns() {
 #ifdef CPU_EIGEN_BF16_GEMM

@@ -317,7 +317,26 @@ struct Epilogue {
   int64_t rows, cols;
   const float* bias;  // the tile's first column's bias, or null
   bool relu;
+  const float* residual;  // the tile's first element's residual, or null
+  int64_t ldr;            // the residual's row stride (floats)
+  bool cast_round;        // bfloat16 C rounded as the Cast kernel does
 };
+
+// 16 floats to bfloat16 bits as the Cast kernel rounds (cast.h
+// FloatToBfloat16Bits): (u + 0x7FFF + lsb) >> 16, a NaN the quiet NaN of
+// its sign; denormals are kept (vcvtneps2bf16 flushes them).
+inline __m256i CastRound16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m512i quiet = _mm512_or_si512(
+      _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
+      _mm512_set1_epi32(0x7FC0));
+  r = _mm512_mask_mov_epi32(r, nan, quiet);
+  return _mm512_cvtepi32_epi16(r);
+}
 
 // Writes 16 columns (q-th group) of one row: v + bias, relu, rounded.
 inline void StoreRow16(const Epilogue& e, int64_t r, int64_t q, __m512 v) {
@@ -326,6 +345,9 @@ inline void StoreRow16(const Epilogue& e, int64_t r, int64_t q, __m512 v) {
   const __mmask16 mask =
       left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
   if (e.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e.bias + q * 16));
+  if (e.residual) {
+    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e.residual + r * e.ldr + q * 16));
+  }
   if (e.relu) {
     // The core's Relu: NaN stays NaN, negatives and -0 become +0.
     const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) |
@@ -337,7 +359,8 @@ inline void StoreRow16(const Epilogue& e, int64_t r, int64_t q, __m512 v) {
     _mm512_mask_storeu_ps(row, mask, v);
   } else {
     uint16_t* row = static_cast<uint16_t*>(e.c) + r * e.ldc + q * 16;
-    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    const __m256i h = e.cast_round ? CastRound16(v)
+                                   : reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
     _mm256_mask_storeu_epi16(row, mask, h);
   }
 }
@@ -417,13 +440,20 @@ void Kernel(int64_t np, const char* pa, int64_t a_rs, int64_t a_ps,
             const Epilogue& e) {
   // Lines of C to prefetch: `lines` per row (the tile's row bytes rounded
   // up to 64), e.rows rows; line i is line i % lines of row i / lines.
+  // A residual's lines are prefetched for reading the same way.
   int64_t prefetch = 0, lines = 1, row_bytes = 0;
+  int64_t rprefetch = 0, rlines = 1;
   const char* cbase = static_cast<const char*>(e.c);
+  const char* rbase = reinterpret_cast<const char*>(e.residual);
   if (finish) {
     const int64_t esize = e.f32 ? 4 : 2;
     lines = (e.cols * esize + 63) / 64;
     prefetch = e.rows * lines;
     row_bytes = e.ldc * esize;
+    if (rbase) {
+      rlines = (e.cols * 4 + 63) / 64;
+      rprefetch = e.rows * rlines;
+    }
   }
   DG_BF16_ALL_ROWS(DG_BF16_ROW_DECL)
   if (resume) {
@@ -444,10 +474,15 @@ void Kernel(int64_t np, const char* pa, int64_t a_rs, int64_t a_ps,
       __builtin_prefetch(cbase + (p / lines) * row_bytes + (p % lines) * 64,
                          1, 3);
     }
+    if (p < rprefetch) {
+      __builtin_prefetch(rbase + (p / rlines) * e.ldr * 4 + (p % rlines) * 64,
+                         0, 3);
+    }
     pa += a_ps;
     pb += kNr;
   }
-  if (finish && e.rows == kMr && e.cols == kNr && !e.bias && !e.relu) {
+  if (finish && e.rows == kMr && e.cols == kNr && !e.bias && !e.relu &&
+      !e.residual && !e.cast_round) {
     if (e.f32) {
       DG_BF16_ALL_ROWS(DG_BF16_ROW_STORE_F32)
     } else {
@@ -562,6 +597,9 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
             e.cols = g.m - j0 < kNr ? g.m - j0 : kNr;
             e.bias = g.bias ? g.bias + j0 : nullptr;
             e.relu = g.relu;
+            e.residual = g.residual ? g.residual + i0 * g.ld_residual + j0 : nullptr;
+            e.ldr = g.ld_residual;
+            e.cast_round = g.cast_round;
             float* tile =
                 scratch ? scratch + ((ip - ic) * kNcPanels + (jp - jc)) * kTile
                         : nullptr;

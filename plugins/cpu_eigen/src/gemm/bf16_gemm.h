@@ -22,7 +22,8 @@ namespace cpu_eigen {
 // c * a_cs] (any strides; a_offsets null = all 0), and likewise for B.
 // Products accumulate in float32 over k in order, and a bfloat16 C is
 // rounded once, to nearest even. bias (m floats, null = none) is added in
-// float32 before that rounding, then relu (NaN kept) when asked.
+// float32 before that rounding, then the residual (when given), then relu
+// (NaN kept) when asked.
 // A plain aggregate: value-initialise it with `Bf16GemmCall call{};`.
 struct Bf16GemmCall {
   int64_t batch;
@@ -39,6 +40,16 @@ struct Bf16GemmCall {
   int64_t c_stride;
   const float* bias;
   bool relu;
+  // Optional float32 residual (batch 1 only): residual[r * ld_residual + c]
+  // is added to C(r, c) after the bias, in float32, before the relu and
+  // the rounding.
+  const float* residual;
+  int64_t ld_residual;
+  // A bfloat16 C rounded as the Cast kernel rounds (cast.h: nearest even on
+  // the bits, a NaN the quiet NaN of its sign, denormals kept) instead of
+  // by vcvtneps2bf16 (which flushes denormals and keeps NaN payloads): the
+  // same bits as a float32 C followed by a Cast.
+  bool cast_round;
   // OpenMP threads to use (>= 1); the result is the same for any count.
   int threads;
   // Scratch of Bf16GemmWorkspaceBytes(call) bytes, 64-byte aligned.

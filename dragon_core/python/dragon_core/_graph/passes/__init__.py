@@ -13,7 +13,8 @@ import os
 
 _PASSES: list = []   # (order, name, level, fn)
 _OWNERS: dict = {}   # plugin pass name -> (plugin object, plugin name)
-_ORDER = ["prune", "cse", "cast_hoist", "cast_fold", "matmul_transpose", "gelu_fusion", "sum_cast",
+_ORDER = ["prune", "cse", "cast_hoist", "cast_fold", "matmul_transpose", "gelu_fusion", "linear_epilogue",
+          "sum_cast",
           "constant_fold",
           "relu_mask",
           "pattern_fusion", "attention_fusion", "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]

@@ -107,25 +107,21 @@ def _match(graph, info, readers, pinned, k, dtypes):
             or _out_dtype(mm) != _F32 or len(_shape(info, a) or ()) != 2
             or len(_shape(info, b) or ()) != 2):
         return None
-    chain, values = [k], [mm.output[0]]
-    x = mm.output[0]
-    j = _only_reader(readers, pinned, x)
-    if j is None:
-        return None
-    if graph.op[j].type == "Reshape" and len(graph.op[j].input) == 1:
-        chain.append(j)
-        x = graph.op[j].output[0]
-        values.append(x)
-        j = _only_reader(readers, pinned, x)
-        if j is None:
-            return None
-    bias = _bias_add(graph.op[j], info, x)
+    chain, values = [], []
+
+    def take(i):
+        """Op ``i`` joins the chain: its output and that output's one reader."""
+        chain.append(i)
+        values.append(graph.op[i].output[0])
+        return values[-1], _only_reader(readers, pinned, values[-1])
+
+    x, j = take(k)
+    if j is not None and graph.op[j].type == "Reshape" and len(graph.op[j].input) == 1:
+        x, j = take(j)
+    bias = None if j is None else _bias_add(graph.op[j], info, x)
     if bias is None:
         return None
-    chain.append(j)
-    s = graph.op[j].output[0]
-    values.append(s)
-    t = _only_reader(readers, pinned, s)
+    s, t = take(j)
     if t is None:
         return None
     last = graph.op[t]

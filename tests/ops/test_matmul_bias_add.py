@@ -232,3 +232,36 @@ def test_graph_only_op_explained():
     from dragon_core import plugins
     assert dg._C.op("MatMulBiasAdd").describe()["no_grad"]
     assert "MatMulBiasAddBf16Avx512" in str(plugins.explain("MatMulBiasAdd", dtype=dg.bfloat16))
+
+
+_SUBPROCESS_CHECK = """
+import numpy as np, dragon_core as dg
+from dragon_core._graph.passes import kernel_dtypes
+print(' '.join(sorted(kernel_dtypes('MatMulBiasAdd', 'cpu'))) or '-')
+lin = dg.nn.Linear(16, 16)
+def f(x):
+    with dg.autocast('cpu'):
+        return lin(x) + x
+g = dg.function(f)
+x = dg.tensor(np.ones((4, 16), np.float32))
+g(x)
+print(sum(op.type == 'MatMulBiasAdd' for op in g.get_graph(x).op))
+"""
+
+
+@pytest.mark.parametrize("env", [{"DRAGON_CPU_EIGEN_ISA": "v3"},
+                                 {"DRAGON_CPU_EIGEN_BF16_GEMM": "off"}])
+def test_not_registered_where_the_gemm_does_not_run(env):
+    """With the ISA capped below x86-64-v4 or the AVX512-BF16 GEMM switched
+    off, the kernel is not registered, and the linear_epilogue pass (which
+    asks for it) leaves a mixed-precision Linear + residual as it is; with
+    the GEMM on, the same function fuses."""
+    import os
+    import subprocess
+    import sys
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DRAGON_CPU_EIGEN")}
+    for extra, dtypes, fused in ((env, "-", "0"), ({}, "bfloat16", "1")):
+        out = subprocess.run([sys.executable, "-c", _SUBPROCESS_CHECK], env=dict(base, **extra),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [dtypes, fused], (extra, out.stdout)

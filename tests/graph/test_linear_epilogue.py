@@ -150,6 +150,19 @@ def test_bfloat16_product_is_left():
     _unchanged(g)
 
 
+def test_reshape_of_the_last_axis_is_left():
+    """[N, M] -> [4, 6, 4, M / 4]: a bias along the new last axis is not
+    along the product's columns."""
+    q = M // 4
+    g = graph(inputs=[("a", BF16, (N, K)), ("w", BF16, (M, K)), ("bias", F32, (q,))],
+              ops=[("MatMul", ["a", "w"], ["m"], {"transpose_b": True, "out_dtype": F32}),
+                   ("Reshape", ["m"], ["r"], {"shape": [4, 6, 4, q]}),
+                   ("Add", ["r", "bias"], ["s"], {}),
+                   ("Cast", ["s"], ["y"], {"dtype": BF16})],
+              outputs=["y"])
+    _unchanged(g)
+
+
 def test_float32_operands_are_left_to_pattern_fusion():
     g = graph(inputs=[("a", F32, (N, K)), ("w", F32, (M, K)), ("bias", F32, (M,))],
               ops=[("MatMul", ["a", "w"], ["m"], {"transpose_b": True}),

@@ -32,6 +32,8 @@ left as it is):
   AVX512-BF16 GEMM runs), and ``out_dtype=float32``;
 - ``m``, the Reshape's output and ``s`` each have exactly one reader (the
   next op of the chain) and are neither graph outputs nor state updates;
+  the Reshape keeps the last axis (the bias runs along the product's
+  columns);
 - the Add adds a float32 ``bias`` of shape ``[m.shape[-1]]`` (either
   operand order);
 - ``s``'s one reader is a Cast to the operands' dtype, or an Add of a
@@ -118,6 +120,10 @@ def _match(graph, info, readers, pinned, k, dtypes):
     x, j = take(k)
     if j is not None and graph.op[j].type == "Reshape" and len(graph.op[j].input) == 1:
         x, j = take(j)
+        # the bias runs along the product's columns: a Reshape that splits
+        # or merges the last axis would put it along another axis
+        if (_shape(info, x) or (None,))[-1] != (_shape(info, mm.output[0]) or (None,))[-1]:
+            return None
     bias = None if j is None else _bias_add(graph.op[j], info, x)
     if bias is None:
         return None

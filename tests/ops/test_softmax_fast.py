@@ -336,6 +336,29 @@ def test_same_bits_for_any_thread_count():
     assert len(set(hashes.values())) == 1, hashes
 
 
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("n", [1, 7, 16, 37, 128, 1024, 1025])
+def test_grouped_rows_give_each_row_its_own_bits(n, log, rng):
+    """Rows of up to 1024 values run four at a time, in lock step
+    (softmax_isa.cc RowGroup): every row must come out bit for bit as it
+    does alone, including a non-finite row inside a group (the group then
+    falls back to one row at a time) and the rows past the last group."""
+    x = rng.standard_normal((11, n)).astype(np.float32) * 8
+    x[2, n // 2] = np.nan      # an all-NaN row in the first group
+    x[5, 0] = np.inf           # a +inf row in the second group
+    x[6, :] = -np.inf          # a row of only -inf beside it
+    op = OPS["LogSoftmax" if log else "Softmax"]
+    whole = np.asarray(op(dg.tensor(x), -1))
+    for r in range(x.shape[0]):
+        alone = np.asarray(op(dg.tensor(x[r:r + 1]), -1))
+        np.testing.assert_array_equal(whole[r:r + 1].view(np.uint32),
+                                      alone.view(np.uint32), err_msg=f"row {r}")
+    finite = [r for r in range(x.shape[0]) if r not in (2, 5, 6)]
+    ref = _reference(x[finite], -1, log)
+    np.testing.assert_allclose(whole[finite], ref, rtol=1e-5, atol=1e-6)
+    assert np.isnan(whole[[2, 5, 6]]).all()
+
+
 @pytest.mark.parametrize("isa", ["base", "v3", None])
 def test_softmax_grad_rows_equal_the_chain_in_every_build(isa):
     """SoftmaxGrad along the last axis is bit for bit the unfused chain in

@@ -11,6 +11,10 @@ reductions over the group), as in the core's own norm tests.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -169,6 +173,71 @@ def test_statistics_are_accurate_far_from_zero(op, make, ref):
     inputs = make(rng)
     inputs[0] = (1e4 + rng.standard_normal(inputs[0].shape)).astype(np.float32)
     check_served(op, inputs, ref, {}, rtol=1e-3, atol=1e-3)
+
+
+# Row lengths around the AVX-512 statistics' 16-value vectors, row counts
+# around its groups of four rows, offsets near and far from zero.
+_STATS_SCRIPT = r"""
+import hashlib, numpy as np, dragon_core as dg
+rng = np.random.default_rng(21)
+h = hashlib.sha256()
+for rows, d in [(1, 16), (3, 17), (4, 31), (5, 32), (9, 33), (1024, 256), (6, 1000)]:
+    for offset in (0.0, 1e4):
+        x = (offset + rng.standard_normal((rows, d))).astype(np.float32)
+        g = rng.uniform(0.5, 1.5, d).astype(np.float32)
+        b = rng.standard_normal(d).astype(np.float32)
+        dy = rng.standard_normal((rows, d)).astype(np.float32)
+        y = dg.ops.layer_norm(dg.tensor(x), dg.tensor(g), dg.tensor(b), axis=1)
+        outs = [y] + list(dg.ops.layer_norm_grad(dg.tensor(x), dg.tensor(g),
+                                                 dg.tensor(dy), axis=1))
+        for t in outs:
+            h.update(np.ascontiguousarray(np.asarray(t)).tobytes())
+print(h.hexdigest())
+"""
+
+
+def _stats_hash(extra_env):
+    env = dict(os.environ, **extra_env)
+    out = subprocess.run([sys.executable, "-c", _STATS_SCRIPT], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_vector_statistics_give_the_scalar_bits():
+    """LayerNorm's row statistics take an AVX-512 path where the CPU has it
+    (four rows at a time, one float lane per running sum of the scalar
+    loop): LayerNorm and LayerNormGrad give the same bits with it switched
+    off (DRAGON_MKLDNN_STATS_AVX512=0), at each thread count (oneDNN's
+    backward sums dgamma / dbeta per thread), on rows with and without a
+    vector tail and row counts around its groups."""
+    for threads in ("1", "2", "3"):
+        env = {"OMP_NUM_THREADS": threads}
+        scalar = _stats_hash(dict(env, DRAGON_MKLDNN_STATS_AVX512="0"))
+        assert _stats_hash(env) == scalar, threads
+
+
+@pytest.mark.parametrize("shape", [(5, 17), (9, 33), (1024, 256), (6, 1000)])
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_vector_statistics_against_float64(shape, offset):
+    """The rows the AVX-512 statistics serve, forward and backward, against
+    the float64 references."""
+    rng = np.random.default_rng(22)
+    x = (offset + rng.standard_normal(shape)).astype(np.float32)
+    g = _param(rng, shape[-1:])
+    b = _param(rng, shape[-1:], -1, 1)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    tol = dict(rtol=4e-5, atol=4e-5) if offset == 0 else dict(rtol=1e-3, atol=1e-3)
+    y = dg.ops.layer_norm(dg.tensor(x), dg.tensor(g), dg.tensor(b), axis=-1)
+    ref = layer_norm_ref(x.astype(np.float64), g.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(y), ref, **tol)
+    got = dg.ops.layer_norm_grad(dg.tensor(x), dg.tensor(g), dg.tensor(dy), axis=-1)
+    refs = layer_norm_grad_ref(x.astype(np.float64), g.astype(np.float64),
+                               dy.astype(np.float64))
+    for a, r in zip(got, refs):
+        scale = max(1.0, float(np.abs(r).max()))
+        np.testing.assert_allclose(np.asarray(a), r, rtol=1e-4, atol=1e-4 * scale)
+    assert "mkldnn::LayerNorm" in explain_winner("LayerNorm")
 
 
 _BIG_BN = (4096, 64)

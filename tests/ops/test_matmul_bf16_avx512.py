@@ -261,7 +261,7 @@ dg.plugins.pin("MatMul", "cpu", "MatMulBf16Avx512")
 rng = np.random.default_rng(5)
 h = hashlib.sha256()
 for sa, sb in [((300, 500), (500, 260)), ((130, 2100), (2100, 70)), ((16, 64, 40), (16, 40, 64)),
-               ((2, 150, 64), (64, 200))]:
+               ((2, 150, 64), (64, 200)), ((200, 301), (301, 150))]:
     a = dg.tensor(rng.standard_normal(sa).astype(np.float32)).astype("bfloat16")
     b = dg.tensor(rng.standard_normal(sb).astype(np.float32)).astype("bfloat16")
     for out in ("bfloat16", "float32"):

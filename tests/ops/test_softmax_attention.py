@@ -361,3 +361,36 @@ def test_mixed_dtypes_are_refused():
         p, _ = ops.softmax_attention(q16, kt16, v16)
         with pytest.raises(InvalidArgumentError, match="do must have q's dtype"):
             ops.softmax_attention_grad(q16, kt16, v16, p, do)
+
+
+_THREADS_SCRIPT = r"""
+import hashlib, numpy as np, dragon_core as dg
+ops = dg.ops
+rng = np.random.default_rng(9)
+h = hashlib.sha256()
+for dt in ("float32", "bfloat16"):
+    for b, hh, l, s, e in [(2, 3, 37, 29, 16), (1, 5, 64, 64, 32), (3, 2, 9, 130, 8)]:
+        def t(*shape):
+            x = dg.tensor(rng.standard_normal(shape).astype(np.float32))
+            return x if dt == "float32" else x.astype("bfloat16")
+        q, kt, v, do = t(b, hh, l, e), t(b, hh, e, s), t(b, hh, s, e), t(b, hh, l, e)
+        p, o = ops.softmax_attention(q, kt, v, scale=0.3, has_scale=True)
+        grads = ops.softmax_attention_grad(q, kt, v, p, do, scale=0.3, has_scale=True)
+        for x in (p, o, *grads):
+            h.update(np.ascontiguousarray(x.astype("float32").numpy()).tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_same_bits_for_any_thread_count():
+    """Each thread takes a contiguous share of the items (the rows it wrote
+    before; attention_fused.cc): the bits do not depend on the count, with
+    items per thread uneven (3 threads over 6, 5 and 6 items)."""
+    hashes = {}
+    for threads in (1, 2, 3):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), DRAGON_NUM_THREADS=str(threads))
+        out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        hashes[threads] = out.stdout.strip()
+    assert len(set(hashes.values())) == 1, hashes

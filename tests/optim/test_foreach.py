@@ -123,3 +123,38 @@ def test_foreach_true_without_kernel_raises(monkeypatch):
     opt = optim.SGD([p], lr=0.1)
     opt.step([dg.tensor(np.ones(3, np.float32))])
     np.testing.assert_allclose(p.numpy(), 0.9, rtol=1e-7)
+
+
+_ADAM_THREADS_SCRIPT = r"""
+import hashlib, numpy as np, dragon_core as dg
+rng = np.random.default_rng(4)
+sizes = [1, 1023, 1025, 70000, 262144, 3 * 1024 + 7]
+ts = [lambda s=s: dg.tensor(rng.standard_normal(s).astype(np.float32)) for s in sizes]
+p = [f() for f in ts]; g = [f() for f in ts]; m = [f() for f in ts]
+v = [dg.tensor(np.abs(rng.standard_normal(s)).astype(np.float32)) for s in sizes]
+steps = [dg.tensor(np.float32(k + 1)) for k in range(len(sizes))]
+out = dg.ops.multi_adam_update(dg.tensor(np.float32(1e-3)), p + g + m + v + v + steps,
+                               weight_decay=0.01)
+h = hashlib.sha256()
+for x in out:
+    h.update(np.ascontiguousarray(x.numpy()).tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_multi_adam_same_bits_for_any_thread_count():
+    """MultiAdamUpdate hands each thread its share of every parameter
+    (blocks in part-major order, optim.cc MultiBlocks): the bits do not
+    depend on the thread count, with parameters of one block, odd block
+    counts and sizes no multiple of a block."""
+    import os
+    import subprocess
+    import sys
+    hashes = {}
+    for threads in (1, 2, 3):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), DRAGON_NUM_THREADS=str(threads))
+        out = subprocess.run([sys.executable, "-c", _ADAM_THREADS_SCRIPT], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        hashes[threads] = out.stdout.strip()
+    assert len(set(hashes.values())) == 1, hashes

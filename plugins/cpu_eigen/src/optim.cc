@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -321,6 +320,33 @@ std::vector<Block> MultiBlocks(const dg::KernelContext& ctx, int32_t first,
     for (int64_t i = 0; i < count; i += kBlock) {
       blocks.push_back({k, i, std::min(kBlock, count - i)});
     }
+  }
+  // Part-major order: with T threads, part q of every parameter (its
+  // blocks [nb q / T, nb (q + 1) / T)) before part q + 1, so that the
+  // static split of the list gives thread q the q-th share of each
+  // parameter: the elements of a parameter's q-th share are then written
+  // by the thread that reads them in the element-wise ops of the next step
+  // (the mixed-precision weight casts split by elements too), which keeps
+  // them on one core (see gemm/batched_f32.cc ForEachItem on why that
+  // matters on this host). Every block is still computed alone: the same
+  // bits in any order.
+  const int64_t parts = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (parts > 1) {
+    std::vector<Block> ordered;
+    ordered.reserve(blocks.size());
+    for (int64_t q = 0; q < parts; ++q) {
+      size_t first = 0;
+      while (first < blocks.size()) {
+        size_t last = first;
+        while (last < blocks.size() && blocks[last].tensor == blocks[first].tensor) ++last;
+        const int64_t nb = static_cast<int64_t>(last - first);
+        for (int64_t j = nb * q / parts; j < nb * (q + 1) / parts; ++j) {
+          ordered.push_back(blocks[first + j]);
+        }
+        first = last;
+      }
+    }
+    return ordered;
   }
   return blocks;
 }

@@ -352,10 +352,17 @@ void Scale(float* x, int64_t n, float scale) {
   for (; i < n; ++i) x[i] *= scale;
 }
 
-// Runs item(i, scores, pack) for every item over the team, items handed
-// out one at a time (as Gemm does).
-// Runs run(i, scratch) for every item over the team, items handed out one
-// at a time (as Gemm does); each thread owns `per` bytes of the workspace.
+// Runs run(i, scratch) for every item over the team; each thread owns `per`
+// bytes of the workspace. Thread t takes the t-th contiguous share of the
+// items (not items handed out one at a time): the items follow the batch
+// axes, so a thread's share is the rows the same thread wrote in the ops
+// before (their row-split outputs, the GEMM's row panels) and its outputs
+// are the rows it reads in the ops after. When the host places the two
+// cores on different dies, a line another core wrote costs ~5x a local one
+// (ping-pong round trip ~460 ns against ~55 ns, measured in session 21),
+// and items handed out one at a time read half their operands across:
+// contiguous shares made the compiled bfloat16 encoder step 1.04x faster in
+// that placement and changed nothing in the other (docs/benchmarks.md).
 template <typename Run>
 void ForEachItem(const AttentionF32Call& c, int64_t per, const Run& run) {
   const int team = AttentionTeam(c);
@@ -366,9 +373,9 @@ void ForEachItem(const AttentionF32Call& c, int64_t per, const Run& run) {
   }
 #pragma omp parallel num_threads(team)
   {
-    char* mine = ws + omp_get_thread_num() * per;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < c.batch; ++i) run(i, mine);
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    char* mine = ws + t * per;
+    for (int64_t i = c.batch * t / nt; i < c.batch * (t + 1) / nt; ++i) run(i, mine);
   }
 }
 

@@ -178,9 +178,14 @@ void PackA(const uint16_t* a, int64_t rs, int64_t cs, int64_t i0,
 
 // Columns [j0, j0 + cols) of op(B) (cols <= kNr) as one B panel of kp
 // pairs: out[p * kNr + j] = B[2p][j0 + j] | B[2p + 1][j0 + j] << 16.
+//
+// A row-major B (cs == 1) may be packed in pair ranges: [p_lo, p_hi) only
+// (the whole panel by default; ParallelProduct splits B by rows).
 void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
-           int64_t cols, int64_t k, uint32_t* out) {
+           int64_t cols, int64_t k, uint32_t* out, int64_t p_lo = 0,
+           int64_t p_hi = -1) {
   const int64_t kp = CeilDiv(k, 2), full = k / 2;
+  if (p_hi < 0) p_hi = kp;
   if (cs == 1) {
     // Rows 2p and 2p + 1 are contiguous: interleave them 16 bits at a
     // time (vpermt2w), 32 columns per permute.
@@ -196,7 +201,7 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
                          : cols <= 32 ? __mmask32{0}
                                       : (__mmask32{1} << (cols - 32)) - 1;
     const __m512i zero = _mm512_setzero_si512();
-    for (int64_t p = 0; p < kp; ++p) {
+    for (int64_t p = p_lo; p < p_hi; ++p) {
       const uint16_t* r0 = b + 2 * p * rs + j0;
       const bool has_hi = 2 * p + 1 < k;
       const __m512i x0 = _mm512_maskz_loadu_epi16(m0, r0);
@@ -674,11 +679,29 @@ void ParallelProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
   uint32_t* bp = reinterpret_cast<uint32_t*>(ws + s.a_bytes);
   char* scratch_base = ws + s.a_bytes + s.b_bytes;
   const bool by_rows = s.npa * kMr >= s.npb * kNr;
+  // A row-major B (rows of k contiguous) is packed by k pairs, not by
+  // panels: thread t packs its share of the rows of every panel, the rows
+  // the same thread wrote in the op before (outputs split by rows: the
+  // element-wise and row kernels, this GEMM's own row panels), so the
+  // source is read where it was written; split by panels, half of every
+  // thread's rows came from the other core, which costs ~5x a local line
+  // when the host places the cores on different dies (see batched_f32.cc
+  // ForEachItem; docs/benchmarks.md, session 21). A stored transposed B
+  // (columns contiguous) keeps the panel split, which is its row split.
+  const bool by_pairs = g.b_cs == 1;
 #pragma omp parallel num_threads(team)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     PackARange(g, s, a, ap, s.npa * t / nt, s.npa * (t + 1) / nt);
-    PackBRange(g, s, b, bp, s.npb * t / nt, s.npb * (t + 1) / nt);
+    if (by_pairs) {
+      for (int64_t jp = 0; jp < s.npb; ++jp) {
+        const int64_t j0 = jp * kNr;
+        PackB(b, g.b_rs, g.b_cs, j0, g.m - j0 < kNr ? g.m - j0 : kNr, g.k,
+              bp + jp * s.kp * kNr, s.kp * t / nt, s.kp * (t + 1) / nt);
+      }
+    } else {
+      PackBRange(g, s, b, bp, s.npb * t / nt, s.npb * (t + 1) / nt);
+    }
 #pragma omp barrier
     float* scratch =
         s.scratch_bytes

@@ -38,8 +38,11 @@
 // order (vdpbf16ps, round to nearest even); bfloat16 denormal inputs count
 // as zero and denormal sums flush to zero (as in oneDNN's kernel); the bias
 // is added in float32, relu keeps NaN (the core's Relu), and a bfloat16
-// output is rounded once, to nearest even. Threads split C, never k: the
-// same bits for any thread count.
+// output is rounded once, to nearest even. Threads split C, never k, except
+// for the weight-gradient shape (A^T B over at least 1024 k, both operands
+// stored with k along their rows), which is always summed as two fixed
+// halves of k added at the end, one half per thread on two (split-k,
+// src/gemm/bf16_gemm.cc SplitK): the same bits for any thread count.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

@@ -179,8 +179,9 @@ void PackA(const uint16_t* a, int64_t rs, int64_t cs, int64_t i0,
 // Columns [j0, j0 + cols) of op(B) (cols <= kNr) as one B panel of kp
 // pairs: out[p * kNr + j] = B[2p][j0 + j] | B[2p + 1][j0 + j] << 16.
 //
-// A row-major B (cs == 1) may be packed in pair ranges: [p_lo, p_hi) only
-// (the whole panel by default; ParallelProduct splits B by rows).
+// Only pairs [p_lo, p_hi) are written (the whole panel by default):
+// ParallelProduct splits a row-major B by rows, and a split-k product packs
+// each half of k on its own thread.
 void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
            int64_t cols, int64_t k, uint32_t* out, int64_t p_lo = 0,
            int64_t p_hi = -1) {
@@ -217,12 +218,13 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
     }
     return;
   }
-  int64_t p0 = 0;  // pairs [0, p0) of full 16-column groups done below
+  const int64_t pend = p_hi < full ? p_hi : full;  // whole pairs in range
+  int64_t p0 = p_lo;  // pairs [p_lo, p0) of full 16-column groups done below
   if (rs == 1) {
     // op(B) is a transposed row-major matrix: each column's pairs are
     // contiguous 32-bit words. Transpose 16 x 16 blocks of them.
     const int64_t groups = cols / 16;
-    for (; p0 + 16 <= full; p0 += 16) {
+    for (; p0 + 16 <= pend; p0 += 16) {
       for (int64_t gi = 0; gi < groups; ++gi) {
         __m512i r[16], t[16];
         for (int64_t j = 0; j < 16; ++j) {
@@ -253,25 +255,25 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
         }
       }
     }
-    // Columns past the full groups take the loop below from pair 0.
+    // Columns past the full groups take the loop below from pair p_lo.
   }
   for (int64_t j = 0; j < kNr; ++j) {
     uint32_t* o = out + j;
-    const int64_t pstart = (rs == 1 && j < cols / 16 * 16) ? p0 : 0;
+    const int64_t pstart = (rs == 1 && j < cols / 16 * 16) ? p0 : p_lo;
     if (j >= cols) {
-      for (int64_t p = 0; p < kp; ++p) o[p * kNr] = 0;
+      for (int64_t p = p_lo; p < p_hi; ++p) o[p * kNr] = 0;
       continue;
     }
     const uint16_t* col = b + (j0 + j) * cs;
     if (rs == 1) {
-      for (int64_t p = pstart; p < full; ++p) o[p * kNr] = Load32(col + 2 * p);
+      for (int64_t p = pstart; p < pend; ++p) o[p * kNr] = Load32(col + 2 * p);
     } else {
-      for (int64_t p = 0; p < full; ++p) {
+      for (int64_t p = p_lo; p < pend; ++p) {
         o[p * kNr] = col[2 * p * rs] |
                      static_cast<uint32_t>(col[(2 * p + 1) * rs]) << 16;
       }
     }
-    if (kp > full) o[full * kNr] = col[(k - 1) * rs];
+    if (kp > full && p_hi == kp) o[full * kNr] = col[(k - 1) * rs];
   }
 }
 
@@ -525,7 +527,35 @@ struct Sizes {
   // words, instead of into kMr-row panels (a 128-bit interleave per pair
   // and panel).
   bool pair_a;
+  // A split-k product (SplitK): the sum over pairs [0, half) and the sum
+  // over [half, kp), each in order, into the float32 partials lo and hi
+  // (partial_bytes each), then C = epilogue(lo + hi).
+  bool split_k;
+  int64_t half, partial_bytes;
 };
+
+// Whether a product is summed in two halves of k (split-k): a single
+// product over at least kSplitKPairs pairs whose operands both run along
+// k down their stored rows (A stored transposed, packed as pair rows; B
+// row-major), n and m at least 32. These are the weight gradients dy^T x,
+// whose operands are the activations and gradients of the tokens, which
+// the ops before wrote split by rows (tokens) between the threads: with k
+// split in halves each thread packs and multiplies the rows it wrote, and
+// only the float32 partial sums (n x m, smaller than the operands) cross
+// between the cores, where splitting C made each thread read half of both
+// packed operands from the other core (docs/benchmarks.md, session 21:
+// ~5x the cost of a local line when the host places the cores on
+// different dies). The halves are fixed by the shape, not the thread
+// count, so the bits are the same on one thread or two: C = (sum over the
+// first half, in order) + (sum over the second half, in order), then the
+// epilogue. The rule is symmetric in (A, B) -> (B^T, A^T), so the product
+// and its transpose still give the same bits (the matmul_transpose pass).
+constexpr int64_t kSplitKPairs = 512;
+
+bool SplitK(const Bf16GemmCall& g, const Sizes& s) {
+  return g.batch == 1 && s.pair_a && g.b_cs == 1 && g.b_rs != 1 &&
+         g.n >= 32 && g.m >= 32 && s.kp >= kSplitKPairs;
+}
 
 Sizes SizesOf(const Bf16GemmCall& g) {
   Sizes s;
@@ -546,6 +576,12 @@ Sizes SizesOf(const Bf16GemmCall& g) {
     // kp rows of n words, plus kMr words so that the ragged last panel's
     // rows past n read (unused) words inside the buffer.
     s.a_bytes = Align64((s.kp * g.n + kMr) * 4);
+  }
+  s.split_k = SplitK(g, s);
+  s.half = s.kp / 2;
+  s.partial_bytes = s.split_k ? Align64(g.n * g.m * 4) : 0;
+  if (s.split_k) {  // each half runs in chunks of its own
+    s.scratch_bytes = s.kp - s.half > kKcPairs ? kMcPanels * kNcPanels * kTile * 4 : 0;
   }
   return s;
 }
@@ -576,19 +612,22 @@ Plan PlanOf(const Bf16GemmCall& g) {
 
 // C panels [ip0, ip1) x [jp0, jp1) of one product from its packed panels,
 // on the calling thread.
+// Pairs [p_begin, p_end) (all by default; a split-k half otherwise), the
+// tiles starting at zero.
 void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                    const uint32_t* ap, const uint32_t* bp, char* c,
                    float* scratch, int64_t ip0, int64_t ip1, int64_t jp0,
-                   int64_t jp1) {
+                   int64_t jp1, int64_t p_begin = 0, int64_t p_end = -1) {
+  if (p_end < 0) p_end = s.kp;
   const int64_t esize = g.c_f32 ? 4 : 2;
   for (int64_t jc = jp0; jc < jp1; jc += kNcPanels) {
     const int64_t jce = jc + kNcPanels < jp1 ? jc + kNcPanels : jp1;
     for (int64_t ic = ip0; ic < ip1; ic += kMcPanels) {
       const int64_t ice = ic + kMcPanels < ip1 ? ic + kMcPanels : ip1;
-      int64_t pc = 0;
+      int64_t pc = p_begin;
       for (;;) {
-        const int64_t pe = pc + kKcPairs < s.kp ? pc + kKcPairs : s.kp;
-        const bool resume = pc > 0, finish = pe == s.kp;
+        const int64_t pe = pc + kKcPairs < p_end ? pc + kKcPairs : p_end;
+        const bool resume = pc > p_begin, finish = pe == p_end;
         for (int64_t jp = jc; jp < jce; ++jp) {
           const uint32_t* pb = bp + (jp * s.kp + pc) * kNr;
           const int64_t j0 = jp * kNr;
@@ -626,6 +665,50 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
         if (finish) break;
         pc = pe;
       }
+    }
+  }
+}
+
+// The call whose C is a split-k partial: float32, dense (ldc m), no
+// epilogue.
+Bf16GemmCall PartialCall(const Bf16GemmCall& g) {
+  Bf16GemmCall p = g;
+  p.c_f32 = true;
+  p.ldc = g.m;
+  p.bias = nullptr;
+  p.relu = false;
+  p.residual = nullptr;
+  p.cast_round = false;
+  return p;
+}
+
+// Rows [r0, r1) of a split-k C: lo + hi (one float32 addition), then the
+// call's epilogue (bias, residual, relu, rounding), as a tile's epilogue
+// applies it to its accumulators.
+void FinishSplit(const Bf16GemmCall& g, const float* lo, const float* hi,
+                 char* c, int64_t r0, int64_t r1) {
+  const int64_t esize = g.c_f32 ? 4 : 2;
+  for (int64_t r = r0; r < r1; ++r) {
+    Epilogue e;
+    e.c = c + r * g.ldc * esize;
+    e.f32 = g.c_f32;
+    e.ldc = g.ldc;
+    e.rows = 1;
+    e.cols = g.m;
+    e.bias = g.bias;
+    e.relu = g.relu;
+    e.residual = g.residual ? g.residual + r * g.ld_residual : nullptr;
+    e.ldr = g.ld_residual;
+    e.cast_round = g.cast_round;
+    const float* x = lo + r * g.m;
+    const float* y = hi + r * g.m;
+    for (int64_t q = 0; q * 16 < g.m; ++q) {
+      const int64_t left = g.m - q * 16;
+      const __mmask16 mask =
+          left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      StoreRow16(e, 0, q,
+                 _mm512_add_ps(_mm512_maskz_loadu_ps(mask, x + q * 16),
+                               _mm512_maskz_loadu_ps(mask, y + q * 16)));
     }
   }
 }
@@ -668,7 +751,55 @@ void SerialProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                        : nullptr;
   PackARange(g, s, a, ap, 0, s.npa);
   PackBRange(g, s, b, bp, 0, s.npb);
+  if (s.split_k) {
+    char* lo = ws + s.a_bytes + s.b_bytes + s.scratch_bytes;
+    char* hi = lo + s.partial_bytes;
+    const Bf16GemmCall pg = PartialCall(g);
+    ComputeRegion(pg, s, a, ap, bp, lo, scratch, 0, s.npa, 0, s.npb, 0, s.half);
+    ComputeRegion(pg, s, a, ap, bp, hi, scratch, 0, s.npa, 0, s.npb, s.half, s.kp);
+    FinishSplit(g, reinterpret_cast<const float*>(lo),
+                reinterpret_cast<const float*>(hi), c, 0, g.n);
+    return;
+  }
   ComputeRegion(g, s, a, ap, bp, c, scratch, 0, s.npa, 0, s.npb);
+}
+
+// A split-k product on two threads: thread h packs and sums half h of the
+// pairs over all of C into its partial; then each finishes half the rows.
+void SplitProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
+                  const uint16_t* b, char* c, char* ws) {
+  uint32_t* ap = reinterpret_cast<uint32_t*>(ws);
+  uint32_t* bp = reinterpret_cast<uint32_t*>(ws + s.a_bytes);
+  char* scratch_base = ws + s.a_bytes + s.b_bytes;
+  char* partials = scratch_base + 2 * s.scratch_bytes;
+  const Bf16GemmCall pg = PartialCall(g);
+#pragma omp parallel num_threads(2)
+  {
+    const int64_t t = omp_get_thread_num();
+    const int64_t p0 = t == 0 ? 0 : s.half, p1 = t == 0 ? s.half : s.kp;
+    PackPairs(a, g.a_cs, g.n, g.k, p0, p1, ap);
+    if (t == 1) {
+      for (int64_t i = 0; i < kMr; ++i) ap[s.kp * g.n + i] = 0;
+    }
+    for (int64_t jp = 0; jp < s.npb; ++jp) {
+      const int64_t j0 = jp * kNr;
+      PackB(b, g.b_rs, g.b_cs, j0, g.m - j0 < kNr ? g.m - j0 : kNr, g.k,
+            bp + jp * s.kp * kNr, p0, p1);
+    }
+    // The ragged last A panel reads a few words past its pair rows (into
+    // the next row, or the zeros after the last): wait for both halves.
+#pragma omp barrier
+    float* scratch =
+        s.scratch_bytes
+            ? reinterpret_cast<float*>(scratch_base + t * s.scratch_bytes)
+            : nullptr;
+    ComputeRegion(pg, s, a, ap, bp, partials + t * s.partial_bytes, scratch, 0,
+                  s.npa, 0, s.npb, p0, p1);
+#pragma omp barrier
+    FinishSplit(g, reinterpret_cast<const float*>(partials),
+                reinterpret_cast<const float*>(partials + s.partial_bytes), c,
+                g.n * t / 2, g.n * (t + 1) / 2);
+  }
 }
 
 // One product on `team` threads: both operands packed once, in parallel,
@@ -726,6 +857,9 @@ int64_t WorkspaceBytes(const Bf16GemmCall& g) {
   if (plan.over_batch) {
     return plan.team * (s.a_bytes + s.b_bytes + s.scratch_bytes);
   }
+  if (s.split_k) {  // both partials, and a chunk scratch per half
+    return s.a_bytes + s.b_bytes + 2 * s.scratch_bytes + 2 * s.partial_bytes;
+  }
   return s.a_bytes + s.b_bytes + plan.team * s.scratch_bytes;
 }
 
@@ -755,6 +889,14 @@ void Gemm(const Bf16GemmCall& g) {
         SerialProduct(g, s, a_of(i), b_of(i), c + i * g.c_stride * esize,
                       mine);
       }
+    }
+    return;
+  }
+  if (s.split_k) {  // batch 1
+    if (plan.team > 1) {
+      SplitProduct(g, s, a_of(0), b_of(0), c, ws);
+    } else {
+      SerialProduct(g, s, a_of(0), b_of(0), c, ws);
     }
     return;
   }

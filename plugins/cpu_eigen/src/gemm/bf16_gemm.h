@@ -20,7 +20,10 @@ namespace cpu_eigen {
 // leading dimension ldc, c_stride elements between items) float32 or
 // bfloat16. Element (r, c) of A[i] lies at a[a_offsets[i] + r * a_rs +
 // c * a_cs] (any strides; a_offsets null = all 0), and likewise for B.
-// Products accumulate in float32 over k in order, and a bfloat16 C is
+// Products accumulate in float32 over k in order (a single product over at
+// least 1024 k whose operands both run along k down their stored rows,
+// A^T B, is summed in two fixed halves of k added at the end: SplitK in
+// bf16_gemm.cc), and a bfloat16 C is
 // rounded once, to nearest even. bias (m floats, null = none) is added in
 // float32 before that rounding, then the residual (when given), then relu
 // (NaN kept) when asked.

@@ -61,6 +61,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace cpu_eigen {
@@ -184,7 +185,7 @@ void PackA(const uint16_t* a, int64_t rs, int64_t cs, int64_t i0,
 // each half of k on its own thread.
 void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
            int64_t cols, int64_t k, uint32_t* out, int64_t p_lo = 0,
-           int64_t p_hi = -1) {
+           int64_t p_hi = -1, int64_t out_p0 = 0) {
   const int64_t kp = CeilDiv(k, 2), full = k / 2;
   if (p_hi < 0) p_hi = kp;
   if (cs == 1) {
@@ -210,7 +211,7 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
       const __m512i y0 = has_hi ? _mm512_maskz_loadu_epi16(m0, r0 + rs) : zero;
       const __m512i y1 =
           has_hi ? _mm512_maskz_loadu_epi16(m1, r0 + rs + 32) : zero;
-      uint32_t* o = out + p * kNr;
+      uint32_t* o = out + (p - out_p0) * kNr;
       _mm512_storeu_si512(o, _mm512_permutex2var_epi16(x0, lo_idx, y0));
       _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(x0, hi_idx, y0));
       _mm512_storeu_si512(o + 32, _mm512_permutex2var_epi16(x1, lo_idx, y1));
@@ -251,7 +252,7 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
           r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
         }
         for (int i = 0; i < 16; ++i) {
-          _mm512_storeu_si512(out + (p0 + i) * kNr + gi * 16, r[i]);
+          _mm512_storeu_si512(out + (p0 + i - out_p0) * kNr + gi * 16, r[i]);
         }
       }
     }
@@ -261,19 +262,19 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
     uint32_t* o = out + j;
     const int64_t pstart = (rs == 1 && j < cols / 16 * 16) ? p0 : p_lo;
     if (j >= cols) {
-      for (int64_t p = p_lo; p < p_hi; ++p) o[p * kNr] = 0;
+      for (int64_t p = p_lo; p < p_hi; ++p) o[(p - out_p0) * kNr] = 0;
       continue;
     }
     const uint16_t* col = b + (j0 + j) * cs;
     if (rs == 1) {
-      for (int64_t p = pstart; p < pend; ++p) o[p * kNr] = Load32(col + 2 * p);
+      for (int64_t p = pstart; p < pend; ++p) o[(p - out_p0) * kNr] = Load32(col + 2 * p);
     } else {
       for (int64_t p = p_lo; p < pend; ++p) {
-        o[p * kNr] = col[2 * p * rs] |
+        o[(p - out_p0) * kNr] = col[2 * p * rs] |
                      static_cast<uint32_t>(col[(2 * p + 1) * rs]) << 16;
       }
     }
-    if (kp > full && p_hi == kp) o[full * kNr] = col[(k - 1) * rs];
+    if (kp > full && p_hi == kp) o[(full - out_p0) * kNr] = col[(k - 1) * rs];
   }
 }
 
@@ -281,8 +282,9 @@ void PackB(const uint16_t* b, int64_t rs, int64_t cs, int64_t j0,
 // a[r + c * cs]) as rows of n words: out[p * n + r] = A[r][2p] |
 // A[r][2p + 1] << 16 (a zero high half past k), the interleave of two
 // contiguous stored rows, 32 words per permute pair.
+// (Pair p goes to out + (p - out_p0) * n: a buffer of pairs [out_p0, ...).)
 void PackPairs(const uint16_t* a, int64_t cs, int64_t n, int64_t k, int64_t p0,
-               int64_t p1, uint32_t* out) {
+               int64_t p1, uint32_t* out, int64_t out_p0 = 0) {
   const __m512i lo_idx = _mm512_set_epi16(
       47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
       38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
@@ -293,7 +295,7 @@ void PackPairs(const uint16_t* a, int64_t cs, int64_t n, int64_t k, int64_t p0,
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* x = a + 2 * p * cs;
     const bool has_hi = 2 * p + 1 < k;
-    uint32_t* o = out + p * n;
+    uint32_t* o = out + (p - out_p0) * n;
     for (int64_t r = 0; r < n; r += 32) {
       const int64_t left = n - r;
       const __mmask32 m =
@@ -614,11 +616,16 @@ Plan PlanOf(const Bf16GemmCall& g) {
 // on the calling thread.
 // Pairs [p_begin, p_end) (all by default; a split-k half otherwise), the
 // tiles starting at zero.
+// The packed pair rows of A and the B panels may hold pairs [pairs_at,
+// pairs_at + b_panel_pairs) only (a split-k thread's half; all by default).
 void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                    const uint32_t* ap, const uint32_t* bp, char* c,
                    float* scratch, int64_t ip0, int64_t ip1, int64_t jp0,
-                   int64_t jp1, int64_t p_begin = 0, int64_t p_end = -1) {
+                   int64_t jp1, int64_t p_begin = 0, int64_t p_end = -1,
+                   int64_t pairs_at = 0, int64_t b_panel_pairs = -1,
+                   int64_t ip_at = 0) {
   if (p_end < 0) p_end = s.kp;
+  if (b_panel_pairs < 0) b_panel_pairs = s.kp;
   const int64_t esize = g.c_f32 ? 4 : 2;
   for (int64_t jc = jp0; jc < jp1; jc += kNcPanels) {
     const int64_t jce = jc + kNcPanels < jp1 ? jc + kNcPanels : jp1;
@@ -629,7 +636,7 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
         const int64_t pe = pc + kKcPairs < p_end ? pc + kKcPairs : p_end;
         const bool resume = pc > p_begin, finish = pe == p_end;
         for (int64_t jp = jc; jp < jce; ++jp) {
-          const uint32_t* pb = bp + (jp * s.kp + pc) * kNr;
+          const uint32_t* pb = bp + (jp * b_panel_pairs + pc - pairs_at) * kNr;
           const int64_t j0 = jp * kNr;
           for (int64_t ip = ic; ip < ice; ++ip) {
             const int64_t i0 = ip * kMr;
@@ -649,7 +656,7 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                         : nullptr;
             if (s.pair_a) {
               Kernel(pe - pc,
-                     reinterpret_cast<const char*>(ap + pc * g.n + i0), 4,
+                     reinterpret_cast<const char*>(ap + (pc - pairs_at) * g.n + i0), 4,
                      4 * g.n, pb, tile, resume, finish, e);
             } else if (s.direct_a && i0 + kMr <= g.n) {
               Kernel(pe - pc,
@@ -657,7 +664,7 @@ void ComputeRegion(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                      g.a_rs * 2, 4, pb, tile, resume, finish, e);
             } else {
               Kernel(pe - pc,
-                     reinterpret_cast<const char*>(ap + (ip * s.kp + pc) * kMr),
+                     reinterpret_cast<const char*>(ap + ((ip - ip_at) * s.kp + pc) * kMr),
                      4, 4 * kMr, pb, tile, resume, finish, e);
             }
           }
@@ -764,42 +771,67 @@ void SerialProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
   ComputeRegion(g, s, a, ap, bp, c, scratch, 0, s.npa, 0, s.npb);
 }
 
+// A thread's own scratch for a split-k half, kept from call to call (grown
+// as needed, never freed: at most the largest half's packed operands and
+// partial). A thread writes and reads it alone, so its lines stay in that
+// thread's core; in a workspace shared by every kernel the same bytes are
+// written by whichever thread the last op assigned them to, and writing a
+// line the other core holds costs a transfer first.
+char* ThreadScratch(int64_t bytes) {
+  static thread_local char* buf = nullptr;
+  static thread_local int64_t cap = 0;
+  if (bytes > cap) {
+    std::free(buf);
+    cap = Align64(bytes);
+    buf = static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(cap)));
+    if (buf == nullptr) cap = 0;
+  }
+  return buf;
+}
+
 // A split-k product on two threads: thread h packs and sums half h of the
-// pairs over all of C into its partial; then each finishes half the rows.
+// pairs over all of C into its partial, in its own scratch; then each
+// finishes half the rows. Falls back to the serial form (same bits) when a
+// thread's scratch cannot be had.
 void SplitProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                   const uint16_t* b, char* c, char* ws) {
-  uint32_t* ap = reinterpret_cast<uint32_t*>(ws);
-  uint32_t* bp = reinterpret_cast<uint32_t*>(ws + s.a_bytes);
-  char* scratch_base = ws + s.a_bytes + s.b_bytes;
-  char* partials = scratch_base + 2 * s.scratch_bytes;
   const Bf16GemmCall pg = PartialCall(g);
+  float* partial[2] = {nullptr, nullptr};
+  bool ok[2] = {false, false};
 #pragma omp parallel num_threads(2)
   {
     const int64_t t = omp_get_thread_num();
     const int64_t p0 = t == 0 ? 0 : s.half, p1 = t == 0 ? s.half : s.kp;
-    PackPairs(a, g.a_cs, g.n, g.k, p0, p1, ap);
-    if (t == 1) {
-      for (int64_t i = 0; i < kMr; ++i) ap[s.kp * g.n + i] = 0;
+    const int64_t np = p1 - p0;
+    const int64_t a_bytes = Align64((np * g.n + kMr) * 4);
+    const int64_t b_bytes = Align64(s.npb * np * kNr * 4);
+    char* mine = ThreadScratch(a_bytes + b_bytes + s.scratch_bytes + s.partial_bytes);
+    ok[t] = mine != nullptr;
+    if (mine != nullptr) {
+      uint32_t* ap = reinterpret_cast<uint32_t*>(mine);
+      uint32_t* bp = reinterpret_cast<uint32_t*>(mine + a_bytes);
+      float* scratch = s.scratch_bytes
+                           ? reinterpret_cast<float*>(mine + a_bytes + b_bytes)
+                           : nullptr;
+      partial[t] = reinterpret_cast<float*>(mine + a_bytes + b_bytes + s.scratch_bytes);
+      // The pair rows of this half, and kMr zero words after them that the
+      // ragged last panel's rows past n read.
+      PackPairs(a, g.a_cs, g.n, g.k, p0, p1, ap, p0);
+      for (int64_t i = 0; i < kMr; ++i) ap[np * g.n + i] = 0;
+      for (int64_t jp = 0; jp < s.npb; ++jp) {
+        const int64_t j0 = jp * kNr;
+        PackB(b, g.b_rs, g.b_cs, j0, g.m - j0 < kNr ? g.m - j0 : kNr, g.k,
+              bp + jp * np * kNr, p0, p1, p0);
+      }
+      ComputeRegion(pg, s, a, ap, bp, reinterpret_cast<char*>(partial[t]), scratch,
+                    0, s.npa, 0, s.npb, p0, p1, p0, np);
     }
-    for (int64_t jp = 0; jp < s.npb; ++jp) {
-      const int64_t j0 = jp * kNr;
-      PackB(b, g.b_rs, g.b_cs, j0, g.m - j0 < kNr ? g.m - j0 : kNr, g.k,
-            bp + jp * s.kp * kNr, p0, p1);
+#pragma omp barrier
+    if (ok[0] && ok[1]) {
+      FinishSplit(g, partial[0], partial[1], c, g.n * t / 2, g.n * (t + 1) / 2);
     }
-    // The ragged last A panel reads a few words past its pair rows (into
-    // the next row, or the zeros after the last): wait for both halves.
-#pragma omp barrier
-    float* scratch =
-        s.scratch_bytes
-            ? reinterpret_cast<float*>(scratch_base + t * s.scratch_bytes)
-            : nullptr;
-    ComputeRegion(pg, s, a, ap, bp, partials + t * s.partial_bytes, scratch, 0,
-                  s.npa, 0, s.npb, p0, p1);
-#pragma omp barrier
-    FinishSplit(g, reinterpret_cast<const float*>(partials),
-                reinterpret_cast<const float*>(partials + s.partial_bytes), c,
-                g.n * t / 2, g.n * (t + 1) / 2);
   }
+  if (!(ok[0] && ok[1])) SerialProduct(g, s, a, b, c, ws);
 }
 
 // One product on `team` threads: both operands packed once, in parallel,
@@ -820,10 +852,32 @@ void ParallelProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
   // ForEachItem; docs/benchmarks.md, session 21). A stored transposed B
   // (columns contiguous) keeps the panel split, which is its row split.
   const bool by_pairs = g.b_cs == 1;
+  // Split by rows, a thread's packed A panels are its own: they go in its
+  // own scratch (ThreadScratch; the shared workspace when that cannot be
+  // had), so their lines stay in its core from call to call.
+  const bool own_a = by_rows && !s.direct_a && !s.pair_a;
 #pragma omp parallel num_threads(team)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    PackARange(g, s, a, ap, s.npa * t / nt, s.npa * (t + 1) / nt);
+    const int64_t ia = s.npa * t / nt, ib = s.npa * (t + 1) / nt;
+    uint32_t* my_ap = ap;
+    int64_t ip_at = 0;
+    if (own_a) {
+      char* mine = ThreadScratch((ib - ia) * s.kp * kMr * 4);
+      if (mine != nullptr) {
+        my_ap = reinterpret_cast<uint32_t*>(mine);
+        ip_at = ia;
+      }
+    }
+    if (ip_at == ia && own_a && my_ap != ap) {
+      for (int64_t ip = ia; ip < ib; ++ip) {
+        const int64_t i0 = ip * kMr;
+        PackA(a, g.a_rs, g.a_cs, i0, g.n - i0 < kMr ? g.n - i0 : kMr, g.k,
+              my_ap + (ip - ia) * s.kp * kMr);
+      }
+    } else {
+      PackARange(g, s, a, ap, ia, ib);
+    }
     if (by_pairs) {
       for (int64_t jp = 0; jp < s.npb; ++jp) {
         const int64_t j0 = jp * kNr;
@@ -839,8 +893,8 @@ void ParallelProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
             ? reinterpret_cast<float*>(scratch_base + t * s.scratch_bytes)
             : nullptr;
     if (by_rows) {
-      ComputeRegion(g, s, a, ap, bp, c, scratch, s.npa * t / nt,
-                    s.npa * (t + 1) / nt, 0, s.npb);
+      ComputeRegion(g, s, a, my_ap, bp, c, scratch, ia, ib, 0, s.npb, 0, -1, 0,
+                    -1, ip_at);
     } else {
       ComputeRegion(g, s, a, ap, bp, c, scratch, 0, s.npa, s.npb * t / nt,
                     s.npb * (t + 1) / nt);

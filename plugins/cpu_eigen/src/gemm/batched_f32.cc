@@ -38,6 +38,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace cpu_eigen {
@@ -352,6 +353,20 @@ void Scale(float* x, int64_t n, float scale) {
   for (; i < n; ++i) x[i] *= scale;
 }
 
+// A thread's own scratch of at least `bytes` (64-byte aligned), kept from
+// call to call, grown as needed and never freed; null if it cannot be had.
+char* ThreadScratch(int64_t bytes) {
+  static thread_local char* buf = nullptr;
+  static thread_local int64_t cap = 0;
+  if (bytes > cap) {
+    std::free(buf);
+    cap = (bytes + 63) / 64 * 64;
+    buf = static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(cap)));
+    if (buf == nullptr) cap = 0;
+  }
+  return buf;
+}
+
 // Runs run(i, scratch) for every item over the team; each thread owns `per`
 // bytes of the workspace. Thread t takes the t-th contiguous share of the
 // items (not items handed out one at a time): the items follow the batch
@@ -374,7 +389,11 @@ void ForEachItem(const AttentionF32Call& c, int64_t per, const Run& run) {
 #pragma omp parallel num_threads(team)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    char* mine = ws + t * per;
+    // The thread's scratch (scores, packed operands) is its own, kept from
+    // call to call (bf16_gemm.cc ThreadScratch has the reason); the shared
+    // workspace when it cannot be had.
+    char* mine = ThreadScratch(per);
+    if (mine == nullptr) mine = ws + t * per;
     for (int64_t i = c.batch * t / nt; i < c.batch * (t + 1) / nt; ++i) run(i, mine);
   }
 }

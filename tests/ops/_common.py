@@ -79,19 +79,27 @@ def bf16_gemm_marker():
         reason="no AVX512_BF16 on this CPU")
 
 
-def bf16_gemm_hashes_per_thread_count(script: str, timeout: int) -> dict:
-    """Run ``script`` (which prints a hash of its results) with 1, 2 and 3
-    threads and cpu_eigen's bf16 GEMM taking every call it can; return the
-    hash per thread count (the callers assert they are all equal)."""
+def script_hash(script: str, env: dict, timeout: int = 300) -> str:
+    """What ``script`` (which prints a hash of its results) prints in a child
+    process with ``env`` added to the environment."""
     import os
     import subprocess
     import sys
-    hashes = {}
-    for t in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(t), DRAGON_NUM_THREADS=str(t),
-                   DRAGON_CPU_EIGEN_BF16_GEMM="all")
-        out = subprocess.run([sys.executable, "-c", script], env=env,
-                             capture_output=True, text=True, timeout=timeout)
-        assert out.returncode == 0, out.stderr[-3000:]
-        hashes[t] = out.stdout.strip()
-    return hashes
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip()
+
+
+def hashes_per_thread_count(script: str, timeout: int, env: dict | None = None) -> dict:
+    """script_hash with 1, 2 and 3 threads (and ``env``): the hash per thread
+    count (the callers assert they are all equal)."""
+    return {t: script_hash(script, dict(env or {}, OMP_NUM_THREADS=str(t),
+                                        DRAGON_NUM_THREADS=str(t)), timeout)
+            for t in (1, 2, 3)}
+
+
+def bf16_gemm_hashes_per_thread_count(script: str, timeout: int) -> dict:
+    """hashes_per_thread_count with cpu_eigen's bf16 GEMM taking every call
+    it can."""
+    return hashes_per_thread_count(script, timeout, {"DRAGON_CPU_EIGEN_BF16_GEMM": "all"})

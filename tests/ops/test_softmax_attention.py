@@ -386,11 +386,6 @@ def test_same_bits_for_any_thread_count():
     """Each thread takes a contiguous share of the items (the rows it wrote
     before; attention_fused.cc): the bits do not depend on the count, with
     items per thread uneven (3 threads over 6, 5 and 6 items)."""
-    hashes = {}
-    for threads in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), DRAGON_NUM_THREADS=str(threads))
-        out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], env=env,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        hashes[threads] = out.stdout.strip()
+    from ._common import hashes_per_thread_count
+    hashes = hashes_per_thread_count(_THREADS_SCRIPT, 300)
     assert len(set(hashes.values())) == 1, hashes

@@ -147,14 +147,6 @@ def test_multi_adam_same_bits_for_any_thread_count():
     (blocks in part-major order, optim.cc MultiBlocks): the bits do not
     depend on the thread count, with parameters of one block, odd block
     counts and sizes no multiple of a block."""
-    import os
-    import subprocess
-    import sys
-    hashes = {}
-    for threads in (1, 2, 3):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), DRAGON_NUM_THREADS=str(threads))
-        out = subprocess.run([sys.executable, "-c", _ADAM_THREADS_SCRIPT], env=env,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        hashes[threads] = out.stdout.strip()
+    from tests.ops._common import hashes_per_thread_count
+    hashes = hashes_per_thread_count(_ADAM_THREADS_SCRIPT, 300)
     assert len(set(hashes.values())) == 1, hashes

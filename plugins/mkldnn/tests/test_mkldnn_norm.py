@@ -11,10 +11,6 @@ reductions over the group), as in the core's own norm tests.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -22,6 +18,7 @@ import dragon_core as dg
 from dragon_sdk.testing import check_bad_inputs, check_eager_vs_graph, op_case
 from mkldnn_testing import (check_mkldnn_alone, check_served, cpu_eigen_result,
                             explain_winner, fd_vjp, run_without, tape_vjp)
+from tests.ops._common import script_hash
 from tests.ops.test_norm import (batch_norm_grad_ref, batch_norm_ref, layer_norm_grad_ref,
                                  layer_norm_ref)
 
@@ -196,14 +193,6 @@ print(h.hexdigest())
 """
 
 
-def _stats_hash(extra_env):
-    env = dict(os.environ, **extra_env)
-    out = subprocess.run([sys.executable, "-c", _STATS_SCRIPT], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
-
-
 def test_vector_statistics_give_the_scalar_bits():
     """LayerNorm's row statistics take an AVX-512 path where the CPU has it
     (four rows at a time, one float lane per running sum of the scalar
@@ -213,8 +202,8 @@ def test_vector_statistics_give_the_scalar_bits():
     vector tail and row counts around its groups."""
     for threads in ("1", "2", "3"):
         env = {"OMP_NUM_THREADS": threads}
-        scalar = _stats_hash(dict(env, DRAGON_MKLDNN_STATS_AVX512="0"))
-        assert _stats_hash(env) == scalar, threads
+        scalar = script_hash(_STATS_SCRIPT, dict(env, DRAGON_MKLDNN_STATS_AVX512="0"))
+        assert script_hash(_STATS_SCRIPT, env) == scalar, threads
 
 
 @pytest.mark.parametrize("shape", [(5, 17), (9, 33), (1024, 256), (6, 1000)])

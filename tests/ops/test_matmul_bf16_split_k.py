@@ -12,9 +12,11 @@ float64 NumPy on the same bfloat16 values within the pair accumulation's
 bound, odd k (an odd pair count: unequal halves, a zero high half in the
 last pair), n off the 6-row tile, m off the 64-column tile, just below and
 at the 512-pair threshold, every B layout (row-major: split; stored
-transposed and strided: summed in order), a bias with relu and a bfloat16 output (the epilogue after the
-halves' sum), MatMulBiasAdd with a residual against MatMul + Add + Add
-on the same halves, and the transposed product B^T A bit for bit.
+transposed and strided: summed in order), the halves in each thread's own
+scratch and, for a product over its 4 MiB cap, in the shared workspace, a
+bias with relu and a bfloat16 output (the epilogue after the halves' sum),
+MatMulBiasAdd with a residual against MatMul + Add + Add on the same
+halves, and the transposed product B^T A bit for bit.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def check(y, ref, bound, out):
     h.update(np.ascontiguousarray(y.astype("float32").numpy()).tobytes())
 
 # (k, n, m): A stored [k, n] (read transposed), B [k, m].
+# (2048, 1024, 1024): a half's partial alone is 4 MiB, over the per-thread
+# scratch's cap, so the halves use the shared workspace.
 for k, n, m in [(1023, 40, 70), (1024, 256, 256), (1025, 37, 130), (2051, 96, 64),
-                (4099, 33, 17), (1021, 64, 64)]:
+                (4099, 33, 17), (1021, 64, 64), (2048, 1024, 1024)]:
     a, b = bf(k, n), bf(k, m)
     an, bn = a.astype("float64").numpy().T, b.astype("float64").numpy()
     ref = an @ bn

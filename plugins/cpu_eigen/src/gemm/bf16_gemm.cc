@@ -777,9 +777,15 @@ void SerialProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
 // thread's core; in a workspace shared by every kernel the same bytes are
 // written by whichever thread the last op assigned them to, and writing a
 // line the other core holds costs a transfer first.
+// Requests over kThreadScratchMax get null (the caller uses the shared
+// workspace): a one-off large product must not leave its packed operands
+// held by every thread for the life of the process.
+constexpr int64_t kThreadScratchMax = int64_t{4} << 20;
+
 char* ThreadScratch(int64_t bytes) {
   static thread_local char* buf = nullptr;
   static thread_local int64_t cap = 0;
+  if (bytes > kThreadScratchMax) return nullptr;
   if (bytes > cap) {
     std::free(buf);
     cap = Align64(bytes);
@@ -790,14 +796,13 @@ char* ThreadScratch(int64_t bytes) {
 }
 
 // A split-k product on two threads: thread h packs and sums half h of the
-// pairs over all of C into its partial, in its own scratch; then each
-// finishes half the rows. Falls back to the serial form (same bits) when a
-// thread's scratch cannot be had.
+// pairs over all of C into its partial, in its own scratch (its share of
+// the shared workspace when that cannot be had); then each finishes half
+// the rows.
 void SplitProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
                   const uint16_t* b, char* c, char* ws) {
   const Bf16GemmCall pg = PartialCall(g);
   float* partial[2] = {nullptr, nullptr};
-  bool ok[2] = {false, false};
 #pragma omp parallel num_threads(2)
   {
     const int64_t t = omp_get_thread_num();
@@ -806,32 +811,46 @@ void SplitProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
     const int64_t a_bytes = Align64((np * g.n + kMr) * 4);
     const int64_t b_bytes = Align64(s.npb * np * kNr * 4);
     char* mine = ThreadScratch(a_bytes + b_bytes + s.scratch_bytes + s.partial_bytes);
-    ok[t] = mine != nullptr;
-    if (mine != nullptr) {
-      uint32_t* ap = reinterpret_cast<uint32_t*>(mine);
-      uint32_t* bp = reinterpret_cast<uint32_t*>(mine + a_bytes);
-      float* scratch = s.scratch_bytes
-                           ? reinterpret_cast<float*>(mine + a_bytes + b_bytes)
-                           : nullptr;
+    uint32_t *ap, *bp;
+    float* scratch;
+    int64_t pairs_at, panel_pairs;
+    if (mine != nullptr) {  // this half's pairs only
+      ap = reinterpret_cast<uint32_t*>(mine);
+      bp = reinterpret_cast<uint32_t*>(mine + a_bytes);
+      scratch = reinterpret_cast<float*>(mine + a_bytes + b_bytes);
       partial[t] = reinterpret_cast<float*>(mine + a_bytes + b_bytes + s.scratch_bytes);
-      // The pair rows of this half, and kMr zero words after them that the
-      // ragged last panel's rows past n read.
-      PackPairs(a, g.a_cs, g.n, g.k, p0, p1, ap, p0);
-      for (int64_t i = 0; i < kMr; ++i) ap[np * g.n + i] = 0;
-      for (int64_t jp = 0; jp < s.npb; ++jp) {
-        const int64_t j0 = jp * kNr;
-        PackB(b, g.b_rs, g.b_cs, j0, g.m - j0 < kNr ? g.m - j0 : kNr, g.k,
-              bp + jp * np * kNr, p0, p1, p0);
-      }
-      ComputeRegion(pg, s, a, ap, bp, reinterpret_cast<char*>(partial[t]), scratch,
-                    0, s.npa, 0, s.npb, p0, p1, p0, np);
+      pairs_at = p0, panel_pairs = np;
+    } else {  // the workspace's whole-k layout, this half of it
+      ap = reinterpret_cast<uint32_t*>(ws);
+      bp = reinterpret_cast<uint32_t*>(ws + s.a_bytes);
+      char* rest = ws + s.a_bytes + s.b_bytes;
+      scratch = reinterpret_cast<float*>(rest + t * s.scratch_bytes);
+      partial[t] = reinterpret_cast<float*>(rest + 2 * s.scratch_bytes +
+                                            t * s.partial_bytes);
+      pairs_at = 0, panel_pairs = s.kp;
     }
+    if (s.scratch_bytes == 0) scratch = nullptr;
+    // The pair rows of this half, and kMr zero words after them that the
+    // ragged last panel's rows past n read (past the last pair row only in
+    // the whole-k layout; inside this half's buffer otherwise).
+    PackPairs(a, g.a_cs, g.n, g.k, p0, p1, ap, pairs_at);
+    uint32_t* after = ap + (p1 - pairs_at) * g.n;
+    if (mine != nullptr || t == 1) {
+      for (int64_t i = 0; i < kMr; ++i) after[i] = 0;
+    }
+    for (int64_t jp = 0; jp < s.npb; ++jp) {
+      const int64_t j0 = jp * kNr;
+      PackB(b, g.b_rs, g.b_cs, j0, g.m - j0 < kNr ? g.m - j0 : kNr, g.k,
+            bp + jp * panel_pairs * kNr, p0, p1, pairs_at);
+    }
+    // In the whole-k layout the ragged last panel of the first half reads
+    // into the second half's first pair row: wait for both halves.
 #pragma omp barrier
-    if (ok[0] && ok[1]) {
-      FinishSplit(g, partial[0], partial[1], c, g.n * t / 2, g.n * (t + 1) / 2);
-    }
+    ComputeRegion(pg, s, a, ap, bp, reinterpret_cast<char*>(partial[t]), scratch,
+                  0, s.npa, 0, s.npb, p0, p1, pairs_at, panel_pairs);
+#pragma omp barrier
+    FinishSplit(g, partial[0], partial[1], c, g.n * t / 2, g.n * (t + 1) / 2);
   }
-  if (!(ok[0] && ok[1])) SerialProduct(g, s, a, b, c, ws);
 }
 
 // One product on `team` threads: both operands packed once, in parallel,

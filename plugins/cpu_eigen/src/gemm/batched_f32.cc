@@ -354,10 +354,13 @@ void Scale(float* x, int64_t n, float scale) {
 }
 
 // A thread's own scratch of at least `bytes` (64-byte aligned), kept from
-// call to call, grown as needed and never freed; null if it cannot be had.
+// call to call, grown as needed and never freed; null if it cannot be had
+// or is over 4 MiB (a one-off large call must not leave it held by every
+// thread).
 char* ThreadScratch(int64_t bytes) {
   static thread_local char* buf = nullptr;
   static thread_local int64_t cap = 0;
+  if (bytes > (int64_t{4} << 20)) return nullptr;
   if (bytes > cap) {
     std::free(buf);
     cap = (bytes + 63) / 64 * 64;

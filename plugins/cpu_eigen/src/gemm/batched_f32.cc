@@ -32,13 +32,13 @@
 
 #ifdef CPU_EIGEN_BF16_GEMM
 #include "bf16_gemm.h"
+#include "../thread_scratch.h"
 #endif
 
 #include <immintrin.h>
 #include <omp.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 namespace cpu_eigen {
@@ -353,23 +353,6 @@ void Scale(float* x, int64_t n, float scale) {
   for (; i < n; ++i) x[i] *= scale;
 }
 
-// A thread's own scratch of at least `bytes` (64-byte aligned), kept from
-// call to call, grown as needed and never freed; null if it cannot be had
-// or is over 4 MiB (a one-off large call must not leave it held by every
-// thread).
-char* ThreadScratch(int64_t bytes) {
-  static thread_local char* buf = nullptr;
-  static thread_local int64_t cap = 0;
-  if (bytes > (int64_t{4} << 20)) return nullptr;
-  if (bytes > cap) {
-    std::free(buf);
-    cap = (bytes + 63) / 64 * 64;
-    buf = static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(cap)));
-    if (buf == nullptr) cap = 0;
-  }
-  return buf;
-}
-
 // Runs run(i, scratch) for every item over the team; each thread owns `per`
 // bytes of the workspace. Thread t takes the t-th contiguous share of the
 // items (not items handed out one at a time): the items follow the batch
@@ -393,7 +376,7 @@ void ForEachItem(const AttentionF32Call& c, int64_t per, const Run& run) {
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     // The thread's scratch (scores, packed operands) is its own, kept from
-    // call to call (bf16_gemm.cc ThreadScratch has the reason); the shared
+    // call to call (thread_scratch.h has the reason); the shared
     // workspace when it cannot be had.
     char* mine = ThreadScratch(per);
     if (mine == nullptr) mine = ws + t * per;

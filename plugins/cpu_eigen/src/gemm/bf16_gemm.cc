@@ -56,12 +56,12 @@
 #endif
 
 #include "bf16_gemm.h"
+#include "../thread_scratch.h"
 
 #include <immintrin.h>
 #include <omp.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 namespace cpu_eigen {
@@ -769,30 +769,6 @@ void SerialProduct(const Bf16GemmCall& g, const Sizes& s, const uint16_t* a,
     return;
   }
   ComputeRegion(g, s, a, ap, bp, c, scratch, 0, s.npa, 0, s.npb);
-}
-
-// A thread's own scratch for a split-k half, kept from call to call (grown
-// as needed, never freed: at most the largest half's packed operands and
-// partial). A thread writes and reads it alone, so its lines stay in that
-// thread's core; in a workspace shared by every kernel the same bytes are
-// written by whichever thread the last op assigned them to, and writing a
-// line the other core holds costs a transfer first.
-// Requests over kThreadScratchMax get null (the caller uses the shared
-// workspace): a one-off large product must not leave its packed operands
-// held by every thread for the life of the process.
-constexpr int64_t kThreadScratchMax = int64_t{4} << 20;
-
-char* ThreadScratch(int64_t bytes) {
-  static thread_local char* buf = nullptr;
-  static thread_local int64_t cap = 0;
-  if (bytes > kThreadScratchMax) return nullptr;
-  if (bytes > cap) {
-    std::free(buf);
-    cap = Align64(bytes);
-    buf = static_cast<char*>(std::aligned_alloc(64, static_cast<size_t>(cap)));
-    if (buf == nullptr) cap = 0;
-  }
-  return buf;
 }
 
 // A split-k product on two threads: thread h packs and sums half h of the

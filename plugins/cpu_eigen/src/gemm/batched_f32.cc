@@ -29,10 +29,10 @@
 #endif
 
 #include "batched_f32.h"
+#include "../thread_scratch.h"
 
 #ifdef CPU_EIGEN_BF16_GEMM
 #include "bf16_gemm.h"
-#include "../thread_scratch.h"
 #endif
 
 #include <immintrin.h>

@@ -25,6 +25,10 @@ per-round ratio: round i of two configurations ran about a second apart,
 so each ratio compares them in the same state of the host, whose speed
 changes for seconds at a time (docs/benchmarks.md, sessions 18 and 19).
 The ratio of the best rounds is stored as ``best_of_rounds`` beside it.
+Before each round the two CPUs' placement is probed (bench/placement.py: a
+cache-line round trip, ~60 ns when the host put them on one die, ~400 ns on
+two, where every step here runs slower); the ratio rows give the rounds'
+count per placement and the median ratio of each (``by_placement``).
 Everything runs inside ``_harness.steady_malloc``: torch's CPU tensors come
 from glibc's malloc, whose large blocks cost page faults or not depending on
 what the process did before (torch eager's bfloat16 step ran 21-23 or 19.6
@@ -43,6 +47,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import placement  # noqa: E402
 from _harness import best_seconds, result, skip_note, steady_malloc, try_import  # noqa: E402
 from models import bert, resnet  # noqa: E402
 
@@ -161,8 +166,10 @@ def _interleaved(bench, configs, timing) -> tuple[list, dict]:
     """Time ``configs`` [(impl, library, step, args, to_float, ref, rtol)]
     round-robin: every round runs each configuration once (``timing``'s
     min_run_s long), so a change of the machine's speed hits all of them
-    alike. Returns rows (median round, in steps/s) and impl -> per-round
-    seconds per step."""
+    alike. Before each round the CPUs' placement is probed
+    (placement.round_trip_ns; stored per round in the rows). Returns rows
+    (median round, in steps/s) and impl -> per-round seconds per step, with
+    the per-round round trips (ns, or None) under the key "placement"."""
     rows, live = [], []
     for impl, library, step, args, to_float, ref, rtol in configs:
         bad = _check(bench, impl, library, step, args, to_float, ref, rtol)
@@ -171,7 +178,9 @@ def _interleaved(bench, configs, timing) -> tuple[list, dict]:
         else:
             live.append((impl, library, step, args))
     per = {impl: [] for impl, *_ in live}
+    where = []
     for _ in range(timing["runs"]):
+        where.append(placement.round_trip_ns() if live else None)
         for impl, _, step, args in live:
             best, _runs = best_seconds(lambda: step(*args), warmup=timing["warmup"], runs=1,
                                        min_run_s=timing["min_run_s"])
@@ -180,19 +189,32 @@ def _interleaved(bench, configs, timing) -> tuple[list, dict]:
         rows.append(result(bench, impl, library, "steps/s", 1.0 / float(np.median(per[impl])),
                            "higher", steps_per_s_runs=[1.0 / s for s in per[impl]],
                            steps_per_s_best=1.0 / min(per[impl]),
+                           placement_round_trip_ns=where,
                            note=f"median of {timing['runs']} interleaved rounds"))
+    per["placement"] = where
     return rows, per
 
 
-def _ratio(bench, what, ours, theirs, target=None):
+def _ratio(bench, what, ours, theirs, target=None, where=None):
     """Dragon's speed over another configuration's: the median over rounds
-    of the per-round ratio (their seconds per step / ours in round i)."""
+    of the per-round ratio (their seconds per step / ours in round i).
+    ``where``: the rounds' placement probes; the row then also holds the
+    median ratio of the rounds of each placement (``by_placement``)."""
     if ours is None or theirs is None:
         return None
     paired = [t / o for o, t in zip(ours, theirs)]
+    extra, note = {}, "median over rounds of the per-round ratio"
+    if where:
+        groups: dict = {}
+        for ratio, ns in zip(paired, where):
+            groups.setdefault(placement.classify(ns), []).append(ratio)
+        extra["by_placement"] = {kind: float(np.median(v)) for kind, v in groups.items()}
+        extra["placement_round_trip_ns"] = list(where)
+        note += "; rounds by CPU placement: " + placement.summary(list(where)) + "; " + ", ".join(
+            f"{kind} {np.median(v):.3f}x" for kind, v in sorted(groups.items()))
     return result(bench, f"ratio {what}", "dragon", "x", float(np.median(paired)), "higher",
                   target, per_round=paired, best_of_rounds=min(theirs) / min(ours),
-                  note="median over rounds of the per-round ratio")
+                  note=note, **extra)
 
 
 def run(quick: bool = False, rounds: int = 20) -> list[dict]:
@@ -243,12 +265,13 @@ def _rows(quick: bool, rounds: int) -> list[dict]:
                      rtol)]
         got, sp = _interleaved(bench, configs, timing)
         rows += got
+        where = sp.get("placement")
         for r in (_ratio(bench, "dragon eager / torch eager", sp.get("dragon eager"),
-                         sp.get("torch eager"), 1.0),
+                         sp.get("torch eager"), 1.0, where),
                   _ratio(bench, "dragon compiled / torch eager", sp.get("@dg.function"),
-                         sp.get("torch eager"), 1.3),
+                         sp.get("torch eager"), 1.3, where),
                   _ratio(bench, "dragon compiled / torch.compile", sp.get("@dg.function"),
-                         sp.get("torch.compile"), 1.0)):
+                         sp.get("torch.compile"), 1.0, where)):
             if r:
                 rows.append(r)
 
@@ -269,10 +292,11 @@ def _rows(quick: bool, rounds: int) -> list[dict]:
         ("@dg.function", "dragon", dragon_resnet_step(dg, state, True), (dx, dy), df, ref,
          rtol)], timing)
     rows += got
+    where = sp.get("placement")
     for r in (_ratio(bench, "dragon eager / torch eager", sp.get("dragon eager"),
-                     sp.get("torch eager")),
+                     sp.get("torch eager"), None, where),
               _ratio(bench, "dragon compiled / torch eager", sp.get("@dg.function"),
-                     sp.get("torch eager"), 1.2)):
+                     sp.get("torch eager"), 1.2, where)):
         if r:
             rows.append(r)
     return rows

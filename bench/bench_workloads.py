@@ -162,14 +162,14 @@ def _check(bench, impl, library, step, args, to_float, ref, rtol):
     return None
 
 
-def _interleaved(bench, configs, timing) -> tuple[list, dict]:
+def _interleaved(bench, configs, timing) -> tuple[list, dict, list]:
     """Time ``configs`` [(impl, library, step, args, to_float, ref, rtol)]
     round-robin: every round runs each configuration once (``timing``'s
     min_run_s long), so a change of the machine's speed hits all of them
     alike. Before each round the CPUs' placement is probed
     (placement.round_trip_ns; stored per round in the rows). Returns rows
-    (median round, in steps/s) and impl -> per-round seconds per step, with
-    the per-round round trips (ns, or None) under the key "placement"."""
+    (median round, in steps/s), impl -> per-round seconds per step, and the
+    per-round round trips (ns, or None)."""
     rows, live = [], []
     for impl, library, step, args, to_float, ref, rtol in configs:
         bad = _check(bench, impl, library, step, args, to_float, ref, rtol)
@@ -191,8 +191,7 @@ def _interleaved(bench, configs, timing) -> tuple[list, dict]:
                            steps_per_s_best=1.0 / min(per[impl]),
                            placement_round_trip_ns=where,
                            note=f"median of {timing['runs']} interleaved rounds"))
-    per["placement"] = where
-    return rows, per
+    return rows, per, where
 
 
 def _ratio(bench, what, ours, theirs, target=None, where=None):
@@ -263,9 +262,8 @@ def _rows(quick: bool, rounds: int) -> list[dict]:
                     ("@dg.function", "dragon",
                      dragon_encoder_step(dg, state, precision, True)[0], (dx, dt), df, ref,
                      rtol)]
-        got, sp = _interleaved(bench, configs, timing)
+        got, sp, where = _interleaved(bench, configs, timing)
         rows += got
-        where = sp.get("placement")
         for r in (_ratio(bench, "dragon eager / torch eager", sp.get("dragon eager"),
                          sp.get("torch eager"), 1.0, where),
                   _ratio(bench, "dragon compiled / torch eager", sp.get("@dg.function"),
@@ -285,14 +283,13 @@ def _rows(quick: bool, rounds: int) -> list[dict]:
     step = torch_resnet_step(torch, state)
     ref = [tf(step(tx, ty)) for _ in range(CHECK_STEPS)]
     rtol = RTOL["float32"]
-    got, sp = _interleaved(bench, [
+    got, sp, where = _interleaved(bench, [
         ("torch eager", "torch", torch_resnet_step(torch, state), (tx, ty), tf, ref, rtol),
         ("dragon eager", "dragon", dragon_resnet_step(dg, state, False), (dx, dy), df, ref,
          rtol),
         ("@dg.function", "dragon", dragon_resnet_step(dg, state, True), (dx, dy), df, ref,
          rtol)], timing)
     rows += got
-    where = sp.get("placement")
     for r in (_ratio(bench, "dragon eager / torch eager", sp.get("dragon eager"),
                      sp.get("torch eager"), None, where),
               _ratio(bench, "dragon compiled / torch eager", sp.get("@dg.function"),

@@ -24,8 +24,13 @@ import ctypes
 import gc
 import importlib
 import math
+import os
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 #: How to get each optional comparison library.
@@ -218,6 +223,20 @@ def best_seconds(fn: Callable[[], Any], warmup: int = 3, runs: int = 7,
         if gc_was_enabled:
             gc.enable()
     return min(per_run), per_run
+
+
+def native_library(source: Path, flags: list) -> Optional[ctypes.CDLL]:
+    """``source`` (a file under bench/native/) built with the system C++
+    compiler (``$CXX``, else g++ or clang++) and ``flags`` into a temporary
+    shared object, loaded through ctypes. None when there is no compiler;
+    a failed build raises ``subprocess.CalledProcessError``."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        return None
+    out = Path(tempfile.mkdtemp(prefix=f"dg_{source.stem}_")) / f"{source.stem}.so"
+    subprocess.run([cxx, *flags, "-shared", "-fPIC", str(source), "-o", str(out)],
+                   check=True, capture_output=True)
+    return ctypes.CDLL(str(out))
 
 
 # glibc's mallopt parameters and their defaults (malloc.h).

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from _harness import result
+from _harness import native_library, result
 
 BENCH = "fma_peak_f32"
 SOURCE = Path(__file__).resolve().parent / "native" / "fma_peak.cc"
@@ -34,13 +32,11 @@ def _lib():
     global _LIB
     if _LIB is not None:
         return _LIB
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None or os.uname().machine != "x86_64":
+    if os.uname().machine != "x86_64":
         return None
-    out = Path(tempfile.mkdtemp(prefix="dg_fma_")) / "fma_peak.so"
-    subprocess.run([cxx, "-O2", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC",
-                    str(SOURCE), "-o", str(out)], check=True, capture_output=True)
-    lib = ctypes.CDLL(str(out))
+    lib = native_library(SOURCE, ["-O2", "-mavx512f", "-mfma", "-fopenmp"])
+    if lib is None:
+        return None
     lib.fma_peak.restype = ctypes.c_double
     lib.fma_peak.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64]
     _LIB = lib

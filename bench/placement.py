@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from _harness import native_library
 
 SOURCE = Path(__file__).resolve().parent / "native" / "placement.cc"
 
@@ -42,16 +42,13 @@ def _lib():
     global _LIB, _FAILED
     if _LIB is not None or _FAILED:
         return _LIB
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None or not hasattr(os, "sched_getaffinity"):
-        _FAILED = True
-        return None
-    out = Path(tempfile.mkdtemp(prefix="dg_placement_")) / "placement.so"
-    try:
-        subprocess.run([cxx, "-O2", "-pthread", "-shared", "-fPIC", str(SOURCE), "-o", str(out)],
-                       check=True, capture_output=True)
-        lib = ctypes.CDLL(str(out))
-    except (OSError, subprocess.CalledProcessError):
+    lib = None
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            lib = native_library(SOURCE, ["-O2", "-pthread"])
+        except (OSError, subprocess.CalledProcessError):
+            lib = None
+    if lib is None:
         _FAILED = True
         return None
     lib.placement_round_trip_ns.restype = ctypes.c_double

@@ -340,3 +340,107 @@ def test_captured_tensors_on_a_device_without_a_kernel_no_change():
     g = _block()
     g.metadata["devices"] = "cpu,cuda"
     _unchanged(g)
+
+
+# --------------------------------- the bias sum read through a view (float32)
+
+
+def _view_block(view_shape=(6, 8), keepdims=True, extra=(), outputs=None, sum_axes=None,
+                grad_readers=()):
+    """GeluGrad(a, dy) -> Reshape(view_shape) -> Sum(every axis but the
+    last) & MatMul: the float32 step, whose Linear writes a 2-D product."""
+    ops = [("GeluGrad", ["a", "dy"], ["g"], {}),
+           ("Reshape", ["g"], ["g2"], {"shape": list(view_shape)}),
+           ("Sum", ["g2"], ["db"], {"axes": list(sum_axes if sum_axes is not None
+                                                   else range(len(view_shape) - 1)),
+                                    "keepdims": keepdims}),
+           ("MatMul", ["g2", "w"], ["dx"], {})]
+    ops.extend(("Neg", ["g"], [f"n{i}"], {}) for i in range(len(grad_readers)))
+    ops.extend(extra)
+    last = view_shape[-1]
+    return graph(inputs=[("a", F32, S), ("dy", F32, S), ("w", F32, (last, 5))], ops=ops,
+                 outputs=outputs if outputs is not None
+                 else ["db", "dx"] + [f"n{i}" for i in range(len(grad_readers))])
+
+
+def _view_feeds():
+    rng = np.random.default_rng(2)
+    return {"a": (rng.standard_normal(S) * 2).astype(np.float32),
+            "dy": rng.standard_normal(S).astype(np.float32),
+            "w": rng.standard_normal((8, 5)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_bias_sum_through_a_view_fuses(keepdims):
+    g = _view_block(keepdims=keepdims)
+    new = gelu_fusion(g)
+    assert [op.type for op in new.op] == ["BiasGeluGrad", "Reshape", "Reshape", "MatMul"]
+    fused, _, as_sum, _ = new.op
+    assert list(fused.input) == ["a", "dy"] and fused.output[0] == "g"
+    assert not fused.attr["keepdims"].b
+    assert dg.as_dtype(fused.attr["dtype"].dtype).name == F32
+    # the Sum's output keeps its name and shape: a view of the [N] sum
+    assert list(as_sum.input) == [fused.output[1]] and list(as_sum.output) == ["db"]
+    info = {v.name: tuple(v.shape) for v in new.value_info}
+    assert info[fused.output[1]] == (8,)
+    assert info["db"] == ((1, 8) if keepdims else (8,))
+    _same_results(g, new, _view_feeds())
+
+
+def test_bias_sum_through_a_rank3_view():
+    g = _view_block(view_shape=(3, 2, 8))
+    new = gelu_fusion(g)
+    assert [op.type for op in new.op][0] == "BiasGeluGrad"
+    _same_results(g, new, _view_feeds())
+
+
+VIEW_MISSES = {
+    # the view moves the last axis: the sum would not be a bias gradient
+    "view_splits_last_axis": dict(view_shape=(12, 4)),
+    # the Sum keeps a leading axis
+    "sum_keeps_rows": dict(sum_axes=(1,)),
+    # g itself has another reader besides the view
+    "second_reader_of_g": dict(grad_readers=(1,)),
+    # the view is a graph output
+    "view_pinned": dict(outputs=["db", "dx", "g2"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_MISSES))
+def test_bias_sum_through_a_view_preconditions(case):
+    kwargs = VIEW_MISSES[case]
+    if case == "view_splits_last_axis":
+        g = graph(inputs=[("a", F32, S), ("dy", F32, S), ("w", F32, (4, 5))],
+                  ops=[("GeluGrad", ["a", "dy"], ["g"], {}),
+                       ("Reshape", ["g"], ["g2"], {"shape": [12, 4]}),
+                       ("Sum", ["g2"], ["db"], {"axes": [0], "keepdims": True}),
+                       ("MatMul", ["g2", "w"], ["dx"], {})],
+                  outputs=["db", "dx"])
+        feeds = _view_feeds()
+        feeds["w"] = feeds["w"][:4]
+    else:
+        g = _view_block(**kwargs)
+        feeds = _view_feeds()
+    _unchanged(g)
+    _same_results(g, gelu_fusion(g), feeds)
+
+
+def test_float32_step_fuses_the_bias_sum_behind_the_reshape():
+    """The float32 MLP step of a rank-3 input (the Linear's bias inside the
+    2-D product): GeluGrad -> Reshape -> Sum becomes BiasGeluGrad, and the
+    step computes what it computes without the pass, bit for bit."""
+    rng = np.random.default_rng(6)
+    x = dg.tensor(rng.standard_normal((4, 7, 24)).astype(np.float32))
+    t = dg.tensor(rng.standard_normal((4, 7, 24)).astype(np.float32))
+    results = []
+    for disable in (True, False):
+        fn, params = _mlp_step(F32, disable)
+        losses = [float(fn(x, t).numpy()) for _ in range(3)]
+        types = [op.type for op in fn.get_graph(x, t).op]
+        results.append((losses, [p.numpy().copy() for p in params], types))
+    (l0, p0, t0), (l1, p1, t1) = results
+    assert "GeluGrad" in t0 and "BiasGeluGrad" not in t0
+    assert "BiasGeluGrad" in t1 and "GeluGrad" not in t1
+    assert l0 == l1
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)

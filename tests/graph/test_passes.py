@@ -48,7 +48,8 @@ def test_registry_levels_and_order():
     def at(level):
         return [n for n, _ in passes.passes_for(level)
                 if n not in ("fusion", "pattern_fusion", "cast_fold", "cast_hoist", "gelu_fusion",
-                             "linear_epilogue", "sum_cast", "matmul_transpose", "attention_fusion")
+                             "linear_epilogue", "sum_cast", "matmul_transpose", "attention_fusion",
+                             "loss_fusion")
                 and n not in plugin]
     assert at(0) == []
     # ddp_buckets (a no-op on graphs without DDP all-reduce ops) runs from O1.
@@ -59,7 +60,8 @@ def test_registry_levels_and_order():
                      "state_inplace", "memory"]
     assert [n for n, _ in passes.passes_for(3) if n not in plugin] == [
         "prune", "cse", "cast_hoist", "cast_fold", "matmul_transpose", "gelu_fusion",
-        "linear_epilogue", "sum_cast", "constant_fold", "relu_mask", "pattern_fusion", "attention_fusion",
+        "linear_epilogue", "sum_cast", "constant_fold", "loss_fusion", "relu_mask", "pattern_fusion",
+        "attention_fusion",
         "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]
     # A plugin pass runs right after the built-in pass it names.
     order = [n for n, _ in passes.passes_for(3)]

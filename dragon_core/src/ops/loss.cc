@@ -47,6 +47,23 @@ void PairLossShape(dg::InferContext& ctx) {
   ctx.set_output(0, x.dtype(), none ? x.shape() : Shape{});
 }
 
+// MseLossAndGrad: MseLoss's checks; reduction "mean" or "sum" (the scale of
+// an element-wise loss's gradient is not one scalar); scale 0-d, input's
+// dtype; dinput has input's shape.
+void MseLossAndGradShape(dg::InferContext& ctx) {
+  const dg::TensorRef x = ctx.input(0), s = ctx.input(2);
+  PairLossShape(ctx);
+  DG_CHECK(ctx.s("reduction") != "none", DG_INVALID_ARGUMENT,
+           "reduction must be \"mean\" or \"sum\" (one scale for the whole "
+           "gradient), got \"none\"");
+  DG_CHECK(s.ndim() == 0, DG_INVALID_ARGUMENT,
+           "scale must be a 0-d tensor, got shape ", ShapeStr(s.shape()));
+  DG_CHECK(s.dtype() == x.dtype(), DG_INVALID_ARGUMENT,
+           "scale must have input's dtype ", dg::DTypeName(x.dtype()), ", got ",
+           dg::DTypeName(s.dtype()));
+  ctx.set_output(1, x.dtype(), x.shape());
+}
+
 void SmoothL1Shape(dg::InferContext& ctx) {
   CheckFiniteAttr(ctx, "beta");
   DG_CHECK(ctx.f("beta") >= 0.0, DG_INVALID_ARGUMENT,
@@ -156,6 +173,23 @@ DG_OP(MseLoss)
     .Attr("reduction", "mean", kReductionDoc)
     .Flags(DG_OP_SAME_DTYPE)
     .Shape(PairLossShape);
+
+DG_OP(MseLossAndGrad)
+    .Doc("MseLoss and its input's gradient in one pass: loss as MseLoss "
+         "(mean or sum), dinput = (input - target) * scale, element-wise in "
+         "input's dtype (the Sub and Mul of MseLoss's gradient rule, scale "
+         "being 2 dy, divided by the count for the mean). Written by the "
+         "loss_fusion graph pass; not differentiable.")
+    .Input("input", dg::kFloat, DG_ARG_NO_GRAD, "Predictions.")
+    .Input("target", dg::kFloat, DG_ARG_NO_GRAD,
+           "Targets, input's shape and dtype.")
+    .Input("scale", dg::kFloat, DG_ARG_NO_GRAD,
+           "0-d, input's dtype: the gradient's factor.")
+    .Output("loss", dg::kFloat, 0, "Scalar.")
+    .Output("dinput", dg::kFloat, 0, "(input - target) * scale, input's shape.")
+    .Attr("reduction", "mean", "\"mean\" (average) or \"sum\".")
+    .Flags(DG_OP_SAME_DTYPE | DG_OP_NO_GRAD)
+    .Shape(MseLossAndGradShape);
 
 DG_OP(L1Loss)
     .Doc("Absolute error, element-wise: loss = |input - target|.")

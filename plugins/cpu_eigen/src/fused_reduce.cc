@@ -199,13 +199,18 @@ void SumCastColumns(const dg::KernelContext& ctx, const float* x,
         }
       },
       rows * width / (blocks * chunks));
-  ParallelFor(width, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      double acc = part[k];
-      for (int64_t c = 1; c < chunks; ++c) acc = acc + part[c * width + k];
-      sum[k] = static_cast<float>(acc);
-    }
-  });
+  // The chunks in order, a row of partials at a time (per column the same
+  // additions as one chain down it, vectorised).
+  ParallelFor(
+      width,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t c = 1; c < chunks; ++c) {
+          const double* src = part + c * width;
+          for (int64_t k = begin; k < end; ++k) part[k] = part[k] + src[k];
+        }
+        for (int64_t k = begin; k < end; ++k) sum[k] = static_cast<float>(part[k]);
+      },
+      chunks);
 }
 
 // width == 1 and rows > 1: Sum's RunInner over the dense run x[0, rows).

@@ -35,9 +35,14 @@ constexpr int64_t kSumBlock = 4096, kLanes = 8;
 
 // Sum of term(i) for i in [0, n) in double, deterministic for any thread
 // count: fixed blocks in parallel (each summed in eight interleaved lanes),
-// then the block sums in order.
-template <typename Term>
-double BlockedSum(int64_t n, int64_t cost, const Term& term) {
+// then the block sums in order. `visit(begin, end)` runs on each block just
+// before it is summed (its data then sits in L1 for the sum).
+struct NoVisit {
+  void operator()(int64_t, int64_t) const {}
+};
+template <typename Term, typename Visit = NoVisit>
+double BlockedSum(int64_t n, int64_t cost, const Term& term,
+                  const Visit& visit = Visit{}) {
   if (n <= 0) return 0.0;
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
@@ -46,6 +51,7 @@ double BlockedSum(int64_t n, int64_t cost, const Term& term) {
       [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t end = std::min(n, (b + 1) * kSumBlock);
+          visit(b * kSumBlock, end);
           // Eight interleaved partial sums (term i goes to lane i % 8), added
           // pairwise at the end: eight independent chains of additions
           // instead of one (a double add waits ~4 cycles for the last).
@@ -110,6 +116,42 @@ void MseLossKernel(dg::KernelContext& ctx) {
   });
 }
 
+// MseLoss and its gradient in one pass over input and target: the loss has
+// MseLoss's bits (the same terms, the same BlockedSum), dinput Sub's then
+// Mul's (d = x - t rounded to T, then d * scale rounded to T).
+template <typename T>
+void MseLossAndGradKernel(dg::KernelContext& ctx) {
+  CheckSameCount(ctx);
+  const Reduction red = GetReduction(ctx);
+  DG_CHECK(red != Reduction::kNone, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": reduction must be \"mean\" or \"sum\", got \"none\"");
+  const int64_t n = ctx.input(0).numel();
+  DG_CHECK(ctx.input(2).numel() == 1 && ctx.output(1).numel() == n,
+           DG_INTERNAL, ctx.op_name(), ": scale has ", ctx.input(2).numel(),
+           " elements (expected 1), dinput ", ctx.output(1).numel(),
+           " (expected ", n, ")");
+  const T scale = ctx.input(2).data<const T>()[0];
+  const T* x = n ? ctx.input(0).data<const T>() : nullptr;
+  const T* t = n ? ctx.input(1).data<const T>() : nullptr;
+  T* dx = n ? ctx.output(1).data<T>() : nullptr;
+  // dx block by block (a plain loop the compiler vectorises), then the
+  // block's terms from the same x and t, now in L1.
+  const double sum = BlockedSum(
+      n, 2,
+      [&](int64_t i) {
+        const T d = x[i] - t[i];
+        return d * d;
+      },
+      [&](int64_t begin, int64_t end) {
+        const T* __restrict xs = x;
+        const T* __restrict ts = t;
+        T* __restrict out = dx;
+        for (int64_t i = begin; i < end; ++i) out[i] = (xs[i] - ts[i]) * scale;
+      });
+  ctx.output(0).data<T>()[0] = static_cast<T>(
+      red == Reduction::kSum ? sum : sum / static_cast<double>(n));
+}
+
 template <typename T>
 void L1LossKernel(dg::KernelContext& ctx) {
   PairLoss<T>(ctx, 1, [](T x, T t, int64_t) { return std::abs(x - t); });
@@ -170,6 +212,7 @@ void SigmoidFocalLossKernel(dg::KernelContext& ctx) {
 }
 
 DG_KERNEL("MseLoss", "cpu", MseLossKernel, float, double);
+DG_KERNEL("MseLossAndGrad", "cpu", MseLossAndGradKernel, float, double);
 DG_KERNEL("L1Loss", "cpu", L1LossKernel, float, double);
 DG_KERNEL("SmoothL1Loss", "cpu", SmoothL1LossKernel, float, double);
 DG_KERNEL("BceWithLogits", "cpu", BceWithLogitsKernel, float, double);

@@ -451,15 +451,21 @@ class Fold {
         },
         num_red * width / (blocks * chunks));
     if (chunks > 1) {
-      ParallelFor(num_out, [&](int64_t begin, int64_t end) {
-        for (int64_t o = begin; o < end; ++o) {
-          A acc = dst_base[o];
-          for (int64_t c = 1; c < chunks; ++c) {
-            acc = Op::Apply(acc, dst_base[c * num_out + o]);
-          }
-          out[o] = acc;
-        }
-      });
+      // The chunks in order, a row of partials at a time: per output the
+      // same chain of Apply as down its column, but vectorisable (a strided
+      // chain per output cost ~35 us for 1024 outputs of 32 chunks).
+      ParallelFor(
+          num_out,
+          [&](int64_t begin, int64_t end) {
+            for (int64_t c = 1; c < chunks; ++c) {
+              const A* src = dst_base + c * num_out;
+              for (int64_t o = begin; o < end; ++o) {
+                dst_base[o] = Op::Apply(dst_base[o], src[o]);
+              }
+            }
+            for (int64_t o = begin; o < end; ++o) out[o] = dst_base[o];
+          },
+          chunks);
     }
   }
 

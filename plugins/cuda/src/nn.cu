@@ -1,7 +1,8 @@
 // Normalisation and loss kernels on cuda, with cpu_eigen's semantics
 // (norm.cc, loss.cc): LayerNorm and LayerNormGrad (statistics in double,
 // biased variance, rstd = 1/sqrt(var + eps)); the element-wise losses MseLoss,
-// L1Loss, SmoothL1Loss and BceWithLogits, each term in the input dtype and
+// L1Loss, SmoothL1Loss and BceWithLogits (and MseLossAndGrad, MseLoss with its
+// gradient), each term in the input dtype and
 // the "sum"/"mean" reductions accumulated in double (a mean over nothing is
 // NaN). Rows of up to 1024 values take one warp each (wider rows a block).
 // Parameter gradients are summed per column by 8 row groups (rows k, k + 8,
@@ -408,7 +409,38 @@ void SigmoidFocalLoss(dg::KernelContext& ctx) {
   DG_CHECK(gamma >= A(0), DG_INVALID_ARGUMENT, ctx.op_name(), ": gamma must be >= 0, got ", gamma);
   PairLoss<T>(ctx, FocalF<A>{alpha, gamma});
 }
+// MseLossAndGrad (the loss_fusion pass's op): the loss as MseLoss, and
+// dinput = (x - t) * scale as Sub then Mul compute it (d rounded to T, then
+// the product rounded to T). Two launches: the fusion saves host-side reads
+// of x and t, which device memory does not need.
+template <typename T>
+__global__ void MseGradKernel(const T* x, const T* t, const T* scale, T* dx, int64_t n) {
+  const Acc<T> s = Load(scale[0]);
+  DGC_LOOP(i, n) {
+    const T d = Store<T>(Load(x[i]) - Load(t[i]));
+    dx[i] = Store<T>(Load(d) * s);
+  }
+}
+
+template <typename T>
+void MseLossAndGrad(dg::KernelContext& ctx) {
+  const int64_t n = ctx.input(0).numel();
+  DG_CHECK(GetRed(ctx) != Red::kNone, DG_INVALID_ARGUMENT, ctx.op_name(),
+           ": reduction must be \"mean\" or \"sum\", got \"none\"");
+  DG_CHECK(ctx.input(2).numel() == 1 && ctx.output(1).numel() == n, DG_INTERNAL,
+           ctx.op_name(), ": scale has ", ctx.input(2).numel(), " elements (expected 1), dinput ",
+           ctx.output(1).numel(), " (expected ", n, ")");
+  PairLoss<T>(ctx, MseF{});
+  if (n == 0) return;
+  cudaStream_t s = Prepare(ctx);
+  MseGradKernel<T><<<Blocks(n), kThreads, 0, s>>>(
+      static_cast<const T*>(ctx.input(0).raw_data()), static_cast<const T*>(ctx.input(1).raw_data()),
+      static_cast<const T*>(ctx.input(2).raw_data()), static_cast<T*>(ctx.output(1).raw_data()), n);
+  CheckLaunch(ctx);
+}
+
 DG_KERNEL("SigmoidFocalLoss", "cuda", SigmoidFocalLoss, float, double, half, bf16);
+DG_KERNEL("MseLossAndGrad", "cuda", MseLossAndGrad, float, double);
 DG_KERNEL("MseLoss", "cuda", MseLoss, float, double, half, bf16);
 DG_KERNEL("L1Loss", "cuda", L1Loss, float, double, half, bf16);
 DG_KERNEL("SmoothL1Loss", "cuda", SmoothL1Loss, float, double, half, bf16);

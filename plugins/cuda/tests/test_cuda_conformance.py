@@ -299,6 +299,14 @@ CASES["BatchNormStatsUpdate"] = [
     for s in ((7,), (300,), (), (0,)) for k in (0, 1)]
 
 
+# MseLossAndGrad (the loss_fusion pass's op: MseLoss with its gradient, not
+# differentiable): a case per output, as above.
+CASES["MseLossAndGrad"] = [
+    (lambda x, t, c, r=r, k=k: ops.mse_loss_and_grad(x, t, c, reduction=r)[k],
+     [("f", s), ("f", s), ("f", ())], ("float32", "float64"), False)
+    for s in ((7, 5), (0,), (3000,)) for r in ("mean", "sum") for k in (0, 1)]
+
+
 def _cases():
     for op, cases in sorted(CASES.items()):
         for i, (fn, specs, dtypes, grad) in enumerate(cases):

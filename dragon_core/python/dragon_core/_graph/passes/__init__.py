@@ -15,7 +15,7 @@ _PASSES: list = []   # (order, name, level, fn)
 _OWNERS: dict = {}   # plugin pass name -> (plugin object, plugin name)
 _ORDER = ["prune", "cse", "cast_hoist", "cast_fold", "matmul_transpose", "gelu_fusion", "linear_epilogue",
           "sum_cast",
-          "constant_fold",
+          "constant_fold", "loss_fusion",
           "relu_mask",
           "pattern_fusion", "attention_fusion", "inplace", "fusion", "ddp_buckets", "state_inplace", "memory"]
 

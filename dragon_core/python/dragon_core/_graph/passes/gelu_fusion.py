@@ -262,9 +262,10 @@ def _match_forward(graph, info, readers, k):
     return u, v, gelus[0]
 
 
-def _match_backward(graph, info, readers, pinned, k):
-    """The index of the bias-gradient Sum reading GeluGrad ``k``'s output,
-    where the backward half applies, else None."""
+def _grad_output(graph, info, pinned, k):
+    """``(g, shape)`` of GeluGrad ``k`` when it is float32 of rank >= 2 with
+    x, dy and g of one shape and g not pinned (both backward matches need
+    that), else None."""
     gg = graph.op[k]
     if len(gg.input) != 2 or len(gg.output) != 1:
         return None
@@ -274,6 +275,16 @@ def _match_backward(graph, info, readers, pinned, k):
             or _shape(info, g) != shape
             or not _dtype(info, x) == _dtype(info, dy) == _dtype(info, g) == _F32):
         return None
+    return g, shape
+
+
+def _match_backward(graph, info, readers, pinned, k):
+    """The index of the bias-gradient Sum reading GeluGrad ``k``'s output,
+    where the backward half applies, else None."""
+    found = _grad_output(graph, info, pinned, k)
+    if found is None:
+        return None
+    g, shape = found
     rs = readers.get(g, [])
     sums = [j for j, _ in rs if _match_sum(graph.op[j], len(shape))]
     if len(sums) != 1 or sum(j == sums[0] for j, _ in rs) != 1:
@@ -288,15 +299,10 @@ def _match_backward_view(graph, info, readers, pinned, k):
     the last (the float32 graph, where the Linear's product is 2-D and the
     GELU runs on the batch's axes); else None. The other readers of the view
     (the next products) keep reading it."""
-    gg = graph.op[k]
-    if len(gg.input) != 2 or len(gg.output) != 1:
+    found = _grad_output(graph, info, pinned, k)
+    if found is None:
         return None
-    x, dy, g = gg.input[0], gg.input[1], gg.output[0]
-    shape = _shape(info, x)
-    if (shape is None or len(shape) < 2 or g in pinned or _shape(info, dy) != shape
-            or _shape(info, g) != shape
-            or not _dtype(info, x) == _dtype(info, dy) == _dtype(info, g) == _F32):
-        return None
+    g, shape = found
     rs = readers.get(g, [])
     if len(rs) != 1:
         return None

@@ -44,14 +44,10 @@ from dragon_core import proto as P
 from dragon_core._graph.passes import device_types, kernel_dtypes, register_pass, value_index
 from dragon_core._graph.passes._rewrite import fresh_namer, readers as _readers, rewrite
 from dragon_core._graph.passes._rewrite import value_dtype as _dtype, value_shape as _shape
+from dragon_core._graph.passes.linear_epilogue import _attrs
 
 PATTERN = "loss_fusion"
 FUSED = "MseLossAndGrad"
-
-
-def _attrs(op) -> list:
-    """The op's attributes, annotations (names starting with "_") aside."""
-    return [n for n in op.attr if not n.startswith("_")]
 
 
 def _match(graph, info, readers, pinned, producer, k, dtypes):

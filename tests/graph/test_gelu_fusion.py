@@ -425,6 +425,24 @@ def test_bias_sum_through_a_view_preconditions(case):
     _same_results(g, gelu_fusion(g), feeds)
 
 
+def test_bias_sum_through_a_transpose_is_left_alone():
+    """A strided view (Transpose) that keeps the last axis's size but moves
+    the axes: the Sum over its leading axes is not g's bias sum (here it
+    sums g's axes 0 and 2), so the chain must stay as it is."""
+    s = (2, 8, 8)
+    g = graph(inputs=[("a", F32, s), ("dy", F32, s)],
+              ops=[("GeluGrad", ["a", "dy"], ["g"], {}),
+                   ("Transpose", ["g"], ["gt"], {"perm": [0, 2, 1]}),
+                   ("Sum", ["gt"], ["db"], {"axes": [0, 1], "keepdims": False}),
+                   ("Neg", ["gt"], ["n"], {})],
+              outputs=["db", "n"])
+    _unchanged(g)
+    rng = np.random.default_rng(3)
+    feeds = {"a": (rng.standard_normal(s) * 2).astype(np.float32),
+             "dy": rng.standard_normal(s).astype(np.float32)}
+    _same_results(g, gelu_fusion(g), feeds)
+
+
 def test_float32_step_fuses_the_bias_sum_behind_the_reshape():
     """The float32 MLP step of a rank-3 input (the Linear's bias inside the
     2-D product): GeluGrad -> Reshape -> Sum becomes BiasGeluGrad, and the

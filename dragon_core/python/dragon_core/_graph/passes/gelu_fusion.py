@@ -39,8 +39,9 @@ preconditions hold (otherwise the graph is left as it is):
   fused op writes float32 ``g`` under its own name);
 - backward through a view (the float32 step, whose Linear adds its bias
   inside the 2-D product, so the GELU runs on the batch's axes): ``g``'s
-  only reader is a view op (``Reshape``) that keeps the last axis, is not
-  pinned, and is read by exactly one such ``Sum`` (its other readers, the
+  only reader is a row-major view op (``Reshape``; never a strided view
+  such as ``Transpose``, which may move the axes) that keeps the last axis,
+  is not pinned, and is read by exactly one such ``Sum`` (its other readers, the
   next products, keep reading the view). The fused op writes float32 ``g``
   under its name and ``dbias`` as ``[N]`` under a fresh name, and a
   ``Reshape`` of it to the Sum's shape takes the Sum's place (a view).
@@ -292,6 +293,21 @@ def _match_backward(graph, info, readers, pinned, k):
     return sums[0]
 
 
+def _row_major_view(op_type: str) -> bool:
+    """A view op that reads its input in row-major order (Reshape, Flatten,
+    Squeeze, ...): keeping the last axis's size, it keeps every column.
+    A strided view (Transpose: the ``strided_view`` schema flag) may keep
+    the size but move the axes, so a Sum over its leading axes would not
+    be the bias sum."""
+    from dragon_core import _C
+    if not is_view_op(op_type, {}):
+        return False
+    try:
+        return not _C.op(op_type).describe().get("strided_view", False)
+    except Exception:  # noqa: BLE001 - an op this process cannot resolve
+        return False
+
+
 def _match_backward_view(graph, info, readers, pinned, k):
     """``(sum index, sum's output shape)`` where GeluGrad ``k``'s float32
     output ``g`` is read only by one view op (a Reshape, say) that keeps its
@@ -309,7 +325,7 @@ def _match_backward_view(graph, info, readers, pinned, k):
     j = rs[0][0]
     view = graph.op[j]
     if (len(view.input) != 1 or len(view.output) != 1 or view.output[0] in pinned
-            or not is_view_op(view.type, {})):
+            or not _row_major_view(view.type)):
         return None
     vshape = _shape(info, view.output[0])
     if vshape is None or len(vshape) < 2 or vshape[-1] != shape[-1]:

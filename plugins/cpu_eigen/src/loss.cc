@@ -108,12 +108,16 @@ void PairLoss(dg::KernelContext& ctx, int64_t cost, const F& f) {
             [&](int64_t i) { return f(x[i], t[i], i); });
 }
 
+// MseLoss's term, in T (MseLossAndGrad sums the same terms).
+template <typename T>
+T SquaredError(T x, T t) {
+  const T d = x - t;
+  return d * d;
+}
+
 template <typename T>
 void MseLossKernel(dg::KernelContext& ctx) {
-  PairLoss<T>(ctx, 1, [](T x, T t, int64_t) {
-    const T d = x - t;
-    return d * d;
-  });
+  PairLoss<T>(ctx, 1, [](T x, T t, int64_t) { return SquaredError(x, t); });
 }
 
 // MseLoss and its gradient in one pass over input and target: the loss has
@@ -138,10 +142,7 @@ void MseLossAndGradKernel(dg::KernelContext& ctx) {
   // block's terms from the same x and t, now in L1.
   const double sum = BlockedSum(
       n, 2,
-      [&](int64_t i) {
-        const T d = x[i] - t[i];
-        return d * d;
-      },
+      [&](int64_t i) { return SquaredError(x[i], t[i]); },
       [&](int64_t begin, int64_t end) {
         const T* __restrict xs = x;
         const T* __restrict ts = t;

@@ -66,6 +66,32 @@ def cpu_has_avx512_bf16() -> bool:
         return False
 
 
+def onednn_runs_amx() -> bool:
+    """Whether cpu_eigen ranks its AVX512-BF16 GEMM below oneDNN's AMX
+    kernels in a child process with this environment under the default
+    DRAGON_CPU_EIGEN_BF16_GEMM (plugins/cpu_eigen/src/matmul_bf16.cc,
+    AmxServesBf16): DRAGON_CPU_EIGEN_AMX=on/off, else AMX-BF16 and AMX-TILE
+    in /proc/cpuinfo and no ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) cap
+    below AMX."""
+    import os
+    switch = os.environ.get("DRAGON_CPU_EIGEN_AMX", "auto")
+    if switch in ("on", "off"):
+        return switch == "on"
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        cap = os.environ.get(name, "").upper()
+        if cap:
+            if cap not in ("ALL", "DEFAULT") and "AMX" not in cap:
+                return False
+            break
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return {"amx_bf16", "amx_tile"} <= set(flags)
+
+
 def bf16_gemm_marker():
     """A skipif marker for tests of cpu_eigen's AVX512-BF16 GEMM
     (``MatMulBf16Avx512``): the kernel must be registered and the CPU have

@@ -7,9 +7,13 @@ strided operands, a strided residual, an empty inner axis, empty outputs,
 and the rounding cases where vcvtneps2bf16 and the Cast kernel differ
 (denormals, NaN payloads); errors.
 
-The kernel is registered only where the bfloat16 GEMM runs (AVX512-BF16);
-elsewhere these tests skip, and tests/graph/test_linear_epilogue.py shows
-the pass leaves graphs alone there."""
+cpu_eigen's kernel is registered only where the bfloat16 GEMM runs
+(AVX512-BF16), ranked below mkldnn's (plugins/mkldnn/src/matmul.cc: the
+product on oneDNN into float32 scratch, then one bias / residual / Cast
+pass) where oneDNN runs AMX tiles; each test runs on the default kernel and
+again pinned to oneDNN's. Without either kernel these tests skip, and
+tests/graph/test_linear_epilogue.py shows the pass leaves graphs alone
+there."""
 
 from __future__ import annotations
 
@@ -24,7 +28,28 @@ ops = dg.ops
 pytestmark = pytest.mark.skipif(
     not any(k["device"] == "cpu" and "bfloat16" in k["dtypes"]
             for k in dg._C.kernels("MatMulBiasAdd")),
-    reason="MatMulBiasAdd has a kernel only where cpu_eigen's AVX512-BF16 GEMM runs")
+    reason="MatMulBiasAdd has no bfloat16 kernel (cpu_eigen's AVX512-BF16 GEMM, mkldnn)")
+
+
+_KERNELS = {k["name"] for k in dg._C.kernels("MatMulBiasAdd") if k["device"] == "cpu"}
+
+
+@pytest.fixture(autouse=True, params=["default"] + (
+    ["MatMulBiasAddOneDNN"] if "MatMulBiasAddOneDNN" in _KERNELS else []))
+def kernel(request):
+    """Every test on the default kernel, and again on mkldnn's oneDNN kernel
+    with MatMul pinned to oneDNN too (so the unfused chain runs the same
+    product): cpu_eigen's is the default without AMX, oneDNN's with it."""
+    if request.param == "default":
+        yield request.param
+        return
+    dg.plugins.pin("MatMulBiasAdd", "cpu", request.param)
+    dg.plugins.pin("MatMul", "cpu", "mkldnn")
+    try:
+        yield request.param
+    finally:
+        dg.plugins.unpin("MatMulBiasAdd", "cpu")
+        dg.plugins.unpin("MatMul", "cpu")
 
 
 def _bf16(x):
@@ -231,20 +256,23 @@ def test_graph_only_op_explained():
     (the schema says so, as BiasGelu's and SumCastGrad's)."""
     from dragon_core import plugins
     assert dg._C.op("MatMulBiasAdd").describe()["no_grad"]
-    assert "MatMulBiasAddBf16Avx512" in str(plugins.explain("MatMulBiasAdd", dtype=dg.bfloat16))
+    text = str(plugins.explain("MatMulBiasAdd", dtype=dg.bfloat16))
+    for name in _KERNELS:
+        assert name in text, text
 
 
 _SUBPROCESS_CHECK = """
 import numpy as np, dragon_core as dg
-from dragon_core._graph.passes import kernel_dtypes
-print(' '.join(sorted(kernel_dtypes('MatMulBiasAdd', 'cpu'))) or '-')
+from dragon_core import plugins
+names = sorted(k["name"] for k in plugins.kernels("MatMulBiasAdd") if k["device"] == "cpu")
+print(",".join(names) or "-")
 lin = dg.nn.Linear(16, 16)
 def f(x):
     with dg.autocast('cpu'):
         return lin(x) + x
 g = dg.function(f)
 x = dg.tensor(np.ones((4, 16), np.float32))
-g(x)
+y = g(x)
 print(sum(op.type == 'MatMulBiasAdd' for op in g.get_graph(x).op))
 """
 
@@ -253,15 +281,24 @@ print(sum(op.type == 'MatMulBiasAdd' for op in g.get_graph(x).op))
                                  {"DRAGON_CPU_EIGEN_BF16_GEMM": "off"}])
 def test_not_registered_where_the_gemm_does_not_run(env):
     """With the ISA capped below x86-64-v4 or the AVX512-BF16 GEMM switched
-    off, the kernel is not registered, and the linear_epilogue pass (which
-    asks for it) leaves a mixed-precision Linear + residual as it is; with
-    the GEMM on, the same function fuses."""
+    off, cpu_eigen's kernel is not registered: with mkldnn disabled too no
+    kernel is, and the linear_epilogue pass (which asks for one) leaves a
+    mixed-precision Linear + residual as it is; with mkldnn its oneDNN
+    kernel takes the op and the same function fuses, as it does with the
+    GEMM on."""
     import os
     import subprocess
     import sys
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DRAGON_CPU_EIGEN")}
-    for extra, dtypes, fused in ((env, "-", "0"), ({}, "bfloat16", "1")):
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("DRAGON_CPU_EIGEN") and k != "DRAGON_DISABLE_PLUGINS"}
+    names = {k["name"] for k in dg.plugins.kernels("MatMulBiasAdd")}
+    onednn = "MatMulBiasAddOneDNN" in names
+    cases = [(dict(env, DRAGON_DISABLE_PLUGINS="mkldnn"), "-", "0"),
+             ({}, ",".join(sorted(names)), "1")]
+    if onednn:
+        cases.append((env, "MatMulBiasAddOneDNN", "1"))
+    for extra, kernels, fused in cases:
         out = subprocess.run([sys.executable, "-c", _SUBPROCESS_CHECK], env=dict(base, **extra),
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == [dtypes, fused], (extra, out.stdout)
+        assert out.stdout.split() == [kernels, fused], (extra, out.stdout)

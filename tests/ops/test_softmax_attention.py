@@ -281,6 +281,28 @@ needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="the bfloat16 kernels need 
                                 "AVX512-BF16 GEMM (a GCC build on a CPU with AVX512_BF16)")
 
 
+def _avx512_bf16_gemm_registered() -> bool:
+    from ._common import cpu_has_avx512_bf16
+    return cpu_has_avx512_bf16() and any(
+        k["name"] == "MatMulBf16Avx512" for k in dg._C.kernels("MatMul"))
+
+
+@pytest.mark.skipif(HAS_BF16 or not _avx512_bf16_gemm_registered(),
+                    reason="the bfloat16 tests run in this process (or the CPU has no AVX512_BF16)")
+def test_bf16_kernels_with_the_gemm_first():
+    """Where oneDNN runs AMX tiles the bfloat16 kernels are not registered
+    by default (the GEMM they share with the unfused products ranks below
+    oneDNN's): the bfloat16 tests of this file again with
+    DRAGON_CPU_EIGEN_BF16_GEMM=all, which registers them and puts the GEMM
+    first for the unfused products they are compared with."""
+    env = dict(os.environ, DRAGON_CPU_EIGEN_BF16_GEMM="all")
+    out = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p",
+                          "no:cacheprovider", "-x", "-k", "test_bf16_same_bits or test_bf16_matches"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and "skipped" not in out.stdout, out.stdout[-2000:]
+
+
 def _unfused_bf16(q, kt, v, do, scale):
     """The mixed-precision graph's ops, eager: bfloat16 products with
     float32 scores and gradients, p and ds cast to bfloat16."""
@@ -368,7 +390,8 @@ import hashlib, numpy as np, dragon_core as dg
 ops = dg.ops
 rng = np.random.default_rng(9)
 h = hashlib.sha256()
-for dt in ("float32", "bfloat16"):
+bf16 = any("bfloat16" in k["dtypes"] for k in dg._C.kernels("SoftmaxAttention"))
+for dt in ("float32", "bfloat16") if bf16 else ("float32",):
     for b, hh, l, s, e in [(2, 3, 37, 29, 16), (1, 5, 64, 64, 32), (3, 2, 9, 130, 8)]:
         def t(*shape):
             x = dg.tensor(rng.standard_normal(shape).astype(np.float32))
@@ -385,7 +408,9 @@ print(h.hexdigest())
 def test_same_bits_for_any_thread_count():
     """Each thread takes a contiguous share of the items (the rows it wrote
     before; attention_fused.cc): the bits do not depend on the count, with
-    items per thread uneven (3 threads over 6, 5 and 6 items)."""
+    items per thread uneven (3 threads over 6, 5 and 6 items). bfloat16
+    where its kernels are registered, with the AVX512-BF16 GEMM first
+    (DRAGON_CPU_EIGEN_BF16_GEMM=all: also where oneDNN runs AMX)."""
     from ._common import hashes_per_thread_count
-    hashes = hashes_per_thread_count(_THREADS_SCRIPT, 300)
+    hashes = hashes_per_thread_count(_THREADS_SCRIPT, 300, {"DRAGON_CPU_EIGEN_BF16_GEMM": "all"})
     assert len(set(hashes.values())) == 1, hashes

@@ -17,7 +17,8 @@
 // the AVX512-BF16 GEMM (bf16_gemm.h, float32 accumulation) and round p and
 // ds to bfloat16 with the Cast kernel's conversion: the same bits as the
 // unfused bfloat16 products and Casts, which run on that GEMM in the pass's
-// class. That dtype is registered only where the GEMM runs (Bf16GemmRuns).
+// class. That dtype is registered only where the GEMM runs and comes
+// before oneDNN's (Bf16GemmPreferred: not where oneDNN runs AMX tiles).
 //
 // Registered only where the batched kernel runs (x86-64-v4, and
 // DRAGON_CPU_EIGEN_ISA not capping below it, DRAGON_CPU_EIGEN_BATCHED_GEMM
@@ -164,7 +165,7 @@ int Register() {
   const char* batched = std::getenv("DRAGON_CPU_EIGEN_BATCHED_GEMM");
   const bool f32 = !(batched && std::strcmp(batched, "off") == 0);
   const DgDTypeMask dtypes = (f32 ? dg::Bit(DG_FLOAT32) : 0) |
-                             (Bf16GemmRuns() ? dg::Bit(DG_BFLOAT16) : 0);
+                             (Bf16GemmPreferred() ? dg::Bit(DG_BFLOAT16) : 0);
   if (dtypes == 0) return 0;
   dg::internal::AddKernel("SoftmaxAttention", "cpu", dtypes, 0,
                           DG_KERNEL_STRIDED_INPUTS, "SoftmaxAttentionAvx512",

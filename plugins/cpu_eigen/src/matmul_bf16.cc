@@ -3,8 +3,12 @@
 // or (out_dtype=float32, autocast's gradient products) float32 output.
 //
 // Registered at priority 20, above mkldnn's oneDNN matmul (10), for the
-// classes of products where it is faster on this kind of CPU
-// (docs/benchmarks.md, "bfloat16 GEMM"): oneDNN's AVX512-BF16 kernel and
+// classes of products where it is faster on CPUs without AMX
+// (docs/benchmarks.md, "bfloat16 GEMM"). Where oneDNN runs AMX tiles
+// (AmxServesBf16: Sapphire Rapids and later) it registers at priority 5,
+// below oneDNN: there oneDNN's tile kernels ran 2048^3 at 1,613 GFLOP/s
+// against this kernel's 147 on two threads (docs/benchmarks.md, "AMX"),
+// and DRAGON_CPU_EIGEN_BF16_GEMM=all puts it back at 20. Without AMX, oneDNN's AVX512-BF16 kernel and
 // this one run the same instruction; this one keeps a 6 x 64 float32 tile
 // in registers over k chunks of up to 2048 and splits the cores' work by
 // whole tiles. supports() accepts a call only when
@@ -44,6 +48,7 @@
 // halves of k added at the end, one half per thread on two (split-k,
 // src/gemm/bf16_gemm.cc SplitK): the same bits for any thread count.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,8 +62,12 @@
 #include "gemm/bf16_gemm.h"
 #include "reduce_util.h"
 
-#ifdef CPU_EIGEN_BF16_GEMM
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace cpu_eigen {
@@ -377,9 +386,19 @@ void MatMulBiasAddBf16(dg::KernelContext& ctx) {
   RunGemm(ctx, &call);
 }
 
+// Above mkldnn's oneDNN matmul (priority 10), or below it where oneDNN
+// runs AMX tiles (Bf16GemmPreferred): see the top of this file.
+constexpr int32_t kMatMulBf16Priority = 20;
+constexpr int32_t kMatMulBf16BelowAmxPriority = 5;
+int32_t MatMulBf16Priority() {
+  return Bf16GemmPreferred() || !Bf16GemmRuns() ? kMatMulBf16Priority
+                                                : kMatMulBf16BelowAmxPriority;
+}
+
 int Register() {
   if (!Bf16GemmRuns()) return 0;
-  dg::internal::AddKernel("MatMulBiasAdd", "cpu", dg::Bit(DG_BFLOAT16), 0,
+  dg::internal::AddKernel("MatMulBiasAdd", "cpu", dg::Bit(DG_BFLOAT16),
+                          MatMulBf16Priority(),
                           DG_KERNEL_STRIDED_INPUTS, "MatMulBiasAddBf16Avx512",
                           &MatMulBiasAddBf16);
   return 1;
@@ -395,15 +414,12 @@ int32_t SupportsBf16(const DgCallFrame* f) {
   }
 }
 
-// Above mkldnn's oneDNN matmul (priority 10): see the top of this file.
-constexpr int32_t kMatMulBf16Priority = 20;
-
 [[maybe_unused]] const int kRegistered[] = {
     dg::internal::AddKernel("MatMul", "cpu", dg::Bit(DG_BFLOAT16),
-                            kMatMulBf16Priority, DG_KERNEL_STRIDED_INPUTS,
+                            MatMulBf16Priority(), DG_KERNEL_STRIDED_INPUTS,
                             "MatMulBf16Avx512", &MatMulBf16, &SupportsBf16),
     dg::internal::AddKernel("MatMulBiasAct", "cpu", dg::Bit(DG_BFLOAT16),
-                            kMatMulBf16Priority, DG_KERNEL_STRIDED_INPUTS,
+                            MatMulBf16Priority(), DG_KERNEL_STRIDED_INPUTS,
                             "MatMulBiasActBf16Avx512", &MatMulBf16,
                             &SupportsBf16),
 };
@@ -414,8 +430,9 @@ constexpr int32_t kMatMulBf16Priority = 20;
 
 #ifdef CPU_EIGEN_BF16_GEMM
 namespace {
-// Registered at load only where the GEMM runs: the linear_epilogue pass
-// asks for this kernel before it fuses.
+// Registered at load only where the GEMM runs, ranked as the MatMul
+// kernels (below mkldnn's MatMulBiasAddOneDNN where oneDNN runs AMX
+// tiles): the linear_epilogue pass asks for a kernel before it fuses.
 [[maybe_unused]] const int kBiasAddRegistered = Register();
 }  // namespace
 #endif
@@ -423,6 +440,75 @@ namespace {
 bool Bf16GemmRuns() {
 #ifdef CPU_EIGEN_BF16_GEMM
   return CpuHasAvx512Bf16() && PolicyFromEnv() != GemmPolicy::kOff;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// The CPU and the OS side of AmxServesBf16 (no environment).
+bool DetectAmxBf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {
+    return false;  // no OSXSAVE: XCR0 cannot be read
+  }
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  if ((lo & 0x60000u) != 0x60000u) return false;  // XTILECFG, XTILEDATA
+#if defined(__linux__)
+  // Linux hands out tile data per process on request (oneDNN asks before
+  // its first AMX kernel); ARCH_GET_XCOMP_SUPP says whether it can.
+  constexpr long kArchGetXcompSupp = 0x1021;
+  constexpr int kXfeatureXtiledata = 18;
+  unsigned long long supported = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompSupp, &supported) != 0) return false;
+  if (!(supported & (1ull << kXfeatureXtiledata))) return false;
+#endif
+  return true;
+#else
+  return false;
+#endif
+}
+
+// ONEDNN_MAX_CPU_ISA (or its older name DNNL_MAX_CPU_ISA) set to an ISA
+// without AMX (AVX512_CORE_BF16, AVX2, ...): oneDNN runs no tile kernel.
+bool OneDnnCappedBelowAmx() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    std::string isa(v);
+    for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (isa == "ALL" || isa == "DEFAULT") return false;
+    return isa.find("AMX") == std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool AmxServesBf16() {
+  static const bool amx = [] {
+    const char* v = std::getenv("DRAGON_CPU_EIGEN_AMX");
+    if (v != nullptr && std::strcmp(v, "on") == 0) return true;
+    if (v != nullptr && std::strcmp(v, "off") == 0) return false;
+    if (v != nullptr && *v != '\0' && std::strcmp(v, "auto") != 0) {
+      std::fprintf(stderr,
+                   "[dragon warning] DRAGON_CPU_EIGEN_AMX=%s is not auto, on or off; "
+                   "using auto\n", v);
+    }
+    return DetectAmxBf16() && !OneDnnCappedBelowAmx();
+  }();
+  return amx;
+}
+
+bool Bf16GemmPreferred() {
+#ifdef CPU_EIGEN_BF16_GEMM
+  return Bf16GemmRuns() && (PolicyFromEnv() == GemmPolicy::kAll || !AmxServesBf16());
 #else
   return false;
 #endif

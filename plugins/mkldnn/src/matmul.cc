@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "common.h"
 
@@ -462,7 +463,163 @@ int32_t Supports(const DgCallFrame* f) {
   }
 }
 
+// ------------------------------------------------------------ MatMulBiasAdd
+
+// MatMulBiasAdd (dragon_core/src/ops/matmul_bias_add.cc, written by the
+// linear_epilogue graph pass) on oneDNN, bfloat16 operands: the product as
+// MatMul(a, b; out_dtype=float32) computes it here (the same Describe, so
+// the same primitive and bits) into float32 scratch, then one pass over
+// it: + bias[c], then + residual (when given), in float32 as the Adds, and
+// a bfloat16 y rounded as the Cast kernel rounds (nearest even on the
+// bits, a NaN the quiet NaN of its sign, denormals kept). So the result is
+// bit for bit the chain the pass replaced when this plugin runs its
+// MatMul, which it does wherever oneDNN ranks first for bfloat16 products
+// (CPUs with AMX, where cpu_eigen's AVX512-BF16 GEMM ranks below it; see
+// plugins/cpu_eigen/src/matmul_bf16.cc). The float32 product still goes to
+// memory, but the bias, residual and Cast passes become one.
+struct ProductCall {
+  int64_t shape[2] = {}, strides[2] = {};
+  DgTensorView y{};
+  const DgTensorView* inputs[2] = {};
+  const DgTensorView* outputs[1] = {};
+  DgCallFrame frame{};
+};
+
+// The frame of the product alone: MatMul(a, b) into a dense float32 [n, m]
+// at `scratch` (null for supports(), which reads no data).
+void ProductFrame(const DgCallFrame* f, void* scratch, ProductCall* c) {
+  const dg::AttrReader attrs(f->num_attrs, f->attrs, f->attr_names, f->op_name);
+  const DgTensorView *at = f->inputs[0], *bt = f->inputs[1];
+  const bool ta = attrs.b("transpose_a"), tb = attrs.b("transpose_b");
+  c->shape[0] = at->ndim == 2 ? at->shape[ta ? 1 : 0] : 0;
+  c->shape[1] = bt->ndim == 2 ? bt->shape[tb ? 0 : 1] : 0;
+  c->strides[0] = c->shape[1], c->strides[1] = 1;
+  c->y = *f->outputs[0];
+  c->y.struct_size = sizeof(DgTensorView);
+  c->y.dtype = DG_FLOAT32;
+  c->y.data = scratch;
+  c->y.byte_offset = 0;
+  c->y.ndim = 2;
+  c->y.shape = c->shape;
+  c->y.strides = c->strides;
+  c->inputs[0] = at, c->inputs[1] = bt;
+  c->outputs[0] = &c->y;
+  c->frame = *f;
+  c->frame.op_name = "MatMul";
+  c->frame.num_inputs = 2;
+  c->frame.inputs = c->inputs;
+  c->frame.num_outputs = 1;
+  c->frame.outputs = c->outputs;
+}
+
+// Whether the call is one this kernel takes: 2-D bfloat16 operands, a
+// float32 bias [m] and residual of y's size, y float32 or bfloat16, and a
+// product oneDNN's matmul runs (Supports of the product alone).
+int32_t SupportsBiasAdd(const DgCallFrame* f) {
+  try {
+    if (f->num_inputs < 3 || f->num_outputs != 1) return 0;
+    const DgTensorView *at = f->inputs[0], *bt = f->inputs[1], *bias = f->inputs[2];
+    const DgTensorView* yt = f->outputs[0];
+    if (!at || !bt || !bias || !yt || at->ndim != 2 || bt->ndim != 2) return 0;
+    if (at->dtype != DG_BFLOAT16 || bt->dtype != DG_BFLOAT16) return 0;
+    if (yt->dtype != DG_FLOAT32 && yt->dtype != DG_BFLOAT16) return 0;
+    if (bias->dtype != DG_FLOAT32 || bias->ndim != 1) return 0;
+    ProductCall c;
+    ProductFrame(f, nullptr, &c);
+    if (bias->shape[0] != c.shape[1]) return 0;
+    int64_t count = 1;
+    for (int i = 0; i < yt->ndim; ++i) count *= yt->shape[i];
+    if (count != c.shape[0] * c.shape[1]) return 0;
+    if (f->num_inputs > 3 && f->inputs[3] != nullptr) {
+      const DgTensorView* r = f->inputs[3];
+      int64_t rc = 1;
+      for (int i = 0; i < r->ndim; ++i) rc *= r->shape[i];
+      if (r->dtype != DG_FLOAT32 || rc != count) return 0;
+    }
+    return Supports(&c.frame);
+  } catch (...) {
+    return 0;
+  }
+}
+
+// A float's bfloat16 bits as the Cast kernel rounds them.
+inline uint16_t CastToBfloat16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  if (v != v) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7FC0u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+void RunMatMulBiasAdd(dg::KernelContext& ctx) {
+  const DgCallFrame* f = ctx.frame();
+  DG_CHECK(SupportsBiasAdd(f), DG_INTERNAL, ctx.op_name(),
+           ": the mkldnn kernel was chosen for a call its supports() declines");
+  ProductCall c;
+  ProductFrame(f, nullptr, &c);
+  const int64_t n = c.shape[0], m = c.shape[1];
+  if (n * m == 0) return;
+  float* prod = ctx.workspace<float>(static_cast<size_t>(n * m));
+  c.y.data = prod;
+  dg::KernelContext product(&c.frame);
+  RunMatMul(product);
+
+  const dg::TensorRef bias = ctx.input(2);
+  const float* pb = bias.data<const float>();
+  const int64_t bs = bias.stride(0);
+  // The residual, read row-major in y's shape through its own strides
+  // (a strided view is gathered into the workspace first).
+  const float* res = nullptr;
+  if (ctx.num_inputs() > 3 && f->inputs[3] != nullptr) {
+    const dg::TensorRef r = ctx.input(3);
+    if (r.is_contiguous()) {
+      res = r.data<const float>();
+    } else {
+      float* dense = ctx.workspace<float>(static_cast<size_t>(n * m));
+      const float* src = r.data<const float>();
+      const int nd = r.ndim();
+      std::vector<int64_t> idx(nd, 0);
+      int64_t off = 0;
+      for (int64_t i = 0; i < n * m; ++i) {
+        dense[i] = src[off];
+        for (int d = nd - 1; d >= 0; --d) {
+          off += r.stride(d);
+          if (++idx[d] < r.dim(d)) break;
+          off -= r.stride(d) * r.dim(d);
+          idx[d] = 0;
+        }
+      }
+      res = dense;
+    }
+  }
+  const bool f32 = ctx.output(0).dtype() == DG_FLOAT32;
+  void* out = ctx.output(0).raw_data();
+  const int threads = Threads(f, n * m, kSerialWork / 16);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = prod + i * m;
+    const float* rrow = res ? res + i * m : nullptr;
+    if (f32) {
+      float* y = static_cast<float*>(out) + i * m;
+      for (int64_t j = 0; j < m; ++j) {
+        float v = row[j] + pb[j * bs];
+        if (rrow) v = v + rrow[j];
+        y[j] = v;
+      }
+    } else {
+      uint16_t* y = static_cast<uint16_t*>(out) + i * m;
+      for (int64_t j = 0; j < m; ++j) {
+        float v = row[j] + pb[j * bs];
+        if (rrow) v = v + rrow[j];
+        y[j] = CastToBfloat16(v);
+      }
+    }
+  }
+}
+
 [[maybe_unused]] const int kRegistered[] = {
+    dg::internal::AddKernel("MatMulBiasAdd", "cpu", dg::Bit(DG_BFLOAT16), kPriority,
+                            DG_KERNEL_STRIDED_INPUTS, "MatMulBiasAddOneDNN",
+                            &RunMatMulBiasAdd, &SupportsBiasAdd),
     dg::internal::AddKernel("MatMul", "cpu", kF32Bf16, kPriority,
                             DG_KERNEL_STRIDED_INPUTS, "MatMulOneDNN",
                             &RunMatMul, &Supports),

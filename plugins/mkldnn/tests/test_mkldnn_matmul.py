@@ -154,11 +154,17 @@ def check_case(sa, sb, flags, dtype, layout, seed):
 def test_explain_names_the_mkldnn_kernel(op, dtype):
     text = dg.plugins.explain(op, "cpu", dtype)
     winner = [line for line in text.splitlines() if "winner" in line]
-    if dtype == "bfloat16" and f"{op}Bf16Avx512" in text:
+    if dtype == "bfloat16" and f"{op}Bf16Avx512 [plugin cpu_eigen] priority=20" in text:
         # cpu_eigen's AVX512-BF16 kernel (priority 20, on CPUs with
-        # AVX512_BF16) comes first; its supports() leaves the rest to oneDNN.
+        # AVX512_BF16 and no AMX) comes first; its supports() leaves the
+        # rest to oneDNN.
         assert winner and f"{op}Bf16Avx512 from cpu_eigen" in winner[0], text
         assert f"2. {op}OneDNN [plugin mkldnn]" in text, text
+    elif dtype == "bfloat16" and f"{op}Bf16Avx512" in text:
+        # Where oneDNN runs AMX tiles cpu_eigen's kernel ranks below it
+        # (priority 5; tests/ops/test_bf16_gemm_amx_rank.py).
+        assert f"{op}Bf16Avx512 [plugin cpu_eigen] priority=5" in text, text
+        assert winner and f"{op}OneDNN from mkldnn" in winner[0], text
     elif dtype == "float32" and op == "MatMul" and "MatMulBatchedF32Avx512" in text:
         # cpu_eigen's float32 batched kernel (priority 20, x86-64-v4) comes
         # first; its supports() takes only batches of small items.

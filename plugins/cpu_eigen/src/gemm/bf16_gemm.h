@@ -64,6 +64,23 @@ struct Bf16GemmCall {
 // (matmul_bf16.cc; baseline code, callable anywhere).
 bool Bf16GemmRuns();
 
+// Whether this GEMM comes before oneDNN's for bfloat16 products here: it
+// runs (Bf16GemmRuns) and either oneDNN has no AMX tiles to run them on
+// (AmxServesBf16) or DRAGON_CPU_EIGEN_BF16_GEMM is "all". Where AMX runs,
+// oneDNN's tile kernels are several times faster than any vdpbf16ps
+// kernel (docs/benchmarks.md, "AMX"), so this one ranks below oneDNN's
+// and the ops built on it (the bfloat16 MatMulBiasAdd and attention) are
+// not registered. Baseline code, callable anywhere.
+bool Bf16GemmPreferred();
+
+// Whether oneDNN runs bfloat16 products on AMX tiles in this process:
+// the CPU has AMX-TILE and AMX-BF16, the OS enables their state (XCR0
+// bits 17 and 18) and the kernel can grant it (arch_prctl
+// ARCH_GET_XCOMP_SUPP), and ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA do not
+// cap oneDNN below AMX. DRAGON_CPU_EIGEN_AMX=on / off overrides the
+// detection (tests, A/B runs); read once.
+bool AmxServesBf16();
+
 #ifdef CPU_EIGEN_BF16_GEMM
 namespace gemm_bf16 {
 // Bytes of scratch the call needs (packed operands, partial sums).

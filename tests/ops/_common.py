@@ -66,6 +66,18 @@ def cpu_has_avx512_bf16() -> bool:
         return False
 
 
+def cpu_flags() -> set:
+    """The CPU's feature flags from /proc/cpuinfo (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def onednn_runs_amx() -> bool:
     """Whether cpu_eigen ranks its AVX512-BF16 GEMM below oneDNN's AMX
     kernels in a child process with this environment under the default
@@ -83,13 +95,7 @@ def onednn_runs_amx() -> bool:
             if cap not in ("ALL", "DEFAULT") and "AMX" not in cap:
                 return False
             break
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return {"amx_bf16", "amx_tile"} <= set(flags)
+    return {"amx_bf16", "amx_tile"} <= cpu_flags()
 
 
 def bf16_gemm_marker():

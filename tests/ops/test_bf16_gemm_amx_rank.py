@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from ._common import bf16_gemm_marker, onednn_runs_amx
+from ._common import bf16_gemm_marker, cpu_flags, onednn_runs_amx
 
 pytestmark = bf16_gemm_marker()
 
@@ -72,17 +72,6 @@ def _probe(**env_vars):
     return json.loads(line[len("PROBE "):]), out.stderr
 
 
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def test_with_amx_the_kernel_ranks_below_onednn_and_its_fused_ops_go():
     got, _ = _probe(DRAGON_CPU_EIGEN_AMX="on")
     assert got["matmul_priority"] == 5 and got["bias_act_priority"] == 5, got
@@ -113,7 +102,7 @@ def test_detection_follows_the_cpu_and_onednn_isa_cap():
     """auto: AMX where /proc/cpuinfo lists amx_bf16 and amx_tile (Linux
     grants tile data to a process on request), unless ONEDNN_MAX_CPU_ISA
     caps oneDNN below AMX."""
-    amx = {"amx_bf16", "amx_tile"} <= _cpu_flags()
+    amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
     assert onednn_runs_amx() == amx or os.environ.get("DRAGON_CPU_EIGEN_AMX") \
         or os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     got, _ = _probe()
@@ -135,7 +124,7 @@ def test_a_bad_switch_value_warns_and_means_auto():
     assert got["matmul_priority"] == auto["matmul_priority"], (got, auto)
 
 
-@pytest.mark.skipif(not {"amx_bf16", "amx_tile"} <= _cpu_flags(), reason="no AMX on this CPU")
+@pytest.mark.skipif(not {"amx_bf16", "amx_tile"} <= cpu_flags(), reason="no AMX on this CPU")
 def test_on_an_amx_cpu_a_bf16_linear_layer_runs_on_onednn():
     """Through ONEDNN_VERBOSE: the default route of a 1024-row bfloat16
     Linear layer is oneDNN's matmul (on tiles: its implementation name

@@ -48,14 +48,8 @@ print(json.dumps(out))
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    from tests.ops._common import cpu_flags
+    return cpu_flags()
 
 
 def _level() -> int:

@@ -1,5 +1,5 @@
 """Where oneDNN runs bfloat16 products on AMX tiles, cpu_eigen's AVX512-BF16
-GEMM ranks below it (issue 21; docs/benchmarks.md, "AMX").
+GEMM ranks below it (issue 21; docs/benchmarks.md, "Session 24").
 
 On a CPU with AMX-BF16 (Sapphire Rapids and later) oneDNN's tile kernels
 ran a 2048^3 bfloat16 product ~10x faster than the vdpbf16ps kernel, which

@@ -7,9 +7,10 @@
 // (docs/benchmarks.md, "bfloat16 GEMM"). Where oneDNN runs AMX tiles
 // (AmxServesBf16: Sapphire Rapids and later) it registers at priority 5,
 // below oneDNN: there oneDNN's tile kernels ran 2048^3 at 1,613 GFLOP/s
-// against this kernel's 147 on two threads (docs/benchmarks.md, "AMX"),
-// and DRAGON_CPU_EIGEN_BF16_GEMM=all puts it back at 20. Without AMX, oneDNN's AVX512-BF16 kernel and
-// this one run the same instruction; this one keeps a 6 x 64 float32 tile
+// against this kernel's 147 on two threads (docs/benchmarks.md, "Session
+// 24"), and DRAGON_CPU_EIGEN_BF16_GEMM=all puts it back at 20. Without
+// AMX, oneDNN's AVX512-BF16 kernel and this one run the same instruction;
+// this one keeps a 6 x 64 float32 tile
 // in registers over k chunks of up to 2048 and splits the cores' work by
 // whole tiles. supports() accepts a call only when
 //   * the CPU has AVX512_BF16 (CPUID leaf 7 subleaf 1 EAX bit 5) and the

@@ -68,7 +68,7 @@ bool Bf16GemmRuns();
 // runs (Bf16GemmRuns) and either oneDNN has no AMX tiles to run them on
 // (AmxServesBf16) or DRAGON_CPU_EIGEN_BF16_GEMM is "all". Where AMX runs,
 // oneDNN's tile kernels are several times faster than any vdpbf16ps
-// kernel (docs/benchmarks.md, "AMX"), so this one ranks below oneDNN's
+// kernel (docs/benchmarks.md, "Session 24"), so this one ranks below oneDNN's
 // and the ops built on it (the bfloat16 MatMulBiasAdd and attention) are
 // not registered. Baseline code, callable anywhere.
 bool Bf16GemmPreferred();

@@ -74,6 +74,19 @@
 namespace cpu_eigen {
 namespace {
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// The low word of XCR0 (the register state the OS saves), or 0 where the
+// CPU lacks OSXSAVE and XCR0 cannot be read.
+unsigned Xcr0Low() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return 0;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  return lo;
+}
+#endif
+
 #ifdef CPU_EIGEN_BF16_GEMM
 
 // Products with fewer rows or columns (per batch item) are declined.
@@ -84,15 +97,9 @@ constexpr int64_t kMinCols = 16;
 bool CpuHasAvx512Bf16() {
   static const bool ok = [] {
     if (DetectIsaLevel() < 4) return false;  // no AVX-512, or capped
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {
-      return false;  // no OSXSAVE: XCR0 cannot be read
-    }
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
     // XMM, YMM, opmask, ZMM_Hi256 and Hi16_ZMM state enabled.
-    if ((lo & 0xE6u) != 0xE6u) return false;
+    if ((Xcr0Low() & 0xE6u) != 0xE6u) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
     return (eax & (1u << 5)) != 0;  // AVX512_BF16
   }();
@@ -454,13 +461,7 @@ bool DetectAmxBf16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {
-    return false;  // no OSXSAVE: XCR0 cannot be read
-  }
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  (void)hi;
-  if ((lo & 0x60000u) != 0x60000u) return false;  // XTILECFG, XTILEDATA
+  if ((Xcr0Low() & 0x60000u) != 0x60000u) return false;  // XTILECFG, XTILEDATA
 #if defined(__linux__)
   // Linux hands out tile data per process on request (oneDNN asks before
   // its first AMX kernel); ARCH_GET_XCOMP_SUPP says whether it can.

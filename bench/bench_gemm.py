@@ -5,10 +5,12 @@ For every size and dtype the Dragon and torch calls are timed alternately
 operands, after each result is checked against a float64 NumPy reference
 (tolerance from the dtype's precision: sqrt(k) * eps * |a| |b|). Rows give
 GFLOP/s, the float32 rows also the fraction of the machine's measured FMA
-peak (bench_peak.py), and one ``ratio`` row per size: torch time / Dragon
+peak, the bfloat16 rows the fraction of its measured AMX peak where the CPU
+has AMX (bench_peak.py; Dragon's and torch's rows both), and one ``ratio`` row per size: torch time / Dragon
 time (above 1: Dragon faster). bfloat16 sizes also time oneDNN's kernel
 pinned (mkldnn plugin) beside the default kernel (cpu_eigen's AVX512-BF16
-GEMM on CPUs with AVX512_BF16) in the same run, alternately, with a
+GEMM on CPUs with AVX512_BF16 and no AMX; oneDNN's own where AMX runs) in
+the same run, alternately, with a
 ``ratio oneDNN/dragon time`` row. Targets (issue 21): float32 >= 85% of peak
 and >= torch; bfloat16 2048 >= torch.
 """
@@ -55,6 +57,16 @@ def _matmul_plugins(dg) -> set:
     return {k["plugin"] for k in dg._C.kernels("MatMul") if k["device"] == "cpu"}
 
 
+def _of_peak(gflops: float, dtype: str, fma_peak, amx_peak) -> str:
+    """The note of a GFLOP/s row: its fraction of the measured float32 FMA
+    peak, or for bfloat16 of the AMX peak where the CPU has AMX."""
+    if dtype == "float32" and fma_peak:
+        return f"{gflops / fma_peak:.0%} of the {fma_peak:.0f} GFLOP/s FMA peak"
+    if dtype == "bfloat16" and amx_peak:
+        return f"{gflops / amx_peak:.0%} of the {amx_peak:.0f} GFLOP/s AMX peak"
+    return ""
+
+
 def run(quick: bool = False) -> list[dict]:
     """Rows per size: Dragon and torch GFLOP/s (float32, bfloat16), the
     float32 fraction of peak, and the torch/Dragon time ratios."""
@@ -66,6 +78,7 @@ def run(quick: bool = False) -> list[dict]:
         return [result("gemm", "dg.ops.matmul", "dragon", "GFLOP/s", None, "higher",
                        status="SKIP", note=skip_note("dragon_core"))]
     peak = bench_peak.peak_gflops(2)
+    amx_peak = bench_peak.amx_peak_gflops()
     if torch is not None:
         torch.set_num_threads(2)
     rng = np.random.default_rng(0)
@@ -101,15 +114,15 @@ def run(quick: bool = False) -> list[dict]:
                     t_dg, runs_dg = min(t_dg, t2), runs_dg + r2
                     rows.append(result(bench, "torch.matmul", "torch", "GFLOP/s",
                                        flops / t_th / 1e9, "higher",
+                                       note=_of_peak(flops / t_th / 1e9, dtype, peak,
+                                                     amx_peak),
                                        ms_per_run=[t * 1e3 for t in runs_th]))
             target = None
             if dtype == "float32" and peak:
                 target = PEAK_FRACTION * peak
             rows.append(result(bench, "dg.ops.matmul", "dragon", "GFLOP/s", flops / t_dg / 1e9,
                                "higher", target,
-                               note=(f"{flops / t_dg / 1e9 / peak:.0%} of the "
-                                     f"{peak:.0f} GFLOP/s FMA peak") if peak and
-                               dtype == "float32" else "",
+                               note=_of_peak(flops / t_dg / 1e9, dtype, peak, amx_peak),
                                ms_per_run=[t * 1e3 for t in runs_dg]))
             if dtype == "float32" and n in EIGEN_SIZES and "mkldnn" in _matmul_plugins(dg):
                 # cpu_eigen's own GEMM beside oneDNN (which serves MatMul when

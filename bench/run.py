@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import importlib.util
 import inspect
 import json
@@ -76,8 +77,16 @@ def run_module(path: Path, quick: bool = False) -> list[dict]:
 
 
 def _version(module_name: str) -> str | None:
+    """The version of an imported module, else of the installed
+    distribution of that name (a run of modules that never import torch,
+    ``-k peak`` say, must not report torch missing); None when absent."""
     module = sys.modules.get(module_name)
-    return getattr(module, "__version__", None) if module else None
+    if module is not None:
+        return getattr(module, "__version__", None)
+    try:
+        return importlib.metadata.version(module_name.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _cpu_model() -> str:

@@ -167,20 +167,22 @@ def _amx_rows(quick: bool) -> list[dict]:
     """Rows: the AMX bfloat16 peak on 1 and 2 threads (none without AMX)."""
     if not _has_amx() or os.uname().machine != "x86_64":
         return []
+
+    def skip(note: str) -> list[dict]:
+        return [result("amx_peak_bf16", "amx", "native", "GFLOP/s", None, "higher",
+                       status="SKIP", note=note)]
+
     try:
         lib = _amx_lib()
     except (OSError, subprocess.CalledProcessError) as exc:
-        return [result("amx_peak_bf16", "amx", "native", "GFLOP/s", None, "higher",
-                       status="SKIP", note=f"cannot build the microbenchmark: {exc}")]
+        return skip(f"cannot build the microbenchmark: {exc}")
     if lib is None:
-        return [result("amx_peak_bf16", "amx", "native", "GFLOP/s", None, "higher",
-                       status="SKIP", note="needs a C++ compiler")]
+        return skip("needs a C++ compiler")
     rows, got = [], []
     for threads in (1, 2):
         g = measure_amx(threads, rounds=10 if quick else 40)
         if g is None:
-            return [result("amx_peak_bf16", "amx", "native", "GFLOP/s", None, "higher",
-                           status="SKIP", note="Linux refused the AMX tile state")]
+            return skip("Linux refused the AMX tile state")
         got.append(g)
         rows.append(result("amx_peak_bf16", f"amx x{threads} threads", "native", "GFLOP/s", g,
                            "higher", note="best of short runs (register-only TDPBF16PS)"))

@@ -287,15 +287,9 @@ bool LargeFloat32Product(const Problem& p) {
 
 bool WantsJitGemm(const Problem& p) {
   if (p.dtype != DG_FLOAT32 || p.out_dtype != DG_FLOAT32) return false;
-  switch (JitGemmMode()) {
-    case JitGemm::kOn:
-      return true;
-    case JitGemm::kOff:
-      return false;
-    case JitGemm::kAuto:
-      break;
-  }
-  return LargeFloat32Product(p);
+  const JitGemm mode = JitGemmMode();
+  return mode == JitGemm::kOn ||
+         (mode == JitGemm::kAuto && LargeFloat32Product(p));
 }
 
 dnnl::matmul::primitive_desc MakeMatMul(const Problem& p) {

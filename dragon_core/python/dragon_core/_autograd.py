@@ -19,6 +19,17 @@ cycle runs through a tensor's ``_grad_fn``. The one exception is a
 non-differentiable output that cannot be recomputed (Dropout's random mask):
 a rule registered with ``saved_outputs`` reads it as ``node.saved``; such an
 output never gets a ``_grad_fn``, so it closes no cycle.
+
+A rule whose derivative is written in the op's own result (softmax, exp,
+tanh: ``reads_result=True``) may skip recomputing it in eager mode, as
+torch's saved result does: the node keeps a detached alias of output 0 (its
+memory, no ``_grad_fn``, so no cycle) and :func:`saved_result` hands it to
+the rule while that memory provably holds what the op wrote (same version,
+never handed out writable through NumPy/DLPack). Otherwise, and whenever the
+rule itself is recorded (``create_graph``, an outer tape: the alias has no
+path to the inputs), the rule recomputes it from the inputs, bit for bit the
+same value. Traces keep the recomputation, which the graph's CSE merges with
+the forward op.
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ from .errors import InvalidArgumentError
 
 _RULES: dict = {}
 _SAVED: dict = {}   # op name -> indices of the outputs its rule reads
+# ops whose rule may read output 0 through saved_result (reads_result=True)
+_RESULT_READERS: set = set()
 # op name -> the inputs whose values (not only shape/dtype) its rule never
 # reads: a tuple of indices, or a callable ``attrs -> tuple``. Their version
 # is not checked, so writing them in place after the op ran is allowed (as
@@ -43,7 +56,7 @@ _NONE_DYS: set = set()
 _local = threading.local()
 
 
-def gradient(op_name: str, saved_outputs=(), unread_inputs=None):
+def gradient(op_name: str, saved_outputs=(), unread_inputs=None, reads_result=False):
     """Register the gradient rule of ``op_name``.
 
     The rule is called as ``rule(node, *dys)`` with one output gradient per
@@ -62,6 +75,12 @@ def gradient(op_name: str, saved_outputs=(), unread_inputs=None):
     other input still has the version it had when the op ran (an in-place
     write in between raises, as PyTorch's version counter does); these
     inputs are not checked.
+
+    ``reads_result=True``: the rule may take the op's output 0 from
+    :func:`saved_result` instead of recomputing it from the inputs (eagerly,
+    while its memory is unchanged). The recomputation must give the same
+    bits, since either may run. The node then holds that memory until it is
+    freed, as torch's saved result does.
     """
     def register(fn):
         if op_name in _RULES:
@@ -71,6 +90,8 @@ def gradient(op_name: str, saved_outputs=(), unread_inputs=None):
             _SAVED[op_name] = tuple(saved_outputs)
         if unread_inputs is not None:
             set_unread_inputs(op_name, unread_inputs)
+        if reads_result:
+            _RESULT_READERS.add(op_name)
         return fn
     return register
 
@@ -120,7 +141,7 @@ class Node:
     """One recorded op application."""
 
     __slots__ = ("op", "inputs", "attrs", "out_ids", "out_meta", "saved", "needs",
-                 "versions", "__weakref__")
+                 "versions", "result", "__weakref__")
 
     def __init__(self, op, inputs, attrs, outputs):
         self.op = op
@@ -135,9 +156,40 @@ class Node:
         self.out_ids = [o._id for o in outputs]
         self.out_meta = [(o.shape, o._dtype_code, o._device_name, o._device_index)
                          for o in outputs]
+        # (a detached alias of output 0, its version) for saved_result;
+        # never in a trace, whose graph recomputes (see the module docstring)
+        if op in _RESULT_READERS and not _C._is_tracing():
+            alias = outputs[0].detach()
+            self.result = (alias, alias._version)
+        else:
+            self.result = None
 
     def __repr__(self):
         return f"<Node {self.op} inputs={[tuple(i.shape) for i in self.inputs]}>"
+
+
+def saved_result(node):
+    """Output 0 of ``node``'s op as the op computed it (a detached alias of
+    its memory), or None: the op's rule then recomputes it from
+    ``node.inputs``.
+
+    None when the rule was not registered with ``reads_result``, for a node
+    recorded in a trace, while the rule is itself recorded (create_graph or
+    a recording tape: the alias has no path to the inputs), when that memory
+    was written in place since (its version moved), or when it was handed
+    out writable through NumPy/DLPack (writes there bypass the version
+    counter). Rebinding the output (``assign``, ``.data =``) leaves the
+    op's memory, and so the alias, as it was."""
+    held = node.result
+    if held is None or _C._is_grad_enabled():
+        return None
+    for tape in _tapes():
+        if tape._recording:
+            return None
+    y, version = held
+    if y._version != version or y._written_unversioned:
+        return None
+    return y
 
 
 def _tapes() -> list:

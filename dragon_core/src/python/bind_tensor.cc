@@ -490,6 +490,12 @@ void BindTensor(py::module_& m) {
   cls.def_property_readonly("_version", [](const TensorImpl& t) { return t.version(); },
       "Version counter (PyTorch's ``_version``): the number of in-place writes to this "
       "tensor's memory (shared with its views) and of rebinds (assign, ``.data =``).");
+  cls.def_property_readonly("_written_unversioned", [](const TensorImpl& t) {
+    const auto& st = *t.storage();
+    return !st.read_only() && (st.external() || st.exported);
+  }, "True when this tensor's memory can be written without the version counter seeing "
+     "it: NumPy/DLPack-owned bytes, or memory a writable NumPy/DLPack view was handed "
+     "out for. Autograd then never trusts an unchanged ``_version``.");
   cls.def("_bump_version", [](const TensorImpl& t) { ++t.storage()->version; },
           "Record an in-place write to this tensor's memory (every view sees it).");
   cls.def_property_readonly("_storage_refs", [](const TensorImpl& t) {

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 
+_OPS = []   # the dragon_core.ops module, imported on first use
+
+
 def ops():
-    from .. import ops as _ops
-    return _ops
+    """``dragon_core.ops`` (imported lazily: it imports this package). The
+    rules call this once or more each, so the module is kept after the
+    first call instead of running the import statement every time."""
+    if not _OPS:
+        from .. import ops as module
+        _OPS.append(module)
+    return _OPS[0]
 
 
 _KERNELS: dict = {}   # (op, device type, dtype code) -> a kernel is registered

@@ -29,7 +29,7 @@ Conventions where a function has a kink (the one-sided derivative taken):
 
 import math
 
-from .._autograd import gradient
+from .._autograd import gradient, saved_result
 from .._dtypes import as_dtype
 from ._util import eager_fused, ops, relu_grad, scalar_like
 
@@ -45,10 +45,11 @@ def _mask(cond, like):
 # ---------------------------------------------------------------- smooth
 
 
-@gradient("Exp")
+@gradient("Exp", reads_result=True)
 def _exp(node, dy):
     (x,) = node.inputs
-    return [dy * ops().exp(x)]
+    y = saved_result(node)
+    return [dy * (ops().exp(x) if y is None else y)]
 
 
 @gradient("Log")
@@ -77,11 +78,12 @@ def _sqrt(node, dy):
     return [dy * ops().rsqrt(x) * 0.5]
 
 
-@gradient("Rsqrt")
+@gradient("Rsqrt", reads_result=True)
 def _rsqrt(node, dy):
     # d x^(-1/2) = -x^(-3/2) / 2 = -rsqrt(x) / (2 x).
     (x,) = node.inputs
-    return [dy * ops().rsqrt(x) / x * -0.5]
+    y = saved_result(node)
+    return [dy * (ops().rsqrt(x) if y is None else y) / x * -0.5]
 
 
 @gradient("Square")
@@ -90,10 +92,12 @@ def _square(node, dy):
     return [dy * x * 2.0]
 
 
-@gradient("Reciprocal")
+@gradient("Reciprocal", reads_result=True)
 def _reciprocal(node, dy):
     (x,) = node.inputs
-    r = ops().reciprocal(x)
+    r = saved_result(node)
+    if r is None:
+        r = ops().reciprocal(x)
     return [ops().neg(dy * r * r)]
 
 
@@ -109,19 +113,24 @@ def _cos(node, dy):
     return [ops().neg(dy * ops().sin(x))]
 
 
-@gradient("Tanh")
+@gradient("Tanh", reads_result=True)
 def _tanh(node, dy):
     (x,) = node.inputs
-    t = ops().tanh(x)
+    t = saved_result(node)
+    if t is None:
+        t = ops().tanh(x)
     return [dy * (1.0 - t * t)]
 
 
-@gradient("Sigmoid")
+@gradient("Sigmoid", reads_result=True)
 def _sigmoid(node, dy):
     # s(x) (1 - s(x)) written as s(x) s(-x): no cancellation for large x.
     o = ops()
     (x,) = node.inputs
-    return [dy * o.sigmoid(x) * o.sigmoid(o.neg(x))]
+    s = saved_result(node)
+    if s is None:
+        s = o.sigmoid(x)
+    return [dy * s * o.sigmoid(o.neg(x))]
 
 
 # ------------------------------------------------------------- piecewise
@@ -320,7 +329,7 @@ def _gelu_grad(node, ddx):
 _HALF = ("float16", "bfloat16")
 
 
-@gradient("Softmax")
+@gradient("Softmax", reads_result=True)
 def _softmax(node, dy):
     # dx = y * (dy - sum(dy * y)) along the axis. Eagerly, along the last
     # axis, one SoftmaxGrad where the device has the kernel: bit for bit the
@@ -330,7 +339,9 @@ def _softmax(node, dy):
     o = ops()
     (x,) = node.inputs
     axis = node.attrs["axis"]
-    y = o.softmax(x, axis)
+    y = saved_result(node)      # eagerly, the forward's result when unchanged
+    if y is None:
+        y = o.softmax(x, axis)
     last = axis in (-1, x.ndim - 1)
     half = y.dtype.name in _HALF
     if (last or half) and dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):

@@ -39,6 +39,7 @@ import threading
 import warnings
 
 from . import _C
+from ._dtypes import _FLOAT_CODES
 from .errors import InvalidArgumentError
 
 _RULES: dict = {}
@@ -388,15 +389,36 @@ def _run_backward(nodes, grads: dict, create_graph: bool, wanted=None, after_nod
 
 
 def _backward_nodes(nodes, grads: dict, wanted, after_node=None, keep=None):
-    """The loop of _run_backward (autocast off, grad mode set)."""
+    """The loop of _run_backward (autocast off, grad mode set).
+
+    It runs once per recorded op of every eager backward pass, between
+    kernels that have just evicted the interpreter's data from the caches,
+    so it keeps its own work small: single-output nodes (most) skip the
+    list and the zero-filling checks, float inputs are told by dtype code,
+    and shapes are compared as the tuples they are."""
+    get = grads.get
     for pos, node in enumerate(reversed(nodes)):
         if after_node is not None and pos:
             after_node(pos - 1)
-        dys = [grads.get(k) for k in node.out_ids]
-        if all(d is None for d in dys):
-            continue
+        out_ids = node.out_ids
+        missing = False     # an output without a gradient (filled below)
+        if len(out_ids) == 1:
+            dy = get(out_ids[0])
+            if dy is None:
+                continue
+            dys = [dy]
+        else:
+            dys = [get(k) for k in out_ids]
+            present = False
+            for d in dys:
+                if d is None:
+                    missing = True
+                else:
+                    present = True
+            if not present:
+                continue
         if _GRAD_HOOKS:
-            for j, k in enumerate(node.out_ids):
+            for j, k in enumerate(out_ids):
                 if k in _GRAD_HOOKS and dys[j] is not None:
                     dys[j] = grads[k] = _run_grad_hooks(k, dys[j])
         if keep is not None:
@@ -404,37 +426,45 @@ def _backward_nodes(nodes, grads: dict, wanted, after_node=None, keep=None):
             # backward order: their gradients are complete and only this
             # rule reads them (popped before the rule's results are added,
             # so an input sharing an id with an output starts afresh)
-            for k in node.out_ids:
+            for k in out_ids:
                 if k not in keep:
                     grads.pop(k, None)
-        rule = _RULES.get(node.op)
+        op = node.op
+        rule = _RULES.get(op)
         if rule is None:
             raise NotImplementedError(
-                f"no gradient rule for op {node.op}; it cannot be differentiated yet")
-        if node.op not in _NONE_DYS:
+                f"no gradient rule for op {op}; it cannot be differentiated yet")
+        if missing and op not in _NONE_DYS:
             dys = [d if d is not None else _zeros_like_meta(m)
                    for d, m in zip(dys, node.out_meta)]
+        inputs = node.inputs
         if wanted is not None:
-            node.needs = tuple(wanted(inp) for inp in node.inputs)
-            if not any(node.needs):
-                node.needs = None
+            needs = tuple([wanted(inp) for inp in inputs])
+            if not any(needs):
                 continue
+            node.needs = needs
         _check_versions(node)
         try:
             dxs = rule(node, *dys)
         finally:
             node.needs = None
-        if len(dxs) != len(node.inputs):
+        if len(dxs) != len(inputs):
             raise InvalidArgumentError(
-                f"gradient rule of {node.op} returned {len(dxs)} gradients for "
-                f"{len(node.inputs)} inputs")
-        for i, (inp, dx) in enumerate(zip(node.inputs, dxs)):
-            if dx is None or not inp.dtype.is_floating_point:
+                f"gradient rule of {op} returned {len(dxs)} gradients for "
+                f"{len(inputs)} inputs")
+        for i, dx in enumerate(dxs):
+            if dx is None:
+                continue
+            inp = inputs[i]
+            if inp._dtype_code not in _FLOAT_CODES:
                 continue
             if wanted is not None and not wanted(inp):
                 continue
-            _check_grad_shape(node, i, inp, dx)
-            _accumulate(grads, inp._id, dx)
+            if dx.shape != inp.shape:
+                _check_grad_shape(node, i, inp, dx)
+            key = inp._id
+            old = get(key)
+            grads[key] = dx if old is None else old + dx
     if after_node is not None and nodes:
         after_node(len(nodes) - 1)
     return grads

@@ -149,8 +149,10 @@ class Node:
         self.inputs = inputs
         self.attrs = attrs
         # The version of every input the rule reads, checked before it runs.
-        self.versions = _saved_versions(op, inputs, attrs)
-        self.saved = [outputs[i] for i in _SAVED.get(op, ())]
+        self.versions = ([i._version for i in inputs] if op not in _UNREAD
+                         else _saved_versions(op, inputs, attrs))
+        saved = _SAVED.get(op)
+        self.saved = [outputs[i] for i in saved] if saved else []
         # Which inputs the running backward pass wants a gradient for; set by
         # the engine before it calls the rule (rules may skip the others).
         self.needs = None
@@ -201,21 +203,28 @@ def _tapes() -> list:
 
 
 def _record(op, inputs, attrs, outputs):
-    """Called by the core after an op ran while recording is needed."""
+    """Called by the core after an op ran while recording is needed (once
+    per eager op under autograd: kept lean, as the backward loop is)."""
     node = None
-    for tape in _tapes():
-        if tape._recording and tape._watches(inputs):
-            if node is None:
-                node = Node(op, inputs, attrs, outputs)
-            tape._add(node, outputs)
-    if any(i.requires_grad for i in inputs):
-        if node is None:
-            node = Node(op, inputs, attrs, outputs)
-        saved = _SAVED.get(op, ())
-        for k, o in enumerate(outputs):
-            if o.dtype.is_floating_point and k not in saved:
-                o.requires_grad = True
-                o._grad_fn = node
+    tapes = getattr(_local, "tapes", None)
+    if tapes:
+        for tape in tapes:
+            if tape._recording and tape._watches(inputs):
+                if node is None:
+                    node = Node(op, inputs, attrs, outputs)
+                tape._add(node, outputs)
+    for i in inputs:
+        if i.requires_grad:
+            break
+    else:
+        return
+    if node is None:
+        node = Node(op, inputs, attrs, outputs)
+    saved = _SAVED.get(op)
+    for k, o in enumerate(outputs):
+        if o._dtype_code in _FLOAT_CODES and (saved is None or k not in saved):
+            o.requires_grad = True
+            o._grad_fn = node
 
 
 _C._set_record_hook(_record)

@@ -149,8 +149,7 @@ class Node:
         self.inputs = inputs
         self.attrs = attrs
         # The version of every input the rule reads, checked before it runs.
-        self.versions = ([i._version for i in inputs] if op not in _UNREAD
-                         else _saved_versions(op, inputs, attrs))
+        self.versions = _saved_versions(op, inputs, attrs)
         saved = _SAVED.get(op)
         self.saved = [outputs[i] for i in saved] if saved else []
         # Which inputs the running backward pass wants a gradient for; set by
@@ -193,6 +192,14 @@ def saved_result(node):
     if y._version != version or y._written_unversioned:
         return None
     return y
+
+
+def result_or(node, recompute):
+    """:func:`saved_result` of ``node``, else ``recompute()`` (the op run
+    again on ``node.inputs``): how a ``reads_result`` rule takes its op's
+    output."""
+    y = saved_result(node)
+    return recompute() if y is None else y
 
 
 def _tapes() -> list:

@@ -29,7 +29,7 @@ Conventions where a function has a kink (the one-sided derivative taken):
 
 import math
 
-from .._autograd import gradient, saved_result
+from .._autograd import gradient, result_or
 from .._dtypes import as_dtype
 from ._util import eager_fused, ops, relu_grad, scalar_like
 
@@ -48,8 +48,7 @@ def _mask(cond, like):
 @gradient("Exp", reads_result=True)
 def _exp(node, dy):
     (x,) = node.inputs
-    y = saved_result(node)
-    return [dy * (ops().exp(x) if y is None else y)]
+    return [dy * result_or(node, lambda: ops().exp(x))]
 
 
 @gradient("Log")
@@ -82,8 +81,7 @@ def _sqrt(node, dy):
 def _rsqrt(node, dy):
     # d x^(-1/2) = -x^(-3/2) / 2 = -rsqrt(x) / (2 x).
     (x,) = node.inputs
-    y = saved_result(node)
-    return [dy * (ops().rsqrt(x) if y is None else y) / x * -0.5]
+    return [dy * result_or(node, lambda: ops().rsqrt(x)) / x * -0.5]
 
 
 @gradient("Square")
@@ -95,9 +93,7 @@ def _square(node, dy):
 @gradient("Reciprocal", reads_result=True)
 def _reciprocal(node, dy):
     (x,) = node.inputs
-    r = saved_result(node)
-    if r is None:
-        r = ops().reciprocal(x)
+    r = result_or(node, lambda: ops().reciprocal(x))
     return [ops().neg(dy * r * r)]
 
 
@@ -116,9 +112,7 @@ def _cos(node, dy):
 @gradient("Tanh", reads_result=True)
 def _tanh(node, dy):
     (x,) = node.inputs
-    t = saved_result(node)
-    if t is None:
-        t = ops().tanh(x)
+    t = result_or(node, lambda: ops().tanh(x))
     return [dy * (1.0 - t * t)]
 
 
@@ -127,10 +121,7 @@ def _sigmoid(node, dy):
     # s(x) (1 - s(x)) written as s(x) s(-x): no cancellation for large x.
     o = ops()
     (x,) = node.inputs
-    s = saved_result(node)
-    if s is None:
-        s = o.sigmoid(x)
-    return [dy * s * o.sigmoid(o.neg(x))]
+    return [dy * result_or(node, lambda: o.sigmoid(x)) * o.sigmoid(o.neg(x))]
 
 
 # ------------------------------------------------------------- piecewise
@@ -339,9 +330,7 @@ def _softmax(node, dy):
     o = ops()
     (x,) = node.inputs
     axis = node.attrs["axis"]
-    y = saved_result(node)      # eagerly, the forward's result when unchanged
-    if y is None:
-        y = o.softmax(x, axis)
+    y = result_or(node, lambda: o.softmax(x, axis))   # eagerly, the forward's result
     last = axis in (-1, x.ndim - 1)
     half = y.dtype.name in _HALF
     if (last or half) and dy.dtype == y.dtype and eager_fused("SoftmaxGrad", y):
